@@ -1,0 +1,529 @@
+//! Assignments, the high-level IR: accumulating operations with projections, fetches,
+//! sequences, comments; their checks and their lowering to the loop IR.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::indexing::{AxisIndex, Projections, StaticSymbol, Symbol};
+use crate::low_level::{LowLevel, ScalarExpr};
+use crate::ops::{BinOp, TernOp, UnOp};
+use crate::tnode::Tnode;
+
+/// Fetches larger than this many elements cannot be embedded as constants in code.
+pub const MAX_EMBEDDED_ELEMENTS: usize = 16_384;
+
+/// An operand of an accumulating operation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operand {
+    /// The node's own array in the context.
+    Node(Tnode),
+    /// The stream's merge buffer, holding a copy of the node received from another device.
+    Merge(Tnode),
+}
+
+impl Operand {
+    /// The node the operand refers to.
+    pub fn node(&self) -> &Tnode {
+        match self {
+            Operand::Node(t) | Operand::Merge(t) => t,
+        }
+    }
+}
+
+/// The right-hand side of an accumulating operation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AccumRhs {
+    /// `op(a)`.
+    Unop(UnOp, Operand),
+    /// `op(a, b)`.
+    Binop(BinOp, Operand, Operand),
+    /// `op(a, b, c)`.
+    Ternop(TernOp, Operand, Operand, Operand),
+}
+
+impl AccumRhs {
+    /// The operands in order.
+    pub fn operands(&self) -> Vec<&Operand> {
+        match self {
+            AccumRhs::Unop(_, a) => vec![a],
+            AccumRhs::Binop(_, a, b) => vec![a, b],
+            AccumRhs::Ternop(_, a, b, c) => vec![a, b, c],
+        }
+    }
+}
+
+/// How a node is filled without reading other nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FetchOp {
+    /// Every element holds the constant.
+    Constant(f64),
+    /// The logical elements hold these values (row-major), embedded in the code.
+    ConstantFill(Vec<f64>),
+    /// Every element holds its own flat (row-major, logical) position.
+    RangeOverOffsets,
+    /// The node is slice `batch` of `sliced` along its first axis; the node's dims are `sliced`'s
+    /// dims without the first.
+    Slice {
+        /// The static index choosing the slice.
+        batch: StaticSymbol,
+        /// The node sliced.
+        sliced: Tnode,
+    },
+}
+
+/// The high-level IR of a computation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Assignments {
+    /// Nothing.
+    Noop,
+    /// In order.
+    Seq(Vec<Assignments>),
+    /// A commented block.
+    BlockComment(String, Box<Assignments>),
+    /// `lhs[project_lhs] = accum(lhs[project_lhs], rhs(operands[project_rhs]))` over the product
+    /// space. With `initialize_neutral`, the lhs starts from `accum`'s neutral element.
+    Accum {
+        /// Start from the neutral element of `accum` rather than the lhs's current values.
+        initialize_neutral: bool,
+        /// The accumulation (`Add` for `+=`, `Arg2` for plain assignment, `Max` for a max
+        /// reduction, ...).
+        accum: BinOp,
+        /// The node written.
+        lhs: Tnode,
+        /// The operation on the operands.
+        rhs: AccumRhs,
+        /// How the iteration space maps onto the lhs and operands.
+        projections: Projections,
+    },
+    /// Fills a node.
+    Fetch {
+        /// The node filled.
+        array: Tnode,
+        /// With what.
+        op: FetchOp,
+    },
+}
+
+impl Assignments {
+    /// `lhs = op(a)` pointwise over `lhs`'s dims (the operand must have the same dims).
+    pub fn pointwise_unop(lhs: &Tnode, op: UnOp, a: &Tnode) -> Assignments {
+        Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Arg2,
+            lhs: lhs.clone(),
+            rhs: AccumRhs::Unop(op, Operand::Node(a.clone())),
+            projections: Projections::pointwise(lhs.dims(), 1),
+        }
+    }
+
+    /// `lhs = op(a, b)` pointwise (the operands must have `lhs`'s dims).
+    pub fn pointwise_binop(lhs: &Tnode, op: BinOp, a: &Tnode, b: &Tnode) -> Assignments {
+        Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Arg2,
+            lhs: lhs.clone(),
+            rhs: AccumRhs::Binop(op, Operand::Node(a.clone()), Operand::Node(b.clone())),
+            projections: Projections::pointwise(lhs.dims(), 2),
+        }
+    }
+
+    /// An accumulation built from an einsum-like spec (see [`Projections::einsum`]).
+    pub fn einsum(
+        spec: &str,
+        accum: BinOp,
+        lhs: &Tnode,
+        rhs: AccumRhs,
+        initialize_neutral: bool,
+    ) -> Result<Assignments> {
+        let dims: Vec<&[usize]> = rhs.operands().iter().map(|o| o.node().dims()).collect();
+        Ok(Assignments::Accum {
+            initialize_neutral,
+            accum,
+            lhs: lhs.clone(),
+            projections: Projections::einsum(spec, lhs.dims(), &dims)?,
+            rhs,
+        })
+    }
+
+    /// Sequencing helper.
+    pub fn then(self, next: Assignments) -> Assignments {
+        match self {
+            Assignments::Noop => next,
+            Assignments::Seq(mut items) => {
+                items.push(next);
+                Assignments::Seq(items)
+            }
+            first => Assignments::Seq(vec![first, next]),
+        }
+    }
+
+    /// Static symbols introduced by slices, in order of appearance.
+    pub fn static_symbols(&self) -> Vec<StaticSymbol> {
+        let mut out: Vec<StaticSymbol> = Vec::new();
+        self.walk(&mut |a| {
+            if let Assignments::Fetch {
+                op: FetchOp::Slice { batch, .. },
+                ..
+            } = a
+            {
+                if !out.contains(batch) {
+                    out.push(batch.clone());
+                }
+            }
+        });
+        out
+    }
+
+    fn walk(&self, f: &mut impl FnMut(&Assignments)) {
+        f(self);
+        match self {
+            Assignments::Seq(items) => items.iter().for_each(|a| a.walk(f)),
+            Assignments::BlockComment(_, a) => a.walk(f),
+            _ => {}
+        }
+    }
+
+    /// Lowers to the loop IR, checking shapes and that every index stays inside its node
+    /// (margins of padded nodes included) for every value of the loop iterators and of the
+    /// static symbols in `bindings` (and those introduced by slices).
+    pub fn lower(&self, bindings: &[StaticSymbol]) -> Result<LowLevel> {
+        let mut statics: HashMap<Symbol, StaticSymbol> =
+            bindings.iter().map(|b| (b.symbol, b.clone())).collect();
+        for s in self.static_symbols() {
+            statics.entry(s.symbol).or_insert(s);
+        }
+        self.lower_with(&statics)
+    }
+
+    fn lower_with(&self, statics: &HashMap<Symbol, StaticSymbol>) -> Result<LowLevel> {
+        match self {
+            Assignments::Noop => Ok(LowLevel::Noop),
+            Assignments::Seq(items) => Ok(LowLevel::seq(
+                items
+                    .iter()
+                    .map(|a| a.lower_with(statics))
+                    .collect::<Result<Vec<_>>>()?,
+            )),
+            Assignments::BlockComment(c, body) => Ok(LowLevel::seq([
+                LowLevel::Comment(c.clone()),
+                body.lower_with(statics)?,
+            ])),
+            Assignments::Accum {
+                initialize_neutral,
+                accum,
+                lhs,
+                rhs,
+                projections,
+            } => lower_accum(*initialize_neutral, *accum, lhs, rhs, projections, statics),
+            Assignments::Fetch { array, op } => lower_fetch(array, op, statics),
+        }
+    }
+}
+
+fn shape_error(op: &str, detail: String) -> Error {
+    Error::ShapeMismatch {
+        op: op.to_string(),
+        detail,
+    }
+}
+
+/// Checks that each index of an access to `tn` stays inside the node for every value of the
+/// symbols, given the symbols' extents.
+fn check_access(
+    tn: &Tnode,
+    idcs: &[AxisIndex],
+    bounds: &impl Fn(Symbol) -> Option<usize>,
+    what: &str,
+) -> Result<()> {
+    if idcs.len() != tn.dims().len() {
+        return Err(shape_error(
+            what,
+            format!(
+                "{} has {} axes (dims {:?}) but is indexed with {} indices",
+                tn.debug_name(),
+                tn.dims().len(),
+                tn.dims(),
+                idcs.len()
+            ),
+        ));
+    }
+    let pads = tn.padding().map(|p| p.axes.clone());
+    for (axis, (idx, &d)) in idcs.iter().zip(tn.dims()).enumerate() {
+        let (left, right) = pads
+            .as_ref()
+            .map(|p| (p[axis].left as i64, p[axis].right as i64))
+            .unwrap_or((0, 0));
+        let (lo, hi) = idx.value_range(bounds).ok_or_else(|| Error::StaticIndex {
+            symbol: idx
+                .symbols()
+                .iter()
+                .find(|s| bounds(**s).is_none())
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+            detail: format!(
+                "{what}: index {idx} of {} uses a symbol that is neither a loop iterator nor a \
+                 static symbol with a range; pass it in the bindings",
+                tn.debug_name()
+            ),
+        })?;
+        if lo < -left || hi > d as i64 - 1 + right {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "{what}: axis {axis} of {} takes indices {lo}..={hi} but the node allows {}..={} \
+                     (dims {:?}, padding {left}+{right})",
+                    tn.debug_name(),
+                    -left,
+                    d as i64 - 1 + right,
+                    tn.dims()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Wraps `body` in loops over `its` with extents `dims` (outermost first).
+fn loop_nest(its: &[Symbol], dims: &[usize], body: LowLevel) -> LowLevel {
+    its.iter()
+        .zip(dims)
+        .rev()
+        .fold(body, |body, (&index, &d)| LowLevel::For {
+            index,
+            from: 0,
+            to: d as i64,
+            body: Box::new(body),
+        })
+}
+
+fn lower_accum(
+    initialize_neutral: bool,
+    accum: BinOp,
+    lhs: &Tnode,
+    rhs: &AccumRhs,
+    p: &Projections,
+    statics: &HashMap<Symbol, StaticSymbol>,
+) -> Result<LowLevel> {
+    let what = format!("assignment to {} ({})", lhs.debug_name(), p.debug_info);
+    if p.product_space.len() != p.product_iterators.len() {
+        return Err(shape_error(
+            &what,
+            "product space and iterators differ in length".into(),
+        ));
+    }
+    if p.lhs_dims != lhs.dims() {
+        return Err(shape_error(
+            &what,
+            format!(
+                "projections expect lhs dims {:?} but the node has {:?}",
+                p.lhs_dims,
+                lhs.dims()
+            ),
+        ));
+    }
+    let operands = rhs.operands();
+    if operands.len() != p.project_rhs.len() || operands.len() != p.rhs_dims.len() {
+        return Err(shape_error(
+            &what,
+            format!(
+                "the operation has {} operand(s) but the projections describe {}",
+                operands.len(),
+                p.project_rhs.len()
+            ),
+        ));
+    }
+    let mut extents: HashMap<Symbol, usize> = p
+        .product_iterators
+        .iter()
+        .copied()
+        .zip(p.product_space.iter().copied())
+        .collect();
+    extents.extend(statics.iter().map(|(s, st)| (*s, st.range)));
+    let bounds = |s: Symbol| extents.get(&s).copied();
+    check_access(lhs, &p.project_lhs, &bounds, &what)?;
+    let mut args = Vec::new();
+    for (k, (op, (idcs, dims))) in operands
+        .iter()
+        .zip(p.project_rhs.iter().zip(&p.rhs_dims))
+        .enumerate()
+    {
+        if dims.as_slice() != op.node().dims() {
+            return Err(shape_error(
+                &what,
+                format!(
+                    "projections expect operand {k} dims {dims:?} but {} has {:?}",
+                    op.node().debug_name(),
+                    op.node().dims()
+                ),
+            ));
+        }
+        check_access(op.node(), idcs, &bounds, &what)?;
+        args.push(match op {
+            Operand::Node(t) => ScalarExpr::Get(t.clone(), idcs.clone()),
+            Operand::Merge(t) => ScalarExpr::GetMerge(t.clone(), idcs.clone()),
+        });
+    }
+    let mut args = args.into_iter();
+    let mut next = || args.next().expect("arity checked above");
+    let rhs_expr = match rhs {
+        AccumRhs::Unop(op, _) => ScalarExpr::unop(*op, next()),
+        AccumRhs::Binop(op, _, _) => {
+            let a = next();
+            ScalarExpr::binop(*op, a, next())
+        }
+        AccumRhs::Ternop(op, _, _, _) => {
+            let (a, b) = (next(), next());
+            ScalarExpr::ternop(*op, a, b, next())
+        }
+    };
+    // When every lhs element is visited exactly once, the neutral start folds into the value.
+    let lhs_its: Vec<Symbol> = p
+        .project_lhs
+        .iter()
+        .filter_map(|i| match i {
+            AxisIndex::Iterator(s) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    let bijective = lhs_its.len() == p.project_lhs.len()
+        && p.product_iterators.iter().all(|s| lhs_its.contains(s))
+        && lhs_its.len() == p.product_iterators.len()
+        && lhs_its
+            .iter()
+            .zip(lhs.dims())
+            .all(|(s, &d)| extents.get(s) == Some(&d));
+    let lhs_get = ScalarExpr::Get(lhs.clone(), p.project_lhs.clone());
+    let (init, value) = if accum == BinOp::Arg2 {
+        (LowLevel::Noop, rhs_expr)
+    } else if initialize_neutral && bijective {
+        (
+            LowLevel::Noop,
+            ScalarExpr::binop(
+                accum,
+                ScalarExpr::Constant(accum.neutral_element()),
+                rhs_expr,
+            ),
+        )
+    } else if initialize_neutral {
+        (
+            neutral_fill(lhs, accum.neutral_element()),
+            ScalarExpr::binop(accum, lhs_get, rhs_expr),
+        )
+    } else {
+        (LowLevel::Noop, ScalarExpr::binop(accum, lhs_get, rhs_expr))
+    };
+    let set = LowLevel::Set {
+        tn: lhs.clone(),
+        idcs: p.project_lhs.clone(),
+        value,
+    };
+    Ok(LowLevel::seq([
+        init,
+        loop_nest(&p.product_iterators, &p.product_space, set),
+    ]))
+}
+
+/// Sets every logical element of `tn` to `value` (a zero-out when possible).
+fn neutral_fill(tn: &Tnode, value: f64) -> LowLevel {
+    if value == 0.0 && tn.padding().is_none() {
+        return LowLevel::ZeroOut(tn.clone());
+    }
+    let its: Vec<Symbol> = tn.dims().iter().map(|_| Symbol::fresh()).collect();
+    loop_nest(
+        &its,
+        tn.dims(),
+        LowLevel::Set {
+            tn: tn.clone(),
+            idcs: its.iter().map(|&s| AxisIndex::Iterator(s)).collect(),
+            value: ScalarExpr::Constant(value),
+        },
+    )
+}
+
+fn lower_fetch(
+    array: &Tnode,
+    op: &FetchOp,
+    statics: &HashMap<Symbol, StaticSymbol>,
+) -> Result<LowLevel> {
+    let what = format!("fetch into {}", array.debug_name());
+    let dims = array.dims().to_vec();
+    let its: Vec<Symbol> = dims.iter().map(|_| Symbol::fresh()).collect();
+    let idcs: Vec<AxisIndex> = its.iter().map(|&s| AxisIndex::Iterator(s)).collect();
+    let set = |value: ScalarExpr| LowLevel::Set {
+        tn: array.clone(),
+        idcs: idcs.clone(),
+        value,
+    };
+    match op {
+        FetchOp::Constant(c) => Ok(loop_nest(&its, &dims, set(ScalarExpr::Constant(*c)))),
+        FetchOp::RangeOverOffsets => {
+            let mut stride = 1i64;
+            let mut terms = Vec::new();
+            for (&s, &d) in its.iter().zip(&dims).rev() {
+                terms.push((stride, s));
+                stride *= d as i64;
+            }
+            Ok(loop_nest(
+                &its,
+                &dims,
+                set(ScalarExpr::EmbedIndex(AxisIndex::affine(terms, 0))),
+            ))
+        }
+        FetchOp::ConstantFill(values) => {
+            let n: usize = dims.iter().product();
+            if values.len() != n {
+                return Err(shape_error(
+                    &what,
+                    format!(
+                        "dims {dims:?} hold {n} elements but {} values were given",
+                        values.len()
+                    ),
+                ));
+            }
+            if n > MAX_EMBEDDED_ELEMENTS {
+                return Err(Error::invalid(format!(
+                    "{what}: {n} values are too many to embed in code (limit {MAX_EMBEDDED_ELEMENTS}); \
+                     set them on the host with Tnode::set_values instead"
+                )));
+            }
+            let mut sets = Vec::with_capacity(n);
+            for (flat, &v) in values.iter().enumerate() {
+                let mut rest = flat;
+                let mut idx = vec![0i64; dims.len()];
+                for a in (0..dims.len()).rev() {
+                    idx[a] = (rest % dims[a]) as i64;
+                    rest /= dims[a];
+                }
+                sets.push(LowLevel::Set {
+                    tn: array.clone(),
+                    idcs: idx.into_iter().map(AxisIndex::Fixed).collect(),
+                    value: ScalarExpr::Constant(v),
+                });
+            }
+            Ok(LowLevel::seq(sets))
+        }
+        FetchOp::Slice { batch, sliced } => {
+            let sd = sliced.dims();
+            if sd.len() != dims.len() + 1 || sd[1..] != dims[..] {
+                return Err(shape_error(
+                    &what,
+                    format!(
+                        "a slice of {} with dims {sd:?} has dims {:?}, but the node has {dims:?}",
+                        sliced.debug_name(),
+                        sd.get(1..).unwrap_or(&[])
+                    ),
+                ));
+            }
+            let mut src = vec![AxisIndex::Iterator(batch.symbol)];
+            src.extend(idcs.iter().cloned());
+            let mut extents: HashMap<Symbol, usize> =
+                its.iter().copied().zip(dims.iter().copied()).collect();
+            extents.extend(statics.iter().map(|(s, st)| (*s, st.range)));
+            check_access(sliced, &src, &|s| extents.get(&s).copied(), &what)?;
+            Ok(loop_nest(
+                &its,
+                &dims,
+                set(ScalarExpr::Get(sliced.clone(), src)),
+            ))
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The one error type of arrayjit, shared by every layer, and its `Result` alias.
+
+use thiserror::Error;
+
+/// `Result` with [`Error`] as the error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in arrayjit. Every message says what was wrong and what to do.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A value passed by the caller is not acceptable.
+    #[error("invalid argument: {what}")]
+    InvalidArgument {
+        /// What was wrong and how to fix it.
+        what: String,
+    },
+    /// Dimensions or sizes do not agree.
+    #[error("shape mismatch in {op}: {detail}")]
+    ShapeMismatch {
+        /// The operation that found the mismatch.
+        op: String,
+        /// Both shapes and what was expected.
+        detail: String,
+    },
+    /// An index lies outside the array it indexes.
+    #[error("index out of bounds: {detail}")]
+    IndexOutOfBounds {
+        /// Which index, which array, and its valid range.
+        detail: String,
+    },
+    /// Two memory-mode requests for one tensor node contradict each other.
+    #[error(
+        "memory mode contradiction for tensor node {node}: it is {old} (because: {old_provenance}), \
+         which cannot be refined to {new} (requested because: {new_provenance}); \
+         change one of the two requests"
+    )]
+    MemoryModeConflict {
+        /// The node's debug name.
+        node: String,
+        /// The mode the node already has.
+        old: String,
+        /// Why it has that mode.
+        old_provenance: String,
+        /// The mode that was requested.
+        new: String,
+        /// Why it was requested.
+        new_provenance: String,
+    },
+    /// A backend name that no backend answers to.
+    #[error("unknown backend {name:?}; available backends: {available}")]
+    UnknownBackend {
+        /// The name asked for.
+        name: String,
+        /// The names that are known.
+        available: String,
+    },
+    /// The backend exists but was not built or cannot run on this machine.
+    #[error("backend {backend} is unavailable: {reason}; to enable it: {how_to_enable}")]
+    BackendUnavailable {
+        /// The backend's name.
+        backend: String,
+        /// Why it cannot be used.
+        reason: String,
+        /// What to do to make it usable.
+        how_to_enable: String,
+    },
+    /// A device ordinal outside the backend's devices.
+    #[error("backend {backend} has {num_devices} device(s); there is no device {ordinal}")]
+    NoSuchDevice {
+        /// The backend's name.
+        backend: String,
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// How many devices there are.
+        num_devices: usize,
+    },
+    /// Code needs a tensor node that the context it is linked into or run in does not hold.
+    #[error(
+        "context {context} lacks tensor node {node}, which {routine} reads before writing it; \
+         link the routine that computes it into this context first, or make the node hosted \
+         (e.g. set its values on the host)"
+    )]
+    NodeNotInContext {
+        /// The node's debug name.
+        node: String,
+        /// The context's description.
+        context: String,
+        /// The routine that needs the node.
+        routine: String,
+    },
+    /// A tensor node has no host array but one was needed.
+    #[error("tensor node {node} has no host array: {detail}")]
+    NotHosted {
+        /// The node's debug name.
+        node: String,
+        /// What needed the host array and what to do.
+        detail: String,
+    },
+    /// The optimizer cannot honour a request (e.g. a node required to be virtual cannot be inlined).
+    #[error("cannot optimize {routine}: {detail}")]
+    Optimization {
+        /// The routine being optimized.
+        routine: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The external compiler failed.
+    #[error(
+        "compiling {routine} with `{command}` failed (exit status {status}); source: {source_path}\n{stderr}"
+    )]
+    CompileFailed {
+        /// The routine or batch being compiled.
+        routine: String,
+        /// The compiler command line.
+        command: String,
+        /// The exit status as text.
+        status: String,
+        /// Where the generated source was written.
+        source_path: String,
+        /// The compiler's standard error.
+        stderr: String,
+    },
+    /// Loading a compiled library or finding a symbol in it failed.
+    #[error("loading compiled code from {path} failed: {detail}")]
+    LoadFailed {
+        /// The library's path.
+        path: String,
+        /// The loader's message.
+        detail: String,
+    },
+    /// A static index was given a value outside its range, or was not given one.
+    #[error("static index {symbol}: {detail}")]
+    StaticIndex {
+        /// The symbol's name.
+        symbol: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// An I/O failure (build-files folder, compile cache, temporary files).
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A runtime failure on a stream or device.
+    #[error("runtime error on {stream}: {detail}")]
+    Runtime {
+        /// The stream or device where it happened.
+        stream: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// Wraps an I/O error with a description of what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(what: impl Into<String>) -> Error {
+        Error::InvalidArgument { what: what.into() }
+    }
+}

@@ -1,0 +1,345 @@
+//! Indexing: loop symbols, static symbols bound per run (like a batch index), axis indices
+//! (fixed, iterator, affine) and projections (a product space with lhs/rhs index maps).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::error::{Error, Result};
+
+static NEXT_SYMBOL: AtomicUsize = AtomicUsize::new(1);
+
+/// An index variable: a loop iterator or a static index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Symbol(pub usize);
+
+impl Symbol {
+    /// A symbol never used before.
+    pub fn fresh() -> Symbol {
+        Symbol(NEXT_SYMBOL.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl fmt::Display for Symbol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "i{}", self.0)
+    }
+}
+
+/// A symbol bound once per run of a routine (not by a loop), with the range of values it may
+/// take: `0 <= value < range`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StaticSymbol {
+    /// The symbol used in indices.
+    pub symbol: Symbol,
+    /// Exclusive upper bound of its values. Indexing with a static symbol needs a range so that
+    /// every access can be checked before code runs.
+    pub range: usize,
+    /// A human name, e.g. `"batch"`.
+    pub name: String,
+}
+
+impl StaticSymbol {
+    /// A fresh static symbol taking values in `0..range`.
+    pub fn new(name: &str, range: usize) -> StaticSymbol {
+        StaticSymbol {
+            symbol: Symbol::fresh(),
+            range,
+            name: name.to_string(),
+        }
+    }
+}
+
+/// The index of one axis of an access, as an affine function of symbols.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AxisIndex {
+    /// A constant index.
+    Fixed(i64),
+    /// A symbol's value.
+    Iterator(Symbol),
+    /// `offset + Σ coeff·symbol`; kept normalized by [`AxisIndex::affine`].
+    Affine {
+        /// `(coefficient, symbol)` pairs, sorted by symbol, no zero coefficients.
+        terms: Vec<(i64, Symbol)>,
+        /// The constant term.
+        offset: i64,
+    },
+}
+
+impl AxisIndex {
+    /// Normal form of `offset + Σ coeff·symbol`: merges repeated symbols, drops zero
+    /// coefficients, and uses `Fixed` / `Iterator` when they fit.
+    pub fn affine(terms: impl IntoIterator<Item = (i64, Symbol)>, offset: i64) -> AxisIndex {
+        let mut merged: BTreeMap<Symbol, i64> = BTreeMap::new();
+        for (c, s) in terms {
+            *merged.entry(s).or_insert(0) += c;
+        }
+        let terms: Vec<(i64, Symbol)> = merged
+            .into_iter()
+            .filter(|(_, c)| *c != 0)
+            .map(|(s, c)| (c, s))
+            .collect();
+        match (terms.as_slice(), offset) {
+            ([], o) => AxisIndex::Fixed(o),
+            ([(1, s)], 0) => AxisIndex::Iterator(*s),
+            _ => AxisIndex::Affine { terms, offset },
+        }
+    }
+
+    /// The index as `(terms, offset)`.
+    pub fn terms(&self) -> (Vec<(i64, Symbol)>, i64) {
+        match self {
+            AxisIndex::Fixed(o) => (vec![], *o),
+            AxisIndex::Iterator(s) => (vec![(1, *s)], 0),
+            AxisIndex::Affine { terms, offset } => (terms.clone(), *offset),
+        }
+    }
+
+    /// The symbols this index depends on.
+    pub fn symbols(&self) -> Vec<Symbol> {
+        self.terms().0.into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// This index plus a constant.
+    pub fn shifted(&self, by: i64) -> AxisIndex {
+        let (t, o) = self.terms();
+        AxisIndex::affine(t, o + by)
+    }
+
+    /// Replaces symbols by indices (affine substitution).
+    pub fn substitute(&self, subst: &HashMap<Symbol, AxisIndex>) -> AxisIndex {
+        let (terms, offset) = self.terms();
+        let mut out_terms = Vec::new();
+        let mut out_offset = offset;
+        for (c, s) in terms {
+            match subst.get(&s) {
+                Some(idx) => {
+                    let (t2, o2) = idx.terms();
+                    out_offset += c * o2;
+                    out_terms.extend(t2.into_iter().map(|(c2, s2)| (c * c2, s2)));
+                }
+                None => out_terms.push((c, s)),
+            }
+        }
+        AxisIndex::affine(out_terms, out_offset)
+    }
+
+    /// Evaluates the index with the given symbol values; `None` if a symbol is unbound.
+    pub fn eval(&self, env: &impl Fn(Symbol) -> Option<i64>) -> Option<i64> {
+        let (terms, offset) = self.terms();
+        terms
+            .into_iter()
+            .try_fold(offset, |acc, (c, s)| env(s).map(|v| acc + c * v))
+    }
+
+    /// The inclusive range of values the index takes when each symbol ranges over
+    /// `0..bounds(symbol)`; `None` if a symbol has no known bound.
+    pub fn value_range(&self, bounds: &impl Fn(Symbol) -> Option<usize>) -> Option<(i64, i64)> {
+        let (terms, offset) = self.terms();
+        let (mut lo, mut hi) = (offset, offset);
+        for (c, s) in terms {
+            let b = bounds(s)? as i64;
+            let extreme = c * (b - 1).max(0);
+            if c >= 0 {
+                hi += extreme;
+            } else {
+                lo += extreme;
+            }
+        }
+        Some((lo, hi))
+    }
+}
+
+impl fmt::Display for AxisIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AxisIndex::Fixed(o) => write!(f, "{o}"),
+            AxisIndex::Iterator(s) => write!(f, "{s}"),
+            AxisIndex::Affine { terms, offset } => {
+                let mut first = true;
+                for (c, s) in terms {
+                    let sign = if *c < 0 {
+                        "-"
+                    } else if first {
+                        ""
+                    } else {
+                        "+"
+                    };
+                    let mag = c.unsigned_abs();
+                    if mag == 1 {
+                        write!(f, "{sign}{s}")?;
+                    } else {
+                        write!(f, "{sign}{mag}*{s}")?;
+                    }
+                    first = false;
+                }
+                if *offset > 0 {
+                    write!(f, "+{offset}")?;
+                } else if *offset < 0 {
+                    write!(f, "{offset}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How an assignment's iteration space maps onto its operands: the product space of
+/// iterators, the index of the lhs and of each rhs as functions of those iterators.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projections {
+    /// Extent of each iterator of the product space.
+    pub product_space: Vec<usize>,
+    /// The iterator symbol of each product-space axis.
+    pub product_iterators: Vec<Symbol>,
+    /// Logical dims of the lhs.
+    pub lhs_dims: Vec<usize>,
+    /// Logical dims of each rhs.
+    pub rhs_dims: Vec<Vec<usize>>,
+    /// Index of each lhs axis.
+    pub project_lhs: Vec<AxisIndex>,
+    /// Index of each axis of each rhs.
+    pub project_rhs: Vec<Vec<AxisIndex>>,
+    /// Where the projections came from, for messages (e.g. an einsum spec).
+    pub debug_info: String,
+}
+
+impl Projections {
+    /// Pointwise projections: the lhs and every rhs share `dims`, one iterator per axis.
+    pub fn pointwise(dims: &[usize], num_rhs: usize) -> Projections {
+        let its: Vec<Symbol> = dims.iter().map(|_| Symbol::fresh()).collect();
+        let idx: Vec<AxisIndex> = its.iter().map(|&s| AxisIndex::Iterator(s)).collect();
+        Projections {
+            product_space: dims.to_vec(),
+            product_iterators: its,
+            lhs_dims: dims.to_vec(),
+            rhs_dims: vec![dims.to_vec(); num_rhs],
+            project_lhs: idx.clone(),
+            project_rhs: vec![idx; num_rhs],
+            debug_info: format!("pointwise {dims:?}"),
+        }
+    }
+
+    /// Projections from an einsum-like spec such as `"ik,kj->ij"` (one letter per axis; a
+    /// scalar operand is written as an empty string, e.g. `",i->i"`). Letters shared between
+    /// operands must agree in size, except that an rhs axis of size 1 broadcasts (it is indexed
+    /// at 0). Letters missing from the lhs are reduced over.
+    pub fn einsum(spec: &str, lhs_dims: &[usize], rhs_dims: &[&[usize]]) -> Result<Projections> {
+        let bad = |detail: String| Error::ShapeMismatch {
+            op: format!("einsum {spec:?}"),
+            detail,
+        };
+        let (rhs_spec, lhs_spec) = spec
+            .split_once("->")
+            .ok_or_else(|| bad("the spec needs `->` between the operands and the result".into()))?;
+        let rhs_specs: Vec<&str> = rhs_spec.split(',').map(str::trim).collect();
+        let lhs_spec = lhs_spec.trim();
+        if rhs_specs.len() != rhs_dims.len() {
+            return Err(bad(format!(
+                "the spec names {} operand(s) but {} were given",
+                rhs_specs.len(),
+                rhs_dims.len()
+            )));
+        }
+        let mut letters: Vec<char> = Vec::new();
+        let mut extents: HashMap<char, usize> = HashMap::new();
+        let mut record = |c: char, d: usize, who: &str, broadcastable: bool| -> Result<()> {
+            if !c.is_ascii_alphabetic() {
+                return Err(bad(format!("{c:?} in {who} is not an axis letter")));
+            }
+            match extents.get(&c) {
+                None => {
+                    letters.push(c);
+                    extents.insert(c, d);
+                }
+                Some(&e) if e == d || (broadcastable && d == 1) => {}
+                Some(&1) if letters.contains(&c) => {
+                    extents.insert(c, d);
+                }
+                Some(&e) => {
+                    return Err(bad(format!(
+                        "axis {c:?} has size {e} elsewhere but {d} in {who}"
+                    )));
+                }
+            }
+            Ok(())
+        };
+        let check_arity = |s: &str, dims: &[usize], who: &str| -> Result<()> {
+            if s.chars().count() != dims.len() {
+                return Err(bad(format!(
+                    "{who} is {s:?} ({} axes) but has dims {dims:?}",
+                    s.chars().count()
+                )));
+            }
+            Ok(())
+        };
+        check_arity(lhs_spec, lhs_dims, "the result")?;
+        for (c, &d) in lhs_spec.chars().zip(lhs_dims) {
+            record(c, d, "the result", false)?;
+        }
+        for (k, (s, dims)) in rhs_specs.iter().zip(rhs_dims).enumerate() {
+            let who = format!("operand {k}");
+            check_arity(s, dims, &who)?;
+            for (c, &d) in s.chars().zip(dims.iter()) {
+                record(c, d, &who, true)?;
+            }
+        }
+        let syms: HashMap<char, Symbol> = letters.iter().map(|&c| (c, Symbol::fresh())).collect();
+        let project = |s: &str, dims: &[usize]| -> Vec<AxisIndex> {
+            s.chars()
+                .zip(dims)
+                .map(|(c, &d)| {
+                    if d == 1 && extents[&c] != 1 {
+                        AxisIndex::Fixed(0)
+                    } else {
+                        AxisIndex::Iterator(syms[&c])
+                    }
+                })
+                .collect()
+        };
+        Ok(Projections {
+            product_space: letters.iter().map(|c| extents[c]).collect(),
+            product_iterators: letters.iter().map(|c| syms[c]).collect(),
+            lhs_dims: lhs_dims.to_vec(),
+            rhs_dims: rhs_dims.iter().map(|d| d.to_vec()).collect(),
+            project_lhs: project(lhs_spec, lhs_dims),
+            project_rhs: rhs_specs
+                .iter()
+                .zip(rhs_dims)
+                .map(|(s, d)| project(s, d))
+                .collect(),
+            debug_info: format!("einsum {spec}"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affine_normalizes_and_substitutes() {
+        let (a, b) = (Symbol::fresh(), Symbol::fresh());
+        assert_eq!(
+            AxisIndex::affine([(1, a), (0, b)], 0),
+            AxisIndex::Iterator(a)
+        );
+        assert_eq!(AxisIndex::affine([(2, a), (-2, a)], 3), AxisIndex::Fixed(3));
+        let idx = AxisIndex::affine([(2, a), (1, b)], -1);
+        let subst = HashMap::from([(a, AxisIndex::Fixed(4))]);
+        assert_eq!(idx.substitute(&subst), AxisIndex::affine([(1, b)], 7));
+        assert_eq!(idx.value_range(&|_| Some(3)), Some((-1, 5)));
+        assert_eq!(idx.eval(&|s| Some(if s == a { 1 } else { 2 })), Some(3));
+    }
+
+    #[test]
+    fn einsum_matmul_and_broadcast() {
+        let p = Projections::einsum("ik,kj->ij", &[2, 4], &[&[2, 3], &[3, 4]]).unwrap();
+        assert_eq!(p.product_space, vec![2, 4, 3]);
+        let q = Projections::einsum("ij,j->ij", &[2, 3], &[&[2, 3], &[1]]).unwrap();
+        assert_eq!(q.project_rhs[1], vec![AxisIndex::Fixed(0)]);
+        assert!(Projections::einsum("ik,kj->ij", &[2, 4], &[&[2, 3], &[5, 4]]).is_err());
+        assert!(Projections::einsum("ik,kj", &[2, 4], &[&[2, 3], &[3, 4]]).is_err());
+        assert!(Projections::einsum("ik->i", &[2], &[&[2, 3, 1]]).is_err());
+    }
+}

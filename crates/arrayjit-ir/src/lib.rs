@@ -1,0 +1,30 @@
+//! arrayjit-ir: the first layer of arrayjit. Precisions, host arrays, tensor nodes with memory
+//! modes, indexing and projections, assignments (the high-level IR), the loop IR, its optimizer
+//! (virtualization = fusion, simplification, CSE, memory-mode inference) and the reference
+//! interpreter that defines the semantics every backend is tested against.
+
+#![warn(missing_docs)]
+
+pub mod assignments;
+pub mod error;
+pub mod indexing;
+pub mod interpret;
+pub mod low_level;
+pub mod memory;
+pub mod ndarray;
+pub mod ops;
+pub mod optimize;
+pub mod prec;
+pub mod tnode;
+
+pub use assignments::{AccumRhs, Assignments, FetchOp, Operand};
+pub use error::{Error, Result};
+pub use indexing::{AxisIndex, Projections, StaticSymbol, Symbol};
+pub use interpret::InterpEnv;
+pub use low_level::{LowLevel, ScalarExpr, ScopeId};
+pub use memory::{MemoryMode, MemoryType, ModeWithProvenance, Sharing};
+pub use ndarray::{AxisPadding, Ndarray, Padding};
+pub use ops::{BinOp, TernOp, UnOp};
+pub use optimize::{OptimizeSettings, Optimized, optimize, optimize_low_level};
+pub use prec::Prec;
+pub use tnode::Tnode;

@@ -1,0 +1,354 @@
+//! The loop IR (`LowLevel` statements over `ScalarExpr` expressions) and its pretty-printer.
+//!
+//! Indices in `Set`/`Get` are logical: they range over the node's logical dims, and may reach
+//! into a padded node's margins (from `-left` to `dim + right - 1`). Renderers and the
+//! interpreter add the left padding when addressing storage.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+
+use crate::indexing::{AxisIndex, Symbol};
+use crate::ops::{BinOp, TernOp, UnOp};
+use crate::prec::Prec;
+use crate::tnode::Tnode;
+
+/// A scalar variable local to one statement: the result of an inlined (virtual) computation or a
+/// common subexpression. Its precision is the compute type of its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScopeId {
+    /// Unique id.
+    pub id: usize,
+    /// Precision of the variable.
+    pub prec: Prec,
+}
+
+impl ScopeId {
+    /// A fresh local variable of the given precision.
+    pub fn fresh(prec: Prec) -> ScopeId {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(1);
+        ScopeId {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            prec,
+        }
+    }
+}
+
+/// A statement of the loop IR.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LowLevel {
+    /// Does nothing.
+    Noop,
+    /// A comment carried into generated code.
+    Comment(String),
+    /// Statements in order.
+    Seq(Vec<LowLevel>),
+    /// `for index in from..to { body }`.
+    For {
+        /// The loop variable.
+        index: Symbol,
+        /// First value.
+        from: i64,
+        /// One past the last value.
+        to: i64,
+        /// The loop body.
+        body: Box<LowLevel>,
+    },
+    /// Sets every stored element of the node (margins included) to zero.
+    ZeroOut(Tnode),
+    /// `tn[idcs] = value`, with `value` computed in the node's compute precision.
+    Set {
+        /// The node written.
+        tn: Tnode,
+        /// Logical index of each axis.
+        idcs: Vec<AxisIndex>,
+        /// The value, computed in `tn.prec().compute_prec()`.
+        value: ScalarExpr,
+    },
+    /// Assigns a local variable (inside a [`ScalarExpr::LocalScope`] body).
+    SetLocal(ScopeId, ScalarExpr),
+}
+
+/// A scalar expression of the loop IR. Every expression is evaluated in the compute precision of
+/// the statement it belongs to; reads of nodes of other precisions are converted.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScalarExpr {
+    /// Declares local `id` (holding zero), runs `body`, then yields the local's value. The local
+    /// stays readable (with [`ScalarExpr::GetLocal`]) until the end of the enclosing statement.
+    LocalScope {
+        /// The local variable.
+        id: ScopeId,
+        /// Statements that compute it.
+        body: Box<LowLevel>,
+    },
+    /// Reads a local variable.
+    GetLocal(ScopeId),
+    /// Reads a node.
+    Get(Tnode, Vec<AxisIndex>),
+    /// Reads the stream's merge buffer, which holds a copy of the node (from another device).
+    GetMerge(Tnode, Vec<AxisIndex>),
+    /// The value of an index expression.
+    EmbedIndex(AxisIndex),
+    /// A constant (converted to the compute precision).
+    Constant(f64),
+    /// A unary operation.
+    Unop(UnOp, Box<ScalarExpr>),
+    /// A binary operation.
+    Binop(BinOp, Box<ScalarExpr>, Box<ScalarExpr>),
+    /// A ternary operation.
+    Ternop(TernOp, Box<ScalarExpr>, Box<ScalarExpr>, Box<ScalarExpr>),
+}
+
+impl ScalarExpr {
+    /// `op(a)`.
+    pub fn unop(op: UnOp, a: ScalarExpr) -> ScalarExpr {
+        ScalarExpr::Unop(op, Box::new(a))
+    }
+    /// `op(a, b)`.
+    pub fn binop(op: BinOp, a: ScalarExpr, b: ScalarExpr) -> ScalarExpr {
+        ScalarExpr::Binop(op, Box::new(a), Box::new(b))
+    }
+    /// `op(a, b, c)`.
+    pub fn ternop(op: TernOp, a: ScalarExpr, b: ScalarExpr, c: ScalarExpr) -> ScalarExpr {
+        ScalarExpr::Ternop(op, Box::new(a), Box::new(b), Box::new(c))
+    }
+
+    /// Calls `f` on every direct subexpression (not into local-scope bodies).
+    pub fn for_each_child(&self, mut f: impl FnMut(&ScalarExpr)) {
+        match self {
+            ScalarExpr::Unop(_, a) => f(a),
+            ScalarExpr::Binop(_, a, b) => {
+                f(a);
+                f(b)
+            }
+            ScalarExpr::Ternop(_, a, b, c) => {
+                f(a);
+                f(b);
+                f(c)
+            }
+            _ => {}
+        }
+    }
+
+    /// Rebuilds the expression bottom-up with `f` applied to every node (local-scope bodies are
+    /// left as they are).
+    pub fn map_bottom_up(self, f: &mut impl FnMut(ScalarExpr) -> ScalarExpr) -> ScalarExpr {
+        let rebuilt = match self {
+            ScalarExpr::Unop(op, a) => ScalarExpr::unop(op, a.map_bottom_up(f)),
+            ScalarExpr::Binop(op, a, b) => {
+                let a = a.map_bottom_up(f);
+                ScalarExpr::binop(op, a, b.map_bottom_up(f))
+            }
+            ScalarExpr::Ternop(op, a, b, c) => {
+                let a = a.map_bottom_up(f);
+                let b = b.map_bottom_up(f);
+                ScalarExpr::ternop(op, a, b, c.map_bottom_up(f))
+            }
+            e => e,
+        };
+        f(rebuilt)
+    }
+}
+
+impl LowLevel {
+    /// A sequence, flattening nested sequences and dropping no-ops.
+    pub fn seq(items: impl IntoIterator<Item = LowLevel>) -> LowLevel {
+        let mut out = Vec::new();
+        for item in items {
+            match item {
+                LowLevel::Noop => {}
+                LowLevel::Seq(inner) => out.extend(inner),
+                s => out.push(s),
+            }
+        }
+        match out.len() {
+            0 => LowLevel::Noop,
+            1 => out.pop().expect("one element"),
+            _ => LowLevel::Seq(out),
+        }
+    }
+
+    /// Calls `f` on every statement, pre-order, including statements inside local scopes.
+    pub fn visit(&self, f: &mut impl FnMut(&LowLevel)) {
+        f(self);
+        match self {
+            LowLevel::Seq(items) => items.iter().for_each(|s| s.visit(f)),
+            LowLevel::For { body, .. } => body.visit(f),
+            LowLevel::Set { value, .. } | LowLevel::SetLocal(_, value) => {
+                visit_expr_stmts(value, f)
+            }
+            _ => {}
+        }
+    }
+
+    /// Calls `f` on every expression node of every statement (pre-order, into local scopes).
+    pub fn visit_exprs(&self, f: &mut impl FnMut(&ScalarExpr)) {
+        self.visit(&mut |s| {
+            if let LowLevel::Set { value, .. } | LowLevel::SetLocal(_, value) = s {
+                visit_expr_shallow(value, f);
+            }
+        });
+    }
+
+    /// Every node the code reads or writes, each once, in order of first appearance.
+    pub fn nodes(&self) -> Vec<Tnode> {
+        let mut seen = Vec::new();
+        let mut add = |t: &Tnode| {
+            if !seen.contains(t) {
+                seen.push(t.clone());
+            }
+        };
+        self.visit(&mut |s| match s {
+            LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) => add(tn),
+            _ => {}
+        });
+        let mut reads = Vec::new();
+        self.visit_exprs(&mut |e| {
+            if let ScalarExpr::Get(t, _) = e {
+                reads.push(t.clone());
+            }
+        });
+        reads.iter().for_each(&mut add);
+        seen
+    }
+
+    /// Pretty-prints the code with symbols and locals renamed in order of appearance.
+    pub fn to_pretty_string(&self) -> String {
+        let mut p = Printer::default();
+        p.stmt(self, 0);
+        p.out
+    }
+}
+
+fn visit_expr_stmts(e: &ScalarExpr, f: &mut impl FnMut(&LowLevel)) {
+    if let ScalarExpr::LocalScope { body, .. } = e {
+        body.visit(f);
+    }
+    e.for_each_child(|c| visit_expr_stmts(c, f));
+}
+
+/// Visits the expression tree pre-order, without entering local-scope bodies (their statements
+/// are visited by [`LowLevel::visit`]).
+fn visit_expr_shallow(e: &ScalarExpr, f: &mut impl FnMut(&ScalarExpr)) {
+    f(e);
+    e.for_each_child(|c| visit_expr_shallow(c, f));
+}
+
+#[derive(Default)]
+struct Printer {
+    out: String,
+    symbols: HashMap<Symbol, usize>,
+    locals: HashMap<usize, usize>,
+}
+
+impl Printer {
+    fn sym(&mut self, s: Symbol) -> String {
+        let n = self.symbols.len();
+        format!("i{}", self.symbols.entry(s).or_insert(n))
+    }
+
+    fn local(&mut self, id: ScopeId) -> String {
+        let n = self.locals.len();
+        format!("v{}", self.locals.entry(id.id).or_insert(n))
+    }
+
+    fn idx(&mut self, i: &AxisIndex) -> String {
+        let (terms, offset) = i.terms();
+        let renamed: Vec<(i64, Symbol)> = terms
+            .into_iter()
+            .map(|(c, s)| {
+                let name = self.sym(s);
+                (c, Symbol(name[1..].parse().unwrap_or(0)))
+            })
+            .collect();
+        AxisIndex::affine(renamed, offset).to_string()
+    }
+
+    fn idcs(&mut self, idcs: &[AxisIndex]) -> String {
+        let parts: Vec<String> = idcs.iter().map(|i| self.idx(i)).collect();
+        format!("[{}]", parts.join(", "))
+    }
+
+    fn stmt(&mut self, s: &LowLevel, depth: usize) {
+        let pad = "  ".repeat(depth);
+        match s {
+            LowLevel::Noop => {}
+            LowLevel::Comment(c) => {
+                let _ = writeln!(self.out, "{pad}/* {} */", c.replace("*/", "* /"));
+            }
+            LowLevel::Seq(items) => items.iter().for_each(|i| self.stmt(i, depth)),
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => {
+                let i = self.sym(*index);
+                let _ = writeln!(self.out, "{pad}for {i} = {from} to {} {{", to - 1);
+                self.stmt(body, depth + 1);
+                let _ = writeln!(self.out, "{pad}}}");
+            }
+            LowLevel::ZeroOut(t) => {
+                let _ = writeln!(self.out, "{pad}zero_out {};", t.debug_name());
+            }
+            LowLevel::Set { tn, idcs, value } => {
+                let i = self.idcs(idcs);
+                let v = self.expr(value, depth);
+                let _ = writeln!(self.out, "{pad}{}{i} := {v};", tn.debug_name());
+            }
+            LowLevel::SetLocal(id, value) => {
+                let v = self.expr(value, depth);
+                let l = self.local(*id);
+                let _ = writeln!(self.out, "{pad}{l} := {v};");
+            }
+        }
+    }
+
+    fn expr(&mut self, e: &ScalarExpr, depth: usize) -> String {
+        match e {
+            ScalarExpr::LocalScope { id, body } => {
+                let l = self.local(*id);
+                let mut inner = Printer {
+                    out: String::new(),
+                    symbols: std::mem::take(&mut self.symbols),
+                    locals: std::mem::take(&mut self.locals),
+                };
+                inner.stmt(body, depth + 2);
+                self.symbols = inner.symbols;
+                self.locals = inner.locals;
+                let pad = "  ".repeat(depth + 1);
+                format!("({l}: {} {{\n{}{pad}}})", id.prec, inner.out)
+            }
+            ScalarExpr::GetLocal(id) => self.local(*id),
+            ScalarExpr::Get(t, idcs) => format!("{}{}", t.debug_name(), self.idcs(idcs)),
+            ScalarExpr::GetMerge(t, idcs) => {
+                format!("merge({}){}", t.debug_name(), self.idcs(idcs))
+            }
+            ScalarExpr::EmbedIndex(i) => format!("(index {})", self.idx(i)),
+            ScalarExpr::Constant(c) => format!("{c}"),
+            ScalarExpr::Unop(op, a) => format!("{op}({})", self.expr(a, depth)),
+            ScalarExpr::Binop(op, a, b) => {
+                let (a, b) = (self.expr(a, depth), self.expr(b, depth));
+                if op.is_infix() {
+                    format!("({a} {op} {b})")
+                } else {
+                    format!("{op}({a}, {b})")
+                }
+            }
+            ScalarExpr::Ternop(op, a, b, c) => {
+                let (a, b, c) = (
+                    self.expr(a, depth),
+                    self.expr(b, depth),
+                    self.expr(c, depth),
+                );
+                format!("{op}({a}, {b}, {c})")
+            }
+        }
+    }
+}
+
+impl fmt::Display for LowLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_pretty_string())
+    }
+}

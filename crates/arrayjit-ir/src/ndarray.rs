@@ -1,0 +1,603 @@
+//! Host arrays (`Ndarray`): typed storage for every precision, dims, optional padding, element
+//! access, bulk conversion and readable printing.
+
+use std::fmt;
+
+use half::{bf16, f16};
+
+use crate::error::{Error, Result};
+use crate::prec::Prec;
+
+/// Padding of one axis: how many elements sit before and after the logical data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct AxisPadding {
+    /// Elements before index 0.
+    pub left: usize,
+    /// Elements after the last logical index.
+    pub right: usize,
+}
+
+/// Padding of a whole array: one [`AxisPadding`] per axis and the value stored in the margins.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Padding {
+    /// Per-axis padding; its length equals the number of axes.
+    pub axes: Vec<AxisPadding>,
+    /// The value the margins hold.
+    pub value: f64,
+}
+
+impl Padding {
+    /// The padded dims of logical `dims`.
+    pub fn padded_dims(&self, dims: &[usize]) -> Vec<usize> {
+        dims.iter()
+            .zip(&self.axes)
+            .map(|(d, p)| d + p.left + p.right)
+            .collect()
+    }
+}
+
+/// Typed element storage, one variant per [`Prec`].
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum Storage {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+/// Runs `$body` with `$v` bound to the storage's vector, whatever its element type.
+macro_rules! with_storage {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            Storage::U8($v) => $body,
+            Storage::U16($v) => $body,
+            Storage::I32($v) => $body,
+            Storage::U32($v) => $body,
+            Storage::I64($v) => $body,
+            Storage::U64($v) => $body,
+            Storage::F16($v) => $body,
+            Storage::Bf16($v) => $body,
+            Storage::F32($v) => $body,
+            Storage::F64($v) => $body,
+        }
+    };
+}
+
+impl Storage {
+    fn zeros(prec: Prec, n: usize) -> Storage {
+        match prec {
+            Prec::U8 => Storage::U8(vec![0; n]),
+            Prec::U16 => Storage::U16(vec![0; n]),
+            Prec::I32 => Storage::I32(vec![0; n]),
+            Prec::U32 => Storage::U32(vec![0; n]),
+            Prec::I64 => Storage::I64(vec![0; n]),
+            Prec::U64 => Storage::U64(vec![0; n]),
+            Prec::F16 => Storage::F16(vec![f16::ZERO; n]),
+            Prec::Bf16 => Storage::Bf16(vec![bf16::ZERO; n]),
+            Prec::F32 => Storage::F32(vec![0.0; n]),
+            Prec::F64 => Storage::F64(vec![0.0; n]),
+        }
+    }
+
+    fn prec(&self) -> Prec {
+        match self {
+            Storage::U8(_) => Prec::U8,
+            Storage::U16(_) => Prec::U16,
+            Storage::I32(_) => Prec::I32,
+            Storage::U32(_) => Prec::U32,
+            Storage::I64(_) => Prec::I64,
+            Storage::U64(_) => Prec::U64,
+            Storage::F16(_) => Prec::F16,
+            Storage::Bf16(_) => Prec::Bf16,
+            Storage::F32(_) => Prec::F32,
+            Storage::F64(_) => Prec::F64,
+        }
+    }
+
+    fn len(&self) -> usize {
+        with_storage!(self, v => v.len())
+    }
+
+    fn get(&self, i: usize) -> f64 {
+        match self {
+            Storage::U8(v) => v[i] as f64,
+            Storage::U16(v) => v[i] as f64,
+            Storage::I32(v) => v[i] as f64,
+            Storage::U32(v) => v[i] as f64,
+            Storage::I64(v) => v[i] as f64,
+            Storage::U64(v) => v[i] as f64,
+            Storage::F16(v) => v[i].to_f64(),
+            Storage::Bf16(v) => v[i].to_f64(),
+            Storage::F32(v) => v[i] as f64,
+            Storage::F64(v) => v[i],
+        }
+    }
+
+    fn set(&mut self, i: usize, x: f64) {
+        match self {
+            Storage::U8(v) => v[i] = x as u8,
+            Storage::U16(v) => v[i] = x as u16,
+            Storage::I32(v) => v[i] = x as i32,
+            Storage::U32(v) => v[i] = x as u32,
+            Storage::I64(v) => v[i] = x as i64,
+            Storage::U64(v) => v[i] = x as u64,
+            Storage::F16(v) => v[i] = f16::from_f64(x),
+            Storage::Bf16(v) => v[i] = bf16::from_f64(x),
+            Storage::F32(v) => v[i] = x as f32,
+            Storage::F64(v) => v[i] = x,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        with_storage!(self, v => bytemuck::cast_slice(v.as_slice()))
+    }
+
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        with_storage!(self, v => bytemuck::cast_slice_mut(v.as_mut_slice()))
+    }
+}
+
+/// A host array: typed storage in row-major order, its (padded) dims and optional padding.
+///
+/// `dims` are the dims of the storage, margins included; [`Ndarray::logical_dims`] removes the
+/// padding. Values are read and written as `f64` and converted to the array's precision with
+/// [`Prec::round_value`] semantics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ndarray {
+    storage: Storage,
+    dims: Vec<usize>,
+    padding: Option<Padding>,
+}
+
+fn checked_num_elems(dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::invalid(format!("dims {dims:?} have too many elements")))
+}
+
+impl Ndarray {
+    /// A zero-filled array of the given precision and dims (no padding).
+    pub fn zeros(prec: Prec, dims: &[usize]) -> Result<Ndarray> {
+        let n = checked_num_elems(dims)?;
+        Ok(Ndarray {
+            storage: Storage::zeros(prec, n),
+            dims: dims.to_vec(),
+            padding: None,
+        })
+    }
+
+    /// An array with logical `dims` surrounded by `padding`; margins hold the pad value and the
+    /// interior is zero.
+    pub fn zeros_padded(prec: Prec, dims: &[usize], padding: Padding) -> Result<Ndarray> {
+        if padding.axes.len() != dims.len() {
+            return Err(Error::ShapeMismatch {
+                op: "Ndarray::zeros_padded".into(),
+                detail: format!(
+                    "padding has {} axes but dims {dims:?} have {}",
+                    padding.axes.len(),
+                    dims.len()
+                ),
+            });
+        }
+        let padded = padding.padded_dims(dims);
+        let mut nd = Ndarray::zeros(prec, &padded)?;
+        let value = padding.value;
+        nd.padding = Some(padding);
+        if value != 0.0 {
+            nd.fill(value);
+            nd.fill_interior(0.0);
+        }
+        Ok(nd)
+    }
+
+    /// An array holding `values` (converted to `prec`) with the given dims.
+    pub fn from_f64(prec: Prec, dims: &[usize], values: &[f64]) -> Result<Ndarray> {
+        let mut nd = Ndarray::zeros(prec, dims)?;
+        nd.set_all_f64(values)?;
+        Ok(nd)
+    }
+
+    /// An `f32` array holding `values` with the given dims.
+    pub fn from_f32(dims: &[usize], values: &[f32]) -> Result<Ndarray> {
+        let n = checked_num_elems(dims)?;
+        if n != values.len() {
+            return Err(size_mismatch("Ndarray::from_f32", dims, n, values.len()));
+        }
+        Ok(Ndarray {
+            storage: Storage::F32(values.to_vec()),
+            dims: dims.to_vec(),
+            padding: None,
+        })
+    }
+
+    /// The element precision.
+    pub fn prec(&self) -> Prec {
+        self.storage.prec()
+    }
+
+    /// The storage dims, padding margins included.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// The dims without padding.
+    pub fn logical_dims(&self) -> Vec<usize> {
+        match &self.padding {
+            None => self.dims.clone(),
+            Some(p) => self
+                .dims
+                .iter()
+                .zip(&p.axes)
+                .map(|(d, a)| d - a.left - a.right)
+                .collect(),
+        }
+    }
+
+    /// The padding, if any.
+    pub fn padding(&self) -> Option<&Padding> {
+        self.padding.as_ref()
+    }
+
+    /// Number of stored elements (margins included).
+    pub fn num_elems(&self) -> usize {
+        self.storage.len()
+    }
+
+    /// Size of the storage in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.num_elems() * self.prec().size_in_bytes()
+    }
+
+    /// The raw bytes of the storage (native endianness), e.g. for copying to a device.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.storage.as_bytes()
+    }
+
+    /// The raw bytes of the storage, writable.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.storage.as_bytes_mut()
+    }
+
+    /// The typed storage.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// Flat position of a multi-index over the storage dims, checked.
+    pub fn flat_index(&self, idx: &[usize]) -> Result<usize> {
+        if idx.len() != self.dims.len() {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "index {idx:?} has {} axes but the array has dims {:?}",
+                    idx.len(),
+                    self.dims
+                ),
+            });
+        }
+        let mut flat = 0;
+        for (axis, (&i, &d)) in idx.iter().zip(&self.dims).enumerate() {
+            if i >= d {
+                return Err(Error::IndexOutOfBounds {
+                    detail: format!(
+                        "index {idx:?}: axis {axis} is {i} but must be below {d} (dims {:?})",
+                        self.dims
+                    ),
+                });
+            }
+            flat = flat * d + i;
+        }
+        Ok(flat)
+    }
+
+    fn check_flat(&self, i: usize) -> Result<()> {
+        if i < self.num_elems() {
+            Ok(())
+        } else {
+            Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "flat index {i} but the array has {} elements",
+                    self.num_elems()
+                ),
+            })
+        }
+    }
+
+    /// The element at a flat position, as `f64`.
+    pub fn get_flat(&self, i: usize) -> Result<f64> {
+        self.check_flat(i)?;
+        Ok(self.storage.get(i))
+    }
+
+    /// Sets the element at a flat position (converted to the array's precision).
+    pub fn set_flat(&mut self, i: usize, x: f64) -> Result<()> {
+        self.check_flat(i)?;
+        self.storage.set(i, x);
+        Ok(())
+    }
+
+    /// The element at a storage multi-index.
+    pub fn get(&self, idx: &[usize]) -> Result<f64> {
+        let i = self.flat_index(idx)?;
+        Ok(self.storage.get(i))
+    }
+
+    /// Sets the element at a storage multi-index.
+    pub fn set(&mut self, idx: &[usize], x: f64) -> Result<()> {
+        let i = self.flat_index(idx)?;
+        self.storage.set(i, x);
+        Ok(())
+    }
+
+    /// Sets every stored element (margins included) to `x`.
+    pub fn fill(&mut self, x: f64) {
+        for i in 0..self.num_elems() {
+            self.storage.set(i, x);
+        }
+    }
+
+    /// Sets every logical (non-margin) element to `x`.
+    pub fn fill_interior(&mut self, x: f64) {
+        let positions = self.interior_positions();
+        for i in positions {
+            self.storage.set(i, x);
+        }
+    }
+
+    /// Flat storage positions of the logical elements, in row-major logical order.
+    pub fn interior_positions(&self) -> Vec<usize> {
+        let logical = self.logical_dims();
+        let left: Vec<usize> = match &self.padding {
+            None => vec![0; self.dims.len()],
+            Some(p) => p.axes.iter().map(|a| a.left).collect(),
+        };
+        let n: usize = logical.iter().product();
+        let mut out = Vec::with_capacity(n);
+        let mut idx = vec![0usize; logical.len()];
+        for _ in 0..n {
+            let mut flat = 0;
+            for a in 0..idx.len() {
+                flat = flat * self.dims[a] + idx[a] + left[a];
+            }
+            out.push(flat);
+            for a in (0..idx.len()).rev() {
+                idx[a] += 1;
+                if idx[a] < logical[a] {
+                    break;
+                }
+                idx[a] = 0;
+            }
+        }
+        out
+    }
+
+    /// The logical elements (margins excluded) as `f64`, row-major.
+    pub fn to_vec_f64(&self) -> Vec<f64> {
+        if self.padding.is_none() {
+            return (0..self.num_elems()).map(|i| self.storage.get(i)).collect();
+        }
+        self.interior_positions()
+            .into_iter()
+            .map(|i| self.storage.get(i))
+            .collect()
+    }
+
+    /// The logical elements as `f32`.
+    pub fn to_vec_f32(&self) -> Vec<f32> {
+        self.to_vec_f64().into_iter().map(|x| x as f32).collect()
+    }
+
+    /// Sets the logical elements from `values` (row-major, margins excluded).
+    pub fn set_all_f64(&mut self, values: &[f64]) -> Result<()> {
+        let positions = self.interior_positions();
+        if positions.len() != values.len() {
+            return Err(size_mismatch(
+                "Ndarray::set_all",
+                &self.logical_dims(),
+                positions.len(),
+                values.len(),
+            ));
+        }
+        for (i, &x) in positions.into_iter().zip(values) {
+            self.storage.set(i, x);
+        }
+        Ok(())
+    }
+
+    /// Sets the logical elements from `f32` values.
+    pub fn set_all_f32(&mut self, values: &[f32]) -> Result<()> {
+        let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
+        self.set_all_f64(&v)
+    }
+
+    /// Copies the bytes of `other` into this array; both must have the same precision and size.
+    pub fn copy_from(&mut self, other: &Ndarray) -> Result<()> {
+        if other.prec() != self.prec() || other.dims != self.dims {
+            return Err(Error::ShapeMismatch {
+                op: "Ndarray::copy_from".into(),
+                detail: format!(
+                    "source is {} {:?}, destination is {} {:?}",
+                    other.prec(),
+                    other.dims,
+                    self.prec(),
+                    self.dims
+                ),
+            });
+        }
+        self.storage = other.storage.clone();
+        Ok(())
+    }
+}
+
+fn size_mismatch(op: &str, dims: &[usize], expected: usize, got: usize) -> Error {
+    Error::ShapeMismatch {
+        op: op.into(),
+        detail: format!("dims {dims:?} hold {expected} elements but {got} values were given"),
+    }
+}
+
+fn format_value(prec: Prec, x: f64) -> String {
+    let text = match prec {
+        p if p.is_integer() => return format!("{}", x as i128),
+        Prec::F64 => format!("{x}"),
+        _ => format!("{}", x as f32),
+    };
+    if text.len() > 10 && x.is_finite() {
+        format!("{x:.4e}")
+    } else if x.is_finite() && !text.contains(['.', 'e']) {
+        format!("{text}.0")
+    } else {
+        text
+    }
+}
+
+impl fmt::Display for Ndarray {
+    /// Prints the storage (margins included) as nested brackets; long axes are elided in the
+    /// middle.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const EDGE: usize = 4;
+        fn rec(
+            nd: &Ndarray,
+            f: &mut fmt::Formatter<'_>,
+            axis: usize,
+            offset: usize,
+            indent: usize,
+        ) -> fmt::Result {
+            let dims = &nd.dims;
+            if axis == dims.len() {
+                return f.write_str(&format_value(nd.prec(), nd.storage.get(offset)));
+            }
+            let stride: usize = dims[axis + 1..].iter().product();
+            let d = dims[axis];
+            f.write_str("[")?;
+            let shown: Vec<Option<usize>> = if d > 2 * EDGE + 1 {
+                (0..EDGE)
+                    .map(Some)
+                    .chain(std::iter::once(None))
+                    .chain((d - EDGE..d).map(Some))
+                    .collect()
+            } else {
+                (0..d).map(Some).collect()
+            };
+            for (k, i) in shown.iter().enumerate() {
+                if k > 0 {
+                    if axis + 1 == dims.len() {
+                        f.write_str(", ")?;
+                    } else {
+                        write!(f, ",\n{:width$}", "", width = indent + 1)?;
+                    }
+                }
+                match i {
+                    Some(i) => rec(nd, f, axis + 1, offset + i * stride, indent + 1)?,
+                    None => f.write_str("...")?,
+                }
+            }
+            f.write_str("]")
+        }
+        write!(f, "{} {:?}", self.prec(), self.dims)?;
+        if let Some(p) = &self.padding {
+            write!(f, " padded {:?} with {}", p.axes, p.value)?;
+        }
+        f.write_str("\n")?;
+        rec(self, f, 0, 0, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_precision_stores_and_reads() {
+        for p in Prec::ALL {
+            let mut nd = Ndarray::zeros(p, &[2, 3]).unwrap();
+            nd.set(&[1, 2], 7.0).unwrap();
+            assert_eq!(nd.get(&[1, 2]).unwrap(), 7.0);
+            assert_eq!(nd.get_flat(5).unwrap(), 7.0);
+            assert_eq!(nd.size_in_bytes(), 6 * p.size_in_bytes());
+            assert_eq!(nd.as_bytes().len(), nd.size_in_bytes());
+        }
+    }
+
+    #[test]
+    fn out_of_range_indices_are_errors() {
+        let nd = Ndarray::zeros(Prec::F32, &[2, 3]).unwrap();
+        assert!(matches!(
+            nd.get(&[2, 0]),
+            Err(Error::IndexOutOfBounds { .. })
+        ));
+        assert!(nd.get(&[0]).is_err());
+        assert!(nd.get_flat(6).is_err());
+    }
+
+    #[test]
+    fn padding_keeps_margins_and_logical_view() {
+        let pad = Padding {
+            axes: vec![AxisPadding { left: 1, right: 1 }],
+            value: -1.0,
+        };
+        let mut nd = Ndarray::zeros_padded(Prec::F32, &[3], pad).unwrap();
+        assert_eq!(nd.dims(), &[5]);
+        assert_eq!(nd.logical_dims(), vec![3]);
+        nd.set_all_f64(&[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(nd.to_vec_f64(), vec![1.0, 2.0, 3.0]);
+        assert_eq!(nd.get(&[0]).unwrap(), -1.0);
+        assert_eq!(nd.get(&[4]).unwrap(), -1.0);
+    }
+
+    #[test]
+    fn wrong_number_of_values_is_an_error() {
+        let mut nd = Ndarray::zeros(Prec::F64, &[2, 2]).unwrap();
+        assert!(matches!(
+            nd.set_all_f64(&[1.0; 3]),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(Ndarray::from_f32(&[2], &[1.0; 3]).is_err());
+    }
+
+    #[test]
+    fn printing_is_readable() {
+        let nd = Ndarray::from_f64(Prec::F32, &[2, 2], &[1.0, 2.5, -3.0, 4.0]).unwrap();
+        assert_eq!(nd.to_string(), "f32 [2, 2]\n[[1.0, 2.5],\n [-3.0, 4.0]]");
+        let long = Ndarray::zeros(Prec::I32, &[20]).unwrap();
+        assert!(long.to_string().contains("..."));
+    }
+}
+
+impl Ndarray {
+    /// The element at a flat position as an exact [`Scalar`] (integers are not rounded through
+    /// `f64`); `i` must be below `num_elems`.
+    pub(crate) fn get_scalar(&self, i: usize) -> crate::ops::Scalar {
+        use crate::ops::Scalar;
+        match &self.storage {
+            Storage::U8(v) => Scalar::I(v[i] as i128),
+            Storage::U16(v) => Scalar::I(v[i] as i128),
+            Storage::I32(v) => Scalar::I(v[i] as i128),
+            Storage::U32(v) => Scalar::I(v[i] as i128),
+            Storage::I64(v) => Scalar::I(v[i] as i128),
+            Storage::U64(v) => Scalar::I(v[i] as i128),
+            s => Scalar::F(s.get(i)),
+        }
+    }
+
+    /// Stores a scalar at a flat position, converting it to the array's precision.
+    pub(crate) fn set_scalar(&mut self, i: usize, x: crate::ops::Scalar) {
+        use crate::ops::Scalar;
+        let prec = self.prec();
+        match (x.convert(prec), &mut self.storage) {
+            (Scalar::I(n), Storage::U8(v)) => v[i] = n as u8,
+            (Scalar::I(n), Storage::U16(v)) => v[i] = n as u16,
+            (Scalar::I(n), Storage::I32(v)) => v[i] = n as i32,
+            (Scalar::I(n), Storage::U32(v)) => v[i] = n as u32,
+            (Scalar::I(n), Storage::I64(v)) => v[i] = n as i64,
+            (Scalar::I(n), Storage::U64(v)) => v[i] = n as u64,
+            (x, s) => s.set(i, x.to_f64()),
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! Read/write analysis of top-level statements and visit counting by bounded symbolic tracing:
+//! which nodes are inputs or results, how often each element is read, and what would stop a
+//! node from being inlined.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::indexing::{AxisIndex, Symbol};
+use crate::low_level::{LowLevel, ScalarExpr};
+use crate::tnode::Tnode;
+
+use super::OptimizeSettings;
+
+/// How a routine uses one node.
+#[derive(Clone, Debug)]
+pub struct NodeRole {
+    /// The node.
+    pub tn: Tnode,
+    /// The routine reads it before writing it.
+    pub input: bool,
+    /// The routine writes it.
+    pub written: bool,
+}
+
+/// What the analysis found about one node.
+#[derive(Clone, Debug)]
+pub(super) struct NodeInfo {
+    pub tn: Tnode,
+    /// Top-level statements that write the node.
+    pub write_stmts: Vec<usize>,
+    /// Top-level statements that read the node and do not write it.
+    pub read_stmts: Vec<usize>,
+    /// Read before written.
+    pub input: bool,
+    /// Most reads of one element (loops traced up to the tracing bound).
+    pub max_visits: usize,
+    /// Why the node's computation cannot be inlined into its uses, if it cannot.
+    pub inline_blocker: Option<String>,
+}
+
+impl NodeInfo {
+    /// Written, and not read by a later statement.
+    pub fn is_output(&self) -> bool {
+        match self.write_stmts.iter().max() {
+            None => false,
+            Some(&last) => self.read_stmts.iter().all(|&r| r < last),
+        }
+    }
+}
+
+#[derive(Default)]
+struct StmtInfo {
+    writes: Vec<Tnode>,
+    reads: Vec<(Tnode, Vec<AxisIndex>)>,
+}
+
+/// The analysis of a routine's top-level statements.
+pub(super) struct Analysis {
+    pub nodes: BTreeMap<usize, NodeInfo>,
+    stmts: Vec<StmtInfo>,
+}
+
+fn collect_stmt(s: &LowLevel, info: &mut StmtInfo) {
+    s.visit(&mut |st| match st {
+        LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) => {
+            if !info.writes.contains(tn) {
+                info.writes.push(tn.clone());
+            }
+        }
+        _ => {}
+    });
+    s.visit_exprs(&mut |e| {
+        if let ScalarExpr::Get(tn, idcs) = e {
+            info.reads.push((tn.clone(), idcs.clone()));
+        }
+    });
+}
+
+/// Counts reads of each element by tracing the statement with loops cut to `max_dim`
+/// iterations; reads of nodes the statement writes are not counted.
+fn trace_visits(
+    s: &LowLevel,
+    writes: &[Tnode],
+    max_dim: usize,
+    env: &mut HashMap<Symbol, i64>,
+    counts: &mut HashMap<(usize, Vec<i64>), usize>,
+) {
+    let count_expr = |e: &ScalarExpr, env: &HashMap<Symbol, i64>, counts: &mut HashMap<_, _>| {
+        expr_reads(e, &mut |tn, idcs| {
+            if writes.contains(tn) {
+                return;
+            }
+            let idx: Vec<i64> = idcs
+                .iter()
+                .map(|i| {
+                    i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
+                        .unwrap_or(0)
+                })
+                .collect();
+            *counts.entry((tn.id(), idx)).or_insert(0) += 1;
+        })
+    };
+    match s {
+        LowLevel::Seq(items) => items
+            .iter()
+            .for_each(|i| trace_visits(i, writes, max_dim, env, counts)),
+        LowLevel::For {
+            index,
+            from,
+            to,
+            body,
+        } => {
+            let end = (*to).min(from + max_dim as i64);
+            for v in *from..end {
+                env.insert(*index, v);
+                trace_visits(body, writes, max_dim, env, counts);
+            }
+            env.remove(index);
+        }
+        LowLevel::Set { value, .. } | LowLevel::SetLocal(_, value) => {
+            count_expr(value, env, counts);
+            trace_local_scopes(value, writes, max_dim, env, counts);
+        }
+        _ => {}
+    }
+}
+
+fn trace_local_scopes(
+    e: &ScalarExpr,
+    writes: &[Tnode],
+    max_dim: usize,
+    env: &mut HashMap<Symbol, i64>,
+    counts: &mut HashMap<(usize, Vec<i64>), usize>,
+) {
+    if let ScalarExpr::LocalScope { body, .. } = e {
+        trace_visits(body, writes, max_dim, env, counts);
+    }
+    e.for_each_child(|c| trace_local_scopes(c, writes, max_dim, env, counts));
+}
+
+/// Calls `f` on every `Get` of the expression tree, not entering local-scope bodies.
+fn expr_reads(e: &ScalarExpr, f: &mut impl FnMut(&Tnode, &[AxisIndex])) {
+    if let ScalarExpr::Get(tn, idcs) = e {
+        f(tn, idcs);
+    }
+    e.for_each_child(|c| expr_reads(c, f));
+}
+
+/// Why statement `s` is not a pure computation of `tn` that can be instantiated per element,
+/// if it is not. Records in `fixed_axes` the axes written at fixed indices.
+fn computation_blocker(
+    s: &LowLevel,
+    tn: &Tnode,
+    fixed_axes: &mut HashSet<usize>,
+) -> Option<String> {
+    fn walk(
+        s: &LowLevel,
+        tn: &Tnode,
+        loops: &mut HashMap<Symbol, (i64, i64)>,
+        pattern: &mut Option<Vec<AxisIndex>>,
+        fixed_axes: &mut HashSet<usize>,
+    ) -> Option<String> {
+        match s {
+            LowLevel::Noop | LowLevel::Comment(_) => None,
+            LowLevel::ZeroOut(t) if t == tn => None,
+            LowLevel::Seq(items) => items
+                .iter()
+                .find_map(|i| walk(i, tn, loops, pattern, fixed_axes)),
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => {
+                loops.insert(*index, (*from, *to));
+                let r = walk(body, tn, loops, pattern, fixed_axes);
+                loops.remove(index);
+                r
+            }
+            LowLevel::Set { tn: t, idcs, value } if t == tn => {
+                let mut seen = HashSet::new();
+                for (axis, (i, &d)) in idcs.iter().zip(tn.dims()).enumerate() {
+                    match i {
+                        AxisIndex::Fixed(_) => {
+                            fixed_axes.insert(axis);
+                        }
+                        AxisIndex::Iterator(s) => {
+                            if loops.get(s) != Some(&(0, d as i64)) || !seen.insert(*s) {
+                                return Some(format!(
+                                    "its computation writes axis {axis} with a loop that does not cover the axis exactly once"
+                                ));
+                            }
+                        }
+                        AxisIndex::Affine { .. } => {
+                            return Some(format!(
+                                "its computation writes axis {axis} at an affine index"
+                            ));
+                        }
+                    }
+                }
+                match pattern {
+                    Some(p) if p != idcs => {
+                        return Some("its computation writes it at differing indices".into());
+                    }
+                    _ => *pattern = Some(idcs.clone()),
+                }
+                let mut bad_self_read = false;
+                let mut check = |e: &ScalarExpr| {
+                    if let ScalarExpr::Get(t2, i2) = e {
+                        if t2 == tn && i2 != idcs {
+                            bad_self_read = true;
+                        }
+                    }
+                };
+                LowLevel::SetLocal(
+                    crate::low_level::ScopeId {
+                        id: 0,
+                        prec: tn.prec(),
+                    },
+                    value.clone(),
+                )
+                .visit_exprs(&mut check);
+                bad_self_read
+                    .then(|| "its computation reads it at other indices than it writes".into())
+            }
+            LowLevel::Set { tn: other, .. } | LowLevel::ZeroOut(other) => Some(format!(
+                "the statement computing it also writes {}",
+                other.debug_name()
+            )),
+            LowLevel::SetLocal(..) => Some("its computation sets a local variable".into()),
+        }
+    }
+    walk(s, tn, &mut HashMap::new(), &mut None, fixed_axes)
+}
+
+/// Analyzes the routine's top-level statements.
+pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analysis {
+    let mut infos: Vec<StmtInfo> = Vec::with_capacity(stmts.len());
+    let mut nodes: BTreeMap<usize, NodeInfo> = BTreeMap::new();
+    let mut visits: HashMap<(usize, Vec<i64>), usize> = HashMap::new();
+    for (k, s) in stmts.iter().enumerate() {
+        let mut info = StmtInfo::default();
+        collect_stmt(s, &mut info);
+        trace_visits(
+            s,
+            &info.writes,
+            settings.max_tracing_dim,
+            &mut HashMap::new(),
+            &mut visits,
+        );
+        let new_info = |tn: &Tnode| NodeInfo {
+            tn: tn.clone(),
+            write_stmts: vec![],
+            read_stmts: vec![],
+            input: false,
+            max_visits: 0,
+            inline_blocker: None,
+        };
+        for tn in &info.writes {
+            let n = nodes.entry(tn.id()).or_insert_with(|| new_info(tn));
+            if n.write_stmts.is_empty() {
+                // The first write reads the old value (e.g. `+=` without a zero-out): an input.
+                let self_read = info.reads.iter().any(|(t, _)| t == tn);
+                let zero_out_first = matches!(s, LowLevel::ZeroOut(_));
+                if self_read && !zero_out_first {
+                    n.input = true;
+                }
+            }
+            n.write_stmts.push(k);
+        }
+        for (tn, _) in &info.reads {
+            let n = nodes.entry(tn.id()).or_insert_with(|| new_info(tn));
+            if info.writes.contains(tn) {
+                continue;
+            }
+            if n.write_stmts.is_empty() {
+                n.input = true;
+            }
+            if n.read_stmts.last() != Some(&k) {
+                n.read_stmts.push(k);
+            }
+        }
+        infos.push(info);
+    }
+    for ((id, _), count) in visits {
+        if let Some(n) = nodes.get_mut(&id) {
+            n.max_visits = n.max_visits.max(count);
+        }
+    }
+    for n in nodes.values_mut() {
+        n.inline_blocker = inline_blocker(n, stmts, &infos);
+    }
+    Analysis {
+        nodes,
+        stmts: infos,
+    }
+}
+
+fn inline_blocker(n: &NodeInfo, stmts: &[LowLevel], infos: &[StmtInfo]) -> Option<String> {
+    if n.tn.padding().is_some() {
+        return Some("the node is padded".into());
+    }
+    let last_write = *n.write_stmts.iter().max()?;
+    if n.read_stmts.iter().any(|&r| r < last_write) {
+        return Some("it is read before its computation is complete".into());
+    }
+    let mut fixed_axes = HashSet::new();
+    for &w in &n.write_stmts {
+        if let Some(why) = computation_blocker(&stmts[w], &n.tn, &mut fixed_axes) {
+            return Some(why);
+        }
+    }
+    for &r in &n.read_stmts {
+        for (t, idcs) in &infos[r].reads {
+            if t == &n.tn
+                && fixed_axes
+                    .iter()
+                    .any(|&a| !matches!(idcs[a], AxisIndex::Fixed(_)))
+            {
+                return Some("it is computed per fixed index but read at a varying index".into());
+            }
+        }
+    }
+    None
+}
+
+impl Analysis {
+    /// The roles of all nodes, by id.
+    pub fn roles(&self) -> Vec<NodeRole> {
+        self.nodes
+            .values()
+            .map(|n| NodeRole {
+                tn: n.tn.clone(),
+                input: n.input,
+                written: !n.write_stmts.is_empty(),
+            })
+            .collect()
+    }
+
+    /// The last statement where the value of candidate `tn` is used, following uses through the
+    /// computations of other candidates it is inlined into.
+    fn last_use(
+        &self,
+        tn: &Tnode,
+        candidates: &BTreeMap<Tnode, ()>,
+        memo: &mut HashMap<usize, usize>,
+    ) -> usize {
+        if let Some(&u) = memo.get(&tn.id()) {
+            return u;
+        }
+        let info = &self.nodes[&tn.id()];
+        let mut last = info.write_stmts.iter().copied().max().unwrap_or(0);
+        for &r in &info.read_stmts {
+            let consumer = self.stmts[r]
+                .writes
+                .iter()
+                .find(|w| candidates.contains_key(*w) && *w != tn)
+                .cloned();
+            let at = match consumer {
+                Some(w) => self.last_use(&w, candidates, memo),
+                None => r,
+            };
+            last = last.max(at);
+        }
+        memo.insert(tn.id(), last);
+        last
+    }
+
+    /// Candidates whose computation reads a node that is written again before the candidate's
+    /// last use (inlining would read the new value), with the reason.
+    pub fn hazards(&self, candidates: &BTreeMap<Tnode, ()>) -> Vec<(Tnode, String)> {
+        let mut memo = HashMap::new();
+        let mut out = Vec::new();
+        for tn in candidates.keys() {
+            let info = &self.nodes[&tn.id()];
+            let last = self.last_use(tn, candidates, &mut memo);
+            let hazard = info.write_stmts.iter().find_map(|&w| {
+                self.stmts[w].reads.iter().find_map(|(u, _)| {
+                    (u != tn)
+                        .then(|| &self.nodes[&u.id()])
+                        .and_then(|ui| ui.write_stmts.iter().find(|&&k| k > w && k <= last))
+                        .map(|_| u.clone())
+                })
+            });
+            if let Some(u) = hazard {
+                out.push((
+                    tn.clone(),
+                    format!(
+                        "{} which it reads is overwritten before its last use",
+                        u.debug_name()
+                    ),
+                ));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,317 @@
+//! The optimizer of the loop IR: analysis of reads and writes, visit counting by bounded
+//! symbolic tracing, memory-mode inference with provenance, virtualization (inlining of virtual
+//! nodes into their uses, i.e. fusion), simplification and common-subexpression elimination.
+
+mod analysis;
+mod cse;
+mod simplify;
+mod virtualize;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::assignments::Assignments;
+use crate::error::{Error, Result};
+use crate::indexing::StaticSymbol;
+use crate::low_level::{LowLevel, ScalarExpr};
+use crate::memory::{MemoryMode, Sharing};
+use crate::tnode::Tnode;
+
+pub use analysis::NodeRole;
+
+/// Optimizer settings (thresholds are data, so that tests and heuristics can vary them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OptimizeSettings {
+    /// A node is inlined only if no element is read more than this many times.
+    pub virtualize_max_visits: usize,
+    /// Loops are traced for at most this many iterations when counting visits.
+    pub max_tracing_dim: usize,
+    /// Non-virtual nodes used only inside one routine live on the kernel's stack if they take at
+    /// most this many bytes; larger ones are kept on the device.
+    pub local_threshold_bytes: usize,
+    /// Inline virtual nodes at all (off: every undecided node is materialized or local).
+    pub enable_virtualization: bool,
+    /// Run the algebraic simplifier and constant folding.
+    pub enable_simplification: bool,
+    /// Rewrite `a * b + c` into fused multiply-adds (float nodes only).
+    pub enable_fma: bool,
+    /// Eliminate common subexpressions within a statement.
+    pub enable_cse: bool,
+}
+
+impl Default for OptimizeSettings {
+    fn default() -> Self {
+        OptimizeSettings {
+            virtualize_max_visits: 1,
+            max_tracing_dim: 5,
+            local_threshold_bytes: 16 * 1024,
+            enable_virtualization: true,
+            enable_simplification: true,
+            enable_fma: true,
+            enable_cse: true,
+        }
+    }
+}
+
+/// A routine's optimized loop code with everything a backend needs to compile and link it.
+#[derive(Clone, Debug)]
+pub struct Optimized {
+    /// The routine's name (user text; sanitize before putting it in code).
+    pub name: String,
+    /// The optimized code.
+    pub code: LowLevel,
+    /// Static symbols bound per run, in the order of kernel arguments.
+    pub bindings: Vec<StaticSymbol>,
+    /// Every node the code uses (after inlining), with its role.
+    pub nodes: Vec<NodeRole>,
+    /// The node whose copy the code reads from the stream's merge buffer, if any.
+    pub merge_node: Option<Tnode>,
+}
+
+impl Optimized {
+    /// Nodes stored in the context: the kernel's array arguments, sorted by id.
+    pub fn materialized_nodes(&self) -> Vec<Tnode> {
+        self.nodes
+            .iter()
+            .filter(|r| r.tn.is_materialized())
+            .map(|r| r.tn.clone())
+            .collect()
+    }
+
+    /// Nodes that live on the kernel's stack.
+    pub fn local_nodes(&self) -> Vec<Tnode> {
+        self.nodes
+            .iter()
+            .filter(|r| r.tn.is_local())
+            .map(|r| r.tn.clone())
+            .collect()
+    }
+
+    /// Materialized nodes the code reads before writing them: they must be in the context (or
+    /// hosted) when linking.
+    pub fn inputs(&self) -> Vec<Tnode> {
+        self.nodes
+            .iter()
+            .filter(|r| r.input && r.tn.is_materialized())
+            .map(|r| r.tn.clone())
+            .collect()
+    }
+
+    /// Materialized nodes the code writes.
+    pub fn outputs(&self) -> Vec<Tnode> {
+        self.nodes
+            .iter()
+            .filter(|r| r.written && r.tn.is_materialized())
+            .map(|r| r.tn.clone())
+            .collect()
+    }
+
+    /// A report of every node's final memory mode and why it was chosen, one per line.
+    pub fn memory_report(&self) -> String {
+        let mut out = String::new();
+        for r in &self.nodes {
+            let _ = writeln!(out, "{}", r.tn.header());
+        }
+        out
+    }
+}
+
+/// Lowers and optimizes `assignments` into a routine named `name`; `bindings` are the static
+/// symbols bound per run (symbols introduced by slices are added).
+pub fn optimize(
+    name: &str,
+    bindings: &[StaticSymbol],
+    assignments: &Assignments,
+    settings: &OptimizeSettings,
+) -> Result<Optimized> {
+    let mut all_bindings = bindings.to_vec();
+    for s in assignments.static_symbols() {
+        if !all_bindings.contains(&s) {
+            all_bindings.push(s);
+        }
+    }
+    let code = assignments.lower(&all_bindings)?;
+    optimize_low_level(name, &all_bindings, code, settings)
+}
+
+/// Optimizes already-lowered code (see [`optimize`]).
+pub fn optimize_low_level(
+    name: &str,
+    bindings: &[StaticSymbol],
+    code: LowLevel,
+    settings: &OptimizeSettings,
+) -> Result<Optimized> {
+    let stmts = match LowLevel::seq([code]) {
+        LowLevel::Seq(items) => items,
+        LowLevel::Noop => vec![],
+        s => vec![s],
+    };
+    let analysis = analysis::analyze(&stmts, settings);
+    let roles = analysis.roles();
+    let virtuals = decide_memory_modes(name, &analysis, settings)?;
+    let code = virtualize::inline_virtual_nodes(stmts, &virtuals);
+    let code = if settings.enable_simplification {
+        simplify::simplify(code, settings.enable_fma)
+    } else {
+        code
+    };
+    let code = if settings.enable_cse {
+        cse::eliminate_common_subexpressions(code)
+    } else {
+        code
+    };
+    let mut nodes = roles;
+    nodes.sort_by_key(|r| r.tn.id());
+    let merge_node = find_merge_node(name, &code)?;
+    Ok(Optimized {
+        name: name.to_string(),
+        code,
+        bindings: bindings.to_vec(),
+        nodes,
+        merge_node,
+    })
+}
+
+fn find_merge_node(name: &str, code: &LowLevel) -> Result<Option<Tnode>> {
+    let mut merges: Vec<Tnode> = Vec::new();
+    code.visit_exprs(&mut |e| {
+        if let ScalarExpr::GetMerge(t, _) = e {
+            if !merges.contains(t) {
+                merges.push(t.clone());
+            }
+        }
+    });
+    match merges.len() {
+        0 => Ok(None),
+        1 => Ok(merges.pop()),
+        _ => Err(Error::Optimization {
+            routine: name.to_string(),
+            detail: format!(
+                "the code reads the merge buffer as several nodes ({merges:?}); a stream has one merge \
+                 buffer, so split the routine"
+            ),
+        }),
+    }
+}
+
+/// Decides every node's memory mode; returns the nodes to inline.
+fn decide_memory_modes(
+    name: &str,
+    analysis: &analysis::Analysis,
+    settings: &OptimizeSettings,
+) -> Result<BTreeMap<Tnode, ()>> {
+    let optimization_error = |detail: String| Error::Optimization {
+        routine: name.to_string(),
+        detail,
+    };
+    // Requirements that follow from how the code uses each node.
+    for info in analysis.nodes.values() {
+        let tn = &info.tn;
+        if tn.padding().is_some() {
+            tn.update_memory_mode(MemoryMode::NeverVirtual, "optimizer: the node is padded")?;
+        }
+        if info.input {
+            tn.update_memory_mode(
+                MemoryMode::Materialized,
+                format!("optimizer: {name} reads it before writing it (an input)"),
+            )?;
+        } else if info.is_output() {
+            tn.update_memory_mode(
+                MemoryMode::Materialized,
+                format!("optimizer: {name} writes it and never reads it afterwards (a result)"),
+            )?;
+        }
+    }
+    // Virtualization candidates.
+    let mut candidates: BTreeMap<Tnode, ()> = BTreeMap::new();
+    for info in analysis.nodes.values() {
+        let tn = &info.tn;
+        let may_be_virtual = tn
+            .memory_mode()
+            .is_none_or(|m| m.mode.covers(MemoryMode::Virtual));
+        if !may_be_virtual {
+            continue;
+        }
+        let blocker = if !settings.enable_virtualization {
+            Some("virtualization is disabled in the optimizer settings".to_string())
+        } else if info.max_visits > settings.virtualize_max_visits {
+            Some(format!(
+                "an element is read {} times (more than virtualize_max_visits = {})",
+                info.max_visits, settings.virtualize_max_visits
+            ))
+        } else {
+            info.inline_blocker.clone()
+        };
+        match blocker {
+            None => {
+                candidates.insert(tn.clone(), ());
+            }
+            Some(why) if tn.known_virtual() => {
+                return Err(optimization_error(format!(
+                    "{} was requested to be virtual but cannot be inlined: {why}",
+                    tn.debug_name()
+                )));
+            }
+            Some(why) => {
+                tn.update_memory_mode(MemoryMode::NeverVirtual, format!("optimizer: {why}"))?;
+            }
+        }
+    }
+    // Drop candidates whose inputs change between their computation and their last use.
+    loop {
+        let hazards = analysis.hazards(&candidates);
+        if hazards.is_empty() {
+            break;
+        }
+        for (tn, why) in hazards {
+            candidates.remove(&tn);
+            if tn.known_virtual() {
+                return Err(optimization_error(format!(
+                    "{} was requested to be virtual but cannot be inlined: {why}",
+                    tn.debug_name()
+                )));
+            }
+            tn.update_memory_mode(MemoryMode::NeverVirtual, format!("optimizer: {why}"))?;
+        }
+    }
+    for tn in candidates.keys() {
+        let uses = analysis.nodes[&tn.id()].read_stmts.len();
+        tn.update_memory_mode(
+            MemoryMode::Virtual,
+            format!("optimizer: computed in {name} and read once per element, so inlined into its {uses} use(s)"),
+        )?;
+    }
+    // Everything still abstract defaults to its most local concrete mode.
+    for info in analysis.nodes.values() {
+        let tn = &info.tn;
+        let Some(current) = tn.memory_mode() else {
+            continue;
+        };
+        let target = current.mode.most_local();
+        if target == current.mode {
+            continue;
+        }
+        let before = &current.provenance;
+        if target == MemoryMode::Local && tn.size_in_bytes() > settings.local_threshold_bytes {
+            tn.update_memory_mode(
+                MemoryMode::OnDevice(Sharing::Unset),
+                format!(
+                    "{before}; and {} bytes exceed the local threshold of {} bytes",
+                    tn.size_in_bytes(),
+                    settings.local_threshold_bytes
+                ),
+            )?;
+        } else if target == MemoryMode::Local {
+            tn.update_memory_mode(
+                MemoryMode::Local,
+                format!("{before}; used only within {name} and small enough for the stack"),
+            )?;
+        } else {
+            tn.update_memory_mode(target, format!("{before}; the most local mode this allows"))?;
+        }
+    }
+    Ok(candidates)
+}
+
+#[cfg(test)]
+mod tests;

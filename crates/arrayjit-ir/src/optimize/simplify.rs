@@ -1,0 +1,212 @@
+//! Simplification: constant folding in the statement's precision, algebraic identities, fused
+//! multiply-adds, flattening of local scopes that compute a plain expression, removal of empty
+//! loops.
+
+use crate::low_level::{LowLevel, ScalarExpr, ScopeId};
+use crate::ops::{BinOp, Scalar, TernOp, UnOp};
+use crate::prec::Prec;
+
+/// Simplifies every statement.
+pub(super) fn simplify(code: LowLevel, fma: bool) -> LowLevel {
+    Simplifier { fma }.stmt(code)
+}
+
+struct Simplifier {
+    fma: bool,
+}
+
+fn constant(e: &ScalarExpr) -> Option<f64> {
+    match e {
+        ScalarExpr::Constant(c) => Some(*c),
+        _ => None,
+    }
+}
+
+/// A folded value as a constant, if it survives the round trip through `f64` exactly.
+fn folded(s: Scalar) -> Option<ScalarExpr> {
+    match s {
+        Scalar::F(x) => Some(ScalarExpr::Constant(x)),
+        Scalar::I(i) if i.unsigned_abs() <= 1u128 << 53 => Some(ScalarExpr::Constant(i as f64)),
+        Scalar::I(_) => None,
+    }
+}
+
+/// Number of reads of local `id` in `e`, including inside nested local scopes (counted as
+/// `usize::MAX / 2` there, so they are never substituted).
+fn local_reads(e: &ScalarExpr, id: ScopeId) -> usize {
+    match e {
+        ScalarExpr::GetLocal(l) if *l == id => 1,
+        ScalarExpr::LocalScope { body, .. } => {
+            let mut n = 0;
+            body.visit_exprs(&mut |x| {
+                if matches!(x, ScalarExpr::GetLocal(l) if *l == id) {
+                    n = usize::MAX / 2;
+                }
+            });
+            n
+        }
+        _ => {
+            let mut n = 0;
+            e.for_each_child(|c| n += local_reads(c, id));
+            n
+        }
+    }
+}
+
+fn replace_local(e: ScalarExpr, id: ScopeId, with: &ScalarExpr) -> ScalarExpr {
+    e.map_bottom_up(&mut |x| match x {
+        ScalarExpr::GetLocal(l) if l == id => with.clone(),
+        x => x,
+    })
+}
+
+impl Simplifier {
+    fn stmt(&self, s: LowLevel) -> LowLevel {
+        match s {
+            LowLevel::Seq(items) => {
+                LowLevel::seq(items.into_iter().map(|i| self.stmt(i)).collect::<Vec<_>>())
+            }
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => {
+                let body = self.stmt(*body);
+                if from >= to || body == LowLevel::Noop {
+                    LowLevel::Noop
+                } else {
+                    LowLevel::For {
+                        index,
+                        from,
+                        to,
+                        body: Box::new(body),
+                    }
+                }
+            }
+            LowLevel::Set { tn, idcs, value } => {
+                let value = self.expr(value, tn.prec());
+                LowLevel::Set { tn, idcs, value }
+            }
+            LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, self.expr(value, id.prec)),
+            s => s,
+        }
+    }
+
+    /// Flattens a local scope whose body only assigns the local, without loops, into the
+    /// expression it computes (when no value needs rounding to another precision).
+    fn flatten_scope(&self, id: ScopeId, body: LowLevel, prec: Prec) -> ScalarExpr {
+        let items = match &body {
+            LowLevel::Seq(items) => items.clone(),
+            s => vec![s.clone()],
+        };
+        let flat = id.prec.compute_prec() == prec.compute_prec()
+            && items.iter().all(|s| match s {
+                LowLevel::SetLocal(l, v) => *l == id && local_reads(v, id) <= 1,
+                _ => false,
+            });
+        if !flat {
+            return ScalarExpr::LocalScope {
+                id,
+                body: Box::new(body),
+            };
+        }
+        let mut cur = ScalarExpr::Constant(0.0);
+        for s in items {
+            if let LowLevel::SetLocal(_, v) = s {
+                cur = replace_local(v, id, &cur);
+            }
+        }
+        self.expr(cur, prec)
+    }
+
+    fn expr(&self, e: ScalarExpr, prec: Prec) -> ScalarExpr {
+        let cp = prec.compute_prec();
+        match e {
+            ScalarExpr::LocalScope { id, body } => {
+                let body = self.stmt(*body);
+                self.flatten_scope(id, body, prec)
+            }
+            ScalarExpr::Unop(op, a) => {
+                let a = self.expr(*a, prec);
+                if let Some(c) = constant(&a) {
+                    if let Some(f) = folded(op.apply(cp, Scalar::F(c).convert(cp))) {
+                        return f;
+                    }
+                }
+                match (op, a) {
+                    (UnOp::Identity, a) => a,
+                    (UnOp::Neg, ScalarExpr::Unop(UnOp::Neg, inner)) => *inner,
+                    (op, a) => ScalarExpr::unop(op, a),
+                }
+            }
+            ScalarExpr::Binop(op, a, b) => {
+                let a = self.expr(*a, prec);
+                let b = self.expr(*b, prec);
+                self.binop(op, a, b, prec)
+            }
+            ScalarExpr::Ternop(op, a, b, c) => {
+                let a = self.expr(*a, prec);
+                let b = self.expr(*b, prec);
+                let c = self.expr(*c, prec);
+                if let (Some(x), Some(y), Some(z)) = (constant(&a), constant(&b), constant(&c)) {
+                    let conv = |v: f64| Scalar::F(v).convert(cp);
+                    if let Some(f) = folded(op.apply(cp, conv(x), conv(y), conv(z))) {
+                        return f;
+                    }
+                }
+                match (op, constant(&a)) {
+                    (TernOp::Where, Some(k)) => {
+                        if Scalar::F(k).convert(cp).to_f64() != 0.0 {
+                            b
+                        } else {
+                            c
+                        }
+                    }
+                    _ => ScalarExpr::ternop(op, a, b, c),
+                }
+            }
+            e => e,
+        }
+    }
+
+    fn binop(&self, op: BinOp, a: ScalarExpr, b: ScalarExpr, prec: Prec) -> ScalarExpr {
+        use BinOp::*;
+        let cp = prec.compute_prec();
+        let (ca, cb) = (constant(&a), constant(&b));
+        if let (Some(x), Some(y)) = (ca, cb) {
+            let conv = |v: f64| Scalar::F(v).convert(cp);
+            if let Some(f) = folded(op.apply(cp, conv(x), conv(y))) {
+                return f;
+            }
+        }
+        match (op, ca, cb) {
+            (Arg1, _, _) => return a,
+            (Arg2, _, _) => return b,
+            (Add, Some(z), _) if z == 0.0 => return b,
+            (Add | Sub, _, Some(z)) if z == 0.0 => return a,
+            (Mul, Some(o), _) if o == 1.0 => return b,
+            (Mul | Div | Pow, _, Some(o)) if o == 1.0 => return a,
+            (Mul, Some(z), _) | (Mul, _, Some(z)) if z == 0.0 && cp.is_integer() => {
+                return ScalarExpr::Constant(0.0);
+            }
+            (Pow, _, Some(t))
+                if t == 2.0
+                    && cp.is_float()
+                    && matches!(a, ScalarExpr::Get(..) | ScalarExpr::GetLocal(_)) =>
+            {
+                return ScalarExpr::binop(Mul, a.clone(), a);
+            }
+            _ => {}
+        }
+        if self.fma && op == Add && cp.is_float() {
+            match (a, b) {
+                (ScalarExpr::Binop(Mul, x, y), c) | (c, ScalarExpr::Binop(Mul, x, y)) => {
+                    return ScalarExpr::ternop(TernOp::Fma, *x, *y, c);
+                }
+                (a, b) => return ScalarExpr::binop(op, a, b),
+            }
+        }
+        ScalarExpr::binop(op, a, b)
+    }
+}

@@ -1,0 +1,312 @@
+//! Tests of the optimizer: fusion of the relu(W·x + b) chain, memory-mode decisions, errors,
+//! and a property test that optimization preserves results on generated programs.
+
+use proptest::prelude::*;
+
+use crate::assignments::{AccumRhs, Assignments, Operand};
+use crate::error::Error;
+use crate::interpret::InterpEnv;
+use crate::low_level::LowLevel;
+use crate::memory::{MemoryMode, MemoryType};
+use crate::ops::{BinOp, UnOp};
+use crate::prec::Prec;
+use crate::tnode::Tnode;
+
+use super::{OptimizeSettings, optimize};
+
+fn hosted(prec: Prec, dims: &[usize], label: &str, values: impl Fn(usize) -> f64) -> Tnode {
+    let t = Tnode::new(prec, dims, &[label]).unwrap();
+    let n: usize = dims.iter().product();
+    t.set_values(&(0..n).map(values).collect::<Vec<_>>())
+        .unwrap();
+    t
+}
+
+fn top_level_statements(code: &LowLevel) -> usize {
+    match code {
+        LowLevel::Seq(items) => items.len(),
+        LowLevel::Noop => 0,
+        _ => 1,
+    }
+}
+
+/// Builds `y = relu(w·x + b)`; returns (assignments, w, x, b, wx, pre, y).
+fn mlp_layer() -> (Assignments, [Tnode; 6]) {
+    let w = hosted(Prec::F32, &[3, 4], "w", |i| (i as f64 - 5.0) * 0.5);
+    let x = hosted(Prec::F32, &[4], "x", |i| i as f64 - 1.0);
+    let b = hosted(Prec::F32, &[3], "b", |i| i as f64 * 0.25 - 1.0);
+    let wx = Tnode::new(Prec::F32, &[3], &["wx"]).unwrap();
+    let pre = Tnode::new(Prec::F32, &[3], &["pre"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[3], &["y"]).unwrap();
+    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    let a = Assignments::einsum(
+        "ij,j->i",
+        BinOp::Add,
+        &wx,
+        AccumRhs::Binop(
+            BinOp::Mul,
+            Operand::Node(w.clone()),
+            Operand::Node(x.clone()),
+        ),
+        true,
+    )
+    .unwrap()
+    .then(Assignments::pointwise_binop(&pre, BinOp::Add, &wx, &b))
+    .then(Assignments::pointwise_unop(&y, UnOp::Relu, &pre));
+    (a, [w, x, b, wx, pre, y])
+}
+
+#[test]
+fn relu_of_affine_fuses_into_one_loop() {
+    let (a, [w, x, b, wx, pre, y]) = mlp_layer();
+    let opt = optimize("layer", &[], &a, &OptimizeSettings::default()).unwrap();
+    assert!(
+        wx.known_virtual() && pre.known_virtual(),
+        "{}",
+        opt.memory_report()
+    );
+    assert_eq!(top_level_statements(&opt.code), 1, "{}", opt.code);
+    assert_eq!(
+        opt.materialized_nodes(),
+        vec![w.clone(), x.clone(), b.clone(), y.clone()]
+    );
+    assert_eq!(opt.inputs(), vec![w.clone(), x.clone(), b.clone()]);
+    assert_eq!(opt.outputs(), vec![y.clone()]);
+    let report = opt.memory_report();
+    assert!(report.contains("inlined"), "{report}");
+    let mut env = InterpEnv::from_host_arrays(&opt.code);
+    env.run(&opt.code, &[]).unwrap();
+    let (wv, xv, bv) = (
+        w.get_values().unwrap(),
+        x.get_values().unwrap(),
+        b.get_values().unwrap(),
+    );
+    let expected: Vec<f64> = (0..3)
+        .map(|i| {
+            let s: f64 = (0..4).map(|j| wv[i * 4 + j] * xv[j]).sum::<f64>() + bv[i];
+            s.max(0.0)
+        })
+        .collect();
+    assert_eq!(env.values(&y).unwrap(), expected, "{}", opt.code);
+}
+
+#[test]
+fn broadcast_reads_keep_a_node_local() {
+    let x = hosted(Prec::F32, &[4], "x", |i| i as f64);
+    let e = Tnode::new(Prec::F32, &[4], &["e"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
+    let a = Assignments::pointwise_unop(&e, UnOp::Exp, &x).then(
+        Assignments::einsum(
+            "i,j->ij",
+            BinOp::Arg2,
+            &y,
+            AccumRhs::Binop(
+                BinOp::Mul,
+                Operand::Node(e.clone()),
+                Operand::Node(e.clone()),
+            ),
+            false,
+        )
+        .unwrap(),
+    );
+    let opt = optimize("outer", &[], &a, &OptimizeSettings::default()).unwrap();
+    let mode = e.memory_mode().unwrap();
+    assert_eq!(mode.mode, MemoryMode::Local);
+    assert!(mode.provenance.contains("read"), "{mode}");
+    assert!(opt.local_nodes().contains(&e));
+    assert!(y.is_materialized());
+}
+
+#[test]
+fn a_virtual_request_that_cannot_hold_is_an_error() {
+    let x = hosted(Prec::F32, &[4], "x", |i| i as f64);
+    let s = Tnode::new(Prec::F32, &[4], &["s"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
+    s.update_memory_mode(MemoryMode::Virtual, "test: fuse it")
+        .unwrap();
+    let a = Assignments::pointwise_unop(&s, UnOp::Sqrt, &x).then(
+        Assignments::einsum(
+            "i,j->ij",
+            BinOp::Arg2,
+            &y,
+            AccumRhs::Binop(
+                BinOp::Add,
+                Operand::Node(s.clone()),
+                Operand::Node(x.clone()),
+            ),
+            false,
+        )
+        .unwrap(),
+    );
+    let err = optimize("bad", &[], &a, &OptimizeSettings::default()).unwrap_err();
+    assert!(matches!(err, Error::Optimization { .. }), "{err}");
+    assert!(err.to_string().contains("virtual"), "{err}");
+}
+
+#[test]
+fn memory_mode_conflict_across_routines_names_both_provenances() {
+    let (a, [_, _, _, wx, _, _]) = mlp_layer();
+    optimize("first", &[], &a, &OptimizeSettings::default()).unwrap();
+    // A second routine reading the (virtual) wx needs it materialized.
+    let out = Tnode::new(Prec::F32, &[3], &["out"]).unwrap();
+    let second = Assignments::pointwise_unop(&out, UnOp::Neg, &wx);
+    let err = optimize("second", &[], &second, &OptimizeSettings::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::MemoryModeConflict { .. }), "{msg}");
+    assert!(msg.contains("first") && msg.contains("second"), "{msg}");
+}
+
+#[test]
+fn simplification_folds_constants_in_the_statement_precision() {
+    let y = Tnode::new(Prec::U8, &[2], &["y"]).unwrap();
+    let a = Assignments::Fetch {
+        array: y.clone(),
+        op: crate::assignments::FetchOp::Constant(200.0),
+    };
+    let y2 = Tnode::new(Prec::U8, &[2], &["y2"]).unwrap();
+    let b = Assignments::pointwise_binop(&y2, BinOp::Add, &y, &y);
+    let prog = a.then(b);
+    let unopt = prog.lower(&[]).unwrap();
+    let mut env1 = InterpEnv::new();
+    env1.run(&unopt, &[]).unwrap();
+    let opt = optimize("fold", &[], &prog, &OptimizeSettings::default()).unwrap();
+    let mut env2 = InterpEnv::new();
+    env2.run(&opt.code, &[]).unwrap();
+    assert_eq!(env1.values(&y2).unwrap(), vec![144.0, 144.0]);
+    assert_eq!(env2.values(&y2).unwrap(), vec![144.0, 144.0]);
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Unary(UnOp, usize),
+    Binary(BinOp, usize, usize),
+    /// Sum or max over the second axis of a 2-D node, broadcast back over it.
+    ReduceBroadcast(BinOp, usize),
+    /// Outer product of two 1-D slices (rows of 2-D nodes' first column).
+    Transpose(usize),
+    /// Matrix product (a reduction the optimizer may inline).
+    Matmul(usize, usize),
+}
+
+fn arb_step() -> impl Strategy<Value = Step> {
+    let un = prop_oneof![
+        Just(UnOp::Relu),
+        Just(UnOp::Neg),
+        Just(UnOp::Tanh),
+        Just(UnOp::Abs),
+        Just(UnOp::Satur01),
+        Just(UnOp::Identity)
+    ];
+    let bin = prop_oneof![
+        Just(BinOp::Add),
+        Just(BinOp::Sub),
+        Just(BinOp::Mul),
+        Just(BinOp::Max),
+        Just(BinOp::Min),
+        Just(BinOp::Cmplt),
+        Just(BinOp::ReluGate)
+    ];
+    prop_oneof![
+        (un, 0..8usize).prop_map(|(o, a)| Step::Unary(o, a)),
+        (bin, 0..8usize, 0..8usize).prop_map(|(o, a, b)| Step::Binary(o, a, b)),
+        (prop_oneof![Just(BinOp::Add), Just(BinOp::Max)], 0..8usize)
+            .prop_map(|(o, a)| Step::ReduceBroadcast(o, a)),
+        (0..8usize).prop_map(Step::Transpose),
+        (0..8usize, 0..8usize).prop_map(|(a, b)| Step::Matmul(a, b)),
+    ]
+}
+
+/// Builds a program of square 2-D nodes from the steps; the last node is the hosted result.
+fn build(prec: Prec, n: usize, steps: &[Step], seed: u64) -> (Assignments, Tnode) {
+    let mut nodes = vec![
+        hosted(prec, &[n, n], "in0", |i| {
+            ((i as u64 * 7 + seed) % 9) as f64 * 0.5 - 2.0
+        }),
+        hosted(prec, &[n, n], "in1", |i| {
+            ((i as u64 * 5 + seed * 3) % 7) as f64 * 0.5 - 1.5
+        }),
+    ];
+    let mut prog = Assignments::Noop;
+    for (k, step) in steps.iter().enumerate() {
+        let pick = |i: usize| nodes[i % nodes.len()].clone();
+        let out = Tnode::new(prec, &[n, n], &[&format!("t{k}")]).unwrap();
+        let a = match step {
+            Step::Unary(op, a) => Assignments::pointwise_unop(&out, *op, &pick(*a)),
+            Step::Binary(op, a, b) => Assignments::pointwise_binop(&out, *op, &pick(*a), &pick(*b)),
+            Step::ReduceBroadcast(op, a) => {
+                let red = Tnode::new(prec, &[n], &[&format!("r{k}")]).unwrap();
+                Assignments::einsum(
+                    "ij->i",
+                    *op,
+                    &red,
+                    AccumRhs::Unop(UnOp::Identity, Operand::Node(pick(*a))),
+                    true,
+                )
+                .unwrap()
+                .then(
+                    Assignments::einsum(
+                        "i,ij->ij",
+                        BinOp::Arg2,
+                        &out,
+                        AccumRhs::Binop(BinOp::Sub, Operand::Node(red), Operand::Node(pick(*a))),
+                        false,
+                    )
+                    .unwrap(),
+                )
+            }
+            Step::Matmul(a, b) => Assignments::einsum(
+                "ik,kj->ij",
+                BinOp::Add,
+                &out,
+                AccumRhs::Binop(BinOp::Mul, Operand::Node(pick(*a)), Operand::Node(pick(*b))),
+                true,
+            )
+            .unwrap(),
+            Step::Transpose(a) => Assignments::einsum(
+                "ji->ij",
+                BinOp::Arg2,
+                &out,
+                AccumRhs::Unop(UnOp::Identity, Operand::Node(pick(*a))),
+                false,
+            )
+            .unwrap(),
+        };
+        prog = prog.then(a);
+        nodes.push(out);
+    }
+    let result = nodes.last().unwrap().clone();
+    result
+        .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    (prog, result)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn optimization_preserves_results(
+        steps in proptest::collection::vec(arb_step(), 1..7),
+        seed in 0u64..100,
+        int in any::<bool>(),
+        max_visits in 1usize..3,
+    ) {
+        let prec = if int { Prec::I32 } else { Prec::F32 };
+        let (prog, result) = build(prec, 3, &steps, seed);
+        let unoptimized = prog.lower(&[]).unwrap();
+        let mut reference = InterpEnv::from_host_arrays(&unoptimized);
+        reference.run(&unoptimized, &[]).unwrap();
+        let settings = OptimizeSettings { virtualize_max_visits: max_visits, ..Default::default() };
+        let opt = optimize("prop", &[], &prog, &settings).unwrap();
+        let mut env = InterpEnv::from_host_arrays(&opt.code);
+        env.run(&opt.code, &[]).unwrap();
+        let (want, got) = (reference.values(&result).unwrap(), env.values(&result).unwrap());
+        for (w, g) in want.iter().zip(&got) {
+            if int {
+                prop_assert_eq!(w, g);
+            } else {
+                prop_assert!((w - g).abs() <= 1e-5 * (1.0 + w.abs()), "{} vs {}\n{}", w, g, opt.code);
+            }
+        }
+    }
+}

@@ -1,0 +1,613 @@
+//! Tensor nodes (`Tnode`): identity, label, precision, dims, padding, memory mode with
+//! provenance, the host array, a C-safe code name, and the global registry.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+use crate::error::{Error, Result};
+use crate::memory::{MemoryMode, MemoryType, ModeWithProvenance};
+use crate::ndarray::{Ndarray, Padding};
+use crate::prec::Prec;
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// The registry of live nodes by id; entries hold weak references, so they do not keep nodes
+/// alive.
+fn registry() -> MutexGuard<'static, HashMap<usize, Weak<TnodeInner>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<usize, Weak<TnodeInner>>>> = OnceLock::new();
+    lock(REGISTRY.get_or_init(Default::default))
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (the data here is
+/// always left consistent).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct TnodeInner {
+    id: usize,
+    label: Vec<String>,
+    prec: Prec,
+    dims: Vec<usize>,
+    padding: Option<Padding>,
+    code_name: String,
+    memory_mode: Mutex<Option<ModeWithProvenance>>,
+    host: Mutex<Option<Ndarray>>,
+}
+
+impl Drop for TnodeInner {
+    fn drop(&mut self) {
+        registry().remove(&self.id);
+    }
+}
+
+/// A tensor node: one array of the computation. Cloning is cheap and yields the same node.
+#[derive(Clone)]
+pub struct Tnode(Arc<TnodeInner>);
+
+/// Turns user text into a C identifier fragment: ASCII letters, digits and single underscores,
+/// at most 40 characters. The result can never inject anything into generated code.
+pub fn sanitize_identifier(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        let c = if c.is_ascii_alphanumeric() { c } else { '_' };
+        if c == '_' && (out.is_empty() || out.ends_with('_')) {
+            continue;
+        }
+        out.push(c);
+        if out.len() >= 40 {
+            break;
+        }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    out
+}
+
+impl Tnode {
+    /// A new node with logical `dims` (every dim positive) and no padding.
+    pub fn new(prec: Prec, dims: &[usize], label: &[&str]) -> Result<Tnode> {
+        Tnode::build(prec, dims, None, label)
+    }
+
+    /// A new node whose stored array surrounds the logical `dims` with `padding`; reads in the
+    /// margins see the pad value. Padded nodes are never virtual.
+    pub fn new_padded(
+        prec: Prec,
+        dims: &[usize],
+        padding: Padding,
+        label: &[&str],
+    ) -> Result<Tnode> {
+        if padding.axes.len() != dims.len() {
+            return Err(Error::ShapeMismatch {
+                op: "Tnode::new_padded".into(),
+                detail: format!(
+                    "padding has {} axes but dims {dims:?} have {}",
+                    padding.axes.len(),
+                    dims.len()
+                ),
+            });
+        }
+        Tnode::build(prec, dims, Some(padding), label)
+    }
+
+    fn build(
+        prec: Prec,
+        dims: &[usize],
+        padding: Option<Padding>,
+        label: &[&str],
+    ) -> Result<Tnode> {
+        if let Some(axis) = dims.iter().position(|&d| d == 0) {
+            return Err(Error::invalid(format!(
+                "tensor node {label:?}: dims {dims:?} have a zero at axis {axis}; every dim must be at least 1"
+            )));
+        }
+        let padded: Vec<usize> = match &padding {
+            Some(p) => p.padded_dims(dims),
+            None => dims.to_vec(),
+        };
+        let elems = padded
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .and_then(|n| n.checked_mul(prec.size_in_bytes()))
+            .filter(|&b| b <= isize::MAX as usize);
+        if elems.is_none() {
+            return Err(Error::invalid(format!(
+                "tensor node {label:?}: dims {dims:?} of {prec} are too large to store"
+            )));
+        }
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let sanitized = sanitize_identifier(&label.join("_"));
+        let code_name = if sanitized.is_empty() {
+            format!("n{id}")
+        } else {
+            format!("n{id}_{sanitized}")
+        };
+        let inner = Arc::new(TnodeInner {
+            id,
+            label: label.iter().map(|s| s.to_string()).collect(),
+            prec,
+            dims: dims.to_vec(),
+            padding,
+            code_name,
+            memory_mode: Mutex::new(None),
+            host: Mutex::new(None),
+        });
+        registry().insert(id, Arc::downgrade(&inner));
+        Ok(Tnode(inner))
+    }
+
+    /// Finds a live node by id.
+    pub fn find(id: usize) -> Option<Tnode> {
+        registry().get(&id).and_then(Weak::upgrade).map(Tnode)
+    }
+
+    /// Number of live nodes in the registry.
+    pub fn num_registered() -> usize {
+        registry().values().filter(|w| w.strong_count() > 0).count()
+    }
+
+    /// The unique id.
+    pub fn id(&self) -> usize {
+        self.0.id
+    }
+
+    /// The label, most general part first.
+    pub fn label(&self) -> &[String] {
+        &self.0.label
+    }
+
+    /// The element precision.
+    pub fn prec(&self) -> Prec {
+        self.0.prec
+    }
+
+    /// The logical dims (without padding).
+    pub fn dims(&self) -> &[usize] {
+        &self.0.dims
+    }
+
+    /// The padding, if the node is padded.
+    pub fn padding(&self) -> Option<&Padding> {
+        self.0.padding.as_ref()
+    }
+
+    /// The dims of the stored array: logical dims plus padding.
+    pub fn padded_dims(&self) -> Vec<usize> {
+        match &self.0.padding {
+            Some(p) => p.padded_dims(&self.0.dims),
+            None => self.0.dims.clone(),
+        }
+    }
+
+    /// Left padding per axis (zeros when unpadded).
+    pub fn left_padding(&self) -> Vec<usize> {
+        match &self.0.padding {
+            Some(p) => p.axes.iter().map(|a| a.left).collect(),
+            None => vec![0; self.0.dims.len()],
+        }
+    }
+
+    /// Number of stored elements (margins included).
+    pub fn num_elems(&self) -> usize {
+        self.padded_dims().iter().product()
+    }
+
+    /// Size of the stored array in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.num_elems() * self.0.prec.size_in_bytes()
+    }
+
+    /// A C identifier for this node: `n<id>_<sanitized label>`; unique and free of user syntax.
+    pub fn code_name(&self) -> &str {
+        &self.0.code_name
+    }
+
+    /// A short human name: the label joined by dots, then `#id`.
+    pub fn debug_name(&self) -> String {
+        if self.0.label.is_empty() {
+            format!("#{}", self.0.id)
+        } else {
+            format!("{}#{}", self.0.label.join("."), self.0.id)
+        }
+    }
+
+    /// Dims as text, e.g. `"3x4"`, or `"0:3 x 1:4"` with axis numbers; padding is shown as
+    /// `+left+right`.
+    pub fn dims_to_string(&self, with_axis_numbers: bool) -> String {
+        if self.0.dims.is_empty() {
+            return "scalar".into();
+        }
+        let pads = self.padding();
+        let parts: Vec<String> = self
+            .0
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let pad = pads
+                    .map(|p| {
+                        let a = p.axes[i];
+                        if a.left + a.right > 0 {
+                            format!("+{}+{}", a.left, a.right)
+                        } else {
+                            String::new()
+                        }
+                    })
+                    .unwrap_or_default();
+                if with_axis_numbers {
+                    format!("{i}:{d}{pad}")
+                } else {
+                    format!("{d}{pad}")
+                }
+            })
+            .collect();
+        parts.join(if with_axis_numbers { " x " } else { "x" })
+    }
+
+    /// One line describing the node: name, precision, dims and memory mode with its provenance.
+    pub fn header(&self) -> String {
+        let mode = match self.memory_mode() {
+            Some(m) => m.to_string(),
+            None => "memory mode not decided".into(),
+        };
+        format!(
+            "{} {} {}: {}",
+            self.debug_name(),
+            self.prec(),
+            self.dims_to_string(false),
+            mode
+        )
+    }
+
+    /// The memory mode and its provenance, if decided.
+    pub fn memory_mode(&self) -> Option<ModeWithProvenance> {
+        lock(&self.0.memory_mode).clone()
+    }
+
+    /// Requests a memory mode. A refinement of the current mode replaces it, a more abstract
+    /// request is already satisfied, two compatible abstract modes meet; a contradiction is a
+    /// [`Error::MemoryModeConflict`] naming both modes and why each was asked for. Nothing changes
+    /// on error.
+    pub fn update_memory_mode(
+        &self,
+        mode: MemoryMode,
+        provenance: impl Into<String>,
+    ) -> Result<()> {
+        let provenance = provenance.into();
+        let mut current = lock(&self.0.memory_mode);
+        match current.as_ref() {
+            None => {
+                *current = Some(ModeWithProvenance { mode, provenance });
+                Ok(())
+            }
+            Some(old) => match old.mode.meet(mode) {
+                Some(m) if m == old.mode => Ok(()),
+                Some(m) if m == mode => {
+                    *current = Some(ModeWithProvenance { mode, provenance });
+                    Ok(())
+                }
+                Some(m) => {
+                    let provenance = format!("{}; and {provenance}", old.provenance);
+                    *current = Some(ModeWithProvenance {
+                        mode: m,
+                        provenance,
+                    });
+                    Ok(())
+                }
+                None => Err(Error::MemoryModeConflict {
+                    node: self.debug_name(),
+                    old: old.mode.to_string(),
+                    old_provenance: old.provenance.clone(),
+                    new: mode.to_string(),
+                    new_provenance: provenance,
+                }),
+            },
+        }
+    }
+
+    /// Whether the node is decided to be virtual.
+    pub fn known_virtual(&self) -> bool {
+        self.mode_is(|m| m == MemoryMode::Virtual)
+    }
+
+    /// Whether the node is decided never to be virtual.
+    pub fn known_non_virtual(&self) -> bool {
+        self.mode_is(|m| !MemoryMode::Virtual.covers(m) && !m.covers(MemoryMode::Virtual))
+    }
+
+    /// Whether the node's mode says it has a host array.
+    pub fn is_hosted(&self) -> bool {
+        self.mode_is(MemoryMode::is_hosted)
+    }
+
+    /// Whether the node is decided to be kernel-local.
+    pub fn is_local(&self) -> bool {
+        self.mode_is(|m| m == MemoryMode::Local)
+    }
+
+    /// Whether the node is persisted in contexts (on devices).
+    pub fn is_materialized(&self) -> bool {
+        self.mode_is(MemoryMode::is_materialized)
+    }
+
+    /// Whether the node's mode is undecided.
+    pub fn mode_is_unspecified(&self) -> bool {
+        self.memory_mode().is_none()
+    }
+
+    fn mode_is(&self, pred: impl Fn(MemoryMode) -> bool) -> bool {
+        self.memory_mode().is_some_and(|m| pred(m.mode))
+    }
+
+    /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if
+    /// needed. Creating it requests a hosted memory mode; a node decided to be virtual, local or
+    /// device-only gets a [`Error::MemoryModeConflict`].
+    pub fn with_host_mut<R>(&self, f: impl FnOnce(&mut Ndarray) -> Result<R>) -> Result<R> {
+        let mut host = lock(&self.0.host);
+        if host.is_none() {
+            self.update_memory_mode(
+                MemoryMode::Hosted(MemoryType::Unset),
+                "user: host values were accessed",
+            )?;
+            *host = Some(match &self.0.padding {
+                Some(p) => Ndarray::zeros_padded(self.prec(), self.dims(), p.clone())?,
+                None => Ndarray::zeros(self.prec(), self.dims())?,
+            });
+        }
+        f(host.as_mut().expect("host array was just created"))
+    }
+
+    /// Runs `f` on the host array if it exists.
+    pub fn with_host<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Option<R> {
+        lock(&self.0.host).as_ref().map(f)
+    }
+
+    /// Whether the host array exists.
+    pub fn has_host_array(&self) -> bool {
+        lock(&self.0.host).is_some()
+    }
+
+    /// A copy of the host array, or [`Error::NotHosted`].
+    pub fn host_array(&self) -> Result<Ndarray> {
+        self.with_host(Clone::clone)
+            .ok_or_else(|| self.not_hosted("reading the host array"))
+    }
+
+    fn not_hosted(&self, what: &str) -> Error {
+        Error::NotHosted {
+            node: self.debug_name(),
+            detail: format!(
+                "{what} needs one; set the node's values first or make it hosted and copy it with to_host"
+            ),
+        }
+    }
+
+    /// Sets all logical values (row-major) on the host.
+    pub fn set_values(&self, values: &[f64]) -> Result<()> {
+        self.with_host_mut(|nd| nd.set_all_f64(values))
+    }
+
+    /// All logical values (row-major) from the host array.
+    pub fn get_values(&self) -> Result<Vec<f64>> {
+        self.with_host(Ndarray::to_vec_f64)
+            .ok_or_else(|| self.not_hosted("get_values"))
+    }
+
+    fn storage_index(&self, idx: &[usize]) -> Result<Vec<usize>> {
+        if idx.len() != self.dims().len() || idx.iter().zip(self.dims()).any(|(i, d)| i >= d) {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "index {idx:?} is outside tensor node {} with dims {:?}",
+                    self.debug_name(),
+                    self.dims()
+                ),
+            });
+        }
+        Ok(idx
+            .iter()
+            .zip(self.left_padding())
+            .map(|(i, l)| i + l)
+            .collect())
+    }
+
+    /// Sets one logical element on the host.
+    pub fn set_value(&self, idx: &[usize], x: f64) -> Result<()> {
+        let at = self.storage_index(idx)?;
+        self.with_host_mut(|nd| nd.set(&at, x))
+    }
+
+    /// One logical element from the host array.
+    pub fn get_value(&self, idx: &[usize]) -> Result<f64> {
+        let at = self.storage_index(idx)?;
+        self.with_host(|nd| nd.get(&at))
+            .ok_or_else(|| self.not_hosted("get_value"))?
+    }
+
+    /// Treats axis `coord_axis` (default: the last) as coordinates and every other index as a
+    /// point; returns coordinate `xdim` of every point, in row-major order.
+    pub fn points_1d(&self, coord_axis: Option<usize>, xdim: usize) -> Result<Vec<f64>> {
+        Ok(self
+            .points(coord_axis, &[xdim])?
+            .into_iter()
+            .map(|p| p[0])
+            .collect())
+    }
+
+    /// Like [`Tnode::points_1d`] with two coordinates per point.
+    pub fn points_2d(
+        &self,
+        coord_axis: Option<usize>,
+        xdim: usize,
+        ydim: usize,
+    ) -> Result<Vec<(f64, f64)>> {
+        Ok(self
+            .points(coord_axis, &[xdim, ydim])?
+            .into_iter()
+            .map(|p| (p[0], p[1]))
+            .collect())
+    }
+
+    fn points(&self, coord_axis: Option<usize>, coords: &[usize]) -> Result<Vec<Vec<f64>>> {
+        let dims = self.dims().to_vec();
+        if dims.is_empty() {
+            return Err(Error::invalid(format!(
+                "points of {}: a scalar has no coordinate axis",
+                self.debug_name()
+            )));
+        }
+        let axis = coord_axis.unwrap_or(dims.len() - 1);
+        if axis >= dims.len() || coords.iter().any(|&c| c >= dims[axis]) {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "points of {}: coordinate axis {axis} / coordinates {coords:?} do not fit dims {dims:?}",
+                    self.debug_name()
+                ),
+            });
+        }
+        let values = self.get_values()?;
+        let inner: usize = dims[axis + 1..].iter().product();
+        let outer: usize = dims[..axis].iter().product();
+        let mut out = Vec::with_capacity(outer * inner);
+        for o in 0..outer {
+            for i in 0..inner {
+                out.push(
+                    coords
+                        .iter()
+                        .map(|&c| values[(o * dims[axis] + c) * inner + i])
+                        .collect(),
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl PartialEq for Tnode {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+impl Eq for Tnode {}
+impl Hash for Tnode {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state)
+    }
+}
+impl PartialOrd for Tnode {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Tnode {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.id.cmp(&other.0.id)
+    }
+}
+
+impl fmt::Debug for Tnode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.debug_name())
+    }
+}
+
+impl fmt::Display for Tnode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.debug_name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Sharing;
+
+    #[test]
+    fn labels_are_sanitized_into_code_names() {
+        let t = Tnode::new(Prec::F32, &[2], &["x); system(\"rm -rf /\"); //", "*/"]).unwrap();
+        assert!(
+            t.code_name()
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        );
+        assert!(t.code_name().starts_with(&format!("n{}_", t.id())));
+        let empty = Tnode::new(Prec::F32, &[2], &["#!?"]).unwrap();
+        assert_eq!(empty.code_name(), format!("n{}", empty.id()));
+    }
+
+    #[test]
+    fn registry_finds_live_nodes_only() {
+        let t = Tnode::new(Prec::F32, &[1], &["reg"]).unwrap();
+        let id = t.id();
+        assert_eq!(Tnode::find(id).unwrap(), t);
+        drop(t);
+        assert!(Tnode::find(id).is_none());
+    }
+
+    #[test]
+    fn memory_mode_refines_and_reports_conflicts() {
+        let t = Tnode::new(Prec::F32, &[1], &["m"]).unwrap();
+        t.update_memory_mode(MemoryMode::NeverVirtual, "test: must exist")
+            .unwrap();
+        t.update_memory_mode(MemoryMode::Materialized, "test: persisted")
+            .unwrap();
+        t.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test: device")
+            .unwrap();
+        assert_eq!(
+            t.memory_mode().unwrap().mode,
+            MemoryMode::OnDevice(Sharing::PerStream)
+        );
+        // More abstract requests are already satisfied.
+        t.update_memory_mode(MemoryMode::NeverVirtual, "again")
+            .unwrap();
+        let err = t
+            .update_memory_mode(MemoryMode::Virtual, "test: inline it")
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("test: device") && msg.contains("test: inline it"),
+            "{msg}"
+        );
+        assert_eq!(
+            t.memory_mode().unwrap().mode,
+            MemoryMode::OnDevice(Sharing::PerStream)
+        );
+    }
+
+    #[test]
+    fn host_values_with_padding_and_points() {
+        use crate::ndarray::AxisPadding;
+        let pad = Padding {
+            axes: vec![AxisPadding { left: 1, right: 0 }, AxisPadding::default()],
+            value: 9.0,
+        };
+        let t = Tnode::new_padded(Prec::F64, &[3, 2], pad, &["pts"]).unwrap();
+        t.set_values(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        assert!(t.is_hosted());
+        assert_eq!(t.get_value(&[0, 1]).unwrap(), 2.0);
+        assert_eq!(t.host_array().unwrap().get(&[0, 0]).unwrap(), 9.0);
+        assert_eq!(
+            t.points_2d(None, 0, 1).unwrap(),
+            vec![(1.0, 2.0), (3.0, 4.0), (5.0, 6.0)]
+        );
+        assert_eq!(t.points_1d(Some(0), 2).unwrap(), vec![5.0, 6.0]);
+        assert!(t.get_value(&[3, 0]).is_err());
+        assert_eq!(t.dims_to_string(true), "0:3+1+0 x 1:2");
+    }
+
+    #[test]
+    fn host_access_on_virtual_node_is_a_conflict() {
+        let t = Tnode::new(Prec::F32, &[2], &["v"]).unwrap();
+        t.update_memory_mode(MemoryMode::Virtual, "test").unwrap();
+        assert!(matches!(
+            t.set_values(&[1.0, 2.0]),
+            Err(Error::MemoryModeConflict { .. })
+        ));
+        assert!(!t.has_host_array());
+        assert!(Tnode::new(Prec::F32, &[2, 0], &["z"]).is_err());
+    }
+}
