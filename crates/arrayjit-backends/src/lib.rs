@@ -1,1 +1,68 @@
-//! placeholder
+//! arrayjit-backends: the third layer of arrayjit. A lowered backend turns optimized routines
+//! into runnable code for its devices and owns its buffers: [`cc::CcBackend`] compiles C with the
+//! system compiler and runs it on the CPU; [`missing::MissingBackend`] stands in for a backend that
+//! was not built or cannot run here and answers every call with a typed error.
+
+#![warn(missing_docs)]
+
+pub mod buffer;
+pub mod cc;
+pub mod missing;
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrayjit_codegen::KernelInterface;
+use arrayjit_ir::{Optimized, Result};
+
+pub use buffer::{CpuBuffer, MemoryCounter};
+
+/// A device buffer of some backend.
+pub trait DeviceBuffer: Any + Send + Sync + Debug {
+    /// Its size in bytes.
+    fn size_in_bytes(&self) -> usize;
+    /// The device ordinal it lives on.
+    fn device(&self) -> usize;
+    /// For downcasting to the backend's buffer type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A shared handle to a device buffer.
+pub type BufferHandle = Arc<dyn DeviceBuffer>;
+
+/// Code compiled for a backend: one or more kernels from one compilation.
+pub trait CompiledBatch: Send + Sync + Debug {
+    /// The kernels and how to call them.
+    fn kernels(&self) -> &[KernelInterface];
+    /// The generated source code.
+    fn source(&self) -> &str;
+    /// Runs kernel `index` with one buffer per array argument (and the merge buffer last, if
+    /// the kernel reads one) and the static indices' values. Buffer sizes and static ranges are
+    /// checked first; a mismatch is an error, never an out-of-bounds access.
+    fn launch(&self, index: usize, args: &[BufferHandle], statics: &[i64]) -> Result<()>;
+}
+
+/// A lowered backend: devices, buffers, copies and compilation.
+pub trait LoweredBackend: Send + Sync + Debug {
+    /// The backend's name (e.g. `"cc"`).
+    fn name(&self) -> &str;
+    /// `Ok` if the backend can run here, or why not.
+    fn check_available(&self) -> Result<()>;
+    /// How many devices the backend has (0 when unavailable).
+    fn num_devices(&self) -> usize;
+    /// Allocates a zero-filled buffer on a device.
+    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle>;
+    /// Copies host bytes into a buffer (sizes must match).
+    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8]) -> Result<()>;
+    /// Copies a buffer into host bytes (sizes must match).
+    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()>;
+    /// Copies one buffer into another of the same size (possibly across devices).
+    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle) -> Result<()>;
+    /// Bytes currently allocated for arrays on a device.
+    fn used_memory(&self, device: usize) -> usize;
+    /// Compiles routines together (one library, one compilation).
+    fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>>;
+    /// Backend-specific debug information.
+    fn debug_info(&self) -> String;
+}

@@ -1,1 +1,11 @@
-//! placeholder
+//! arrayjit-codegen: the second layer of arrayjit. Renderers from the optimized loop IR to
+//! source code. C today, driven by a table of syntax ([`c_syntax::CSyntax`]) so that other
+//! C-like dialects (CUDA C) share the renderer.
+
+#![warn(missing_docs)]
+
+pub mod c_renderer;
+pub mod c_syntax;
+
+pub use c_renderer::{CProgram, KernelInterface, render_program};
+pub use c_syntax::CSyntax;

@@ -16,6 +16,7 @@ pub mod ops;
 pub mod optimize;
 pub mod prec;
 pub mod tnode;
+pub mod verify;
 
 pub use assignments::{AccumRhs, Assignments, FetchOp, Operand};
 pub use error::{Error, Result};

@@ -147,7 +147,6 @@ impl MemoryMode {
             EffectivelyConstant => Virtual,
             NeverVirtual | DeviceOnly => Local,
             Materialized => OnDevice(Sharing::Unset),
-            Hosted(MemoryType::Unset) => Hosted(MemoryType::Nonconstant),
             m => m,
         }
     }

@@ -352,7 +352,7 @@ impl Tnode {
         if host.is_none() {
             self.update_memory_mode(
                 MemoryMode::Hosted(MemoryType::Unset),
-                "user: host values were accessed",
+                "user: values were set or read on the host",
             )?;
             *host = Some(match &self.0.padding {
                 Some(p) => Ndarray::zeros_padded(self.prec(), self.dims(), p.clone())?,

@@ -1,1 +1,19 @@
-//! placeholder
+//! arrayjit-runtime: the fourth layer of arrayjit, the user-facing backend API.
+//!
+//! Backends are chosen by name ([`backend`], or [`default_backend`] which reads
+//! `ARRAYJIT_BACKEND`); a backend has devices, a device has streams, and a stream runs routines
+//! linked into contexts. Contexts form a tree: linking code into a context returns a routine
+//! whose context is a child holding every array the code needs. The `Sync` scheduler runs work
+//! in the caller, so its events are always done.
+
+#![warn(missing_docs)]
+
+mod backend;
+mod context;
+mod routine;
+mod stream;
+
+pub use backend::{Backend, Device, KNOWN_BACKENDS, available_backends, backend, default_backend};
+pub use context::{Context, MergeBufferUse};
+pub use routine::{Code, Routine};
+pub use stream::{Event, Stream};

@@ -19,6 +19,8 @@ pub struct NodeRole {
     pub input: bool,
     /// The routine writes it.
     pub written: bool,
+    /// The optimized code still reads or writes it (false for virtual nodes, which are inlined).
+    pub used: bool,
 }
 
 /// What the analysis found about one node.
@@ -332,6 +334,7 @@ impl Analysis {
                 tn: n.tn.clone(),
                 input: n.input,
                 written: !n.write_stmts.is_empty(),
+                used: true,
             })
             .collect()
     }

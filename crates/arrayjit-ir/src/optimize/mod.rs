@@ -73,7 +73,7 @@ impl Optimized {
     pub fn materialized_nodes(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.tn.is_materialized())
+            .filter(|r| r.used && r.tn.is_materialized())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -82,7 +82,7 @@ impl Optimized {
     pub fn local_nodes(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.tn.is_local())
+            .filter(|r| r.used && r.tn.is_local())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -92,7 +92,7 @@ impl Optimized {
     pub fn inputs(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.input && r.tn.is_materialized())
+            .filter(|r| r.used && r.input && r.tn.is_materialized())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -101,7 +101,7 @@ impl Optimized {
     pub fn outputs(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.written && r.tn.is_materialized())
+            .filter(|r| r.used && r.written && r.tn.is_materialized())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -160,8 +160,13 @@ pub fn optimize_low_level(
     } else {
         code
     };
+    let used = code.nodes();
     let mut nodes = roles;
+    for r in &mut nodes {
+        r.used = used.contains(&r.tn);
+    }
     nodes.sort_by_key(|r| r.tn.id());
+    crate::verify::check_bounds(&code, bindings)?;
     let merge_node = find_merge_node(name, &code)?;
     Ok(Optimized {
         name: name.to_string(),

@@ -1,0 +1,315 @@
+//! The `cc` backend: renders C, compiles it with the system C compiler (`$CC` or `cc`) into a
+//! shared library, loads it with `libloading`, and runs kernels on the CPU over [`CpuBuffer`]s.
+//! Libraries are cached by a hash of (source, compiler, flags, CPU) in a private per-user folder.
+
+mod compile;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrayjit_codegen::{CSyntax, KernelInterface, render_program};
+use arrayjit_ir::{Error, Optimized, Result};
+
+use crate::buffer::{CpuBuffer, MemoryCounter};
+use crate::{BufferHandle, CompiledBatch, DeviceBuffer, LoweredBackend};
+
+pub use compile::{CompileStats, compile_stats, default_cache_dir};
+
+/// Settings of the `cc` backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CcConfig {
+    /// The compiler command (default: `$CC`, else `cc`).
+    pub compiler: String,
+    /// Compiler flags (default: `$ARRAYJIT_CC_FLAGS` split on spaces, else
+    /// `-O3 -march=native -fPIC -shared`). `-shared` and `-fPIC` are needed for loading.
+    pub flags: Vec<String>,
+    /// If set, generated sources are kept in this folder (default: `$ARRAYJIT_BUILD_FILES`).
+    pub build_files_dir: Option<PathBuf>,
+    /// The compile cache folder; `None` disables the cache (default: `$ARRAYJIT_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/arrayjit/cc` or `~/.cache/arrayjit/cc`; `ARRAYJIT_NO_CACHE=1` disables).
+    pub cache_dir: Option<PathBuf>,
+    /// Number of CPU devices (default: `$ARRAYJIT_CPU_DEVICES`, else 1).
+    pub num_devices: usize,
+}
+
+/// The default C compiler flags.
+pub const DEFAULT_CC_FLAGS: &[&str] = &["-O3", "-march=native", "-fPIC", "-shared"];
+
+impl Default for CcConfig {
+    fn default() -> Self {
+        CcConfig::from_env()
+    }
+}
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl CcConfig {
+    /// The configuration from the environment variables documented on the fields.
+    pub fn from_env() -> CcConfig {
+        let flags = match env_nonempty("ARRAYJIT_CC_FLAGS") {
+            Some(f) => f.split_whitespace().map(String::from).collect(),
+            None => DEFAULT_CC_FLAGS.iter().map(|s| s.to_string()).collect(),
+        };
+        let no_cache = env_nonempty("ARRAYJIT_NO_CACHE").is_some_and(|v| v != "0");
+        CcConfig {
+            compiler: env_nonempty("CC").unwrap_or_else(|| "cc".into()),
+            flags,
+            build_files_dir: env_nonempty("ARRAYJIT_BUILD_FILES").map(PathBuf::from),
+            cache_dir: if no_cache {
+                None
+            } else {
+                env_nonempty("ARRAYJIT_CACHE_DIR")
+                    .map(PathBuf::from)
+                    .or_else(default_cache_dir)
+            },
+            num_devices: env_nonempty("ARRAYJIT_CPU_DEVICES")
+                .and_then(|v| v.parse().ok())
+                .filter(|&n| n >= 1)
+                .unwrap_or(1),
+        }
+    }
+}
+
+/// The C compiler backend.
+pub struct CcBackend {
+    config: CcConfig,
+    counters: Vec<Arc<MemoryCounter>>,
+    syntax: CSyntax,
+}
+
+impl fmt::Debug for CcBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CcBackend({:?})", self.config)
+    }
+}
+
+impl CcBackend {
+    /// A backend with the given settings.
+    pub fn new(config: CcConfig) -> CcBackend {
+        let counters = (0..config.num_devices.max(1))
+            .map(|_| Arc::new(MemoryCounter::default()))
+            .collect();
+        CcBackend {
+            config,
+            counters,
+            syntax: CSyntax::c(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CcConfig {
+        &self.config
+    }
+
+    fn cpu<'a>(&self, b: &'a BufferHandle) -> Result<&'a CpuBuffer> {
+        b.as_any().downcast_ref::<CpuBuffer>().ok_or_else(|| {
+            Error::invalid(format!("buffer {b:?} does not belong to the cc backend"))
+        })
+    }
+
+    fn device_check(&self, device: usize) -> Result<()> {
+        if device < self.counters.len() {
+            Ok(())
+        } else {
+            Err(Error::NoSuchDevice {
+                backend: "cc".into(),
+                ordinal: device,
+                num_devices: self.counters.len(),
+            })
+        }
+    }
+}
+
+fn size_mismatch(what: &str, a: usize, b: usize) -> Error {
+    Error::ShapeMismatch {
+        op: what.into(),
+        detail: format!("the buffer holds {a} bytes but {b} bytes were given"),
+    }
+}
+
+impl LoweredBackend for CcBackend {
+    fn name(&self) -> &str {
+        "cc"
+    }
+
+    fn check_available(&self) -> Result<()> {
+        compile::compiler_identity(&self.config.compiler).map(|_| ())
+    }
+
+    fn num_devices(&self) -> usize {
+        self.counters.len()
+    }
+
+    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
+        self.device_check(device)?;
+        Ok(Arc::new(CpuBuffer::zeroed(
+            size_in_bytes,
+            device,
+            self.counters[device].clone(),
+        )?))
+    }
+
+    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8]) -> Result<()> {
+        let d = self.cpu(dst)?;
+        if d.size_in_bytes() != src.len() {
+            return Err(size_mismatch(
+                "copy from host",
+                d.size_in_bytes(),
+                src.len(),
+            ));
+        }
+        d.write(src);
+        Ok(())
+    }
+
+    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()> {
+        let s = self.cpu(src)?;
+        if s.size_in_bytes() != dst.len() {
+            return Err(size_mismatch("copy to host", s.size_in_bytes(), dst.len()));
+        }
+        dst.copy_from_slice(s.bytes());
+        Ok(())
+    }
+
+    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle) -> Result<()> {
+        let (d, s) = (self.cpu(dst)?, self.cpu(src)?);
+        if d.size_in_bytes() != s.size_in_bytes() {
+            return Err(size_mismatch(
+                "device to device",
+                d.size_in_bytes(),
+                s.size_in_bytes(),
+            ));
+        }
+        if !std::ptr::eq(d, s) {
+            d.write(s.bytes());
+        }
+        Ok(())
+    }
+
+    fn used_memory(&self, device: usize) -> usize {
+        self.counters.get(device).map_or(0, |c| c.get())
+    }
+
+    fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        let program = render_program(&self.syntax, routines)?;
+        let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
+        let library = compile::compile_and_load(&self.config, &program.source, &names.join("+"))?;
+        let mut entries = Vec::with_capacity(program.kernels.len());
+        for k in &program.kernels {
+            entries.push(library.kernel(&k.symbol)?);
+        }
+        Ok(Arc::new(CcBatch {
+            kernels: program.kernels,
+            source: program.source,
+            entries,
+            _library: library,
+        }))
+    }
+
+    fn debug_info(&self) -> String {
+        format!(
+            "cc backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s)",
+            self.config.compiler,
+            compile::compiler_identity(&self.config.compiler).unwrap_or_else(|e| e.to_string()),
+            self.config.flags,
+            self.config
+                .cache_dir
+                .as_ref()
+                .map_or("disabled".into(), |p| p.display().to_string()),
+            self.counters.len()
+        )
+    }
+}
+
+/// The signature of every generated kernel.
+type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64);
+
+/// A compiled library and its kernels.
+pub struct CcBatch {
+    kernels: Vec<KernelInterface>,
+    source: String,
+    entries: Vec<KernelFn>,
+    _library: Arc<compile::LoadedLibrary>,
+}
+
+impl fmt::Debug for CcBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.kernels.iter().map(|k| k.symbol.as_str()).collect();
+        write!(f, "CcBatch({names:?})")
+    }
+}
+
+impl CompiledBatch for CcBatch {
+    fn kernels(&self) -> &[KernelInterface] {
+        &self.kernels
+    }
+
+    fn source(&self) -> &str {
+        &self.source
+    }
+
+    fn launch(&self, index: usize, args: &[BufferHandle], statics: &[i64]) -> Result<()> {
+        let k = self.kernels.get(index).ok_or_else(|| {
+            Error::invalid(format!(
+                "kernel index {index} but the batch has {}",
+                self.kernels.len()
+            ))
+        })?;
+        let expected: Vec<usize> = k
+            .args
+            .iter()
+            .chain(k.merge.iter())
+            .map(|t| t.size_in_bytes())
+            .collect();
+        if args.len() != expected.len() {
+            return Err(Error::invalid(format!(
+                "kernel {} takes {} buffers but {} were given",
+                k.name,
+                expected.len(),
+                args.len()
+            )));
+        }
+        let mut ptrs = Vec::with_capacity(args.len());
+        for (pos, (b, &need)) in args.iter().zip(&expected).enumerate() {
+            let cpu = b.as_any().downcast_ref::<CpuBuffer>().ok_or_else(|| {
+                Error::invalid(format!("argument {pos} of {} is not a cc buffer", k.name))
+            })?;
+            if cpu.size_in_bytes() < need {
+                return Err(Error::ShapeMismatch {
+                    op: format!("launching {}", k.name),
+                    detail: format!(
+                        "argument {pos} needs {need} bytes but its buffer has {}",
+                        cpu.size_in_bytes()
+                    ),
+                });
+            }
+            ptrs.push(cpu.as_ptr());
+        }
+        if statics.len() != k.statics.len() {
+            return Err(Error::invalid(format!(
+                "kernel {} takes {} static indices but {} were given",
+                k.name,
+                k.statics.len(),
+                statics.len()
+            )));
+        }
+        for (s, &v) in k.statics.iter().zip(statics) {
+            if v < 0 || v >= s.range as i64 {
+                return Err(Error::StaticIndex {
+                    symbol: s.name.clone(),
+                    detail: format!("value {v} is outside 0..{}", s.range),
+                });
+            }
+        }
+        ptrs.push(std::ptr::null_mut());
+        // SAFETY: the kernel was generated for exactly these arguments: the buffers are large
+        // enough for every access (checked above, and the optimizer verified every index against
+        // the node dims and static ranges), the static values are in range, and the runtime
+        // serializes kernels and transfers on the buffers of a stream.
+        unsafe { (self.entries[index])(ptrs.as_ptr(), statics.as_ptr()) };
+        Ok(())
+    }
+}

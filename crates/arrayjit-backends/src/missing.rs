@@ -1,0 +1,70 @@
+//! The placeholder for a backend that was not built (cargo feature off) or cannot run here
+//! (library or driver absent): it has zero devices, and every call returns
+//! [`Error::BackendUnavailable`] naming the backend and what would enable it.
+
+use std::sync::Arc;
+
+use arrayjit_ir::{Error, Optimized, Result};
+
+use crate::{BufferHandle, CompiledBatch, LoweredBackend};
+
+/// A backend that is not available.
+#[derive(Clone, Debug)]
+pub struct MissingBackend {
+    name: String,
+    reason: String,
+    how_to_enable: String,
+}
+
+impl MissingBackend {
+    /// A placeholder for backend `name`, unavailable because of `reason`; `how_to_enable` tells
+    /// the user what to do.
+    pub fn new(name: &str, reason: &str, how_to_enable: &str) -> MissingBackend {
+        MissingBackend {
+            name: name.into(),
+            reason: reason.into(),
+            how_to_enable: how_to_enable.into(),
+        }
+    }
+
+    fn error(&self) -> Error {
+        Error::BackendUnavailable {
+            backend: self.name.clone(),
+            reason: self.reason.clone(),
+            how_to_enable: self.how_to_enable.clone(),
+        }
+    }
+}
+
+impl LoweredBackend for MissingBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn check_available(&self) -> Result<()> {
+        Err(self.error())
+    }
+    fn num_devices(&self) -> usize {
+        0
+    }
+    fn alloc_zeroed(&self, _: usize, _: usize) -> Result<BufferHandle> {
+        Err(self.error())
+    }
+    fn copy_from_host(&self, _: &BufferHandle, _: &[u8]) -> Result<()> {
+        Err(self.error())
+    }
+    fn copy_to_host(&self, _: &BufferHandle, _: &mut [u8]) -> Result<()> {
+        Err(self.error())
+    }
+    fn copy_buffer(&self, _: &BufferHandle, _: &BufferHandle) -> Result<()> {
+        Err(self.error())
+    }
+    fn used_memory(&self, _: usize) -> usize {
+        0
+    }
+    fn compile_batch(&self, _: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        Err(self.error())
+    }
+    fn debug_info(&self) -> String {
+        format!("{} (unavailable: {})", self.name, self.reason)
+    }
+}

@@ -1,0 +1,406 @@
+//! The syntax table of C-like languages: type names, math function names, literals and the
+//! helper functions that give integer and 16-bit float operations arrayjit's exact semantics.
+//! Renderers for C and CUDA C are driven by a [`CSyntax`] value.
+
+use std::collections::BTreeSet;
+
+use arrayjit_ir::ops::Scalar;
+use arrayjit_ir::{BinOp, Prec, TernOp, UnOp};
+
+/// What differs between C dialects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CSyntax {
+    /// Lines at the top of every file.
+    pub includes: Vec<String>,
+    /// Qualifiers before an exported kernel's return type.
+    pub kernel_prefix: String,
+    /// Qualifiers of helper functions.
+    pub helper_prefix: String,
+    /// The `restrict` keyword of the dialect.
+    pub restrict: String,
+}
+
+impl CSyntax {
+    /// Plain C99 for host compilers (gcc, clang).
+    pub fn c() -> CSyntax {
+        CSyntax {
+            includes: vec![
+                "#include <stdint.h>".into(),
+                "#include <string.h>".into(),
+                "#include <math.h>".into(),
+            ],
+            kernel_prefix: String::new(),
+            helper_prefix: "static inline".into(),
+            restrict: "restrict".into(),
+        }
+    }
+}
+
+/// A short suffix naming a compute precision in helper names.
+pub fn prec_suffix(p: Prec) -> &'static str {
+    p.compute_prec().name()
+}
+
+/// A helper function the rendered code calls; collected while rendering and defined once per
+/// file, in a fixed order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Helper {
+    /// `uint16_t` half bits to `float`.
+    F16ToF32,
+    /// `float` to half bits, round to nearest even.
+    F32ToF16,
+    /// `uint16_t` bfloat16 bits to `float`.
+    Bf16ToF32,
+    /// `float` to bfloat16 bits, round to nearest even.
+    F32ToBf16,
+    /// Saturating `double` to integer conversion (NaN gives 0).
+    FloatToInt(Prec),
+    /// A unary operation at a compute precision.
+    Un(UnOp, Prec),
+    /// A binary operation at a compute precision.
+    Bin(BinOp, Prec),
+}
+
+fn int_limits(p: Prec) -> (String, String) {
+    match p {
+        Prec::U8 => ("0".into(), "UINT8_MAX".into()),
+        Prec::U16 => ("0".into(), "UINT16_MAX".into()),
+        Prec::U32 => ("0".into(), "UINT32_MAX".into()),
+        Prec::U64 => ("0".into(), "UINT64_MAX".into()),
+        Prec::I32 => ("INT32_MIN".into(), "INT32_MAX".into()),
+        _ => ("INT64_MIN".into(), "INT64_MAX".into()),
+    }
+}
+
+/// Renders a constant of compute precision `p` (after arrayjit's conversion rules).
+pub fn literal(p: Prec, c: f64) -> String {
+    let cp = p.compute_prec();
+    match Scalar::F(c).convert(cp) {
+        Scalar::F(x) => {
+            let suffix = if cp == Prec::F32 { "f" } else { "" };
+            let cast = if cp == Prec::F32 {
+                "(float)"
+            } else {
+                "(double)"
+            };
+            if x.is_nan() {
+                format!("{cast}NAN")
+            } else if x.is_infinite() {
+                format!("{}{cast}INFINITY", if x < 0.0 { "-" } else { "" })
+            } else if cp == Prec::F32 {
+                format!("{:?}{suffix}", x as f32)
+            } else {
+                format!("{x:?}")
+            }
+        }
+        Scalar::I(i) => match cp {
+            Prec::I32 if i == i32::MIN as i128 => "INT32_MIN".into(),
+            Prec::I64 if i == i64::MIN as i128 => "INT64_MIN".into(),
+            Prec::I64 => format!("INT64_C({i})"),
+            Prec::U64 => format!("UINT64_C({i})"),
+            Prec::U32 => format!("{i}u"),
+            Prec::I32 => format!("{i}"),
+            _ => format!("(({}){i})", cp.c_storage_type()),
+        },
+    }
+}
+
+/// The C math function of a float unary operation (`None` for operations rendered otherwise).
+fn float_fn(op: UnOp, p: Prec) -> Option<String> {
+    let base = match op {
+        UnOp::Exp => "exp",
+        UnOp::Exp2 => "exp2",
+        UnOp::Log => "log",
+        UnOp::Log2 => "log2",
+        UnOp::Sin => "sin",
+        UnOp::Cos => "cos",
+        UnOp::Sqrt => "sqrt",
+        UnOp::Tanh => "tanh",
+        UnOp::Abs => "fabs",
+        _ => return None,
+    };
+    Some(format!("{base}{}", if p == Prec::F32 { "f" } else { "" }))
+}
+
+fn float_fn2(base: &str, p: Prec) -> String {
+    format!("{base}{}", if p == Prec::F32 { "f" } else { "" })
+}
+
+/// Renders `op(x)` at compute precision `p`, recording the helpers it needs.
+pub fn render_unop(op: UnOp, p: Prec, x: &str, helpers: &mut BTreeSet<Helper>) -> String {
+    let cp = p.compute_prec();
+    let t = cp.c_storage_type();
+    if cp.is_float() {
+        if let Some(f) = float_fn(op, cp) {
+            return format!("{f}({x})");
+        }
+        let one = literal(cp, 1.0);
+        return match op {
+            UnOp::Identity => x.to_string(),
+            UnOp::Neg => format!("(-{x})"),
+            UnOp::Recip => format!("({one} / {x})"),
+            UnOp::RecipSqrt => format!("({one} / {}({x}))", float_fn2("sqrt", cp)),
+            UnOp::Not => format!("(({x}) == 0 ? {one} : {})", literal(cp, 0.0)),
+            UnOp::Relu | UnOp::Satur01 => {
+                helpers.insert(Helper::Un(op, cp));
+                format!("aj_{}_{}({x})", op.name(), prec_suffix(cp))
+            }
+            _ => unreachable!("float functions handled above"),
+        };
+    }
+    match op {
+        UnOp::Identity => x.to_string(),
+        UnOp::Neg => format!("(({t})(0 - (uint64_t)({x})))"),
+        UnOp::Not => format!("(({t})(({x}) == 0))"),
+        UnOp::Exp
+        | UnOp::Exp2
+        | UnOp::Log
+        | UnOp::Log2
+        | UnOp::Sin
+        | UnOp::Cos
+        | UnOp::Sqrt
+        | UnOp::Tanh => {
+            helpers.insert(Helper::FloatToInt(cp));
+            let f = float_fn(op, Prec::F64).expect("math function");
+            format!("aj_f2i_{}({f}((double)({x})))", prec_suffix(cp))
+        }
+        UnOp::RecipSqrt => {
+            helpers.insert(Helper::FloatToInt(cp));
+            format!("aj_f2i_{}(1.0 / sqrt((double)({x})))", prec_suffix(cp))
+        }
+        _ => {
+            helpers.insert(Helper::Un(op, cp));
+            format!("aj_{}_{}({x})", op.name(), prec_suffix(cp))
+        }
+    }
+}
+
+fn bin_helper_name(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Div => "div",
+        BinOp::Mod => "mod",
+        BinOp::Pow => "pow",
+        BinOp::ReluGate => "relu_gate",
+        BinOp::Max => "max",
+        BinOp::Min => "min",
+        _ => "op",
+    }
+}
+
+/// Renders `op(a, b)` at compute precision `p`, recording the helpers it needs.
+pub fn render_binop(
+    op: BinOp,
+    p: Prec,
+    a: &str,
+    b: &str,
+    helpers: &mut BTreeSet<Helper>,
+) -> String {
+    let cp = p.compute_prec();
+    let t = cp.c_storage_type();
+    let boolean = |cond: String| format!("(({t})({cond}))");
+    match op {
+        BinOp::Arg1 => return a.to_string(),
+        BinOp::Arg2 => return b.to_string(),
+        BinOp::Cmplt => return boolean(format!("{a} < {b}")),
+        BinOp::Cmpeq => return boolean(format!("{a} == {b}")),
+        BinOp::Cmpne => return boolean(format!("{a} != {b}")),
+        BinOp::And => return boolean(format!("({a}) != 0 && ({b}) != 0")),
+        BinOp::Or => return boolean(format!("({a}) != 0 || ({b}) != 0")),
+        _ => {}
+    }
+    if cp.is_float() {
+        return match op {
+            BinOp::Add => format!("({a} + {b})"),
+            BinOp::Sub => format!("({a} - {b})"),
+            BinOp::Mul => format!("({a} * {b})"),
+            BinOp::Div => format!("({a} / {b})"),
+            BinOp::Pow => format!("{}({a}, {b})", float_fn2("pow", cp)),
+            BinOp::Max => format!("{}({a}, {b})", float_fn2("fmax", cp)),
+            BinOp::Min => format!("{}({a}, {b})", float_fn2("fmin", cp)),
+            BinOp::Mod => format!("{}({a}, {b})", float_fn2("fmod", cp)),
+            _ => {
+                helpers.insert(Helper::Bin(op, cp));
+                format!("aj_{}_{}({a}, {b})", bin_helper_name(op), prec_suffix(cp))
+            }
+        };
+    }
+    match op {
+        BinOp::Add => format!("(({t})((uint64_t)({a}) + (uint64_t)({b})))"),
+        BinOp::Sub => format!("(({t})((uint64_t)({a}) - (uint64_t)({b})))"),
+        BinOp::Mul => format!("(({t})((uint64_t)({a}) * (uint64_t)({b})))"),
+        _ => {
+            helpers.insert(Helper::Bin(op, cp));
+            format!("aj_{}_{}({a}, {b})", bin_helper_name(op), prec_suffix(cp))
+        }
+    }
+}
+
+/// Renders `op(a, b, c)` at compute precision `p`.
+pub fn render_ternop(op: TernOp, p: Prec, a: &str, b: &str, c: &str) -> String {
+    let cp = p.compute_prec();
+    let t = cp.c_storage_type();
+    match op {
+        TernOp::Where => format!("(({a}) != 0 ? ({b}) : ({c}))"),
+        TernOp::Fma if cp.is_float() => format!("{}({a}, {b}, {c})", float_fn2("fma", cp)),
+        TernOp::Fma => {
+            format!("(({t})((uint64_t)({a}) * (uint64_t)({b}) + (uint64_t)({c})))")
+        }
+    }
+}
+
+/// Converts an expression of compute precision `from` to compute precision `to`.
+pub fn convert(x: &str, from: Prec, to: Prec, helpers: &mut BTreeSet<Helper>) -> String {
+    let (from, to) = (from.compute_prec(), to.compute_prec());
+    if from == to {
+        x.to_string()
+    } else if from.is_float() && to.is_integer() {
+        helpers.insert(Helper::FloatToInt(to));
+        format!("aj_f2i_{}((double)({x}))", prec_suffix(to))
+    } else {
+        format!("(({})({x}))", to.c_storage_type())
+    }
+}
+
+/// Loads a stored element of precision `stored` as a value of compute precision `to`.
+pub fn load(x: &str, stored: Prec, to: Prec, helpers: &mut BTreeSet<Helper>) -> String {
+    let as_compute = match stored {
+        Prec::F16 => {
+            helpers.insert(Helper::F16ToF32);
+            format!("aj_f16_to_f32({x})")
+        }
+        Prec::Bf16 => {
+            helpers.insert(Helper::Bf16ToF32);
+            format!("aj_bf16_to_f32({x})")
+        }
+        _ => x.to_string(),
+    };
+    convert(&as_compute, stored, to, helpers)
+}
+
+/// Converts a value of the node's compute precision to its storage form.
+pub fn store(x: &str, stored: Prec, helpers: &mut BTreeSet<Helper>) -> String {
+    match stored {
+        Prec::F16 => {
+            helpers.insert(Helper::F32ToF16);
+            format!("aj_f32_to_f16({x})")
+        }
+        Prec::Bf16 => {
+            helpers.insert(Helper::F32ToBf16);
+            format!("aj_f32_to_bf16({x})")
+        }
+        _ => x.to_string(),
+    }
+}
+
+/// The C definition of a helper.
+pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
+    let pre = &syntax.helper_prefix;
+    match h {
+        Helper::F16ToF32 => format!(
+            "{pre} float aj_f16_to_f32(uint16_t h) {{
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+  if (exp == 0x1fu) bits = sign | 0x7f800000u | (mant << 13);
+  else if (exp != 0) bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  else if (mant == 0) bits = sign;
+  else {{
+    uint32_t e = 0;
+    while (!(mant & 0x400u)) {{ mant <<= 1; e++; }}
+    bits = sign | ((113u - e) << 23) | ((mant & 0x3ffu) << 13);
+  }}
+  float f; memcpy(&f, &bits, 4); return f;
+}}"
+        ),
+        Helper::F32ToF16 => format!(
+            "{pre} uint16_t aj_f32_to_f16(float f) {{
+  uint32_t x; memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
+  if (exp == 0xffu) return (uint16_t)(sign | 0x7c00u | (mant ? (0x200u | (mant >> 13)) : 0u));
+  int e = (int)exp - 112;
+  if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0) {{
+    if (e < -10) return (uint16_t)sign;
+    mant |= 0x800000u;
+    uint32_t shift = (uint32_t)(14 - e), h = mant >> shift, rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+  }}
+  uint32_t h = sign | ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)h;
+}}"
+        ),
+        Helper::Bf16ToF32 => format!(
+            "{pre} float aj_bf16_to_f32(uint16_t h) {{
+  uint32_t bits = (uint32_t)h << 16; float f; memcpy(&f, &bits, 4); return f;
+}}"
+        ),
+        Helper::F32ToBf16 => format!(
+            "{pre} uint16_t aj_f32_to_bf16(float f) {{
+  uint32_t x; memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+  if ((x & 0x8000u) && (x & 0x17fffu)) return (uint16_t)((x >> 16) + 1u);
+  return (uint16_t)(x >> 16);
+}}"
+        ),
+        Helper::FloatToInt(p) => {
+            let t = p.c_storage_type();
+            let (lo, hi) = int_limits(p);
+            format!(
+                "{pre} {t} aj_f2i_{s}(double x) {{
+  if (x != x) return 0;
+  if (x <= (double){lo}) return {lo};
+  if (x >= (double){hi}) return {hi};
+  return ({t})x;
+}}",
+                s = prec_suffix(p)
+            )
+        }
+        Helper::Un(op, p) => {
+            let t = p.c_storage_type();
+            let s = prec_suffix(p);
+            let body = match op {
+                UnOp::Relu => "return x > 0 ? x : 0;".to_string(),
+                UnOp::Satur01 => "return x < 0 ? 0 : (x > 1 ? 1 : x);".to_string(),
+                UnOp::Abs => format!("return x < 0 ? ({t})(0 - (uint64_t)x) : x;"),
+                UnOp::Recip => "return x == 0 ? 0 : 1 / x;".to_string(),
+                other => unreachable!("no helper for {other}"),
+            };
+            format!("{pre} {t} aj_{}_{s}({t} x) {{ {body} }}", op.name())
+        }
+        Helper::Bin(op, p) => {
+            let t = p.c_storage_type();
+            let s = prec_suffix(p);
+            let signed = p.is_signed_integer();
+            let body = match op {
+                BinOp::ReluGate => "return a > 0 ? b : 0;".to_string(),
+                BinOp::Max => "return a > b ? a : b;".to_string(),
+                BinOp::Min => "return a < b ? a : b;".to_string(),
+                BinOp::Div if signed => {
+                    format!("if (b == 0) return 0; if (b == -1) return ({t})(0 - (uint64_t)a); return a / b;")
+                }
+                BinOp::Div => "if (b == 0) return 0; return a / b;".to_string(),
+                BinOp::Mod if signed => "if (b == 0 || b == -1) return 0; return a % b;".to_string(),
+                BinOp::Mod => "if (b == 0) return 0; return a % b;".to_string(),
+                BinOp::Pow => {
+                    let negative = if signed {
+                        format!(
+                            "if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b % 2 == 0) ? 1 : ({t})-1) : 0);\n  "
+                        )
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{negative}uint64_t r = 1, base = (uint64_t)a, e = (uint64_t)b;
+  while (e > 0) {{ if (e & 1u) r = ({t})(r * base); base = ({t})(base * base); e >>= 1; }}
+  return ({t})r;"
+                    )
+                }
+                other => unreachable!("no helper for {other}"),
+            };
+            format!(
+                "{pre} {t} aj_{}_{s}({t} a, {t} b) {{\n  {body}\n}}",
+                bin_helper_name(op)
+            )
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! A static check of loop code: every access stays inside its node's storage (margins of
+//! padded nodes included) for every value of the loop iterators and static symbols, and every
+//! symbol is bound. Compiled code does not check indices, so this check is what keeps
+//! out-of-range accesses from ever reaching a backend.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::indexing::{AxisIndex, StaticSymbol, Symbol};
+use crate::low_level::{LowLevel, ScalarExpr};
+use crate::tnode::Tnode;
+
+/// Checks every access of `code`; `statics` gives the ranges of the static symbols.
+pub fn check_bounds(code: &LowLevel, statics: &[StaticSymbol]) -> Result<()> {
+    let mut ranges: HashMap<Symbol, (i64, i64)> = statics
+        .iter()
+        .map(|s| (s.symbol, (0, s.range as i64 - 1)))
+        .collect();
+    stmt(code, &mut ranges)
+}
+
+fn access(tn: &Tnode, idcs: &[AxisIndex], ranges: &HashMap<Symbol, (i64, i64)>) -> Result<()> {
+    let dims = tn.dims();
+    if idcs.len() != dims.len() {
+        return Err(Error::IndexOutOfBounds {
+            detail: format!(
+                "{} has {} axes but is accessed with {} indices",
+                tn.debug_name(),
+                dims.len(),
+                idcs.len()
+            ),
+        });
+    }
+    let pads = tn.padding().map(|p| p.axes.clone());
+    for (a, idx) in idcs.iter().enumerate() {
+        let (terms, offset) = idx.terms();
+        let (mut lo, mut hi) = (offset, offset);
+        for (c, s) in terms {
+            let (slo, shi) = ranges.get(&s).copied().ok_or_else(|| Error::StaticIndex {
+                symbol: s.to_string(),
+                detail: format!(
+                    "an index of {} uses it, but no enclosing loop binds it and it is not a static symbol of the routine",
+                    tn.debug_name()
+                ),
+            })?;
+            lo += (c * slo).min(c * shi);
+            hi += (c * slo).max(c * shi);
+        }
+        let (left, right) = pads
+            .as_ref()
+            .map(|p| (p[a].left as i64, p[a].right as i64))
+            .unwrap_or((0, 0));
+        if lo < -left || hi > dims[a] as i64 - 1 + right {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "axis {a} of {} is accessed at {lo}..={hi} (index {idx}) but allows {}..={}",
+                    tn.debug_name(),
+                    -left,
+                    dims[a] as i64 - 1 + right
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn stmt(s: &LowLevel, ranges: &mut HashMap<Symbol, (i64, i64)>) -> Result<()> {
+    match s {
+        LowLevel::Seq(items) => items.iter().try_for_each(|i| stmt(i, ranges)),
+        LowLevel::For {
+            index,
+            from,
+            to,
+            body,
+        } => {
+            if from >= to {
+                return Ok(());
+            }
+            let prev = ranges.insert(*index, (*from, to - 1));
+            let r = stmt(body, ranges);
+            match prev {
+                Some(p) => ranges.insert(*index, p),
+                None => ranges.remove(index),
+            };
+            r
+        }
+        LowLevel::Set { tn, idcs, value } => {
+            access(tn, idcs, ranges)?;
+            expr(value, ranges)
+        }
+        LowLevel::SetLocal(_, value) => expr(value, ranges),
+        LowLevel::Noop | LowLevel::Comment(_) | LowLevel::ZeroOut(_) => Ok(()),
+    }
+}
+
+fn expr(e: &ScalarExpr, ranges: &mut HashMap<Symbol, (i64, i64)>) -> Result<()> {
+    match e {
+        ScalarExpr::Get(tn, idcs) | ScalarExpr::GetMerge(tn, idcs) => access(tn, idcs, ranges)?,
+        ScalarExpr::LocalScope { body, .. } => stmt(body, ranges)?,
+        ScalarExpr::EmbedIndex(i) => {
+            for s in i.symbols() {
+                if !ranges.contains_key(&s) {
+                    return Err(Error::StaticIndex {
+                        symbol: s.to_string(),
+                        detail: "an embedded index uses it but nothing binds it".into(),
+                    });
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut result = Ok(());
+    e.for_each_child(|c| {
+        if result.is_ok() {
+            result = expr(c, ranges);
+        }
+    });
+    result
+}

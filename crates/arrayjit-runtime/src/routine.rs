@@ -1,0 +1,161 @@
+//! Compiled code and routines (code linked into a context, with static-index bindings).
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use arrayjit_backends::CompiledBatch;
+use arrayjit_ir::{Error, Optimized, Result, StaticSymbol, Tnode};
+
+use crate::context::Context;
+
+/// One compiled routine, ready to be linked into contexts of its backend.
+#[derive(Clone)]
+pub struct Code {
+    pub(crate) backend_name: String,
+    pub(crate) batch: Arc<dyn CompiledBatch>,
+    pub(crate) index: usize,
+    pub(crate) optimized: Arc<Optimized>,
+}
+
+impl fmt::Debug for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Code({} on {})", self.optimized.name, self.backend_name)
+    }
+}
+
+impl Code {
+    /// The routine's name.
+    pub fn name(&self) -> &str {
+        &self.optimized.name
+    }
+
+    /// The optimized loop code and its node roles.
+    pub fn optimized(&self) -> &Optimized {
+        &self.optimized
+    }
+
+    /// The generated source of the whole batch this code was compiled in.
+    pub fn source(&self) -> &str {
+        self.batch.source()
+    }
+}
+
+/// Code linked into a context: run it with [`Routine::run`] after binding its static indices.
+pub struct Routine {
+    context: Context,
+    code: Code,
+    statics: Mutex<Vec<Option<i64>>>,
+}
+
+impl fmt::Debug for Routine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Routine({} in {:?})", self.code.name(), self.context)
+    }
+}
+
+impl Routine {
+    pub(crate) fn new(context: Context, code: Code) -> Routine {
+        let n = code.optimized.bindings.len();
+        Routine {
+            context,
+            code,
+            statics: Mutex::new(vec![None; n]),
+        }
+    }
+
+    /// The routine's name.
+    pub fn name(&self) -> &str {
+        self.code.name()
+    }
+
+    /// The context the routine was linked into (a child of the one `link` was called on).
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// The compiled code.
+    pub fn code(&self) -> &Code {
+        &self.code
+    }
+
+    /// The static symbols this routine is run with.
+    pub fn bindings(&self) -> &[StaticSymbol] {
+        &self.code.optimized.bindings
+    }
+
+    /// Materialized nodes the routine reads before writing.
+    pub fn inputs(&self) -> Vec<Tnode> {
+        self.code.optimized.inputs()
+    }
+
+    /// Materialized nodes the routine writes.
+    pub fn outputs(&self) -> Vec<Tnode> {
+        self.code.optimized.outputs()
+    }
+
+    /// Binds a static index for the next runs; the value must be in `0..range`.
+    pub fn set_static(&self, symbol: &StaticSymbol, value: i64) -> Result<()> {
+        let pos = self
+            .bindings()
+            .iter()
+            .position(|s| s.symbol == symbol.symbol)
+            .ok_or_else(|| Error::StaticIndex {
+                symbol: symbol.name.clone(),
+                detail: format!("routine {} does not use this static index", self.name()),
+            })?;
+        if value < 0 || value >= symbol.range as i64 {
+            return Err(Error::StaticIndex {
+                symbol: symbol.name.clone(),
+                detail: format!("value {value} is outside 0..{}", symbol.range),
+            });
+        }
+        self.statics.lock().unwrap_or_else(|e| e.into_inner())[pos] = Some(value);
+        Ok(())
+    }
+
+    /// Schedules one run on the context's stream (with the `Sync` scheduler it runs now).
+    pub fn run(&self) -> Result<()> {
+        let statics = {
+            let values = self.statics.lock().unwrap_or_else(|e| e.into_inner());
+            values
+                .iter()
+                .zip(self.bindings())
+                .map(|(v, s)| {
+                    v.ok_or_else(|| Error::StaticIndex {
+                        symbol: s.name.clone(),
+                        detail: format!(
+                            "routine {} needs a value for it; call set_static first",
+                            self.name()
+                        ),
+                    })
+                })
+                .collect::<Result<Vec<i64>>>()?
+        };
+        let opt = &self.code.optimized;
+        let mut args = Vec::new();
+        for tn in opt.materialized_nodes() {
+            args.push(self.context.buffer(&tn)?.clone());
+        }
+        let stream = self.context.stream();
+        let _guard = stream.lock_exec();
+        if let Some(m) = &opt.merge_node {
+            let merge = stream.inner.merge.lock().unwrap_or_else(|e| e.into_inner());
+            match merge.as_ref() {
+                Some((t, b)) if t == m => args.push(b.clone()),
+                other => {
+                    return Err(Error::Runtime {
+                        stream: stream.name(),
+                        detail: format!(
+                            "routine {} reads the merge buffer as {}, but it holds {}; copy the node \
+                             with device_to_device(.., MergeBufferUse::Copy, ..) first",
+                            self.name(),
+                            m.debug_name(),
+                            other.map_or("nothing".into(), |(t, _)| t.debug_name())
+                        ),
+                    });
+                }
+            }
+        }
+        self.code.batch.launch(self.code.index, &args, &statics)
+    }
+}
