@@ -88,7 +88,7 @@ impl InterpEnv {
 }
 
 fn check_array(tn: &Tnode, nd: &Ndarray) -> Result<()> {
-    if nd.dims() != tn.padded_dims().as_slice() || nd.prec() != tn.prec() {
+    if nd.dims() != tn.padded_dims() || nd.prec() != tn.prec() {
         return Err(Error::ShapeMismatch {
             op: "interpreter array".into(),
             detail: format!(
@@ -124,7 +124,7 @@ pub fn flat_position(tn: &Tnode, idx: &[i64]) -> Result<usize> {
         });
     }
     let mut flat = 0usize;
-    for (a, ((&i, &d), &l)) in idx.iter().zip(&dims).zip(&left).enumerate() {
+    for (a, ((&i, &d), &l)) in idx.iter().zip(dims).zip(left).enumerate() {
         let p = i + l as i64;
         if p < 0 || p >= d as i64 {
             return Err(Error::IndexOutOfBounds {
@@ -140,6 +140,32 @@ pub fn flat_position(tn: &Tnode, idx: &[i64]) -> Result<usize> {
 }
 
 impl State<'_> {
+    /// Flat storage position of an access, without allocating.
+    fn position(&self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<usize> {
+        let dims = tn.padded_dims();
+        let left = tn.left_padding();
+        if idcs.len() != dims.len() {
+            return flat_position(tn, &self.index(idcs)?);
+        }
+        let mut flat = 0usize;
+        for (a, i) in idcs.iter().enumerate() {
+            let v = match i {
+                AxisIndex::Fixed(c) => Some(*c),
+                AxisIndex::Iterator(s) => self.symbols.get(s).copied(),
+                other => other.eval(&|s| self.symbols.get(&s).copied()),
+            };
+            let p = match v {
+                Some(v) => v + left[a] as i64,
+                None => return flat_position(tn, &self.index(idcs)?),
+            };
+            if p < 0 || p >= dims[a] as i64 {
+                return flat_position(tn, &self.index(idcs)?);
+            }
+            flat = flat * dims[a] + p as usize;
+        }
+        Ok(flat)
+    }
+
     fn index(&self, idcs: &[AxisIndex]) -> Result<Vec<i64>> {
         idcs.iter()
             .map(|i| {
@@ -182,8 +208,7 @@ impl State<'_> {
             }
             LowLevel::Set { tn, idcs, value } => {
                 let v = self.expr(value, tn.prec())?;
-                let idx = self.index(idcs)?;
-                let pos = flat_position(tn, &idx)?;
+                let pos = self.position(tn, idcs)?;
                 self.env.array_mut(tn)?.set_scalar(pos, v);
                 Ok(())
             }
@@ -212,13 +237,11 @@ impl State<'_> {
                 })?
                 .convert(cp),
             ScalarExpr::Get(tn, idcs) => {
-                let idx = self.index(idcs)?;
-                let pos = flat_position(tn, &idx)?;
+                let pos = self.position(tn, idcs)?;
                 self.env.array_mut(tn)?.get_scalar(pos).convert(cp)
             }
             ScalarExpr::GetMerge(tn, idcs) => {
-                let idx = self.index(idcs)?;
-                let pos = flat_position(tn, &idx)?;
+                let pos = self.position(tn, idcs)?;
                 match &self.env.merge {
                     Some((m, nd)) if m == tn => nd.get_scalar(pos).convert(cp),
                     Some((m, _)) => {

@@ -33,6 +33,8 @@ struct TnodeInner {
     prec: Prec,
     dims: Vec<usize>,
     padding: Option<Padding>,
+    padded_dims: Vec<usize>,
+    left_padding: Vec<usize>,
     code_name: String,
     memory_mode: Mutex<Option<ModeWithProvenance>>,
     host: Mutex<Option<Ndarray>>,
@@ -132,7 +134,12 @@ impl Tnode {
             label: label.iter().map(|s| s.to_string()).collect(),
             prec,
             dims: dims.to_vec(),
+            left_padding: match &padding {
+                Some(p) => p.axes.iter().map(|a| a.left).collect(),
+                None => vec![0; dims.len()],
+            },
             padding,
+            padded_dims: padded,
             code_name,
             memory_mode: Mutex::new(None),
             host: Mutex::new(None),
@@ -177,19 +184,13 @@ impl Tnode {
     }
 
     /// The dims of the stored array: logical dims plus padding.
-    pub fn padded_dims(&self) -> Vec<usize> {
-        match &self.0.padding {
-            Some(p) => p.padded_dims(&self.0.dims),
-            None => self.0.dims.clone(),
-        }
+    pub fn padded_dims(&self) -> &[usize] {
+        &self.0.padded_dims
     }
 
     /// Left padding per axis (zeros when unpadded).
-    pub fn left_padding(&self) -> Vec<usize> {
-        match &self.0.padding {
-            Some(p) => p.axes.iter().map(|a| a.left).collect(),
-            None => vec![0; self.0.dims.len()],
-        }
+    pub fn left_padding(&self) -> &[usize] {
+        &self.0.left_padding
     }
 
     /// Number of stored elements (margins included).
@@ -411,7 +412,7 @@ impl Tnode {
         Ok(idx
             .iter()
             .zip(self.left_padding())
-            .map(|(i, l)| i + l)
+            .map(|(i, &l)| i + l)
             .collect())
     }
 

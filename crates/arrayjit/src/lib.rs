@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod conformance;
 pub mod demo;
 
 pub use arrayjit_backends as backends;

@@ -1,0 +1,110 @@
+//! The shared differential test corpus: programs run on a backend and compared with the
+//! reference interpreter (exact for integers, a relative tolerance for floats). Every backend
+//! runs the same corpus; a new backend is correct when it agrees here.
+
+mod cases;
+
+use arrayjit_ir::{Assignments, Error, InterpEnv, Prec, Result, StaticSymbol, Tnode};
+use arrayjit_runtime::{Backend, Context};
+
+pub use cases::{all_cases, matmul};
+
+/// One program of the corpus.
+pub struct Case {
+    /// A short name.
+    pub name: String,
+    /// The program.
+    pub program: Assignments,
+    /// Static symbols bound per run.
+    pub bindings: Vec<StaticSymbol>,
+    /// Static values for each run, in the order of `bindings`; one run with no values if empty.
+    pub runs: Vec<Vec<i64>>,
+    /// The hosted nodes compared after the runs.
+    pub results: Vec<Tnode>,
+}
+
+/// Relative tolerance for comparing float results of a precision.
+pub fn tolerance(prec: Prec) -> f64 {
+    match prec {
+        Prec::F64 => 1e-12,
+        Prec::F32 => 2e-5,
+        Prec::F16 => 2e-3,
+        Prec::Bf16 => 1e-2,
+        _ => 0.0,
+    }
+}
+
+fn mismatch(case: &str, backend: &str, detail: String) -> Error {
+    Error::Runtime {
+        stream: backend.to_string(),
+        detail: format!("conformance case {case}: {detail}"),
+    }
+}
+
+/// Runs a case on the interpreter (unoptimized code) and on `backend`, and compares every
+/// result. Consumes the case's initial host values: build a fresh case per backend.
+pub fn check_case(case: &Case, backend: &Backend) -> Result<()> {
+    let runs = if case.runs.is_empty() {
+        vec![vec![]]
+    } else {
+        case.runs.clone()
+    };
+    // Reference first: the backend run writes results back to the host arrays.
+    let reference_code = case.program.lower(&case.bindings)?;
+    let mut env = InterpEnv::from_host_arrays(&reference_code);
+    for values in &runs {
+        let statics: Vec<_> = case
+            .bindings
+            .iter()
+            .map(|b| b.symbol)
+            .zip(values.iter().copied())
+            .collect();
+        env.run(&reference_code, &statics)?;
+    }
+    let code = backend.compile(&case.name, &case.program, &case.bindings)?;
+    let stream = backend.get_device(0)?.new_stream()?;
+    let routine = Context::new(&stream).link(&code)?;
+    for values in &runs {
+        for (b, &v) in case.bindings.iter().zip(values) {
+            routine.set_static(b, v)?;
+        }
+        routine.run()?;
+    }
+    for tn in &case.results {
+        routine.context().to_host(tn)?;
+        let want = env.array(tn).ok_or_else(|| {
+            mismatch(
+                &case.name,
+                backend.name(),
+                format!("{} was never computed", tn),
+            )
+        })?;
+        let got = tn.host_array()?;
+        if tn.prec().is_integer() {
+            if want.as_bytes() != got.as_bytes() {
+                return Err(mismatch(
+                    &case.name,
+                    backend.name(),
+                    format!("{tn}: expected {want}\ngot {got}"),
+                ));
+            }
+            continue;
+        }
+        let tol = tolerance(tn.prec());
+        for (i, (w, g)) in want.to_vec_f64().iter().zip(got.to_vec_f64()).enumerate() {
+            let same =
+                (w.is_nan() && g.is_nan()) || w == &g || (w - g).abs() <= tol * (1.0 + w.abs());
+            if !same {
+                return Err(mismatch(
+                    &case.name,
+                    backend.name(),
+                    format!(
+                        "{tn} element {i}: expected {w}, got {g}\nC source:\n{}",
+                        code.source()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
