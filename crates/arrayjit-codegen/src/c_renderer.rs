@@ -83,7 +83,7 @@ fn comment(text: &str) -> String {
     let clean: String = text
         .chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || " _.,:;=+-()#[]<>!?'".contains(c) {
+            if c.is_ascii_alphanumeric() || " _.,:=+-[]".contains(c) {
                 c
             } else {
                 '_'

@@ -165,10 +165,9 @@ impl Assignments {
                 op: FetchOp::Slice { batch, .. },
                 ..
             } = a
+                && !out.contains(batch)
             {
-                if !out.contains(batch) {
-                    out.push(batch.clone());
-                }
+                out.push(batch.clone());
             }
         });
         out

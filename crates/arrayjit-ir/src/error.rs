@@ -30,23 +30,8 @@ pub enum Error {
         detail: String,
     },
     /// Two memory-mode requests for one tensor node contradict each other.
-    #[error(
-        "memory mode contradiction for tensor node {node}: it is {old} (because: {old_provenance}), \
-         which cannot be refined to {new} (requested because: {new_provenance}); \
-         change one of the two requests"
-    )]
-    MemoryModeConflict {
-        /// The node's debug name.
-        node: String,
-        /// The mode the node already has.
-        old: String,
-        /// Why it has that mode.
-        old_provenance: String,
-        /// The mode that was requested.
-        new: String,
-        /// Why it was requested.
-        new_provenance: String,
-    },
+    #[error("{0}")]
+    MemoryModeConflict(Box<ModeConflict>),
     /// A backend name that no backend answers to.
     #[error("unknown backend {name:?}; available backends: {available}")]
     UnknownBackend {
@@ -106,21 +91,8 @@ pub enum Error {
         detail: String,
     },
     /// The external compiler failed.
-    #[error(
-        "compiling {routine} with `{command}` failed (exit status {status}); source: {source_path}\n{stderr}"
-    )]
-    CompileFailed {
-        /// The routine or batch being compiled.
-        routine: String,
-        /// The compiler command line.
-        command: String,
-        /// The exit status as text.
-        status: String,
-        /// Where the generated source was written.
-        source_path: String,
-        /// The compiler's standard error.
-        stderr: String,
-    },
+    #[error("{0}")]
+    CompileFailed(Box<CompileFailure>),
     /// Loading a compiled library or finding a symbol in it failed.
     #[error("loading compiled code from {path} failed: {detail}")]
     LoadFailed {
@@ -154,6 +126,44 @@ pub enum Error {
         /// What went wrong.
         detail: String,
     },
+}
+
+/// The details of [`Error::MemoryModeConflict`].
+#[derive(Debug, Error)]
+#[error(
+    "memory mode contradiction for tensor node {node}: it is {old} (because: {old_provenance}), \
+     which cannot be refined to {new} (requested because: {new_provenance}); \
+     change one of the two requests"
+)]
+pub struct ModeConflict {
+    /// The node's debug name.
+    pub node: String,
+    /// The mode the node already has.
+    pub old: String,
+    /// Why it has that mode.
+    pub old_provenance: String,
+    /// The mode that was requested.
+    pub new: String,
+    /// Why it was requested.
+    pub new_provenance: String,
+}
+
+/// The details of [`Error::CompileFailed`].
+#[derive(Debug, Error)]
+#[error(
+    "compiling {routine} with `{command}` failed (exit status {status}); source: {source_path}\n{stderr}"
+)]
+pub struct CompileFailure {
+    /// The routine or batch being compiled.
+    pub routine: String,
+    /// The compiler command line.
+    pub command: String,
+    /// The exit status as text.
+    pub status: String,
+    /// Where the generated source was written.
+    pub source_path: String,
+    /// The compiler's standard error.
+    pub stderr: String,
 }
 
 impl Error {

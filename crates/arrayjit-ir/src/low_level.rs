@@ -190,18 +190,26 @@ impl LowLevel {
         });
     }
 
+    /// Every node the code writes (with `Set` or `ZeroOut`), each once, in order of first write.
+    pub fn written_nodes(&self) -> Vec<Tnode> {
+        let mut out: Vec<Tnode> = Vec::new();
+        self.visit(&mut |s| match s {
+            LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) if !out.contains(tn) => {
+                out.push(tn.clone())
+            }
+            _ => {}
+        });
+        out
+    }
+
     /// Every node the code reads or writes, each once, in order of first appearance.
     pub fn nodes(&self) -> Vec<Tnode> {
-        let mut seen = Vec::new();
+        let mut seen = self.written_nodes();
         let mut add = |t: &Tnode| {
             if !seen.contains(t) {
                 seen.push(t.clone());
             }
         };
-        self.visit(&mut |s| match s {
-            LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) => add(tn),
-            _ => {}
-        });
         let mut reads = Vec::new();
         self.visit_exprs(&mut |e| {
             if let ScalarExpr::Get(t, _) = e {

@@ -509,6 +509,38 @@ impl fmt::Display for Ndarray {
     }
 }
 
+impl Ndarray {
+    /// The element at a flat position as an exact [`Scalar`] (integers are not rounded through
+    /// `f64`); `i` must be below `num_elems`.
+    pub(crate) fn get_scalar(&self, i: usize) -> crate::ops::Scalar {
+        use crate::ops::Scalar;
+        match &self.storage {
+            Storage::U8(v) => Scalar::I(v[i] as i128),
+            Storage::U16(v) => Scalar::I(v[i] as i128),
+            Storage::I32(v) => Scalar::I(v[i] as i128),
+            Storage::U32(v) => Scalar::I(v[i] as i128),
+            Storage::I64(v) => Scalar::I(v[i] as i128),
+            Storage::U64(v) => Scalar::I(v[i] as i128),
+            s => Scalar::F(s.get(i)),
+        }
+    }
+
+    /// Stores a scalar at a flat position, converting it to the array's precision.
+    pub(crate) fn set_scalar(&mut self, i: usize, x: crate::ops::Scalar) {
+        use crate::ops::Scalar;
+        let prec = self.prec();
+        match (x.convert(prec), &mut self.storage) {
+            (Scalar::I(n), Storage::U8(v)) => v[i] = n as u8,
+            (Scalar::I(n), Storage::U16(v)) => v[i] = n as u16,
+            (Scalar::I(n), Storage::I32(v)) => v[i] = n as i32,
+            (Scalar::I(n), Storage::U32(v)) => v[i] = n as u32,
+            (Scalar::I(n), Storage::I64(v)) => v[i] = n as i64,
+            (Scalar::I(n), Storage::U64(v)) => v[i] = n as u64,
+            (x, s) => s.set(i, x.to_f64()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,37 +599,5 @@ mod tests {
         assert_eq!(nd.to_string(), "f32 [2, 2]\n[[1.0, 2.5],\n [-3.0, 4.0]]");
         let long = Ndarray::zeros(Prec::I32, &[20]).unwrap();
         assert!(long.to_string().contains("..."));
-    }
-}
-
-impl Ndarray {
-    /// The element at a flat position as an exact [`Scalar`] (integers are not rounded through
-    /// `f64`); `i` must be below `num_elems`.
-    pub(crate) fn get_scalar(&self, i: usize) -> crate::ops::Scalar {
-        use crate::ops::Scalar;
-        match &self.storage {
-            Storage::U8(v) => Scalar::I(v[i] as i128),
-            Storage::U16(v) => Scalar::I(v[i] as i128),
-            Storage::I32(v) => Scalar::I(v[i] as i128),
-            Storage::U32(v) => Scalar::I(v[i] as i128),
-            Storage::I64(v) => Scalar::I(v[i] as i128),
-            Storage::U64(v) => Scalar::I(v[i] as i128),
-            s => Scalar::F(s.get(i)),
-        }
-    }
-
-    /// Stores a scalar at a flat position, converting it to the array's precision.
-    pub(crate) fn set_scalar(&mut self, i: usize, x: crate::ops::Scalar) {
-        use crate::ops::Scalar;
-        let prec = self.prec();
-        match (x.convert(prec), &mut self.storage) {
-            (Scalar::I(n), Storage::U8(v)) => v[i] = n as u8,
-            (Scalar::I(n), Storage::U16(v)) => v[i] = n as u16,
-            (Scalar::I(n), Storage::I32(v)) => v[i] = n as i32,
-            (Scalar::I(n), Storage::U32(v)) => v[i] = n as u32,
-            (Scalar::I(n), Storage::I64(v)) => v[i] = n as i64,
-            (Scalar::I(n), Storage::U64(v)) => v[i] = n as u64,
-            (x, s) => s.set(i, x.to_f64()),
-        }
     }
 }

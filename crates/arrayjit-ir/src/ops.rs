@@ -191,15 +191,7 @@ impl UnOp {
                             0.0
                         }
                     }
-                    Satur01 => {
-                        if v < 0.0 {
-                            0.0
-                        } else if v > 1.0 {
-                            1.0
-                        } else {
-                            v
-                        }
-                    }
+                    Satur01 => v.clamp(0.0, 1.0),
                     Exp => float_op(cp, f32::exp, f64::exp, v),
                     Exp2 => float_op(cp, f32::exp2, f64::exp2, v),
                     Log => float_op(cp, f32::ln, f64::ln, v),

@@ -7,7 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ModeConflict, Result};
 use crate::memory::{MemoryMode, MemoryType, ModeWithProvenance};
 use crate::ndarray::{Ndarray, Padding};
 use crate::prec::Prec;
@@ -300,13 +300,13 @@ impl Tnode {
                     });
                     Ok(())
                 }
-                None => Err(Error::MemoryModeConflict {
+                None => Err(Error::MemoryModeConflict(Box::new(ModeConflict {
                     node: self.debug_name(),
                     old: old.mode.to_string(),
                     old_provenance: old.provenance.clone(),
                     new: mode.to_string(),
                     new_provenance: provenance,
-                }),
+                }))),
             },
         }
     }
@@ -606,7 +606,7 @@ mod tests {
         t.update_memory_mode(MemoryMode::Virtual, "test").unwrap();
         assert!(matches!(
             t.set_values(&[1.0, 2.0]),
-            Err(Error::MemoryModeConflict { .. })
+            Err(Error::MemoryModeConflict(_))
         ));
         assert!(!t.has_host_array());
         assert!(Tnode::new(Prec::F32, &[2, 0], &["z"]).is_err());

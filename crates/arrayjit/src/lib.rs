@@ -26,6 +26,9 @@
 //! ```
 
 #![warn(missing_docs)]
+// `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
+// mode, host array) does not affect map keys.
+#![allow(clippy::mutable_key_type)]
 
 pub mod conformance;
 pub mod demo;
@@ -42,7 +45,7 @@ pub use arrayjit_runtime::{available_backends, backend, default_backend};
 pub mod prelude {
     pub use arrayjit_ir::{
         AccumRhs, Assignments, AxisIndex, BinOp, FetchOp, MemoryMode, MemoryType, Ndarray, Operand,
-        Prec, Projections, StaticSymbol, TernOp, Tnode, UnOp,
+        Prec, Projections, Sharing, StaticSymbol, TernOp, Tnode, UnOp,
     };
     pub use arrayjit_runtime::{Backend, Context, MergeBufferUse, Routine, Stream};
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+use arrayjit_ir::error::CompileFailure;
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{Error, Result};
 
@@ -232,11 +233,11 @@ pub(super) fn compile_and_load(
         Some(dir) => {
             private_dir(dir)?;
             let lib = dir.join(format!("{key}.so"));
-            if trusted_file(&lib) {
-                if let Ok(loaded) = LoadedLibrary::load(&lib) {
-                    CACHE_HITS.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Arc::new(loaded));
-                }
+            if trusted_file(&lib)
+                && let Ok(loaded) = LoadedLibrary::load(&lib)
+            {
+                CACHE_HITS.fetch_add(1, Ordering::Relaxed);
+                return Ok(Arc::new(loaded));
             }
             Some(lib)
         }
@@ -289,13 +290,13 @@ pub(super) fn compile_and_load(
                 keep.join(format!("{stem}.c"))
             }
         };
-        return Err(Error::CompileFailed {
+        return Err(Error::CompileFailed(Box::new(CompileFailure {
             routine: name.to_string(),
             command: command_line,
             status: out.status.to_string(),
             source_path: kept.display().to_string(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        });
+        })));
     }
     COMPILED.fetch_add(1, Ordering::Relaxed);
     let final_path = match cached {

@@ -62,14 +62,7 @@ pub(super) struct Analysis {
 }
 
 fn collect_stmt(s: &LowLevel, info: &mut StmtInfo) {
-    s.visit(&mut |st| match st {
-        LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) => {
-            if !info.writes.contains(tn) {
-                info.writes.push(tn.clone());
-            }
-        }
-        _ => {}
-    });
+    info.writes = s.written_nodes();
     s.visit_exprs(&mut |e| {
         if let ScalarExpr::Get(tn, idcs) = e {
             info.reads.push((tn.clone(), idcs.clone()));
@@ -207,10 +200,11 @@ fn computation_blocker(
                 }
                 let mut bad_self_read = false;
                 let mut check = |e: &ScalarExpr| {
-                    if let ScalarExpr::Get(t2, i2) = e {
-                        if t2 == tn && i2 != idcs {
-                            bad_self_read = true;
-                        }
+                    if let ScalarExpr::Get(t2, i2) = e
+                        && t2 == tn
+                        && i2 != idcs
+                    {
+                        bad_self_read = true;
                     }
                 };
                 LowLevel::SetLocal(

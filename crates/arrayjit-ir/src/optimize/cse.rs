@@ -89,18 +89,18 @@ fn rewrite(
     counts: &HashMap<String, usize>,
     assigned: &mut HashMap<String, ScopeId>,
 ) -> ScalarExpr {
-    if let Some(k) = key(&e) {
-        if counts[&k] >= 2 {
-            if let Some(id) = assigned.get(&k) {
-                return ScalarExpr::GetLocal(*id);
-            }
-            let id = ScopeId::fresh(prec);
-            assigned.insert(k, id);
-            return ScalarExpr::LocalScope {
-                id,
-                body: Box::new(LowLevel::SetLocal(id, e)),
-            };
+    if let Some(k) = key(&e)
+        && counts[&k] >= 2
+    {
+        if let Some(id) = assigned.get(&k) {
+            return ScalarExpr::GetLocal(*id);
         }
+        let id = ScopeId::fresh(prec);
+        assigned.insert(k, id);
+        return ScalarExpr::LocalScope {
+            id,
+            body: Box::new(LowLevel::SetLocal(id, e)),
+        };
     }
     match e {
         ScalarExpr::Unop(op, a) => ScalarExpr::unop(op, rewrite(*a, prec, counts, assigned)),

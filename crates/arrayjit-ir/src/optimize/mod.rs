@@ -180,10 +180,10 @@ pub fn optimize_low_level(
 fn find_merge_node(name: &str, code: &LowLevel) -> Result<Option<Tnode>> {
     let mut merges: Vec<Tnode> = Vec::new();
     code.visit_exprs(&mut |e| {
-        if let ScalarExpr::GetMerge(t, _) = e {
-            if !merges.contains(t) {
-                merges.push(t.clone());
-            }
+        if let ScalarExpr::GetMerge(t, _) = e
+            && !merges.contains(t)
+        {
+            merges.push(t.clone());
         }
     });
     match merges.len() {
@@ -297,7 +297,14 @@ fn decide_memory_modes(
             continue;
         }
         let before = &current.provenance;
-        if target == MemoryMode::Local && tn.size_in_bytes() > settings.local_threshold_bytes {
+        let nonzero_padding = tn.padding().is_some_and(|p| p.value != 0.0);
+        if target == MemoryMode::Local && nonzero_padding {
+            tn.update_memory_mode(
+                MemoryMode::OnDevice(Sharing::Unset),
+                format!("{before}; its margins hold a non-zero pad value, kept in a device array"),
+            )?;
+        } else if target == MemoryMode::Local && tn.size_in_bytes() > settings.local_threshold_bytes
+        {
             tn.update_memory_mode(
                 MemoryMode::OnDevice(Sharing::Unset),
                 format!(

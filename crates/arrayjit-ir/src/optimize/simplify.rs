@@ -129,10 +129,10 @@ impl Simplifier {
             }
             ScalarExpr::Unop(op, a) => {
                 let a = self.expr(*a, prec);
-                if let Some(c) = constant(&a) {
-                    if let Some(f) = folded(op.apply(cp, Scalar::F(c).convert(cp))) {
-                        return f;
-                    }
+                if let Some(c) = constant(&a)
+                    && let Some(f) = folded(op.apply(cp, Scalar::F(c).convert(cp)))
+                {
+                    return f;
                 }
                 match (op, a) {
                     (UnOp::Identity, a) => a,
@@ -183,10 +183,10 @@ impl Simplifier {
         match (op, ca, cb) {
             (Arg1, _, _) => return a,
             (Arg2, _, _) => return b,
-            (Add, Some(z), _) if z == 0.0 => return b,
-            (Add | Sub, _, Some(z)) if z == 0.0 => return a,
-            (Mul, Some(o), _) if o == 1.0 => return b,
-            (Mul | Div | Pow, _, Some(o)) if o == 1.0 => return a,
+            (Add, Some(0.0), _) => return b,
+            (Add | Sub, _, Some(0.0)) => return a,
+            (Mul, Some(1.0), _) => return b,
+            (Mul | Div | Pow, _, Some(1.0)) => return a,
             (Mul, Some(z), _) | (Mul, _, Some(z)) if z == 0.0 && cp.is_integer() => {
                 return ScalarExpr::Constant(0.0);
             }

@@ -16,14 +16,7 @@ pub(super) fn inline_virtual_nodes(
     let mut computations: HashMap<Tnode, Vec<LowLevel>> = HashMap::new();
     let mut out = Vec::new();
     for s in stmts {
-        let mut writes: Vec<Tnode> = Vec::new();
-        s.visit(&mut |st| {
-            if let LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) = st {
-                if !writes.contains(tn) {
-                    writes.push(tn.clone());
-                }
-            }
-        });
+        let writes = s.written_nodes();
         // A statement's reads of the node it computes are its own accumulation, not uses.
         let others: HashMap<Tnode, Vec<LowLevel>> = computations
             .iter()
@@ -134,10 +127,11 @@ fn instantiate(tn: &Tnode, computation: &[LowLevel], read_idcs: &[AxisIndex]) ->
 fn set_pattern(s: &LowLevel, tn: &Tnode) -> Option<Vec<AxisIndex>> {
     let mut found = None;
     s.visit(&mut |st| {
-        if let LowLevel::Set { tn: t, idcs, .. } = st {
-            if t == tn && found.is_none() {
-                found = Some(idcs.clone());
-            }
+        if let LowLevel::Set { tn: t, idcs, .. } = st
+            && t == tn
+            && found.is_none()
+        {
+            found = Some(idcs.clone());
         }
     });
     found

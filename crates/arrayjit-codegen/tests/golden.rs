@@ -1,0 +1,192 @@
+//! Golden tests of the generated C (insta snapshots) and determinism of rendering.
+
+use arrayjit_codegen::{CSyntax, render_program};
+use arrayjit_ir::{
+    AccumRhs, Assignments, AxisIndex, AxisPadding, BinOp, FetchOp, MemoryMode, MemoryType, Operand,
+    OptimizeSettings, Padding, Prec, Projections, StaticSymbol, Symbol, Tnode, UnOp, optimize,
+};
+
+fn input(prec: Prec, dims: &[usize], label: &str) -> Tnode {
+    let t = Tnode::new(prec, dims, &[label]).unwrap();
+    let n: usize = dims.iter().product();
+    t.set_values(&vec![1.0; n]).unwrap();
+    t
+}
+
+fn output(prec: Prec, dims: &[usize], label: &str) -> Tnode {
+    let t = Tnode::new(prec, dims, &[label]).unwrap();
+    t.update_memory_mode(
+        MemoryMode::Hosted(MemoryType::Nonconstant),
+        "golden: result",
+    )
+    .unwrap();
+    t
+}
+
+fn render(
+    name: &str,
+    program: &Assignments,
+    bindings: &[StaticSymbol],
+    settings: &OptimizeSettings,
+) -> String {
+    let opt = optimize(name, bindings, program, settings).unwrap();
+    render_program(&CSyntax::c(), &[&opt]).unwrap().source
+}
+
+fn mlp_layer() -> Assignments {
+    let w = input(Prec::F32, &[4, 3], "w");
+    let x = input(Prec::F32, &[3], "x");
+    let b = input(Prec::F32, &[4], "b");
+    let wx = Tnode::new(Prec::F32, &[4], &["wx"]).unwrap();
+    let pre = Tnode::new(Prec::F32, &[4], &["pre"]).unwrap();
+    let y = output(Prec::F32, &[4], "y");
+    Assignments::einsum(
+        "ij,j->i",
+        BinOp::Add,
+        &wx,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(w), Operand::Node(x)),
+        true,
+    )
+    .unwrap()
+    .then(Assignments::pointwise_binop(&pre, BinOp::Add, &wx, &b))
+    .then(Assignments::pointwise_unop(&y, UnOp::Relu, &pre))
+}
+
+#[test]
+fn fused_mlp_layer() {
+    insta::assert_snapshot!(render(
+        "mlp_layer",
+        &mlp_layer(),
+        &[],
+        &OptimizeSettings::default()
+    ));
+}
+
+#[test]
+fn rendering_is_deterministic() {
+    let a = render("mlp_layer", &mlp_layer(), &[], &OptimizeSettings::default());
+    let b = render("mlp_layer", &mlp_layer(), &[], &OptimizeSettings::default());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn max_reduction_starts_from_negative_infinity() {
+    let m = input(Prec::F32, &[5, 7], "m");
+    let r = output(Prec::F32, &[5], "row_max");
+    let p = Assignments::einsum(
+        "ij->i",
+        BinOp::Max,
+        &r,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(m)),
+        true,
+    )
+    .unwrap();
+    insta::assert_snapshot!(render("row_max", &p, &[], &OptimizeSettings::default()));
+}
+
+#[test]
+fn half_precision_conversions() {
+    let x = input(Prec::F16, &[8], "x16");
+    let b = input(Prec::Bf16, &[8], "bias");
+    let y = output(Prec::F16, &[8], "y16");
+    let p = Assignments::pointwise_binop(&y, BinOp::Mul, &x, &b);
+    insta::assert_snapshot!(render("half", &p, &[], &OptimizeSettings::default()));
+}
+
+#[test]
+fn integer_division_and_conversion() {
+    let a = input(Prec::I32, &[6], "a");
+    let f = input(Prec::F32, &[6], "f");
+    let q = Tnode::new(Prec::I32, &[6], &["q"]).unwrap();
+    let y = output(Prec::I32, &[6], "y");
+    let p = Assignments::pointwise_binop(&q, BinOp::Div, &a, &f)
+        .then(Assignments::pointwise_binop(&y, BinOp::Mod, &q, &a));
+    insta::assert_snapshot!(render("int_ops", &p, &[], &OptimizeSettings::default()));
+}
+
+#[test]
+fn padded_convolution_over_a_static_batch() {
+    let batch = StaticSymbol::new("batch", 4);
+    let data = input(Prec::F32, &[4, 6], "data");
+    let pad = Padding {
+        axes: vec![AxisPadding { left: 1, right: 1 }],
+        value: 0.0,
+    };
+    let x = Tnode::new_padded(Prec::F32, &[6], pad, &["x_padded"]).unwrap();
+    let k = input(Prec::F32, &[3], "kernel");
+    let y = output(Prec::F32, &[6], "conv");
+    let (i, j) = (Symbol::fresh(), Symbol::fresh());
+    let conv = Assignments::Accum {
+        initialize_neutral: true,
+        accum: BinOp::Add,
+        lhs: y,
+        rhs: AccumRhs::Binop(BinOp::Mul, Operand::Node(x.clone()), Operand::Node(k)),
+        projections: Projections {
+            product_space: vec![6, 3],
+            product_iterators: vec![i, j],
+            lhs_dims: vec![6],
+            rhs_dims: vec![vec![6], vec![3]],
+            project_lhs: vec![AxisIndex::Iterator(i)],
+            project_rhs: vec![
+                vec![AxisIndex::affine([(1, i), (1, j)], -1)],
+                vec![AxisIndex::Iterator(j)],
+            ],
+            debug_info: "conv".into(),
+        },
+    };
+    let p = Assignments::Fetch {
+        array: x,
+        op: FetchOp::Slice {
+            batch: batch.clone(),
+            sliced: data,
+        },
+    }
+    .then(conv);
+    insta::assert_snapshot!(render(
+        "conv_batch",
+        &p,
+        &[batch],
+        &OptimizeSettings::default()
+    ));
+}
+
+#[test]
+fn common_subexpressions_are_computed_once() {
+    let x = input(Prec::F32, &[8], "x");
+    let t = Tnode::new(Prec::F32, &[8], &["t"]).unwrap();
+    let y = output(Prec::F32, &[8], "y");
+    // t is read twice per element; allowing two visits inlines it twice, and CSE merges them.
+    let p = Assignments::pointwise_unop(&t, UnOp::Tanh, &x).then(Assignments::pointwise_binop(
+        &y,
+        BinOp::Mul,
+        &t,
+        &t,
+    ));
+    let settings = OptimizeSettings {
+        virtualize_max_visits: 2,
+        ..Default::default()
+    };
+    let src = render("square_tanh", &p, &[], &settings);
+    assert_eq!(src.matches("tanhf(").count(), 1, "{src}");
+    insta::assert_snapshot!(src);
+}
+
+#[test]
+fn labels_cannot_inject_code() {
+    let x = Tnode::new(Prec::F32, &[2], &["x */ system(\"rm -rf /\"); /*"]).unwrap();
+    x.set_values(&[1.0, 2.0]).unwrap();
+    let y = output(Prec::F32, &[2], "y\n#include <evil.h>");
+    let p = Assignments::BlockComment(
+        "comment */ evil(); /*".into(),
+        Box::new(Assignments::pointwise_unop(&y, UnOp::Neg, &x)),
+    );
+    let src = render("name\"; evil(); \"", &p, &[], &OptimizeSettings::default());
+    assert!(!src.contains("evil()"), "{src}");
+    assert!(!src.contains("system("), "{src}");
+    assert!(!src.contains("#include <evil.h>"), "{src}");
+    assert_eq!(
+        src.matches("*/").count(),
+        src.matches("/*").count(),
+        "{src}"
+    );
+}

@@ -1,0 +1,58 @@
+//! The `arrayjit` command: the README's demo, backend selection by `ARRAYJIT_BACKEND`, and the
+//! error messages a user sees.
+
+use std::process::Command;
+
+fn arrayjit(args: &[&str], backend: Option<&str>) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arrayjit"));
+    cmd.args(args);
+    match backend {
+        Some(b) => cmd.env("ARRAYJIT_BACKEND", b),
+        None => cmd.env_remove("ARRAYJIT_BACKEND"),
+    };
+    let out = cmd.output().expect("the arrayjit binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_demo_runs_on_the_default_backend_and_agrees_with_the_interpreter() {
+    let (ok, out, err) = arrayjit(&[], None);
+    assert!(ok, "{err}");
+    assert!(out.contains("interpreter agrees: yes"), "{out}");
+    assert!(out.contains("virtual (because: optimizer"), "{out}");
+    assert!(out.contains("void aj_demo("), "{out}");
+    // relu(W·x + b) for the demo's inputs, computed by hand.
+    assert!(out.contains("[0.875, 0.0, 0.625, 0.0]"), "{out}");
+}
+
+#[test]
+fn unknown_backend_from_the_environment_lists_the_available_ones() {
+    let (ok, _, err) = arrayjit(&["demo"], Some("tpu"));
+    assert!(!ok);
+    assert!(
+        err.contains("unknown backend \"tpu\"") && err.contains("sync_cc"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_backend_from_the_environment_says_how_to_enable_it() {
+    let (ok, _, err) = arrayjit(&["demo"], Some("cuda"));
+    assert!(!ok);
+    assert!(
+        err.contains("backend cuda is unavailable") && err.contains("to enable it"),
+        "{err}"
+    );
+}
+
+#[test]
+fn info_lists_backends() {
+    let (ok, out, err) = arrayjit(&["info"], None);
+    assert!(ok, "{err}");
+    assert!(out.contains("sync_cc: available, 1 device(s)"), "{out}");
+    assert!(out.contains("wgpu: backend wgpu is unavailable"), "{out}");
+}

@@ -1,0 +1,380 @@
+//! Every error path a user can reach: each returns a typed error with a message that says what
+//! was wrong and what to do, and leaves nothing corrupted.
+
+use std::sync::Arc;
+
+use arrayjit::Error;
+use arrayjit::backends::cc::{CcBackend, CcConfig};
+use arrayjit::prelude::*;
+use arrayjit::runtime::Backend;
+
+fn hosted_input(dims: &[usize], label: &str) -> Tnode {
+    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
+    let n: usize = dims.iter().product();
+    t.set_values(&(0..n).map(|i| i as f64).collect::<Vec<_>>())
+        .unwrap();
+    t
+}
+
+fn hosted_output(dims: &[usize], label: &str) -> Tnode {
+    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
+    t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    t
+}
+
+#[test]
+fn unknown_backend_lists_the_available_ones() {
+    let err = arrayjit::backend("tpu").unwrap_err();
+    assert!(matches!(err, Error::UnknownBackend { .. }));
+    let msg = err.to_string();
+    assert!(msg.contains("tpu") && msg.contains("sync_cc"), "{msg}");
+}
+
+#[test]
+fn missing_backends_have_no_devices_and_explain_themselves() {
+    for name in ["cuda", "metal", "wgpu"] {
+        let b = arrayjit::backend(name).unwrap();
+        assert_eq!(b.num_devices(), 0);
+        let err = b.get_device(0).unwrap_err();
+        assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
+        assert!(err.to_string().contains(name), "{err}");
+        let x = hosted_input(&[2], "x");
+        let y = hosted_output(&[2], "y");
+        let err = b
+            .compile("r", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .unwrap_err();
+        assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
+    }
+    assert!(!arrayjit::available_backends().contains(&"cuda"));
+}
+
+#[test]
+fn no_such_device() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let err = b.get_device(5).unwrap_err();
+    assert!(
+        matches!(err, Error::NoSuchDevice { ordinal: 5, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn memory_mode_contradiction_is_reported_with_both_reasons() {
+    let t = Tnode::new(Prec::F32, &[3], &["t"]).unwrap();
+    t.update_memory_mode(MemoryMode::Virtual, "user: fuse it")
+        .unwrap();
+    let err = t.set_values(&[1.0, 2.0, 3.0]).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::MemoryModeConflict(_)));
+    assert!(
+        msg.contains("user: fuse it") && msg.contains("host"),
+        "{msg}"
+    );
+    // Nothing changed.
+    assert!(t.known_virtual());
+    assert!(!t.has_host_array());
+}
+
+#[test]
+fn linking_code_that_needs_a_node_the_context_lacks() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let hidden = Tnode::new(Prec::F32, &[3], &["hidden"]).unwrap();
+    hidden
+        .update_memory_mode(MemoryMode::OnDevice(Sharing::Unset), "test: device only")
+        .unwrap();
+    let y = hosted_output(&[3], "y");
+    let code = b
+        .compile(
+            "reads_hidden",
+            &Assignments::pointwise_unop(&y, UnOp::Relu, &hidden),
+            &[],
+        )
+        .unwrap();
+    let stream = b.get_device(0).unwrap().new_stream().unwrap();
+    let ctx = Context::new(&stream);
+    let err = ctx.link(&code).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::NodeNotInContext { .. }), "{msg}");
+    assert!(
+        msg.contains("hidden") && msg.contains("reads_hidden"),
+        "{msg}"
+    );
+    // Linking the producer first makes it work: the child context holds the node.
+    let x = hosted_input(&[3], "x");
+    let producer = b
+        .compile(
+            "make_hidden",
+            &Assignments::pointwise_unop(&hidden, UnOp::Neg, &x),
+            &[],
+        )
+        .unwrap();
+    let r1 = ctx.link(&producer).unwrap();
+    let r2 = r1.context().link(&code).unwrap();
+    r1.run().unwrap();
+    r2.run().unwrap();
+    r2.context().to_host(&y).unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![0.0, 0.0, 0.0]);
+    assert!(r2.context().parent().is_some());
+}
+
+#[test]
+fn wrong_size_host_arrays_are_rejected() {
+    let t = Tnode::new(Prec::F32, &[2, 3], &["t"]).unwrap();
+    let err = t.set_values(&[1.0; 5]).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
+    assert!(
+        err.to_string().contains('6') && err.to_string().contains('5'),
+        "{err}"
+    );
+    assert!(matches!(
+        t.set_value(&[2, 0], 1.0),
+        Err(Error::IndexOutOfBounds { .. })
+    ));
+    assert!(matches!(
+        Ndarray::from_f64(Prec::F32, &[2], &[1.0]),
+        Err(Error::ShapeMismatch { .. })
+    ));
+}
+
+#[test]
+fn bad_shapes_in_assignments_are_typed_errors() {
+    let a = hosted_input(&[2, 3], "a");
+    let b = hosted_input(&[4, 5], "b");
+    let c = hosted_output(&[2, 5], "c");
+    let err = Assignments::einsum(
+        "ik,kj->ij",
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a.clone()), Operand::Node(b)),
+        true,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
+    // Projections that reach outside a node are caught before any code runs.
+    let y = hosted_output(&[3], "y");
+    let mut p = Projections::pointwise(&[3], 1);
+    p.project_rhs[0][0] = p.project_rhs[0][0].shifted(1);
+    p.rhs_dims = vec![vec![3]];
+    let x = hosted_input(&[3], "x");
+    let prog = Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Arg2,
+        lhs: y,
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(x)),
+        projections: p,
+    };
+    let err = arrayjit::backend("sync_cc")
+        .unwrap()
+        .compile("shifted", &prog, &[])
+        .unwrap_err();
+    assert!(matches!(err, Error::IndexOutOfBounds { .. }), "{err}");
+}
+
+#[test]
+fn static_indices_are_checked() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let data = hosted_input(&[4, 2], "data");
+    let batch = StaticSymbol::new("batch", 4);
+    let row = hosted_output(&[2], "row");
+    let prog = Assignments::Fetch {
+        array: row.clone(),
+        op: FetchOp::Slice {
+            batch: batch.clone(),
+            sliced: data,
+        },
+    };
+    let code = b
+        .compile("slice", &prog, std::slice::from_ref(&batch))
+        .unwrap();
+    let stream = b.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    let err = routine.run().unwrap_err();
+    assert!(
+        matches!(err, Error::StaticIndex { .. }) && err.to_string().contains("set_static"),
+        "{err}"
+    );
+    assert!(routine.set_static(&batch, 4).is_err());
+    assert!(routine.set_static(&batch, -1).is_err());
+    routine.set_static(&batch, 3).unwrap();
+    routine.run().unwrap();
+    routine.context().to_host(&row).unwrap();
+    assert_eq!(row.get_values().unwrap(), vec![6.0, 7.0]);
+}
+
+fn cc_backend(config: CcConfig) -> Backend {
+    Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config)))
+}
+
+#[test]
+fn compile_failure_reports_stderr_and_keeps_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = CcConfig::from_env();
+    config.flags.push("-DARRAYJIT_TEST_FAILURE".into());
+    config.flags.push("-include".into());
+    config
+        .flags
+        .push("/nonexistent/arrayjit-missing-header.h".into());
+    config.cache_dir = Some(dir.path().join("cache"));
+    let b = cc_backend(config);
+    let x = hosted_input(&[2], "x");
+    let y = hosted_output(&[2], "y");
+    let err = b
+        .compile(
+            "doomed",
+            &Assignments::pointwise_unop(&y, UnOp::Exp, &x),
+            &[],
+        )
+        .unwrap_err();
+    let Error::CompileFailed(failure) = &err else {
+        panic!("expected CompileFailed, got {err}")
+    };
+    let (stderr, source_path) = (&failure.stderr, &failure.source_path);
+    assert!(stderr.contains("arrayjit-missing-header"), "{stderr}");
+    let kept = std::fs::read_to_string(source_path).unwrap();
+    assert!(kept.contains("aj_doomed"), "{kept}");
+}
+
+#[test]
+fn a_missing_compiler_makes_the_backend_unavailable() {
+    let mut config = CcConfig::from_env();
+    config.compiler = "/nonexistent/arrayjit-cc".into();
+    let b = cc_backend(config);
+    let err = b.check_available().unwrap_err();
+    assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
+    assert!(err.to_string().contains("CC"), "{err}");
+    assert!(b.get_device(0).is_err());
+}
+
+#[test]
+fn cache_hits_skip_the_compiler_and_build_files_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = CcConfig::from_env();
+    config.cache_dir = Some(dir.path().join("cache"));
+    config.build_files_dir = Some(dir.path().join("build"));
+    let b = cc_backend(config);
+    let run = || {
+        let x = hosted_input(&[4], "x");
+        let y = hosted_output(&[4], "y");
+        let code = b
+            .compile(
+                "cached",
+                &Assignments::pointwise_unop(&y, UnOp::Sqrt, &x),
+                &[],
+            )
+            .unwrap();
+        let stream = b.get_device(0).unwrap().new_stream().unwrap();
+        let r = Context::new(&stream).link(&code).unwrap();
+        r.run().unwrap();
+        r.context().to_host(&y).unwrap();
+        y.get_values().unwrap()
+    };
+    let before = arrayjit::backends::cc::compile_stats();
+    let first = run();
+    let second = run();
+    let after = arrayjit::backends::cc::compile_stats();
+    assert_eq!(first, second);
+    assert_eq!(first[3], 3f32.sqrt() as f64);
+    assert!(
+        after.cache_hits > before.cache_hits,
+        "{before:?} -> {after:?}"
+    );
+    let cache = dir.path().join("cache");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let kept: Vec<_> = std::fs::read_dir(dir.path().join("build"))
+        .unwrap()
+        .collect();
+    assert!(!kept.is_empty());
+}
+
+#[test]
+fn labels_with_c_metacharacters_compile_and_run() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let x = Tnode::new(
+        Prec::F32,
+        &[3],
+        &["x\"); exit(1); //", "*/ #define float int"],
+    )
+    .unwrap();
+    x.set_values(&[1.0, -2.0, 3.0]).unwrap();
+    let y = Tnode::new(Prec::F32, &[3], &["y\n#error boom"]).unwrap();
+    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")
+        .unwrap();
+    let prog = Assignments::BlockComment(
+        "*/ #error injected /*".into(),
+        Box::new(Assignments::pointwise_unop(&y, UnOp::Neg, &x)),
+    );
+    let code = b.compile("routine\"; #error", &prog, &[]).unwrap();
+    assert!(
+        !code.source().contains("#error") && !code.source().contains("#define"),
+        "{}",
+        code.source()
+    );
+    let stream = b.get_device(0).unwrap().new_stream().unwrap();
+    let r = Context::new(&stream).link(&code).unwrap();
+    r.run().unwrap();
+    r.context().to_host(&y).unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-1.0, 2.0, -3.0]);
+}
+
+#[test]
+fn merge_buffer_reads_need_a_copy_first() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let dev = b.get_device(0).unwrap();
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let grad = hosted_input(&[3], "grad");
+    let total = hosted_input(&[3], "total");
+    let add_merge = Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Add,
+        lhs: total.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(grad.clone())),
+        projections: Projections::pointwise(&[3], 1),
+    };
+    let touch = hosted_output(&[3], "touch");
+    let producer = b
+        .compile(
+            "produce",
+            &Assignments::pointwise_unop(&touch, UnOp::Identity, &grad),
+            &[],
+        )
+        .unwrap();
+    let consumer = b.compile("merge_add", &add_merge, &[]).unwrap();
+    let src = Context::new(&s1).link(&producer).unwrap();
+    let dst = Context::new(&s2).link(&consumer).unwrap();
+    let err = dst.run().unwrap_err();
+    assert!(
+        matches!(err, Error::Runtime { .. }) && err.to_string().contains("merge"),
+        "{err}"
+    );
+    dst.context()
+        .device_to_device(&grad, MergeBufferUse::Copy, src.context())
+        .unwrap();
+    dst.run().unwrap();
+    dst.context().to_host(&total).unwrap();
+    assert_eq!(total.get_values().unwrap(), vec![0.0, 2.0, 4.0]);
+}
+
+#[test]
+fn used_memory_counts_context_arrays() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let dev = b.get_device(0).unwrap();
+    let before = dev.used_memory();
+    let x = hosted_input(&[1000], "x");
+    let y = hosted_output(&[1000], "y");
+    let code = b
+        .compile("mem", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .unwrap();
+    let stream = dev.new_stream().unwrap();
+    let r = Context::new(&stream).link(&code).unwrap();
+    assert!(
+        dev.used_memory() >= before + 8000,
+        "{} -> {}",
+        before,
+        dev.used_memory()
+    );
+    drop(r);
+    assert!(!b.debug_info().is_empty() && stream.debug_info().contains("stream"));
+}
