@@ -168,6 +168,33 @@ impl LowLevel {
         }
     }
 
+    /// Rebuilds the statements with `f` applied to the value of every `Set` and `SetLocal`
+    /// (given the precision the value is computed in); loops and sequences are kept.
+    pub fn map_values(self, f: &mut impl FnMut(ScalarExpr, Prec) -> ScalarExpr) -> LowLevel {
+        match self {
+            LowLevel::Seq(items) => {
+                LowLevel::Seq(items.into_iter().map(|i| i.map_values(f)).collect())
+            }
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => LowLevel::For {
+                index,
+                from,
+                to,
+                body: Box::new(body.map_values(f)),
+            },
+            LowLevel::Set { tn, idcs, value } => {
+                let value = f(value, tn.prec());
+                LowLevel::Set { tn, idcs, value }
+            }
+            LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, f(value, id.prec)),
+            s => s,
+        }
+    }
+
     /// Calls `f` on every statement, pre-order, including statements inside local scopes.
     pub fn visit(&self, f: &mut impl FnMut(&LowLevel)) {
         f(self);

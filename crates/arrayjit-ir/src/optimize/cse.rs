@@ -8,31 +8,7 @@ use crate::prec::Prec;
 
 /// Eliminates repeated subexpressions in every statement's value.
 pub(super) fn eliminate_common_subexpressions(code: LowLevel) -> LowLevel {
-    match code {
-        LowLevel::Seq(items) => LowLevel::Seq(
-            items
-                .into_iter()
-                .map(eliminate_common_subexpressions)
-                .collect(),
-        ),
-        LowLevel::For {
-            index,
-            from,
-            to,
-            body,
-        } => LowLevel::For {
-            index,
-            from,
-            to,
-            body: Box::new(eliminate_common_subexpressions(*body)),
-        },
-        LowLevel::Set { tn, idcs, value } => {
-            let value = cse_value(value, tn.prec());
-            LowLevel::Set { tn, idcs, value }
-        }
-        LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, cse_value(value, id.prec)),
-        s => s,
-    }
+    code.map_values(&mut cse_value)
 }
 
 /// A key for operation trees free of locals; `None` for leaves and trees that involve locals

@@ -35,29 +35,7 @@ pub(super) fn inline_virtual_nodes(
 }
 
 fn inline_stmt(s: LowLevel, comps: &HashMap<Tnode, Vec<LowLevel>>) -> LowLevel {
-    match s {
-        LowLevel::Seq(items) => {
-            LowLevel::Seq(items.into_iter().map(|i| inline_stmt(i, comps)).collect())
-        }
-        LowLevel::For {
-            index,
-            from,
-            to,
-            body,
-        } => LowLevel::For {
-            index,
-            from,
-            to,
-            body: Box::new(inline_stmt(*body, comps)),
-        },
-        LowLevel::Set { tn, idcs, value } => LowLevel::Set {
-            tn,
-            idcs,
-            value: inline_expr(value, comps),
-        },
-        LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, inline_expr(value, comps)),
-        s => s,
-    }
+    s.map_values(&mut |value, _| inline_expr(value, comps))
 }
 
 fn inline_expr(e: ScalarExpr, comps: &HashMap<Tnode, Vec<LowLevel>>) -> ScalarExpr {
