@@ -282,3 +282,99 @@ impl State<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::low_level::ScopeId;
+    use crate::ops::BinOp;
+
+    fn node(dims: &[usize], label: &str) -> Tnode {
+        Tnode::new(Prec::F32, dims, &[label]).unwrap()
+    }
+
+    #[test]
+    fn out_of_bounds_accesses_are_errors_not_panics() {
+        let t = node(&[3], "t");
+        let code = LowLevel::Set {
+            tn: t.clone(),
+            idcs: vec![AxisIndex::Fixed(3)],
+            value: ScalarExpr::Constant(1.0),
+        };
+        let err = InterpEnv::new().run(&code, &[]).unwrap_err();
+        assert!(matches!(err, Error::IndexOutOfBounds { .. }), "{err}");
+    }
+
+    #[test]
+    fn unbound_symbols_and_missing_merge_buffers_are_errors() {
+        let t = node(&[3], "t");
+        let s = Symbol::fresh();
+        let read = LowLevel::Set {
+            tn: t.clone(),
+            idcs: vec![AxisIndex::Iterator(s)],
+            value: ScalarExpr::Constant(1.0),
+        };
+        assert!(matches!(
+            InterpEnv::new().run(&read, &[]),
+            Err(Error::StaticIndex { .. })
+        ));
+        InterpEnv::new().run(&read, &[(s, 2)]).unwrap();
+        let merge = LowLevel::Set {
+            tn: t.clone(),
+            idcs: vec![AxisIndex::Fixed(0)],
+            value: ScalarExpr::GetMerge(t.clone(), vec![AxisIndex::Fixed(0)]),
+        };
+        assert!(InterpEnv::new().run(&merge, &[]).is_err());
+        let mut env = InterpEnv::new();
+        env.set_merge(
+            &t,
+            Ndarray::from_f64(Prec::F32, &[3], &[4.0, 5.0, 6.0]).unwrap(),
+        )
+        .unwrap();
+        env.run(&merge, &[]).unwrap();
+        assert_eq!(env.values(&t).unwrap()[0], 4.0);
+    }
+
+    #[test]
+    fn local_scopes_accumulate_in_their_precision() {
+        // y[0] = (v := 0; for i in 0..4: v := v + x[i]; v), in i32 locals over f32 data.
+        let x = node(&[4], "x");
+        let y = node(&[1], "y");
+        let mut env = InterpEnv::new();
+        env.set_array(
+            &x,
+            Ndarray::from_f64(Prec::F32, &[4], &[0.5, 1.5, 2.5, 3.5]).unwrap(),
+        )
+        .unwrap();
+        let v = ScopeId::fresh(Prec::I32);
+        let i = Symbol::fresh();
+        let body = LowLevel::For {
+            index: i,
+            from: 0,
+            to: 4,
+            body: Box::new(LowLevel::SetLocal(
+                v,
+                ScalarExpr::binop(
+                    BinOp::Add,
+                    ScalarExpr::GetLocal(v),
+                    ScalarExpr::Get(x.clone(), vec![AxisIndex::Iterator(i)]),
+                ),
+            )),
+        };
+        let code = LowLevel::Set {
+            tn: y.clone(),
+            idcs: vec![AxisIndex::Fixed(0)],
+            value: ScalarExpr::LocalScope {
+                id: v,
+                body: Box::new(body),
+            },
+        };
+        env.run(&code, &[]).unwrap();
+        // Each read converts to i32 (truncating): 0 + 1 + 2 + 3.
+        assert_eq!(env.values(&y).unwrap(), vec![6.0]);
+        assert!(
+            env.set_array(&x, Ndarray::zeros(Prec::F64, &[4]).unwrap())
+                .is_err()
+        );
+    }
+}

@@ -55,6 +55,17 @@ pub fn backend(name: &str) -> Result<Backend> {
     Ok(Backend::from_lowered(canonical, lowered))
 }
 
+/// Resolves a backend (by name, or the default one) and checks that it can run here: the one
+/// call that starts arrayjit. An unavailable backend is an error here rather than a placeholder.
+pub fn initialize(name: Option<&str>) -> Result<Backend> {
+    let b = match name {
+        Some(n) => backend(n)?,
+        None => default_backend()?,
+    };
+    b.check_available()?;
+    Ok(b)
+}
+
 /// The backend named by `ARRAYJIT_BACKEND`, else `sync_cc`.
 pub fn default_backend() -> Result<Backend> {
     match std::env::var("ARRAYJIT_BACKEND") {

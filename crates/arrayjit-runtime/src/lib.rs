@@ -16,7 +16,9 @@ mod context;
 mod routine;
 mod stream;
 
-pub use backend::{Backend, Device, KNOWN_BACKENDS, available_backends, backend, default_backend};
+pub use backend::{
+    Backend, Device, KNOWN_BACKENDS, available_backends, backend, default_backend, initialize,
+};
 pub use context::{Context, MergeBufferUse};
 pub use routine::{Code, Routine};
 pub use stream::{Event, Stream};

@@ -39,7 +39,7 @@ pub use arrayjit_ir as ir;
 pub use arrayjit_runtime as runtime;
 
 pub use arrayjit_ir::{Error, Result};
-pub use arrayjit_runtime::{available_backends, backend, default_backend};
+pub use arrayjit_runtime::{available_backends, backend, default_backend, initialize};
 
 /// The names most programs need.
 pub mod prelude {

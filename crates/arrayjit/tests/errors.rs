@@ -47,6 +47,14 @@ fn missing_backends_have_no_devices_and_explain_themselves() {
         assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
     }
     assert!(!arrayjit::available_backends().contains(&"cuda"));
+    assert!(matches!(
+        arrayjit::initialize(Some("wgpu")),
+        Err(Error::BackendUnavailable { .. })
+    ));
+    assert_eq!(
+        arrayjit::initialize(Some("sync_cc")).unwrap().name(),
+        "sync_cc"
+    );
 }
 
 #[test]
@@ -377,4 +385,55 @@ fn used_memory_counts_context_arrays() {
     );
     drop(r);
     assert!(!b.debug_info().is_empty() && stream.debug_info().contains("stream"));
+}
+
+#[test]
+fn compile_batch_puts_routines_in_one_library() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let x = hosted_input(&[4], "x");
+    let double = hosted_output(&[4], "double");
+    let square = hosted_output(&[4], "square");
+    let p1 = Assignments::pointwise_binop(&double, BinOp::Add, &x, &x);
+    let p2 = Assignments::pointwise_binop(&square, BinOp::Mul, &x, &x);
+    let codes = b
+        .compile_batch(&[("double", &p1), ("square", &p2)], &[])
+        .unwrap();
+    assert_eq!(codes.len(), 2);
+    assert_eq!(codes[0].source(), codes[1].source());
+    assert!(
+        codes[0].source().contains("void aj_double(")
+            && codes[0].source().contains("void aj_square(")
+    );
+    let stream = b.get_device(0).unwrap().new_stream().unwrap();
+    let r1 = Context::new(&stream).link(&codes[0]).unwrap();
+    let r2 = r1.context().link(&codes[1]).unwrap();
+    r1.run().unwrap();
+    r2.run().unwrap();
+    r2.context().to_host(&double).unwrap();
+    r2.context().to_host(&square).unwrap();
+    assert_eq!(double.get_values().unwrap(), vec![0.0, 2.0, 4.0, 6.0]);
+    assert_eq!(square.get_values().unwrap(), vec![0.0, 1.0, 4.0, 9.0]);
+}
+
+#[test]
+fn host_writes_reach_the_device_with_from_host() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let x = hosted_input(&[3], "x");
+    let y = hosted_output(&[3], "y");
+    let code = b
+        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .unwrap();
+    let stream = b.get_device(0).unwrap().new_stream().unwrap();
+    let r = Context::new(&stream).link(&code).unwrap();
+    x.set_values(&[5.0, 6.0, 7.0]).unwrap();
+    r.context().from_host(&x).unwrap();
+    r.run().unwrap();
+    r.context().to_host(&y).unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-5.0, -6.0, -7.0]);
+    // A node the context does not hold cannot be transferred.
+    let other = hosted_input(&[3], "other");
+    assert!(matches!(
+        r.context().from_host(&other),
+        Err(Error::NodeNotInContext { .. })
+    ));
 }

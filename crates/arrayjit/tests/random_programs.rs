@@ -1,0 +1,157 @@
+//! Property test: randomly generated programs (elementwise chains, reductions, broadcasts,
+//! matrix products, transposes, in several precisions) give the interpreter's results on every
+//! available backend. This exercises fusion, local arrays, CSE and the renderer together.
+
+use arrayjit::conformance::{Case, check_case};
+use arrayjit::prelude::*;
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Step {
+    Unary(UnOp, usize),
+    Binary(BinOp, usize, usize),
+    ReduceBroadcast(BinOp, usize),
+    Transpose(usize),
+    Matmul(usize, usize),
+}
+
+fn arb_step(float: bool) -> impl Strategy<Value = Step> {
+    let un = if float {
+        prop_oneof![
+            Just(UnOp::Relu),
+            Just(UnOp::Neg),
+            Just(UnOp::Tanh),
+            Just(UnOp::Abs),
+            Just(UnOp::Satur01),
+            Just(UnOp::Cos)
+        ]
+        .boxed()
+    } else {
+        prop_oneof![
+            Just(UnOp::Relu),
+            Just(UnOp::Neg),
+            Just(UnOp::Abs),
+            Just(UnOp::Not)
+        ]
+        .boxed()
+    };
+    let bin = prop_oneof![
+        Just(BinOp::Add),
+        Just(BinOp::Sub),
+        Just(BinOp::Mul),
+        Just(BinOp::Max),
+        Just(BinOp::Min),
+        Just(BinOp::Cmplt),
+        Just(BinOp::ReluGate),
+        Just(BinOp::Div)
+    ];
+    prop_oneof![
+        (un, 0..8usize).prop_map(|(o, a)| Step::Unary(o, a)),
+        (bin, 0..8usize, 0..8usize).prop_map(|(o, a, b)| Step::Binary(o, a, b)),
+        (prop_oneof![Just(BinOp::Add), Just(BinOp::Max)], 0..8usize)
+            .prop_map(|(o, a)| Step::ReduceBroadcast(o, a)),
+        (0..8usize).prop_map(Step::Transpose),
+        (0..8usize, 0..8usize).prop_map(|(a, b)| Step::Matmul(a, b)),
+    ]
+}
+
+fn build(prec: Prec, n: usize, steps: &[Step], seed: u64) -> Case {
+    let input = |label: &str, k: u64| {
+        let t = Tnode::new(prec, &[n, n], &[label]).unwrap();
+        let vals: Vec<f64> = (0..n * n)
+            .map(|i| ((i as u64 * 7 + seed * k) % 9) as f64 * 0.5 - 2.0)
+            .map(|v| if prec.is_integer() { v.round() } else { v })
+            .map(|v| if prec == Prec::U8 { v.abs() } else { v })
+            .collect();
+        t.set_values(&vals).unwrap();
+        t
+    };
+    let mut nodes = vec![input("in0", 1), input("in1", 3)];
+    let mut program = Assignments::Noop;
+    for (k, step) in steps.iter().enumerate() {
+        let pick = |i: usize| Operand::Node(nodes[i % nodes.len()].clone());
+        let out = Tnode::new(prec, &[n, n], &[&format!("t{k}")]).unwrap();
+        let einsum = |spec: &str, accum, rhs, init| {
+            Assignments::einsum(spec, accum, &out, rhs, init).unwrap()
+        };
+        let a = match step {
+            Step::Unary(op, a) => {
+                einsum("ij->ij", BinOp::Arg2, AccumRhs::Unop(*op, pick(*a)), false)
+            }
+            Step::Binary(op, a, b) => einsum(
+                "ij,ij->ij",
+                BinOp::Arg2,
+                AccumRhs::Binop(*op, pick(*a), pick(*b)),
+                false,
+            ),
+            Step::ReduceBroadcast(op, a) => {
+                let red = Tnode::new(prec, &[n], &[&format!("r{k}")]).unwrap();
+                Assignments::einsum(
+                    "ij->i",
+                    *op,
+                    &red,
+                    AccumRhs::Unop(UnOp::Identity, pick(*a)),
+                    true,
+                )
+                .unwrap()
+                .then(einsum(
+                    "i,ij->ij",
+                    BinOp::Arg2,
+                    AccumRhs::Binop(BinOp::Sub, Operand::Node(red), pick(*a)),
+                    false,
+                ))
+            }
+            Step::Transpose(a) => einsum(
+                "ji->ij",
+                BinOp::Arg2,
+                AccumRhs::Unop(UnOp::Identity, pick(*a)),
+                false,
+            ),
+            Step::Matmul(a, b) => einsum(
+                "ik,kj->ij",
+                BinOp::Add,
+                AccumRhs::Binop(BinOp::Mul, pick(*a), pick(*b)),
+                true,
+            ),
+        };
+        program = program.then(a);
+        nodes.push(out);
+    }
+    let result = nodes.last().unwrap().clone();
+    result
+        .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    Case {
+        name: "random".into(),
+        program,
+        bindings: vec![],
+        runs: vec![],
+        results: vec![result],
+    }
+}
+
+fn arb_prec() -> impl Strategy<Value = Prec> {
+    prop_oneof![
+        Just(Prec::F32),
+        Just(Prec::F64),
+        Just(Prec::I32),
+        Just(Prec::U8),
+        Just(Prec::I64)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn random_programs_agree_with_the_interpreter(
+        (prec, steps) in arb_prec().prop_flat_map(|p| (Just(p), proptest::collection::vec(arb_step(p.is_float()), 1..6))),
+        seed in 0u64..50,
+    ) {
+        for name in arrayjit::available_backends() {
+            let backend = arrayjit::backend(name).unwrap();
+            let case = build(prec, 3, &steps, seed);
+            let result = check_case(&case, &backend);
+            prop_assert!(result.is_ok(), "{name}: {}", result.unwrap_err());
+        }
+    }
+}
