@@ -71,19 +71,28 @@ macro_rules! with_storage {
 }
 
 impl Storage {
-    fn zeros(prec: Prec, n: usize) -> Storage {
-        match prec {
-            Prec::U8 => Storage::U8(vec![0; n]),
-            Prec::U16 => Storage::U16(vec![0; n]),
-            Prec::I32 => Storage::I32(vec![0; n]),
-            Prec::U32 => Storage::U32(vec![0; n]),
-            Prec::I64 => Storage::I64(vec![0; n]),
-            Prec::U64 => Storage::U64(vec![0; n]),
-            Prec::F16 => Storage::F16(vec![f16::ZERO; n]),
-            Prec::Bf16 => Storage::Bf16(vec![bf16::ZERO; n]),
-            Prec::F32 => Storage::F32(vec![0.0; n]),
-            Prec::F64 => Storage::F64(vec![0.0; n]),
+    /// `n` zeros, or an error (not an abort) if the memory cannot be had.
+    fn zeros(prec: Prec, n: usize) -> Result<Storage> {
+        fn filled<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|e| {
+                Error::invalid(format!("cannot allocate a host array of {n} elements: {e}"))
+            })?;
+            v.resize(n, zero);
+            Ok(v)
         }
+        Ok(match prec {
+            Prec::U8 => Storage::U8(filled(n, 0)?),
+            Prec::U16 => Storage::U16(filled(n, 0)?),
+            Prec::I32 => Storage::I32(filled(n, 0)?),
+            Prec::U32 => Storage::U32(filled(n, 0)?),
+            Prec::I64 => Storage::I64(filled(n, 0)?),
+            Prec::U64 => Storage::U64(filled(n, 0)?),
+            Prec::F16 => Storage::F16(filled(n, f16::ZERO)?),
+            Prec::Bf16 => Storage::Bf16(filled(n, bf16::ZERO)?),
+            Prec::F32 => Storage::F32(filled(n, 0.0)?),
+            Prec::F64 => Storage::F64(filled(n, 0.0)?),
+        })
     }
 
     fn prec(&self) -> Prec {
@@ -167,7 +176,7 @@ impl Ndarray {
     pub fn zeros(prec: Prec, dims: &[usize]) -> Result<Ndarray> {
         let n = checked_num_elems(dims)?;
         Ok(Ndarray {
-            storage: Storage::zeros(prec, n),
+            storage: Storage::zeros(prec, n)?,
             dims: dims.to_vec(),
             padding: None,
         })

@@ -311,6 +311,12 @@ impl Tnode {
         }
     }
 
+    /// Puts back a memory mode saved with [`Tnode::memory_mode`] (used to undo the decisions
+    /// of a failed optimization, so that a failed call changes nothing).
+    pub(crate) fn restore_memory_mode(&self, saved: Option<ModeWithProvenance>) {
+        *lock(&self.0.memory_mode) = saved;
+    }
+
     /// Whether the node is decided to be virtual.
     pub fn known_virtual(&self) -> bool {
         self.mode_is(|m| m == MemoryMode::Virtual)
@@ -351,14 +357,16 @@ impl Tnode {
     pub fn with_host_mut<R>(&self, f: impl FnOnce(&mut Ndarray) -> Result<R>) -> Result<R> {
         let mut host = lock(&self.0.host);
         if host.is_none() {
+            // Allocate first: if that fails, the memory mode stays as it was.
+            let nd = match &self.0.padding {
+                Some(p) => Ndarray::zeros_padded(self.prec(), self.dims(), p.clone())?,
+                None => Ndarray::zeros(self.prec(), self.dims())?,
+            };
             self.update_memory_mode(
                 MemoryMode::Hosted(MemoryType::Unset),
                 "user: values were set or read on the host",
             )?;
-            *host = Some(match &self.0.padding {
-                Some(p) => Ndarray::zeros_padded(self.prec(), self.dims(), p.clone())?,
-                None => Ndarray::zeros(self.prec(), self.dims())?,
-            });
+            *host = Some(nd);
         }
         f(host.as_mut().expect("host array was just created"))
     }

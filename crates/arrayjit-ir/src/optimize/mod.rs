@@ -148,7 +148,18 @@ pub fn optimize_low_level(
     };
     let analysis = analysis::analyze(&stmts, settings);
     let roles = analysis.roles();
-    let virtuals = decide_memory_modes(name, &analysis, settings)?;
+    // Memory-mode decisions are undone if anything fails, so a failed call changes nothing.
+    let saved: Vec<_> = analysis
+        .nodes
+        .values()
+        .map(|n| (n.tn.clone(), n.tn.memory_mode()))
+        .collect();
+    let restore = || {
+        for (tn, mode) in &saved {
+            tn.restore_memory_mode(mode.clone());
+        }
+    };
+    let virtuals = decide_memory_modes(name, &analysis, settings).inspect_err(|_| restore())?;
     let code = virtualize::inline_virtual_nodes(stmts, &virtuals);
     let code = if settings.enable_simplification {
         simplify::simplify(code, settings.enable_fma)
@@ -166,8 +177,8 @@ pub fn optimize_low_level(
         r.used = used.contains(&r.tn);
     }
     nodes.sort_by_key(|r| r.tn.id());
-    crate::verify::check_bounds(&code, bindings)?;
-    let merge_node = find_merge_node(name, &code)?;
+    crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
+    let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
     Ok(Optimized {
         name: name.to_string(),
         code,

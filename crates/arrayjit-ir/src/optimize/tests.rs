@@ -310,3 +310,41 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_failed_optimization_changes_no_memory_mode() {
+    let x = hosted(Prec::F32, &[4], "x", |i| i as f64);
+    let mid = Tnode::new(Prec::F32, &[4], &["mid"]).unwrap();
+    let s = Tnode::new(Prec::F32, &[4], &["s"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
+    s.update_memory_mode(MemoryMode::Virtual, "test: fuse it")
+        .unwrap();
+    let a = Assignments::pointwise_unop(&mid, UnOp::Neg, &x)
+        .then(Assignments::pointwise_unop(&s, UnOp::Sqrt, &mid))
+        .then(
+            Assignments::einsum(
+                "i,j->ij",
+                BinOp::Arg2,
+                &y,
+                AccumRhs::Binop(
+                    BinOp::Add,
+                    Operand::Node(s.clone()),
+                    Operand::Node(x.clone()),
+                ),
+                false,
+            )
+            .unwrap(),
+        );
+    let before: Vec<_> = [&x, &mid, &s, &y].iter().map(|t| t.memory_mode()).collect();
+    assert!(optimize("fails", &[], &a, &OptimizeSettings::default()).is_err());
+    let after: Vec<_> = [&x, &mid, &s, &y].iter().map(|t| t.memory_mode()).collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn huge_host_arrays_fail_cleanly() {
+    let t = Tnode::new(Prec::F64, &[1 << 20, 1 << 20, 1 << 10], &["huge"]).unwrap();
+    assert!(t.set_values(&[]).is_err());
+    assert!(!t.has_host_array());
+    assert!(t.mode_is_unspecified());
+}
