@@ -190,3 +190,25 @@ fn labels_cannot_inject_code() {
         "{src}"
     );
 }
+
+#[test]
+fn matmul_walks_memory_contiguously() {
+    let a = input(Prec::F32, &[8, 16], "a");
+    let b = input(Prec::F32, &[16, 4], "b");
+    let c = output(Prec::F32, &[8, 4], "c");
+    let p = Assignments::einsum(
+        "ik,kj->ij",
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )
+    .unwrap();
+    let src = render("matmul", &p, &[], &OptimizeSettings::default());
+    // Loops i, k, j: the innermost loop reads b and writes c contiguously.
+    assert!(
+        src.contains("c_2[i0 * 4 + i2] = fmaf(a_0[i0 * 16 + i1], b_1[i1 * 4 + i2]"),
+        "{src}"
+    );
+    insta::assert_snapshot!(src);
+}

@@ -415,10 +415,36 @@ fn lower_accum(
         idcs: p.project_lhs.clone(),
         value,
     };
-    Ok(LowLevel::seq([
-        init,
-        loop_nest(&p.product_iterators, &p.product_space, set),
-    ]))
+    let (its, dims) = loop_order(p);
+    Ok(LowLevel::seq([init, loop_nest(&its, &dims, set)]))
+}
+
+/// The loop order of an accumulation: the product space's order, except that the iterator of
+/// the lhs's last (contiguous) axis goes innermost when every operand that uses it uses it for
+/// its own last axis, so the innermost loop walks memory contiguously (e.g. `i, k, j` for a
+/// matrix product). Each lhs element still accumulates its terms in the same order, so results
+/// are unchanged.
+fn loop_order(p: &Projections) -> (Vec<Symbol>, Vec<usize>) {
+    let mut its = p.product_iterators.clone();
+    let mut dims = p.product_space.clone();
+    let Some(AxisIndex::Iterator(last)) = p.project_lhs.last() else {
+        return (its, dims);
+    };
+    let contiguous_everywhere = p.project_rhs.iter().all(|idcs| {
+        idcs.iter().enumerate().all(|(axis, i)| {
+            !i.symbols().contains(last)
+                || (axis + 1 == idcs.len() && *i == AxisIndex::Iterator(*last))
+        })
+    });
+    if let Some(pos) = its.iter().position(|s| s == last)
+        && contiguous_everywhere
+    {
+        let s = its.remove(pos);
+        let d = dims.remove(pos);
+        its.push(s);
+        dims.push(d);
+    }
+    (its, dims)
 }
 
 /// Sets every logical element of `tn` to `value` (a zero-out when possible).
