@@ -239,7 +239,9 @@ impl KernelRenderer<'_> {
     }
 
     fn affine(&self, idx: &AxisIndex) -> Result<String> {
-        let (terms, offset) = idx.terms();
+        let (mut terms, offset) = idx.terms();
+        // Largest strides first, as a reader expects (`i * 16 + j`).
+        terms.sort_by_key(|(c, _)| std::cmp::Reverse(c.unsigned_abs()));
         let mut s = String::new();
         for (c, sym) in terms {
             let name = self.symbols.get(&sym).ok_or_else(|| {
