@@ -239,38 +239,13 @@ impl KernelRenderer<'_> {
     }
 
     fn affine(&self, idx: &AxisIndex) -> Result<String> {
-        let (mut terms, offset) = idx.terms();
-        // Largest strides first, as a reader expects (`i * 16 + j`).
-        terms.sort_by_key(|(c, _)| std::cmp::Reverse(c.unsigned_abs()));
-        let mut s = String::new();
-        for (c, sym) in terms {
-            let name = self.symbols.get(&sym).ok_or_else(|| {
+        idx.render_with(|sym| {
+            self.symbols.get(&sym).cloned().ok_or_else(|| {
                 self.unbound(format!(
                     "symbol {sym} is not bound by a loop or a static index"
                 ))
-            })?;
-            let mag = c.unsigned_abs();
-            let term = if mag == 1 {
-                name.clone()
-            } else {
-                format!("{name} * {mag}")
-            };
-            match (s.is_empty(), c < 0) {
-                (true, false) => s.push_str(&term),
-                (true, true) => s.push_str(&format!("-{term}")),
-                (false, false) => s.push_str(&format!(" + {term}")),
-                (false, true) => s.push_str(&format!(" - {term}")),
-            }
-        }
-        if s.is_empty() {
-            return Ok(offset.to_string());
-        }
-        if offset > 0 {
-            s.push_str(&format!(" + {offset}"));
-        } else if offset < 0 {
-            s.push_str(&format!(" - {}", offset.unsigned_abs()));
-        }
-        Ok(s)
+            })
+        })
     }
 
     fn local(&mut self, id: usize) -> String {

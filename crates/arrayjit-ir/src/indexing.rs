@@ -150,37 +150,44 @@ impl AxisIndex {
     }
 }
 
+impl AxisIndex {
+    /// Renders the index as an expression such as `i * 16 + j - 1`, largest coefficients
+    /// first, naming symbols with `name` (which may refuse a symbol with an error).
+    pub fn render_with<E>(
+        &self,
+        mut name: impl FnMut(Symbol) -> Result<String, E>,
+    ) -> Result<String, E> {
+        let (mut terms, offset) = self.terms();
+        terms.sort_by_key(|(c, _)| std::cmp::Reverse(c.unsigned_abs()));
+        let mut out = String::new();
+        for (c, sym) in terms {
+            let n = name(sym)?;
+            let mag = c.unsigned_abs();
+            let term = if mag == 1 { n } else { format!("{n} * {mag}") };
+            let sign = match (out.is_empty(), c < 0) {
+                (true, false) => "",
+                (true, true) => "-",
+                (false, false) => " + ",
+                (false, true) => " - ",
+            };
+            out.push_str(sign);
+            out.push_str(&term);
+        }
+        if out.is_empty() {
+            return Ok(offset.to_string());
+        }
+        if offset != 0 {
+            let sign = if offset > 0 { " + " } else { " - " };
+            out.push_str(&format!("{sign}{}", offset.unsigned_abs()));
+        }
+        Ok(out)
+    }
+}
+
 impl fmt::Display for AxisIndex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AxisIndex::Fixed(o) => write!(f, "{o}"),
-            AxisIndex::Iterator(s) => write!(f, "{s}"),
-            AxisIndex::Affine { terms, offset } => {
-                let mut first = true;
-                for (c, s) in terms {
-                    let sign = if *c < 0 {
-                        "-"
-                    } else if first {
-                        ""
-                    } else {
-                        "+"
-                    };
-                    let mag = c.unsigned_abs();
-                    if mag == 1 {
-                        write!(f, "{sign}{s}")?;
-                    } else {
-                        write!(f, "{sign}{mag}*{s}")?;
-                    }
-                    first = false;
-                }
-                if *offset > 0 {
-                    write!(f, "+{offset}")?;
-                } else if *offset < 0 {
-                    write!(f, "{offset}")?;
-                }
-                Ok(())
-            }
-        }
+        let text = self.render_with(|s| Ok::<_, std::convert::Infallible>(s.to_string()));
+        f.write_str(&text.unwrap_or_else(|never| match never {}))
     }
 }
 

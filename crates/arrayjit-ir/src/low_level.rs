@@ -288,15 +288,8 @@ impl Printer {
     }
 
     fn idx(&mut self, i: &AxisIndex) -> String {
-        let (terms, offset) = i.terms();
-        let renamed: Vec<(i64, Symbol)> = terms
-            .into_iter()
-            .map(|(c, s)| {
-                let name = self.sym(s);
-                (c, Symbol(name[1..].parse().unwrap_or(0)))
-            })
-            .collect();
-        AxisIndex::affine(renamed, offset).to_string()
+        let text = i.render_with(|s| Ok::<_, std::convert::Infallible>(self.sym(s)));
+        text.unwrap_or_else(|never| match never {})
     }
 
     fn idcs(&mut self, idcs: &[AxisIndex]) -> String {

@@ -8,7 +8,7 @@
 //! - [`backends`]: lowered backends (`cc`, the missing placeholder);
 //! - [`runtime`]: backends by name, devices, streams, contexts, routines.
 //!
-//! ```no_run
+//! ```
 //! use arrayjit::prelude::*;
 //! # fn main() -> arrayjit::Result<()> {
 //! let x = Tnode::new(Prec::F32, &[3], &["x"])?;
