@@ -1,7 +1,7 @@
 //! Tensor nodes (`Tnode`): identity, label, precision, dims, padding, memory mode with
 //! provenance, the host array, a C-safe code name, and the global registry.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +13,20 @@ use crate::ndarray::{Ndarray, Padding};
 use crate::prec::Prec;
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// A deferred host-side synchronisation installed by the runtime, e.g. "wait for the device that
+/// computed this node and copy it to the host".
+pub type HostHook = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// Host/device synchronisation state of a hosted node.
+#[derive(Default)]
+struct HostSync {
+    /// Devices (by unique id) whose copy equals the host array: they read the latest host
+    /// values, or computed the latest values themselves.
+    devices_not_lagging_host: BTreeSet<usize>,
+    /// Runs before the host array is read or written.
+    prepare_read: Option<HostHook>,
+}
 
 /// The registry of live nodes by id; entries hold weak references, so they do not keep nodes
 /// alive.
@@ -38,6 +52,7 @@ struct TnodeInner {
     code_name: String,
     memory_mode: Mutex<Option<ModeWithProvenance>>,
     host: Mutex<Option<Ndarray>>,
+    host_sync: Mutex<HostSync>,
 }
 
 impl Drop for TnodeInner {
@@ -143,6 +158,7 @@ impl Tnode {
             code_name,
             memory_mode: Mutex::new(None),
             host: Mutex::new(None),
+            host_sync: Mutex::new(HostSync::default()),
         });
         registry().insert(id, Arc::downgrade(&inner));
         Ok(Tnode(inner))
@@ -351,8 +367,57 @@ impl Tnode {
         self.memory_mode().is_some_and(|m| pred(m.mode))
     }
 
+    /// Installs the hook that brings the host array up to date before the host reads or writes
+    /// it (replacing an earlier one). The runtime installs it when a device changes the node.
+    pub fn set_prepare_read(&self, hook: HostHook) {
+        lock(&self.0.host_sync).prepare_read = Some(hook);
+    }
+
+    /// Runs the pending host synchronisation, if any: after this the host array holds the
+    /// latest values. Called by every user-facing read and write of host values.
+    pub fn prepare_read(&self) -> Result<()> {
+        let hook = lock(&self.0.host_sync).prepare_read.take();
+        match hook {
+            Some(h) => h(),
+            None => Ok(()),
+        }
+    }
+
+    /// Unique ids of the devices whose copy of the node equals the host array.
+    pub fn devices_not_lagging_host(&self) -> Vec<usize> {
+        lock(&self.0.host_sync)
+            .devices_not_lagging_host
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// Whether device `device` (unique id) has the host's latest values.
+    pub fn device_not_lagging(&self, device: usize) -> bool {
+        lock(&self.0.host_sync)
+            .devices_not_lagging_host
+            .contains(&device)
+    }
+
+    /// Records that `device` now holds the host's values (it read them, or wrote them back).
+    pub fn mark_device_up_to_date(&self, device: usize) {
+        lock(&self.0.host_sync).devices_not_lagging_host.insert(device);
+    }
+
+    /// Records that `device` changed the node: every other device now lags.
+    pub fn mark_changed_on_device(&self, device: usize) {
+        let mut sync = lock(&self.0.host_sync);
+        sync.devices_not_lagging_host.clear();
+        sync.devices_not_lagging_host.insert(device);
+    }
+
+    /// Records that the host changed the node: every device lags.
+    pub fn mark_changed_on_host(&self) {
+        lock(&self.0.host_sync).devices_not_lagging_host.clear();
+    }
+
     /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if
-    /// needed. Creating it requests a hosted memory mode; a node decided to be virtual, local or
+    /// needed; does not synchronise with devices (the user-facing setters do). Creating it requests a hosted memory mode; a node decided to be virtual, local or
     /// device-only gets a [`Error::MemoryModeConflict`].
     pub fn with_host_mut<R>(&self, f: impl FnOnce(&mut Ndarray) -> Result<R>) -> Result<R> {
         let mut host = lock(&self.0.host);
@@ -371,7 +436,8 @@ impl Tnode {
         f(host.as_mut().expect("host array was just created"))
     }
 
-    /// Runs `f` on the host array if it exists.
+    /// Runs `f` on the host array if it exists, without synchronising with devices (see
+    /// [`Tnode::prepare_read`]).
     pub fn with_host<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Option<R> {
         lock(&self.0.host).as_ref().map(f)
     }
@@ -383,6 +449,7 @@ impl Tnode {
 
     /// A copy of the host array, or [`Error::NotHosted`].
     pub fn host_array(&self) -> Result<Ndarray> {
+        self.prepare_read()?;
         self.with_host(Clone::clone)
             .ok_or_else(|| self.not_hosted("reading the host array"))
     }
@@ -398,11 +465,15 @@ impl Tnode {
 
     /// Sets all logical values (row-major) on the host.
     pub fn set_values(&self, values: &[f64]) -> Result<()> {
-        self.with_host_mut(|nd| nd.set_all_f64(values))
+        self.prepare_read()?;
+        self.with_host_mut(|nd| nd.set_all_f64(values))?;
+        self.mark_changed_on_host();
+        Ok(())
     }
 
     /// All logical values (row-major) from the host array.
     pub fn get_values(&self) -> Result<Vec<f64>> {
+        self.prepare_read()?;
         self.with_host(Ndarray::to_vec_f64)
             .ok_or_else(|| self.not_hosted("get_values"))
     }
@@ -427,12 +498,16 @@ impl Tnode {
     /// Sets one logical element on the host.
     pub fn set_value(&self, idx: &[usize], x: f64) -> Result<()> {
         let at = self.storage_index(idx)?;
-        self.with_host_mut(|nd| nd.set(&at, x))
+        self.prepare_read()?;
+        self.with_host_mut(|nd| nd.set(&at, x))?;
+        self.mark_changed_on_host();
+        Ok(())
     }
 
     /// One logical element from the host array.
     pub fn get_value(&self, idx: &[usize]) -> Result<f64> {
         let at = self.storage_index(idx)?;
+        self.prepare_read()?;
         self.with_host(|nd| nd.get(&at))
             .ok_or_else(|| self.not_hosted("get_value"))?
     }

@@ -1,18 +1,56 @@
 //! Backends by name, devices, and compilation of assignments into code.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::LoweredBackend;
 use arrayjit_backends::cc::{CcBackend, CcConfig};
 use arrayjit_backends::missing::MissingBackend;
-use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, optimize};
+use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, Tnode, optimize};
+
+use crate::context::ArrayEntry;
+use crate::scheduler::SchedulerKind;
 
 use crate::routine::Code;
 use crate::stream::Stream;
 
 /// Every backend name arrayjit knows, available or not.
-pub const KNOWN_BACKENDS: &[&str] = &["sync_cc", "cuda", "metal", "wgpu"];
+pub const KNOWN_BACKENDS: &[&str] = &["sync_cc", "multicore_cc", "cuda", "metal", "wgpu"];
+
+/// How a backend spreads work, steering [`Device::suggested_num_streams`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Devices run in parallel; one stream per device.
+    #[default]
+    OnlyDevicesParallel,
+    /// Two streams per device, so copies can overlap computation.
+    ForParallelCopying,
+    /// As many streams as the device has cores to run them.
+    MostParallelStreams,
+}
+
+/// Settings for [`backend_with_config`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// The parallelism strategy.
+    pub strategy: Strategy,
+    /// Number of CPU devices (default: `ARRAYJIT_CPU_DEVICES`, else 1).
+    pub num_devices: Option<usize>,
+    /// Tasks a `multicore` stream queues before `schedule` blocks.
+    pub queue_capacity: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            strategy: Strategy::default(),
+            num_devices: None,
+            queue_capacity: 1024,
+        }
+    }
+}
 
 /// The backend used when neither a name nor `ARRAYJIT_BACKEND` says otherwise.
 pub const DEFAULT_BACKEND: &str = "sync_cc";
@@ -40,10 +78,33 @@ fn missing(name: &str) -> MissingBackend {
 /// returned as a placeholder with no devices whose calls fail with
 /// [`Error::BackendUnavailable`].
 pub fn backend(name: &str) -> Result<Backend> {
+    backend_with_config(name, &RuntimeConfig::default())
+}
+
+/// Like [`backend`], with explicit settings.
+pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend> {
     let trimmed = name.trim();
-    let lowered: Arc<dyn LoweredBackend> = match trimmed {
-        "sync_cc" | "cc" => Arc::new(CcBackend::new(CcConfig::from_env())),
-        "cuda" | "metal" | "wgpu" => Arc::new(missing(trimmed)),
+    let cc = || {
+        let mut c = CcConfig::from_env();
+        if let Some(n) = config.num_devices {
+            c.num_devices = n.max(1);
+        }
+        Arc::new(CcBackend::new(c)) as Arc<dyn LoweredBackend>
+    };
+    let (canonical, lowered, scheduler) = match trimmed {
+        "sync_cc" | "cc" => ("sync_cc", cc(), SchedulerKind::Sync),
+        "multicore_cc" => (
+            "multicore_cc",
+            cc(),
+            SchedulerKind::Multicore {
+                queue_capacity: config.queue_capacity.max(1),
+            },
+        ),
+        "cuda" | "metal" | "wgpu" => (
+            trimmed,
+            Arc::new(missing(trimmed)) as Arc<dyn LoweredBackend>,
+            SchedulerKind::Sync,
+        ),
         _ => {
             return Err(Error::UnknownBackend {
                 name: name.to_string(),
@@ -51,8 +112,12 @@ pub fn backend(name: &str) -> Result<Backend> {
             });
         }
     };
-    let canonical = if trimmed == "cc" { "sync_cc" } else { trimmed };
-    Ok(Backend::from_lowered(canonical, lowered))
+    Ok(Backend::with_scheduler(
+        canonical,
+        lowered,
+        scheduler,
+        config.strategy,
+    ))
 }
 
 /// Resolves a backend (by name, or the default one) and checks that it can run here: the one
@@ -80,9 +145,9 @@ pub fn available_backends() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|n| match *n {
-            "sync_cc" => CcBackend::new(CcConfig::from_env())
-                .check_available()
-                .is_ok(),
+            "sync_cc" | "multicore_cc" => {
+                CcBackend::new(CcConfig::from_env()).check_available().is_ok()
+            }
             _ => false,
         })
         .collect()
@@ -92,9 +157,15 @@ pub(crate) struct BackendInner {
     pub name: String,
     pub lowered: Arc<dyn LoweredBackend>,
     pub settings: Mutex<OptimizeSettings>,
+    pub scheduler: SchedulerKind,
+    pub strategy: Strategy,
+    /// Unique id of device 0; device `k` is `device_uid_base + k`.
+    pub device_uid_base: usize,
+    /// Per device: arrays shared across the device's streams.
+    pub shared_arrays: Vec<Mutex<BTreeMap<Tnode, Arc<ArrayEntry>>>>,
 }
 
-/// A backend: a lowered backend with a scheduler (`Sync` today).
+/// A backend: a lowered backend with a scheduler (`Sync` or `Multicore`).
 #[derive(Clone)]
 pub struct Backend {
     pub(crate) inner: Arc<BackendInner>,
@@ -107,15 +178,41 @@ impl fmt::Debug for Backend {
 }
 
 impl Backend {
-    /// Wraps a lowered backend under a name.
+    /// Wraps a lowered backend under a name, with the `Sync` scheduler.
     pub fn from_lowered(name: &str, lowered: Arc<dyn LoweredBackend>) -> Backend {
+        Backend::with_scheduler(name, lowered, SchedulerKind::Sync, Strategy::default())
+    }
+
+    /// Wraps a lowered backend under a name with a scheduler and strategy.
+    pub fn with_scheduler(
+        name: &str,
+        lowered: Arc<dyn LoweredBackend>,
+        scheduler: SchedulerKind,
+        strategy: Strategy,
+    ) -> Backend {
+        static NEXT_DEVICE_UID: AtomicUsize = AtomicUsize::new(0);
+        let n = lowered.num_devices();
         Backend {
             inner: Arc::new(BackendInner {
                 name: name.to_string(),
+                device_uid_base: NEXT_DEVICE_UID.fetch_add(n.max(1), Ordering::Relaxed),
+                shared_arrays: (0..n).map(|_| Mutex::new(BTreeMap::new())).collect(),
                 lowered,
                 settings: Mutex::new(OptimizeSettings::default()),
+                scheduler,
+                strategy,
             }),
         }
+    }
+
+    /// The scheduler the backend's streams use.
+    pub fn scheduler(&self) -> SchedulerKind {
+        self.inner.scheduler
+    }
+
+    /// The parallelism strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.inner.strategy
     }
 
     /// The backend's name, e.g. `"sync_cc"`.
@@ -234,14 +331,35 @@ impl Device {
         &self.backend
     }
 
-    /// A new stream on this device.
+    /// A new stream on this device (for `multicore` backends, with its own worker thread).
     pub fn new_stream(&self) -> Result<Stream> {
-        Ok(Stream::new(self.clone()))
+        Stream::new(self.clone())
     }
 
-    /// How many streams to use on this device (1 for the `Sync` scheduler).
+    /// How many streams to use on this device to follow the backend's [`Strategy`] (always 1
+    /// for the `Sync` scheduler, whose streams do not run in parallel).
     pub fn suggested_num_streams(&self) -> usize {
-        1
+        if self.backend.scheduler() == SchedulerKind::Sync {
+            return 1;
+        }
+        match self.backend.strategy() {
+            Strategy::OnlyDevicesParallel => 1,
+            Strategy::ForParallelCopying => 2,
+            Strategy::MostParallelStreams => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                (cores / self.backend.num_devices().max(1)).max(1)
+            }
+        }
+    }
+
+    /// A unique id of this device among all devices of all backends in the process (used to
+    /// track which devices hold a hosted node's latest values).
+    pub fn uid(&self) -> usize {
+        self.backend.inner.device_uid_base + self.ordinal
+    }
+
+    pub(crate) fn shared_arrays(&self) -> &Mutex<BTreeMap<Tnode, Arc<ArrayEntry>>> {
+        &self.backend.inner.shared_arrays[self.ordinal]
     }
 
     /// Bytes currently allocated for arrays on this device.

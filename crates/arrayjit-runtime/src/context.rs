@@ -1,25 +1,65 @@
 //! Contexts: the arrays of a stream, organized as a tree (linking code returns a child context
-//! holding whatever the code needs), with host transfers and device-to-device copies.
+//! holding whatever the code needs), with host transfers, device-to-device copies through merge
+//! buffers, and the bookkeeping that orders them: every array remembers the event of its last
+//! writer, and hosted nodes remember which devices hold their latest values.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
-use arrayjit_backends::BufferHandle;
-use arrayjit_ir::{Error, Result, Tnode};
+use arrayjit_backends::{BufferHandle, LoweredBackend};
+use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Sharing, Tnode};
 
 use crate::routine::{Code, Routine};
-use crate::stream::Stream;
+use crate::scheduler::Event;
+use crate::stream::{Stream, StreamInner};
+
+/// One array of a context: the buffer, the event of its last writer, and, for arrays shared
+/// across a device's streams, the one stream allowed to write it.
+pub(crate) struct ArrayEntry {
+    pub node: Tnode,
+    pub buffer: BufferHandle,
+    pub writer: Mutex<Option<Event>>,
+    pub shared: bool,
+    pub writing_stream: Mutex<Option<usize>>,
+}
+
+impl ArrayEntry {
+    fn new(node: Tnode, buffer: BufferHandle, shared: bool) -> Arc<ArrayEntry> {
+        Arc::new(ArrayEntry {
+            node,
+            buffer,
+            writer: Mutex::new(None),
+            shared,
+            writing_stream: Mutex::new(None),
+        })
+    }
+
+    /// The event of the last scheduled write (done if none).
+    pub fn writer_event(&self) -> Event {
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(Event::done)
+    }
+
+    pub fn set_writer(&self, event: Event) {
+        *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = Some(event);
+    }
+}
 
 struct ContextInner {
     id: usize,
     stream: Stream,
     parent: Option<Context>,
-    arrays: BTreeMap<Tnode, BufferHandle>,
+    arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
+    merge_node: Option<Tnode>,
 }
 
-/// The arrays of a stream that code runs on. Cloning is cheap and refers to the same context.
+/// The arrays of a stream that code runs on. Cloning is cheap and refers to the same context;
+/// arrays are freed when the last context (or pending task) holding them is dropped.
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<ContextInner>,
@@ -31,18 +71,33 @@ impl fmt::Debug for Context {
     }
 }
 
-/// Where [`Context::device_to_device`] puts the copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MergeBufferUse {
+/// Where [`Context::device_to_device`] puts the node's values.
+#[derive(Clone, Copy, Debug)]
+pub enum MergeBufferUse<'a> {
     /// Into the destination context's own array of the node.
     No,
-    /// Into the destination stream's merge buffer, for code that reads `node.merge`.
+    /// Into the destination stream's merge buffer (grown as needed), for code reading
+    /// `node.merge`.
     Copy,
+    /// No copy: the given routine (linked on the destination's stream) reads the source's
+    /// array directly as its merge buffer; it is scheduled right away, and the source's stream
+    /// does not overwrite the array until it has run.
+    StreamingFor(&'a Routine),
 }
 
 fn next_id() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn is_shared_across_streams(tn: &Tnode) -> bool {
+    matches!(
+        tn.memory_mode().map(|m| m.mode),
+        Some(MemoryMode::OnDevice(Sharing::SharedCrossStreams))
+            | Some(MemoryMode::Hosted(MemoryType::ChangedOnDevices(
+                Sharing::SharedCrossStreams
+            )))
+    )
 }
 
 impl Context {
@@ -54,6 +109,7 @@ impl Context {
                 stream: stream.clone(),
                 parent: None,
                 arrays: BTreeMap::new(),
+                merge_node: None,
             }),
         }
     }
@@ -78,6 +134,11 @@ impl Context {
         self.inner.arrays.keys().cloned().collect()
     }
 
+    /// The node the code of this context reads from the stream's merge buffer, if any.
+    pub fn merge_node(&self) -> Option<&Tnode> {
+        self.inner.merge_node.as_ref()
+    }
+
     /// A readable description.
     pub fn describe(&self) -> String {
         format!(
@@ -88,136 +149,305 @@ impl Context {
         )
     }
 
-    pub(crate) fn buffer(&self, tn: &Tnode) -> Result<&BufferHandle> {
-        self.inner
-            .arrays
-            .get(tn)
-            .ok_or_else(|| Error::NodeNotInContext {
-                node: tn.debug_name(),
-                context: self.describe(),
-                routine: "this operation".into(),
-            })
+    /// The event of the last scheduled write of the node in this context.
+    pub fn writer_event(&self, tn: &Tnode) -> Result<Event> {
+        Ok(self.entry(tn)?.writer_event())
     }
 
-    fn lowered(&self) -> &Arc<dyn arrayjit_backends::LoweredBackend> {
-        self.inner.stream.device().backend().lowered()
+    pub(crate) fn entry(&self, tn: &Tnode) -> Result<&Arc<ArrayEntry>> {
+        self.inner.arrays.get(tn).ok_or_else(|| Error::NodeNotInContext {
+            node: tn.debug_name(),
+            context: self.describe(),
+            routine: "this operation".into(),
+        })
     }
 
-    /// Links compiled code into a child of this context, allocating every array the code needs
-    /// that this context lacks. Hosted arrays are initialized from the host; other arrays the
-    /// code writes start zeroed (margins of padded nodes hold the pad value). An array the code
-    /// reads before writing that is neither here nor hosted is [`Error::NodeNotInContext`].
-    pub fn link(&self, code: &Code) -> Result<Routine> {
-        if code.backend_name != self.inner.stream.device().backend().name() {
-            return Err(Error::invalid(format!(
-                "code compiled for backend {} cannot be linked into a context of {}",
-                code.backend_name,
-                self.inner.stream.device().backend().name()
-            )));
-        }
-        let opt = code.optimized();
-        let inputs = opt.inputs();
-        let mut arrays = self.inner.arrays.clone();
-        let device = self.inner.stream.device().ordinal();
-        for tn in opt.materialized_nodes() {
-            if arrays.contains_key(&tn) {
-                continue;
-            }
-            let host = tn.with_host(|nd| nd.as_bytes().to_vec());
-            if inputs.contains(&tn) && host.is_none() {
-                return Err(Error::NodeNotInContext {
-                    node: tn.debug_name(),
-                    context: self.describe(),
-                    routine: format!("routine {}", opt.name),
-                });
-            }
-            let buffer = self.lowered().alloc_zeroed(device, tn.size_in_bytes())?;
-            match host {
-                Some(bytes) => self.lowered().copy_from_host(&buffer, &bytes)?,
-                None => {
-                    if let Some(p) = tn.padding().filter(|p| p.value != 0.0) {
-                        let nd =
-                            arrayjit_ir::Ndarray::zeros_padded(tn.prec(), tn.dims(), p.clone())?;
-                        self.lowered().copy_from_host(&buffer, nd.as_bytes())?;
-                    }
-                }
-            }
-            arrays.insert(tn, buffer);
-        }
-        let child = Context {
+    fn lowered(&self) -> Arc<dyn LoweredBackend> {
+        self.inner.stream.device().backend().lowered().clone()
+    }
+
+    fn child(&self, arrays: BTreeMap<Tnode, Arc<ArrayEntry>>, merge_node: Option<Tnode>) -> Context {
+        Context {
             inner: Arc::new(ContextInner {
                 id: next_id(),
                 stream: self.inner.stream.clone(),
                 parent: Some(self.clone()),
                 arrays,
+                merge_node,
             }),
-        };
-        Ok(Routine::new(child, code.clone()))
+        }
     }
 
-    /// Copies the node's host array into this context's array.
-    pub fn from_host(&self, tn: &Tnode) -> Result<()> {
-        let buffer = self.buffer(tn)?;
-        let bytes = tn
-            .with_host(|nd| nd.as_bytes().to_vec())
-            .ok_or_else(|| Error::NotHosted {
+    /// Schedules copying host bytes into an array and records the write.
+    fn schedule_upload(&self, entry: &Arc<ArrayEntry>, bytes: Vec<u8>) -> Result<()> {
+        let (lowered, buffer) = (self.lowered(), entry.buffer.clone());
+        self.inner
+            .stream
+            .schedule(Box::new(move || lowered.copy_from_host(&buffer, &bytes)))?;
+        entry.set_writer(self.inner.stream.all_work());
+        Ok(())
+    }
+
+    /// A new array for the node: shared across the device's streams when its memory mode says
+    /// so, initialized from the host when it has a host array, else zeroed (margins of padded
+    /// nodes hold the pad value).
+    fn new_array(&self, tn: &Tnode) -> Result<Arc<ArrayEntry>> {
+        let device = self.inner.stream.device();
+        let shared = is_shared_across_streams(tn);
+        if shared
+            && let Some(e) = device
+                .shared_arrays()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(tn)
+        {
+            return Ok(e.clone());
+        }
+        let buffer = self.lowered().alloc_zeroed(device.ordinal(), tn.size_in_bytes())?;
+        let entry = ArrayEntry::new(tn.clone(), buffer, shared);
+        if tn.has_host_array() {
+            tn.prepare_read()?;
+            if let Some(bytes) = tn.with_host(|nd| nd.as_bytes().to_vec()) {
+                self.schedule_upload(&entry, bytes)?;
+                tn.mark_device_up_to_date(device.uid());
+            }
+        } else if let Some(p) = tn.padding().filter(|p| p.value != 0.0) {
+            let nd = arrayjit_ir::Ndarray::zeros_padded(tn.prec(), tn.dims(), p.clone())?;
+            self.schedule_upload(&entry, nd.as_bytes().to_vec())?;
+        }
+        if shared {
+            device
+                .shared_arrays()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(tn.clone(), entry.clone());
+        }
+        Ok(entry)
+    }
+
+    /// Links compiled code into a child of this context, allocating every array the code needs
+    /// that this context lacks (see [`Context::init_from_host`] for how they start). An array the
+    /// code reads before writing that is neither here nor hosted is [`Error::NodeNotInContext`];
+    /// code reading a merge buffer of another node than this context's is an error; a routine
+    /// of a second stream writing an array shared across streams is an error.
+    pub fn link(&self, code: &Code) -> Result<Routine> {
+        let backend_name = self.inner.stream.device().backend().name();
+        if code.backend_name != backend_name {
+            return Err(Error::invalid(format!(
+                "code compiled for backend {} cannot be linked into a context of {backend_name}",
+                code.backend_name
+            )));
+        }
+        let opt = code.optimized();
+        let merge_node = match (&self.inner.merge_node, &opt.merge_node) {
+            (Some(have), Some(want)) if have != want => {
+                return Err(Error::invalid(format!(
+                    "routine {} reads the merge buffer as {}, but {} uses it for {}; link it into \
+                     another context",
+                    opt.name,
+                    want.debug_name(),
+                    self.describe(),
+                    have.debug_name()
+                )));
+            }
+            (have, want) => want.clone().or_else(|| have.clone()),
+        };
+        let inputs = opt.inputs();
+        let outputs = opt.outputs();
+        let mut arrays = self.inner.arrays.clone();
+        for tn in opt.materialized_nodes() {
+            let entry = match arrays.get(&tn) {
+                Some(e) => e.clone(),
+                None => {
+                    if inputs.contains(&tn) && !tn.has_host_array() && !is_shared_across_streams(&tn) {
+                        return Err(Error::NodeNotInContext {
+                            node: tn.debug_name(),
+                            context: self.describe(),
+                            routine: format!("routine {}", opt.name),
+                        });
+                    }
+                    let e = self.new_array(&tn)?;
+                    arrays.insert(tn.clone(), e.clone());
+                    e
+                }
+            };
+            if entry.shared && outputs.contains(&tn) {
+                let mut writer = entry.writing_stream.lock().unwrap_or_else(|e| e.into_inner());
+                match *writer {
+                    Some(s) if s != self.inner.stream.inner.id => {
+                        return Err(Error::invalid(format!(
+                            "routine {} writes {}, which is shared across streams and already written \
+                             from another stream; shared nodes may be written from one stream only \
+                             (make it per-stream to write it from several)",
+                            opt.name,
+                            tn.debug_name()
+                        )));
+                    }
+                    _ => *writer = Some(self.inner.stream.inner.id),
+                }
+            }
+        }
+        Ok(Routine::new(self.child(arrays, merge_node), code.clone()))
+    }
+
+    /// A child context that also holds an array for `tn`, initialized from its host array (which
+    /// must exist).
+    pub fn init_from_host(&self, tn: &Tnode) -> Result<Context> {
+        if !tn.has_host_array() {
+            return Err(Error::NotHosted {
                 node: tn.debug_name(),
-                detail:
-                    "from_host copies the host array to the device; set the node's values first"
-                        .into(),
-            })?;
-        let _guard = self.inner.stream.lock_exec();
-        self.lowered().copy_from_host(buffer, &bytes)
+                detail: "init_from_host copies the host array to the device; set the node's values first"
+                    .into(),
+            });
+        }
+        let mut arrays = self.inner.arrays.clone();
+        if let Some(e) = arrays.get(tn).cloned() {
+            self.upload(tn, &e)?;
+        } else {
+            let e = self.new_array(tn)?;
+            arrays.insert(tn.clone(), e);
+        }
+        Ok(self.child(arrays, self.inner.merge_node.clone()))
+    }
+
+    fn upload(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) -> Result<()> {
+        tn.prepare_read()?;
+        let bytes = tn.with_host(|nd| nd.as_bytes().to_vec()).ok_or_else(|| Error::NotHosted {
+            node: tn.debug_name(),
+            detail: "from_host copies the host array to the device; set the node's values first".into(),
+        })?;
+        self.wait_for_other_stream(&entry.writer_event())?;
+        self.schedule_upload(entry, bytes)?;
+        tn.mark_device_up_to_date(self.inner.stream.device().uid());
+        Ok(())
+    }
+
+    /// Schedules copying the node's host array into this context's array (after the work
+    /// already scheduled on the stream).
+    pub fn from_host(&self, tn: &Tnode) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        self.upload(tn, &entry)
     }
 
     /// Copies this context's array of the node into its host array (created if needed, which
-    /// requires the node's memory mode to allow hosting).
+    /// requires the node's memory mode to allow hosting), waiting for the array's writer.
+    /// Returns an error a task of the stream left, if any.
     pub fn to_host(&self, tn: &Tnode) -> Result<()> {
-        let buffer = self.buffer(tn)?;
-        let _guard = self.inner.stream.lock_exec();
-        tn.with_host_mut(|nd| self.lowered().copy_to_host(buffer, nd.as_bytes_mut()))
+        let entry = self.entry(tn)?.clone();
+        schedule_download(&self.inner.stream, &entry)?;
+        self.inner.stream.await_work()?;
+        tn.mark_device_up_to_date(self.inner.stream.device().uid());
+        Ok(())
     }
 
-    /// Copies the node's array from context `src` into this context: into this context's own
-    /// array ([`MergeBufferUse::No`]) or into this stream's merge buffer
-    /// ([`MergeBufferUse::Copy`]), which code reading `node.merge` then sees.
-    pub fn device_to_device(
-        &self,
-        tn: &Tnode,
-        into_merge_buffer: MergeBufferUse,
-        src: &Context,
-    ) -> Result<()> {
-        let src_buffer = src.buffer(tn)?.clone();
+    /// Makes this context's stream wait for `event` before running anything scheduled later.
+    pub fn will_wait_for(&self, event: &crate::scheduler::Event) -> Result<()> {
+        self.inner.stream.will_wait_for(event)
+    }
+
+    fn wait_for_other_stream(&self, event: &Event) -> Result<()> {
+        self.inner.stream.will_wait_for(event)
+    }
+
+    /// Moves the node's values from context `src` (another stream or device) to this context,
+    /// after `src`'s last write of the node: into this context's array, into this stream's
+    /// merge buffer, or streamed to a routine (see [`MergeBufferUse`]). The source's stream will
+    /// not overwrite the node until the transfer has happened.
+    pub fn device_to_device(&self, tn: &Tnode, into_merge_buffer: MergeBufferUse<'_>, src: &Context) -> Result<()> {
+        let src_entry = src.entry(tn)?.clone();
+        let stream = &self.inner.stream;
         let lowered = self.lowered();
         match into_merge_buffer {
             MergeBufferUse::No => {
-                let dst = self.buffer(tn)?;
-                let _guards = self.stream().lock_exec_pair(src.stream());
-                lowered.copy_buffer(dst, &src_buffer)
+                let dst = self.entry(tn)?.clone();
+                if Arc::ptr_eq(&dst, &src_entry) {
+                    return Ok(());
+                }
+                stream.will_wait_for(&src_entry.writer_event())?;
+                let (d, s) = (dst.buffer.clone(), src_entry.buffer.clone());
+                stream.schedule(Box::new(move || lowered.copy_buffer(&d, &s)))?;
+                dst.set_writer(stream.all_work());
             }
             MergeBufferUse::Copy => {
-                let device = self.inner.stream.device().ordinal();
-                // Lock order everywhere: stream execution locks, then the merge buffer.
-                let _guards = self.stream().lock_exec_pair(src.stream());
-                let mut merge = self
-                    .inner
-                    .stream
-                    .inner
-                    .merge
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                if let Some(m) = &self.inner.merge_node
+                    && m != tn
+                {
+                    return Err(Error::invalid(format!(
+                        "{} reads the merge buffer as {}, not {}",
+                        self.describe(),
+                        m.debug_name(),
+                        tn.debug_name()
+                    )));
+                }
+                stream.will_wait_for(&src_entry.writer_event())?;
+                let mut merge = stream.merge_lock();
                 let reuse = merge
                     .as_ref()
                     .filter(|(_, b)| b.size_in_bytes() == tn.size_in_bytes())
                     .map(|(_, b)| b.clone());
                 let dst = match reuse {
                     Some(b) => b,
-                    None => lowered.alloc_zeroed(device, tn.size_in_bytes())?,
+                    None => lowered.alloc_zeroed(stream.device().ordinal(), tn.size_in_bytes())?,
                 };
-                lowered.copy_buffer(&dst, &src_buffer)?;
+                let (d, s) = (dst.clone(), src_entry.buffer.clone());
+                stream.schedule(Box::new(move || lowered.copy_buffer(&d, &s)))?;
                 *merge = Some((tn.clone(), dst));
-                Ok(())
+            }
+            MergeBufferUse::StreamingFor(routine) => {
+                if !routine.context().stream().same_as(stream) {
+                    return Err(Error::invalid(format!(
+                        "streaming into {} for routine {}, which runs on another stream",
+                        self.describe(),
+                        routine.name()
+                    )));
+                }
+                stream.will_wait_for(&src_entry.writer_event())?;
+                *stream.merge_lock() = Some((tn.clone(), src_entry.buffer.clone()));
+                routine.run()?;
             }
         }
+        // The source must not overwrite the node before this stream has read it.
+        if !src.stream().same_as(stream) {
+            src.stream().will_wait_for(&stream.all_work())?;
+        }
+        Ok(())
     }
+}
+
+/// Schedules copying an array into its node's host array on `stream`.
+pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
+    stream.will_wait_for(&entry.writer_event())?;
+    let lowered = stream.device().backend().lowered().clone();
+    let (tn, buffer) = (entry.node.clone(), entry.buffer.clone());
+    stream.schedule(Box::new(move || {
+        tn.with_host_mut(|nd| lowered.copy_to_host(&buffer, nd.as_bytes_mut()))
+    }))
+}
+
+/// The hook a hosted node gets when a device changes it: bring the host up to date from that
+/// device's array (through its stream if it still exists, else directly: a dropped stream has
+/// finished its work).
+pub(crate) fn host_refresh_hook(
+    stream: Weak<StreamInner>,
+    entry: Arc<ArrayEntry>,
+    lowered: Arc<dyn LoweredBackend>,
+    device_uid: usize,
+) -> arrayjit_ir::tnode::HostHook {
+    Box::new(move || {
+        match stream.upgrade() {
+            Some(inner) => {
+                let stream = Stream { inner };
+                schedule_download(&stream, &entry)?;
+                stream.await_work()?;
+            }
+            None => {
+                entry.writer_event().sync();
+                entry
+                    .node
+                    .with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()))?;
+            }
+        }
+        entry.node.mark_device_up_to_date(device_uid);
+        Ok(())
+    })
 }

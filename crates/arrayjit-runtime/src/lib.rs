@@ -4,7 +4,8 @@
 //! `ARRAYJIT_BACKEND`); a backend has devices, a device has streams, and a stream runs routines
 //! linked into contexts. Contexts form a tree: linking code into a context returns a routine
 //! whose context is a child holding every array the code needs. The `Sync` scheduler runs work
-//! in the caller, so its events are always done.
+//! in the caller, so its events are always done; the `Multicore` scheduler gives every stream a
+//! worker thread, and events order work across streams.
 
 #![warn(missing_docs)]
 // `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
@@ -14,11 +15,14 @@
 mod backend;
 mod context;
 mod routine;
+pub mod scheduler;
 mod stream;
 
 pub use backend::{
-    Backend, Device, KNOWN_BACKENDS, available_backends, backend, default_backend, initialize,
+    Backend, Device, KNOWN_BACKENDS, RuntimeConfig, Strategy, available_backends, backend,
+    backend_with_config, default_backend, initialize,
 };
 pub use context::{Context, MergeBufferUse};
 pub use routine::{Code, Routine};
-pub use stream::{Event, Stream};
+pub use scheduler::{Event, SchedulerKind};
+pub use stream::Stream;

@@ -3,10 +3,10 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use arrayjit_backends::CompiledBatch;
+use arrayjit_backends::{BufferHandle, CompiledBatch};
 use arrayjit_ir::{Error, Optimized, Result, StaticSymbol, Tnode};
 
-use crate::context::Context;
+use crate::context::{Context, host_refresh_hook};
 
 /// One compiled routine, ready to be linked into contexts of its backend.
 #[derive(Clone)]
@@ -114,32 +114,30 @@ impl Routine {
     }
 
     /// Schedules one run on the context's stream (with the `Sync` scheduler it runs now).
+    ///
+    /// Before the run, hosted inputs whose host values changed since this device last saw
+    /// them are copied to the device, and arrays last written by another stream are waited
+    /// for. After it, every array the routine writes records the run as its writer, and hosted
+    /// outputs are brought to the host automatically when the host next reads them.
     pub fn run(&self) -> Result<()> {
-        let statics = {
-            let values = self.statics.lock().unwrap_or_else(|e| e.into_inner());
-            values
-                .iter()
-                .zip(self.bindings())
-                .map(|(v, s)| {
-                    v.ok_or_else(|| Error::StaticIndex {
-                        symbol: s.name.clone(),
-                        detail: format!(
-                            "routine {} needs a value for it; call set_static first",
-                            self.name()
-                        ),
-                    })
-                })
-                .collect::<Result<Vec<i64>>>()?
-        };
+        let statics = self.static_values()?;
         let opt = &self.code.optimized;
-        let mut args = Vec::new();
-        for tn in opt.materialized_nodes() {
-            args.push(self.context.buffer(&tn)?.clone());
-        }
         let stream = self.context.stream();
-        let _guard = stream.lock_exec();
+        let device = stream.device();
+        let inputs = opt.inputs();
+        let outputs = opt.outputs();
+        let mut entries = Vec::new();
+        for tn in opt.materialized_nodes() {
+            let entry = self.context.entry(&tn)?.clone();
+            if inputs.contains(&tn) && tn.has_host_array() && !tn.device_not_lagging(device.uid()) {
+                self.context.from_host(&tn)?;
+            }
+            stream.will_wait_for(&entry.writer_event())?;
+            entries.push(entry);
+        }
+        let mut args: Vec<BufferHandle> = entries.iter().map(|e| e.buffer.clone()).collect();
         if let Some(m) = &opt.merge_node {
-            let merge = stream.inner.merge.lock().unwrap_or_else(|e| e.into_inner());
+            let merge = stream.merge_lock();
             match merge.as_ref() {
                 Some((t, b)) if t == m => args.push(b.clone()),
                 other => {
@@ -156,6 +154,40 @@ impl Routine {
                 }
             }
         }
-        self.code.batch.launch(self.code.index, &args, &statics)
+        let (batch, index) = (self.code.batch.clone(), self.code.index);
+        stream.schedule(Box::new(move || batch.launch(index, &args, &statics)))?;
+        let done = stream.all_work();
+        let lowered = device.backend().lowered().clone();
+        for entry in entries.iter().filter(|e| outputs.contains(&e.node)) {
+            entry.set_writer(done.clone());
+            let tn = &entry.node;
+            if tn.is_hosted() {
+                tn.mark_changed_on_device(device.uid());
+                tn.set_prepare_read(host_refresh_hook(
+                    stream.downgrade(),
+                    entry.clone(),
+                    lowered.clone(),
+                    device.uid(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn static_values(&self) -> Result<Vec<i64>> {
+        let values = self.statics.lock().unwrap_or_else(|e| e.into_inner());
+        values
+            .iter()
+            .zip(self.bindings())
+            .map(|(v, s)| {
+                v.ok_or_else(|| Error::StaticIndex {
+                    symbol: s.name.clone(),
+                    detail: format!(
+                        "routine {} needs a value for it; call set_static first",
+                        self.name()
+                    ),
+                })
+            })
+            .collect()
     }
 }

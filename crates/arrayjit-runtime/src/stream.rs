@@ -1,5 +1,5 @@
-//! Streams and events. Under the `Sync` scheduler a stream runs each task in the calling thread
-//! as it is scheduled, so every event is done as soon as it exists.
+//! Streams: ordered sequences of work on a device, run by the backend's scheduler (see
+//! [`crate::scheduler`]), each with a merge buffer for data received from other contexts.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,17 +9,20 @@ use arrayjit_backends::BufferHandle;
 use arrayjit_ir::{Result, Tnode};
 
 use crate::backend::Device;
+use crate::scheduler::{Event, Runner, SchedulerKind, Task};
 
 pub(crate) struct StreamInner {
     pub device: Device,
     pub id: usize,
-    /// Held while a kernel or a transfer touches the stream's buffers.
-    pub exec: Mutex<()>,
-    /// The merge buffer: a copy of a node received from another context.
+    pub runner: Runner,
+    /// The merge buffer: a copy of (or, when streaming, the source's own buffer of) a node
+    /// received from another context.
     pub merge: Mutex<Option<(Tnode, BufferHandle)>>,
 }
 
-/// A sequence of work on a device; work on one stream runs in order.
+/// A sequence of work on a device; work on one stream runs in order. Cloning is cheap and
+/// refers to the same stream; the stream's worker (if any) stops when the last handle is
+/// dropped, after finishing the work already queued.
 #[derive(Clone)]
 pub struct Stream {
     pub(crate) inner: Arc<StreamInner>,
@@ -32,16 +35,19 @@ impl fmt::Debug for Stream {
 }
 
 impl Stream {
-    pub(crate) fn new(device: Device) -> Stream {
+    pub(crate) fn new(device: Device) -> Result<Stream> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        Stream {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}:stream{id}", device.name());
+        let runner = Runner::new(name, device.backend().scheduler())?;
+        Ok(Stream {
             inner: Arc::new(StreamInner {
                 device,
-                id: NEXT.fetch_add(1, Ordering::Relaxed),
-                exec: Mutex::new(()),
+                id,
+                runner,
                 merge: Mutex::new(None),
             }),
-        }
+        })
     }
 
     /// The device the stream belongs to.
@@ -49,82 +55,81 @@ impl Stream {
         &self.inner.device
     }
 
-    /// A readable name, e.g. `"sync_cc:0:stream3"`.
+    /// A readable name, e.g. `"multicore_cc:0:stream3"`.
     pub fn name(&self) -> String {
-        format!("{}:stream{}", self.inner.device.name(), self.inner.id)
+        self.inner.runner.shared.name.clone()
+    }
+
+    /// Schedules a host task on the stream, after everything scheduled so far. Returns the
+    /// error an earlier task left on this stream, if any (the task is then not scheduled).
+    pub fn schedule_task(&self, task: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+        self.schedule(Box::new(task))
+    }
+
+    pub(crate) fn schedule(&self, task: Task) -> Result<()> {
+        self.inner.runner.schedule(task)
     }
 
     /// An event that is done once all work scheduled so far has finished.
     pub fn all_work(&self) -> Event {
-        Event { _private: () }
+        self.inner.runner.all_work()
     }
 
-    /// Blocks until the stream is idle; returns the first error a task reported, if any.
+    /// Blocks until the stream is idle; returns the first error a task reported since the last
+    /// check, naming the stream.
     pub fn await_work(&self) -> Result<()> {
-        Ok(())
+        self.inner.runner.await_work()
     }
 
-    /// Whether the stream is waiting for work.
+    /// Whether the stream has no unfinished work.
     pub fn is_idle(&self) -> bool {
-        true
+        self.inner.runner.is_idle()
+    }
+
+    /// Makes the stream wait for `event` before running anything scheduled later (nothing to
+    /// do for an event of this stream: its work is already ordered).
+    pub fn will_wait_for(&self, event: &Event) -> Result<()> {
+        if event.is_done() || event.is_on(&self.inner.runner.shared) {
+            return Ok(());
+        }
+        let event = event.clone();
+        self.schedule(Box::new(move || {
+            event.sync();
+            Ok(())
+        }))
     }
 
     /// Per-stream debug information.
     pub fn debug_info(&self) -> String {
         let merge = self
-            .inner
-            .merge
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .merge_lock()
             .as_ref()
             .map(|(t, b)| format!("{} ({} bytes)", t.debug_name(), b.size_in_bytes()))
             .unwrap_or_else(|| "empty".into());
+        let (scheduled, completed, skipped, failed) = self.inner.runner.stats();
+        let kind = match self.inner.runner.kind() {
+            SchedulerKind::Sync => "sync".to_string(),
+            SchedulerKind::Multicore { queue_capacity } => {
+                format!("multicore, queue of {queue_capacity}")
+            }
+        };
         format!(
-            "{} (sync scheduler, idle), merge buffer: {merge}",
-            self.name()
+            "{} ({kind}): {scheduled} tasks scheduled, {completed} finished, {skipped} skipped after \
+             an error{}; merge buffer: {merge}",
+            self.name(),
+            if failed { ", an error is pending" } else { "" }
         )
     }
 
-    /// Exclusive access to the stream's buffers for one task.
-    pub(crate) fn lock_exec(&self) -> MutexGuard<'_, ()> {
-        self.inner.exec.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn merge_lock(&self) -> MutexGuard<'_, Option<(Tnode, BufferHandle)>> {
+        self.inner.merge.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn same_as(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Exclusive access to the buffers of two streams (one lock if they are the same stream),
-    /// always taken in stream-id order so that concurrent copies cannot deadlock.
-    pub(crate) fn lock_exec_pair<'a>(
-        &'a self,
-        other: &'a Stream,
-    ) -> (MutexGuard<'a, ()>, Option<MutexGuard<'a, ()>>) {
-        if self.same_as(other) {
-            return (self.lock_exec(), None);
-        }
-        if self.inner.id < other.inner.id {
-            let a = self.lock_exec();
-            (a, Some(other.lock_exec()))
-        } else {
-            let b = other.lock_exec();
-            (self.lock_exec(), Some(b))
-        }
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<StreamInner> {
+        Arc::downgrade(&self.inner)
     }
-}
-
-/// Tracks whether a stream has finished work up to a point of its schedule.
-#[derive(Clone, Debug)]
-pub struct Event {
-    _private: (),
-}
-
-impl Event {
-    /// Whether the work has finished.
-    pub fn is_done(&self) -> bool {
-        true
-    }
-
-    /// Blocks until the work has finished.
-    pub fn sync(&self) {}
 }
