@@ -1,0 +1,337 @@
+//! Streams, events and host/device synchronisation on the `multicore_cc` backend (and, where
+//! the semantics are shared, on `sync_cc`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrayjit::Error;
+use arrayjit::prelude::*;
+use arrayjit::runtime::{RuntimeConfig, Strategy, backend_with_config};
+
+fn multicore() -> Backend {
+    arrayjit::backend("multicore_cc").unwrap()
+}
+
+fn hosted_input(dims: &[usize], label: &str, values: &[f64]) -> Tnode {
+    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
+    t.set_values(values).unwrap();
+    t
+}
+
+fn hosted_output(dims: &[usize], label: &str) -> Tnode {
+    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
+    t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    t
+}
+
+#[test]
+fn events_complete_in_order_and_sync_blocks() {
+    let b = multicore();
+    let s = b.get_device(0).unwrap().new_stream().unwrap();
+    let gate = Arc::new(Mutex::new(()));
+    let held = gate.lock().unwrap();
+    let g = gate.clone();
+    s.schedule_task(move || {
+        drop(g.lock().unwrap());
+        Ok(())
+    })
+    .unwrap();
+    let first = s.all_work();
+    let counter = Arc::new(AtomicUsize::new(0));
+    let c = counter.clone();
+    s.schedule_task(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+    .unwrap();
+    let second = s.all_work();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!first.is_done() && !second.is_done() && !s.is_idle());
+    drop(held);
+    second.sync();
+    assert!(first.is_done() && second.is_done());
+    assert_eq!(counter.load(Ordering::SeqCst), 1);
+    s.await_work().unwrap();
+    assert!(s.is_idle());
+    assert!(s.debug_info().contains("2 finished"), "{}", s.debug_info());
+}
+
+#[test]
+fn will_wait_for_orders_work_across_streams() {
+    let b = multicore();
+    let dev = b.get_device(0).unwrap();
+    let (a, c) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    a.schedule_task(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        l.lock().unwrap().push("a");
+        Ok(())
+    })
+    .unwrap();
+    c.will_wait_for(&a.all_work()).unwrap();
+    let l = log.clone();
+    c.schedule_task(move || {
+        l.lock().unwrap().push("c");
+        Ok(())
+    })
+    .unwrap();
+    c.await_work().unwrap();
+    assert_eq!(*log.lock().unwrap(), vec!["a", "c"]);
+}
+
+#[test]
+fn a_failed_task_is_reported_with_the_stream_name_and_others_keep_working() {
+    let b = multicore();
+    let dev = b.get_device(0).unwrap();
+    let (bad, good) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    bad.schedule_task(|| Err(Error::invalid("the host task broke")))
+        .unwrap();
+    let skipped = Arc::new(AtomicUsize::new(0));
+    let s2 = skipped.clone();
+    // Scheduling may race with the failure: either it is refused, or the task is skipped.
+    let _ = bad.schedule_task(move || {
+        s2.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    good.schedule_task(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+    .unwrap();
+    good.await_work().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    let err = bad.await_work().unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains(&bad.name()) && msg.contains("the host task broke"), "{msg}");
+    assert_eq!(skipped.load(Ordering::SeqCst), 0);
+    // The error was reported once; the stream works again.
+    bad.schedule_task(|| Ok(())).unwrap();
+    bad.await_work().unwrap();
+}
+
+#[test]
+fn the_next_schedule_returns_a_pending_error() {
+    let b = multicore();
+    let s = b.get_device(0).unwrap().new_stream().unwrap();
+    s.schedule_task(|| Err(Error::invalid("boom"))).unwrap();
+    s.all_work().sync();
+    let err = s.schedule_task(|| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("boom"), "{err}");
+}
+
+#[test]
+fn dropping_a_stream_finishes_queued_work_and_joins_its_thread() {
+    let b = multicore();
+    let done = Arc::new(AtomicUsize::new(0));
+    {
+        let s = b.get_device(0).unwrap().new_stream().unwrap();
+        for _ in 0..50 {
+            let d = done.clone();
+            s.schedule_task(move || {
+                std::thread::sleep(Duration::from_micros(200));
+                d.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 50);
+}
+
+#[test]
+fn a_full_queue_applies_backpressure() {
+    let config = RuntimeConfig {
+        queue_capacity: 2,
+        ..Default::default()
+    };
+    let b = backend_with_config("multicore_cc", &config).unwrap();
+    let s = b.get_device(0).unwrap().new_stream().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    for _ in 0..20 {
+        let c = count.clone();
+        s.schedule_task(move || {
+            std::thread::sleep(Duration::from_millis(1));
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    }
+    // With a queue of 2, scheduling 20 tasks had to wait for most of them to run.
+    assert!(count.load(Ordering::SeqCst) >= 17, "{}", count.load(Ordering::SeqCst));
+    s.await_work().unwrap();
+}
+
+#[test]
+fn strategies_steer_the_suggested_number_of_streams() {
+    let n = |name: &str, strategy| {
+        let config = RuntimeConfig {
+            strategy,
+            num_devices: Some(2),
+            ..Default::default()
+        };
+        let b = backend_with_config(name, &config).unwrap();
+        assert_eq!(b.num_devices(), 2);
+        b.get_device(1).unwrap().suggested_num_streams()
+    };
+    assert_eq!(n("multicore_cc", Strategy::OnlyDevicesParallel), 1);
+    assert_eq!(n("multicore_cc", Strategy::ForParallelCopying), 2);
+    assert!(n("multicore_cc", Strategy::MostParallelStreams) >= 1);
+    assert_eq!(n("sync_cc", Strategy::MostParallelStreams), 1);
+}
+
+#[test]
+fn hosted_results_reach_the_host_when_read_and_host_writes_reach_devices() {
+    for name in ["sync_cc", "multicore_cc"] {
+        let b = arrayjit::backend(name).unwrap();
+        let x = hosted_input(&[3], "x", &[1.0, 2.0, 3.0]);
+        let y = hosted_output(&[3], "y");
+        let code = b
+            .compile("double", &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x), &[])
+            .unwrap();
+        let stream = b.get_device(0).unwrap().new_stream().unwrap();
+        let r = Context::new(&stream).link(&code).unwrap();
+        r.run().unwrap();
+        // No explicit to_host: reading waits for the device and transfers.
+        assert_eq!(y.get_values().unwrap(), vec![2.0, 4.0, 6.0], "{name}");
+        // Writing the input on the host makes the device reload it before the next run.
+        x.set_values(&[10.0, 20.0, 30.0]).unwrap();
+        assert!(x.devices_not_lagging_host().is_empty());
+        r.run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![20.0, 40.0, 60.0], "{name}");
+        assert_eq!(x.devices_not_lagging_host(), vec![stream.device().uid()]);
+    }
+}
+
+#[test]
+fn a_hosted_node_changed_on_one_device_reaches_another_through_the_host() {
+    let config = RuntimeConfig {
+        num_devices: Some(2),
+        ..Default::default()
+    };
+    let b = backend_with_config("multicore_cc", &config).unwrap();
+    let x = hosted_input(&[2], "x", &[1.0, 2.0]);
+    let w = hosted_input(&[2], "w", &[0.0, 0.0]);
+    let y = hosted_output(&[2], "y");
+    let write_w = b
+        .compile("write_w", &Assignments::pointwise_binop(&w, BinOp::Mul, &x, &x), &[])
+        .unwrap();
+    let read_w = b
+        .compile("read_w", &Assignments::pointwise_unop(&y, UnOp::Neg, &w), &[])
+        .unwrap();
+    let s0 = b.get_device(0).unwrap().new_stream().unwrap();
+    let s1 = b.get_device(1).unwrap().new_stream().unwrap();
+    let r0 = Context::new(&s0).link(&write_w).unwrap();
+    let r1 = Context::new(&s1).link(&read_w).unwrap();
+    r0.run().unwrap();
+    // Device 1 lags: its run first pulls w to the host from device 0, then uploads it.
+    r1.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-1.0, -4.0]);
+}
+
+#[test]
+fn device_to_device_waits_for_the_writer_and_fills_the_merge_buffer() {
+    let b = multicore();
+    let dev = b.get_device(0).unwrap();
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let x = hosted_input(&[4], "x", &[1.0, 2.0, 3.0, 4.0]);
+    let g = Tnode::new(Prec::F32, &[4], &["g"]).unwrap();
+    g.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test: gradient")
+        .unwrap();
+    let acc = hosted_input(&[4], "acc", &[0.0; 4]);
+    let slow_producer = b
+        .compile("produce", &Assignments::pointwise_unop(&g, UnOp::Exp, &x), &[])
+        .unwrap();
+    let merge = Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Add,
+        lhs: acc.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
+        projections: Projections::pointwise(&[4], 1),
+    };
+    let consumer = b.compile("consume", &merge, &[]).unwrap();
+    let src = Context::new(&s1).link(&slow_producer).unwrap();
+    let dst = Context::new(&s2).link(&consumer).unwrap();
+    assert_eq!(dst.context().merge_node(), Some(&g));
+    // Keep the source stream busy so the copy must wait for the producer.
+    s1.schedule_task(|| {
+        std::thread::sleep(Duration::from_millis(30));
+        Ok(())
+    })
+    .unwrap();
+    src.run().unwrap();
+    dst.context()
+        .device_to_device(&g, MergeBufferUse::Copy, src.context())
+        .unwrap();
+    dst.run().unwrap();
+    let expected: Vec<f64> = [1f32, 2., 3., 4.].iter().map(|v| v.exp() as f64).collect();
+    let got = acc.get_values().unwrap();
+    for (e, g) in expected.iter().zip(&got) {
+        assert!((e - g).abs() < 1e-5, "{expected:?} vs {got:?}");
+    }
+    // A context whose code reads g's merge cannot take another node's copy.
+    let err = dst
+        .context()
+        .device_to_device(&x, MergeBufferUse::Copy, src.context())
+        .unwrap_err();
+    assert!(err.to_string().contains("merge"), "{err}");
+    // Streaming: no copy, the routine reads the source's array.
+    dst.context()
+        .device_to_device(&g, MergeBufferUse::StreamingFor(&dst), src.context())
+        .unwrap();
+    let got = acc.get_values().unwrap();
+    assert!((got[0] - 2.0 * expected[0]).abs() < 1e-5, "{got:?}");
+}
+
+#[test]
+fn merge_buffer_mismatch_is_caught_at_link_time() {
+    let b = multicore();
+    let s = b.get_device(0).unwrap().new_stream().unwrap();
+    let g1 = hosted_input(&[2], "g1", &[1.0, 2.0]);
+    let g2 = hosted_input(&[2], "g2", &[1.0, 2.0]);
+    let acc = hosted_input(&[2], "acc2", &[0.0, 0.0]);
+    let merge_of = |g: &Tnode| Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Add,
+        lhs: acc.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
+        projections: Projections::pointwise(&[2], 1),
+    };
+    let c1 = b.compile("m1", &merge_of(&g1), &[]).unwrap();
+    let c2 = b.compile("m2", &merge_of(&g2), &[]).unwrap();
+    let r1 = Context::new(&s).link(&c1).unwrap();
+    let err = r1.context().link(&c2).unwrap_err();
+    assert!(err.to_string().contains("merge buffer"), "{err}");
+}
+
+#[test]
+fn shared_nodes_may_be_written_from_one_stream_only() {
+    let b = multicore();
+    let dev = b.get_device(0).unwrap();
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let x = hosted_input(&[2], "x", &[1.0, 2.0]);
+    let table = Tnode::new(Prec::F32, &[2], &["table"]).unwrap();
+    table
+        .update_memory_mode(MemoryMode::OnDevice(Sharing::SharedCrossStreams), "test: shared")
+        .unwrap();
+    let y = hosted_output(&[2], "y");
+    let fill = b
+        .compile("fill", &Assignments::pointwise_unop(&table, UnOp::Neg, &x), &[])
+        .unwrap();
+    let read = b
+        .compile("read", &Assignments::pointwise_unop(&y, UnOp::Abs, &table), &[])
+        .unwrap();
+    let r1 = Context::new(&s1).link(&fill).unwrap();
+    r1.run().unwrap();
+    // Another stream reads the same array (no copy) after the writer.
+    let r2 = Context::new(&s2).link(&read).unwrap();
+    r2.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![1.0, 2.0]);
+    // But may not write it.
+    let err = Context::new(&s2).link(&fill).unwrap_err();
+    assert!(err.to_string().contains("shared across streams"), "{err}");
+}
