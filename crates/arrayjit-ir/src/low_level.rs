@@ -229,6 +229,24 @@ impl LowLevel {
         out
     }
 
+    /// Every symbol used in an index (loop iterators and static symbols).
+    pub fn index_symbols(&self) -> std::collections::BTreeSet<Symbol> {
+        let mut out = std::collections::BTreeSet::new();
+        self.visit(&mut |s| {
+            if let LowLevel::Set { idcs, .. } = s {
+                idcs.iter().for_each(|i| out.extend(i.symbols()));
+            }
+        });
+        self.visit_exprs(&mut |e| match e {
+            ScalarExpr::Get(_, idcs) | ScalarExpr::GetMerge(_, idcs) => {
+                idcs.iter().for_each(|i| out.extend(i.symbols()))
+            }
+            ScalarExpr::EmbedIndex(i) => out.extend(i.symbols()),
+            _ => {}
+        });
+        out
+    }
+
     /// Every node the code reads or writes, each once, in order of first appearance.
     pub fn nodes(&self) -> Vec<Tnode> {
         let mut seen = self.written_nodes();

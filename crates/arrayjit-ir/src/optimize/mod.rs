@@ -60,7 +60,7 @@ pub struct Optimized {
     pub name: String,
     /// The optimized code.
     pub code: LowLevel,
-    /// Static symbols bound per run, in the order of kernel arguments.
+    /// Static symbols bound per run (those the code uses), in the order of kernel arguments.
     pub bindings: Vec<StaticSymbol>,
     /// Every node the code uses (after inlining), with its role.
     pub nodes: Vec<NodeRole>,
@@ -179,10 +179,17 @@ pub fn optimize_low_level(
     nodes.sort_by_key(|r| r.tn.id());
     crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
     let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
+    // A routine takes only the static indices its code uses.
+    let used_symbols = code.index_symbols();
+    let bindings = bindings
+        .iter()
+        .filter(|b| used_symbols.contains(&b.symbol))
+        .cloned()
+        .collect();
     Ok(Optimized {
         name: name.to_string(),
         code,
-        bindings: bindings.to_vec(),
+        bindings,
         nodes,
         merge_node,
     })
