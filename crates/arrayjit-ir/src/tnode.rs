@@ -401,7 +401,9 @@ impl Tnode {
 
     /// Records that `device` now holds the host's values (it read them, or wrote them back).
     pub fn mark_device_up_to_date(&self, device: usize) {
-        lock(&self.0.host_sync).devices_not_lagging_host.insert(device);
+        lock(&self.0.host_sync)
+            .devices_not_lagging_host
+            .insert(device);
     }
 
     /// Records that `device` changed the node: every other device now lags.

@@ -145,9 +145,9 @@ pub fn available_backends() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|n| match *n {
-            "sync_cc" | "multicore_cc" => {
-                CcBackend::new(CcConfig::from_env()).check_available().is_ok()
-            }
+            "sync_cc" | "multicore_cc" => CcBackend::new(CcConfig::from_env())
+                .check_available()
+                .is_ok(),
             _ => false,
         })
         .collect()

@@ -155,18 +155,25 @@ impl Context {
     }
 
     pub(crate) fn entry(&self, tn: &Tnode) -> Result<&Arc<ArrayEntry>> {
-        self.inner.arrays.get(tn).ok_or_else(|| Error::NodeNotInContext {
-            node: tn.debug_name(),
-            context: self.describe(),
-            routine: "this operation".into(),
-        })
+        self.inner
+            .arrays
+            .get(tn)
+            .ok_or_else(|| Error::NodeNotInContext {
+                node: tn.debug_name(),
+                context: self.describe(),
+                routine: "this operation".into(),
+            })
     }
 
     fn lowered(&self) -> Arc<dyn LoweredBackend> {
         self.inner.stream.device().backend().lowered().clone()
     }
 
-    fn child(&self, arrays: BTreeMap<Tnode, Arc<ArrayEntry>>, merge_node: Option<Tnode>) -> Context {
+    fn child(
+        &self,
+        arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
+        merge_node: Option<Tnode>,
+    ) -> Context {
         Context {
             inner: Arc::new(ContextInner {
                 id: next_id(),
@@ -203,7 +210,9 @@ impl Context {
         {
             return Ok(e.clone());
         }
-        let buffer = self.lowered().alloc_zeroed(device.ordinal(), tn.size_in_bytes())?;
+        let buffer = self
+            .lowered()
+            .alloc_zeroed(device.ordinal(), tn.size_in_bytes())?;
         let entry = ArrayEntry::new(tn.clone(), buffer, shared);
         if tn.has_host_array() {
             tn.prepare_read()?;
@@ -259,7 +268,10 @@ impl Context {
             let entry = match arrays.get(&tn) {
                 Some(e) => e.clone(),
                 None => {
-                    if inputs.contains(&tn) && !tn.has_host_array() && !is_shared_across_streams(&tn) {
+                    if inputs.contains(&tn)
+                        && !tn.has_host_array()
+                        && !is_shared_across_streams(&tn)
+                    {
                         return Err(Error::NodeNotInContext {
                             node: tn.debug_name(),
                             context: self.describe(),
@@ -272,7 +284,10 @@ impl Context {
                 }
             };
             if entry.shared && outputs.contains(&tn) {
-                let mut writer = entry.writing_stream.lock().unwrap_or_else(|e| e.into_inner());
+                let mut writer = entry
+                    .writing_stream
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
                 match *writer {
                     Some(s) if s != self.inner.stream.inner.id => {
                         return Err(Error::invalid(format!(
@@ -312,10 +327,14 @@ impl Context {
 
     fn upload(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) -> Result<()> {
         tn.prepare_read()?;
-        let bytes = tn.with_host(|nd| nd.as_bytes().to_vec()).ok_or_else(|| Error::NotHosted {
-            node: tn.debug_name(),
-            detail: "from_host copies the host array to the device; set the node's values first".into(),
-        })?;
+        let bytes = tn
+            .with_host(|nd| nd.as_bytes().to_vec())
+            .ok_or_else(|| Error::NotHosted {
+                node: tn.debug_name(),
+                detail:
+                    "from_host copies the host array to the device; set the node's values first"
+                        .into(),
+            })?;
         self.wait_for_other_stream(&entry.writer_event())?;
         self.schedule_upload(entry, bytes)?;
         tn.mark_device_up_to_date(self.inner.stream.device().uid());
@@ -353,7 +372,12 @@ impl Context {
     /// after `src`'s last write of the node: into this context's array, into this stream's
     /// merge buffer, or streamed to a routine (see [`MergeBufferUse`]). The source's stream will
     /// not overwrite the node until the transfer has happened.
-    pub fn device_to_device(&self, tn: &Tnode, into_merge_buffer: MergeBufferUse<'_>, src: &Context) -> Result<()> {
+    pub fn device_to_device(
+        &self,
+        tn: &Tnode,
+        into_merge_buffer: MergeBufferUse<'_>,
+        src: &Context,
+    ) -> Result<()> {
         let src_entry = src.entry(tn)?.clone();
         let stream = &self.inner.stream;
         let lowered = self.lowered();

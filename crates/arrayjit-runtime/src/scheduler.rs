@@ -246,7 +246,13 @@ impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.stream {
             None => f.write_str("Event(done)"),
-            Some(s) => write!(f, "Event({} #{}, done: {})", s.name, self.seq, self.is_done()),
+            Some(s) => write!(
+                f,
+                "Event({} #{}, done: {})",
+                s.name,
+                self.seq,
+                self.is_done()
+            ),
         }
     }
 }
@@ -254,7 +260,10 @@ impl fmt::Debug for Event {
 impl Event {
     /// An event that is already done.
     pub fn done() -> Event {
-        Event { stream: None, seq: 0 }
+        Event {
+            stream: None,
+            seq: 0,
+        }
     }
 
     /// Whether the work has finished.

@@ -107,7 +107,10 @@ fn a_failed_task_is_reported_with_the_stream_name_and_others_keep_working() {
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     let err = bad.await_work().unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains(&bad.name()) && msg.contains("the host task broke"), "{msg}");
+    assert!(
+        msg.contains(&bad.name()) && msg.contains("the host task broke"),
+        "{msg}"
+    );
     assert_eq!(skipped.load(Ordering::SeqCst), 0);
     // The error was reported once; the stream works again.
     bad.schedule_task(|| Ok(())).unwrap();
@@ -162,7 +165,11 @@ fn a_full_queue_applies_backpressure() {
         .unwrap();
     }
     // With a queue of 2, scheduling 20 tasks had to wait for most of them to run.
-    assert!(count.load(Ordering::SeqCst) >= 17, "{}", count.load(Ordering::SeqCst));
+    assert!(
+        count.load(Ordering::SeqCst) >= 17,
+        "{}",
+        count.load(Ordering::SeqCst)
+    );
     s.await_work().unwrap();
 }
 
@@ -191,7 +198,11 @@ fn hosted_results_reach_the_host_when_read_and_host_writes_reach_devices() {
         let x = hosted_input(&[3], "x", &[1.0, 2.0, 3.0]);
         let y = hosted_output(&[3], "y");
         let code = b
-            .compile("double", &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x), &[])
+            .compile(
+                "double",
+                &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x),
+                &[],
+            )
             .unwrap();
         let stream = b.get_device(0).unwrap().new_stream().unwrap();
         let r = Context::new(&stream).link(&code).unwrap();
@@ -218,10 +229,18 @@ fn a_hosted_node_changed_on_one_device_reaches_another_through_the_host() {
     let w = hosted_input(&[2], "w", &[0.0, 0.0]);
     let y = hosted_output(&[2], "y");
     let write_w = b
-        .compile("write_w", &Assignments::pointwise_binop(&w, BinOp::Mul, &x, &x), &[])
+        .compile(
+            "write_w",
+            &Assignments::pointwise_binop(&w, BinOp::Mul, &x, &x),
+            &[],
+        )
         .unwrap();
     let read_w = b
-        .compile("read_w", &Assignments::pointwise_unop(&y, UnOp::Neg, &w), &[])
+        .compile(
+            "read_w",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &w),
+            &[],
+        )
         .unwrap();
     let s0 = b.get_device(0).unwrap().new_stream().unwrap();
     let s1 = b.get_device(1).unwrap().new_stream().unwrap();
@@ -244,7 +263,11 @@ fn device_to_device_waits_for_the_writer_and_fills_the_merge_buffer() {
         .unwrap();
     let acc = hosted_input(&[4], "acc", &[0.0; 4]);
     let slow_producer = b
-        .compile("produce", &Assignments::pointwise_unop(&g, UnOp::Exp, &x), &[])
+        .compile(
+            "produce",
+            &Assignments::pointwise_unop(&g, UnOp::Exp, &x),
+            &[],
+        )
         .unwrap();
     let merge = Assignments::Accum {
         initialize_neutral: false,
@@ -316,14 +339,25 @@ fn shared_nodes_may_be_written_from_one_stream_only() {
     let x = hosted_input(&[2], "x", &[1.0, 2.0]);
     let table = Tnode::new(Prec::F32, &[2], &["table"]).unwrap();
     table
-        .update_memory_mode(MemoryMode::OnDevice(Sharing::SharedCrossStreams), "test: shared")
+        .update_memory_mode(
+            MemoryMode::OnDevice(Sharing::SharedCrossStreams),
+            "test: shared",
+        )
         .unwrap();
     let y = hosted_output(&[2], "y");
     let fill = b
-        .compile("fill", &Assignments::pointwise_unop(&table, UnOp::Neg, &x), &[])
+        .compile(
+            "fill",
+            &Assignments::pointwise_unop(&table, UnOp::Neg, &x),
+            &[],
+        )
         .unwrap();
     let read = b
-        .compile("read", &Assignments::pointwise_unop(&y, UnOp::Abs, &table), &[])
+        .compile(
+            "read",
+            &Assignments::pointwise_unop(&y, UnOp::Abs, &table),
+            &[],
+        )
         .unwrap();
     let r1 = Context::new(&s1).link(&fill).unwrap();
     r1.run().unwrap();

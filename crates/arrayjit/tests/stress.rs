@@ -36,7 +36,10 @@ fn program(seed: u64) -> Vec<Op> {
         let other = (s + 1 + rng.below(STREAMS - 1)) % STREAMS;
         ops.push(match rng.below(20) {
             0..=1 => Op::Transfer { dst: s, src: other },
-            2 => Op::Wait { waiter: s, on: other },
+            2 => Op::Wait {
+                waiter: s,
+                on: other,
+            },
             _ => Op::Inc {
                 s,
                 k: rng.below(16) as i64,
@@ -68,12 +71,16 @@ struct PerStream {
 fn run(backend_name: &str, ops: &[Op]) -> Vec<i64> {
     let b = arrayjit::backend(backend_name).unwrap();
     let c = Tnode::new(Prec::I64, &[], &["c"]).unwrap();
-    c.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "stress: per-stream counter")
-        .unwrap();
+    c.update_memory_mode(
+        MemoryMode::OnDevice(Sharing::PerStream),
+        "stress: per-stream counter",
+    )
+    .unwrap();
     let three = Tnode::new(Prec::I64, &[], &["three"]).unwrap();
     three.set_values(&[3.0]).unwrap();
     let ks = Tnode::new(Prec::I64, &[16], &["ks"]).unwrap();
-    ks.set_values(&(0..16).map(f64::from).collect::<Vec<_>>()).unwrap();
+    ks.set_values(&(0..16).map(f64::from).collect::<Vec<_>>())
+        .unwrap();
     let k_index = StaticSymbol::new("k", 16);
     let k = Tnode::new(Prec::I64, &[], &["k"]).unwrap();
     let init = Assignments::Fetch {
@@ -109,8 +116,11 @@ fn run(backend_name: &str, ops: &[Op]) -> Vec<i64> {
     let outs: Vec<Tnode> = (0..STREAMS)
         .map(|s| {
             let t = Tnode::new(Prec::I64, &[], &[&format!("out{s}")]).unwrap();
-            t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "stress: result")
-                .unwrap();
+            t.update_memory_mode(
+                MemoryMode::Hosted(MemoryType::Nonconstant),
+                "stress: result",
+            )
+            .unwrap();
             t
         })
         .collect();
@@ -119,9 +129,12 @@ fn run(backend_name: &str, ops: &[Op]) -> Vec<i64> {
         .map(|o| Assignments::pointwise_unop(o, UnOp::Identity, &c))
         .collect();
     let export_names: Vec<String> = (0..STREAMS).map(|s| format!("export{s}")).collect();
-    let mut batch: Vec<(&str, &Assignments)> = vec![("init", &init), ("inc", &inc), ("absorb", &absorb)];
+    let mut batch: Vec<(&str, &Assignments)> =
+        vec![("init", &init), ("inc", &inc), ("absorb", &absorb)];
     batch.extend(export_names.iter().map(String::as_str).zip(exports.iter()));
-    let codes = b.compile_batch(&batch, std::slice::from_ref(&k_index)).unwrap();
+    let codes = b
+        .compile_batch(&batch, std::slice::from_ref(&k_index))
+        .unwrap();
     let device = b.get_device(0).unwrap();
     let streams: Vec<PerStream> = (0..STREAMS)
         .map(|s| {
@@ -177,7 +190,10 @@ fn eight_streams_ten_thousand_tasks_each_match_the_sequential_model() {
     let ops = program(0x9e3779b97f4a7c15);
     let expected = model(&ops);
     let first = run("multicore_cc", &ops);
-    assert_eq!(first, expected, "multicore_cc disagrees with the sequential model");
+    assert_eq!(
+        first, expected,
+        "multicore_cc disagrees with the sequential model"
+    );
     let second = run("multicore_cc", &ops);
     assert_eq!(first, second, "two runs differ");
 }
