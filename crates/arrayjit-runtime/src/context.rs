@@ -391,6 +391,10 @@ impl Context {
                 let (d, s) = (dst.buffer.clone(), src_entry.buffer.clone());
                 stream.schedule(Box::new(move || lowered.copy_buffer(&d, &s)))?;
                 dst.set_writer(stream.all_work());
+                // A copy of a hosted node's latest values is itself up to date.
+                if tn.device_not_lagging(src.stream().device().uid()) {
+                    tn.mark_device_up_to_date(stream.device().uid());
+                }
             }
             MergeBufferUse::Copy => {
                 if let Some(m) = &self.inner.merge_node

@@ -14,6 +14,7 @@
 
 mod backend;
 mod context;
+pub mod data_parallel;
 mod routine;
 pub mod scheduler;
 mod stream;
@@ -23,6 +24,7 @@ pub use backend::{
     backend_with_config, default_backend, initialize,
 };
 pub use context::{Context, MergeBufferUse};
+pub use data_parallel::DataParallel;
 pub use routine::{Code, Routine};
 pub use scheduler::{Event, SchedulerKind};
 pub use stream::Stream;
