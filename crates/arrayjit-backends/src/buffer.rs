@@ -23,14 +23,23 @@ impl MemoryCounter {
     }
 }
 
-/// A block of host memory used as a device array. Kernels write it through raw pointers; the
-/// runtime serializes access per stream.
+/// A block of host memory used as a device array: an allocation of its own (counted in the
+/// device's memory), or a view of part of a pool (which it keeps alive). Kernels write it
+/// through raw pointers; the runtime orders access with stream events.
 pub struct CpuBuffer {
     ptr: NonNull<u8>,
-    layout: Layout,
     size: usize,
     device: usize,
-    counter: Arc<MemoryCounter>,
+    backing: Backing,
+}
+
+enum Backing {
+    Owned {
+        layout: Layout,
+        counter: Arc<MemoryCounter>,
+    },
+    /// A view keeps its pool's memory alive.
+    View { _pool: Arc<CpuBuffer> },
 }
 
 // SAFETY: the buffer owns its allocation; concurrent access is serialized by the runtime (a
@@ -45,8 +54,22 @@ pub const CPU_BUFFER_ALIGNMENT: usize = 64;
 impl CpuBuffer {
     /// A zero-filled buffer of `size` bytes on `device`, counted in `counter`.
     pub fn zeroed(size: usize, device: usize, counter: Arc<MemoryCounter>) -> Result<CpuBuffer> {
-        let layout = Layout::from_size_align(size.max(1), CPU_BUFFER_ALIGNMENT)
-            .map_err(|e| Error::invalid(format!("cannot allocate {size} bytes: {e}")))?;
+        CpuBuffer::zeroed_aligned(size, CPU_BUFFER_ALIGNMENT, device, counter)
+    }
+
+    /// A zero-filled buffer aligned to `alignment` (at least [`CPU_BUFFER_ALIGNMENT`]).
+    pub fn zeroed_aligned(
+        size: usize,
+        alignment: usize,
+        device: usize,
+        counter: Arc<MemoryCounter>,
+    ) -> Result<CpuBuffer> {
+        let layout = Layout::from_size_align(size.max(1), alignment.max(CPU_BUFFER_ALIGNMENT))
+            .map_err(|e| {
+                Error::invalid(format!(
+                    "cannot allocate {size} bytes aligned to {alignment}: {e}"
+                ))
+            })?;
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or_else(|| Error::Runtime {
@@ -56,11 +79,47 @@ impl CpuBuffer {
         counter.0.fetch_add(size, Ordering::Relaxed);
         Ok(CpuBuffer {
             ptr,
-            layout,
             size,
             device,
-            counter,
+            backing: Backing::Owned { layout, counter },
         })
+    }
+
+    /// A view of bytes `offset..offset + size` of `pool`.
+    pub fn view(pool: &Arc<CpuBuffer>, offset: usize, size: usize) -> Result<CpuBuffer> {
+        if offset.checked_add(size).is_none_or(|end| end > pool.size) {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "a view of {size} bytes at offset {offset} does not fit a pool of {} bytes",
+                    pool.size
+                ),
+            });
+        }
+        // SAFETY: `offset + size <= pool.size`, so the pointer stays inside the allocation.
+        let ptr = unsafe { NonNull::new_unchecked(pool.ptr.as_ptr().add(offset)) };
+        Ok(CpuBuffer {
+            ptr,
+            size,
+            device: pool.device,
+            backing: Backing::View {
+                _pool: pool.clone(),
+            },
+        })
+    }
+
+    /// Sets bytes `offset..offset + size` to zero.
+    pub fn zero_range(&self, offset: usize, size: usize) -> Result<()> {
+        if offset.checked_add(size).is_none_or(|end| end > self.size) {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "zeroing {size} bytes at {offset} in a buffer of {} bytes",
+                    self.size
+                ),
+            });
+        }
+        // SAFETY: the range is inside the buffer (checked above).
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), 0, size) };
+        Ok(())
     }
 
     /// The start of the memory.
@@ -87,17 +146,23 @@ impl CpuBuffer {
 
 impl Drop for CpuBuffer {
     fn drop(&mut self) {
-        self.counter.0.fetch_sub(self.size, Ordering::Relaxed);
-        // SAFETY: allocated in `zeroed` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+        if let Backing::Owned { layout, counter } = &self.backing {
+            counter.0.fetch_sub(self.size, Ordering::Relaxed);
+            // SAFETY: allocated in `zeroed_aligned` with this layout.
+            unsafe { dealloc(self.ptr.as_ptr(), *layout) }
+        }
     }
 }
 
 impl fmt::Debug for CpuBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.backing {
+            Backing::Owned { .. } => "",
+            Backing::View { .. } => " (pool view)",
+        };
         write!(
             f,
-            "CpuBuffer({} bytes on device {})",
+            "CpuBuffer({} bytes on device {}{kind})",
             self.size, self.device
         )
     }

@@ -62,8 +62,37 @@ pub trait LoweredBackend: Send + Sync + Debug {
     fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()>;
     /// Copies one buffer into another of the same size (possibly across devices).
     fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle) -> Result<()>;
-    /// Bytes currently allocated for arrays on a device.
+    /// Bytes currently allocated for arrays on a device (pools included).
     fn used_memory(&self, device: usize) -> usize;
+    /// Allocates pool `pool_id` on a device: `size_in_bytes` zeroed bytes aligned to
+    /// `alignment` (a power of two). An id already in use is an error.
+    fn alloc_pool(
+        &self,
+        device: usize,
+        pool_id: usize,
+        size_in_bytes: usize,
+        alignment: usize,
+    ) -> Result<()>;
+    /// Frees a pool; buffers viewing it keep its memory alive until they are dropped.
+    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()>;
+    /// Zeroes `size_in_bytes` at `offset` in a pool.
+    fn memset_zero(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<()>;
+    /// A buffer for bytes `offset..offset + size_in_bytes` of a pool.
+    fn pool_view(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<BufferHandle>;
+    /// The live pools of a device: `(pool_id, size_in_bytes)`, by id.
+    fn pools(&self, device: usize) -> Vec<(usize, usize)>;
     /// Compiles routines together (one library, one compilation).
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>>;
     /// Backend-specific debug information.

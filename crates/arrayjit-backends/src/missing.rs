@@ -61,6 +61,21 @@ impl LoweredBackend for MissingBackend {
     fn used_memory(&self, _: usize) -> usize {
         0
     }
+    fn alloc_pool(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
+        Err(self.error())
+    }
+    fn free_pool(&self, _: usize, _: usize) -> Result<()> {
+        Err(self.error())
+    }
+    fn memset_zero(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
+        Err(self.error())
+    }
+    fn pool_view(&self, _: usize, _: usize, _: usize, _: usize) -> Result<BufferHandle> {
+        Err(self.error())
+    }
+    fn pools(&self, _: usize) -> Vec<(usize, usize)> {
+        vec![]
+    }
     fn compile_batch(&self, _: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }

@@ -26,6 +26,8 @@ pub struct KernelInterface {
     pub merge: Option<Tnode>,
     /// The static symbols passed in `statics`, in order.
     pub statics: Vec<StaticSymbol>,
+    /// If non-zero, a scratch buffer of at least this many bytes is passed last.
+    pub scratch_bytes: usize,
 }
 
 /// A rendered C file with one kernel per routine.
@@ -158,6 +160,32 @@ fn render_kernel(
         );
         k.symbols.insert(s.symbol, name);
     }
+    let scratch_index = args.len() + usize::from(r.merge_node.is_some());
+    if r.scratch.total_bytes() > 0 {
+        let _ = writeln!(
+            out,
+            "  unsigned char *const {} scratch = (unsigned char *)args[{scratch_index}]; {}",
+            syntax.restrict,
+            comment(&format!(
+                "scratch pool of {} bytes",
+                r.scratch.total_bytes()
+            ))
+        );
+        let mut slots: Vec<_> = r.scratch.slots.iter().collect();
+        slots.sort_by_key(|s| (s.offset, s.node.id()));
+        for (pos, slot) in slots.into_iter().enumerate() {
+            let tn = &slot.node;
+            let name = format!("{}_s{pos}", node_name(tn, scratch_index));
+            let t = tn.prec().c_storage_type();
+            let _ = writeln!(
+                out,
+                "  {t} *const {name} = ({t} *)(scratch + {}); {}",
+                slot.offset,
+                comment(&format!("local {} in scratch", tn.debug_name_stable()))
+            );
+            k.nodes.insert(tn.clone(), name);
+        }
+    }
     for (pos, tn) in locals.iter().enumerate() {
         let name = node_name(tn, args.len() + 1 + pos);
         let t = tn.prec().c_storage_type();
@@ -169,7 +197,24 @@ fn render_kernel(
         );
         k.nodes.insert(tn.clone(), name);
     }
-    k.stmt(&r.code, 1, &mut out)?;
+    let stmts: Vec<&LowLevel> = match &r.code {
+        LowLevel::Seq(items) => items.iter().collect(),
+        s => vec![s],
+    };
+    for (i, s) in stmts.into_iter().enumerate() {
+        // A scratch local starts zeroed when its lifetime begins (its memory may have held
+        // another local before).
+        for slot in r
+            .scratch
+            .slots
+            .iter()
+            .filter(|s| s.lifetime.map(|l| l.0) == Some(i))
+        {
+            let name = k.node(&slot.node)?.to_string();
+            let _ = writeln!(out, "  memset({name}, 0, {});", slot.size);
+        }
+        k.stmt(s, 1, &mut out)?;
+    }
     out.push_str("}\n\n");
     Ok((
         out,
@@ -179,6 +224,7 @@ fn render_kernel(
             args,
             merge: r.merge_node.clone(),
             statics: r.bindings.clone(),
+            scratch_bytes: r.scratch.total_bytes(),
         },
     ))
 }

@@ -40,6 +40,8 @@ pub struct RuntimeConfig {
     pub num_devices: Option<usize>,
     /// Tasks a `multicore` stream queues before `schedule` blocks.
     pub queue_capacity: usize,
+    /// Largest pool the link-time planner allocates; an array larger than this is an error.
+    pub max_pool_bytes: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -48,6 +50,7 @@ impl Default for RuntimeConfig {
             strategy: Strategy::default(),
             num_devices: None,
             queue_capacity: 1024,
+            max_pool_bytes: 1 << 30,
         }
     }
 }
@@ -112,12 +115,9 @@ pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend
             });
         }
     };
-    Ok(Backend::with_scheduler(
-        canonical,
-        lowered,
-        scheduler,
-        config.strategy,
-    ))
+    let b = Backend::with_scheduler(canonical, lowered, scheduler, config.strategy);
+    b.set_max_pool_bytes(config.max_pool_bytes);
+    Ok(b)
 }
 
 /// Resolves a backend (by name, or the default one) and checks that it can run here: the one
@@ -161,8 +161,12 @@ pub(crate) struct BackendInner {
     pub strategy: Strategy,
     /// Unique id of device 0; device `k` is `device_uid_base + k`.
     pub device_uid_base: usize,
-    /// Per device: arrays shared across the device's streams.
+    /// Per device: arrays shared across the device's streams (and deduplicated constants).
     pub shared_arrays: Vec<Mutex<BTreeMap<Tnode, Arc<ArrayEntry>>>>,
+    /// The next pool id.
+    pub next_pool_id: AtomicUsize,
+    /// Largest pool the planner allocates.
+    pub max_pool_bytes: AtomicUsize,
 }
 
 /// A backend: a lowered backend with a scheduler (`Sync` or `Multicore`).
@@ -201,8 +205,26 @@ impl Backend {
                 settings: Mutex::new(OptimizeSettings::default()),
                 scheduler,
                 strategy,
+                next_pool_id: AtomicUsize::new(0),
+                max_pool_bytes: AtomicUsize::new(1 << 30),
             }),
         }
+    }
+
+    /// Sets the largest pool the link-time planner allocates.
+    pub fn set_max_pool_bytes(&self, bytes: usize) {
+        self.inner
+            .max_pool_bytes
+            .store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// The largest pool the link-time planner allocates.
+    pub fn max_pool_bytes(&self) -> usize {
+        self.inner.max_pool_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn new_pool_id(&self) -> usize {
+        self.inner.next_pool_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The scheduler the backend's streams use.

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use arrayjit_backends::{BufferHandle, LoweredBackend};
+use arrayjit_ir::optimize::{MemoryPlan, PlanItem};
 use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Sharing, Tnode};
 
 use crate::routine::{Code, Routine};
@@ -56,6 +57,25 @@ struct ContextInner {
     parent: Option<Context>,
     arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
     merge_node: Option<Tnode>,
+    /// The pools this context allocated for its new arrays (ids), and their plan.
+    pools: Mutex<Vec<usize>>,
+    plan: Option<MemoryPlan>,
+}
+
+impl Drop for ContextInner {
+    /// Frees the context's pools; arrays still used by child contexts or pending work stay
+    /// alive until those are done with them.
+    fn drop(&mut self) {
+        let device = self.stream.device();
+        for id in self
+            .pools
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = device.backend().lowered().free_pool(device.ordinal(), id);
+        }
+    }
 }
 
 /// The arrays of a stream that code runs on. Cloning is cheap and refers to the same context;
@@ -90,14 +110,21 @@ fn next_id() -> usize {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Nodes whose one array per device serves all the device's streams: those shared across
+/// streams by their memory mode, and hosted constants (deduplicated per device).
 fn is_shared_across_streams(tn: &Tnode) -> bool {
-    matches!(
-        tn.memory_mode().map(|m| m.mode),
-        Some(MemoryMode::OnDevice(Sharing::SharedCrossStreams))
-            | Some(MemoryMode::Hosted(MemoryType::ChangedOnDevices(
-                Sharing::SharedCrossStreams
-            )))
-    )
+    is_device_constant(tn)
+        || matches!(
+            tn.memory_mode().map(|m| m.mode),
+            Some(MemoryMode::OnDevice(Sharing::SharedCrossStreams))
+                | Some(MemoryMode::Hosted(MemoryType::ChangedOnDevices(
+                    Sharing::SharedCrossStreams
+                )))
+        )
+}
+
+fn is_device_constant(tn: &Tnode) -> bool {
+    tn.memory_mode().map(|m| m.mode) == Some(MemoryMode::Hosted(MemoryType::Constant))
 }
 
 impl Context {
@@ -110,6 +137,8 @@ impl Context {
                 parent: None,
                 arrays: BTreeMap::new(),
                 merge_node: None,
+                pools: Mutex::new(vec![]),
+                plan: None,
             }),
         }
     }
@@ -173,6 +202,8 @@ impl Context {
         &self,
         arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
         merge_node: Option<Tnode>,
+        pools: Vec<usize>,
+        plan: Option<MemoryPlan>,
     ) -> Context {
         Context {
             inner: Arc::new(ContextInner {
@@ -181,8 +212,34 @@ impl Context {
                 parent: Some(self.clone()),
                 arrays,
                 merge_node,
+                pools: Mutex::new(pools),
+                plan,
             }),
         }
+    }
+
+    /// Where the arrays this context allocated live in its pools (printable), if it allocated
+    /// any.
+    pub fn memory_plan(&self) -> Option<&MemoryPlan> {
+        self.inner.plan.as_ref()
+    }
+
+    /// Frees this context's pools now rather than when it is dropped. Arrays still used by
+    /// child contexts or by pending work stay valid until those release them; the memory is
+    /// returned when the last of them does.
+    pub fn finalize(&self) -> Result<()> {
+        let device = self.inner.stream.device();
+        let ids: Vec<usize> = self
+            .inner
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        for id in ids {
+            device.backend().lowered().free_pool(device.ordinal(), id)?;
+        }
+        Ok(())
     }
 
     /// Schedules copying host bytes into an array and records the write.
@@ -198,7 +255,7 @@ impl Context {
     /// A new array for the node: shared across the device's streams when its memory mode says
     /// so, initialized from the host when it has a host array, else zeroed (margins of padded
     /// nodes hold the pad value).
-    fn new_array(&self, tn: &Tnode) -> Result<Arc<ArrayEntry>> {
+    fn new_array(&self, tn: &Tnode, buffer: Option<BufferHandle>) -> Result<Arc<ArrayEntry>> {
         let device = self.inner.stream.device();
         let shared = is_shared_across_streams(tn);
         if shared
@@ -210,9 +267,12 @@ impl Context {
         {
             return Ok(e.clone());
         }
-        let buffer = self
-            .lowered()
-            .alloc_zeroed(device.ordinal(), tn.size_in_bytes())?;
+        let buffer = match buffer {
+            Some(b) => b,
+            None => self
+                .lowered()
+                .alloc_zeroed(device.ordinal(), tn.size_in_bytes())?,
+        };
         let entry = ArrayEntry::new(tn.clone(), buffer, shared);
         if tn.has_host_array() {
             tn.prepare_read()?;
@@ -263,22 +323,68 @@ impl Context {
         };
         let inputs = opt.inputs();
         let outputs = opt.outputs();
+        let device = self.inner.stream.device().clone();
+        let backend = device.backend().clone();
+        // Checks first, so that a failed link allocates nothing.
+        let mut fresh = Vec::new();
+        for tn in opt.materialized_nodes() {
+            if self.inner.arrays.contains_key(&tn) {
+                continue;
+            }
+            if inputs.contains(&tn) && !tn.has_host_array() && !is_shared_across_streams(&tn) {
+                return Err(Error::NodeNotInContext {
+                    node: tn.debug_name(),
+                    context: self.describe(),
+                    routine: format!("routine {}", opt.name),
+                });
+            }
+            if is_device_constant(&tn) && outputs.contains(&tn) {
+                return Err(Error::invalid(format!(
+                    "routine {} writes {}, whose memory mode is hosted constant; constants are shared \
+                     by all streams of a device and never written there",
+                    opt.name,
+                    tn.debug_name()
+                )));
+            }
+            if !is_shared_across_streams(&tn) {
+                fresh.push(tn);
+            }
+        }
+        let alignment = backend.optimize_settings().pool_alignment;
+        let items: Vec<PlanItem> = fresh
+            .iter()
+            .map(|tn| PlanItem {
+                node: tn.clone(),
+                size: tn.size_in_bytes(),
+                lifetime: None,
+            })
+            .collect();
+        let plan = MemoryPlan::pack(&items, alignment, backend.max_pool_bytes())?;
+        self.inner
+            .stream
+            .ensure_scratch(opt.scratch.total_bytes(), alignment)?;
+        let lowered = self.lowered();
+        let mut pool_ids = Vec::new();
+        for &size in &plan.pool_sizes {
+            let id = backend.new_pool_id();
+            lowered.alloc_pool(device.ordinal(), id, size, alignment)?;
+            pool_ids.push(id);
+        }
         let mut arrays = self.inner.arrays.clone();
         for tn in opt.materialized_nodes() {
             let entry = match arrays.get(&tn) {
                 Some(e) => e.clone(),
                 None => {
-                    if inputs.contains(&tn)
-                        && !tn.has_host_array()
-                        && !is_shared_across_streams(&tn)
-                    {
-                        return Err(Error::NodeNotInContext {
-                            node: tn.debug_name(),
-                            context: self.describe(),
-                            routine: format!("routine {}", opt.name),
-                        });
-                    }
-                    let e = self.new_array(&tn)?;
+                    let view = match plan.slot(&tn) {
+                        Some(slot) => Some(lowered.pool_view(
+                            device.ordinal(),
+                            pool_ids[slot.pool],
+                            slot.offset,
+                            slot.size,
+                        )?),
+                        None => None,
+                    };
+                    let e = self.new_array(&tn, view)?;
                     arrays.insert(tn.clone(), e.clone());
                     e
                 }
@@ -302,7 +408,11 @@ impl Context {
                 }
             }
         }
-        Ok(Routine::new(self.child(arrays, merge_node), code.clone()))
+        let plan = (!plan.slots.is_empty()).then_some(plan);
+        Ok(Routine::new(
+            self.child(arrays, merge_node, pool_ids, plan),
+            code.clone(),
+        ))
     }
 
     /// A child context that also holds an array for `tn`, initialized from its host array (which
@@ -319,10 +429,10 @@ impl Context {
         if let Some(e) = arrays.get(tn).cloned() {
             self.upload(tn, &e)?;
         } else {
-            let e = self.new_array(tn)?;
+            let e = self.new_array(tn, None)?;
             arrays.insert(tn.clone(), e);
         }
-        Ok(self.child(arrays, self.inner.merge_node.clone()))
+        Ok(self.child(arrays, self.inner.merge_node.clone(), vec![], None))
     }
 
     fn upload(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) -> Result<()> {

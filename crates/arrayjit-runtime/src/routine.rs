@@ -154,6 +154,16 @@ impl Routine {
                 }
             }
         }
+        if opt.scratch.total_bytes() > 0 {
+            let scratch = stream.scratch().ok_or_else(|| Error::Runtime {
+                stream: stream.name(),
+                detail: format!(
+                    "routine {} needs a scratch pool but the stream has none",
+                    self.name()
+                ),
+            })?;
+            args.push(scratch);
+        }
         let (batch, index) = (self.code.batch.clone(), self.code.index);
         stream.schedule(Box::new(move || batch.launch(index, &args, &statics)))?;
         let done = stream.all_work();

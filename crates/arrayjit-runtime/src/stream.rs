@@ -18,6 +18,25 @@ pub(crate) struct StreamInner {
     /// The merge buffer: a copy of (or, when streaming, the source's own buffer of) a node
     /// received from another context.
     pub merge: Mutex<Option<(Tnode, BufferHandle)>>,
+    /// The scratch pool for the large locals of the stream's routines: `(pool id, view)`.
+    pub scratch: Mutex<Option<(usize, BufferHandle)>>,
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if let Some((id, _)) = self
+            .scratch
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = self
+                .device
+                .backend()
+                .lowered()
+                .free_pool(self.device.ordinal(), id);
+        }
+    }
 }
 
 /// A sequence of work on a device; work on one stream runs in order. Cloning is cheap and
@@ -46,6 +65,7 @@ impl Stream {
                 id,
                 runner,
                 merge: Mutex::new(None),
+                scratch: Mutex::new(None),
             }),
         })
     }
@@ -123,6 +143,41 @@ impl Stream {
 
     pub(crate) fn merge_lock(&self) -> MutexGuard<'_, Option<(Tnode, BufferHandle)>> {
         self.inner.merge.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the stream's scratch pool at least `bytes` large (a larger pool replaces a smaller
+    /// one; work already scheduled keeps the old one alive).
+    pub(crate) fn ensure_scratch(&self, bytes: usize, alignment: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let mut scratch = self.inner.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if scratch
+            .as_ref()
+            .is_some_and(|(_, b)| b.size_in_bytes() >= bytes)
+        {
+            return Ok(());
+        }
+        let backend = self.device().backend();
+        let lowered = backend.lowered();
+        let device = self.device().ordinal();
+        let id = backend.new_pool_id();
+        lowered.alloc_pool(device, id, bytes, alignment)?;
+        let view = lowered.pool_view(device, id, 0, bytes)?;
+        if let Some((old, _)) = scratch.replace((id, view)) {
+            lowered.free_pool(device, old)?;
+        }
+        Ok(())
+    }
+
+    /// The current scratch pool, if any.
+    pub(crate) fn scratch(&self) -> Option<BufferHandle> {
+        self.inner
+            .scratch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(_, b)| b.clone())
     }
 
     pub(crate) fn same_as(&self, other: &Stream) -> bool {

@@ -4,9 +4,10 @@
 
 mod compile;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrayjit_codegen::{CSyntax, KernelInterface, render_program};
 use arrayjit_ir::{Error, Optimized, Result};
@@ -77,6 +78,7 @@ impl CcConfig {
 pub struct CcBackend {
     config: CcConfig,
     counters: Vec<Arc<MemoryCounter>>,
+    pools: Vec<Mutex<BTreeMap<usize, Arc<CpuBuffer>>>>,
     syntax: CSyntax,
 }
 
@@ -92,9 +94,13 @@ impl CcBackend {
         let counters = (0..config.num_devices.max(1))
             .map(|_| Arc::new(MemoryCounter::default()))
             .collect();
+        let pools = (0..config.num_devices.max(1))
+            .map(|_| Mutex::new(BTreeMap::new()))
+            .collect();
         CcBackend {
             config,
             counters,
+            pools,
             syntax: CSyntax::c(),
         }
     }
@@ -108,6 +114,16 @@ impl CcBackend {
         b.as_any().downcast_ref::<CpuBuffer>().ok_or_else(|| {
             Error::invalid(format!("buffer {b:?} does not belong to the cc backend"))
         })
+    }
+
+    fn pool(&self, device: usize, pool_id: usize) -> Result<Arc<CpuBuffer>> {
+        self.device_check(device)?;
+        self.pools[device]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pool_id)
+            .cloned()
+            .ok_or_else(|| Error::invalid(format!("device {device} has no pool {pool_id}")))
     }
 
     fn device_check(&self, device: usize) -> Result<()> {
@@ -193,6 +209,77 @@ impl LoweredBackend for CcBackend {
         self.counters.get(device).map_or(0, |c| c.get())
     }
 
+    fn alloc_pool(
+        &self,
+        device: usize,
+        pool_id: usize,
+        size_in_bytes: usize,
+        alignment: usize,
+    ) -> Result<()> {
+        self.device_check(device)?;
+        if !alignment.is_power_of_two() {
+            return Err(Error::invalid(format!(
+                "pool alignment {alignment} is not a power of two"
+            )));
+        }
+        let mut pools = self.pools[device].lock().unwrap_or_else(|e| e.into_inner());
+        if pools.contains_key(&pool_id) {
+            return Err(Error::invalid(format!(
+                "device {device} already has a pool {pool_id}"
+            )));
+        }
+        let buffer = CpuBuffer::zeroed_aligned(
+            size_in_bytes,
+            alignment,
+            device,
+            self.counters[device].clone(),
+        )?;
+        pools.insert(pool_id, Arc::new(buffer));
+        Ok(())
+    }
+
+    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
+        self.device_check(device)?;
+        self.pools[device]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pool_id)
+            .map(|_| ())
+            .ok_or_else(|| Error::invalid(format!("device {device} has no pool {pool_id} to free")))
+    }
+
+    fn memset_zero(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<()> {
+        self.pool(device, pool_id)?
+            .zero_range(offset, size_in_bytes)
+    }
+
+    fn pool_view(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<BufferHandle> {
+        let pool = self.pool(device, pool_id)?;
+        Ok(Arc::new(CpuBuffer::view(&pool, offset, size_in_bytes)?))
+    }
+
+    fn pools(&self, device: usize) -> Vec<(usize, usize)> {
+        self.pools.get(device).map_or(vec![], |p| {
+            p.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(id, b)| (*id, b.size_in_bytes()))
+                .collect()
+        })
+    }
+
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         let program = render_program(&self.syntax, routines)?;
         let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
@@ -258,12 +345,15 @@ impl CompiledBatch for CcBatch {
                 self.kernels.len()
             ))
         })?;
-        let expected: Vec<usize> = k
+        let mut expected: Vec<usize> = k
             .args
             .iter()
             .chain(k.merge.iter())
             .map(|t| t.size_in_bytes())
             .collect();
+        if k.scratch_bytes > 0 {
+            expected.push(k.scratch_bytes);
+        }
         if args.len() != expected.len() {
             return Err(Error::invalid(format!(
                 "kernel {} takes {} buffers but {} were given",

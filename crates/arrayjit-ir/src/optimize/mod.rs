@@ -4,6 +4,7 @@
 
 mod analysis;
 mod cse;
+pub mod memory_plan;
 mod simplify;
 mod virtualize;
 
@@ -18,6 +19,7 @@ use crate::memory::{MemoryMode, Sharing};
 use crate::tnode::Tnode;
 
 pub use analysis::NodeRole;
+pub use memory_plan::{MemoryPlan, PlanItem, Slot};
 
 /// Optimizer settings (thresholds are data, so that tests and heuristics can vary them).
 #[derive(Clone, Debug, PartialEq)]
@@ -26,9 +28,12 @@ pub struct OptimizeSettings {
     pub virtualize_max_visits: usize,
     /// Loops are traced for at most this many iterations when counting visits.
     pub max_tracing_dim: usize,
-    /// Non-virtual nodes used only inside one routine live on the kernel's stack if they take at
-    /// most this many bytes; larger ones are kept on the device.
-    pub local_threshold_bytes: usize,
+    /// Local nodes (non-virtual, used only inside one routine) of at most this many bytes live
+    /// on the kernel's stack; larger ones live in the stream's scratch pool, where locals whose
+    /// lifetimes do not overlap share memory.
+    pub stack_threshold_bytes: usize,
+    /// Alignment of arrays in pools (scratch and context pools).
+    pub pool_alignment: usize,
     /// Inline virtual nodes at all (off: every undecided node is materialized or local).
     pub enable_virtualization: bool,
     /// Run the algebraic simplifier and constant folding.
@@ -44,7 +49,8 @@ impl Default for OptimizeSettings {
         OptimizeSettings {
             virtualize_max_visits: 1,
             max_tracing_dim: 5,
-            local_threshold_bytes: 16 * 1024,
+            stack_threshold_bytes: 16 * 1024,
+            pool_alignment: 64,
             enable_virtualization: true,
             enable_simplification: true,
             enable_fma: true,
@@ -66,6 +72,9 @@ pub struct Optimized {
     pub nodes: Vec<NodeRole>,
     /// The node whose copy the code reads from the stream's merge buffer, if any.
     pub merge_node: Option<Tnode>,
+    /// Where the local nodes too large for the stack live in the stream's scratch pool; locals
+    /// whose statement intervals do not overlap share memory.
+    pub scratch: MemoryPlan,
 }
 
 impl Optimized {
@@ -82,7 +91,7 @@ impl Optimized {
     pub fn local_nodes(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.used && r.tn.is_local())
+            .filter(|r| r.used && r.tn.is_local() && self.scratch.slot(&r.tn).is_none())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -179,6 +188,7 @@ pub fn optimize_low_level(
     nodes.sort_by_key(|r| r.tn.id());
     crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
     let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
+    let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
     // A routine takes only the static indices its code uses.
     let used_symbols = code.index_symbols();
     let bindings = bindings
@@ -192,7 +202,43 @@ pub fn optimize_low_level(
         bindings,
         nodes,
         merge_node,
+        scratch,
     })
+}
+
+/// Places the local nodes too large for the stack in the scratch pool; a local's lifetime is
+/// the interval of top-level statements that use it.
+fn plan_scratch(
+    code: &LowLevel,
+    nodes: &[NodeRole],
+    settings: &OptimizeSettings,
+) -> Result<MemoryPlan> {
+    let stmts: Vec<&LowLevel> = match code {
+        LowLevel::Seq(items) => items.iter().collect(),
+        LowLevel::Noop => vec![],
+        s => vec![s],
+    };
+    let uses: Vec<Vec<Tnode>> = stmts.iter().map(|s| s.nodes()).collect();
+    let items: Vec<PlanItem> = nodes
+        .iter()
+        .filter(|r| {
+            r.used && r.tn.is_local() && r.tn.size_in_bytes() > settings.stack_threshold_bytes
+        })
+        .map(|r| {
+            let at: Vec<usize> = (0..uses.len())
+                .filter(|&k| uses[k].contains(&r.tn))
+                .collect();
+            PlanItem {
+                node: r.tn.clone(),
+                size: r.tn.size_in_bytes(),
+                lifetime: Some((
+                    at.first().copied().unwrap_or(0),
+                    at.last().copied().unwrap_or(0),
+                )),
+            }
+        })
+        .collect();
+    MemoryPlan::pack(&items, settings.pool_alignment, usize::MAX / 2)
 }
 
 fn find_merge_node(name: &str, code: &LowLevel) -> Result<Option<Tnode>> {
@@ -321,14 +367,15 @@ fn decide_memory_modes(
                 MemoryMode::OnDevice(Sharing::Unset),
                 format!("{before}; its margins hold a non-zero pad value, kept in a device array"),
             )?;
-        } else if target == MemoryMode::Local && tn.size_in_bytes() > settings.local_threshold_bytes
+        } else if target == MemoryMode::Local && tn.size_in_bytes() > settings.stack_threshold_bytes
         {
             tn.update_memory_mode(
-                MemoryMode::OnDevice(Sharing::Unset),
+                MemoryMode::Local,
                 format!(
-                    "{before}; and {} bytes exceed the local threshold of {} bytes",
+                    "{before}; used only within {name}, and its {} bytes exceed the stack threshold of \
+                     {} bytes, so it lives in the stream's scratch pool",
                     tn.size_in_bytes(),
-                    settings.local_threshold_bytes
+                    settings.stack_threshold_bytes
                 ),
             )?;
         } else if target == MemoryMode::Local {

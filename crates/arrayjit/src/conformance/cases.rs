@@ -568,6 +568,24 @@ fn fetches() -> Result<Case> {
     Ok(case("fetches", program, vec![c, fill, range, range_f]))
 }
 
+/// Temporaries too large for the stack live in the scratch pool, sharing memory when their
+/// lifetimes do not overlap.
+pub fn scratch_locals() -> Result<Case> {
+    let n = 5000;
+    let x = input(Prec::F32, &[n], "x", &spread(n, -2.0, 2.0))?;
+    let t1 = Tnode::new(Prec::F32, &[n], &["t1"])?;
+    let t2 = Tnode::new(Prec::F32, &[n], &["t2"])?;
+    let t3 = Tnode::new(Prec::F32, &[n], &["t3"])?;
+    let y = output(Prec::F32, &[n], "y")?;
+    // Each temporary is read twice per element, so none is inlined.
+    let program = Assignments::pointwise_unop(&t1, UnOp::Tanh, &x)
+        .then(Assignments::pointwise_binop(&t2, BinOp::Mul, &t1, &t1))
+        .then(Assignments::pointwise_binop(&t3, BinOp::Add, &t2, &t2))
+        .then(Assignments::pointwise_binop(&y, BinOp::Sub, &t3, &t3))
+        .then(Assignments::pointwise_binop(&y, BinOp::Add, &y, &x));
+    Ok(case("scratch_locals", program, vec![y]))
+}
+
 /// Every case of the corpus, freshly built (cases consume their initial host values).
 pub fn all_cases() -> Result<Vec<Case>> {
     Ok(vec![
@@ -586,5 +604,6 @@ pub fn all_cases() -> Result<Vec<Case>> {
         mixed_precisions()?,
         integer_semantics()?,
         fetches()?,
+        scratch_locals()?,
     ])
 }

@@ -7,7 +7,7 @@ mod cases;
 use arrayjit_ir::{Assignments, Error, InterpEnv, Prec, Result, StaticSymbol, Tnode};
 use arrayjit_runtime::{Backend, Context};
 
-pub use cases::{all_cases, matmul};
+pub use cases::{all_cases, matmul, scratch_locals};
 
 /// One program of the corpus.
 pub struct Case {

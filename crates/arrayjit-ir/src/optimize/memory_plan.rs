@@ -1,0 +1,249 @@
+//! The memory planner: packs arrays into pools at aligned offsets, deterministically, letting
+//! arrays whose lifetimes do not overlap share memory. Used for a routine's scratch locals
+//! (lifetimes are statement intervals) and for a context's persistent arrays (which live as
+//! long as the context).
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::tnode::Tnode;
+
+/// An array to place: its node, size and lifetime (inclusive statement interval, or `None`
+/// for "as long as the pool").
+#[derive(Clone, Debug)]
+pub struct PlanItem {
+    /// The node stored.
+    pub node: Tnode,
+    /// Bytes needed.
+    pub size: usize,
+    /// First and last statement using it; `None` means it lives as long as the pool.
+    pub lifetime: Option<(usize, usize)>,
+}
+
+/// Where one array lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// The node stored.
+    pub node: Tnode,
+    /// Which pool of the plan.
+    pub pool: usize,
+    /// Byte offset in the pool (a multiple of the plan's alignment).
+    pub offset: usize,
+    /// Bytes.
+    pub size: usize,
+    /// Its lifetime, as given.
+    pub lifetime: Option<(usize, usize)>,
+}
+
+/// A packing of arrays into one or more pools.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Offsets are multiples of this.
+    pub alignment: usize,
+    /// Size of each pool in bytes.
+    pub pool_sizes: Vec<usize>,
+    /// Every array's place, in the order the planner placed them.
+    pub slots: Vec<Slot>,
+}
+
+fn align_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+fn overlaps(a: Option<(usize, usize)>, b: Option<(usize, usize)>) -> bool {
+    match (a, b) {
+        (Some((s1, e1)), Some((s2, e2))) => s1 <= e2 && s2 <= e1,
+        _ => true,
+    }
+}
+
+impl MemoryPlan {
+    /// Packs `items`: largest first (ties by node id, so the same program always gets the same
+    /// places), each at the lowest aligned offset of the first pool where it does not collide
+    /// with an array whose lifetime overlaps its own. A pool holds at most `max_pool_bytes`; an
+    /// array larger than that is an error.
+    pub fn pack(items: &[PlanItem], alignment: usize, max_pool_bytes: usize) -> Result<MemoryPlan> {
+        let alignment = alignment.max(1);
+        if !alignment.is_power_of_two() {
+            return Err(Error::invalid(format!(
+                "pool alignment {alignment} is not a power of two"
+            )));
+        }
+        let mut order: Vec<&PlanItem> = items.iter().collect();
+        order.sort_by(|a, b| b.size.cmp(&a.size).then(a.node.id().cmp(&b.node.id())));
+        let mut plan = MemoryPlan {
+            alignment,
+            pool_sizes: vec![],
+            slots: vec![],
+        };
+        for item in order {
+            let size = align_up(item.size.max(1), alignment);
+            if size > max_pool_bytes {
+                return Err(Error::invalid(format!(
+                    "{} needs {} bytes, more than a pool may hold ({max_pool_bytes} bytes); raise the \
+                     pool size limit",
+                    item.node.debug_name(),
+                    item.size
+                )));
+            }
+            let mut placed = None;
+            for pool in 0..=plan.pool_sizes.len() {
+                let mut busy: Vec<(usize, usize)> = plan
+                    .slots
+                    .iter()
+                    .filter(|s| s.pool == pool && overlaps(s.lifetime, item.lifetime))
+                    .map(|s| (s.offset, s.offset + align_up(s.size.max(1), alignment)))
+                    .collect();
+                busy.sort();
+                let mut offset = 0;
+                for (start, end) in busy {
+                    if offset + size <= start {
+                        break;
+                    }
+                    offset = offset.max(end);
+                }
+                if offset + size <= max_pool_bytes {
+                    placed = Some((pool, offset));
+                    break;
+                }
+            }
+            let (pool, offset) = placed.expect("a fresh pool always fits an item within the limit");
+            if pool == plan.pool_sizes.len() {
+                plan.pool_sizes.push(0);
+            }
+            plan.pool_sizes[pool] = plan.pool_sizes[pool].max(offset + size);
+            plan.slots.push(Slot {
+                node: item.node.clone(),
+                pool,
+                offset,
+                size: item.size,
+                lifetime: item.lifetime,
+            });
+        }
+        Ok(plan)
+    }
+
+    /// Total bytes of all pools.
+    pub fn total_bytes(&self) -> usize {
+        self.pool_sizes.iter().sum()
+    }
+
+    /// What bump allocation (no reuse) of the same arrays would need.
+    pub fn bump_bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| align_up(s.size.max(1), self.alignment))
+            .sum()
+    }
+
+    /// The slot of a node.
+    pub fn slot(&self, node: &Tnode) -> Option<&Slot> {
+        self.slots.iter().find(|s| &s.node == node)
+    }
+}
+
+impl fmt::Display for MemoryPlan {
+    /// One line per pool, then one per array: pool, offset, size, lifetime, node.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} pool(s), {} bytes (bump allocation: {} bytes), alignment {}",
+            self.pool_sizes.len(),
+            self.total_bytes(),
+            self.bump_bytes(),
+            self.alignment
+        )?;
+        let mut slots: Vec<&Slot> = self.slots.iter().collect();
+        slots.sort_by_key(|s| (s.pool, s.offset, s.node.id()));
+        for s in slots {
+            let life = match s.lifetime {
+                Some((a, b)) => format!("statements {a}..={b}"),
+                None => "whole pool".into(),
+            };
+            writeln!(
+                f,
+                "  pool {} @ {:>8}: {:>8} bytes, {life}: {}",
+                s.pool,
+                s.offset,
+                s.size,
+                s.node.label().join(".")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prec::Prec;
+
+    fn item(bytes: usize, lifetime: Option<(usize, usize)>) -> PlanItem {
+        PlanItem {
+            node: Tnode::new(Prec::U8, &[bytes], &["n"]).unwrap(),
+            size: bytes,
+            lifetime,
+        }
+    }
+
+    #[test]
+    fn disjoint_lifetimes_share_memory() {
+        let items = vec![
+            item(100, Some((0, 1))),
+            item(100, Some((2, 3))),
+            item(50, Some((1, 2))),
+        ];
+        let plan = MemoryPlan::pack(&items, 64, 1 << 20).unwrap();
+        assert_eq!(plan.bump_bytes(), 128 + 128 + 64);
+        // The two 100-byte arrays share offset 0; the 50-byte one overlaps both in time.
+        assert_eq!(plan.total_bytes(), 128 + 64);
+        assert_eq!(plan.slot(&items[0].node).unwrap().offset, 0);
+        assert_eq!(plan.slot(&items[1].node).unwrap().offset, 0);
+        assert_eq!(plan.slot(&items[2].node).unwrap().offset, 128);
+    }
+
+    #[test]
+    fn offsets_are_aligned_and_whole_lifetimes_never_share() {
+        let items = vec![item(3, None), item(5, None), item(70, None)];
+        let plan = MemoryPlan::pack(&items, 16, 1 << 20).unwrap();
+        assert!(plan.slots.iter().all(|s| s.offset % 16 == 0));
+        assert_eq!(plan.total_bytes(), 80 + 16 + 16);
+        let mut ranges: Vec<(usize, usize)> = plan
+            .slots
+            .iter()
+            .map(|s| (s.offset, s.offset + s.size))
+            .collect();
+        ranges.sort();
+        assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0));
+    }
+
+    #[test]
+    fn pools_split_at_the_limit_and_oversized_arrays_are_errors() {
+        let items = vec![item(60, None), item(60, None), item(60, None)];
+        let plan = MemoryPlan::pack(&items, 4, 128).unwrap();
+        assert_eq!(plan.pool_sizes, vec![120, 60]);
+        let err = MemoryPlan::pack(&[item(200, None)], 4, 128).unwrap_err();
+        assert!(
+            err.to_string().contains("more than a pool may hold"),
+            "{err}"
+        );
+        assert!(MemoryPlan::pack(&items, 3, 128).is_err());
+    }
+
+    #[test]
+    fn packing_is_deterministic_and_printable() {
+        let items = vec![
+            item(10, Some((0, 0))),
+            item(20, Some((1, 1))),
+            item(30, None),
+        ];
+        let a = MemoryPlan::pack(&items, 8, 1 << 20).unwrap();
+        let b = MemoryPlan::pack(&items, 8, 1 << 20).unwrap();
+        assert_eq!(a, b);
+        let text = a.to_string();
+        assert!(
+            text.contains("bump allocation") && text.contains("whole pool"),
+            "{text}"
+        );
+    }
+}
