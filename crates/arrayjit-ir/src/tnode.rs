@@ -21,9 +21,10 @@ pub type HostHook = Box<dyn FnOnce() -> Result<()> + Send>;
 /// Host/device synchronisation state of a hosted node.
 #[derive(Default)]
 struct HostSync {
-    /// Devices (by unique id) whose copy equals the host array: they read the latest host
-    /// values, or computed the latest values themselves.
-    devices_not_lagging_host: BTreeSet<usize>,
+    /// Device copies (arrays, by the runtime's unique ids) holding the latest values: they read
+    /// the latest host values, or computed the latest values themselves. This refines a set of
+    /// devices: streams of one device may hold separate copies of a node.
+    copies_not_lagging_host: BTreeSet<usize>,
     /// Runs before the host array is read or written.
     prepare_read: Option<HostHook>,
 }
@@ -383,39 +384,38 @@ impl Tnode {
         }
     }
 
-    /// Unique ids of the devices whose copy of the node equals the host array.
-    pub fn devices_not_lagging_host(&self) -> Vec<usize> {
+    /// Ids of the device copies (arrays) of the node that hold its latest values.
+    pub fn copies_not_lagging_host(&self) -> Vec<usize> {
         lock(&self.0.host_sync)
-            .devices_not_lagging_host
+            .copies_not_lagging_host
             .iter()
             .copied()
             .collect()
     }
 
-    /// Whether device `device` (unique id) has the host's latest values.
-    pub fn device_not_lagging(&self, device: usize) -> bool {
+    /// Whether device copy `copy` holds the latest values.
+    pub fn copy_not_lagging(&self, copy: usize) -> bool {
         lock(&self.0.host_sync)
-            .devices_not_lagging_host
-            .contains(&device)
+            .copies_not_lagging_host
+            .contains(&copy)
     }
 
-    /// Records that `device` now holds the host's values (it read them, or wrote them back).
-    pub fn mark_device_up_to_date(&self, device: usize) {
-        lock(&self.0.host_sync)
-            .devices_not_lagging_host
-            .insert(device);
+    /// Records that device copy `copy` now holds the latest values (it read the host's, or
+    /// received another up-to-date copy).
+    pub fn mark_copy_up_to_date(&self, copy: usize) {
+        lock(&self.0.host_sync).copies_not_lagging_host.insert(copy);
     }
 
-    /// Records that `device` changed the node: every other device now lags.
-    pub fn mark_changed_on_device(&self, device: usize) {
+    /// Records that device copy `copy` changed the node: the host and every other copy lag.
+    pub fn mark_changed_in_copy(&self, copy: usize) {
         let mut sync = lock(&self.0.host_sync);
-        sync.devices_not_lagging_host.clear();
-        sync.devices_not_lagging_host.insert(device);
+        sync.copies_not_lagging_host.clear();
+        sync.copies_not_lagging_host.insert(copy);
     }
 
-    /// Records that the host changed the node: every device lags.
+    /// Records that the host changed the node: every device copy lags.
     pub fn mark_changed_on_host(&self) {
-        lock(&self.0.host_sync).devices_not_lagging_host.clear();
+        lock(&self.0.host_sync).copies_not_lagging_host.clear();
     }
 
     /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if

@@ -19,6 +19,8 @@ use crate::stream::{Stream, StreamInner};
 /// One array of a context: the buffer, the event of its last writer, and, for arrays shared
 /// across a device's streams, the one stream allowed to write it.
 pub(crate) struct ArrayEntry {
+    /// Unique id of this device copy of the node (see `Tnode::copies_not_lagging_host`).
+    pub uid: usize,
     pub node: Tnode,
     pub buffer: BufferHandle,
     pub writer: Mutex<Option<Event>>,
@@ -28,7 +30,9 @@ pub(crate) struct ArrayEntry {
 
 impl ArrayEntry {
     fn new(node: Tnode, buffer: BufferHandle, shared: bool) -> Arc<ArrayEntry> {
+        static NEXT_COPY: AtomicUsize = AtomicUsize::new(0);
         Arc::new(ArrayEntry {
+            uid: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
             node,
             buffer,
             writer: Mutex::new(None),
@@ -178,6 +182,12 @@ impl Context {
         )
     }
 
+    /// The unique id of this context's copy of the node (see
+    /// [`Tnode::copies_not_lagging_host`]).
+    pub fn copy_id(&self, tn: &Tnode) -> Result<usize> {
+        Ok(self.entry(tn)?.uid)
+    }
+
     /// The event of the last scheduled write of the node in this context.
     pub fn writer_event(&self, tn: &Tnode) -> Result<Event> {
         Ok(self.entry(tn)?.writer_event())
@@ -278,7 +288,7 @@ impl Context {
             tn.prepare_read()?;
             if let Some(bytes) = tn.with_host(|nd| nd.as_bytes().to_vec()) {
                 self.schedule_upload(&entry, bytes)?;
-                tn.mark_device_up_to_date(device.uid());
+                tn.mark_copy_up_to_date(entry.uid);
             }
         } else if let Some(p) = tn.padding().filter(|p| p.value != 0.0) {
             let nd = arrayjit_ir::Ndarray::zeros_padded(tn.prec(), tn.dims(), p.clone())?;
@@ -447,7 +457,7 @@ impl Context {
             })?;
         self.wait_for_other_stream(&entry.writer_event())?;
         self.schedule_upload(entry, bytes)?;
-        tn.mark_device_up_to_date(self.inner.stream.device().uid());
+        tn.mark_copy_up_to_date(entry.uid);
         Ok(())
     }
 
@@ -465,7 +475,7 @@ impl Context {
         let entry = self.entry(tn)?.clone();
         schedule_download(&self.inner.stream, &entry)?;
         self.inner.stream.await_work()?;
-        tn.mark_device_up_to_date(self.inner.stream.device().uid());
+        tn.mark_copy_up_to_date(entry.uid);
         Ok(())
     }
 
@@ -502,8 +512,8 @@ impl Context {
                 stream.schedule(Box::new(move || lowered.copy_buffer(&d, &s)))?;
                 dst.set_writer(stream.all_work());
                 // A copy of a hosted node's latest values is itself up to date.
-                if tn.device_not_lagging(src.stream().device().uid()) {
-                    tn.mark_device_up_to_date(stream.device().uid());
+                if tn.copy_not_lagging(src_entry.uid) {
+                    tn.mark_copy_up_to_date(dst.uid);
                 }
             }
             MergeBufferUse::Copy => {
@@ -569,7 +579,6 @@ pub(crate) fn host_refresh_hook(
     stream: Weak<StreamInner>,
     entry: Arc<ArrayEntry>,
     lowered: Arc<dyn LoweredBackend>,
-    device_uid: usize,
 ) -> arrayjit_ir::tnode::HostHook {
     Box::new(move || {
         match stream.upgrade() {
@@ -585,7 +594,7 @@ pub(crate) fn host_refresh_hook(
                     .with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()))?;
             }
         }
-        entry.node.mark_device_up_to_date(device_uid);
+        entry.node.mark_copy_up_to_date(entry.uid);
         Ok(())
     })
 }

@@ -129,7 +129,7 @@ impl Routine {
         let mut entries = Vec::new();
         for tn in opt.materialized_nodes() {
             let entry = self.context.entry(&tn)?.clone();
-            if inputs.contains(&tn) && tn.has_host_array() && !tn.device_not_lagging(device.uid()) {
+            if inputs.contains(&tn) && tn.has_host_array() && !tn.copy_not_lagging(entry.uid) {
                 self.context.from_host(&tn)?;
             }
             stream.will_wait_for(&entry.writer_event())?;
@@ -172,12 +172,11 @@ impl Routine {
             entry.set_writer(done.clone());
             let tn = &entry.node;
             if tn.is_hosted() {
-                tn.mark_changed_on_device(device.uid());
+                tn.mark_changed_in_copy(entry.uid);
                 tn.set_prepare_read(host_refresh_hook(
                     stream.downgrade(),
                     entry.clone(),
                     lowered.clone(),
-                    device.uid(),
                 ));
             }
         }

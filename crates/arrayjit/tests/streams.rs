@@ -211,10 +211,13 @@ fn hosted_results_reach_the_host_when_read_and_host_writes_reach_devices() {
         assert_eq!(y.get_values().unwrap(), vec![2.0, 4.0, 6.0], "{name}");
         // Writing the input on the host makes the device reload it before the next run.
         x.set_values(&[10.0, 20.0, 30.0]).unwrap();
-        assert!(x.devices_not_lagging_host().is_empty());
+        assert!(x.copies_not_lagging_host().is_empty());
         r.run().unwrap();
         assert_eq!(y.get_values().unwrap(), vec![20.0, 40.0, 60.0], "{name}");
-        assert_eq!(x.devices_not_lagging_host(), vec![stream.device().uid()]);
+        assert_eq!(
+            x.copies_not_lagging_host(),
+            vec![r.context().copy_id(&x).unwrap()]
+        );
     }
 }
 
@@ -368,4 +371,38 @@ fn shared_nodes_may_be_written_from_one_stream_only() {
     // But may not write it.
     let err = Context::new(&s2).link(&fill).unwrap_err();
     assert!(err.to_string().contains("shared across streams"), "{err}");
+}
+
+#[test]
+fn per_stream_copies_of_a_hosted_node_on_one_device_stay_consistent() {
+    let b = multicore();
+    let dev = b.get_device(0).unwrap();
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let x = hosted_input(&[2], "x", &[1.0, 2.0]);
+    let w = hosted_input(&[2], "w", &[0.0, 0.0]);
+    let y = hosted_output(&[2], "y");
+    let write_w = b
+        .compile(
+            "write_w",
+            &Assignments::pointwise_binop(&w, BinOp::Add, &x, &x),
+            &[],
+        )
+        .unwrap();
+    let read_w = b
+        .compile(
+            "read_w",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &w),
+            &[],
+        )
+        .unwrap();
+    let r1 = Context::new(&s1).link(&write_w).unwrap();
+    let r2 = Context::new(&s2).link(&read_w).unwrap();
+    assert_ne!(
+        r1.context().copy_id(&w).unwrap(),
+        r2.context().copy_id(&w).unwrap()
+    );
+    r1.run().unwrap();
+    // Stream 2's copy lags although it is on the same device: it is refreshed before the run.
+    r2.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-2.0, -4.0]);
 }
