@@ -118,6 +118,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Code reads the merge buffer as one node while the context or stream holds another.
+    #[error("merge buffer mismatch: {detail}")]
+    MergeBuffer {
+        /// Which nodes and what to do.
+        detail: String,
+    },
     /// A runtime failure on a stream or device.
     #[error("runtime error on {stream}: {detail}")]
     Runtime {

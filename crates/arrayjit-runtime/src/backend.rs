@@ -374,8 +374,7 @@ impl Device {
         }
     }
 
-    /// A unique id of this device among all devices of all backends in the process (used to
-    /// track which devices hold a hosted node's latest values).
+    /// A unique id of this device among all devices of all backends in the process.
     pub fn uid(&self) -> usize {
         self.backend.inner.device_uid_base + self.ordinal
     }

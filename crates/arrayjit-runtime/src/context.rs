@@ -320,14 +320,16 @@ impl Context {
         let opt = code.optimized();
         let merge_node = match (&self.inner.merge_node, &opt.merge_node) {
             (Some(have), Some(want)) if have != want => {
-                return Err(Error::invalid(format!(
-                    "routine {} reads the merge buffer as {}, but {} uses it for {}; link it into \
+                return Err(Error::MergeBuffer {
+                    detail: format!(
+                        "routine {} reads the merge buffer as {}, but {} uses it for {}; link it into \
                      another context",
-                    opt.name,
-                    want.debug_name(),
-                    self.describe(),
-                    have.debug_name()
-                )));
+                        opt.name,
+                        want.debug_name(),
+                        self.describe(),
+                        have.debug_name()
+                    ),
+                });
             }
             (have, want) => want.clone().or_else(|| have.clone()),
         };
@@ -520,12 +522,15 @@ impl Context {
                 if let Some(m) = &self.inner.merge_node
                     && m != tn
                 {
-                    return Err(Error::invalid(format!(
-                        "{} reads the merge buffer as {}, not {}",
-                        self.describe(),
-                        m.debug_name(),
-                        tn.debug_name()
-                    )));
+                    return Err(Error::MergeBuffer {
+                        detail: format!(
+                            "{} reads the merge buffer as {}, not {}; copy into a context whose code reads {}",
+                            self.describe(),
+                            m.debug_name(),
+                            tn.debug_name(),
+                            tn.debug_name()
+                        ),
+                    });
                 }
                 stream.will_wait_for(&src_entry.writer_event())?;
                 let mut merge = stream.merge_lock();

@@ -141,8 +141,7 @@ impl Routine {
             match merge.as_ref() {
                 Some((t, b)) if t == m => args.push(b.clone()),
                 other => {
-                    return Err(Error::Runtime {
-                        stream: stream.name(),
+                    return Err(Error::MergeBuffer {
                         detail: format!(
                             "routine {} reads the merge buffer as {}, but it holds {}; copy the node \
                              with device_to_device(.., MergeBufferUse::Copy, ..) first",
