@@ -406,3 +406,30 @@ fn per_stream_copies_of_a_hosted_node_on_one_device_stay_consistent() {
     r2.run().unwrap();
     assert_eq!(y.get_values().unwrap(), vec![-2.0, -4.0]);
 }
+
+#[test]
+fn init_from_host_puts_a_hosted_node_in_a_child_context() {
+    let b = multicore();
+    let s = b.get_device(0).unwrap().new_stream().unwrap();
+    let ctx = Context::new(&s);
+    let x = hosted_input(&[3], "x", &[4.0, 5.0, 6.0]);
+    let child = ctx.init_from_host(&x).unwrap();
+    assert!(child.has(&x) && !ctx.has(&x));
+    assert_eq!(child.parent().unwrap().describe(), ctx.describe());
+    let y = hosted_output(&[3], "y");
+    let code = b
+        .compile(
+            "sqrt",
+            &Assignments::pointwise_unop(&y, UnOp::Sqrt, &x),
+            &[],
+        )
+        .unwrap();
+    let r = child.link(&code).unwrap();
+    r.run().unwrap();
+    assert_eq!(y.get_values().unwrap()[0], 2.0);
+    let not_hosted = Tnode::new(Prec::F32, &[3], &["nh"]).unwrap();
+    assert!(matches!(
+        ctx.init_from_host(&not_hosted),
+        Err(Error::NotHosted { .. })
+    ));
+}
