@@ -232,6 +232,26 @@ impl Projections {
     /// operands must agree in size, except that an rhs axis of size 1 broadcasts (it is indexed
     /// at 0). Letters missing from the lhs are reduced over.
     pub fn einsum(spec: &str, lhs_dims: &[usize], rhs_dims: &[&[usize]]) -> Result<Projections> {
+        Projections::einsum_impl(spec, lhs_dims, rhs_dims, false)
+    }
+
+    /// Like [`Projections::einsum`], but a result axis of size 1 may also meet a larger axis
+    /// of an operand: it is indexed at 0, so the operand's values along that axis are
+    /// accumulated into it (how gradients flow back to a broadcast operand).
+    pub fn einsum_reduce_into(
+        spec: &str,
+        lhs_dims: &[usize],
+        rhs_dims: &[&[usize]],
+    ) -> Result<Projections> {
+        Projections::einsum_impl(spec, lhs_dims, rhs_dims, true)
+    }
+
+    fn einsum_impl(
+        spec: &str,
+        lhs_dims: &[usize],
+        rhs_dims: &[&[usize]],
+        lhs_broadcasts: bool,
+    ) -> Result<Projections> {
         let bad = |detail: String| Error::ShapeMismatch {
             op: format!("einsum {spec:?}"),
             detail,
@@ -282,13 +302,23 @@ impl Projections {
         };
         check_arity(lhs_spec, lhs_dims, "the result")?;
         for (c, &d) in lhs_spec.chars().zip(lhs_dims) {
-            record(c, d, "the result", false)?;
+            record(c, d, "the result", lhs_broadcasts)?;
         }
         for (k, (s, dims)) in rhs_specs.iter().zip(rhs_dims).enumerate() {
             let who = format!("operand {k}");
             check_arity(s, dims, &who)?;
             for (c, &d) in s.chars().zip(dims.iter()) {
                 record(c, d, &who, true)?;
+            }
+        }
+        if !lhs_broadcasts {
+            for (c, &d) in lhs_spec.chars().zip(lhs_dims) {
+                if extents[&c] != d {
+                    return Err(bad(format!(
+                        "the result's axis {c:?} has size {d} but the operands give it size {}",
+                        extents[&c]
+                    )));
+                }
             }
         }
         let syms: HashMap<char, Symbol> = letters.iter().map(|&c| (c, Symbol::fresh())).collect();

@@ -1,0 +1,135 @@
+//! Reverse-mode automatic differentiation: builds the forward program of a graph and the
+//! backprop program that fills gradient nodes, as assignments.
+
+use std::collections::HashSet;
+
+use arrayjit_ir::{
+    AccumRhs, Assignments, BinOp, Error, FetchOp, Operand, Projections, Result, UnOp,
+};
+
+use crate::tensor::Tensor;
+
+/// The tensors `outputs` depend on, parents before children, each once.
+pub fn topological_order(outputs: &[&Tensor]) -> Vec<Tensor> {
+    let mut order = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(Tensor, bool)> = outputs
+        .iter()
+        .rev()
+        .map(|t| ((*t).clone(), false))
+        .collect();
+    while let Some((t, expanded)) = stack.pop() {
+        if expanded {
+            order.push(t);
+            continue;
+        }
+        if !seen.insert(t.0.id) {
+            continue;
+        }
+        stack.push((t.clone(), true));
+        for p in t.parents().iter().rev() {
+            if !seen.contains(&p.0.id) {
+                stack.push((p.clone(), false));
+            }
+        }
+    }
+    order
+}
+
+/// Appends the forward assignments of the tensors in `order` not yet `emitted`.
+fn emit(order: &[Tensor], emitted: &mut HashSet<usize>, out: &mut Vec<Assignments>) {
+    for t in order {
+        if emitted.insert(t.0.id) && t.0.forward != Assignments::Noop {
+            out.push(t.0.forward.clone());
+        }
+    }
+}
+
+/// The assignments computing `outputs` (and everything they depend on), in order.
+pub fn forward_program(outputs: &[&Tensor]) -> Assignments {
+    let mut out = Vec::new();
+    emit(&topological_order(outputs), &mut HashSet::new(), &mut out);
+    Assignments::Seq(out)
+}
+
+/// A forward + backward program and the parameters whose gradients it computes.
+pub struct GradProgram {
+    /// Forward, then backprop.
+    pub program: Assignments,
+    /// The parameters reached from the loss; each has its gradient node set.
+    pub params: Vec<Tensor>,
+}
+
+/// `grad[P] += contribution[C]`, summing over the contribution's extra and broadcast axes
+/// (shapes aligned on their last axes).
+fn accumulate_into(grad: &arrayjit_ir::Tnode, c: &Tensor) -> Result<Assignments> {
+    let (rp, rc) = (grad.dims().len(), c.dims().len());
+    if rp > rc {
+        return Err(Error::ShapeMismatch {
+            op: "backprop".into(),
+            detail: format!(
+                "a gradient contribution of shape {:?} cannot flow into {} of shape {:?}",
+                c.dims(),
+                grad.debug_name(),
+                grad.dims()
+            ),
+        });
+    }
+    let letters: String = (0..rc).map(|i| (b'a' + i as u8) as char).collect();
+    let spec = format!("{letters}->{}", &letters[rc - rp..]);
+    Ok(Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Add,
+        lhs: grad.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(c.node().clone())),
+        projections: Projections::einsum_reduce_into(&spec, grad.dims(), &[c.dims()])?,
+    })
+}
+
+/// The forward program of `loss` followed by backprop filling the gradient node of every tensor
+/// between the parameters and the loss (the loss's gradient is 1 everywhere, i.e. a non-scalar
+/// loss is summed).
+pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
+    if !loss.requires_grad() {
+        return Err(Error::invalid(format!(
+            "{} does not depend on any parameter, so it has no gradient",
+            loss.node().debug_name()
+        )));
+    }
+    let order = topological_order(&[loss]);
+    let mut stmts = Vec::new();
+    let mut emitted = HashSet::new();
+    emit(&order, &mut emitted, &mut stmts);
+    for t in order.iter().filter(|t| t.requires_grad()) {
+        let g = t.grad_or_create()?;
+        let seed = if t.0.id == loss.0.id { 1.0 } else { 0.0 };
+        stmts.push(Assignments::Fetch {
+            array: g.clone(),
+            op: FetchOp::Constant(seed),
+        });
+    }
+    for t in order.iter().rev() {
+        let Some(backward) = &t.0.backward else {
+            continue;
+        };
+        let g = Tensor::from_node(t.grad_or_create()?);
+        let contributions = backward(t, &g)?;
+        for (p, c) in t.parents().iter().zip(contributions) {
+            let Some(c) = c else { continue };
+            if !p.requires_grad() {
+                continue;
+            }
+            emit(&topological_order(&[&c]), &mut emitted, &mut stmts);
+            stmts.push(accumulate_into(p.grad_or_create()?, &c)?);
+        }
+    }
+    let params = order
+        .iter()
+        .filter(|t| t.kind() == crate::tensor::Kind::Parameter)
+        .cloned()
+        .collect();
+    Ok(GradProgram {
+        program: Assignments::Seq(stmts),
+        params,
+    })
+}

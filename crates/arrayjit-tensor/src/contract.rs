@@ -1,0 +1,246 @@
+//! Contractions, reductions and shape changes: einsum of one or two tensors (matmul is
+//! `"ij,jk->ik"`), sums, means and maxima over axes, transposes and reshapes.
+
+use std::sync::Arc;
+
+use arrayjit_ir::{BinOp, Error, Result, UnOp};
+
+use crate::tensor::{Rhs, Tensor, parse_spec};
+
+fn letters(n: usize) -> String {
+    (0..n).map(|i| (b'a' + i as u8) as char).collect()
+}
+
+fn check_axes(op: &str, dims: &[usize], axes: &[usize]) -> Result<()> {
+    let mut seen = vec![false; dims.len()];
+    for &a in axes {
+        if a >= dims.len() || seen[a] {
+            return Err(Error::ShapeMismatch {
+                op: op.into(),
+                detail: format!("axes {axes:?} are not distinct axes of shape {dims:?}"),
+            });
+        }
+        seen[a] = true;
+    }
+    Ok(())
+}
+
+impl Tensor {
+    /// Einsum of one tensor (`"ij->j"` sums over `i`, `"ij->ji"` transposes) or of the product
+    /// of two (`"ij,jk->ik"` is a matrix product); letters missing from the result are summed.
+    pub fn einsum(spec: &str, inputs: &[&Tensor]) -> Result<Tensor> {
+        let (lhs, rhs) = parse_spec(spec).ok_or_else(|| Error::ShapeMismatch {
+            op: format!("einsum {spec:?}"),
+            detail: "the spec needs `->`".into(),
+        })?;
+        match inputs {
+            [a] => {
+                let (ra, lhs2) = (rhs[0].clone(), lhs.clone());
+                Tensor::einsum_op(
+                    spec,
+                    Rhs::Un(UnOp::Identity),
+                    &[a],
+                    BinOp::Add,
+                    true,
+                    "einsum",
+                    Some(Arc::new(move |out, g| {
+                        // Broadcast the gradient back over the summed letters.
+                        let parent = &out.parents()[0];
+                        Ok(vec![Some(broadcast_to(&lhs2, g, &ra, parent.dims())?)])
+                    })),
+                )
+            }
+            [a, b] => {
+                let (ra, rb) = (rhs[0].clone(), rhs[1].clone());
+                let lhs2 = lhs.clone();
+                Tensor::einsum_op(
+                    spec,
+                    Rhs::Bin(BinOp::Mul),
+                    &[a, b],
+                    BinOp::Add,
+                    true,
+                    "einsum",
+                    Some(Arc::new(move |out, g| {
+                        let (a, b) = (&out.parents()[0], &out.parents()[1]);
+                        let ga = contract_into(&lhs2, g, &rb, b, &ra, a.dims())?;
+                        let gb = contract_into(&ra, a, &lhs2, g, &rb, b.dims())?;
+                        Ok(vec![Some(ga), Some(gb)])
+                    })),
+                )
+            }
+            _ => Err(Error::ShapeMismatch {
+                op: format!("einsum {spec:?}"),
+                detail: format!("takes one or two tensors, {} were given", inputs.len()),
+            }),
+        }
+    }
+
+    /// Matrix product of 2-D tensors (`[m, k] × [k, n] → [m, n]`).
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        if self.dims().len() != 2 || other.dims().len() != 2 || self.dims()[1] != other.dims()[0] {
+            return Err(Error::ShapeMismatch {
+                op: "matmul".into(),
+                detail: format!(
+                    "{:?} × {:?}: both must be 2-D and the inner sizes must agree",
+                    self.dims(),
+                    other.dims()
+                ),
+            });
+        }
+        Tensor::einsum("ik,kj->ij", &[self, other])
+    }
+
+    /// Sum over `axes` (removed from the shape).
+    pub fn sum(&self, axes: &[usize]) -> Result<Tensor> {
+        check_axes("sum", self.dims(), axes)?;
+        let all = letters(self.dims().len());
+        let kept: String = all
+            .chars()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, c)| c)
+            .collect();
+        Tensor::einsum(&format!("{all}->{kept}"), &[self])
+    }
+
+    /// Sum of every element (a scalar).
+    pub fn sum_all(&self) -> Result<Tensor> {
+        self.sum(&(0..self.dims().len()).collect::<Vec<_>>())
+    }
+
+    /// Mean over `axes` (removed from the shape).
+    pub fn mean(&self, axes: &[usize]) -> Result<Tensor> {
+        let n: usize = axes
+            .iter()
+            .map(|&a| self.dims().get(a).copied().unwrap_or(1))
+            .product();
+        self.sum(axes)?.scale(1.0 / n.max(1) as f64)
+    }
+
+    /// Mean of every element.
+    pub fn mean_all(&self) -> Result<Tensor> {
+        self.mean(&(0..self.dims().len()).collect::<Vec<_>>())
+    }
+
+    /// Maximum over `axes` (removed from the shape); the gradient goes to every position that
+    /// attains the maximum.
+    pub fn max(&self, axes: &[usize]) -> Result<Tensor> {
+        check_axes("max", self.dims(), axes)?;
+        let all = letters(self.dims().len());
+        let kept: String = all
+            .chars()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, c)| c)
+            .collect();
+        let (all2, kept2) = (all.clone(), kept.clone());
+        Tensor::einsum_op(
+            &format!("{all}->{kept}"),
+            Rhs::Un(UnOp::Identity),
+            &[self],
+            BinOp::Max,
+            true,
+            "max",
+            Some(Arc::new(move |out, g| {
+                let a = &out.parents()[0];
+                let spec = format!("{all2},{kept2}->{all2}");
+                let c = out.detach();
+                let mask = Tensor::einsum_op(
+                    &spec,
+                    Rhs::Bin(BinOp::Cmpeq),
+                    &[a, &c],
+                    BinOp::Arg2,
+                    false,
+                    "argmax",
+                    None,
+                )?;
+                let ga = Tensor::einsum_op(
+                    &spec,
+                    Rhs::Bin(BinOp::Mul),
+                    &[&mask, g],
+                    BinOp::Arg2,
+                    false,
+                    "max_grad",
+                    None,
+                )?;
+                Ok(vec![Some(ga)])
+            })),
+        )
+    }
+
+    /// Permutes axes: result axis `k` is input axis `perm[k]`.
+    pub fn transpose(&self, perm: &[usize]) -> Result<Tensor> {
+        let n = self.dims().len();
+        if perm.len() != n {
+            return Err(Error::ShapeMismatch {
+                op: "transpose".into(),
+                detail: format!("permutation {perm:?} for shape {:?}", self.dims()),
+            });
+        }
+        check_axes("transpose", self.dims(), perm)?;
+        let src = letters(n);
+        let dst: String = perm.iter().map(|&p| src.as_bytes()[p] as char).collect();
+        Tensor::einsum(&format!("{src}->{dst}"), &[self])
+    }
+
+    /// The same elements (row-major) in a new shape with the same number of elements.
+    pub fn reshape(&self, dims: &[usize]) -> Result<Tensor> {
+        let n: usize = self.dims().iter().product();
+        if dims.iter().product::<usize>() != n {
+            return Err(Error::ShapeMismatch {
+                op: "reshape".into(),
+                detail: format!(
+                    "{:?} has {n} elements, {dims:?} has {}",
+                    self.dims(),
+                    dims.iter().product::<usize>()
+                ),
+            });
+        }
+        crate::reshape::reshape(self, dims)
+    }
+}
+
+/// `x` (letters `xs`) broadcast to letters `to` with shape `dims` (letters of `to` missing from
+/// `xs` are filled by repetition).
+fn broadcast_to(xs: &str, x: &Tensor, to: &str, dims: &[usize]) -> Result<Tensor> {
+    let ones = Tensor::full(x.prec(), dims, 1.0)?;
+    Tensor::einsum_op(
+        &format!("{xs},{to}->{to}"),
+        Rhs::Bin(BinOp::Mul),
+        &[x, &ones],
+        BinOp::Arg2,
+        false,
+        "broadcast",
+        None,
+    )
+}
+
+/// `out[P] = Σ x[X] * y[Y]` with shape `dims` for `P`; letters of `P` in neither `X` nor `Y`
+/// (summed away in the forward pass) are filled by broadcasting.
+fn contract_into(
+    xs: &str,
+    x: &Tensor,
+    ys: &str,
+    y: &Tensor,
+    p: &str,
+    dims: &[usize],
+) -> Result<Tensor> {
+    let present: String = p
+        .chars()
+        .filter(|c| xs.contains(*c) || ys.contains(*c))
+        .collect();
+    let partial = Tensor::einsum_op(
+        &format!("{xs},{ys}->{present}"),
+        Rhs::Bin(BinOp::Mul),
+        &[x, y],
+        BinOp::Add,
+        true,
+        "einsum_grad",
+        None,
+    )?;
+    if present.len() == p.len() {
+        Ok(partial)
+    } else {
+        broadcast_to(&present, &partial, p, dims)
+    }
+}

@@ -1,0 +1,224 @@
+//! Datasets made in code, reproducible from a seed: half-moons, concentric circles, spirals, and
+//! a small image-like classification set (bars, crosses and diagonals on a noisy grid).
+
+use arrayjit_ir::{Error, Result};
+
+use crate::rng::Philox;
+
+/// Points (or images) with class labels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dataset {
+    /// Row-major `[n, features]`.
+    pub x: Vec<f64>,
+    /// Class of each row, in `0..classes`.
+    pub labels: Vec<usize>,
+    /// Features per row.
+    pub features: usize,
+    /// Number of classes.
+    pub classes: usize,
+}
+
+impl Dataset {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Labels as `±1` (for two classes: class 1 is `+1`).
+    pub fn signed_labels(&self) -> Vec<f64> {
+        self.labels
+            .iter()
+            .map(|&l| if l == 1 { 1.0 } else { -1.0 })
+            .collect()
+    }
+
+    /// Labels one-hot encoded, row-major `[n, classes]`.
+    pub fn one_hot(&self) -> Vec<f64> {
+        let mut out = vec![0.0; self.len() * self.classes];
+        for (i, &l) in self.labels.iter().enumerate() {
+            out[i * self.classes + l] = 1.0;
+        }
+        out
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.x[i * self.features..(i + 1) * self.features]
+    }
+
+    /// A shuffled split into `(train, test)` with `train_fraction` of the rows in `train`.
+    pub fn split(&self, train_fraction: f64, seed: u64) -> Result<(Dataset, Dataset)> {
+        if !(0.0..=1.0).contains(&train_fraction) {
+            return Err(Error::invalid(format!(
+                "train fraction {train_fraction} is not between 0 and 1"
+            )));
+        }
+        let rng = Philox::new(seed, 0x5eed);
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        // Fisher–Yates with the counter-based generator.
+        for i in (1..order.len()).rev() {
+            let j = (rng.uniform(i as u64) * (i + 1) as f64) as usize;
+            order.swap(i, j.min(i));
+        }
+        let cut = (self.len() as f64 * train_fraction).round() as usize;
+        let pick = |idx: &[usize]| Dataset {
+            x: idx.iter().flat_map(|&i| self.row(i).to_vec()).collect(),
+            labels: idx.iter().map(|&i| self.labels[i]).collect(),
+            features: self.features,
+            classes: self.classes,
+        };
+        Ok((pick(&order[..cut]), pick(&order[cut..])))
+    }
+
+    /// Whole batches of `batch_size` rows: `(x [batches, batch_size, features], rows used)`;
+    /// the remainder is dropped.
+    pub fn batches(&self, batch_size: usize) -> Result<(usize, Vec<f64>)> {
+        if batch_size == 0 || batch_size > self.len() {
+            return Err(Error::invalid(format!(
+                "batch size {batch_size} for a dataset of {} rows",
+                self.len()
+            )));
+        }
+        let n = self.len() / batch_size;
+        Ok((n, self.x[..n * batch_size * self.features].to_vec()))
+    }
+}
+
+/// Two interleaving half circles ("moons") with Gaussian noise of standard deviation `noise`.
+pub fn moons(n: usize, noise: f64, seed: u64) -> Dataset {
+    let rng = Philox::new(seed, 1);
+    let mut x = Vec::with_capacity(2 * n);
+    let mut labels = Vec::with_capacity(n);
+    let upper = n / 2;
+    for i in 0..n {
+        let (class, k, count) = if i < upper {
+            (0, i, upper)
+        } else {
+            (1, i - upper, n - upper)
+        };
+        let t = std::f64::consts::PI * k as f64 / (count.max(2) - 1) as f64;
+        let (px, py) = if class == 0 {
+            (t.cos(), t.sin())
+        } else {
+            (1.0 - t.cos(), 0.5 - t.sin())
+        };
+        x.push(px + noise * rng.normal(2 * i as u64));
+        x.push(py + noise * rng.normal(2 * i as u64 + 1));
+        labels.push(class);
+    }
+    Dataset {
+        x,
+        labels,
+        features: 2,
+        classes: 2,
+    }
+}
+
+/// Two concentric circles; the inner one has radius `factor`.
+pub fn circles(n: usize, noise: f64, factor: f64, seed: u64) -> Dataset {
+    let rng = Philox::new(seed, 2);
+    let mut x = Vec::with_capacity(2 * n);
+    let mut labels = Vec::with_capacity(n);
+    for i in 0..n {
+        let class = i % 2;
+        let r = if class == 0 { 1.0 } else { factor };
+        let t = std::f64::consts::TAU * rng.uniform(3 * i as u64);
+        x.push(r * t.cos() + noise * rng.normal(3 * i as u64 + 1));
+        x.push(r * t.sin() + noise * rng.normal(3 * i as u64 + 2));
+        labels.push(class);
+    }
+    Dataset {
+        x,
+        labels,
+        features: 2,
+        classes: 2,
+    }
+}
+
+/// `classes` interleaved spiral arms of `per_class` points each.
+pub fn spirals(per_class: usize, classes: usize, noise: f64, seed: u64) -> Dataset {
+    let rng = Philox::new(seed, 3);
+    let mut x = Vec::new();
+    let mut labels = Vec::new();
+    for c in 0..classes {
+        for k in 0..per_class {
+            let r = k as f64 / per_class as f64;
+            let t = c as f64 * std::f64::consts::TAU / classes as f64 + 4.0 * r;
+            let i = (c * per_class + k) as u64;
+            x.push(r * t.sin() + noise * rng.normal(2 * i));
+            x.push(r * t.cos() + noise * rng.normal(2 * i + 1));
+            labels.push(c);
+        }
+    }
+    Dataset {
+        x,
+        labels,
+        features: 2,
+        classes,
+    }
+}
+
+/// Small `size × size` grey images in four classes — horizontal bar, vertical bar, cross,
+/// diagonal — at random positions with pixel noise; flattened to `size²` features.
+pub fn bars_and_crosses(n: usize, size: usize, noise: f64, seed: u64) -> Dataset {
+    let rng = Philox::new(seed, 4);
+    let mut x = Vec::with_capacity(n * size * size);
+    let mut labels = Vec::with_capacity(n);
+    for i in 0..n {
+        let class = i % 4;
+        let pos = 1 + (rng.uniform(2 * i as u64) * (size.max(3) - 2) as f64) as usize;
+        for r in 0..size {
+            for c in 0..size {
+                let on = match class {
+                    0 => r == pos,
+                    1 => c == pos,
+                    2 => r == pos || c == pos,
+                    _ => r == c,
+                };
+                let p = (i * size * size + r * size + c) as u64;
+                x.push(if on { 1.0 } else { 0.0 } + noise * rng.normal(1_000_000 + p));
+            }
+        }
+        labels.push(class);
+    }
+    Dataset {
+        x,
+        labels,
+        features: size * size,
+        classes: 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datasets_are_reproducible_and_well_formed() {
+        assert_eq!(moons(100, 0.1, 3), moons(100, 0.1, 3));
+        assert_ne!(moons(100, 0.1, 3), moons(100, 0.1, 4));
+        for d in [
+            moons(50, 0.1, 1),
+            circles(50, 0.05, 0.5, 1),
+            spirals(20, 3, 0.0, 1),
+            bars_and_crosses(12, 6, 0.1, 1),
+        ] {
+            assert_eq!(d.x.len(), d.len() * d.features);
+            assert!(d.labels.iter().all(|&l| l < d.classes));
+        }
+        let (train, test) = moons(100, 0.1, 1).split(0.8, 9).unwrap();
+        assert_eq!((train.len(), test.len()), (80, 20));
+        assert!(moons(10, 0.1, 1).split(1.5, 0).is_err());
+        let (nb, xs) = moons(10, 0.1, 1).batches(3).unwrap();
+        assert_eq!((nb, xs.len()), (3, 18));
+        assert_eq!(
+            moons(4, 0.0, 1).one_hot(),
+            vec![1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+        );
+    }
+}

@@ -1,0 +1,25 @@
+//! arrayjit-tensor: the fifth layer of arrayjit, a thin tensor front end. Tensors with
+//! NumPy-style broadcasting, elementwise operations, einsum contractions and reductions,
+//! reshapes and transposes, reverse-mode autodiff, losses, optimizers, reproducible
+//! initializers and datasets, and safetensors checkpoints. It only builds assignments; running
+//! them is the runtime's business.
+
+#![warn(missing_docs)]
+// `Tnode` hashes and orders by its id, which never changes.
+#![allow(clippy::mutable_key_type)]
+
+pub mod autodiff;
+pub mod checkpoint;
+mod contract;
+pub mod datasets;
+pub mod init;
+pub mod losses;
+pub mod optim;
+mod reshape;
+pub mod rng;
+pub mod tensor;
+
+pub use autodiff::{GradProgram, forward_program, grad_program};
+pub use init::Init;
+pub use optim::{Optimizer, Update, update_program};
+pub use tensor::{Kind, Rhs, Tensor, broadcast_dims};

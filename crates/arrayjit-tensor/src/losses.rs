@@ -1,0 +1,88 @@
+//! Losses: mean squared error, hinge, softmax cross-entropy.
+
+use arrayjit_ir::{Error, Result};
+
+use crate::tensor::Tensor;
+
+fn same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.dims() != b.dims() {
+        return Err(Error::ShapeMismatch {
+            op: op.into(),
+            detail: format!(
+                "predictions {:?} and targets {:?} differ",
+                a.dims(),
+                b.dims()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `mean((pred - target)²)`.
+pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
+    same_shape("mse", pred, target)?;
+    let d = pred.sub(target)?;
+    d.mul(&d)?.mean_all()
+}
+
+/// `mean(relu(1 - labels · scores))` for labels in `{-1, +1}`.
+pub fn hinge(scores: &Tensor, labels: &Tensor) -> Result<Tensor> {
+    same_shape("hinge", scores, labels)?;
+    labels
+        .mul(scores)?
+        .neg()?
+        .add_scalar(1.0)?
+        .relu()?
+        .mean_all()
+}
+
+/// Mean over the batch of `logsumexp(logits) - Σ one_hot · logits` for logits `[batch,
+/// classes]` and one-hot targets of the same shape (computed stably: the row maximum is
+/// subtracted first).
+pub fn softmax_cross_entropy(logits: &Tensor, one_hot: &Tensor) -> Result<Tensor> {
+    same_shape("softmax_cross_entropy", logits, one_hot)?;
+    if logits.dims().len() != 2 {
+        return Err(Error::ShapeMismatch {
+            op: "softmax_cross_entropy".into(),
+            detail: format!("logits must be [batch, classes], got {:?}", logits.dims()),
+        });
+    }
+    let row_max = logits.max(&[1])?.detach();
+    let shifted = Tensor::einsum_op(
+        "bk,b->bk",
+        crate::tensor::Rhs::Bin(arrayjit_ir::BinOp::Sub),
+        &[logits, &row_max],
+        arrayjit_ir::BinOp::Arg2,
+        false,
+        "shifted_logits",
+        Some(std::sync::Arc::new(|_, g| Ok(vec![Some(g.clone()), None]))),
+    )?;
+    let lse = shifted.exp()?.sum(&[1])?.log()?;
+    let picked = one_hot.mul(&shifted)?.sum(&[1])?;
+    lse.sub(&picked)?.mean_all()
+}
+
+/// Row-wise softmax of `[batch, classes]` logits.
+pub fn softmax(logits: &Tensor) -> Result<Tensor> {
+    let row_max = logits.max(&[1])?.detach();
+    let e = Tensor::einsum_op(
+        "bk,b->bk",
+        crate::tensor::Rhs::Bin(arrayjit_ir::BinOp::Sub),
+        &[logits, &row_max],
+        arrayjit_ir::BinOp::Arg2,
+        false,
+        "shifted_logits",
+        None,
+    )?
+    .exp()?;
+    let total = e.sum(&[1])?;
+    Tensor::einsum_op(
+        "bk,b->bk",
+        crate::tensor::Rhs::Bin(arrayjit_ir::BinOp::Div),
+        &[&e, &total],
+        arrayjit_ir::BinOp::Arg2,
+        false,
+        "softmax",
+        None,
+    )
+}

@@ -1,0 +1,165 @@
+//! Gradients of every operation checked against central finite differences, both computed by
+//! the reference interpreter in f64.
+
+use arrayjit_ir::{InterpEnv, Prec, Result};
+use arrayjit_tensor::losses;
+use arrayjit_tensor::{Init, Tensor, forward_program, grad_program};
+
+fn param(label: &str, dims: &[usize], values: &[f64]) -> Tensor {
+    let t = Tensor::param_with_prec(label, Prec::F64, dims, Init::Zeros, 0, 0).unwrap();
+    t.node().set_values(values).unwrap();
+    t
+}
+
+fn input(dims: &[usize], values: &[f64]) -> Tensor {
+    Tensor::input(Prec::F64, dims, "input", values).unwrap()
+}
+
+fn spread(n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n)
+        .map(|i| lo + (hi - lo) * ((i * 7 % n.max(1)) as f64 + 0.5) / n as f64)
+        .collect()
+}
+
+fn run_scalar(code: &arrayjit_ir::LowLevel, node: &arrayjit_ir::Tnode) -> f64 {
+    let mut env = InterpEnv::from_host_arrays(code);
+    env.run(code, &[]).unwrap();
+    env.values(node).unwrap()[0]
+}
+
+/// Checks d(loss)/d(param) for `loss = Σ out ⊙ w` with fixed random weights `w`.
+fn check(name: &str, params: &[&Tensor], out: Result<Tensor>) {
+    let out = out.unwrap_or_else(|e| panic!("{name}: {e}"));
+    let n: usize = out.dims().iter().product();
+    let w = input(out.dims(), &spread(n, -1.0, 1.3));
+    let loss = out.mul(&w).unwrap().sum_all().unwrap();
+    let grads = grad_program(&loss).unwrap();
+    let code = grads.program.lower(&[]).unwrap();
+    let mut env = InterpEnv::from_host_arrays(&code);
+    env.run(&code, &[]).unwrap();
+    let fwd = forward_program(&[&loss]).lower(&[]).unwrap();
+    for p in params {
+        let analytic = env.values(p.grad().expect("gradient node")).unwrap();
+        let base = p.node().get_values().unwrap();
+        for i in 0..base.len() {
+            let eps = 1e-6 * (1.0 + base[i].abs());
+            let mut v = base.clone();
+            v[i] = base[i] + eps;
+            p.node().set_values(&v).unwrap();
+            let up = run_scalar(&fwd, loss.node());
+            v[i] = base[i] - eps;
+            p.node().set_values(&v).unwrap();
+            let down = run_scalar(&fwd, loss.node());
+            p.node().set_values(&base).unwrap();
+            let numeric = (up - down) / (2.0 * eps);
+            assert!(
+                (numeric - analytic[i]).abs() <= 1e-5 * (1.0 + numeric.abs()),
+                "{name}: d/d{}[{i}] analytic {} vs numeric {numeric}",
+                p.label(),
+                analytic[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn elementwise_binary_ops_with_broadcasting() {
+    let a = param("a", &[3, 1], &[0.5, -1.2, 2.0]);
+    let b = param("b", &[4], &[1.5, 0.7, -0.9, 2.2]);
+    check("add", &[&a, &b], a.add(&b));
+    check("sub", &[&a, &b], a.sub(&b));
+    check("mul", &[&a, &b], a.mul(&b));
+    check("div", &[&a, &b], a.div(&b));
+    check("maximum", &[&a, &b], a.maximum(&b));
+    check("minimum", &[&a, &b], a.minimum(&b));
+    let pos = param("pos", &[3, 1], &[0.5, 1.2, 2.0]);
+    check("pow", &[&pos, &b], pos.pow(&b));
+    let cond = input(&[4], &[1.0, 0.0, 1.0, 0.0]);
+    check("where", &[&a, &b], Tensor::where_(&cond, &a, &b));
+}
+
+#[test]
+fn elementwise_unary_ops() {
+    let x = param("x", &[5], &[-1.3, -0.4, 0.3, 0.9, 1.7]);
+    let pos = param("pos", &[5], &[0.2, 0.7, 1.1, 2.5, 3.3]);
+    check("neg", &[&x], x.neg());
+    check("relu", &[&x], x.relu());
+    check("exp", &[&x], x.exp());
+    check("tanh", &[&x], x.tanh());
+    check("sigmoid", &[&x], x.sigmoid());
+    check("scale", &[&x], x.scale(-2.5));
+    check("add_scalar", &[&x], x.add_scalar(3.0));
+    check("log", &[&pos], pos.log());
+    check("sqrt", &[&pos], pos.sqrt());
+    check("recip", &[&pos], pos.recip());
+    check(
+        "composite",
+        &[&x, &pos],
+        x.mul(&pos).unwrap().tanh().unwrap().mul(&x),
+    );
+}
+
+#[test]
+fn contractions_reductions_and_shapes() {
+    let a = param("a", &[2, 3], &spread(6, -1.0, 1.0));
+    let b = param("b", &[3, 4], &spread(12, -0.8, 1.1));
+    check("matmul", &[&a, &b], a.matmul(&b));
+    check(
+        "einsum outer",
+        &[&a, &b],
+        Tensor::einsum("ij,kl->ijl", &[&a, &b]),
+    );
+    check(
+        "einsum sum-only",
+        &[&a, &b],
+        Tensor::einsum("ij,kl->l", &[&a, &b]),
+    );
+    check("sum", &[&a], a.sum(&[1]));
+    check("sum all", &[&a], a.sum_all());
+    check("mean", &[&b], b.mean(&[0]));
+    check("max", &[&b], b.max(&[1]));
+    check("transpose", &[&a], a.transpose(&[1, 0]));
+    check("reshape", &[&b], b.reshape(&[2, 6]));
+    check(
+        "einsum transpose-sum",
+        &[&b],
+        Tensor::einsum("ij->ji", &[&b]),
+    );
+}
+
+#[test]
+fn losses() {
+    let pred = param("pred", &[4], &[0.3, -0.7, 1.2, 0.1]);
+    let target = input(&[4], &[0.0, -1.0, 1.0, 0.5]);
+    check("mse", &[&pred], losses::mse(&pred, &target));
+    let labels = input(&[4], &[1.0, -1.0, 1.0, -1.0]);
+    check("hinge", &[&pred], losses::hinge(&pred, &labels));
+    let logits = param("logits", &[2, 3], &[0.2, -0.5, 1.1, 0.7, 0.3, -0.2]);
+    let one_hot = input(&[2, 3], &[0.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
+    check(
+        "softmax cross-entropy",
+        &[&logits],
+        losses::softmax_cross_entropy(&logits, &one_hot),
+    );
+}
+
+#[test]
+fn shape_errors_name_the_op_and_both_shapes() {
+    let a = param("a", &[2, 3], &[0.0; 6]);
+    let b = param("b", &[4], &[0.0; 4]);
+    let err = a.add(&b).unwrap_err().to_string();
+    assert!(
+        err.contains("add") && err.contains("[2, 3]") && err.contains("[4]"),
+        "{err}"
+    );
+    let err = a.matmul(&b).unwrap_err().to_string();
+    assert!(err.contains("matmul"), "{err}");
+    assert!(a.reshape(&[5]).is_err());
+    assert!(a.sum(&[2]).is_err());
+    assert!(a.transpose(&[0, 0]).is_err());
+    let x = input(&[3], &[1.0, 2.0, 3.0]);
+    assert!(
+        grad_program(&x.exp().unwrap()).is_err(),
+        "no parameter, no gradient"
+    );
+}
