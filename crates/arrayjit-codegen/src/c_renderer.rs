@@ -234,6 +234,8 @@ fn node_name(tn: &Tnode, pos: usize) -> String {
     let label = sanitize_identifier(&tn.label().join("_"));
     if label.is_empty() {
         format!("a{pos}")
+    } else if label.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("n{label}_{pos}")
     } else {
         format!("{label}_{pos}")
     }

@@ -32,11 +32,13 @@
 
 pub mod conformance;
 pub mod demo;
+pub mod train;
 
 pub use arrayjit_backends as backends;
 pub use arrayjit_codegen as codegen;
 pub use arrayjit_ir as ir;
 pub use arrayjit_runtime as runtime;
+pub use arrayjit_tensor as tensor;
 
 pub use arrayjit_ir::{Error, Result};
 pub use arrayjit_runtime::{available_backends, backend, default_backend, initialize};

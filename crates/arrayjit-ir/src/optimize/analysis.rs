@@ -37,6 +37,9 @@ pub(super) struct NodeInfo {
     pub max_visits: usize,
     /// Why the node's computation cannot be inlined into its uses, if it cannot.
     pub inline_blocker: Option<String>,
+    /// Its computation reads no array (constants and indices only), so recomputing it at every
+    /// use costs nothing: it may be inlined however often it is read.
+    pub cheap: bool,
 }
 
 impl NodeInfo {
@@ -250,6 +253,7 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
             input: false,
             max_visits: 0,
             inline_blocker: None,
+            cheap: false,
         };
         for tn in &info.writes {
             let n = nodes.entry(tn.id()).or_insert_with(|| new_info(tn));
@@ -284,6 +288,8 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
     }
     for n in nodes.values_mut() {
         n.inline_blocker = inline_blocker(n, stmts, &infos);
+        n.cheap =
+            !n.write_stmts.is_empty() && n.write_stmts.iter().all(|&w| infos[w].reads.is_empty());
     }
     Analysis {
         nodes,

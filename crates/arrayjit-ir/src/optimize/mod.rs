@@ -303,7 +303,7 @@ fn decide_memory_modes(
         }
         let blocker = if !settings.enable_virtualization {
             Some("virtualization is disabled in the optimizer settings".to_string())
-        } else if info.max_visits > settings.virtualize_max_visits {
+        } else if info.max_visits > settings.virtualize_max_visits && !info.cheap {
             Some(format!(
                 "an element is read {} times (more than virtualize_max_visits = {})",
                 info.max_visits, settings.virtualize_max_visits

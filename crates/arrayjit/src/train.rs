@@ -1,0 +1,253 @@
+//! Training: an MLP model, and a loop that compiles forward + backward + update once, then runs
+//! it per batch with the batch index as a static binding, on any backend by name.
+
+use arrayjit_ir::{
+    AccumRhs, Assignments, BinOp, Error, MemoryMode, MemoryType, Operand, Prec, Projections,
+    Result, StaticSymbol, UnOp,
+};
+use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_tensor::datasets::Dataset;
+use arrayjit_tensor::{Init, Optimizer, Tensor, grad_program, losses, update_program};
+
+/// A multi-layer perceptron: `relu(x·W + b)` layers, the last one linear.
+#[derive(Clone, Debug)]
+pub struct Mlp {
+    layers: Vec<(Tensor, Tensor)>,
+}
+
+impl Mlp {
+    /// Layers of the given sizes (`[inputs, hidden..., outputs]`), Kaiming-uniform weights and
+    /// zero biases drawn from `seed`.
+    pub fn new(sizes: &[usize], seed: u64) -> Result<Mlp> {
+        if sizes.len() < 2 {
+            return Err(Error::invalid(
+                "an MLP needs at least an input and an output size",
+            ));
+        }
+        let mut layers = Vec::new();
+        for (k, w) in sizes.windows(2).enumerate() {
+            let weight = Tensor::param(
+                &format!("w{k}"),
+                &[w[0], w[1]],
+                Init::KaimingUniform,
+                seed,
+                2 * k as u32,
+            )?;
+            let bias = Tensor::param(
+                &format!("b{k}"),
+                &[w[1]],
+                Init::Zeros,
+                seed,
+                2 * k as u32 + 1,
+            )?;
+            layers.push((weight, bias));
+        }
+        Ok(Mlp { layers })
+    }
+
+    /// `[batch, inputs] → [batch, outputs]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut h = x.clone();
+        for (k, (w, b)) in self.layers.iter().enumerate() {
+            h = h.matmul(w)?.add(b)?;
+            if k + 1 < self.layers.len() {
+                h = h.relu()?;
+            }
+        }
+        Ok(h)
+    }
+
+    /// The parameters, weights and biases of each layer in order.
+    pub fn params(&self) -> Vec<Tensor> {
+        self.layers
+            .iter()
+            .flat_map(|(w, b)| [w.clone(), b.clone()])
+            .collect()
+    }
+}
+
+/// Which loss a classifier trains with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossKind {
+    /// Hinge loss on one output with labels `±1` (two classes).
+    Hinge,
+    /// Softmax cross-entropy on one output per class.
+    SoftmaxCrossEntropy,
+}
+
+/// Training settings.
+#[derive(Clone, Debug)]
+pub struct TrainConfig {
+    /// Passes over the data.
+    pub epochs: usize,
+    /// Rows per batch (the remainder of the data is dropped).
+    pub batch_size: usize,
+    /// The optimizer.
+    pub optimizer: Optimizer,
+    /// The loss.
+    pub loss: LossKind,
+}
+
+/// What one epoch did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochStats {
+    /// 0-based epoch.
+    pub epoch: usize,
+    /// Mean batch loss.
+    pub loss: f64,
+}
+
+/// A classifier being trained on a backend: the compiled training step linked into a context,
+/// with inference routines linked next to it (sharing its parameters).
+pub struct Classifier {
+    backend: Backend,
+    model: Mlp,
+    loss: LossKind,
+    step: Routine,
+    batch: StaticSymbol,
+    batches: usize,
+    epoch_loss: Tensor,
+    /// The learning rate node (hosted): change it between epochs with `set_values`.
+    pub learning_rate: arrayjit_ir::Tnode,
+}
+
+fn out_classes(loss: LossKind, classes: usize) -> usize {
+    match loss {
+        LossKind::Hinge => 1,
+        LossKind::SoftmaxCrossEntropy => classes,
+    }
+}
+
+impl Classifier {
+    /// Builds and compiles the training step for `model` on `train` (one routine: forward,
+    /// backprop, optimizer update, loss accumulation), and links it on a new stream of device 0.
+    pub fn new(
+        backend: &Backend,
+        model: Mlp,
+        train: &Dataset,
+        config: &TrainConfig,
+    ) -> Result<Classifier> {
+        if config.loss == LossKind::Hinge && train.classes != 2 {
+            return Err(Error::invalid(format!(
+                "the hinge loss needs two classes, the dataset has {}",
+                train.classes
+            )));
+        }
+        let (batches, xs) = train.batches(config.batch_size)?;
+        let bs = config.batch_size;
+        let x_all = Tensor::input(Prec::F32, &[batches, bs, train.features], "x_batches", &xs)?;
+        let k = out_classes(config.loss, train.classes);
+        let y_values: Vec<f64> = match config.loss {
+            LossKind::Hinge => train.signed_labels(),
+            LossKind::SoftmaxCrossEntropy => train.one_hot(),
+        };
+        let y_all = Tensor::input(
+            Prec::F32,
+            &[batches, bs, k],
+            "y_batches",
+            &y_values[..batches * bs * k],
+        )?;
+        let batch = StaticSymbol::new("batch", batches);
+        let xb = Tensor::slice(&x_all, &batch)?;
+        let yb = Tensor::slice(&y_all, &batch)?;
+        let out = model.forward(&xb)?;
+        let loss = match config.loss {
+            LossKind::Hinge => losses::hinge(&out, &yb)?,
+            LossKind::SoftmaxCrossEntropy => losses::softmax_cross_entropy(&out, &yb)?,
+        };
+        let grads = grad_program(&loss)?;
+        let update = update_program(&config.optimizer, &grads.params)?;
+        let epoch_loss = Tensor::input(Prec::F32, &[], "epoch_loss", &[0.0])?;
+        let accumulate = Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Add,
+            lhs: epoch_loss.node().clone(),
+            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(loss.node().clone())),
+            projections: Projections::pointwise(&[], 1),
+        };
+        let program = grads.program.then(update.program).then(accumulate);
+        let code = backend.compile("train_step", &program, std::slice::from_ref(&batch))?;
+        let stream = backend.get_device(0)?.new_stream()?;
+        let step = Context::new(&stream).link(&code)?;
+        Ok(Classifier {
+            backend: backend.clone(),
+            model,
+            loss: config.loss,
+            step,
+            batch,
+            batches,
+            epoch_loss,
+            learning_rate: update.lr,
+        })
+    }
+
+    /// One pass over the batches; returns the mean batch loss.
+    pub fn epoch(&self, epoch: usize) -> Result<EpochStats> {
+        self.epoch_loss.node().set_values(&[0.0])?;
+        for b in 0..self.batches {
+            self.step.set_static(&self.batch, b as i64)?;
+            self.step.run()?;
+        }
+        let total = self.epoch_loss.values()?[0];
+        Ok(EpochStats {
+            epoch,
+            loss: total / self.batches as f64,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Mlp {
+        &self.model
+    }
+
+    /// Scores of the model for `rows` inputs of `features` each (row-major), computed on the
+    /// backend next to the training step: `[rows, outputs]`.
+    pub fn predict_scores(&self, x: &[f64], features: usize) -> Result<Vec<f64>> {
+        let rows = x.len() / features.max(1);
+        let input = Tensor::input(Prec::F32, &[rows, features], "x_eval", x)?;
+        let out = self.model.forward(&input)?;
+        out.node().update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Nonconstant),
+            "train: predictions read on the host",
+        )?;
+        let code =
+            self.backend
+                .compile("predict", &arrayjit_tensor::forward_program(&[&out]), &[])?;
+        let routine = self.step.context().link(&code)?;
+        routine.run()?;
+        out.values()
+    }
+
+    /// Predicted classes for `rows` inputs.
+    pub fn predict(&self, x: &[f64], features: usize) -> Result<Vec<usize>> {
+        let scores = self.predict_scores(x, features)?;
+        Ok(match self.loss {
+            LossKind::Hinge => scores.iter().map(|&s| usize::from(s > 0.0)).collect(),
+            LossKind::SoftmaxCrossEntropy => {
+                let k = scores.len() / (x.len() / features.max(1)).max(1);
+                scores
+                    .chunks(k.max(1))
+                    .map(|row| {
+                        row.iter()
+                            .enumerate()
+                            .fold((0, f64::NEG_INFINITY), |best, (i, &v)| {
+                                if v > best.1 { (i, v) } else { best }
+                            })
+                            .0
+                    })
+                    .collect()
+            }
+        })
+    }
+
+    /// Fraction of `data` classified correctly.
+    pub fn accuracy(&self, data: &Dataset) -> Result<f64> {
+        let predicted = self.predict(&data.x, data.features)?;
+        let correct = predicted
+            .iter()
+            .zip(&data.labels)
+            .filter(|(p, l)| p == l)
+            .count();
+        Ok(correct as f64 / data.len().max(1) as f64)
+    }
+}
