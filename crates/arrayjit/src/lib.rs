@@ -32,6 +32,7 @@
 
 pub mod conformance;
 pub mod demo;
+pub mod moons;
 pub mod train;
 
 pub use arrayjit_backends as backends;

@@ -20,7 +20,7 @@ fn arrayjit(args: &[&str], backend: Option<&str>) -> (bool, String, String) {
 
 #[test]
 fn the_demo_runs_on_the_default_backend_and_agrees_with_the_interpreter() {
-    let (ok, out, err) = arrayjit(&[], None);
+    let (ok, out, err) = arrayjit(&["lowering"], None);
     assert!(ok, "{err}");
     assert!(out.contains("interpreter agrees: yes"), "{out}");
     assert!(out.contains("virtual (because: optimizer"), "{out}");
@@ -30,8 +30,22 @@ fn the_demo_runs_on_the_default_backend_and_agrees_with_the_interpreter() {
 }
 
 #[test]
+fn the_default_command_trains_moons_and_writes_a_picture() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("moons.png");
+    let (ok, out, err) = arrayjit(
+        &["moons", "--epochs", "40", "--output", png.to_str().unwrap()],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("held-out accuracy"), "{out}");
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+}
+
+#[test]
 fn unknown_backend_from_the_environment_lists_the_available_ones() {
-    let (ok, _, err) = arrayjit(&["demo"], Some("tpu"));
+    let (ok, _, err) = arrayjit(&["lowering"], Some("tpu"));
     assert!(!ok);
     assert!(
         err.contains("unknown backend \"tpu\"") && err.contains("sync_cc"),
@@ -41,7 +55,7 @@ fn unknown_backend_from_the_environment_lists_the_available_ones() {
 
 #[test]
 fn missing_backend_from_the_environment_says_how_to_enable_it() {
-    let (ok, _, err) = arrayjit(&["demo"], Some("cuda"));
+    let (ok, _, err) = arrayjit(&["lowering"], Some("cuda"));
     assert!(!ok);
     assert!(
         err.contains("backend cuda is unavailable") && err.contains("to enable it"),
