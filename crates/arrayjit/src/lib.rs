@@ -30,8 +30,10 @@
 // mode, host array) does not affect map keys.
 #![allow(clippy::mutable_key_type)]
 
+pub mod bigram;
 pub mod conformance;
 pub mod demo;
+pub mod micrograd;
 pub mod moons;
 pub mod train;
 

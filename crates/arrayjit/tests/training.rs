@@ -127,3 +127,32 @@ fn parameters_round_trip_through_safetensors() {
     assert!(checkpoint::load(&other.params(), &path).is_err());
     assert!(checkpoint::load(&params, &dir.path().join("missing.safetensors")).is_err());
 }
+
+#[test]
+fn micrograd_expression_matches_hand_computed_gradients() {
+    for backend in [None, Some("sync_cc"), Some("multicore_cc")] {
+        let (g, da, db) = arrayjit::micrograd::run(backend).unwrap();
+        assert!((g - 24.7041).abs() < 1e-4, "{backend:?}: {g}");
+        assert!((da - 138.8338).abs() < 1e-4, "{backend:?}: {da}");
+        assert!((db - 645.5773).abs() < 1e-4, "{backend:?}: {db}");
+    }
+}
+
+#[test]
+fn bigram_model_approaches_the_best_possible_loss() {
+    let text = arrayjit::bigram::corpus(200, 2);
+    let model = arrayjit::bigram::Bigram::train(&text, "sync_cc", 15, 2).unwrap();
+    let last = *model.losses.last().unwrap();
+    assert!(
+        last < (model.vocab.len() as f64).ln(),
+        "better than uniform: {last}"
+    );
+    assert!(
+        last - model.optimal_loss < 0.1,
+        "{last} vs {}",
+        model.optimal_loss
+    );
+    let sample = model.sample('t', 50, 1).unwrap();
+    assert_eq!(sample.chars().count(), 50);
+    assert!(sample.chars().all(|c| model.vocab.contains(&c)));
+}
