@@ -11,6 +11,19 @@ fn letters(n: usize) -> String {
     (0..n).map(|i| (b'a' + i as u8) as char).collect()
 }
 
+/// Einsum letters of a shape and of what remains after reducing `axes`.
+fn reduction_letters(op: &str, dims: &[usize], axes: &[usize]) -> Result<(String, String)> {
+    check_axes(op, dims, axes)?;
+    let all = letters(dims.len());
+    let kept = all
+        .chars()
+        .enumerate()
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, c)| c)
+        .collect();
+    Ok((all, kept))
+}
+
 fn check_axes(op: &str, dims: &[usize], axes: &[usize]) -> Result<()> {
     let mut seen = vec![false; dims.len()];
     for &a in axes {
@@ -92,14 +105,7 @@ impl Tensor {
 
     /// Sum over `axes` (removed from the shape).
     pub fn sum(&self, axes: &[usize]) -> Result<Tensor> {
-        check_axes("sum", self.dims(), axes)?;
-        let all = letters(self.dims().len());
-        let kept: String = all
-            .chars()
-            .enumerate()
-            .filter(|(i, _)| !axes.contains(i))
-            .map(|(_, c)| c)
-            .collect();
+        let (all, kept) = reduction_letters("sum", self.dims(), axes)?;
         Tensor::einsum(&format!("{all}->{kept}"), &[self])
     }
 
@@ -125,14 +131,7 @@ impl Tensor {
     /// Maximum over `axes` (removed from the shape); the gradient goes to every position that
     /// attains the maximum.
     pub fn max(&self, axes: &[usize]) -> Result<Tensor> {
-        check_axes("max", self.dims(), axes)?;
-        let all = letters(self.dims().len());
-        let kept: String = all
-            .chars()
-            .enumerate()
-            .filter(|(i, _)| !axes.contains(i))
-            .map(|(_, c)| c)
-            .collect();
+        let (all, kept) = reduction_letters("max", self.dims(), axes)?;
         let (all2, kept2) = (all.clone(), kept.clone());
         Tensor::einsum_op(
             &format!("{all}->{kept}"),

@@ -18,6 +18,26 @@ fn same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// Logits minus their row maximum (which is treated as a constant: the softmax does not depend
+/// on it), for numerical stability.
+fn shifted_logits(logits: &Tensor, with_grad: bool) -> Result<Tensor> {
+    let row_max = logits.max(&[1])?.detach();
+    let backward: Option<crate::tensor::BackwardFn> = if with_grad {
+        Some(std::sync::Arc::new(|_, g| Ok(vec![Some(g.clone()), None])))
+    } else {
+        None
+    };
+    Tensor::einsum_op(
+        "bk,b->bk",
+        crate::tensor::Rhs::Bin(arrayjit_ir::BinOp::Sub),
+        &[logits, &row_max],
+        arrayjit_ir::BinOp::Arg2,
+        false,
+        "shifted_logits",
+        backward,
+    )
+}
+
 /// `mean((pred - target)²)`.
 pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
     same_shape("mse", pred, target)?;
@@ -47,16 +67,7 @@ pub fn softmax_cross_entropy(logits: &Tensor, one_hot: &Tensor) -> Result<Tensor
             detail: format!("logits must be [batch, classes], got {:?}", logits.dims()),
         });
     }
-    let row_max = logits.max(&[1])?.detach();
-    let shifted = Tensor::einsum_op(
-        "bk,b->bk",
-        crate::tensor::Rhs::Bin(arrayjit_ir::BinOp::Sub),
-        &[logits, &row_max],
-        arrayjit_ir::BinOp::Arg2,
-        false,
-        "shifted_logits",
-        Some(std::sync::Arc::new(|_, g| Ok(vec![Some(g.clone()), None]))),
-    )?;
+    let shifted = shifted_logits(logits, true)?;
     let lse = shifted.exp()?.sum(&[1])?.log()?;
     let picked = one_hot.mul(&shifted)?.sum(&[1])?;
     lse.sub(&picked)?.mean_all()
@@ -64,17 +75,7 @@ pub fn softmax_cross_entropy(logits: &Tensor, one_hot: &Tensor) -> Result<Tensor
 
 /// Row-wise softmax of `[batch, classes]` logits.
 pub fn softmax(logits: &Tensor) -> Result<Tensor> {
-    let row_max = logits.max(&[1])?.detach();
-    let e = Tensor::einsum_op(
-        "bk,b->bk",
-        crate::tensor::Rhs::Bin(arrayjit_ir::BinOp::Sub),
-        &[logits, &row_max],
-        arrayjit_ir::BinOp::Arg2,
-        false,
-        "shifted_logits",
-        None,
-    )?
-    .exp()?;
+    let e = shifted_logits(logits, false)?.exp()?;
     let total = e.sum(&[1])?;
     Tensor::einsum_op(
         "bk,b->bk",
