@@ -103,6 +103,7 @@ impl Bigram {
             batch_size: 32,
             optimizer: Optimizer::adam(0.05),
             loss: LossKind::SoftmaxCrossEntropy,
+            shards: 1,
         };
         let classifier = Classifier::new(&b, model, &data, &cfg)?;
         let losses = (0..epochs)

@@ -34,6 +34,10 @@ enum Command {
         /// Where to write the PNG.
         #[arg(long, default_value = "moons.png")]
         output: PathBuf,
+        /// Data-parallel shards: streams that each take a batch per step (use with
+        /// --backend multicore_cc; ARRAYJIT_CPU_DEVICES spreads them over devices).
+        #[arg(long, default_value_t = 1)]
+        shards: usize,
     },
     /// Build y = relu(W·x + b) and a reduction; print results, memory modes and the generated C.
     Lowering,
@@ -47,6 +51,7 @@ fn moons(
     seed: u64,
     samples: usize,
     output: PathBuf,
+    shards: usize,
 ) -> arrayjit::Result<()> {
     let config = arrayjit::moons::MoonsConfig {
         backend,
@@ -54,6 +59,7 @@ fn moons(
         seed,
         samples,
         output: Some(output.clone()),
+        shards,
     };
     let bar = ProgressBar::new(epochs as u64);
     bar.set_style(
@@ -106,6 +112,7 @@ fn main() -> ExitCode {
         seed: 1,
         samples: 500,
         output: PathBuf::from("moons.png"),
+        shards: 1,
     });
     let result = match command {
         Command::Moons {
@@ -113,7 +120,8 @@ fn main() -> ExitCode {
             seed,
             samples,
             output,
-        } => moons(cli.backend, epochs, seed, samples, output),
+            shards,
+        } => moons(cli.backend, epochs, seed, samples, output, shards),
         Command::Lowering => {
             arrayjit::demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text))
         }

@@ -24,6 +24,8 @@ pub struct MoonsConfig {
     pub samples: usize,
     /// Where to write the picture (`None`: no picture).
     pub output: Option<std::path::PathBuf>,
+    /// Data-parallel shards (streams) per step; 1 trains on one stream.
+    pub shards: usize,
 }
 
 impl Default for MoonsConfig {
@@ -34,6 +36,7 @@ impl Default for MoonsConfig {
             seed: 1,
             samples: 500,
             output: Some("moons.png".into()),
+            shards: 1,
         }
     }
 }
@@ -81,6 +84,7 @@ pub fn run(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Resul
             weight_decay: 1e-4,
         },
         loss: LossKind::Hinge,
+        shards: config.shards.max(1),
     };
     let classifier = Classifier::new(&backend, model, &train, &settings)?;
     let build_time = started.elapsed();

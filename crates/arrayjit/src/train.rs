@@ -5,7 +5,7 @@ use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, Error, MemoryMode, MemoryType, Operand, Prec, Projections,
     Result, StaticSymbol, UnOp,
 };
-use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_runtime::{Backend, Context, DataParallel, Routine};
 use arrayjit_tensor::datasets::Dataset;
 use arrayjit_tensor::{Init, Optimizer, Tensor, grad_program, losses, update_program};
 
@@ -86,6 +86,36 @@ pub struct TrainConfig {
     pub optimizer: Optimizer,
     /// The loss.
     pub loss: LossKind,
+    /// Data-parallel shards: with more than one, every step runs one batch per shard on its own
+    /// stream (spread over the backend's devices), sums the gradients through merge buffers and
+    /// updates once (so a step sees `shards` batches and their summed gradients).
+    pub shards: usize,
+}
+
+impl TrainConfig {
+    /// One shard (no data parallelism).
+    pub fn new(
+        epochs: usize,
+        batch_size: usize,
+        optimizer: Optimizer,
+        loss: LossKind,
+    ) -> TrainConfig {
+        TrainConfig {
+            epochs,
+            batch_size,
+            optimizer,
+            loss,
+            shards: 1,
+        }
+    }
+}
+
+/// How training steps run.
+enum Engine {
+    /// One routine: forward, backward, update.
+    Single(Routine),
+    /// Gradients per shard, summed, one update.
+    Parallel(DataParallel),
 }
 
 /// What one epoch did.
@@ -103,7 +133,7 @@ pub struct Classifier {
     backend: Backend,
     model: Mlp,
     loss: LossKind,
-    step: Routine,
+    engine: Engine,
     batch: StaticSymbol,
     batches: usize,
     epoch_loss: Tensor,
@@ -158,35 +188,105 @@ impl Classifier {
         let grads = grad_program(&loss)?;
         let update = update_program(&config.optimizer, &grads.params)?;
         let epoch_loss = Tensor::input(Prec::F32, &[], "epoch_loss", &[0.0])?;
-        let accumulate = Assignments::Accum {
-            initialize_neutral: false,
-            accum: BinOp::Add,
-            lhs: epoch_loss.node().clone(),
-            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(loss.node().clone())),
-            projections: Projections::pointwise(&[], 1),
+        let add_into =
+            |dst: &arrayjit_ir::Tnode, src: &arrayjit_ir::Tnode, accum| Assignments::Accum {
+                initialize_neutral: false,
+                accum,
+                lhs: dst.clone(),
+                rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(src.clone())),
+                projections: Projections::pointwise(&[], 1),
+            };
+        let shards = config.shards.max(1);
+        let engine = if shards == 1 {
+            let program = grads.program.then(update.program).then(add_into(
+                epoch_loss.node(),
+                loss.node(),
+                BinOp::Add,
+            ));
+            let code = backend.compile("train_step", &program, std::slice::from_ref(&batch))?;
+            let stream = backend.get_device(0)?.new_stream()?;
+            Engine::Single(Context::new(&stream).link(&code)?)
+        } else {
+            // Gradients and the batch loss are computed per shard and summed by the helper.
+            let step_loss = arrayjit_ir::Tnode::new(Prec::F32, &[], &["step_loss"])?;
+            let mut merged: Vec<arrayjit_ir::Tnode> = vec![step_loss.clone()];
+            for p in &grads.params {
+                let g = p
+                    .grad()
+                    .cloned()
+                    .ok_or_else(|| Error::invalid("a parameter has no gradient"))?;
+                merged.push(g);
+            }
+            for t in &merged {
+                t.update_memory_mode(
+                    MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream),
+                    "train: summed across data-parallel shards",
+                )?;
+            }
+            let grad_program = grads
+                .program
+                .then(add_into(&step_loss, loss.node(), BinOp::Arg2));
+            let update_program =
+                update
+                    .program
+                    .then(add_into(epoch_loss.node(), &step_loss, BinOp::Add));
+            let codes = backend.compile_batch(
+                &[
+                    ("shard_gradients", &grad_program),
+                    ("update", &update_program),
+                ],
+                std::slice::from_ref(&batch),
+            )?;
+            let devices = backend.num_devices().max(1);
+            let streams = (0..shards)
+                .map(|i| backend.get_device(i % devices)?.new_stream())
+                .collect::<Result<Vec<_>>>()?;
+            let params: Vec<arrayjit_ir::Tnode> =
+                grads.params.iter().map(|p| p.node().clone()).collect();
+            Engine::Parallel(DataParallel::new(
+                backend, &streams, &codes[0], &codes[1], &merged, &params,
+            )?)
         };
-        let program = grads.program.then(update.program).then(accumulate);
-        let code = backend.compile("train_step", &program, std::slice::from_ref(&batch))?;
-        let stream = backend.get_device(0)?.new_stream()?;
-        let step = Context::new(&stream).link(&code)?;
         Ok(Classifier {
             backend: backend.clone(),
             model,
             loss: config.loss,
-            step,
+            engine,
             batch,
-            batches,
+            batches: batches / shards * shards,
             epoch_loss,
             learning_rate: update.lr,
         })
     }
 
+    /// The context inference code links into (it holds the trained parameters).
+    fn context(&self) -> &Context {
+        match &self.engine {
+            Engine::Single(step) => step.context(),
+            Engine::Parallel(dp) => dp.update_routine().context(),
+        }
+    }
+
     /// One pass over the batches; returns the mean batch loss.
     pub fn epoch(&self, epoch: usize) -> Result<EpochStats> {
         self.epoch_loss.node().set_values(&[0.0])?;
-        for b in 0..self.batches {
-            self.step.set_static(&self.batch, b as i64)?;
-            self.step.run()?;
+        match &self.engine {
+            Engine::Single(step) => {
+                for b in 0..self.batches {
+                    step.set_static(&self.batch, b as i64)?;
+                    step.run()?;
+                }
+            }
+            Engine::Parallel(dp) => {
+                let n = dp.num_shards();
+                for first in (0..self.batches).step_by(n) {
+                    for i in 0..n {
+                        let routine = dp.grad_routine(i).expect("shard exists");
+                        routine.set_static(&self.batch, (first + i) as i64)?;
+                    }
+                    dp.step()?;
+                }
+            }
         }
         let total = self.epoch_loss.values()?[0];
         Ok(EpochStats {
@@ -213,7 +313,7 @@ impl Classifier {
         let code =
             self.backend
                 .compile("predict", &arrayjit_tensor::forward_program(&[&out]), &[])?;
-        let routine = self.step.context().link(&code)?;
+        let routine = self.context().link(&code)?;
         routine.run()?;
         out.values()
     }

@@ -48,6 +48,7 @@ fn adam_and_softmax_cross_entropy_learn_spirals_and_images() {
         batch_size: 16,
         optimizer: Optimizer::adam(0.01),
         loss: LossKind::SoftmaxCrossEntropy,
+        shards: 1,
     };
     let c = Classifier::new(&b, model, &train, &cfg).unwrap();
     let first = c.epoch(0).unwrap().loss;
@@ -74,6 +75,7 @@ fn adam_and_softmax_cross_entropy_learn_spirals_and_images() {
             weight_decay: 0.0,
         },
         loss: LossKind::SoftmaxCrossEntropy,
+        shards: 1,
     };
     let c = Classifier::new(&b, model, &train, &cfg).unwrap();
     for e in 0..cfg.epochs {
@@ -101,6 +103,7 @@ fn parameters_round_trip_through_safetensors() {
             weight_decay: 0.0,
         },
         loss: LossKind::Hinge,
+        shards: 1,
     };
     let c = Classifier::new(&b, model, &train, &cfg).unwrap();
     for e in 0..cfg.epochs {
@@ -155,4 +158,42 @@ fn bigram_model_approaches_the_best_possible_loss() {
     let sample = model.sample('t', 50, 1).unwrap();
     assert_eq!(sample.chars().count(), 50);
     assert!(sample.chars().all(|c| model.vocab.contains(&c)));
+}
+
+#[test]
+fn moons_trains_data_parallel_over_shards_and_devices() {
+    let backend = arrayjit::runtime::backend_with_config(
+        "multicore_cc",
+        &arrayjit::runtime::RuntimeConfig {
+            num_devices: Some(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let data = arrayjit::tensor::datasets::moons(500, 0.1, 2);
+    let (train, test) = data.split(0.8, 2).unwrap();
+    let model = Mlp::new(&[2, 16, 16, 1], 2).unwrap();
+    let cfg = TrainConfig {
+        epochs: 60,
+        batch_size: 20,
+        optimizer: Optimizer::Sgd {
+            lr: 0.05,
+            momentum: 0.9,
+            weight_decay: 1e-4,
+        },
+        loss: LossKind::Hinge,
+        shards: 4,
+    };
+    let c = Classifier::new(&backend, model, &train, &cfg).unwrap();
+    let first = c.epoch(0).unwrap().loss;
+    let mut last = first;
+    for e in 1..cfg.epochs {
+        last = c.epoch(e).unwrap().loss;
+    }
+    assert!(last < first, "{first} -> {last}");
+    assert!(
+        c.accuracy(&test).unwrap() >= 0.95,
+        "{}",
+        c.accuracy(&test).unwrap()
+    );
 }
