@@ -14,6 +14,7 @@ fn config(backend: &str, seed: u64) -> MoonsConfig {
         seed,
         samples: 500,
         output: None,
+        shards: 1,
     }
 }
 
