@@ -421,10 +421,7 @@ impl Context {
             }
         }
         let plan = (!plan.slots.is_empty()).then_some(plan);
-        Ok(Routine::new(
-            self.child(arrays, merge_node, pool_ids, plan),
-            code.clone(),
-        ))
+        Routine::new(self.child(arrays, merge_node, pool_ids, plan), code.clone())
     }
 
     /// A child context that also holds an array for `tn`, initialized from its host array (which

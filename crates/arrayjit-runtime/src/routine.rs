@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use arrayjit_backends::{BufferHandle, CompiledBatch};
 use arrayjit_ir::{Error, Optimized, Result, StaticSymbol, Tnode};
 
-use crate::context::{Context, host_refresh_hook};
+use crate::context::{ArrayEntry, Context, host_refresh_hook};
 
 /// One compiled routine, ready to be linked into contexts of its backend.
 #[derive(Clone)]
@@ -45,6 +45,15 @@ pub struct Routine {
     context: Context,
     code: Code,
     statics: Mutex<Vec<Option<i64>>>,
+    /// The kernel's array arguments, resolved once at link time.
+    args: Vec<Arg>,
+}
+
+/// One array argument of the kernel and how the routine uses it.
+struct Arg {
+    entry: Arc<ArrayEntry>,
+    input: bool,
+    output: bool,
 }
 
 impl fmt::Debug for Routine {
@@ -54,13 +63,27 @@ impl fmt::Debug for Routine {
 }
 
 impl Routine {
-    pub(crate) fn new(context: Context, code: Code) -> Routine {
+    pub(crate) fn new(context: Context, code: Code) -> Result<Routine> {
         let n = code.optimized.bindings.len();
-        Routine {
+        let (inputs, outputs) = (code.optimized.inputs(), code.optimized.outputs());
+        let args = code
+            .optimized
+            .materialized_nodes()
+            .into_iter()
+            .map(|tn| {
+                Ok(Arg {
+                    entry: context.entry(&tn)?.clone(),
+                    input: inputs.contains(&tn),
+                    output: outputs.contains(&tn),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Routine {
             context,
             code,
             statics: Mutex::new(vec![None; n]),
-        }
+            args,
+        })
     }
 
     /// The routine's name.
@@ -124,18 +147,15 @@ impl Routine {
         let opt = &self.code.optimized;
         let stream = self.context.stream();
         let device = stream.device();
-        let inputs = opt.inputs();
-        let outputs = opt.outputs();
-        let mut entries = Vec::new();
-        for tn in opt.materialized_nodes() {
-            let entry = self.context.entry(&tn)?.clone();
-            if inputs.contains(&tn) && tn.has_host_array() && !tn.copy_not_lagging(entry.uid) {
-                self.context.from_host(&tn)?;
+        let mut args: Vec<BufferHandle> = Vec::with_capacity(self.args.len() + 2);
+        for arg in &self.args {
+            let tn = &arg.entry.node;
+            if arg.input && tn.has_host_array() && !tn.copy_not_lagging(arg.entry.uid) {
+                self.context.from_host(tn)?;
             }
-            stream.will_wait_for(&entry.writer_event())?;
-            entries.push(entry);
+            stream.will_wait_for(&arg.entry.writer_event())?;
+            args.push(arg.entry.buffer.clone());
         }
-        let mut args: Vec<BufferHandle> = entries.iter().map(|e| e.buffer.clone()).collect();
         if let Some(m) = &opt.merge_node {
             let merge = stream.merge_lock();
             match merge.as_ref() {
@@ -167,7 +187,7 @@ impl Routine {
         stream.schedule(Box::new(move || batch.launch(index, &args, &statics)))?;
         let done = stream.all_work();
         let lowered = device.backend().lowered().clone();
-        for entry in entries.iter().filter(|e| outputs.contains(&e.node)) {
+        for entry in self.args.iter().filter(|a| a.output).map(|a| &a.entry) {
             entry.set_writer(done.clone());
             let tn = &entry.node;
             if tn.is_hosted() {
