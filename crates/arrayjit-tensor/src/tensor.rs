@@ -61,11 +61,20 @@ fn next_id() -> usize {
 const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 
 /// Einsum letters for a rank, right-aligned to the `total` letters of a broadcast result.
-fn aligned_letters(rank: usize, total: usize) -> String {
-    LETTERS[total - rank..total]
+fn aligned_letters(rank: usize, total: usize) -> Result<String> {
+    if total > LETTERS.len() || rank > total {
+        return Err(Error::ShapeMismatch {
+            op: "broadcast".into(),
+            detail: format!(
+                "tensors of rank {total} are not supported (at most {})",
+                LETTERS.len()
+            ),
+        });
+    }
+    Ok(LETTERS[total - rank..total]
         .iter()
         .map(|&c| c as char)
-        .collect()
+        .collect())
 }
 
 /// The broadcast shape of two shapes, or a shape error naming both and the op.
@@ -395,7 +404,7 @@ impl Tensor {
 
     /// A pointwise unary operation with its derivative rule.
     fn unary(&self, op: UnOp, label: &str, backward: Option<BackwardFn>) -> Result<Tensor> {
-        let l = aligned_letters(self.dims().len(), self.dims().len());
+        let l = aligned_letters(self.dims().len(), self.dims().len())?;
         Tensor::einsum_op(
             &format!("{l}->{l}"),
             Rhs::Un(op),
@@ -419,9 +428,9 @@ impl Tensor {
         let r = out.len();
         let spec = format!(
             "{},{}->{}",
-            aligned_letters(self.dims().len(), r),
-            aligned_letters(other.dims().len(), r),
-            aligned_letters(r, r)
+            aligned_letters(self.dims().len(), r)?,
+            aligned_letters(other.dims().len(), r)?,
+            aligned_letters(r, r)?
         );
         Tensor::einsum_op(
             &spec,
@@ -568,10 +577,10 @@ impl Tensor {
         let r = out.len();
         let spec = format!(
             "{},{},{}->{}",
-            aligned_letters(cond.dims().len(), r),
-            aligned_letters(a.dims().len(), r),
-            aligned_letters(b.dims().len(), r),
-            aligned_letters(r, r)
+            aligned_letters(cond.dims().len(), r)?,
+            aligned_letters(a.dims().len(), r)?,
+            aligned_letters(b.dims().len(), r)?,
+            aligned_letters(r, r)?
         );
         Tensor::einsum_op(
             &spec,
