@@ -150,6 +150,9 @@ pub fn optimize_low_level(
     code: LowLevel,
     settings: &OptimizeSettings,
 ) -> Result<Optimized> {
+    // Malformed code (wrong index arity, out-of-range or unbound indices) is rejected before
+    // anything relies on its shape.
+    crate::verify::check_bounds(&code, bindings)?;
     let stmts = match LowLevel::seq([code]) {
         LowLevel::Seq(items) => items,
         LowLevel::Noop => vec![],

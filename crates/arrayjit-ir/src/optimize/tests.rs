@@ -348,3 +348,20 @@ fn huge_host_arrays_fail_cleanly() {
     assert!(!t.has_host_array());
     assert!(t.mode_is_unspecified());
 }
+
+#[test]
+fn malformed_low_level_code_is_rejected_before_optimization() {
+    use crate::indexing::AxisIndex;
+    use crate::low_level::ScalarExpr;
+    let t = Tnode::new(Prec::F32, &[3], &["t"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[3], &["y"]).unwrap();
+    // Reads a 1-D node with two indices.
+    let code = LowLevel::Set {
+        tn: y,
+        idcs: vec![AxisIndex::Fixed(0)],
+        value: ScalarExpr::Get(t, vec![AxisIndex::Fixed(0), AxisIndex::Fixed(1)]),
+    };
+    let err =
+        super::optimize_low_level("bad", &[], code, &OptimizeSettings::default()).unwrap_err();
+    assert!(matches!(err, Error::IndexOutOfBounds { .. }), "{err}");
+}
