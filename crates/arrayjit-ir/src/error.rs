@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-/// `Result` with [`Error`] as the error type.
+/// `Result` with [`enum@Error`] as the error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in arrayjit. Every message says what was wrong and what to do.
