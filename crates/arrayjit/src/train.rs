@@ -1,5 +1,28 @@
 //! Training: an MLP model, and a loop that compiles forward + backward + update once, then runs
 //! it per batch with the batch index as a static binding, on any backend by name.
+//!
+//! ```
+//! use arrayjit::tensor::{datasets::moons, Optimizer};
+//! use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
+//! # fn main() -> arrayjit::Result<()> {
+//! let (train, test) = moons(500, 0.1, 1).split(0.8, 1)?;
+//! let backend = arrayjit::initialize(None)?; // ARRAYJIT_BACKEND or sync_cc
+//! let config = TrainConfig {
+//!     epochs: 60,
+//!     batch_size: 20,
+//!     optimizer: Optimizer::Sgd { lr: 0.05, momentum: 0.9, weight_decay: 1e-4 },
+//!     loss: LossKind::Hinge,
+//!     shards: 1,
+//! };
+//! // Forward + backprop + update compiled once into one routine, run per batch.
+//! let classifier = Classifier::new(&backend, Mlp::new(&[2, 16, 16, 1], 1)?, &train, &config)?;
+//! for epoch in 0..config.epochs {
+//!     classifier.epoch(epoch)?;
+//! }
+//! assert!(classifier.accuracy(&test)? >= 0.95);
+//! # Ok(())
+//! # }
+//! ```
 
 use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, Error, MemoryMode, MemoryType, Operand, Prec, Projections,
