@@ -247,3 +247,47 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use crate::prec::Prec;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Arrays whose lifetimes overlap never overlap in memory; every array fits its pool;
+        /// offsets are aligned; planning never needs more than bump allocation.
+        #[test]
+        fn packing_is_sound(
+            specs in proptest::collection::vec((1usize..300, proptest::option::of((0usize..10, 0usize..5))), 1..20),
+            align_pow in 0u32..7,
+            limit in 300usize..2000,
+        ) {
+            let items: Vec<PlanItem> = specs
+                .iter()
+                .map(|&(size, life)| PlanItem {
+                    node: Tnode::new(Prec::U8, &[size], &["p"]).unwrap(),
+                    size,
+                    lifetime: life.map(|(start, len)| (start, start + len)),
+                })
+                .collect();
+            let alignment = 1usize << align_pow;
+            let plan = MemoryPlan::pack(&items, alignment, limit.max(align_up(300, alignment))).unwrap();
+            prop_assert_eq!(plan.slots.len(), items.len());
+            prop_assert!(plan.total_bytes() <= plan.bump_bytes());
+            for s in &plan.slots {
+                prop_assert_eq!(s.offset % alignment, 0);
+                prop_assert!(s.offset + s.size <= plan.pool_sizes[s.pool]);
+            }
+            for (i, a) in plan.slots.iter().enumerate() {
+                for b in &plan.slots[i + 1..] {
+                    if a.pool == b.pool && overlaps(a.lifetime, b.lifetime) {
+                        prop_assert!(a.offset + a.size <= b.offset || b.offset + b.size <= a.offset,
+                            "{:?} and {:?} collide", a, b);
+                    }
+                }
+            }
+        }
+    }
+}
