@@ -123,10 +123,19 @@ pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend
 /// Resolves a backend (by name, or the default one) and checks that it can run here: the one
 /// call that starts arrayjit. An unavailable backend is an error here rather than a placeholder.
 pub fn initialize(name: Option<&str>) -> Result<Backend> {
-    let b = match name {
-        Some(n) => backend(n)?,
-        None => default_backend()?,
+    initialize_with_config(name, &RuntimeConfig::default())
+}
+
+/// Like [`initialize`], with a strategy, a number of CPU devices and queue settings.
+pub fn initialize_with_config(name: Option<&str>, config: &RuntimeConfig) -> Result<Backend> {
+    let name = match name {
+        Some(n) => n.to_string(),
+        None => std::env::var("ARRAYJIT_BACKEND")
+            .ok()
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_BACKEND.to_string()),
     };
+    let b = backend_with_config(&name, config)?;
     b.check_available()?;
     Ok(b)
 }

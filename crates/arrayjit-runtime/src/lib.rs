@@ -21,7 +21,7 @@ mod stream;
 
 pub use backend::{
     Backend, Device, KNOWN_BACKENDS, RuntimeConfig, Strategy, available_backends, backend,
-    backend_with_config, default_backend, initialize,
+    backend_with_config, default_backend, initialize, initialize_with_config,
 };
 pub use context::{Context, MergeBufferUse};
 pub use data_parallel::DataParallel;

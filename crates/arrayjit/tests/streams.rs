@@ -194,6 +194,12 @@ fn strategies_steer_the_suggested_number_of_streams() {
         b.get_device(1).unwrap().suggested_num_streams()
     };
     assert_eq!(n("multicore_cc", Strategy::OnlyDevicesParallel), 1);
+    let config = RuntimeConfig {
+        strategy: Strategy::ForParallelCopying,
+        ..Default::default()
+    };
+    let b = arrayjit::runtime::initialize_with_config(Some("multicore_cc"), &config).unwrap();
+    assert_eq!(b.get_device(0).unwrap().suggested_num_streams(), 2);
     assert_eq!(n("multicore_cc", Strategy::ForParallelCopying), 2);
     assert!(n("multicore_cc", Strategy::MostParallelStreams) >= 1);
     assert_eq!(n("sync_cc", Strategy::MostParallelStreams), 1);
