@@ -128,13 +128,7 @@ pub fn initialize(name: Option<&str>) -> Result<Backend> {
 
 /// Like [`initialize`], with a strategy, a number of CPU devices and queue settings.
 pub fn initialize_with_config(name: Option<&str>, config: &RuntimeConfig) -> Result<Backend> {
-    let name = match name {
-        Some(n) => n.to_string(),
-        None => std::env::var("ARRAYJIT_BACKEND")
-            .ok()
-            .filter(|n| !n.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_BACKEND.to_string()),
-    };
+    let name = name.map_or_else(default_backend_name, str::to_string);
     let b = backend_with_config(&name, config)?;
     b.check_available()?;
     Ok(b)
@@ -142,10 +136,15 @@ pub fn initialize_with_config(name: Option<&str>, config: &RuntimeConfig) -> Res
 
 /// The backend named by `ARRAYJIT_BACKEND`, else `sync_cc`.
 pub fn default_backend() -> Result<Backend> {
-    match std::env::var("ARRAYJIT_BACKEND") {
-        Ok(name) if !name.trim().is_empty() => backend(&name),
-        _ => backend(DEFAULT_BACKEND),
-    }
+    backend(&default_backend_name())
+}
+
+/// `ARRAYJIT_BACKEND` if set, else [`DEFAULT_BACKEND`].
+fn default_backend_name() -> String {
+    std::env::var("ARRAYJIT_BACKEND")
+        .ok()
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_BACKEND.to_string())
 }
 
 /// The names of the backends that can run here.
