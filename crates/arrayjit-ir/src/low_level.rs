@@ -195,6 +195,39 @@ impl LowLevel {
         }
     }
 
+    /// Replaces a symbol by an index everywhere in the code (statements, values, local scopes).
+    pub fn substitute(self, symbol: Symbol, by: &AxisIndex) -> LowLevel {
+        let subst: HashMap<Symbol, AxisIndex> = HashMap::from([(symbol, by.clone())]);
+        self.substitute_all(&subst)
+    }
+
+    fn substitute_all(self, subst: &HashMap<Symbol, AxisIndex>) -> LowLevel {
+        let idcs = |v: Vec<AxisIndex>| v.into_iter().map(|i| i.substitute(subst)).collect();
+        match self {
+            LowLevel::Seq(items) => {
+                LowLevel::Seq(items.into_iter().map(|i| i.substitute_all(subst)).collect())
+            }
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => LowLevel::For {
+                index,
+                from,
+                to,
+                body: Box::new(body.substitute_all(subst)),
+            },
+            LowLevel::Set { tn, idcs: i, value } => LowLevel::Set {
+                tn,
+                idcs: idcs(i),
+                value: substitute_expr(value, subst),
+            },
+            LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, substitute_expr(value, subst)),
+            s => s,
+        }
+    }
+
     /// Calls `f` on every statement, pre-order, including statements inside local scopes.
     pub fn visit(&self, f: &mut impl FnMut(&LowLevel)) {
         f(self);
@@ -271,6 +304,23 @@ impl LowLevel {
         p.stmt(self, 0);
         p.out
     }
+}
+
+fn substitute_expr(e: ScalarExpr, subst: &HashMap<Symbol, AxisIndex>) -> ScalarExpr {
+    e.map_bottom_up(&mut |x| match x {
+        ScalarExpr::Get(tn, i) => {
+            ScalarExpr::Get(tn, i.into_iter().map(|i| i.substitute(subst)).collect())
+        }
+        ScalarExpr::GetMerge(tn, i) => {
+            ScalarExpr::GetMerge(tn, i.into_iter().map(|i| i.substitute(subst)).collect())
+        }
+        ScalarExpr::EmbedIndex(i) => ScalarExpr::EmbedIndex(i.substitute(subst)),
+        ScalarExpr::LocalScope { id, body } => ScalarExpr::LocalScope {
+            id,
+            body: Box::new(body.substitute_all(subst)),
+        },
+        x => x,
+    })
 }
 
 fn visit_expr_stmts(e: &ScalarExpr, f: &mut impl FnMut(&LowLevel)) {

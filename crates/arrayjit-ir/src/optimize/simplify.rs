@@ -2,6 +2,7 @@
 //! multiply-adds, flattening of local scopes that compute a plain expression, removal of empty
 //! loops.
 
+use crate::indexing::AxisIndex;
 use crate::low_level::{LowLevel, ScalarExpr, ScopeId};
 use crate::ops::{BinOp, Scalar, TernOp, UnOp};
 use crate::prec::Prec;
@@ -72,6 +73,10 @@ impl Simplifier {
                 to,
                 body,
             } => {
+                if to - from == 1 {
+                    // A single iteration: the loop variable is a constant.
+                    return self.stmt(body.substitute(index, &AxisIndex::Fixed(from)));
+                }
                 let body = self.stmt(*body);
                 if from >= to || body == LowLevel::Noop {
                     LowLevel::Noop
