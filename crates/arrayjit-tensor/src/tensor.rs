@@ -690,3 +690,27 @@ impl Tensor {
         self.add(&Tensor::full(self.prec(), &[], k)?)
     }
 }
+
+/// Arithmetic operators on tensor references, returning `Result` (a shape error is a value, not
+/// a panic): `(&a + &b)?`, `(&a * &b)?`, `(-&a)?`.
+macro_rules! tensor_operator {
+    ($trait:ident, $method:ident, $op:ident) => {
+        impl std::ops::$trait<&Tensor> for &Tensor {
+            type Output = Result<Tensor>;
+            fn $method(self, other: &Tensor) -> Result<Tensor> {
+                self.$op(other)
+            }
+        }
+    };
+}
+tensor_operator!(Add, add, add);
+tensor_operator!(Sub, sub, sub);
+tensor_operator!(Mul, mul, mul);
+tensor_operator!(Div, div, div);
+
+impl std::ops::Neg for &Tensor {
+    type Output = Result<Tensor>;
+    fn neg(self) -> Result<Tensor> {
+        Tensor::neg(self)
+    }
+}

@@ -163,3 +163,21 @@ fn shape_errors_name_the_op_and_both_shapes() {
         "no parameter, no gradient"
     );
 }
+
+#[test]
+fn operators_are_the_methods() {
+    let a = param("a", &[2], &[1.5, -2.0]);
+    let b = param("b", &[2], &[0.5, 4.0]);
+    let e = (&(&(&a + &b).unwrap() * &a).unwrap() - &(-&b).unwrap()).unwrap();
+    let e = (&e / &b).unwrap();
+    check("operators", &[&a, &b], Ok(e.clone()));
+    let code = forward_program(&[&e]).lower(&[]).unwrap();
+    let mut env = InterpEnv::from_host_arrays(&code);
+    env.run(&code, &[]).unwrap();
+    // ((a + b) * a + b) / b
+    assert_eq!(
+        env.values(e.node()).unwrap(),
+        vec![(2.0 * 1.5 + 0.5) / 0.5, (2.0 * -2.0 + 4.0) / 4.0]
+    );
+    assert!((&a + &param("c", &[3], &[0.0; 3])).is_err());
+}
