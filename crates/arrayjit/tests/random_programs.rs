@@ -136,7 +136,9 @@ fn arb_prec() -> impl Strategy<Value = Prec> {
         Just(Prec::F64),
         Just(Prec::I32),
         Just(Prec::U8),
-        Just(Prec::I64)
+        Just(Prec::I64),
+        Just(Prec::F16),
+        Just(Prec::Bf16)
     ]
 }
 
