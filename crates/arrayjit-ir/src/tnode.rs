@@ -16,7 +16,7 @@ static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 
 /// A deferred host-side synchronisation installed by the runtime, e.g. "wait for the device that
 /// computed this node and copy it to the host".
-pub type HostHook = Box<dyn FnOnce() -> Result<()> + Send>;
+pub type HostHook = Box<dyn Fn() -> Result<()> + Send>;
 
 /// Host/device synchronisation state of a hosted node.
 #[derive(Default)]
@@ -378,10 +378,18 @@ impl Tnode {
     /// latest values. Called by every user-facing read and write of host values.
     pub fn prepare_read(&self) -> Result<()> {
         let hook = lock(&self.0.host_sync).prepare_read.take();
-        match hook {
-            Some(h) => h(),
-            None => Ok(()),
+        let Some(h) = hook else {
+            return Ok(());
+        };
+        let result = h();
+        if result.is_err() {
+            // Keep it for a retry, unless a newer hook was installed meanwhile.
+            let mut sync = lock(&self.0.host_sync);
+            if sync.prepare_read.is_none() {
+                sync.prepare_read = Some(h);
+            }
         }
+        result
     }
 
     /// Ids of the device copies (arrays) of the node that hold its latest values.

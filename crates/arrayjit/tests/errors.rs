@@ -434,3 +434,27 @@ fn host_writes_reach_the_device_with_from_host() {
         Err(Error::NodeNotInContext { .. })
     ));
 }
+
+#[test]
+fn the_compile_cache_is_trimmed_to_its_size_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = CcConfig::from_env();
+    config.cache_dir = Some(dir.path().join("cache"));
+    config.cache_max_bytes = 1; // Keeps only the newest library.
+    let b = cc_backend(config);
+    let compile = |op: UnOp| {
+        let x = hosted_input(&[4], "x");
+        let y = hosted_output(&[4], "y");
+        b.compile("trim", &Assignments::pointwise_unop(&y, op, &x), &[])
+            .unwrap();
+    };
+    compile(UnOp::Neg);
+    compile(UnOp::Exp);
+    compile(UnOp::Sqrt);
+    let libs: Vec<_> = std::fs::read_dir(dir.path().join("cache"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "so"))
+        .collect();
+    assert_eq!(libs.len(), 1, "{libs:?}");
+}

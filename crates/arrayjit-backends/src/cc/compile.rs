@@ -156,6 +156,34 @@ fn unique_suffix() -> String {
     )
 }
 
+/// Deletes the least recently used libraries of the cache until it holds at most `max_bytes`
+/// (never `keep`, the library just added). Failures only mean the cache stays larger.
+fn trim_cache(dir: &Path, max_bytes: u64, keep: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut libs: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "so") && p != keep)
+        .filter_map(|p| {
+            let m = fs::metadata(&p).ok()?;
+            Some((m.modified().ok()?, m.len(), p))
+        })
+        .collect();
+    let keep_len = fs::metadata(keep).map_or(0, |m| m.len());
+    let mut total: u64 = keep_len + libs.iter().map(|(_, len, _)| len).sum::<u64>();
+    libs.sort();
+    for (_, len, path) in libs {
+        if total <= max_bytes {
+            break;
+        }
+        if fs::remove_file(&path).is_ok() {
+            total -= len;
+        }
+    }
+}
+
 /// A loaded library; kept alive as long as any kernel from it may run.
 pub(super) struct LoadedLibrary {
     library: libloading::Library,
@@ -237,6 +265,11 @@ pub(super) fn compile_and_load(
                 && let Ok(loaded) = LoadedLibrary::load(&lib)
             {
                 CACHE_HITS.fetch_add(1, Ordering::Relaxed);
+                // Mark it recently used, for the cache trimming.
+                let _ = fs::File::options()
+                    .append(true)
+                    .open(&lib)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
                 return Ok(Arc::new(loaded));
             }
             Some(lib)
@@ -307,6 +340,9 @@ pub(super) fn compile_and_load(
                     e,
                 )
             })?;
+            if let Some(dir) = &config.cache_dir {
+                trim_cache(dir, config.cache_max_bytes, &lib);
+            }
             lib
         }
         None => lib_tmp,

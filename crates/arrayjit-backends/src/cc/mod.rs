@@ -32,6 +32,9 @@ pub struct CcConfig {
     pub cache_dir: Option<PathBuf>,
     /// Number of CPU devices (default: `$ARRAYJIT_CPU_DEVICES`, else 1).
     pub num_devices: usize,
+    /// Size the compile cache is trimmed to, least recently used libraries first (default:
+    /// `$ARRAYJIT_CACHE_MAX_MB` megabytes, else 1024).
+    pub cache_max_bytes: u64,
 }
 
 /// The default C compiler flags.
@@ -70,6 +73,10 @@ impl CcConfig {
                 .and_then(|v| v.parse().ok())
                 .filter(|&n| n >= 1)
                 .unwrap_or(1),
+            cache_max_bytes: env_nonempty("ARRAYJIT_CACHE_MAX_MB")
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(1024)
+                .saturating_mul(1 << 20),
         }
     }
 }
