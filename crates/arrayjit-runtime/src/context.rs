@@ -584,6 +584,12 @@ pub(crate) fn host_refresh_hook(
 ) -> arrayjit_ir::tnode::HostHook {
     Box::new(move || {
         match stream.upgrade() {
+            // Inside a task of the writer's own stream every earlier task has finished: copy now.
+            Some(inner) if inner.runner.on_worker_thread() => {
+                entry
+                    .node
+                    .with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()))?;
+            }
             Some(inner) => {
                 let stream = Stream { inner };
                 schedule_download(&stream, &entry)?;

@@ -200,8 +200,21 @@ impl Runner {
 
     /// Waits for all work scheduled so far; returns a kept error.
     pub fn await_work(&self) -> Result<()> {
+        if self.on_worker_thread() {
+            return Err(Error::Runtime {
+                stream: self.shared.name.clone(),
+                detail: "a task of this stream waited for the stream itself, which would never \
+                         finish; wait from another thread or stream"
+                    .into(),
+            });
+        }
         self.all_work().sync();
         self.shared.take_error()
+    }
+
+    /// Whether the caller is this stream's own worker thread (i.e. inside one of its tasks).
+    pub fn on_worker_thread(&self) -> bool {
+        self.worker_id.is_some() && Some(thread::current().id()) == self.worker_id
     }
 
     pub fn is_idle(&self) -> bool {

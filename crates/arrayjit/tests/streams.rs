@@ -447,3 +447,32 @@ fn init_from_host_puts_a_hosted_node_in_a_child_context() {
         Err(Error::NotHosted { .. })
     ));
 }
+
+#[test]
+fn a_task_reading_its_own_streams_results_does_not_deadlock() {
+    let b = multicore();
+    let s = b.get_device(0).unwrap().new_stream().unwrap();
+    let x = hosted_input(&[2], "x", &[3.0, 4.0]);
+    let y = hosted_output(&[2], "y");
+    let code = b
+        .compile(
+            "square",
+            &Assignments::pointwise_binop(&y, BinOp::Mul, &x, &x),
+            &[],
+        )
+        .unwrap();
+    let r = Context::new(&s).link(&code).unwrap();
+    r.run().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (y2, seen2, s2) = (y.clone(), seen.clone(), s.clone());
+    s.schedule_task(move || {
+        // Reading the hosted result inside a later task of the same stream copies directly.
+        seen2.lock().unwrap().extend(y2.get_values()?);
+        // Awaiting one's own stream is an error, not a hang.
+        assert!(s2.await_work().is_err());
+        Ok(())
+    })
+    .unwrap();
+    s.await_work().unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![9.0, 16.0]);
+}
