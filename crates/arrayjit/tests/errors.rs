@@ -458,3 +458,26 @@ fn the_compile_cache_is_trimmed_to_its_size_limit() {
         .collect();
     assert_eq!(libs.len(), 1, "{libs:?}");
 }
+
+#[test]
+fn an_unusable_cache_folder_means_compiling_without_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-folder");
+    std::fs::write(&file, b"x").unwrap();
+    let mut config = CcConfig::from_env();
+    config.cache_dir = Some(file.join("cache"));
+    let b = cc_backend(config);
+    let x = hosted_input(&[3], "x");
+    let y = hosted_output(&[3], "y");
+    let code = b
+        .compile(
+            "no_cache",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+            &[],
+        )
+        .unwrap();
+    let stream = b.get_device(0).unwrap().new_stream().unwrap();
+    let r = Context::new(&stream).link(&code).unwrap();
+    r.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![0.0, -1.0, -2.0]);
+}

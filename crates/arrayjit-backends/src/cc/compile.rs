@@ -257,9 +257,20 @@ pub(super) fn compile_and_load(
             .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     }
 
-    let cached = match &config.cache_dir {
+    // A cache folder that cannot be made private (unwritable, or someone else's) is not used:
+    // compiling without the cache is always safe.
+    let cache_dir = config
+        .cache_dir
+        .as_ref()
+        .filter(|dir| match private_dir(dir) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "compiling without the compile cache");
+                false
+            }
+        });
+    let cached = match cache_dir {
         Some(dir) => {
-            private_dir(dir)?;
             let lib = dir.join(format!("{key}.so"));
             if trusted_file(&lib)
                 && let Ok(loaded) = LoadedLibrary::load(&lib)
@@ -279,7 +290,7 @@ pub(super) fn compile_and_load(
 
     // Compile in a private temporary folder (inside the cache folder when there is one, so the
     // final rename is atomic).
-    let tmp_parent = config.cache_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let tmp_parent = cache_dir.cloned().unwrap_or_else(std::env::temp_dir);
     let work = tempfile::Builder::new()
         .prefix("arrayjit-build-")
         .tempdir_in(&tmp_parent)
@@ -340,7 +351,7 @@ pub(super) fn compile_and_load(
                     e,
                 )
             })?;
-            if let Some(dir) = &config.cache_dir {
+            if let Some(dir) = cache_dir {
                 trim_cache(dir, config.cache_max_bytes, &lib);
             }
             lib
