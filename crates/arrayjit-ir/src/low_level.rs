@@ -171,28 +171,7 @@ impl LowLevel {
     /// Rebuilds the statements with `f` applied to the value of every `Set` and `SetLocal`
     /// (given the precision the value is computed in); loops and sequences are kept.
     pub fn map_values(self, f: &mut impl FnMut(ScalarExpr, Prec) -> ScalarExpr) -> LowLevel {
-        match self {
-            LowLevel::Seq(items) => {
-                LowLevel::Seq(items.into_iter().map(|i| i.map_values(f)).collect())
-            }
-            LowLevel::For {
-                index,
-                from,
-                to,
-                body,
-            } => LowLevel::For {
-                index,
-                from,
-                to,
-                body: Box::new(body.map_values(f)),
-            },
-            LowLevel::Set { tn, idcs, value } => {
-                let value = f(value, tn.prec());
-                LowLevel::Set { tn, idcs, value }
-            }
-            LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, f(value, id.prec)),
-            s => s,
-        }
+        self.map_writes(&mut |idcs, value, prec| (idcs, f(value, prec)))
     }
 
     /// Replaces a symbol by an index everywhere in the code (statements, values, local scopes).
@@ -202,10 +181,25 @@ impl LowLevel {
     }
 
     fn substitute_all(self, subst: &HashMap<Symbol, AxisIndex>) -> LowLevel {
-        let idcs = |v: Vec<AxisIndex>| v.into_iter().map(|i| i.substitute(subst)).collect();
+        self.map_writes(&mut |idcs, value, _| {
+            let idcs = idcs.map(|v| v.into_iter().map(|i| i.substitute(subst)).collect());
+            (idcs, substitute_expr(value, subst))
+        })
+    }
+
+    /// Rebuilds the statements with `f` applied to every write: the indices (`None` for a
+    /// local) and value of each `Set` and `SetLocal`, with the value's precision.
+    fn map_writes(
+        self,
+        f: &mut impl FnMut(
+            Option<Vec<AxisIndex>>,
+            ScalarExpr,
+            Prec,
+        ) -> (Option<Vec<AxisIndex>>, ScalarExpr),
+    ) -> LowLevel {
         match self {
             LowLevel::Seq(items) => {
-                LowLevel::Seq(items.into_iter().map(|i| i.substitute_all(subst)).collect())
+                LowLevel::Seq(items.into_iter().map(|i| i.map_writes(f)).collect())
             }
             LowLevel::For {
                 index,
@@ -216,14 +210,18 @@ impl LowLevel {
                 index,
                 from,
                 to,
-                body: Box::new(body.substitute_all(subst)),
+                body: Box::new(body.map_writes(f)),
             },
-            LowLevel::Set { tn, idcs: i, value } => LowLevel::Set {
-                tn,
-                idcs: idcs(i),
-                value: substitute_expr(value, subst),
-            },
-            LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, substitute_expr(value, subst)),
+            LowLevel::Set { tn, idcs, value } => {
+                let prec = tn.prec();
+                let (idcs, value) = f(Some(idcs), value, prec);
+                LowLevel::Set {
+                    tn,
+                    idcs: idcs.unwrap_or_default(),
+                    value,
+                }
+            }
+            LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, f(None, value, id.prec).1),
             s => s,
         }
     }
