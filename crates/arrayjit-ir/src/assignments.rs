@@ -252,19 +252,9 @@ fn check_access(
             .as_ref()
             .map(|p| (p[axis].left as i64, p[axis].right as i64))
             .unwrap_or((0, 0));
-        let (lo, hi) = idx.value_range(bounds).ok_or_else(|| Error::StaticIndex {
-            symbol: idx
-                .symbols()
-                .iter()
-                .find(|s| bounds(**s).is_none())
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            detail: format!(
-                "{what}: index {idx} of {} uses a symbol that is neither a loop iterator nor a \
-                 static symbol with a range; pass it in the bindings",
-                tn.debug_name()
-            ),
-        })?;
+        let (lo, hi) = idx
+            .value_range(bounds)
+            .map_err(|e| e.into_error(&tn.debug_name(), what))?;
         if lo < -left || hi > d as i64 - 1 + right {
             return Err(Error::IndexOutOfBounds {
                 detail: format!(

@@ -72,7 +72,10 @@ impl AxisIndex {
     pub fn affine(terms: impl IntoIterator<Item = (i64, Symbol)>, offset: i64) -> AxisIndex {
         let mut merged: BTreeMap<Symbol, i64> = BTreeMap::new();
         for (c, s) in terms {
-            *merged.entry(s).or_insert(0) += c;
+            let e = merged.entry(s).or_insert(0);
+            // Wrapping: an index whose coefficients do not fit is rejected by the range check
+            // (`AxisIndex::range_over`) that every access passes before code runs.
+            *e = e.wrapping_add(c);
         }
         let terms: Vec<(i64, Symbol)> = merged
             .into_iter()
@@ -103,7 +106,7 @@ impl AxisIndex {
     /// This index plus a constant.
     pub fn shifted(&self, by: i64) -> AxisIndex {
         let (t, o) = self.terms();
-        AxisIndex::affine(t, o + by)
+        AxisIndex::affine(t, o.wrapping_add(by))
     }
 
     /// Replaces symbols by indices (affine substitution).
@@ -115,8 +118,12 @@ impl AxisIndex {
             match subst.get(&s) {
                 Some(idx) => {
                     let (t2, o2) = idx.terms();
-                    out_offset += c * o2;
-                    out_terms.extend(t2.into_iter().map(|(c2, s2)| (c * c2, s2)));
+                    // Wrapping, as in `affine`: the range check rejects what does not fit.
+                    out_offset = out_offset.wrapping_add(c.wrapping_mul(o2));
+                    out_terms.extend(
+                        t2.into_iter()
+                            .map(|(c2, s2)| (c.wrapping_mul(c2), s2)),
+                    );
                 }
                 None => out_terms.push((c, s)),
             }
@@ -124,29 +131,93 @@ impl AxisIndex {
         AxisIndex::affine(out_terms, out_offset)
     }
 
-    /// Evaluates the index with the given symbol values; `None` if a symbol is unbound.
+    /// Evaluates the index with the given symbol values; `None` if a symbol is unbound or the
+    /// value does not fit in an `i64`.
     pub fn eval(&self, env: &impl Fn(Symbol) -> Option<i64>) -> Option<i64> {
         let (terms, offset) = self.terms();
-        terms
-            .into_iter()
-            .try_fold(offset, |acc, (c, s)| env(s).map(|v| acc + c * v))
+        terms.into_iter().try_fold(offset, |acc, (c, s)| {
+            env(s).and_then(|v| c.checked_mul(v)).and_then(|t| acc.checked_add(t))
+        })
     }
 
     /// The inclusive range of values the index takes when each symbol ranges over
-    /// `0..bounds(symbol)`; `None` if a symbol has no known bound.
-    pub fn value_range(&self, bounds: &impl Fn(Symbol) -> Option<usize>) -> Option<(i64, i64)> {
+    /// `0..bounds(symbol)`. See [`AxisIndex::range_over`] for the errors.
+    pub fn value_range(
+        &self,
+        bounds: &impl Fn(Symbol) -> Option<usize>,
+    ) -> Result<(i64, i64), RangeError> {
+        self.range_over(&|s| {
+            bounds(s).map(|b| (0, i64::try_from(b).unwrap_or(i64::MAX).saturating_sub(1).max(0)))
+        })
+    }
+
+    /// The inclusive range of values the index takes when each symbol `s` ranges over the
+    /// inclusive interval `ranges(s)`.
+    ///
+    /// All arithmetic is checked. Beyond the range itself, the index must be computable in
+    /// 64-bit arithmetic in any order of its terms (generated code evaluates `c·s` products and
+    /// their sums in its own order): `|offset| + Σ |c|·max(|lo|, |hi|)` must fit in an `i64`.
+    /// Otherwise the result is [`RangeError::Overflow`] — such an index could wrap around in
+    /// compiled code and reach a wild address.
+    pub fn range_over(
+        &self,
+        ranges: &impl Fn(Symbol) -> Option<(i64, i64)>,
+    ) -> Result<(i64, i64), RangeError> {
         let (terms, offset) = self.terms();
-        let (mut lo, mut hi) = (offset, offset);
+        let overflow = || RangeError::Overflow {
+            index: self.to_string(),
+        };
+        // i128 holds every product of two i64 exactly; the sums are checked.
+        let mut magnitude: i128 = i128::from(offset).abs();
+        let (mut lo, mut hi) = (i128::from(offset), i128::from(offset));
         for (c, s) in terms {
-            let b = bounds(s)? as i64;
-            let extreme = c * (b - 1).max(0);
-            if c >= 0 {
-                hi += extreme;
-            } else {
-                lo += extreme;
-            }
+            let (slo, shi) = ranges(s).ok_or(RangeError::Unbound(s))?;
+            let (a, b) = (i128::from(c) * i128::from(slo), i128::from(c) * i128::from(shi));
+            lo = lo.checked_add(a.min(b)).ok_or_else(overflow)?;
+            hi = hi.checked_add(a.max(b)).ok_or_else(overflow)?;
+            let biggest = i128::from(slo).abs().max(i128::from(shi).abs());
+            magnitude = magnitude
+                .checked_add(i128::from(c).abs() * biggest.max(1))
+                .ok_or_else(overflow)?;
         }
-        Some((lo, hi))
+        let limit = i128::from(i64::MAX);
+        if magnitude > limit || lo < -limit || hi > limit {
+            return Err(overflow());
+        }
+        Ok((lo as i64, hi as i64))
+    }
+}
+
+/// Why [`AxisIndex::range_over`] could not give an index's range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RangeError {
+    /// The symbol has no known range: it is neither a loop iterator nor a static symbol.
+    Unbound(Symbol),
+    /// Some value of the index, or of a partial sum of its terms, does not fit in an `i64`.
+    Overflow {
+        /// The index, printed.
+        index: String,
+    },
+}
+
+impl RangeError {
+    /// The error for an access to `node` (a debug name) with this index, in `context`.
+    pub fn into_error(self, node: &str, context: &str) -> Error {
+        match self {
+            RangeError::Unbound(s) => Error::StaticIndex {
+                symbol: s.to_string(),
+                detail: format!(
+                    "{context}: an index of {node} uses it, but it is neither a loop iterator \
+                     nor a static symbol with a range; pass it in the bindings"
+                ),
+            },
+            RangeError::Overflow { index } => Error::IndexOutOfBounds {
+                detail: format!(
+                    "{context}: index {index} of {node} overflows 64-bit arithmetic for some \
+                     values of its symbols; use coefficients and offsets that fit the node's dims"
+                ),
+            },
+        }
     }
 }
 
@@ -365,7 +436,7 @@ mod tests {
         let idx = AxisIndex::affine([(2, a), (1, b)], -1);
         let subst = HashMap::from([(a, AxisIndex::Fixed(4))]);
         assert_eq!(idx.substitute(&subst), AxisIndex::affine([(1, b)], 7));
-        assert_eq!(idx.value_range(&|_| Some(3)), Some((-1, 5)));
+        assert_eq!(idx.value_range(&|_| Some(3)), Ok((-1, 5)));
         assert_eq!(idx.eval(&|s| Some(if s == a { 1 } else { 2 })), Some(3));
     }
 

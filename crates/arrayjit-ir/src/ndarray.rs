@@ -27,12 +27,36 @@ pub struct Padding {
 }
 
 impl Padding {
-    /// The padded dims of logical `dims`.
-    pub fn padded_dims(&self, dims: &[usize]) -> Vec<usize> {
-        dims.iter()
+    /// The padded dims of logical `dims`: an error when the padding has another number of
+    /// axes, or a padded dim or the total element count does not fit in memory (`isize::MAX`).
+    pub fn padded_dims(&self, dims: &[usize]) -> Result<Vec<usize>> {
+        if self.axes.len() != dims.len() {
+            return Err(Error::ShapeMismatch {
+                op: "padding".into(),
+                detail: format!(
+                    "padding has {} axes but dims {dims:?} have {}",
+                    self.axes.len(),
+                    dims.len()
+                ),
+            });
+        }
+        let too_big = || {
+            Error::invalid(format!(
+                "padding {:?} around dims {dims:?} is too large: padded sizes must fit in memory",
+                self.axes
+            ))
+        };
+        let padded: Vec<usize> = dims
+            .iter()
             .zip(&self.axes)
-            .map(|(d, p)| d + p.left + p.right)
-            .collect()
+            .map(|(d, p)| d.checked_add(p.left)?.checked_add(p.right))
+            .collect::<Option<_>>()
+            .ok_or_else(too_big)?;
+        let total = padded.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if total.is_none_or(|n| n > isize::MAX as usize) {
+            return Err(too_big());
+        }
+        Ok(padded)
     }
 }
 
@@ -185,17 +209,7 @@ impl Ndarray {
     /// An array with logical `dims` surrounded by `padding`; margins hold the pad value and the
     /// interior is zero.
     pub fn zeros_padded(prec: Prec, dims: &[usize], padding: Padding) -> Result<Ndarray> {
-        if padding.axes.len() != dims.len() {
-            return Err(Error::ShapeMismatch {
-                op: "Ndarray::zeros_padded".into(),
-                detail: format!(
-                    "padding has {} axes but dims {dims:?} have {}",
-                    padding.axes.len(),
-                    dims.len()
-                ),
-            });
-        }
-        let padded = padding.padded_dims(dims);
+        let padded = padding.padded_dims(dims)?;
         let mut nd = Ndarray::zeros(prec, &padded)?;
         let value = padding.value;
         nd.padding = Some(padding);

@@ -125,7 +125,7 @@ impl Tnode {
             )));
         }
         let padded: Vec<usize> = match &padding {
-            Some(p) => p.padded_dims(dims),
+            Some(p) => p.padded_dims(dims)?,
             None => dims.to_vec(),
         };
         let elems = padded

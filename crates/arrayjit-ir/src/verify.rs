@@ -14,7 +14,7 @@ use crate::tnode::Tnode;
 pub fn check_bounds(code: &LowLevel, statics: &[StaticSymbol]) -> Result<()> {
     let mut ranges: HashMap<Symbol, (i64, i64)> = statics
         .iter()
-        .map(|s| (s.symbol, (0, s.range as i64 - 1)))
+        .map(|s| (s.symbol, (0, i64::try_from(s.range).unwrap_or(i64::MAX) - 1)))
         .collect();
     stmt(code, &mut ranges)
 }
@@ -33,19 +33,9 @@ fn access(tn: &Tnode, idcs: &[AxisIndex], ranges: &HashMap<Symbol, (i64, i64)>) 
     }
     let pads = tn.padding().map(|p| p.axes.clone());
     for (a, idx) in idcs.iter().enumerate() {
-        let (terms, offset) = idx.terms();
-        let (mut lo, mut hi) = (offset, offset);
-        for (c, s) in terms {
-            let (slo, shi) = ranges.get(&s).copied().ok_or_else(|| Error::StaticIndex {
-                symbol: s.to_string(),
-                detail: format!(
-                    "an index of {} uses it, but no enclosing loop binds it and it is not a static symbol of the routine",
-                    tn.debug_name()
-                ),
-            })?;
-            lo += (c * slo).min(c * shi);
-            hi += (c * slo).max(c * shi);
-        }
+        let (lo, hi) = idx
+            .range_over(&|s| ranges.get(&s).copied())
+            .map_err(|e| e.into_error(&tn.debug_name(), "checking the optimized code"))?;
         let (left, right) = pads
             .as_ref()
             .map(|p| (p[a].left as i64, p[a].right as i64))

@@ -1,0 +1,124 @@
+//! Regression tests for the hostile-input and failure-semantics defects of the reliability
+//! issue: each test is named after the defect it pins down and asserts the typed error or the
+//! correct value.
+
+use arrayjit::Error;
+use arrayjit::ir::{AxisPadding, LowLevel, Padding, ScalarExpr, Symbol};
+use arrayjit::prelude::*;
+use proptest::prelude::*;
+
+fn hosted_input(dims: &[usize], label: &str) -> Tnode {
+    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
+    let n: usize = dims.iter().product();
+    t.set_values(&(0..n).map(|i| i as f64).collect::<Vec<_>>())
+        .unwrap();
+    t
+}
+
+fn hosted_output(dims: &[usize], label: &str) -> Tnode {
+    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
+    t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    t
+}
+
+/// `y[lhs] = x[rhs]` over a `[4]` product space, with the given axis indices in terms of the
+/// product iterator.
+fn copy_with(lhs: (i64, i64), rhs: (i64, i64), dims: usize) -> (Assignments, Tnode) {
+    let x = hosted_input(&[dims], "x");
+    let y = hosted_output(&[dims], "y");
+    let mut p = Projections::pointwise(&[4], 1);
+    let it = p.product_iterators[0];
+    p.lhs_dims = vec![dims];
+    p.rhs_dims = vec![vec![dims]];
+    p.project_lhs = vec![AxisIndex::affine([(lhs.0, it)], lhs.1)];
+    p.project_rhs = vec![vec![AxisIndex::affine([(rhs.0, it)], rhs.1)]];
+    let prog = Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Arg2,
+        lhs: y.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(x)),
+        projections: p,
+    };
+    (prog, y)
+}
+
+/// Item 1: a coefficient with `c·3 ≡ 1 (mod 2^64)` used to pass the check as range 0..=1.
+#[test]
+fn item01_bounds_verifier_overflow_is_a_typed_error() {
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let wild = 0xAAAA_AAAA_AAAA_AAABu64 as i64;
+    for (lhs, rhs) in [((1, 0), (wild, 0)), ((wild, 0), (1, 0)), ((1, 0), (1, i64::MAX))] {
+        let (prog, _) = copy_with(lhs, rhs, 4);
+        let err = backend.compile("wild", &prog, &[]).unwrap_err();
+        assert!(matches!(err, Error::IndexOutOfBounds { .. }), "{err}");
+        assert!(err.to_string().contains("overflow"), "{err}");
+    }
+    // The verifier of optimized code rejects the same index on its own.
+    let it = Symbol::fresh();
+    let x = Tnode::new(Prec::F32, &[4], &["x"]).unwrap();
+    let code = LowLevel::For {
+        index: it,
+        from: 0,
+        to: 4,
+        body: Box::new(LowLevel::Set {
+            tn: x.clone(),
+            idcs: vec![AxisIndex::affine([(wild, it)], 0)],
+            value: ScalarExpr::Constant(1.0),
+        }),
+    };
+    let err = arrayjit::ir::verify::check_bounds(&code, &[]).unwrap_err();
+    assert!(matches!(err, Error::IndexOutOfBounds { .. }), "{err}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Item 1, as a property: whatever the affine coefficients and offsets, lowering either
+    /// refuses the program with a typed error, or every index it accepts lies inside the node
+    /// for every iterator value (checked in exact 128-bit arithmetic).
+    #[test]
+    fn item01_adversarial_affine_indices_are_refused_or_in_bounds(
+        c in prop_oneof![any::<i64>(), -3i64..=3, Just(i64::MIN), Just(i64::MAX)],
+        o in prop_oneof![any::<i64>(), -3i64..=3, Just(i64::MIN), Just(i64::MAX)],
+        on_lhs in any::<bool>(),
+    ) {
+        let (lhs, rhs) = if on_lhs { ((c, o), (1, 0)) } else { ((1, 0), (c, o)) };
+        let (prog, _) = copy_with(lhs, rhs, 4);
+        match prog.lower(&[]) {
+            Err(e) => prop_assert!(
+                matches!(e, Error::IndexOutOfBounds { .. } | Error::ShapeMismatch { .. }),
+                "{e}"
+            ),
+            Ok(_) => {
+                for i in 0..4i128 {
+                    let v = i128::from(c) * i + i128::from(o);
+                    prop_assert!((0..4).contains(&v), "c={c} o={o} i={i} gives {v}");
+                }
+            }
+        }
+    }
+}
+
+/// Item 2: padding whose padded size overflows is refused when the node is made.
+#[test]
+fn item02_padding_overflow_is_refused() {
+    let pad = Padding {
+        axes: vec![AxisPadding {
+            left: usize::MAX,
+            right: 2,
+        }],
+        value: 0.0,
+    };
+    let err = Tnode::new_padded(Prec::F32, &[2], pad.clone(), &["p"]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("too large"), "{err}");
+    let err = Ndarray::zeros_padded(Prec::F32, &[2], pad).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    // Padding that fits in `usize` but not in memory is refused as well.
+    let big = Padding {
+        axes: vec![AxisPadding { left: 1 << 62, right: 0 }],
+        value: 0.0,
+    };
+    assert!(Tnode::new_padded(Prec::F32, &[2], big, &["q"]).is_err());
+}
