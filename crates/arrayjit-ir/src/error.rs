@@ -124,6 +124,40 @@ pub enum Error {
         /// Which nodes and what to do.
         detail: String,
     },
+    /// A task on a stream failed; the task's own error (or its panic) is the source. Later work
+    /// of that stream was skipped until this error was reported.
+    #[error("task {task} on {stream} failed: {source}")]
+    TaskFailed {
+        /// The stream the task ran on.
+        stream: String,
+        /// The task: its position in the stream's schedule and what it was.
+        task: String,
+        /// The task's own error.
+        #[source]
+        source: std::sync::Arc<Error>,
+    },
+    /// A task panicked; the panic was caught and became the task's error.
+    #[error("the task panicked: {message}")]
+    TaskPanicked {
+        /// The panic's message.
+        message: String,
+    },
+    /// Work was skipped because it waits for (or reads what was written by) work that failed.
+    #[error(
+        "work on {stream} was skipped: it depends on task {origin_task} on {origin_stream}, \
+         which failed: {source}; fix that failure and recompute its results"
+    )]
+    UpstreamFailed {
+        /// The stream whose work was skipped (or `"the host"`).
+        stream: String,
+        /// The stream where the original failure happened.
+        origin_stream: String,
+        /// The task that failed there.
+        origin_task: String,
+        /// The original task's own error.
+        #[source]
+        source: std::sync::Arc<Error>,
+    },
     /// A runtime failure on a stream or device.
     #[error("runtime error on {stream}: {detail}")]
     Runtime {
@@ -178,6 +212,17 @@ impl Error {
         Error::Io {
             context: context.into(),
             source,
+        }
+    }
+
+    /// The original error behind a task failure: the own error of the task that failed first,
+    /// through [`Error::TaskFailed`] and [`Error::UpstreamFailed`]; `self` for other errors.
+    pub fn root_cause(&self) -> &Error {
+        match self {
+            Error::TaskFailed { source, .. } | Error::UpstreamFailed { source, .. } => {
+                source.root_cause()
+            }
+            other => other,
         }
     }
 

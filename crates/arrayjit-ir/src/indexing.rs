@@ -120,10 +120,7 @@ impl AxisIndex {
                     let (t2, o2) = idx.terms();
                     // Wrapping, as in `affine`: the range check rejects what does not fit.
                     out_offset = out_offset.wrapping_add(c.wrapping_mul(o2));
-                    out_terms.extend(
-                        t2.into_iter()
-                            .map(|(c2, s2)| (c.wrapping_mul(c2), s2)),
-                    );
+                    out_terms.extend(t2.into_iter().map(|(c2, s2)| (c.wrapping_mul(c2), s2)));
                 }
                 None => out_terms.push((c, s)),
             }
@@ -136,7 +133,9 @@ impl AxisIndex {
     pub fn eval(&self, env: &impl Fn(Symbol) -> Option<i64>) -> Option<i64> {
         let (terms, offset) = self.terms();
         terms.into_iter().try_fold(offset, |acc, (c, s)| {
-            env(s).and_then(|v| c.checked_mul(v)).and_then(|t| acc.checked_add(t))
+            env(s)
+                .and_then(|v| c.checked_mul(v))
+                .and_then(|t| acc.checked_add(t))
         })
     }
 
@@ -147,7 +146,15 @@ impl AxisIndex {
         bounds: &impl Fn(Symbol) -> Option<usize>,
     ) -> Result<(i64, i64), RangeError> {
         self.range_over(&|s| {
-            bounds(s).map(|b| (0, i64::try_from(b).unwrap_or(i64::MAX).saturating_sub(1).max(0)))
+            bounds(s).map(|b| {
+                (
+                    0,
+                    i64::try_from(b)
+                        .unwrap_or(i64::MAX)
+                        .saturating_sub(1)
+                        .max(0),
+                )
+            })
         })
     }
 
@@ -172,7 +179,10 @@ impl AxisIndex {
         let (mut lo, mut hi) = (i128::from(offset), i128::from(offset));
         for (c, s) in terms {
             let (slo, shi) = ranges(s).ok_or(RangeError::Unbound(s))?;
-            let (a, b) = (i128::from(c) * i128::from(slo), i128::from(c) * i128::from(shi));
+            let (a, b) = (
+                i128::from(c) * i128::from(slo),
+                i128::from(c) * i128::from(shi),
+            );
             lo = lo.checked_add(a.min(b)).ok_or_else(overflow)?;
             hi = hi.checked_add(a.max(b)).ok_or_else(overflow)?;
             let biggest = i128::from(slo).abs().max(i128::from(shi).abs());

@@ -421,6 +421,16 @@ impl Tnode {
         sync.copies_not_lagging_host.insert(copy);
     }
 
+    /// Records that the host array now holds device copy `copy`'s values (an explicit copy to
+    /// the host): that copy alone does not lag, and a pending refresh from another copy is
+    /// dropped.
+    pub fn host_refreshed_from(&self, copy: usize) {
+        let mut sync = lock(&self.0.host_sync);
+        sync.copies_not_lagging_host.clear();
+        sync.copies_not_lagging_host.insert(copy);
+        sync.prepare_read = None;
+    }
+
     /// Records that the host changed the node: every device copy lags.
     pub fn mark_changed_on_host(&self) {
         lock(&self.0.host_sync).copies_not_lagging_host.clear();

@@ -14,7 +14,12 @@ use crate::tnode::Tnode;
 pub fn check_bounds(code: &LowLevel, statics: &[StaticSymbol]) -> Result<()> {
     let mut ranges: HashMap<Symbol, (i64, i64)> = statics
         .iter()
-        .map(|s| (s.symbol, (0, i64::try_from(s.range).unwrap_or(i64::MAX) - 1)))
+        .map(|s| {
+            (
+                s.symbol,
+                (0, i64::try_from(s.range).unwrap_or(i64::MAX) - 1),
+            )
+        })
         .collect();
     stmt(code, &mut ranges)
 }

@@ -10,7 +10,7 @@ use arrayjit_backends::cc::{CcBackend, CcConfig};
 use arrayjit_backends::missing::MissingBackend;
 use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, Tnode, optimize};
 
-use crate::context::ArrayEntry;
+use crate::host_sync::ArrayEntry;
 use crate::scheduler::SchedulerKind;
 
 use crate::routine::Code;

@@ -6,54 +6,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::{BufferHandle, LoweredBackend};
 use arrayjit_ir::optimize::{MemoryPlan, PlanItem};
 use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Sharing, Tnode};
 
+use crate::host_sync::{Access, ArrayEntry, refresh_host_from, schedule_upload};
 use crate::routine::{Code, Routine};
-use crate::scheduler::Event;
-use crate::stream::{Stream, StreamInner};
-
-/// One array of a context: the buffer, the event of its last writer, and, for arrays shared
-/// across a device's streams, the one stream allowed to write it.
-pub(crate) struct ArrayEntry {
-    /// Unique id of this device copy of the node (see `Tnode::copies_not_lagging_host`).
-    pub uid: usize,
-    pub node: Tnode,
-    pub buffer: BufferHandle,
-    pub writer: Mutex<Option<Event>>,
-    pub shared: bool,
-    pub writing_stream: Mutex<Option<usize>>,
-}
-
-impl ArrayEntry {
-    fn new(node: Tnode, buffer: BufferHandle, shared: bool) -> Arc<ArrayEntry> {
-        static NEXT_COPY: AtomicUsize = AtomicUsize::new(0);
-        Arc::new(ArrayEntry {
-            uid: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
-            node,
-            buffer,
-            writer: Mutex::new(None),
-            shared,
-            writing_stream: Mutex::new(None),
-        })
-    }
-
-    /// The event of the last scheduled write (done if none).
-    pub fn writer_event(&self) -> Event {
-        self.writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .unwrap_or_else(Event::done)
-    }
-
-    pub fn set_writer(&self, event: Event) {
-        *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = Some(event);
-    }
-}
+use crate::scheduler::{Event, TaskLabel};
+use crate::stream::Stream;
 
 struct ContextInner {
     id: usize,
@@ -252,16 +214,6 @@ impl Context {
         Ok(())
     }
 
-    /// Schedules copying host bytes into an array and records the write.
-    fn schedule_upload(&self, entry: &Arc<ArrayEntry>, bytes: Vec<u8>) -> Result<()> {
-        let (lowered, buffer) = (self.lowered(), entry.buffer.clone());
-        self.inner
-            .stream
-            .schedule(Box::new(move || lowered.copy_from_host(&buffer, &bytes)))?;
-        entry.set_writer(self.inner.stream.all_work());
-        Ok(())
-    }
-
     /// A new array for the node: shared across the device's streams when its memory mode says
     /// so, initialized from the host when it has a host array, else zeroed (margins of padded
     /// nodes hold the pad value).
@@ -287,12 +239,12 @@ impl Context {
         if tn.has_host_array() {
             tn.prepare_read()?;
             if let Some(bytes) = tn.with_host(|nd| nd.as_bytes().to_vec()) {
-                self.schedule_upload(&entry, bytes)?;
+                schedule_upload(&self.inner.stream, &entry, bytes)?;
                 tn.mark_copy_up_to_date(entry.uid);
             }
         } else if let Some(p) = tn.padding().filter(|p| p.value != 0.0) {
             let nd = arrayjit_ir::Ndarray::zeros_padded(tn.prec(), tn.dims(), p.clone())?;
-            self.schedule_upload(&entry, nd.as_bytes().to_vec())?;
+            schedule_upload(&self.inner.stream, &entry, nd.as_bytes().to_vec())?;
         }
         if shared {
             device
@@ -454,8 +406,7 @@ impl Context {
                     "from_host copies the host array to the device; set the node's values first"
                         .into(),
             })?;
-        self.wait_for_other_stream(&entry.writer_event())?;
-        self.schedule_upload(entry, bytes)?;
+        schedule_upload(&self.inner.stream, entry, bytes)?;
         tn.mark_copy_up_to_date(entry.uid);
         Ok(())
     }
@@ -468,22 +419,17 @@ impl Context {
     }
 
     /// Copies this context's array of the node into its host array (created if needed, which
-    /// requires the node's memory mode to allow hosting), waiting for the array's writer.
-    /// Returns an error a task of the stream left, if any.
+    /// requires the node's memory mode to allow hosting), waiting for the array's writer; the
+    /// host then holds this copy's values, even if another copy changed the node later (a
+    /// pending refresh from it is dropped). Returns the writer's failure, or an error a task of
+    /// the stream left, if any.
     pub fn to_host(&self, tn: &Tnode) -> Result<()> {
         let entry = self.entry(tn)?.clone();
-        schedule_download(&self.inner.stream, &entry)?;
-        self.inner.stream.await_work()?;
-        tn.mark_copy_up_to_date(entry.uid);
-        Ok(())
+        refresh_host_from(&self.inner.stream, &entry)
     }
 
     /// Makes this context's stream wait for `event` before running anything scheduled later.
     pub fn will_wait_for(&self, event: &crate::scheduler::Event) -> Result<()> {
-        self.inner.stream.will_wait_for(event)
-    }
-
-    fn wait_for_other_stream(&self, event: &Event) -> Result<()> {
         self.inner.stream.will_wait_for(event)
     }
 
@@ -506,10 +452,15 @@ impl Context {
                 if Arc::ptr_eq(&dst, &src_entry) {
                     return Ok(());
                 }
-                stream.will_wait_for(&src_entry.writer_event())?;
+                src_entry.order(stream, Access::Read)?;
+                dst.order(stream, Access::Write)?;
                 let (d, s) = (dst.buffer.clone(), src_entry.buffer.clone());
-                stream.schedule(Box::new(move || lowered.copy_buffer(&d, &s)))?;
-                dst.set_writer(stream.all_work());
+                stream.schedule(
+                    Box::new(move || lowered.copy_buffer(&d, &s)),
+                    TaskLabel::Fixed("device-to-device copy"),
+                )?;
+                src_entry.record(stream.all_work(), Access::Read);
+                dst.record(stream.all_work(), Access::Write);
                 // A copy of a hosted node's latest values is itself up to date.
                 if tn.copy_not_lagging(src_entry.uid) {
                     tn.mark_copy_up_to_date(dst.uid);
@@ -529,7 +480,7 @@ impl Context {
                         ),
                     });
                 }
-                stream.will_wait_for(&src_entry.writer_event())?;
+                src_entry.order(stream, Access::Read)?;
                 let mut merge = stream.merge_lock();
                 let reuse = merge
                     .as_ref()
@@ -540,7 +491,11 @@ impl Context {
                     None => lowered.alloc_zeroed(stream.device().ordinal(), tn.size_in_bytes())?,
                 };
                 let (d, s) = (dst.clone(), src_entry.buffer.clone());
-                stream.schedule(Box::new(move || lowered.copy_buffer(&d, &s)))?;
+                stream.schedule(
+                    Box::new(move || lowered.copy_buffer(&d, &s)),
+                    TaskLabel::Fixed("copy into the merge buffer"),
+                )?;
+                src_entry.record(stream.all_work(), Access::Read);
                 *merge = Some((tn.clone(), dst));
             }
             MergeBufferUse::StreamingFor(routine) => {
@@ -551,58 +506,14 @@ impl Context {
                         routine.name()
                     )));
                 }
-                stream.will_wait_for(&src_entry.writer_event())?;
+                src_entry.order(stream, Access::Read)?;
                 *stream.merge_lock() = Some((tn.clone(), src_entry.buffer.clone()));
                 routine.run()?;
+                src_entry.record(stream.all_work(), Access::Read);
             }
         }
-        // The source must not overwrite the node before this stream has read it.
-        if !src.stream().same_as(stream) {
-            src.stream().will_wait_for(&stream.all_work())?;
-        }
+        // The source's stream will not overwrite the node before this read: a writer waits for
+        // pending readers (see `host_sync`).
         Ok(())
     }
-}
-
-/// Schedules copying an array into its node's host array on `stream`.
-pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
-    stream.will_wait_for(&entry.writer_event())?;
-    let lowered = stream.device().backend().lowered().clone();
-    let (tn, buffer) = (entry.node.clone(), entry.buffer.clone());
-    stream.schedule(Box::new(move || {
-        tn.with_host_mut(|nd| lowered.copy_to_host(&buffer, nd.as_bytes_mut()))
-    }))
-}
-
-/// The hook a hosted node gets when a device changes it: bring the host up to date from that
-/// device's array (through its stream if it still exists, else directly: a dropped stream has
-/// finished its work).
-pub(crate) fn host_refresh_hook(
-    stream: Weak<StreamInner>,
-    entry: Arc<ArrayEntry>,
-    lowered: Arc<dyn LoweredBackend>,
-) -> arrayjit_ir::tnode::HostHook {
-    Box::new(move || {
-        match stream.upgrade() {
-            // Inside a task of the writer's own stream every earlier task has finished: copy now.
-            Some(inner) if inner.runner.on_worker_thread() => {
-                entry
-                    .node
-                    .with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()))?;
-            }
-            Some(inner) => {
-                let stream = Stream { inner };
-                schedule_download(&stream, &entry)?;
-                stream.await_work()?;
-            }
-            None => {
-                entry.writer_event().sync();
-                entry
-                    .node
-                    .with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()))?;
-            }
-        }
-        entry.node.mark_copy_up_to_date(entry.uid);
-        Ok(())
-    })
 }

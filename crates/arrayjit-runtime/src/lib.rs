@@ -15,6 +15,7 @@
 mod backend;
 mod context;
 pub mod data_parallel;
+mod host_sync;
 mod routine;
 pub mod scheduler;
 mod stream;

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use arrayjit_backends::{BufferHandle, CompiledBatch};
 use arrayjit_ir::{Error, Optimized, Result, StaticSymbol, Tnode};
 
-use crate::context::{ArrayEntry, Context, host_refresh_hook};
+use crate::context::Context;
+use crate::host_sync::{Access, ArrayEntry, device_changed_hosted};
+use crate::scheduler::TaskLabel;
 
 /// One compiled routine, ready to be linked into contexts of its backend.
 #[derive(Clone)]
@@ -47,6 +49,8 @@ pub struct Routine {
     statics: Mutex<Vec<Option<i64>>>,
     /// The kernel's array arguments, resolved once at link time.
     args: Vec<Arg>,
+    /// The routine's name, shared by the labels of its runs.
+    label: Arc<str>,
 }
 
 /// One array argument of the kernel and how the routine uses it.
@@ -79,6 +83,7 @@ impl Routine {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Routine {
+            label: Arc::from(code.name()),
             context,
             code,
             statics: Mutex::new(vec![None; n]),
@@ -146,14 +151,16 @@ impl Routine {
         let statics = self.static_values()?;
         let opt = &self.code.optimized;
         let stream = self.context.stream();
-        let device = stream.device();
         let mut args: Vec<BufferHandle> = Vec::with_capacity(self.args.len() + 2);
         for arg in &self.args {
             let tn = &arg.entry.node;
-            if arg.input && tn.has_host_array() && !tn.copy_not_lagging(arg.entry.uid) {
+            // A copy lagging the host, or whose last write failed (e.g. a skipped upload), is
+            // refreshed from the host (which fails in turn if the host awaits that copy).
+            let stale = !tn.copy_not_lagging(arg.entry.uid) || arg.entry.writer_failed();
+            if arg.input && tn.has_host_array() && stale {
                 self.context.from_host(tn)?;
             }
-            stream.will_wait_for(&arg.entry.writer_event())?;
+            arg.entry.order(stream, Access::of(arg.input, arg.output))?;
             args.push(arg.entry.buffer.clone());
         }
         if let Some(m) = &opt.merge_node {
@@ -184,19 +191,16 @@ impl Routine {
             args.push(scratch);
         }
         let (batch, index) = (self.code.batch.clone(), self.code.index);
-        stream.schedule(Box::new(move || batch.launch(index, &args, &statics)))?;
+        stream.schedule(
+            Box::new(move || batch.launch(index, &args, &statics)),
+            TaskLabel::Named("routine", self.label.clone()),
+        )?;
         let done = stream.all_work();
-        let lowered = device.backend().lowered().clone();
-        for entry in self.args.iter().filter(|a| a.output).map(|a| &a.entry) {
-            entry.set_writer(done.clone());
-            let tn = &entry.node;
-            if tn.is_hosted() {
-                tn.mark_changed_in_copy(entry.uid);
-                tn.set_prepare_read(host_refresh_hook(
-                    stream.downgrade(),
-                    entry.clone(),
-                    lowered.clone(),
-                ));
+        for arg in &self.args {
+            arg.entry
+                .record(done.clone(), Access::of(arg.input, arg.output));
+            if arg.output && arg.entry.node.is_hosted() {
+                device_changed_hosted(stream, &arg.entry);
             }
         }
         Ok(())

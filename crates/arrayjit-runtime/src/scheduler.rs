@@ -3,12 +3,24 @@
 //! blocks while the queue is full (backpressure), an idle worker sleeps on the queue (no busy
 //! waiting), and events are positions in a stream's schedule that waiters sleep on.
 //!
-//! An error from a task is kept by its stream; later tasks of that stream are skipped (their
-//! events still complete, so nothing waits forever) until the error is returned, with the
-//! stream's name, by the next `schedule` or `await_work` on that stream. Other streams keep
-//! working.
+//! Failure semantics, the same for both schedulers:
+//! - A task fails when it returns an error or panics; a panic is caught and becomes the task's
+//!   error ([`Error::TaskPanicked`]), its event completes and the worker keeps serving.
+//! - After a task fails, **every later task of that stream is skipped** until the failure is
+//!   reported: by the next `schedule` (which then does not schedule its task) or `await_work`
+//!   of that stream. Tasks scheduled before the report are skipped even if the worker reaches
+//!   them after it, so which tasks ran depends only on the order of calls, never on timing.
+//!   With `Sync` the failing `schedule` reports at once, so nothing is skipped.
+//! - A failure is reported once, as [`Error::TaskFailed`] with the stream's name, the task and
+//!   the task's own error as its `source`.
+//! - An event whose position is the failed task or one of the tasks skipped after it is
+//!   *failed*: [`Event::sync`] returns the failure, and work that waits for it on another
+//!   stream fails with [`Error::UpstreamFailed`] naming the original stream and task (so that
+//!   stream's later work is skipped in turn). Failures travel with events forever: an event
+//!   stays failed after its stream's failure was reported.
 
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle, ThreadId};
@@ -17,6 +29,22 @@ use arrayjit_ir::{Error, Result};
 
 /// A unit of work on a stream.
 pub type Task = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
+
+/// What a task is, for error messages: a fixed text or a shared name (a routine's).
+#[derive(Clone, Debug)]
+pub(crate) enum TaskLabel {
+    Fixed(&'static str),
+    Named(&'static str, Arc<str>),
+}
+
+impl fmt::Display for TaskLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskLabel::Fixed(s) => f.write_str(s),
+            TaskLabel::Named(what, name) => write!(f, "{what} {name}"),
+        }
+    }
+}
 
 /// Which scheduler a backend's streams use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,13 +58,45 @@ pub enum SchedulerKind {
     },
 }
 
+/// The stack size of a multicore stream's worker thread. Kernels keep at most
+/// `OptimizeSettings::kernel_stack_budget` bytes of locals on the stack, far below this.
+pub const WORKER_STACK_BYTES: usize = 16 << 20;
+
+/// A failed task and the tasks skipped after it: positions `first..=last` of the schedule
+/// (`last` is open until the failure is reported).
+struct FailureSpan {
+    first: u64,
+    last: Option<u64>,
+    task: String,
+    /// The task's own error (for a task that failed waiting on another stream, that
+    /// `UpstreamFailed`, which names the origin).
+    error: Arc<Error>,
+}
+
 #[derive(Default)]
 struct Progress {
     scheduled: u64,
     completed: u64,
-    error: Option<Error>,
     /// Tasks skipped because an earlier task failed.
     skipped: u64,
+    /// Every failure of the stream, in schedule order; the last may still be unreported.
+    failures: Vec<FailureSpan>,
+}
+
+impl Progress {
+    /// The failure covering position `seq`, if any.
+    fn failure_at(&self, seq: u64) -> Option<&FailureSpan> {
+        // Spans are disjoint and sorted; the candidate is the last one starting at or before.
+        let i = self.failures.partition_point(|f| f.first <= seq);
+        let span = self.failures.get(i.checked_sub(1)?)?;
+        span.last.is_none_or(|l| seq <= l).then_some(span)
+    }
+
+    /// Whether the task at `seq` must be skipped: an unreported failure before it, or a
+    /// reported one whose skipped range includes it.
+    fn skips(&self, seq: u64) -> bool {
+        self.failure_at(seq).is_some_and(|f| f.first < seq)
+    }
 }
 
 /// The state of one stream shared by its handles, its worker and its events.
@@ -48,6 +108,51 @@ pub(crate) struct StreamShared {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs a task, turning a panic into its error.
+fn run_catching(task: Task) -> Result<()> {
+    catch_unwind(AssertUnwindSafe(task)).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic with a non-text payload".into());
+        Err(Error::TaskPanicked { message })
+    })
+}
+
+/// The error reporting `span` of `stream`, seen from `waiter` (`None`: the stream itself
+/// reports its own failure).
+fn report(stream: &str, span: &FailureSpan, waiter: Option<&str>) -> Error {
+    // A task that failed because it waited on a failed task names that origin.
+    if let Error::UpstreamFailed {
+        origin_stream,
+        origin_task,
+        source,
+        ..
+    } = &*span.error
+    {
+        return Error::UpstreamFailed {
+            stream: waiter.unwrap_or(stream).to_string(),
+            origin_stream: origin_stream.clone(),
+            origin_task: origin_task.clone(),
+            source: source.clone(),
+        };
+    }
+    match waiter {
+        None => Error::TaskFailed {
+            stream: stream.to_string(),
+            task: span.task.clone(),
+            source: span.error.clone(),
+        },
+        Some(w) => Error::UpstreamFailed {
+            stream: w.to_string(),
+            origin_stream: stream.to_string(),
+            origin_task: span.task.clone(),
+            source: span.error.clone(),
+        },
+    }
 }
 
 impl StreamShared {
@@ -66,34 +171,62 @@ impl StreamShared {
         }
     }
 
-    fn finish(&self, result: Result<()>, ran: bool) {
+    /// Runs (or skips) the next task of the worker's queue and records the outcome.
+    fn run_next(&self, task: Task, label: TaskLabel) {
+        let seq = lock(&self.progress).completed + 1;
+        let skip = lock(&self.progress).skips(seq);
+        let result = if skip {
+            drop(task);
+            Ok(())
+        } else {
+            run_catching(task)
+        };
         let mut p = lock(&self.progress);
         p.completed += 1;
-        if !ran {
+        if skip {
             p.skipped += 1;
         }
-        if let Err(e) = result
-            && p.error.is_none()
-        {
-            p.error = Some(e);
+        if let Err(e) = result {
+            p.failures.push(FailureSpan {
+                first: seq,
+                last: None,
+                task: format!("#{seq} ({label})"),
+                error: Arc::new(e),
+            });
         }
         drop(p);
         self.changed.notify_all();
     }
 
     fn failed(&self) -> bool {
-        lock(&self.progress).error.is_some()
+        lock(&self.progress)
+            .failures
+            .last()
+            .is_some_and(|f| f.last.is_none())
     }
 
-    /// Takes the kept error, naming the stream.
+    /// Reports an unreported failure (once): closes its span at the last task scheduled so
+    /// far, so that every task scheduled before this report is skipped.
     fn take_error(&self) -> Result<()> {
-        match lock(&self.progress).error.take() {
-            None => Ok(()),
-            Some(e) => Err(Error::Runtime {
-                stream: self.name.clone(),
-                detail: format!("a task failed: {e}"),
-            }),
+        let mut p = lock(&self.progress);
+        let scheduled = p.scheduled;
+        match p.failures.last_mut() {
+            Some(span) if span.last.is_none() => {
+                span.last = Some(scheduled.max(span.first));
+                Err(report(&self.name, span, None))
+            }
+            _ => Ok(()),
         }
+    }
+
+    /// The failure covering position `seq` once it has finished, seen from `waiter`.
+    fn failure(&self, seq: u64, waiter: Option<&str>) -> Option<Error> {
+        let p = lock(&self.progress);
+        if p.completed < seq {
+            return None;
+        }
+        p.failure_at(seq)
+            .map(|span| report(&self.name, span, waiter))
     }
 }
 
@@ -102,7 +235,7 @@ pub(crate) struct Runner {
     pub shared: Arc<StreamShared>,
     kind: SchedulerKind,
     /// Serializes numbering and enqueueing, so queue order equals event order.
-    sender: Mutex<Option<SyncSender<Task>>>,
+    sender: Mutex<Option<SyncSender<(Task, TaskLabel)>>>,
     worker: Option<JoinHandle<()>>,
     worker_id: Option<ThreadId>,
 }
@@ -125,19 +258,14 @@ impl Runner {
                 worker_id: None,
             }),
             SchedulerKind::Multicore { queue_capacity } => {
-                let (tx, rx) = sync_channel::<Task>(queue_capacity.max(1));
+                let (tx, rx) = sync_channel::<(Task, TaskLabel)>(queue_capacity.max(1));
                 let worker_shared = shared.clone();
                 let handle = thread::Builder::new()
                     .name(format!("arrayjit {name}"))
+                    .stack_size(WORKER_STACK_BYTES)
                     .spawn(move || {
-                        while let Ok(task) = rx.recv() {
-                            if worker_shared.failed() {
-                                drop(task);
-                                worker_shared.finish(Ok(()), false);
-                            } else {
-                                let result = task();
-                                worker_shared.finish(result, true);
-                            }
+                        while let Ok((task, label)) = rx.recv() {
+                            worker_shared.run_next(task, label);
                         }
                     })
                     .map_err(|e| Error::Runtime {
@@ -156,18 +284,14 @@ impl Runner {
     }
 
     /// Schedules a task; returns the error a previous task left, if any (the new task is then
-    /// not scheduled).
-    pub fn schedule(&self, task: Task) -> Result<()> {
+    /// not scheduled). With `Sync`, runs it now and returns its own failure.
+    pub fn schedule(&self, task: Task, label: TaskLabel) -> Result<()> {
         self.shared.take_error()?;
         match self.kind {
             SchedulerKind::Sync => {
                 lock(&self.shared.progress).scheduled += 1;
-                let result = task();
-                self.shared.finish(Ok(()), true);
-                result.map_err(|e| Error::Runtime {
-                    stream: self.shared.name.clone(),
-                    detail: format!("a task failed: {e}"),
-                })
+                self.shared.run_next(task, label);
+                self.shared.take_error()
             }
             SchedulerKind::Multicore { .. } => {
                 let sender = lock(&self.sender);
@@ -176,9 +300,16 @@ impl Runner {
                     detail: "the stream is shutting down".into(),
                 })?;
                 lock(&self.shared.progress).scheduled += 1;
-                if tx.send(task).is_err() {
-                    // The worker is gone; count the task as done so waiters do not hang.
-                    self.shared.finish(Ok(()), false);
+                if let Err(returned) = tx.send((task, label)) {
+                    // The worker is gone: the task fails here, so waiters do not hang.
+                    let (task, label) = returned.0;
+                    self.shared.run_next(
+                        Box::new(move || {
+                            drop(task);
+                            Err(Error::invalid("the stream's worker thread has stopped"))
+                        }),
+                        label,
+                    );
                     return Err(Error::Runtime {
                         stream: self.shared.name.clone(),
                         detail: "the stream's worker thread has stopped".into(),
@@ -208,7 +339,7 @@ impl Runner {
                     .into(),
             });
         }
-        self.all_work().sync();
+        self.all_work().wait();
         self.shared.take_error()
     }
 
@@ -227,8 +358,9 @@ impl Runner {
     }
 
     pub fn stats(&self) -> (u64, u64, u64, bool) {
+        let failed = self.shared.failed();
         let p = lock(&self.shared.progress);
-        (p.scheduled, p.completed, p.skipped, p.error.is_some())
+        (p.scheduled, p.completed, p.skipped, failed)
     }
 }
 
@@ -242,7 +374,9 @@ impl Drop for Runner {
             }
             let _ = handle.join();
         }
-        if let Some(e) = lock(&self.shared.progress).error.take() {
+        if self.shared.failed()
+            && let Err(e) = self.shared.take_error()
+        {
             tracing::warn!(stream = %self.shared.name, error = %e, "stream dropped with an unreported error");
         }
     }
@@ -286,11 +420,41 @@ impl Event {
             .is_none_or(|s| lock(&s.progress).completed >= self.seq)
     }
 
-    /// Blocks until the work has finished (it does not report task errors: `await_work` on the
-    /// stream does).
-    pub fn sync(&self) {
+    /// Blocks until the work has finished; returns the failure of the event's work, if it failed
+    /// (see the module doc: the failed task or a task skipped after it). Unlike `await_work` on
+    /// the stream, this does not count as reporting the stream's failure.
+    pub fn sync(&self) -> Result<()> {
+        self.wait();
+        match self.failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until the work has finished, whatever its outcome.
+    pub fn wait(&self) {
         if let Some(s) = &self.stream {
             s.wait_until(self.seq);
+        }
+    }
+
+    /// The failure of the event's work if it has finished and failed, as
+    /// [`Error::TaskFailed`] naming the stream and task (or the `UpstreamFailed` that failure
+    /// was, naming its origin).
+    pub fn failure(&self) -> Option<Error> {
+        self.stream.as_ref()?.failure(self.seq, None)
+    }
+
+    /// Like [`Event::failure`], as the error of work on `waiter` that depends on this event.
+    pub(crate) fn failure_for(&self, waiter: &str) -> Option<Error> {
+        self.stream.as_ref()?.failure(self.seq, Some(waiter))
+    }
+
+    /// Whether two events belong to the same stream.
+    pub(crate) fn same_stream(&self, other: &Event) -> bool {
+        match (&self.stream, &other.stream) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
         }
     }
 

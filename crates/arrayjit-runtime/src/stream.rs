@@ -9,7 +9,7 @@ use arrayjit_backends::BufferHandle;
 use arrayjit_ir::{Result, Tnode};
 
 use crate::backend::Device;
-use crate::scheduler::{Event, Runner, SchedulerKind, Task};
+use crate::scheduler::{Event, Runner, SchedulerKind, Task, TaskLabel};
 
 pub(crate) struct StreamInner {
     pub device: Device,
@@ -81,13 +81,14 @@ impl Stream {
     }
 
     /// Schedules a host task on the stream, after everything scheduled so far. Returns the
-    /// error an earlier task left on this stream, if any (the task is then not scheduled).
+    /// error an earlier task left on this stream, if any (the task is then not scheduled). A
+    /// task that returns an error or panics fails; see [`crate::scheduler`] for what follows.
     pub fn schedule_task(&self, task: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
-        self.schedule(Box::new(task))
+        self.schedule(Box::new(task), TaskLabel::Fixed("host task"))
     }
 
-    pub(crate) fn schedule(&self, task: Task) -> Result<()> {
-        self.inner.runner.schedule(task)
+    pub(crate) fn schedule(&self, task: Task, label: TaskLabel) -> Result<()> {
+        self.inner.runner.schedule(task, label)
     }
 
     /// An event that is done once all work scheduled so far has finished.
@@ -107,16 +108,35 @@ impl Stream {
     }
 
     /// Makes the stream wait for `event` before running anything scheduled later (nothing to
-    /// do for an event of this stream: its work is already ordered).
+    /// do for an event of this stream: its work is already ordered). If the event's work
+    /// failed, the waiting fails with [`arrayjit_ir::Error::UpstreamFailed`] naming the origin,
+    /// and this stream's later work is skipped until that error is reported; when the failure
+    /// is already known, this returns it at once.
     pub fn will_wait_for(&self, event: &Event) -> Result<()> {
+        self.wait_for(event, true)
+    }
+
+    /// Orders later work after `event`; with `propagate`, the event's failure becomes this
+    /// stream's (see [`Stream::will_wait_for`]); without, only the order matters (a writer
+    /// waiting for earlier readers or writers does not use their values).
+    pub(crate) fn wait_for(&self, event: &Event, propagate: bool) -> Result<()> {
+        if propagate && let Some(e) = event.failure_for(&self.name()) {
+            return Err(e);
+        }
         if event.is_done() || event.is_on(&self.inner.runner.shared) {
             return Ok(());
         }
-        let event = event.clone();
-        self.schedule(Box::new(move || {
-            event.sync();
-            Ok(())
-        }))
+        let (event, waiter) = (event.clone(), self.name());
+        self.schedule(
+            Box::new(move || {
+                event.wait();
+                match event.failure_for(&waiter) {
+                    Some(e) if propagate => Err(e),
+                    _ => Ok(()),
+                }
+            }),
+            TaskLabel::Fixed("wait for another stream"),
+        )
     }
 
     /// Per-stream debug information.

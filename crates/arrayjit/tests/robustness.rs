@@ -48,7 +48,11 @@ fn copy_with(lhs: (i64, i64), rhs: (i64, i64), dims: usize) -> (Assignments, Tno
 fn item01_bounds_verifier_overflow_is_a_typed_error() {
     let backend = arrayjit::backend("sync_cc").unwrap();
     let wild = 0xAAAA_AAAA_AAAA_AAABu64 as i64;
-    for (lhs, rhs) in [((1, 0), (wild, 0)), ((wild, 0), (1, 0)), ((1, 0), (1, i64::MAX))] {
+    for (lhs, rhs) in [
+        ((1, 0), (wild, 0)),
+        ((wild, 0), (1, 0)),
+        ((1, 0), (1, i64::MAX)),
+    ] {
         let (prog, _) = copy_with(lhs, rhs, 4);
         let err = backend.compile("wild", &prog, &[]).unwrap_err();
         assert!(matches!(err, Error::IndexOutOfBounds { .. }), "{err}");
@@ -117,7 +121,10 @@ fn item02_padding_overflow_is_refused() {
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     // Padding that fits in `usize` but not in memory is refused as well.
     let big = Padding {
-        axes: vec![AxisPadding { left: 1 << 62, right: 0 }],
+        axes: vec![AxisPadding {
+            left: 1 << 62,
+            right: 0,
+        }],
         value: 0.0,
     };
     assert!(Tnode::new_padded(Prec::F32, &[2], big, &["q"]).is_err());

@@ -50,7 +50,7 @@ fn events_complete_in_order_and_sync_blocks() {
     std::thread::sleep(Duration::from_millis(20));
     assert!(!first.is_done() && !second.is_done() && !s.is_idle());
     drop(held);
-    second.sync();
+    second.sync().unwrap();
     assert!(first.is_done() && second.is_done());
     assert_eq!(counter.load(Ordering::SeqCst), 1);
     s.await_work().unwrap();
@@ -130,7 +130,10 @@ fn the_next_schedule_returns_a_pending_error() {
     let b = multicore();
     let s = b.get_device(0).unwrap().new_stream().unwrap();
     s.schedule_task(|| Err(Error::invalid("boom"))).unwrap();
-    s.all_work().sync();
+    assert!(
+        s.all_work().sync().is_err(),
+        "the event of a failed task is failed"
+    );
     let err = s.schedule_task(|| Ok(())).unwrap_err();
     assert!(err.to_string().contains("boom"), "{err}");
 }

@@ -1,0 +1,239 @@
+//! Host and device synchronisation: the one rule set for device copies (arrays) of nodes,
+//! their writers and readers, and refreshes of host arrays.
+//!
+//! Rules:
+//! 1. Every array records the event of its **last writer** and the events of its **pending
+//!    readers** since that write (at most one per stream: a later read of a stream covers its
+//!    earlier ones).
+//! 2. Work on a stream that **reads** an array first waits for its last writer; if that write
+//!    failed, the read fails too (`Error::UpstreamFailed`), so nothing computes on stale data.
+//!    The read is then recorded as a pending reader.
+//! 3. Work that **writes** an array first waits for its last writer and every pending reader
+//!    (order only: it does not use their values), then becomes the last writer and clears the
+//!    readers. This is what keeps a writer on one stream from tearing a read on another.
+//! 4. A hosted node's host array: device copies that hold its latest values are "not lagging
+//!    the host"; a routine reading a lagging copy first uploads the host values. When a device
+//!    writes its copy, that copy alone holds the latest values and the host gets a pending
+//!    refresh from it, run when the host next reads or writes the node (waiting for the writer
+//!    and failing with its failure, if any, until the node is recomputed).
+//! 5. An explicit `to_host` from a copy makes the host hold that copy's values: the copy is the
+//!    only one not lagging, and any pending refresh (from another copy) is dropped — the user
+//!    asked for this copy's values.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use arrayjit_backends::{BufferHandle, LoweredBackend};
+use arrayjit_ir::{Result, Tnode};
+
+use crate::scheduler::{Event, TaskLabel};
+use crate::stream::{Stream, StreamInner};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One array of a context: the buffer, its last writer and pending readers, and, for arrays
+/// shared across a device's streams, the one stream allowed to write it.
+pub(crate) struct ArrayEntry {
+    /// Unique id of this device copy of the node (see `Tnode::copies_not_lagging_host`).
+    pub uid: usize,
+    pub node: Tnode,
+    pub buffer: BufferHandle,
+    pub shared: bool,
+    pub writing_stream: Mutex<Option<usize>>,
+    accesses: Mutex<Accesses>,
+}
+
+#[derive(Default)]
+struct Accesses {
+    writer: Option<Event>,
+    readers: Vec<Event>,
+}
+
+/// How scheduled work uses an array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+impl Access {
+    /// The access of a routine argument.
+    pub fn of(input: bool, output: bool) -> Access {
+        match (input, output) {
+            (true, true) => Access::ReadWrite,
+            (false, true) => Access::Write,
+            _ => Access::Read,
+        }
+    }
+
+    fn reads(self) -> bool {
+        self != Access::Write
+    }
+
+    fn writes(self) -> bool {
+        self != Access::Read
+    }
+}
+
+impl ArrayEntry {
+    pub fn new(node: Tnode, buffer: BufferHandle, shared: bool) -> Arc<ArrayEntry> {
+        static NEXT_COPY: AtomicUsize = AtomicUsize::new(0);
+        Arc::new(ArrayEntry {
+            uid: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
+            node,
+            buffer,
+            shared,
+            writing_stream: Mutex::new(None),
+            accesses: Mutex::new(Accesses::default()),
+        })
+    }
+
+    /// The event of the last scheduled write (done if none).
+    pub fn writer_event(&self) -> Event {
+        lock(&self.accesses)
+            .writer
+            .clone()
+            .unwrap_or_else(Event::done)
+    }
+
+    /// Whether the last write of this array failed or was skipped.
+    pub fn writer_failed(&self) -> bool {
+        self.writer_event().failure().is_some()
+    }
+
+    /// Rules 2 and 3: makes `stream` wait for what an access of this array must follow. Call
+    /// before scheduling the access; then [`ArrayEntry::record`] after it.
+    pub fn order(&self, stream: &Stream, access: Access) -> Result<()> {
+        let (writer, readers) = {
+            let a = lock(&self.accesses);
+            let readers = if access.writes() {
+                a.readers.clone()
+            } else {
+                vec![]
+            };
+            (a.writer.clone(), readers)
+        };
+        if let Some(w) = writer {
+            stream.wait_for(&w, access.reads())?;
+        }
+        for r in readers {
+            stream.wait_for(&r, false)?;
+        }
+        Ok(())
+    }
+
+    /// Records a scheduled access whose completion is `event`.
+    pub fn record(&self, event: Event, access: Access) {
+        let mut a = lock(&self.accesses);
+        if access.writes() {
+            a.writer = Some(event);
+            a.readers.clear();
+        } else {
+            a.readers.retain(|r| !r.is_done() && !r.same_stream(&event));
+            a.readers.push(event);
+        }
+    }
+
+    /// Orders, schedules and records one task accessing this array on `stream`.
+    pub fn schedule_access(
+        &self,
+        stream: &Stream,
+        access: Access,
+        label: TaskLabel,
+        task: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        self.order(stream, access)?;
+        stream.schedule(Box::new(task), label)?;
+        self.record(stream.all_work(), access);
+        Ok(())
+    }
+}
+
+/// Schedules copying host bytes into an array (a write).
+pub(crate) fn schedule_upload(
+    stream: &Stream,
+    entry: &Arc<ArrayEntry>,
+    bytes: Vec<u8>,
+) -> Result<()> {
+    let lowered = stream.device().backend().lowered().clone();
+    let buffer = entry.buffer.clone();
+    entry.schedule_access(
+        stream,
+        Access::Write,
+        TaskLabel::Fixed("copy from host"),
+        move || lowered.copy_from_host(&buffer, &bytes),
+    )
+}
+
+/// Schedules copying an array into its node's host array on `stream` (a read).
+pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
+    let lowered = stream.device().backend().lowered().clone();
+    let (tn, buffer) = (entry.node.clone(), entry.buffer.clone());
+    entry.schedule_access(
+        stream,
+        Access::Read,
+        TaskLabel::Fixed("copy to host"),
+        move || tn.with_host_mut(|nd| lowered.copy_to_host(&buffer, nd.as_bytes_mut())),
+    )
+}
+
+/// Rule 5: brings the host array to this copy's values now (`to_host`).
+pub(crate) fn refresh_host_from(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
+    schedule_download(stream, entry)?;
+    stream.await_work()?;
+    entry.node.host_refreshed_from(entry.uid);
+    Ok(())
+}
+
+/// Rule 4: after scheduling a write of a hosted node's copy on `stream`, the copy alone holds
+/// the latest values and the host gets a pending refresh from it.
+pub(crate) fn device_changed_hosted(stream: &Stream, entry: &Arc<ArrayEntry>) {
+    let tn = &entry.node;
+    tn.mark_changed_in_copy(entry.uid);
+    let lowered = stream.device().backend().lowered().clone();
+    tn.set_prepare_read(host_refresh_hook(
+        stream.downgrade(),
+        entry.clone(),
+        lowered,
+    ));
+}
+
+/// The pending refresh of rule 4: wait for the copy's writer (failing with its failure), then
+/// copy to the host — through the writer's stream if it still exists, else directly (a dropped
+/// stream has finished its work).
+fn host_refresh_hook(
+    stream: Weak<StreamInner>,
+    entry: Arc<ArrayEntry>,
+    lowered: Arc<dyn LoweredBackend>,
+) -> arrayjit_ir::tnode::HostHook {
+    Box::new(move || {
+        let direct = || {
+            entry
+                .node
+                .with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()))
+        };
+        match stream.upgrade() {
+            // Inside a task of the writer's own stream every earlier task has finished.
+            Some(inner) if inner.runner.on_worker_thread() => {
+                if let Some(e) = entry.writer_event().failure() {
+                    return Err(e);
+                }
+                direct()?;
+            }
+            Some(inner) => {
+                let stream = Stream { inner };
+                schedule_download(&stream, &entry)?;
+                stream.await_work()?;
+            }
+            None => {
+                entry.writer_event().sync()?;
+                direct()?;
+            }
+        }
+        entry.node.mark_copy_up_to_date(entry.uid);
+        Ok(())
+    })
+}
