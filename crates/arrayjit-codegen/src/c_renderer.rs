@@ -44,16 +44,11 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
     let mut helpers = BTreeSet::new();
     let mut bodies = String::new();
     let mut kernels = Vec::new();
-    let mut used_symbols: HashMap<String, usize> = HashMap::new();
-    for r in routines {
-        let base = format!("aj_{}", sanitize_identifier(&r.name));
-        let n = used_symbols.entry(base.clone()).or_insert(0);
-        let symbol = if *n == 0 {
-            base.clone()
-        } else {
-            format!("{base}_{n}")
-        };
-        *n += 1;
+    for (index, r) in routines.iter().enumerate() {
+        // Unique by construction: the routine's position in the batch comes first, so equal or
+        // colliding names (`x`, `x`, `x_1`) cannot clash with each other, and the digit after
+        // `aj` keeps them apart from the helpers (`aj_relu_f32`, ...).
+        let symbol = format!("aj{index}_{}", sanitize_identifier(&r.name));
         let (text, iface) = render_kernel(syntax, r, &symbol, &mut helpers)?;
         bodies.push_str(&text);
         kernels.push(iface);

@@ -24,7 +24,7 @@ fn the_demo_runs_on_the_default_backend_and_agrees_with_the_interpreter() {
     assert!(ok, "{err}");
     assert!(out.contains("interpreter agrees: yes"), "{out}");
     assert!(out.contains("virtual (because: optimizer"), "{out}");
-    assert!(out.contains("void aj_demo("), "{out}");
+    assert!(out.contains("void aj0_demo("), "{out}");
     // relu(W·x + b) for the demo's inputs, computed by hand.
     assert!(out.contains("[0.875, 0.0, 0.625, 0.0]"), "{out}");
 }

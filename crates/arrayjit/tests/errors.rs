@@ -240,7 +240,7 @@ fn compile_failure_reports_stderr_and_keeps_the_source() {
     let (stderr, source_path) = (&failure.stderr, &failure.source_path);
     assert!(stderr.contains("arrayjit-missing-header"), "{stderr}");
     let kept = std::fs::read_to_string(source_path).unwrap();
-    assert!(kept.contains("aj_doomed"), "{kept}");
+    assert!(kept.contains("aj0_doomed"), "{kept}");
 }
 
 #[test]
@@ -398,8 +398,8 @@ fn compile_batch_puts_routines_in_one_library() {
     assert_eq!(codes.len(), 2);
     assert_eq!(codes[0].source(), codes[1].source());
     assert!(
-        codes[0].source().contains("void aj_double(")
-            && codes[0].source().contains("void aj_square(")
+        codes[0].source().contains("void aj0_double(")
+            && codes[0].source().contains("void aj1_square(")
     );
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let r1 = Context::new(&stream).link(&codes[0]).unwrap();

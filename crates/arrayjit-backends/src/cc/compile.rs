@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use arrayjit_ir::error::CompileFailure;
 use arrayjit_ir::tnode::sanitize_identifier;
@@ -60,21 +60,20 @@ fn unavailable(compiler: &str, reason: String) -> Error {
 }
 
 /// The first line of `compiler --version`, cached per compiler; an error if it cannot run.
-pub(super) fn compiler_identity(compiler: &str) -> Result<String> {
+pub(super) fn compiler_identity(compiler: &str, timeout: Duration) -> Result<String> {
     static IDS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
     let ids = IDS.get_or_init(Default::default);
     if let Some(id) = ids.lock().unwrap_or_else(|e| e.into_inner()).get(compiler) {
         return Ok(id.clone());
     }
-    let out = Command::new(compiler)
-        .arg("--version")
-        .output()
-        .map_err(|e| {
-            unavailable(
-                compiler,
-                format!("the C compiler `{compiler}` could not be run: {e}"),
-            )
-        })?;
+    let mut cmd = Command::new(compiler);
+    cmd.arg("--version");
+    let out = run_with_timeout(cmd, timeout).map_err(|e| {
+        unavailable(
+            compiler,
+            format!("the C compiler `{compiler} --version` could not be run: {e}"),
+        )
+    })?;
     if !out.status.success() {
         return Err(unavailable(
             compiler,
@@ -140,11 +139,164 @@ fn private_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A cached library is trusted only if it belongs to this user and nobody else can write it.
-fn trusted_file(path: &Path) -> bool {
+/// Runs `cmd` with its output captured; kills it and returns a `TimedOut` error if it runs
+/// longer than `timeout`.
+pub(super) fn run_with_timeout(mut cmd: Command, timeout: Duration) -> std::io::Result<Output> {
+    use std::io::Read as _;
+    use std::os::unix::process::CommandExt as _;
+    // A process group of its own, so that a timeout kills the compiler's children too (they
+    // would otherwise keep its pipes open).
+    let mut child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Drain both pipes on threads, so a chatty compiler cannot block on a full pipe.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() >= timeout {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // SAFETY: kill has no memory-safety preconditions; the group is the child's own.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "killed after {:.0} s (the timeout; set ARRAYJIT_CC_TIMEOUT_SECS to change it)",
+                    timeout.as_secs_f64()
+                ),
+            ));
+        }
+        std::thread::sleep(
+            Duration::from_millis(2)
+                .max(started.elapsed() / 50)
+                .min(Duration::from_millis(50)),
+        );
+    };
+    Ok(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// The text of an error and all its sources, joined.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// At most `limit` bytes of `text`: its head and tail around a note of what was left out.
+fn head_and_tail(text: &str, limit: usize, rest_at: Option<&Path>) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let half = limit / 2;
+    let head_end = (0..=half)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let tail_start = (text.len() - half..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    let where_ = rest_at.map_or("".into(), |p| format!("; all of it is in {}", p.display()));
+    format!(
+        "{}\n[... {} bytes left out{where_} ...]\n{}",
+        &text[..head_end],
+        tail_start - head_end,
+        &text[tail_start..]
+    )
+}
+
+/// How much compiler output an error message carries.
+const STDERR_IN_ERROR: usize = 16 * 1024;
+
+/// Cached libraries end with this marker and a blake3 digest of the cache key and the
+/// library's bytes, so that a truncated, damaged or swapped file is never loaded. The dynamic
+/// loader ignores bytes after an ELF file's contents.
+const SEAL_MAGIC: &[u8; 8] = b"AJSEAL01";
+const SEAL_LEN: usize = 8 + 32;
+
+fn seal_digest(key: &str, bytes: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(key.as_bytes());
+    h.update(&[0]);
+    h.update(bytes);
+    *h.finalize().as_bytes()
+}
+
+/// Appends the seal to a freshly built library and flushes it to disk.
+fn seal(path: &Path, key: &str) -> std::io::Result<()> {
+    let bytes = fs::read(path)?;
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    f.write_all(SEAL_MAGIC)?;
+    f.write_all(&seal_digest(key, &bytes))?;
+    f.sync_all()
+}
+
+/// Opens a library without following links and checks it: a regular file of this user that
+/// nobody else can write, whose seal matches `key` and its contents. Returns the open file
+/// (what is loaded is what was checked), or why it was refused.
+fn open_verified(path: &Path, key: &str) -> std::result::Result<fs::File, String> {
+    use std::io::Read as _;
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open it without following links: {e}"))?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    fs::metadata(path).is_ok_and(|m| m.is_file() && m.uid() == uid && m.mode() & 0o022 == 0)
+    if !meta.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    if meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "it belongs to user {} with mode {:o}; only this user's private files are loaded",
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    let body_len = bytes
+        .len()
+        .checked_sub(SEAL_LEN)
+        .ok_or("it is too short to be a sealed library (truncated?)")?;
+    let (body, trailer) = bytes.split_at(body_len);
+    if &trailer[..8] != SEAL_MAGIC || trailer[8..] != seal_digest(key, body) {
+        return Err("its checksum does not match (damaged, truncated or replaced)".into());
+    }
+    Ok(f)
 }
 
 fn unique_suffix() -> String {
@@ -156,22 +308,41 @@ fn unique_suffix() -> String {
     )
 }
 
-/// Deletes the least recently used libraries of the cache until it holds at most `max_bytes`
-/// (never `keep`, the library just added). Failures only mean the cache stays larger.
+/// Build folders older than this are left over by a crashed process and are removed.
+const STALE_BUILD_AGE: Duration = Duration::from_secs(3600);
+
+/// Deletes the least recently used libraries of the cache until it holds at most `max_bytes`,
+/// and build folders a crashed process left behind. Only this user's regular files are
+/// counted or deleted; links are never followed. Failures only mean the cache stays larger.
+/// Processes that loaded a library keep it when it is deleted (it is mapped). `keep`, the
+/// library just added, is never deleted.
 fn trim_cache(dir: &Path, max_bytes: u64, keep: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
-    let mut libs: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "so") && p != keep)
-        .filter_map(|p| {
-            let m = fs::metadata(&p).ok()?;
-            Some((m.modified().ok()?, m.len(), p))
-        })
-        .collect();
-    let keep_len = fs::metadata(keep).map_or(0, |m| m.len());
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let now = SystemTime::now();
+    let mut libs: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+    for entry in entries.filter_map(|e| e.ok()) {
+        let path = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let age = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or_default();
+        if meta.is_dir() && name.starts_with("arrayjit-build-") && age > STALE_BUILD_AGE {
+            let _ = fs::remove_dir_all(&path);
+        } else if meta.is_file() && meta.uid() == uid && name.ends_with(".so") && path != keep {
+            libs.push((meta.modified().unwrap_or(now), meta.len(), path));
+        }
+    }
+    let keep_len = fs::symlink_metadata(keep).map_or(0, |m| m.len());
     let mut total: u64 = keep_len + libs.iter().map(|(_, len, _)| len).sum::<u64>();
     libs.sort();
     for (_, len, path) in libs {
@@ -191,13 +362,17 @@ pub(super) struct LoadedLibrary {
 }
 
 impl LoadedLibrary {
+    /// Loads the library at `path`, which [`open_verified`] just checked. The dynamic loader
+    /// takes a path (and reuses an already loaded library of the same path), so the check and
+    /// the load see the same file unless a process of this same user replaces it in between;
+    /// the cache folder is private to this user.
     fn load(path: &Path) -> Result<LoadedLibrary> {
         // SAFETY: the library was produced by the C compiler from arrayjit's own generated
-        // source (or found in the private cache under a hash of that source); its only
+        // source (checked by its seal when it comes from the private cache); its only
         // initializers are the C runtime's.
         let library = unsafe { libloading::Library::new(path) }.map_err(|e| Error::LoadFailed {
             path: path.display().to_string(),
-            detail: e.to_string(),
+            detail: error_chain(&e),
         })?;
         Ok(LoadedLibrary {
             library,
@@ -210,11 +385,27 @@ impl LoadedLibrary {
         let f = unsafe { self.library.get::<KernelFn>(symbol.as_bytes()) }.map_err(|e| {
             Error::LoadFailed {
                 path: self.path.display().to_string(),
-                detail: format!("symbol {symbol}: {e}"),
+                detail: format!("symbol {symbol}: {}", error_chain(&e)),
             }
         })?;
         Ok(*f)
     }
+}
+
+/// The cache key of a source for this compiler, its flags and this CPU.
+fn cache_key(config: &CcConfig, compiler_id: &str, source: &str) -> String {
+    let mut hasher = blake3::Hasher::new();
+    for part in [
+        source,
+        &config.compiler,
+        compiler_id,
+        &config.flags.join(" "),
+        cpu_identity(),
+    ] {
+        hasher.update(part.as_bytes());
+        hasher.update(&[0]);
+    }
+    hasher.finalize().to_hex().to_string()
 }
 
 /// Compiles `source` (or finds it in the cache) and loads the library.
@@ -223,38 +414,25 @@ pub(super) fn compile_and_load(
     source: &str,
     name: &str,
 ) -> Result<Arc<LoadedLibrary>> {
-    let compiler_id = compiler_identity(&config.compiler)?;
-    let mut hasher = blake3::Hasher::new();
-    for part in [
-        source,
-        &config.compiler,
-        &compiler_id,
-        &config.flags.join(" "),
-        cpu_identity(),
-    ] {
-        hasher.update(part.as_bytes());
-        hasher.update(&[0]);
-    }
-    let key = hasher.finalize().to_hex().to_string();
-    let short = &key[..16];
+    let compiler_id = compiler_identity(&config.compiler, config.compile_timeout)?;
+    let key = cache_key(config, &compiler_id, source);
     let stem = format!(
-        "{}_{short}",
+        "{}_{}",
         sanitize_identifier(name)
             .chars()
             .take(40)
-            .collect::<String>()
+            .collect::<String>(),
+        &key[..16]
     );
 
     if let Some(dir) = &config.build_files_dir {
-        fs::create_dir_all(dir).map_err(|e| {
-            Error::io(
-                format!("creating the build-files folder {}", dir.display()),
-                e,
-            )
-        })?;
         let path = dir.join(format!("{stem}.c"));
-        fs::write(&path, source)
-            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        if let Err(e) = fs::create_dir_all(dir).and_then(|()| fs::write(&path, source)) {
+            tracing::warn!(
+                "cannot keep the generated source in the build-files folder {}: {e}; compiling anyway",
+                dir.display()
+            );
+        }
     }
 
     // A cache folder that cannot be made private (unwritable, or someone else's) is not used:
@@ -269,34 +447,74 @@ pub(super) fn compile_and_load(
                 false
             }
         });
-    let cached = match cache_dir {
-        Some(dir) => {
-            let lib = dir.join(format!("{key}.so"));
-            if trusted_file(&lib)
-                && let Ok(loaded) = LoadedLibrary::load(&lib)
-            {
-                CACHE_HITS.fetch_add(1, Ordering::Relaxed);
-                // Mark it recently used, for the cache trimming.
-                let _ = fs::File::options()
-                    .append(true)
-                    .open(&lib)
-                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-                return Ok(Arc::new(loaded));
+    if let Some(dir) = cache_dir {
+        let lib = dir.join(format!("{key}.so"));
+        match open_verified(&lib, &key) {
+            Ok(file) => match LoadedLibrary::load(&lib) {
+                Ok(loaded) => {
+                    CACHE_HITS.fetch_add(1, Ordering::Relaxed);
+                    // Mark it recently used, for the cache trimming.
+                    let _ = file.set_modified(SystemTime::now());
+                    return Ok(Arc::new(loaded));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "recompiling a cached library that failed to load")
+                }
+            },
+            Err(why) if lib.exists() || fs::symlink_metadata(&lib).is_ok() => {
+                tracing::warn!("not loading {}: {why}; recompiling", lib.display());
             }
-            Some(lib)
+            Err(_) => {}
         }
-        None => None,
-    };
+    }
 
-    // Compile in a private temporary folder (inside the cache folder when there is one, so the
-    // final rename is atomic).
-    let tmp_parent = cache_dir.cloned().unwrap_or_else(std::env::temp_dir);
+    // Build inside the cache folder (so the final rename is atomic); if that fails (full
+    // disk, unwritable folder), in a private temporary folder without caching.
+    let built = match cache_dir {
+        Some(dir) => match build(config, source, name, &stem, dir) {
+            Err(Error::Io { context, source: e }) => {
+                tracing::warn!(
+                    "cannot build in the compile cache ({context}: {e}); compiling without it"
+                );
+                build(config, source, name, &stem, &std::env::temp_dir()).map(|b| (b, None))
+            }
+            other => other.map(|b| (b, Some(dir))),
+        },
+        None => build(config, source, name, &stem, &std::env::temp_dir()).map(|b| (b, None)),
+    };
+    let ((work, lib_tmp), cache_dir) = built?;
+    seal(&lib_tmp, &key).map_err(|e| Error::io(format!("writing {}", lib_tmp.display()), e))?;
+    // Load first, from the private build folder: whatever happens to the cache afterwards
+    // (another process trimming it) cannot take the library away.
+    let loaded = LoadedLibrary::load(&lib_tmp)?;
+    if let Some(dir) = cache_dir {
+        let lib = dir.join(format!("{key}.so"));
+        match fs::rename(&lib_tmp, &lib) {
+            Ok(()) => trim_cache(dir, config.cache_max_bytes, &lib),
+            Err(e) => tracing::warn!("cannot add {} to the compile cache: {e}", lib.display()),
+        }
+    }
+    // The work folder (and, without a cache, the library file) goes; the library stays loaded.
+    drop(work);
+    Ok(Arc::new(loaded))
+}
+
+/// Writes the source into a new build folder under `parent` and compiles it; returns the
+/// folder and the library's path. A compiler failure keeps the source (and the full compiler
+/// output) where the error says.
+fn build(
+    config: &CcConfig,
+    source: &str,
+    name: &str,
+    stem: &str,
+    parent: &Path,
+) -> Result<(tempfile::TempDir, PathBuf)> {
     let work = tempfile::Builder::new()
         .prefix("arrayjit-build-")
-        .tempdir_in(&tmp_parent)
+        .tempdir_in(parent)
         .map_err(|e| {
             Error::io(
-                format!("creating a build folder in {}", tmp_parent.display()),
+                format!("creating a build folder in {}", parent.display()),
                 e,
             )
         })?;
@@ -318,48 +536,87 @@ pub(super) fn compile_and_load(
         src_path.display()
     );
     let started = Instant::now();
-    let out = cmd.output().map_err(|e| {
-        unavailable(
-            &config.compiler,
-            format!("running `{}` failed: {e}", config.compiler),
-        )
-    })?;
+    let result = run_with_timeout(cmd, config.compile_timeout);
     COMPILE_MICROS.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-    if !out.status.success() {
-        // Keep the failing source where the user can read it.
-        let kept = match &config.build_files_dir {
-            Some(dir) => dir.join(format!("{stem}.c")),
-            None => {
-                let keep = work.keep();
-                keep.join(format!("{stem}.c"))
-            }
-        };
-        return Err(Error::CompileFailed(Box::new(CompileFailure {
-            routine: name.to_string(),
-            command: command_line,
-            status: out.status.to_string(),
-            source_path: kept.display().to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })));
-    }
-    COMPILED.fetch_add(1, Ordering::Relaxed);
-    let final_path = match cached {
-        Some(lib) => {
-            fs::rename(&lib_tmp, &lib).map_err(|e| {
-                Error::io(
-                    format!("moving the library into the cache at {}", lib.display()),
-                    e,
-                )
-            })?;
-            if let Some(dir) = cache_dir {
-                trim_cache(dir, config.cache_max_bytes, &lib);
-            }
-            lib
+    let (status, stderr) = match result {
+        Ok(out) if out.status.success() && lib_tmp.is_file() => {
+            COMPILED.fetch_add(1, Ordering::Relaxed);
+            return Ok((work, lib_tmp));
         }
-        None => lib_tmp,
+        Ok(out) if out.status.success() => (
+            format!(
+                "{} but it wrote no library at {}",
+                out.status,
+                lib_tmp.display()
+            ),
+            out.stderr,
+        ),
+        Ok(out) => (out.status.to_string(), out.stderr),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => (e.to_string(), vec![]),
+        Err(e) => {
+            return Err(unavailable(
+                &config.compiler,
+                format!("running `{}` failed: {e}", config.compiler),
+            ));
+        }
     };
-    let loaded = LoadedLibrary::load(&final_path)?;
-    // Without a cache the library file is not needed once loaded; `work` removes it on drop.
-    drop(work);
-    Ok(Arc::new(loaded))
+    let stderr = String::from_utf8_lossy(&stderr).into_owned();
+    let (kept_source, kept_stderr) = keep_failed_build(config, source, stem, &stderr);
+    Err(Error::CompileFailed(Box::new(CompileFailure {
+        routine: name.to_string(),
+        command: command_line,
+        status,
+        source_path: kept_source
+            .map_or_else(|| "(could not be kept)".into(), |p| p.display().to_string()),
+        stderr: head_and_tail(&stderr, STDERR_IN_ERROR, kept_stderr.as_deref()),
+    })))
+}
+
+/// Keeps a failed build's source (and, when long, the compiler's output) for the user: in the
+/// build-files folder if set, else in a private `failed` folder of the cache, else in the
+/// temporary folder under a fresh name. The build folder itself is always removed.
+fn keep_failed_build(
+    config: &CcConfig,
+    source: &str,
+    stem: &str,
+    stderr: &str,
+) -> (Option<PathBuf>, Option<PathBuf>) {
+    let long = stderr.len() > STDERR_IN_ERROR;
+    let write_in = |dir: &Path| -> std::io::Result<(PathBuf, Option<PathBuf>)> {
+        let src = dir.join(format!("{stem}.c"));
+        fs::write(&src, source)?;
+        let err = if long {
+            let p = dir.join(format!("{stem}.stderr.txt"));
+            fs::write(&p, stderr)?;
+            Some(p)
+        } else {
+            None
+        };
+        Ok((src, err))
+    };
+    let mut places: Vec<PathBuf> = Vec::new();
+    if let Some(d) = &config.build_files_dir {
+        places.push(d.clone());
+    }
+    if let Some(d) = &config.cache_dir {
+        places.push(d.join("failed"));
+    }
+    for dir in places {
+        if (private_dir(&dir).is_ok() || config.build_files_dir.as_ref() == Some(&dir))
+            && let Ok((src, err)) = write_in(&dir)
+        {
+            return (Some(src), err);
+        }
+    }
+    match tempfile::Builder::new()
+        .prefix(&format!("arrayjit-failed-{stem}-"))
+        .tempdir()
+        .map(|d| d.keep())
+    {
+        Ok(dir) => match write_in(&dir) {
+            Ok((src, err)) => (Some(src), err),
+            Err(_) => (None, None),
+        },
+        Err(_) => (None, None),
+    }
 }

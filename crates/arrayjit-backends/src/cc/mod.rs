@@ -35,6 +35,9 @@ pub struct CcConfig {
     /// Size the compile cache is trimmed to, least recently used libraries first (default:
     /// `$ARRAYJIT_CACHE_MAX_MB` megabytes, else 1024).
     pub cache_max_bytes: u64,
+    /// How long one compiler run may take before it is killed and the compile fails (default:
+    /// `$ARRAYJIT_CC_TIMEOUT_SECS` seconds, else 600). Also bounds `cc --version`.
+    pub compile_timeout: std::time::Duration,
 }
 
 /// The default C compiler flags.
@@ -77,6 +80,11 @@ impl CcConfig {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(1024)
                 .saturating_mul(1 << 20),
+            compile_timeout: std::time::Duration::from_secs(
+                env_nonempty("ARRAYJIT_CC_TIMEOUT_SECS")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(600),
+            ),
         }
     }
 }
@@ -159,7 +167,7 @@ impl LoweredBackend for CcBackend {
     }
 
     fn check_available(&self) -> Result<()> {
-        compile::compiler_identity(&self.config.compiler).map(|_| ())
+        compile::compiler_identity(&self.config.compiler, self.config.compile_timeout).map(|_| ())
     }
 
     fn num_devices(&self) -> usize {
@@ -307,7 +315,8 @@ impl LoweredBackend for CcBackend {
         format!(
             "cc backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s)",
             self.config.compiler,
-            compile::compiler_identity(&self.config.compiler).unwrap_or_else(|e| e.to_string()),
+            compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
+                .unwrap_or_else(|e| e.to_string()),
             self.config.flags,
             self.config
                 .cache_dir

@@ -1,0 +1,326 @@
+//! Regression tests for the compile cache and the compiler driver (reliability issue, items
+//! 12–19): damaged, planted or replaced libraries are never loaded, concurrent trimming cannot
+//! break loading, a hanging compiler times out, unusable folders fall back, kernel symbols are
+//! unique, and errors say what happened.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrayjit::Error;
+use arrayjit::backends::cc::{CcBackend, CcConfig};
+use arrayjit::prelude::*;
+
+fn cc_backend(config: CcConfig) -> Backend {
+    Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config)))
+}
+
+fn config_in(dir: &Path) -> CcConfig {
+    let mut config = CcConfig::from_env();
+    config.cache_dir = Some(dir.join("cache"));
+    config.build_files_dir = None;
+    config
+}
+
+/// Compiles and runs `y = op(x)` for x = [0, 1, 2, 3]; returns y.
+fn run_unop(b: &Backend, name: &str, op: UnOp) -> Result<Vec<f64>, Error> {
+    let x = Tnode::new(Prec::F32, &[4], &["x"])?;
+    x.set_values(&[0.0, 1.0, 2.0, 3.0])?;
+    let y = Tnode::new(Prec::F32, &[4], &["y"])?;
+    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")?;
+    let code = b.compile(name, &Assignments::pointwise_unop(&y, op, &x), &[])?;
+    let stream = b.get_device(0)?.new_stream()?;
+    let r = Context::new(&stream).link(&code)?;
+    r.run()?;
+    y.get_values()
+}
+
+fn libraries(cache: &Path) -> Vec<PathBuf> {
+    let mut libs: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "so"))
+        .collect();
+    libs.sort();
+    libs
+}
+
+/// A library whose constructor creates `marker`: what an attacker would plant.
+fn hostile_library(dir: &Path, marker: &Path) -> PathBuf {
+    let src = dir.join("evil.c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void evil(void) {{ \
+             FILE *f = fopen(\"{}\", \"w\"); if (f) fclose(f); }}\n\
+             void aj0_victim(void **a, const long *s) {{ (void)a; (void)s; }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let lib = dir.join("evil.so");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let ok = std::process::Command::new(cc)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    lib
+}
+
+#[test]
+fn item12_a_truncated_cached_library_is_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = cc_backend(config_in(dir.path()));
+    assert_eq!(
+        run_unop(&b, "trunc", UnOp::Neg).unwrap(),
+        [0.0, -1.0, -2.0, -3.0]
+    );
+    let libs = libraries(&dir.path().join("cache"));
+    assert_eq!(libs.len(), 1);
+    let full = std::fs::metadata(&libs[0]).unwrap().len();
+    for size in [0, 1000, 4000, full - 1] {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&libs[0])
+            .unwrap();
+        f.set_len(size).unwrap();
+        drop(f);
+        let b = cc_backend(config_in(dir.path()));
+        assert_eq!(
+            run_unop(&b, "trunc", UnOp::Neg).unwrap(),
+            [0.0, -1.0, -2.0, -3.0]
+        );
+        // The damaged entry was replaced by a good one.
+        assert_eq!(std::fs::metadata(&libs[0]).unwrap().len(), full);
+    }
+}
+
+#[test]
+fn item13_a_planted_symlink_in_the_cache_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("constructor-ran");
+    let evil = hostile_library(dir.path(), &marker);
+    let b = cc_backend(config_in(dir.path()));
+    run_unop(&b, "victim", UnOp::Abs).unwrap();
+    let libs = libraries(&dir.path().join("cache"));
+    std::fs::remove_file(&libs[0]).unwrap();
+    std::os::unix::fs::symlink(&evil, &libs[0]).unwrap();
+    let b = cc_backend(config_in(dir.path()));
+    assert_eq!(
+        run_unop(&b, "victim", UnOp::Abs).unwrap(),
+        [0.0, 1.0, 2.0, 3.0]
+    );
+    assert!(!marker.exists(), "the planted library's constructor ran");
+    // The link was replaced by a real library.
+    assert!(!std::fs::symlink_metadata(&libs[0]).unwrap().is_symlink());
+}
+
+#[test]
+fn item14_a_replaced_library_is_recompiled_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("constructor-ran");
+    let evil = hostile_library(dir.path(), &marker);
+    let b = cc_backend(config_in(dir.path()));
+    run_unop(&b, "victim", UnOp::Exp).unwrap();
+    run_unop(&b, "other", UnOp::Neg).unwrap();
+    let libs = libraries(&dir.path().join("cache"));
+    assert_eq!(libs.len(), 2);
+    // A genuine cache entry of another key under the second one ...
+    std::fs::write(&libs[1], std::fs::read(&libs[0]).unwrap()).unwrap();
+    // ... and another valid library under the first (a copy, this user's, private mode).
+    std::fs::copy(&evil, &libs[0]).unwrap();
+    std::fs::set_permissions(&libs[0], std::fs::Permissions::from_mode(0o600)).unwrap();
+    let b = cc_backend(config_in(dir.path()));
+    let want_exp: Vec<f64> = (0..4).map(|i| (i as f32).exp() as f64).collect();
+    assert_eq!(run_unop(&b, "victim", UnOp::Exp).unwrap(), want_exp);
+    assert_eq!(
+        run_unop(&b, "other", UnOp::Neg).unwrap(),
+        [0.0, -1.0, -2.0, -3.0]
+    );
+    assert!(!marker.exists(), "a replaced library was loaded");
+}
+
+#[test]
+fn item15_concurrent_trimming_cannot_break_loading() {
+    let dir = tempfile::tempdir().unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let mut config = config_in(dir.path());
+            config.cache_max_bytes = 0; // every new library trims all the others
+            std::thread::spawn(move || {
+                let b = cc_backend(config);
+                for (i, op) in [UnOp::Neg, UnOp::Exp, UnOp::Sqrt, UnOp::Abs, UnOp::Relu]
+                    .into_iter()
+                    .enumerate()
+                {
+                    run_unop(&b, &format!("trim_t{t}_{i}"), op).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+fn script(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn item16_a_hanging_compiler_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    // Hangs even on --version: the backend reports itself unavailable, naming the command.
+    let mut config = config_in(dir.path());
+    config.compiler = script(dir.path(), "hang-always", "sleep 60");
+    config.compile_timeout = Duration::from_millis(500);
+    let started = std::time::Instant::now();
+    let err = cc_backend(config).check_available().unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
+    assert!(err.to_string().contains("hang-always"), "{err}");
+    assert!(
+        err.to_string().contains("ARRAYJIT_CC_TIMEOUT_SECS"),
+        "{err}"
+    );
+    // Answers --version, hangs compiling (with a child holding its pipes).
+    let mut config = config_in(dir.path());
+    config.compiler = script(
+        dir.path(),
+        "hang-compiling",
+        "if [ \"$1\" = --version ]; then echo fake-cc 1.0; exit 0; fi\nsleep 60 & sleep 60",
+    );
+    config.compile_timeout = Duration::from_millis(500);
+    let started = std::time::Instant::now();
+    let err = run_unop(&cc_backend(config), "hang", UnOp::Neg).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let Error::CompileFailed(f) = &err else {
+        panic!("expected CompileFailed, got {err}")
+    };
+    assert!(f.status.contains("killed after"), "{err}");
+    assert!(f.command.contains("hang-compiling"), "{err}");
+}
+
+#[test]
+fn item17_unusable_folders_fall_back_and_failed_builds_are_cleaned_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    // An invalid build-files folder does not fail compiles.
+    let mut config = config_in(dir.path());
+    config.build_files_dir = Some(file.join("build"));
+    assert_eq!(
+        run_unop(&cc_backend(config), "fallback", UnOp::Neg).unwrap(),
+        [0.0, -1.0, -2.0, -3.0]
+    );
+    // A failed build leaves no build folder behind; its source is kept in the cache's
+    // private `failed` folder.
+    let mut config = config_in(dir.path());
+    config.flags.push("-DARRAYJIT_TEST_FAILURE=(".into());
+    config.flags.push("-include".into());
+    config.flags.push("/nonexistent/missing.h".into());
+    let err = run_unop(&cc_backend(config), "doomed", UnOp::Neg).unwrap_err();
+    let Error::CompileFailed(f) = &err else {
+        panic!("expected CompileFailed, got {err}")
+    };
+    assert!(f.source_path.contains("failed"), "{}", f.source_path);
+    assert!(
+        std::fs::read_to_string(&f.source_path)
+            .unwrap()
+            .contains("aj0_doomed")
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("cache"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("arrayjit-build-")
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn item18_kernel_symbols_are_unique_by_construction() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let x = Tnode::new(Prec::F32, &[2], &["x"]).unwrap();
+    x.set_values(&[1.0, -2.0]).unwrap();
+    let outs: Vec<Tnode> = (0..4)
+        .map(|i| {
+            let y = Tnode::new(Prec::F32, &[2], &[&format!("y{i}")]).unwrap();
+            y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")
+                .unwrap();
+            y
+        })
+        .collect();
+    let ops = [UnOp::Neg, UnOp::Abs, UnOp::Relu, UnOp::Identity];
+    let progs: Vec<Assignments> = outs
+        .iter()
+        .zip(ops)
+        .map(|(y, op)| Assignments::pointwise_unop(y, op, &x))
+        .collect();
+    let names = ["x", "x", "x_1", "relu_f32"];
+    let batch: Vec<(&str, &Assignments)> = names.iter().copied().zip(progs.iter()).collect();
+    let codes = b.compile_batch(&batch, &[]).unwrap();
+    let stream = b.get_device(0).unwrap().new_stream().unwrap();
+    let mut ctx = Context::new(&stream);
+    for code in &codes {
+        let r = ctx.link(code).unwrap();
+        r.run().unwrap();
+        ctx = r.context().clone();
+    }
+    let want = [[-1.0, 2.0], [1.0, 2.0], [1.0, 0.0], [1.0, -2.0]];
+    for (y, w) in outs.iter().zip(want) {
+        assert_eq!(y.get_values().unwrap(), w);
+    }
+}
+
+#[test]
+fn item19_errors_carry_the_loader_and_compiler_text() {
+    let dir = tempfile::tempdir().unwrap();
+    // A "library" that is an object file: the loader's own message reaches the error.
+    let mut config = config_in(dir.path());
+    config.flags = vec!["-O1".into(), "-fPIC".into(), "-c".into()];
+    let err = run_unop(&cc_backend(config), "object", UnOp::Neg).unwrap_err();
+    assert!(matches!(err, Error::LoadFailed { .. }), "{err}");
+    assert!(err.to_string().contains("ET_DYN"), "{err}");
+    // A compiler that succeeds without writing anything.
+    let mut config = config_in(dir.path());
+    config.compiler = script(dir.path(), "lazy-cc", "exit 0");
+    let err = run_unop(&cc_backend(config), "lazy", UnOp::Neg).unwrap_err();
+    assert!(err.to_string().contains("wrote no library"), "{err}");
+    // 4 MB of compiler output: the error keeps the head and tail and says where the rest is.
+    let mut config = config_in(dir.path());
+    config.compiler = script(
+        dir.path(),
+        "chatty-cc",
+        "if [ \"$1\" = --version ]; then echo chatty 1; exit 0; fi\n\
+         head -c 4000000 /dev/zero | tr '\\0' 'e' >&2; echo END-OF-OUTPUT >&2; exit 1",
+    );
+    let err = run_unop(&cc_backend(config), "chatty", UnOp::Neg).unwrap_err();
+    let Error::CompileFailed(f) = &err else {
+        panic!("expected CompileFailed, got {err}")
+    };
+    assert!(f.stderr.len() < 40_000, "{} bytes", f.stderr.len());
+    assert!(f.stderr.contains("END-OF-OUTPUT"), "the tail is kept");
+    let rest = f.stderr.split("all of it is in ").nth(1).unwrap();
+    let rest = rest.split(" ...").next().unwrap();
+    assert!(std::fs::metadata(rest).unwrap().len() > 4_000_000);
+}
