@@ -89,6 +89,15 @@ fn is_shared_across_streams(tn: &Tnode) -> bool {
         )
 }
 
+fn shared_written_elsewhere(routine: &str, tn: &Tnode) -> Error {
+    Error::invalid(format!(
+        "routine {routine} writes {}, which is shared across streams and already written from \
+         another stream; shared nodes may be written from one stream only (make it per-stream to \
+         write it from several)",
+        tn.debug_name()
+    ))
+}
+
 fn is_device_constant(tn: &Tnode) -> bool {
     tn.memory_mode().map(|m| m.mode) == Some(MemoryMode::Hosted(MemoryType::Constant))
 }
@@ -314,6 +323,22 @@ impl Context {
                 fresh.push(tn);
             }
         }
+        let my_stream = self.inner.stream.inner.id;
+        for tn in outputs.iter().filter(|tn| is_shared_across_streams(tn)) {
+            let existing = self.inner.arrays.get(tn).cloned().or_else(|| {
+                device
+                    .shared_arrays()
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(tn)
+                    .cloned()
+            });
+            let writer =
+                existing.and_then(|e| *e.writing_stream.lock().unwrap_or_else(|e| e.into_inner()));
+            if writer.is_some_and(|w| w != my_stream) {
+                return Err(shared_written_elsewhere(&opt.name, tn));
+            }
+        }
         let alignment = backend.optimize_settings().pool_alignment;
         let items: Vec<PlanItem> = fresh
             .iter()
@@ -329,49 +354,56 @@ impl Context {
             .ensure_scratch(opt.scratch.total_bytes(), alignment)?;
         let lowered = self.lowered();
         let mut pool_ids = Vec::new();
-        for &size in &plan.pool_sizes {
-            let id = backend.new_pool_id();
-            lowered.alloc_pool(device.ordinal(), id, size, alignment)?;
-            pool_ids.push(id);
-        }
-        let mut arrays = self.inner.arrays.clone();
-        for tn in opt.materialized_nodes() {
-            let entry = match arrays.get(&tn) {
-                Some(e) => e.clone(),
-                None => {
-                    let view = match plan.slot(&tn) {
-                        Some(slot) => Some(lowered.pool_view(
-                            device.ordinal(),
-                            pool_ids[slot.pool],
-                            slot.offset,
-                            slot.size,
-                        )?),
-                        None => None,
-                    };
-                    let e = self.new_array(&tn, view)?;
-                    arrays.insert(tn.clone(), e.clone());
-                    e
-                }
-            };
-            if entry.shared && outputs.contains(&tn) {
-                let mut writer = entry
-                    .writing_stream
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                match *writer {
-                    Some(s) if s != self.inner.stream.inner.id => {
-                        return Err(Error::invalid(format!(
-                            "routine {} writes {}, which is shared across streams and already written \
-                             from another stream; shared nodes may be written from one stream only \
-                             (make it per-stream to write it from several)",
-                            opt.name,
-                            tn.debug_name()
-                        )));
+        // Every error from here on frees the pools allocated so far: a failed link leaks nothing.
+        let linked = (|| {
+            for &size in &plan.pool_sizes {
+                let id = backend.new_pool_id();
+                lowered.alloc_pool(device.ordinal(), id, size, alignment)?;
+                pool_ids.push(id);
+            }
+            let mut arrays = self.inner.arrays.clone();
+            for tn in opt.materialized_nodes() {
+                let entry = match arrays.get(&tn) {
+                    Some(e) => e.clone(),
+                    None => {
+                        let view = match plan.slot(&tn) {
+                            Some(slot) => Some(lowered.pool_view(
+                                device.ordinal(),
+                                pool_ids[slot.pool],
+                                slot.offset,
+                                slot.size,
+                            )?),
+                            None => None,
+                        };
+                        let e = self.new_array(&tn, view)?;
+                        arrays.insert(tn.clone(), e.clone());
+                        e
                     }
-                    _ => *writer = Some(self.inner.stream.inner.id),
+                };
+                if entry.shared && outputs.contains(&tn) {
+                    let mut writer = entry
+                        .writing_stream
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    match *writer {
+                        Some(s) if s != my_stream => {
+                            return Err(shared_written_elsewhere(&opt.name, &tn));
+                        }
+                        _ => *writer = Some(my_stream),
+                    }
                 }
             }
-        }
+            Ok(arrays)
+        })();
+        let arrays = match linked {
+            Ok(arrays) => arrays,
+            Err(e) => {
+                for id in pool_ids {
+                    let _ = lowered.free_pool(device.ordinal(), id);
+                }
+                return Err(e);
+            }
+        };
         let plan = (!plan.slots.is_empty()).then_some(plan);
         Routine::new(self.child(arrays, merge_node, pool_ids, plan), code.clone())
     }

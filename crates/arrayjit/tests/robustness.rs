@@ -129,3 +129,28 @@ fn item02_padding_overflow_is_refused() {
     };
     assert!(Tnode::new_padded(Prec::F32, &[2], big, &["q"]).is_err());
 }
+
+/// Item 20: links that fail (here: writing a shared node from a second stream) allocate
+/// nothing, however often they are tried.
+#[test]
+fn item20_failed_links_leak_no_pools() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let dev = b.get_device(0).unwrap();
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let x = hosted_input(&[1 << 16], "x");
+    let table = Tnode::new(Prec::F32, &[1 << 16], &["table"]).unwrap();
+    table
+        .update_memory_mode(MemoryMode::OnDevice(Sharing::SharedCrossStreams), "test")
+        .unwrap();
+    let big = hosted_output(&[1 << 16], "big");
+    let prog = Assignments::pointwise_unop(&table, UnOp::Neg, &x)
+        .then(Assignments::pointwise_unop(&big, UnOp::Abs, &x));
+    let code = b.compile("fill", &prog, &[]).unwrap();
+    let _r1 = Context::new(&s1).link(&code).unwrap();
+    let before = dev.used_memory();
+    for _ in 0..20 {
+        let err = Context::new(&s2).link(&code).unwrap_err();
+        assert!(err.to_string().contains("shared across streams"), "{err}");
+    }
+    assert_eq!(dev.used_memory(), before, "failed links grew device memory");
+}
