@@ -107,8 +107,13 @@ impl CpuBuffer {
         })
     }
 
-    /// Sets bytes `offset..offset + size` to zero.
-    pub fn zero_range(&self, offset: usize, size: usize) -> Result<()> {
+    /// Sets bytes `offset..offset + size` to zero (a range outside the buffer is an error).
+    ///
+    /// # Safety
+    /// Nothing else may read or write those bytes meanwhile: no kernel, copy or reference from
+    /// [`CpuBuffer::bytes`] (of this buffer, its pool or another view of it) may be in use.
+    /// The runtime ensures this by ordering every access of an array with stream events.
+    pub unsafe fn zero_range(&self, offset: usize, size: usize) -> Result<()> {
         if offset.checked_add(size).is_none_or(|end| end > self.size) {
             return Err(Error::IndexOutOfBounds {
                 detail: format!(
@@ -117,7 +122,8 @@ impl CpuBuffer {
                 ),
             });
         }
-        // SAFETY: the range is inside the buffer (checked above).
+        // SAFETY: the range is inside the buffer (checked above); exclusive access is the
+        // caller's contract.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), 0, size) };
         Ok(())
     }
@@ -127,20 +133,40 @@ impl CpuBuffer {
         self.ptr.as_ptr()
     }
 
-    /// The contents. The caller must ensure no kernel writes the buffer meanwhile (the runtime
-    /// does, by running transfers and kernels of a stream one at a time).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the allocation holds `size` initialized bytes.
+    /// The contents.
+    ///
+    /// # Safety
+    /// While the returned slice lives, nothing may write the buffer's bytes: no kernel, no copy
+    /// into it, its pool or an overlapping view. The runtime ensures this by ordering every
+    /// access of an array with stream events (see the runtime's `host_sync` rules).
+    pub unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: the allocation holds `size` initialized bytes; no concurrent writer is the
+        // caller's contract.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.size) }
     }
 
-    /// Overwrites the contents with `src` (same length).
-    pub fn write(&self, src: &[u8]) {
-        debug_assert_eq!(src.len(), self.size);
-        // SAFETY: `src` has `size` bytes (checked by callers) and cannot overlap a buffer we own.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr(), self.size.min(src.len()))
+    /// Overwrites the contents with `src`, which must have the buffer's length (else an error,
+    /// and nothing is written).
+    ///
+    /// # Safety
+    /// Nothing else may read or write the buffer's bytes meanwhile (no kernel, copy or slice
+    /// from [`CpuBuffer::bytes`] of it, its pool or an overlapping view), and `src` must not be
+    /// such a slice of this buffer.
+    pub unsafe fn write(&self, src: &[u8]) -> Result<()> {
+        if src.len() != self.size {
+            return Err(Error::ShapeMismatch {
+                op: "CpuBuffer::write".into(),
+                detail: format!(
+                    "the buffer holds {} bytes but {} were given",
+                    self.size,
+                    src.len()
+                ),
+            });
         }
+        // SAFETY: `src` has `size` bytes (checked above); exclusive access and no overlap are
+        // the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr(), self.size) };
+        Ok(())
     }
 }
 
@@ -177,5 +203,35 @@ impl DeviceBuffer for CpuBuffer {
     }
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item23_buffer_access_checks_lengths_and_ranges() {
+        let counter = Arc::new(MemoryCounter::default());
+        let pool = Arc::new(CpuBuffer::zeroed_aligned(256, 64, 0, counter.clone()).unwrap());
+        assert_eq!(counter.get(), 256);
+        let view = CpuBuffer::view(&pool, 64, 64).unwrap();
+        assert!(CpuBuffer::view(&pool, 200, 64).is_err(), "a view past the pool");
+        assert!(CpuBuffer::view(&pool, usize::MAX, 2).is_err(), "an overflowing view");
+        // SAFETY: nothing else uses these buffers in this test.
+        unsafe {
+            assert!(view.write(&[1u8; 63]).is_err(), "a write of the wrong length");
+            assert!(view.bytes().iter().all(|&b| b == 0), "a failed write wrote nothing");
+            view.write(&[7u8; 64]).unwrap();
+            assert_eq!(&pool.bytes()[64..128], &[7u8; 64]);
+            assert!(pool.zero_range(250, 10).is_err());
+            assert!(pool.zero_range(usize::MAX, 2).is_err());
+            pool.zero_range(64, 32).unwrap();
+            assert_eq!(&view.bytes()[..32], &[0u8; 32]);
+            assert_eq!(&view.bytes()[32..], &[7u8; 32]);
+        }
+        drop(view);
+        drop(pool);
+        assert_eq!(counter.get(), 0, "memory is given back");
     }
 }

@@ -192,8 +192,9 @@ impl LoweredBackend for CcBackend {
                 src.len(),
             ));
         }
-        d.write(src);
-        Ok(())
+        // SAFETY: the runtime schedules copies and kernels touching an array in an order that
+        // never overlaps a write with another access (the `host_sync` rules).
+        unsafe { d.write(src) }
     }
 
     fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()> {
@@ -201,7 +202,8 @@ impl LoweredBackend for CcBackend {
         if s.size_in_bytes() != dst.len() {
             return Err(size_mismatch("copy to host", s.size_in_bytes(), dst.len()));
         }
-        dst.copy_from_slice(s.bytes());
+        // SAFETY: as in `copy_from_host`: no write of `src` runs meanwhile.
+        dst.copy_from_slice(unsafe { s.bytes() });
         Ok(())
     }
 
@@ -215,7 +217,9 @@ impl LoweredBackend for CcBackend {
             ));
         }
         if !std::ptr::eq(d, s) {
-            d.write(s.bytes());
+            // SAFETY: as in `copy_from_host`; `d` and `s` are distinct arrays (views of one pool
+            // never overlap: the planner places live arrays apart).
+            unsafe { d.write(s.bytes())? };
         }
         Ok(())
     }
@@ -270,8 +274,11 @@ impl LoweredBackend for CcBackend {
         offset: usize,
         size_in_bytes: usize,
     ) -> Result<()> {
-        self.pool(device, pool_id)?
-            .zero_range(offset, size_in_bytes)
+        // SAFETY: the runtime zeroes a pool range only when no work uses it.
+        unsafe {
+            self.pool(device, pool_id)?
+                .zero_range(offset, size_in_bytes)
+        }
     }
 
     fn pool_view(
