@@ -216,12 +216,24 @@ mod tests {
         let pool = Arc::new(CpuBuffer::zeroed_aligned(256, 64, 0, counter.clone()).unwrap());
         assert_eq!(counter.get(), 256);
         let view = CpuBuffer::view(&pool, 64, 64).unwrap();
-        assert!(CpuBuffer::view(&pool, 200, 64).is_err(), "a view past the pool");
-        assert!(CpuBuffer::view(&pool, usize::MAX, 2).is_err(), "an overflowing view");
+        assert!(
+            CpuBuffer::view(&pool, 200, 64).is_err(),
+            "a view past the pool"
+        );
+        assert!(
+            CpuBuffer::view(&pool, usize::MAX, 2).is_err(),
+            "an overflowing view"
+        );
         // SAFETY: nothing else uses these buffers in this test.
         unsafe {
-            assert!(view.write(&[1u8; 63]).is_err(), "a write of the wrong length");
-            assert!(view.bytes().iter().all(|&b| b == 0), "a failed write wrote nothing");
+            assert!(
+                view.write(&[1u8; 63]).is_err(),
+                "a write of the wrong length"
+            );
+            assert!(
+                view.bytes().iter().all(|&b| b == 0),
+                "a failed write wrote nothing"
+            );
             view.write(&[7u8; 64]).unwrap();
             assert_eq!(&pool.bytes()[64..128], &[7u8; 64]);
             assert!(pool.zero_range(250, 10).is_err());

@@ -154,3 +154,59 @@ fn item20_failed_links_leak_no_pools() {
     }
     assert_eq!(dev.used_memory(), before, "failed links grew device memory");
 }
+
+/// A chain of `n` locals of `[4096]` f32 (16 KiB each, each read twice so none is inlined):
+/// `t1 = x + x`, `t(k+1) = t(k) + t(k)`, `y = t(n) + t(n)`, so `y = x · 2^(n+1)`.
+fn chain_of_locals(n: usize) -> (Assignments, Tnode, Tnode) {
+    let x = hosted_input(&[4096], "x");
+    let y = hosted_output(&[4096], "y");
+    let mut prev = x.clone();
+    let mut prog = Assignments::Noop;
+    for k in 0..n {
+        let t = Tnode::new(Prec::F32, &[4096], &[&format!("t{k}")]).unwrap();
+        prog = prog.then(Assignments::pointwise_binop(&t, BinOp::Add, &prev, &prev));
+        prev = t;
+    }
+    prog = prog.then(Assignments::pointwise_binop(&y, BinOp::Add, &prev, &prev));
+    (prog, x, y)
+}
+
+/// Item 3: the total stack of a kernel is budgeted; locals beyond it go to the scratch pool,
+/// so a long chain of large locals runs even on a thread with a small stack.
+#[test]
+fn item03_kernel_stack_is_budgeted_in_total() {
+    for name in ["sync_cc", "multicore_cc"] {
+        let (prog, _x, y) = chain_of_locals(48); // 768 KiB of locals
+        let b = arrayjit::backend(name).unwrap();
+        let code = b.compile("chain", &prog, &[]).unwrap();
+        let opt = code.optimized();
+        let budget = b.optimize_settings().kernel_stack_budget_bytes;
+        let locals: usize = opt
+            .nodes
+            .iter()
+            .filter(|r| r.used && r.tn.is_local())
+            .map(|r| r.tn.size_in_bytes())
+            .sum();
+        assert!(locals >= 48 * 16384, "{locals}");
+        assert!(
+            locals - opt.scratch.slots.len() * 16384 <= budget,
+            "stack {} > budget {budget}",
+            locals - opt.scratch.slots.len() * 16384
+        );
+        // Run on a thread whose stack is far smaller than the locals.
+        let handle = std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                let stream = b.get_device(0).unwrap().new_stream().unwrap();
+                let r = Context::new(&stream).link(&code).unwrap();
+                r.run().unwrap();
+                y.get_values().unwrap()
+            })
+            .unwrap();
+        let got = handle.join().unwrap();
+        let scale = 2f64.powi(49);
+        for (i, v) in got.iter().enumerate() {
+            assert_eq!(*v, i as f64 * scale, "{name}: element {i}");
+        }
+    }
+}

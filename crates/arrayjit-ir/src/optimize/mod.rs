@@ -32,6 +32,11 @@ pub struct OptimizeSettings {
     /// on the kernel's stack; larger ones live in the stream's scratch pool, where locals whose
     /// lifetimes do not overlap share memory.
     pub stack_threshold_bytes: usize,
+    /// The most bytes of locals one kernel keeps on the stack in total; locals beyond it (in
+    /// program order) go to the scratch pool too. Kernels run on the caller's thread with the
+    /// `Sync` scheduler (Rust test threads have 2 MiB of stack) and on worker threads of
+    /// `scheduler::WORKER_STACK_BYTES` otherwise, so this stays far below both.
+    pub kernel_stack_budget_bytes: usize,
     /// Alignment of arrays in pools (scratch and context pools).
     pub pool_alignment: usize,
     /// Inline virtual nodes at all (off: every undecided node is materialized or local).
@@ -50,6 +55,7 @@ impl Default for OptimizeSettings {
             virtualize_max_visits: 1,
             max_tracing_dim: 5,
             stack_threshold_bytes: 16 * 1024,
+            kernel_stack_budget_bytes: 128 * 1024,
             pool_alignment: 64,
             enable_virtualization: true,
             enable_simplification: true,
@@ -222,10 +228,20 @@ fn plan_scratch(
         s => vec![s],
     };
     let uses: Vec<Vec<Tnode>> = stmts.iter().map(|s| s.nodes()).collect();
+    // One decision for every local, in program order: on the stack while it is small and the
+    // kernel's total stays within the budget, else in the scratch pool.
+    let mut on_stack = 0usize;
     let items: Vec<PlanItem> = nodes
         .iter()
+        .filter(|r| r.used && r.tn.is_local())
         .filter(|r| {
-            r.used && r.tn.is_local() && r.tn.size_in_bytes() > settings.stack_threshold_bytes
+            let size = r.tn.size_in_bytes();
+            let fits = size <= settings.stack_threshold_bytes
+                && on_stack.saturating_add(size) <= settings.kernel_stack_budget_bytes;
+            if fits {
+                on_stack += size;
+            }
+            !fits
         })
         .map(|r| {
             let at: Vec<usize> = (0..uses.len())
@@ -384,7 +400,10 @@ fn decide_memory_modes(
         } else if target == MemoryMode::Local {
             tn.update_memory_mode(
                 MemoryMode::Local,
-                format!("{before}; used only within {name} and small enough for the stack"),
+                format!(
+                    "{before}; used only within {name} and small enough for the stack (it goes to \
+                     the scratch pool instead if the kernel's stack budget is used up)"
+                ),
             )?;
         } else {
             tn.update_memory_mode(target, format!("{before}; the most local mode this allows"))?;
