@@ -35,7 +35,7 @@ fn item22_checkpoint_loading_is_all_or_nothing() {
     (&f).write_all(&u64::MAX.to_le_bytes()).unwrap();
     f.set_len(8 << 30).unwrap();
     let started = std::time::Instant::now();
-    let err = checkpoint::load(&[a3.clone()], &sparse).unwrap_err();
+    let err = checkpoint::load(std::slice::from_ref(&a3), &sparse).unwrap_err();
     assert!(err.to_string().contains("header"), "{err}");
     assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
     // A truncated file: the header is fine but the data is cut short.
