@@ -173,8 +173,10 @@ impl StreamShared {
 
     /// Runs (or skips) the next task of the worker's queue and records the outcome.
     fn run_next(&self, task: Task, label: TaskLabel) {
-        let seq = lock(&self.progress).completed + 1;
-        let skip = lock(&self.progress).skips(seq);
+        let (seq, skip) = {
+            let p = lock(&self.progress);
+            (p.completed + 1, p.skips(p.completed + 1))
+        };
         let result = if skip {
             drop(task);
             Ok(())

@@ -5,27 +5,15 @@
 use arrayjit::Error;
 use arrayjit::ir::{AxisPadding, LowLevel, Padding, ScalarExpr, Symbol};
 use arrayjit::prelude::*;
+
+mod common;
+use common::{hosted_iota, hosted_output};
 use proptest::prelude::*;
-
-fn hosted_input(dims: &[usize], label: &str) -> Tnode {
-    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
-    let n: usize = dims.iter().product();
-    t.set_values(&(0..n).map(|i| i as f64).collect::<Vec<_>>())
-        .unwrap();
-    t
-}
-
-fn hosted_output(dims: &[usize], label: &str) -> Tnode {
-    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
-    t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-        .unwrap();
-    t
-}
 
 /// `y[lhs] = x[rhs]` over a `[4]` product space, with the given axis indices in terms of the
 /// product iterator.
 fn copy_with(lhs: (i64, i64), rhs: (i64, i64), dims: usize) -> (Assignments, Tnode) {
-    let x = hosted_input(&[dims], "x");
+    let x = hosted_iota(&[dims], "x");
     let y = hosted_output(&[dims], "y");
     let mut p = Projections::pointwise(&[4], 1);
     let it = p.product_iterators[0];
@@ -137,7 +125,7 @@ fn item20_failed_links_leak_no_pools() {
     let b = arrayjit::backend("sync_cc").unwrap();
     let dev = b.get_device(0).unwrap();
     let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
-    let x = hosted_input(&[1 << 16], "x");
+    let x = hosted_iota(&[1 << 16], "x");
     let table = Tnode::new(Prec::F32, &[1 << 16], &["table"]).unwrap();
     table
         .update_memory_mode(MemoryMode::OnDevice(Sharing::SharedCrossStreams), "test")
@@ -158,7 +146,7 @@ fn item20_failed_links_leak_no_pools() {
 /// A chain of `n` locals of `[4096]` f32 (16 KiB each, each read twice so none is inlined):
 /// `t1 = x + x`, `t(k+1) = t(k) + t(k)`, `y = t(n) + t(n)`, so `y = x · 2^(n+1)`.
 fn chain_of_locals(n: usize) -> (Assignments, Tnode, Tnode) {
-    let x = hosted_input(&[4096], "x");
+    let x = hosted_iota(&[4096], "x");
     let y = hosted_output(&[4096], "y");
     let mut prev = x.clone();
     let mut prog = Assignments::Noop;

@@ -7,23 +7,13 @@ use std::time::Duration;
 
 use arrayjit::Error;
 use arrayjit::prelude::*;
+
+mod common;
 use arrayjit::runtime::{RuntimeConfig, Strategy, backend_with_config};
+use common::{hosted_input, hosted_output};
 
 fn multicore() -> Backend {
     arrayjit::backend("multicore_cc").unwrap()
-}
-
-fn hosted_input(dims: &[usize], label: &str, values: &[f64]) -> Tnode {
-    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
-    t.set_values(values).unwrap();
-    t
-}
-
-fn hosted_output(dims: &[usize], label: &str) -> Tnode {
-    let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
-    t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-        .unwrap();
-    t
 }
 
 #[test]
