@@ -251,8 +251,9 @@ impl LowLevel {
     /// Every node the code writes (with `Set` or `ZeroOut`), each once, in order of first write.
     pub fn written_nodes(&self) -> Vec<Tnode> {
         let mut out: Vec<Tnode> = Vec::new();
+        let mut seen: std::collections::HashSet<usize> = std::collections::HashSet::new();
         self.visit(&mut |s| match s {
-            LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) if !out.contains(tn) => {
+            LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) if seen.insert(tn.id()) => {
                 out.push(tn.clone())
             }
             _ => {}
@@ -280,20 +281,16 @@ impl LowLevel {
 
     /// Every node the code reads or writes, each once, in order of first appearance.
     pub fn nodes(&self) -> Vec<Tnode> {
-        let mut seen = self.written_nodes();
-        let mut add = |t: &Tnode| {
-            if !seen.contains(t) {
-                seen.push(t.clone());
-            }
-        };
-        let mut reads = Vec::new();
+        let mut out = self.written_nodes();
+        let mut seen: std::collections::HashSet<usize> = out.iter().map(Tnode::id).collect();
         self.visit_exprs(&mut |e| {
-            if let ScalarExpr::Get(t, _) = e {
-                reads.push(t.clone());
+            if let ScalarExpr::Get(t, _) = e
+                && seen.insert(t.id())
+            {
+                out.push(t.clone());
             }
         });
-        reads.iter().for_each(&mut add);
-        seen
+        out
     }
 
     /// Pretty-prints the code with symbols and locals renamed in order of appearance.

@@ -43,6 +43,20 @@ pub(crate) struct Inner {
     pub grad: OnceLock<Tnode>,
 }
 
+impl Drop for Inner {
+    /// Drops the graph above this tensor without recursion: a chain of a million tensors would
+    /// otherwise drop each parent inside its child's drop and overflow the stack. Parents whose
+    /// last reference this was are taken apart here, in a loop.
+    fn drop(&mut self) {
+        let mut pending = std::mem::take(&mut self.parents);
+        while let Some(tensor) = pending.pop() {
+            if let Some(mut inner) = Arc::into_inner(tensor.0) {
+                pending.append(&mut inner.parents);
+            }
+        }
+    }
+}
+
 /// A tensor of the front end. Cloning is cheap and refers to the same tensor.
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Arc<Inner>);

@@ -56,6 +56,8 @@ impl NodeInfo {
 struct StmtInfo {
     writes: Vec<Tnode>,
     reads: Vec<(Tnode, Vec<AxisIndex>)>,
+    /// Expression nodes in the statement's values (what inlining the statement copies).
+    expr_size: usize,
 }
 
 /// The analysis of a routine's top-level statements.
@@ -67,6 +69,7 @@ pub(super) struct Analysis {
 fn collect_stmt(s: &LowLevel, info: &mut StmtInfo) {
     info.writes = s.written_nodes();
     s.visit_exprs(&mut |e| {
+        info.expr_size += 1;
         if let ScalarExpr::Get(tn, idcs) = e {
             info.reads.push((tn.clone(), idcs.clone()));
         }
@@ -339,43 +342,79 @@ impl Analysis {
             .collect()
     }
 
-    /// The last statement where the value of candidate `tn` is used, following uses through the
-    /// computations of other candidates it is inlined into.
-    fn last_use(
+    /// The last statement of each candidate where its value is used, following uses through the
+    /// computations of other candidates it is inlined into. A candidate is read only after its
+    /// computation is complete, so a consumer is written later than what it reads: candidates
+    /// are resolved from the last written to the first, without recursion.
+    fn last_uses(&self, candidates: &BTreeMap<Tnode, ()>) -> HashMap<usize, usize> {
+        let mut order: Vec<&NodeInfo> = candidates.keys().map(|tn| &self.nodes[&tn.id()]).collect();
+        order.sort_by_key(|n| std::cmp::Reverse(n.write_stmts.iter().max().copied()));
+        let mut last_uses: HashMap<usize, usize> = HashMap::with_capacity(order.len());
+        for info in order {
+            let tn = &info.tn;
+            let mut last = info.write_stmts.iter().copied().max().unwrap_or(0);
+            for &r in &info.read_stmts {
+                let consumer_last_use = self.stmts[r]
+                    .writes
+                    .iter()
+                    .filter(|w| *w != tn && candidates.contains_key(*w))
+                    .find_map(|w| last_uses.get(&w.id()).copied());
+                last = last.max(consumer_last_use.unwrap_or(r));
+            }
+            last_uses.insert(tn.id(), last);
+        }
+        last_uses
+    }
+
+    /// Candidates whose inlined computation would exceed `max_size` expression nodes, with the
+    /// reason. Inlining instantiates a candidate's computation at each read, so sizes compound
+    /// along chains (and multiply where a cheap node is read many times); a candidate over the
+    /// budget is computed once instead, which also bounds the depth of every expression.
+    pub fn over_size_budget(
         &self,
-        tn: &Tnode,
         candidates: &BTreeMap<Tnode, ()>,
-        memo: &mut HashMap<usize, usize>,
-    ) -> usize {
-        if let Some(&u) = memo.get(&tn.id()) {
-            return u;
+        max_size: usize,
+    ) -> Vec<(Tnode, String)> {
+        let mut order: Vec<&NodeInfo> = candidates.keys().map(|tn| &self.nodes[&tn.id()]).collect();
+        order.sort_by_key(|n| n.write_stmts.iter().max().copied());
+        let mut sizes: HashMap<usize, usize> = HashMap::with_capacity(order.len());
+        let mut out = Vec::new();
+        for info in order {
+            let mut size = 0usize;
+            for &w in &info.write_stmts {
+                let stmt = &self.stmts[w];
+                size = size.saturating_add(stmt.expr_size);
+                for (u, _) in &stmt.reads {
+                    if u != &info.tn
+                        && let Some(&inlined) = sizes.get(&u.id())
+                    {
+                        size = size.saturating_add(inlined);
+                    }
+                }
+            }
+            if size > max_size {
+                out.push((
+                    info.tn.clone(),
+                    format!(
+                        "inlining it would build an expression of {size} operations (more than \
+                         virtualize_max_expr_size = {max_size}), so it is computed once"
+                    ),
+                ));
+            } else {
+                sizes.insert(info.tn.id(), size);
+            }
         }
-        let info = &self.nodes[&tn.id()];
-        let mut last = info.write_stmts.iter().copied().max().unwrap_or(0);
-        for &r in &info.read_stmts {
-            let consumer = self.stmts[r]
-                .writes
-                .iter()
-                .find(|w| candidates.contains_key(*w) && *w != tn)
-                .cloned();
-            let at = match consumer {
-                Some(w) => self.last_use(&w, candidates, memo),
-                None => r,
-            };
-            last = last.max(at);
-        }
-        memo.insert(tn.id(), last);
-        last
+        out
     }
 
     /// Candidates whose computation reads a node that is written again before the candidate's
     /// last use (inlining would read the new value), with the reason.
     pub fn hazards(&self, candidates: &BTreeMap<Tnode, ()>) -> Vec<(Tnode, String)> {
-        let mut memo = HashMap::new();
+        let last_uses = self.last_uses(candidates);
         let mut out = Vec::new();
         for tn in candidates.keys() {
             let info = &self.nodes[&tn.id()];
-            let last = self.last_use(tn, candidates, &mut memo);
+            let last = last_uses[&tn.id()];
             let hazard = info.write_stmts.iter().find_map(|&w| {
                 self.stmts[w].reads.iter().find_map(|(u, _)| {
                     (u != tn)

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::low_level::{LowLevel, ScalarExpr, ScopeId};
+use crate::ops::{BinOp, TernOp, UnOp};
 use crate::prec::Prec;
 
 /// Eliminates repeated subexpressions in every statement's value.
@@ -11,32 +12,62 @@ pub(super) fn eliminate_common_subexpressions(code: LowLevel) -> LowLevel {
     code.map_values(&mut cse_value)
 }
 
-/// A key for operation trees free of locals; `None` for leaves and trees that involve locals
-/// (their values depend on where they are evaluated).
-fn key(e: &ScalarExpr) -> Option<String> {
-    fn pure(e: &ScalarExpr) -> bool {
-        match e {
-            ScalarExpr::LocalScope { .. } | ScalarExpr::GetLocal(_) => false,
-            _ => {
-                let mut ok = true;
-                e.for_each_child(|c| ok &= pure(c));
-                ok
-            }
-        }
-    }
-    match e {
-        ScalarExpr::Unop(..) | ScalarExpr::Binop(..) | ScalarExpr::Ternop(..) if pure(e) => {
-            Some(format!("{e:?}"))
-        }
-        _ => None,
-    }
+/// The structure of a pure operation tree, with its operands by interned number: two trees
+/// get the same number exactly when they are equal, at O(1) per node.
+#[derive(Hash, PartialEq, Eq)]
+enum Shape {
+    /// A leaf (array read, constant, index), by its printed form.
+    Leaf(String),
+    Unop(UnOp, u32),
+    Binop(BinOp, u32, u32),
+    Ternop(TernOp, u32, u32, u32),
 }
 
-fn count(e: &ScalarExpr, counts: &mut HashMap<String, usize>) {
-    if let Some(k) = key(e) {
-        *counts.entry(k).or_insert(0) += 1;
+/// Numbers of the trees of one statement value, in pre-order: each node's number (`None` for
+/// trees that involve locals: their values depend on where they are evaluated), whether it is
+/// an operation, and its subtree's length in the order.
+#[derive(Default)]
+struct Numbering {
+    shapes: HashMap<Shape, u32>,
+    preorder: Vec<(Option<u32>, bool, usize)>,
+    /// Occurrences of each numbered operation tree.
+    counts: HashMap<u32, usize>,
+}
+
+impl Numbering {
+    fn intern(&mut self, shape: Shape) -> u32 {
+        let next = self.shapes.len() as u32;
+        *self.shapes.entry(shape).or_insert(next)
     }
-    e.for_each_child(|c| count(c, counts));
+
+    fn number(&mut self, e: &ScalarExpr) -> Option<u32> {
+        let at = self.preorder.len();
+        self.preorder.push((None, false, 1));
+        let child = |n: &mut Self, c: &ScalarExpr| n.number(c);
+        let (shape, is_op) = match e {
+            ScalarExpr::LocalScope { .. } | ScalarExpr::GetLocal(_) => (None, false),
+            ScalarExpr::Unop(op, a) => (child(self, a).map(|a| Shape::Unop(*op, a)), true),
+            ScalarExpr::Binop(op, a, b) => {
+                let a = child(self, a);
+                let b = child(self, b);
+                (a.zip(b).map(|(a, b)| Shape::Binop(*op, a, b)), true)
+            }
+            ScalarExpr::Ternop(op, a, b, c) => {
+                let a = child(self, a);
+                let b = child(self, b);
+                let c = child(self, c);
+                let abc = a.zip(b).zip(c);
+                (abc.map(|((a, b), c)| Shape::Ternop(*op, a, b, c)), true)
+            }
+            leaf => (Some(Shape::Leaf(format!("{leaf:?}"))), false),
+        };
+        let id = shape.map(|s| self.intern(s));
+        if is_op && let Some(id) = id {
+            *self.counts.entry(id).or_insert(0) += 1;
+        }
+        self.preorder[at] = (id, is_op, self.preorder.len() - at);
+        id
+    }
 }
 
 fn cse_value(value: ScalarExpr, prec: Prec) -> ScalarExpr {
@@ -48,47 +79,61 @@ fn cse_value(value: ScalarExpr, prec: Prec) -> ScalarExpr {
         },
         e => e,
     });
-    let mut counts = HashMap::new();
-    count(&value, &mut counts);
-    if counts.values().all(|&n| n < 2) {
+    let mut numbering = Numbering::default();
+    numbering.number(&value);
+    if numbering.counts.values().all(|&n| n < 2) {
         return value;
     }
-    let mut assigned: HashMap<String, ScopeId> = HashMap::new();
-    rewrite(value, prec, &counts, &mut assigned)
+    let mut rewriter = Rewriter {
+        numbering: &numbering,
+        prec,
+        at: 0,
+        assigned: HashMap::new(),
+    };
+    rewriter.rewrite(value)
 }
 
 /// Replaces repeated trees, in evaluation order: the first occurrence computes the local, the
 /// later ones read it.
-fn rewrite(
-    e: ScalarExpr,
+struct Rewriter<'a> {
+    numbering: &'a Numbering,
     prec: Prec,
-    counts: &HashMap<String, usize>,
-    assigned: &mut HashMap<String, ScopeId>,
-) -> ScalarExpr {
-    if let Some(k) = key(&e)
-        && counts[&k] >= 2
-    {
-        if let Some(id) = assigned.get(&k) {
-            return ScalarExpr::GetLocal(*id);
+    /// The pre-order position of the tree being rewritten.
+    at: usize,
+    assigned: HashMap<u32, ScopeId>,
+}
+
+impl Rewriter<'_> {
+    fn rewrite(&mut self, e: ScalarExpr) -> ScalarExpr {
+        let (id, is_op, len) = self.numbering.preorder[self.at];
+        if is_op
+            && let Some(id) = id
+            && self.numbering.counts[&id] >= 2
+        {
+            self.at += len;
+            if let Some(local) = self.assigned.get(&id) {
+                return ScalarExpr::GetLocal(*local);
+            }
+            let local = ScopeId::fresh(self.prec);
+            self.assigned.insert(id, local);
+            return ScalarExpr::LocalScope {
+                id: local,
+                body: Box::new(LowLevel::SetLocal(local, e)),
+            };
         }
-        let id = ScopeId::fresh(prec);
-        assigned.insert(k, id);
-        return ScalarExpr::LocalScope {
-            id,
-            body: Box::new(LowLevel::SetLocal(id, e)),
-        };
-    }
-    match e {
-        ScalarExpr::Unop(op, a) => ScalarExpr::unop(op, rewrite(*a, prec, counts, assigned)),
-        ScalarExpr::Binop(op, a, b) => {
-            let a = rewrite(*a, prec, counts, assigned);
-            ScalarExpr::binop(op, a, rewrite(*b, prec, counts, assigned))
+        self.at += 1;
+        match e {
+            ScalarExpr::Unop(op, a) => ScalarExpr::unop(op, self.rewrite(*a)),
+            ScalarExpr::Binop(op, a, b) => {
+                let a = self.rewrite(*a);
+                ScalarExpr::binop(op, a, self.rewrite(*b))
+            }
+            ScalarExpr::Ternop(op, a, b, c) => {
+                let a = self.rewrite(*a);
+                let b = self.rewrite(*b);
+                ScalarExpr::ternop(op, a, b, self.rewrite(*c))
+            }
+            e => e,
         }
-        ScalarExpr::Ternop(op, a, b, c) => {
-            let a = rewrite(*a, prec, counts, assigned);
-            let b = rewrite(*b, prec, counts, assigned);
-            ScalarExpr::ternop(op, a, b, rewrite(*c, prec, counts, assigned))
-        }
-        e => e,
     }
 }

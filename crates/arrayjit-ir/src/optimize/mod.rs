@@ -26,6 +26,12 @@ pub use memory_plan::{MemoryPlan, PlanItem, Slot};
 pub struct OptimizeSettings {
     /// A node is inlined only if no element is read more than this many times.
     pub virtualize_max_visits: usize,
+    /// A node is inlined only if its inlined computation (with everything inlined into it) has
+    /// at most this many expression nodes. Sizes compound along chains of virtual nodes; the
+    /// budget keeps optimization linear in program size and bounds expression depth (and so the
+    /// stack every later pass and the C compiler need), at the cost of one materialized local
+    /// every few hundred fused operations.
+    pub virtualize_max_expr_size: usize,
     /// Loops are traced for at most this many iterations when counting visits.
     pub max_tracing_dim: usize,
     /// Local nodes (non-virtual, used only inside one routine) of at most this many bytes live
@@ -53,6 +59,7 @@ impl Default for OptimizeSettings {
     fn default() -> Self {
         OptimizeSettings {
             virtualize_max_visits: 1,
+            virtualize_max_expr_size: 512,
             max_tracing_dim: 5,
             stack_threshold_bytes: 16 * 1024,
             kernel_stack_budget_bytes: 128 * 1024,
@@ -189,10 +196,10 @@ pub fn optimize_low_level(
     } else {
         code
     };
-    let used = code.nodes();
+    let used: std::collections::HashSet<usize> = code.nodes().iter().map(Tnode::id).collect();
     let mut nodes = roles;
     for r in &mut nodes {
-        r.used = used.contains(&r.tn);
+        r.used = used.contains(&r.tn.id());
     }
     nodes.sort_by_key(|r| r.tn.id());
     crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
@@ -227,7 +234,17 @@ fn plan_scratch(
         LowLevel::Noop => vec![],
         s => vec![s],
     };
-    let uses: Vec<Vec<Tnode>> = stmts.iter().map(|s| s.nodes()).collect();
+    // The first and last top-level statement using each node, in one pass.
+    let mut lifetimes: std::collections::HashMap<usize, (usize, usize)> =
+        std::collections::HashMap::new();
+    for (k, s) in stmts.iter().enumerate() {
+        for tn in s.nodes() {
+            lifetimes
+                .entry(tn.id())
+                .and_modify(|(_, last)| *last = k)
+                .or_insert((k, k));
+        }
+    }
     // One decision for every local, in program order: on the stack while it is small and the
     // kernel's total stays within the budget, else in the scratch pool.
     let mut on_stack = 0usize;
@@ -243,18 +260,10 @@ fn plan_scratch(
             }
             !fits
         })
-        .map(|r| {
-            let at: Vec<usize> = (0..uses.len())
-                .filter(|&k| uses[k].contains(&r.tn))
-                .collect();
-            PlanItem {
-                node: r.tn.clone(),
-                size: r.tn.size_in_bytes(),
-                lifetime: Some((
-                    at.first().copied().unwrap_or(0),
-                    at.last().copied().unwrap_or(0),
-                )),
-            }
+        .map(|r| PlanItem {
+            node: r.tn.clone(),
+            size: r.tn.size_in_bytes(),
+            lifetime: Some(lifetimes.get(&r.tn.id()).copied().unwrap_or((0, 0))),
         })
         .collect();
     MemoryPlan::pack(&items, settings.pool_alignment, usize::MAX / 2)
@@ -310,6 +319,17 @@ fn decide_memory_modes(
             )?;
         }
     }
+    // A node that cannot be inlined is never virtual; if it was requested virtual, that is an
+    // error saying why.
+    let refuse = |tn: &Tnode, why: String| -> Result<()> {
+        if tn.known_virtual() {
+            return Err(optimization_error(format!(
+                "{} was requested to be virtual but cannot be inlined: {why}",
+                tn.debug_name()
+            )));
+        }
+        tn.update_memory_mode(MemoryMode::NeverVirtual, format!("optimizer: {why}"))
+    };
     // Virtualization candidates.
     let mut candidates: BTreeMap<Tnode, ()> = BTreeMap::new();
     for info in analysis.nodes.values() {
@@ -334,15 +354,7 @@ fn decide_memory_modes(
             None => {
                 candidates.insert(tn.clone(), ());
             }
-            Some(why) if tn.known_virtual() => {
-                return Err(optimization_error(format!(
-                    "{} was requested to be virtual but cannot be inlined: {why}",
-                    tn.debug_name()
-                )));
-            }
-            Some(why) => {
-                tn.update_memory_mode(MemoryMode::NeverVirtual, format!("optimizer: {why}"))?;
-            }
+            Some(why) => refuse(tn, why)?,
         }
     }
     // Drop candidates whose inputs change between their computation and their last use.
@@ -353,14 +365,13 @@ fn decide_memory_modes(
         }
         for (tn, why) in hazards {
             candidates.remove(&tn);
-            if tn.known_virtual() {
-                return Err(optimization_error(format!(
-                    "{} was requested to be virtual but cannot be inlined: {why}",
-                    tn.debug_name()
-                )));
-            }
-            tn.update_memory_mode(MemoryMode::NeverVirtual, format!("optimizer: {why}"))?;
+            refuse(&tn, why)?;
         }
+    }
+    // Drop candidates whose inlined expression would grow past the size budget.
+    for (tn, why) in analysis.over_size_budget(&candidates, settings.virtualize_max_expr_size) {
+        candidates.remove(&tn);
+        refuse(&tn, why)?;
     }
     for tn in candidates.keys() {
         let uses = analysis.nodes[&tn.id()].read_stmts.len();

@@ -54,11 +54,12 @@ fn local_reads(e: &ScalarExpr, id: ScopeId) -> usize {
     }
 }
 
-fn replace_local(e: ScalarExpr, id: ScopeId, with: &ScalarExpr) -> ScalarExpr {
-    e.map_bottom_up(&mut |x| match x {
-        ScalarExpr::GetLocal(l) if l == id => with.clone(),
-        x => x,
-    })
+/// Whether `s` assigns local `id` from a value that reads it at most once.
+fn assigns_only(s: &LowLevel, id: ScopeId) -> bool {
+    match s {
+        LowLevel::SetLocal(l, v) => *l == id && local_reads(v, id) <= 1,
+        _ => false,
+    }
 }
 
 impl Simplifier {
@@ -99,34 +100,66 @@ impl Simplifier {
     }
 
     /// Flattens a local scope whose body only assigns the local, without loops, into the
-    /// expression it computes (when no value needs rounding to another precision).
+    /// expression it computes (when no value needs rounding to another precision). The body is
+    /// already simplified: only the nodes around each substituted value are simplified again,
+    /// so flattening nested scopes costs their size, not size times depth.
     fn flatten_scope(&self, id: ScopeId, body: LowLevel, prec: Prec) -> ScalarExpr {
-        let items = match &body {
-            LowLevel::Seq(items) => items.clone(),
-            s => vec![s.clone()],
-        };
         let flat = id.prec.compute_prec() == prec.compute_prec()
-            && items.iter().all(|s| match s {
-                LowLevel::SetLocal(l, v) => *l == id && local_reads(v, id) <= 1,
-                _ => false,
-            });
+            && match &body {
+                LowLevel::Seq(items) => items.iter().all(|s| assigns_only(s, id)),
+                s => assigns_only(s, id),
+            };
         if !flat {
             return ScalarExpr::LocalScope {
                 id,
                 body: Box::new(body),
             };
         }
-        let mut cur = ScalarExpr::Constant(0.0);
+        let items = match body {
+            LowLevel::Seq(items) => items,
+            s => vec![s],
+        };
+        let mut cur = Some(ScalarExpr::Constant(0.0));
         for s in items {
             if let LowLevel::SetLocal(_, v) = s {
-                cur = replace_local(v, id, &cur);
+                let next = self.substitute_local(v, id, &mut cur, prec);
+                cur = Some(next);
             }
         }
-        self.expr(cur, prec)
+        cur.unwrap_or(ScalarExpr::Constant(0.0))
+    }
+
+    /// `e` (simplified) with its one read of local `id` replaced by `value` (simplified), and
+    /// the nodes above it simplified again.
+    fn substitute_local(
+        &self,
+        e: ScalarExpr,
+        id: ScopeId,
+        value: &mut Option<ScalarExpr>,
+        prec: Prec,
+    ) -> ScalarExpr {
+        match e {
+            ScalarExpr::GetLocal(l) if l == id => value.take().unwrap_or(ScalarExpr::Constant(0.0)),
+            ScalarExpr::Unop(op, a) => {
+                let a = self.substitute_local(*a, id, value, prec);
+                self.unop(op, a, prec)
+            }
+            ScalarExpr::Binop(op, a, b) => {
+                let a = self.substitute_local(*a, id, value, prec);
+                let b = self.substitute_local(*b, id, value, prec);
+                self.binop(op, a, b, prec)
+            }
+            ScalarExpr::Ternop(op, a, b, c) => {
+                let a = self.substitute_local(*a, id, value, prec);
+                let b = self.substitute_local(*b, id, value, prec);
+                let c = self.substitute_local(*c, id, value, prec);
+                self.ternop(op, a, b, c, prec)
+            }
+            e => e,
+        }
     }
 
     fn expr(&self, e: ScalarExpr, prec: Prec) -> ScalarExpr {
-        let cp = prec.compute_prec();
         match e {
             ScalarExpr::LocalScope { id, body } => {
                 let body = self.stmt(*body);
@@ -134,16 +167,7 @@ impl Simplifier {
             }
             ScalarExpr::Unop(op, a) => {
                 let a = self.expr(*a, prec);
-                if let Some(c) = constant(&a)
-                    && let Some(f) = folded(op.apply(cp, Scalar::F(c).convert(cp)))
-                {
-                    return f;
-                }
-                match (op, a) {
-                    (UnOp::Identity, a) => a,
-                    (UnOp::Neg, ScalarExpr::Unop(UnOp::Neg, inner)) => *inner,
-                    (op, a) => ScalarExpr::unop(op, a),
-                }
+                self.unop(op, a, prec)
             }
             ScalarExpr::Binop(op, a, b) => {
                 let a = self.expr(*a, prec);
@@ -154,27 +178,56 @@ impl Simplifier {
                 let a = self.expr(*a, prec);
                 let b = self.expr(*b, prec);
                 let c = self.expr(*c, prec);
-                if let (Some(x), Some(y), Some(z)) = (constant(&a), constant(&b), constant(&c)) {
-                    let conv = |v: f64| Scalar::F(v).convert(cp);
-                    if let Some(f) = folded(op.apply(cp, conv(x), conv(y), conv(z))) {
-                        return f;
-                    }
-                }
-                match (op, constant(&a)) {
-                    (TernOp::Where, Some(k)) => {
-                        if Scalar::F(k).convert(cp).to_f64() != 0.0 {
-                            b
-                        } else {
-                            c
-                        }
-                    }
-                    _ => ScalarExpr::ternop(op, a, b, c),
-                }
+                self.ternop(op, a, b, c, prec)
             }
             e => e,
         }
     }
 
+    /// `op(a)` of a simplified operand.
+    fn unop(&self, op: UnOp, a: ScalarExpr, prec: Prec) -> ScalarExpr {
+        let cp = prec.compute_prec();
+        if let Some(c) = constant(&a)
+            && let Some(f) = folded(op.apply(cp, Scalar::F(c).convert(cp)))
+        {
+            return f;
+        }
+        match (op, a) {
+            (UnOp::Identity, a) => a,
+            (UnOp::Neg, ScalarExpr::Unop(UnOp::Neg, inner)) => *inner,
+            (op, a) => ScalarExpr::unop(op, a),
+        }
+    }
+
+    /// `op(a, b, c)` of simplified operands.
+    fn ternop(
+        &self,
+        op: TernOp,
+        a: ScalarExpr,
+        b: ScalarExpr,
+        c: ScalarExpr,
+        prec: Prec,
+    ) -> ScalarExpr {
+        let cp = prec.compute_prec();
+        if let (Some(x), Some(y), Some(z)) = (constant(&a), constant(&b), constant(&c)) {
+            let conv = |v: f64| Scalar::F(v).convert(cp);
+            if let Some(f) = folded(op.apply(cp, conv(x), conv(y), conv(z))) {
+                return f;
+            }
+        }
+        match (op, constant(&a)) {
+            (TernOp::Where, Some(k)) => {
+                if Scalar::F(k).convert(cp).to_f64() != 0.0 {
+                    b
+                } else {
+                    c
+                }
+            }
+            _ => ScalarExpr::ternop(op, a, b, c),
+        }
+    }
+
+    /// `op(a, b)` of simplified operands.
     fn binop(&self, op: BinOp, a: ScalarExpr, b: ScalarExpr, prec: Prec) -> ScalarExpr {
         use BinOp::*;
         let cp = prec.compute_prec();

@@ -286,17 +286,22 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
     fn optimization_preserves_results(
-        steps in proptest::collection::vec(arb_step(), 1..7),
+        steps in proptest::collection::vec(arb_step(), 1..10),
         seed in 0u64..100,
         int in any::<bool>(),
         max_visits in 1usize..3,
+        max_expr_size in prop_oneof![Just(512usize), 1usize..40],
     ) {
         let prec = if int { Prec::I32 } else { Prec::F32 };
         let (prog, result) = build(prec, 3, &steps, seed);
         let unoptimized = prog.lower(&[]).unwrap();
         let mut reference = InterpEnv::from_host_arrays(&unoptimized);
         reference.run(&unoptimized, &[]).unwrap();
-        let settings = OptimizeSettings { virtualize_max_visits: max_visits, ..Default::default() };
+        let settings = OptimizeSettings {
+            virtualize_max_visits: max_visits,
+            virtualize_max_expr_size: max_expr_size,
+            ..Default::default()
+        };
         let opt = optimize("prop", &[], &prog, &settings).unwrap();
         let mut env = InterpEnv::from_host_arrays(&opt.code);
         env.run(&opt.code, &[]).unwrap();
@@ -364,4 +369,36 @@ fn malformed_low_level_code_is_rejected_before_optimization() {
     let err =
         super::optimize_low_level("bad", &[], code, &OptimizeSettings::default()).unwrap_err();
     assert!(matches!(err, Error::IndexOutOfBounds { .. }), "{err}");
+}
+
+/// Issue 7 item 4: a chain of virtual nodes is split where its inlined expression would exceed
+/// the size budget; each split node says why, and the results stay the same.
+#[test]
+fn item04_inlining_respects_the_expression_size_budget() {
+    let x = hosted(Prec::F32, &[4], "x", |i| i as f64);
+    let mut prog = Assignments::Noop;
+    let mut prev = x.clone();
+    let mut chain = Vec::new();
+    for k in 0..200 {
+        let next = Tnode::new(Prec::F32, &[4], &[&format!("c{k}")]).unwrap();
+        prog = prog.then(Assignments::pointwise_unop(&next, UnOp::Neg, &prev));
+        chain.push(next.clone());
+        prev = next;
+    }
+    prev.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    let settings = OptimizeSettings {
+        virtualize_max_expr_size: 64,
+        ..Default::default()
+    };
+    let opt = optimize("chain", &[], &prog, &settings).unwrap();
+    let split: Vec<&Tnode> = chain.iter().filter(|t| !t.known_virtual()).collect();
+    // Every node but the result would fit alone; the chain is cut every few dozen nodes.
+    assert!(split.len() > 200 / 64, "{} nodes kept", split.len());
+    assert!(split.len() < 200 / 4, "{} nodes kept", split.len());
+    let reason = split[0].header();
+    assert!(reason.contains("virtualize_max_expr_size = 64"), "{reason}");
+    let mut env = InterpEnv::from_host_arrays(&opt.code);
+    env.run(&opt.code, &[]).unwrap();
+    assert_eq!(env.values(&prev).unwrap(), vec![0.0, 1.0, 2.0, 3.0]);
 }

@@ -9,6 +9,12 @@ use crate::tnode::Tnode;
 
 /// Removes the computations of `virtuals` from the top-level statements and inlines them into
 /// their reads.
+///
+/// Computations are kept as written and expanded only where a kept statement reads them, with
+/// the computations they read expanded in turn inside the instance: the work is the size of the
+/// code produced, not the size of every intermediate computation (which compounds along chains).
+/// The analysis guarantees that a virtual node's computation only reads virtual nodes whose
+/// computations are complete before it, so expanding later sees the same computations.
 pub(super) fn inline_virtual_nodes(
     stmts: Vec<LowLevel>,
     virtuals: &BTreeMap<Tnode, ()>,
@@ -17,47 +23,71 @@ pub(super) fn inline_virtual_nodes(
     let mut out = Vec::new();
     for s in stmts {
         let writes = s.written_nodes();
-        // A statement's reads of the node it computes are its own accumulation, not uses.
-        let others: HashMap<Tnode, Vec<LowLevel>> = computations
-            .iter()
-            .filter(|(t, _)| !writes.contains(t))
-            .map(|(t, c)| (t.clone(), c.clone()))
-            .collect();
-        let s = inline_stmt(s, &others);
         match writes.as_slice() {
             [tn] if virtuals.contains_key(tn) => {
                 computations.entry(tn.clone()).or_default().push(s)
             }
-            _ => out.push(s),
+            _ => {
+                // A statement's reads of the node it computes are its own accumulation, not uses.
+                let inlined = Inlined {
+                    computations: &computations,
+                    except: &writes,
+                };
+                out.push(inlined.stmt(s));
+            }
         }
     }
     LowLevel::seq(out)
 }
 
-fn inline_stmt(s: LowLevel, comps: &HashMap<Tnode, Vec<LowLevel>>) -> LowLevel {
-    s.map_values(&mut |value, _| inline_expr(value, comps))
+/// The computations available for inlining into one statement: every virtual node computed so
+/// far except those the statement itself writes.
+struct Inlined<'a> {
+    computations: &'a HashMap<Tnode, Vec<LowLevel>>,
+    except: &'a [Tnode],
 }
 
-fn inline_expr(e: ScalarExpr, comps: &HashMap<Tnode, Vec<LowLevel>>) -> ScalarExpr {
-    match e {
-        ScalarExpr::Get(tn, idcs) if comps.contains_key(&tn) => {
-            instantiate(&tn, &comps[&tn], &idcs)
+impl Inlined<'_> {
+    fn computation(&self, tn: &Tnode) -> Option<&[LowLevel]> {
+        if self.except.contains(tn) {
+            return None;
         }
-        ScalarExpr::LocalScope { id, body } => ScalarExpr::LocalScope {
-            id,
-            body: Box::new(inline_stmt(*body, comps)),
-        },
-        ScalarExpr::Unop(op, a) => ScalarExpr::unop(op, inline_expr(*a, comps)),
-        ScalarExpr::Binop(op, a, b) => {
-            let a = inline_expr(*a, comps);
-            ScalarExpr::binop(op, a, inline_expr(*b, comps))
+        self.computations.get(tn).map(Vec::as_slice)
+    }
+
+    fn stmt(&self, s: LowLevel) -> LowLevel {
+        s.map_values(&mut |value, _| self.expr(value))
+    }
+
+    fn expr(&self, e: ScalarExpr) -> ScalarExpr {
+        match e {
+            ScalarExpr::Get(tn, idcs) => match self.computation(&tn) {
+                Some(computation) => {
+                    let instance = instantiate(&tn, computation, &idcs);
+                    let within = Inlined {
+                        computations: self.computations,
+                        except: std::slice::from_ref(&tn),
+                    };
+                    within.expr(instance)
+                }
+                None => ScalarExpr::Get(tn, idcs),
+            },
+            ScalarExpr::LocalScope { id, body } => ScalarExpr::LocalScope {
+                id,
+                body: Box::new(self.stmt(*body)),
+            },
+            ScalarExpr::Unop(op, a) => ScalarExpr::unop(op, self.expr(*a)),
+            ScalarExpr::Binop(op, a, b) => {
+                let a = self.expr(*a);
+                ScalarExpr::binop(op, a, self.expr(*b))
+            }
+            ScalarExpr::Ternop(op, a, b, c) => {
+                let a = self.expr(*a);
+                let b = self.expr(*b);
+                ScalarExpr::ternop(op, a, b, self.expr(*c))
+            }
+            e => e,
         }
-        ScalarExpr::Ternop(op, a, b, c) => {
-            let a = inline_expr(*a, comps);
-            let b = inline_expr(*b, comps);
-            ScalarExpr::ternop(op, a, b, inline_expr(*c, comps))
-        }
-        e => e,
     }
 }
 
