@@ -72,9 +72,9 @@ impl CpuBuffer {
             })?;
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| Error::Runtime {
-            stream: format!("cpu device {device}"),
-            detail: format!("out of memory allocating {size} bytes"),
+        let ptr = NonNull::new(raw).ok_or_else(|| Error::OutOfMemory {
+            what: format!("a buffer on cpu device {device}"),
+            bytes: size,
         })?;
         counter.0.fetch_add(size, Ordering::Relaxed);
         Ok(CpuBuffer {

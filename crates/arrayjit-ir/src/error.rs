@@ -158,6 +158,18 @@ pub enum Error {
         #[source]
         source: std::sync::Arc<Error>,
     },
+    /// Memory for something the caller asked for could not be had: the size is more than the
+    /// machine can hold (or than an allocation may be).
+    #[error(
+        "out of memory: {what} needs {bytes} bytes, which cannot be allocated; use smaller \
+         shapes or counts, or free memory"
+    )]
+    OutOfMemory {
+        /// What was being allocated (e.g. "the host array of tensor node w (#3)").
+        what: String,
+        /// The bytes asked for (saturated at `usize::MAX` when the size itself overflows).
+        bytes: usize,
+    },
     /// A runtime failure on a stream or device.
     #[error("runtime error on {stream}: {detail}")]
     Runtime {

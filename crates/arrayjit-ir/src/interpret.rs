@@ -62,7 +62,7 @@ impl InterpEnv {
                 "the interpreter holds no array for {}",
                 tn.debug_name()
             ))
-        })
+        })?
     }
 
     fn array_mut(&mut self, tn: &Tnode) -> Result<&mut Ndarray> {

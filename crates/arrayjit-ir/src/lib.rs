@@ -10,6 +10,7 @@
 
 pub mod assignments;
 pub mod error;
+pub mod fallible;
 pub mod indexing;
 pub mod interpret;
 pub mod low_level;

@@ -98,12 +98,7 @@ impl Storage {
     /// `n` zeros, or an error (not an abort) if the memory cannot be had.
     fn zeros(prec: Prec, n: usize) -> Result<Storage> {
         fn filled<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).map_err(|e| {
-                Error::invalid(format!("cannot allocate a host array of {n} elements: {e}"))
-            })?;
-            v.resize(n, zero);
-            Ok(v)
+            crate::fallible::try_vec_filled(n, zero, || format!("a host array of {n} elements"))
         }
         Ok(match prec {
             Prec::U8 => Storage::U8(filled(n, 0)?),
@@ -373,70 +368,84 @@ impl Ndarray {
         }
     }
 
-    /// Flat storage positions of the logical elements, in row-major logical order.
-    pub fn interior_positions(&self) -> Vec<usize> {
+    /// Flat storage positions of the logical elements, in row-major logical order (computed as
+    /// they are iterated: nothing of the array's size is allocated).
+    pub fn interior_positions(&self) -> InteriorPositions {
         let logical = self.logical_dims();
         let left: Vec<usize> = match &self.padding {
             None => vec![0; self.dims.len()],
             Some(p) => p.axes.iter().map(|a| a.left).collect(),
         };
-        let n: usize = logical.iter().product();
-        let mut out = Vec::with_capacity(n);
-        let mut idx = vec![0usize; logical.len()];
-        for _ in 0..n {
-            let mut flat = 0;
-            for a in 0..idx.len() {
-                flat = flat * self.dims[a] + idx[a] + left[a];
-            }
-            out.push(flat);
-            for a in (0..idx.len()).rev() {
-                idx[a] += 1;
-                if idx[a] < logical[a] {
-                    break;
-                }
-                idx[a] = 0;
-            }
+        // The dims were checked when the array was allocated, so the product fits.
+        let remaining = logical.iter().product();
+        InteriorPositions {
+            dims: self.dims.clone(),
+            idx: vec![0; logical.len()],
+            logical,
+            left,
+            remaining,
         }
-        out
     }
 
-    /// The logical elements (margins excluded) as `f64`, row-major.
-    pub fn to_vec_f64(&self) -> Vec<f64> {
-        if self.padding.is_none() {
-            return (0..self.num_elems()).map(|i| self.storage.get(i)).collect();
-        }
-        self.interior_positions()
-            .into_iter()
-            .map(|i| self.storage.get(i))
-            .collect()
+    /// The logical elements (margins excluded) as `f64`, row-major; an
+    /// [`Error::OutOfMemory`] if the copy cannot be allocated.
+    pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
+        let positions = self.interior_positions();
+        crate::fallible::try_collect(
+            positions.len(),
+            positions.map(|i| self.storage.get(i)),
+            || format!("a copy of {} elements as f64", self.num_logical_elems()),
+        )
     }
 
     /// The logical elements as `f32`.
-    pub fn to_vec_f32(&self) -> Vec<f32> {
-        self.to_vec_f64().into_iter().map(|x| x as f32).collect()
+    pub fn to_vec_f32(&self) -> Result<Vec<f32>> {
+        let positions = self.interior_positions();
+        crate::fallible::try_collect(
+            positions.len(),
+            positions.map(|i| self.storage.get(i) as f32),
+            || format!("a copy of {} elements as f32", self.num_logical_elems()),
+        )
     }
 
-    /// Sets the logical elements from `values` (row-major, margins excluded).
-    pub fn set_all_f64(&mut self, values: &[f64]) -> Result<()> {
-        let positions = self.interior_positions();
-        if positions.len() != values.len() {
+    /// Number of logical (non-margin) elements.
+    pub fn num_logical_elems(&self) -> usize {
+        self.interior_positions().len()
+    }
+
+    fn check_value_count(&self, got: usize) -> Result<()> {
+        let n = self.num_logical_elems();
+        if n != got {
             return Err(size_mismatch(
                 "Ndarray::set_all",
                 &self.logical_dims(),
-                positions.len(),
-                values.len(),
+                n,
+                got,
             ));
-        }
-        for (i, &x) in positions.into_iter().zip(values) {
-            self.storage.set(i, x);
         }
         Ok(())
     }
 
+    /// Sets the logical elements from `values` (row-major, margins excluded).
+    pub fn set_all_f64(&mut self, values: &[f64]) -> Result<()> {
+        self.check_value_count(values.len())?;
+        self.set_all_with(|k| values[k]);
+        Ok(())
+    }
+
+    /// Sets logical element `k` (row-major, margins excluded) to `value(k)` for every `k`,
+    /// without materializing the values.
+    pub fn set_all_with(&mut self, mut value: impl FnMut(usize) -> f64) {
+        for (k, i) in self.interior_positions().enumerate() {
+            self.storage.set(i, value(k));
+        }
+    }
+
     /// Sets the logical elements from `f32` values.
     pub fn set_all_f32(&mut self, values: &[f32]) -> Result<()> {
-        let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-        self.set_all_f64(&v)
+        self.check_value_count(values.len())?;
+        self.set_all_with(|k| values[k] as f64);
+        Ok(())
     }
 
     /// Copies the bytes of `other` into this array; both must have the same precision and size.
@@ -479,6 +488,46 @@ fn format_value(prec: Prec, x: f64) -> String {
         text
     }
 }
+
+/// The flat storage positions of an array's logical elements in row-major logical order: an
+/// odometer over the logical dims, offset by the left margins.
+#[derive(Clone, Debug)]
+pub struct InteriorPositions {
+    dims: Vec<usize>,
+    logical: Vec<usize>,
+    left: Vec<usize>,
+    idx: Vec<usize>,
+    remaining: usize,
+}
+
+impl Iterator for InteriorPositions {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let mut flat = 0;
+        for a in 0..self.idx.len() {
+            flat = flat * self.dims[a] + self.idx[a] + self.left[a];
+        }
+        for a in (0..self.idx.len()).rev() {
+            self.idx[a] += 1;
+            if self.idx[a] < self.logical[a] {
+                break;
+            }
+            self.idx[a] = 0;
+        }
+        Some(flat)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for InteriorPositions {}
 
 impl fmt::Display for Ndarray {
     /// Prints the storage (margins included) as nested brackets; long axes are elided in the
@@ -601,7 +650,7 @@ mod tests {
         assert_eq!(nd.dims(), &[5]);
         assert_eq!(nd.logical_dims(), vec![3]);
         nd.set_all_f64(&[1.0, 2.0, 3.0]).unwrap();
-        assert_eq!(nd.to_vec_f64(), vec![1.0, 2.0, 3.0]);
+        assert_eq!(nd.to_vec_f64().unwrap(), vec![1.0, 2.0, 3.0]);
         assert_eq!(nd.get(&[0]).unwrap(), -1.0);
         assert_eq!(nd.get(&[4]).unwrap(), -1.0);
     }

@@ -485,8 +485,37 @@ impl Tnode {
 
     /// Sets all logical values (row-major) on the host.
     pub fn set_values(&self, values: &[f64]) -> Result<()> {
+        // Checked before the host array is allocated, so a wrong count allocates nothing.
+        let logical = self
+            .dims()
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d));
+        if logical != Some(values.len()) {
+            return Err(Error::ShapeMismatch {
+                op: format!("set_values of {}", self.debug_name()),
+                detail: format!(
+                    "dims {:?} hold {} elements but {} values were given",
+                    self.dims(),
+                    logical.map_or("too many".to_string(), |n| n.to_string()),
+                    values.len()
+                ),
+            });
+        }
         self.prepare_read()?;
         self.with_host_mut(|nd| nd.set_all_f64(values))?;
+        self.mark_changed_on_host();
+        Ok(())
+    }
+
+    /// Sets logical element `k` (row-major) to `value(k)` on the host for every `k`, without
+    /// a vector of all values: a parameter's initializer fills its host array in place. An
+    /// array too large for the machine is an [`Error::OutOfMemory`], and nothing changes.
+    pub fn set_values_with(&self, value: impl FnMut(usize) -> f64) -> Result<()> {
+        self.prepare_read()?;
+        self.with_host_mut(|nd| {
+            nd.set_all_with(value);
+            Ok(())
+        })?;
         self.mark_changed_on_host();
         Ok(())
     }
@@ -495,7 +524,7 @@ impl Tnode {
     pub fn get_values(&self) -> Result<Vec<f64>> {
         self.prepare_read()?;
         self.with_host(Ndarray::to_vec_f64)
-            .ok_or_else(|| self.not_hosted("get_values"))
+            .ok_or_else(|| self.not_hosted("get_values"))?
     }
 
     fn storage_index(&self, idx: &[usize]) -> Result<Vec<usize>> {

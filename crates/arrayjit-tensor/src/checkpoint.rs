@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use arrayjit_ir::fallible::try_vec_filled;
 use arrayjit_ir::{Error, Result};
 use safetensors::tensor::{Dtype, TensorView};
 
@@ -125,7 +126,10 @@ pub fn load(params: &[Tensor], path: &Path) -> Result<()> {
     // Read every parameter's values, then change them all.
     let mut values = Vec::with_capacity(plan.len());
     for (p, start) in &plan {
-        let mut bytes = vec![0u8; p.dims().iter().product::<usize>() * 4];
+        let n = p.dims().iter().product::<usize>().saturating_mul(4);
+        let mut bytes = try_vec_filled(n, 0u8, || {
+            format!("reading {} from {}", p.label(), path.display())
+        })?;
         file.seek(SeekFrom::Start(data_start + start))
             .and_then(|_| file.read_exact(&mut bytes))
             .map_err(|e| io("reading", e))?;

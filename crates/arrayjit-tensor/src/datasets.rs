@@ -1,6 +1,7 @@
 //! Datasets made in code, reproducible from a seed: half-moons, concentric circles, spirals, and
 //! a small image-like classification set (bars, crosses and diagonals on a noisy grid).
 
+use arrayjit_ir::fallible::{try_collect, try_vec_filled, try_vec_with_capacity};
 use arrayjit_ir::{Error, Result};
 
 use crate::rng::Philox;
@@ -38,12 +39,15 @@ impl Dataset {
     }
 
     /// Labels one-hot encoded, row-major `[n, classes]`.
-    pub fn one_hot(&self) -> Vec<f64> {
-        let mut out = vec![0.0; self.len() * self.classes];
+    pub fn one_hot(&self) -> Result<Vec<f64>> {
+        let n = checked_size("one_hot", &[self.len(), self.classes])?;
+        let mut out = try_vec_filled(n, 0.0, || format!("a one-hot encoding of {n} values"))?;
         for (i, &l) in self.labels.iter().enumerate() {
-            out[i * self.classes + l] = 1.0;
+            if let Some(v) = out.get_mut(i * self.classes + l) {
+                *v = 1.0;
+            }
         }
-        out
+        Ok(out)
     }
 
     /// Row `i`.
@@ -66,13 +70,20 @@ impl Dataset {
             order.swap(i, j.min(i));
         }
         let cut = (self.len() as f64 * train_fraction).round() as usize;
-        let pick = |idx: &[usize]| Dataset {
-            x: idx.iter().flat_map(|&i| self.row(i).to_vec()).collect(),
-            labels: idx.iter().map(|&i| self.labels[i]).collect(),
-            features: self.features,
-            classes: self.classes,
+        let pick = |idx: &[usize]| -> Result<Dataset> {
+            let values = idx.len() * self.features;
+            Ok(Dataset {
+                x: try_collect(
+                    values,
+                    idx.iter().flat_map(|&i| self.row(i).iter().copied()),
+                    || format!("a split of {values} values"),
+                )?,
+                labels: idx.iter().map(|&i| self.labels[i]).collect(),
+                features: self.features,
+                classes: self.classes,
+            })
         };
-        Ok((pick(&order[..cut]), pick(&order[cut..])))
+        Ok((pick(&order[..cut])?, pick(&order[cut..])?))
     }
 
     /// Whole batches of `batch_size` rows: `(x [batches, batch_size, features], rows used)`;
@@ -85,15 +96,36 @@ impl Dataset {
             )));
         }
         let n = self.len() / batch_size;
-        Ok((n, self.x[..n * batch_size * self.features].to_vec()))
+        let used = &self.x[..n * batch_size * self.features];
+        let copy = try_collect(used.len(), used.iter().copied(), || {
+            format!("{} batched values", used.len())
+        })?;
+        Ok((n, copy))
     }
 }
 
+/// The product of `factors`, or an error naming the dataset when it overflows.
+fn checked_size(name: &str, factors: &[usize]) -> Result<usize> {
+    factors
+        .iter()
+        .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+        .ok_or_else(|| Error::invalid(format!("{name}: {factors:?} is too many values to hold")))
+}
+
+/// Empty storage for `rows` rows of `features` values and their labels, allocated fallibly.
+fn storage(name: &str, rows: usize, features: usize) -> Result<(Vec<f64>, Vec<usize>)> {
+    let values = checked_size(name, &[rows, features])?;
+    let x = try_vec_with_capacity(values, || {
+        format!("{name}: {rows} rows of {features} values")
+    })?;
+    let labels = try_vec_with_capacity(rows, || format!("{name}: labels of {rows} rows"))?;
+    Ok((x, labels))
+}
+
 /// Two interleaving half circles ("moons") with Gaussian noise of standard deviation `noise`.
-pub fn moons(n: usize, noise: f64, seed: u64) -> Dataset {
+pub fn moons(n: usize, noise: f64, seed: u64) -> Result<Dataset> {
     let rng = Philox::new(seed, 1);
-    let mut x = Vec::with_capacity(2 * n);
-    let mut labels = Vec::with_capacity(n);
+    let (mut x, mut labels) = storage("moons", n, 2)?;
     let upper = n / 2;
     for i in 0..n {
         let (class, k, count) = if i < upper {
@@ -111,19 +143,18 @@ pub fn moons(n: usize, noise: f64, seed: u64) -> Dataset {
         x.push(py + noise * rng.normal(2 * i as u64 + 1));
         labels.push(class);
     }
-    Dataset {
+    Ok(Dataset {
         x,
         labels,
         features: 2,
         classes: 2,
-    }
+    })
 }
 
 /// Two concentric circles; the inner one has radius `factor`.
-pub fn circles(n: usize, noise: f64, factor: f64, seed: u64) -> Dataset {
+pub fn circles(n: usize, noise: f64, factor: f64, seed: u64) -> Result<Dataset> {
     let rng = Philox::new(seed, 2);
-    let mut x = Vec::with_capacity(2 * n);
-    let mut labels = Vec::with_capacity(n);
+    let (mut x, mut labels) = storage("circles", n, 2)?;
     for i in 0..n {
         let class = i % 2;
         let r = if class == 0 { 1.0 } else { factor };
@@ -132,19 +163,19 @@ pub fn circles(n: usize, noise: f64, factor: f64, seed: u64) -> Dataset {
         x.push(r * t.sin() + noise * rng.normal(3 * i as u64 + 2));
         labels.push(class);
     }
-    Dataset {
+    Ok(Dataset {
         x,
         labels,
         features: 2,
         classes: 2,
-    }
+    })
 }
 
 /// `classes` interleaved spiral arms of `per_class` points each.
-pub fn spirals(per_class: usize, classes: usize, noise: f64, seed: u64) -> Dataset {
+pub fn spirals(per_class: usize, classes: usize, noise: f64, seed: u64) -> Result<Dataset> {
     let rng = Philox::new(seed, 3);
-    let mut x = Vec::new();
-    let mut labels = Vec::new();
+    let rows = checked_size("spirals", &[per_class, classes])?;
+    let (mut x, mut labels) = storage("spirals", rows, 2)?;
     for c in 0..classes {
         for k in 0..per_class {
             let r = k as f64 / per_class as f64;
@@ -155,20 +186,20 @@ pub fn spirals(per_class: usize, classes: usize, noise: f64, seed: u64) -> Datas
             labels.push(c);
         }
     }
-    Dataset {
+    Ok(Dataset {
         x,
         labels,
         features: 2,
         classes,
-    }
+    })
 }
 
 /// Small `size × size` grey images in four classes — horizontal bar, vertical bar, cross,
 /// diagonal — at random positions with pixel noise; flattened to `size²` features.
-pub fn bars_and_crosses(n: usize, size: usize, noise: f64, seed: u64) -> Dataset {
+pub fn bars_and_crosses(n: usize, size: usize, noise: f64, seed: u64) -> Result<Dataset> {
     let rng = Philox::new(seed, 4);
-    let mut x = Vec::with_capacity(n * size * size);
-    let mut labels = Vec::with_capacity(n);
+    let features = checked_size("bars_and_crosses", &[size, size])?;
+    let (mut x, mut labels) = storage("bars_and_crosses", n, features)?;
     for i in 0..n {
         let class = i % 4;
         let pos = 1 + (rng.uniform(2 * i as u64) * (size.max(3) - 2) as f64) as usize;
@@ -186,12 +217,12 @@ pub fn bars_and_crosses(n: usize, size: usize, noise: f64, seed: u64) -> Dataset
         }
         labels.push(class);
     }
-    Dataset {
+    Ok(Dataset {
         x,
         labels,
         features: size * size,
         classes: 4,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -200,25 +231,39 @@ mod tests {
 
     #[test]
     fn datasets_are_reproducible_and_well_formed() {
-        assert_eq!(moons(100, 0.1, 3), moons(100, 0.1, 3));
-        assert_ne!(moons(100, 0.1, 3), moons(100, 0.1, 4));
+        assert_eq!(moons(100, 0.1, 3).unwrap(), moons(100, 0.1, 3).unwrap());
+        assert_ne!(moons(100, 0.1, 3).unwrap(), moons(100, 0.1, 4).unwrap());
         for d in [
-            moons(50, 0.1, 1),
-            circles(50, 0.05, 0.5, 1),
-            spirals(20, 3, 0.0, 1),
-            bars_and_crosses(12, 6, 0.1, 1),
+            moons(50, 0.1, 1).unwrap(),
+            circles(50, 0.05, 0.5, 1).unwrap(),
+            spirals(20, 3, 0.0, 1).unwrap(),
+            bars_and_crosses(12, 6, 0.1, 1).unwrap(),
         ] {
             assert_eq!(d.x.len(), d.len() * d.features);
             assert!(d.labels.iter().all(|&l| l < d.classes));
         }
-        let (train, test) = moons(100, 0.1, 1).split(0.8, 9).unwrap();
+        let (train, test) = moons(100, 0.1, 1).unwrap().split(0.8, 9).unwrap();
         assert_eq!((train.len(), test.len()), (80, 20));
-        assert!(moons(10, 0.1, 1).split(1.5, 0).is_err());
-        let (nb, xs) = moons(10, 0.1, 1).batches(3).unwrap();
+        assert!(moons(10, 0.1, 1).unwrap().split(1.5, 0).is_err());
+        let (nb, xs) = moons(10, 0.1, 1).unwrap().batches(3).unwrap();
         assert_eq!((nb, xs.len()), (3, 18));
         assert_eq!(
-            moons(4, 0.0, 1).one_hot(),
+            moons(4, 0.0, 1).unwrap().one_hot().unwrap(),
             vec![1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
         );
+    }
+
+    /// Reliability issue, item 5: sizes the machine cannot hold are typed errors, not aborts.
+    #[test]
+    fn item05_impossible_dataset_sizes_are_errors() {
+        assert!(matches!(
+            moons(usize::MAX / 4, 0.1, 1),
+            Err(Error::OutOfMemory { .. })
+        ));
+        assert!(matches!(
+            bars_and_crosses(1 << 40, 1 << 20, 0.1, 1),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(spirals(usize::MAX, 2, 0.0, 1).is_err());
     }
 }

@@ -1,6 +1,9 @@
 //! Parameter initializers, drawn from the counter-based RNG so that a seed gives the same
 //! parameters everywhere.
 
+use arrayjit_ir::fallible::try_collect;
+use arrayjit_ir::{Error, Result};
+
 use crate::rng::Philox;
 
 /// How to fill a parameter.
@@ -32,21 +35,36 @@ pub enum Init {
 }
 
 impl Init {
-    /// The values for a parameter of shape `dims`.
-    pub fn values(&self, dims: &[usize], seed: u64, stream: u32) -> Vec<f64> {
-        let n: usize = dims.iter().product();
+    /// The value of element `i` (row-major) of a parameter of shape `dims`: a pure function of
+    /// the position, so an initializer fills an array in place, in any order.
+    pub fn value_at(&self, dims: &[usize], seed: u64, stream: u32, i: usize) -> f64 {
         let fan_in = dims.first().copied().unwrap_or(1).max(1) as f64;
         let rng = Philox::new(seed, stream);
+        let i = i as u64;
         match *self {
-            Init::Zeros => vec![0.0; n],
-            Init::Constant(c) => vec![c; n],
-            Init::Uniform { lo, hi } => rng.uniform_vec(n, lo, hi),
-            Init::Normal { mean, std } => rng.normal_vec(n, mean, std),
+            Init::Zeros => 0.0,
+            Init::Constant(c) => c,
+            Init::Uniform { lo, hi } => lo + (hi - lo) * rng.uniform(i),
+            Init::Normal { mean, std } => mean + std * rng.normal(i),
             Init::KaimingUniform => {
                 let b = (6.0 / fan_in).sqrt();
-                rng.uniform_vec(n, -b, b)
+                -b + 2.0 * b * rng.uniform(i)
             }
-            Init::KaimingNormal => rng.normal_vec(n, 0.0, (2.0 / fan_in).sqrt()),
+            Init::KaimingNormal => (2.0 / fan_in).sqrt() * rng.normal(i),
         }
+    }
+
+    /// The values for a parameter of shape `dims`; an [`Error::OutOfMemory`] (or a shape error
+    /// when the element count overflows) instead of an abort for shapes too large to hold.
+    pub fn values(&self, dims: &[usize], seed: u64, stream: u32) -> Result<Vec<f64>> {
+        let n = dims
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| Error::invalid(format!("dims {dims:?} have too many elements")))?;
+        try_collect(
+            n,
+            (0..n).map(|i| self.value_at(dims, seed, stream, i)),
+            || format!("initial values of shape {dims:?}"),
+        )
     }
 }

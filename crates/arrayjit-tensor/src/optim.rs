@@ -64,8 +64,7 @@ pub struct Update {
 }
 
 fn state(label: &str, like: &Tnode) -> Result<Tensor> {
-    let n: usize = like.dims().iter().product();
-    Tensor::input(like.prec(), like.dims(), label, &vec![0.0; n])
+    Tensor::zeros_input(like.prec(), like.dims(), label)
 }
 
 fn pointwise(dst: &Tnode, accum: BinOp, src: &Tensor) -> Result<Assignments> {

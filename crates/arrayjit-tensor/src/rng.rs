@@ -2,6 +2,9 @@
 //! only on (seed, stream, position), so the same seed gives the same parameters and data on
 //! every backend and in any order of generation.
 
+use arrayjit_ir::Result;
+use arrayjit_ir::fallible::try_collect;
+
 /// Philox4x32 with 10 rounds, keyed by a seed and a stream id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Philox {
@@ -56,16 +59,23 @@ impl Philox {
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
     }
 
-    /// `n` uniform values in `[lo, hi)`.
-    pub fn uniform_vec(&self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-        (0..n as u64)
-            .map(|i| lo + (hi - lo) * self.uniform(i))
-            .collect()
+    /// `n` uniform values in `[lo, hi)` (an [`arrayjit_ir::Error::OutOfMemory`] if `n` cannot be held).
+    pub fn uniform_vec(&self, n: usize, lo: f64, hi: f64) -> Result<Vec<f64>> {
+        try_collect(
+            n,
+            (0..n as u64).map(|i| lo + (hi - lo) * self.uniform(i)),
+            || format!("{n} uniform random values"),
+        )
     }
 
-    /// `n` normal values with the given mean and standard deviation.
-    pub fn normal_vec(&self, n: usize, mean: f64, std: f64) -> Vec<f64> {
-        (0..n as u64).map(|i| mean + std * self.normal(i)).collect()
+    /// `n` normal values with the given mean and standard deviation (an
+    /// [`arrayjit_ir::Error::OutOfMemory`] if `n` cannot be held).
+    pub fn normal_vec(&self, n: usize, mean: f64, std: f64) -> Result<Vec<f64>> {
+        try_collect(
+            n,
+            (0..n as u64).map(|i| mean + std * self.normal(i)),
+            || format!("{n} normal random values"),
+        )
     }
 }
 
@@ -86,11 +96,11 @@ mod tests {
     fn uniform_and_normal_have_the_right_moments() {
         let r = Philox::new(42, 0);
         let n = 20_000;
-        let u = r.uniform_vec(n, 0.0, 1.0);
+        let u = r.uniform_vec(n, 0.0, 1.0).unwrap();
         assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
         let mean: f64 = u.iter().sum::<f64>() / n as f64;
         assert!((mean - 0.5).abs() < 0.01, "{mean}");
-        let z = r.normal_vec(n, 0.0, 1.0);
+        let z = r.normal_vec(n, 0.0, 1.0).unwrap();
         let m: f64 = z.iter().sum::<f64>() / n as f64;
         let v: f64 = z.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n as f64;
         assert!(m.abs() < 0.03 && (v - 1.0).abs() < 0.05, "{m} {v}");

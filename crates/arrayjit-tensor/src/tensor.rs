@@ -155,6 +155,14 @@ impl Tensor {
         Ok(Tensor::leaf(tn, Kind::Input, false, Assignments::Noop))
     }
 
+    /// Data on the host, all zeros (hosted, no gradient); filled in place, without a vector
+    /// of values.
+    pub fn zeros_input(prec: Prec, dims: &[usize], label: &str) -> Result<Tensor> {
+        let tn = Tnode::new(prec, dims, &[label])?;
+        tn.set_values_with(|_| 0.0)?;
+        Ok(Tensor::leaf(tn, Kind::Input, false, Assignments::Noop))
+    }
+
     /// A trainable parameter initialized on the host by `init` (drawn from the counter-based
     /// RNG with `seed`; `stream` separates parameters).
     pub fn param(
@@ -181,7 +189,7 @@ impl Tensor {
             MemoryMode::Hosted(MemoryType::Nonconstant),
             "tensor: a parameter, changed by training and read on the host",
         )?;
-        tn.set_values(&init.values(dims, seed, stream))?;
+        tn.set_values_with(|i| init.value_at(dims, seed, stream, i))?;
         Ok(Tensor::leaf(tn, Kind::Parameter, true, Assignments::Noop))
     }
 

@@ -9,7 +9,7 @@ use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn training(c: &mut Criterion) {
-    let (train, _) = moons(500, 0.1, 1).split(0.8, 1).unwrap();
+    let (train, _) = moons(500, 0.1, 1).unwrap().split(0.8, 1).unwrap();
     for name in ["sync_cc", "multicore_cc"] {
         let backend = arrayjit::backend(name).unwrap();
         let cfg = TrainConfig {

@@ -1,6 +1,7 @@
 //! A character-level bigram model: a `[vocab, vocab]` table of logits trained with softmax
 //! cross-entropy on a small text made in code, then sampled.
 
+use arrayjit_ir::fallible::try_vec_filled;
 use arrayjit_ir::{Error, Result};
 use arrayjit_tensor::Optimizer;
 use arrayjit_tensor::datasets::Dataset;
@@ -69,7 +70,9 @@ impl Bigram {
         let index = |c: char| vocab.binary_search(&c).unwrap_or(0);
         let chars: Vec<usize> = text.chars().map(index).collect();
         let pairs = chars.len() - 1;
-        let mut x = vec![0.0; pairs * v];
+        let mut x = try_vec_filled(one_hot_size(pairs, v)?, 0.0, || {
+            format!("one-hot inputs of {pairs} character pairs over {v} characters")
+        })?;
         for (i, w) in chars.windows(2).enumerate() {
             x[i * v + w[0]] = 1.0;
         }
@@ -80,10 +83,13 @@ impl Bigram {
             classes: v,
         };
         // The best bigram model's loss, from counts.
-        let mut counts = vec![vec![0usize; v]; v];
+        let mut counts = try_vec_filled(one_hot_size(v, v)?, 0usize, || {
+            format!("bigram counts over {v} characters")
+        })?;
         for w in chars.windows(2) {
-            counts[w[0]][w[1]] += 1;
+            counts[w[0] * v + w[1]] += 1;
         }
+        let counts: Vec<&[usize]> = counts.chunks(v).collect();
         let optimal_loss = counts
             .iter()
             .map(|row| {
@@ -120,7 +126,9 @@ impl Bigram {
     /// `n` characters sampled after `start`, reproducibly from `seed`.
     pub fn sample(&self, start: char, n: usize, seed: u64) -> Result<String> {
         let v = self.vocab.len();
-        let mut table = vec![0.0; v * v];
+        let mut table = try_vec_filled(one_hot_size(v, v)?, 0.0, || {
+            format!("one-hot rows of {v} characters")
+        })?;
         for i in 0..v {
             table[i * v + i] = 1.0;
         }
@@ -145,4 +153,13 @@ impl Bigram {
         }
         Ok(out)
     }
+}
+
+/// `rows × columns` values of a one-hot table, or an error when the product overflows.
+fn one_hot_size(rows: usize, columns: usize) -> Result<usize> {
+    rows.checked_mul(columns).ok_or_else(|| {
+        Error::invalid(format!(
+            "a table of {rows} × {columns} values is too large; use a text with fewer distinct characters"
+        ))
+    })
 }

@@ -71,7 +71,7 @@ pub fn run(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Resul
             config.samples
         )));
     }
-    let data = moons(config.samples, 0.1, config.seed);
+    let data = moons(config.samples, 0.1, config.seed)?;
     let (train, test) = data.split(0.8, config.seed)?;
     let started = Instant::now();
     let model = Mlp::new(&[2, 16, 16, 1], config.seed)?;
@@ -89,7 +89,7 @@ pub fn run(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Resul
     let classifier = Classifier::new(&backend, model, &train, &settings)?;
     let build_time = started.elapsed();
     let started = Instant::now();
-    let mut losses = Vec::with_capacity(config.epochs);
+    let mut losses = Vec::new();
     for epoch in 0..config.epochs {
         let stats = classifier.epoch(epoch)?;
         losses.push(stats.loss);

@@ -5,7 +5,7 @@
 //! use arrayjit::tensor::{datasets::moons, Optimizer};
 //! use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
 //! # fn main() -> arrayjit::Result<()> {
-//! let (train, test) = moons(500, 0.1, 1).split(0.8, 1)?;
+//! let (train, test) = moons(500, 0.1, 1)?.split(0.8, 1)?;
 //! let backend = arrayjit::initialize(None)?; // ARRAYJIT_BACKEND or sync_cc
 //! let config = TrainConfig {
 //!     epochs: 60,
@@ -192,7 +192,7 @@ impl Classifier {
         let k = out_classes(config.loss, train.classes);
         let y_values: Vec<f64> = match config.loss {
             LossKind::Hinge => train.signed_labels(),
-            LossKind::SoftmaxCrossEntropy => train.one_hot(),
+            LossKind::SoftmaxCrossEntropy => train.one_hot()?,
         };
         let y_all = Tensor::input(
             Prec::F32,

@@ -198,3 +198,54 @@ fn item03_kernel_stack_is_budgeted_in_total() {
         }
     }
 }
+
+/// Item 5: shapes too large for the machine are typed errors in the front end too, for every
+/// initializer and for optimizer state, and nothing of their size is allocated on the way.
+#[test]
+fn item05_huge_shapes_in_the_front_end_are_errors() {
+    use arrayjit::tensor::{Init, Tensor};
+    for init in [
+        Init::Zeros,
+        Init::Constant(1.0),
+        Init::Normal {
+            mean: 0.0,
+            std: 1.0,
+        },
+        Init::KaimingUniform,
+    ] {
+        match Tensor::param("h", &[1 << 40], init, 1, 0) {
+            Err(Error::OutOfMemory { what, bytes }) => {
+                assert!(what.contains("host array"), "{what}");
+                assert_eq!(bytes, 4 << 40);
+            }
+            other => panic!("{init:?}: expected OutOfMemory, got {other:?}"),
+        }
+        assert!(Tensor::param("h", &[1 << 40, 1 << 40], init, 1, 0).is_err());
+    }
+    assert!(matches!(
+        Init::Zeros.values(&[1 << 40, 1 << 40], 1, 0),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Init::Zeros.values(&[1 << 61], 1, 0),
+        Err(Error::OutOfMemory { .. })
+    ));
+    assert!(matches!(
+        Tensor::zeros_input(Prec::F32, &[1 << 40], "state"),
+        Err(Error::OutOfMemory { .. })
+    ));
+    // A wrong number of values is found before the array is allocated.
+    assert!(matches!(
+        Tensor::input(Prec::F32, &[1 << 40], "x", &[1.0]),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    // Reasonable shapes still work, with the same values as before.
+    let p = Tensor::param("w", &[3, 2], Init::KaimingUniform, 7, 1).unwrap();
+    let want: Vec<f64> = Init::KaimingUniform
+        .values(&[3, 2], 7, 1)
+        .unwrap()
+        .iter()
+        .map(|&v| v as f32 as f64)
+        .collect();
+    assert_eq!(p.values().unwrap(), want);
+}

@@ -41,7 +41,7 @@ fn the_same_seed_gives_the_same_losses_on_both_cpu_backends() {
 #[test]
 fn adam_and_softmax_cross_entropy_learn_spirals_and_images() {
     let b = arrayjit::backend("sync_cc").unwrap();
-    let data = spirals(100, 3, 0.02, 5);
+    let data = spirals(100, 3, 0.02, 5).unwrap();
     let (train, test) = data.split(0.8, 5).unwrap();
     let model = Mlp::new(&[2, 32, 32, 3], 5).unwrap();
     let cfg = TrainConfig {
@@ -64,7 +64,7 @@ fn adam_and_softmax_cross_entropy_learn_spirals_and_images() {
         c.accuracy(&test).unwrap()
     );
 
-    let images = bars_and_crosses(400, 6, 0.2, 3);
+    let images = bars_and_crosses(400, 6, 0.2, 3).unwrap();
     let (train, test) = images.split(0.75, 3).unwrap();
     let model = Mlp::new(&[36, 24, 4], 3).unwrap();
     let cfg = TrainConfig {
@@ -92,7 +92,7 @@ fn adam_and_softmax_cross_entropy_learn_spirals_and_images() {
 #[test]
 fn parameters_round_trip_through_safetensors() {
     let b = arrayjit::backend("multicore_cc").unwrap();
-    let data = arrayjit::tensor::datasets::moons(200, 0.1, 4);
+    let data = arrayjit::tensor::datasets::moons(200, 0.1, 4).unwrap();
     let (train, test) = data.split(0.8, 4).unwrap();
     let model = Mlp::new(&[2, 8, 1], 4).unwrap();
     let cfg = TrainConfig {
@@ -171,7 +171,7 @@ fn moons_trains_data_parallel_over_shards_and_devices() {
         },
     )
     .unwrap();
-    let data = arrayjit::tensor::datasets::moons(500, 0.1, 2);
+    let data = arrayjit::tensor::datasets::moons(500, 0.1, 2).unwrap();
     let (train, test) = data.split(0.8, 2).unwrap();
     let model = Mlp::new(&[2, 16, 16, 1], 2).unwrap();
     let cfg = TrainConfig {
