@@ -11,6 +11,7 @@
 pub mod buffer;
 pub mod cc;
 pub mod missing;
+pub mod settings;
 
 use std::any::Any;
 use std::fmt::Debug;

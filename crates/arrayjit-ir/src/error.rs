@@ -158,6 +158,19 @@ pub enum Error {
         #[source]
         source: std::sync::Arc<Error>,
     },
+    /// A setting (an environment variable or a configuration field) has a value outside its
+    /// documented range, or one that does not parse.
+    #[error(
+        "setting {setting} = {value:?} is not valid: {expected}; fix it or unset it to use the default"
+    )]
+    InvalidSetting {
+        /// The environment variable or configuration field.
+        setting: String,
+        /// The value given (lossily decoded if it was not UTF-8).
+        value: String,
+        /// What is accepted, with the default.
+        expected: String,
+    },
     /// Memory for something the caller asked for could not be had: the size is more than the
     /// machine can hold (or than an allocation may be).
     #[error(

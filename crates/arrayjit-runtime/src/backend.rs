@@ -31,17 +31,51 @@ pub enum Strategy {
     MostParallelStreams,
 }
 
-/// Settings for [`backend_with_config`].
+/// Settings for [`backend_with_config`]. A field outside its documented range is an
+/// [`Error::InvalidSetting`] when the backend is made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeConfig {
     /// The parallelism strategy.
     pub strategy: Strategy,
-    /// Number of CPU devices (default: `ARRAYJIT_CPU_DEVICES`, else 1).
+    /// Number of CPU devices, in `arrayjit_backends::cc::CPU_DEVICES_RANGE` (default:
+    /// `ARRAYJIT_CPU_DEVICES`, else 1).
     pub num_devices: Option<usize>,
-    /// Tasks a `multicore` stream queues before `schedule` blocks.
+    /// Tasks a `multicore` stream queues before `schedule` blocks, in [`QUEUE_CAPACITY_RANGE`]
+    /// (default 1024). The queue's slots are allocated when the stream starts.
     pub queue_capacity: usize,
-    /// Largest pool the link-time planner allocates; an array larger than this is an error.
+    /// Largest pool the link-time planner allocates, in [`MAX_POOL_BYTES_RANGE`] (default
+    /// 1 GiB); an array larger than this is an error.
     pub max_pool_bytes: usize,
+}
+
+/// Accepted [`RuntimeConfig::queue_capacity`] values.
+pub const QUEUE_CAPACITY_RANGE: std::ops::RangeInclusive<u64> = 1..=65_536;
+/// Accepted [`RuntimeConfig::max_pool_bytes`] values: at least one byte, at most what one
+/// allocation may be.
+pub const MAX_POOL_BYTES_RANGE: std::ops::RangeInclusive<u64> = 1..=(isize::MAX as u64);
+
+impl RuntimeConfig {
+    /// Checks every field against its documented range.
+    pub fn validate(&self) -> Result<()> {
+        use arrayjit_backends::settings::check_range;
+        if let Some(n) = self.num_devices {
+            check_range(
+                "RuntimeConfig::num_devices",
+                n as u64,
+                arrayjit_backends::cc::CPU_DEVICES_RANGE,
+            )?;
+        }
+        check_range(
+            "RuntimeConfig::queue_capacity",
+            self.queue_capacity as u64,
+            QUEUE_CAPACITY_RANGE,
+        )?;
+        check_range(
+            "RuntimeConfig::max_pool_bytes",
+            self.max_pool_bytes as u64,
+            MAX_POOL_BYTES_RANGE,
+        )
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -87,20 +121,21 @@ pub fn backend(name: &str) -> Result<Backend> {
 /// Like [`backend`], with explicit settings.
 pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend> {
     let trimmed = name.trim();
-    let cc = || {
-        let mut c = CcConfig::from_env();
+    config.validate()?;
+    let cc = || -> Result<Arc<dyn LoweredBackend>> {
+        let mut c = CcConfig::from_env()?;
         if let Some(n) = config.num_devices {
-            c.num_devices = n.max(1);
+            c.num_devices = n;
         }
-        Arc::new(CcBackend::new(c)) as Arc<dyn LoweredBackend>
+        Ok(Arc::new(CcBackend::new(c)?))
     };
     let (canonical, lowered, scheduler) = match trimmed {
-        "sync_cc" | "cc" => ("sync_cc", cc(), SchedulerKind::Sync),
+        "sync_cc" | "cc" => ("sync_cc", cc()?, SchedulerKind::Sync),
         "multicore_cc" => (
             "multicore_cc",
-            cc(),
+            cc()?,
             SchedulerKind::Multicore {
-                queue_capacity: config.queue_capacity.max(1),
+                queue_capacity: config.queue_capacity,
             },
         ),
         "cuda" | "metal" | "wgpu" => (
@@ -153,9 +188,9 @@ pub fn available_backends() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|n| match *n {
-            "sync_cc" | "multicore_cc" => CcBackend::new(CcConfig::from_env())
-                .check_available()
-                .is_ok(),
+            "sync_cc" | "multicore_cc" => CcConfig::from_env()
+                .and_then(CcBackend::new)
+                .is_ok_and(|b| b.check_available().is_ok()),
             _ => false,
         })
         .collect()

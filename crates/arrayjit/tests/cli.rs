@@ -70,3 +70,23 @@ fn info_lists_backends() {
     assert!(out.contains("sync_cc: available, 1 device(s)"), "{out}");
     assert!(out.contains("wgpu: backend wgpu is unavailable"), "{out}");
 }
+
+#[test]
+fn invalid_settings_from_the_environment_are_reported_not_aborts() {
+    for value in ["1000000000000", "18446744073709551615", "0", "lots"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_arrayjit"))
+            .arg("lowering")
+            .env("ARRAYJIT_CPU_DEVICES", value)
+            .env_remove("ARRAYJIT_BACKEND")
+            .output()
+            .expect("the arrayjit binary runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{value}: {err}");
+        assert!(
+            err.contains("ARRAYJIT_CPU_DEVICES")
+                && err.contains(value)
+                && err.contains("1 to 1024"),
+            "{err}"
+        );
+    }
+}

@@ -13,11 +13,11 @@ use arrayjit::backends::cc::{CcBackend, CcConfig};
 use arrayjit::prelude::*;
 
 fn cc_backend(config: CcConfig) -> Backend {
-    Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config)))
+    Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config).unwrap()))
 }
 
 fn config_in(dir: &Path) -> CcConfig {
-    let mut config = CcConfig::from_env();
+    let mut config = CcConfig::from_env().unwrap();
     config.cache_dir = Some(dir.join("cache"));
     config.build_files_dir = None;
     config

@@ -211,13 +211,13 @@ fn static_indices_are_checked() {
 }
 
 fn cc_backend(config: CcConfig) -> Backend {
-    Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config)))
+    Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config).unwrap()))
 }
 
 #[test]
 fn compile_failure_reports_stderr_and_keeps_the_source() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = CcConfig::from_env();
+    let mut config = CcConfig::from_env().unwrap();
     config.flags.push("-DARRAYJIT_TEST_FAILURE".into());
     config.flags.push("-include".into());
     config
@@ -245,7 +245,7 @@ fn compile_failure_reports_stderr_and_keeps_the_source() {
 
 #[test]
 fn a_missing_compiler_makes_the_backend_unavailable() {
-    let mut config = CcConfig::from_env();
+    let mut config = CcConfig::from_env().unwrap();
     config.compiler = "/nonexistent/arrayjit-cc".into();
     let b = cc_backend(config);
     let err = b.check_available().unwrap_err();
@@ -257,7 +257,7 @@ fn a_missing_compiler_makes_the_backend_unavailable() {
 #[test]
 fn cache_hits_skip_the_compiler_and_build_files_are_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = CcConfig::from_env();
+    let mut config = CcConfig::from_env().unwrap();
     config.cache_dir = Some(dir.path().join("cache"));
     config.build_files_dir = Some(dir.path().join("build"));
     let b = cc_backend(config);
@@ -438,7 +438,7 @@ fn host_writes_reach_the_device_with_from_host() {
 #[test]
 fn the_compile_cache_is_trimmed_to_its_size_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = CcConfig::from_env();
+    let mut config = CcConfig::from_env().unwrap();
     config.cache_dir = Some(dir.path().join("cache"));
     config.cache_max_bytes = 1; // Keeps only the newest library.
     let b = cc_backend(config);
@@ -464,7 +464,7 @@ fn an_unusable_cache_folder_means_compiling_without_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("not-a-folder");
     std::fs::write(&file, b"x").unwrap();
-    let mut config = CcConfig::from_env();
+    let mut config = CcConfig::from_env().unwrap();
     config.cache_dir = Some(file.join("cache"));
     let b = cc_backend(config);
     let x = hosted_input(&[3], "x");

@@ -249,3 +249,136 @@ fn item05_huge_shapes_in_the_front_end_are_errors() {
         .collect();
     assert_eq!(p.values().unwrap(), want);
 }
+
+/// Item 6: every setting has a documented range; outside it, or unparsable, is a typed error
+/// naming the variable, the value and the range, never an abort or a silent default.
+#[test]
+fn item06_configuration_values_are_checked() {
+    use arrayjit::backends::cc::CcConfig;
+    use arrayjit::runtime::{RuntimeConfig, backend_with_config};
+    use std::ffi::OsString;
+    for (variable, range) in [
+        ("ARRAYJIT_CPU_DEVICES", "from 1 to 1024"),
+        ("ARRAYJIT_CACHE_MAX_MB", "from 0 to 16777216"),
+        ("ARRAYJIT_CC_TIMEOUT_SECS", "from 1 to 86400"),
+    ] {
+        for value in [
+            "1000000000000",
+            "18446744073709551615",
+            "-1",
+            "abc",
+            "lots",
+            "99999999999999999999999",
+        ] {
+            let lookup = |name: &str| (name == variable).then(|| OsString::from(value));
+            let message = match CcConfig::from_lookup(&lookup) {
+                Err(e @ Error::InvalidSetting { .. }) => e.to_string(),
+                other => panic!("{variable}={value}: expected InvalidSetting, got {other:?}"),
+            };
+            assert!(
+                message.contains(variable) && message.contains(value) && message.contains(range),
+                "{message}"
+            );
+        }
+    }
+    // 0 is outside the device and timeout ranges but a valid cache size.
+    for (variable, ok) in [
+        ("ARRAYJIT_CPU_DEVICES", false),
+        ("ARRAYJIT_CC_TIMEOUT_SECS", false),
+        ("ARRAYJIT_CACHE_MAX_MB", true),
+    ] {
+        let lookup = |name: &str| (name == variable).then(|| OsString::from("0"));
+        assert_eq!(CcConfig::from_lookup(&lookup).is_ok(), ok, "{variable}=0");
+    }
+    let lookup = |name: &str| (name == "ARRAYJIT_NO_CACHE").then(|| OsString::from("please"));
+    assert!(matches!(
+        CcConfig::from_lookup(&lookup),
+        Err(Error::InvalidSetting { .. })
+    ));
+    // Values in range are taken as given.
+    let lookup = |name: &str| match name {
+        "ARRAYJIT_CPU_DEVICES" => Some(OsString::from("3")),
+        "ARRAYJIT_CACHE_MAX_MB" => Some(OsString::from("0")),
+        "ARRAYJIT_CC_TIMEOUT_SECS" => Some(OsString::from(" 42 ")),
+        "ARRAYJIT_NO_CACHE" => Some(OsString::from("yes")),
+        _ => None,
+    };
+    let config = CcConfig::from_lookup(&lookup).unwrap();
+    assert_eq!(config.num_devices, 3);
+    assert_eq!(config.cache_max_bytes, 0);
+    assert_eq!(config.compile_timeout.as_secs(), 42);
+    assert_eq!(config.cache_dir, None);
+
+    // Configuration given in code.
+    for (config, field) in [
+        (
+            RuntimeConfig {
+                queue_capacity: usize::MAX,
+                ..Default::default()
+            },
+            "queue_capacity",
+        ),
+        (
+            RuntimeConfig {
+                queue_capacity: 1 << 26,
+                ..Default::default()
+            },
+            "queue_capacity",
+        ),
+        (
+            RuntimeConfig {
+                queue_capacity: 0,
+                ..Default::default()
+            },
+            "queue_capacity",
+        ),
+        (
+            RuntimeConfig {
+                num_devices: Some(1 << 40),
+                ..Default::default()
+            },
+            "num_devices",
+        ),
+        (
+            RuntimeConfig {
+                num_devices: Some(0),
+                ..Default::default()
+            },
+            "num_devices",
+        ),
+        (
+            RuntimeConfig {
+                max_pool_bytes: 0,
+                ..Default::default()
+            },
+            "max_pool_bytes",
+        ),
+    ] {
+        match backend_with_config("multicore_cc", &config) {
+            Err(e @ Error::InvalidSetting { .. }) => {
+                assert!(e.to_string().contains(field), "{e}")
+            }
+            other => panic!("{config:?}: expected InvalidSetting, got {other:?}"),
+        }
+    }
+    let config = CcConfig {
+        num_devices: 1 << 40,
+        ..CcConfig::default()
+    };
+    assert!(matches!(
+        arrayjit::backends::cc::CcBackend::new(config),
+        Err(Error::InvalidSetting { .. })
+    ));
+    // The largest queue accepted works.
+    let b = backend_with_config(
+        "multicore_cc",
+        &RuntimeConfig {
+            queue_capacity: 65_536,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let s = b.get_device(0).unwrap().new_stream().unwrap();
+    s.schedule_task(|| Ok(())).unwrap();
+    s.await_work().unwrap();
+}

@@ -6,6 +6,7 @@ mod compile;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -13,79 +14,130 @@ use arrayjit_codegen::{CSyntax, KernelInterface, render_program};
 use arrayjit_ir::{Error, Optimized, Result};
 
 use crate::buffer::{CpuBuffer, MemoryCounter};
+use crate::settings;
 use crate::{BufferHandle, CompiledBatch, DeviceBuffer, LoweredBackend};
 
 pub use compile::{CompileStats, compile_stats, default_cache_dir};
 
-/// Settings of the `cc` backend.
+/// Settings of the `cc` backend. [`CcConfig::from_env`] reads them from the environment
+/// variables named on the fields; a value outside the documented range, or one that does not
+/// parse, is an [`Error::InvalidSetting`]. [`CcConfig::default`] is the built-in defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CcConfig {
-    /// The compiler command (default: `$CC`, else `cc`).
+    /// The compiler command (`$CC`, default `cc`).
     pub compiler: String,
-    /// Compiler flags (default: `$ARRAYJIT_CC_FLAGS` split on spaces, else
+    /// Compiler flags (`$ARRAYJIT_CC_FLAGS` split on spaces, default
     /// `-O3 -march=native -fPIC -shared`). `-shared` and `-fPIC` are needed for loading.
     pub flags: Vec<String>,
-    /// If set, generated sources are kept in this folder (default: `$ARRAYJIT_BUILD_FILES`).
+    /// If set, generated sources are kept in this folder (`$ARRAYJIT_BUILD_FILES`).
     pub build_files_dir: Option<PathBuf>,
-    /// The compile cache folder; `None` disables the cache (default: `$ARRAYJIT_CACHE_DIR`, else
+    /// The compile cache folder; `None` disables the cache (`$ARRAYJIT_CACHE_DIR`, default
     /// `$XDG_CACHE_HOME/arrayjit/cc` or `~/.cache/arrayjit/cc`; `ARRAYJIT_NO_CACHE=1` disables).
     pub cache_dir: Option<PathBuf>,
-    /// Number of CPU devices (default: `$ARRAYJIT_CPU_DEVICES`, else 1).
+    /// Number of CPU devices (`$ARRAYJIT_CPU_DEVICES`, in [`CPU_DEVICES_RANGE`], default 1).
     pub num_devices: usize,
-    /// Size the compile cache is trimmed to, least recently used libraries first (default:
-    /// `$ARRAYJIT_CACHE_MAX_MB` megabytes, else 1024).
+    /// Size the compile cache is trimmed to, least recently used libraries first
+    /// (`$ARRAYJIT_CACHE_MAX_MB` megabytes, in [`CACHE_MAX_MB_RANGE`], default 1024).
     pub cache_max_bytes: u64,
-    /// How long one compiler run may take before it is killed and the compile fails (default:
-    /// `$ARRAYJIT_CC_TIMEOUT_SECS` seconds, else 600). Also bounds `cc --version`.
+    /// How long one compiler run may take before it is killed and the compile fails
+    /// (`$ARRAYJIT_CC_TIMEOUT_SECS` seconds, in [`CC_TIMEOUT_SECS_RANGE`], default 600). Also
+    /// bounds `cc --version`.
     pub compile_timeout: std::time::Duration,
 }
 
 /// The default C compiler flags.
 pub const DEFAULT_CC_FLAGS: &[&str] = &["-O3", "-march=native", "-fPIC", "-shared"];
 
-impl Default for CcConfig {
-    fn default() -> Self {
-        CcConfig::from_env()
-    }
-}
+/// Accepted numbers of CPU devices (`ARRAYJIT_CPU_DEVICES`, [`CcConfig::num_devices`]).
+pub const CPU_DEVICES_RANGE: RangeInclusive<u64> = 1..=1024;
+/// Accepted compile-cache sizes in megabytes (`ARRAYJIT_CACHE_MAX_MB`; 0 keeps only the
+/// libraries in use).
+pub const CACHE_MAX_MB_RANGE: RangeInclusive<u64> = 0..=(16 << 20);
+/// Accepted compiler timeouts in seconds (`ARRAYJIT_CC_TIMEOUT_SECS`).
+pub const CC_TIMEOUT_SECS_RANGE: RangeInclusive<u64> = 1..=86_400;
 
-fn env_nonempty(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+const DEFAULT_CACHE_MAX_MB: u64 = 1024;
+const DEFAULT_CC_TIMEOUT_SECS: u64 = 600;
+
+impl Default for CcConfig {
+    /// The built-in defaults, whatever the environment says.
+    fn default() -> Self {
+        CcConfig {
+            compiler: "cc".into(),
+            flags: DEFAULT_CC_FLAGS.iter().map(|s| s.to_string()).collect(),
+            build_files_dir: None,
+            cache_dir: default_cache_dir(),
+            num_devices: 1,
+            cache_max_bytes: DEFAULT_CACHE_MAX_MB << 20,
+            compile_timeout: std::time::Duration::from_secs(DEFAULT_CC_TIMEOUT_SECS),
+        }
+    }
 }
 
 impl CcConfig {
     /// The configuration from the environment variables documented on the fields.
-    pub fn from_env() -> CcConfig {
-        let flags = match env_nonempty("ARRAYJIT_CC_FLAGS") {
+    pub fn from_env() -> Result<CcConfig> {
+        CcConfig::from_lookup(&settings::process_env)
+    }
+
+    /// The configuration from the variables `lookup` gives (the environment, or a map in
+    /// tests).
+    pub fn from_lookup(lookup: settings::Lookup<'_>) -> Result<CcConfig> {
+        let defaults = CcConfig::default();
+        let flags = match settings::text(lookup, "ARRAYJIT_CC_FLAGS")? {
             Some(f) => f.split_whitespace().map(String::from).collect(),
-            None => DEFAULT_CC_FLAGS.iter().map(|s| s.to_string()).collect(),
+            None => defaults.flags,
         };
-        let no_cache = env_nonempty("ARRAYJIT_NO_CACHE").is_some_and(|v| v != "0");
-        CcConfig {
-            compiler: env_nonempty("CC").unwrap_or_else(|| "cc".into()),
+        let no_cache = settings::flag(lookup, "ARRAYJIT_NO_CACHE", false)?;
+        let cache_dir = match settings::text(lookup, "ARRAYJIT_CACHE_DIR")? {
+            _ if no_cache => None,
+            Some(dir) => Some(PathBuf::from(dir)),
+            None => defaults.cache_dir,
+        };
+        let num_devices = settings::integer(lookup, "ARRAYJIT_CPU_DEVICES", CPU_DEVICES_RANGE, 1)?;
+        let cache_max_mb = settings::integer(
+            lookup,
+            "ARRAYJIT_CACHE_MAX_MB",
+            CACHE_MAX_MB_RANGE,
+            DEFAULT_CACHE_MAX_MB,
+        )?;
+        let timeout = settings::integer(
+            lookup,
+            "ARRAYJIT_CC_TIMEOUT_SECS",
+            CC_TIMEOUT_SECS_RANGE,
+            DEFAULT_CC_TIMEOUT_SECS,
+        )?;
+        Ok(CcConfig {
+            compiler: settings::text(lookup, "CC")?.unwrap_or(defaults.compiler),
             flags,
-            build_files_dir: env_nonempty("ARRAYJIT_BUILD_FILES").map(PathBuf::from),
-            cache_dir: if no_cache {
-                None
-            } else {
-                env_nonempty("ARRAYJIT_CACHE_DIR")
-                    .map(PathBuf::from)
-                    .or_else(default_cache_dir)
-            },
-            num_devices: env_nonempty("ARRAYJIT_CPU_DEVICES")
-                .and_then(|v| v.parse().ok())
-                .filter(|&n| n >= 1)
-                .unwrap_or(1),
-            cache_max_bytes: env_nonempty("ARRAYJIT_CACHE_MAX_MB")
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(1024)
-                .saturating_mul(1 << 20),
-            compile_timeout: std::time::Duration::from_secs(
-                env_nonempty("ARRAYJIT_CC_TIMEOUT_SECS")
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(600),
-            ),
+            build_files_dir: settings::text(lookup, "ARRAYJIT_BUILD_FILES")?.map(PathBuf::from),
+            cache_dir,
+            // In range, so the conversions are exact.
+            num_devices: num_devices as usize,
+            cache_max_bytes: cache_max_mb << 20,
+            compile_timeout: std::time::Duration::from_secs(timeout),
+        })
+    }
+
+    /// Checks the fields a program may have set against their documented ranges.
+    pub fn validate(&self) -> Result<()> {
+        settings::check_range(
+            "CcConfig::num_devices",
+            self.num_devices as u64,
+            CPU_DEVICES_RANGE,
+        )?;
+        let timeout = self.compile_timeout;
+        if timeout.is_zero() || timeout.as_secs() > *CC_TIMEOUT_SECS_RANGE.end() {
+            return Err(Error::InvalidSetting {
+                setting: "CcConfig::compile_timeout".into(),
+                value: format!("{timeout:?}"),
+                expected: format!(
+                    "more than zero and at most {} seconds",
+                    CC_TIMEOUT_SECS_RANGE.end()
+                ),
+            });
         }
+        Ok(())
     }
 }
 
@@ -104,20 +156,22 @@ impl fmt::Debug for CcBackend {
 }
 
 impl CcBackend {
-    /// A backend with the given settings.
-    pub fn new(config: CcConfig) -> CcBackend {
-        let counters = (0..config.num_devices.max(1))
+    /// A backend with the given settings, or [`Error::InvalidSetting`] if one is out of range
+    /// (see [`CcConfig::validate`]).
+    pub fn new(config: CcConfig) -> Result<CcBackend> {
+        config.validate()?;
+        let counters = (0..config.num_devices)
             .map(|_| Arc::new(MemoryCounter::default()))
             .collect();
-        let pools = (0..config.num_devices.max(1))
+        let pools = (0..config.num_devices)
             .map(|_| Mutex::new(BTreeMap::new()))
             .collect();
-        CcBackend {
+        Ok(CcBackend {
             config,
             counters,
             pools,
             syntax: CSyntax::c(),
-        }
+        })
     }
 
     /// The settings.
