@@ -1,6 +1,7 @@
 //! Tensor nodes (`Tnode`): identity, label, precision, dims, padding, memory mode with
 //! provenance, the host array, a C-safe code name, and the global registry.
 
+use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -54,11 +55,24 @@ struct TnodeInner {
     memory_mode: Mutex<Option<ModeWithProvenance>>,
     host: Mutex<Option<Ndarray>>,
     host_sync: Mutex<HostSync>,
+    /// Resources that live exactly as long as the node (see [`Tnode::attach`]).
+    attachments: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Drop for TnodeInner {
     fn drop(&mut self) {
         registry().remove(&self.id);
+    }
+}
+
+/// A handle to a node that does not keep it alive ([`Tnode::downgrade`]).
+#[derive(Clone, Debug)]
+pub struct WeakTnode(Weak<TnodeInner>);
+
+impl WeakTnode {
+    /// The node, if some handle still keeps it alive.
+    pub fn upgrade(&self) -> Option<Tnode> {
+        self.0.upgrade().map(Tnode)
     }
 }
 
@@ -160,9 +174,24 @@ impl Tnode {
             memory_mode: Mutex::new(None),
             host: Mutex::new(None),
             host_sync: Mutex::new(HostSync::default()),
+            attachments: Mutex::new(Vec::new()),
         });
         registry().insert(id, Arc::downgrade(&inner));
         Ok(Tnode(inner))
+    }
+
+    /// A handle that does not keep the node alive.
+    pub fn downgrade(&self) -> WeakTnode {
+        WeakTnode(Arc::downgrade(&self.0))
+    }
+
+    /// Keeps `resource` alive exactly as long as the node: it is dropped when the last handle
+    /// to the node is. The runtime attaches the device copies that belong to the node itself
+    /// rather than to a context (a constant shared by every stream of a device), so they are
+    /// freed when the node is gone. A resource must not hold the node strongly (use
+    /// [`Tnode::downgrade`]), or neither is ever freed.
+    pub fn attach(&self, resource: Arc<dyn Any + Send + Sync>) {
+        lock(&self.0.attachments).push(resource);
     }
 
     /// Finds a live node by id.

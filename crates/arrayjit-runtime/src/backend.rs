@@ -1,6 +1,5 @@
 //! Backends by name, devices, and compilation of assignments into code.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use arrayjit_backends::LoweredBackend;
 use arrayjit_backends::cc::{CcBackend, CcConfig};
 use arrayjit_backends::missing::MissingBackend;
-use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, Tnode, optimize};
+use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, optimize};
 
-use crate::host_sync::ArrayEntry;
+use crate::host_sync::SharedArrays;
 use crate::scheduler::SchedulerKind;
 
 use crate::routine::Code;
@@ -205,7 +204,7 @@ pub(crate) struct BackendInner {
     /// Unique id of device 0; device `k` is `device_uid_base + k`.
     pub device_uid_base: usize,
     /// Per device: arrays shared across the device's streams (and deduplicated constants).
-    pub shared_arrays: Vec<Mutex<BTreeMap<Tnode, Arc<ArrayEntry>>>>,
+    pub shared_arrays: Vec<SharedArrays>,
     /// The next pool id.
     pub next_pool_id: AtomicUsize,
     /// Largest pool the planner allocates.
@@ -243,7 +242,7 @@ impl Backend {
             inner: Arc::new(BackendInner {
                 name: name.to_string(),
                 device_uid_base: NEXT_DEVICE_UID.fetch_add(n.max(1), Ordering::Relaxed),
-                shared_arrays: (0..n).map(|_| Mutex::new(BTreeMap::new())).collect(),
+                shared_arrays: (0..n).map(|_| SharedArrays::default()).collect(),
                 lowered,
                 settings: Mutex::new(OptimizeSettings::default()),
                 scheduler,
@@ -422,8 +421,14 @@ impl Device {
         self.backend.inner.device_uid_base + self.ordinal
     }
 
-    pub(crate) fn shared_arrays(&self) -> &Mutex<BTreeMap<Tnode, Arc<ArrayEntry>>> {
+    pub(crate) fn shared_arrays(&self) -> &SharedArrays {
         &self.backend.inner.shared_arrays[self.ordinal]
+    }
+
+    /// Number of arrays this device holds on behalf of nodes rather than contexts: hosted
+    /// constants and nodes shared across streams. Each is freed when its node is.
+    pub fn shared_array_count(&self) -> usize {
+        self.shared_arrays().live()
     }
 
     /// Bytes currently allocated for arrays on this device.

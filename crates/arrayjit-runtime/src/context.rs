@@ -229,14 +229,8 @@ impl Context {
     fn new_array(&self, tn: &Tnode, buffer: Option<BufferHandle>) -> Result<Arc<ArrayEntry>> {
         let device = self.inner.stream.device();
         let shared = is_shared_across_streams(tn);
-        if shared
-            && let Some(e) = device
-                .shared_arrays()
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(tn)
-        {
-            return Ok(e.clone());
+        if shared && let Some(e) = device.shared_arrays().get(tn) {
+            return Ok(e);
         }
         let buffer = match buffer {
             Some(b) => b,
@@ -256,11 +250,7 @@ impl Context {
             schedule_upload(&self.inner.stream, &entry, nd.as_bytes().to_vec())?;
         }
         if shared {
-            device
-                .shared_arrays()
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(tn.clone(), entry.clone());
+            device.shared_arrays().insert(tn, &entry);
         }
         Ok(entry)
     }
@@ -325,14 +315,12 @@ impl Context {
         }
         let my_stream = self.inner.stream.inner.id;
         for tn in outputs.iter().filter(|tn| is_shared_across_streams(tn)) {
-            let existing = self.inner.arrays.get(tn).cloned().or_else(|| {
-                device
-                    .shared_arrays()
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(tn)
-                    .cloned()
-            });
+            let existing = self
+                .inner
+                .arrays
+                .get(tn)
+                .cloned()
+                .or_else(|| device.shared_arrays().get(tn));
             let writer =
                 existing.and_then(|e| *e.writing_stream.lock().unwrap_or_else(|e| e.into_inner()));
             if writer.is_some_and(|w| w != my_stream) {

@@ -20,10 +20,12 @@
 //!    only one not lagging, and any pending refresh (from another copy) is dropped — the user
 //!    asked for this copy's values.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use arrayjit_backends::{BufferHandle, LoweredBackend};
+use arrayjit_ir::tnode::WeakTnode;
 use arrayjit_ir::{Result, Tnode};
 
 use crate::scheduler::{Event, TaskLabel};
@@ -38,7 +40,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct ArrayEntry {
     /// Unique id of this device copy of the node (see `Tnode::copies_not_lagging_host`).
     pub uid: usize,
-    pub node: Tnode,
+    /// The node, held weakly: a copy shared across streams is attached to its node and must
+    /// not keep it alive (contexts and routines hold the node itself).
+    node: WeakTnode,
     pub buffer: BufferHandle,
     pub shared: bool,
     pub writing_stream: Mutex<Option<usize>>,
@@ -83,12 +87,17 @@ impl ArrayEntry {
         static NEXT_COPY: AtomicUsize = AtomicUsize::new(0);
         Arc::new(ArrayEntry {
             uid: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
-            node,
+            node: node.downgrade(),
             buffer,
             shared,
             writing_stream: Mutex::new(None),
             accesses: Mutex::new(Accesses::default()),
         })
+    }
+
+    /// The node, unless every handle to it is gone (then nobody can read this copy's values).
+    pub fn node(&self) -> Option<Tnode> {
+        self.node.upgrade()
     }
 
     /// The event of the last scheduled write (done if none).
@@ -171,7 +180,10 @@ pub(crate) fn schedule_upload(
 /// Schedules copying an array into its node's host array on `stream` (a read).
 pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
     let lowered = stream.device().backend().lowered().clone();
-    let (tn, buffer) = (entry.node.clone(), entry.buffer.clone());
+    let Some(tn) = entry.node() else {
+        return Ok(());
+    };
+    let buffer = entry.buffer.clone();
     entry.schedule_access(
         stream,
         Access::Read,
@@ -184,14 +196,18 @@ pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Res
 pub(crate) fn refresh_host_from(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
     schedule_download(stream, entry)?;
     stream.await_work()?;
-    entry.node.host_refreshed_from(entry.uid);
+    if let Some(tn) = entry.node() {
+        tn.host_refreshed_from(entry.uid);
+    }
     Ok(())
 }
 
 /// Rule 4: after scheduling a write of a hosted node's copy on `stream`, the copy alone holds
 /// the latest values and the host gets a pending refresh from it.
 pub(crate) fn device_changed_hosted(stream: &Stream, entry: &Arc<ArrayEntry>) {
-    let tn = &entry.node;
+    let Some(tn) = entry.node() else {
+        return;
+    };
     tn.mark_changed_in_copy(entry.uid);
     let lowered = stream.device().backend().lowered().clone();
     tn.set_prepare_read(host_refresh_hook(
@@ -210,11 +226,12 @@ fn host_refresh_hook(
     lowered: Arc<dyn LoweredBackend>,
 ) -> arrayjit_ir::tnode::HostHook {
     Box::new(move || {
-        let direct = || {
-            entry
-                .node
-                .with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()))
+        // The hook runs on the node's behalf, so the node is alive.
+        let Some(tn) = entry.node() else {
+            return Ok(());
         };
+        let direct =
+            || tn.with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()));
         match stream.upgrade() {
             // Inside a task of the writer's own stream every earlier task has finished.
             Some(inner) if inner.runner.on_worker_thread() => {
@@ -233,7 +250,46 @@ fn host_refresh_hook(
                 direct()?;
             }
         }
-        entry.node.mark_copy_up_to_date(entry.uid);
+        tn.mark_copy_up_to_date(entry.uid);
         Ok(())
     })
+}
+
+/// The arrays of one device shared by all its streams (constants, and nodes shared across
+/// streams), by node id. A shared array belongs to its node, not to a context: the node holds
+/// it (`Tnode::attach`) and this index holds it weakly, so it lives while the node does —
+/// keeping its values between contexts — and is freed with the node.
+#[derive(Default)]
+pub(crate) struct SharedArrays {
+    by_node: Mutex<HashMap<usize, Weak<ArrayEntry>>>,
+    /// Index size after the last sweep of freed entries; the next sweep comes when it doubles.
+    swept_at: AtomicUsize,
+}
+
+impl SharedArrays {
+    /// The device's shared array of `tn`, if there is one.
+    pub fn get(&self, tn: &Tnode) -> Option<Arc<ArrayEntry>> {
+        lock(&self.by_node).get(&tn.id()).and_then(Weak::upgrade)
+    }
+
+    /// Makes `entry` the device's shared array of its node, owned by the node.
+    pub fn insert(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) {
+        tn.attach(entry.clone());
+        let mut by_node = lock(&self.by_node);
+        by_node.insert(tn.id(), Arc::downgrade(entry));
+        // Entries of dropped nodes are swept when the index has doubled since the last sweep,
+        // so the index stays proportional to the live shared arrays at O(1) amortized cost.
+        if by_node.len() > 2 * self.swept_at.load(Ordering::Relaxed).max(16) {
+            by_node.retain(|_, e| e.strong_count() > 0);
+            self.swept_at.store(by_node.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Number of live shared arrays.
+    pub fn live(&self) -> usize {
+        lock(&self.by_node)
+            .values()
+            .filter(|e| e.strong_count() > 0)
+            .count()
+    }
 }

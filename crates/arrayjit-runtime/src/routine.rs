@@ -55,6 +55,7 @@ pub struct Routine {
 
 /// One array argument of the kernel and how the routine uses it.
 struct Arg {
+    node: Tnode,
     entry: Arc<ArrayEntry>,
     input: bool,
     output: bool,
@@ -79,6 +80,7 @@ impl Routine {
                     entry: context.entry(&tn)?.clone(),
                     input: inputs.contains(&tn),
                     output: outputs.contains(&tn),
+                    node: tn,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -153,7 +155,7 @@ impl Routine {
         let stream = self.context.stream();
         let mut args: Vec<BufferHandle> = Vec::with_capacity(self.args.len() + 2);
         for arg in &self.args {
-            let tn = &arg.entry.node;
+            let tn = &arg.node;
             // A copy lagging the host, or whose last write failed (e.g. a skipped upload), is
             // refreshed from the host (which fails in turn if the host awaits that copy).
             let stale = !tn.copy_not_lagging(arg.entry.uid) || arg.entry.writer_failed();
@@ -199,7 +201,7 @@ impl Routine {
         for arg in &self.args {
             arg.entry
                 .record(done.clone(), Access::of(arg.input, arg.output));
-            if arg.output && arg.entry.node.is_hosted() {
+            if arg.output && arg.node.is_hosted() {
                 device_changed_hosted(stream, &arg.entry);
             }
         }

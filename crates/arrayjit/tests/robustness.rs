@@ -382,3 +382,79 @@ fn item06_configuration_values_are_checked() {
     s.schedule_task(|| Ok(())).unwrap();
     s.await_work().unwrap();
 }
+
+/// Item 21: a device copy of a hosted constant (shared by all streams of the device) lives as
+/// long as its node: once every handle to throwaway constants is dropped, their device memory
+/// and registry entries are gone (200 here, to keep the C compile short; with 1,000 the 4 MB
+/// that stayed before the fix goes too). Device-only arrays shared across streams
+/// follow the same rule, and stay while their node lives.
+#[test]
+fn item21_hosted_constants_are_freed_with_their_nodes() {
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let dev = b.get_device(0).unwrap();
+    let stream = dev.new_stream().unwrap();
+    let baseline = dev.used_memory();
+    let y = Tnode::new(Prec::F32, &[1024], &["y"]).unwrap();
+    y.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test")
+        .unwrap();
+    let mut prog = Assignments::Fetch {
+        array: y.clone(),
+        op: FetchOp::Constant(0.0),
+    };
+    let mut ids = Vec::new();
+    for k in 0..200 {
+        let c = common::hosted_input(&[1024], &format!("c{k}"), &[k as f64; 1024]);
+        c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: a constant")
+            .unwrap();
+        ids.push(c.id());
+        prog = prog.then(Assignments::pointwise_binop(&y, BinOp::Add, &y, &c));
+    }
+    let code = b.compile("constants", &prog, &[]).unwrap();
+    drop(prog);
+    let ctx = Context::new(&stream);
+    let routine = ctx.link(&code).unwrap();
+    routine.run().unwrap();
+    stream.await_work().unwrap();
+    let linked = dev.used_memory() - baseline;
+    assert!(linked >= 200 * 4096, "{linked} bytes linked");
+    assert_eq!(dev.shared_array_count(), 200);
+    drop((routine, ctx, code));
+    // The code held the last handles to the constants.
+    assert!(ids.iter().all(|&id| Tnode::find(id).is_none()));
+    let left = dev.used_memory() - baseline;
+    assert!(
+        left <= 4096,
+        "{left} bytes left of {linked} after every handle was dropped"
+    );
+    assert_eq!(dev.shared_array_count(), 0);
+
+    // A device-only array shared across streams keeps its values while its node lives.
+    let shared = Tnode::new(Prec::F32, &[4], &["shared"]).unwrap();
+    shared
+        .update_memory_mode(MemoryMode::OnDevice(Sharing::SharedCrossStreams), "test")
+        .unwrap();
+    let out = hosted_output(&[4], "out");
+    let write = b
+        .compile(
+            "write",
+            &Assignments::pointwise_unop(&shared, UnOp::Neg, &hosted_iota(&[4], "x")),
+            &[],
+        )
+        .unwrap();
+    let read = b
+        .compile(
+            "read",
+            &Assignments::pointwise_unop(&out, UnOp::Identity, &shared),
+            &[],
+        )
+        .unwrap();
+    {
+        let r = Context::new(&stream).link(&write).unwrap();
+        r.run().unwrap();
+        stream.await_work().unwrap();
+    }
+    let r = Context::new(&stream).link(&read).unwrap();
+    r.run().unwrap();
+    stream.await_work().unwrap();
+    assert_eq!(out.get_values().unwrap(), vec![0.0, -1.0, -2.0, -3.0]);
+}
