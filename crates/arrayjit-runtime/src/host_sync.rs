@@ -285,6 +285,12 @@ impl SharedArrays {
         }
     }
 
+    /// Size of the index, freed entries included (for tests of the sweep).
+    #[cfg(test)]
+    pub fn by_node_len(&self) -> usize {
+        lock(&self.by_node).len()
+    }
+
     /// Number of live shared arrays.
     pub fn live(&self) -> usize {
         lock(&self.by_node)

@@ -21,11 +21,15 @@ pub mod scheduler;
 mod stream;
 
 pub use backend::{
-    Backend, Device, KNOWN_BACKENDS, RuntimeConfig, Strategy, available_backends, backend,
-    backend_with_config, default_backend, initialize, initialize_with_config,
+    Backend, Device, KNOWN_BACKENDS, MAX_POOL_BYTES_RANGE, QUEUE_CAPACITY_RANGE, RuntimeConfig,
+    Strategy, available_backends, backend, backend_with_config, default_backend, initialize,
+    initialize_with_config,
 };
 pub use context::{Context, MergeBufferUse};
 pub use data_parallel::DataParallel;
 pub use routine::{Code, Routine};
 pub use scheduler::{Event, SchedulerKind};
 pub use stream::Stream;
+
+#[cfg(test)]
+mod tests;

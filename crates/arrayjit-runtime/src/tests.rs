@@ -1,0 +1,229 @@
+//! Unit tests of the runtime's own mechanisms, below the public API the facade's tests use:
+//! the schedulers' failure semantics, the host-sync rules of one array, the device index of
+//! shared arrays, and configuration checks.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrayjit_backends::{BufferHandle, CpuBuffer, MemoryCounter};
+use arrayjit_ir::{Error, Prec, Result, Tnode};
+
+use crate::host_sync::{Access, ArrayEntry, SharedArrays};
+use crate::scheduler::{Event, Runner, SchedulerKind, TaskLabel};
+use crate::{RuntimeConfig, backend_with_config};
+
+const KINDS: [SchedulerKind; 2] = [
+    SchedulerKind::Sync,
+    SchedulerKind::Multicore { queue_capacity: 4 },
+];
+
+fn task(f: impl FnOnce() -> Result<()> + Send + 'static) -> crate::scheduler::Task {
+    Box::new(f)
+}
+
+fn counting(counter: &Arc<AtomicUsize>) -> crate::scheduler::Task {
+    let counter = counter.clone();
+    task(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+}
+
+#[test]
+fn a_panicking_task_is_its_error_and_the_runner_keeps_serving() {
+    for kind in KINDS {
+        let runner = Runner::new(format!("test {kind:?}"), kind).unwrap();
+        let result = runner
+            .schedule(task(|| panic!("boom")), TaskLabel::Fixed("panicky"))
+            .and_then(|()| runner.await_work());
+        let err = result.unwrap_err();
+        match err.root_cause() {
+            Error::TaskPanicked { message, .. } => assert!(message.contains("boom"), "{err}"),
+            other => panic!("{kind:?}: expected TaskPanicked under {err}, got {other:?}"),
+        }
+        assert!(err.to_string().contains("panicky"), "{err}");
+        // Reported once; then the runner works again.
+        let ran = Arc::new(AtomicUsize::new(0));
+        runner
+            .schedule(counting(&ran), TaskLabel::Fixed("after"))
+            .unwrap();
+        runner.await_work().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "{kind:?}");
+    }
+}
+
+#[test]
+fn tasks_after_a_failure_are_skipped_until_it_is_reported() {
+    let runner = Runner::new(
+        "skips".into(),
+        SchedulerKind::Multicore { queue_capacity: 64 },
+    )
+    .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    // Hold the worker so that every task below is queued before any runs.
+    let gate = Arc::new(Mutex::new(()));
+    let held = gate.lock().unwrap();
+    let g = gate.clone();
+    runner
+        .schedule(
+            task(move || {
+                drop(g.lock().unwrap());
+                Ok(())
+            }),
+            TaskLabel::Fixed("gate"),
+        )
+        .unwrap();
+    for k in 0..20 {
+        let t = if k == 5 {
+            task(|| Err(Error::invalid("task five fails")))
+        } else {
+            counting(&ran)
+        };
+        runner.schedule(t, TaskLabel::Fixed("work")).unwrap();
+    }
+    let event_before = runner.all_work();
+    drop(held);
+    let err = runner.await_work().unwrap_err();
+    assert!(err.to_string().contains("task five fails"), "{err}");
+    // Exactly the five tasks before the failure ran, whatever the timing.
+    assert_eq!(ran.load(Ordering::SeqCst), 5);
+    let (scheduled, completed, skipped, _) = runner.stats();
+    assert_eq!((scheduled, completed, skipped), (21, 21, 14));
+    // The event of the skipped work stays failed after the report.
+    assert!(event_before.failure().is_some());
+    assert!(event_before.sync().is_err());
+    runner
+        .schedule(counting(&ran), TaskLabel::Fixed("later"))
+        .unwrap();
+    runner.await_work().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 6);
+}
+
+#[test]
+fn done_events_are_done_and_carry_no_failure() {
+    let e = Event::done();
+    assert!(e.is_done());
+    assert!(e.failure().is_none());
+    e.sync().unwrap();
+    e.wait();
+}
+
+fn buffer(bytes: usize) -> BufferHandle {
+    Arc::new(CpuBuffer::zeroed(bytes, 0, Arc::new(MemoryCounter::default())).unwrap())
+}
+
+#[test]
+fn a_write_clears_the_readers_and_a_stream_keeps_one_reader_event() {
+    let b = crate::backend("multicore_cc").unwrap();
+    let dev = b.get_device(0).unwrap();
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let tn = Tnode::new(Prec::F32, &[4], &["a"]).unwrap();
+    let entry = ArrayEntry::new(tn.clone(), buffer(16), false);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let step = |s: &crate::Stream, access: Access, name: &'static str| {
+        let log = log.clone();
+        entry
+            .schedule_access(s, access, TaskLabel::Fixed(name), move || {
+                log.lock().unwrap().push(name);
+                Ok(())
+            })
+            .unwrap();
+    };
+    step(&s1, Access::Write, "w1");
+    step(&s2, Access::Read, "r2");
+    step(&s2, Access::Read, "r2b");
+    // The write on s1 waits for both reads on s2 (rule 3) and the first write (rule 2).
+    step(&s1, Access::Write, "w2");
+    step(&s2, Access::Read, "r3");
+    s1.await_work().unwrap();
+    s2.await_work().unwrap();
+    let log = log.lock().unwrap().clone();
+    let at = |n: &str| log.iter().position(|x| *x == n).unwrap();
+    assert!(at("w1") < at("r2") && at("r2") < at("r2b"), "{log:?}");
+    assert!(at("r2b") < at("w2") && at("w2") < at("r3"), "{log:?}");
+    assert!(entry.node().is_some());
+    drop(tn);
+    // The entry does not keep its node alive.
+    assert!(entry.node().is_none());
+}
+
+#[test]
+fn a_failed_writer_fails_the_readers_on_other_streams() {
+    let b = crate::backend("multicore_cc").unwrap();
+    let dev = b.get_device(0).unwrap();
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let tn = Tnode::new(Prec::F32, &[4], &["a"]).unwrap();
+    let entry = ArrayEntry::new(tn, buffer(16), false);
+    entry
+        .schedule_access(&s1, Access::Write, TaskLabel::Fixed("bad write"), || {
+            Err(Error::invalid("no values"))
+        })
+        .unwrap();
+    s1.all_work().wait();
+    assert!(entry.writer_failed());
+    let read = entry.schedule_access(&s2, Access::Read, TaskLabel::Fixed("read"), || Ok(()));
+    let err = read.and_then(|()| s2.await_work()).unwrap_err();
+    assert!(
+        matches!(err, Error::UpstreamFailed { .. }) || err.to_string().contains("bad write"),
+        "{err}"
+    );
+    assert!(s1.await_work().is_err());
+}
+
+#[test]
+fn shared_arrays_live_with_their_node_and_the_index_is_swept() {
+    let shared = SharedArrays::default();
+    let keep = Tnode::new(Prec::F32, &[4], &["keep"]).unwrap();
+    let kept = ArrayEntry::new(keep.clone(), buffer(16), true);
+    shared.insert(&keep, &kept);
+    drop(kept);
+    // Held by the node alone.
+    assert!(shared.get(&keep).is_some());
+    for k in 0..200 {
+        let tn = Tnode::new(Prec::F32, &[4], &[&format!("t{k}")]).unwrap();
+        let e = ArrayEntry::new(tn.clone(), buffer(16), true);
+        shared.insert(&tn, &e);
+        assert!(shared.get(&tn).is_some());
+    }
+    assert_eq!(shared.live(), 1);
+    assert!(
+        shared.by_node_len() <= 2 * 16 + 1,
+        "{}",
+        shared.by_node_len()
+    );
+    let e = shared.get(&keep).unwrap();
+    drop(keep);
+    // A copy still held (as a context would) outlives its node, which it does not keep alive.
+    assert!(e.node().is_none());
+    drop(e);
+    assert_eq!(shared.live(), 0);
+}
+
+#[test]
+fn configurations_outside_their_ranges_are_refused() {
+    for config in [
+        RuntimeConfig {
+            queue_capacity: 0,
+            ..Default::default()
+        },
+        RuntimeConfig {
+            queue_capacity: 65_537,
+            ..Default::default()
+        },
+        RuntimeConfig {
+            num_devices: Some(1025),
+            ..Default::default()
+        },
+        RuntimeConfig {
+            max_pool_bytes: 0,
+            ..Default::default()
+        },
+    ] {
+        assert!(matches!(
+            config.validate(),
+            Err(Error::InvalidSetting { .. })
+        ));
+        assert!(backend_with_config("sync_cc", &config).is_err());
+    }
+    RuntimeConfig::default().validate().unwrap();
+}
