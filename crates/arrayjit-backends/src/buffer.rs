@@ -174,8 +174,12 @@ impl Drop for CpuBuffer {
     fn drop(&mut self) {
         if let Backing::Owned { layout, counter } = &self.backing {
             counter.0.fetch_sub(self.size, Ordering::Relaxed);
-            // SAFETY: allocated in `zeroed_aligned` with this layout.
-            unsafe { dealloc(self.ptr.as_ptr(), *layout) }
+            // SAFETY: allocated in `zeroed_aligned` with this layout; guards a pool's planner
+            // poisoned are unpoisoned before the memory goes back to the allocator.
+            unsafe {
+                crate::sanitizer::unpoison(self.ptr.as_ptr(), layout.size());
+                dealloc(self.ptr.as_ptr(), *layout)
+            }
         }
     }
 }

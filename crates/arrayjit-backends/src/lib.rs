@@ -11,6 +11,7 @@
 pub mod buffer;
 pub mod cc;
 pub mod missing;
+pub mod sanitizer;
 pub mod settings;
 
 use std::any::Any;
@@ -74,6 +75,18 @@ pub trait LoweredBackend: Send + Sync + Debug {
         size_in_bytes: usize,
         alignment: usize,
     ) -> Result<()>;
+    /// Bytes the memory planner leaves unused around every array of a pool on this backend
+    /// (0: arrays packed tight; see [`LoweredBackend::guard_pool`]).
+    fn pool_guard_bytes(&self) -> usize {
+        0
+    }
+    /// Marks the byte ranges `(offset, length)` of a pool that no array uses, so that accesses
+    /// to them are caught where the backend can (the CPU: AddressSanitizer poisoning when its
+    /// runtime is loaded). Returns whether they are checked. Default: not checked.
+    fn guard_pool(&self, device: usize, pool_id: usize, unused: &[(usize, usize)]) -> Result<bool> {
+        let _ = (device, pool_id, unused);
+        Ok(false)
+    }
     /// Frees a pool; buffers viewing it keep its memory alive until they are dropped.
     fn free_pool(&self, device: usize, pool_id: usize) -> Result<()>;
     /// Zeroes `size_in_bytes` at `offset` in a pool.

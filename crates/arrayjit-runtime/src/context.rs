@@ -336,7 +336,12 @@ impl Context {
                 lifetime: None,
             })
             .collect();
-        let plan = MemoryPlan::pack(&items, alignment, backend.max_pool_bytes())?;
+        let plan = MemoryPlan::pack_guarded(
+            &items,
+            alignment,
+            backend.max_pool_bytes(),
+            backend.lowered().pool_guard_bytes(),
+        )?;
         self.inner
             .stream
             .ensure_scratch(opt.scratch.total_bytes(), alignment)?;
@@ -344,10 +349,13 @@ impl Context {
         let mut pool_ids = Vec::new();
         // Every error from here on frees the pools allocated so far: a failed link leaks nothing.
         let linked = (|| {
-            for &size in &plan.pool_sizes {
+            for (k, &size) in plan.pool_sizes.iter().enumerate() {
                 let id = backend.new_pool_id();
                 lowered.alloc_pool(device.ordinal(), id, size, alignment)?;
                 pool_ids.push(id);
+                if plan.guard_bytes > 0 {
+                    lowered.guard_pool(device.ordinal(), id, &plan.unused_ranges(k))?;
+                }
             }
             let mut arrays = self.inner.arrays.clone();
             for tn in opt.materialized_nodes() {

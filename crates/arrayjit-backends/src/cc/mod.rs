@@ -43,6 +43,10 @@ pub struct CcConfig {
     /// (`$ARRAYJIT_CC_TIMEOUT_SECS` seconds, in [`CC_TIMEOUT_SECS_RANGE`], default 600). Also
     /// bounds `cc --version`.
     pub compile_timeout: std::time::Duration,
+    /// Bytes left unused around every array of a context's pools (`$ARRAYJIT_POOL_GUARD_BYTES`,
+    /// in [`POOL_GUARD_BYTES_RANGE`], default 0). With the AddressSanitizer runtime loaded,
+    /// they are poisoned, so a kernel running past an array is reported.
+    pub pool_guard_bytes: usize,
 }
 
 /// The default C compiler flags.
@@ -55,6 +59,9 @@ pub const CPU_DEVICES_RANGE: RangeInclusive<u64> = 1..=1024;
 pub const CACHE_MAX_MB_RANGE: RangeInclusive<u64> = 0..=(16 << 20);
 /// Accepted compiler timeouts in seconds (`ARRAYJIT_CC_TIMEOUT_SECS`).
 pub const CC_TIMEOUT_SECS_RANGE: RangeInclusive<u64> = 1..=86_400;
+
+/// Accepted pool guard sizes in bytes (`ARRAYJIT_POOL_GUARD_BYTES`).
+pub const POOL_GUARD_BYTES_RANGE: RangeInclusive<u64> = 0..=65_536;
 
 const DEFAULT_CACHE_MAX_MB: u64 = 1024;
 const DEFAULT_CC_TIMEOUT_SECS: u64 = 600;
@@ -70,6 +77,7 @@ impl Default for CcConfig {
             num_devices: 1,
             cache_max_bytes: DEFAULT_CACHE_MAX_MB << 20,
             compile_timeout: std::time::Duration::from_secs(DEFAULT_CC_TIMEOUT_SECS),
+            pool_guard_bytes: 0,
         }
     }
 }
@@ -107,7 +115,14 @@ impl CcConfig {
             CC_TIMEOUT_SECS_RANGE,
             DEFAULT_CC_TIMEOUT_SECS,
         )?;
+        let guard = settings::integer(
+            lookup,
+            "ARRAYJIT_POOL_GUARD_BYTES",
+            POOL_GUARD_BYTES_RANGE,
+            0,
+        )?;
         Ok(CcConfig {
+            pool_guard_bytes: guard as usize,
             compiler: settings::text(lookup, "CC")?.unwrap_or(defaults.compiler),
             flags,
             build_files_dir: settings::text(lookup, "ARRAYJIT_BUILD_FILES")?.map(PathBuf::from),
@@ -125,6 +140,11 @@ impl CcConfig {
             "CcConfig::num_devices",
             self.num_devices as u64,
             CPU_DEVICES_RANGE,
+        )?;
+        settings::check_range(
+            "CcConfig::pool_guard_bytes",
+            self.pool_guard_bytes as u64,
+            POOL_GUARD_BYTES_RANGE,
         )?;
         let timeout = self.compile_timeout;
         if timeout.is_zero() || timeout.as_secs() > *CC_TIMEOUT_SECS_RANGE.end() {
@@ -309,6 +329,31 @@ impl LoweredBackend for CcBackend {
         )?;
         pools.insert(pool_id, Arc::new(buffer));
         Ok(())
+    }
+
+    fn pool_guard_bytes(&self) -> usize {
+        self.config.pool_guard_bytes
+    }
+
+    fn guard_pool(&self, device: usize, pool_id: usize, unused: &[(usize, usize)]) -> Result<bool> {
+        let pool = self.pool(device, pool_id)?;
+        let mut checked = false;
+        for &(offset, len) in unused {
+            if offset
+                .checked_add(len)
+                .is_none_or(|end| end > pool.size_in_bytes())
+            {
+                return Err(Error::invalid(format!(
+                    "guard range {offset}+{len} lies outside pool {pool_id} of {} bytes",
+                    pool.size_in_bytes()
+                )));
+            }
+            // SAFETY: the range lies inside the pool's allocation (checked above), and no array
+            // of the plan uses it, so nothing accesses it legitimately; the pool is unpoisoned
+            // before it is freed (`CpuBuffer`'s drop).
+            checked |= unsafe { crate::sanitizer::poison(pool.as_ptr().add(offset), len) };
+        }
+        Ok(checked)
     }
 
     fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {

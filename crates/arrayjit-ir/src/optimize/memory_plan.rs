@@ -44,6 +44,10 @@ pub struct MemoryPlan {
     pub pool_sizes: Vec<usize>,
     /// Every array's place, in the order the planner placed them.
     pub slots: Vec<Slot>,
+    /// Bytes left unused before, between and after the arrays of a pool (0: packed tight).
+    /// With guards, an access just outside an array lands in memory no array uses, which a
+    /// checker (AddressSanitizer poisoning, see [`MemoryPlan::unused_ranges`]) can catch.
+    pub guard_bytes: usize,
 }
 
 fn align_up(x: usize, a: usize) -> usize {
@@ -63,6 +67,17 @@ impl MemoryPlan {
     /// with an array whose lifetime overlaps its own. A pool holds at most `max_pool_bytes`; an
     /// array larger than that is an error.
     pub fn pack(items: &[PlanItem], alignment: usize, max_pool_bytes: usize) -> Result<MemoryPlan> {
+        MemoryPlan::pack_guarded(items, alignment, max_pool_bytes, 0)
+    }
+
+    /// Like [`MemoryPlan::pack`], with at least `guard_bytes` unused before the first array of
+    /// a pool, between any two arrays whose lifetimes overlap, and after the last.
+    pub fn pack_guarded(
+        items: &[PlanItem],
+        alignment: usize,
+        max_pool_bytes: usize,
+        guard_bytes: usize,
+    ) -> Result<MemoryPlan> {
         let alignment = alignment.max(1);
         if !alignment.is_power_of_two() {
             return Err(Error::invalid(format!(
@@ -71,13 +86,19 @@ impl MemoryPlan {
         }
         let mut order: Vec<&PlanItem> = items.iter().collect();
         order.sort_by(|a, b| b.size.cmp(&a.size).then(a.node.id().cmp(&b.node.id())));
+        let guard = align_up(guard_bytes, alignment);
         let mut plan = MemoryPlan {
             alignment,
             pool_sizes: vec![],
             slots: vec![],
+            guard_bytes: guard,
         };
         for item in order {
-            let size = align_up(item.size.max(1), alignment);
+            // An array's footprint: its aligned size and the guard after it.
+            let size = align_up(item.size.max(1), alignment)
+                .checked_add(guard)
+                .filter(|&s| s.saturating_add(guard) <= max_pool_bytes)
+                .unwrap_or(usize::MAX);
             if size > max_pool_bytes {
                 return Err(Error::invalid(format!(
                     "{} needs {} bytes, more than a pool may hold ({max_pool_bytes} bytes); raise the \
@@ -92,10 +113,15 @@ impl MemoryPlan {
                     .slots
                     .iter()
                     .filter(|s| s.pool == pool && overlaps(s.lifetime, item.lifetime))
-                    .map(|s| (s.offset, s.offset + align_up(s.size.max(1), alignment)))
+                    .map(|s| {
+                        (
+                            s.offset,
+                            s.offset + align_up(s.size.max(1), alignment) + guard,
+                        )
+                    })
                     .collect();
                 busy.sort();
-                let mut offset = 0;
+                let mut offset = guard;
                 for (start, end) in busy {
                     if offset + size <= start {
                         break;
@@ -134,6 +160,33 @@ impl MemoryPlan {
             .iter()
             .map(|s| align_up(s.size.max(1), self.alignment))
             .sum()
+    }
+
+    /// The byte ranges `(offset, length)` of pool `pool` that no array ever uses: the guards
+    /// and the alignment padding. Accesses there are out of every array's bounds.
+    pub fn unused_ranges(&self, pool: usize) -> Vec<(usize, usize)> {
+        let Some(&pool_size) = self.pool_sizes.get(pool) else {
+            return vec![];
+        };
+        let mut used: Vec<(usize, usize)> = self
+            .slots
+            .iter()
+            .filter(|s| s.pool == pool)
+            .map(|s| (s.offset, s.offset + s.size))
+            .collect();
+        used.sort();
+        let mut out = Vec::new();
+        let mut at = 0;
+        for (start, end) in used {
+            if start > at {
+                out.push((at, start - at));
+            }
+            at = at.max(end);
+        }
+        if pool_size > at {
+            out.push((at, pool_size - at));
+        }
+        out
     }
 
     /// The slot of a node.
@@ -184,6 +237,36 @@ mod tests {
             size: bytes,
             lifetime,
         }
+    }
+
+    #[test]
+    fn guards_separate_arrays_and_are_reported_unused() {
+        let items = [item(10, None), item(100, None), item(64, None)];
+        let plan = MemoryPlan::pack_guarded(&items, 16, 1 << 20, 20).unwrap();
+        assert_eq!(plan.guard_bytes, 32);
+        let mut spans: Vec<(usize, usize)> = plan
+            .slots
+            .iter()
+            .map(|s| (s.offset, s.offset + s.size))
+            .collect();
+        spans.sort();
+        assert!(spans[0].0 >= 32);
+        for w in spans.windows(2) {
+            assert!(w[1].0 >= w[0].1 + 32, "{spans:?}");
+        }
+        assert!(plan.pool_sizes[0] >= spans[2].1 + 32);
+        // Used and unused bytes tile the pool exactly.
+        let unused: usize = plan.unused_ranges(0).iter().map(|r| r.1).sum();
+        assert_eq!(unused + 10 + 100 + 64, plan.pool_sizes[0]);
+        for (start, len) in plan.unused_ranges(0) {
+            assert!(spans.iter().all(|&(a, b)| start + len <= a || b <= start));
+        }
+        // Without guards nothing but alignment padding is unused.
+        let tight = MemoryPlan::pack(&items, 16, 1 << 20).unwrap();
+        let padding: usize = tight.unused_ranges(0).iter().map(|r| r.1).sum();
+        assert_eq!(padding, tight.pool_sizes[0] - 174);
+        assert!(tight.pool_sizes[0] < plan.pool_sizes[0]);
+        assert!(plan.unused_ranges(7).is_empty());
     }
 
     #[test]
