@@ -10,6 +10,7 @@
 
 pub mod buffer;
 pub mod cc;
+pub mod device_info;
 pub mod missing;
 pub mod sanitizer;
 pub mod settings;

@@ -30,6 +30,7 @@
 // mode, host array) does not affect map keys.
 #![allow(clippy::mutable_key_type)]
 
+pub mod bench;
 pub mod bigram;
 pub mod conformance;
 pub mod demo;

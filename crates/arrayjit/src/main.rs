@@ -43,6 +43,19 @@ enum Command {
     Lowering,
     /// List the known backends, whether they can run here, and their devices.
     Info,
+    /// Benchmark table: arrayjit on each CPU backend next to NumPy / PyTorch and the machine's
+    /// limits, measured in this run (set up the peers with scripts/setup-bench.sh).
+    Bench {
+        /// Leave out the largest sizes.
+        #[arg(long)]
+        quick: bool,
+        /// Python interpreter with NumPy (default: .bench-venv/bin/python, else python3).
+        #[arg(long)]
+        python: Option<PathBuf>,
+        /// Do not run NumPy / PyTorch.
+        #[arg(long)]
+        no_peers: bool,
+    },
 }
 
 fn moons(
@@ -126,6 +139,16 @@ fn main() -> ExitCode {
             arrayjit::demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text))
         }
         Command::Info => info(),
+        Command::Bench {
+            quick,
+            python,
+            no_peers,
+        } => arrayjit::bench::run(&arrayjit::bench::BenchConfig {
+            quick,
+            python,
+            no_peers,
+        })
+        .map(|table| print!("{table}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

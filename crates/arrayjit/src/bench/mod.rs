@@ -1,0 +1,356 @@
+//! `arrayjit bench`: one table of arrayjit on each CPU backend next to NumPy (and PyTorch when
+//! installed) at one thread and at all, and next to the machine's limits measured by a C
+//! reference, all in the same invocation, with ratios. Peers run from `.bench-venv` (made by
+//! `scripts/setup-bench.sh`) or the `python3` on the path; a missing peer is a note in the
+//! table, never a failure.
+
+pub mod limits;
+pub mod workloads;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrayjit_backends::cc::{CcBackend, CcConfig};
+use arrayjit_backends::device_info::CpuInfo;
+use arrayjit_ir::Result;
+use arrayjit_runtime::Backend;
+
+use limits::Limits;
+use workloads::{MLP, Rate, Workload};
+
+/// What to run.
+#[derive(Clone, Debug, Default)]
+pub struct BenchConfig {
+    /// Leave out the largest sizes.
+    pub quick: bool,
+    /// The Python interpreter of the peers (default: `.bench-venv/bin/python`, else `python3`).
+    pub python: Option<PathBuf>,
+    /// Skip the peers.
+    pub no_peers: bool,
+}
+
+/// Times per workload and column (seconds), and notes.
+#[derive(Default)]
+struct Results {
+    times: HashMap<(String, String), f64>,
+    notes: Vec<String>,
+}
+
+const BACKENDS: [&str; 2] = ["sync_cc", "multicore_cc"];
+
+/// Runs the suite, printing progress to stderr; returns the table (markdown).
+pub fn run(config: &BenchConfig) -> Result<String> {
+    let cpu = CpuInfo::detect();
+    eprintln!("machine: {cpu}");
+    eprintln!("measuring the machine's limits (C reference) ...");
+    let limits = limits::measure(&cpu)?;
+    let list = workloads::workloads(config.quick);
+    let mut results = Results::default();
+    for name in BACKENDS {
+        let backend = arrayjit_runtime::backend(name)?;
+        for w in &list {
+            eprintln!("arrayjit {name}: {} ...", w.name);
+            let t = workloads::time_workload(&backend, &w.name)?;
+            results
+                .times
+                .insert((w.name.clone(), name.to_string()), t.as_secs_f64());
+        }
+    }
+    let compile = compile_latency()?;
+    if !config.no_peers {
+        run_peers(config, &cpu, &mut results);
+    }
+    Ok(table(&cpu, &limits, &list, &results, compile))
+}
+
+/// Cold (empty cache) and cached build + compile + link of the MLP step on `sync_cc`.
+fn compile_latency() -> Result<(Duration, Duration)> {
+    let dir = std::env::temp_dir().join(format!("arrayjit-bench-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut config = CcConfig::from_env()?;
+    config.cache_dir = Some(dir.clone());
+    let backend = Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config)?));
+    let time = || -> Result<Duration> {
+        let t = Instant::now();
+        workloads::mlp_classifier(&backend)?;
+        Ok(t.elapsed())
+    };
+    eprintln!("arrayjit: MLP step compile, cold and cached ...");
+    let cold = time()?;
+    let cached = time()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok((cold, cached))
+}
+
+fn python(config: &BenchConfig) -> PathBuf {
+    if let Some(p) = &config.python {
+        return p.clone();
+    }
+    let venv = Path::new(".bench-venv/bin/python");
+    if venv.exists() {
+        venv.to_path_buf()
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// Runs the peers script at one thread and at all, recording `numpy 1T` etc. columns.
+fn run_peers(config: &BenchConfig, cpu: &CpuInfo, results: &mut Results) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/peers/bench_peers.py");
+    let python = python(config);
+    let mut counts = vec![1];
+    if cpu.cores > 1 {
+        counts.push(cpu.cores);
+    }
+    for threads in counts {
+        eprintln!("peers at {threads} thread(s) ({}) ...", python.display());
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script).args(["--threads", &threads.to_string()]);
+        if config.quick {
+            cmd.arg("--quick");
+        }
+        for var in ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
+            cmd.env(var, threads.to_string());
+        }
+        let out = match cmd.output() {
+            Ok(out) => out,
+            Err(e) => {
+                results
+                    .notes
+                    .push(format!("peers not run: {} ({e})", python.display()));
+                return;
+            }
+        };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            match parse_peer_line(line) {
+                Some(PeerLine::Error(err)) => {
+                    results.notes.push(err);
+                    return;
+                }
+                Some(PeerLine::Time {
+                    lib,
+                    workload,
+                    seconds,
+                }) => {
+                    let tag = if threads == 1 {
+                        "1T".to_string()
+                    } else {
+                        format!("{threads}T")
+                    };
+                    results
+                        .times
+                        .insert((workload, format!("{lib} {tag}")), seconds);
+                }
+                None => {}
+            }
+        }
+        if !out.status.success() {
+            results.notes.push(format!(
+                "the peers script failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ));
+        }
+    }
+}
+
+/// One line of the peers script.
+#[derive(Debug, PartialEq)]
+enum PeerLine {
+    Time {
+        lib: String,
+        workload: String,
+        seconds: f64,
+    },
+    Error(String),
+}
+
+/// Reads `{"lib": "numpy", "workload": "sum 16M", "seconds": 0.01}` or `{"error": "..."}` (the
+/// script writes exactly these flat objects, without escapes).
+fn parse_peer_line(line: &str) -> Option<PeerLine> {
+    let field = |k: &str| {
+        let at = line.find(&format!("\"{k}\": "))? + k.len() + 4;
+        let rest = &line[at..];
+        Some(if let Some(s) = rest.strip_prefix('"') {
+            s[..s.find('"')?].to_string()
+        } else {
+            rest[..rest.find(['}', ','])?].trim().to_string()
+        })
+    };
+    if let Some(err) = field("error") {
+        return Some(PeerLine::Error(err));
+    }
+    Some(PeerLine::Time {
+        lib: field("lib")?,
+        workload: field("workload")?,
+        seconds: field("seconds")?.parse().ok()?,
+    })
+}
+
+fn table(
+    cpu: &CpuInfo,
+    limits: &Limits,
+    list: &[Workload],
+    results: &Results,
+    (cold, cached): (Duration, Duration),
+) -> String {
+    let mut peer_columns: Vec<String> = results
+        .times
+        .keys()
+        .map(|(_, c)| c.clone())
+        .filter(|c| !BACKENDS.contains(&c.as_str()))
+        .collect();
+    peer_columns.sort();
+    peer_columns.dedup();
+    let mut out = String::new();
+    let _ = writeln!(out, "machine: {cpu}");
+    let _ = writeln!(
+        out,
+        "limits (C reference, 1 core / all {}): FMA {:.0} / {:.0} GFLOP/s, triad {:.1} / {:.1} GB/s, read {:.1} / {:.1} GB/s",
+        cpu.cores,
+        limits.fma_gflops[0],
+        limits.fma_gflops[1],
+        limits.triad_gbs[0],
+        limits.triad_gbs[1],
+        limits.read_gbs[0],
+        limits.read_gbs[1]
+    );
+    let _ = writeln!(out);
+    let mut header = String::from("| workload | rate |");
+    let mut rule = String::from("|---|---|");
+    for c in BACKENDS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(peer_columns.iter().cloned())
+    {
+        let _ = write!(header, " {c} |");
+        rule.push_str("---|");
+    }
+    header.push_str(" best arrayjit / NumPy 1T | best arrayjit / limit (1 core) |");
+    rule.push_str("---|---|");
+    let _ = writeln!(out, "{header}\n{rule}");
+    for w in list {
+        let cell = |col: &str| {
+            results
+                .times
+                .get(&(w.name.clone(), col.to_string()))
+                .copied()
+        };
+        let rate = |secs: f64| w.work / secs / 1e9;
+        let unit = match w.rate {
+            Rate::Flops => "GFLOP/s",
+            Rate::Bytes => "GB/s",
+        };
+        let mut line = format!("| {} | {unit} |", w.name);
+        for c in BACKENDS
+            .iter()
+            .map(|s| s.to_string())
+            .chain(peer_columns.iter().cloned())
+        {
+            match cell(&c) {
+                Some(s) => {
+                    let _ = write!(line, " {:.2} ms ({:.1}) |", s * 1e3, rate(s));
+                }
+                None => line.push_str(" – |"),
+            }
+        }
+        let best = BACKENDS
+            .iter()
+            .filter_map(|b| cell(b))
+            .fold(f64::INFINITY, f64::min);
+        match cell("numpy 1T") {
+            Some(np) if best.is_finite() => {
+                let _ = write!(line, " {:.2}× |", np / best);
+            }
+            _ => line.push_str(" – |"),
+        }
+        let limit = match (w.rate, w.name.as_str()) {
+            (Rate::Flops, _) => limits.fma_gflops[0],
+            (Rate::Bytes, n) if n.starts_with("chain") => limits.triad_gbs[0],
+            (Rate::Bytes, _) => limits.read_gbs[0],
+        };
+        if best.is_finite() && w.name != MLP {
+            let _ = write!(line, " {:.0}% |", 100.0 * rate(best) / limit);
+        } else {
+            line.push_str(" – |");
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(
+        out,
+        "\nMLP step build + compile + link (sync_cc): cold {:.0} ms, from the cache {:.1} ms",
+        cold.as_secs_f64() * 1e3,
+        cached.as_secs_f64() * 1e3
+    );
+    let _ = writeln!(
+        out,
+        "Cells: median time of one run (rate in parentheses). Ratios > 1 mean arrayjit is faster."
+    );
+    for n in &results.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_lines_parse_and_the_table_has_ratios() {
+        assert_eq!(
+            parse_peer_line(r#"{"lib": "numpy", "workload": "sum 16M", "seconds": 0.5}"#),
+            Some(PeerLine::Time {
+                lib: "numpy".into(),
+                workload: "sum 16M".into(),
+                seconds: 0.5
+            })
+        );
+        assert_eq!(
+            parse_peer_line(r#"{"error": "numpy is not installed"}"#),
+            Some(PeerLine::Error("numpy is not installed".into()))
+        );
+        assert_eq!(parse_peer_line("garbage"), None);
+        let list = vec![Workload {
+            name: "sum 16M".into(),
+            work: 4e9,
+            rate: Rate::Bytes,
+        }];
+        let mut results = Results::default();
+        results
+            .times
+            .insert(("sum 16M".into(), "sync_cc".into()), 1.0);
+        results
+            .times
+            .insert(("sum 16M".into(), "numpy 1T".into()), 0.5);
+        let limits = Limits {
+            fma_gflops: [100.0, 200.0],
+            triad_gbs: [10.0, 20.0],
+            read_gbs: [8.0, 16.0],
+        };
+        let text = table(
+            &CpuInfo::detect(),
+            &limits,
+            &list,
+            &results,
+            (Duration::from_millis(300), Duration::from_millis(4)),
+        );
+        // 4 GB in 1 s = 4 GB/s = 50% of the 8 GB/s read limit; NumPy is twice as fast.
+        assert!(
+            text.contains(
+                "| sum 16M | GB/s | 1000.00 ms (4.0) | – | 500.00 ms (8.0) | 0.50× | 50% |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("cold 300 ms, from the cache 4.0 ms"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! The benchmark workloads on arrayjit: each builds tensors with the front end, compiles them
+//! into one routine, links it on a fresh stream, runs it once (uploads, warm caches), then
+//! reports the median of timed runs (run + await).
+
+use std::time::{Duration, Instant};
+
+use arrayjit_ir::Result;
+use arrayjit_runtime::{Backend, Context};
+use arrayjit_tensor::datasets::Dataset;
+use arrayjit_tensor::losses::softmax;
+use arrayjit_tensor::{Init, Optimizer, Tensor, forward_program};
+
+use crate::train::{Classifier, LossKind, Mlp, TrainConfig};
+
+/// What a workload's rate is measured in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rate {
+    /// Floating-point operations (the work is in FLOP).
+    Flops,
+    /// Memory traffic (the work is in bytes read and written once each).
+    Bytes,
+}
+
+/// One row of the benchmark table.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Its name, shared with the peers script.
+    pub name: String,
+    /// The work per run, in FLOP or bytes.
+    pub work: f64,
+    /// What the work counts.
+    pub rate: Rate,
+}
+
+fn input(label: &str, dims: &[usize], stream: u32) -> Result<Tensor> {
+    Tensor::param(label, dims, Init::Uniform { lo: -1.0, hi: 1.0 }, 7, stream)
+}
+
+/// The workloads (`quick` leaves out the 2048 matmul).
+pub fn workloads(quick: bool) -> Vec<Workload> {
+    let mut out = Vec::new();
+    let sizes: &[usize] = if quick {
+        &[512, 1024]
+    } else {
+        &[512, 1024, 2048]
+    };
+    for &n in sizes {
+        out.push(Workload {
+            name: format!("matmul {n}"),
+            work: 2.0 * (n * n * n) as f64,
+            rate: Rate::Flops,
+        });
+    }
+    let n = (1usize << 24) as f64;
+    out.push(Workload {
+        name: "chain relu(a*b+c)*d 16M".into(),
+        work: 5.0 * 4.0 * n,
+        rate: Rate::Bytes,
+    });
+    out.push(Workload {
+        name: "sum 16M".into(),
+        work: 4.0 * n,
+        rate: Rate::Bytes,
+    });
+    out.push(Workload {
+        name: "softmax 4096x1024".into(),
+        work: 2.0 * 4.0 * 4096.0 * 1024.0,
+        rate: Rate::Bytes,
+    });
+    out.push(Workload {
+        name: "conv-like nhc,oc->nho".into(),
+        work: 2.0 * 32.0 * 1024.0 * 64.0 * 64.0,
+        rate: Rate::Flops,
+    });
+    out.push(Workload {
+        name: MLP.into(),
+        work: 3.0 * 2.0 * 256.0 * (784.0 * 256.0 + 256.0 * 256.0 + 256.0 * 10.0),
+        rate: Rate::Flops,
+    });
+    out
+}
+
+/// The MLP training step's row name.
+pub const MLP: &str = "MLP step 784-256-256-10 b256";
+
+/// The tensors a workload computes (all but the MLP step, which trains a classifier).
+fn build(name: &str) -> Result<Vec<Tensor>> {
+    if let Some(n) = name.strip_prefix("matmul ") {
+        let n: usize = n.parse().unwrap_or(512);
+        let a = input("a", &[n, n], 1)?;
+        let b = input("b", &[n, n], 2)?;
+        return Ok(vec![a.matmul(&b)?]);
+    }
+    let n = 1 << 24;
+    match name {
+        "chain relu(a*b+c)*d 16M" => {
+            let [a, b, c, d] = [1, 2, 3, 4].map(|s| input("x", &[n], s));
+            Ok(vec![a?.mul(&b?)?.add(&c?)?.relu()?.mul(&d?)?])
+        }
+        "sum 16M" => Ok(vec![input("a", &[n], 1)?.sum_all()?]),
+        "softmax 4096x1024" => Ok(vec![softmax(&input("x", &[4096, 1024], 1)?)?]),
+        _ => {
+            let x = input("x", &[32, 1024, 64], 1)?;
+            let w = input("w", &[64, 64], 2)?;
+            Ok(vec![Tensor::einsum("nhc,oc->nho", &[&x, &w])?])
+        }
+    }
+}
+
+/// Median of timed calls of `f` after one warm-up: at least 3, up to `budget` of time or 20.
+pub fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration) -> Result<Duration> {
+    f()?;
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 3 || (start.elapsed() < budget && times.len() < 20) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+/// The median time of one run of the workload on `backend`.
+pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
+    if name == MLP {
+        let (classifier, batches) = mlp_classifier(backend)?;
+        let mut epoch = 0;
+        let per_epoch = median_time(
+            || {
+                classifier.epoch(epoch)?;
+                epoch += 1;
+                Ok(())
+            },
+            Duration::from_secs(1),
+        )?;
+        return Ok(per_epoch / batches as u32);
+    }
+    let outputs = build(name)?;
+    let refs: Vec<&Tensor> = outputs.iter().collect();
+    let code = backend.compile("bench", &forward_program(&refs), &[])?;
+    let stream = backend.get_device(0)?.new_stream()?;
+    let routine = Context::new(&stream).link(&code)?;
+    median_time(
+        || {
+            routine.run()?;
+            stream.await_work()
+        },
+        Duration::from_secs(1),
+    )
+}
+
+/// The MLP of the table (784-256-256-10, softmax cross-entropy, SGD) on 4 batches of 256 random
+/// rows, built, compiled and linked; and its number of batches.
+pub fn mlp_classifier(backend: &Backend) -> Result<(Classifier, usize)> {
+    let rows = 4 * 256;
+    let rng = arrayjit_tensor::rng::Philox::new(3, 9);
+    let data = Dataset {
+        x: rng.uniform_vec(rows * 784, 0.0, 1.0)?,
+        labels: (0..rows)
+            .map(|i| (rng.uniform(1 << 40 | i as u64) * 10.0) as usize % 10)
+            .collect(),
+        features: 784,
+        classes: 10,
+    };
+    let config = TrainConfig::new(
+        1,
+        256,
+        Optimizer::Sgd {
+            lr: 0.01,
+            momentum: 0.0,
+            weight_decay: 0.0,
+        },
+        LossKind::SoftmaxCrossEntropy,
+    );
+    let model = Mlp::new(&[784, 256, 256, 10], 1)?;
+    Ok((Classifier::new(backend, model, &data, &config)?, 4))
+}
