@@ -14,7 +14,7 @@
 #define LANES 8
 #endif
 typedef float vf __attribute__((vector_size(LANES * 4)));
-#define ACC 10
+#define ACC 12
 
 static double now(void) {
   struct timespec t;
@@ -34,15 +34,19 @@ static void *work(void *p) {
   job *j = p;
   pthread_barrier_wait(j->start);
   if (j->kind == 0) {
-    vf acc[ACC], m, c;
+    /* 12 independent FMA chains in registers: enough to cover latency × ports everywhere. */
+    vf m, c;
     for (int k = 0; k < LANES; k++) { m[k] = 0.999999f; c[k] = 1e-7f; }
-    for (int a = 0; a < ACC; a++) acc[a] = m * (float)(a + 1);
+    vf a0 = m, a1 = m * 2, a2 = m * 3, a3 = m * 4, a4 = m * 5, a5 = m * 6;
+    vf a6 = m * 7, a7 = m * 8, a8 = m * 9, a9 = m * 10, a10 = m * 11, a11 = m * 12;
     for (long it = 0; it < j->n; it++) {
-      for (int a = 0; a < ACC; a++) acc[a] = acc[a] * m + c;
-      __asm__ volatile("" : "+x"(acc[0]));
+      a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+      a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+      a8 = a8 * m + c; a9 = a9 * m + c; a10 = a10 * m + c; a11 = a11 * m + c;
     }
+    vf t = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
     float s = 0;
-    for (int a = 0; a < ACC; a++) for (int k = 0; k < LANES; k++) s += acc[a][k];
+    for (int k = 0; k < LANES; k++) s += t[k];
     j->result = s;
   } else if (j->kind == 1) {
     float *restrict a = j->a, *restrict b = j->b, *restrict c = j->c;
