@@ -3,7 +3,7 @@
 //! file, and names that depend only on the program (so the same program gives byte-identical
 //! source).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::tnode::sanitize_identifier;
@@ -11,7 +11,10 @@ use arrayjit_ir::{
     AxisIndex, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, StaticSymbol, Symbol, Tnode,
 };
 
+use arrayjit_ir::schedule::{Gemm, ScheduleKind};
+
 use crate::c_syntax::{self, CSyntax, Helper};
+use crate::gemm;
 
 /// How to call one rendered kernel.
 #[derive(Clone, Debug)]
@@ -42,6 +45,7 @@ pub struct CProgram {
 /// Renders the routines into one C file.
 pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProgram> {
     let mut helpers = BTreeSet::new();
+    let mut products = BTreeMap::new();
     let mut bodies = String::new();
     let mut kernels = Vec::new();
     for (index, r) in routines.iter().enumerate() {
@@ -49,7 +53,7 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
         // colliding names (`x`, `x`, `x_1`) cannot clash with each other, and the digit after
         // `aj` keeps them apart from the helpers (`aj_relu_f32`, ...).
         let symbol = format!("aj{index}_{}", sanitize_identifier(&r.name));
-        let (text, iface) = render_kernel(syntax, r, &symbol, &mut helpers)?;
+        let (text, iface) = render_kernel(syntax, r, &symbol, &mut helpers, &mut products)?;
         bodies.push_str(&text);
         kernels.push(iface);
     }
@@ -60,6 +64,9 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
     source.push('\n');
     for h in &helpers {
         let _ = writeln!(source, "{}\n", c_syntax::helper_definition(*h, syntax));
+    }
+    for definition in products.values() {
+        let _ = writeln!(source, "{definition}");
     }
     source.push_str(&bodies);
     Ok(CProgram { source, kernels })
@@ -95,6 +102,7 @@ fn render_kernel(
     r: &Optimized,
     symbol: &str,
     helpers: &mut BTreeSet<Helper>,
+    products: &mut BTreeMap<String, String>,
 ) -> Result<(String, KernelInterface)> {
     let args = r.materialized_nodes();
     let locals = r.local_nodes();
@@ -208,7 +216,10 @@ fn render_kernel(
             let name = k.node(&slot.node)?.to_string();
             let _ = writeln!(out, "  memset({name}, 0, {});", slot.size);
         }
-        k.stmt(s, 1, &mut out)?;
+        match r.schedules.get(i).map(|s| &s.kind) {
+            Some(ScheduleKind::Contraction(g)) => k.contraction(g, products, &mut out)?,
+            _ => k.stmt(s, 1, &mut out)?,
+        }
     }
     out.push_str("}\n\n");
     Ok((
@@ -248,6 +259,60 @@ impl StableName for Tnode {
 }
 
 impl KernelRenderer<'_> {
+    /// A contraction statement as calls of the blocked product, one per batch element.
+    fn contraction(
+        &mut self,
+        g: &Gemm,
+        products: &mut BTreeMap<String, String>,
+        out: &mut String,
+    ) -> Result<()> {
+        let name = gemm::gemm_name(g.prec, &g.blocking);
+        products
+            .entry(name.clone())
+            .or_insert_with(|| gemm::gemm_definition(g.prec, &g.blocking));
+        let [c, a, b] = [&g.out, &g.lhs, &g.rhs].map(|t| self.node(t).map(str::to_string));
+        let (c, a, b) = (c?, a?, b?);
+        let _ = writeln!(out, "  {}", comment(&g.to_string()));
+        let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
+        let mut indent = String::from("  ");
+        for (d, dim) in g.batch.iter().enumerate() {
+            let it = format!("b{}_{d}", self.loop_counter);
+            let _ = writeln!(
+                out,
+                "{indent}for (int64_t {it} = 0; {it} < {}; ++{it}) {{",
+                dim.extent
+            );
+            for (t, offset) in offsets.iter_mut().enumerate() {
+                if dim.strides[t] != 0 {
+                    offset.push_str(&format!(" + {it} * {}", dim.strides[t]));
+                }
+            }
+            indent.push_str("  ");
+        }
+        self.loop_counter += 1;
+        let _ = writeln!(
+            out,
+            "{indent}{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {});",
+            g.m.extent,
+            g.n.extent,
+            g.k.extent,
+            offsets[1],
+            g.m.strides[1],
+            g.k.strides[1],
+            offsets[2],
+            g.k.strides[2],
+            g.n.strides[2],
+            offsets[0],
+            g.m.strides[0],
+            g.n.strides[0],
+        );
+        for _ in &g.batch {
+            indent.truncate(indent.len() - 2);
+            let _ = writeln!(out, "{indent}}}");
+        }
+        Ok(())
+    }
+
     fn unbound(&self, what: String) -> Error {
         Error::Optimization {
             routine: self.routine.clone(),

@@ -9,6 +9,7 @@
 
 pub mod c_renderer;
 pub mod c_syntax;
+pub mod gemm;
 
 pub use c_renderer::{CProgram, KernelInterface, render_program};
 pub use c_syntax::CSyntax;

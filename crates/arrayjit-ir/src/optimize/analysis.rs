@@ -290,7 +290,8 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
         }
     }
     for n in nodes.values_mut() {
-        n.inline_blocker = inline_blocker(n, stmts, &infos);
+        n.inline_blocker = inline_blocker(n, stmts, &infos)
+            .or_else(|| contraction_blocker(n, stmts, settings));
         n.cheap =
             !n.write_stmts.is_empty() && n.write_stmts.iter().all(|&w| infos[w].reads.is_empty());
     }
@@ -298,6 +299,29 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
         nodes,
         stmts: infos,
     }
+}
+
+/// A node computed by a contraction large enough for a blocked matrix product is never
+/// inlined: inlining would recompute the product's inner reduction inside its consumer, one
+/// scalar chain per element, without blocking or vectorization.
+fn contraction_blocker(
+    n: &NodeInfo,
+    stmts: &[LowLevel],
+    settings: &OptimizeSettings,
+) -> Option<String> {
+    if !settings.schedule.enable_contractions {
+        return None;
+    }
+    n.write_stmts.iter().find_map(|&w| {
+        let c = crate::schedule::Contraction::detect(&stmts[w])?;
+        (c.flops() >= settings.schedule.min_contraction_flops).then(|| {
+            format!(
+                "it is a contraction of {:.0} FLOP, computed by a blocked matrix product rather \
+                 than recomputed inside its consumer",
+                c.flops()
+            )
+        })
+    })
 }
 
 fn inline_blocker(n: &NodeInfo, stmts: &[LowLevel], infos: &[StmtInfo]) -> Option<String> {

@@ -21,6 +21,8 @@ use crate::tnode::Tnode;
 pub use analysis::NodeRole;
 pub use memory_plan::{MemoryPlan, PlanItem, Slot};
 
+use crate::schedule::{Schedule, ScheduleSettings};
+
 /// Optimizer settings (thresholds are data, so that tests and heuristics can vary them).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OptimizeSettings {
@@ -53,6 +55,9 @@ pub struct OptimizeSettings {
     pub enable_fma: bool,
     /// Eliminate common subexpressions within a statement.
     pub enable_cse: bool,
+    /// What schedules may use (the device's vector width, registers and caches) and when a
+    /// contraction becomes a blocked matrix product.
+    pub schedule: ScheduleSettings,
 }
 
 impl Default for OptimizeSettings {
@@ -68,6 +73,7 @@ impl Default for OptimizeSettings {
             enable_simplification: true,
             enable_fma: true,
             enable_cse: true,
+            schedule: ScheduleSettings::default(),
         }
     }
 }
@@ -88,6 +94,8 @@ pub struct Optimized {
     /// Where the local nodes too large for the stack live in the stream's scratch pool; locals
     /// whose statement intervals do not overlap share memory.
     pub scratch: MemoryPlan,
+    /// How each top-level statement of `code` runs (one per statement, in order), with why.
+    pub schedules: Vec<Schedule>,
 }
 
 impl Optimized {
@@ -126,6 +134,20 @@ impl Optimized {
             .filter(|r| r.used && r.written && r.tn.is_materialized())
             .map(|r| r.tn.clone())
             .collect()
+    }
+
+    /// The top-level statements of the code, in order (what `schedules` describe).
+    pub fn statements(&self) -> Vec<&LowLevel> {
+        top_level(&self.code)
+    }
+
+    /// A report of every top-level statement's schedule and why, one per line.
+    pub fn schedule_report(&self) -> String {
+        let mut out = String::new();
+        for (k, s) in self.schedules.iter().enumerate() {
+            let _ = writeln!(out, "statement {k}: {s}");
+        }
+        out
     }
 
     /// A report of every node's final memory mode and why it was chosen, one per line.
@@ -205,6 +227,7 @@ pub fn optimize_low_level(
     crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
     let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
     let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
+    let schedules = crate::schedule::schedule(&top_level(&code), &settings.schedule);
     // A routine takes only the static indices its code uses.
     let used_symbols = code.index_symbols();
     let bindings = bindings
@@ -219,7 +242,17 @@ pub fn optimize_low_level(
         nodes,
         merge_node,
         scratch,
+        schedules,
     })
+}
+
+/// The top-level statements of code.
+fn top_level(code: &LowLevel) -> Vec<&LowLevel> {
+    match code {
+        LowLevel::Seq(items) => items.iter().collect(),
+        LowLevel::Noop => vec![],
+        s => vec![s],
+    }
 }
 
 /// Places the local nodes too large for the stack in the scratch pool; a local's lifetime is
@@ -229,11 +262,7 @@ fn plan_scratch(
     nodes: &[NodeRole],
     settings: &OptimizeSettings,
 ) -> Result<MemoryPlan> {
-    let stmts: Vec<&LowLevel> = match code {
-        LowLevel::Seq(items) => items.iter().collect(),
-        LowLevel::Noop => vec![],
-        s => vec![s],
-    };
+    let stmts = top_level(code);
     // The first and last top-level statement using each node, in one pass.
     let mut lifetimes: std::collections::HashMap<usize, (usize, usize)> =
         std::collections::HashMap::new();

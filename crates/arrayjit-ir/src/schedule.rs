@@ -1,0 +1,471 @@
+//! Schedules as data: how each top-level loop nest of an optimized routine is to be run, with
+//! why. The interpreter ignores schedules (the loop code stays the reference semantics); a
+//! renderer follows them. A schedule changes results only by float reassociation in a fixed
+//! order, never by thread timing.
+//!
+//! The first schedule beyond plain loops is the **contraction**: a loop nest computing
+//! `out[..] += lhs[..] * rhs[..]` over plain loop iterators (any einsum, transposed operands and
+//! batch axes included). Its iterators fall into roles — batch (in all three), M (out and lhs),
+//! N (out and rhs), K (lhs and rhs: reduced) — and the nest runs as a packed, cache-blocked,
+//! register-blocked matrix product per batch element: `C[M, N] += A[M, K] · B[K, N]` with
+//! general strides, so that any layout of the operands is packed into the micro-kernel's order.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::indexing::{AxisIndex, Symbol};
+use crate::low_level::{LowLevel, ScalarExpr};
+use crate::ops::{BinOp, TernOp};
+use crate::prec::Prec;
+use crate::tnode::Tnode;
+
+/// How one top-level statement runs, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    /// The kind of schedule.
+    pub kind: ScheduleKind,
+    /// Why it was chosen (for reports, like memory-mode provenance).
+    pub why: String,
+}
+
+/// The kinds of schedules.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScheduleKind {
+    /// The loops as written.
+    Loops,
+    /// A blocked matrix product per batch element.
+    Contraction(Gemm),
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ScheduleKind::Loops => write!(f, "loops ({})", self.why),
+            ScheduleKind::Contraction(g) => write!(f, "{g} ({})", self.why),
+        }
+    }
+}
+
+/// A node's access in a contraction: per axis, the loop iterator indexing it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Access {
+    /// The node.
+    pub node: Tnode,
+    /// The iterator of each axis.
+    pub iters: Vec<Symbol>,
+}
+
+impl Access {
+    /// The element stride of iterator `s` in this access (0 if it does not index the node).
+    /// Nodes in contractions are unpadded, so storage is row-major over the logical dims.
+    pub fn stride(&self, s: Symbol) -> usize {
+        let dims = self.node.dims();
+        self.iters
+            .iter()
+            .enumerate()
+            .filter(|(_, it)| **it == s)
+            .map(|(axis, _)| dims[axis + 1..].iter().product::<usize>())
+            .sum()
+    }
+}
+
+/// A loop nest of shape `out[o] = out[o] + lhs[l] * rhs[r]` (or the fused multiply-add form)
+/// over loops starting at 0, every index a plain iterator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contraction {
+    /// The loops, outermost first: iterator and extent.
+    pub loops: Vec<(Symbol, usize)>,
+    /// The accumulated node.
+    pub out: Access,
+    /// The left factor.
+    pub lhs: Access,
+    /// The right factor.
+    pub rhs: Access,
+}
+
+fn plain_iters(idcs: &[AxisIndex]) -> Option<Vec<Symbol>> {
+    idcs.iter()
+        .map(|i| match i {
+            AxisIndex::Iterator(s) => Some(*s),
+            _ => None,
+        })
+        .collect()
+}
+
+fn get(e: &ScalarExpr) -> Option<Access> {
+    match e {
+        ScalarExpr::Get(node, idcs) => Some(Access {
+            node: node.clone(),
+            iters: plain_iters(idcs)?,
+        }),
+        _ => None,
+    }
+}
+
+impl Contraction {
+    /// Recognizes a contraction-shaped statement. Nodes must share one floating precision and
+    /// be unpadded; the result's iterators must be distinct; every loop iterator must index the
+    /// result or both factors (an iterator reducing one factor alone is not a contraction).
+    pub fn detect(stmt: &LowLevel) -> Option<Contraction> {
+        let mut loops = Vec::new();
+        let mut s = stmt;
+        loop {
+            match s {
+                LowLevel::For {
+                    index,
+                    from: 0,
+                    to,
+                    body,
+                } if *to > 0 => {
+                    loops.push((*index, *to as usize));
+                    s = body;
+                }
+                LowLevel::Seq(items) if items.len() == 1 => s = &items[0],
+                _ => break,
+            }
+        }
+        let LowLevel::Set { tn, idcs, value } = s else {
+            return None;
+        };
+        let out = Access {
+            node: tn.clone(),
+            iters: plain_iters(idcs)?,
+        };
+        let is_out = |e: &ScalarExpr| get(e).is_some_and(|a| a == out);
+        let (lhs, rhs) = match value {
+            ScalarExpr::Ternop(TernOp::Fma, a, b, c) if is_out(c) => (get(a)?, get(b)?),
+            ScalarExpr::Binop(BinOp::Add, x, y) => {
+                let (acc, prod) = if is_out(x) { (x, y) } else { (y, x) };
+                if !is_out(acc) {
+                    return None;
+                }
+                match &**prod {
+                    ScalarExpr::Binop(BinOp::Mul, a, b) => (get(a)?, get(b)?),
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        };
+        let c = Contraction {
+            loops,
+            out,
+            lhs,
+            rhs,
+        };
+        c.well_formed().then_some(c)
+    }
+
+    fn well_formed(&self) -> bool {
+        let prec = self.out.node.prec();
+        let nodes = [&self.out, &self.lhs, &self.rhs];
+        if !matches!(prec, Prec::F32 | Prec::F64)
+            || nodes
+                .iter()
+                .any(|a| a.node.prec() != prec || a.node.padding().is_some())
+            || self.lhs.node == self.out.node
+            || self.rhs.node == self.out.node
+        {
+            return false;
+        }
+        let mut seen = Vec::new();
+        for s in &self.out.iters {
+            if seen.contains(s) {
+                return false;
+            }
+            seen.push(*s);
+        }
+        let looped = |s: &Symbol| self.loops.iter().any(|(l, _)| l == s);
+        let all_looped = nodes.iter().all(|a| a.iters.iter().all(looped));
+        // Iterators may index one factor twice (a diagonal): not a plain matrix product.
+        let distinct = |a: &Access| {
+            let mut v = a.iters.clone();
+            v.sort();
+            v.dedup();
+            v.len() == a.iters.len()
+        };
+        all_looped
+            && distinct(&self.lhs)
+            && distinct(&self.rhs)
+            && self.loops.iter().all(|(s, _)| {
+                let (o, l, r) = (
+                    self.out.iters.contains(s),
+                    self.lhs.iters.contains(s),
+                    self.rhs.iters.contains(s),
+                );
+                o || (l && r)
+            })
+    }
+
+    fn extent(&self, s: Symbol) -> usize {
+        self.loops
+            .iter()
+            .find(|(l, _)| *l == s)
+            .map_or(1, |(_, e)| *e)
+    }
+
+    /// The iterators of a role, outermost loop first.
+    fn role(&self, in_out: bool, in_lhs: bool, in_rhs: bool) -> Vec<Symbol> {
+        self.loops
+            .iter()
+            .map(|(s, _)| *s)
+            .filter(|s| {
+                self.out.iters.contains(s) == in_out
+                    && self.lhs.iters.contains(s) == in_lhs
+                    && self.rhs.iters.contains(s) == in_rhs
+            })
+            .collect()
+    }
+
+    /// Floating-point operations of the nest.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.loops.iter().map(|(_, e)| *e as f64).product::<f64>()
+    }
+
+    /// The matrix-product plan: each role's iterators merged into one dimension where the
+    /// strides allow (e.g. `n, h` of a `[n, h, c]` input), the rest as batch loops.
+    pub fn gemm(&self, blocking: Blocking) -> Option<Gemm> {
+        let accesses = [&self.out, &self.lhs, &self.rhs];
+        let merge = |iters: Vec<Symbol>| -> Vec<Dim> {
+            let mut groups: Vec<Dim> = Vec::new();
+            // Innermost (smallest stride in the result or the factor holding it) last.
+            let mut iters = iters;
+            iters.sort_by_key(|s| {
+                std::cmp::Reverse(
+                    accesses
+                        .iter()
+                        .map(|a| a.stride(*s))
+                        .find(|&st| st > 0)
+                        .unwrap_or(0),
+                )
+            });
+            for s in iters {
+                let dim = Dim {
+                    extent: self.extent(s),
+                    strides: accesses.map(|a| a.stride(s)),
+                };
+                match groups.last_mut() {
+                    Some(outer)
+                        if (0..3).all(|t| {
+                            outer.strides[t] == dim.strides[t] * dim.extent
+                                || (outer.strides[t] == 0 && dim.strides[t] == 0)
+                        }) =>
+                    {
+                        outer.extent *= dim.extent;
+                        outer.strides = dim.strides;
+                    }
+                    _ => groups.push(dim),
+                }
+            }
+            groups
+        };
+        let mut batch = merge(self.role(true, true, true));
+        let split = |groups: Vec<Dim>, batch: &mut Vec<Dim>| -> Dim {
+            let mut groups = groups;
+            let inner = groups.pop().unwrap_or(Dim {
+                extent: 1,
+                strides: [0; 3],
+            });
+            batch.extend(groups);
+            inner
+        };
+        let m = split(merge(self.role(true, true, false)), &mut batch);
+        let n = split(merge(self.role(true, false, true)), &mut batch);
+        let k_groups = merge(self.role(false, true, true));
+        if k_groups.len() > 1 {
+            // A reduction over several unmergeable axes: the blocked product would need a sum
+            // over its own loops; keep the loops.
+            return None;
+        }
+        let k = k_groups.into_iter().next()?;
+        Some(Gemm {
+            prec: self.out.node.prec(),
+            out: self.out.node.clone(),
+            lhs: self.lhs.node.clone(),
+            rhs: self.rhs.node.clone(),
+            batch,
+            m,
+            n,
+            k,
+            blocking,
+        })
+    }
+}
+
+/// One dimension of a matrix product: its extent and element strides in (out, lhs, rhs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dim {
+    /// Number of indices.
+    pub extent: usize,
+    /// Element stride in the result, the left factor and the right factor (0 where absent).
+    pub strides: [usize; 3],
+}
+
+/// Cache and register blocking of a matrix product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocking {
+    /// Rows of the register tile (micro-kernel).
+    pub mr: usize,
+    /// Columns of the register tile: a multiple of the vector width.
+    pub nr: usize,
+    /// Rows of a packed block of the left factor (kept in L2).
+    pub mc: usize,
+    /// Depth of a packed block (a panel of `kc × nr` stays in L1).
+    pub kc: usize,
+    /// Columns of a packed block of the right factor (kept in L3).
+    pub nc: usize,
+}
+
+impl Blocking {
+    /// Blocking for a CPU with `lanes` elements per vector of `elem_bytes`-byte values, the
+    /// given vector registers, and L1/L2/L3 data cache sizes (0 where unknown): the register
+    /// tile uses at most two thirds of the registers for accumulators; a `kc × nr` panel of the
+    /// right factor fills half of L1; an `mc × kc` block of the left factor half of L2; a
+    /// `kc × nc` block of the right factor half of L3.
+    pub fn for_cpu(
+        lanes: usize,
+        registers: usize,
+        elem_bytes: usize,
+        caches: [usize; 3],
+    ) -> Blocking {
+        let lanes = lanes.max(1);
+        let nr = 2 * lanes;
+        // Accumulators: mr × 2 vectors, plus 2 for the right panel and 1 broadcast.
+        let mr = (registers.saturating_sub(3) / 2).clamp(1, 12);
+        let l1 = if caches[0] > 0 { caches[0] } else { 32 << 10 };
+        let l2 = if caches[1] > 0 { caches[1] } else { 256 << 10 };
+        let l3 = if caches[2] > 0 { caches[2] } else { 4 << 20 };
+        let kc = (l1 / 2 / (nr * elem_bytes)).clamp(64, 512) / 8 * 8;
+        let mc = ((l2 / 2 / (kc * elem_bytes)) / mr).clamp(1, 64) * mr;
+        let nc = ((l3 / 2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
+        Blocking { mr, nr, mc, kc, nc }
+    }
+}
+
+/// A blocked matrix product per batch element: `out[b, m, n] += lhs[b, m, k] · rhs[b, k, n]`
+/// over general strides.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gemm {
+    /// The precision of all three nodes.
+    pub prec: Prec,
+    /// The result.
+    pub out: Tnode,
+    /// The left factor.
+    pub lhs: Tnode,
+    /// The right factor.
+    pub rhs: Tnode,
+    /// Batch loops around the product (outermost first).
+    pub batch: Vec<Dim>,
+    /// Rows.
+    pub m: Dim,
+    /// Columns.
+    pub n: Dim,
+    /// Reduction.
+    pub k: Dim,
+    /// Cache and register blocking.
+    pub blocking: Blocking,
+}
+
+impl fmt::Display for Gemm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.blocking;
+        write!(
+            f,
+            "contraction {} += {} · {}: {} batch loop(s), M {} N {} K {}, register tile {}×{}, blocks mc {} kc {} nc {}",
+            self.out.label().join("."),
+            self.lhs.label().join("."),
+            self.rhs.label().join("."),
+            self.batch.len(),
+            self.m.extent,
+            self.n.extent,
+            self.k.extent,
+            b.mr,
+            b.nr,
+            b.mc,
+            b.kc,
+            b.nc
+        )
+    }
+}
+
+/// What schedules may use: the device's vector width and registers, cache sizes, and the
+/// smallest contraction worth a blocked product.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleSettings {
+    /// `f32` lanes of the widest vector (4 without SIMD knowledge).
+    pub f32_lanes: usize,
+    /// Vector registers.
+    pub vector_registers: usize,
+    /// L1d, L2, L3 sizes in bytes (0 where unknown).
+    pub cache_bytes: [usize; 3],
+    /// Contractions with fewer floating-point operations stay loops.
+    pub min_contraction_flops: f64,
+    /// Schedule contractions as blocked products at all.
+    pub enable_contractions: bool,
+}
+
+impl Default for ScheduleSettings {
+    fn default() -> Self {
+        ScheduleSettings {
+            f32_lanes: 8,
+            vector_registers: 16,
+            cache_bytes: [32 << 10, 256 << 10, 8 << 20],
+            min_contraction_flops: 32768.0,
+            enable_contractions: true,
+        }
+    }
+}
+
+/// The schedule of every top-level statement, in order.
+pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedule> {
+    let mut cache: HashMap<usize, Blocking> = HashMap::new();
+    stmts
+        .iter()
+        .map(|s| {
+            let Some(c) = Contraction::detect(s) else {
+                return Schedule {
+                    kind: ScheduleKind::Loops,
+                    why: "not a contraction".into(),
+                };
+            };
+            if !settings.enable_contractions {
+                return Schedule {
+                    kind: ScheduleKind::Loops,
+                    why: "blocked contractions are disabled in the schedule settings".into(),
+                };
+            }
+            if c.flops() < settings.min_contraction_flops {
+                return Schedule {
+                    kind: ScheduleKind::Loops,
+                    why: format!(
+                        "a contraction of {} FLOP, below min_contraction_flops = {}",
+                        c.flops(),
+                        settings.min_contraction_flops
+                    ),
+                };
+            }
+            let elem = c.out.node.prec().size_in_bytes();
+            let blocking = *cache.entry(elem).or_insert_with(|| {
+                let lanes = settings.f32_lanes * 4 / elem;
+                Blocking::for_cpu(
+                    lanes,
+                    settings.vector_registers,
+                    elem,
+                    settings.cache_bytes,
+                )
+            });
+            match c.gemm(blocking) {
+                Some(g) => Schedule {
+                    why: format!(
+                        "a contraction of {:.0} FLOP: packed, cache-blocked, register-blocked",
+                        c.flops()
+                    ),
+                    kind: ScheduleKind::Contraction(g),
+                },
+                None => Schedule {
+                    kind: ScheduleKind::Loops,
+                    why: "a contraction over several reduction axes that do not merge".into(),
+                },
+            }
+        })
+        .collect()
+}
