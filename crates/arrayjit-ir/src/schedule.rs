@@ -446,12 +446,7 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
             let elem = c.out.node.prec().size_in_bytes();
             let blocking = *cache.entry(elem).or_insert_with(|| {
                 let lanes = settings.f32_lanes * 4 / elem;
-                Blocking::for_cpu(
-                    lanes,
-                    settings.vector_registers,
-                    elem,
-                    settings.cache_bytes,
-                )
+                Blocking::for_cpu(lanes, settings.vector_registers, elem, settings.cache_bytes)
             });
             match c.gemm(blocking) {
                 Some(g) => Schedule {

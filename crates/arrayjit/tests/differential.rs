@@ -50,3 +50,25 @@ fn matmul_256_matches_interpreter_and_hand_computed_reference() {
     routine.context().to_host(&c).unwrap();
     assert_eq!(c.get_values().unwrap(), expected);
 }
+
+/// The large contraction cases really run as blocked products on the CPU backends (so the
+/// corpus checks the blocked kernels, not only the loops), and the small or unmergeable ones
+/// stay loops; the schedule says why.
+#[test]
+fn contraction_cases_are_scheduled_as_blocked_products() {
+    use arrayjit::ir::schedule::ScheduleKind;
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    for case in arrayjit::conformance::contraction_cases().unwrap() {
+        let code = backend
+            .compile(&case.name, &case.program, &case.bindings)
+            .unwrap();
+        let opt = code.optimized();
+        let blocked = opt
+            .schedules
+            .iter()
+            .filter(|s| matches!(s.kind, ScheduleKind::Contraction(_)))
+            .count();
+        let want = usize::from(!case.name.starts_with("loops"));
+        assert_eq!(blocked, want, "{}:\n{}", case.name, opt.schedule_report());
+    }
+}

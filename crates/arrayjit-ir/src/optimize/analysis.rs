@@ -290,8 +290,8 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
         }
     }
     for n in nodes.values_mut() {
-        n.inline_blocker = inline_blocker(n, stmts, &infos)
-            .or_else(|| contraction_blocker(n, stmts, settings));
+        n.inline_blocker =
+            inline_blocker(n, stmts, &infos).or_else(|| contraction_blocker(n, stmts, settings));
         n.cheap =
             !n.write_stmts.is_empty() && n.write_stmts.iter().all(|&w| infos[w].reads.is_empty());
     }

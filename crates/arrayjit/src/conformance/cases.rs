@@ -13,7 +13,7 @@ fn input(prec: Prec, dims: &[usize], label: &str, values: &[f64]) -> Result<Tnod
     Ok(t)
 }
 
-fn output(prec: Prec, dims: &[usize], label: &str) -> Result<Tnode> {
+pub(super) fn output(prec: Prec, dims: &[usize], label: &str) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;
     t.update_memory_mode(
         MemoryMode::Hosted(MemoryType::Nonconstant),
@@ -26,7 +26,7 @@ fn node(t: &Tnode) -> Operand {
     Operand::Node(t.clone())
 }
 
-fn case(name: &str, program: Assignments, results: Vec<Tnode>) -> Case {
+pub(super) fn case(name: &str, program: Assignments, results: Vec<Tnode>) -> Case {
     Case {
         name: name.into(),
         program,
@@ -605,5 +605,8 @@ pub fn all_cases() -> Result<Vec<Case>> {
         integer_semantics()?,
         fetches()?,
         scratch_locals()?,
-    ])
+    ]
+    .into_iter()
+    .chain(super::contractions::contraction_cases()?)
+    .collect())
 }

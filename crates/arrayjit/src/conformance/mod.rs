@@ -3,11 +3,13 @@
 //! runs the same corpus; a new backend is correct when it agrees here.
 
 mod cases;
+mod contractions;
 
 use arrayjit_ir::{Assignments, Error, InterpEnv, Prec, Result, StaticSymbol, Tnode};
 use arrayjit_runtime::{Backend, Context};
 
 pub use cases::{all_cases, matmul, scratch_locals};
+pub use contractions::contraction_cases;
 
 /// One program of the corpus.
 pub struct Case {

@@ -1,0 +1,188 @@
+//! Contraction-heavy programs for the conformance corpus: einsums of odd sizes (1, 7, 17, 129,
+//! 1000), transposed operands, batch axes, merged and unmergeable reduction axes, and a
+//! contraction feeding a pointwise consumer. Large ones run as blocked matrix products on CPU
+//! backends, small ones as loops; all must agree with the interpreter. Integer-valued inputs
+//! make f32 sums exact whatever the summation order, so blocking bugs show as exact mismatches;
+//! the f64 cases use fractional values.
+
+use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, UnOp};
+
+use super::Case;
+
+/// Values `-2..=2` in a deterministic pattern (exact products and sums in f32).
+fn small_integers(n: usize, seed: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| ((i * 7 + seed * 13) % 5) as f64 - 2.0)
+        .collect()
+}
+
+fn fractions(n: usize, seed: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| ((i * 31 + seed * 17) % 97) as f64 / 48.5 - 1.0)
+        .collect()
+}
+
+fn input(prec: Prec, dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
+    let t = Tnode::new(prec, dims, &[label])?;
+    let n = dims.iter().product();
+    t.set_values(&if prec == Prec::F64 {
+        fractions(n, seed)
+    } else {
+        small_integers(n, seed)
+    })?;
+    Ok(t)
+}
+
+/// Dims of the letters of `operand` given the size of each letter.
+fn dims_of(operand: &str, size: &dyn Fn(char) -> usize) -> Vec<usize> {
+    operand.chars().map(size).collect()
+}
+
+/// `out = lhs ·spec· rhs` for an einsum `"lhs,rhs->out"` with the given letter sizes.
+fn einsum_case(name: &str, prec: Prec, spec: &str, sizes: &[(char, usize)]) -> Result<Case> {
+    let size = |c: char| sizes.iter().find(|(l, _)| *l == c).map_or(1, |(_, s)| *s);
+    let (inputs, out) = spec.split_once("->").unwrap_or((spec, ""));
+    let (l, r) = inputs.split_once(',').unwrap_or((inputs, ""));
+    let a = input(prec, &dims_of(l, &size), "a", 1)?;
+    let b = input(prec, &dims_of(r, &size), "b", 2)?;
+    let c = super::cases::output(prec, &dims_of(out, &size), "c")?;
+    let program = Assignments::einsum(
+        spec,
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )?;
+    Ok(super::cases::case(name, program, vec![c]))
+}
+
+/// `y = relu(a·b + bias)` with the product a virtual-node candidate: it must stay a blocked
+/// product, not be inlined into the consumer.
+fn product_with_epilogue() -> Result<Case> {
+    let (m, k, n) = (33, 65, 47);
+    let a = input(Prec::F32, &[m, k], "a", 3)?;
+    let b = input(Prec::F32, &[k, n], "b", 4)?;
+    let bias = input(Prec::F32, &[n], "bias", 5)?;
+    let ab = Tnode::new(Prec::F32, &[m, n], &["ab"])?;
+    let pre = Tnode::new(Prec::F32, &[m, n], &["pre"])?;
+    let y = super::cases::output(Prec::F32, &[m, n], "y")?;
+    let program = Assignments::einsum(
+        "ik,kj->ij",
+        BinOp::Add,
+        &ab,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )?
+    .then(Assignments::einsum(
+        "ij,j->ij",
+        BinOp::Arg2,
+        &pre,
+        AccumRhs::Binop(BinOp::Add, Operand::Node(ab), Operand::Node(bias)),
+        false,
+    )?)
+    .then(Assignments::pointwise_unop(&y, UnOp::Relu, &pre));
+    Ok(super::cases::case(
+        "contraction_then_bias_relu",
+        program,
+        vec![y],
+    ))
+}
+
+/// The contraction cases (names starting with `gemm` are large enough to be scheduled as
+/// blocked products on CPU backends).
+pub fn contraction_cases() -> Result<Vec<Case>> {
+    let f32 = Prec::F32;
+    Ok(vec![
+        einsum_case(
+            "loops_matmul_1x1x1",
+            f32,
+            "ik,kj->ij",
+            &[('i', 1), ('k', 1), ('j', 1)],
+        )?,
+        einsum_case(
+            "loops_matmul_7x17x7",
+            f32,
+            "ik,kj->ij",
+            &[('i', 7), ('k', 17), ('j', 7)],
+        )?,
+        einsum_case(
+            "gemm_matmul_129x129x129",
+            f32,
+            "ik,kj->ij",
+            &[('i', 129), ('k', 129), ('j', 129)],
+        )?,
+        einsum_case(
+            "gemm_matmul_1000x17x7",
+            f32,
+            "ik,kj->ij",
+            &[('i', 1000), ('k', 17), ('j', 7)],
+        )?,
+        einsum_case(
+            "gemm_matmul_7x1000x17",
+            f32,
+            "ik,kj->ij",
+            &[('i', 7), ('k', 1000), ('j', 17)],
+        )?,
+        einsum_case(
+            "gemm_vector_matrix",
+            f32,
+            "k,kj->j",
+            &[('k', 1000), ('j', 129)],
+        )?,
+        einsum_case(
+            "gemm_matrix_vector",
+            f32,
+            "ik,k->i",
+            &[('i', 129), ('k', 1000)],
+        )?,
+        einsum_case(
+            "gemm_transposed_lhs",
+            f32,
+            "ki,kj->ij",
+            &[('i', 17), ('k', 129), ('j', 129)],
+        )?,
+        einsum_case(
+            "gemm_transposed_rhs",
+            f32,
+            "ik,jk->ij",
+            &[('i', 129), ('k', 17), ('j', 129)],
+        )?,
+        einsum_case(
+            "gemm_transposed_out",
+            f32,
+            "ik,kj->ji",
+            &[('i', 129), ('k', 65), ('j', 17)],
+        )?,
+        einsum_case(
+            "gemm_batched",
+            f32,
+            "bik,bkj->bij",
+            &[('b', 3), ('i', 33), ('k', 17), ('j', 65)],
+        )?,
+        einsum_case(
+            "gemm_conv_like",
+            f32,
+            "nhc,oc->nho",
+            &[('n', 2), ('h', 65), ('c', 17), ('o', 9)],
+        )?,
+        einsum_case(
+            "gemm_merged_reduction",
+            f32,
+            "ikl,klj->ij",
+            &[('i', 33), ('k', 7), ('l', 17), ('j', 33)],
+        )?,
+        einsum_case(
+            "loops_unmergeable_reduction",
+            f32,
+            "ikl,lkj->ij",
+            &[('i', 33), ('k', 7), ('l', 17), ('j', 33)],
+        )?,
+        einsum_case(
+            "gemm_f64_fractions",
+            Prec::F64,
+            "ik,kj->ij",
+            &[('i', 65), ('k', 129), ('j', 33)],
+        )?,
+        product_with_epilogue()?,
+    ])
+}
