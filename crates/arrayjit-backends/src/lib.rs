@@ -14,6 +14,7 @@ pub mod device_info;
 pub mod missing;
 pub mod sanitizer;
 pub mod settings;
+pub mod worker_pool;
 
 use std::any::Any;
 use std::fmt::Debug;

@@ -1,5 +1,5 @@
 //! Rendering optimized routines to C: one function per routine, with a uniform calling
-//! convention `void f(void *const *args, const int64_t *statics)`, helpers defined once per
+//! convention `void f(void *const *args, const int64_t *statics, const aj_par *par)`, helpers defined once per
 //! file, and names that depend only on the program (so the same program gives byte-identical
 //! source).
 
@@ -15,6 +15,10 @@ use arrayjit_ir::schedule::{Gemm, ScheduleKind};
 
 use crate::c_syntax::{self, CSyntax, Helper};
 use crate::gemm;
+
+/// The C declaration of the worker-pool handle every kernel receives as its third argument
+/// (layout of `arrayjit_backends::worker_pool::ParallelHandle`).
+pub const PARALLEL_TYPEDEF: &str = "typedef struct aj_par {\n  const void *pool;\n  void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks);\n  int64_t workers;\n} aj_par;\n\n";
 
 /// How to call one rendered kernel.
 #[derive(Clone, Debug)]
@@ -62,6 +66,9 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
         let _ = writeln!(source, "{inc}");
     }
     source.push('\n');
+    // The third argument of every kernel: the device's worker pool (see
+    // `arrayjit_backends::worker_pool`); kernels split their parallel loops with `par->run`.
+    source.push_str(PARALLEL_TYPEDEF);
     for h in &helpers {
         let _ = writeln!(source, "{}\n", c_syntax::helper_definition(*h, syntax));
     }
@@ -124,9 +131,9 @@ fn render_kernel(
     };
     let _ = writeln!(
         out,
-        "{prefix}void {symbol}(void *const *args, const int64_t *statics) {{"
+        "{prefix}void {symbol}(void *const *args, const int64_t *statics, const aj_par *par) {{"
     );
-    let _ = writeln!(out, "  (void)args; (void)statics;");
+    let _ = writeln!(out, "  (void)args; (void)statics; (void)par;");
     for (pos, tn) in args.iter().enumerate() {
         let name = node_name(tn, pos);
         let t = tn.prec().c_storage_type();
@@ -292,7 +299,7 @@ impl KernelRenderer<'_> {
         self.loop_counter += 1;
         let _ = writeln!(
             out,
-            "{indent}{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {});",
+            "{indent}{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, par);",
             g.m.extent,
             g.n.extent,
             g.k.extent,

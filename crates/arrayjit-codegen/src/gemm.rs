@@ -27,7 +27,8 @@ pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
 
 /// The definition of the product function (and its micro-kernel and vector type), for a
 /// precision of `f32` or `f64`. Call it as
-/// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC)`.
+/// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, par)` with the kernel's worker-pool
+/// handle (`NULL` runs on the calling thread).
 pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let t = prec.c_storage_type();
     let elem = prec.size_in_bytes();
@@ -91,10 +92,10 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         "    for (int64_t i = 0; i < mr; ++i) for (int64_t j = 0; j < nr; ++j) c[i * rsC + j * csC] += tile[i * {nr} + j];"
     );
     let _ = writeln!(s, "  }}\n}}");
-    // The blocked product.
+    // The blocked product on one thread.
     let _ = write!(
         s,
-        "static void {name}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC) {{
+        "static void {name}_serial(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC) {{
   if (M <= 0 || N <= 0 || K <= 0) return;
   /* Packing buffers, kept per thread and grown as needed. */
   static _Thread_local {t} *pack = 0;
@@ -155,6 +156,40 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       }}
     }}
   }}
+}}
+"
+    );
+    // Over the device's workers: the larger of M and N split into ranges of whole register
+    // tiles, one product per range. Every element is computed by one range with the same
+    // blocking and order, so results do not depend on the number of workers.
+    let _ = write!(
+        s,
+        "typedef struct {{ int64_t M, N, K; const {t} *A; int64_t rsA, csA; const {t} *B; int64_t rsB, csB; {t} *C; int64_t rsC, csC; int64_t split_n, per; }} {name}_job;
+static void {name}_chunk(void *ctx, int64_t index) {{
+  const {name}_job *j = ({name}_job *)ctx;
+  const int64_t lo = index * j->per, total = j->split_n ? j->N : j->M;
+  const int64_t hi = lo + j->per < total ? lo + j->per : total;
+  if (lo >= hi) return;
+  if (j->split_n)
+    {name}_serial(j->M, hi - lo, j->K, j->A, j->rsA, j->csA, j->B + lo * j->csB, j->rsB, j->csB, j->C + lo * j->csC, j->rsC, j->csC);
+  else
+    {name}_serial(hi - lo, j->N, j->K, j->A + lo * j->rsA, j->rsA, j->csA, j->B, j->rsB, j->csB, j->C + lo * j->rsC, j->rsC, j->csC);
+}}
+static void {name}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, const aj_par *par) {{
+  const int64_t workers = par ? par->workers : 1;
+  if (workers > 1 && (double)M * (double)N * (double)K >= 262144.0) {{
+    const int64_t split_n = N >= M;
+    const int64_t unit = split_n ? {nr} : {mr}, total = split_n ? N : M;
+    const int64_t units = (total + unit - 1) / unit;
+    const int64_t per = (units + workers - 1) / workers * unit;
+    const int64_t chunks = (total + per - 1) / per;
+    if (chunks > 1) {{
+      {name}_job job = {{M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, split_n, per}};
+      par->run(par->pool, {name}_chunk, &job, chunks);
+      return;
+    }}
+  }}
+  {name}_serial(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC);
 }}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options

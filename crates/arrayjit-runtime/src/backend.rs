@@ -47,6 +47,10 @@ pub struct RuntimeConfig {
     /// Largest pool the link-time planner allocates, in [`MAX_POOL_BYTES_RANGE`] (default
     /// 1 GiB); an array larger than this is an error.
     pub max_pool_bytes: usize,
+    /// Worker threads per CPU device, which split a routine's parallel loops (default:
+    /// `ARRAYJIT_CPU_WORKERS`, else 1 for `sync_cc` and the device's share of the cores for
+    /// `multicore_cc`). Results do not depend on it.
+    pub workers_per_device: Option<usize>,
 }
 
 /// Accepted [`RuntimeConfig::queue_capacity`] values.
@@ -71,6 +75,13 @@ impl RuntimeConfig {
             self.queue_capacity as u64,
             QUEUE_CAPACITY_RANGE,
         )?;
+        if let Some(w) = self.workers_per_device {
+            check_range(
+                "RuntimeConfig::workers_per_device",
+                w as u64,
+                arrayjit_backends::cc::CPU_WORKERS_RANGE,
+            )?;
+        }
         check_range(
             "RuntimeConfig::max_pool_bytes",
             self.max_pool_bytes as u64,
@@ -86,6 +97,7 @@ impl Default for RuntimeConfig {
             num_devices: None,
             queue_capacity: 1024,
             max_pool_bytes: 1 << 30,
+            workers_per_device: None,
         }
     }
 }
@@ -135,18 +147,31 @@ pub fn backend(name: &str) -> Result<Backend> {
 pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend> {
     let trimmed = name.trim();
     config.validate()?;
-    let cc = || -> Result<Arc<dyn LoweredBackend>> {
+    let cc = |share_cores: bool| -> Result<Arc<dyn LoweredBackend>> {
         let mut c = CcConfig::from_env()?;
         if let Some(n) = config.num_devices {
             c.num_devices = n;
         }
+        if let Some(w) = config.workers_per_device {
+            c.workers_per_device = Some(w);
+        }
+        if c.workers_per_device.is_none() {
+            // A device owns its share of the cores; one worker when the caller's thread runs
+            // the work (`sync_cc`).
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            c.workers_per_device = Some(if share_cores {
+                (cores / c.num_devices.max(1)).max(1)
+            } else {
+                1
+            });
+        }
         Ok(Arc::new(CcBackend::new(c)?))
     };
     let (canonical, lowered, scheduler) = match trimmed {
-        "sync_cc" | "cc" => ("sync_cc", cc()?, SchedulerKind::Sync),
+        "sync_cc" | "cc" => ("sync_cc", cc(false)?, SchedulerKind::Sync),
         "multicore_cc" => (
             "multicore_cc",
-            cc()?,
+            cc(true)?,
             SchedulerKind::Multicore {
                 queue_capacity: config.queue_capacity,
             },

@@ -15,6 +15,7 @@ use arrayjit_ir::{Error, Optimized, Result};
 
 use crate::buffer::{CpuBuffer, MemoryCounter};
 use crate::settings;
+use crate::worker_pool::{ParallelHandle, WorkerPool};
 use crate::{BufferHandle, CompiledBatch, DeviceBuffer, LoweredBackend};
 
 pub use compile::{CompileStats, compile_stats, default_cache_dir};
@@ -47,6 +48,10 @@ pub struct CcConfig {
     /// in [`POOL_GUARD_BYTES_RANGE`], default 0). With the AddressSanitizer runtime loaded,
     /// they are poisoned, so a kernel running past an array is reported.
     pub pool_guard_bytes: usize,
+    /// Threads of each device's worker pool, which split a routine's parallel loops (blocked
+    /// contractions today) (`$ARRAYJIT_CPU_WORKERS`, in [`CPU_WORKERS_RANGE`]). `None` lets the
+    /// runtime decide: one for `sync_cc`, the device's share of the cores for `multicore_cc`.
+    pub workers_per_device: Option<usize>,
 }
 
 /// The default C compiler flags.
@@ -59,6 +64,9 @@ pub const CPU_DEVICES_RANGE: RangeInclusive<u64> = 1..=1024;
 pub const CACHE_MAX_MB_RANGE: RangeInclusive<u64> = 0..=(16 << 20);
 /// Accepted compiler timeouts in seconds (`ARRAYJIT_CC_TIMEOUT_SECS`).
 pub const CC_TIMEOUT_SECS_RANGE: RangeInclusive<u64> = 1..=86_400;
+
+/// Accepted worker counts per device (`ARRAYJIT_CPU_WORKERS`).
+pub const CPU_WORKERS_RANGE: RangeInclusive<u64> = 1..=1024;
 
 /// Accepted pool guard sizes in bytes (`ARRAYJIT_POOL_GUARD_BYTES`).
 pub const POOL_GUARD_BYTES_RANGE: RangeInclusive<u64> = 0..=65_536;
@@ -78,6 +86,7 @@ impl Default for CcConfig {
             cache_max_bytes: DEFAULT_CACHE_MAX_MB << 20,
             compile_timeout: std::time::Duration::from_secs(DEFAULT_CC_TIMEOUT_SECS),
             pool_guard_bytes: 0,
+            workers_per_device: None,
         }
     }
 }
@@ -121,7 +130,14 @@ impl CcConfig {
             POOL_GUARD_BYTES_RANGE,
             0,
         )?;
+        let workers = match settings::text(lookup, "ARRAYJIT_CPU_WORKERS")? {
+            Some(_) => Some(
+                settings::integer(lookup, "ARRAYJIT_CPU_WORKERS", CPU_WORKERS_RANGE, 1)? as usize,
+            ),
+            None => None,
+        };
         Ok(CcConfig {
+            workers_per_device: workers,
             pool_guard_bytes: guard as usize,
             compiler: settings::text(lookup, "CC")?.unwrap_or(defaults.compiler),
             flags,
@@ -146,6 +162,9 @@ impl CcConfig {
             self.pool_guard_bytes as u64,
             POOL_GUARD_BYTES_RANGE,
         )?;
+        if let Some(w) = self.workers_per_device {
+            settings::check_range("CcConfig::workers_per_device", w as u64, CPU_WORKERS_RANGE)?;
+        }
         let timeout = self.compile_timeout;
         if timeout.is_zero() || timeout.as_secs() > *CC_TIMEOUT_SECS_RANGE.end() {
             return Err(Error::InvalidSetting {
@@ -164,6 +183,7 @@ impl CcConfig {
 /// The C compiler backend.
 pub struct CcBackend {
     config: CcConfig,
+    workers: Arc<Vec<WorkerPool>>,
     counters: Vec<Arc<MemoryCounter>>,
     pools: Vec<Mutex<BTreeMap<usize, Arc<CpuBuffer>>>>,
     syntax: CSyntax,
@@ -186,7 +206,20 @@ impl CcBackend {
         let pools = (0..config.num_devices)
             .map(|_| Mutex::new(BTreeMap::new()))
             .collect();
+        let workers = (0..config.num_devices)
+            .map(|d| {
+                WorkerPool::new(
+                    config.workers_per_device.unwrap_or(1),
+                    &format!("arrayjit cpu {d}"),
+                )
+                .map_err(|e| Error::Runtime {
+                    stream: format!("cpu device {d}"),
+                    detail: format!("cannot start the device's worker threads: {e}"),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(CcBackend {
+            workers: Arc::new(workers),
             config,
             counters,
             pools,
@@ -413,13 +446,14 @@ impl LoweredBackend for CcBackend {
             kernels: program.kernels,
             source: program.source,
             entries,
+            workers: self.workers.clone(),
             _library: library,
         }))
     }
 
     fn debug_info(&self) -> String {
         format!(
-            "cc backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s)",
+            "cc backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s) of {} worker(s)",
             self.config.compiler,
             compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
                 .unwrap_or_else(|e| e.to_string()),
@@ -428,19 +462,22 @@ impl LoweredBackend for CcBackend {
                 .cache_dir
                 .as_ref()
                 .map_or("disabled".into(), |p| p.display().to_string()),
-            self.counters.len()
+            self.counters.len(),
+            self.workers.first().map_or(1, WorkerPool::workers)
         )
     }
 }
 
 /// The signature of every generated kernel.
-type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64);
+type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
 
 /// A compiled library and its kernels.
 pub struct CcBatch {
     kernels: Vec<KernelInterface>,
     source: String,
     entries: Vec<KernelFn>,
+    /// The worker pool of each device; a launch uses its buffers' device's.
+    workers: Arc<Vec<WorkerPool>>,
     _library: Arc<compile::LoadedLibrary>,
 }
 
@@ -485,6 +522,7 @@ impl CompiledBatch for CcBatch {
             )));
         }
         let mut ptrs = Vec::with_capacity(args.len());
+        let device = args.first().map_or(0, |b| b.device());
         for (pos, (b, &need)) in args.iter().zip(&expected).enumerate() {
             let cpu = b.as_any().downcast_ref::<CpuBuffer>().ok_or_else(|| {
                 Error::invalid(format!("argument {pos} of {} is not a cc buffer", k.name))
@@ -521,7 +559,13 @@ impl CompiledBatch for CcBatch {
         // enough for every access (checked above, and the optimizer verified every index against
         // the node dims and static ranges), the static values are in range, and the runtime
         // serializes kernels and transfers on the buffers of a stream.
-        unsafe { (self.entries[index])(ptrs.as_ptr(), statics.as_ptr()) };
+        // The worker pool outlives the call (held by this batch); its chunks finish before
+        // the kernel returns.
+        let par = self
+            .workers
+            .get(device)
+            .map_or(std::ptr::null(), WorkerPool::handle);
+        unsafe { (self.entries[index])(ptrs.as_ptr(), statics.as_ptr(), par) };
         Ok(())
     }
 }

@@ -1,0 +1,120 @@
+//! Schedules on the CPU backends (issue "schedules as data"): a blocked contraction gives the
+//! same bits whatever the number of workers of the device and whichever backend runs it, and
+//! the worker count is a checked setting.
+
+use arrayjit::backends::cc::CcConfig;
+use arrayjit::ir::schedule::ScheduleKind;
+use arrayjit::prelude::*;
+use arrayjit::runtime::{RuntimeConfig, backend_with_config};
+
+/// `c = a · b` for `[m, k] × [k, n]` with fractional values (so summation order matters).
+fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
+    let values = |len: usize, seed: usize| -> Vec<f64> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f64 / 333.0 - 1.5)
+            .collect()
+    };
+    let a = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
+    a.set_values(&values(m * k, 1)).unwrap();
+    let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
+    b.set_values(&values(k * n, 2)).unwrap();
+    let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
+    c.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    let program = Assignments::einsum(
+        "ik,kj->ij",
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )
+    .unwrap();
+    (program, c)
+}
+
+fn run_with_workers(backend_name: &str, workers: usize) -> Vec<u32> {
+    let (program, c) = product(257, 129, 193);
+    let backend = backend_with_config(
+        backend_name,
+        &RuntimeConfig {
+            workers_per_device: Some(workers),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let code = backend.compile("product", &program, &[]).unwrap();
+    assert!(
+        code.optimized()
+            .schedules
+            .iter()
+            .any(|s| matches!(s.kind, ScheduleKind::Contraction(_))),
+        "{}",
+        code.optimized().schedule_report()
+    );
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    routine.run().unwrap();
+    stream.await_work().unwrap();
+    c.get_values()
+        .unwrap()
+        .iter()
+        .map(|&v| (v as f32).to_bits())
+        .collect()
+}
+
+#[test]
+fn blocked_contractions_give_the_same_bits_for_any_worker_count() {
+    let reference = run_with_workers("sync_cc", 1);
+    for (backend, workers) in [
+        ("sync_cc", 2),
+        ("sync_cc", 3),
+        ("multicore_cc", 1),
+        ("multicore_cc", 4),
+    ] {
+        assert!(
+            run_with_workers(backend, workers) == reference,
+            "{backend} with {workers} workers differs from one worker"
+        );
+    }
+}
+
+#[test]
+fn the_worker_count_is_a_checked_setting() {
+    use std::ffi::OsString;
+    for bad in ["0", "1025", "many"] {
+        let lookup = |name: &str| (name == "ARRAYJIT_CPU_WORKERS").then(|| OsString::from(bad));
+        let err = CcConfig::from_lookup(&lookup).unwrap_err().to_string();
+        assert!(
+            err.contains("ARRAYJIT_CPU_WORKERS") && err.contains(bad),
+            "{err}"
+        );
+    }
+    let lookup = |name: &str| (name == "ARRAYJIT_CPU_WORKERS").then(|| OsString::from("3"));
+    assert_eq!(
+        CcConfig::from_lookup(&lookup).unwrap().workers_per_device,
+        Some(3)
+    );
+    assert!(
+        backend_with_config(
+            "multicore_cc",
+            &RuntimeConfig {
+                workers_per_device: Some(0),
+                ..Default::default()
+            }
+        )
+        .is_err()
+    );
+    let b = backend_with_config(
+        "sync_cc",
+        &RuntimeConfig {
+            workers_per_device: Some(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        b.debug_info().contains("of 2 worker(s)"),
+        "{}",
+        b.debug_info()
+    );
+}
