@@ -232,8 +232,12 @@ fn table(
         let _ = write!(header, " {c} |");
         rule.push_str("---|");
     }
-    header.push_str(" best arrayjit / NumPy 1T | best arrayjit / limit (1 core) |");
-    rule.push_str("---|---|");
+    let all = format!("numpy {}T", cpu.cores);
+    let _ = write!(
+        header,
+        " sync_cc / numpy 1T | multicore_cc / {all} | sync_cc / limit (1 core) | multicore_cc / limit (all) |"
+    );
+    rule.push_str("---|---|---|---|");
     let _ = writeln!(out, "{header}\n{rule}");
     for w in list {
         let cell = |col: &str| {
@@ -260,25 +264,32 @@ fn table(
                 None => line.push_str(" – |"),
             }
         }
-        let best = BACKENDS
-            .iter()
-            .filter_map(|b| cell(b))
-            .fold(f64::INFINITY, f64::min);
-        match cell("numpy 1T") {
-            Some(np) if best.is_finite() => {
-                let _ = write!(line, " {:.2}× |", np / best);
-            }
-            _ => line.push_str(" – |"),
-        }
-        let limit = match (w.rate, w.name.as_str()) {
-            (Rate::Flops, _) => limits.fma_gflops[0],
-            (Rate::Bytes, n) if n.starts_with("chain") => limits.triad_gbs[0],
-            (Rate::Bytes, _) => limits.read_gbs[0],
-        };
-        if best.is_finite() && w.name != MLP {
-            let _ = write!(line, " {:.0}% |", 100.0 * rate(best) / limit);
+        // Same thread count: sync_cc runs one worker, multicore_cc all of the device's.
+        let peer_all = if cpu.cores > 1 {
+            all.as_str()
         } else {
-            line.push_str(" – |");
+            "numpy 1T"
+        };
+        for (ours, peer) in [("sync_cc", "numpy 1T"), ("multicore_cc", peer_all)] {
+            match (cell(ours), cell(peer)) {
+                (Some(a), Some(p)) => {
+                    let _ = write!(line, " {:.2}× |", p / a);
+                }
+                _ => line.push_str(" – |"),
+            }
+        }
+        let limit = |k: usize| match (w.rate, w.name.as_str()) {
+            (Rate::Flops, _) => limits.fma_gflops[k],
+            (Rate::Bytes, n) if n.starts_with("chain") => limits.triad_gbs[k],
+            (Rate::Bytes, _) => limits.read_gbs[k],
+        };
+        for (k, ours) in ["sync_cc", "multicore_cc"].iter().enumerate() {
+            match cell(ours) {
+                Some(t) if w.name != MLP => {
+                    let _ = write!(line, " {:.0}% |", 100.0 * rate(t) / limit(k));
+                }
+                _ => line.push_str(" – |"),
+            }
         }
         let _ = writeln!(out, "{line}");
     }
@@ -344,7 +355,7 @@ mod tests {
         // 4 GB in 1 s = 4 GB/s = 50% of the 8 GB/s read limit; NumPy is twice as fast.
         assert!(
             text.contains(
-                "| sum 16M | GB/s | 1000.00 ms (4.0) | – | 500.00 ms (8.0) | 0.50× | 50% |"
+                "| sum 16M | GB/s | 1000.00 ms (4.0) | – | 500.00 ms (8.0) | 0.50× | – | 50% | – |"
             ),
             "{text}"
         );
