@@ -8,10 +8,11 @@ use std::fmt::Write as _;
 
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
-    AxisIndex, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, StaticSymbol, Symbol, Tnode,
+    AxisIndex, BinOp, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, ScopeId, StaticSymbol,
+    Symbol, Tnode,
 };
 
-use arrayjit_ir::schedule::{Gemm, ScheduleKind};
+use arrayjit_ir::schedule::{Gemm, ReductionPlan, ScheduleKind};
 
 use crate::c_syntax::{self, CSyntax, Helper};
 use crate::gemm;
@@ -225,6 +226,7 @@ fn render_kernel(
         }
         match r.schedules.get(i).map(|s| &s.kind) {
             Some(ScheduleKind::Contraction(g)) => k.contraction(g, products, &mut out)?,
+            Some(ScheduleKind::Reduction(plan)) => k.reduction(s, plan, 1, &mut out)?,
             _ => k.stmt(s, 1, &mut out)?,
         }
     }
@@ -240,6 +242,22 @@ fn render_kernel(
             scratch_bytes: r.scratch.total_bytes(),
         },
     ))
+}
+
+/// A statement without single-item sequences around it.
+fn strip_seq(s: &LowLevel) -> &LowLevel {
+    match s {
+        LowLevel::Seq(items) if items.len() == 1 => strip_seq(&items[0]),
+        s => s,
+    }
+}
+
+/// `value` with its reads of `tn[idcs]` replaced by the local `scope`.
+fn replace_read(value: &ScalarExpr, tn: &Tnode, idcs: &[AxisIndex], scope: ScopeId) -> ScalarExpr {
+    value.clone().map_bottom_up(&mut |e| match e {
+        ScalarExpr::Get(t, i) if &t == tn && i == idcs => ScalarExpr::GetLocal(scope),
+        e => e,
+    })
 }
 
 /// A C name for a node that depends only on its label and position in the kernel.
@@ -318,6 +336,115 @@ impl KernelRenderer<'_> {
             let _ = writeln!(out, "{indent}}}");
         }
         Ok(())
+    }
+
+    /// A statement whose innermost loop reduces into one element, with the loop run over
+    /// `plan.lanes` accumulators (element `r` into accumulator `r mod lanes`, the tail into
+    /// accumulator 0) that are then combined in order: a fixed summation order that compilers
+    /// vectorize, instead of one serial dependency chain.
+    fn reduction(
+        &mut self,
+        s: &LowLevel,
+        plan: &ReductionPlan,
+        depth: usize,
+        out: &mut String,
+    ) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        match s {
+            LowLevel::Seq(items) if items.len() == 1 => self.reduction(&items[0], plan, depth, out),
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } if *index == plan.iter => {
+                let LowLevel::Set { tn, idcs, value } = strip_seq(body) else {
+                    return self.stmt(s, depth, out);
+                };
+                let prec = tn.prec();
+                let t = prec.c_compute_type();
+                let n = self.loop_counter;
+                self.loop_counter += 1;
+                let (acc, base, lane) = (format!("acc{n}"), format!("r{n}"), format!("l{n}"));
+                let lanes = plan.lanes;
+                let identity = match plan.combine {
+                    BinOp::Max => c_syntax::literal(prec, f64::NEG_INFINITY),
+                    BinOp::Min => c_syntax::literal(prec, f64::INFINITY),
+                    _ => c_syntax::literal(prec, -0.0),
+                };
+                // The element's read inside the value becomes the accumulator.
+                let scope = arrayjit_ir::ScopeId::fresh(prec);
+                let step = replace_read(value, tn, idcs, scope);
+                let _ = writeln!(out, "{pad}{{");
+                let _ = writeln!(
+                    out,
+                    "{pad}  {t} {acc}[{lanes}]; for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {acc}[{lane}] = {identity};"
+                );
+                let _ = writeln!(out, "{pad}  int64_t {base} = {from};");
+                let _ = writeln!(
+                    out,
+                    "{pad}  for (; {base} + {lanes} <= {to}; {base} += {lanes}) {{"
+                );
+                let _ = writeln!(
+                    out,
+                    "{pad}    for (int64_t {lane} = 0; {lane} < {lanes}; ++{lane}) {{"
+                );
+                let index_name = format!("({base} + {lane})");
+                self.symbols.insert(*index, index_name);
+                self.locals.insert(scope.id, format!("{acc}[{lane}]"));
+                let mut prelude = String::new();
+                let v = self.expr(&step, prec, depth + 3, &mut prelude)?;
+                out.push_str(&prelude);
+                let _ = writeln!(out, "{pad}      {acc}[{lane}] = {v};");
+                let _ = writeln!(out, "{pad}    }}\n{pad}  }}");
+                let _ = writeln!(out, "{pad}  for (; {base} < {to}; ++{base}) {{");
+                self.symbols.insert(*index, base.clone());
+                self.locals.insert(scope.id, format!("{acc}[0]"));
+                let mut prelude = String::new();
+                let v = self.expr(&step, prec, depth + 2, &mut prelude)?;
+                out.push_str(&prelude);
+                let _ = writeln!(out, "{pad}    {acc}[0] = {v};\n{pad}  }}");
+                self.symbols.remove(index);
+                self.locals.remove(&scope.id);
+                let combine = |a: &str, b: &str, helpers: &mut BTreeSet<Helper>| {
+                    c_syntax::render_binop(plan.combine, prec, a, b, helpers)
+                };
+                let total = format!("total{n}");
+                let _ = writeln!(out, "{pad}  {t} {total} = {acc}[0];");
+                let step_total = combine(&total, &format!("{acc}[{lane}]"), self.helpers);
+                let _ = writeln!(
+                    out,
+                    "{pad}  for (int {lane} = 1; {lane} < {lanes}; ++{lane}) {total} = {step_total};"
+                );
+                let name = self.node(tn)?.to_string();
+                let offset = self.offset(tn, idcs)?;
+                let element = format!("{name}[{offset}]");
+                let current = c_syntax::convert(&element, prec, prec, self.helpers);
+                let combined = combine(&current, &total, self.helpers);
+                let stored = c_syntax::store(&combined, prec, self.helpers);
+                let _ = writeln!(out, "{pad}  {element} = {stored};\n{pad}}}");
+                Ok(())
+            }
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => {
+                let name = format!("i{}", self.loop_counter);
+                self.loop_counter += 1;
+                self.symbols.insert(*index, name.clone());
+                let _ = writeln!(
+                    out,
+                    "{pad}for (int64_t {name} = {from}; {name} < {to}; ++{name}) {{"
+                );
+                self.reduction(body, plan, depth + 1, out)?;
+                let _ = writeln!(out, "{pad}}}");
+                self.symbols.remove(index);
+                Ok(())
+            }
+            other => self.stmt(other, depth, out),
+        }
     }
 
     fn unbound(&self, what: String) -> Error {

@@ -35,12 +35,100 @@ pub enum ScheduleKind {
     Loops,
     /// A blocked matrix product per batch element.
     Contraction(Gemm),
+    /// The innermost loop reduces into one element: it runs over `lanes` independent
+    /// accumulators (vectorizable), combined in a fixed order at the end.
+    Reduction(ReductionPlan),
+}
+
+/// A reduction's plan: which loop, which combining operation, how many accumulators.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReductionPlan {
+    /// The reduced (innermost) loop's iterator.
+    pub iter: Symbol,
+    /// How partial results combine: `Add` (also for the fused multiply-add form), `Max`, `Min`.
+    pub combine: BinOp,
+    /// Independent accumulators: element `r` of the loop goes to accumulator `r mod lanes`
+    /// (the tail to accumulator 0); they are combined in order 0, 1, 2, ... then into the
+    /// element.
+    pub lanes: usize,
+}
+
+impl ReductionPlan {
+    /// Recognizes a statement whose innermost loop accumulates into an element that does not
+    /// depend on that loop: `out[o] = out[o] ⊕ v` (`⊕` = add, max, min, or the fused
+    /// multiply-add form), for a node computed in its own (f32 or f64) precision, with `v` not
+    /// reading `out`, and an innermost loop of at least `2 · lanes` iterations.
+    pub fn detect(stmt: &LowLevel, lanes: usize) -> Option<ReductionPlan> {
+        let mut s = stmt;
+        let mut innermost = None;
+        loop {
+            match s {
+                LowLevel::For {
+                    index,
+                    from,
+                    to,
+                    body,
+                } => {
+                    // Too short a loop gains nothing from several accumulators.
+                    innermost = (to - from >= 2 * lanes as i64).then_some(*index);
+                    s = body;
+                }
+                LowLevel::Seq(items) if items.len() == 1 => s = &items[0],
+                _ => break,
+            }
+        }
+        let iter = innermost?;
+        let LowLevel::Set { tn, idcs, value } = s else {
+            return None;
+        };
+        if !matches!(tn.prec(), Prec::F32 | Prec::F64)
+            || idcs.iter().any(|i| i.symbols().contains(&iter))
+        {
+            return None;
+        }
+        let is_out = |e: &ScalarExpr| matches!(e, ScalarExpr::Get(t, i) if t == tn && i == idcs);
+        let (combine, rest): (BinOp, Vec<&ScalarExpr>) = match value {
+            ScalarExpr::Binop(op @ (BinOp::Add | BinOp::Max | BinOp::Min), a, b) if is_out(a) => {
+                (*op, vec![&**b])
+            }
+            ScalarExpr::Binop(op @ (BinOp::Add | BinOp::Max | BinOp::Min), a, b) if is_out(b) => {
+                (*op, vec![&**a])
+            }
+            ScalarExpr::Ternop(TernOp::Fma, a, b, c) if is_out(c) => (BinOp::Add, vec![&**a, &**b]),
+            _ => return None,
+        };
+        let mut reads_out = false;
+        for e in rest {
+            LowLevel::SetLocal(
+                crate::low_level::ScopeId {
+                    id: 0,
+                    prec: tn.prec(),
+                },
+                e.clone(),
+            )
+            .visit_exprs(&mut |x| {
+                if matches!(x, ScalarExpr::Get(t, _) if t == tn) {
+                    reads_out = true;
+                }
+            });
+        }
+        (!reads_out).then_some(ReductionPlan {
+            iter,
+            combine,
+            lanes: lanes.max(1),
+        })
+    }
 }
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             ScheduleKind::Loops => write!(f, "loops ({})", self.why),
+            ScheduleKind::Reduction(r) => write!(
+                f,
+                "reduction over {} accumulators combined by {:?} ({})",
+                r.lanes, r.combine, self.why
+            ),
             ScheduleKind::Contraction(g) => write!(f, "{g} ({})", self.why),
         }
     }
@@ -401,6 +489,8 @@ pub struct ScheduleSettings {
     pub min_contraction_flops: f64,
     /// Schedule contractions as blocked products at all.
     pub enable_contractions: bool,
+    /// Run innermost reductions over several accumulators.
+    pub enable_reductions: bool,
 }
 
 impl Default for ScheduleSettings {
@@ -411,6 +501,7 @@ impl Default for ScheduleSettings {
             cache_bytes: [32 << 10, 256 << 10, 8 << 20],
             min_contraction_flops: 32768.0,
             enable_contractions: true,
+            enable_reductions: true,
         }
     }
 }
@@ -421,27 +512,37 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
     stmts
         .iter()
         .map(|s| {
+            let reduction = |why: String| {
+                let lanes = 4 * settings.f32_lanes;
+                match ReductionPlan::detect(s, lanes) {
+                    Some(plan) if settings.enable_reductions => Schedule {
+                        why: format!(
+                            "{why}; its innermost loop reduces into one element: {} accumulators \
+                             (4 vectors) break the dependency chain",
+                            plan.lanes
+                        ),
+                        kind: ScheduleKind::Reduction(plan),
+                    },
+                    _ => Schedule {
+                        kind: ScheduleKind::Loops,
+                        why,
+                    },
+                }
+            };
             let Some(c) = Contraction::detect(s) else {
-                return Schedule {
-                    kind: ScheduleKind::Loops,
-                    why: "not a contraction".into(),
-                };
+                return reduction("not a contraction".into());
             };
             if !settings.enable_contractions {
-                return Schedule {
-                    kind: ScheduleKind::Loops,
-                    why: "blocked contractions are disabled in the schedule settings".into(),
-                };
+                return reduction(
+                    "blocked contractions are disabled in the schedule settings".into(),
+                );
             }
             if c.flops() < settings.min_contraction_flops {
-                return Schedule {
-                    kind: ScheduleKind::Loops,
-                    why: format!(
-                        "a contraction of {} FLOP, below min_contraction_flops = {}",
-                        c.flops(),
-                        settings.min_contraction_flops
-                    ),
-                };
+                return reduction(format!(
+                    "a contraction of {} FLOP, below min_contraction_flops = {}",
+                    c.flops(),
+                    settings.min_contraction_flops
+                ));
             }
             let elem = c.out.node.prec().size_in_bytes();
             let blocking = *cache.entry(elem).or_insert_with(|| {
@@ -456,10 +557,9 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
                     ),
                     kind: ScheduleKind::Contraction(g),
                 },
-                None => Schedule {
-                    kind: ScheduleKind::Loops,
-                    why: "a contraction over several reduction axes that do not merge".into(),
-                },
+                None => {
+                    reduction("a contraction over several reduction axes that do not merge".into())
+                }
             }
         })
         .collect()

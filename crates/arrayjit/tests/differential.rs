@@ -68,6 +68,16 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
             .iter()
             .filter(|s| matches!(s.kind, ScheduleKind::Contraction(_)))
             .count();
+        let reductions = opt
+            .schedules
+            .iter()
+            .filter(|s| matches!(s.kind, ScheduleKind::Reduction(_)))
+            .count();
+        if case.name == "long_reductions" {
+            // At least four of the five are at least 2 · lanes long on any SIMD width.
+            assert!(reductions >= 4, "{}", opt.schedule_report());
+            continue;
+        }
         let want = usize::from(!case.name.starts_with("loops"));
         assert_eq!(blocked, want, "{}:\n{}", case.name, opt.schedule_report());
     }

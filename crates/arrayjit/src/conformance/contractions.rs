@@ -1,4 +1,4 @@
-//! Contraction-heavy programs for the conformance corpus: einsums of odd sizes (1, 7, 17, 129,
+//! Contraction- and reduction-heavy programs for the conformance corpus: einsums of odd sizes (1, 7, 17, 129,
 //! 1000), transposed operands, batch axes, merged and unmergeable reduction axes, and a
 //! contraction feeding a pointwise consumer. Large ones run as blocked matrix products on CPU
 //! backends, small ones as loops; all must agree with the interpreter. Integer-valued inputs
@@ -86,6 +86,46 @@ fn product_with_epilogue() -> Result<Case> {
         program,
         vec![y],
     ))
+}
+
+/// Long reductions, scheduled over several accumulators on CPU backends: sums, max and min
+/// along the last axis (lengths 1000 and 129, leaving a tail), a dot product in the fused
+/// multiply-add form, over f32 integers (exact in any order) and f64 fractions.
+fn long_reductions() -> Result<Case> {
+    let mut program = Assignments::Noop;
+    let mut results = vec![];
+    for (k, (prec, op, rows, len)) in [
+        (Prec::F32, BinOp::Add, 3, 1000),
+        (Prec::F32, BinOp::Max, 5, 129),
+        (Prec::F32, BinOp::Min, 2, 1000),
+        (Prec::F64, BinOp::Add, 4, 1000),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = input(prec, &[rows, len], "x", k)?;
+        let r = super::cases::output(prec, &[rows], &format!("r{k}"))?;
+        program = program.then(Assignments::einsum(
+            "ij->i",
+            op,
+            &r,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(x)),
+            true,
+        )?);
+        results.push(r);
+    }
+    let x = input(Prec::F32, &[1000], "x", 7)?;
+    let y = input(Prec::F32, &[1000], "y", 8)?;
+    let dot = super::cases::output(Prec::F32, &[], "dot")?;
+    program = program.then(Assignments::einsum(
+        "i,i->",
+        BinOp::Add,
+        &dot,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(x), Operand::Node(y)),
+        true,
+    )?);
+    results.push(dot);
+    Ok(super::cases::case("long_reductions", program, results))
 }
 
 /// The contraction cases (names starting with `gemm` are large enough to be scheduled as
@@ -184,5 +224,6 @@ pub fn contraction_cases() -> Result<Vec<Case>> {
             &[('i', 65), ('k', 129), ('j', 33)],
         )?,
         product_with_epilogue()?,
+        long_reductions()?,
     ])
 }
