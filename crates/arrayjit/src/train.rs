@@ -162,6 +162,9 @@ pub struct Classifier {
     epoch_loss: Tensor,
     /// The learning rate node (hosted): change it between epochs with `set_values`.
     pub learning_rate: arrayjit_ir::Tnode,
+    /// Time spent optimizing, compiling (or loading from the cache) and linking the training
+    /// step, not building its graph.
+    pub compile_and_link: std::time::Duration,
 }
 
 fn out_classes(loss: LossKind, classes: usize) -> usize {
@@ -220,6 +223,7 @@ impl Classifier {
                 projections: Projections::pointwise(&[], 1),
             };
         let shards = config.shards.max(1);
+        let compile_started = std::time::Instant::now();
         let engine = if shards == 1 {
             let program = grads.program.then(update.program).then(add_into(
                 epoch_loss.node(),
@@ -270,7 +274,9 @@ impl Classifier {
                 backend, &streams, &codes[0], &codes[1], &merged, &params,
             )?)
         };
+        let compile_and_link = compile_started.elapsed();
         Ok(Classifier {
+            compile_and_link,
             backend: backend.clone(),
             model,
             loss: config.loss,
