@@ -12,7 +12,7 @@ use arrayjit_ir::{
     Symbol, Tnode,
 };
 
-use arrayjit_ir::schedule::{Gemm, ReductionPlan, ScheduleKind};
+use arrayjit_ir::schedule::{Gemm, ReductionPlan, Schedule, ScheduleKind};
 
 use crate::c_syntax::{self, CSyntax, Helper};
 use crate::gemm;
@@ -124,6 +124,7 @@ fn render_kernel(
         routine: r.name.clone(),
     };
     let mut out = String::new();
+    let mut vars: Vec<(String, String)> = Vec::new();
     let _ = writeln!(out, "{}", comment(&format!("routine {}", r.name)));
     let prefix = if syntax.kernel_prefix.is_empty() {
         String::new()
@@ -149,6 +150,7 @@ fn render_kernel(
                 tn.dims_to_string(false)
             ))
         );
+        vars.push((format!("{t} *"), name.clone()));
         k.nodes.insert(tn.clone(), name);
     }
     if let Some(m) = &r.merge_node {
@@ -160,6 +162,7 @@ fn render_kernel(
             syntax.restrict,
             args.len()
         );
+        vars.push((format!("const {t} *"), name.clone()));
         k.merge = Some((m.clone(), name));
     }
     for (pos, s) in r.bindings.iter().enumerate() {
@@ -169,6 +172,7 @@ fn render_kernel(
             "  const int64_t {name} = statics[{pos}]; {}",
             comment(&format!("static {} in 0..{}", s.name, s.range))
         );
+        vars.push(("int64_t".into(), name.clone()));
         k.symbols.insert(s.symbol, name);
     }
     let scratch_index = args.len() + usize::from(r.merge_node.is_some());
@@ -194,6 +198,7 @@ fn render_kernel(
                 slot.offset,
                 comment(&format!("local {} in scratch", tn.debug_name_stable()))
             );
+            vars.push((format!("{t} *"), name.clone()));
             k.nodes.insert(tn.clone(), name);
         }
     }
@@ -206,7 +211,32 @@ fn render_kernel(
             tn.num_elems(),
             comment(&format!("local {}", tn.debug_name_stable()))
         );
+        vars.push((format!("{t} *"), name.clone()));
         k.nodes.insert(tn.clone(), name);
+    }
+    // Statements split over the device's workers run in chunk functions that see the kernel's
+    // variables through one struct.
+    let mut outlined = String::new();
+    let parallel_statements = r.schedules.iter().any(|s| s.parallel.is_some());
+    if parallel_statements {
+        let _ = writeln!(outlined, "struct {symbol}_vars {{");
+        for (t, name) in &vars {
+            let _ = writeln!(outlined, "  {t} {name};");
+        }
+        let _ = writeln!(
+            outlined,
+            "}};\ntypedef struct {{ const struct {symbol}_vars *vars; int64_t per; }} {symbol}_chunk_t;\n"
+        );
+        let names: Vec<&str> = vars.iter().map(|(_, n)| n.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "  const struct {symbol}_vars vars = {{ {} }};",
+            if names.is_empty() {
+                "0".to_string()
+            } else {
+                names.join(", ")
+            }
+        );
     }
     let stmts: Vec<&LowLevel> = match &r.code {
         LowLevel::Seq(items) => items.iter().collect(),
@@ -224,15 +254,37 @@ fn render_kernel(
             let name = k.node(&slot.node)?.to_string();
             let _ = writeln!(out, "  memset({name}, 0, {});", slot.size);
         }
-        match r.schedules.get(i).map(|s| &s.kind) {
-            Some(ScheduleKind::Contraction(g)) => k.contraction(g, products, &mut out)?,
-            Some(ScheduleKind::Reduction(plan)) => k.reduction(s, plan, 1, &mut out)?,
+        match r.schedules.get(i) {
+            Some(Schedule {
+                kind: ScheduleKind::Contraction(g),
+                ..
+            }) => k.contraction(g, products, &mut out)?,
+            Some(
+                sched @ Schedule {
+                    parallel: Some(_), ..
+                },
+            ) => {
+                let chunk = format!("{symbol}_chunk{i}");
+                k.parallel(
+                    s,
+                    sched,
+                    &chunk,
+                    &symbol_vars(symbol, &vars, syntax),
+                    &mut outlined,
+                    &mut out,
+                )?
+            }
+            Some(Schedule {
+                kind: ScheduleKind::Reduction(plan),
+                ..
+            }) => k.reduction(s, plan, 1, &mut out)?,
             _ => k.stmt(s, 1, &mut out)?,
         }
     }
     out.push_str("}\n\n");
+    outlined.push_str(&out);
     Ok((
-        out,
+        outlined,
         KernelInterface {
             name: r.name.clone(),
             symbol: symbol.to_string(),
@@ -242,6 +294,21 @@ fn render_kernel(
             scratch_bytes: r.scratch.total_bytes(),
         },
     ))
+}
+
+/// Declarations, in a chunk function, of the kernel's variables read from `ch->vars`.
+fn symbol_vars(symbol: &str, vars: &[(String, String)], syntax: &CSyntax) -> String {
+    let _ = symbol;
+    let mut out = String::new();
+    for (t, name) in vars {
+        let qualifier = if t.ends_with('*') {
+            format!("{t}const {} ", syntax.restrict)
+        } else {
+            format!("const {t} ")
+        };
+        let _ = writeln!(out, "  {qualifier}{name} = ch->vars->{name}; (void){name};");
+    }
+    out
 }
 
 /// A statement without single-item sequences around it.
@@ -335,6 +402,64 @@ impl KernelRenderer<'_> {
             indent.truncate(indent.len() - 2);
             let _ = writeln!(out, "{indent}}}");
         }
+        Ok(())
+    }
+
+    /// A statement whose outermost loop is split over the device's workers: the loop body
+    /// goes into a chunk function (appended to `outlined`, which precedes the kernel) that
+    /// runs a range of the loop's iterations; the kernel runs the chunks through `par`.
+    fn parallel(
+        &mut self,
+        s: &LowLevel,
+        sched: &Schedule,
+        chunk: &str,
+        unpack: &str,
+        outlined: &mut String,
+        out: &mut String,
+    ) -> Result<()> {
+        let LowLevel::For {
+            index,
+            from,
+            to,
+            body,
+        } = s
+        else {
+            return self.stmt(s, 1, out);
+        };
+        let chunk_t = format!(
+            "{}_chunk_t",
+            chunk.rsplit_once("_chunk").map_or(chunk, |p| p.0)
+        );
+        let name = format!("i{}", self.loop_counter);
+        self.loop_counter += 1;
+        let mut f = String::new();
+        let _ = writeln!(f, "static void {chunk}(void *ctx, int64_t index) {{");
+        let _ = writeln!(f, "  const {chunk_t} *ch = (const {chunk_t} *)ctx;");
+        f.push_str(unpack);
+        let _ = writeln!(
+            f,
+            "  const int64_t lo = {from} + index * ch->per, hi = lo + ch->per < {to} ? lo + ch->per : {to};"
+        );
+        let _ = writeln!(f, "  for (int64_t {name} = lo; {name} < hi; ++{name}) {{");
+        self.symbols.insert(*index, name);
+        match &sched.kind {
+            ScheduleKind::Reduction(plan) => self.reduction(body, plan, 2, &mut f)?,
+            _ => self.stmt(body, 2, &mut f)?,
+        }
+        self.symbols.remove(index);
+        let _ = writeln!(f, "  }}\n}}\n");
+        outlined.push_str(&f);
+        let _ = writeln!(out, "  {{ {}", comment(&sched.to_string()));
+        let _ = writeln!(
+            out,
+            "    const int64_t n = {to} - {from}, w = par && par->workers > 1 ? par->workers : 1;"
+        );
+        let _ = writeln!(out, "    {chunk_t} ch = {{ &vars, (n + w - 1) / w }};");
+        let _ = writeln!(out, "    const int64_t chunks = (n + ch.per - 1) / ch.per;");
+        let _ = writeln!(
+            out,
+            "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);\n  }}"
+        );
         Ok(())
     }
 

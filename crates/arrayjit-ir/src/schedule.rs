@@ -26,6 +26,76 @@ pub struct Schedule {
     pub kind: ScheduleKind,
     /// Why it was chosen (for reports, like memory-mode provenance).
     pub why: String,
+    /// The outermost loop, split into ranges over the device's workers (the CPU's grid), if
+    /// its iterations are independent and the nest is large enough. Each iteration computes
+    /// the same values wherever it runs, so results do not depend on the worker count.
+    pub parallel: Option<ParallelLoop>,
+}
+
+/// A loop whose iterations run on several workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParallelLoop {
+    /// The loop's iterator.
+    pub iter: Symbol,
+    /// Iterations of the whole nest per iteration of this loop (its work unit).
+    pub inner_iterations: u64,
+}
+
+impl ParallelLoop {
+    /// The outermost loop of `stmt` if its iterations are independent: every element written
+    /// has an axis indexed by exactly that loop's iterator (so iterations write disjoint
+    /// elements), and every read of a written node is at the very index it is written (so no
+    /// iteration reads what another writes).
+    pub fn detect(stmt: &LowLevel) -> Option<ParallelLoop> {
+        let LowLevel::For {
+            index, from, to, ..
+        } = stmt
+        else {
+            return None;
+        };
+        let mut writes: Vec<(Tnode, Vec<AxisIndex>)> = Vec::new();
+        let mut ok = true;
+        stmt.visit(&mut |st| match st {
+            LowLevel::Set { tn, idcs, .. } => {
+                ok &= idcs.contains(&AxisIndex::Iterator(*index));
+                if !writes.iter().any(|(t, i)| t == tn && i == idcs) {
+                    if writes.iter().any(|(t, _)| t == tn) {
+                        // One node written at two patterns: keep it simple, stay serial.
+                        ok = false;
+                    }
+                    writes.push((tn.clone(), idcs.clone()));
+                }
+            }
+            LowLevel::ZeroOut(_) => ok = false,
+            _ => {}
+        });
+        stmt.visit_exprs(&mut |e| {
+            if let ScalarExpr::Get(t, i) | ScalarExpr::GetMerge(t, i) = e
+                && writes.iter().any(|(w, wi)| w == t && wi != i)
+            {
+                ok = false;
+            }
+        });
+        if !ok || writes.is_empty() {
+            return None;
+        }
+        let extent = (to - from).max(1) as u64;
+        Some(ParallelLoop {
+            iter: *index,
+            inner_iterations: nest_iterations(stmt) / extent,
+        })
+    }
+}
+
+/// Iterations of every loop of a statement, nested loops multiplied (at least 1).
+fn nest_iterations(stmt: &LowLevel) -> u64 {
+    match stmt {
+        LowLevel::For { from, to, body, .. } => {
+            ((to - from).max(0) as u64).saturating_mul(nest_iterations(body))
+        }
+        LowLevel::Seq(items) => items.iter().map(nest_iterations).sum::<u64>().max(1),
+        _ => 1,
+    }
 }
 
 /// The kinds of schedules.
@@ -122,6 +192,9 @@ impl ReductionPlan {
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.parallel.is_some() {
+            write!(f, "outermost loop split over the workers; ")?;
+        }
         match &self.kind {
             ScheduleKind::Loops => write!(f, "loops ({})", self.why),
             ScheduleKind::Reduction(r) => write!(
@@ -491,6 +564,9 @@ pub struct ScheduleSettings {
     pub enable_contractions: bool,
     /// Run innermost reductions over several accumulators.
     pub enable_reductions: bool,
+    /// Split the outermost loop of nests with independent iterations over the device's
+    /// workers when the nest has at least this many iterations (`u64::MAX`: never).
+    pub min_parallel_iterations: u64,
 }
 
 impl Default for ScheduleSettings {
@@ -502,6 +578,7 @@ impl Default for ScheduleSettings {
             min_contraction_flops: 32768.0,
             enable_contractions: true,
             enable_reductions: true,
+            min_parallel_iterations: 1 << 18,
         }
     }
 }
@@ -512,55 +589,70 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
     stmts
         .iter()
         .map(|s| {
-            let reduction = |why: String| {
-                let lanes = 4 * settings.f32_lanes;
-                match ReductionPlan::detect(s, lanes) {
-                    Some(plan) if settings.enable_reductions => Schedule {
-                        why: format!(
-                            "{why}; its innermost loop reduces into one element: {} accumulators \
-                             (4 vectors) break the dependency chain",
-                            plan.lanes
-                        ),
-                        kind: ScheduleKind::Reduction(plan),
-                    },
-                    _ => Schedule {
-                        kind: ScheduleKind::Loops,
-                        why,
-                    },
-                }
-            };
-            let Some(c) = Contraction::detect(s) else {
-                return reduction("not a contraction".into());
-            };
-            if !settings.enable_contractions {
-                return reduction(
-                    "blocked contractions are disabled in the schedule settings".into(),
-                );
+            let mut schedule = nest_schedule(s, settings, &mut cache);
+            if !matches!(schedule.kind, ScheduleKind::Contraction(_))
+                && nest_iterations(s) >= settings.min_parallel_iterations
+                && let Some(p) = ParallelLoop::detect(s)
+            {
+                schedule.parallel = Some(p);
             }
-            if c.flops() < settings.min_contraction_flops {
-                return reduction(format!(
-                    "a contraction of {} FLOP, below min_contraction_flops = {}",
-                    c.flops(),
-                    settings.min_contraction_flops
-                ));
-            }
-            let elem = c.out.node.prec().size_in_bytes();
-            let blocking = *cache.entry(elem).or_insert_with(|| {
-                let lanes = settings.f32_lanes * 4 / elem;
-                Blocking::for_cpu(lanes, settings.vector_registers, elem, settings.cache_bytes)
-            });
-            match c.gemm(blocking) {
-                Some(g) => Schedule {
-                    why: format!(
-                        "a contraction of {:.0} FLOP: packed, cache-blocked, register-blocked",
-                        c.flops()
-                    ),
-                    kind: ScheduleKind::Contraction(g),
-                },
-                None => {
-                    reduction("a contraction over several reduction axes that do not merge".into())
-                }
-            }
+            schedule
         })
         .collect()
+}
+
+/// The schedule of one nest, before choosing a parallel loop.
+fn nest_schedule(
+    s: &LowLevel,
+    settings: &ScheduleSettings,
+    cache: &mut HashMap<usize, Blocking>,
+) -> Schedule {
+    let reduction = |why: String| {
+        let lanes = 4 * settings.f32_lanes;
+        match ReductionPlan::detect(s, lanes) {
+            Some(plan) if settings.enable_reductions => Schedule {
+                parallel: None,
+                why: format!(
+                    "{why}; its innermost loop reduces into one element: {} accumulators \
+                             (4 vectors) break the dependency chain",
+                    plan.lanes
+                ),
+                kind: ScheduleKind::Reduction(plan),
+            },
+            _ => Schedule {
+                kind: ScheduleKind::Loops,
+                why,
+                parallel: None,
+            },
+        }
+    };
+    let Some(c) = Contraction::detect(s) else {
+        return reduction("not a contraction".into());
+    };
+    if !settings.enable_contractions {
+        return reduction("blocked contractions are disabled in the schedule settings".into());
+    }
+    if c.flops() < settings.min_contraction_flops {
+        return reduction(format!(
+            "a contraction of {} FLOP, below min_contraction_flops = {}",
+            c.flops(),
+            settings.min_contraction_flops
+        ));
+    }
+    let elem = c.out.node.prec().size_in_bytes();
+    let blocking = *cache.entry(elem).or_insert_with(|| {
+        let lanes = settings.f32_lanes * 4 / elem;
+        Blocking::for_cpu(lanes, settings.vector_registers, elem, settings.cache_bytes)
+    });
+    match c.gemm(blocking) {
+        Some(g) => Schedule {
+            parallel: None,
+            why: format!(
+                "a contraction of {:.0} FLOP: packed, cache-blocked, register-blocked",
+                c.flops()
+            ),
+            kind: ScheduleKind::Contraction(g),
+        },
+        None => reduction("a contraction over several reduction axes that do not merge".into()),
+    }
 }

@@ -118,3 +118,85 @@ fn the_worker_count_is_a_checked_setting() {
         b.debug_info()
     );
 }
+
+/// A pointwise chain and a row reduction large enough to be split over the workers.
+fn split_nests() -> (Assignments, Vec<Tnode>, Tnode) {
+    let (rows, cols) = (601, 517);
+    let x = Tnode::new(Prec::F32, &[rows, cols], &["x"]).unwrap();
+    x.set_values(
+        &(0..rows * cols)
+            .map(|i| ((i * 7919) % 1000) as f64 / 333.0 - 1.5)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let y = Tnode::new(Prec::F32, &[rows, cols], &["y"]).unwrap();
+    let row_sum = Tnode::new(Prec::F32, &[rows], &["row_sum"]).unwrap();
+    for t in [&y, &row_sum] {
+        t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+    }
+    let program = Assignments::pointwise_unop(&y, UnOp::Tanh, &x)
+        .then(Assignments::pointwise_binop(&y, BinOp::Mul, &y, &x))
+        .then(
+            Assignments::einsum(
+                "ij->i",
+                BinOp::Add,
+                &row_sum,
+                AccumRhs::Unop(UnOp::Identity, Operand::Node(y.clone())),
+                true,
+            )
+            .unwrap(),
+        );
+    (program, vec![y, row_sum], x)
+}
+
+#[test]
+fn split_loops_agree_with_the_interpreter_for_any_worker_count() {
+    let mut reference: Option<Vec<Vec<u32>>> = None;
+    for workers in [1, 2, 3, 4] {
+        let (program, results, _x) = split_nests();
+        let unoptimized = program.lower(&[]).unwrap();
+        let mut env = arrayjit::ir::InterpEnv::from_host_arrays(&unoptimized);
+        env.run(&unoptimized, &[]).unwrap();
+        let backend = backend_with_config(
+            "multicore_cc",
+            &RuntimeConfig {
+                workers_per_device: Some(workers),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let code = backend.compile("split", &program, &[]).unwrap();
+        let report = code.optimized().schedule_report();
+        assert!(
+            code.optimized()
+                .schedules
+                .iter()
+                .any(|s| s.parallel.is_some()),
+            "{report}"
+        );
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        routine.run().unwrap();
+        stream.await_work().unwrap();
+        let mut bits = Vec::new();
+        for r in &results {
+            let (want, got) = (env.values(r).unwrap(), r.get_values().unwrap());
+            for (w, g) in want.iter().zip(&got) {
+                assert!(
+                    (w - g).abs() <= 2e-5 * (1.0 + w.abs()),
+                    "{w} vs {g}\n{report}"
+                );
+            }
+            bits.push(
+                got.iter()
+                    .map(|&v| (v as f32).to_bits())
+                    .collect::<Vec<_>>(),
+            );
+        }
+        match &reference {
+            None => reference = Some(bits),
+            Some(first) => assert!(first == &bits, "{workers} workers differ from one"),
+        }
+    }
+}
