@@ -146,12 +146,23 @@ pub(super) fn run_with_timeout(mut cmd: Command, timeout: Duration) -> std::io::
     use std::os::unix::process::CommandExt as _;
     // A process group of its own, so that a timeout kills the compiler's children too (they
     // would otherwise keep its pipes open).
-    let mut child = cmd
-        .process_group(0)
+    cmd.process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+        .stderr(Stdio::piped());
+    // A compiler (or wrapper script) written just now can be briefly "busy" (ETXTBSY) while
+    // another thread of the process forks with the file's write descriptor still inherited
+    // (it closes at that child's exec): retry for a moment instead of failing.
+    let mut attempts = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 100 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other?,
+        }
+    };
     // Drain both pipes on threads, so a chatty compiler cannot block on a full pipe.
     let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {
