@@ -125,27 +125,49 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
     for (int64_t pc = 0; pc < K; pc += {kc}) {{
       const int64_t kcb = K - pc < {kc} ? K - pc : {kc};
+      /* Pack B in panels of nr columns, reading along whichever axis is contiguous. */
       for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
         {t} *dst = Bp + j0 * kcb;
         const int64_t w = ncb - j0 < {nr} ? ncb - j0 : {nr};
-        for (int64_t k = 0; k < kcb; ++k) {{
-          const {t} *src = B + (pc + k) * rsB + (jc + j0) * csB;
-          int64_t j = 0;
-          for (; j < w; ++j) dst[k * {nr} + j] = src[j * csB];
-          for (; j < {nr}; ++j) dst[k * {nr} + j] = 0;
+        if (csB == 1 || rsB != 1) {{
+          for (int64_t k = 0; k < kcb; ++k) {{
+            const {t} *src = B + (pc + k) * rsB + (jc + j0) * csB;
+            int64_t j = 0;
+            for (; j < w; ++j) dst[k * {nr} + j] = src[j * csB];
+            for (; j < {nr}; ++j) dst[k * {nr} + j] = 0;
+          }}
+        }} else {{
+          for (int64_t j = 0; j < {nr}; ++j) {{
+            if (j < w) {{
+              const {t} *src = B + pc + (jc + j0 + j) * csB;
+              for (int64_t k = 0; k < kcb; ++k) dst[k * {nr} + j] = src[k];
+            }} else {{
+              for (int64_t k = 0; k < kcb; ++k) dst[k * {nr} + j] = 0;
+            }}
+          }}
         }}
       }}
       for (int64_t ic = 0; ic < M; ic += {mc}) {{
         const int64_t mcb = M - ic < {mc} ? M - ic : {mc};
+        /* Pack A in slivers of mr rows, reading along whichever axis is contiguous. */
         for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
           {t} *dst = Ap + i0 * kcb;
           const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr};
-          for (int64_t i = 0; i < {mr}; ++i) {{
-            if (i < h) {{
-              const {t} *src = A + (ic + i0 + i) * rsA + pc * csA;
-              for (int64_t k = 0; k < kcb; ++k) dst[k * {mr} + i] = src[k * csA];
-            }} else {{
-              for (int64_t k = 0; k < kcb; ++k) dst[k * {mr} + i] = 0;
+          if (csA == 1 || rsA != 1) {{
+            for (int64_t i = 0; i < {mr}; ++i) {{
+              if (i < h) {{
+                const {t} *src = A + (ic + i0 + i) * rsA + pc * csA;
+                for (int64_t k = 0; k < kcb; ++k) dst[k * {mr} + i] = src[k * csA];
+              }} else {{
+                for (int64_t k = 0; k < kcb; ++k) dst[k * {mr} + i] = 0;
+              }}
+            }}
+          }} else {{
+            for (int64_t k = 0; k < kcb; ++k) {{
+              const {t} *src = A + (ic + i0) + (pc + k) * csA;
+              int64_t i = 0;
+              for (; i < h; ++i) dst[k * {mr} + i] = src[i];
+              for (; i < {mr}; ++i) dst[k * {mr} + i] = 0;
             }}
           }}
         }}
