@@ -129,7 +129,12 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
         {t} *dst = Bp + j0 * kcb;
         const int64_t w = ncb - j0 < {nr} ? ncb - j0 : {nr};
-        if (csB == 1 || rsB != 1) {{
+        if (csB == 1) {{
+          for (int64_t k = 0; k < kcb; ++k) {{
+            memcpy(dst + k * {nr}, B + (pc + k) * rsB + jc + j0, (size_t)w * sizeof({t}));
+            for (int64_t j = w; j < {nr}; ++j) dst[k * {nr} + j] = 0;
+          }}
+        }} else if (rsB != 1) {{
           for (int64_t k = 0; k < kcb; ++k) {{
             const {t} *src = B + (pc + k) * rsB + (jc + j0) * csB;
             int64_t j = 0;
