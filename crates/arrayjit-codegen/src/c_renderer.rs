@@ -21,6 +21,12 @@ use crate::gemm;
 /// (layout of `arrayjit_backends::worker_pool::ParallelHandle`).
 pub const PARALLEL_TYPEDEF: &str = "typedef struct aj_par {\n  const void *pool;\n  void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks);\n  int64_t workers;\n} aj_par;\n\n";
 
+/// Compile the following functions with moderate optimization (GCC; other compilers ignore it).
+const LIGHT_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O2\")\n#endif";
+/// Ends [`LIGHT_BEGIN`].
+const LIGHT_END: &str =
+    "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif";
+
 /// How to call one rendered kernel.
 #[derive(Clone, Debug)]
 pub struct KernelInterface {
@@ -131,6 +137,10 @@ fn render_kernel(
     } else {
         format!("{} ", syntax.kernel_prefix)
     };
+    if r.light_kernel && syntax.optimize_pragmas {
+        // Little loop work: -O3's loop passes would cost more compile time than they save.
+        let _ = writeln!(out, "{LIGHT_BEGIN}");
+    }
     let _ = writeln!(
         out,
         "{prefix}void {symbol}(void *const *args, const int64_t *statics, const aj_par *par) {{"
@@ -281,7 +291,11 @@ fn render_kernel(
             _ => k.stmt(s, 1, &mut out)?,
         }
     }
-    out.push_str("}\n\n");
+    out.push_str("}\n");
+    if r.light_kernel && syntax.optimize_pragmas {
+        let _ = writeln!(out, "{LIGHT_END}");
+    }
+    out.push('\n');
     outlined.push_str(&out);
     Ok((
         outlined,

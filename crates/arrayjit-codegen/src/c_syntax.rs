@@ -18,6 +18,9 @@ pub struct CSyntax {
     pub helper_prefix: String,
     /// The `restrict` keyword of the dialect.
     pub restrict: String,
+    /// Whether the dialect's compilers take per-function optimization pragmas (GCC's
+    /// `#pragma GCC optimize`), used to compile light kernels faster.
+    pub optimize_pragmas: bool,
 }
 
 impl CSyntax {
@@ -32,6 +35,7 @@ impl CSyntax {
             kernel_prefix: String::new(),
             helper_prefix: "static inline".into(),
             restrict: "restrict".into(),
+            optimize_pragmas: true,
         }
     }
 }

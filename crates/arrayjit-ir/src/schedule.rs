@@ -88,7 +88,7 @@ impl ParallelLoop {
 }
 
 /// Iterations of every loop of a statement, nested loops multiplied (at least 1).
-fn nest_iterations(stmt: &LowLevel) -> u64 {
+pub fn nest_iterations(stmt: &LowLevel) -> u64 {
     match stmt {
         LowLevel::For { from, to, body, .. } => {
             ((to - from).max(0) as u64).saturating_mul(nest_iterations(body))
@@ -567,6 +567,10 @@ pub struct ScheduleSettings {
     /// Split the outermost loop of nests with independent iterations over the device's
     /// workers when the nest has at least this many iterations (`u64::MAX`: never).
     pub min_parallel_iterations: u64,
+    /// A kernel whose loops (blocked contractions aside) run fewer iterations than this in
+    /// total is compiled with moderate optimization: the compiler's heaviest loop passes would
+    /// cost more compile time than they could save at run time.
+    pub light_kernel_iterations: u64,
 }
 
 impl Default for ScheduleSettings {
@@ -579,6 +583,7 @@ impl Default for ScheduleSettings {
             enable_contractions: true,
             enable_reductions: true,
             min_parallel_iterations: 1 << 18,
+            light_kernel_iterations: 1 << 20,
         }
     }
 }

@@ -96,6 +96,9 @@ pub struct Optimized {
     pub scratch: MemoryPlan,
     /// How each top-level statement of `code` runs (one per statement, in order), with why.
     pub schedules: Vec<Schedule>,
+    /// Whether the kernel's own loops are light enough (see
+    /// `ScheduleSettings::light_kernel_iterations`) to compile with moderate optimization.
+    pub light_kernel: bool,
 }
 
 impl Optimized {
@@ -228,6 +231,13 @@ pub fn optimize_low_level(
     let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
     let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
     let schedules = crate::schedule::schedule(&top_level(&code), &settings.schedule);
+    let loop_work: u64 = top_level(&code)
+        .iter()
+        .zip(&schedules)
+        .filter(|(_, s)| !matches!(s.kind, crate::schedule::ScheduleKind::Contraction(_)))
+        .map(|(st, _)| crate::schedule::nest_iterations(st))
+        .fold(0u64, u64::saturating_add);
+    let light_kernel = loop_work < settings.schedule.light_kernel_iterations;
     // A routine takes only the static indices its code uses.
     let used_symbols = code.index_symbols();
     let bindings = bindings
@@ -243,6 +253,7 @@ pub fn optimize_low_level(
         merge_node,
         scratch,
         schedules,
+        light_kernel,
     })
 }
 
