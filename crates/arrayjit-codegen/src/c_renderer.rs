@@ -212,12 +212,33 @@ fn render_kernel(
             k.nodes.insert(tn.clone(), name);
         }
     }
+    let stmts: Vec<&LowLevel> = match &r.code {
+        LowLevel::Seq(items) => items.iter().collect(),
+        s => vec![s],
+    };
+    // A local's initial zeros are needed unless the first statement using it overwrites it
+    // (for a scratch local, the first statement of its lifetime).
+    let mut first_use: HashMap<usize, usize> = HashMap::new();
+    for (i, s) in stmts.iter().enumerate() {
+        for tn in s.nodes() {
+            first_use.entry(tn.id()).or_insert(i);
+        }
+    }
+    let needs_zeros = |tn: &Tnode, from: usize| {
+        let first = first_use.get(&tn.id()).map_or(from, |&f| f.max(from));
+        stmts.get(first).is_none_or(|s| !s.overwrites_all(tn))
+    };
     for (pos, tn) in locals.iter().enumerate() {
         let name = node_name(tn, args.len() + 1 + pos);
         let t = tn.prec().c_storage_type();
+        let zero = if needs_zeros(tn, 0) {
+            format!(" memset({name}, 0, sizeof({name}));")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "  {t} {name}[{}]; memset({name}, 0, sizeof({name})); {}",
+            "  {t} {name}[{}];{zero} {}",
             tn.num_elems(),
             comment(&format!("local {}", tn.debug_name_stable()))
         );
@@ -248,11 +269,7 @@ fn render_kernel(
             }
         );
     }
-    let stmts: Vec<&LowLevel> = match &r.code {
-        LowLevel::Seq(items) => items.iter().collect(),
-        s => vec![s],
-    };
-    for (i, s) in stmts.into_iter().enumerate() {
+    for (i, s) in stmts.iter().copied().enumerate() {
         // A scratch local starts zeroed when its lifetime begins (its memory may have held
         // another local before).
         for slot in r
@@ -261,6 +278,9 @@ fn render_kernel(
             .iter()
             .filter(|s| s.lifetime.map(|l| l.0) == Some(i))
         {
+            if !needs_zeros(&slot.node, i) {
+                continue;
+            }
             let name = k.node(&slot.node)?.to_string();
             let _ = writeln!(out, "  memset({name}, 0, {});", slot.size);
         }
@@ -269,6 +289,14 @@ fn render_kernel(
                 kind: ScheduleKind::Contraction(g),
                 ..
             }) => k.contraction(g, products, &mut out)?,
+            Some(
+                sched @ Schedule {
+                    kind: ScheduleKind::Absorbed,
+                    ..
+                },
+            ) => {
+                let _ = writeln!(out, "  {}", comment(&sched.to_string()));
+            }
             Some(
                 sched @ Schedule {
                     parallel: Some(_), ..
@@ -398,7 +426,7 @@ impl KernelRenderer<'_> {
         self.loop_counter += 1;
         let _ = writeln!(
             out,
-            "{indent}{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, par);",
+            "{indent}{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, {}, par);",
             g.m.extent,
             g.n.extent,
             g.k.extent,
@@ -411,6 +439,7 @@ impl KernelRenderer<'_> {
             offsets[0],
             g.m.strides[0],
             g.n.strides[0],
+            i32::from(g.overwrite),
         );
         for _ in &g.batch {
             indent.truncate(indent.len() - 2);

@@ -27,8 +27,9 @@ pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
 
 /// The definition of the product function (and its micro-kernel and vector type), for a
 /// precision of `f32` or `f64`. Call it as
-/// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, par)` with the kernel's worker-pool
-/// handle (`NULL` runs on the calling thread).
+/// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, overwrite, par)` (`overwrite`: store
+/// the product instead of adding it to `C`) with the kernel's worker-pool handle (`NULL` runs
+/// on the calling thread).
 pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let t = prec.c_storage_type();
     let elem = prec.size_in_bytes();
@@ -53,7 +54,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     // The micro-kernel: an mr × nr tile in 2·mr vector accumulators.
     let _ = writeln!(
         s,
-        "static inline void {micro}(int64_t kc, const {t} *restrict a, const {t} *restrict b, {t} *c, int64_t rsC, int64_t csC, int64_t mr, int64_t nr) {{"
+        "static inline void {micro}(int64_t kc, const {t} *restrict a, const {t} *restrict b, {t} *c, int64_t rsC, int64_t csC, int64_t mr, int64_t nr, int ovw) {{"
     );
     for r in 0..mr {
         let _ = writeln!(s, "  {vt} c{r}_0 = {{0}}, c{r}_1 = {{0}};");
@@ -70,7 +71,14 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         );
     }
     let _ = writeln!(s, "  }}");
-    let _ = writeln!(s, "  if (mr == {mr} && nr == {nr} && csC == 1) {{");
+    let _ = writeln!(s, "  if (mr == {mr} && nr == {nr} && csC == 1 && ovw) {{");
+    for r in 0..mr {
+        let _ = writeln!(
+            s,
+            "    *({vt} *)(c + {r} * rsC) = c{r}_0; *({vt} *)(c + {r} * rsC + {lanes}) = c{r}_1;"
+        );
+    }
+    let _ = writeln!(s, "  }} else if (mr == {mr} && nr == {nr} && csC == 1) {{");
     for r in 0..mr {
         let _ = writeln!(
             s,
@@ -89,14 +97,18 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     }
     let _ = writeln!(
         s,
-        "    for (int64_t i = 0; i < mr; ++i) for (int64_t j = 0; j < nr; ++j) c[i * rsC + j * csC] += tile[i * {nr} + j];"
+        "    if (ovw) {{ for (int64_t i = 0; i < mr; ++i) for (int64_t j = 0; j < nr; ++j) c[i * rsC + j * csC] = tile[i * {nr} + j]; }}\n    else {{ for (int64_t i = 0; i < mr; ++i) for (int64_t j = 0; j < nr; ++j) c[i * rsC + j * csC] += tile[i * {nr} + j]; }}"
     );
     let _ = writeln!(s, "  }}\n}}");
     // The blocked product on one thread.
     let _ = write!(
         s,
-        "static void {name}_serial(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC) {{
-  if (M <= 0 || N <= 0 || K <= 0) return;
+        "static void {name}_serial(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw) {{
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {{
+    if (ovw) for (int64_t i = 0; i < M; ++i) for (int64_t j = 0; j < N; ++j) C[i * rsC + j * csC] = 0;
+    return;
+  }}
   /* Packing buffers, kept per thread and grown as needed. */
   static _Thread_local {t} *pack = 0;
   static _Thread_local size_t pack_len = 0;
@@ -116,7 +128,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       for (int64_t j = 0; j < N; ++j) {{
         {t} acc = 0;
         for (int64_t k = 0; k < K; ++k) acc += A[i * rsA + k * csA] * B[k * rsB + j * csB];
-        C[i * rsC + j * csC] += acc;
+        C[i * rsC + j * csC] = ovw ? acc : C[i * rsC + j * csC] + acc;
       }}
     return;
   }}
@@ -179,7 +191,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         for (int64_t j0 = 0; j0 < ncb; j0 += {nr})
           for (int64_t i0 = 0; i0 < mcb; i0 += {mr})
             {micro}(kcb, Ap + i0 * kcb, Bp + j0 * kcb, C + (ic + i0) * rsC + (jc + j0) * csC, rsC, csC,
-                    mcb - i0 < {mr} ? mcb - i0 : {mr}, ncb - j0 < {nr} ? ncb - j0 : {nr});
+                    mcb - i0 < {mr} ? mcb - i0 : {mr}, ncb - j0 < {nr} ? ncb - j0 : {nr}, ovw && pc == 0);
       }}
     }}
   }}
@@ -191,18 +203,18 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     // blocking and order, so results do not depend on the number of workers.
     let _ = write!(
         s,
-        "typedef struct {{ int64_t M, N, K; const {t} *A; int64_t rsA, csA; const {t} *B; int64_t rsB, csB; {t} *C; int64_t rsC, csC; int64_t split_n, per; }} {name}_job;
+        "typedef struct {{ int64_t M, N, K; const {t} *A; int64_t rsA, csA; const {t} *B; int64_t rsB, csB; {t} *C; int64_t rsC, csC; int64_t split_n, per; int ovw; }} {name}_job;
 static void {name}_chunk(void *ctx, int64_t index) {{
   const {name}_job *j = ({name}_job *)ctx;
   const int64_t lo = index * j->per, total = j->split_n ? j->N : j->M;
   const int64_t hi = lo + j->per < total ? lo + j->per : total;
   if (lo >= hi) return;
   if (j->split_n)
-    {name}_serial(j->M, hi - lo, j->K, j->A, j->rsA, j->csA, j->B + lo * j->csB, j->rsB, j->csB, j->C + lo * j->csC, j->rsC, j->csC);
+    {name}_serial(j->M, hi - lo, j->K, j->A, j->rsA, j->csA, j->B + lo * j->csB, j->rsB, j->csB, j->C + lo * j->csC, j->rsC, j->csC, j->ovw);
   else
-    {name}_serial(hi - lo, j->N, j->K, j->A + lo * j->rsA, j->rsA, j->csA, j->B, j->rsB, j->csB, j->C + lo * j->rsC, j->rsC, j->csC);
+    {name}_serial(hi - lo, j->N, j->K, j->A + lo * j->rsA, j->rsA, j->csA, j->B, j->rsB, j->csB, j->C + lo * j->rsC, j->rsC, j->csC, j->ovw);
 }}
-static void {name}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, const aj_par *par) {{
+static void {name}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const aj_par *par) {{
   const int64_t workers = par ? par->workers : 1;
   if (workers > 1 && (double)M * (double)N * (double)K >= 262144.0) {{
     const int64_t split_n = N >= M;
@@ -211,12 +223,12 @@ static void {name}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, i
     const int64_t per = (units + workers - 1) / workers * unit;
     const int64_t chunks = (total + per - 1) / per;
     if (chunks > 1) {{
-      {name}_job job = {{M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, split_n, per}};
+      {name}_job job = {{M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, split_n, per, ovw}};
       par->run(par->pool, {name}_chunk, &job, chunks);
       return;
     }}
   }}
-  {name}_serial(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC);
+  {name}_serial(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw);
 }}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options

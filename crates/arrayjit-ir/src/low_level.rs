@@ -248,6 +248,61 @@ impl LowLevel {
         });
     }
 
+    /// Whether this statement writes every stored element of `tn` without reading it first:
+    /// a `ZeroOut`, or a nest of loops from 0 whose single `Set` indexes each axis of an
+    /// unpadded node by a loop covering it exactly, with a value that does not read the node.
+    /// Whatever the node held before such a statement is never observed.
+    pub fn overwrites_all(&self, tn: &Tnode) -> bool {
+        let mut loops: Vec<(Symbol, i64)> = Vec::new();
+        let mut s = self;
+        loop {
+            match s {
+                LowLevel::ZeroOut(t) => return t == tn && loops.is_empty(),
+                LowLevel::For {
+                    index,
+                    from: 0,
+                    to,
+                    body,
+                } => {
+                    loops.push((*index, *to));
+                    s = body;
+                }
+                LowLevel::Seq(items) if items.len() == 1 => s = &items[0],
+                _ => break,
+            }
+        }
+        let LowLevel::Set { tn: t, idcs, value } = s else {
+            return false;
+        };
+        if t != tn || tn.padding().is_some() || idcs.len() != tn.dims().len() {
+            return false;
+        }
+        let mut seen = Vec::new();
+        for (i, &d) in idcs.iter().zip(tn.dims()) {
+            let AxisIndex::Iterator(sym) = i else {
+                return false;
+            };
+            if seen.contains(sym) || !loops.contains(&(*sym, d as i64)) {
+                return false;
+            }
+            seen.push(*sym);
+        }
+        let mut reads = false;
+        LowLevel::SetLocal(
+            ScopeId {
+                id: 0,
+                prec: tn.prec(),
+            },
+            value.clone(),
+        )
+        .visit_exprs(&mut |e| {
+            if let ScalarExpr::Get(x, _) | ScalarExpr::GetMerge(x, _) = e {
+                reads |= x == tn;
+            }
+        });
+        !reads
+    }
+
     /// Every node the code writes (with `Set` or `ZeroOut`), each once, in order of first write.
     pub fn written_nodes(&self) -> Vec<Tnode> {
         let mut out: Vec<Tnode> = Vec::new();

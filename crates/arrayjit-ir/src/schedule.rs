@@ -108,6 +108,9 @@ pub enum ScheduleKind {
     /// The innermost loop reduces into one element: it runs over `lanes` independent
     /// accumulators (vectorizable), combined in a fixed order at the end.
     Reduction(ReductionPlan),
+    /// Nothing to run: the next statement does this one's work (a zeroing before a blocked
+    /// product that writes every element instead of adding to it).
+    Absorbed,
 }
 
 /// A reduction's plan: which loop, which combining operation, how many accumulators.
@@ -203,6 +206,7 @@ impl fmt::Display for Schedule {
                 r.lanes, r.combine, self.why
             ),
             ScheduleKind::Contraction(g) => write!(f, "{g} ({})", self.why),
+            ScheduleKind::Absorbed => write!(f, "absorbed ({})", self.why),
         }
     }
 }
@@ -448,6 +452,13 @@ impl Contraction {
             n,
             k,
             blocking,
+            overwrite: false,
+            covers_out: self
+                .out
+                .iters
+                .iter()
+                .zip(self.out.node.dims())
+                .all(|(it, &d)| self.extent(*it) == d),
         })
     }
 }
@@ -524,6 +535,12 @@ pub struct Gemm {
     pub k: Dim,
     /// Cache and register blocking.
     pub blocking: Blocking,
+    /// The product writes every element of the result instead of adding to it: the zeroing
+    /// statement before it was absorbed (see [`ScheduleKind::Absorbed`]).
+    pub overwrite: bool,
+    /// Every axis of the result is indexed by a loop covering it entirely (so the product
+    /// writes every element).
+    pub covers_out: bool,
 }
 
 impl fmt::Display for Gemm {
@@ -591,7 +608,7 @@ impl Default for ScheduleSettings {
 /// The schedule of every top-level statement, in order.
 pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedule> {
     let mut cache: HashMap<usize, Blocking> = HashMap::new();
-    stmts
+    let mut schedules: Vec<Schedule> = stmts
         .iter()
         .map(|s| {
             let mut schedule = nest_schedule(s, settings, &mut cache);
@@ -603,7 +620,26 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
             }
             schedule
         })
-        .collect()
+        .collect();
+    // A zeroing right before a product that writes every element of the same node: the
+    // product stores its first block instead of adding it, and the zeroing is not run.
+    for i in 1..stmts.len() {
+        let (before, after) = schedules.split_at_mut(i);
+        if let (LowLevel::ZeroOut(zeroed), ScheduleKind::Contraction(g)) =
+            (stmts[i - 1], &mut after[0].kind)
+            && *zeroed == g.out
+            && g.covers_out
+            && matches!(before[i - 1].kind, ScheduleKind::Loops)
+        {
+            g.overwrite = true;
+            before[i - 1] = Schedule {
+                kind: ScheduleKind::Absorbed,
+                why: "the blocked product after it writes every element".into(),
+                parallel: None,
+            };
+        }
+    }
+    schedules
 }
 
 /// The schedule of one nest, before choosing a parallel loop.

@@ -80,5 +80,12 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
         }
         let want = usize::from(!case.name.starts_with("loops"));
         assert_eq!(blocked, want, "{}:\n{}", case.name, opt.schedule_report());
+        // The zeroing before a product covering its whole result is absorbed into it.
+        let absorbed = opt
+            .schedules
+            .iter()
+            .filter(|s| matches!(s.kind, ScheduleKind::Absorbed))
+            .count();
+        assert_eq!(absorbed, want, "{}:\n{}", case.name, opt.schedule_report());
     }
 }

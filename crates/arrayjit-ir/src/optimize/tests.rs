@@ -402,3 +402,41 @@ fn item04_inlining_respects_the_expression_size_budget() {
     env.run(&opt.code, &[]).unwrap();
     assert_eq!(env.values(&prev).unwrap(), vec![0.0, 1.0, 2.0, 3.0]);
 }
+
+#[test]
+fn full_overwrites_are_recognized() {
+    use crate::indexing::{AxisIndex, Symbol};
+    use crate::low_level::ScalarExpr;
+    let t = Tnode::new(Prec::F32, &[3, 4], &["t"]).unwrap();
+    let u = Tnode::new(Prec::F32, &[3, 4], &["u"]).unwrap();
+    let (i, j) = (Symbol::fresh(), Symbol::fresh());
+    let nest = |to_i: i64, value: ScalarExpr| LowLevel::For {
+        index: i,
+        from: 0,
+        to: to_i,
+        body: Box::new(LowLevel::For {
+            index: j,
+            from: 0,
+            to: 4,
+            body: Box::new(LowLevel::Set {
+                tn: t.clone(),
+                idcs: vec![AxisIndex::Iterator(i), AxisIndex::Iterator(j)],
+                value,
+            }),
+        }),
+    };
+    let read = |n: &Tnode| {
+        ScalarExpr::Get(
+            n.clone(),
+            vec![AxisIndex::Iterator(i), AxisIndex::Iterator(j)],
+        )
+    };
+    assert!(nest(3, ScalarExpr::Constant(0.0)).overwrites_all(&t));
+    assert!(nest(3, read(&u)).overwrites_all(&t));
+    assert!(LowLevel::ZeroOut(t.clone()).overwrites_all(&t));
+    // Not every row, reading itself, or another node.
+    assert!(!nest(2, ScalarExpr::Constant(0.0)).overwrites_all(&t));
+    assert!(!nest(3, read(&t)).overwrites_all(&t));
+    assert!(!nest(3, ScalarExpr::Constant(0.0)).overwrites_all(&u));
+    assert!(!LowLevel::ZeroOut(u.clone()).overwrites_all(&t));
+}
