@@ -8,14 +8,13 @@ use std::fmt::Write as _;
 
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
-    AxisIndex, BinOp, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, ScopeId, StaticSymbol,
-    Symbol, Tnode,
+    AxisIndex, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, StaticSymbol, Symbol, Tnode,
 };
 
-use arrayjit_ir::schedule::{Gemm, ReductionPlan, Schedule, ScheduleKind};
+use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 
+use crate::c_schedules::symbol_vars;
 use crate::c_syntax::{self, CSyntax, Helper};
-use crate::gemm;
 
 /// The C declaration of the worker-pool handle every kernel receives as its third argument
 /// (layout of `arrayjit_backends::worker_pool::ParallelHandle`).
@@ -86,18 +85,18 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
     Ok(CProgram { source, kernels })
 }
 
-struct KernelRenderer<'a> {
-    helpers: &'a mut BTreeSet<Helper>,
-    nodes: HashMap<Tnode, String>,
-    merge: Option<(Tnode, String)>,
-    symbols: HashMap<Symbol, String>,
-    loop_counter: usize,
-    locals: HashMap<usize, String>,
-    routine: String,
+pub(crate) struct KernelRenderer<'a> {
+    pub(crate) helpers: &'a mut BTreeSet<Helper>,
+    pub(crate) nodes: HashMap<Tnode, String>,
+    pub(crate) merge: Option<(Tnode, String)>,
+    pub(crate) symbols: HashMap<Symbol, String>,
+    pub(crate) loop_counter: usize,
+    pub(crate) locals: HashMap<usize, String>,
+    pub(crate) routine: String,
 }
 
 /// A comment with user text made harmless.
-fn comment(text: &str) -> String {
+pub(crate) fn comment(text: &str) -> String {
     let clean: String = text
         .chars()
         .map(|c| {
@@ -338,37 +337,6 @@ fn render_kernel(
     ))
 }
 
-/// Declarations, in a chunk function, of the kernel's variables read from `ch->vars`.
-fn symbol_vars(symbol: &str, vars: &[(String, String)], syntax: &CSyntax) -> String {
-    let _ = symbol;
-    let mut out = String::new();
-    for (t, name) in vars {
-        let qualifier = if t.ends_with('*') {
-            format!("{t}const {} ", syntax.restrict)
-        } else {
-            format!("const {t} ")
-        };
-        let _ = writeln!(out, "  {qualifier}{name} = ch->vars->{name}; (void){name};");
-    }
-    out
-}
-
-/// A statement without single-item sequences around it.
-fn strip_seq(s: &LowLevel) -> &LowLevel {
-    match s {
-        LowLevel::Seq(items) if items.len() == 1 => strip_seq(&items[0]),
-        s => s,
-    }
-}
-
-/// `value` with its reads of `tn[idcs]` replaced by the local `scope`.
-fn replace_read(value: &ScalarExpr, tn: &Tnode, idcs: &[AxisIndex], scope: ScopeId) -> ScalarExpr {
-    value.clone().map_bottom_up(&mut |e| match e {
-        ScalarExpr::Get(t, i) if &t == tn && i == idcs => ScalarExpr::GetLocal(scope),
-        e => e,
-    })
-}
-
 /// A C name for a node that depends only on its label and position in the kernel.
 fn node_name(tn: &Tnode, pos: usize) -> String {
     let label = sanitize_identifier(&tn.label().join("_"));
@@ -393,228 +361,6 @@ impl StableName for Tnode {
 }
 
 impl KernelRenderer<'_> {
-    /// A contraction statement as calls of the blocked product, one per batch element.
-    fn contraction(
-        &mut self,
-        g: &Gemm,
-        products: &mut BTreeMap<String, String>,
-        out: &mut String,
-    ) -> Result<()> {
-        let name = gemm::gemm_name(g.prec, &g.blocking);
-        products
-            .entry(name.clone())
-            .or_insert_with(|| gemm::gemm_definition(g.prec, &g.blocking));
-        let [c, a, b] = [&g.out, &g.lhs, &g.rhs].map(|t| self.node(t).map(str::to_string));
-        let (c, a, b) = (c?, a?, b?);
-        let _ = writeln!(out, "  {}", comment(&g.to_string()));
-        let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
-        let mut indent = String::from("  ");
-        for (d, dim) in g.batch.iter().enumerate() {
-            let it = format!("b{}_{d}", self.loop_counter);
-            let _ = writeln!(
-                out,
-                "{indent}for (int64_t {it} = 0; {it} < {}; ++{it}) {{",
-                dim.extent
-            );
-            for (t, offset) in offsets.iter_mut().enumerate() {
-                if dim.strides[t] != 0 {
-                    offset.push_str(&format!(" + {it} * {}", dim.strides[t]));
-                }
-            }
-            indent.push_str("  ");
-        }
-        self.loop_counter += 1;
-        let _ = writeln!(
-            out,
-            "{indent}{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, {}, par);",
-            g.m.extent,
-            g.n.extent,
-            g.k.extent,
-            offsets[1],
-            g.m.strides[1],
-            g.k.strides[1],
-            offsets[2],
-            g.k.strides[2],
-            g.n.strides[2],
-            offsets[0],
-            g.m.strides[0],
-            g.n.strides[0],
-            i32::from(g.overwrite),
-        );
-        for _ in &g.batch {
-            indent.truncate(indent.len() - 2);
-            let _ = writeln!(out, "{indent}}}");
-        }
-        Ok(())
-    }
-
-    /// A statement whose outermost loop is split over the device's workers: the loop body
-    /// goes into a chunk function (appended to `outlined`, which precedes the kernel) that
-    /// runs a range of the loop's iterations; the kernel runs the chunks through `par`.
-    fn parallel(
-        &mut self,
-        s: &LowLevel,
-        sched: &Schedule,
-        chunk: &str,
-        unpack: &str,
-        outlined: &mut String,
-        out: &mut String,
-    ) -> Result<()> {
-        let LowLevel::For {
-            index,
-            from,
-            to,
-            body,
-        } = s
-        else {
-            return self.stmt(s, 1, out);
-        };
-        let chunk_t = format!(
-            "{}_chunk_t",
-            chunk.rsplit_once("_chunk").map_or(chunk, |p| p.0)
-        );
-        let name = format!("i{}", self.loop_counter);
-        self.loop_counter += 1;
-        let mut f = String::new();
-        let _ = writeln!(f, "static void {chunk}(void *ctx, int64_t index) {{");
-        let _ = writeln!(f, "  const {chunk_t} *ch = (const {chunk_t} *)ctx;");
-        f.push_str(unpack);
-        let _ = writeln!(
-            f,
-            "  const int64_t lo = {from} + index * ch->per, hi = lo + ch->per < {to} ? lo + ch->per : {to};"
-        );
-        let _ = writeln!(f, "  for (int64_t {name} = lo; {name} < hi; ++{name}) {{");
-        self.symbols.insert(*index, name);
-        match &sched.kind {
-            ScheduleKind::Reduction(plan) => self.reduction(body, plan, 2, &mut f)?,
-            _ => self.stmt(body, 2, &mut f)?,
-        }
-        self.symbols.remove(index);
-        let _ = writeln!(f, "  }}\n}}\n");
-        outlined.push_str(&f);
-        let _ = writeln!(out, "  {{ {}", comment(&sched.to_string()));
-        let _ = writeln!(
-            out,
-            "    const int64_t n = {to} - {from}, w = par && par->workers > 1 ? par->workers : 1;"
-        );
-        let _ = writeln!(out, "    {chunk_t} ch = {{ &vars, (n + w - 1) / w }};");
-        let _ = writeln!(out, "    const int64_t chunks = (n + ch.per - 1) / ch.per;");
-        let _ = writeln!(
-            out,
-            "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);\n  }}"
-        );
-        Ok(())
-    }
-
-    /// A statement whose innermost loop reduces into one element, with the loop run over
-    /// `plan.lanes` accumulators (element `r` into accumulator `r mod lanes`, the tail into
-    /// accumulator 0) that are then combined in order: a fixed summation order that compilers
-    /// vectorize, instead of one serial dependency chain.
-    fn reduction(
-        &mut self,
-        s: &LowLevel,
-        plan: &ReductionPlan,
-        depth: usize,
-        out: &mut String,
-    ) -> Result<()> {
-        let pad = "  ".repeat(depth);
-        match s {
-            LowLevel::Seq(items) if items.len() == 1 => self.reduction(&items[0], plan, depth, out),
-            LowLevel::For {
-                index,
-                from,
-                to,
-                body,
-            } if *index == plan.iter => {
-                let LowLevel::Set { tn, idcs, value } = strip_seq(body) else {
-                    return self.stmt(s, depth, out);
-                };
-                let prec = tn.prec();
-                let t = prec.c_compute_type();
-                let n = self.loop_counter;
-                self.loop_counter += 1;
-                let (acc, base, lane) = (format!("acc{n}"), format!("r{n}"), format!("l{n}"));
-                let lanes = plan.lanes;
-                let identity = match plan.combine {
-                    BinOp::Max => c_syntax::literal(prec, f64::NEG_INFINITY),
-                    BinOp::Min => c_syntax::literal(prec, f64::INFINITY),
-                    _ => c_syntax::literal(prec, -0.0),
-                };
-                // The element's read inside the value becomes the accumulator.
-                let scope = arrayjit_ir::ScopeId::fresh(prec);
-                let step = replace_read(value, tn, idcs, scope);
-                let _ = writeln!(out, "{pad}{{");
-                let _ = writeln!(
-                    out,
-                    "{pad}  {t} {acc}[{lanes}]; for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {acc}[{lane}] = {identity};"
-                );
-                let _ = writeln!(out, "{pad}  int64_t {base} = {from};");
-                let _ = writeln!(
-                    out,
-                    "{pad}  for (; {base} + {lanes} <= {to}; {base} += {lanes}) {{"
-                );
-                let _ = writeln!(
-                    out,
-                    "{pad}    for (int64_t {lane} = 0; {lane} < {lanes}; ++{lane}) {{"
-                );
-                let index_name = format!("({base} + {lane})");
-                self.symbols.insert(*index, index_name);
-                self.locals.insert(scope.id, format!("{acc}[{lane}]"));
-                let mut prelude = String::new();
-                let v = self.expr(&step, prec, depth + 3, &mut prelude)?;
-                out.push_str(&prelude);
-                let _ = writeln!(out, "{pad}      {acc}[{lane}] = {v};");
-                let _ = writeln!(out, "{pad}    }}\n{pad}  }}");
-                let _ = writeln!(out, "{pad}  for (; {base} < {to}; ++{base}) {{");
-                self.symbols.insert(*index, base.clone());
-                self.locals.insert(scope.id, format!("{acc}[0]"));
-                let mut prelude = String::new();
-                let v = self.expr(&step, prec, depth + 2, &mut prelude)?;
-                out.push_str(&prelude);
-                let _ = writeln!(out, "{pad}    {acc}[0] = {v};\n{pad}  }}");
-                self.symbols.remove(index);
-                self.locals.remove(&scope.id);
-                let combine = |a: &str, b: &str, helpers: &mut BTreeSet<Helper>| {
-                    c_syntax::render_binop(plan.combine, prec, a, b, helpers)
-                };
-                let total = format!("total{n}");
-                let _ = writeln!(out, "{pad}  {t} {total} = {acc}[0];");
-                let step_total = combine(&total, &format!("{acc}[{lane}]"), self.helpers);
-                let _ = writeln!(
-                    out,
-                    "{pad}  for (int {lane} = 1; {lane} < {lanes}; ++{lane}) {total} = {step_total};"
-                );
-                let name = self.node(tn)?.to_string();
-                let offset = self.offset(tn, idcs)?;
-                let element = format!("{name}[{offset}]");
-                let current = c_syntax::convert(&element, prec, prec, self.helpers);
-                let combined = combine(&current, &total, self.helpers);
-                let stored = c_syntax::store(&combined, prec, self.helpers);
-                let _ = writeln!(out, "{pad}  {element} = {stored};\n{pad}}}");
-                Ok(())
-            }
-            LowLevel::For {
-                index,
-                from,
-                to,
-                body,
-            } => {
-                let name = format!("i{}", self.loop_counter);
-                self.loop_counter += 1;
-                self.symbols.insert(*index, name.clone());
-                let _ = writeln!(
-                    out,
-                    "{pad}for (int64_t {name} = {from}; {name} < {to}; ++{name}) {{"
-                );
-                self.reduction(body, plan, depth + 1, out)?;
-                let _ = writeln!(out, "{pad}}}");
-                self.symbols.remove(index);
-                Ok(())
-            }
-            other => self.stmt(other, depth, out),
-        }
-    }
-
     fn unbound(&self, what: String) -> Error {
         Error::Optimization {
             routine: self.routine.clone(),
@@ -622,7 +368,7 @@ impl KernelRenderer<'_> {
         }
     }
 
-    fn node(&self, tn: &Tnode) -> Result<&str> {
+    pub(crate) fn node(&self, tn: &Tnode) -> Result<&str> {
         self.nodes.get(tn).map(String::as_str).ok_or_else(|| {
             self.unbound(format!(
                 "{} is neither materialized nor local (memory mode: {:?})",
@@ -633,7 +379,7 @@ impl KernelRenderer<'_> {
     }
 
     /// The flat storage offset of a logical index.
-    fn offset(&self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<String> {
+    pub(crate) fn offset(&self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<String> {
         let dims = tn.padded_dims();
         let left = tn.left_padding();
         let mut stride = 1i64;
@@ -648,7 +394,7 @@ impl KernelRenderer<'_> {
         self.affine(&AxisIndex::affine(terms, offset))
     }
 
-    fn affine(&self, idx: &AxisIndex) -> Result<String> {
+    pub(crate) fn affine(&self, idx: &AxisIndex) -> Result<String> {
         idx.render_with(|sym| {
             self.symbols.get(&sym).cloned().ok_or_else(|| {
                 self.unbound(format!(
@@ -658,7 +404,7 @@ impl KernelRenderer<'_> {
         })
     }
 
-    fn local(&mut self, id: usize) -> String {
+    pub(crate) fn local(&mut self, id: usize) -> String {
         let n = self.locals.len();
         self.locals
             .entry(id)
@@ -666,7 +412,7 @@ impl KernelRenderer<'_> {
             .clone()
     }
 
-    fn stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
+    pub(crate) fn stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
         let pad = "  ".repeat(depth);
         match s {
             LowLevel::Noop => {}
@@ -721,7 +467,7 @@ impl KernelRenderer<'_> {
 
     /// Renders an expression in compute precision `prec`; declarations and statements of local
     /// scopes go to `prelude` (at the statement's level, so locals live until its end).
-    fn expr(
+    pub(crate) fn expr(
         &mut self,
         e: &ScalarExpr,
         prec: Prec,

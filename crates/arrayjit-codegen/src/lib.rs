@@ -8,6 +8,7 @@
 #![allow(clippy::mutable_key_type)]
 
 pub mod c_renderer;
+mod c_schedules;
 pub mod c_syntax;
 pub mod gemm;
 

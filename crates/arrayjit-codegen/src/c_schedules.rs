@@ -1,0 +1,268 @@
+//! Rendering of the schedules of `arrayjit_ir::schedule` to C: blocked contractions as calls
+//! of the product helper (`crate::gemm`), nests split over the device's workers as chunk
+//! functions, and reductions over several accumulators.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use arrayjit_ir::schedule::{Gemm, ReductionPlan, Schedule, ScheduleKind};
+use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Tnode};
+
+use crate::c_renderer::{KernelRenderer, comment};
+use crate::c_syntax::{self, CSyntax, Helper};
+use crate::gemm;
+
+impl KernelRenderer<'_> {
+    /// A contraction statement as calls of the blocked product, one per batch element.
+    pub(super) fn contraction(
+        &mut self,
+        g: &Gemm,
+        products: &mut BTreeMap<String, String>,
+        out: &mut String,
+    ) -> Result<()> {
+        let name = gemm::gemm_name(g.prec, &g.blocking);
+        products
+            .entry(name.clone())
+            .or_insert_with(|| gemm::gemm_definition(g.prec, &g.blocking));
+        let [c, a, b] = [&g.out, &g.lhs, &g.rhs].map(|t| self.node(t).map(str::to_string));
+        let (c, a, b) = (c?, a?, b?);
+        let _ = writeln!(out, "  {}", comment(&g.to_string()));
+        let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
+        let mut indent = String::from("  ");
+        for (d, dim) in g.batch.iter().enumerate() {
+            let it = format!("b{}_{d}", self.loop_counter);
+            let _ = writeln!(
+                out,
+                "{indent}for (int64_t {it} = 0; {it} < {}; ++{it}) {{",
+                dim.extent
+            );
+            for (t, offset) in offsets.iter_mut().enumerate() {
+                if dim.strides[t] != 0 {
+                    offset.push_str(&format!(" + {it} * {}", dim.strides[t]));
+                }
+            }
+            indent.push_str("  ");
+        }
+        self.loop_counter += 1;
+        let _ = writeln!(
+            out,
+            "{indent}{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, {}, par);",
+            g.m.extent,
+            g.n.extent,
+            g.k.extent,
+            offsets[1],
+            g.m.strides[1],
+            g.k.strides[1],
+            offsets[2],
+            g.k.strides[2],
+            g.n.strides[2],
+            offsets[0],
+            g.m.strides[0],
+            g.n.strides[0],
+            i32::from(g.overwrite),
+        );
+        for _ in &g.batch {
+            indent.truncate(indent.len() - 2);
+            let _ = writeln!(out, "{indent}}}");
+        }
+        Ok(())
+    }
+
+    /// A statement whose outermost loop is split over the device's workers: the loop body
+    /// goes into a chunk function (appended to `outlined`, which precedes the kernel) that
+    /// runs a range of the loop's iterations; the kernel runs the chunks through `par`.
+    pub(super) fn parallel(
+        &mut self,
+        s: &LowLevel,
+        sched: &Schedule,
+        chunk: &str,
+        unpack: &str,
+        outlined: &mut String,
+        out: &mut String,
+    ) -> Result<()> {
+        let LowLevel::For {
+            index,
+            from,
+            to,
+            body,
+        } = s
+        else {
+            return self.stmt(s, 1, out);
+        };
+        let chunk_t = format!(
+            "{}_chunk_t",
+            chunk.rsplit_once("_chunk").map_or(chunk, |p| p.0)
+        );
+        let name = format!("i{}", self.loop_counter);
+        self.loop_counter += 1;
+        let mut f = String::new();
+        let _ = writeln!(f, "static void {chunk}(void *ctx, int64_t index) {{");
+        let _ = writeln!(f, "  const {chunk_t} *ch = (const {chunk_t} *)ctx;");
+        f.push_str(unpack);
+        let _ = writeln!(
+            f,
+            "  const int64_t lo = {from} + index * ch->per, hi = lo + ch->per < {to} ? lo + ch->per : {to};"
+        );
+        let _ = writeln!(f, "  for (int64_t {name} = lo; {name} < hi; ++{name}) {{");
+        self.symbols.insert(*index, name);
+        match &sched.kind {
+            ScheduleKind::Reduction(plan) => self.reduction(body, plan, 2, &mut f)?,
+            _ => self.stmt(body, 2, &mut f)?,
+        }
+        self.symbols.remove(index);
+        let _ = writeln!(f, "  }}\n}}\n");
+        outlined.push_str(&f);
+        let _ = writeln!(out, "  {{ {}", comment(&sched.to_string()));
+        let _ = writeln!(
+            out,
+            "    const int64_t n = {to} - {from}, w = par && par->workers > 1 ? par->workers : 1;"
+        );
+        let _ = writeln!(out, "    {chunk_t} ch = {{ &vars, (n + w - 1) / w }};");
+        let _ = writeln!(out, "    const int64_t chunks = (n + ch.per - 1) / ch.per;");
+        let _ = writeln!(
+            out,
+            "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);\n  }}"
+        );
+        Ok(())
+    }
+
+    /// A statement whose innermost loop reduces into one element, with the loop run over
+    /// `plan.lanes` accumulators (element `r` into accumulator `r mod lanes`, the tail into
+    /// accumulator 0) that are then combined in order: a fixed summation order that compilers
+    /// vectorize, instead of one serial dependency chain.
+    pub(super) fn reduction(
+        &mut self,
+        s: &LowLevel,
+        plan: &ReductionPlan,
+        depth: usize,
+        out: &mut String,
+    ) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        match s {
+            LowLevel::Seq(items) if items.len() == 1 => self.reduction(&items[0], plan, depth, out),
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } if *index == plan.iter => {
+                let LowLevel::Set { tn, idcs, value } = strip_seq(body) else {
+                    return self.stmt(s, depth, out);
+                };
+                let prec = tn.prec();
+                let t = prec.c_compute_type();
+                let n = self.loop_counter;
+                self.loop_counter += 1;
+                let (acc, base, lane) = (format!("acc{n}"), format!("r{n}"), format!("l{n}"));
+                let lanes = plan.lanes;
+                let identity = match plan.combine {
+                    BinOp::Max => c_syntax::literal(prec, f64::NEG_INFINITY),
+                    BinOp::Min => c_syntax::literal(prec, f64::INFINITY),
+                    _ => c_syntax::literal(prec, -0.0),
+                };
+                // The element's read inside the value becomes the accumulator.
+                let scope = arrayjit_ir::ScopeId::fresh(prec);
+                let step = replace_read(value, tn, idcs, scope);
+                let _ = writeln!(out, "{pad}{{");
+                let _ = writeln!(
+                    out,
+                    "{pad}  {t} {acc}[{lanes}]; for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {acc}[{lane}] = {identity};"
+                );
+                let _ = writeln!(out, "{pad}  int64_t {base} = {from};");
+                let _ = writeln!(
+                    out,
+                    "{pad}  for (; {base} + {lanes} <= {to}; {base} += {lanes}) {{"
+                );
+                let _ = writeln!(
+                    out,
+                    "{pad}    for (int64_t {lane} = 0; {lane} < {lanes}; ++{lane}) {{"
+                );
+                let index_name = format!("({base} + {lane})");
+                self.symbols.insert(*index, index_name);
+                self.locals.insert(scope.id, format!("{acc}[{lane}]"));
+                let mut prelude = String::new();
+                let v = self.expr(&step, prec, depth + 3, &mut prelude)?;
+                out.push_str(&prelude);
+                let _ = writeln!(out, "{pad}      {acc}[{lane}] = {v};");
+                let _ = writeln!(out, "{pad}    }}\n{pad}  }}");
+                let _ = writeln!(out, "{pad}  for (; {base} < {to}; ++{base}) {{");
+                self.symbols.insert(*index, base.clone());
+                self.locals.insert(scope.id, format!("{acc}[0]"));
+                let mut prelude = String::new();
+                let v = self.expr(&step, prec, depth + 2, &mut prelude)?;
+                out.push_str(&prelude);
+                let _ = writeln!(out, "{pad}    {acc}[0] = {v};\n{pad}  }}");
+                self.symbols.remove(index);
+                self.locals.remove(&scope.id);
+                let combine = |a: &str, b: &str, helpers: &mut BTreeSet<Helper>| {
+                    c_syntax::render_binop(plan.combine, prec, a, b, helpers)
+                };
+                let total = format!("total{n}");
+                let _ = writeln!(out, "{pad}  {t} {total} = {acc}[0];");
+                let step_total = combine(&total, &format!("{acc}[{lane}]"), self.helpers);
+                let _ = writeln!(
+                    out,
+                    "{pad}  for (int {lane} = 1; {lane} < {lanes}; ++{lane}) {total} = {step_total};"
+                );
+                let name = self.node(tn)?.to_string();
+                let offset = self.offset(tn, idcs)?;
+                let element = format!("{name}[{offset}]");
+                let current = c_syntax::convert(&element, prec, prec, self.helpers);
+                let combined = combine(&current, &total, self.helpers);
+                let stored = c_syntax::store(&combined, prec, self.helpers);
+                let _ = writeln!(out, "{pad}  {element} = {stored};\n{pad}}}");
+                Ok(())
+            }
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => {
+                let name = format!("i{}", self.loop_counter);
+                self.loop_counter += 1;
+                self.symbols.insert(*index, name.clone());
+                let _ = writeln!(
+                    out,
+                    "{pad}for (int64_t {name} = {from}; {name} < {to}; ++{name}) {{"
+                );
+                self.reduction(body, plan, depth + 1, out)?;
+                let _ = writeln!(out, "{pad}}}");
+                self.symbols.remove(index);
+                Ok(())
+            }
+            other => self.stmt(other, depth, out),
+        }
+    }
+}
+
+/// Declarations, in a chunk function, of the kernel's variables read from `ch->vars`.
+pub(super) fn symbol_vars(symbol: &str, vars: &[(String, String)], syntax: &CSyntax) -> String {
+    let _ = symbol;
+    let mut out = String::new();
+    for (t, name) in vars {
+        let qualifier = if t.ends_with('*') {
+            format!("{t}const {} ", syntax.restrict)
+        } else {
+            format!("const {t} ")
+        };
+        let _ = writeln!(out, "  {qualifier}{name} = ch->vars->{name}; (void){name};");
+    }
+    out
+}
+
+/// A statement without single-item sequences around it.
+fn strip_seq(s: &LowLevel) -> &LowLevel {
+    match s {
+        LowLevel::Seq(items) if items.len() == 1 => strip_seq(&items[0]),
+        s => s,
+    }
+}
+
+/// `value` with its reads of `tn[idcs]` replaced by the local `scope`.
+fn replace_read(value: &ScalarExpr, tn: &Tnode, idcs: &[AxisIndex], scope: ScopeId) -> ScalarExpr {
+    value.clone().map_bottom_up(&mut |e| match e {
+        ScalarExpr::Get(t, i) if &t == tn && i == idcs => ScalarExpr::GetLocal(scope),
+        e => e,
+    })
+}
