@@ -247,7 +247,9 @@ fn render_kernel(
     // Statements split over the device's workers run in chunk functions that see the kernel's
     // variables through one struct.
     let mut outlined = String::new();
-    let parallel_statements = r.schedules.iter().any(|s| s.parallel.is_some());
+    let parallel_statements = r.schedules.iter().any(|s| {
+        s.parallel.is_some() || matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some())
+    });
     if parallel_statements {
         let _ = writeln!(outlined, "struct {symbol}_vars {{");
         for (t, name) in &vars {
@@ -255,7 +257,7 @@ fn render_kernel(
         }
         let _ = writeln!(
             outlined,
-            "}};\ntypedef struct {{ const struct {symbol}_vars *vars; int64_t per; }} {symbol}_chunk_t;\n"
+            "}};\ntypedef struct {{ const struct {symbol}_vars *vars; int64_t per; void *extra; }} {symbol}_chunk_t;\n"
         );
         let names: Vec<&str> = vars.iter().map(|(_, n)| n.as_str()).collect();
         let _ = writeln!(
@@ -305,6 +307,20 @@ fn render_kernel(
                 k.parallel(
                     s,
                     sched,
+                    &chunk,
+                    &symbol_vars(symbol, &vars, syntax),
+                    &mut outlined,
+                    &mut out,
+                )?
+            }
+            Some(Schedule {
+                kind: ScheduleKind::Reduction(plan),
+                ..
+            }) if plan.blocks.is_some() => {
+                let chunk = format!("{symbol}_chunk{i}");
+                k.split_reduction(
+                    s,
+                    plan,
                     &chunk,
                     &symbol_vars(symbol, &vars, syntax),
                     &mut outlined,

@@ -2,14 +2,14 @@
 //! of the product helper (`crate::gemm`), nests split over the device's workers as chunk
 //! functions, and reductions over several accumulators.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::{Gemm, ReductionPlan, Schedule, ScheduleKind};
-use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Tnode};
+use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbol, Tnode};
 
 use crate::c_renderer::{KernelRenderer, comment};
-use crate::c_syntax::{self, CSyntax, Helper};
+use crate::c_syntax::{self, CSyntax};
 use crate::gemm;
 
 impl KernelRenderer<'_> {
@@ -117,12 +117,201 @@ impl KernelRenderer<'_> {
             out,
             "    const int64_t n = {to} - {from}, w = par && par->workers > 1 ? par->workers : 1;"
         );
-        let _ = writeln!(out, "    {chunk_t} ch = {{ &vars, (n + w - 1) / w }};");
+        let _ = writeln!(out, "    {chunk_t} ch = {{ &vars, (n + w - 1) / w, 0 }};");
         let _ = writeln!(out, "    const int64_t chunks = (n + ch.per - 1) / ch.per;");
         let _ = writeln!(
             out,
             "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);\n  }}"
         );
+        Ok(())
+    }
+
+    /// Declares `acc[lanes]` and reduces `value` over `index` in `lo..hi` into it (element `r`
+    /// into accumulator `(r - lo) mod lanes`, the tail into accumulator 0), then combines the
+    /// accumulators in order into a new variable, whose name it returns.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_range(
+        &mut self,
+        index: Symbol,
+        lo: &str,
+        hi: &str,
+        (tn, idcs, value): (&Tnode, &[AxisIndex], &ScalarExpr),
+        plan: &ReductionPlan,
+        depth: usize,
+        out: &mut String,
+    ) -> Result<String> {
+        let pad = "  ".repeat(depth);
+        let prec = tn.prec();
+        let t = prec.c_compute_type();
+        let n = self.loop_counter;
+        self.loop_counter += 1;
+        let (acc, base, lane) = (format!("acc{n}"), format!("r{n}"), format!("l{n}"));
+        let lanes = plan.lanes;
+        let identity = match plan.combine {
+            BinOp::Max => c_syntax::literal(prec, f64::NEG_INFINITY),
+            BinOp::Min => c_syntax::literal(prec, f64::INFINITY),
+            _ => c_syntax::literal(prec, -0.0),
+        };
+        // The element's read inside the value becomes the accumulator.
+        let scope = ScopeId::fresh(prec);
+        let step = replace_read(value, tn, idcs, scope);
+        let _ = writeln!(
+            out,
+            "{pad}{t} {acc}[{lanes}]; for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {acc}[{lane}] = {identity};"
+        );
+        let _ = writeln!(out, "{pad}int64_t {base} = {lo};");
+        let _ = writeln!(
+            out,
+            "{pad}for (; {base} + {lanes} <= {hi}; {base} += {lanes}) {{"
+        );
+        let _ = writeln!(
+            out,
+            "{pad}  for (int64_t {lane} = 0; {lane} < {lanes}; ++{lane}) {{"
+        );
+        self.symbols.insert(index, format!("({base} + {lane})"));
+        self.locals.insert(scope.id, format!("{acc}[{lane}]"));
+        let mut prelude = String::new();
+        let v = self.expr(&step, prec, depth + 2, &mut prelude)?;
+        out.push_str(&prelude);
+        let _ = writeln!(out, "{pad}    {acc}[{lane}] = {v};");
+        let _ = writeln!(out, "{pad}  }}\n{pad}}}");
+        let _ = writeln!(out, "{pad}for (; {base} < {hi}; ++{base}) {{");
+        self.symbols.insert(index, base.clone());
+        self.locals.insert(scope.id, format!("{acc}[0]"));
+        let mut prelude = String::new();
+        let v = self.expr(&step, prec, depth + 1, &mut prelude)?;
+        out.push_str(&prelude);
+        let _ = writeln!(out, "{pad}  {acc}[0] = {v};\n{pad}}}");
+        self.symbols.remove(&index);
+        self.locals.remove(&scope.id);
+        let total = format!("total{n}");
+        let _ = writeln!(out, "{pad}{t} {total} = {acc}[0];");
+        let step_total = c_syntax::render_binop(
+            plan.combine,
+            prec,
+            &total,
+            &format!("{acc}[{lane}]"),
+            self.helpers,
+        );
+        let _ = writeln!(
+            out,
+            "{pad}for (int {lane} = 1; {lane} < {lanes}; ++{lane}) {total} = {step_total};"
+        );
+        Ok(total)
+    }
+
+    /// `tn[idcs] = tn[idcs] ⊕ total`, stored in the node's precision.
+    #[allow(clippy::too_many_arguments)]
+    fn combine_into_element(
+        &mut self,
+        tn: &Tnode,
+        idcs: &[AxisIndex],
+        total: &str,
+        plan: &ReductionPlan,
+        prec: arrayjit_ir::Prec,
+        pad: &str,
+        out: &mut String,
+    ) -> Result<()> {
+        let name = self.node(tn)?.to_string();
+        let offset = self.offset(tn, idcs)?;
+        let element = format!("{name}[{offset}]");
+        let current = c_syntax::convert(&element, prec, prec, self.helpers);
+        let combined = c_syntax::render_binop(plan.combine, prec, &current, total, self.helpers);
+        let stored = c_syntax::store(&combined, prec, self.helpers);
+        let _ = writeln!(out, "{pad}  {element} = {stored};");
+        Ok(())
+    }
+
+    /// A full reduction split into fixed blocks of `plan.blocks` iterations: chunk functions
+    /// reduce ranges of blocks over the device's workers into one partial per block, and the
+    /// partials are combined in block order. The blocks do not depend on the worker count, so
+    /// neither do the results.
+    pub(super) fn split_reduction(
+        &mut self,
+        s: &LowLevel,
+        plan: &ReductionPlan,
+        chunk: &str,
+        unpack: &str,
+        outlined: &mut String,
+        out: &mut String,
+    ) -> Result<()> {
+        let (
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            },
+            Some(block),
+        ) = (strip_seq(s), plan.blocks)
+        else {
+            return self.reduction(s, plan, 1, out);
+        };
+        let LowLevel::Set { tn, idcs, value } = strip_seq(body) else {
+            return self.reduction(s, plan, 1, out);
+        };
+        let prec = tn.prec();
+        let t = prec.c_compute_type();
+        let chunk_t = format!(
+            "{}_chunk_t",
+            chunk.rsplit_once("_chunk").map_or(chunk, |p| p.0)
+        );
+        let blocks = ((to - from) as u64).div_ceil(block);
+        let mut f = String::new();
+        let _ = writeln!(f, "static void {chunk}(void *ctx, int64_t index) {{");
+        let _ = writeln!(f, "  const {chunk_t} *ch = (const {chunk_t} *)ctx;");
+        f.push_str(unpack);
+        let _ = writeln!(f, "  {t} *const partial = ({t} *)ch->extra;");
+        let _ = writeln!(
+            f,
+            "  const int64_t first = index * ch->per, last = first + ch->per < {blocks} ? first + ch->per : {blocks};"
+        );
+        let _ = writeln!(f, "  for (int64_t b = first; b < last; ++b) {{");
+        let _ = writeln!(
+            f,
+            "    const int64_t lo = {from} + b * {block}, hi = lo + {block} < {to} ? lo + {block} : {to};"
+        );
+        let total = self.reduce_range(*index, "lo", "hi", (tn, idcs, value), plan, 2, &mut f)?;
+        let _ = writeln!(f, "    partial[b] = {total};\n  }}\n}}\n");
+        outlined.push_str(&f);
+        let n = self.loop_counter;
+        self.loop_counter += 1;
+        let _ = writeln!(
+            out,
+            "  {{ /* reduction split into {blocks} blocks of {block}, combined in block order */"
+        );
+        let _ = writeln!(out, "    {t} partial{n}[{blocks}];");
+        let _ = writeln!(
+            out,
+            "    const int64_t w = par && par->workers > 1 ? par->workers : 1;"
+        );
+        let _ = writeln!(
+            out,
+            "    {chunk_t} ch = {{ &vars, ({blocks} + w - 1) / w, partial{n} }};"
+        );
+        let _ = writeln!(
+            out,
+            "    const int64_t chunks = ({blocks} + ch.per - 1) / ch.per;"
+        );
+        let _ = writeln!(
+            out,
+            "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);"
+        );
+        let total = format!("sum{n}");
+        let step = c_syntax::render_binop(
+            plan.combine,
+            prec,
+            &total,
+            &format!("partial{n}[b]"),
+            self.helpers,
+        );
+        let _ = writeln!(out, "    {t} {total} = partial{n}[0];");
+        let _ = writeln!(
+            out,
+            "    for (int64_t b = 1; b < {blocks}; ++b) {total} = {step};"
+        );
+        self.combine_into_element(tn, idcs, &total, plan, prec, "  ", out)?;
+        let _ = writeln!(out, "  }}");
         Ok(())
     }
 
@@ -150,67 +339,18 @@ impl KernelRenderer<'_> {
                     return self.stmt(s, depth, out);
                 };
                 let prec = tn.prec();
-                let t = prec.c_compute_type();
-                let n = self.loop_counter;
-                self.loop_counter += 1;
-                let (acc, base, lane) = (format!("acc{n}"), format!("r{n}"), format!("l{n}"));
-                let lanes = plan.lanes;
-                let identity = match plan.combine {
-                    BinOp::Max => c_syntax::literal(prec, f64::NEG_INFINITY),
-                    BinOp::Min => c_syntax::literal(prec, f64::INFINITY),
-                    _ => c_syntax::literal(prec, -0.0),
-                };
-                // The element's read inside the value becomes the accumulator.
-                let scope = arrayjit_ir::ScopeId::fresh(prec);
-                let step = replace_read(value, tn, idcs, scope);
                 let _ = writeln!(out, "{pad}{{");
-                let _ = writeln!(
+                let total = self.reduce_range(
+                    *index,
+                    &from.to_string(),
+                    &to.to_string(),
+                    (tn, idcs, value),
+                    plan,
+                    depth + 1,
                     out,
-                    "{pad}  {t} {acc}[{lanes}]; for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {acc}[{lane}] = {identity};"
-                );
-                let _ = writeln!(out, "{pad}  int64_t {base} = {from};");
-                let _ = writeln!(
-                    out,
-                    "{pad}  for (; {base} + {lanes} <= {to}; {base} += {lanes}) {{"
-                );
-                let _ = writeln!(
-                    out,
-                    "{pad}    for (int64_t {lane} = 0; {lane} < {lanes}; ++{lane}) {{"
-                );
-                let index_name = format!("({base} + {lane})");
-                self.symbols.insert(*index, index_name);
-                self.locals.insert(scope.id, format!("{acc}[{lane}]"));
-                let mut prelude = String::new();
-                let v = self.expr(&step, prec, depth + 3, &mut prelude)?;
-                out.push_str(&prelude);
-                let _ = writeln!(out, "{pad}      {acc}[{lane}] = {v};");
-                let _ = writeln!(out, "{pad}    }}\n{pad}  }}");
-                let _ = writeln!(out, "{pad}  for (; {base} < {to}; ++{base}) {{");
-                self.symbols.insert(*index, base.clone());
-                self.locals.insert(scope.id, format!("{acc}[0]"));
-                let mut prelude = String::new();
-                let v = self.expr(&step, prec, depth + 2, &mut prelude)?;
-                out.push_str(&prelude);
-                let _ = writeln!(out, "{pad}    {acc}[0] = {v};\n{pad}  }}");
-                self.symbols.remove(index);
-                self.locals.remove(&scope.id);
-                let combine = |a: &str, b: &str, helpers: &mut BTreeSet<Helper>| {
-                    c_syntax::render_binop(plan.combine, prec, a, b, helpers)
-                };
-                let total = format!("total{n}");
-                let _ = writeln!(out, "{pad}  {t} {total} = {acc}[0];");
-                let step_total = combine(&total, &format!("{acc}[{lane}]"), self.helpers);
-                let _ = writeln!(
-                    out,
-                    "{pad}  for (int {lane} = 1; {lane} < {lanes}; ++{lane}) {total} = {step_total};"
-                );
-                let name = self.node(tn)?.to_string();
-                let offset = self.offset(tn, idcs)?;
-                let element = format!("{name}[{offset}]");
-                let current = c_syntax::convert(&element, prec, prec, self.helpers);
-                let combined = combine(&current, &total, self.helpers);
-                let stored = c_syntax::store(&combined, prec, self.helpers);
-                let _ = writeln!(out, "{pad}  {element} = {stored};\n{pad}}}");
+                )?;
+                self.combine_into_element(tn, idcs, &total, plan, prec, &pad, out)?;
+                let _ = writeln!(out, "{pad}}}");
                 Ok(())
             }
             LowLevel::For {

@@ -124,6 +124,11 @@ pub struct ReductionPlan {
     /// (the tail to accumulator 0); they are combined in order 0, 1, 2, ... then into the
     /// element.
     pub lanes: usize,
+    /// For a long reduction that is the whole nest (no outer loop to split over workers): the
+    /// loop is cut into fixed blocks of this many iterations, each reduced as above into a
+    /// partial, and the partials are combined in block order — the blocks, and so the results,
+    /// do not depend on how many workers run them.
+    pub blocks: Option<u64>,
 }
 
 impl ReductionPlan {
@@ -134,6 +139,8 @@ impl ReductionPlan {
     pub fn detect(stmt: &LowLevel, lanes: usize) -> Option<ReductionPlan> {
         let mut s = stmt;
         let mut innermost = None;
+        let mut depth = 0;
+        let mut extent = 0i64;
         loop {
             match s {
                 LowLevel::For {
@@ -144,6 +151,8 @@ impl ReductionPlan {
                 } => {
                     // Too short a loop gains nothing from several accumulators.
                     innermost = (to - from >= 2 * lanes as i64).then_some(*index);
+                    extent = to - from;
+                    depth += 1;
                     s = body;
                 }
                 LowLevel::Seq(items) if items.len() == 1 => s = &items[0],
@@ -185,10 +194,15 @@ impl ReductionPlan {
                 }
             });
         }
+        // Blocks of at least 2^16 iterations (a multiple of the lanes), at most 1024 of them.
+        let block =
+            ((extent as u64).div_ceil(1024).max(1 << 16)).div_ceil(lanes as u64) * lanes as u64;
+        let blocks = (depth == 1 && extent as u64 >= 2 * block).then_some(block);
         (!reads_out).then_some(ReductionPlan {
             iter,
             combine,
             lanes: lanes.max(1),
+            blocks,
         })
     }
 }

@@ -200,3 +200,88 @@ fn split_loops_agree_with_the_interpreter_for_any_worker_count() {
         }
     }
 }
+
+/// Full reductions of 300,001 elements: split into fixed blocks over the workers. Integer
+/// values make the sum exact (equal to the interpreter's whatever the order); fractional values
+/// check that the bits do not depend on the worker count.
+#[test]
+fn split_full_reductions_are_exact_and_independent_of_workers() {
+    use arrayjit::ir::schedule::ScheduleKind;
+    let n = 300_001;
+    let mut bits_seen: Option<Vec<u32>> = None;
+    for (backend_name, workers) in [
+        ("sync_cc", 1),
+        ("multicore_cc", 2),
+        ("multicore_cc", 3),
+        ("sync_cc", 4),
+    ] {
+        let ints = Tnode::new(Prec::F32, &[n], &["ints"]).unwrap();
+        ints.set_values(
+            &(0..n)
+                .map(|i| ((i * 37) % 11) as f64 - 5.0)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let fracs = Tnode::new(Prec::F32, &[n], &["fracs"]).unwrap();
+        fracs
+            .set_values(
+                &(0..n)
+                    .map(|i| ((i * 7919) % 1000) as f64 / 777.0 - 0.6)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+        let outs: Vec<Tnode> = ["sum_ints", "sum_fracs", "max_fracs"]
+            .iter()
+            .map(|l| {
+                let t = Tnode::new(Prec::F32, &[], &[l]).unwrap();
+                t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")
+                    .unwrap();
+                t
+            })
+            .collect();
+        let reduce = |out: &Tnode, op: BinOp, x: &Tnode| {
+            Assignments::einsum(
+                "i->",
+                op,
+                out,
+                AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone())),
+                true,
+            )
+            .unwrap()
+        };
+        let program = reduce(&outs[0], BinOp::Add, &ints)
+            .then(reduce(&outs[1], BinOp::Add, &fracs))
+            .then(reduce(&outs[2], BinOp::Max, &fracs));
+        let backend = backend_with_config(
+            backend_name,
+            &RuntimeConfig {
+                workers_per_device: Some(workers),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let code = backend.compile("sums", &program, &[]).unwrap();
+        let split = code
+            .optimized()
+            .schedules
+            .iter()
+            .filter(|s| matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some()))
+            .count();
+        assert_eq!(split, 3, "{}", code.optimized().schedule_report());
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        routine.run().unwrap();
+        stream.await_work().unwrap();
+        let exact: f64 = (0..n).map(|i| ((i * 37) % 11) as f64 - 5.0).sum();
+        assert_eq!(outs[0].get_values().unwrap(), vec![exact]);
+        let max = (0..n)
+            .map(|i| (((i * 7919) % 1000) as f64 / 777.0 - 0.6) as f32)
+            .fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(outs[2].get_values().unwrap(), vec![max as f64]);
+        let bits = vec![(outs[1].get_values().unwrap()[0] as f32).to_bits()];
+        match &bits_seen {
+            None => bits_seen = Some(bits),
+            Some(b) => assert_eq!(b, &bits, "{backend_name} with {workers} workers"),
+        }
+    }
+}
