@@ -117,6 +117,7 @@ fn render_kernel(
     helpers: &mut BTreeSet<Helper>,
     products: &mut BTreeMap<String, String>,
 ) -> Result<(String, KernelInterface)> {
+    crate::c_schedules::check_schedules(r)?;
     let args = r.materialized_nodes();
     let locals = r.local_nodes();
     let mut k = KernelRenderer {

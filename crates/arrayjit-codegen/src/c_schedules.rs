@@ -406,3 +406,92 @@ fn replace_read(value: &ScalarExpr, tn: &Tnode, idcs: &[AxisIndex], scope: Scope
         e => e,
     })
 }
+
+/// Checks that the schedules of a routine describe its code, so that code rendered from them
+/// accesses exactly what the (bounds-verified) loops access: `Optimized` is plain data a caller
+/// can build, and a blocked product or a split loop trusted blindly could reach outside its
+/// arrays. Every schedule is derived again from its statement and must agree.
+pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
+    use arrayjit_ir::schedule::{Contraction, ParallelLoop};
+    let stmts = r.statements();
+    let bad = |k: usize, what: &str| arrayjit_ir::Error::Optimization {
+        routine: r.name.clone(),
+        detail: format!("schedule {k} does not match its statement: {what}"),
+    };
+    if r.schedules.is_empty() {
+        return Ok(());
+    }
+    if r.schedules.len() != stmts.len() {
+        return Err(bad(
+            r.schedules.len(),
+            &format!(
+                "{} schedules for {} statements",
+                r.schedules.len(),
+                stmts.len()
+            ),
+        ));
+    }
+    for (k, (s, sched)) in stmts.iter().zip(&r.schedules).enumerate() {
+        if let Some(p) = &sched.parallel
+            && ParallelLoop::detect(s).map(|d| d.iter) != Some(p.iter)
+        {
+            return Err(bad(k, "its outermost loop cannot be split over workers"));
+        }
+        match &sched.kind {
+            ScheduleKind::Loops => {}
+            ScheduleKind::Contraction(g) => {
+                let b = &g.blocking;
+                let sane = (1..=32).contains(&b.mr)
+                    && (2..=256).contains(&b.nr)
+                    && b.nr % 2 == 0
+                    && b.kc >= 1
+                    && b.mc >= b.mr
+                    && b.mc % b.mr == 0
+                    && b.nc >= b.nr
+                    && b.nc % b.nr == 0;
+                if !sane {
+                    return Err(bad(k, &format!("unusable blocking {b:?}")));
+                }
+                let mut expected = Contraction::detect(s)
+                    .and_then(|c| c.gemm(g.blocking))
+                    .ok_or_else(|| bad(k, "it is not a contraction of plain iterators"))?;
+                expected.overwrite = g.overwrite;
+                if expected != *g {
+                    return Err(bad(k, "the product's dimensions or strides differ"));
+                }
+                let absorbed_before = k > 0
+                    && matches!(r.schedules[k - 1].kind, ScheduleKind::Absorbed)
+                    && matches!(stmts[k - 1], LowLevel::ZeroOut(t) if *t == g.out);
+                if g.overwrite && !(g.covers_out && absorbed_before) {
+                    return Err(bad(
+                        k,
+                        "it overwrites without an absorbed zeroing of its result",
+                    ));
+                }
+            }
+            ScheduleKind::Absorbed => {
+                let next_overwrites = r.schedules.get(k + 1).is_some_and(|n| {
+                    matches!(&n.kind, ScheduleKind::Contraction(g)
+                        if g.overwrite && matches!(s, LowLevel::ZeroOut(t) if *t == g.out))
+                });
+                if !next_overwrites {
+                    return Err(bad(k, "no blocked product after it does its work"));
+                }
+            }
+            ScheduleKind::Reduction(p) => {
+                if !(1..=1024).contains(&p.lanes) {
+                    return Err(bad(k, &format!("{} accumulators", p.lanes)));
+                }
+                let found = ReductionPlan::detect(s, p.lanes)
+                    .ok_or_else(|| bad(k, "its innermost loop is not a reduction"))?;
+                if found.iter != p.iter || found.combine != p.combine || found.blocks != p.blocks {
+                    return Err(bad(
+                        k,
+                        "the reduced loop, its operation or its blocks differ",
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}

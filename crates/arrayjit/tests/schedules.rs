@@ -285,3 +285,47 @@ fn split_full_reductions_are_exact_and_independent_of_workers() {
         }
     }
 }
+
+/// Schedules are plain data a caller can change: the renderer derives each one again from its
+/// statement and refuses one that does not match, instead of emitting code that could reach
+/// outside its arrays.
+#[test]
+fn schedules_that_do_not_match_their_code_are_refused() {
+    use arrayjit::ir::schedule::Schedule;
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let (program, _c) = product(65, 33, 47);
+    let code = backend.compile("product", &program, &[]).unwrap();
+    let good = code.optimized().clone();
+    let lowered = backend.lowered();
+    lowered.compile_batch(&[&good]).unwrap();
+    let at = good
+        .schedules
+        .iter()
+        .position(|s| matches!(s.kind, ScheduleKind::Contraction(_)))
+        .unwrap();
+    let tampered = |f: &dyn Fn(&mut Schedule)| {
+        let mut opt = good.clone();
+        f(&mut opt.schedules[at]);
+        let err = lowered.compile_batch(&[&opt]).unwrap_err().to_string();
+        assert!(err.contains("does not match its statement"), "{err}");
+    };
+    tampered(&|s| {
+        if let ScheduleKind::Contraction(g) = &mut s.kind {
+            g.m.strides[0] += 1;
+        }
+    });
+    tampered(&|s| {
+        if let ScheduleKind::Contraction(g) = &mut s.kind {
+            g.m.extent *= 2;
+        }
+    });
+    tampered(&|s| {
+        if let ScheduleKind::Contraction(g) = &mut s.kind {
+            g.blocking.mr = 0;
+        }
+    });
+    tampered(&|s| s.kind = ScheduleKind::Absorbed);
+    let mut fewer = good.clone();
+    fewer.schedules.pop();
+    assert!(lowered.compile_batch(&[&fewer]).is_err());
+}
