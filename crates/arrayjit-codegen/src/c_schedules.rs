@@ -407,7 +407,7 @@ fn replace_read(value: &ScalarExpr, tn: &Tnode, idcs: &[AxisIndex], scope: Scope
     })
 }
 
-/// Checks that the schedules of a routine describe its code, so that code rendered from them
+/// Checks that the schedules (and the scratch plan) of a routine describe its code, so that code rendered from them
 /// accesses exactly what the (bounds-verified) loops access: `Optimized` is plain data a caller
 /// can build, and a blocked product or a split loop trusted blindly could reach outside its
 /// arrays. Every schedule is derived again from its statement and must agree.
@@ -418,6 +418,27 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
         routine: r.name.clone(),
         detail: format!("schedule {k} does not match its statement: {what}"),
     };
+    // The scratch plan is data too: every slot must lie inside the scratch buffer the launch
+    // checks for (one pool).
+    let total = r.scratch.total_bytes();
+    if let Some(slot) = r
+        .scratch
+        .slots
+        .iter()
+        .find(|s| s.pool != 0 || s.offset.checked_add(s.size).is_none_or(|end| end > total))
+    {
+        return Err(arrayjit_ir::Error::Optimization {
+            routine: r.name.clone(),
+            detail: format!(
+                "scratch slot of {} (pool {}, offset {}, {} bytes) lies outside the scratch \
+                 buffer of {total} bytes",
+                slot.node.debug_name(),
+                slot.pool,
+                slot.offset,
+                slot.size
+            ),
+        });
+    }
     if r.schedules.is_empty() {
         return Ok(());
     }

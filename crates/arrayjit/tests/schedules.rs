@@ -329,3 +329,24 @@ fn schedules_that_do_not_match_their_code_are_refused() {
     fewer.schedules.pop();
     assert!(lowered.compile_batch(&[&fewer]).is_err());
 }
+
+/// The scratch plan is checked the same way: a slot outside the scratch buffer is refused.
+#[test]
+fn a_scratch_slot_outside_the_buffer_is_refused() {
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let case = arrayjit::conformance::scratch_locals().unwrap();
+    let code = backend.compile("scratch", &case.program, &[]).unwrap();
+    let mut opt = code.optimized().clone();
+    assert!(
+        !opt.scratch.slots.is_empty(),
+        "the case uses the scratch pool"
+    );
+    backend.lowered().compile_batch(&[&opt]).unwrap();
+    opt.scratch.slots[0].offset += opt.scratch.total_bytes();
+    let err = backend
+        .lowered()
+        .compile_batch(&[&opt])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("outside the scratch buffer"), "{err}");
+}
