@@ -219,8 +219,6 @@ pub fn render_binop(
             BinOp::Mul => format!("({a} * {b})"),
             BinOp::Div => format!("({a} / {b})"),
             BinOp::Pow => format!("{}({a}, {b})", float_fn2("pow", cp)),
-            BinOp::Max => format!("{}({a}, {b})", float_fn2("fmax", cp)),
-            BinOp::Min => format!("{}({a}, {b})", float_fn2("fmin", cp)),
             BinOp::Mod => format!("{}({a}, {b})", float_fn2("fmod", cp)),
             _ => {
                 helpers.insert(Helper::Bin(op, cp));
@@ -377,6 +375,11 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
             let signed = p.is_signed_integer();
             let body = match op {
                 BinOp::ReluGate => "return a > 0 ? b : 0;".to_string(),
+                // Floats: a NaN operand yields the other one (as `fmax`/`fmin` and the
+                // interpreter do), in compare-and-select form that vectorizes, where the libm
+                // call does not.
+                BinOp::Max if p.is_float() => "return (b > a || a != a) ? b : a;".to_string(),
+                BinOp::Min if p.is_float() => "return (b < a || a != a) ? b : a;".to_string(),
                 BinOp::Max => "return a > b ? a : b;".to_string(),
                 BinOp::Min => "return a < b ? a : b;".to_string(),
                 BinOp::Div if signed => {

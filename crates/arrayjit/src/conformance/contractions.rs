@@ -128,6 +128,49 @@ fn long_reductions() -> Result<Case> {
     Ok(super::cases::case("long_reductions", program, results))
 }
 
+/// Float max and min with NaN operands (the other operand wins, as in the interpreter),
+/// pointwise and as a long row reduction.
+fn max_min_with_nan() -> Result<Case> {
+    let mut program = Assignments::Noop;
+    let mut results = vec![];
+    let nan = f64::NAN;
+    for prec in [Prec::F32, Prec::F64] {
+        let x = Tnode::new(prec, &[6], &["x"])?;
+        x.set_values(&[nan, 1.0, f64::NEG_INFINITY, 2.0, nan, -0.5])?;
+        let y = Tnode::new(prec, &[6], &["y"])?;
+        y.set_values(&[3.0, nan, nan, -1.0, nan, -0.25])?;
+        for op in [BinOp::Max, BinOp::Min] {
+            let r = super::cases::output(prec, &[6], "r")?;
+            program = program.then(Assignments::pointwise_binop(&r, op, &x, &y));
+            results.push(r);
+        }
+        let long = Tnode::new(prec, &[2, 300], &["long"])?;
+        long.set_values(
+            &(0..600)
+                .map(|i| {
+                    if i % 7 == 3 {
+                        nan
+                    } else {
+                        ((i * 13) % 101) as f64 - 50.0
+                    }
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        for op in [BinOp::Max, BinOp::Min] {
+            let r = super::cases::output(prec, &[2], "row")?;
+            program = program.then(Assignments::einsum(
+                "ij->i",
+                op,
+                &r,
+                AccumRhs::Unop(UnOp::Identity, Operand::Node(long.clone())),
+                true,
+            )?);
+            results.push(r);
+        }
+    }
+    Ok(super::cases::case("max_min_with_nan", program, results))
+}
+
 /// The contraction cases (names starting with `gemm` are large enough to be scheduled as
 /// blocked products on CPU backends).
 pub fn contraction_cases() -> Result<Vec<Case>> {
@@ -225,5 +268,6 @@ pub fn contraction_cases() -> Result<Vec<Case>> {
         )?,
         product_with_epilogue()?,
         long_reductions()?,
+        max_min_with_nan()?,
     ])
 }
