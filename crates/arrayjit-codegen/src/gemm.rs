@@ -51,55 +51,36 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         "#ifndef AJ_{vt}_DEFINED\n#define AJ_{vt}_DEFINED\ntypedef {t} {vt} __attribute__((vector_size({}), aligned({elem})));\n#endif",
         lanes * elem
     );
-    // The micro-kernel: an mr × nr tile in 2·mr vector accumulators.
-    let _ = writeln!(
-        s,
-        "static inline void {micro}(int64_t kc, const {t} *restrict a, const {t} *restrict b, {t} *c, int64_t rsC, int64_t csC, int64_t mr, int64_t nr, int ovw) {{"
-    );
-    for r in 0..mr {
-        let _ = writeln!(s, "  {vt} c{r}_0 = {{0}}, c{r}_1 = {{0}};");
-    }
-    let _ = writeln!(s, "  for (int64_t k = 0; k < kc; ++k) {{");
-    let _ = writeln!(
-        s,
-        "    const {vt} b0 = *(const {vt} *)(b + k * {nr}), b1 = *(const {vt} *)(b + k * {nr} + {lanes});"
-    );
-    for r in 0..mr {
+    // The micro-kernel: an mr × nr tile in 2·mr vector accumulators; one variant reads a
+    // packed sliver of A (`a[k * mr + r]`), the other rows of a row-major A in place
+    // (`a[r * lda + k]`), which saves packing when A's rows are contiguous. Both sum in the
+    // same order, so they give the same bits.
+    for (suffix, extra, a_at) in [
+        ("", "", format!("k * {mr} + {{r}}")),
+        ("_rows", ", int64_t lda", "{r} * lda + k".to_string()),
+    ] {
         let _ = writeln!(
             s,
-            "    {{ const {t} ar = a[k * {mr} + {r}]; c{r}_0 += ar * b0; c{r}_1 += ar * b1; }}"
+            "static inline void {micro}{suffix}(int64_t kc, const {t} *restrict a{extra}, const {t} *restrict b, {t} *c, int64_t rsC, int64_t csC, int64_t mr, int64_t nr, int ovw) {{"
         );
-    }
-    let _ = writeln!(s, "  }}");
-    let _ = writeln!(s, "  if (mr == {mr} && nr == {nr} && csC == 1 && ovw) {{");
-    for r in 0..mr {
+        for r in 0..mr {
+            let _ = writeln!(s, "  {vt} c{r}_0 = {{0}}, c{r}_1 = {{0}};");
+        }
+        let _ = writeln!(s, "  for (int64_t k = 0; k < kc; ++k) {{");
         let _ = writeln!(
             s,
-            "    *({vt} *)(c + {r} * rsC) = c{r}_0; *({vt} *)(c + {r} * rsC + {lanes}) = c{r}_1;"
+            "    const {vt} b0 = *(const {vt} *)(b + k * {nr}), b1 = *(const {vt} *)(b + k * {nr} + {lanes});"
         );
+        for r in 0..mr {
+            let at = a_at.replace("{r}", &r.to_string());
+            let _ = writeln!(
+                s,
+                "    {{ const {t} ar = a[{at}]; c{r}_0 += ar * b0; c{r}_1 += ar * b1; }}"
+            );
+        }
+        let _ = writeln!(s, "  }}");
+        write_tile_store(&mut s, t, &vt, mr, nr, lanes);
     }
-    let _ = writeln!(s, "  }} else if (mr == {mr} && nr == {nr} && csC == 1) {{");
-    for r in 0..mr {
-        let _ = writeln!(
-            s,
-            "    *({vt} *)(c + {r} * rsC) += c{r}_0; *({vt} *)(c + {r} * rsC + {lanes}) += c{r}_1;"
-        );
-    }
-    let _ = writeln!(s, "  }} else {{");
-    let _ = writeln!(s, "    {t} tile[{}];", mr * nr);
-    for r in 0..mr {
-        let _ = writeln!(
-            s,
-            "    memcpy(tile + {}, &c{r}_0, sizeof c{r}_0); memcpy(tile + {}, &c{r}_1, sizeof c{r}_1);",
-            r * nr,
-            r * nr + lanes
-        );
-    }
-    let _ = writeln!(
-        s,
-        "    if (ovw) {{ for (int64_t i = 0; i < mr; ++i) for (int64_t j = 0; j < nr; ++j) c[i * rsC + j * csC] = tile[i * {nr} + j]; }}\n    else {{ for (int64_t i = 0; i < mr; ++i) for (int64_t j = 0; j < nr; ++j) c[i * rsC + j * csC] += tile[i * {nr} + j]; }}"
-    );
-    let _ = writeln!(s, "  }}\n}}");
     // The blocked product on one thread.
     let _ = write!(
         s,
@@ -133,6 +114,9 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     return;
   }}
   {t} *const Ap = pack, *const Bp = pack + (size_t)mcr * (size_t)kcr;
+  /* Rows of a row-major A are read in place, unless their stride is a multiple of 4 KiB:
+     then all rows of a sliver fall into one L1 set and evict each other (packed instead). */
+  const int direct = csA == 1 && (rsA * (int64_t)sizeof({t})) % 4096 != 0;
   for (int64_t jc = 0; jc < N; jc += {nc}) {{
     const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
     for (int64_t pc = 0; pc < K; pc += {kc}) {{
@@ -170,6 +154,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
           {t} *dst = Ap + i0 * kcb;
           const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr};
+          if (direct && h == {mr}) continue; /* read in place by the micro-kernel */
           if (csA == 1 || rsA != 1) {{
             for (int64_t i = 0; i < {mr}; ++i) {{
               if (i < h) {{
@@ -189,9 +174,14 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
           }}
         }}
         for (int64_t j0 = 0; j0 < ncb; j0 += {nr})
-          for (int64_t i0 = 0; i0 < mcb; i0 += {mr})
-            {micro}(kcb, Ap + i0 * kcb, Bp + j0 * kcb, C + (ic + i0) * rsC + (jc + j0) * csC, rsC, csC,
-                    mcb - i0 < {mr} ? mcb - i0 : {mr}, ncb - j0 < {nr} ? ncb - j0 : {nr}, ovw && pc == 0);
+          for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
+            const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr}, w = ncb - j0 < {nr} ? ncb - j0 : {nr};
+            {t} *const ct = C + (ic + i0) * rsC + (jc + j0) * csC;
+            if (direct && h == {mr})
+              {micro}_rows(kcb, A + (ic + i0) * rsA + pc, rsA, Bp + j0 * kcb, ct, rsC, csC, h, w, ovw && pc == 0);
+            else
+              {micro}(kcb, Ap + i0 * kcb, Bp + j0 * kcb, ct, rsC, csC, h, w, ovw && pc == 0);
+          }}
       }}
     }}
   }}
@@ -236,4 +226,37 @@ static void {name}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, i
 "
     );
     s
+}
+
+/// The end of a micro-kernel: the tile of accumulators stored into (or added to) `C`.
+fn write_tile_store(s: &mut String, t: &str, vt: &str, mr: usize, nr: usize, lanes: usize) {
+    let _ = writeln!(s, "  if (mr == {mr} && nr == {nr} && csC == 1 && ovw) {{");
+    for r in 0..mr {
+        let _ = writeln!(
+            s,
+            "    *({vt} *)(c + {r} * rsC) = c{r}_0; *({vt} *)(c + {r} * rsC + {lanes}) = c{r}_1;"
+        );
+    }
+    let _ = writeln!(s, "  }} else if (mr == {mr} && nr == {nr} && csC == 1) {{");
+    for r in 0..mr {
+        let _ = writeln!(
+            s,
+            "    *({vt} *)(c + {r} * rsC) += c{r}_0; *({vt} *)(c + {r} * rsC + {lanes}) += c{r}_1;"
+        );
+    }
+    let _ = writeln!(s, "  }} else {{");
+    let _ = writeln!(s, "    {t} tile[{}];", mr * nr);
+    for r in 0..mr {
+        let _ = writeln!(
+            s,
+            "    memcpy(tile + {}, &c{r}_0, sizeof c{r}_0); memcpy(tile + {}, &c{r}_1, sizeof c{r}_1);",
+            r * nr,
+            r * nr + lanes
+        );
+    }
+    let _ = writeln!(
+        s,
+        "    if (ovw) {{ for (int64_t i = 0; i < mr; ++i) for (int64_t j = 0; j < nr; ++j) c[i * rsC + j * csC] = tile[i * {nr} + j]; }}\n    else {{ for (int64_t i = 0; i < mr; ++i) for (int64_t j = 0; j < nr; ++j) c[i * rsC + j * csC] += tile[i * {nr} + j]; }}"
+    );
+    let _ = writeln!(s, "  }}\n}}");
 }
