@@ -506,8 +506,9 @@ impl Blocking {
     /// given vector registers, and L1/L2/L3 data cache sizes (0 where unknown): the register
     /// tile uses at most two thirds of the registers for accumulators; a `kc × nr` panel of the
     /// right factor fills L1 (measured: on a 48 KiB L1 with AVX-512, kc 384 ran matmul 2048
-    /// 13% faster than half of L1, kc 192, by halving the read-modify-write passes over C); an `mc × kc` block of the left factor half of L2; a
-    /// `kc × nc` block of the right factor half of L3.
+    /// 13% faster than half of L1, kc 192, by halving the read-modify-write passes over C);
+    /// an `mc × kc` block of the left factor half of L2; a `kc × nc` block of the right factor
+    /// half of L3.
     pub fn for_cpu(
         lanes: usize,
         registers: usize,
