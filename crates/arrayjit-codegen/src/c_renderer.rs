@@ -429,6 +429,31 @@ impl KernelRenderer<'_> {
             .clone()
     }
 
+    /// `for (i = from; i < to; ++i) { body }` with a fresh name bound to `index` while the body
+    /// renders.
+    pub(crate) fn for_loop(
+        &mut self,
+        index: Symbol,
+        from: i64,
+        to: i64,
+        depth: usize,
+        out: &mut String,
+        body: impl FnOnce(&mut Self, &mut String) -> Result<()>,
+    ) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        let name = format!("i{}", self.loop_counter);
+        self.loop_counter += 1;
+        self.symbols.insert(index, name.clone());
+        let _ = writeln!(
+            out,
+            "{pad}for (int64_t {name} = {from}; {name} < {to}; ++{name}) {{"
+        );
+        body(self, out)?;
+        let _ = writeln!(out, "{pad}}}");
+        self.symbols.remove(&index);
+        Ok(())
+    }
+
     pub(crate) fn stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
         let pad = "  ".repeat(depth);
         match s {
@@ -446,18 +471,9 @@ impl KernelRenderer<'_> {
                 from,
                 to,
                 body,
-            } => {
-                let name = format!("i{}", self.loop_counter);
-                self.loop_counter += 1;
-                self.symbols.insert(*index, name.clone());
-                let _ = writeln!(
-                    out,
-                    "{pad}for (int64_t {name} = {from}; {name} < {to}; ++{name}) {{"
-                );
-                self.stmt(body, depth + 1, out)?;
-                let _ = writeln!(out, "{pad}}}");
-                self.symbols.remove(index);
-            }
+            } => self.for_loop(*index, *from, *to, depth, out, |k, out| {
+                k.stmt(body, depth + 1, out)
+            })?,
             LowLevel::ZeroOut(tn) => {
                 let name = self.node(tn)?.to_string();
                 let _ = writeln!(out, "{pad}memset({name}, 0, {});", tn.size_in_bytes());

@@ -358,19 +358,9 @@ impl KernelRenderer<'_> {
                 from,
                 to,
                 body,
-            } => {
-                let name = format!("i{}", self.loop_counter);
-                self.loop_counter += 1;
-                self.symbols.insert(*index, name.clone());
-                let _ = writeln!(
-                    out,
-                    "{pad}for (int64_t {name} = {from}; {name} < {to}; ++{name}) {{"
-                );
-                self.reduction(body, plan, depth + 1, out)?;
-                let _ = writeln!(out, "{pad}}}");
-                self.symbols.remove(index);
-                Ok(())
-            }
+            } => self.for_loop(*index, *from, *to, depth, out, |k, out| {
+                k.reduction(body, plan, depth + 1, out)
+            }),
             other => self.stmt(other, depth, out),
         }
     }
