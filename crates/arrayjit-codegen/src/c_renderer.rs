@@ -248,6 +248,8 @@ fn render_kernel(
     // Statements split over the device's workers run in chunk functions that see the kernel's
     // variables through one struct.
     let mut outlined = String::new();
+    // How chunk functions declare the kernel's variables (the same for every chunk).
+    let unpack = symbol_vars(&vars, syntax);
     let parallel_statements = r.schedules.iter().any(|s| {
         s.parallel.is_some() || matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some())
     });
@@ -303,31 +305,25 @@ fn render_kernel(
                 sched @ Schedule {
                     parallel: Some(_), ..
                 },
-            ) => {
-                let chunk = format!("{symbol}_chunk{i}");
-                k.parallel(
-                    s,
-                    sched,
-                    &chunk,
-                    &symbol_vars(symbol, &vars, syntax),
-                    &mut outlined,
-                    &mut out,
-                )?
-            }
+            ) => k.parallel(
+                s,
+                sched,
+                &format!("{symbol}_chunk{i}"),
+                &unpack,
+                &mut outlined,
+                &mut out,
+            )?,
             Some(Schedule {
                 kind: ScheduleKind::Reduction(plan),
                 ..
-            }) if plan.blocks.is_some() => {
-                let chunk = format!("{symbol}_chunk{i}");
-                k.split_reduction(
-                    s,
-                    plan,
-                    &chunk,
-                    &symbol_vars(symbol, &vars, syntax),
-                    &mut outlined,
-                    &mut out,
-                )?
-            }
+            }) if plan.blocks.is_some() => k.split_reduction(
+                s,
+                plan,
+                &format!("{symbol}_chunk{i}"),
+                &unpack,
+                &mut outlined,
+                &mut out,
+            )?,
             Some(Schedule {
                 kind: ScheduleKind::Reduction(plan),
                 ..

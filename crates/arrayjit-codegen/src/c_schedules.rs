@@ -243,11 +243,11 @@ impl KernelRenderer<'_> {
                 body,
             },
             Some(block),
-        ) = (strip_seq(s), plan.blocks)
+        ) = (s.perfect_nest().1, plan.blocks)
         else {
             return self.reduction(s, plan, 1, out);
         };
-        let LowLevel::Set { tn, idcs, value } = strip_seq(body) else {
+        let LowLevel::Set { tn, idcs, value } = body.perfect_nest().1 else {
             return self.reduction(s, plan, 1, out);
         };
         let prec = tn.prec();
@@ -335,7 +335,7 @@ impl KernelRenderer<'_> {
                 to,
                 body,
             } if *index == plan.iter => {
-                let LowLevel::Set { tn, idcs, value } = strip_seq(body) else {
+                let LowLevel::Set { tn, idcs, value } = body.perfect_nest().1 else {
                     return self.stmt(s, depth, out);
                 };
                 let prec = tn.prec();
@@ -367,8 +367,7 @@ impl KernelRenderer<'_> {
 }
 
 /// Declarations, in a chunk function, of the kernel's variables read from `ch->vars`.
-pub(super) fn symbol_vars(symbol: &str, vars: &[(String, String)], syntax: &CSyntax) -> String {
-    let _ = symbol;
+pub(super) fn symbol_vars(vars: &[(String, String)], syntax: &CSyntax) -> String {
     let mut out = String::new();
     for (t, name) in vars {
         let qualifier = if t.ends_with('*') {
@@ -379,14 +378,6 @@ pub(super) fn symbol_vars(symbol: &str, vars: &[(String, String)], syntax: &CSyn
         let _ = writeln!(out, "  {qualifier}{name} = ch->vars->{name}; (void){name};");
     }
     out
-}
-
-/// A statement without single-item sequences around it.
-fn strip_seq(s: &LowLevel) -> &LowLevel {
-    match s {
-        LowLevel::Seq(items) if items.len() == 1 => strip_seq(&items[0]),
-        s => s,
-    }
 }
 
 /// `value` with its reads of `tn[idcs]` replaced by the local `scope`.

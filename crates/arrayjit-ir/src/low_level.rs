@@ -130,6 +130,27 @@ impl ScalarExpr {
         }
     }
 
+    /// Calls `f` on every node of the expression, pre-order, including the expressions of
+    /// local-scope bodies.
+    pub fn visit_all(&self, f: &mut impl FnMut(&ScalarExpr)) {
+        f(self);
+        if let ScalarExpr::LocalScope { body, .. } = self {
+            body.visit_exprs(f);
+        }
+        self.for_each_child(|c| c.visit_all(f));
+    }
+
+    /// Whether the expression reads `tn` anywhere (local-scope bodies included).
+    pub fn reads(&self, tn: &Tnode) -> bool {
+        let mut found = false;
+        self.visit_all(&mut |e| {
+            if let ScalarExpr::Get(t, _) | ScalarExpr::GetMerge(t, _) = e {
+                found |= t == tn;
+            }
+        });
+        found
+    }
+
     /// Rebuilds the expression bottom-up with `f` applied to every node (local-scope bodies are
     /// left as they are).
     pub fn map_bottom_up(self, f: &mut impl FnMut(ScalarExpr) -> ScalarExpr) -> ScalarExpr {
@@ -248,59 +269,54 @@ impl LowLevel {
         });
     }
 
+    /// The loops of a perfect nest, outermost first, as `(iterator, from, to)`, and the
+    /// statement they enclose (sequences of one statement are looked through).
+    pub fn perfect_nest(&self) -> (Vec<(Symbol, i64, i64)>, &LowLevel) {
+        let mut loops = Vec::new();
+        let mut s = self;
+        loop {
+            match s {
+                LowLevel::For {
+                    index,
+                    from,
+                    to,
+                    body,
+                } => {
+                    loops.push((*index, *from, *to));
+                    s = body;
+                }
+                LowLevel::Seq(items) if items.len() == 1 => s = &items[0],
+                _ => return (loops, s),
+            }
+        }
+    }
+
     /// Whether this statement writes every stored element of `tn` without reading it first:
     /// a `ZeroOut`, or a nest of loops from 0 whose single `Set` indexes each axis of an
     /// unpadded node by a loop covering it exactly, with a value that does not read the node.
     /// Whatever the node held before such a statement is never observed.
     pub fn overwrites_all(&self, tn: &Tnode) -> bool {
-        let mut loops: Vec<(Symbol, i64)> = Vec::new();
-        let mut s = self;
-        loop {
-            match s {
-                LowLevel::ZeroOut(t) => return t == tn && loops.is_empty(),
-                LowLevel::For {
-                    index,
-                    from: 0,
-                    to,
-                    body,
-                } => {
-                    loops.push((*index, *to));
-                    s = body;
+        let (loops, inner) = self.perfect_nest();
+        match inner {
+            LowLevel::ZeroOut(t) => t == tn && loops.is_empty(),
+            LowLevel::Set { tn: t, idcs, value } => {
+                if t != tn || tn.padding().is_some() || idcs.len() != tn.dims().len() {
+                    return false;
                 }
-                LowLevel::Seq(items) if items.len() == 1 => s = &items[0],
-                _ => break,
+                let mut seen = Vec::new();
+                for (i, &d) in idcs.iter().zip(tn.dims()) {
+                    let AxisIndex::Iterator(sym) = i else {
+                        return false;
+                    };
+                    if seen.contains(sym) || !loops.contains(&(*sym, 0, d as i64)) {
+                        return false;
+                    }
+                    seen.push(*sym);
+                }
+                !value.reads(tn)
             }
+            _ => false,
         }
-        let LowLevel::Set { tn: t, idcs, value } = s else {
-            return false;
-        };
-        if t != tn || tn.padding().is_some() || idcs.len() != tn.dims().len() {
-            return false;
-        }
-        let mut seen = Vec::new();
-        for (i, &d) in idcs.iter().zip(tn.dims()) {
-            let AxisIndex::Iterator(sym) = i else {
-                return false;
-            };
-            if seen.contains(sym) || !loops.contains(&(*sym, d as i64)) {
-                return false;
-            }
-            seen.push(*sym);
-        }
-        let mut reads = false;
-        LowLevel::SetLocal(
-            ScopeId {
-                id: 0,
-                prec: tn.prec(),
-            },
-            value.clone(),
-        )
-        .visit_exprs(&mut |e| {
-            if let ScalarExpr::Get(x, _) | ScalarExpr::GetMerge(x, _) = e {
-                reads |= x == tn;
-            }
-        });
-        !reads
     }
 
     /// Every node the code writes (with `Set` or `ZeroOut`), each once, in order of first write.

@@ -137,29 +137,14 @@ impl ReductionPlan {
     /// multiply-add form), for a node computed in its own (f32 or f64) precision, with `v` not
     /// reading `out`, and an innermost loop of at least `2 · lanes` iterations.
     pub fn detect(stmt: &LowLevel, lanes: usize) -> Option<ReductionPlan> {
-        let mut s = stmt;
-        let mut innermost = None;
-        let mut depth = 0;
-        let mut extent = 0i64;
-        loop {
-            match s {
-                LowLevel::For {
-                    index,
-                    from,
-                    to,
-                    body,
-                } => {
-                    // Too short a loop gains nothing from several accumulators.
-                    innermost = (to - from >= 2 * lanes as i64).then_some(*index);
-                    extent = to - from;
-                    depth += 1;
-                    s = body;
-                }
-                LowLevel::Seq(items) if items.len() == 1 => s = &items[0],
-                _ => break,
-            }
+        let (loops, s) = stmt.perfect_nest();
+        let depth = loops.len();
+        let &(iter, from, to) = loops.last()?;
+        let extent = to - from;
+        // Too short a loop gains nothing from several accumulators.
+        if extent < 2 * lanes as i64 {
+            return None;
         }
-        let iter = innermost?;
         let LowLevel::Set { tn, idcs, value } = s else {
             return None;
         };
@@ -179,21 +164,7 @@ impl ReductionPlan {
             ScalarExpr::Ternop(TernOp::Fma, a, b, c) if is_out(c) => (BinOp::Add, vec![&**a, &**b]),
             _ => return None,
         };
-        let mut reads_out = false;
-        for e in rest {
-            LowLevel::SetLocal(
-                crate::low_level::ScopeId {
-                    id: 0,
-                    prec: tn.prec(),
-                },
-                e.clone(),
-            )
-            .visit_exprs(&mut |x| {
-                if matches!(x, ScalarExpr::Get(t, _) if t == tn) {
-                    reads_out = true;
-                }
-            });
-        }
+        let reads_out = rest.iter().any(|e| e.reads(tn));
         // Blocks of at least 2^16 iterations (a multiple of the lanes), at most 1024 of them.
         let block =
             ((extent as u64).div_ceil(1024).max(1 << 16)).div_ceil(lanes as u64) * lanes as u64;
@@ -286,23 +257,11 @@ impl Contraction {
     /// be unpadded; the result's iterators must be distinct; every loop iterator must index the
     /// result or both factors (an iterator reducing one factor alone is not a contraction).
     pub fn detect(stmt: &LowLevel) -> Option<Contraction> {
-        let mut loops = Vec::new();
-        let mut s = stmt;
-        loop {
-            match s {
-                LowLevel::For {
-                    index,
-                    from: 0,
-                    to,
-                    body,
-                } if *to > 0 => {
-                    loops.push((*index, *to as usize));
-                    s = body;
-                }
-                LowLevel::Seq(items) if items.len() == 1 => s = &items[0],
-                _ => break,
-            }
-        }
+        let (nest, s) = stmt.perfect_nest();
+        let loops = nest
+            .into_iter()
+            .map(|(it, from, to)| (from == 0 && to > 0).then_some((it, to as usize)))
+            .collect::<Option<Vec<_>>>()?;
         let LowLevel::Set { tn, idcs, value } = s else {
             return None;
         };

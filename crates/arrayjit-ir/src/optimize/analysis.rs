@@ -205,22 +205,14 @@ fn computation_blocker(
                     _ => *pattern = Some(idcs.clone()),
                 }
                 let mut bad_self_read = false;
-                let mut check = |e: &ScalarExpr| {
+                value.visit_all(&mut |e| {
                     if let ScalarExpr::Get(t2, i2) = e
                         && t2 == tn
                         && i2 != idcs
                     {
                         bad_self_read = true;
                     }
-                };
-                LowLevel::SetLocal(
-                    crate::low_level::ScopeId {
-                        id: 0,
-                        prec: tn.prec(),
-                    },
-                    value.clone(),
-                )
-                .visit_exprs(&mut check);
+                });
                 bad_self_read
                     .then(|| "its computation reads it at other indices than it writes".into())
             }

@@ -230,8 +230,9 @@ pub fn optimize_low_level(
     crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
     let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
     let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
-    let schedules = crate::schedule::schedule(&top_level(&code), &settings.schedule);
-    let loop_work: u64 = top_level(&code)
+    let statements = top_level(&code);
+    let schedules = crate::schedule::schedule(&statements, &settings.schedule);
+    let loop_work: u64 = statements
         .iter()
         .zip(&schedules)
         .filter(|(_, s)| !matches!(s.kind, crate::schedule::ScheduleKind::Contraction(_)))
