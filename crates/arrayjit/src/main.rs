@@ -55,6 +55,10 @@ enum Command {
         /// Do not run NumPy / PyTorch.
         #[arg(long)]
         no_peers: bool,
+        /// Run only the workloads whose name contains this text (e.g. `matmul`, `softmax`,
+        /// `compile`).
+        #[arg(long, default_value = "")]
+        only: String,
     },
 }
 
@@ -143,10 +147,12 @@ fn main() -> ExitCode {
             quick,
             python,
             no_peers,
+            only,
         } => arrayjit::bench::run(&arrayjit::bench::BenchConfig {
             quick,
             python,
             no_peers,
+            only,
         })
         .map(|table| print!("{table}")),
     };

@@ -31,6 +31,9 @@ pub struct BenchConfig {
     pub python: Option<PathBuf>,
     /// Skip the peers.
     pub no_peers: bool,
+    /// Run only the workloads whose name contains this text (`compile` selects the compile-latency
+    /// line); all when empty.
+    pub only: String,
 }
 
 /// Times per workload and column (seconds), and notes.
@@ -48,7 +51,10 @@ pub fn run(config: &BenchConfig) -> Result<String> {
     eprintln!("machine: {cpu}");
     eprintln!("measuring the machine's limits (C reference) ...");
     let limits = limits::measure(&cpu)?;
-    let list = workloads::workloads(config.quick);
+    let list: Vec<Workload> = workloads::workloads(config.quick)
+        .into_iter()
+        .filter(|w| w.name.contains(&config.only))
+        .collect();
     let mut results = Results::default();
     for name in BACKENDS {
         let backend = arrayjit_runtime::backend(name)?;
@@ -60,7 +66,11 @@ pub fn run(config: &BenchConfig) -> Result<String> {
                 .insert((w.name.clone(), name.to_string()), t.as_secs_f64());
         }
     }
-    let compile = compile_latency()?;
+    let compile = if "compile".contains(config.only.as_str()) {
+        Some(compile_latency()?)
+    } else {
+        None
+    };
     if !config.no_peers {
         run_peers(config, &cpu, &mut results);
     }
@@ -110,6 +120,7 @@ fn run_peers(config: &BenchConfig, cpu: &CpuInfo, results: &mut Results) {
         if config.quick {
             cmd.arg("--quick");
         }
+        cmd.args(["--only", &config.only]);
         for var in ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
             cmd.env(var, threads.to_string());
         }
@@ -195,7 +206,7 @@ fn table(
     limits: &Limits,
     list: &[Workload],
     results: &Results,
-    (cold, cached): (Duration, Duration),
+    compile: Option<(Duration, Duration)>,
 ) -> String {
     let mut peer_columns: Vec<String> = results
         .times
@@ -290,12 +301,14 @@ fn table(
         }
         let _ = writeln!(out, "{line}");
     }
-    let _ = writeln!(
-        out,
-        "\nMLP step optimize + compile + link (sync_cc): cold {:.0} ms, from the cache {:.1} ms",
-        cold.as_secs_f64() * 1e3,
-        cached.as_secs_f64() * 1e3
-    );
+    if let Some((cold, cached)) = compile {
+        let _ = writeln!(
+            out,
+            "\nMLP step optimize + compile + link (sync_cc): cold {:.0} ms, from the cache {:.1} ms",
+            cold.as_secs_f64() * 1e3,
+            cached.as_secs_f64() * 1e3
+        );
+    }
     let _ = writeln!(
         out,
         "Cells: median time of one run (rate in parentheses). Ratios > 1 mean arrayjit is faster."
@@ -347,7 +360,7 @@ mod tests {
             &limits,
             &list,
             &results,
-            (Duration::from_millis(300), Duration::from_millis(4)),
+            Some((Duration::from_millis(300), Duration::from_millis(4))),
         );
         // 4 GB in 1 s = 4 GB/s = 50% of the 8 GB/s read limit; NumPy is twice as fast.
         assert!(
