@@ -13,7 +13,7 @@ use arrayjit_ir::{
 
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 
-use crate::c_schedules::symbol_vars;
+use crate::c_schedules::{Outlining, symbol_vars};
 use crate::c_syntax::{self, CSyntax, Helper};
 
 /// The C declaration of the worker-pool handle every kernel receives as its third argument
@@ -245,21 +245,28 @@ fn render_kernel(
         vars.push((format!("{t} *"), name.clone()));
         k.nodes.insert(tn.clone(), name);
     }
-    // Statements split over the device's workers run in chunk functions that see the kernel's
-    // variables through one struct.
-    let mut outlined = String::new();
-    // How chunk functions declare the kernel's variables (the same for every chunk).
-    let unpack = symbol_vars(&vars, syntax);
-    let parallel_statements = r.schedules.iter().any(|s| {
-        s.parallel.is_some() || matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some())
+    // Statements split over the device's workers run in chunk functions, and the statements
+    // of fused bodies in functions of their own; both see the kernel's variables through one
+    // struct.
+    let mut outlining = Outlining {
+        symbol: symbol.to_string(),
+        unpack: symbol_vars(&vars, syntax),
+        functions: String::new(),
+        prefix: syntax.outlined_prefix.clone(),
+    };
+    let outlines = r.schedules.iter().any(|s| {
+        s.parallel.is_some()
+            || matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some())
+            || matches!(&s.kind, ScheduleKind::Fused(_))
     });
-    if parallel_statements {
-        let _ = writeln!(outlined, "struct {symbol}_vars {{");
+    if outlines {
+        let f = &mut outlining.functions;
+        let _ = writeln!(f, "struct {symbol}_vars {{");
         for (t, name) in &vars {
-            let _ = writeln!(outlined, "  {t} {name};");
+            let _ = writeln!(f, "  {t} {name};");
         }
         let _ = writeln!(
-            outlined,
+            f,
             "}};\ntypedef struct {{ const struct {symbol}_vars *vars; int64_t per; void *extra; }} {symbol}_chunk_t;\n"
         );
         let names: Vec<&str> = vars.iter().map(|(_, n)| n.as_str()).collect();
@@ -305,30 +312,19 @@ fn render_kernel(
                 sched @ Schedule {
                     parallel: Some(_), ..
                 },
-            ) => k.parallel(
-                s,
-                sched,
-                &format!("{symbol}_chunk{i}"),
-                &unpack,
-                &mut outlined,
-                &mut out,
-            )?,
+            ) => k.parallel(s, sched, i, &mut outlining, &mut out)?,
             Some(Schedule {
                 kind: ScheduleKind::Reduction(plan),
                 ..
-            }) if plan.blocks.is_some() => k.split_reduction(
-                s,
-                plan,
-                &format!("{symbol}_chunk{i}"),
-                &unpack,
-                &mut outlined,
-                &mut out,
-            )?,
+            }) if plan.blocks.is_some() => {
+                k.split_reduction(s, plan, i, &mut outlining, &mut out)?
+            }
             Some(Schedule {
                 kind: ScheduleKind::Reduction(plan),
                 ..
             }) => k.reduction(s, plan, 1, &mut out)?,
-            _ => k.stmt(s, 1, &mut out)?,
+            Some(sched) => k.serial(s, sched, i, &mut outlining, &mut out)?,
+            None => k.stmt(s, 1, &mut out)?,
         }
     }
     out.push_str("}\n");
@@ -336,9 +332,10 @@ fn render_kernel(
         let _ = writeln!(out, "{LIGHT_END}");
     }
     out.push('\n');
-    outlined.push_str(&out);
+    let mut source = outlining.functions;
+    source.push_str(&out);
     Ok((
-        outlined,
+        source,
         KernelInterface {
             name: r.name.clone(),
             symbol: symbol.to_string(),

@@ -12,6 +12,47 @@ use crate::c_renderer::{KernelRenderer, comment};
 use crate::c_syntax::{self, CSyntax};
 use crate::gemm;
 
+/// Where a kernel's outlined functions go: chunk functions run by the device's workers and the
+/// statements of fused loops, all reading the kernel's variables from one struct
+/// (`{symbol}_vars`, passed inside a `{symbol}_chunk_t`).
+pub(crate) struct Outlining {
+    /// The kernel's symbol, prefix of every outlined function and type.
+    pub(crate) symbol: String,
+    /// How an outlined function declares the kernel's variables from `ch->vars`.
+    pub(crate) unpack: String,
+    /// The outlined functions so far (they precede the kernel).
+    pub(crate) functions: String,
+    /// The dialect's qualifiers of outlined functions.
+    pub(crate) prefix: String,
+}
+
+impl Outlining {
+    fn chunk_type(&self) -> String {
+        format!("{}_chunk_t", self.symbol)
+    }
+
+    /// The opening of a chunk function `name(ctx, index)` (run by a worker with the
+    /// `{symbol}_chunk_t` as `ctx`), variables unpacked.
+    fn open_chunk(&self, name: &str) -> String {
+        let chunk_t = self.chunk_type();
+        format!(
+            "{} void {name}(void *ctx, int64_t index) {{\n  const {chunk_t} *const ch = (const {chunk_t} *)ctx;\n{}",
+            self.prefix, self.unpack
+        )
+    }
+
+    /// The opening of the function `name(ch, iter)` of a statement of a fused loop, run for
+    /// the loop's iteration `iter`, variables unpacked.
+    fn open_part(&self, name: &str, iter: &str) -> String {
+        format!(
+            "{} void {name}(const {} *const ch, const int64_t {iter}) {{\n{}",
+            self.prefix,
+            self.chunk_type(),
+            self.unpack
+        )
+    }
+}
+
 impl KernelRenderer<'_> {
     /// A contraction statement as calls of the blocked product, one per batch element.
     pub(super) fn contraction(
@@ -69,15 +110,14 @@ impl KernelRenderer<'_> {
     }
 
     /// A statement whose outermost loop is split over the device's workers: the loop body
-    /// goes into a chunk function (appended to `outlined`, which precedes the kernel) that
-    /// runs a range of the loop's iterations; the kernel runs the chunks through `par`.
+    /// goes into a chunk function (outlined before the kernel) that runs a range of the
+    /// loop's iterations; the kernel runs the chunks through `par`.
     pub(super) fn parallel(
         &mut self,
         s: &LowLevel,
         sched: &Schedule,
-        chunk: &str,
-        unpack: &str,
-        outlined: &mut String,
+        position: usize,
+        outlining: &mut Outlining,
         out: &mut String,
     ) -> Result<()> {
         let LowLevel::For {
@@ -89,29 +129,21 @@ impl KernelRenderer<'_> {
         else {
             return self.stmt(s, 1, out);
         };
-        let chunk_t = format!(
-            "{}_chunk_t",
-            chunk.rsplit_once("_chunk").map_or(chunk, |p| p.0)
-        );
+        let chunk = format!("{}_chunk{position}", outlining.symbol);
+        let chunk_t = outlining.chunk_type();
         let name = format!("i{}", self.loop_counter);
         self.loop_counter += 1;
-        let mut f = String::new();
-        let _ = writeln!(f, "static void {chunk}(void *ctx, int64_t index) {{");
-        let _ = writeln!(f, "  const {chunk_t} *ch = (const {chunk_t} *)ctx;");
-        f.push_str(unpack);
+        let mut f = outlining.open_chunk(&chunk);
         let _ = writeln!(
             f,
             "  const int64_t lo = {from} + index * ch->per, hi = lo + ch->per < {to} ? lo + ch->per : {to};"
         );
         let _ = writeln!(f, "  for (int64_t {name} = lo; {name} < hi; ++{name}) {{");
         self.symbols.insert(*index, name);
-        match &sched.kind {
-            ScheduleKind::Reduction(plan) => self.reduction(body, plan, 2, &mut f)?,
-            _ => self.stmt(body, 2, &mut f)?,
-        }
+        self.loop_body(body, *index, sched, position, outlining, 2, &mut f)?;
         self.symbols.remove(index);
         let _ = writeln!(f, "  }}\n}}\n");
-        outlined.push_str(&f);
+        outlining.functions.push_str(&f);
         let _ = writeln!(out, "  {{ {}", comment(&sched.to_string()));
         let _ = writeln!(
             out,
@@ -124,6 +156,87 @@ impl KernelRenderer<'_> {
             "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);\n  }}"
         );
         Ok(())
+    }
+
+    /// The body of a statement's outermost loop (over `index`), by the statement's schedule:
+    /// a reduction below it, or the statements of a fused body, each by its own schedule and
+    /// each loop among them in a function of its own (called once per iteration), or plain
+    /// code.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn loop_body(
+        &mut self,
+        body: &LowLevel,
+        index: Symbol,
+        sched: &Schedule,
+        position: usize,
+        outlining: &mut Outlining,
+        depth: usize,
+        out: &mut String,
+    ) -> Result<()> {
+        let (ScheduleKind::Fused(parts), LowLevel::Seq(items)) = (&sched.kind, body) else {
+            return match &sched.kind {
+                ScheduleKind::Reduction(plan) => self.reduction(body, plan, depth, out),
+                _ => self.stmt(body, depth, out),
+            };
+        };
+        let pad = "  ".repeat(depth);
+        let iter = self.symbols.get(&index).cloned().unwrap_or_default();
+        for (k, (item, part)) in items.iter().zip(parts).enumerate() {
+            let mut code = String::new();
+            let inner_depth = if matches!(item, LowLevel::For { .. }) {
+                1
+            } else {
+                depth
+            };
+            match &part.kind {
+                ScheduleKind::Reduction(plan) => {
+                    self.reduction(item, plan, inner_depth, &mut code)?
+                }
+                _ => self.stmt(item, inner_depth, &mut code)?,
+            }
+            if inner_depth == depth {
+                out.push_str(&code);
+                continue;
+            }
+            let name = format!("{}_part{position}_{k}", outlining.symbol);
+            let mut f = outlining.open_part(&name, &iter);
+            let _ = writeln!(f, "  (void)ch;\n{code}}}\n");
+            outlining.functions.push_str(&f);
+            let _ = writeln!(out, "{pad}{name}(ch, {iter});");
+        }
+        Ok(())
+    }
+
+    /// A statement run on one worker, its outermost loop's body by its schedule.
+    pub(super) fn serial(
+        &mut self,
+        s: &LowLevel,
+        sched: &Schedule,
+        position: usize,
+        outlining: &mut Outlining,
+        out: &mut String,
+    ) -> Result<()> {
+        match s {
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } if matches!(sched.kind, ScheduleKind::Fused(_)) => {
+                let chunk_t = outlining.chunk_type();
+                let _ = writeln!(out, "  {{ {}", comment(&sched.to_string()));
+                let _ = writeln!(
+                    out,
+                    "    const {chunk_t} whole = {{ &vars, 0, 0 }}, *const ch = &whole;"
+                );
+                self.for_loop(*index, *from, *to, 2, out, |k, out| {
+                    k.loop_body(body, *index, sched, position, outlining, 3, out)
+                })?;
+                let _ = writeln!(out, "  }}");
+                Ok(())
+            }
+            _ => self.stmt(s, 1, out),
+        }
     }
 
     /// Declares `acc[lanes]` and reduces `value` over `index` in `lo..hi` into it (element `r`
@@ -230,9 +343,8 @@ impl KernelRenderer<'_> {
         &mut self,
         s: &LowLevel,
         plan: &ReductionPlan,
-        chunk: &str,
-        unpack: &str,
-        outlined: &mut String,
+        position: usize,
+        outlining: &mut Outlining,
         out: &mut String,
     ) -> Result<()> {
         let (
@@ -252,15 +364,10 @@ impl KernelRenderer<'_> {
         };
         let prec = tn.prec();
         let t = prec.c_compute_type();
-        let chunk_t = format!(
-            "{}_chunk_t",
-            chunk.rsplit_once("_chunk").map_or(chunk, |p| p.0)
-        );
+        let chunk = format!("{}_chunk{position}", outlining.symbol);
+        let chunk_t = outlining.chunk_type();
         let blocks = ((to - from) as u64).div_ceil(block);
-        let mut f = String::new();
-        let _ = writeln!(f, "static void {chunk}(void *ctx, int64_t index) {{");
-        let _ = writeln!(f, "  const {chunk_t} *ch = (const {chunk_t} *)ctx;");
-        f.push_str(unpack);
+        let mut f = outlining.open_chunk(&chunk);
         let _ = writeln!(f, "  {t} *const partial = ({t} *)ch->extra;");
         let _ = writeln!(
             f,
@@ -273,7 +380,7 @@ impl KernelRenderer<'_> {
         );
         let total = self.reduce_range(*index, "lo", "hi", (tn, idcs, value), plan, 2, &mut f)?;
         let _ = writeln!(f, "    partial[b] = {total};\n  }}\n}}\n");
-        outlined.push_str(&f);
+        outlining.functions.push_str(&f);
         let n = self.loop_counter;
         self.loop_counter += 1;
         let _ = writeln!(
@@ -481,19 +588,62 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
                 }
             }
             ScheduleKind::Reduction(p) => {
-                if !(1..=1024).contains(&p.lanes) {
-                    return Err(bad(k, &format!("{} accumulators", p.lanes)));
-                }
-                let found = ReductionPlan::detect(s, p.lanes)
-                    .ok_or_else(|| bad(k, "its innermost loop is not a reduction"))?;
-                if found.iter != p.iter || found.combine != p.combine || found.blocks != p.blocks {
+                check_reduction(s, p, true).map_err(|what| bad(k, what))?;
+            }
+            ScheduleKind::Fused(parts) => {
+                let LowLevel::For { body, .. } = s else {
                     return Err(bad(
                         k,
-                        "the reduced loop, its operation or its blocks differ",
+                        "a fused schedule for a statement that is not a loop",
                     ));
+                };
+                let LowLevel::Seq(items) = &**body else {
+                    return Err(bad(
+                        k,
+                        "a fused schedule for a loop whose body is one statement",
+                    ));
+                };
+                if items.len() != parts.len() {
+                    return Err(bad(
+                        k,
+                        "one schedule per statement of the fused body expected",
+                    ));
+                }
+                for (item, part) in items.iter().zip(parts) {
+                    match &part.kind {
+                        ScheduleKind::Loops if part.parallel.is_none() => {}
+                        ScheduleKind::Reduction(p) if part.parallel.is_none() => {
+                            check_reduction(item, p, false).map_err(|what| bad(k, what))?;
+                        }
+                        _ => {
+                            return Err(bad(
+                                k,
+                                "a statement of a fused body runs as plain loops or a reduction \
+                                 on the enclosing loop's worker",
+                            ));
+                        }
+                    }
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// Checks a reduction plan against its statement: at the top level its blocks are those the
+/// statement calls for; inside a fused body it has none.
+fn check_reduction(
+    s: &LowLevel,
+    p: &ReductionPlan,
+    top_level: bool,
+) -> std::result::Result<(), &'static str> {
+    if !(1..=1024).contains(&p.lanes) {
+        return Err("a reduction runs over 1 to 1024 accumulators");
+    }
+    let found = ReductionPlan::detect(s, p.lanes).ok_or("its innermost loop is not a reduction")?;
+    let blocks = if top_level { found.blocks } else { None };
+    if found.iter != p.iter || found.combine != p.combine || p.blocks != blocks {
+        return Err("the reduced loop, its operation or its blocks differ");
     }
     Ok(())
 }

@@ -18,6 +18,11 @@ pub struct CSyntax {
     pub helper_prefix: String,
     /// The `restrict` keyword of the dialect.
     pub restrict: String,
+    /// Qualifiers of functions outlined from a kernel (chunks run by workers, statements of
+    /// fused loops), which the compiler must compile on their own: inlined into their loop,
+    /// a statement's loop can stop vectorizing because the compiler propagates values from
+    /// the statements before it.
+    pub outlined_prefix: String,
     /// Whether the dialect's compilers take per-function optimization pragmas (GCC's
     /// `#pragma GCC optimize`), used to compile light kernels faster.
     pub optimize_pragmas: bool,
@@ -35,6 +40,7 @@ impl CSyntax {
             kernel_prefix: String::new(),
             helper_prefix: "static inline".into(),
             restrict: "restrict".into(),
+            outlined_prefix: "static __attribute__((noinline))".into(),
             optimize_pragmas: true,
         }
     }

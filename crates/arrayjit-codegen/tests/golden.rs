@@ -84,6 +84,41 @@ fn max_reduction_starts_from_negative_infinity() {
     insta::assert_snapshot!(render("row_max", &p, &[], &OptimizeSettings::default()));
 }
 
+/// Row maximum, then `exp(m - max)` over the same rows: one fused loop, the reduction over
+/// accumulators and the exponential loop each in a function of its own, called per row.
+#[test]
+fn fused_row_passes_outline_their_loops() {
+    let m = input(Prec::F32, &[3, 40], "m");
+    let r = Tnode::new(Prec::F32, &[3], &["row_max"]).unwrap();
+    let e = output(Prec::F32, &[3, 40], "e");
+    let p = Assignments::einsum(
+        "ij->i",
+        BinOp::Max,
+        &r,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(m.clone())),
+        true,
+    )
+    .unwrap()
+    .then(
+        Assignments::einsum(
+            "ij,i->ij",
+            BinOp::Arg2,
+            &e,
+            AccumRhs::Binop(BinOp::Sub, Operand::Node(m), Operand::Node(r)),
+            false,
+        )
+        .unwrap(),
+    );
+    let settings = OptimizeSettings {
+        schedule: arrayjit_ir::schedule::ScheduleSettings {
+            f32_lanes: 4,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    insta::assert_snapshot!(render("row_passes", &p, &[], &settings));
+}
+
 #[test]
 fn half_precision_conversions() {
     let x = input(Prec::F16, &[8], "x16");

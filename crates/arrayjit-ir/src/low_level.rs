@@ -294,28 +294,82 @@ impl LowLevel {
     /// Whether this statement writes every stored element of `tn` without reading it first:
     /// a `ZeroOut`, or a nest of loops from 0 whose single `Set` indexes each axis of an
     /// unpadded node by a loop covering it exactly, with a value that does not read the node.
-    /// Whatever the node held before such a statement is never observed.
+    /// Inside a loop whose body is a sequence (fused loops), the first statement of the body
+    /// that uses `tn` must be such a write, and every later use in the body must index the
+    /// axes the enclosing loops cover by those loops' iterators, as that write does: each
+    /// iteration then reads only the slice it has just written. Whatever the node held before
+    /// such a statement is never observed.
     pub fn overwrites_all(&self, tn: &Tnode) -> bool {
-        let (loops, inner) = self.perfect_nest();
-        match inner {
-            LowLevel::ZeroOut(t) => t == tn && loops.is_empty(),
+        self.overwriting_set(tn, &mut Vec::new()).is_some()
+    }
+
+    /// The indices of the `Set` by which this statement, under the enclosing `loops`,
+    /// overwrites every element of `tn` (see [`LowLevel::overwrites_all`]).
+    fn overwriting_set(
+        &self,
+        tn: &Tnode,
+        loops: &mut Vec<(Symbol, i64, i64)>,
+    ) -> Option<Vec<AxisIndex>> {
+        match self {
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => {
+                loops.push((*index, *from, *to));
+                let found = body.overwriting_set(tn, loops);
+                loops.pop();
+                found
+            }
+            LowLevel::Seq(items) => {
+                let first = items.iter().position(|s| s.nodes().contains(tn))?;
+                let idcs = items[first].overwriting_set(tn, loops)?;
+                // Axes pinned by the enclosing loops: later uses must index them the same way.
+                let pinned: Vec<(usize, &AxisIndex)> = idcs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, i)| {
+                        matches!(i, AxisIndex::Iterator(s) if loops.iter().any(|l| l.0 == *s))
+                    })
+                    .collect();
+                let same_slice = |i: &[AxisIndex]| pinned.iter().all(|&(d, p)| i.get(d) == Some(p));
+                let mut ok = true;
+                for later in &items[first + 1..] {
+                    later.visit(&mut |st| {
+                        if let LowLevel::Set { tn: t, idcs, .. } = st {
+                            ok &= t != tn || same_slice(idcs);
+                        }
+                        if let LowLevel::ZeroOut(t) = st {
+                            ok &= t != tn;
+                        }
+                    });
+                    later.visit_exprs(&mut |e| {
+                        if let ScalarExpr::Get(t, i) | ScalarExpr::GetMerge(t, i) = e {
+                            ok &= t != tn || same_slice(i);
+                        }
+                    });
+                }
+                ok.then_some(idcs)
+            }
+            LowLevel::ZeroOut(t) => (t == tn && loops.is_empty()).then(Vec::new),
             LowLevel::Set { tn: t, idcs, value } => {
                 if t != tn || tn.padding().is_some() || idcs.len() != tn.dims().len() {
-                    return false;
+                    return None;
                 }
                 let mut seen = Vec::new();
                 for (i, &d) in idcs.iter().zip(tn.dims()) {
                     let AxisIndex::Iterator(sym) = i else {
-                        return false;
+                        return None;
                     };
                     if seen.contains(sym) || !loops.contains(&(*sym, 0, d as i64)) {
-                        return false;
+                        return None;
                     }
                     seen.push(*sym);
                 }
-                !value.reads(tn)
+                (!value.reads(tn)).then(|| idcs.clone())
             }
-            _ => false,
+            _ => None,
         }
     }
 

@@ -42,41 +42,19 @@ pub struct ParallelLoop {
 }
 
 impl ParallelLoop {
-    /// The outermost loop of `stmt` if its iterations are independent: every element written
-    /// has an axis indexed by exactly that loop's iterator (so iterations write disjoint
-    /// elements), and every read of a written node is at the very index it is written (so no
-    /// iteration reads what another writes).
+    /// The outermost loop of `stmt` if its iterations are independent (see
+    /// [`iterations_independent`]).
     pub fn detect(stmt: &LowLevel) -> Option<ParallelLoop> {
         let LowLevel::For {
-            index, from, to, ..
+            index,
+            from,
+            to,
+            body,
         } = stmt
         else {
             return None;
         };
-        let mut writes: Vec<(Tnode, Vec<AxisIndex>)> = Vec::new();
-        let mut ok = true;
-        stmt.visit(&mut |st| match st {
-            LowLevel::Set { tn, idcs, .. } => {
-                ok &= idcs.contains(&AxisIndex::Iterator(*index));
-                if !writes.iter().any(|(t, i)| t == tn && i == idcs) {
-                    if writes.iter().any(|(t, _)| t == tn) {
-                        // One node written at two patterns: keep it simple, stay serial.
-                        ok = false;
-                    }
-                    writes.push((tn.clone(), idcs.clone()));
-                }
-            }
-            LowLevel::ZeroOut(_) => ok = false,
-            _ => {}
-        });
-        stmt.visit_exprs(&mut |e| {
-            if let ScalarExpr::Get(t, i) | ScalarExpr::GetMerge(t, i) = e
-                && writes.iter().any(|(w, wi)| w == t && wi != i)
-            {
-                ok = false;
-            }
-        });
-        if !ok || writes.is_empty() {
+        if !iterations_independent(body, *index) {
             return None;
         }
         let extent = (to - from).max(1) as u64;
@@ -85,6 +63,44 @@ impl ParallelLoop {
             inner_iterations: nest_iterations(stmt) / extent,
         })
     }
+}
+
+/// Whether iterations of a loop over `iter` running `body` touch disjoint data wherever one of
+/// them writes: `body` writes something, zeroes no whole node, and every node it writes has
+/// an axis indexed by exactly `iter` in every read and write of that node in `body`. Then
+/// iteration `i` reads and writes only slice `i` of each written node, so the iterations can
+/// run in any order or at once (split over workers), and two such loops over the same range
+/// can be fused (iteration `i` of the second only needs iteration `i` of the first).
+pub fn iterations_independent(body: &LowLevel, iter: Symbol) -> bool {
+    // Per written node: the axes indexed by exactly `iter` in every access seen so far.
+    let mut axes: HashMap<usize, Vec<bool>> = HashMap::new();
+    let mut ok = true;
+    let narrow = |axes: &mut Vec<bool>, idcs: &[AxisIndex]| {
+        for (d, keep) in axes.iter_mut().enumerate() {
+            *keep &= idcs.get(d) == Some(&AxisIndex::Iterator(iter));
+        }
+    };
+    body.visit(&mut |st| match st {
+        LowLevel::Set { tn, idcs, .. } => {
+            let a = axes
+                .entry(tn.id())
+                .or_insert_with(|| vec![true; idcs.len()]);
+            narrow(a, idcs);
+        }
+        LowLevel::ZeroOut(_) => ok = false,
+        _ => {}
+    });
+    if !ok || axes.is_empty() {
+        return false;
+    }
+    body.visit_exprs(&mut |e| {
+        if let ScalarExpr::Get(t, i) | ScalarExpr::GetMerge(t, i) = e
+            && let Some(a) = axes.get_mut(&t.id())
+        {
+            narrow(a, i);
+        }
+    });
+    axes.values().all(|a| a.contains(&true))
 }
 
 /// Iterations of every loop of a statement, nested loops multiplied (at least 1).
@@ -111,6 +127,11 @@ pub enum ScheduleKind {
     /// Nothing to run: the next statement does this one's work (a zeroing before a blocked
     /// product that writes every element instead of adding to it).
     Absorbed,
+    /// The outermost loop's body is a sequence of statements (typically loops fused by the
+    /// optimizer), each run by its own schedule: one per statement of the body, in order, each
+    /// [`ScheduleKind::Loops`] or a [`ScheduleKind::Reduction`] without blocks (the outermost
+    /// loop is the one split over workers).
+    Fused(Vec<Schedule>),
 }
 
 /// A reduction's plan: which loop, which combining operation, how many accumulators.
@@ -192,6 +213,13 @@ impl fmt::Display for Schedule {
             ),
             ScheduleKind::Contraction(g) => write!(f, "{g} ({})", self.why),
             ScheduleKind::Absorbed => write!(f, "absorbed ({})", self.why),
+            ScheduleKind::Fused(parts) => {
+                write!(f, "{} statements in one loop ({})", parts.len(), self.why)?;
+                for (k, p) in parts.iter().enumerate() {
+                    write!(f, "; [{k}] {p}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -580,6 +608,30 @@ impl Default for ScheduleSettings {
     }
 }
 
+/// The schedule of a statement inside a loop's body: plain loops, or a reduction over several
+/// accumulators (never blocked: the enclosing loop is the one split over workers).
+pub fn body_schedule(item: &LowLevel, settings: &ScheduleSettings) -> Schedule {
+    let lanes = 4 * settings.f32_lanes;
+    match ReductionPlan::detect(item, lanes) {
+        Some(plan) if settings.enable_reductions => Schedule {
+            why: format!(
+                "its innermost loop reduces into one element: {lanes} accumulators (4 vectors) \
+                 break the dependency chain"
+            ),
+            kind: ScheduleKind::Reduction(ReductionPlan {
+                blocks: None,
+                ..plan
+            }),
+            parallel: None,
+        },
+        _ => Schedule {
+            kind: ScheduleKind::Loops,
+            why: "a statement of the loop's body".into(),
+            parallel: None,
+        },
+    }
+}
+
 /// The schedule of every top-level statement, in order.
 pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedule> {
     let mut cache: HashMap<usize, Blocking> = HashMap::new();
@@ -623,6 +675,24 @@ fn nest_schedule(
     settings: &ScheduleSettings,
     cache: &mut HashMap<usize, Blocking>,
 ) -> Schedule {
+    if let LowLevel::For { body, .. } = s
+        && let LowLevel::Seq(items) = &**body
+    {
+        let parts: Vec<Schedule> = items
+            .iter()
+            .map(|item| body_schedule(item, settings))
+            .collect();
+        if parts
+            .iter()
+            .any(|p| matches!(p.kind, ScheduleKind::Reduction(_)))
+        {
+            return Schedule {
+                kind: ScheduleKind::Fused(parts),
+                why: "the loop's body holds several statements, some of them reductions".into(),
+                parallel: None,
+            };
+        }
+    }
     let reduction = |why: String| {
         let lanes = 4 * settings.f32_lanes;
         match ReductionPlan::detect(s, lanes) {

@@ -4,6 +4,7 @@
 
 mod analysis;
 mod cse;
+mod fuse;
 pub mod memory_plan;
 mod simplify;
 mod virtualize;
@@ -55,6 +56,9 @@ pub struct OptimizeSettings {
     pub enable_fma: bool,
     /// Eliminate common subexpressions within a statement.
     pub enable_cse: bool,
+    /// Fuse consecutive top-level loops over the same range whose iterations touch disjoint
+    /// slices (row-wise passes become one pass); see `fuse`.
+    pub enable_loop_fusion: bool,
     /// What schedules may use (the device's vector width, registers and caches) and when a
     /// contraction becomes a blocked matrix product.
     pub schedule: ScheduleSettings,
@@ -73,6 +77,7 @@ impl Default for OptimizeSettings {
             enable_simplification: true,
             enable_fma: true,
             enable_cse: true,
+            enable_loop_fusion: true,
             schedule: ScheduleSettings::default(),
         }
     }
@@ -218,6 +223,11 @@ pub fn optimize_low_level(
     };
     let code = if settings.enable_cse {
         cse::eliminate_common_subexpressions(code)
+    } else {
+        code
+    };
+    let code = if settings.enable_loop_fusion {
+        fuse::fuse_sibling_loops(code, &settings.schedule)
     } else {
         code
     };

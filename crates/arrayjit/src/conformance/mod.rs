@@ -4,12 +4,14 @@
 
 mod cases;
 mod contractions;
+mod fusion;
 
 use arrayjit_ir::{Assignments, Error, InterpEnv, Prec, Result, StaticSymbol, Tnode};
 use arrayjit_runtime::{Backend, Context};
 
 pub use cases::{all_cases, matmul, scratch_locals};
 pub use contractions::contraction_cases;
+pub use fusion::fusion_cases;
 
 /// One program of the corpus.
 pub struct Case {

@@ -1,0 +1,113 @@
+//! Programs for loop fusion in the conformance corpus: row-wise passes that the optimizer fuses
+//! into one loop (softmax over rows of odd lengths, f32 and f64: maximum, exponentials, sum,
+//! division), and square programs whose second pass reads other rows of what the first wrote
+//! (column sums, a transpose), which must not be fused even though the loops have the same
+//! range.
+
+use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, UnOp};
+
+use super::Case;
+use super::cases::{case, output};
+
+fn fractions(prec: Prec, dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
+    let t = Tnode::new(prec, dims, &[label])?;
+    let n: usize = dims.iter().product();
+    t.set_values(
+        &(0..n)
+            .map(|i| ((i * 37 + seed * 11) % 101) as f64 / 12.5 - 4.0)
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(t)
+}
+
+/// `softmax(x)` over the rows of `x` (`[rows, len]`), as four passes.
+fn softmax_rows(prec: Prec, rows: usize, len: usize, k: usize) -> Result<(Assignments, Tnode)> {
+    let x = fractions(prec, &[rows, len], "x", k)?;
+    let max = Tnode::new(prec, &[rows], &["row_max"])?;
+    let shifted = Tnode::new(prec, &[rows, len], &["shifted"])?;
+    let e = Tnode::new(prec, &[rows, len], &["e"])?;
+    let total = Tnode::new(prec, &[rows], &["row_sum"])?;
+    let y = output(prec, &[rows, len], &format!("softmax{k}"))?;
+    let program = Assignments::einsum(
+        "ij->i",
+        BinOp::Max,
+        &max,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone())),
+        true,
+    )?
+    .then(Assignments::einsum(
+        "ij,i->ij",
+        BinOp::Arg2,
+        &shifted,
+        AccumRhs::Binop(BinOp::Sub, Operand::Node(x), Operand::Node(max)),
+        false,
+    )?)
+    .then(Assignments::pointwise_unop(&e, UnOp::Exp, &shifted))
+    .then(Assignments::einsum(
+        "ij->i",
+        BinOp::Add,
+        &total,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(e.clone())),
+        true,
+    )?)
+    .then(Assignments::einsum(
+        "ij,i->ij",
+        BinOp::Arg2,
+        &y,
+        AccumRhs::Binop(BinOp::Div, Operand::Node(e), Operand::Node(total)),
+        false,
+    )?);
+    Ok((program, y))
+}
+
+/// Softmax over rows of lengths 129 and 1000 (tails after the reduction lanes), f32 and f64.
+fn fused_softmax_rows() -> Result<Case> {
+    let mut program = Assignments::Noop;
+    let mut results = vec![];
+    for (k, (prec, rows, len)) in [
+        (Prec::F32, 7, 129),
+        (Prec::F64, 17, 1000),
+        (Prec::F32, 1, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (p, y) = softmax_rows(prec, rows, len, k)?;
+        program = program.then(p);
+        results.push(y);
+    }
+    Ok(case("fused_softmax_rows", program, results))
+}
+
+/// `a = 2x` (kept: it is a result), then passes over the same range that read other rows of
+/// `a`: column sums and a transpose plus one.
+fn cross_row_passes() -> Result<Case> {
+    let n = 33;
+    let x = fractions(Prec::F32, &[n, n], "x", 5)?;
+    let two = Tnode::new(Prec::F32, &[n, n], &["two"])?;
+    two.set_values(&vec![2.0; n * n])?;
+    let a = output(Prec::F32, &[n, n], "a")?;
+    let cols = output(Prec::F32, &[n], "column_sums")?;
+    let t = output(Prec::F32, &[n, n], "transposed")?;
+    let program = Assignments::pointwise_binop(&a, BinOp::Mul, &x, &two)
+        .then(Assignments::einsum(
+            "ij->j",
+            BinOp::Add,
+            &cols,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(a.clone())),
+            true,
+        )?)
+        .then(Assignments::einsum(
+            "ij->ji",
+            BinOp::Arg2,
+            &t,
+            AccumRhs::Unop(UnOp::Neg, Operand::Node(a.clone())),
+            false,
+        )?);
+    Ok(case("unfused_cross_row_passes", program, vec![a, cols, t]))
+}
+
+/// The fusion cases.
+pub fn fusion_cases() -> Result<Vec<Case>> {
+    Ok(vec![fused_softmax_rows()?, cross_row_passes()?])
+}
