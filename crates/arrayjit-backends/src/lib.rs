@@ -77,6 +77,11 @@ pub trait LoweredBackend: Send + Sync + Debug {
         size_in_bytes: usize,
         alignment: usize,
     ) -> Result<()>;
+    /// What the optimizer's schedules may assume of this backend's devices (vector width,
+    /// registers, caches). Default: the portable defaults of [`ScheduleSettings`].
+    fn schedule_settings(&self) -> arrayjit_ir::schedule::ScheduleSettings {
+        arrayjit_ir::schedule::ScheduleSettings::default()
+    }
     /// Bytes the memory planner leaves unused around every array of a pool on this backend
     /// (0: arrays packed tight; see [`LoweredBackend::guard_pool`]).
     fn pool_guard_bytes(&self) -> usize {

@@ -58,13 +58,16 @@ impl KernelRenderer<'_> {
     pub(super) fn contraction(
         &mut self,
         g: &Gemm,
-        products: &mut BTreeMap<String, String>,
+        products: &mut BTreeMap<String, (String, String)>,
         out: &mut String,
     ) -> Result<()> {
         let name = gemm::gemm_name(g.prec, &g.blocking);
-        products
-            .entry(name.clone())
-            .or_insert_with(|| gemm::gemm_definition(g.prec, &g.blocking));
+        products.entry(name.clone()).or_insert_with(|| {
+            (
+                gemm::gemm_signature(g.prec, &g.blocking),
+                gemm::gemm_definition(g.prec, &g.blocking),
+            )
+        });
         let [c, a, b] = [&g.out, &g.lhs, &g.rhs].map(|t| self.node(t).map(str::to_string));
         let (c, a, b) = (c?, a?, b?);
         let _ = writeln!(out, "  {}", comment(&g.to_string()));

@@ -25,12 +25,24 @@ pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
     )
 }
 
+/// The product function's prototype: a function of the library (hidden outside it), so that
+/// its definition can live in a translation unit of its own, compiled in parallel with the
+/// kernels and cached apart from them.
+pub fn gemm_signature(prec: Prec, b: &Blocking) -> String {
+    let t = prec.c_storage_type();
+    format!(
+        "__attribute__((visibility(\"hidden\"))) void {}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const aj_par *par)",
+        gemm_name(prec, b)
+    )
+}
+
 /// The definition of the product function (and its micro-kernel and vector type), for a
 /// precision of `f32` or `f64`. Call it as
 /// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, overwrite, par)` (`overwrite`: store
 /// the product instead of adding it to `C`) with the kernel's worker-pool handle (`NULL` runs
 /// on the calling thread).
 pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
+    let signature = gemm_signature(prec, b);
     let t = prec.c_storage_type();
     let elem = prec.size_in_bytes();
     let lanes = (b.nr / 2).max(1);
@@ -204,7 +216,7 @@ static void {name}_chunk(void *ctx, int64_t index) {{
   else
     {name}_serial(hi - lo, j->N, j->K, j->A + lo * j->rsA, j->rsA, j->csA, j->B, j->rsB, j->csB, j->C + lo * j->rsC, j->rsC, j->csC, j->ovw);
 }}
-static void {name}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const aj_par *par) {{
+{signature} {{
   const int64_t workers = par ? par->workers : 1;
   if (workers > 1 && (double)M * (double)N * (double)K >= 262144.0) {{
     const int64_t split_n = N >= M;

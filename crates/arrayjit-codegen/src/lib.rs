@@ -12,5 +12,5 @@ mod c_schedules;
 pub mod c_syntax;
 pub mod gemm;
 
-pub use c_renderer::{CProgram, KernelInterface, render_program};
+pub use c_renderer::{CProgram, CUnit, KernelInterface, render_program};
 pub use c_syntax::CSyntax;

@@ -6,9 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::LoweredBackend;
 use arrayjit_backends::cc::{CcBackend, CcConfig};
-use arrayjit_backends::device_info::CpuInfo;
 use arrayjit_backends::missing::MissingBackend;
-use arrayjit_ir::schedule::ScheduleSettings;
 use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, optimize};
 
 use crate::host_sync::SharedArrays;
@@ -102,18 +100,6 @@ impl Default for RuntimeConfig {
     }
 }
 
-/// Schedule settings from the host CPU's description (detected once per process).
-pub fn cpu_schedule_settings() -> ScheduleSettings {
-    static CPU: std::sync::OnceLock<CpuInfo> = std::sync::OnceLock::new();
-    let cpu = CPU.get_or_init(CpuInfo::detect);
-    ScheduleSettings {
-        f32_lanes: cpu.f32_lanes(),
-        vector_registers: cpu.vector_registers,
-        cache_bytes: cpu.cache_bytes,
-        ..ScheduleSettings::default()
-    }
-}
-
 /// The backend used when neither a name nor `ARRAYJIT_BACKEND` says otherwise.
 pub const DEFAULT_BACKEND: &str = "sync_cc";
 
@@ -190,12 +176,6 @@ pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend
     };
     let b = Backend::with_scheduler(canonical, lowered, scheduler, config.strategy);
     b.set_max_pool_bytes(config.max_pool_bytes);
-    if canonical.ends_with("_cc") {
-        b.set_optimize_settings(OptimizeSettings {
-            schedule: cpu_schedule_settings(),
-            ..b.optimize_settings()
-        });
-    }
     Ok(b)
 }
 
@@ -283,13 +263,18 @@ impl Backend {
     ) -> Backend {
         static NEXT_DEVICE_UID: AtomicUsize = AtomicUsize::new(0);
         let n = lowered.num_devices();
+        let schedule = lowered.schedule_settings();
         Backend {
             inner: Arc::new(BackendInner {
                 name: name.to_string(),
                 device_uid_base: NEXT_DEVICE_UID.fetch_add(n.max(1), Ordering::Relaxed),
                 shared_arrays: (0..n).map(|_| SharedArrays::default()).collect(),
                 lowered,
-                settings: Mutex::new(OptimizeSettings::default()),
+                // Schedules tuned to the lowered backend's devices.
+                settings: Mutex::new(OptimizeSettings {
+                    schedule,
+                    ..OptimizeSettings::default()
+                }),
                 scheduler,
                 strategy,
                 next_pool_id: AtomicUsize::new(0),

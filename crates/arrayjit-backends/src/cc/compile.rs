@@ -403,11 +403,25 @@ impl LoadedLibrary {
     }
 }
 
-/// The cache key of a source for this compiler, its flags and this CPU.
-fn cache_key(config: &CcConfig, compiler_id: &str, source: &str) -> String {
+/// One translation unit of a library: a suffix for its file name and its source.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Unit<'a> {
+    /// Appended to the library's file stem (empty for the kernels' unit).
+    pub suffix: &'a str,
+    /// The C source.
+    pub source: &'a str,
+}
+
+/// The cache key of a library's units for this compiler, its flags and this CPU.
+fn cache_key(config: &CcConfig, compiler_id: &str, units: &[Unit]) -> String {
     let mut hasher = blake3::Hasher::new();
+    for u in units {
+        hasher.update(u.suffix.as_bytes());
+        hasher.update(&[0]);
+        hasher.update(u.source.as_bytes());
+        hasher.update(&[0]);
+    }
     for part in [
-        source,
         &config.compiler,
         compiler_id,
         &config.flags.join(" "),
@@ -419,14 +433,15 @@ fn cache_key(config: &CcConfig, compiler_id: &str, source: &str) -> String {
     hasher.finalize().to_hex().to_string()
 }
 
-/// Compiles `source` (or finds it in the cache) and loads the library.
+/// Compiles the units into one library (or finds it in the cache) and loads it. The first
+/// unit is the kernels'; several units are compiled in parallel, then linked.
 pub(super) fn compile_and_load(
     config: &CcConfig,
-    source: &str,
+    units: &[Unit],
     name: &str,
 ) -> Result<Arc<LoadedLibrary>> {
     let compiler_id = compiler_identity(&config.compiler, config.compile_timeout)?;
-    let key = cache_key(config, &compiler_id, source);
+    let key = cache_key(config, &compiler_id, units);
     let stem = format!(
         "{}_{}",
         sanitize_identifier(name)
@@ -437,8 +452,12 @@ pub(super) fn compile_and_load(
     );
 
     if let Some(dir) = &config.build_files_dir {
-        let path = dir.join(format!("{stem}.c"));
-        if let Err(e) = fs::create_dir_all(dir).and_then(|()| fs::write(&path, source)) {
+        let written = fs::create_dir_all(dir).and_then(|()| {
+            units
+                .iter()
+                .try_for_each(|u| fs::write(dir.join(format!("{stem}{}.c", u.suffix)), u.source))
+        });
+        if let Err(e) = written {
             tracing::warn!(
                 "cannot keep the generated source in the build-files folder {}: {e}; compiling anyway",
                 dir.display()
@@ -482,16 +501,16 @@ pub(super) fn compile_and_load(
     // Build inside the cache folder (so the final rename is atomic); if that fails (full
     // disk, unwritable folder), in a private temporary folder without caching.
     let built = match cache_dir {
-        Some(dir) => match build(config, source, name, &stem, dir) {
+        Some(dir) => match build(config, units, name, &stem, dir) {
             Err(Error::Io { context, source: e }) => {
                 tracing::warn!(
                     "cannot build in the compile cache ({context}: {e}); compiling without it"
                 );
-                build(config, source, name, &stem, &std::env::temp_dir()).map(|b| (b, None))
+                build(config, units, name, &stem, &std::env::temp_dir()).map(|b| (b, None))
             }
             other => other.map(|b| (b, Some(dir))),
         },
-        None => build(config, source, name, &stem, &std::env::temp_dir()).map(|b| (b, None)),
+        None => build(config, units, name, &stem, &std::env::temp_dir()).map(|b| (b, None)),
     };
     let ((work, lib_tmp), cache_dir) = built?;
     seal(&lib_tmp, &key).map_err(|e| Error::io(format!("writing {}", lib_tmp.display()), e))?;
@@ -510,12 +529,14 @@ pub(super) fn compile_and_load(
     Ok(Arc::new(loaded))
 }
 
-/// Writes the source into a new build folder under `parent` and compiles it; returns the
-/// folder and the library's path. A compiler failure keeps the source (and the full compiler
-/// output) where the error says.
+/// Writes the units into a new build folder under `parent` and compiles them into a library;
+/// returns the folder and the library's path. One unit is compiled straight into the library;
+/// several are compiled to objects in parallel (one compiler process each), then linked. A
+/// compiler failure keeps the failing unit's source (and the full compiler output) where the
+/// error says.
 fn build(
     config: &CcConfig,
-    source: &str,
+    units: &[Unit],
     name: &str,
     stem: &str,
     parent: &Path,
@@ -529,58 +550,125 @@ fn build(
                 e,
             )
         })?;
-    let src_path = work.path().join(format!("{stem}.c"));
     let lib_tmp = work.path().join(format!("{stem}-{}.so", unique_suffix()));
-    fs::File::create(&src_path)
-        .and_then(|mut f| f.write_all(source.as_bytes()))
-        .map_err(|e| Error::io(format!("writing {}", src_path.display()), e))?;
-    let mut cmd = Command::new(&config.compiler);
-    cmd.args(&config.flags)
-        .arg("-o")
-        .arg(&lib_tmp)
-        .arg(&src_path);
-    let command_line = format!(
-        "{} {} -o {} {}",
-        config.compiler,
-        config.flags.join(" "),
-        lib_tmp.display(),
-        src_path.display()
-    );
+    let mut sources = Vec::with_capacity(units.len());
+    for u in units {
+        let path = work.path().join(format!("{stem}{}.c", u.suffix));
+        fs::File::create(&path)
+            .and_then(|mut f| f.write_all(u.source.as_bytes()))
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        sources.push(path);
+    }
     let started = Instant::now();
-    let result = run_with_timeout(cmd, config.compile_timeout);
-    COMPILE_MICROS.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-    let (status, stderr) = match result {
-        Ok(out) if out.status.success() && lib_tmp.is_file() => {
-            COMPILED.fetch_add(1, Ordering::Relaxed);
-            return Ok((work, lib_tmp));
-        }
-        Ok(out) if out.status.success() => (
-            format!(
-                "{} but it wrote no library at {}",
-                out.status,
-                lib_tmp.display()
-            ),
-            out.stderr,
-        ),
-        Ok(out) => (out.status.to_string(), out.stderr),
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => (e.to_string(), vec![]),
-        Err(e) => {
-            return Err(unavailable(
-                &config.compiler,
-                format!("running `{}` failed: {e}", config.compiler),
-            ));
-        }
+    let result = if units.len() == 1 {
+        let step = Step::new(config, &config.flags, &lib_tmp, &sources);
+        step.run(config, units[0].source, stem, name)
+    } else {
+        // Objects: the library flags without `-shared`, plus `-c`.
+        let mut object_flags: Vec<String> = config
+            .flags
+            .iter()
+            .filter(|f| f.as_str() != "-shared")
+            .cloned()
+            .collect();
+        object_flags.push("-c".into());
+        let objects: Vec<PathBuf> = sources.iter().map(|s| s.with_extension("o")).collect();
+        let compiled: Vec<Result<()>> = std::thread::scope(|scope| {
+            let jobs: Vec<_> = units
+                .iter()
+                .zip(sources.iter().zip(&objects))
+                .map(|(u, (src, obj))| {
+                    let step = Step::new(config, &object_flags, obj, std::slice::from_ref(src));
+                    let unit_stem = format!("{stem}{}", u.suffix);
+                    scope.spawn(move || step.run(config, u.source, &unit_stem, name))
+                })
+                .collect();
+            jobs.into_iter()
+                .map(|j| {
+                    j.join().unwrap_or_else(|_| {
+                        Err(unavailable(
+                            &config.compiler,
+                            "a compiler thread panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        });
+        compiled
+            .into_iter()
+            .collect::<Result<Vec<()>>>()
+            .and_then(|_| {
+                Step::new(config, &config.flags, &lib_tmp, &objects).run(
+                    config,
+                    units[0].source,
+                    stem,
+                    name,
+                )
+            })
     };
-    let stderr = String::from_utf8_lossy(&stderr).into_owned();
-    let (kept_source, kept_stderr) = keep_failed_build(config, source, stem, &stderr);
-    Err(Error::CompileFailed(Box::new(CompileFailure {
-        routine: name.to_string(),
-        command: command_line,
-        status,
-        source_path: kept_source
-            .map_or_else(|| "(could not be kept)".into(), |p| p.display().to_string()),
-        stderr: head_and_tail(&stderr, STDERR_IN_ERROR, kept_stderr.as_deref()),
-    })))
+    COMPILE_MICROS.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    result?;
+    if !lib_tmp.is_file() {
+        return Err(Error::CompileFailed(Box::new(CompileFailure {
+            routine: name.to_string(),
+            command: format!("{} {}", config.compiler, config.flags.join(" ")),
+            status: format!("success, but it wrote no library at {}", lib_tmp.display()),
+            source_path: "(not kept)".into(),
+            stderr: String::new(),
+        })));
+    }
+    COMPILED.fetch_add(1, Ordering::Relaxed);
+    Ok((work, lib_tmp))
+}
+
+/// One compiler invocation: `compiler flags -o output inputs`.
+struct Step {
+    cmd: Command,
+    command_line: String,
+}
+
+impl Step {
+    fn new(config: &CcConfig, flags: &[String], output: &Path, inputs: &[PathBuf]) -> Step {
+        let mut cmd = Command::new(&config.compiler);
+        cmd.args(flags).arg("-o").arg(output).args(inputs);
+        let inputs_text: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+        Step {
+            cmd,
+            command_line: format!(
+                "{} {} -o {} {}",
+                config.compiler,
+                flags.join(" "),
+                output.display(),
+                inputs_text.join(" ")
+            ),
+        }
+    }
+
+    /// Runs the step; a failure is a `CompileFailed` naming the routine, with `source` kept
+    /// for the user under `stem`.
+    fn run(self, config: &CcConfig, source: &str, stem: &str, name: &str) -> Result<()> {
+        let (status, stderr) = match run_with_timeout(self.cmd, config.compile_timeout) {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => (out.status.to_string(), out.stderr),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => (e.to_string(), vec![]),
+            Err(e) => {
+                return Err(unavailable(
+                    &config.compiler,
+                    format!("running `{}` failed: {e}", config.compiler),
+                ));
+            }
+        };
+        let stderr = String::from_utf8_lossy(&stderr).into_owned();
+        let (kept_source, kept_stderr) = keep_failed_build(config, source, stem, &stderr);
+        Err(Error::CompileFailed(Box::new(CompileFailure {
+            routine: name.to_string(),
+            command: self.command_line,
+            status,
+            source_path: kept_source
+                .map_or_else(|| "(could not be kept)".into(), |p| p.display().to_string()),
+            stderr: head_and_tail(&stderr, STDERR_IN_ERROR, kept_stderr.as_deref()),
+        })))
+    }
 }
 
 /// Keeps a failed build's source (and, when long, the compiler's output) for the user: in the

@@ -273,6 +273,19 @@ impl LoweredBackend for CcBackend {
         "cc"
     }
 
+    /// From the host CPU's description (detected once per process): its SIMD width, vector
+    /// registers and caches.
+    fn schedule_settings(&self) -> arrayjit_ir::schedule::ScheduleSettings {
+        static CPU: std::sync::OnceLock<crate::device_info::CpuInfo> = std::sync::OnceLock::new();
+        let cpu = CPU.get_or_init(crate::device_info::CpuInfo::detect);
+        arrayjit_ir::schedule::ScheduleSettings {
+            f32_lanes: cpu.f32_lanes(),
+            vector_registers: cpu.vector_registers,
+            cache_bytes: cpu.cache_bytes,
+            ..Default::default()
+        }
+    }
+
     fn check_available(&self) -> Result<()> {
         compile::compiler_identity(&self.config.compiler, self.config.compile_timeout).map(|_| ())
     }
@@ -437,14 +450,35 @@ impl LoweredBackend for CcBackend {
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         let program = render_program(&self.syntax, routines)?;
         let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
-        let library = compile::compile_and_load(&self.config, &program.source, &names.join("+"))?;
+        let suffixes: Vec<String> = program
+            .units
+            .iter()
+            .map(|u| format!("-{}", u.name))
+            .collect();
+        let units: Vec<compile::Unit> = std::iter::once(compile::Unit {
+            suffix: "",
+            source: &program.source,
+        })
+        .chain(
+            program
+                .units
+                .iter()
+                .zip(&suffixes)
+                .map(|(u, suffix)| compile::Unit {
+                    suffix,
+                    source: &u.source,
+                }),
+        )
+        .collect();
+        let library = compile::compile_and_load(&self.config, &units, &names.join("+"))?;
         let mut entries = Vec::with_capacity(program.kernels.len());
         for k in &program.kernels {
             entries.push(library.kernel(&k.symbol)?);
         }
+        let source = program.full_source();
         Ok(Arc::new(CcBatch {
             kernels: program.kernels,
-            source: program.source,
+            source,
             entries,
             workers: self.workers.clone(),
             _library: library,
