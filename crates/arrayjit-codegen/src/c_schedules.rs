@@ -358,7 +358,7 @@ impl KernelRenderer<'_> {
                 body,
             },
             Some(block),
-        ) = (s.perfect_nest().1, plan.blocks)
+        ) = (s.unwrapped(), plan.blocks)
         else {
             return self.reduction(s, plan, 1, out);
         };

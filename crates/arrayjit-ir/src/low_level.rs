@@ -269,6 +269,18 @@ impl LowLevel {
         });
     }
 
+    /// This statement with sequences of one statement looked through (the statement itself
+    /// otherwise).
+    pub fn unwrapped(&self) -> &LowLevel {
+        let mut s = self;
+        while let LowLevel::Seq(items) = s
+            && items.len() == 1
+        {
+            s = &items[0];
+        }
+        s
+    }
+
     /// The loops of a perfect nest, outermost first, as `(iterator, from, to)`, and the
     /// statement they enclose (sequences of one statement are looked through).
     pub fn perfect_nest(&self) -> (Vec<(Symbol, i64, i64)>, &LowLevel) {

@@ -268,6 +268,15 @@ fn split_full_reductions_are_exact_and_independent_of_workers() {
             .filter(|s| matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some()))
             .count();
         assert_eq!(split, 3, "{}", code.optimized().schedule_report());
+        // And the kernel really runs them as blocks over the workers.
+        assert_eq!(
+            code.source()
+                .matches("reduction split into 5 blocks")
+                .count(),
+            3,
+            "{}",
+            code.source()
+        );
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();
