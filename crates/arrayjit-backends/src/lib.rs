@@ -78,7 +78,7 @@ pub trait LoweredBackend: Send + Sync + Debug {
         alignment: usize,
     ) -> Result<()>;
     /// What the optimizer's schedules may assume of this backend's devices (vector width,
-    /// registers, caches). Default: the portable defaults of [`ScheduleSettings`].
+    /// registers, caches). Default: the portable defaults of [`ScheduleSettings`](arrayjit_ir::schedule::ScheduleSettings).
     fn schedule_settings(&self) -> arrayjit_ir::schedule::ScheduleSettings {
         arrayjit_ir::schedule::ScheduleSettings::default()
     }
