@@ -31,6 +31,29 @@ impl Outlining {
         format!("{}_chunk_t", self.symbol)
     }
 
+    /// Runs chunk function `chunk` over `count` units split evenly over the device's workers
+    /// (on the calling thread when there is one chunk), with `extra` as the chunk type's
+    /// `extra`; `declare` adds declarations before `w` (`"n = ..., "`).
+    fn launch(&self, chunk: &str, declare: &str, count: &str, extra: &str, out: &mut String) {
+        let chunk_t = self.chunk_type();
+        let _ = writeln!(
+            out,
+            "    const int64_t {declare}w = par && par->workers > 1 ? par->workers : 1;"
+        );
+        let _ = writeln!(
+            out,
+            "    {chunk_t} ch = {{ &vars, ({count} + w - 1) / w, {extra} }};"
+        );
+        let _ = writeln!(
+            out,
+            "    const int64_t chunks = ({count} + ch.per - 1) / ch.per;"
+        );
+        let _ = writeln!(
+            out,
+            "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);"
+        );
+    }
+
     /// The opening of a chunk function `name(ctx, index)` (run by a worker with the
     /// `{symbol}_chunk_t` as `ctx`), variables unpacked.
     fn open_chunk(&self, name: &str) -> String {
@@ -133,7 +156,6 @@ impl KernelRenderer<'_> {
             return self.stmt(s, 1, out);
         };
         let chunk = format!("{}_chunk{position}", outlining.symbol);
-        let chunk_t = outlining.chunk_type();
         let name = format!("i{}", self.loop_counter);
         self.loop_counter += 1;
         let mut f = outlining.open_chunk(&chunk);
@@ -148,16 +170,8 @@ impl KernelRenderer<'_> {
         let _ = writeln!(f, "  }}\n}}\n");
         outlining.functions.push_str(&f);
         let _ = writeln!(out, "  {{ {}", comment(&sched.to_string()));
-        let _ = writeln!(
-            out,
-            "    const int64_t n = {to} - {from}, w = par && par->workers > 1 ? par->workers : 1;"
-        );
-        let _ = writeln!(out, "    {chunk_t} ch = {{ &vars, (n + w - 1) / w, 0 }};");
-        let _ = writeln!(out, "    const int64_t chunks = (n + ch.per - 1) / ch.per;");
-        let _ = writeln!(
-            out,
-            "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);\n  }}"
-        );
+        outlining.launch(&chunk, &format!("n = {to} - {from}, "), "n", "0", out);
+        let _ = writeln!(out, "  }}");
         Ok(())
     }
 
@@ -185,19 +199,17 @@ impl KernelRenderer<'_> {
         let pad = "  ".repeat(depth);
         let iter = self.symbols.get(&index).cloned().unwrap_or_default();
         for (k, (item, part)) in items.iter().zip(parts).enumerate() {
+            // Loops go into functions of their own; single statements stay inline.
+            let outline = matches!(item, LowLevel::For { .. });
+            let inner_depth = if outline { 1 } else { depth };
             let mut code = String::new();
-            let inner_depth = if matches!(item, LowLevel::For { .. }) {
-                1
-            } else {
-                depth
-            };
             match &part.kind {
                 ScheduleKind::Reduction(plan) => {
                     self.reduction(item, plan, inner_depth, &mut code)?
                 }
                 _ => self.stmt(item, inner_depth, &mut code)?,
             }
-            if inner_depth == depth {
+            if !outline {
                 out.push_str(&code);
                 continue;
             }
@@ -368,7 +380,6 @@ impl KernelRenderer<'_> {
         let prec = tn.prec();
         let t = prec.c_compute_type();
         let chunk = format!("{}_chunk{position}", outlining.symbol);
-        let chunk_t = outlining.chunk_type();
         let blocks = ((to - from) as u64).div_ceil(block);
         let mut f = outlining.open_chunk(&chunk);
         let _ = writeln!(f, "  {t} *const partial = ({t} *)ch->extra;");
@@ -391,22 +402,7 @@ impl KernelRenderer<'_> {
             "  {{ /* reduction split into {blocks} blocks of {block}, combined in block order */"
         );
         let _ = writeln!(out, "    {t} partial{n}[{blocks}];");
-        let _ = writeln!(
-            out,
-            "    const int64_t w = par && par->workers > 1 ? par->workers : 1;"
-        );
-        let _ = writeln!(
-            out,
-            "    {chunk_t} ch = {{ &vars, ({blocks} + w - 1) / w, partial{n} }};"
-        );
-        let _ = writeln!(
-            out,
-            "    const int64_t chunks = ({blocks} + ch.per - 1) / ch.per;"
-        );
-        let _ = writeln!(
-            out,
-            "    if (chunks > 1) par->run(par->pool, {chunk}, &ch, chunks); else {chunk}(&ch, 0);"
-        );
+        outlining.launch(&chunk, "", &blocks.to_string(), &format!("partial{n}"), out);
         let total = format!("sum{n}");
         let step = c_syntax::render_binop(
             plan.combine,

@@ -611,17 +611,17 @@ impl Default for ScheduleSettings {
 /// The schedule of a statement inside a loop's body: plain loops, or a reduction over several
 /// accumulators (never blocked: the enclosing loop is the one split over workers).
 pub fn body_schedule(item: &LowLevel, settings: &ScheduleSettings) -> Schedule {
-    let lanes = 4 * settings.f32_lanes;
-    match ReductionPlan::detect(item, lanes) {
-        Some(plan) if settings.enable_reductions => Schedule {
-            why: format!(
-                "its innermost loop reduces into one element: {lanes} accumulators (4 vectors) \
-                 break the dependency chain"
-            ),
+    match reduction_schedule(item, settings, "") {
+        Some(Schedule {
+            kind: ScheduleKind::Reduction(plan),
+            why,
+            ..
+        }) => Schedule {
             kind: ScheduleKind::Reduction(ReductionPlan {
                 blocks: None,
                 ..plan
             }),
+            why,
             parallel: None,
         },
         _ => Schedule {
@@ -630,6 +630,25 @@ pub fn body_schedule(item: &LowLevel, settings: &ScheduleSettings) -> Schedule {
             parallel: None,
         },
     }
+}
+
+/// The reduction schedule of a statement whose innermost loop reduces into one element, if
+/// reductions are enabled (its reason starts with `why_prefix`).
+fn reduction_schedule(
+    s: &LowLevel,
+    settings: &ScheduleSettings,
+    why_prefix: &str,
+) -> Option<Schedule> {
+    let plan = ReductionPlan::detect(s, 4 * settings.f32_lanes)?;
+    settings.enable_reductions.then(|| Schedule {
+        why: format!(
+            "{why_prefix}its innermost loop reduces into one element: {} accumulators (4 vectors) \
+             break the dependency chain",
+            plan.lanes
+        ),
+        kind: ScheduleKind::Reduction(plan),
+        parallel: None,
+    })
 }
 
 /// The schedule of every top-level statement, in order.
@@ -694,23 +713,11 @@ fn nest_schedule(
         }
     }
     let reduction = |why: String| {
-        let lanes = 4 * settings.f32_lanes;
-        match ReductionPlan::detect(s, lanes) {
-            Some(plan) if settings.enable_reductions => Schedule {
-                parallel: None,
-                why: format!(
-                    "{why}; its innermost loop reduces into one element: {} accumulators \
-                             (4 vectors) break the dependency chain",
-                    plan.lanes
-                ),
-                kind: ScheduleKind::Reduction(plan),
-            },
-            _ => Schedule {
-                kind: ScheduleKind::Loops,
-                why,
-                parallel: None,
-            },
-        }
+        reduction_schedule(s, settings, &format!("{why}; ")).unwrap_or(Schedule {
+            kind: ScheduleKind::Loops,
+            why,
+            parallel: None,
+        })
     };
     let Some(c) = Contraction::detect(s) else {
         return reduction("not a contraction".into());

@@ -20,86 +20,39 @@ pub(super) fn fuse_sibling_loops(code: LowLevel, settings: &ScheduleSettings) ->
         other => return other,
     };
     let mut out: Vec<LowLevel> = Vec::with_capacity(items.len());
+    // A zeroing waits: it goes before the loop it follows if the next loop fuses into that
+    // loop, else in place.
     let mut pending_zeroing: Option<LowLevel> = None;
     for item in items {
-        // A zeroing waits: it is emitted before the loop it follows if the next loop fuses
-        // into that loop, else in place.
         if let LowLevel::ZeroOut(_) = item {
-            if let Some(z) = pending_zeroing.take() {
-                out.push(z);
-            }
-            pending_zeroing = Some(item);
+            out.extend(pending_zeroing.replace(item));
             continue;
         }
-        let fused = match (out.last_mut(), &pending_zeroing) {
-            (Some(prev), zeroing) if fusable(prev, &item, zeroing.as_ref(), settings) => {
-                let prev = std::mem::replace(prev, LowLevel::Noop);
-                Some(fuse(prev, item))
-            }
-            _ => {
-                if let Some(z) = pending_zeroing.take() {
-                    out.push(z);
-                }
-                out.push(item);
-                None
-            }
-        };
-        if let Some(f) = fused {
-            *out.last_mut().expect("the loop fused into") = f;
+        if let Some(prev) = out.last_mut()
+            && let Some(joined) = fused(prev, &item, pending_zeroing.as_ref(), settings)
+        {
+            *prev = joined;
             if let Some(z) = pending_zeroing.take() {
-                let at = out.len() - 1;
-                out.insert(at, z);
+                out.insert(out.len() - 1, z);
             }
+            continue;
         }
+        out.extend(pending_zeroing.take());
+        out.push(item);
     }
-    if let Some(z) = pending_zeroing {
-        out.push(z);
-    }
+    out.extend(pending_zeroing);
     LowLevel::seq(out)
 }
 
-/// Whether `second` can run fused into `first` (with `zeroing`, if any, moved before `first`).
-fn fusable(
+/// `second` fused into `first` (its body appended under `first`'s loop), if that is legal:
+/// same range, neither a blocked contraction, `zeroing` (moved before `first`) not touching
+/// what `first` uses, and the fused body's iterations independent.
+fn fused(
     first: &LowLevel,
     second: &LowLevel,
     zeroing: Option<&LowLevel>,
     settings: &ScheduleSettings,
-) -> bool {
-    let (
-        LowLevel::For {
-            index: i1,
-            from: f1,
-            to: t1,
-            body: b1,
-        },
-        LowLevel::For {
-            index: i2,
-            from: f2,
-            to: t2,
-            body: b2,
-        },
-    ) = (first, second)
-    else {
-        return false;
-    };
-    if (f1, t1) != (f2, t2) || t1 - f1 < 2 || is_blocked_contraction(first, settings) {
-        return false;
-    }
-    if is_blocked_contraction(second, settings) {
-        return false;
-    }
-    if let Some(LowLevel::ZeroOut(z)) = zeroing
-        && first.nodes().contains(z)
-    {
-        return false;
-    }
-    let renamed = (**b2).clone().substitute(*i2, &AxisIndex::Iterator(*i1));
-    let body = LowLevel::Seq(vec![(**b1).clone(), renamed]);
-    iterations_independent(&body, *i1)
-}
-
-/// `second`'s body appended to `first`'s, under `first`'s loop (both checked by [`fusable`]).
-fn fuse(first: LowLevel, second: LowLevel) -> LowLevel {
+) -> Option<LowLevel> {
     let (
         LowLevel::For {
             index,
@@ -109,20 +62,34 @@ fn fuse(first: LowLevel, second: LowLevel) -> LowLevel {
         },
         LowLevel::For {
             index: i2,
+            from: f2,
+            to: t2,
             body: b2,
-            ..
         },
     ) = (first, second)
     else {
-        unreachable!("fuse is called on two loops");
+        return None;
     };
-    let renamed = b2.substitute(i2, &AxisIndex::Iterator(index));
-    LowLevel::For {
-        index,
-        from,
-        to,
-        body: Box::new(LowLevel::seq([*body, renamed])),
+    if (from, to) != (f2, t2)
+        || to - from < 2
+        || is_blocked_contraction(first, settings)
+        || is_blocked_contraction(second, settings)
+    {
+        return None;
     }
+    if let Some(LowLevel::ZeroOut(z)) = zeroing
+        && first.nodes().contains(z)
+    {
+        return None;
+    }
+    let renamed = (**b2).clone().substitute(*i2, &AxisIndex::Iterator(*index));
+    let body = LowLevel::seq([(**body).clone(), renamed]);
+    iterations_independent(&body, *index).then(|| LowLevel::For {
+        index: *index,
+        from: *from,
+        to: *to,
+        body: Box::new(body),
+    })
 }
 
 /// Whether the scheduler would run `stmt` as a blocked contraction.
