@@ -82,6 +82,25 @@ pub trait LoweredBackend: Send + Sync + Debug {
     fn schedule_settings(&self) -> arrayjit_ir::schedule::ScheduleSettings {
         arrayjit_ir::schedule::ScheduleSettings::default()
     }
+    /// What the run time of a schedule on this backend depends on (device model, compiler and
+    /// its flags, worker count): the schedule search keys the choices it stores with it.
+    /// Default: [`LoweredBackend::debug_info`].
+    fn machine_identity(&self) -> String {
+        self.debug_info()
+    }
+    /// The schedule choice stored under `key` (a hexadecimal hash) by
+    /// [`LoweredBackend::store_schedule_choice`]; `Ok(None)` when none is stored, `Err` with
+    /// why when a stored one cannot be read. Default: nothing is ever stored.
+    fn load_schedule_choice(&self, key: &str) -> std::result::Result<Option<String>, String> {
+        let _ = key;
+        Ok(None)
+    }
+    /// Stores a schedule choice (one line of text) under `key`, next to the backend's compile
+    /// cache; returns whether it was stored (`false`: the backend keeps no cache).
+    fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
+        let _ = (key, choice);
+        Ok(false)
+    }
     /// Bytes the memory planner leaves unused around every array of a pool on this backend
     /// (0: arrays packed tight; see [`LoweredBackend::guard_pool`]).
     fn pool_guard_bytes(&self) -> usize {
@@ -114,6 +133,12 @@ pub trait LoweredBackend: Send + Sync + Debug {
     ) -> Result<BufferHandle>;
     /// The live pools of a device: `(pool_id, size_in_bytes)`, by id.
     fn pools(&self, device: usize) -> Vec<(usize, usize)>;
+    /// The source [`LoweredBackend::compile_batch`] would compile for these routines, without
+    /// compiling it: equal sources make equal kernels. Default: the routines' loop code (for
+    /// backends without a renderer of their own).
+    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
+        Ok(routines.iter().map(|r| format!("{}\n", r.code)).collect())
+    }
     /// Compiles routines together (one library, one compilation).
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>>;
     /// Backend-specific debug information.

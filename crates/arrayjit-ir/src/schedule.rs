@@ -19,6 +19,9 @@ use crate::ops::{BinOp, TernOp};
 use crate::prec::Prec;
 use crate::tnode::Tnode;
 
+mod blocking;
+pub use blocking::{Blocking, ScheduleTuning};
+
 /// How one top-level statement runs, and why.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Schedule {
@@ -473,49 +476,6 @@ pub struct Dim {
     pub strides: [usize; 3],
 }
 
-/// Cache and register blocking of a matrix product.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Blocking {
-    /// Rows of the register tile (micro-kernel).
-    pub mr: usize,
-    /// Columns of the register tile: a multiple of the vector width.
-    pub nr: usize,
-    /// Rows of a packed block of the left factor (kept in L2).
-    pub mc: usize,
-    /// Depth of a packed block (a panel of `kc × nr` stays in L1).
-    pub kc: usize,
-    /// Columns of a packed block of the right factor (kept in L3).
-    pub nc: usize,
-}
-
-impl Blocking {
-    /// Blocking for a CPU with `lanes` elements per vector of `elem_bytes`-byte values, the
-    /// given vector registers, and L1/L2/L3 data cache sizes (0 where unknown): the register
-    /// tile uses at most two thirds of the registers for accumulators; a `kc × nr` panel of the
-    /// right factor fills L1 (measured: on a 48 KiB L1 with AVX-512, kc 384 ran matmul 2048
-    /// 13% faster than half of L1, kc 192, by halving the read-modify-write passes over C);
-    /// an `mc × kc` block of the left factor half of L2; a `kc × nc` block of the right factor
-    /// half of L3.
-    pub fn for_cpu(
-        lanes: usize,
-        registers: usize,
-        elem_bytes: usize,
-        caches: [usize; 3],
-    ) -> Blocking {
-        let lanes = lanes.max(1);
-        let nr = 2 * lanes;
-        // Accumulators: mr × 2 vectors, plus 2 for the right panel and 1 broadcast.
-        let mr = (registers.saturating_sub(3) / 2).clamp(1, 12);
-        let l1 = if caches[0] > 0 { caches[0] } else { 32 << 10 };
-        let l2 = if caches[1] > 0 { caches[1] } else { 256 << 10 };
-        let l3 = if caches[2] > 0 { caches[2] } else { 4 << 20 };
-        let kc = (l1 / (nr * elem_bytes)).clamp(64, 512) / 8 * 8;
-        let mc = ((l2 / 2 / (kc * elem_bytes)) / mr).clamp(1, 64) * mr;
-        let nc = ((l3 / 2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
-        Blocking { mr, nr, mc, kc, nc }
-    }
-}
-
 /// A blocked matrix product per batch element: `out[b, m, n] += lhs[b, m, k] · rhs[b, k, n]`
 /// over general strides.
 #[derive(Clone, Debug, PartialEq)]
@@ -591,6 +551,9 @@ pub struct ScheduleSettings {
     /// total is compiled with moderate optimization: the compiler's heaviest loop passes would
     /// cost more compile time than they could save at run time.
     pub light_kernel_iterations: u64,
+    /// Choices varied around the heuristics (register tile, cache blocks, reduction
+    /// accumulators); the default is the heuristics. The schedule search sets it.
+    pub tuning: ScheduleTuning,
 }
 
 impl Default for ScheduleSettings {
@@ -604,6 +567,7 @@ impl Default for ScheduleSettings {
             enable_reductions: true,
             min_parallel_iterations: 1 << 18,
             light_kernel_iterations: 1 << 20,
+            tuning: ScheduleTuning::default(),
         }
     }
 }
@@ -639,11 +603,12 @@ fn reduction_schedule(
     settings: &ScheduleSettings,
     why_prefix: &str,
 ) -> Option<Schedule> {
-    let plan = ReductionPlan::detect(s, 4 * settings.f32_lanes)?;
+    let vectors = settings.tuning.reduction_vectors;
+    let plan = ReductionPlan::detect(s, settings.tuning.reduction_lanes(settings.f32_lanes))?;
     settings.enable_reductions.then(|| Schedule {
         why: format!(
-            "{why_prefix}its innermost loop reduces into one element: {} accumulators (4 vectors) \
-             break the dependency chain",
+            "{why_prefix}its innermost loop reduces into one element: {} accumulators ({vectors} \
+             vectors) break the dependency chain",
             plan.lanes
         ),
         kind: ScheduleKind::Reduction(plan),
@@ -736,6 +701,7 @@ fn nest_schedule(
     let blocking = *cache.entry(elem).or_insert_with(|| {
         let lanes = settings.f32_lanes * 4 / elem;
         Blocking::for_cpu(lanes, settings.vector_registers, elem, settings.cache_bytes)
+            .tuned(&settings.tuning)
     });
     match c.gemm(blocking) {
         Some(g) => Schedule {

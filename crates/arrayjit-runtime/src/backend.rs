@@ -9,8 +9,11 @@ use arrayjit_backends::cc::{CcBackend, CcConfig};
 use arrayjit_backends::missing::MissingBackend;
 use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, optimize};
 
+use arrayjit_backends::settings;
+
 use crate::host_sync::SharedArrays;
 use crate::scheduler::SchedulerKind;
+use crate::search::{self, ScheduleChoice, SearchReport, SearchSettings};
 
 use crate::routine::Code;
 use crate::stream::Stream;
@@ -234,6 +237,8 @@ pub(crate) struct BackendInner {
     pub next_pool_id: AtomicUsize,
     /// Largest pool the planner allocates.
     pub max_pool_bytes: AtomicUsize,
+    /// Schedule search: on/off (`None`: `ARRAYJIT_SEARCH`) and how candidates are timed.
+    pub search: Mutex<(Option<bool>, SearchSettings)>,
 }
 
 /// A backend: a lowered backend with a scheduler (`Sync` or `Multicore`).
@@ -279,6 +284,7 @@ impl Backend {
                 strategy,
                 next_pool_id: AtomicUsize::new(0),
                 max_pool_bytes: AtomicUsize::new(1 << 30),
+                search: Mutex::new((None, SearchSettings::default())),
             }),
         }
     }
@@ -375,7 +381,9 @@ impl Backend {
         Ok(codes.pop().expect("one routine in, one code out"))
     }
 
-    /// Optimizes several routines and compiles them together (one compiler run).
+    /// Optimizes several routines and compiles them together (one compiler run). With the
+    /// schedule search on ([`Backend::schedule_search_enabled`]), each routine uses its stored
+    /// schedule choice, searched first where none is stored (see [`crate::search`]).
     pub fn compile_batch(
         &self,
         routines: &[(&str, &Assignments)],
@@ -383,9 +391,35 @@ impl Backend {
     ) -> Result<Vec<Code>> {
         self.check_available()?;
         let settings = self.optimize_settings();
+        let search = self.schedule_search_enabled()?;
         let optimized = routines
             .iter()
-            .map(|(name, a)| optimize(name, bindings, a, &settings).map(Arc::new))
+            .map(|&(name, a)| {
+                let heuristic = optimize(name, bindings, a, &settings)?;
+                if !search {
+                    return Ok(Arc::new(heuristic));
+                }
+                let lowered = self.inner.lowered.as_ref();
+                let choice = match search::stored_choice(lowered, &heuristic) {
+                    Some(choice) => choice,
+                    None => {
+                        let report = search::search(
+                            lowered,
+                            (name, a, bindings),
+                            &settings,
+                            &heuristic,
+                            &self.search_settings(),
+                        )?;
+                        tracing::info!("{report}");
+                        report.winner
+                    }
+                };
+                if choice == ScheduleChoice::of(&settings) {
+                    Ok(Arc::new(heuristic))
+                } else {
+                    optimize(name, bindings, a, &choice.apply(&settings)).map(Arc::new)
+                }
+            })
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<&arrayjit_ir::Optimized> = optimized.iter().map(|o| o.as_ref()).collect();
         let batch = self.inner.lowered.compile_batch(&refs)?;
@@ -399,6 +433,73 @@ impl Backend {
                 optimized,
             })
             .collect())
+    }
+
+    /// Turns the schedule search on or off for [`Backend::compile`]; `None` (the default)
+    /// follows `ARRAYJIT_SEARCH` (a yes/no setting, off when unset).
+    pub fn set_schedule_search(&self, on: Option<bool>) {
+        self.inner
+            .search
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0 = on;
+    }
+
+    /// Whether compiling uses searched schedule choices: the value given to
+    /// [`Backend::set_schedule_search`], else `ARRAYJIT_SEARCH` (an invalid value is an
+    /// [`Error::InvalidSetting`]).
+    pub fn schedule_search_enabled(&self) -> Result<bool> {
+        match self
+            .inner
+            .search
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+        {
+            Some(on) => Ok(on),
+            None => settings::flag(&settings::process_env, "ARRAYJIT_SEARCH", false),
+        }
+    }
+
+    /// How the schedule search times candidates.
+    pub fn search_settings(&self) -> SearchSettings {
+        self.inner
+            .search
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
+    /// Replaces how the schedule search times candidates.
+    pub fn set_search_settings(&self, settings: SearchSettings) {
+        self.inner
+            .search
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1 = settings;
+    }
+
+    /// Searches the schedules of one routine now, whether or not a choice is stored: times
+    /// the heuristics' schedule and variants of it (see [`crate::search`]), stores the fastest
+    /// next to the compile cache, and reports every candidate. [`Backend::compile`] uses the
+    /// stored choice when the search is on.
+    pub fn search_schedule(
+        &self,
+        name: &str,
+        assignments: &Assignments,
+        bindings: &[StaticSymbol],
+    ) -> Result<SearchReport> {
+        self.check_available()?;
+        let settings = self.optimize_settings();
+        let heuristic = optimize(name, bindings, assignments, &settings)?;
+        search::search(
+            self.inner.lowered.as_ref(),
+            (name, assignments, bindings),
+            &settings,
+            &heuristic,
+            &self.search_settings(),
+        )
     }
 
     /// Backend-specific debug information.

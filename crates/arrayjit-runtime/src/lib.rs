@@ -18,6 +18,7 @@ pub mod data_parallel;
 mod host_sync;
 mod routine;
 pub mod scheduler;
+pub mod search;
 mod stream;
 
 pub use backend::{
@@ -29,6 +30,7 @@ pub use context::{Context, MergeBufferUse};
 pub use data_parallel::DataParallel;
 pub use routine::{Code, Routine};
 pub use scheduler::{Event, SchedulerKind};
+pub use search::{ScheduleChoice, SearchReport, SearchSettings};
 pub use stream::Stream;
 
 #[cfg(test)]

@@ -59,6 +59,10 @@ enum Command {
         /// `compile`).
         #[arg(long, default_value = "")]
         only: String,
+        /// Search each workload's schedules first (times variants of the heuristics' schedule,
+        /// stores the fastest next to the compile cache) and run the winners.
+        #[arg(long)]
+        search: bool,
     },
 }
 
@@ -148,11 +152,13 @@ fn main() -> ExitCode {
             python,
             no_peers,
             only,
+            search,
         } => arrayjit::bench::run(&arrayjit::bench::BenchConfig {
             quick,
             python,
             no_peers,
             only,
+            search,
         })
         .map(|table| print!("{table}")),
     };

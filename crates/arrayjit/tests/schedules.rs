@@ -1,19 +1,29 @@
 //! Schedules on the CPU backends (issue "schedules as data"): a blocked contraction gives the
 //! same bits whatever the number of workers of the device and whichever backend runs it, and
-//! the worker count is a checked setting.
+//! the worker count is a checked setting. The schedule search (item 6) times the heuristics
+//! and variants, stores the winner next to the compile cache, and compiling with the search on
+//! uses the stored choice — which changes how the kernel runs, never what it computes; a
+//! damaged stored choice costs a new search, never a failure.
 
-use arrayjit::backends::cc::CcConfig;
-use arrayjit::ir::schedule::ScheduleKind;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrayjit::backends::cc::{CcBackend, CcConfig};
+use arrayjit::ir::schedule::{ScheduleKind, ScheduleTuning};
 use arrayjit::prelude::*;
-use arrayjit::runtime::{RuntimeConfig, backend_with_config};
+use arrayjit::runtime::{
+    Backend, Code, RuntimeConfig, ScheduleChoice, SearchSettings, backend_with_config,
+};
+
+/// Deterministic fractional values (so summation order shows in the bits).
+fn values(len: usize, seed: usize) -> Vec<f64> {
+    (0..len)
+        .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f64 / 333.0 - 1.5)
+        .collect()
+}
 
 /// `c = a · b` for `[m, k] × [k, n]` with fractional values (so summation order matters).
 fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
-    let values = |len: usize, seed: usize| -> Vec<f64> {
-        (0..len)
-            .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f64 / 333.0 - 1.5)
-            .collect()
-    };
     let a = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
     a.set_values(&values(m * k, 1)).unwrap();
     let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
@@ -30,6 +40,15 @@ fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
     )
     .unwrap();
     (program, c)
+}
+
+/// The product of [`product`]'s factors (rounded to f32, as the kernel reads them), in f64.
+fn product_reference(m: usize, k: usize, n: usize) -> Vec<f64> {
+    let f32s = |v: Vec<f64>| -> Vec<f64> { v.iter().map(|&x| x as f32 as f64).collect() };
+    let (a, b) = (f32s(values(m * k, 1)), f32s(values(k * n, 2)));
+    (0..m * n)
+        .map(|e| (0..k).map(|p| a[e / n * k + p] * b[p * n + e % n]).sum())
+        .collect()
 }
 
 fn run_with_workers(backend_name: &str, workers: usize) -> Vec<u32> {
@@ -358,4 +377,156 @@ fn a_scratch_slot_outside_the_buffer_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("outside the scratch buffer"), "{err}");
+}
+
+/// A `sync_cc` backend with its own compile cache (and so its own store of choices), timing
+/// candidates briefly.
+fn searching_backend(cache: &std::path::Path) -> Backend {
+    let mut config = CcConfig::from_env().unwrap();
+    config.cache_dir = Some(cache.to_path_buf());
+    let b = Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config).unwrap()));
+    b.set_search_settings(SearchSettings {
+        batch_time: Duration::from_millis(1),
+        batches: 1,
+        max_compiles: 4,
+        ..SearchSettings::default()
+    });
+    b
+}
+
+fn run(b: &Backend, program: &Assignments, c: &Tnode) -> (Vec<f64>, Code) {
+    let code = b.compile("product", program, &[]).unwrap();
+    let stream = b.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    routine.run().unwrap();
+    stream.await_work().unwrap();
+    (c.get_values().unwrap(), code)
+}
+
+fn assert_close(got: &[f64], expected: &[f64]) {
+    assert_eq!(got.len(), expected.len());
+    for (i, (g, e)) in got.iter().zip(expected).enumerate() {
+        assert!(
+            (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+            "element {i}: {g} vs {e}"
+        );
+    }
+}
+
+/// The register-tile height of the routine's blocked product.
+fn tile_rows(code: &Code) -> usize {
+    code.optimized()
+        .schedules
+        .iter()
+        .find_map(|s| match &s.kind {
+            ScheduleKind::Contraction(g) => Some(g.blocking.mr),
+            _ => None,
+        })
+        .expect("a blocked product")
+}
+
+#[test]
+fn a_search_times_candidates_and_stores_the_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = searching_backend(dir.path());
+    let (program, _) = product(67, 45, 71);
+    let report = b.search_schedule("product", &program, &[]).unwrap();
+    let text = report.to_string();
+    assert_eq!(report.candidates[0].note, "the heuristics", "{text}");
+    assert!(report.candidates[0].seconds.unwrap() > 0.0, "{text}");
+    // The heuristics plus three compiled variants (the limit), some merely the same kernels.
+    let compiled = report
+        .candidates
+        .iter()
+        .filter(|c| c.note.starts_with("timed"))
+        .count();
+    assert_eq!(compiled, 3, "{text}");
+    assert!(report.stored, "{text}");
+    assert!(text.contains("winner: "), "{text}");
+    // The store holds the winner, in the form it is parsed back from.
+    let stored = b
+        .lowered()
+        .load_schedule_choice(&report.key)
+        .unwrap()
+        .unwrap();
+    assert_eq!(ScheduleChoice::parse(&stored), Ok(report.winner));
+}
+
+#[test]
+fn compiling_with_the_search_on_uses_the_stored_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = searching_backend(dir.path());
+    let (program, c) = product(67, 45, 71);
+    let expected = product_reference(67, 45, 71);
+    let (heuristic_values, heuristic_code) = run(&b, &program, &c);
+    assert_close(&heuristic_values, &expected);
+    // Store a choice unlike the heuristics' under the routine's key (as a search would).
+    let key = b.search_schedule("product", &program, &[]).unwrap().key;
+    let rows = if tile_rows(&heuristic_code) == 3 {
+        5
+    } else {
+        3
+    };
+    let choice = ScheduleChoice {
+        tuning: ScheduleTuning {
+            register_rows: Some(rows),
+            block_scale_log2: [-1, -2, 0],
+            reduction_vectors: 2,
+        },
+        loop_fusion: true,
+    };
+    assert!(
+        b.lowered()
+            .store_schedule_choice(&key, &choice.to_string())
+            .unwrap()
+    );
+    // Search off (the default here): the store is not consulted.
+    b.set_schedule_search(Some(false));
+    assert_eq!(
+        tile_rows(&run(&b, &program, &c).1),
+        tile_rows(&heuristic_code)
+    );
+    // Search on: the stored choice is used, and the product is still right.
+    b.set_schedule_search(Some(true));
+    let (tuned_values, tuned_code) = run(&b, &program, &c);
+    assert_eq!(tile_rows(&tuned_code), rows);
+    assert_close(&tuned_values, &expected);
+}
+
+#[test]
+fn a_damaged_stored_choice_means_searching_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = searching_backend(dir.path());
+    let (program, c) = product(33, 40, 65);
+    let expected = product_reference(33, 40, 65);
+    let key = b.search_schedule("product", &program, &[]).unwrap().key;
+    let path = dir.path().join("schedules").join(format!("{key}.txt"));
+    std::fs::write(&path, "register_rows=99 nonsense").unwrap();
+    b.set_schedule_search(Some(true));
+    let (got, _) = run(&b, &program, &c);
+    assert_close(&got, &expected);
+    // The new search stored a valid choice again.
+    let stored = std::fs::read_to_string(&path).unwrap();
+    assert!(ScheduleChoice::parse(&stored).is_ok(), "{stored}");
+}
+
+#[test]
+fn routines_without_knobs_compile_once() {
+    // An elementwise routine: no product, no reduction; every variant renders the same source.
+    let dir = tempfile::tempdir().unwrap();
+    let b = searching_backend(dir.path());
+    let x = Tnode::new(Prec::F32, &[1000], &["x"]).unwrap();
+    x.set_values(&values(1000, 3)).unwrap();
+    let y = Tnode::new(Prec::F32, &[1000], &["y"]).unwrap();
+    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    let program = Assignments::pointwise_unop(&y, UnOp::Relu, &x);
+    let report = b.search_schedule("relu", &program, &[]).unwrap();
+    assert!(
+        report.candidates[1..]
+            .iter()
+            .all(|c| c.note == "the same kernels as an earlier candidate"),
+        "{report}"
+    );
+    assert_eq!(report.speedup(), Some(1.0), "{report}");
 }

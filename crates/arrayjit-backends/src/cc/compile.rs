@@ -92,7 +92,7 @@ pub(super) fn compiler_identity(compiler: &str, timeout: Duration) -> Result<Str
 }
 
 /// What identifies this CPU for `-march=native` code: model and feature flags.
-fn cpu_identity() -> &'static str {
+pub(super) fn cpu_identity() -> &'static str {
     static CPU: OnceLock<String> = OnceLock::new();
     CPU.get_or_init(|| {
         let info = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -114,7 +114,7 @@ fn cpu_identity() -> &'static str {
 
 /// Ensures `dir` exists, belongs to this user and is private (mode 0700); returns an error
 /// explaining the problem otherwise.
-fn private_dir(dir: &Path) -> Result<()> {
+pub(super) fn private_dir(dir: &Path) -> Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -310,7 +310,7 @@ fn open_verified(path: &Path, key: &str) -> std::result::Result<fs::File, String
     Ok(f)
 }
 
-fn unique_suffix() -> String {
+pub(super) fn unique_suffix() -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     format!(
         "{}-{}",

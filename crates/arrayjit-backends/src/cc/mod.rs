@@ -3,6 +3,7 @@
 //! Libraries are cached by a hash of (source, compiler, flags, CPU) in a private per-user folder.
 
 mod compile;
+mod schedule_store;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -286,6 +287,35 @@ impl LoweredBackend for CcBackend {
         }
     }
 
+    /// The compiler, its version and flags, the CPU's model and features, and the worker count.
+    fn machine_identity(&self) -> String {
+        format!(
+            "cc `{}` ({}) flags {:?} on {} with {} worker(s)",
+            self.config.compiler,
+            compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
+                .unwrap_or_default(),
+            self.config.flags,
+            compile::cpu_identity(),
+            self.workers.first().map_or(1, WorkerPool::workers)
+        )
+    }
+
+    fn load_schedule_choice(&self, key: &str) -> std::result::Result<Option<String>, String> {
+        match &self.config.cache_dir {
+            Some(dir) => schedule_store::load(&schedule_store::folder(dir), key),
+            None => Ok(None),
+        }
+    }
+
+    fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
+        match &self.config.cache_dir {
+            Some(dir) => {
+                schedule_store::store(&schedule_store::folder(dir), key, choice).map(|()| true)
+            }
+            None => Ok(false),
+        }
+    }
+
     fn check_available(&self) -> Result<()> {
         compile::compiler_identity(&self.config.compiler, self.config.compile_timeout).map(|_| ())
     }
@@ -445,6 +475,10 @@ impl LoweredBackend for CcBackend {
                 .map(|(id, b)| (*id, b.size_in_bytes()))
                 .collect()
         })
+    }
+
+    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
+        Ok(render_program(&self.syntax, routines)?.full_source())
     }
 
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {

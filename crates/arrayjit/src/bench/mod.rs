@@ -34,6 +34,8 @@ pub struct BenchConfig {
     /// Run only the workloads whose name contains this text (`compile` selects the compile-latency
     /// line); all when empty.
     pub only: String,
+    /// Search the schedules of each workload first and run the winners.
+    pub search: bool,
 }
 
 /// Times per workload and column (seconds), and notes.
@@ -58,8 +60,12 @@ pub fn run(config: &BenchConfig) -> Result<String> {
     let mut results = Results::default();
     for name in BACKENDS {
         let backend = arrayjit_runtime::backend(name)?;
+        backend.set_schedule_search(Some(config.search));
         for w in &list {
             eprintln!("arrayjit {name}: {} ...", w.name);
+            if config.search {
+                eprintln!("{}", workloads::search_workload(&backend, &w.name)?);
+            }
             let t = workloads::time_workload(&backend, &w.name)?;
             results
                 .times

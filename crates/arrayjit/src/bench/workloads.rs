@@ -150,6 +150,25 @@ pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
     )
 }
 
+/// Searches the schedules of a workload's routines (the MLP step: its training routine) and
+/// reports the candidates.
+pub fn search_workload(backend: &Backend, name: &str) -> Result<String> {
+    if name == MLP {
+        // The classifier compiles its routines with the search on, which searches them.
+        let t = Instant::now();
+        mlp_classifier(backend)?;
+        return Ok(format!(
+            "schedules of the MLP step's routines searched or loaded in {:.1} s",
+            t.elapsed().as_secs_f64()
+        ));
+    }
+    let outputs = build(name)?;
+    let refs: Vec<&Tensor> = outputs.iter().collect();
+    Ok(backend
+        .search_schedule("bench", &forward_program(&refs), &[])?
+        .to_string())
+}
+
 /// The MLP of the table (784-256-256-10, softmax cross-entropy, SGD) on 4 batches of 256 random
 /// rows, built, compiled and linked; and its number of batches.
 pub fn mlp_classifier(backend: &Backend) -> Result<(Classifier, usize)> {

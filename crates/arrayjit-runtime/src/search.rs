@@ -1,0 +1,594 @@
+//! Schedule search: times variants of a routine's schedules on its backend and keeps the
+//! fastest, stored next to the compile cache so later processes on the same machine reuse it.
+//!
+//! Semantics:
+//! - The heuristics (from the device's description) always come first; a variant replaces the
+//!   best so far only when it is faster by at least [`SearchSettings::min_gain`], and still is
+//!   when both are timed again, so noise does not move the choice away from the heuristics.
+//! - Variants are a [`ScheduleChoice`]: the register tile and cache blocks of blocked products,
+//!   the accumulators of vectorized reductions, and whether loops are fused. The search walks
+//!   one knob at a time (coordinate descent), keeping the best value of each before the next.
+//!   Variants whose rendered source equals one already timed are not compiled again, so a
+//!   routine without products or reductions costs one compilation.
+//! - A candidate runs on zero-filled buffers of the routine's own sizes on device 0, with every
+//!   static index at 0: routines never index memory by data, so the work does not depend on
+//!   the values. Nothing the user holds (contexts, arrays) is touched.
+//! - A schedule changes results only by float reassociation in a fixed order; any choice is
+//!   valid for any routine (stored numbers are clamped where they are used), so a damaged or
+//!   stale stored choice can cost speed, never correctness. One that does not parse is
+//!   ignored (with a warning) and searched again.
+//! - Compiling with search on ([`Backend::set_schedule_search`], or `ARRAYJIT_SEARCH=1`) uses
+//!   the stored choice of each routine, searching first where none is stored. With search off
+//!   (the default), stored choices are not consulted: results never change behind the user's
+//!   back because some earlier process searched.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use arrayjit_backends::{BufferHandle, CompiledBatch, LoweredBackend};
+use arrayjit_ir::schedule::ScheduleTuning;
+use arrayjit_ir::{
+    Assignments, Error, OptimizeSettings, Optimized, Result, StaticSymbol, optimize,
+};
+
+/// What the search varies: the schedule tuning and loop fusion. Applied over the backend's
+/// optimizer settings, it replaces only these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ScheduleChoice {
+    /// Register tile, cache blocks and reduction accumulators.
+    pub tuning: ScheduleTuning,
+    /// Fuse sibling loops (see `OptimizeSettings::enable_loop_fusion`).
+    pub loop_fusion: bool,
+}
+
+impl ScheduleChoice {
+    /// The choice the settings make now.
+    pub fn of(settings: &OptimizeSettings) -> ScheduleChoice {
+        ScheduleChoice {
+            tuning: settings.schedule.tuning,
+            loop_fusion: settings.enable_loop_fusion,
+        }
+    }
+
+    /// The settings with this choice in place of theirs.
+    pub fn apply(&self, settings: &OptimizeSettings) -> OptimizeSettings {
+        let mut s = settings.clone();
+        s.schedule.tuning = self.tuning;
+        s.enable_loop_fusion = self.loop_fusion;
+        s
+    }
+
+    /// Parses what [`ScheduleChoice`]'s `Display` writes, checking every field's range.
+    pub fn parse(text: &str) -> std::result::Result<ScheduleChoice, String> {
+        let mut choice = ScheduleChoice {
+            tuning: ScheduleTuning::default(),
+            loop_fusion: true,
+        };
+        let mut seen = [false; 6];
+        for field in text.split_whitespace() {
+            let (name, value) = field
+                .split_once('=')
+                .ok_or_else(|| format!("`{field}` is not name=value"))?;
+            let int = |lo: i64, hi: i64| -> std::result::Result<i64, String> {
+                value
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|v| (lo..=hi).contains(v))
+                    .ok_or_else(|| format!("{name}={value}: expected a number from {lo} to {hi}"))
+            };
+            let max_shift = ScheduleTuning::MAX_BLOCK_SCALE_LOG2 as i64;
+            let slot = match name {
+                "register_rows" => {
+                    choice.tuning.register_rows = match value {
+                        "auto" => None,
+                        _ => Some(int(1, ScheduleTuning::MAX_REGISTER_ROWS as i64)? as usize),
+                    };
+                    0
+                }
+                "mc_log2" | "kc_log2" | "nc_log2" => {
+                    let axis = ["mc_log2", "kc_log2", "nc_log2"]
+                        .iter()
+                        .position(|n| *n == name)
+                        .unwrap_or(0);
+                    choice.tuning.block_scale_log2[axis] = int(-max_shift, max_shift)? as i8;
+                    1 + axis
+                }
+                "reduction_vectors" => {
+                    choice.tuning.reduction_vectors =
+                        int(1, ScheduleTuning::MAX_REDUCTION_VECTORS as i64)? as usize;
+                    4
+                }
+                "loop_fusion" => {
+                    choice.loop_fusion = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(format!("loop_fusion={value}: expected on or off")),
+                    };
+                    5
+                }
+                _ => return Err(format!("unknown field `{name}`")),
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return Err(format!("field `{name}` given twice"));
+            }
+        }
+        if seen.iter().all(|s| *s) {
+            Ok(choice)
+        } else {
+            Err(format!("incomplete choice `{}`", text.trim()))
+        }
+    }
+}
+
+impl fmt::Display for ScheduleChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.tuning;
+        match t.register_rows {
+            Some(r) => write!(f, "register_rows={r}")?,
+            None => write!(f, "register_rows=auto")?,
+        }
+        let [mc, kc, nc] = t.block_scale_log2;
+        write!(
+            f,
+            " mc_log2={mc} kc_log2={kc} nc_log2={nc} reduction_vectors={} loop_fusion={}",
+            t.reduction_vectors,
+            if self.loop_fusion { "on" } else { "off" }
+        )
+    }
+}
+
+/// How long and how carefully the search times candidates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchSettings {
+    /// One timing batch repeats the kernel until it has run at least this long.
+    pub batch_time: Duration,
+    /// Timing batches per candidate; a candidate's time is its fastest batch's mean.
+    pub batches: usize,
+    /// A variant replaces the best so far only if faster by at least this fraction.
+    pub min_gain: f64,
+    /// The most candidates compiled (the heuristics included).
+    pub max_compiles: usize,
+    /// No new candidate is started after the search has run this long.
+    pub time_budget: Duration,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        SearchSettings {
+            batch_time: Duration::from_millis(20),
+            batches: 3,
+            min_gain: 0.05,
+            max_compiles: 16,
+            time_budget: Duration::from_secs(60),
+        }
+    }
+}
+
+/// One candidate of a search.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// What it varied.
+    pub choice: ScheduleChoice,
+    /// Seconds per run (`None`: it could not be compiled or run; see `note`).
+    pub seconds: Option<f64>,
+    /// What happened: timed, the same code as an earlier candidate, or why it failed.
+    pub note: String,
+}
+
+/// What a search (or a lookup of a stored choice) found for one routine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchReport {
+    /// The routine's name.
+    pub routine: String,
+    /// The key its choice is stored under (a hash of the routine's code and the machine).
+    pub key: String,
+    /// The choice came from the store; no candidate was timed.
+    pub from_store: bool,
+    /// The choice was written to the store (false without a compile cache).
+    pub stored: bool,
+    /// Every candidate, the heuristics first.
+    pub candidates: Vec<Candidate>,
+    /// The choice compiling uses.
+    pub winner: ScheduleChoice,
+}
+
+impl SearchReport {
+    /// Seconds per run of the heuristics' schedule and of the winner's (when timed).
+    pub fn speedup(&self) -> Option<f64> {
+        let heuristic = self.candidates.first()?.seconds?;
+        let best = self
+            .candidates
+            .iter()
+            .filter(|c| c.choice == self.winner)
+            .find_map(|c| c.seconds)?;
+        Some(heuristic / best)
+    }
+}
+
+impl fmt::Display for SearchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.from_store {
+            return write!(
+                f,
+                "schedule of {}: stored choice {} (key {})",
+                self.routine,
+                self.winner,
+                &self.key[..16.min(self.key.len())]
+            );
+        }
+        writeln!(
+            f,
+            "schedule search for {} ({} candidates):",
+            self.routine,
+            self.candidates.len()
+        )?;
+        for c in &self.candidates {
+            let time = c
+                .seconds
+                .map_or("      -".to_string(), |s| format!("{:9.3} ms", s * 1e3));
+            let mark = if c.choice == self.winner { "*" } else { " " };
+            writeln!(f, "  {mark} {time}  {}  ({})", c.choice, c.note)?;
+        }
+        write!(
+            f,
+            "  winner: {}{}{}",
+            self.winner,
+            self.speedup()
+                .map_or(String::new(), |s| format!(", {s:.2}x the heuristics")),
+            if self.stored { ", stored" } else { "" }
+        )
+    }
+}
+
+/// The key a routine's choice is stored under: a hash of the machine and of the source the
+/// backend renders for the routine as the heuristics optimize it (renderers name loop indices
+/// canonically, so the same program gives the same key in every process).
+pub(crate) fn routine_key(lowered: &dyn LoweredBackend, heuristic: &Optimized) -> Result<String> {
+    let mut h = blake3::Hasher::new();
+    for part in [
+        "arrayjit schedule choice v1",
+        &lowered.machine_identity(),
+        &lowered.render_source(&[heuristic])?,
+    ] {
+        h.update(part.as_bytes());
+        h.update(&[0]);
+    }
+    for b in &heuristic.bindings {
+        h.update(format!("{} {}", b.name, b.range).as_bytes());
+    }
+    Ok(h.finalize().to_hex().to_string())
+}
+
+/// One thing the search varies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Knob {
+    LoopFusion,
+    ReductionVectors,
+    RegisterRows,
+    /// A cache block: 0 `mc`, 1 `kc`, 2 `nc`.
+    Block(usize),
+}
+
+impl Knob {
+    /// The knobs in the order they are tried from `start`: fusion only when it is on (a user
+    /// who turned it off is not overruled), kc first (it sets the L1 panel), then mc (L2),
+    /// then nc (L3).
+    fn all(start: ScheduleChoice) -> Vec<Knob> {
+        let mut knobs = Vec::new();
+        if start.loop_fusion {
+            knobs.push(Knob::LoopFusion);
+        }
+        knobs.extend([
+            Knob::ReductionVectors,
+            Knob::RegisterRows,
+            Knob::Block(1),
+            Knob::Block(0),
+            Knob::Block(2),
+        ]);
+        knobs
+    }
+
+    /// The variants of `from` in this knob alone (`from` itself left out).
+    fn variants(self, from: ScheduleChoice) -> Vec<ScheduleChoice> {
+        let vary = |f: &dyn Fn(&mut ScheduleChoice)| {
+            let mut c = from;
+            f(&mut c);
+            c
+        };
+        let mut out = match self {
+            Knob::LoopFusion => vec![vary(&|c| c.loop_fusion = !from.loop_fusion)],
+            Knob::ReductionVectors => [2, 4, 8]
+                .map(|v| vary(&|c| c.tuning.reduction_vectors = v))
+                .to_vec(),
+            Knob::RegisterRows => [None, Some(4), Some(6), Some(8)]
+                .map(|r| vary(&|c| c.tuning.register_rows = r))
+                .to_vec(),
+            Knob::Block(axis) => [-1i8, 1]
+                .map(|d| {
+                    vary(&|c| {
+                        let s = &mut c.tuning.block_scale_log2[axis];
+                        *s = (*s + d).clamp(
+                            -ScheduleTuning::MAX_BLOCK_SCALE_LOG2,
+                            ScheduleTuning::MAX_BLOCK_SCALE_LOG2,
+                        );
+                    })
+                })
+                .to_vec(),
+        };
+        out.retain(|c| *c != from);
+        out
+    }
+}
+
+/// A compiled candidate: its source and kernels, and its timings so far.
+struct Timed {
+    source: String,
+    batch: Arc<dyn CompiledBatch>,
+    seconds: f64,
+}
+
+/// Times candidates of one routine and returns the report (with the winner stored when the
+/// backend has a cache). `base` holds the backend's settings (its choice is the heuristics)
+/// and `heuristic` the routine optimized with them.
+pub(crate) fn search(
+    lowered: &dyn LoweredBackend,
+    (name, assignments, bindings): (&str, &Assignments, &[StaticSymbol]),
+    base: &OptimizeSettings,
+    heuristic: &Optimized,
+    settings: &SearchSettings,
+) -> Result<SearchReport> {
+    let started = Instant::now();
+    let key = routine_key(lowered, heuristic)?;
+    let start = ScheduleChoice::of(base);
+    let mut timed: Vec<Timed> = Vec::new();
+    // Compiles (or finds among those timed) and times one candidate; returns its index in
+    // `timed` and whether it was new.
+    let evaluate = |o: &Optimized, timed: &mut Vec<Timed>| -> Result<(usize, bool)> {
+        let source = lowered.render_source(&[o])?;
+        if let Some(i) = timed.iter().position(|t| t.source == source) {
+            return Ok((i, false));
+        }
+        let batch = lowered.compile_batch(&[o])?;
+        let seconds = time_kernel(lowered, batch.as_ref(), settings)?;
+        timed.push(Timed {
+            source,
+            batch,
+            seconds,
+        });
+        Ok((timed.len() - 1, true))
+    };
+    // The heuristics first: failing here is the routine's own failure.
+    let (mut best_at, _) = evaluate(heuristic, &mut timed)?;
+    let mut candidates = vec![Candidate {
+        choice: start,
+        seconds: Some(timed[best_at].seconds),
+        note: "the heuristics".into(),
+    }];
+    let mut best = start;
+    // Coordinate descent: each knob's variants are tried on the best choice so far.
+    'knobs: for knob in Knob::all(start) {
+        for choice in knob.variants(best) {
+            if candidates.iter().any(|c| c.choice == choice) {
+                continue;
+            }
+            if timed.len() >= settings.max_compiles || started.elapsed() >= settings.time_budget {
+                break 'knobs;
+            }
+            let outcome = optimize(name, bindings, assignments, &choice.apply(base))
+                .and_then(|o| evaluate(&o, &mut timed));
+            let (at, new) = match outcome {
+                Ok(found) => found,
+                Err(e) => {
+                    candidates.push(Candidate {
+                        choice,
+                        seconds: None,
+                        note: format!("failed: {e}"),
+                    });
+                    continue;
+                }
+            };
+            let mut note = if new {
+                "timed".to_string()
+            } else {
+                "the same kernels as an earlier candidate".to_string()
+            };
+            if new && faster(&timed, at, best_at, settings.min_gain) {
+                // Confirm against noise: time both again; each keeps its faster timing.
+                for i in [best_at, at] {
+                    let again = time_kernel(lowered, timed[i].batch.as_ref(), settings)?;
+                    timed[i].seconds = timed[i].seconds.min(again);
+                }
+                if faster(&timed, at, best_at, settings.min_gain) {
+                    (best, best_at) = (choice, at);
+                    note = "timed; faster, confirmed by timing again".into();
+                } else {
+                    note = "timed; not faster when timed again".into();
+                }
+            }
+            candidates.push(Candidate {
+                choice,
+                seconds: Some(timed[at].seconds),
+                note,
+            });
+        }
+    }
+    let stored = lowered.store_schedule_choice(&key, &best.to_string())?;
+    if !stored {
+        unstored()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), best);
+    }
+    Ok(SearchReport {
+        routine: name.to_string(),
+        key,
+        from_store: false,
+        stored,
+        candidates,
+        winner: best,
+    })
+}
+
+/// Whether candidate `a` beats `b` by at least `min_gain`.
+fn faster(timed: &[Timed], a: usize, b: usize, min_gain: f64) -> bool {
+    timed[a].seconds < timed[b].seconds * (1.0 - min_gain)
+}
+
+/// Choices found in this process by backends that keep no store (no compile cache), so that
+/// compiling the same routine again does not search again.
+fn unstored() -> &'static Mutex<HashMap<String, ScheduleChoice>> {
+    static CHOICES: OnceLock<Mutex<HashMap<String, ScheduleChoice>>> = OnceLock::new();
+    CHOICES.get_or_init(Default::default)
+}
+
+/// The stored choice for a routine optimized by the heuristics, if one is stored and valid
+/// (or was found in this process by a backend without a store).
+pub(crate) fn stored_choice(
+    lowered: &dyn LoweredBackend,
+    heuristic: &Optimized,
+) -> Option<ScheduleChoice> {
+    let key = match routine_key(lowered, heuristic) {
+        Ok(key) => key,
+        Err(e) => {
+            tracing::warn!(routine = %heuristic.name, "no schedule key: {e}");
+            return None;
+        }
+    };
+    if let Some(c) = unstored()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
+        return Some(*c);
+    }
+    match lowered.load_schedule_choice(&key) {
+        Ok(Some(text)) => match ScheduleChoice::parse(&text) {
+            Ok(c) => Some(c),
+            Err(why) => {
+                tracing::warn!(
+                    routine = %heuristic.name,
+                    "ignoring the stored schedule choice {key}: {why}; searching again"
+                );
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(why) => {
+            tracing::warn!(
+                routine = %heuristic.name,
+                "cannot read the stored schedule choice {key}: {why}; searching again"
+            );
+            None
+        }
+    }
+}
+
+/// Seconds per launch of the batch's first kernel: the fastest of `batches` timing batches.
+fn time_kernel(
+    lowered: &dyn LoweredBackend,
+    batch: &dyn CompiledBatch,
+    settings: &SearchSettings,
+) -> Result<f64> {
+    let kernel = batch
+        .kernels()
+        .first()
+        .ok_or_else(|| Error::invalid("a compiled routine without a kernel"))?;
+    let mut args: Vec<BufferHandle> = kernel
+        .args
+        .iter()
+        .chain(kernel.merge.iter())
+        .map(|tn| lowered.alloc_zeroed(0, tn.size_in_bytes()))
+        .collect::<Result<_>>()?;
+    if kernel.scratch_bytes > 0 {
+        args.push(lowered.alloc_zeroed(0, kernel.scratch_bytes)?);
+    }
+    let statics = vec![0i64; kernel.statics.len()];
+    // The first run warms caches and pages and sizes the batches.
+    let t = Instant::now();
+    batch.launch(0, &args, &statics)?;
+    let first = t.elapsed().as_secs_f64().max(1e-9);
+    let reps = ((settings.batch_time.as_secs_f64() / first).ceil() as usize).clamp(1, 100_000);
+    let mut best = f64::INFINITY;
+    for _ in 0..settings.batches.max(1) {
+        let t = Instant::now();
+        for _ in 0..reps {
+            batch.launch(0, &args, &statics)?;
+        }
+        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+    }
+    Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_print_and_parse_back() {
+        let c = ScheduleChoice {
+            tuning: ScheduleTuning {
+                register_rows: Some(6),
+                block_scale_log2: [-1, 2, 0],
+                reduction_vectors: 8,
+            },
+            loop_fusion: false,
+        };
+        assert_eq!(ScheduleChoice::parse(&c.to_string()), Ok(c));
+        let d = ScheduleChoice::of(&OptimizeSettings::default());
+        assert_eq!(ScheduleChoice::parse(&format!("{d}\n")), Ok(d));
+    }
+
+    #[test]
+    fn damaged_choices_are_refused_with_the_reason() {
+        let good = ScheduleChoice::of(&OptimizeSettings::default()).to_string();
+        for (bad, why) in [
+            ("", "incomplete"),
+            (
+                "register_rows=99 mc_log2=0 kc_log2=0 nc_log2=0 reduction_vectors=4 loop_fusion=on",
+                "from 1 to 16",
+            ),
+            (&good.replace("kc_log2=0", "kc_log2=-9"), "from -3 to 3"),
+            (
+                &good.replace("loop_fusion=on", "loop_fusion=maybe"),
+                "on or off",
+            ),
+            (&format!("{good} reduction_vectors=2"), "twice"),
+            (&format!("{good} speed=11"), "unknown field"),
+            ("register_rows", "name=value"),
+        ] {
+            let e = ScheduleChoice::parse(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn knobs_vary_one_thing_each() {
+        let start = ScheduleChoice::of(&OptimizeSettings::default());
+        let unfused = ScheduleChoice {
+            loop_fusion: false,
+            ..start
+        };
+        for from in [start, unfused] {
+            for knob in Knob::all(start) {
+                let variants = knob.variants(from);
+                assert!(
+                    !variants.is_empty() && !variants.contains(&from),
+                    "{knob:?}"
+                );
+                for c in variants {
+                    let differs = [
+                        c.loop_fusion != from.loop_fusion,
+                        c.tuning.reduction_vectors != from.tuning.reduction_vectors,
+                        c.tuning.register_rows != from.tuning.register_rows,
+                        c.tuning.block_scale_log2 != from.tuning.block_scale_log2,
+                    ];
+                    assert_eq!(differs.iter().filter(|d| **d).count(), 1, "{knob:?} {c}");
+                }
+            }
+        }
+        // A user who turned fusion off is not overruled.
+        assert!(!Knob::all(unfused).contains(&Knob::LoopFusion));
+    }
+}
