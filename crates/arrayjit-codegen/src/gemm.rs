@@ -185,8 +185,10 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
             }}
           }}
         }}
-        for (int64_t j0 = 0; j0 < ncb; j0 += {nr})
-          for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
+        /* Each sliver of A (mr × kc, in L1) meets every panel of the B block (kc × nc, in
+           L2), which stream through in order. */
+        for (int64_t i0 = 0; i0 < mcb; i0 += {mr})
+          for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
             const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr}, w = ncb - j0 < {nr} ? ncb - j0 : {nr};
             {t} *const ct = C + (ic + i0) * rsC + (jc + j0) * csC;
             if (direct && h == {mr})

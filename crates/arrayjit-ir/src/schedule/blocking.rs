@@ -8,22 +8,25 @@ pub struct Blocking {
     pub mr: usize,
     /// Columns of the register tile: a multiple of the vector width.
     pub nr: usize,
-    /// Rows of a packed block of the left factor (kept in L2).
+    /// Rows of a packed block of the left factor (kept in L3).
     pub mc: usize,
-    /// Depth of a packed block (a panel of `kc × nr` stays in L1).
+    /// Depth of a packed block (a sliver of `mr × kc` of the left factor stays in L1).
     pub kc: usize,
-    /// Columns of a packed block of the right factor (kept in L3).
+    /// Columns of a packed block of the right factor (kept in L2).
     pub nc: usize,
 }
 
 impl Blocking {
     /// Blocking for a CPU with `lanes` elements per vector of `elem_bytes`-byte values, the
     /// given vector registers, and L1/L2/L3 data cache sizes (0 where unknown): the register
-    /// tile uses at most two thirds of the registers for accumulators; a `kc × nr` panel of the
-    /// right factor fills L1 (measured: on a 48 KiB L1 with AVX-512, kc 384 ran matmul 2048
-    /// 13% faster than half of L1, kc 192, by halving the read-modify-write passes over C);
-    /// an `mc × kc` block of the left factor half of L2; a `kc × nc` block of the right factor
-    /// half of L3.
+    /// tile uses at most two thirds of the registers for accumulators; `kc` makes a `kc × nr`
+    /// panel of the right factor as large as L1 (measured: on a 48 KiB L1 with AVX-512, kc 384
+    /// ran matmul 2048 13% faster than kc 192, by halving the read-modify-write passes over
+    /// C), so the `mr × kc` sliver of the left factor that the micro-kernel broadcasts from
+    /// stays in L1 while the panels of a `kc × nc` block of the right factor, half of L2,
+    /// stream past it; an `mc × kc` block of the left factor takes half of L3 (measured on the
+    /// AVX-512 machine of `docs/benchmarks.md`: this order and sizing ran matmul 1024 and 2048
+    /// 7% faster than the right factor's panel in L1 and its block in L3).
     pub fn for_cpu(
         lanes: usize,
         registers: usize,
@@ -38,8 +41,8 @@ impl Blocking {
         let l2 = if caches[1] > 0 { caches[1] } else { 256 << 10 };
         let l3 = if caches[2] > 0 { caches[2] } else { 4 << 20 };
         let kc = (l1 / (nr * elem_bytes)).clamp(64, 512) / 8 * 8;
-        let mc = ((l2 / 2 / (kc * elem_bytes)) / mr).clamp(1, 64) * mr;
-        let nc = ((l3 / 2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
+        let nc = ((l2 / 2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
+        let mc = ((l3 / 2 / (kc * elem_bytes)) / mr).clamp(1, 64) * mr;
         Blocking { mr, nr, mc, kc, nc }
     }
 }
