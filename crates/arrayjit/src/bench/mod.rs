@@ -93,7 +93,14 @@ fn compile_latency() -> Result<(Duration, Duration)> {
     let time =
         || -> Result<Duration> { Ok(workloads::mlp_classifier(&backend)?.0.compile_and_link) };
     eprintln!("arrayjit: MLP step compile, cold and cached ...");
+    let before = arrayjit_backends::cc::compile_stats();
     let cold = time()?;
+    let after = arrayjit_backends::cc::compile_stats();
+    eprintln!(
+        "cold compile: {} libraries built, {:.0} ms in the C compiler and linker",
+        after.compiled - before.compiled,
+        (after.compile_micros - before.compile_micros) as f64 / 1e3
+    );
     let cached = time()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok((cold, cached))
