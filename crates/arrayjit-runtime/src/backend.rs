@@ -5,21 +5,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::LoweredBackend;
-use arrayjit_backends::cc::{CcBackend, CcConfig};
-use arrayjit_backends::missing::MissingBackend;
 use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, optimize};
 
 use arrayjit_backends::settings;
 
 use crate::host_sync::SharedArrays;
+use crate::registry;
 use crate::scheduler::SchedulerKind;
 use crate::search::{self, ScheduleChoice, SearchReport, SearchSettings};
 
 use crate::routine::Code;
 use crate::stream::Stream;
 
-/// Every backend name arrayjit knows, available or not.
-pub const KNOWN_BACKENDS: &[&str] = &["sync_cc", "multicore_cc", "cuda", "metal", "wgpu"];
+pub use crate::registry::KNOWN_BACKENDS;
 
 /// How a backend spreads work, steering [`Device::suggested_num_streams`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -106,24 +104,6 @@ impl Default for RuntimeConfig {
 /// The backend used when neither a name nor `ARRAYJIT_BACKEND` says otherwise.
 pub const DEFAULT_BACKEND: &str = "sync_cc";
 
-fn missing(name: &str) -> MissingBackend {
-    let (reason, how) = match name {
-        "cuda" => (
-            "this build of arrayjit has no CUDA backend yet",
-            "use sync_cc for now; the CUDA backend (cudarc: NVRTC + driver API) will need an NVIDIA driver",
-        ),
-        "metal" => (
-            "this build of arrayjit has no Metal backend",
-            "use sync_cc; Metal would need macOS with Apple GPUs",
-        ),
-        _ => (
-            "this build of arrayjit has no wgpu backend yet",
-            "use sync_cc for now; the wgpu backend will need a Vulkan, Metal or DX12 driver",
-        ),
-    };
-    MissingBackend::new(name, reason, how)
-}
-
 /// The backend called `name` (see [`KNOWN_BACKENDS`]). An unknown name is
 /// [`Error::UnknownBackend`], listing the available ones; a known but unavailable backend is
 /// returned as a placeholder with no devices whose calls fail with
@@ -134,49 +114,13 @@ pub fn backend(name: &str) -> Result<Backend> {
 
 /// Like [`backend`], with explicit settings.
 pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend> {
-    let trimmed = name.trim();
     config.validate()?;
-    let cc = |share_cores: bool| -> Result<Arc<dyn LoweredBackend>> {
-        let mut c = CcConfig::from_env()?;
-        if let Some(n) = config.num_devices {
-            c.num_devices = n;
-        }
-        if let Some(w) = config.workers_per_device {
-            c.workers_per_device = Some(w);
-        }
-        if c.workers_per_device.is_none() {
-            // A device owns its share of the cores; one worker when the caller's thread runs
-            // the work (`sync_cc`).
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            c.workers_per_device = Some(if share_cores {
-                (cores / c.num_devices.max(1)).max(1)
-            } else {
-                1
-            });
-        }
-        Ok(Arc::new(CcBackend::new(c)?))
-    };
-    let (canonical, lowered, scheduler) = match trimmed {
-        "sync_cc" | "cc" => ("sync_cc", cc(false)?, SchedulerKind::Sync),
-        "multicore_cc" => (
-            "multicore_cc",
-            cc(true)?,
-            SchedulerKind::Multicore {
-                queue_capacity: config.queue_capacity,
-            },
-        ),
-        "cuda" | "metal" | "wgpu" => (
-            trimmed,
-            Arc::new(missing(trimmed)) as Arc<dyn LoweredBackend>,
-            SchedulerKind::Sync,
-        ),
-        _ => {
-            return Err(Error::UnknownBackend {
-                name: name.to_string(),
-                available: available_backends().join(", "),
-            });
-        }
-    };
+    let entry = registry::find(name).ok_or_else(|| Error::UnknownBackend {
+        name: name.to_string(),
+        available: available_backends().join(", "),
+    })?;
+    let (lowered, scheduler) = (entry.make)(entry.name, config)?;
+    let canonical = entry.name;
     let b = Backend::with_scheduler(canonical, lowered, scheduler, config.strategy);
     b.set_max_pool_bytes(config.max_pool_bytes);
     Ok(b)
@@ -209,17 +153,16 @@ fn default_backend_name() -> String {
         .unwrap_or_else(|| DEFAULT_BACKEND.to_string())
 }
 
-/// The names of the backends that can run here.
+/// The names of the backends that can run here: the registry rows whose lowered backend can
+/// be made with the default settings and says it is available.
 pub fn available_backends() -> Vec<&'static str> {
-    KNOWN_BACKENDS
+    registry::REGISTRY
         .iter()
-        .copied()
-        .filter(|n| match *n {
-            "sync_cc" | "multicore_cc" => CcConfig::from_env()
-                .and_then(CcBackend::new)
-                .is_ok_and(|b| b.check_available().is_ok()),
-            _ => false,
+        .filter(|e| {
+            (e.make)(e.name, &RuntimeConfig::default())
+                .is_ok_and(|(lowered, _)| lowered.check_available().is_ok())
         })
+        .map(|e| e.name)
         .collect()
 }
 

@@ -16,6 +16,7 @@ mod backend;
 mod context;
 pub mod data_parallel;
 mod host_sync;
+pub mod registry;
 mod routine;
 pub mod scheduler;
 pub mod search;

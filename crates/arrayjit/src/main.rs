@@ -113,11 +113,16 @@ fn moons(
 }
 
 fn info() -> arrayjit::Result<()> {
-    for name in arrayjit::runtime::KNOWN_BACKENDS {
+    for entry in &arrayjit::runtime::registry::REGISTRY {
+        let name = entry.name;
         let b = arrayjit::backend(name)?;
         match b.check_available() {
             Ok(()) => {
-                println!("{name}: available, {} device(s)", b.num_devices());
+                println!(
+                    "{name}: available, {} device(s): {}",
+                    b.num_devices(),
+                    entry.summary
+                );
                 println!("  {}", b.debug_info());
             }
             Err(e) => println!("{name}: {e}"),

@@ -1,0 +1,184 @@
+//! The backend registry: one row per backend name, saying how to make its lowered backend and
+//! which scheduler runs its streams. Adding a backend is one new row here (and its lowered
+//! backend in `arrayjit-backends`); a backend that this build lacks or that cannot run here is a
+//! row whose lowered backend is a [`MissingBackend`] placeholder, so its name is still known and
+//! every call explains how to enable it.
+
+use std::sync::Arc;
+
+use arrayjit_backends::LoweredBackend;
+use arrayjit_backends::cc::{CcBackend, CcConfig};
+use arrayjit_backends::missing::MissingBackend;
+use arrayjit_ir::Result;
+
+use crate::backend::RuntimeConfig;
+use crate::scheduler::SchedulerKind;
+
+/// A lowered backend and the scheduler its streams use.
+pub(crate) type Made = (Arc<dyn LoweredBackend>, SchedulerKind);
+
+/// One backend of the registry.
+pub struct BackendEntry {
+    /// The backend's name, as users write it (`sync_cc`).
+    pub name: &'static str,
+    /// Other names accepted for it.
+    pub aliases: &'static [&'static str],
+    /// One line on what it is.
+    pub summary: &'static str,
+    /// Makes its lowered backend and scheduler for a configuration.
+    pub(crate) make: fn(&str, &RuntimeConfig) -> Result<Made>,
+}
+
+impl BackendEntry {
+    /// Whether `name` (trimmed) names this backend.
+    pub fn answers_to(&self, name: &str) -> bool {
+        let name = name.trim();
+        self.name == name || self.aliases.contains(&name)
+    }
+}
+
+/// Every backend arrayjit knows, available or not, in the order they are listed to users.
+pub static REGISTRY: [BackendEntry; ROWS.len()] = ROWS;
+
+/// The rows of [`REGISTRY`] (a constant, so that [`KNOWN_BACKENDS`] is computed from them).
+const ROWS: [BackendEntry; 5] = [
+    BackendEntry {
+        name: "sync_cc",
+        aliases: &["cc"],
+        summary: "C compiled by the system compiler, run on the caller's thread",
+        make: |_, config| Ok((cc(config, false)?, SchedulerKind::Sync)),
+    },
+    BackendEntry {
+        name: "multicore_cc",
+        aliases: &[],
+        summary: "C compiled by the system compiler, one worker thread per stream",
+        make: |_, config| {
+            Ok((
+                cc(config, true)?,
+                SchedulerKind::Multicore {
+                    queue_capacity: config.queue_capacity,
+                },
+            ))
+        },
+    },
+    BackendEntry {
+        name: "cuda",
+        aliases: &[],
+        summary: "NVIDIA GPUs (not in this build yet)",
+        make: |name, _| {
+            missing(
+                name,
+                "this build of arrayjit has no CUDA backend yet",
+                "use sync_cc for now; the CUDA backend (cudarc: NVRTC + driver API) will need an \
+                 NVIDIA driver",
+            )
+        },
+    },
+    BackendEntry {
+        name: "metal",
+        aliases: &[],
+        summary: "Apple GPUs (not in this build)",
+        make: |name, _| {
+            missing(
+                name,
+                "this build of arrayjit has no Metal backend",
+                "use sync_cc; Metal would need macOS with Apple GPUs",
+            )
+        },
+    },
+    BackendEntry {
+        name: "wgpu",
+        aliases: &[],
+        summary: "GPUs through Vulkan, Metal or DX12 (not in this build yet)",
+        make: |name, _| {
+            missing(
+                name,
+                "this build of arrayjit has no wgpu backend yet",
+                "use sync_cc for now; the wgpu backend will need a Vulkan, Metal or DX12 driver",
+            )
+        },
+    },
+];
+
+/// The names of every registered backend, in registry order.
+pub const KNOWN_BACKENDS: &[&str] = &{
+    let mut names = [""; ROWS.len()];
+    let mut i = 0;
+    while i < ROWS.len() {
+        names[i] = ROWS[i].name;
+        i += 1;
+    }
+    names
+};
+
+/// The registry row answering to `name`, if any.
+pub fn find(name: &str) -> Option<&'static BackendEntry> {
+    REGISTRY.iter().find(|e| e.answers_to(name))
+}
+
+/// The placeholder row of a backend this build lacks.
+fn missing(name: &str, reason: &str, how_to_enable: &str) -> Result<Made> {
+    Ok((
+        Arc::new(MissingBackend::new(name, reason, how_to_enable)),
+        SchedulerKind::Sync,
+    ))
+}
+
+/// A cc lowered backend for the configuration; with `share_cores`, each device gets its share
+/// of the cores as workers (else one worker: the caller's thread runs the work).
+fn cc(config: &RuntimeConfig, share_cores: bool) -> Result<Arc<dyn LoweredBackend>> {
+    let mut c = CcConfig::from_env()?;
+    if let Some(n) = config.num_devices {
+        c.num_devices = n;
+    }
+    if let Some(w) = config.workers_per_device {
+        c.workers_per_device = Some(w);
+    }
+    if c.workers_per_device.is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        c.workers_per_device = Some(if share_cores {
+            (cores / c.num_devices.max(1)).max(1)
+        } else {
+            1
+        });
+    }
+    Ok(Arc::new(CcBackend::new(c)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_names_are_the_registry_rows() {
+        let names: Vec<&str> = REGISTRY.iter().map(|e| e.name).collect();
+        assert_eq!(KNOWN_BACKENDS, names.as_slice());
+    }
+
+    #[test]
+    fn names_and_aliases_find_their_row_and_nothing_else() {
+        assert_eq!(find(" cc ").map(|e| e.name), Some("sync_cc"));
+        assert_eq!(find("multicore_cc").map(|e| e.name), Some("multicore_cc"));
+        assert!(find("cuda_").is_none() && find("").is_none());
+        // No name or alias answers for two rows.
+        for e in &REGISTRY {
+            for n in std::iter::once(&e.name).chain(e.aliases) {
+                assert_eq!(
+                    REGISTRY.iter().filter(|r| r.answers_to(n)).count(),
+                    1,
+                    "{n}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn placeholder_rows_explain_how_to_enable_them() {
+        for name in ["cuda", "metal", "wgpu"] {
+            let (lowered, _) = (find(name).unwrap().make)(name, &RuntimeConfig::default()).unwrap();
+            let e = lowered.check_available().unwrap_err().to_string();
+            assert!(e.contains(name), "{e}");
+            assert_eq!(lowered.num_devices(), 0);
+        }
+    }
+}
