@@ -1,7 +1,151 @@
-//! What a CPU device can do, read from the machine (never assumed): cores, SIMD width and
-//! features, cache sizes. Schedules are chosen from it, and the benchmark table prints it.
+//! What a device can do, read from the machine or the driver (never assumed). [`DeviceInfo`]
+//! is the one description every backend gives of its devices — compute units, the largest
+//! local (workgroup) size, shared memory, subgroup width, precisions, vector width, caches and
+//! memory — and schedules are chosen from it. A CPU fills it from [`CpuInfo`] (cores, SIMD
+//! width and features, cache sizes), which the benchmark table also prints.
 
 use std::fmt;
+
+use arrayjit_ir::schedule::ScheduleSettings;
+use arrayjit_ir::{Error, Prec, Result, Tnode};
+
+/// What kind of processor a device is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// CPU cores: a launch's grid is split over worker threads; one "invocation" per worker.
+    Cpu,
+    /// A GPU: a launch is a grid of workgroups (blocks) of invocations (threads).
+    Gpu,
+}
+
+/// A device's description, as its backend reads it from the machine or the driver.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceInfo {
+    /// A readable name (the CPU model, the adapter's name).
+    pub name: String,
+    /// CPU or GPU.
+    pub kind: DeviceKind,
+    /// Units that run in parallel: the CPU worker threads of the device, a GPU's SMs or
+    /// compute units (0 when the driver does not say).
+    pub compute_units: usize,
+    /// Largest local (workgroup / block) size per dimension (`[1, 1, 1]` on a CPU).
+    pub max_local_size: [u32; 3],
+    /// Largest number of invocations in one local group (1 on a CPU).
+    pub max_local_invocations: u32,
+    /// Shared (workgroup) memory per local group, in bytes (0 on a CPU: a worker's stack and
+    /// caches play that role).
+    pub max_shared_bytes: usize,
+    /// Invocations that run in lock step: a GPU's subgroup or warp, a CPU's `f32` SIMD lanes.
+    pub subgroup_size: usize,
+    /// Widest vector load or register in bytes (CPU SIMD width; 16 on GPUs: `vec4<f32>`).
+    pub vector_bytes: usize,
+    /// Vector registers a compiler may allocate per thread (0 when not meaningful).
+    pub vector_registers: usize,
+    /// Data cache sizes by level (L1d, L2, L3) in bytes, 0 where unknown.
+    pub cache_bytes: [usize; 3],
+    /// Device memory in bytes (host memory for a CPU), 0 when unknown.
+    pub memory_bytes: u64,
+    /// Precisions kernels on the device may compute in.
+    pub precisions: Vec<Prec>,
+}
+
+impl DeviceInfo {
+    /// A CPU device of `workers` worker threads.
+    pub fn cpu(cpu: &CpuInfo, workers: usize) -> DeviceInfo {
+        DeviceInfo {
+            name: cpu.model.clone(),
+            kind: DeviceKind::Cpu,
+            compute_units: workers.max(1),
+            max_local_size: [1, 1, 1],
+            max_local_invocations: 1,
+            max_shared_bytes: 0,
+            subgroup_size: cpu.f32_lanes().max(1),
+            vector_bytes: cpu.simd_bytes,
+            vector_registers: cpu.vector_registers,
+            cache_bytes: cpu.cache_bytes,
+            memory_bytes: host_memory_bytes(),
+            precisions: Prec::ALL.to_vec(),
+        }
+    }
+
+    /// Whether kernels on the device may compute in `prec`.
+    pub fn supports(&self, prec: Prec) -> bool {
+        self.precisions.contains(&prec)
+    }
+
+    /// `Ok` if the device supports every node's precision; otherwise
+    /// [`Error::UnsupportedPrecision`] naming the first node that it cannot run, the device
+    /// (`device` is its user-facing name, e.g. `wgpu:0`) and what it supports.
+    pub fn check_precisions<'a>(
+        &self,
+        device: &str,
+        nodes: impl IntoIterator<Item = &'a Tnode>,
+    ) -> Result<()> {
+        for tn in nodes {
+            if !self.supports(tn.prec()) {
+                return Err(Error::UnsupportedPrecision {
+                    device: format!("{device} ({})", self.name),
+                    prec: tn.prec().name().to_string(),
+                    node: tn.debug_name(),
+                    supported: self
+                        .precisions
+                        .iter()
+                        .map(|p| p.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// What schedules on this device may assume: its vector width, registers and caches (the
+    /// other settings keep their defaults).
+    pub fn schedule_settings(&self) -> ScheduleSettings {
+        let defaults = ScheduleSettings::default();
+        ScheduleSettings {
+            f32_lanes: (self.vector_bytes / 4).max(1),
+            vector_registers: if self.vector_registers > 0 {
+                self.vector_registers
+            } else {
+                defaults.vector_registers
+            },
+            cache_bytes: self.cache_bytes,
+            ..defaults
+        }
+    }
+}
+
+impl fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [x, y, z] = self.max_local_size;
+        write!(
+            f,
+            "{} ({:?}): {} compute unit(s), local size up to {x}×{y}×{z} ({} invocations), {} B \
+             shared, subgroup {}, {}-byte vectors, {} MiB memory",
+            self.name,
+            self.kind,
+            self.compute_units,
+            self.max_local_invocations,
+            self.max_shared_bytes,
+            self.subgroup_size,
+            self.vector_bytes,
+            self.memory_bytes >> 20
+        )
+    }
+}
+
+/// Host memory from `/proc/meminfo` (0 when unknown).
+fn host_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        })
+        .unwrap_or(0)
+}
 
 /// A description of the host CPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,5 +312,35 @@ mod tests {
         assert!([8, 16, 32, 64].contains(&cpu.simd_bytes));
         assert_eq!(cpu.f32_lanes() * 4, cpu.simd_bytes);
         assert!(cpu.to_string().contains("core(s)"));
+    }
+
+    #[test]
+    fn a_cpu_device_runs_every_precision_and_names_what_another_lacks() {
+        let cpu = CpuInfo::detect();
+        let info = DeviceInfo::cpu(&cpu, 3);
+        assert_eq!(info.compute_units, 3);
+        assert_eq!(info.subgroup_size, cpu.f32_lanes());
+        assert!(Prec::ALL.iter().all(|&p| info.supports(p)));
+        assert_eq!(info.schedule_settings().f32_lanes, cpu.f32_lanes());
+        assert_eq!(info.schedule_settings().cache_bytes, cpu.cache_bytes);
+        // A device without f64 (as WGSL without the extension) refuses an f64 node by name.
+        let gpu = DeviceInfo {
+            name: "test adapter".into(),
+            kind: DeviceKind::Gpu,
+            precisions: vec![Prec::F32, Prec::I32, Prec::U32],
+            ..info
+        };
+        let x = Tnode::new(Prec::F32, &[2], &["x"]).unwrap();
+        let y = Tnode::new(Prec::F64, &[2], &["wide"]).unwrap();
+        assert!(gpu.check_precisions("wgpu:0", [&x]).is_ok());
+        let e = gpu
+            .check_precisions("wgpu:0", [&x, &y])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("wgpu:0 (test adapter)") && e.contains("f64") && e.contains("wide"),
+            "{e}"
+        );
+        assert!(e.contains("f32, i32, u32"), "{e}");
     }
 }

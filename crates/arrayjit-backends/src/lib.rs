@@ -24,6 +24,7 @@ use arrayjit_codegen::KernelInterface;
 use arrayjit_ir::{Optimized, Result};
 
 pub use buffer::{CpuBuffer, MemoryCounter};
+pub use device_info::{DeviceInfo, DeviceKind};
 
 /// A device buffer of some backend.
 pub trait DeviceBuffer: Any + Send + Sync + Debug {
@@ -77,10 +78,16 @@ pub trait LoweredBackend: Send + Sync + Debug {
         size_in_bytes: usize,
         alignment: usize,
     ) -> Result<()>;
+    /// What device `device` is and can do; an error for a device that does not exist (or a
+    /// backend that cannot run here).
+    fn device_info(&self, device: usize) -> Result<DeviceInfo>;
     /// What the optimizer's schedules may assume of this backend's devices (vector width,
-    /// registers, caches). Default: the portable defaults of [`ScheduleSettings`](arrayjit_ir::schedule::ScheduleSettings).
+    /// registers, caches): from device 0's [`DeviceInfo`], or the portable defaults of
+    /// [`ScheduleSettings`](arrayjit_ir::schedule::ScheduleSettings) when there is none.
     fn schedule_settings(&self) -> arrayjit_ir::schedule::ScheduleSettings {
-        arrayjit_ir::schedule::ScheduleSettings::default()
+        self.device_info(0)
+            .map(|d| d.schedule_settings())
+            .unwrap_or_default()
     }
     /// What the run time of a schedule on this backend depends on (device model, compiler and
     /// its flags, worker count): the schedule search keys the choices it stores with it.

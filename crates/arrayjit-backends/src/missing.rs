@@ -76,6 +76,9 @@ impl LoweredBackend for MissingBackend {
     fn pools(&self, _: usize) -> Vec<(usize, usize)> {
         vec![]
     }
+    fn device_info(&self, _: usize) -> Result<crate::DeviceInfo> {
+        Err(self.error())
+    }
     fn compile_batch(&self, _: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }

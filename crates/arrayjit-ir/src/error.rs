@@ -183,6 +183,21 @@ pub enum Error {
         /// The bytes asked for (saturated at `usize::MAX` when the size itself overflows).
         bytes: usize,
     },
+    /// A device cannot compute in a precision some node of a routine uses.
+    #[error(
+        "device {device} cannot compute in {prec} (needed by {node}); it supports {supported}: \
+         choose a supported precision for the node or another backend"
+    )]
+    UnsupportedPrecision {
+        /// The device, e.g. `wgpu:0 (llvmpipe)`.
+        device: String,
+        /// The precision's name.
+        prec: String,
+        /// The node that uses it.
+        node: String,
+        /// The precisions the device supports.
+        supported: String,
+    },
     /// A runtime failure on a stream or device.
     #[error("runtime error on {stream}: {detail}")]
     Runtime {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrayjit_backends::LoweredBackend;
+use arrayjit_backends::{DeviceInfo, LoweredBackend};
 use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, optimize};
 
 use arrayjit_backends::settings;
@@ -364,6 +364,14 @@ impl Backend {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
+        // A precision the devices cannot compute in is an error before any compiler runs.
+        let info = self.inner.lowered.device_info(0)?;
+        for o in &optimized {
+            info.check_precisions(
+                &format!("{}:0", self.name()),
+                o.nodes.iter().filter(|r| r.used).map(|r| &r.tn),
+            )?;
+        }
         let refs: Vec<&arrayjit_ir::Optimized> = optimized.iter().map(|o| o.as_ref()).collect();
         let batch = self.inner.lowered.compile_batch(&refs)?;
         Ok(optimized
@@ -467,6 +475,12 @@ impl Device {
     /// The backend it belongs to.
     pub fn backend(&self) -> &Backend {
         &self.backend
+    }
+
+    /// What the device is and can do (compute units, local sizes, shared memory, subgroup
+    /// width, precisions, vector width, caches, memory), as its backend reads it.
+    pub fn info(&self) -> Result<DeviceInfo> {
+        self.backend.inner.lowered.device_info(self.ordinal)
     }
 
     /// A new stream on this device (for `multicore` backends, with its own worker thread).

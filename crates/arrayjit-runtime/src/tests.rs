@@ -227,3 +227,29 @@ fn configurations_outside_their_ranges_are_refused() {
     }
     RuntimeConfig::default().validate().unwrap();
 }
+
+#[test]
+fn devices_describe_themselves_from_their_backend() {
+    let b = backend_with_config(
+        "sync_cc",
+        &RuntimeConfig {
+            workers_per_device: Some(3),
+            ..RuntimeConfig::default()
+        },
+    )
+    .unwrap();
+    let info = b.get_device(0).unwrap().info().unwrap();
+    assert_eq!(info.kind, arrayjit_backends::DeviceKind::Cpu);
+    assert_eq!(info.compute_units, 3);
+    assert!(info.supports(Prec::F64) && info.supports(Prec::Bf16));
+    assert_eq!(
+        b.optimize_settings().schedule.f32_lanes,
+        info.vector_bytes / 4
+    );
+    // A placeholder backend has no device to describe.
+    let missing = crate::backend("wgpu").unwrap();
+    assert!(matches!(
+        missing.lowered().device_info(0),
+        Err(Error::BackendUnavailable { .. })
+    ));
+}

@@ -124,6 +124,9 @@ fn info() -> arrayjit::Result<()> {
                     entry.summary
                 );
                 println!("  {}", b.debug_info());
+                for d in 0..b.num_devices() {
+                    println!("  device {d}: {}", b.get_device(d)?.info()?);
+                }
             }
             Err(e) => println!("{name}: {e}"),
         }

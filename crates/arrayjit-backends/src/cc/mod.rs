@@ -274,17 +274,13 @@ impl LoweredBackend for CcBackend {
         "cc"
     }
 
-    /// From the host CPU's description (detected once per process): its SIMD width, vector
-    /// registers and caches.
-    fn schedule_settings(&self) -> arrayjit_ir::schedule::ScheduleSettings {
+    /// The host CPU (detected once per process) with the device's worker threads.
+    fn device_info(&self, device: usize) -> Result<crate::DeviceInfo> {
         static CPU: std::sync::OnceLock<crate::device_info::CpuInfo> = std::sync::OnceLock::new();
+        self.device_check(device)?;
         let cpu = CPU.get_or_init(crate::device_info::CpuInfo::detect);
-        arrayjit_ir::schedule::ScheduleSettings {
-            f32_lanes: cpu.f32_lanes(),
-            vector_registers: cpu.vector_registers,
-            cache_bytes: cpu.cache_bytes,
-            ..Default::default()
-        }
+        let workers = self.workers.get(device).map_or(1, WorkerPool::workers);
+        Ok(crate::DeviceInfo::cpu(cpu, workers))
     }
 
     /// The compiler, its version and flags, the CPU's model and features, and the worker count.
