@@ -26,7 +26,11 @@ const LIGHT_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma
 const LIGHT_END: &str =
     "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif";
 
-/// How to call one rendered kernel.
+/// How to call one rendered kernel: the one statement of the calling convention, produced by
+/// [`KernelInterface::of`] and read by the renderer, the runtime that gathers the buffers, and
+/// the launch check. Buffers go in this order: the arrays (materialized nodes by id), then the
+/// merge buffer if the kernel reads one, then the scratch buffer if it needs one; static
+/// indices are passed as values in the order of `statics`.
 #[derive(Clone, Debug)]
 pub struct KernelInterface {
     /// The routine's name.
@@ -41,6 +45,34 @@ pub struct KernelInterface {
     pub statics: Vec<StaticSymbol>,
     /// If non-zero, a scratch buffer of at least this many bytes is passed last.
     pub scratch_bytes: usize,
+}
+
+impl KernelInterface {
+    /// The interface of a routine's kernel, exported as `symbol`.
+    pub fn of(r: &Optimized, symbol: String) -> KernelInterface {
+        KernelInterface {
+            name: r.name.clone(),
+            symbol,
+            args: r.materialized_nodes(),
+            merge: r.merge_node.clone(),
+            statics: r.bindings.clone(),
+            scratch_bytes: r.scratch.total_bytes(),
+        }
+    }
+
+    /// The least size in bytes of every buffer a launch passes, in order.
+    pub fn buffer_sizes(&self) -> Vec<usize> {
+        let mut sizes: Vec<usize> = self
+            .args
+            .iter()
+            .chain(self.merge.iter())
+            .map(|t| t.size_in_bytes())
+            .collect();
+        if self.scratch_bytes > 0 {
+            sizes.push(self.scratch_bytes);
+        }
+        sizes
+    }
 }
 
 /// A translation unit compiled on its own and linked with the kernels' unit into one library.
@@ -157,7 +189,8 @@ fn render_kernel(
     products: &mut BTreeMap<String, (String, String)>,
 ) -> Result<(String, KernelInterface)> {
     crate::c_schedules::check_schedules(r)?;
-    let args = r.materialized_nodes();
+    let interface = KernelInterface::of(r, symbol.to_string());
+    let args = interface.args.clone();
     let locals = r.local_nodes();
     let mut k = KernelRenderer {
         helpers,
@@ -373,17 +406,7 @@ fn render_kernel(
     out.push('\n');
     let mut source = outlining.functions;
     source.push_str(&out);
-    Ok((
-        source,
-        KernelInterface {
-            name: r.name.clone(),
-            symbol: symbol.to_string(),
-            args,
-            merge: r.merge_node.clone(),
-            statics: r.bindings.clone(),
-            scratch_bytes: r.scratch.total_bytes(),
-        },
-    ))
+    Ok((source, interface))
 }
 
 /// A C name for a node that depends only on its label and position in the kernel.

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::{BufferHandle, CompiledBatch};
+use arrayjit_codegen::KernelInterface;
 use arrayjit_ir::{Error, Optimized, Result, StaticSymbol, Tnode};
 
 use crate::context::Context;
@@ -40,6 +41,18 @@ impl Code {
     pub fn source(&self) -> &str {
         self.batch.source()
     }
+
+    /// How to call the kernel: its buffers in order, its static indices.
+    pub fn interface(&self) -> Result<&KernelInterface> {
+        self.batch.kernels().get(self.index).ok_or_else(|| {
+            Error::invalid(format!(
+                "routine {} is kernel {} of a batch of {}",
+                self.name(),
+                self.index,
+                self.batch.kernels().len()
+            ))
+        })
+    }
 }
 
 /// Code linked into a context: run it with [`Routine::run`] after binding its static indices.
@@ -71,10 +84,12 @@ impl Routine {
     pub(crate) fn new(context: Context, code: Code) -> Result<Routine> {
         let n = code.optimized.bindings.len();
         let (inputs, outputs) = (code.optimized.inputs(), code.optimized.outputs());
+        // The arrays in the kernel's own argument order.
         let args = code
-            .optimized
-            .materialized_nodes()
-            .into_iter()
+            .interface()?
+            .args
+            .iter()
+            .cloned()
             .map(|tn| {
                 Ok(Arg {
                     entry: context.entry(&tn)?.clone(),
@@ -151,7 +166,6 @@ impl Routine {
     /// outputs are brought to the host automatically when the host next reads them.
     pub fn run(&self) -> Result<()> {
         let statics = self.static_values()?;
-        let opt = &self.code.optimized;
         let stream = self.context.stream();
         let mut args: Vec<BufferHandle> = Vec::with_capacity(self.args.len() + 2);
         for arg in &self.args {
@@ -165,7 +179,8 @@ impl Routine {
             arg.entry.order(stream, Access::of(arg.input, arg.output))?;
             args.push(arg.entry.buffer.clone());
         }
-        if let Some(m) = &opt.merge_node {
+        let interface = self.code.interface()?;
+        if let Some(m) = &interface.merge {
             let merge = stream.merge_lock();
             match merge.as_ref() {
                 Some((t, b)) if t == m => args.push(b.clone()),
@@ -182,7 +197,7 @@ impl Routine {
                 }
             }
         }
-        if opt.scratch.total_bytes() > 0 {
+        if interface.scratch_bytes > 0 {
             let scratch = stream.scratch().ok_or_else(|| Error::Runtime {
                 stream: stream.name(),
                 detail: format!(

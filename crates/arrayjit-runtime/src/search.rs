@@ -495,15 +495,11 @@ fn time_kernel(
         .kernels()
         .first()
         .ok_or_else(|| Error::invalid("a compiled routine without a kernel"))?;
-    let mut args: Vec<BufferHandle> = kernel
-        .args
-        .iter()
-        .chain(kernel.merge.iter())
-        .map(|tn| lowered.alloc_zeroed(0, tn.size_in_bytes()))
+    let args: Vec<BufferHandle> = kernel
+        .buffer_sizes()
+        .into_iter()
+        .map(|bytes| lowered.alloc_zeroed(0, bytes))
         .collect::<Result<_>>()?;
-    if kernel.scratch_bytes > 0 {
-        args.push(lowered.alloc_zeroed(0, kernel.scratch_bytes)?);
-    }
     let statics = vec![0i64; kernel.statics.len()];
     // The first run warms caches and pages and sizes the batches.
     let t = Instant::now();

@@ -568,15 +568,7 @@ impl CompiledBatch for CcBatch {
                 self.kernels.len()
             ))
         })?;
-        let mut expected: Vec<usize> = k
-            .args
-            .iter()
-            .chain(k.merge.iter())
-            .map(|t| t.size_in_bytes())
-            .collect();
-        if k.scratch_bytes > 0 {
-            expected.push(k.scratch_bytes);
-        }
+        let expected = k.buffer_sizes();
         if args.len() != expected.len() {
             return Err(Error::invalid(format!(
                 "kernel {} takes {} buffers but {} were given",
