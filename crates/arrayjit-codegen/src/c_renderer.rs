@@ -410,7 +410,7 @@ fn render_kernel(
 }
 
 /// A C name for a node that depends only on its label and position in the kernel.
-fn node_name(tn: &Tnode, pos: usize) -> String {
+pub(crate) fn node_name(tn: &Tnode, pos: usize) -> String {
     let label = sanitize_identifier(&tn.label().join("_"));
     if label.is_empty() {
         format!("a{pos}")
@@ -452,18 +452,7 @@ impl KernelRenderer<'_> {
 
     /// The flat storage offset of a logical index.
     pub(crate) fn offset(&self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<String> {
-        let dims = tn.padded_dims();
-        let left = tn.left_padding();
-        let mut stride = 1i64;
-        let mut terms: Vec<(i64, Symbol)> = Vec::new();
-        let mut offset = 0i64;
-        for a in (0..dims.len()).rev() {
-            let (t, o) = idcs[a].terms();
-            terms.extend(t.into_iter().map(|(c, s)| (c * stride, s)));
-            offset += (o + left[a] as i64) * stride;
-            stride *= dims[a] as i64;
-        }
-        self.affine(&AxisIndex::affine(terms, offset))
+        self.affine(&tn.flat_index(idcs))
     }
 
     pub(crate) fn affine(&self, idx: &AxisIndex) -> Result<String> {

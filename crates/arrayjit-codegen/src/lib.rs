@@ -1,6 +1,7 @@
 //! arrayjit-codegen: the second layer of arrayjit. Renderers from the optimized loop IR to
-//! source code. C today, driven by a table of syntax ([`c_syntax::CSyntax`]) so that other
-//! C-like dialects (CUDA C) share the renderer.
+//! source code: C, driven by a table of syntax ([`c_syntax::CSyntax`]) so that other C-like
+//! dialects (CUDA C) share the renderer; and WGSL ([`wgsl`]), compute passes for GPUs through
+//! wgpu.
 
 #![warn(missing_docs)]
 // `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
@@ -11,6 +12,7 @@ pub mod c_renderer;
 mod c_schedules;
 pub mod c_syntax;
 pub mod gemm;
+pub mod wgsl;
 
 pub use c_renderer::{CProgram, CUnit, KernelInterface, render_program};
 pub use c_syntax::CSyntax;

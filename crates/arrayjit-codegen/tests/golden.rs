@@ -247,3 +247,38 @@ fn matmul_walks_memory_contiguously() {
     );
     insta::assert_snapshot!(src);
 }
+
+#[test]
+fn wgsl_passes_of_a_layer_and_a_total() {
+    use arrayjit_codegen::wgsl::{WgslTarget, render_wgsl};
+    // A product (grid over its outputs, the inner product in each invocation), a pointwise
+    // step, then the sum of the result (one workgroup, fixed tree order).
+    let w = input(Prec::F32, &[4, 300], "w");
+    let x = input(Prec::F32, &[300], "x");
+    let wx = output(Prec::F32, &[4], "wx");
+    let y = output(Prec::F32, &[4], "y");
+    let total = output(Prec::F32, &[], "total");
+    let xs = input(Prec::F32, &[1000], "xs");
+    let program = Assignments::einsum(
+        "ij,j->i",
+        BinOp::Add,
+        &wx,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(w), Operand::Node(x)),
+        true,
+    )
+    .unwrap()
+    .then(Assignments::pointwise_unop(&y, UnOp::Relu, &wx))
+    .then(
+        Assignments::einsum(
+            "i->",
+            BinOp::Add,
+            &total,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(xs)),
+            true,
+        )
+        .unwrap(),
+    );
+    let opt = optimize("layer_total", &[], &program, &OptimizeSettings::default()).unwrap();
+    let kernel = render_wgsl(&opt, &WgslTarget::default()).unwrap();
+    insta::assert_snapshot!(kernel.full_source());
+}

@@ -177,29 +177,40 @@ impl ReductionPlan {
         {
             return None;
         }
-        let is_out = |e: &ScalarExpr| matches!(e, ScalarExpr::Get(t, i) if t == tn && i == idcs);
-        let (combine, rest): (BinOp, Vec<&ScalarExpr>) = match value {
-            ScalarExpr::Binop(op @ (BinOp::Add | BinOp::Max | BinOp::Min), a, b) if is_out(a) => {
-                (*op, vec![&**b])
-            }
-            ScalarExpr::Binop(op @ (BinOp::Add | BinOp::Max | BinOp::Min), a, b) if is_out(b) => {
-                (*op, vec![&**a])
-            }
-            ScalarExpr::Ternop(TernOp::Fma, a, b, c) if is_out(c) => (BinOp::Add, vec![&**a, &**b]),
-            _ => return None,
-        };
-        let reads_out = rest.iter().any(|e| e.reads(tn));
+        let (combine, _) = split_accumulation(tn, idcs, value)?;
         // Blocks of at least 2^16 iterations (a multiple of the lanes), at most 1024 of them.
         let block =
             ((extent as u64).div_ceil(1024).max(1 << 16)).div_ceil(lanes as u64) * lanes as u64;
         let blocks = (depth == 1 && extent as u64 >= 2 * block).then_some(block);
-        (!reads_out).then_some(ReductionPlan {
+        Some(ReductionPlan {
             iter,
             combine,
             lanes: lanes.max(1),
             blocks,
         })
     }
+}
+
+/// The parts of an accumulation `out[o] = out[o] ⊕ v` (⊕ an addition, maximum or minimum, on
+/// either side) or `out[o] = fma(a, b, out[o])` (an addition of `a · b`): the combining
+/// operation and what it combines in (`[v]` or `[a, b]`), none of which reads `out`.
+pub fn split_accumulation<'a>(
+    tn: &Tnode,
+    idcs: &[AxisIndex],
+    value: &'a ScalarExpr,
+) -> Option<(BinOp, Vec<&'a ScalarExpr>)> {
+    let is_out = |e: &ScalarExpr| matches!(e, ScalarExpr::Get(t, i) if t == tn && i == idcs);
+    let (combine, rest): (BinOp, Vec<&ScalarExpr>) = match value {
+        ScalarExpr::Binop(op @ (BinOp::Add | BinOp::Max | BinOp::Min), a, b) if is_out(a) => {
+            (*op, vec![&**b])
+        }
+        ScalarExpr::Binop(op @ (BinOp::Add | BinOp::Max | BinOp::Min), a, b) if is_out(b) => {
+            (*op, vec![&**a])
+        }
+        ScalarExpr::Ternop(TernOp::Fma, a, b, c) if is_out(c) => (BinOp::Add, vec![&**a, &**b]),
+        _ => return None,
+    };
+    (!rest.iter().any(|e| e.reads(tn))).then_some((combine, rest))
 }
 
 impl fmt::Display for Schedule {

@@ -239,6 +239,21 @@ impl Tnode {
         &self.0.left_padding
     }
 
+    /// The position in the stored (padded, row-major) array of the element at logical index
+    /// `idcs` (one index per axis), as an affine index over the symbols they use.
+    pub fn flat_index(&self, idcs: &[crate::indexing::AxisIndex]) -> crate::indexing::AxisIndex {
+        let (dims, left) = (self.padded_dims(), self.left_padding());
+        let (mut stride, mut offset) = (1i64, 0i64);
+        let mut terms = Vec::new();
+        for a in (0..dims.len().min(idcs.len())).rev() {
+            let (t, o) = idcs[a].terms();
+            terms.extend(t.into_iter().map(|(c, s)| (c * stride, s)));
+            offset += (o + left[a] as i64) * stride;
+            stride *= dims[a] as i64;
+        }
+        crate::indexing::AxisIndex::affine(terms, offset)
+    }
+
     /// Number of stored elements (margins included).
     pub fn num_elems(&self) -> usize {
         self.padded_dims().iter().product()

@@ -1,0 +1,650 @@
+//! The WGSL renderer: an optimized routine as a sequence of compute passes, one per top-level
+//! statement, each its own WGSL module. How a statement maps onto the GPU, with why:
+//!
+//! - **Grid**: the longest prefix of the statement's loop nest whose iterations are
+//!   independent ([`arrayjit_ir::schedule::iterations_independent`], the test CPU schedules use to split loops over
+//!   workers) becomes the global grid: one invocation per iteration of those loops, in
+//!   workgroups of [`WORKGROUP_SIZE`]; the rest of the nest (inner reductions included) runs
+//!   in each invocation, in program order.
+//! - **Workgroup reduction**: a single loop accumulating into one element (`s = s ⊕ v(i)`, ⊕ an
+//!   addition, maximum or minimum, or the fused multiply-add form) runs on one workgroup: each
+//!   invocation accumulates a strided share in order, then the partial results combine in a
+//!   fixed tree order — the same bits on every run, as the schedule semantics require.
+//! - **Zeroing**: one invocation per element.
+//! - **One invocation**: anything else (a loop whose iterations depend on each other and that
+//!   is not such a reduction), reported with its reason.
+//!
+//! Every array the routine uses is a storage buffer binding: the kernel's arguments (in the
+//! [`KernelInterface`]'s order), then the merge buffer, then the routine's local nodes, which the
+//! compiled kernel owns (so the interface asks for no scratch buffer), then the static indices
+//! as an `array<i32>`. Arithmetic follows the IR's semantics (`arrayjit_ir::ops`): integers
+//! wrap, division and remainder by zero give 0, float-to-integer conversions saturate and map
+//! NaN to 0; 16-bit floats are computed in `f32`. WGSL has no 8- or 16-bit integers and no
+//! bfloat16, and `f64`/`i64`/`u64` need device features: a routine using a precision its
+//! target lacks is an [`Error::UnsupportedPrecision`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use arrayjit_ir::{
+    AxisIndex, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
+};
+
+use crate::c_renderer::{KernelInterface, node_name};
+
+mod ops;
+mod shape;
+
+use ops::{Helper, compute_type, helper_source, literal, storage_type};
+use shape::{Accumulation, Rest, grid_loops};
+
+/// Invocations per workgroup of every pass.
+pub const WORKGROUP_SIZE: u32 = 256;
+
+/// What the target device's WGSL accepts beyond the core language.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct WgslTarget {
+    /// `f16` storage and arithmetic (`enable f16;`, wgpu's `SHADER_F16`).
+    pub f16: bool,
+}
+
+impl WgslTarget {
+    /// The precisions a routine may use on this target.
+    pub fn precisions(&self) -> Vec<Prec> {
+        let mut p = vec![Prec::I32, Prec::U32, Prec::F32];
+        if self.f16 {
+            p.push(Prec::F16);
+        }
+        p
+    }
+}
+
+/// How a pass covers its statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PassShape {
+    /// One invocation per iteration of the statement's outer independent loops (their product).
+    Grid(u64),
+    /// One workgroup reducing a loop into one element.
+    Reduction,
+    /// One invocation per element of a zeroed node.
+    Zero(u64),
+    /// One invocation for the whole statement.
+    Single,
+}
+
+/// One compute pass: a WGSL module with one entry point `main`.
+#[derive(Clone, Debug)]
+pub struct WgslPass {
+    /// The module's source.
+    pub source: String,
+    /// How it covers its statement.
+    pub shape: PassShape,
+    /// The bindings the module declares, ascending.
+    pub bindings: Vec<u32>,
+    /// Why this shape.
+    pub why: String,
+}
+
+impl WgslPass {
+    /// Invocations needed in total.
+    pub fn invocations(&self) -> u64 {
+        match self.shape {
+            PassShape::Grid(n) | PassShape::Zero(n) => n,
+            PassShape::Reduction => WORKGROUP_SIZE as u64,
+            PassShape::Single => 1,
+        }
+    }
+
+    /// Workgroups to dispatch in x and y (x at most `max_x`): enough groups of
+    /// [`WORKGROUP_SIZE`] for every invocation; the shader skips the ones past the end.
+    pub fn workgroups(&self, max_x: u32) -> (u32, u32) {
+        match self.shape {
+            PassShape::Reduction | PassShape::Single => (1, 1),
+            _ => {
+                let groups = self.invocations().div_ceil(WORKGROUP_SIZE as u64).max(1);
+                let max_x = max_x.max(1) as u64;
+                if groups <= max_x {
+                    (groups as u32, 1)
+                } else {
+                    (max_x as u32, groups.div_ceil(max_x) as u32)
+                }
+            }
+        }
+    }
+}
+
+/// A routine rendered for WGSL.
+#[derive(Clone, Debug)]
+pub struct WgslKernel {
+    /// How to call it (no scratch: the kernel owns its local nodes' buffers).
+    pub interface: KernelInterface,
+    /// The local nodes whose buffers the kernel owns, with their bindings.
+    pub locals: Vec<(Tnode, u32)>,
+    /// The binding of the static indices (`array<i32>`), if the routine has any.
+    pub statics_binding: Option<u32>,
+    /// The passes, in order.
+    pub passes: Vec<WgslPass>,
+}
+
+impl WgslKernel {
+    /// Every pass's source, for reports and golden tests.
+    pub fn full_source(&self) -> String {
+        let mut s = String::new();
+        for (i, p) in self.passes.iter().enumerate() {
+            let _ = writeln!(s, "// pass {i}: {:?} ({})\n{}", p.shape, p.why, p.source);
+        }
+        s
+    }
+}
+
+/// Renders a routine for a WGSL target.
+pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
+    let mut interface = KernelInterface::of(r, format!("aj_{}", r.name));
+    interface.scratch_bytes = 0;
+    let supported = target.precisions();
+    for role in r.nodes.iter().filter(|n| n.used) {
+        let p = role.tn.prec();
+        if !supported.contains(&p) {
+            return Err(Error::UnsupportedPrecision {
+                device: "the WGSL target".into(),
+                prec: p.name().into(),
+                node: role.tn.debug_name(),
+                supported: supported
+                    .iter()
+                    .map(|p| p.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
+    let mut nodes: HashMap<Tnode, (String, u32)> = HashMap::new();
+    let mut binding = 0u32;
+    for tn in &interface.args {
+        nodes.insert(tn.clone(), (node_name(tn, binding as usize), binding));
+        binding += 1;
+    }
+    let merge = interface.merge.clone().map(|m| {
+        let b = binding;
+        binding += 1;
+        (m, b)
+    });
+    let mut locals = Vec::new();
+    // Every local node, on the CPU's stack or in its scratch pool alike.
+    let all_locals = r
+        .nodes
+        .iter()
+        .filter(|n| n.used && n.tn.is_local())
+        .map(|n| n.tn.clone());
+    for tn in all_locals {
+        nodes.insert(tn.clone(), (node_name(&tn, binding as usize), binding));
+        locals.push((tn, binding));
+        binding += 1;
+    }
+    let statics_binding = (!r.bindings.is_empty()).then_some(binding);
+    let mut passes = Vec::new();
+    for stmt in r.statements() {
+        let mut pass = PassRenderer {
+            routine: &r.name,
+            target,
+            nodes: &nodes,
+            merge: merge.as_ref(),
+            statics: r
+                .bindings
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.symbol, i))
+                .collect(),
+            statics_binding,
+            symbols: HashMap::new(),
+            used: BTreeSet::new(),
+            uses_merge: false,
+            uses_statics: false,
+            scalars: HashMap::new(),
+            counter: 0,
+            helpers: BTreeSet::new(),
+            reduction_type: None,
+        };
+        if let Some(p) = pass.render(stmt)? {
+            passes.push(p);
+        }
+    }
+    Ok(WgslKernel {
+        interface,
+        locals,
+        statics_binding,
+        passes,
+    })
+}
+
+struct PassRenderer<'a> {
+    routine: &'a str,
+    target: &'a WgslTarget,
+    nodes: &'a HashMap<Tnode, (String, u32)>,
+    merge: Option<&'a (Tnode, u32)>,
+    statics: HashMap<Symbol, usize>,
+    statics_binding: Option<u32>,
+    symbols: HashMap<Symbol, String>,
+    used: BTreeSet<Tnode>,
+    uses_merge: bool,
+    uses_statics: bool,
+    /// Canonical names of scalar locals (by scope id).
+    scalars: HashMap<usize, String>,
+    counter: usize,
+    helpers: BTreeSet<Helper>,
+    /// The element type of the workgroup array of a reduction pass.
+    reduction_type: Option<&'static str>,
+}
+
+impl PassRenderer<'_> {
+    fn err(&self, detail: String) -> Error {
+        Error::Optimization {
+            routine: self.routine.to_string(),
+            detail: format!("cannot render WGSL: {detail}"),
+        }
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.counter += 1;
+        format!("{prefix}{}", self.counter)
+    }
+
+    fn node(&mut self, tn: &Tnode) -> Result<String> {
+        let (name, _) = self.nodes.get(tn).ok_or_else(|| {
+            self.err(format!(
+                "{} is neither an argument nor a local node",
+                tn.debug_name()
+            ))
+        })?;
+        self.used.insert(tn.clone());
+        Ok(name.clone())
+    }
+
+    fn scalar(&mut self, id: usize) -> String {
+        let n = self.scalars.len();
+        self.scalars
+            .entry(id)
+            .or_insert_with(|| format!("v{n}"))
+            .clone()
+    }
+
+    fn affine(&mut self, idx: &AxisIndex) -> Result<String> {
+        let mut statics = false;
+        let text = idx
+            .render_with(|sym| {
+                if let Some(n) = self.symbols.get(&sym) {
+                    Ok(n.clone())
+                } else if let Some(i) = self.statics.get(&sym) {
+                    statics = true;
+                    Ok(format!("aj_statics[{i}]"))
+                } else {
+                    Err(self.err(format!("symbol {sym} is not bound")))
+                }
+            })
+            .map(|s| format!("({s})"))?;
+        self.uses_statics |= statics;
+        Ok(text)
+    }
+
+    fn offset(&mut self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<String> {
+        if tn.num_elems() > i32::MAX as usize {
+            return Err(self.err(format!(
+                "{} has {} elements, more than a WGSL index reaches",
+                tn.debug_name(),
+                tn.num_elems()
+            )));
+        }
+        self.affine(&tn.flat_index(idcs))
+    }
+
+    /// Converts `x` of compute precision `from` to compute precision `to`.
+    fn convert(&mut self, x: &str, from: Prec, to: Prec) -> String {
+        let (from, to) = (from.compute_prec(), to.compute_prec());
+        if from == to {
+            return x.to_string();
+        }
+        match (from.is_float(), to) {
+            (true, Prec::I32) => {
+                self.helpers.insert(Helper::F32ToI32);
+                format!("aj_f32_to_i32({x})")
+            }
+            (true, Prec::U32) => {
+                self.helpers.insert(Helper::F32ToU32);
+                format!("aj_f32_to_u32({x})")
+            }
+            _ => format!("{}({x})", compute_type(to)),
+        }
+    }
+
+    fn load(&mut self, x: &str, stored: Prec, prec: Prec) -> String {
+        let v = if stored == Prec::F16 {
+            format!("f32({x})")
+        } else {
+            x.to_string()
+        };
+        self.convert(&v, stored, prec)
+    }
+
+    fn store(&self, v: &str, p: Prec) -> String {
+        if p == Prec::F16 {
+            format!("f16({v})")
+        } else {
+            v.to_string()
+        }
+    }
+
+    fn stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        match s {
+            LowLevel::Noop | LowLevel::Comment(_) => {}
+            LowLevel::Seq(items) => {
+                for i in items {
+                    self.stmt(i, depth, out)?;
+                }
+            }
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } => {
+                let name = self.fresh("i");
+                let _ = writeln!(
+                    out,
+                    "{pad}for (var {name}: i32 = {from}; {name} < {to}; {name} = {name} + 1) {{"
+                );
+                self.symbols.insert(*index, name);
+                self.stmt(body, depth + 1, out)?;
+                self.symbols.remove(index);
+                let _ = writeln!(out, "{pad}}}");
+            }
+            LowLevel::ZeroOut(tn) => {
+                let name = self.node(tn)?;
+                let n: usize = tn.padded_dims().iter().product();
+                let z = self.store(&literal(tn.prec(), 0.0), tn.prec());
+                let i = self.fresh("z");
+                let _ = writeln!(
+                    out,
+                    "{pad}for (var {i}: i32 = 0; {i} < {n}; {i} = {i} + 1) {{ {name}[{i}] = {z}; }}"
+                );
+            }
+            LowLevel::Set { tn, idcs, value } => {
+                let mut prelude = String::new();
+                let v = self.expr(value, tn.prec(), depth, &mut prelude)?;
+                let name = self.node(tn)?;
+                let offset = self.offset(tn, idcs)?;
+                out.push_str(&prelude);
+                let stored = self.store(&v, tn.prec());
+                let _ = writeln!(out, "{pad}{name}[{offset}] = {stored};");
+            }
+            LowLevel::SetLocal(id, value) => {
+                let mut prelude = String::new();
+                let v = self.expr(value, id.prec, depth, &mut prelude)?;
+                out.push_str(&prelude);
+                let name = self.scalar(id.id);
+                let _ = writeln!(out, "{pad}{name} = {v};");
+            }
+        }
+        Ok(())
+    }
+
+    fn expr(
+        &mut self,
+        e: &ScalarExpr,
+        prec: Prec,
+        depth: usize,
+        prelude: &mut String,
+    ) -> Result<String> {
+        let cp = prec.compute_prec();
+        Ok(match e {
+            ScalarExpr::LocalScope { id, body } => {
+                let pad = "  ".repeat(depth);
+                let name = self.scalar(id.id);
+                let _ = writeln!(
+                    prelude,
+                    "{pad}var {name}: {} = {};",
+                    compute_type(id.prec),
+                    literal(id.prec, 0.0)
+                );
+                self.stmt(body, depth, prelude)?;
+                self.convert(&name, id.prec, prec)
+            }
+            ScalarExpr::GetLocal(id) => {
+                let name = self.scalar(id.id);
+                self.convert(&name, id.prec, prec)
+            }
+            ScalarExpr::Get(tn, idcs) => {
+                let x = format!("{}[{}]", self.node(tn)?, self.offset(tn, idcs)?);
+                self.load(&x, tn.prec(), prec)
+            }
+            ScalarExpr::GetMerge(tn, idcs) => {
+                match self.merge {
+                    Some((m, _)) if m == tn => {}
+                    _ => {
+                        return Err(self.err(format!(
+                            "the merge buffer does not hold {}",
+                            tn.debug_name()
+                        )));
+                    }
+                }
+                self.uses_merge = true;
+                let x = format!("aj_merge[{}]", self.offset(tn, idcs)?);
+                self.load(&x, tn.prec(), prec)
+            }
+            ScalarExpr::EmbedIndex(i) => {
+                let x = self.affine(i)?;
+                self.convert(&x, Prec::I32, prec)
+            }
+            ScalarExpr::Constant(c) => literal(prec, *c),
+            ScalarExpr::Unop(op, a) => {
+                let a = self.expr(a, prec, depth, prelude)?;
+                self.unop(*op, cp, &a)
+            }
+            ScalarExpr::Binop(op, a, b) => {
+                let a = self.expr(a, prec, depth, prelude)?;
+                let b = self.expr(b, prec, depth, prelude)?;
+                self.binop(*op, cp, &a, &b)
+            }
+            ScalarExpr::Ternop(op, a, b, c) => {
+                let a = self.expr(a, prec, depth, prelude)?;
+                let b = self.expr(b, prec, depth, prelude)?;
+                let c = self.expr(c, prec, depth, prelude)?;
+                let t = compute_type(cp);
+                match op {
+                    TernOp::Where => format!("select({c}, {b}, {a} != {t}(0))"),
+                    TernOp::Fma if cp.is_float() => format!("fma({a}, {b}, {c})"),
+                    TernOp::Fma => format!("({a} * {b} + {c})"),
+                }
+            }
+        })
+    }
+
+    /// Renders the pass of one top-level statement (`None` for a statement that does nothing).
+    fn render(&mut self, stmt: &LowLevel) -> Result<Option<WgslPass>> {
+        let stmt = stmt.unwrapped();
+        let mut body = String::new();
+        let (shape, why) = match stmt {
+            LowLevel::Noop | LowLevel::Comment(_) => return Ok(None),
+            LowLevel::ZeroOut(tn) => {
+                let name = self.node(tn)?;
+                let n: usize = tn.padded_dims().iter().product();
+                let z = self.store(&literal(tn.prec(), 0.0), tn.prec());
+                let _ = writeln!(
+                    body,
+                    "  if (aj_g >= {n}) {{ return; }}\n  {name}[aj_g] = {z};"
+                );
+                (
+                    PassShape::Zero(n as u64),
+                    "one invocation per element".to_string(),
+                )
+            }
+            _ => {
+                let (grid, inner) = grid_loops(stmt);
+                if !grid.is_empty() {
+                    let total: u64 = grid.iter().map(|(_, f, t)| (t - f) as u64).product();
+                    let _ = writeln!(body, "  if (aj_g >= {total}) {{ return; }}");
+                    let _ = writeln!(body, "  var aj_r: i32 = aj_g;");
+                    for (index, from, to) in grid.iter().rev() {
+                        let name = self.fresh("g");
+                        let _ = writeln!(
+                            body,
+                            "  let {name}: i32 = {from} + aj_r % {ext};\n  aj_r = aj_r / {ext};",
+                            ext = to - from
+                        );
+                        self.symbols.insert(*index, name);
+                    }
+                    self.stmt(&inner, 1, &mut body)?;
+                    (
+                        PassShape::Grid(total),
+                        format!(
+                            "{} independent outer loop(s): one invocation per iteration",
+                            grid.len()
+                        ),
+                    )
+                } else if let Some(r) = Accumulation::detect(stmt) {
+                    self.reduction(&r, &mut body)?;
+                    (
+                        PassShape::Reduction,
+                        format!(
+                            "a loop accumulating into one element by {}: one workgroup, strided \
+                             shares combined in a fixed tree order",
+                            r.combine.name()
+                        ),
+                    )
+                } else {
+                    let _ = writeln!(body, "  if (aj_g != 0) {{ return; }}");
+                    self.stmt(stmt, 1, &mut body)?;
+                    (
+                        PassShape::Single,
+                        "its iterations depend on each other and it is not a reduction into one \
+                         element"
+                            .to_string(),
+                    )
+                }
+            }
+        };
+        Ok(Some(self.module(shape, why, &body)))
+    }
+
+    /// The body of a workgroup reduction.
+    fn reduction(&mut self, r: &Accumulation<'_>, out: &mut String) -> Result<()> {
+        let cp = r.tn.prec().compute_prec();
+        let t = compute_type(cp);
+        let name = self.node(r.tn)?;
+        let offset = self.offset(r.tn, r.idcs)?;
+        let neutral = literal(cp, r.combine.neutral_element());
+        let i = self.fresh("i");
+        self.symbols.insert(r.iter, i.clone());
+        let mut prelude = String::new();
+        let part = match r.rest {
+            Rest::One(v) => {
+                let v = self.expr(v, r.tn.prec(), 2, &mut prelude)?;
+                self.binop(r.combine, cp, "aj_acc", &v)
+            }
+            Rest::Product(a, b) => {
+                let a = self.expr(a, r.tn.prec(), 2, &mut prelude)?;
+                let b = self.expr(b, r.tn.prec(), 2, &mut prelude)?;
+                if cp.is_float() {
+                    format!("fma({a}, {b}, aj_acc)")
+                } else {
+                    format!("({a} * {b} + aj_acc)")
+                }
+            }
+        };
+        self.symbols.remove(&r.iter);
+        let combine = |a: &str, b: &str, s: &mut Self| s.binop(r.combine, cp, a, b);
+        let tree = combine("aj_red[aj_l]", "aj_red[aj_l + aj_s]", self);
+        let current = self.load(&format!("{name}[{offset}]"), r.tn.prec(), cp);
+        let last = combine(&current, "aj_red[0]", self);
+        let stored = self.store(&last, r.tn.prec());
+        let w = WORKGROUP_SIZE;
+        let _ = write!(
+            out,
+            "  var aj_acc: {t} = {neutral};\n  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; \
+             {i} = {i} + {w}) {{\n{prelude}    aj_acc = {part};\n  }}\n  aj_red[aj_l] = aj_acc;\n  \
+             workgroupBarrier();\n  for (var aj_s: u32 = {half}u; aj_s > 0u; aj_s = aj_s / 2u) {{\n    \
+             if (aj_l < aj_s) {{ aj_red[aj_l] = {tree}; }}\n    workgroupBarrier();\n  }}\n  \
+             if (aj_l == 0u) {{ {name}[{offset}] = {stored}; }}\n",
+            from = r.from,
+            to = r.to,
+            half = w / 2,
+        );
+        self.reduction_type = Some(t);
+        Ok(())
+    }
+}
+
+impl PassRenderer<'_> {
+    /// The module of one pass around its entry point's body.
+    fn module(&mut self, shape: PassShape, why: String, body: &str) -> WgslPass {
+        let mut src = String::new();
+        let mut bindings = Vec::new();
+        let f16 = self.used.iter().any(|t| t.prec() == Prec::F16)
+            || self
+                .merge
+                .is_some_and(|(m, _)| self.uses_merge && m.prec() == Prec::F16);
+        if f16 {
+            src.push_str("enable f16;\n");
+        }
+        let mut used: Vec<(u32, String, Prec)> = self
+            .used
+            .iter()
+            .map(|tn| {
+                let (name, b) = &self.nodes[tn];
+                (*b, name.clone(), tn.prec())
+            })
+            .collect();
+        if self.uses_merge
+            && let Some((m, b)) = self.merge
+        {
+            used.push((*b, "aj_merge".into(), m.prec()));
+        }
+        used.sort();
+        for (b, name, p) in &used {
+            let access = if name == "aj_merge" {
+                "read"
+            } else {
+                "read_write"
+            };
+            let _ = writeln!(
+                src,
+                "@group(0) @binding({b}) var<storage, {access}> {name}: array<{}>;",
+                storage_type(*p)
+            );
+            bindings.push(*b);
+        }
+        if self.uses_statics
+            && let Some(b) = self.statics_binding
+        {
+            let _ = writeln!(
+                src,
+                "@group(0) @binding({b}) var<storage, read> aj_statics: array<i32>;"
+            );
+            bindings.push(b);
+        }
+        bindings.sort_unstable();
+        if let Some(t) = self.reduction_type {
+            let _ = writeln!(src, "var<workgroup> aj_red: array<{t}, {WORKGROUP_SIZE}>;");
+        }
+        for h in &self.helpers {
+            src.push_str(helper_source(*h));
+        }
+        let size = match shape {
+            PassShape::Single => 1,
+            _ => WORKGROUP_SIZE,
+        };
+        let _ = write!(
+            src,
+            "@compute @workgroup_size({size})\nfn main(@builtin(workgroup_id) aj_wid: vec3<u32>, \
+             @builtin(num_workgroups) aj_nwg: vec3<u32>, @builtin(local_invocation_index) aj_l: \
+             u32) {{\n  let aj_g: i32 = i32((aj_wid.y * aj_nwg.x + aj_wid.x) * {size}u + aj_l);\n\
+             {body}}}\n"
+        );
+        let _ = self.target;
+        WgslPass {
+            source: src,
+            shape,
+            bindings,
+            why,
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Scalar operations, literals and conversions in WGSL, with the IR's semantics (see
+//! `arrayjit_ir::ops`): what WGSL leaves undefined or defines otherwise (integer division by
+//! zero, float-to-integer conversion, `pow` of a negative base) goes through helpers.
+
+use arrayjit_ir::ops::Scalar;
+use arrayjit_ir::{BinOp, Prec, UnOp};
+
+use super::PassRenderer;
+
+/// A helper function a pass calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Helper {
+    F32ToI32,
+    F32ToU32,
+    PowF32,
+    PowI32,
+    PowU32,
+}
+
+/// The WGSL type a precision is stored in.
+pub(super) fn storage_type(p: Prec) -> &'static str {
+    match p {
+        Prec::F16 => "f16",
+        Prec::I32 => "i32",
+        Prec::U32 => "u32",
+        _ => "f32",
+    }
+}
+
+/// The WGSL type a precision computes in.
+pub(super) fn compute_type(p: Prec) -> &'static str {
+    storage_type(p.compute_prec())
+}
+
+/// A literal of compute precision `p` for the IR constant `c` (converted as the interpreter
+/// converts constants).
+pub(super) fn literal(p: Prec, c: f64) -> String {
+    let cp = p.compute_prec();
+    match Scalar::F(c).convert(cp) {
+        Scalar::F(v) => {
+            let v = v as f32;
+            if v.is_nan() {
+                "bitcast<f32>(0x7fc00000u)".into()
+            } else if v.is_infinite() {
+                let bits = if v > 0.0 {
+                    "0x7f800000u"
+                } else {
+                    "0xff800000u"
+                };
+                format!("bitcast<f32>({bits})")
+            } else {
+                format!("({v:e}f)")
+            }
+        }
+        Scalar::I(i) => match cp {
+            Prec::U32 => format!("{}u", i as u32),
+            _ if i == i32::MIN as i128 => "(-2147483647i - 1i)".into(),
+            _ => format!("({}i)", i as i32),
+        },
+    }
+}
+
+impl PassRenderer<'_> {
+    pub(super) fn unop(&mut self, op: UnOp, cp: Prec, a: &str) -> String {
+        let t = compute_type(cp);
+        let one_zero = |cond: String| format!("select({t}(0), {t}(1), {cond})");
+        if cp.is_float() {
+            return match op {
+                UnOp::Identity => a.to_string(),
+                UnOp::Relu => format!("select(0.0f, {a}, {a} > 0.0f)"),
+                UnOp::Satur01 => format!("min(max({a}, 0.0f), 1.0f)"),
+                UnOp::Exp => format!("exp({a})"),
+                UnOp::Exp2 => format!("exp2({a})"),
+                UnOp::Log => format!("log({a})"),
+                UnOp::Log2 => format!("log2({a})"),
+                UnOp::Sin => format!("sin({a})"),
+                UnOp::Cos => format!("cos({a})"),
+                UnOp::Sqrt => format!("sqrt({a})"),
+                UnOp::Recip => format!("(1.0f / {a})"),
+                UnOp::RecipSqrt => format!("(1.0f / sqrt({a}))"),
+                UnOp::Neg => format!("(-{a})"),
+                UnOp::Tanh => format!("tanh({a})"),
+                UnOp::Abs => format!("abs({a})"),
+                UnOp::Not => one_zero(format!("{a} == 0.0f")),
+            };
+        }
+        let signed = cp == Prec::I32;
+        let via_float = |s: &mut Self, f: &str| {
+            let x = format!("{f}(f32({a}))");
+            s.convert(&x, Prec::F32, cp)
+        };
+        match op {
+            UnOp::Identity => a.to_string(),
+            UnOp::Relu if signed => format!("max({a}, 0i)"),
+            UnOp::Relu => a.to_string(),
+            UnOp::Satur01 => format!("min(max({a}, {t}(0)), {t}(1))"),
+            UnOp::Exp => via_float(self, "exp"),
+            UnOp::Exp2 => via_float(self, "exp2"),
+            UnOp::Log => via_float(self, "log"),
+            UnOp::Log2 => via_float(self, "log2"),
+            UnOp::Sin => via_float(self, "sin"),
+            UnOp::Cos => via_float(self, "cos"),
+            UnOp::Sqrt => via_float(self, "sqrt"),
+            UnOp::Tanh => via_float(self, "tanh"),
+            UnOp::RecipSqrt => via_float(self, "inverseSqrt"),
+            UnOp::Recip => format!("select({t}(0), {t}(1) / {a}, {a} != {t}(0))"),
+            UnOp::Neg => format!("({t}(0) - {a})"),
+            UnOp::Abs if signed => format!("abs({a})"),
+            UnOp::Abs => a.to_string(),
+            UnOp::Not => one_zero(format!("{a} == {t}(0)")),
+        }
+    }
+
+    pub(super) fn binop(&mut self, op: BinOp, cp: Prec, a: &str, b: &str) -> String {
+        let t = compute_type(cp);
+        let one_zero = |cond: String| format!("select({t}(0), {t}(1), {cond})");
+        let float = cp.is_float();
+        match op {
+            BinOp::Arg1 => a.to_string(),
+            BinOp::Arg2 => b.to_string(),
+            BinOp::Add => format!("({a} + {b})"),
+            BinOp::Sub => format!("({a} - {b})"),
+            BinOp::Mul => format!("({a} * {b})"),
+            BinOp::Div if float => format!("({a} / {b})"),
+            BinOp::Mod if float => format!("({a} % {b})"),
+            // WGSL gives `a` for a division by zero; the IR gives 0.
+            BinOp::Div => format!("select({a} / {b}, {t}(0), {b} == {t}(0))"),
+            BinOp::Mod => format!("select({a} % {b}, {t}(0), {b} == {t}(0))"),
+            BinOp::Pow => {
+                let h = match cp {
+                    Prec::I32 => Helper::PowI32,
+                    Prec::U32 => Helper::PowU32,
+                    _ => Helper::PowF32,
+                };
+                self.helpers.insert(h);
+                format!("aj_pow_{t}({a}, {b})")
+            }
+            BinOp::ReluGate => format!("select({t}(0), {b}, {a} > {t}(0))"),
+            BinOp::Max => format!("max({a}, {b})"),
+            BinOp::Min => format!("min({a}, {b})"),
+            BinOp::Cmplt => one_zero(format!("{a} < {b}")),
+            BinOp::Cmpeq => one_zero(format!("{a} == {b}")),
+            BinOp::Cmpne => one_zero(format!("{a} != {b}")),
+            BinOp::And => one_zero(format!("({a} != {t}(0)) && ({b} != {t}(0))")),
+            BinOp::Or => one_zero(format!("({a} != {t}(0)) || ({b} != {t}(0))")),
+        }
+    }
+}
+
+/// The WGSL of a helper function.
+pub(super) fn helper_source(h: Helper) -> &'static str {
+    match h {
+        Helper::F32ToI32 => {
+            "fn aj_f32_to_i32(x: f32) -> i32 {\n  if (x != x) { return 0i; }\n  \
+             if (x >= 2147483648.0f) { return 2147483647i; }\n  \
+             if (x <= -2147483648.0f) { return -2147483647i - 1i; }\n  return i32(x);\n}\n"
+        }
+        Helper::F32ToU32 => {
+            "fn aj_f32_to_u32(x: f32) -> u32 {\n  if (!(x > 0.0f)) { return 0u; }\n  \
+             if (x >= 4294967296.0f) { return 4294967295u; }\n  return u32(x);\n}\n"
+        }
+        // WGSL's pow is undefined for a negative base: odd and even integer exponents are
+        // handled here, as C's pow does.
+        Helper::PowF32 => {
+            "fn aj_pow_f32(x: f32, y: f32) -> f32 {\n  if (y == 0.0f) { return 1.0f; }\n  \
+             if (x >= 0.0f) { return pow(x, y); }\n  if (x != x || y != y) { return x + y; }\n  \
+             if (trunc(y) != y) { return bitcast<f32>(0x7fc00000u); }\n  \
+             let m = pow(-x, y);\n  if (abs(y) < 16777216.0f && (i32(abs(y)) & 1) == 1) \
+             { return -m; }\n  return m;\n}\n"
+        }
+        Helper::PowI32 => {
+            "fn aj_pow_i32(x: i32, y: i32) -> i32 {\n  if (y < 0) {\n    if (x == 1) { return 1; }\n    \
+             if (x == -1) { return select(-1, 1, (y & 1) == 0); }\n    return 0;\n  }\n  \
+             var r: i32 = 1; var b: i32 = x; var e: i32 = y;\n  \
+             loop {\n    if (e == 0) { break; }\n    if ((e & 1) == 1) { r = r * b; }\n    \
+             b = b * b; e = e >> 1u;\n  }\n  return r;\n}\n"
+        }
+        Helper::PowU32 => {
+            "fn aj_pow_u32(x: u32, y: u32) -> u32 {\n  var r: u32 = 1u; var b: u32 = x; var e: u32 = y;\n  \
+             loop {\n    if (e == 0u) { break; }\n    if ((e & 1u) == 1u) { r = r * b; }\n    \
+             b = b * b; e = e >> 1u;\n  }\n  return r;\n}\n"
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! How a statement maps onto the GPU: the grid of independent loops, and single-loop
+//! accumulations into one element (workgroup reductions).
+
+use arrayjit_ir::schedule::{iterations_independent, split_accumulation};
+use arrayjit_ir::{AxisIndex, BinOp, LowLevel, ScalarExpr, Symbol, Tnode};
+
+/// The grid of a pass: loops of `stmt` whose iterations are independent, outermost first, with
+/// their ranges, and the statement each invocation runs.
+///
+/// A perfect nest around one assignment contributes every loop whose iterations are
+/// independent, wherever it sits: running such a loop outside the others changes no element's
+/// order of operations (each element is written by one iteration of it, and its reductions keep
+/// their order), so a matrix product's rows and columns both become the grid while its
+/// reduction runs inside. Other nests contribute their longest independent prefix.
+pub(super) fn grid_loops(stmt: &LowLevel) -> (Vec<(Symbol, i64, i64)>, LowLevel) {
+    let (loops, inner) = stmt.perfect_nest();
+    if matches!(inner, LowLevel::Set { .. }) && !loops.is_empty() {
+        let independent = |&(index, from, to): &(Symbol, i64, i64)| {
+            to > from && iterations_independent(inner, index)
+        };
+        let grid: Vec<(Symbol, i64, i64)> = loops.iter().copied().filter(independent).collect();
+        let mut rest = inner.clone();
+        for &(index, from, to) in loops.iter().rev() {
+            if !independent(&(index, from, to)) {
+                rest = LowLevel::For {
+                    index,
+                    from,
+                    to,
+                    body: Box::new(rest),
+                };
+            }
+        }
+        return (grid, rest);
+    }
+    let mut grid = Vec::new();
+    let mut cur = stmt;
+    while let LowLevel::For {
+        index,
+        from,
+        to,
+        body,
+    } = cur
+    {
+        if to <= from || !iterations_independent(body, *index) {
+            break;
+        }
+        grid.push((*index, *from, *to));
+        cur = body.unwrapped();
+    }
+    (grid, cur.clone())
+}
+
+/// What a reduction accumulates besides the element itself.
+pub(super) enum Rest<'a> {
+    /// `s ⊕ v`.
+    One(&'a ScalarExpr),
+    /// `fma(a, b, s)`.
+    Product(&'a ScalarExpr, &'a ScalarExpr),
+}
+
+/// A single loop accumulating into one element: `for i { s[o] = s[o] ⊕ v(i) }`.
+pub(super) struct Accumulation<'a> {
+    pub(super) iter: Symbol,
+    pub(super) from: i64,
+    pub(super) to: i64,
+    pub(super) tn: &'a Tnode,
+    pub(super) idcs: &'a [AxisIndex],
+    pub(super) combine: BinOp,
+    pub(super) rest: Rest<'a>,
+}
+
+impl<'a> Accumulation<'a> {
+    pub(super) fn detect(stmt: &'a LowLevel) -> Option<Accumulation<'a>> {
+        let LowLevel::For {
+            index,
+            from,
+            to,
+            body,
+        } = stmt
+        else {
+            return None;
+        };
+        let LowLevel::Set { tn, idcs, value } = body.unwrapped() else {
+            return None;
+        };
+        if idcs.iter().any(|i| i.symbols().contains(index)) || to <= from {
+            return None;
+        }
+        let (combine, parts) = split_accumulation(tn, idcs, value)?;
+        let rest = match parts.as_slice() {
+            [v] => Rest::One(v),
+            [a, b] => Rest::Product(a, b),
+            _ => return None,
+        };
+        Some(Accumulation {
+            iter: *index,
+            from: *from,
+            to: *to,
+            tn,
+            idcs,
+            combine,
+            rest,
+        })
+    }
+}

@@ -1,0 +1,84 @@
+//! The WGSL renderer over the whole shared corpus, checked without a GPU: every pass of every
+//! case parses and validates with naga (the WGSL front end wgpu itself uses), a case in a
+//! precision WGSL lacks is a typed error naming it, and the passes map statements onto the GPU
+//! as the module documentation says (grids, workgroup reductions, zeroing).
+
+use arrayjit::codegen::wgsl::{PassShape, WgslTarget, render_wgsl};
+use arrayjit::conformance::{all_cases, matmul};
+use arrayjit::ir::{Error, OptimizeSettings, Prec, optimize};
+
+fn validate(source: &str, f16: bool) -> Result<(), String> {
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
+    let mut caps = naga::valid::Capabilities::empty();
+    if f16 {
+        caps |= naga::valid::Capabilities::SHADER_FLOAT16;
+    }
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+        .validate(&module)
+        .map(|_| ())
+        .map_err(|e| e.emit_to_string(source))
+}
+
+#[test]
+fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
+    let target = WgslTarget { f16: true };
+    let supported = target.precisions();
+    let (mut rendered, mut refused, mut failures) = (0, 0, Vec::new());
+    for case in all_cases().unwrap() {
+        let opt = match optimize(
+            &case.name,
+            &case.bindings,
+            &case.program,
+            &OptimizeSettings::default(),
+        ) {
+            Ok(o) => o,
+            Err(e) => {
+                failures.push(format!("{}: optimize: {e}", case.name));
+                continue;
+            }
+        };
+        let needs_unsupported = opt
+            .nodes
+            .iter()
+            .any(|r| r.used && !supported.contains(&r.tn.prec()));
+        match render_wgsl(&opt, &target) {
+            Ok(kernel) => {
+                assert!(
+                    !needs_unsupported,
+                    "{} rendered an unsupported precision",
+                    case.name
+                );
+                rendered += 1;
+                for (i, pass) in kernel.passes.iter().enumerate() {
+                    if let Err(e) = validate(&pass.source, true) {
+                        failures.push(format!("{} pass {i}:\n{e}\n{}", case.name, pass.source));
+                    }
+                }
+            }
+            Err(Error::UnsupportedPrecision { prec, .. }) if needs_unsupported => {
+                assert!(Prec::parse(&prec).is_ok_and(|p| !supported.contains(&p)));
+                refused += 1;
+            }
+            Err(e) => failures.push(format!("{}: {e}", case.name)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    eprintln!("{rendered} cases rendered, {refused} refused for their precision");
+    assert!(rendered > 20, "{rendered} rendered, {refused} refused");
+}
+
+#[test]
+fn a_matmul_is_a_grid_over_the_result_and_a_sum_is_a_workgroup_reduction() {
+    let (case, ..) = matmul(64).unwrap();
+    let opt = optimize("mm", &[], &case.program, &OptimizeSettings::default()).unwrap();
+    let kernel = render_wgsl(&opt, &WgslTarget::default()).unwrap();
+    let shapes: Vec<&PassShape> = kernel.passes.iter().map(|p| &p.shape).collect();
+    assert!(
+        shapes.contains(&&PassShape::Grid(64 * 64)),
+        "{}",
+        kernel.full_source()
+    );
+    for p in &kernel.passes {
+        validate(&p.source, false).unwrap();
+    }
+}
