@@ -14,6 +14,8 @@ pub mod device_info;
 pub mod missing;
 pub mod sanitizer;
 pub mod settings;
+#[cfg(feature = "wgpu")]
+pub mod wgpu_backend;
 pub mod worker_pool;
 
 use std::any::Any;
@@ -107,6 +109,11 @@ pub trait LoweredBackend: Send + Sync + Debug {
     fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
         let _ = (key, choice);
         Ok(false)
+    }
+    /// The alignment (a power of two) arrays in this backend's pools need, e.g. a GPU's
+    /// storage-binding offset alignment. The runtime plans pools with at least this.
+    fn pool_alignment(&self) -> usize {
+        1
     }
     /// Bytes the memory planner leaves unused around every array of a pool on this backend
     /// (0: arrays packed tight; see [`LoweredBackend::guard_pool`]).

@@ -183,6 +183,18 @@ pub enum Error {
         /// The bytes asked for (saturated at `usize::MAX` when the size itself overflows).
         bytes: usize,
     },
+    /// A device driver reported an error (validation, out of memory, a lost device, a shader
+    /// the driver refused); the driver's own error is the source.
+    #[error("device {device} failed while {action}: {source}")]
+    Driver {
+        /// The device, e.g. `wgpu:0 (llvmpipe)`.
+        device: String,
+        /// What arrayjit was doing.
+        action: String,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A device cannot compute in a precision some node of a routine uses.
     #[error(
         "device {device} cannot compute in {prec} (needed by {node}); it supports {supported}: \

@@ -212,6 +212,9 @@ impl Backend {
         static NEXT_DEVICE_UID: AtomicUsize = AtomicUsize::new(0);
         let n = lowered.num_devices();
         let schedule = lowered.schedule_settings();
+        let pool_alignment = OptimizeSettings::default()
+            .pool_alignment
+            .max(lowered.pool_alignment());
         Backend {
             inner: Arc::new(BackendInner {
                 name: name.to_string(),
@@ -221,6 +224,7 @@ impl Backend {
                 // Schedules tuned to the lowered backend's devices.
                 settings: Mutex::new(OptimizeSettings {
                     schedule,
+                    pool_alignment,
                     ..OptimizeSettings::default()
                 }),
                 scheduler,

@@ -247,7 +247,7 @@ fn devices_describe_themselves_from_their_backend() {
         info.vector_bytes / 4
     );
     // A placeholder backend has no device to describe.
-    let missing = crate::backend("wgpu").unwrap();
+    let missing = crate::backend("cuda").unwrap();
     assert!(matches!(
         missing.lowered().device_info(0),
         Err(Error::BackendUnavailable { .. })

@@ -68,7 +68,11 @@ fn info_lists_backends() {
     let (ok, out, err) = arrayjit(&["info"], None);
     assert!(ok, "{err}");
     assert!(out.contains("sync_cc: available, 1 device(s)"), "{out}");
-    assert!(out.contains("wgpu: backend wgpu is unavailable"), "{out}");
+    // wgpu is listed either way: available (the feature and a Vulkan driver) or why not.
+    assert!(
+        out.contains("wgpu: backend wgpu is unavailable") || out.contains("wgpu: available"),
+        "{out}"
+    );
 }
 
 #[test]

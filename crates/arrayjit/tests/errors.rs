@@ -33,7 +33,12 @@ fn unknown_backend_lists_the_available_ones() {
 
 #[test]
 fn missing_backends_have_no_devices_and_explain_themselves() {
+    // wgpu is missing unless this build has the feature and the machine a Vulkan driver.
+    let wgpu_here = arrayjit::available_backends().contains(&"wgpu");
     for name in ["cuda", "metal", "wgpu"] {
+        if name == "wgpu" && wgpu_here {
+            continue;
+        }
         let b = arrayjit::backend(name).unwrap();
         assert_eq!(b.num_devices(), 0);
         let err = b.get_device(0).unwrap_err();
@@ -47,10 +52,13 @@ fn missing_backends_have_no_devices_and_explain_themselves() {
         assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
     }
     assert!(!arrayjit::available_backends().contains(&"cuda"));
-    assert!(matches!(
-        arrayjit::initialize(Some("wgpu")),
-        Err(Error::BackendUnavailable { .. })
-    ));
+    assert_eq!(
+        matches!(
+            arrayjit::initialize(Some("wgpu")),
+            Err(Error::BackendUnavailable { .. })
+        ),
+        !wgpu_here
+    );
     assert_eq!(
         arrayjit::initialize(Some("sync_cc")).unwrap().name(),
         "sync_cc"

@@ -151,6 +151,10 @@ proptest! {
     ) {
         for name in arrayjit::available_backends() {
             let backend = arrayjit::backend(name).unwrap();
+            // Programs in a precision the device lacks are the corpus's typed-error check.
+            if !backend.get_device(0).unwrap().info().unwrap().supports(prec) {
+                continue;
+            }
             let case = build(prec, 3, &steps, seed);
             let result = check_case(&case, &backend);
             prop_assert!(result.is_ok(), "{name}: {}", result.unwrap_err());

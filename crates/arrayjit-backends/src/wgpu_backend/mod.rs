@@ -1,0 +1,558 @@
+//! The `wgpu` lowered backend: routines rendered to WGSL compute passes
+//! ([`arrayjit_codegen::wgsl`]) and run through wgpu on a GPU (Vulkan), or on a CPU through
+//! Mesa's software Vulkan (lavapipe), which is how CI runs it.
+//!
+//! - One device: the adapter wgpu picks (`WGPU_BACKEND`, `WGPU_ADAPTER_NAME` steer it). No
+//!   adapter means the backend is unavailable, with what to install.
+//! - Arrays are storage buffers; a pool is one buffer and its arrays are views at offsets,
+//!   aligned to the device's storage-binding alignment ([`LoweredBackend::pool_alignment`]).
+//! - The device's queue is the stream: work runs in submission order. Host copies go through
+//!   staging buffers and wait for the queue; a launch records one compute pass per pass of the
+//!   kernel and submits them.
+//! - Every driver error (validation, out of memory, a lost device, a shader the driver refuses)
+//!   is caught in an error scope and returned as [`Error::Driver`] with the driver's error as
+//!   its source; an error that escapes a scope is kept and returned by the next call.
+//! - Compiled pipelines are cached in memory by their WGSL source.
+
+mod buffers;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrayjit_codegen::KernelInterface;
+use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
+use arrayjit_ir::{Error, Optimized, Result};
+
+use crate::device_info::{DeviceInfo, DeviceKind};
+use crate::{BufferHandle, CompiledBatch, LoweredBackend};
+
+pub use buffers::WgpuBuffer;
+
+/// The name the backend reports in errors.
+const NAME: &str = "wgpu";
+
+/// The GPU once an adapter and device are open.
+struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: DeviceInfo,
+    target: WgslTarget,
+    /// The most workgroups per dispatch dimension.
+    max_groups: u32,
+    /// Alignment of storage-buffer binding offsets.
+    offset_alignment: usize,
+    /// Compiled pipelines by WGSL source.
+    pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+    /// An error no error scope caught (reported by the next call).
+    uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+/// The `wgpu` lowered backend (one device).
+pub struct WgpuBackend {
+    gpu: std::result::Result<Arc<Gpu>, String>,
+    used: Arc<AtomicUsize>,
+    pools: Mutex<HashMap<usize, WgpuBuffer>>,
+}
+
+impl fmt::Debug for WgpuBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.gpu {
+            Ok(g) => write!(f, "WgpuBackend({})", g.info.name),
+            Err(e) => write!(f, "WgpuBackend(unavailable: {e})"),
+        }
+    }
+}
+
+impl WgpuBackend {
+    /// Opens the adapter wgpu picks from the environment. Never fails: a machine without one
+    /// gives a backend whose calls say so ([`LoweredBackend::check_available`]).
+    pub fn new() -> WgpuBackend {
+        WgpuBackend {
+            gpu: open().map(Arc::new),
+            used: Arc::new(AtomicUsize::new(0)),
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn gpu(&self) -> Result<&Arc<Gpu>> {
+        self.gpu
+            .as_ref()
+            .map_err(|reason| Error::BackendUnavailable {
+                backend: NAME.into(),
+                reason: reason.clone(),
+                how_to_enable: "install a Vulkan driver: a GPU vendor's, or Mesa's software one \
+                            (`apt-get install mesa-vulkan-drivers libvulkan1`); set \
+                            WGPU_BACKEND=vulkan"
+                    .into(),
+            })
+    }
+
+    fn device_check(&self, device: usize) -> Result<&Arc<Gpu>> {
+        let gpu = self.gpu()?;
+        if device != 0 {
+            return Err(Error::NoSuchDevice {
+                backend: NAME.into(),
+                ordinal: device,
+                num_devices: 1,
+            });
+        }
+        Ok(gpu)
+    }
+}
+
+impl Default for WgpuBackend {
+    fn default() -> Self {
+        WgpuBackend::new()
+    }
+}
+
+/// Opens the adapter and device, or says why not.
+fn open() -> std::result::Result<Gpu, String> {
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..Default::default()
+    }))
+    .map_err(|e| format!("no GPU adapter: {e}"))?;
+    let features = adapter.features() & wgpu::Features::SHADER_F16;
+    let limits = adapter.limits();
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("arrayjit"),
+        required_features: features,
+        required_limits: limits.clone(),
+        ..Default::default()
+    }))
+    .map_err(|e| format!("the adapter refused a device: {e}"))?;
+    let uncaptured: Arc<Mutex<Option<String>>> = Arc::default();
+    let sink = uncaptured.clone();
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+        let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert_with(|| e.to_string());
+    }));
+    let target = WgslTarget {
+        f16: features.contains(wgpu::Features::SHADER_F16),
+    };
+    let a = adapter.get_info();
+    let info = DeviceInfo {
+        name: format!("{} ({:?}, {})", a.name, a.backend, a.driver_info),
+        kind: if a.device_type == wgpu::DeviceType::Cpu {
+            DeviceKind::Cpu
+        } else {
+            DeviceKind::Gpu
+        },
+        compute_units: 0,
+        max_local_size: [
+            limits.max_compute_workgroup_size_x,
+            limits.max_compute_workgroup_size_y,
+            limits.max_compute_workgroup_size_z,
+        ],
+        max_local_invocations: limits.max_compute_invocations_per_workgroup,
+        max_shared_bytes: limits.max_compute_workgroup_storage_size as usize,
+        subgroup_size: a.subgroup_min_size.max(1) as usize,
+        vector_bytes: 16,
+        vector_registers: 0,
+        cache_bytes: [0; 3],
+        memory_bytes: 0,
+        precisions: target.precisions(),
+    };
+    Ok(Gpu {
+        device,
+        queue,
+        info,
+        target,
+        max_groups: limits.max_compute_workgroups_per_dimension.max(1),
+        offset_alignment: limits.min_storage_buffer_offset_alignment.max(4) as usize,
+        pipelines: Mutex::new(HashMap::new()),
+        uncaptured,
+    })
+}
+
+impl Gpu {
+    /// The device's name in messages.
+    fn label(&self) -> String {
+        format!("{NAME}:0 ({})", self.info.name)
+    }
+
+    /// Runs `f` inside validation and out-of-memory error scopes; a caught error (or one that
+    /// escaped an earlier scope) is [`Error::Driver`] naming `action`.
+    fn scoped<T>(&self, action: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let value = f();
+        let errors = [
+            pollster::block_on(validation.pop()),
+            pollster::block_on(oom.pop()),
+        ];
+        if let Some(e) = errors.into_iter().flatten().next() {
+            return Err(self.driver_error(action, Box::new(e)));
+        }
+        if let Some(e) = self
+            .uncaptured
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(self.driver_error(action, e.into()));
+        }
+        value
+    }
+
+    fn driver_error(
+        &self,
+        action: &str,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    ) -> Error {
+        Error::Driver {
+            device: self.label(),
+            action: action.to_string(),
+            source,
+        }
+    }
+
+    /// Waits until the queue has run everything submitted.
+    fn wait(&self, action: &str) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| self.driver_error(action, Box::new(e)))
+    }
+
+    /// The compute pipeline of a pass, compiled once per source.
+    fn pipeline(&self, pass: &WgslPass) -> Result<wgpu::ComputePipeline> {
+        let mut cache = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = cache.get(&pass.source) {
+            return Ok(p.clone());
+        }
+        let pipeline = self.scoped("compiling a WGSL pass", || {
+            let module = self
+                .device
+                .create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some("arrayjit pass"),
+                    source: wgpu::ShaderSource::Wgsl(pass.source.as_str().into()),
+                });
+            Ok(self
+                .device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some("arrayjit pass"),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some("main"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                }))
+        })?;
+        cache.insert(pass.source.clone(), pipeline.clone());
+        Ok(pipeline)
+    }
+}
+
+/// One compiled routine: its passes' pipelines and the buffers of its local nodes.
+struct Kernel {
+    rendered: WgslKernel,
+    pipelines: Vec<wgpu::ComputePipeline>,
+    locals: HashMap<u32, WgpuBuffer>,
+    statics: Option<WgpuBuffer>,
+}
+
+/// Routines compiled together.
+pub struct WgpuBatch {
+    gpu: Arc<Gpu>,
+    interfaces: Vec<KernelInterface>,
+    kernels: Vec<Kernel>,
+    source: String,
+}
+
+impl fmt::Debug for WgpuBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.interfaces.iter().map(|k| k.name.as_str()).collect();
+        write!(f, "WgpuBatch({names:?})")
+    }
+}
+
+impl CompiledBatch for WgpuBatch {
+    fn kernels(&self) -> &[KernelInterface] {
+        &self.interfaces
+    }
+
+    fn source(&self) -> &str {
+        &self.source
+    }
+
+    fn launch(&self, index: usize, args: &[BufferHandle], statics: &[i64]) -> Result<()> {
+        let (k, iface) = match (self.kernels.get(index), self.interfaces.get(index)) {
+            (Some(k), Some(i)) => (k, i),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "kernel index {index} but the batch has {}",
+                    self.kernels.len()
+                )));
+            }
+        };
+        let expected = iface.buffer_sizes();
+        if args.len() != expected.len() {
+            return Err(Error::invalid(format!(
+                "kernel {} takes {} buffers but {} were given",
+                iface.name,
+                expected.len(),
+                args.len()
+            )));
+        }
+        let mut bound: HashMap<u32, &WgpuBuffer> = HashMap::new();
+        for (pos, (b, &need)) in args.iter().zip(&expected).enumerate() {
+            let w = b.as_any().downcast_ref::<WgpuBuffer>().ok_or_else(|| {
+                Error::invalid(format!(
+                    "argument {pos} of {} is not a wgpu buffer",
+                    iface.name
+                ))
+            })?;
+            if w.size < need {
+                return Err(Error::ShapeMismatch {
+                    op: format!("launching {}", iface.name),
+                    detail: format!(
+                        "argument {pos} needs {need} bytes but its buffer has {}",
+                        w.size
+                    ),
+                });
+            }
+            bound.insert(pos as u32, w);
+        }
+        if statics.len() != iface.statics.len() {
+            return Err(Error::invalid(format!(
+                "kernel {} takes {} static indices but {} were given",
+                iface.name,
+                iface.statics.len(),
+                statics.len()
+            )));
+        }
+        let mut words = Vec::with_capacity(statics.len());
+        for (s, &v) in iface.statics.iter().zip(statics) {
+            if v < 0 || v >= s.range as i64 || v > i32::MAX as i64 {
+                return Err(Error::StaticIndex {
+                    symbol: s.name.clone(),
+                    detail: format!("value {v} is outside 0..{}", s.range),
+                });
+            }
+            words.extend_from_slice(&(v as i32).to_le_bytes());
+        }
+        for (b, buf) in &k.locals {
+            bound.insert(*b, buf);
+        }
+        if let (Some(b), Some(buf)) = (k.rendered.statics_binding, &k.statics) {
+            self.gpu
+                .queue
+                .write_buffer(&buf.buffer, buf.offset as u64, &words);
+            bound.insert(b, buf);
+        }
+        let gpu = &self.gpu;
+        gpu.scoped(&format!("running {}", iface.name), || {
+            let mut encoder = gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            for (pass, pipeline) in k.rendered.passes.iter().zip(&k.pipelines) {
+                let layout = pipeline.get_bind_group_layout(0);
+                let entries = pass
+                    .bindings
+                    .iter()
+                    .map(|b| {
+                        let buf = bound.get(b).ok_or_else(|| {
+                            Error::invalid(format!("binding {b} of {} has no buffer", iface.name))
+                        })?;
+                        Ok(wgpu::BindGroupEntry {
+                            binding: *b,
+                            resource: buf.binding(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &layout,
+                    entries: &entries,
+                });
+                let (x, y) = pass.workgroups(gpu.max_groups);
+                let mut cpass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                });
+                cpass.set_pipeline(pipeline);
+                cpass.set_bind_group(0, &group, &[]);
+                cpass.dispatch_workgroups(x, y, 1);
+            }
+            gpu.queue.submit([encoder.finish()]);
+            Ok(())
+        })
+    }
+}
+
+impl LoweredBackend for WgpuBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn check_available(&self) -> Result<()> {
+        self.gpu().map(|_| ())
+    }
+
+    fn num_devices(&self) -> usize {
+        usize::from(self.gpu.is_ok())
+    }
+
+    fn device_info(&self, device: usize) -> Result<DeviceInfo> {
+        Ok(self.device_check(device)?.info.clone())
+    }
+
+    fn pool_alignment(&self) -> usize {
+        self.gpu.as_ref().map_or(1, |g| g.offset_alignment)
+    }
+
+    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
+        let gpu = self.device_check(device)?;
+        Ok(Arc::new(buffers::allocate(gpu, &self.used, size_in_bytes)?))
+    }
+
+    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8]) -> Result<()> {
+        let gpu = self.gpu()?;
+        buffers::write(gpu, buffers::of(dst)?, src)
+    }
+
+    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()> {
+        let gpu = self.gpu()?;
+        buffers::read(gpu, buffers::of(src)?, dst)
+    }
+
+    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle) -> Result<()> {
+        let gpu = self.gpu()?;
+        buffers::copy(gpu, buffers::of(dst)?, buffers::of(src)?)
+    }
+
+    fn used_memory(&self, _device: usize) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn alloc_pool(
+        &self,
+        device: usize,
+        pool_id: usize,
+        size_in_bytes: usize,
+        alignment: usize,
+    ) -> Result<()> {
+        let gpu = self.device_check(device)?;
+        if !alignment.is_power_of_two() || !alignment.is_multiple_of(gpu.offset_alignment) {
+            return Err(Error::invalid(format!(
+                "pool alignment {alignment} is not a multiple of the device's binding alignment {}",
+                gpu.offset_alignment
+            )));
+        }
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if pools.contains_key(&pool_id) {
+            return Err(Error::invalid(format!("pool {pool_id} already exists")));
+        }
+        let buffer = buffers::allocate(gpu, &self.used, size_in_bytes)?;
+        pools.insert(pool_id, buffer);
+        Ok(())
+    }
+
+    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
+        self.device_check(device)?;
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&pool_id)
+            .map(|_| ())
+            .ok_or_else(|| Error::invalid(format!("no pool {pool_id}")))
+    }
+
+    fn memset_zero(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<()> {
+        let gpu = self.device_check(device)?;
+        let view = self.pool_view(device, pool_id, offset, size_in_bytes)?;
+        buffers::zero(gpu, buffers::of(&view)?)
+    }
+
+    fn pool_view(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<BufferHandle> {
+        self.device_check(device)?;
+        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = pools
+            .get(&pool_id)
+            .ok_or_else(|| Error::invalid(format!("no pool {pool_id}")))?;
+        Ok(Arc::new(pool.view(offset, size_in_bytes)?))
+    }
+
+    fn pools(&self, _device: usize) -> Vec<(usize, usize)> {
+        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<(usize, usize)> = pools.iter().map(|(id, b)| (*id, b.size)).collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
+        let gpu = self.gpu()?;
+        let mut s = String::new();
+        for r in routines {
+            s.push_str(&render_wgsl(r, &gpu.target)?.full_source());
+        }
+        Ok(s)
+    }
+
+    fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        let gpu = self.gpu()?.clone();
+        let mut kernels = Vec::new();
+        let mut interfaces = Vec::new();
+        let mut source = String::new();
+        for r in routines {
+            gpu.info.check_precisions(
+                &gpu.label(),
+                r.nodes.iter().filter(|n| n.used).map(|n| &n.tn),
+            )?;
+            let rendered = render_wgsl(r, &gpu.target)?;
+            source.push_str(&rendered.full_source());
+            let pipelines = rendered
+                .passes
+                .iter()
+                .map(|p| gpu.pipeline(p))
+                .collect::<Result<Vec<_>>>()?;
+            let locals = rendered
+                .locals
+                .iter()
+                .map(|(tn, b)| Ok((*b, buffers::allocate(&gpu, &self.used, tn.size_in_bytes())?)))
+                .collect::<Result<HashMap<_, _>>>()?;
+            let statics = match rendered.statics_binding {
+                Some(_) => Some(buffers::allocate(&gpu, &self.used, 4 * r.bindings.len())?),
+                None => None,
+            };
+            interfaces.push(rendered.interface.clone());
+            kernels.push(Kernel {
+                rendered,
+                pipelines,
+                locals,
+                statics,
+            });
+        }
+        Ok(Arc::new(WgpuBatch {
+            gpu,
+            interfaces,
+            kernels,
+            source,
+        }))
+    }
+
+    fn debug_info(&self) -> String {
+        match &self.gpu {
+            Ok(g) => format!("wgpu backend: {}", g.info),
+            Err(e) => format!("wgpu backend: unavailable ({e})"),
+        }
+    }
+}
