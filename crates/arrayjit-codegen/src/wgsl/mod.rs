@@ -341,6 +341,12 @@ impl PassRenderer<'_> {
                     self.stmt(i, depth, out)?;
                 }
             }
+            LowLevel::For { .. }
+                if let Some(acc) = Accumulation::detect(s)
+                    && acc.tn.prec() == acc.tn.prec().compute_prec() =>
+            {
+                self.register_accumulation(&acc, depth, out)?;
+            }
             LowLevel::For {
                 index,
                 from,
@@ -525,6 +531,63 @@ impl PassRenderer<'_> {
         Ok(Some(self.module(shape, why, &body)))
     }
 
+    /// A loop accumulating into one element, with the element held in a register: loaded
+    /// once, combined in loop order, stored once. Each step's result is what the loop would
+    /// have stored (the element's storage precision is its compute precision), so the bits are
+    /// those of the loop as written, without a global-memory round trip per iteration.
+    fn register_accumulation(
+        &mut self,
+        r: &Accumulation<'_>,
+        depth: usize,
+        out: &mut String,
+    ) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        let cp = r.tn.prec().compute_prec();
+        let t = compute_type(cp);
+        let name = self.node(r.tn)?;
+        let offset = self.offset(r.tn, r.idcs)?;
+        let acc = self.fresh("acc");
+        let i = self.fresh("i");
+        self.symbols.insert(r.iter, i.clone());
+        let mut prelude = String::new();
+        let part = self.accumulated(r, &acc, depth + 1, &mut prelude)?;
+        self.symbols.remove(&r.iter);
+        let _ = write!(
+            out,
+            "{pad}var {acc}: {t} = {name}[{offset}];\n{pad}for (var {i}: i32 = {from}; {i} < {to}; \
+             {i} = {i} + 1) {{\n{prelude}{pad}  {acc} = {part};\n{pad}}}\n{pad}{name}[{offset}] = {acc};\n",
+            from = r.from,
+            to = r.to,
+        );
+        Ok(())
+    }
+
+    /// `acc ⊕ v(i)` (or `fma(a, b, acc)`) for an accumulation, with `acc` the accumulator.
+    fn accumulated(
+        &mut self,
+        r: &Accumulation<'_>,
+        acc: &str,
+        depth: usize,
+        prelude: &mut String,
+    ) -> Result<String> {
+        let cp = r.tn.prec().compute_prec();
+        Ok(match r.rest {
+            Rest::One(v) => {
+                let v = self.expr(v, r.tn.prec(), depth, prelude)?;
+                self.binop(r.combine, cp, acc, &v)
+            }
+            Rest::Product(a, b) => {
+                let a = self.expr(a, r.tn.prec(), depth, prelude)?;
+                let b = self.expr(b, r.tn.prec(), depth, prelude)?;
+                if cp.is_float() {
+                    format!("fma({a}, {b}, {acc})")
+                } else {
+                    format!("({a} * {b} + {acc})")
+                }
+            }
+        })
+    }
+
     /// The body of a workgroup reduction.
     fn reduction(&mut self, r: &Accumulation<'_>, out: &mut String) -> Result<()> {
         let cp = r.tn.prec().compute_prec();
@@ -535,21 +598,7 @@ impl PassRenderer<'_> {
         let i = self.fresh("i");
         self.symbols.insert(r.iter, i.clone());
         let mut prelude = String::new();
-        let part = match r.rest {
-            Rest::One(v) => {
-                let v = self.expr(v, r.tn.prec(), 2, &mut prelude)?;
-                self.binop(r.combine, cp, "aj_acc", &v)
-            }
-            Rest::Product(a, b) => {
-                let a = self.expr(a, r.tn.prec(), 2, &mut prelude)?;
-                let b = self.expr(b, r.tn.prec(), 2, &mut prelude)?;
-                if cp.is_float() {
-                    format!("fma({a}, {b}, aj_acc)")
-                } else {
-                    format!("({a} * {b} + aj_acc)")
-                }
-            }
-        };
+        let part = self.accumulated(r, "aj_acc", 2, &mut prelude)?;
         self.symbols.remove(&r.iter);
         let combine = |a: &str, b: &str, s: &mut Self| s.binop(r.combine, cp, a, b);
         let tree = combine("aj_red[aj_l]", "aj_red[aj_l + aj_s]", self);
