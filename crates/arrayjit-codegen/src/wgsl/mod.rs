@@ -18,10 +18,13 @@
 //! [`KernelInterface`]'s order), then the merge buffer, then the routine's local nodes, which the
 //! compiled kernel owns (so the interface asks for no scratch buffer), then the static indices
 //! as an `array<i32>`. Arithmetic follows the IR's semantics (`arrayjit_ir::ops`): integers
-//! wrap, division and remainder by zero give 0, float-to-integer conversions saturate and map
-//! NaN to 0; 16-bit floats are computed in `f32`. WGSL has no 8- or 16-bit integers and no
-//! bfloat16, and `f64`/`i64`/`u64` need device features: a routine using a precision its
-//! target lacks is an [`Error::UnsupportedPrecision`].
+//! wrap (8- and 16-bit unsigned ones compute in `u32`, masked after every operation), division
+//! and remainder by zero give 0, float-to-integer conversions saturate and map NaN to 0; 16-bit
+//! floats are computed in `f32`. WGSL has no 8- or 16-bit integers and no bfloat16: their
+//! arrays are packed in `array<atomic<u32>>` words, each invocation clearing and setting only
+//! its element's bits (bfloat16 rounded to nearest even, as the interpreter rounds). `f16` needs
+//! the device's `SHADER_F16`; `f64`, `i64` and `u64` are not rendered yet: a routine using a
+//! precision its target lacks is an [`Error::UnsupportedPrecision`].
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -35,7 +38,9 @@ use crate::c_renderer::{KernelInterface, node_name};
 mod ops;
 mod shape;
 
-use ops::{Helper, compute_type, helper_source, literal, storage_type};
+use ops::{
+    Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
+};
 use shape::{Accumulation, Rest, grid_loops};
 
 /// Invocations per workgroup of every pass.
@@ -51,7 +56,14 @@ pub struct WgslTarget {
 impl WgslTarget {
     /// The precisions a routine may use on this target.
     pub fn precisions(&self) -> Vec<Prec> {
-        let mut p = vec![Prec::I32, Prec::U32, Prec::F32];
+        let mut p = vec![
+            Prec::U8,
+            Prec::U16,
+            Prec::I32,
+            Prec::U32,
+            Prec::F32,
+            Prec::Bf16,
+        ];
         if self.f16 {
             p.push(Prec::F16);
         }
@@ -302,33 +314,93 @@ impl PassRenderer<'_> {
         if from == to {
             return x.to_string();
         }
+        let narrow = narrow_mask(to);
         match (from.is_float(), to) {
             (true, Prec::I32) => {
                 self.helpers.insert(Helper::F32ToI32);
                 format!("aj_f32_to_i32({x})")
             }
-            (true, Prec::U32) => {
+            (true, _) if !to.is_float() => {
                 self.helpers.insert(Helper::F32ToU32);
-                format!("aj_f32_to_u32({x})")
+                match narrow {
+                    Some(m) => format!("min(aj_f32_to_u32({x}), {m}u)"),
+                    None => format!("aj_f32_to_u32({x})"),
+                }
             }
-            _ => format!("{}({x})", compute_type(to)),
+            _ => match narrow {
+                Some(m) => format!("(u32({x}) & {m}u)"),
+                None => format!("{}({x})", compute_type(to)),
+            },
         }
     }
 
-    fn load(&mut self, x: &str, stored: Prec, prec: Prec) -> String {
-        let v = if stored == Prec::F16 {
-            format!("f32({x})")
-        } else {
-            x.to_string()
+    /// Element `offset` of array `name` of precision `stored`, in compute precision `prec`.
+    fn read_elem(&mut self, name: &str, offset: &str, stored: Prec, prec: Prec) -> String {
+        let v = match packing(stored) {
+            Some(p) => {
+                let bits = format!(
+                    "((atomicLoad(&{name}[({offset}) >> {}u]) >> (u32(({offset}) & {}) * {}u)) & {}u)",
+                    p.shift,
+                    (1u32 << p.shift) - 1,
+                    p.bits,
+                    p.mask
+                );
+                if stored == Prec::Bf16 {
+                    format!("bitcast<f32>({bits} << 16u)")
+                } else {
+                    bits
+                }
+            }
+            None if stored == Prec::F16 => format!("f32({name}[{offset}])"),
+            None => format!("{name}[{offset}]"),
         };
         self.convert(&v, stored, prec)
     }
 
-    fn store(&self, v: &str, p: Prec) -> String {
-        if p == Prec::F16 {
-            format!("f16({v})")
-        } else {
-            v.to_string()
+    /// The statement storing `v` (in `p`'s compute precision) as element `offset` of `name`.
+    fn write_elem(&mut self, name: &str, offset: &str, p: Prec, v: &str) -> String {
+        match packing(p) {
+            Some(k) => {
+                let bits = if p == Prec::Bf16 {
+                    self.helpers.insert(Helper::F32ToBf16);
+                    format!("aj_f32_to_bf16({v})")
+                } else {
+                    v.to_string()
+                };
+                // The value first: it may read the element being replaced.
+                format!(
+                    "{{ let aj_v: u32 = {bits}; let aj_o: i32 = {offset}; \
+                     let aj_sh: u32 = u32(aj_o & {}) * {}u; \
+                     atomicAnd(&{name}[aj_o >> {}u], ~({}u << aj_sh)); \
+                     atomicOr(&{name}[aj_o >> {}u], (aj_v & {}u) << aj_sh); }}",
+                    (1u32 << k.shift) - 1,
+                    k.bits,
+                    k.shift,
+                    k.mask,
+                    k.shift,
+                    k.mask
+                )
+            }
+            None if p == Prec::F16 => format!("{name}[{offset}] = f16({v});"),
+            None => format!("{name}[{offset}] = {v};"),
+        }
+    }
+
+    /// Words (for packed precisions) or elements zeroed by a zeroing of `tn`, and the
+    /// statement zeroing number `i`.
+    fn zero_unit(&self, tn: &Tnode, name: &str, i: &str) -> (usize, String) {
+        match packing(tn.prec()) {
+            Some(_) => (
+                tn.size_in_bytes().div_ceil(4),
+                format!("atomicStore(&{name}[{i}], 0u);"),
+            ),
+            None => {
+                let z = match tn.prec() {
+                    Prec::F16 => format!("f16({})", literal(Prec::F32, 0.0)),
+                    p => literal(p, 0.0),
+                };
+                (tn.num_elems(), format!("{name}[{i}] = {z};"))
+            }
         }
     }
 
@@ -365,12 +437,11 @@ impl PassRenderer<'_> {
             }
             LowLevel::ZeroOut(tn) => {
                 let name = self.node(tn)?;
-                let n: usize = tn.padded_dims().iter().product();
-                let z = self.store(&literal(tn.prec(), 0.0), tn.prec());
                 let i = self.fresh("z");
+                let (n, zero) = self.zero_unit(tn, &name, &i);
                 let _ = writeln!(
                     out,
-                    "{pad}for (var {i}: i32 = 0; {i} < {n}; {i} = {i} + 1) {{ {name}[{i}] = {z}; }}"
+                    "{pad}for (var {i}: i32 = 0; {i} < {n}; {i} = {i} + 1) {{ {zero} }}"
                 );
             }
             LowLevel::Set { tn, idcs, value } => {
@@ -379,8 +450,8 @@ impl PassRenderer<'_> {
                 let name = self.node(tn)?;
                 let offset = self.offset(tn, idcs)?;
                 out.push_str(&prelude);
-                let stored = self.store(&v, tn.prec());
-                let _ = writeln!(out, "{pad}{name}[{offset}] = {stored};");
+                let store = self.write_elem(&name, &offset, tn.prec(), &v);
+                let _ = writeln!(out, "{pad}{store}");
             }
             LowLevel::SetLocal(id, value) => {
                 let mut prelude = String::new();
@@ -419,8 +490,8 @@ impl PassRenderer<'_> {
                 self.convert(&name, id.prec, prec)
             }
             ScalarExpr::Get(tn, idcs) => {
-                let x = format!("{}[{}]", self.node(tn)?, self.offset(tn, idcs)?);
-                self.load(&x, tn.prec(), prec)
+                let (name, offset) = (self.node(tn)?, self.offset(tn, idcs)?);
+                self.read_elem(&name, &offset, tn.prec(), prec)
             }
             ScalarExpr::GetMerge(tn, idcs) => {
                 match self.merge {
@@ -433,8 +504,8 @@ impl PassRenderer<'_> {
                     }
                 }
                 self.uses_merge = true;
-                let x = format!("aj_merge[{}]", self.offset(tn, idcs)?);
-                self.load(&x, tn.prec(), prec)
+                let offset = self.offset(tn, idcs)?;
+                self.read_elem("aj_merge", &offset, tn.prec(), prec)
             }
             ScalarExpr::EmbedIndex(i) => {
                 let x = self.affine(i)?;
@@ -458,7 +529,7 @@ impl PassRenderer<'_> {
                 match op {
                     TernOp::Where => format!("select({c}, {b}, {a} != {t}(0))"),
                     TernOp::Fma if cp.is_float() => format!("fma({a}, {b}, {c})"),
-                    TernOp::Fma => format!("({a} * {b} + {c})"),
+                    TernOp::Fma => narrow(cp, format!("({a} * {b} + {c})")),
                 }
             }
         })
@@ -472,16 +543,14 @@ impl PassRenderer<'_> {
             LowLevel::Noop | LowLevel::Comment(_) => return Ok(None),
             LowLevel::ZeroOut(tn) => {
                 let name = self.node(tn)?;
-                let n: usize = tn.padded_dims().iter().product();
-                let z = self.store(&literal(tn.prec(), 0.0), tn.prec());
-                let _ = writeln!(
-                    body,
-                    "  if (aj_g >= {n}) {{ return; }}\n  {name}[aj_g] = {z};"
-                );
-                (
-                    PassShape::Zero(n as u64),
-                    "one invocation per element".to_string(),
-                )
+                let (n, zero) = self.zero_unit(tn, &name, "aj_g");
+                let _ = writeln!(body, "  if (aj_g >= {n}) {{ return; }}\n  {zero}");
+                let unit = if packing(tn.prec()).is_some() {
+                    "one invocation per 32-bit word"
+                } else {
+                    "one invocation per element"
+                };
+                (PassShape::Zero(n as u64), unit.to_string())
             }
             _ => {
                 let (grid, inner) = grid_loops(stmt);
@@ -506,7 +575,11 @@ impl PassRenderer<'_> {
                             grid.len()
                         ),
                     )
-                } else if let Some(r) = Accumulation::detect(stmt) {
+                } else if let Some(r) = Accumulation::detect(stmt)
+                    // Each step rounds to the element's precision: only where that is the
+                    // compute precision may the steps regroup.
+                    && r.tn.prec() == r.tn.prec().compute_prec()
+                {
                     self.reduction(&r, &mut body)?;
                     (
                         PassShape::Reduction,
@@ -552,10 +625,12 @@ impl PassRenderer<'_> {
         let mut prelude = String::new();
         let part = self.accumulated(r, &acc, depth + 1, &mut prelude)?;
         self.symbols.remove(&r.iter);
+        let load = self.read_elem(&name, &offset, r.tn.prec(), cp);
+        let store = self.write_elem(&name, &offset, r.tn.prec(), &acc);
         let _ = write!(
             out,
-            "{pad}var {acc}: {t} = {name}[{offset}];\n{pad}for (var {i}: i32 = {from}; {i} < {to}; \
-             {i} = {i} + 1) {{\n{prelude}{pad}  {acc} = {part};\n{pad}}}\n{pad}{name}[{offset}] = {acc};\n",
+            "{pad}var {acc}: {t} = {load};\n{pad}for (var {i}: i32 = {from}; {i} < {to}; \
+             {i} = {i} + 1) {{\n{prelude}{pad}  {acc} = {part};\n{pad}}}\n{pad}{store}\n",
             from = r.from,
             to = r.to,
         );
@@ -582,7 +657,7 @@ impl PassRenderer<'_> {
                 if cp.is_float() {
                     format!("fma({a}, {b}, {acc})")
                 } else {
-                    format!("({a} * {b} + {acc})")
+                    narrow(cp, format!("({a} * {b} + {acc})"))
                 }
             }
         })
@@ -602,9 +677,9 @@ impl PassRenderer<'_> {
         self.symbols.remove(&r.iter);
         let combine = |a: &str, b: &str, s: &mut Self| s.binop(r.combine, cp, a, b);
         let tree = combine("aj_red[aj_l]", "aj_red[aj_l + aj_s]", self);
-        let current = self.load(&format!("{name}[{offset}]"), r.tn.prec(), cp);
+        let current = self.read_elem(&name, &offset, r.tn.prec(), cp);
         let last = combine(&current, "aj_red[0]", self);
-        let stored = self.store(&last, r.tn.prec());
+        let store = self.write_elem(&name, &offset, r.tn.prec(), &last);
         let w = WORKGROUP_SIZE;
         let _ = write!(
             out,
@@ -612,7 +687,7 @@ impl PassRenderer<'_> {
              {i} = {i} + {w}) {{\n{prelude}    aj_acc = {part};\n  }}\n  aj_red[aj_l] = aj_acc;\n  \
              workgroupBarrier();\n  for (var aj_s: u32 = {half}u; aj_s > 0u; aj_s = aj_s / 2u) {{\n    \
              if (aj_l < aj_s) {{ aj_red[aj_l] = {tree}; }}\n    workgroupBarrier();\n  }}\n  \
-             if (aj_l == 0u) {{ {name}[{offset}] = {stored}; }}\n",
+             if (aj_l == 0u) {{ {store} }}\n",
             from = r.from,
             to = r.to,
             half = w / 2,

@@ -15,11 +15,41 @@ pub(super) enum Helper {
     PowF32,
     PowI32,
     PowU32,
+    F32ToBf16,
 }
 
-/// The WGSL type a precision is stored in.
+/// How a precision WGSL has no type for is packed into 32-bit words: elements per word's
+/// shift (`index >> shift` is the word), bits per element, and the element mask.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Packing {
+    pub(super) shift: u32,
+    pub(super) bits: u32,
+    pub(super) mask: u32,
+}
+
+/// The packing of `p`, if its elements share 32-bit words (bfloat16 and 16-bit unsigned: two
+/// per word; 8-bit unsigned: four). Such arrays are `array<atomic<u32>>`: invocations writing
+/// neighbouring elements of one word clear and set only their own bits.
+pub(super) fn packing(p: Prec) -> Option<Packing> {
+    match p {
+        Prec::Bf16 | Prec::U16 => Some(Packing {
+            shift: 1,
+            bits: 16,
+            mask: 0xffff,
+        }),
+        Prec::U8 => Some(Packing {
+            shift: 2,
+            bits: 8,
+            mask: 0xff,
+        }),
+        _ => None,
+    }
+}
+
+/// The WGSL element type of an array of precision `p`.
 pub(super) fn storage_type(p: Prec) -> &'static str {
     match p {
+        _ if packing(p).is_some() => "atomic<u32>",
         Prec::F16 => "f16",
         Prec::I32 => "i32",
         Prec::U32 => "u32",
@@ -27,9 +57,33 @@ pub(super) fn storage_type(p: Prec) -> &'static str {
     }
 }
 
-/// The WGSL type a precision computes in.
+/// The WGSL type a precision computes in (8- and 16-bit unsigned integers in `u32`, wrapped
+/// after every operation).
 pub(super) fn compute_type(p: Prec) -> &'static str {
-    storage_type(p.compute_prec())
+    match p.compute_prec() {
+        Prec::I32 => "i32",
+        Prec::U32 | Prec::U8 | Prec::U16 => "u32",
+        _ => "f32",
+    }
+}
+
+/// `e` wrapped to the width of compute precision `p` (unchanged but for 8- and 16-bit
+/// unsigned integers).
+pub(super) fn narrow(p: Prec, e: String) -> String {
+    match narrow_mask(p) {
+        Some(m) => format!("({e} & {m}u)"),
+        None => e,
+    }
+}
+
+/// The mask that wraps a value of compute precision `p` to its width, for the narrow
+/// unsigned integers.
+pub(super) fn narrow_mask(p: Prec) -> Option<u32> {
+    match p.compute_prec() {
+        Prec::U8 => Some(0xff),
+        Prec::U16 => Some(0xffff),
+        _ => None,
+    }
 }
 
 /// A literal of compute precision `p` for the IR constant `c` (converted as the interpreter
@@ -53,7 +107,7 @@ pub(super) fn literal(p: Prec, c: f64) -> String {
             }
         }
         Scalar::I(i) => match cp {
-            Prec::U32 => format!("{}u", i as u32),
+            Prec::U32 | Prec::U8 | Prec::U16 => format!("{}u", i as u32),
             _ if i == i32::MIN as i128 => "(-2147483647i - 1i)".into(),
             _ => format!("({}i)", i as i32),
         },
@@ -62,6 +116,11 @@ pub(super) fn literal(p: Prec, c: f64) -> String {
 
 impl PassRenderer<'_> {
     pub(super) fn unop(&mut self, op: UnOp, cp: Prec, a: &str) -> String {
+        let e = self.unop_wide(op, cp, a);
+        narrow(cp, e)
+    }
+
+    fn unop_wide(&mut self, op: UnOp, cp: Prec, a: &str) -> String {
         let t = compute_type(cp);
         let one_zero = |cond: String| format!("select({t}(0), {t}(1), {cond})");
         if cp.is_float() {
@@ -112,6 +171,11 @@ impl PassRenderer<'_> {
     }
 
     pub(super) fn binop(&mut self, op: BinOp, cp: Prec, a: &str, b: &str) -> String {
+        let e = self.binop_wide(op, cp, a, b);
+        narrow(cp, e)
+    }
+
+    fn binop_wide(&mut self, op: BinOp, cp: Prec, a: &str, b: &str) -> String {
         let t = compute_type(cp);
         let one_zero = |cond: String| format!("select({t}(0), {t}(1), {cond})");
         let float = cp.is_float();
@@ -127,9 +191,9 @@ impl PassRenderer<'_> {
             BinOp::Div => format!("select({a} / {b}, {t}(0), {b} == {t}(0))"),
             BinOp::Mod => format!("select({a} % {b}, {t}(0), {b} == {t}(0))"),
             BinOp::Pow => {
-                let h = match cp {
-                    Prec::I32 => Helper::PowI32,
-                    Prec::U32 => Helper::PowU32,
+                let h = match t {
+                    "i32" => Helper::PowI32,
+                    "u32" => Helper::PowU32,
                     _ => Helper::PowF32,
                 };
                 self.helpers.insert(h);
@@ -174,6 +238,12 @@ pub(super) fn helper_source(h: Helper) -> &'static str {
              var r: i32 = 1; var b: i32 = x; var e: i32 = y;\n  \
              loop {\n    if (e == 0) { break; }\n    if ((e & 1) == 1) { r = r * b; }\n    \
              b = b * b; e = e >> 1u;\n  }\n  return r;\n}\n"
+        }
+        // Round to nearest even, as the interpreter rounds; NaN stays a (quiet) NaN.
+        Helper::F32ToBf16 => {
+            "fn aj_f32_to_bf16(x: f32) -> u32 {\n  let b = bitcast<u32>(x);\n  \
+             if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n  \
+             return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;\n}\n"
         }
         Helper::PowU32 => {
             "fn aj_pow_u32(x: u32, y: u32) -> u32 {\n  var r: u32 = 1u; var b: u32 = x; var e: u32 = y;\n  \
