@@ -69,6 +69,12 @@ pub trait LoweredBackend: Send + Sync + Debug {
     fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()>;
     /// Copies one buffer into another of the same size (possibly across devices).
     fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle) -> Result<()>;
+    /// Waits until every launch and copy queued on a device has finished (a CPU backend runs
+    /// them before returning, so there is nothing to wait for by default).
+    fn synchronize(&self, device: usize) -> Result<()> {
+        let _ = device;
+        Ok(())
+    }
     /// Bytes currently allocated for arrays on a device (pools included).
     fn used_memory(&self, device: usize) -> usize;
     /// Allocates pool `pool_id` on a device: `size_in_bytes` zeroed bytes aligned to

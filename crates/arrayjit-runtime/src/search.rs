@@ -502,8 +502,10 @@ fn time_kernel(
         .collect::<Result<_>>()?;
     let statics = vec![0i64; kernel.statics.len()];
     // The first run warms caches and pages and sizes the batches.
+    // (Launches may only be queued, as on a GPU: every timing waits for them.)
     let t = Instant::now();
     batch.launch(0, &args, &statics)?;
+    lowered.synchronize(0)?;
     let first = t.elapsed().as_secs_f64().max(1e-9);
     let reps = ((settings.batch_time.as_secs_f64() / first).ceil() as usize).clamp(1, 100_000);
     let mut best = f64::INFINITY;
@@ -512,6 +514,7 @@ fn time_kernel(
         for _ in 0..reps {
             batch.launch(0, &args, &statics)?;
         }
+        lowered.synchronize(0)?;
         best = best.min(t.elapsed().as_secs_f64() / reps as f64);
     }
     Ok(best)

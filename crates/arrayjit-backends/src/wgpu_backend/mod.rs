@@ -427,6 +427,13 @@ impl LoweredBackend for WgpuBackend {
         buffers::copy(gpu, buffers::of(dst)?, buffers::of(src)?)
     }
 
+    fn synchronize(&self, device: usize) -> Result<()> {
+        let gpu = self.device_check(device)?;
+        gpu.scoped("waiting for the queue", || {
+            gpu.wait("waiting for the queue")
+        })
+    }
+
     fn used_memory(&self, _device: usize) -> usize {
         self.used.load(Ordering::Relaxed)
     }

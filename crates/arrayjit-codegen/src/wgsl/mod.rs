@@ -10,7 +10,11 @@
 //!   addition, maximum or minimum, or the fused multiply-add form) runs on one workgroup: each
 //!   invocation accumulates a strided share in order, then the partial results combine in a
 //!   fixed tree order — the same bits on every run, as the schedule semantics require.
-//! - **Zeroing**: one invocation per element.
+//! - **Tiled product**: an `f32` matrix product (any einsum [`arrayjit_ir::schedule::Contraction`]
+//!   recognizes, transposed and batched ones included) runs in workgroups of 16 × 16 result
+//!   elements, staging 16 × 16 tiles of both factors in workgroup memory; each invocation sums
+//!   its element in the loop's order of `k`, so the bits are those of the loop nest.
+//! - **Zeroing**: one invocation per element (per word for packed precisions).
 //! - **One invocation**: anything else (a loop whose iterations depend on each other and that
 //!   is not such a reduction), reported with its reason.
 //!
@@ -36,12 +40,13 @@ use arrayjit_ir::{
 use crate::c_renderer::{KernelInterface, node_name};
 
 mod ops;
+mod schedules;
 mod shape;
 
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
 };
-use shape::{Accumulation, Rest, grid_loops};
+use shape::{Accumulation, TILE, grid_loops, tiled_product};
 
 /// Invocations per workgroup of every pass.
 pub const WORKGROUP_SIZE: u32 = 256;
@@ -78,6 +83,8 @@ pub enum PassShape {
     Grid(u64),
     /// One workgroup reducing a loop into one element.
     Reduction,
+    /// This many workgroups, each computing a 16 × 16 tile of a matrix product.
+    Tiles(u64),
     /// One invocation per element of a zeroed node.
     Zero(u64),
     /// One invocation for the whole statement.
@@ -103,6 +110,7 @@ impl WgslPass {
         match self.shape {
             PassShape::Grid(n) | PassShape::Zero(n) => n,
             PassShape::Reduction => WORKGROUP_SIZE as u64,
+            PassShape::Tiles(groups) => groups * WORKGROUP_SIZE as u64,
             PassShape::Single => 1,
         }
     }
@@ -215,6 +223,7 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
             counter: 0,
             helpers: BTreeSet::new(),
             reduction_type: None,
+            tiles: false,
         };
         if let Some(p) = pass.render(stmt)? {
             passes.push(p);
@@ -245,6 +254,8 @@ struct PassRenderer<'a> {
     helpers: BTreeSet<Helper>,
     /// The element type of the workgroup array of a reduction pass.
     reduction_type: Option<&'static str>,
+    /// The pass stages product tiles in workgroup memory.
+    tiles: bool,
 }
 
 impl PassRenderer<'_> {
@@ -552,6 +563,21 @@ impl PassRenderer<'_> {
                 };
                 (PassShape::Zero(n as u64), unit.to_string())
             }
+            _ if let Some((g, fused)) = tiled_product(stmt) => {
+                let groups = self.tiled(&g, fused, &mut body)?;
+                (
+                    PassShape::Tiles(groups),
+                    format!(
+                        "a matrix product (M {} N {} K {}, {} batch loop(s)): 16 × 16 tiles of the \
+                         factors staged in workgroup memory, one result element per invocation, \
+                         each summed in the loop's order",
+                        g.m.extent,
+                        g.n.extent,
+                        g.k.extent,
+                        g.batch.len()
+                    ),
+                )
+            }
             _ => {
                 let (grid, inner) = grid_loops(stmt);
                 if !grid.is_empty() {
@@ -602,98 +628,6 @@ impl PassRenderer<'_> {
             }
         };
         Ok(Some(self.module(shape, why, &body)))
-    }
-
-    /// A loop accumulating into one element, with the element held in a register: loaded
-    /// once, combined in loop order, stored once. Each step's result is what the loop would
-    /// have stored (the element's storage precision is its compute precision), so the bits are
-    /// those of the loop as written, without a global-memory round trip per iteration.
-    fn register_accumulation(
-        &mut self,
-        r: &Accumulation<'_>,
-        depth: usize,
-        out: &mut String,
-    ) -> Result<()> {
-        let pad = "  ".repeat(depth);
-        let cp = r.tn.prec().compute_prec();
-        let t = compute_type(cp);
-        let name = self.node(r.tn)?;
-        let offset = self.offset(r.tn, r.idcs)?;
-        let acc = self.fresh("acc");
-        let i = self.fresh("i");
-        self.symbols.insert(r.iter, i.clone());
-        let mut prelude = String::new();
-        let part = self.accumulated(r, &acc, depth + 1, &mut prelude)?;
-        self.symbols.remove(&r.iter);
-        let load = self.read_elem(&name, &offset, r.tn.prec(), cp);
-        let store = self.write_elem(&name, &offset, r.tn.prec(), &acc);
-        let _ = write!(
-            out,
-            "{pad}var {acc}: {t} = {load};\n{pad}for (var {i}: i32 = {from}; {i} < {to}; \
-             {i} = {i} + 1) {{\n{prelude}{pad}  {acc} = {part};\n{pad}}}\n{pad}{store}\n",
-            from = r.from,
-            to = r.to,
-        );
-        Ok(())
-    }
-
-    /// `acc ⊕ v(i)` (or `fma(a, b, acc)`) for an accumulation, with `acc` the accumulator.
-    fn accumulated(
-        &mut self,
-        r: &Accumulation<'_>,
-        acc: &str,
-        depth: usize,
-        prelude: &mut String,
-    ) -> Result<String> {
-        let cp = r.tn.prec().compute_prec();
-        Ok(match r.rest {
-            Rest::One(v) => {
-                let v = self.expr(v, r.tn.prec(), depth, prelude)?;
-                self.binop(r.combine, cp, acc, &v)
-            }
-            Rest::Product(a, b) => {
-                let a = self.expr(a, r.tn.prec(), depth, prelude)?;
-                let b = self.expr(b, r.tn.prec(), depth, prelude)?;
-                if cp.is_float() {
-                    format!("fma({a}, {b}, {acc})")
-                } else {
-                    narrow(cp, format!("({a} * {b} + {acc})"))
-                }
-            }
-        })
-    }
-
-    /// The body of a workgroup reduction.
-    fn reduction(&mut self, r: &Accumulation<'_>, out: &mut String) -> Result<()> {
-        let cp = r.tn.prec().compute_prec();
-        let t = compute_type(cp);
-        let name = self.node(r.tn)?;
-        let offset = self.offset(r.tn, r.idcs)?;
-        let neutral = literal(cp, r.combine.neutral_element());
-        let i = self.fresh("i");
-        self.symbols.insert(r.iter, i.clone());
-        let mut prelude = String::new();
-        let part = self.accumulated(r, "aj_acc", 2, &mut prelude)?;
-        self.symbols.remove(&r.iter);
-        let combine = |a: &str, b: &str, s: &mut Self| s.binop(r.combine, cp, a, b);
-        let tree = combine("aj_red[aj_l]", "aj_red[aj_l + aj_s]", self);
-        let current = self.read_elem(&name, &offset, r.tn.prec(), cp);
-        let last = combine(&current, "aj_red[0]", self);
-        let store = self.write_elem(&name, &offset, r.tn.prec(), &last);
-        let w = WORKGROUP_SIZE;
-        let _ = write!(
-            out,
-            "  var aj_acc: {t} = {neutral};\n  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; \
-             {i} = {i} + {w}) {{\n{prelude}    aj_acc = {part};\n  }}\n  aj_red[aj_l] = aj_acc;\n  \
-             workgroupBarrier();\n  for (var aj_s: u32 = {half}u; aj_s > 0u; aj_s = aj_s / 2u) {{\n    \
-             if (aj_l < aj_s) {{ aj_red[aj_l] = {tree}; }}\n    workgroupBarrier();\n  }}\n  \
-             if (aj_l == 0u) {{ {store} }}\n",
-            from = r.from,
-            to = r.to,
-            half = w / 2,
-        );
-        self.reduction_type = Some(t);
-        Ok(())
     }
 }
 
@@ -748,6 +682,13 @@ impl PassRenderer<'_> {
         bindings.sort_unstable();
         if let Some(t) = self.reduction_type {
             let _ = writeln!(src, "var<workgroup> aj_red: array<{t}, {WORKGROUP_SIZE}>;");
+        }
+        if self.tiles {
+            let _ = writeln!(
+                src,
+                "var<workgroup> aj_ta: array<f32, {0}>;\nvar<workgroup> aj_tb: array<f32, {0}>;",
+                TILE * TILE
+            );
         }
         for h in &self.helpers {
             src.push_str(helper_source(*h));

@@ -1,8 +1,10 @@
 //! How a statement maps onto the GPU: the grid of independent loops, and single-loop
 //! accumulations into one element (workgroup reductions).
 
-use arrayjit_ir::schedule::{iterations_independent, split_accumulation};
-use arrayjit_ir::{AxisIndex, BinOp, LowLevel, ScalarExpr, Symbol, Tnode};
+use arrayjit_ir::schedule::{
+    Blocking, Contraction, Gemm, iterations_independent, split_accumulation,
+};
+use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, ScalarExpr, Symbol, TernOp, Tnode};
 
 /// The grid of a pass: loops of `stmt` whose iterations are independent, outermost first, with
 /// their ranges, and the statement each invocation runs.
@@ -102,4 +104,30 @@ impl<'a> Accumulation<'a> {
             rest,
         })
     }
+}
+
+/// The side of a product tile (a workgroup of `TILE²` invocations).
+pub(super) const TILE: usize = 16;
+
+/// A statement that is an `f32` matrix product large enough to tile (both result sides at
+/// least half a tile), with whether it accumulates through a fused multiply-add.
+pub(super) fn tiled_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
+    let c = Contraction::detect(stmt)?;
+    if c.out.node.prec() != Prec::F32 {
+        return None;
+    }
+    // The blocking is the CPU's and is not used here; any valid one will do.
+    let g = c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3]))?;
+    if g.m.extent < TILE / 2 || g.n.extent < TILE / 2 {
+        return None;
+    }
+    let (_, inner) = stmt.perfect_nest();
+    let fused = matches!(
+        inner,
+        LowLevel::Set {
+            value: ScalarExpr::Ternop(TernOp::Fma, ..),
+            ..
+        }
+    );
+    Some((g, fused))
 }

@@ -1,0 +1,171 @@
+//! The passes that map a statement's work onto workgroups beyond one invocation per
+//! iteration: accumulations held in registers, tiled matrix products staged in workgroup
+//! memory, and one-workgroup reductions in a fixed tree order.
+
+use std::fmt::Write as _;
+
+use arrayjit_ir::Result;
+use arrayjit_ir::schedule::Gemm;
+
+use super::ops::{compute_type, literal, narrow};
+use super::shape::{Accumulation, Rest, TILE};
+use super::{PassRenderer, WORKGROUP_SIZE};
+
+impl PassRenderer<'_> {
+    /// A loop accumulating into one element, with the element held in a register: loaded
+    /// once, combined in loop order, stored once. Each step's result is what the loop would
+    /// have stored (the element's storage precision is its compute precision), so the bits are
+    /// those of the loop as written, without a global-memory round trip per iteration.
+    pub(super) fn register_accumulation(
+        &mut self,
+        r: &Accumulation<'_>,
+        depth: usize,
+        out: &mut String,
+    ) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        let cp = r.tn.prec().compute_prec();
+        let t = compute_type(cp);
+        let name = self.node(r.tn)?;
+        let offset = self.offset(r.tn, r.idcs)?;
+        let acc = self.fresh("acc");
+        let i = self.fresh("i");
+        self.symbols.insert(r.iter, i.clone());
+        let mut prelude = String::new();
+        let part = self.accumulated(r, &acc, depth + 1, &mut prelude)?;
+        self.symbols.remove(&r.iter);
+        let load = self.read_elem(&name, &offset, r.tn.prec(), cp);
+        let store = self.write_elem(&name, &offset, r.tn.prec(), &acc);
+        let _ = write!(
+            out,
+            "{pad}var {acc}: {t} = {load};\n{pad}for (var {i}: i32 = {from}; {i} < {to}; \
+             {i} = {i} + 1) {{\n{prelude}{pad}  {acc} = {part};\n{pad}}}\n{pad}{store}\n",
+            from = r.from,
+            to = r.to,
+        );
+        Ok(())
+    }
+
+    /// `acc ⊕ v(i)` (or `fma(a, b, acc)`) for an accumulation, with `acc` the accumulator.
+    fn accumulated(
+        &mut self,
+        r: &Accumulation<'_>,
+        acc: &str,
+        depth: usize,
+        prelude: &mut String,
+    ) -> Result<String> {
+        let cp = r.tn.prec().compute_prec();
+        Ok(match r.rest {
+            Rest::One(v) => {
+                let v = self.expr(v, r.tn.prec(), depth, prelude)?;
+                self.binop(r.combine, cp, acc, &v)
+            }
+            Rest::Product(a, b) => {
+                let a = self.expr(a, r.tn.prec(), depth, prelude)?;
+                let b = self.expr(b, r.tn.prec(), depth, prelude)?;
+                if cp.is_float() {
+                    format!("fma({a}, {b}, {acc})")
+                } else {
+                    narrow(cp, format!("({a} * {b} + {acc})"))
+                }
+            }
+        })
+    }
+
+    /// The body of a tiled matrix product; returns the number of workgroups. Each invocation
+    /// starts from its element's value, adds the products in the order of `k` (with a fused
+    /// multiply-add where the statement has one), and stores it: the bits of the loop nest.
+    pub(super) fn tiled(&mut self, g: &Gemm, fused: bool, out: &mut String) -> Result<u64> {
+        let [c, a, b] = [&g.out, &g.lhs, &g.rhs].map(|t| self.node(t));
+        let (c, a, b) = (c?, a?, b?);
+        let (m, n, k) = (g.m.extent, g.n.extent, g.k.extent);
+        let t = TILE;
+        let tiles_m = m.div_ceil(t);
+        let tiles_n = n.div_ceil(t);
+        let batch: usize = g.batch.iter().map(|d| d.extent).product();
+        let groups = (tiles_m * tiles_n * batch) as u64;
+        let _ = writeln!(
+            out,
+            "  let aj_grp: u32 = aj_wid.y * aj_nwg.x + aj_wid.x;\n  if (aj_grp >= {groups}u) {{ return; }}\n  \
+             let aj_tn: i32 = i32(aj_grp % {tiles_n}u);\n  let aj_tm: i32 = i32((aj_grp / {tiles_n}u) % {tiles_m}u);\n  \
+             var aj_bt: i32 = i32(aj_grp / {});",
+            tiles_n * tiles_m
+        );
+        let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
+        for (d, dim) in g.batch.iter().enumerate().rev() {
+            let _ = writeln!(
+                out,
+                "  let aj_b{d}: i32 = aj_bt % {e};\n  aj_bt = aj_bt / {e};",
+                e = dim.extent
+            );
+            for (o, stride) in offsets.iter_mut().zip(dim.strides) {
+                if stride != 0 {
+                    o.push_str(&format!(" + aj_b{d} * {stride}"));
+                }
+            }
+        }
+        let [oc, oa, ob] = &offsets;
+        let fma = if fused {
+            "fma(aj_ta[aj_ty * T + aj_kk], aj_tb[aj_kk * T + aj_tx], aj_acc)"
+        } else {
+            "(aj_acc + aj_ta[aj_ty * T + aj_kk] * aj_tb[aj_kk * T + aj_tx])"
+        }
+        .replace('T', &t.to_string());
+        let _ = write!(
+            out,
+            "  let aj_tx: i32 = i32(aj_l % {t}u);\n  let aj_ty: i32 = i32(aj_l / {t}u);\n  \
+             let aj_row: i32 = aj_tm * {t} + aj_ty;\n  let aj_col: i32 = aj_tn * {t} + aj_tx;\n  \
+             let aj_in: bool = aj_row < {m} && aj_col < {n};\n  var aj_acc: f32 = 0.0f;\n  \
+             if (aj_in) {{ aj_acc = {c}[{oc} + aj_row * {rsc} + aj_col * {csc}]; }}\n  \
+             for (var aj_k0: i32 = 0; aj_k0 < {k}; aj_k0 = aj_k0 + {t}) {{\n    \
+             let aj_ak: i32 = aj_k0 + aj_tx;\n    let aj_bk: i32 = aj_k0 + aj_ty;\n    \
+             var aj_va: f32 = 0.0f;\n    var aj_vb: f32 = 0.0f;\n    \
+             if (aj_row < {m} && aj_ak < {k}) {{ aj_va = {a}[{oa} + aj_row * {rsa} + aj_ak * {csa}]; }}\n    \
+             if (aj_bk < {k} && aj_col < {n}) {{ aj_vb = {b}[{ob} + aj_bk * {rsb} + aj_col * {csb}]; }}\n    \
+             aj_ta[aj_ty * {t} + aj_tx] = aj_va;\n    aj_tb[aj_ty * {t} + aj_tx] = aj_vb;\n    \
+             workgroupBarrier();\n    let aj_kn: i32 = min({t}, {k} - aj_k0);\n    \
+             for (var aj_kk: i32 = 0; aj_kk < aj_kn; aj_kk = aj_kk + 1) {{ aj_acc = {fma}; }}\n    \
+             workgroupBarrier();\n  }}\n  if (aj_in) {{ {c}[{oc} + aj_row * {rsc} + aj_col * {csc}] = aj_acc; }}\n",
+            rsc = g.m.strides[0],
+            csc = g.n.strides[0],
+            rsa = g.m.strides[1],
+            csa = g.k.strides[1],
+            rsb = g.k.strides[2],
+            csb = g.n.strides[2],
+        );
+        self.tiles = true;
+        Ok(groups)
+    }
+
+    /// The body of a workgroup reduction.
+    pub(super) fn reduction(&mut self, r: &Accumulation<'_>, out: &mut String) -> Result<()> {
+        let cp = r.tn.prec().compute_prec();
+        let t = compute_type(cp);
+        let name = self.node(r.tn)?;
+        let offset = self.offset(r.tn, r.idcs)?;
+        let neutral = literal(cp, r.combine.neutral_element());
+        let i = self.fresh("i");
+        self.symbols.insert(r.iter, i.clone());
+        let mut prelude = String::new();
+        let part = self.accumulated(r, "aj_acc", 2, &mut prelude)?;
+        self.symbols.remove(&r.iter);
+        let combine = |a: &str, b: &str, s: &mut Self| s.binop(r.combine, cp, a, b);
+        let tree = combine("aj_red[aj_l]", "aj_red[aj_l + aj_s]", self);
+        let current = self.read_elem(&name, &offset, r.tn.prec(), cp);
+        let last = combine(&current, "aj_red[0]", self);
+        let store = self.write_elem(&name, &offset, r.tn.prec(), &last);
+        let w = WORKGROUP_SIZE;
+        let _ = write!(
+            out,
+            "  var aj_acc: {t} = {neutral};\n  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; \
+             {i} = {i} + {w}) {{\n{prelude}    aj_acc = {part};\n  }}\n  aj_red[aj_l] = aj_acc;\n  \
+             workgroupBarrier();\n  for (var aj_s: u32 = {half}u; aj_s > 0u; aj_s = aj_s / 2u) {{\n    \
+             if (aj_l < aj_s) {{ aj_red[aj_l] = {tree}; }}\n    workgroupBarrier();\n  }}\n  \
+             if (aj_l == 0u) {{ {store} }}\n",
+            from = r.from,
+            to = r.to,
+            half = w / 2,
+        );
+        self.reduction_type = Some(t);
+        Ok(())
+    }
+}
