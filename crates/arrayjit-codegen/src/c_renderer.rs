@@ -3,6 +3,7 @@
 //! file, and names that depend only on the program (so the same program gives byte-identical
 //! source).
 
+use crate::c_syntax::{c_compute_type, c_storage_type};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
@@ -220,7 +221,7 @@ fn render_kernel(
     let _ = writeln!(out, "  (void)args; (void)statics; (void)par;");
     for (pos, tn) in args.iter().enumerate() {
         let name = node_name(tn, pos);
-        let t = tn.prec().c_storage_type();
+        let t = c_storage_type(tn.prec());
         let _ = writeln!(
             out,
             "  {t} *const {} {name} = ({t} *)args[{pos}]; {}",
@@ -236,7 +237,7 @@ fn render_kernel(
         k.nodes.insert(tn.clone(), name);
     }
     if let Some(m) = &r.merge_node {
-        let t = m.prec().c_storage_type();
+        let t = c_storage_type(m.prec());
         let name = format!("merge_{}", node_name(m, args.len()));
         let _ = writeln!(
             out,
@@ -273,7 +274,7 @@ fn render_kernel(
         for (pos, slot) in slots.into_iter().enumerate() {
             let tn = &slot.node;
             let name = format!("{}_s{pos}", node_name(tn, scratch_index));
-            let t = tn.prec().c_storage_type();
+            let t = c_storage_type(tn.prec());
             let _ = writeln!(
                 out,
                 "  {t} *const {name} = ({t} *)(scratch + {}); {}",
@@ -302,7 +303,7 @@ fn render_kernel(
     };
     for (pos, tn) in locals.iter().enumerate() {
         let name = node_name(tn, args.len() + 1 + pos);
-        let t = tn.prec().c_storage_type();
+        let t = c_storage_type(tn.prec());
         let zero = if needs_zeros(tn, 0) {
             format!(" memset({name}, 0, sizeof({name}));")
         } else {
@@ -434,9 +435,10 @@ impl StableName for Tnode {
 
 impl KernelRenderer<'_> {
     fn unbound(&self, what: String) -> Error {
-        Error::Optimization {
+        Error::Render {
             routine: self.routine.clone(),
-            detail: format!("cannot render: {what}"),
+            language: "C".into(),
+            detail: what,
         }
     }
 
@@ -558,7 +560,7 @@ impl KernelRenderer<'_> {
                 let _ = writeln!(
                     prelude,
                     "{pad}{} {name} = {};",
-                    id.prec.c_compute_type(),
+                    c_compute_type(id.prec),
                     c_syntax::literal(id.prec, 0.0)
                 );
                 self.stmt(body, depth, prelude)?;

@@ -2,6 +2,7 @@
 //! of the product helper (`crate::gemm`), nests split over the device's workers as chunk
 //! functions, and reductions over several accumulators.
 
+use crate::c_syntax::c_compute_type;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -270,7 +271,7 @@ impl KernelRenderer<'_> {
     ) -> Result<String> {
         let pad = "  ".repeat(depth);
         let prec = tn.prec();
-        let t = prec.c_compute_type();
+        let t = c_compute_type(prec);
         let n = self.loop_counter;
         self.loop_counter += 1;
         let (acc, base, lane) = (format!("acc{n}"), format!("r{n}"), format!("l{n}"));
@@ -378,7 +379,7 @@ impl KernelRenderer<'_> {
             return self.reduction(s, plan, 1, out);
         };
         let prec = tn.prec();
-        let t = prec.c_compute_type();
+        let t = c_compute_type(prec);
         let chunk = format!("{}_chunk{position}", outlining.symbol);
         let blocks = ((to - from) as u64).div_ceil(block);
         let mut f = outlining.open_chunk(&chunk);

@@ -46,6 +46,25 @@ impl CSyntax {
     }
 }
 
+/// The C type used to store one element of a precision (16-bit floats as raw bits).
+pub fn c_storage_type(p: Prec) -> &'static str {
+    match p {
+        Prec::U8 => "uint8_t",
+        Prec::U16 | Prec::F16 | Prec::Bf16 => "uint16_t",
+        Prec::I32 => "int32_t",
+        Prec::U32 => "uint32_t",
+        Prec::I64 => "int64_t",
+        Prec::U64 => "uint64_t",
+        Prec::F32 => "float",
+        Prec::F64 => "double",
+    }
+}
+
+/// The C type arithmetic in a precision is done in (see [`Prec::compute_prec`]).
+pub fn c_compute_type(p: Prec) -> &'static str {
+    c_storage_type(p.compute_prec())
+}
+
 /// A short suffix naming a compute precision in helper names.
 pub fn prec_suffix(p: Prec) -> &'static str {
     p.compute_prec().name()
@@ -110,7 +129,7 @@ pub fn literal(p: Prec, c: f64) -> String {
             Prec::U64 => format!("UINT64_C({i})"),
             Prec::U32 => format!("{i}u"),
             Prec::I32 => format!("{i}"),
-            _ => format!("(({}){i})", cp.c_storage_type()),
+            _ => format!("(({}){i})", c_storage_type(cp)),
         },
     }
 }
@@ -167,7 +186,7 @@ const EXP_F32_BODY: &str = "x = x < -104.0f ? -104.0f : x; /* e^-104 rounds to 0
 /// Renders `op(x)` at compute precision `p`, recording the helpers it needs.
 pub fn render_unop(op: UnOp, p: Prec, x: &str, helpers: &mut BTreeSet<Helper>) -> String {
     let cp = p.compute_prec();
-    let t = cp.c_storage_type();
+    let t = c_storage_type(cp);
     if cp.is_float() {
         if op == UnOp::Exp && cp == Prec::F32 {
             helpers.insert(Helper::Un(op, cp));
@@ -238,7 +257,7 @@ pub fn render_binop(
     helpers: &mut BTreeSet<Helper>,
 ) -> String {
     let cp = p.compute_prec();
-    let t = cp.c_storage_type();
+    let t = c_storage_type(cp);
     let boolean = |cond: String| format!("(({t})({cond}))");
     match op {
         BinOp::Arg1 => return a.to_string(),
@@ -278,7 +297,7 @@ pub fn render_binop(
 /// Renders `op(a, b, c)` at compute precision `p`.
 pub fn render_ternop(op: TernOp, p: Prec, a: &str, b: &str, c: &str) -> String {
     let cp = p.compute_prec();
-    let t = cp.c_storage_type();
+    let t = c_storage_type(cp);
     match op {
         TernOp::Where => format!("(({a}) != 0 ? ({b}) : ({c}))"),
         TernOp::Fma if cp.is_float() => format!("{}({a}, {b}, {c})", float_fn2("fma", cp)),
@@ -297,7 +316,7 @@ pub fn convert(x: &str, from: Prec, to: Prec, helpers: &mut BTreeSet<Helper>) ->
         helpers.insert(Helper::FloatToInt(to));
         format!("aj_f2i_{}((double)({x}))", prec_suffix(to))
     } else {
-        format!("(({})({x}))", to.c_storage_type())
+        format!("(({})({x}))", c_storage_type(to))
     }
 }
 
@@ -383,7 +402,7 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
 }}"
         ),
         Helper::FloatToInt(p) => {
-            let t = p.c_storage_type();
+            let t = c_storage_type(p);
             let (lo, hi) = int_limits(p);
             format!(
                 "{pre} {t} aj_f2i_{s}(double x) {{
@@ -396,7 +415,7 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
             )
         }
         Helper::Un(op, p) => {
-            let t = p.c_storage_type();
+            let t = c_storage_type(p);
             let s = prec_suffix(p);
             let body = match op {
                 UnOp::Relu => "return x > 0 ? x : 0;".to_string(),
@@ -409,7 +428,7 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
             format!("{pre} {t} aj_{}_{s}({t} x) {{ {body} }}", op.name())
         }
         Helper::Bin(op, p) => {
-            let t = p.c_storage_type();
+            let t = c_storage_type(p);
             let s = prec_suffix(p);
             let signed = p.is_signed_integer();
             let body = match op {

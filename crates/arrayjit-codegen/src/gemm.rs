@@ -7,6 +7,7 @@
 //! Reduction order is fixed by the blocking: for each element, the `kc`-deep blocks are summed
 //! in order, each block sequentially. Results depend only on the schedule, never on timing.
 
+use crate::c_syntax::c_storage_type;
 use std::fmt::Write as _;
 
 use arrayjit_ir::Prec;
@@ -29,7 +30,7 @@ pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
 /// its definition can live in a translation unit of its own, compiled in parallel with the
 /// kernels and cached apart from them.
 pub fn gemm_signature(prec: Prec, b: &Blocking) -> String {
-    let t = prec.c_storage_type();
+    let t = c_storage_type(prec);
     format!(
         "__attribute__((visibility(\"hidden\"))) void {}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const aj_par *par)",
         gemm_name(prec, b)
@@ -43,7 +44,7 @@ pub fn gemm_signature(prec: Prec, b: &Blocking) -> String {
 /// on the calling thread).
 pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let signature = gemm_signature(prec, b);
-    let t = prec.c_storage_type();
+    let t = c_storage_type(prec);
     let elem = prec.size_in_bytes();
     let lanes = (b.nr / 2).max(1);
     let vt = format!("aj_v{}{}", lanes, prec.name());

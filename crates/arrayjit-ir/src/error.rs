@@ -183,6 +183,17 @@ pub enum Error {
         /// The bytes asked for (saturated at `usize::MAX` when the size itself overflows).
         bytes: usize,
     },
+    /// A renderer cannot express an optimized routine in its language (a defect of arrayjit,
+    /// not of the program: please report it with the routine).
+    #[error("cannot render {routine} as {language}: {detail}")]
+    Render {
+        /// The routine.
+        routine: String,
+        /// The target language (`C`, `WGSL`).
+        language: String,
+        /// What could not be rendered.
+        detail: String,
+    },
     /// A device driver reported an error (validation, out of memory, a lost device, a shader
     /// the driver refused); the driver's own error is the source.
     #[error("device {device} failed while {action}: {source}")]

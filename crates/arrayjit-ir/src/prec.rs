@@ -110,25 +110,6 @@ impl Prec {
         }
     }
 
-    /// The C type used to store one element (16-bit floats are stored as raw bits).
-    pub fn c_storage_type(self) -> &'static str {
-        match self {
-            Prec::U8 => "uint8_t",
-            Prec::U16 | Prec::F16 | Prec::Bf16 => "uint16_t",
-            Prec::I32 => "int32_t",
-            Prec::U32 => "uint32_t",
-            Prec::I64 => "int64_t",
-            Prec::U64 => "uint64_t",
-            Prec::F32 => "float",
-            Prec::F64 => "double",
-        }
-    }
-
-    /// The C type arithmetic is done in (see [`Prec::compute_prec`]).
-    pub fn c_compute_type(self) -> &'static str {
-        self.compute_prec().c_storage_type()
-    }
-
     /// The smallest representable value (negative infinity for floats).
     pub fn min_value(self) -> f64 {
         match self {

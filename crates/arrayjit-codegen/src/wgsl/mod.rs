@@ -260,9 +260,10 @@ struct PassRenderer<'a> {
 
 impl PassRenderer<'_> {
     fn err(&self, detail: String) -> Error {
-        Error::Optimization {
+        Error::Render {
             routine: self.routine.to_string(),
-            detail: format!("cannot render WGSL: {detail}"),
+            language: "WGSL".into(),
+            detail,
         }
     }
 
