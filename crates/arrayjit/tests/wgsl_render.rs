@@ -7,11 +7,14 @@ use arrayjit::codegen::wgsl::{PassShape, WgslTarget, render_wgsl};
 use arrayjit::conformance::{all_cases, matmul};
 use arrayjit::ir::{Error, OptimizeSettings, Prec, optimize};
 
-fn validate(source: &str, f16: bool) -> Result<(), String> {
+fn validate(source: &str, target: &WgslTarget) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
     let mut caps = naga::valid::Capabilities::empty();
-    if f16 {
+    if target.f16 {
         caps |= naga::valid::Capabilities::SHADER_FLOAT16;
+    }
+    if target.int64 {
+        caps |= naga::valid::Capabilities::SHADER_INT64;
     }
     naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
         .validate(&module)
@@ -21,7 +24,11 @@ fn validate(source: &str, f16: bool) -> Result<(), String> {
 
 #[test]
 fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
-    let target = WgslTarget { f16: true };
+    let target = WgslTarget {
+        f16: true,
+        int64: true,
+        max_bindings: 32,
+    };
     let supported = target.precisions();
     let (mut rendered, mut refused, mut failures) = (0, 0, Vec::new());
     let mut tiled = Vec::new();
@@ -58,7 +65,7 @@ fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
                     tiled.push(case.name.clone());
                 }
                 for (i, pass) in kernel.passes.iter().enumerate() {
-                    if let Err(e) = validate(&pass.source, true) {
+                    if let Err(e) = validate(&pass.source, &target) {
                         failures.push(format!("{} pass {i}:\n{e}\n{}", case.name, pass.source));
                     }
                 }
@@ -88,7 +95,47 @@ fn products_are_tiled_and_small_ones_are_grids() {
         let shapes: Vec<&PassShape> = kernel.passes.iter().map(|p| &p.shape).collect();
         assert!(shapes.contains(&&expected), "{}", kernel.full_source());
         for p in &kernel.passes {
-            validate(&p.source, false).unwrap();
+            validate(&p.source, &WgslTarget::default()).unwrap();
         }
     }
+}
+
+#[test]
+fn passes_stay_within_the_binding_limit_or_say_why() {
+    // WebGPU's guaranteed minimum: fused loops split back into one pass per statement.
+    let target = WgslTarget {
+        f16: true,
+        int64: true,
+        max_bindings: 8,
+    };
+    let mut split = 0;
+    for case in all_cases().unwrap() {
+        let opt = optimize(
+            &case.name,
+            &case.bindings,
+            &case.program,
+            &OptimizeSettings::default(),
+        )
+        .unwrap();
+        let statements = opt.statements().len();
+        match render_wgsl(&opt, &target) {
+            Ok(kernel) => {
+                for p in &kernel.passes {
+                    assert!(p.bindings.len() <= 8, "{}: {:?}", case.name, p.bindings);
+                    validate(&p.source, &target).unwrap();
+                }
+                split += usize::from(kernel.passes.len() > statements);
+            }
+            Err(Error::Render { detail, .. }) => {
+                assert!(
+                    detail.contains("storage buffers"),
+                    "{}: {detail}",
+                    case.name
+                )
+            }
+            Err(Error::UnsupportedPrecision { .. }) => {}
+            Err(e) => panic!("{}: {e}", case.name),
+        }
+    }
+    assert!(split > 0, "no case needed splitting");
 }

@@ -117,7 +117,7 @@ fn open() -> std::result::Result<Gpu, String> {
         ..Default::default()
     }))
     .map_err(|e| format!("no GPU adapter: {e}"))?;
-    let features = adapter.features() & wgpu::Features::SHADER_F16;
+    let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SHADER_INT64);
     let limits = adapter.limits();
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("arrayjit"),
@@ -134,6 +134,8 @@ fn open() -> std::result::Result<Gpu, String> {
     }));
     let target = WgslTarget {
         f16: features.contains(wgpu::Features::SHADER_F16),
+        int64: features.contains(wgpu::Features::SHADER_INT64),
+        max_bindings: limits.max_storage_buffers_per_shader_stage as usize,
     };
     let a = adapter.get_info();
     let info = DeviceInfo {

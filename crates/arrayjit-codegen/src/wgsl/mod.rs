@@ -27,8 +27,11 @@
 //! floats are computed in `f32`. WGSL has no 8- or 16-bit integers and no bfloat16: their
 //! arrays are packed in `array<atomic<u32>>` words, each invocation clearing and setting only
 //! its element's bits (bfloat16 rounded to nearest even, as the interpreter rounds). `f16` needs
-//! the device's `SHADER_F16`; `f64`, `i64` and `u64` are not rendered yet: a routine using a
-//! precision its target lacks is an [`Error::UnsupportedPrecision`].
+//! the device's `SHADER_F16`, `i64` and `u64` its `SHADER_INT64`; `f64` is not rendered yet (Vulkan
+//! has no `f64` exponential or logarithm): a routine using a precision its target lacks is an
+//! [`Error::UnsupportedPrecision`]. NaN is tested on the bits (shader compilers may assume
+//! `x != x` is false), and a pass binds at most the device's storage-buffer limit: fused loops
+//! that would need more split back into one pass per statement.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -51,11 +54,26 @@ use shape::{Accumulation, TILE, grid_loops, tiled_product};
 /// Invocations per workgroup of every pass.
 pub const WORKGROUP_SIZE: u32 = 256;
 
-/// What the target device's WGSL accepts beyond the core language.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// What the target device's WGSL accepts beyond the core language, and its binding limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WgslTarget {
     /// `f16` storage and arithmetic (`enable f16;`, wgpu's `SHADER_F16`).
     pub f16: bool,
+    /// `i64` and `u64` (wgpu's `SHADER_INT64`).
+    pub int64: bool,
+    /// The most storage buffers one pass may bind (the device's
+    /// `max_storage_buffers_per_shader_stage`; 8 is WebGPU's guaranteed minimum).
+    pub max_bindings: usize,
+}
+
+impl Default for WgslTarget {
+    fn default() -> Self {
+        WgslTarget {
+            f16: false,
+            int64: false,
+            max_bindings: 8,
+        }
+    }
 }
 
 impl WgslTarget {
@@ -71,6 +89,9 @@ impl WgslTarget {
         ];
         if self.f16 {
             p.push(Prec::F16);
+        }
+        if self.int64 {
+            p.extend([Prec::I64, Prec::U64]);
         }
         p
     }
@@ -202,7 +223,11 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
     }
     let statics_binding = (!r.bindings.is_empty()).then_some(binding);
     let mut passes = Vec::new();
+    let mut stmts = Vec::new();
     for stmt in r.statements() {
+        split_for_bindings(stmt.clone(), target.max_bindings, &r.name, &mut stmts)?;
+    }
+    for stmt in &stmts {
         let mut pass = PassRenderer {
             routine: &r.name,
             target,
@@ -234,6 +259,55 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
         locals,
         statics_binding,
         passes,
+    })
+}
+
+/// Pushes `stmt`, or the passes it splits into, so that no pass binds more storage buffers
+/// than the target allows: a loop whose iterations are independent and whose body is a
+/// sequence (loops fused by the optimizer) becomes one loop per statement of the body. That is
+/// legal because each iteration reads only what the same iteration of the earlier statements
+/// wrote. A statement that alone needs too many is an [`Error::Render`].
+fn split_for_bindings(
+    stmt: LowLevel,
+    max_bindings: usize,
+    routine: &str,
+    out: &mut Vec<LowLevel>,
+) -> Result<()> {
+    // Arrays, plus one for the static indices a statement may read.
+    let needed = stmt.nodes().len() + 1;
+    if needed <= max_bindings {
+        out.push(stmt);
+        return Ok(());
+    }
+    if let LowLevel::For {
+        index,
+        from,
+        to,
+        body,
+    } = &stmt
+        && let LowLevel::Seq(items) = body.unwrapped()
+        && items.len() > 1
+        && arrayjit_ir::schedule::iterations_independent(body, *index)
+    {
+        for item in items {
+            let part = LowLevel::For {
+                index: *index,
+                from: *from,
+                to: *to,
+                body: Box::new(item.clone()),
+            };
+            split_for_bindings(part, max_bindings, routine, out)?;
+        }
+        return Ok(());
+    }
+    Err(Error::Render {
+        routine: routine.to_string(),
+        language: "WGSL".into(),
+        detail: format!(
+            "a statement uses {} arrays, more than the {max_bindings} storage buffers a pass \
+             may bind on this device",
+            needed - 1
+        ),
     })
 }
 
@@ -328,15 +402,13 @@ impl PassRenderer<'_> {
         }
         let narrow = narrow_mask(to);
         match (from.is_float(), to) {
-            (true, Prec::I32) => {
-                self.helpers.insert(Helper::F32ToI32);
-                format!("aj_f32_to_i32({x})")
-            }
             (true, _) if !to.is_float() => {
-                self.helpers.insert(Helper::F32ToU32);
+                let int = ops::int_type_prec(to);
+                self.helpers.insert(Helper::F32ToInt(int));
+                let f = ops::helper_name("f32_to", int);
                 match narrow {
-                    Some(m) => format!("min(aj_f32_to_u32({x}), {m}u)"),
-                    None => format!("aj_f32_to_u32({x})"),
+                    Some(m) => format!("min({f}({x}), {m}u)"),
+                    None => format!("{f}({x})"),
                 }
             }
             _ => match narrow {
@@ -692,7 +764,7 @@ impl PassRenderer<'_> {
             );
         }
         for h in &self.helpers {
-            src.push_str(helper_source(*h));
+            src.push_str(&helper_source(*h));
         }
         let size = match shape {
             PassShape::Single => 1,

@@ -10,11 +10,11 @@ use super::PassRenderer;
 /// A helper function a pass calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Helper {
-    F32ToI32,
-    F32ToU32,
+    /// Saturating `f32` to an integer type of 32 or 64 bits (NaN gives 0).
+    F32ToInt(Prec),
     PowF32,
-    PowI32,
-    PowU32,
+    /// Integer power with wrapping (negative exponents: 0 unless the base is ±1).
+    PowInt(Prec),
     F32ToBf16,
 }
 
@@ -53,6 +53,8 @@ pub(super) fn storage_type(p: Prec) -> &'static str {
         Prec::F16 => "f16",
         Prec::I32 => "i32",
         Prec::U32 => "u32",
+        Prec::I64 => "i64",
+        Prec::U64 => "u64",
         _ => "f32",
     }
 }
@@ -63,6 +65,8 @@ pub(super) fn compute_type(p: Prec) -> &'static str {
     match p.compute_prec() {
         Prec::I32 => "i32",
         Prec::U32 | Prec::U8 | Prec::U16 => "u32",
+        Prec::I64 => "i64",
+        Prec::U64 => "u64",
         _ => "f32",
     }
 }
@@ -108,6 +112,9 @@ pub(super) fn literal(p: Prec, c: f64) -> String {
         }
         Scalar::I(i) => match cp {
             Prec::U32 | Prec::U8 | Prec::U16 => format!("{}u", i as u32),
+            Prec::U64 => format!("{}lu", i as u64),
+            Prec::I64 if i == i64::MIN as i128 => "(-9223372036854775807li - 1li)".into(),
+            Prec::I64 => format!("({}li)", i as i64),
             _ if i == i32::MIN as i128 => "(-2147483647i - 1i)".into(),
             _ => format!("({}i)", i as i32),
         },
@@ -143,14 +150,14 @@ impl PassRenderer<'_> {
                 UnOp::Not => one_zero(format!("{a} == 0.0f")),
             };
         }
-        let signed = cp == Prec::I32;
+        let signed = cp.is_signed_integer();
         let via_float = |s: &mut Self, f: &str| {
             let x = format!("{f}(f32({a}))");
             s.convert(&x, Prec::F32, cp)
         };
         match op {
             UnOp::Identity => a.to_string(),
-            UnOp::Relu if signed => format!("max({a}, 0i)"),
+            UnOp::Relu if signed => format!("max({a}, {t}(0))"),
             UnOp::Relu => a.to_string(),
             UnOp::Satur01 => format!("min(max({a}, {t}(0)), {t}(1))"),
             UnOp::Exp => via_float(self, "exp"),
@@ -191,10 +198,10 @@ impl PassRenderer<'_> {
             BinOp::Div => format!("select({a} / {b}, {t}(0), {b} == {t}(0))"),
             BinOp::Mod => format!("select({a} % {b}, {t}(0), {b} == {t}(0))"),
             BinOp::Pow => {
-                let h = match t {
-                    "i32" => Helper::PowI32,
-                    "u32" => Helper::PowU32,
-                    _ => Helper::PowF32,
+                let h = if cp.is_float() {
+                    Helper::PowF32
+                } else {
+                    Helper::PowInt(int_type_prec(cp))
                 };
                 self.helpers.insert(h);
                 format!("aj_pow_{t}({a}, {b})")
@@ -211,44 +218,91 @@ impl PassRenderer<'_> {
     }
 }
 
+/// The 32- or 64-bit integer precision whose WGSL type computes `p`.
+pub(super) fn int_type_prec(p: Prec) -> Prec {
+    match compute_type(p) {
+        "i32" => Prec::I32,
+        "i64" => Prec::I64,
+        "u64" => Prec::U64,
+        _ => Prec::U32,
+    }
+}
+
+/// The name of a helper for a type: `aj_{stem}_{type}`.
+pub(super) fn helper_name(stem: &str, p: Prec) -> String {
+    format!("aj_{stem}_{}", compute_type(p))
+}
+
 /// The WGSL of a helper function.
-pub(super) fn helper_source(h: Helper) -> &'static str {
+pub(super) fn helper_source(h: Helper) -> String {
     match h {
-        Helper::F32ToI32 => {
-            "fn aj_f32_to_i32(x: f32) -> i32 {\n  if (x != x) { return 0i; }\n  \
-             if (x >= 2147483648.0f) { return 2147483647i; }\n  \
-             if (x <= -2147483648.0f) { return -2147483647i - 1i; }\n  return i32(x);\n}\n"
+        Helper::F32ToInt(p) => {
+            let t = compute_type(p);
+            // Limits as f32 values and as literals of the type (2^31, 2^32, 2^63, 2^64).
+            let (lo, lo_value, hi, hi_value) = match p {
+                Prec::I32 => (
+                    "-2147483648.0f",
+                    "(-2147483647i - 1i)",
+                    "2147483648.0f",
+                    "2147483647i",
+                ),
+                Prec::I64 => (
+                    "-9223372036854775808.0f",
+                    "(-9223372036854775807li - 1li)",
+                    "9223372036854775808.0f",
+                    "9223372036854775807li",
+                ),
+                Prec::U64 => (
+                    "0.0f",
+                    "0lu",
+                    "18446744073709551616.0f",
+                    "18446744073709551615lu",
+                ),
+                _ => ("0.0f", "0u", "4294967296.0f", "4294967295u"),
+            };
+            format!(
+                // NaN is tested on the bits: shader compilers may assume `x != x` is false.
+                "fn aj_f32_to_{t}(x: {f}) -> {t} {{\n  \
+                 if ((bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u) {{ return {t}(0); }}\n  \
+                 if (x >= {hi}) {{ return {hi_value}; }}\n  if (x <= {lo}) {{ return {lo_value}; }}\n  \
+                 return {t}(x);\n}}\n",
+                f = "f32"
+            )
         }
-        Helper::F32ToU32 => {
-            "fn aj_f32_to_u32(x: f32) -> u32 {\n  if (!(x > 0.0f)) { return 0u; }\n  \
-             if (x >= 4294967296.0f) { return 4294967295u; }\n  return u32(x);\n}\n"
+        Helper::PowInt(p) => {
+            let t = compute_type(p);
+            let negative = if p.is_signed_integer() {
+                format!(
+                    "  if (y < {t}(0)) {{\n    if (x == {t}(1)) {{ return {t}(1); }}\n    \
+                     if (x == {t}(-1)) {{ return select({t}(-1), {t}(1), (y & {t}(1)) == {t}(0)); }}\n    \
+                     return {t}(0);\n  }}\n"
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "fn aj_pow_{t}(x: {t}, y: {t}) -> {t} {{\n{negative}  var r: {t} = {t}(1); var b: {t} = x; \
+                 var e: {t} = y;\n  loop {{\n    if (e == {t}(0)) {{ break; }}\n    \
+                 if ((e & {t}(1)) == {t}(1)) {{ r = r * b; }}\n    b = b * b; e = e >> 1u;\n  }}\n  \
+                 return r;\n}}\n"
+            )
         }
         // WGSL's pow is undefined for a negative base: odd and even integer exponents are
         // handled here, as C's pow does.
         Helper::PowF32 => {
             "fn aj_pow_f32(x: f32, y: f32) -> f32 {\n  if (y == 0.0f) { return 1.0f; }\n  \
-             if (x >= 0.0f) { return pow(x, y); }\n  if (x != x || y != y) { return x + y; }\n  \
+             if (x >= 0.0f) { return pow(x, y); }\n  \
+             if ((bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u || \
+             (bitcast<u32>(y) & 0x7fffffffu) > 0x7f800000u) { return x + y; }\n  \
              if (trunc(y) != y) { return bitcast<f32>(0x7fc00000u); }\n  \
              let m = pow(-x, y);\n  if (abs(y) < 16777216.0f && (i32(abs(y)) & 1) == 1) \
              { return -m; }\n  return m;\n}\n"
-        }
-        Helper::PowI32 => {
-            "fn aj_pow_i32(x: i32, y: i32) -> i32 {\n  if (y < 0) {\n    if (x == 1) { return 1; }\n    \
-             if (x == -1) { return select(-1, 1, (y & 1) == 0); }\n    return 0;\n  }\n  \
-             var r: i32 = 1; var b: i32 = x; var e: i32 = y;\n  \
-             loop {\n    if (e == 0) { break; }\n    if ((e & 1) == 1) { r = r * b; }\n    \
-             b = b * b; e = e >> 1u;\n  }\n  return r;\n}\n"
+                .into()
         }
         // Round to nearest even, as the interpreter rounds; NaN stays a (quiet) NaN.
-        Helper::F32ToBf16 => {
-            "fn aj_f32_to_bf16(x: f32) -> u32 {\n  let b = bitcast<u32>(x);\n  \
+        Helper::F32ToBf16 => "fn aj_f32_to_bf16(x: f32) -> u32 {\n  let b = bitcast<u32>(x);\n  \
              if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n  \
              return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;\n}\n"
-        }
-        Helper::PowU32 => {
-            "fn aj_pow_u32(x: u32, y: u32) -> u32 {\n  var r: u32 = 1u; var b: u32 = x; var e: u32 = y;\n  \
-             loop {\n    if (e == 0u) { break; }\n    if ((e & 1u) == 1u) { r = r * b; }\n    \
-             b = b * b; e = e >> 1u;\n  }\n  return r;\n}\n"
-        }
+            .into(),
     }
 }
