@@ -251,8 +251,8 @@ fn matmul_walks_memory_contiguously() {
 #[test]
 fn wgsl_passes_of_a_layer_and_a_total() {
     use arrayjit_codegen::wgsl::{WgslTarget, render_wgsl};
-    // A product (grid over its outputs, the inner product in each invocation), a pointwise
-    // step, then the sum of the result (one workgroup, fixed tree order).
+    // A matrix-vector product (a workgroup per output reduces its row), a pointwise
+    // step on invocation 0, then a sum (one workgroup, fixed tree order).
     let w = input(Prec::F32, &[4, 300], "w");
     let x = input(Prec::F32, &[300], "x");
     let wx = output(Prec::F32, &[4], "wx");

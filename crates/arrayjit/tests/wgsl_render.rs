@@ -31,7 +31,7 @@ fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
     };
     let supported = target.precisions();
     let (mut rendered, mut refused, mut failures) = (0, 0, Vec::new());
-    let mut tiled = Vec::new();
+    let (mut tiled, mut rows) = (Vec::new(), Vec::new());
     for case in all_cases().unwrap() {
         let opt = match optimize(
             &case.name,
@@ -64,6 +64,13 @@ fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
                 {
                     tiled.push(case.name.clone());
                 }
+                if kernel
+                    .passes
+                    .iter()
+                    .any(|p| matches!(p.shape, PassShape::Rows(_)))
+                {
+                    rows.push(case.name.clone());
+                }
                 for (i, pass) in kernel.passes.iter().enumerate() {
                     if let Err(e) = validate(&pass.source, &target) {
                         failures.push(format!("{} pass {i}:\n{e}\n{}", case.name, pass.source));
@@ -81,8 +88,12 @@ fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
     eprintln!(
         "{rendered} cases rendered, {refused} refused for their precision; tiled products in {tiled:?}"
     );
-    // The corpus runs the tiled products on wgpu: keep some in it.
+    // The corpus runs the tiled products and per-element workgroup reductions on wgpu: keep
+    // some in it.
     assert!(tiled.len() >= 2, "{tiled:?}");
+    for case in ["long_row_reductions", "fused_softmax_rows_f32_long"] {
+        assert!(rows.contains(&case.to_string()), "{rows:?}");
+    }
     assert!(rendered > 20, "{rendered} rendered, {refused} refused");
 }
 

@@ -6,6 +6,11 @@
 //!   workers) becomes the global grid: one invocation per iteration of those loops, in
 //!   workgroups of [`WORKGROUP_SIZE`]; the rest of the nest (inner reductions included) runs
 //!   in each invocation, in program order.
+//! - **Rows**: a grid of at most 16384 points around reductions of at least 256 steps (row
+//!   sums, softmax statistics, matrix-vector products) gives each point a workgroup: its
+//!   reductions run as workgroup reductions (below), its independent loops stride over the
+//!   invocations, anything else runs on invocation 0, with a storage barrier between
+//!   statements.
 //! - **Workgroup reduction**: a single loop accumulating into one element (`s = s ⊕ v(i)`, ⊕ an
 //!   addition, maximum or minimum, or the fused multiply-add form) runs on one workgroup: each
 //!   invocation accumulates a strided share in order, then the partial results combine in a
@@ -53,6 +58,12 @@ use shape::{Accumulation, TILE, grid_loops, tiled_product};
 
 /// Invocations per workgroup of every pass.
 pub const WORKGROUP_SIZE: u32 = 256;
+
+/// A reduction inside a grid gets a workgroup of its own when it is at least this long ...
+const ROW_REDUCTION_MIN: u64 = 256;
+/// ... and there are at most this many of them (beyond, one invocation per element keeps every
+/// lane busy already).
+const ROW_REDUCTION_MAX_ROWS: u64 = 1 << 14;
 
 /// What the target device's WGSL accepts beyond the core language, and its binding limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +117,8 @@ pub enum PassShape {
     Reduction,
     /// This many workgroups, each computing a 16 × 16 tile of a matrix product.
     Tiles(u64),
+    /// This many workgroups, each reducing one element's loop (one per grid point).
+    Rows(u64),
     /// One invocation per element of a zeroed node.
     Zero(u64),
     /// One invocation for the whole statement.
@@ -131,7 +144,7 @@ impl WgslPass {
         match self.shape {
             PassShape::Grid(n) | PassShape::Zero(n) => n,
             PassShape::Reduction => WORKGROUP_SIZE as u64,
-            PassShape::Tiles(groups) => groups * WORKGROUP_SIZE as u64,
+            PassShape::Tiles(groups) | PassShape::Rows(groups) => groups * WORKGROUP_SIZE as u64,
             PassShape::Single => 1,
         }
     }
@@ -260,6 +273,21 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
         statics_binding,
         passes,
     })
+}
+
+/// The statements a workgroup runs for one grid point, if the statement under a grid of `total`
+/// points holds a reduction long enough to spread over a workgroup.
+fn row_pass_items(inner: &LowLevel, total: u64) -> Option<Vec<LowLevel>> {
+    let items: Vec<LowLevel> = match inner.unwrapped() {
+        LowLevel::Seq(items) => items.clone(),
+        other => vec![other.clone()],
+    };
+    let long = items.iter().any(|i| {
+        Accumulation::detect(i).is_some_and(|r| {
+            r.tn.prec() == r.tn.prec().compute_prec() && (r.to - r.from) as u64 >= ROW_REDUCTION_MIN
+        })
+    });
+    (long && total <= ROW_REDUCTION_MAX_ROWS).then_some(items)
 }
 
 /// Pushes `stmt`, or the passes it splits into, so that no pass binds more storage buffers
@@ -619,6 +647,19 @@ impl PassRenderer<'_> {
         })
     }
 
+    /// Binds the grid loops' iterators to the digits of `aj_r` (innermost fastest).
+    fn bind_grid(&mut self, grid: &[(Symbol, i64, i64)], body: &mut String) {
+        for (index, from, to) in grid.iter().rev() {
+            let name = self.fresh("g");
+            let _ = writeln!(
+                body,
+                "  let {name}: i32 = {from} + aj_r % {ext};\n  aj_r = aj_r / {ext};",
+                ext = to - from
+            );
+            self.symbols.insert(*index, name);
+        }
+    }
+
     /// Renders the pass of one top-level statement (`None` for a statement that does nothing).
     fn render(&mut self, stmt: &LowLevel) -> Result<Option<WgslPass>> {
         let stmt = stmt.unwrapped();
@@ -653,19 +694,32 @@ impl PassRenderer<'_> {
             }
             _ => {
                 let (grid, inner) = grid_loops(stmt);
-                if !grid.is_empty() {
-                    let total: u64 = grid.iter().map(|(_, f, t)| (t - f) as u64).product();
+                let total: u64 = grid.iter().map(|(_, f, t)| (t - f) as u64).product();
+                let row_items = row_pass_items(&inner, total);
+                if !grid.is_empty()
+                    && let Some(items) = row_items
+                {
+                    // One workgroup per grid point (uniform: it depends on the group only).
+                    let _ = writeln!(
+                        body,
+                        "  let aj_grp: u32 = aj_wid.y * aj_nwg.x + aj_wid.x;\n  \
+                         if (aj_grp >= {total}u) {{ return; }}\n  var aj_r: i32 = i32(aj_grp);"
+                    );
+                    self.bind_grid(&grid, &mut body);
+                    self.row_items(&items, &mut body)?;
+                    (
+                        PassShape::Rows(total),
+                        format!(
+                            "{} independent outer loop(s) around long reductions: one workgroup \
+                             per iteration; reductions combine strided shares in a fixed tree \
+                             order, independent loops stride over the invocations",
+                            grid.len(),
+                        ),
+                    )
+                } else if !grid.is_empty() {
                     let _ = writeln!(body, "  if (aj_g >= {total}) {{ return; }}");
                     let _ = writeln!(body, "  var aj_r: i32 = aj_g;");
-                    for (index, from, to) in grid.iter().rev() {
-                        let name = self.fresh("g");
-                        let _ = writeln!(
-                            body,
-                            "  let {name}: i32 = {from} + aj_r % {ext};\n  aj_r = aj_r / {ext};",
-                            ext = to - from
-                        );
-                        self.symbols.insert(*index, name);
-                    }
+                    self.bind_grid(&grid, &mut body);
                     self.stmt(&inner, 1, &mut body)?;
                     (
                         PassShape::Grid(total),

@@ -205,6 +205,42 @@ fn reductions() -> Result<Case> {
     Ok(case("reductions", program, results))
 }
 
+/// Long reductions along rows and columns (sum, max, min; f32 and i32), so that backends which
+/// spread one element's reduction over many lanes (a GPU workgroup per element) do so here.
+fn long_row_reductions() -> Result<Case> {
+    let mut program = Assignments::Noop;
+    let mut results = vec![];
+    for (prec, dims) in [(Prec::F32, [7usize, 1000]), (Prec::I32, [3, 513])] {
+        let n = dims[0] * dims[1];
+        let values: Vec<f64> = spread(n, -4.0, 4.0)
+            .into_iter()
+            .map(|v| if prec.is_integer() { v.round() } else { v })
+            .collect();
+        let m = input(prec, &dims, &format!("m_{}", prec.name()), &values)?;
+        for (spec, op, out_dims) in [
+            ("ij->i", BinOp::Add, vec![dims[0]]),
+            ("ij->i", BinOp::Max, vec![dims[0]]),
+            ("ij->i", BinOp::Min, vec![dims[0]]),
+            ("ij->j", BinOp::Add, vec![dims[1]]),
+        ] {
+            let out = output(
+                prec,
+                &out_dims,
+                &format!("{}_{}_{}", prec.name(), op.name(), spec),
+            )?;
+            program = program.then(Assignments::einsum(
+                spec,
+                op,
+                &out,
+                AccumRhs::Unop(UnOp::Identity, node(&m)),
+                true,
+            )?);
+            results.push(out);
+        }
+    }
+    Ok(case("long_row_reductions", program, results))
+}
+
 /// `c = a · b` for square `n × n` f32 matrices with small integer entries (exact in f32).
 pub fn matmul(n: usize) -> Result<(Case, Tnode, Tnode, Tnode)> {
     let a_vals: Vec<f64> = (0..n * n)
@@ -597,6 +633,7 @@ pub fn all_cases() -> Result<Vec<Case>> {
         binary_ops(Prec::Bf16)?,
         broadcasting()?,
         reductions()?,
+        long_row_reductions()?,
         matmul(17)?.0,
         padding_conv1d()?,
         static_index_loop()?,

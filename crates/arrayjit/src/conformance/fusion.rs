@@ -79,6 +79,12 @@ fn fused_softmax_rows() -> Result<Case> {
     Ok(case("fused_softmax_rows", program, results))
 }
 
+/// Softmax over f32 rows of 1000: long enough for a GPU to give each row a workgroup.
+fn fused_softmax_long_f32_rows() -> Result<Case> {
+    let (program, y) = softmax_rows(Prec::F32, 5, 1000, 3)?;
+    Ok(case("fused_softmax_rows_f32_long", program, vec![y]))
+}
+
 /// `a = 2x` (kept: it is a result), then passes over the same range that read other rows of
 /// `a`: column sums and a transpose plus one.
 fn cross_row_passes() -> Result<Case> {
@@ -109,5 +115,9 @@ fn cross_row_passes() -> Result<Case> {
 
 /// The fusion cases.
 pub fn fusion_cases() -> Result<Vec<Case>> {
-    Ok(vec![fused_softmax_rows()?, cross_row_passes()?])
+    Ok(vec![
+        fused_softmax_rows()?,
+        fused_softmax_long_f32_rows()?,
+        cross_row_passes()?,
+    ])
 }
