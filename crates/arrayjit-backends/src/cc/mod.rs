@@ -568,48 +568,9 @@ impl CompiledBatch for CcBatch {
                 self.kernels.len()
             ))
         })?;
-        let expected = k.buffer_sizes();
-        if args.len() != expected.len() {
-            return Err(Error::invalid(format!(
-                "kernel {} takes {} buffers but {} were given",
-                k.name,
-                expected.len(),
-                args.len()
-            )));
-        }
-        let mut ptrs = Vec::with_capacity(args.len());
+        let buffers = crate::check_launch::<CpuBuffer>(k, args, statics, "cc")?;
         let device = args.first().map_or(0, |b| b.device());
-        for (pos, (b, &need)) in args.iter().zip(&expected).enumerate() {
-            let cpu = b.as_any().downcast_ref::<CpuBuffer>().ok_or_else(|| {
-                Error::invalid(format!("argument {pos} of {} is not a cc buffer", k.name))
-            })?;
-            if cpu.size_in_bytes() < need {
-                return Err(Error::ShapeMismatch {
-                    op: format!("launching {}", k.name),
-                    detail: format!(
-                        "argument {pos} needs {need} bytes but its buffer has {}",
-                        cpu.size_in_bytes()
-                    ),
-                });
-            }
-            ptrs.push(cpu.as_ptr());
-        }
-        if statics.len() != k.statics.len() {
-            return Err(Error::invalid(format!(
-                "kernel {} takes {} static indices but {} were given",
-                k.name,
-                k.statics.len(),
-                statics.len()
-            )));
-        }
-        for (s, &v) in k.statics.iter().zip(statics) {
-            if v < 0 || v >= s.range as i64 {
-                return Err(Error::StaticIndex {
-                    symbol: s.name.clone(),
-                    detail: format!("value {v} is outside 0..{}", s.range),
-                });
-            }
-        }
+        let mut ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.as_ptr()).collect();
         ptrs.push(std::ptr::null_mut());
         // SAFETY: the kernel was generated for exactly these arguments: the buffers are large
         // enough for every access (checked above, and the optimizer verified every index against

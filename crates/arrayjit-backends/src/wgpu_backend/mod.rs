@@ -293,51 +293,15 @@ impl CompiledBatch for WgpuBatch {
                 )));
             }
         };
-        let expected = iface.buffer_sizes();
-        if args.len() != expected.len() {
-            return Err(Error::invalid(format!(
-                "kernel {} takes {} buffers but {} were given",
-                iface.name,
-                expected.len(),
-                args.len()
-            )));
-        }
-        let mut bound: HashMap<u32, &WgpuBuffer> = HashMap::new();
-        for (pos, (b, &need)) in args.iter().zip(&expected).enumerate() {
-            let w = b.as_any().downcast_ref::<WgpuBuffer>().ok_or_else(|| {
-                Error::invalid(format!(
-                    "argument {pos} of {} is not a wgpu buffer",
-                    iface.name
-                ))
-            })?;
-            if w.size < need {
-                return Err(Error::ShapeMismatch {
-                    op: format!("launching {}", iface.name),
-                    detail: format!(
-                        "argument {pos} needs {need} bytes but its buffer has {}",
-                        w.size
-                    ),
-                });
-            }
-            bound.insert(pos as u32, w);
-        }
-        if statics.len() != iface.statics.len() {
-            return Err(Error::invalid(format!(
-                "kernel {} takes {} static indices but {} were given",
-                iface.name,
-                iface.statics.len(),
-                statics.len()
-            )));
-        }
+        let buffers = crate::check_launch::<WgpuBuffer>(iface, args, statics, NAME)?;
+        let mut bound: HashMap<u32, &WgpuBuffer> = (0u32..).zip(buffers).collect();
         let mut words = Vec::with_capacity(statics.len());
         for (s, &v) in iface.statics.iter().zip(statics) {
-            if v < 0 || v >= s.range as i64 || v > i32::MAX as i64 {
-                return Err(Error::StaticIndex {
-                    symbol: s.name.clone(),
-                    detail: format!("value {v} is outside 0..{}", s.range),
-                });
-            }
-            words.extend_from_slice(&(v as i32).to_le_bytes());
+            let v = i32::try_from(v).map_err(|_| Error::StaticIndex {
+                symbol: s.name.clone(),
+                detail: format!("value {v} is beyond what a WGSL index holds"),
+            })?;
+            words.extend_from_slice(&v.to_le_bytes());
         }
         for (b, buf) in &k.locals {
             bound.insert(*b, buf);
