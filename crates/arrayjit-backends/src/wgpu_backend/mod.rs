@@ -66,11 +66,15 @@ impl fmt::Debug for WgpuBackend {
 }
 
 impl WgpuBackend {
-    /// Opens the adapter wgpu picks from the environment. Never fails: a machine without one
-    /// gives a backend whose calls say so ([`LoweredBackend::check_available`]).
+    /// The adapter wgpu picks from the environment, opened once per process and shared by
+    /// every `WgpuBackend` (opening a device takes tens of milliseconds, and listing the
+    /// available backends makes one). Never fails: a machine without one gives a backend
+    /// whose calls say so ([`LoweredBackend::check_available`]).
     pub fn new() -> WgpuBackend {
+        static GPU: std::sync::OnceLock<std::result::Result<Arc<Gpu>, String>> =
+            std::sync::OnceLock::new();
         WgpuBackend {
-            gpu: open().map(Arc::new),
+            gpu: GPU.get_or_init(|| open().map(Arc::new)).clone(),
             used: Arc::new(AtomicUsize::new(0)),
             pools: Mutex::new(HashMap::new()),
         }
