@@ -1,7 +1,31 @@
 //! arrayjit-backends: the third layer of arrayjit. A lowered backend turns optimized routines
 //! into runnable code for its devices and owns its buffers: [`cc::CcBackend`] compiles C with the
-//! system compiler and runs it on the CPU; [`missing::MissingBackend`] stands in for a backend that
-//! was not built or cannot run here and answers every call with a typed error.
+//! system compiler and runs it on the CPU; `wgpu_backend::WgpuBackend` (cargo feature `wgpu`)
+//! renders WGSL and runs it on a GPU through wgpu; [`missing::MissingBackend`] stands in for a
+//! backend that was not built or cannot run here and answers every call with a typed error.
+//!
+//! # The seam
+//!
+//! Everything above this layer (contexts, routines, host synchronization, merge buffers, pools,
+//! data parallelism) is written once, against these pieces:
+//!
+//! - [`LoweredBackend`]: devices and what they are ([`DeviceInfo`], from which schedules are
+//!   chosen), buffers and pools (with the alignment views of a pool need), copies between the
+//!   host and devices and between buffers, [`LoweredBackend::synchronize`] for backends whose
+//!   work is queued, and compilation of optimized routines into a [`CompiledBatch`];
+//!   `check_available` says what to install when the backend cannot run here.
+//! - [`KernelInterface`] (from `arrayjit-codegen`): the one statement of how a kernel is
+//!   called — its buffers in order (arrays, merge buffer, scratch) and its static indices.
+//!   The renderer produces it, the runtime gathers buffers in its order, and [`check_launch`]
+//!   checks every launch against it, whichever backend runs it.
+//! - The runtime's registry (`arrayjit_runtime::registry`) names each backend and pairs its
+//!   lowered backend with a scheduler: CPU backends get streams and events from the `Sync` or
+//!   `Multicore` scheduler; the wgpu backend's queue runs work in submission order under the
+//!   `Sync` scheduler (host reads wait for the queue).
+//!
+//! A new backend is a new implementation of [`LoweredBackend`] (and its [`DeviceBuffer`] and
+//! [`CompiledBatch`]) plus one registry row; the shared conformance corpus checks it against the
+//! interpreter.
 
 #![warn(missing_docs)]
 // `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
