@@ -99,7 +99,11 @@ fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
 
 #[test]
 fn products_are_tiled_and_small_ones_are_grids() {
-    for (n, expected) in [(64, PassShape::Tiles(16)), (5, PassShape::Grid(25))] {
+    for (n, expected) in [
+        (64, PassShape::Tiles(1)),
+        (32, PassShape::Tiles(4)),
+        (5, PassShape::Grid(25)),
+    ] {
         let (case, ..) = matmul(n).unwrap();
         let opt = optimize("mm", &[], &case.program, &OptimizeSettings::default()).unwrap();
         let kernel = render_wgsl(&opt, &WgslTarget::default()).unwrap();

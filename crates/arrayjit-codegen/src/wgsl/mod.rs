@@ -16,9 +16,10 @@
 //!   invocation accumulates a strided share in order, then the partial results combine in a
 //!   fixed tree order — the same bits on every run, as the schedule semantics require.
 //! - **Tiled product**: an `f32` matrix product (any einsum [`arrayjit_ir::schedule::Contraction`]
-//!   recognizes, transposed and batched ones included) runs in workgroups of 16 × 16 result
-//!   elements, staging 16 × 16 tiles of both factors in workgroup memory; each invocation sums
-//!   its element in the loop's order of `k`, so the bits are those of the loop nest.
+//!   recognizes, transposed and batched ones included) runs in workgroups of 64 × 64 result
+//!   elements, 4 × 4 per invocation (16 × 16, one per invocation, when a side is shorter than
+//!   64), staging tiles of both factors 16 deep in workgroup memory; each element is summed in
+//!   the loop's order of `k`, so the bits are those of the loop nest.
 //! - **Zeroing**: one invocation per element (per word for packed precisions).
 //! - **One invocation**: anything else (a loop whose iterations depend on each other and that
 //!   is not such a reduction), reported with its reason.
@@ -54,7 +55,7 @@ mod shape;
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
 };
-use shape::{Accumulation, TILE, grid_loops, tiled_product};
+use shape::{Accumulation, grid_loops, tiled_product};
 
 /// Invocations per workgroup of every pass.
 pub const WORKGROUP_SIZE: u32 = 256;
@@ -261,7 +262,7 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
             counter: 0,
             helpers: BTreeSet::new(),
             reduction_type: None,
-            tiles: false,
+            tile: 0,
         };
         if let Some(p) = pass.render(stmt)? {
             passes.push(p);
@@ -356,8 +357,8 @@ struct PassRenderer<'a> {
     helpers: BTreeSet<Helper>,
     /// The element type of the workgroup array of a reduction pass.
     reduction_type: Option<&'static str>,
-    /// The pass stages product tiles in workgroup memory.
-    tiles: bool,
+    /// The side of the product tiles the pass stages in workgroup memory (0: none).
+    tile: usize,
 }
 
 impl PassRenderer<'_> {
@@ -682,9 +683,9 @@ impl PassRenderer<'_> {
                 (
                     PassShape::Tiles(groups),
                     format!(
-                        "a matrix product (M {} N {} K {}, {} batch loop(s)): 16 × 16 tiles of the \
-                         factors staged in workgroup memory, one result element per invocation, \
-                         each summed in the loop's order",
+                        "a matrix product (M {} N {} K {}, {} batch loop(s)): tiles of the factors \
+                         staged in workgroup memory, 64 × 64 results per workgroup (4 × 4 per \
+                         invocation) or 16 × 16 for small sides, each summed in the loop's order",
                         g.m.extent,
                         g.n.extent,
                         g.k.extent,
@@ -810,11 +811,12 @@ impl PassRenderer<'_> {
         if let Some(t) = self.reduction_type {
             let _ = writeln!(src, "var<workgroup> aj_red: array<{t}, {WORKGROUP_SIZE}>;");
         }
-        if self.tiles {
+        if self.tile > 0 {
+            // A t × 16 tile of the left factor and a 16 × t tile of the right one.
             let _ = writeln!(
                 src,
                 "var<workgroup> aj_ta: array<f32, {0}>;\nvar<workgroup> aj_tb: array<f32, {0}>;",
-                TILE * TILE
+                self.tile * 16
             );
         }
         for h in &self.helpers {

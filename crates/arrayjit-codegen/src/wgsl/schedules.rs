@@ -79,7 +79,8 @@ impl PassRenderer<'_> {
         let [c, a, b] = [&g.out, &g.lhs, &g.rhs].map(|t| self.node(t));
         let (c, a, b) = (c?, a?, b?);
         let (m, n, k) = (g.m.extent, g.n.extent, g.k.extent);
-        let t = TILE;
+        // 64 × 64 tiles (4 × 4 per invocation) where both sides fill one; 16 × 16 otherwise.
+        let t = if m.min(n) >= 4 * TILE { 4 * TILE } else { TILE };
         let tiles_m = m.div_ceil(t);
         let tiles_n = n.div_ceil(t);
         let batch: usize = g.batch.iter().map(|d| d.extent).product();
@@ -105,27 +106,58 @@ impl PassRenderer<'_> {
             }
         }
         let [oc, oa, ob] = &offsets;
-        let fma = if fused {
-            "fma(aj_ta[aj_ty * T + aj_kk], aj_tb[aj_kk * T + aj_tx], aj_acc)"
-        } else {
-            "(aj_acc + aj_ta[aj_ty * T + aj_kk] * aj_tb[aj_kk * T + aj_tx])"
-        }
+        // Each invocation computes an r × r block of the t × t tile (t = 16 r); the factors'
+        // tiles (t × 16 and 16 × t) are loaded r elements per invocation, consecutive
+        // invocations reading consecutive addresses where the factor's rows are contiguous.
+        let r = t / 16;
+        let step = |acc: &str, x: &str, y: &str| {
+            if fused {
+                format!("fma({x}, {y}, {acc})")
+            } else {
+                format!("({acc} + {x} * {y})")
+            }
+        };
+        let update = step(
+            "aj_acc[aj_i * R + aj_j]",
+            "aj_ta[(aj_ty * R + aj_i) * 16 + aj_kk]",
+            "aj_tb[aj_kk * T + aj_tx * R + aj_j]",
+        )
+        .replace('R', &r.to_string())
         .replace('T', &t.to_string());
         let _ = write!(
             out,
-            "  let aj_tx: i32 = i32(aj_l % {t}u);\n  let aj_ty: i32 = i32(aj_l / {t}u);\n  \
-             let aj_row: i32 = aj_tm * {t} + aj_ty;\n  let aj_col: i32 = aj_tn * {t} + aj_tx;\n  \
-             let aj_in: bool = aj_row < {m} && aj_col < {n};\n  var aj_acc: f32 = 0.0f;\n  \
-             if (aj_in) {{ aj_acc = {c}[{oc} + aj_row * {rsc} + aj_col * {csc}]; }}\n  \
-             for (var aj_k0: i32 = 0; aj_k0 < {k}; aj_k0 = aj_k0 + {t}) {{\n    \
-             let aj_ak: i32 = aj_k0 + aj_tx;\n    let aj_bk: i32 = aj_k0 + aj_ty;\n    \
-             var aj_va: f32 = 0.0f;\n    var aj_vb: f32 = 0.0f;\n    \
-             if (aj_row < {m} && aj_ak < {k}) {{ aj_va = {a}[{oa} + aj_row * {rsa} + aj_ak * {csa}]; }}\n    \
-             if (aj_bk < {k} && aj_col < {n}) {{ aj_vb = {b}[{ob} + aj_bk * {rsb} + aj_col * {csb}]; }}\n    \
-             aj_ta[aj_ty * {t} + aj_tx] = aj_va;\n    aj_tb[aj_ty * {t} + aj_tx] = aj_vb;\n    \
-             workgroupBarrier();\n    let aj_kn: i32 = min({t}, {k} - aj_k0);\n    \
-             for (var aj_kk: i32 = 0; aj_kk < aj_kn; aj_kk = aj_kk + 1) {{ aj_acc = {fma}; }}\n    \
-             workgroupBarrier();\n  }}\n  if (aj_in) {{ {c}[{oc} + aj_row * {rsc} + aj_col * {csc}] = aj_acc; }}\n",
+            "  let aj_tx: i32 = i32(aj_l % 16u);\n  let aj_ty: i32 = i32(aj_l / 16u);\n  \
+             var aj_acc: array<f32, {rr}>;\n  \
+             for (var aj_i: i32 = 0; aj_i < {r}; aj_i = aj_i + 1) {{\n    \
+             for (var aj_j: i32 = 0; aj_j < {r}; aj_j = aj_j + 1) {{\n      \
+             let aj_row: i32 = aj_tm * {t} + aj_ty * {r} + aj_i;\n      \
+             let aj_col: i32 = aj_tn * {t} + aj_tx * {r} + aj_j;\n      \
+             if (aj_row < {m} && aj_col < {n}) {{ aj_acc[aj_i * {r} + aj_j] = \
+             {c}[{oc} + aj_row * {rsc} + aj_col * {csc}]; }}\n    }}\n  }}\n  \
+             for (var aj_k0: i32 = 0; aj_k0 < {k}; aj_k0 = aj_k0 + 16) {{\n    \
+             for (var aj_q: i32 = 0; aj_q < {r}; aj_q = aj_q + 1) {{\n      \
+             let aj_e: i32 = i32(aj_l) + 256 * aj_q;\n      \
+             let aj_ar: i32 = aj_tm * {t} + aj_e / 16;\n      let aj_ak: i32 = aj_k0 + aj_e % 16;\n      \
+             var aj_va: f32 = 0.0f;\n      \
+             if (aj_ar < {m} && aj_ak < {k}) {{ aj_va = {a}[{oa} + aj_ar * {rsa} + aj_ak * {csa}]; }}\n      \
+             aj_ta[aj_e] = aj_va;\n      \
+             let aj_bk: i32 = aj_k0 + aj_e / {t};\n      let aj_bc: i32 = aj_tn * {t} + aj_e % {t};\n      \
+             var aj_vb: f32 = 0.0f;\n      \
+             if (aj_bk < {k} && aj_bc < {n}) {{ aj_vb = {b}[{ob} + aj_bk * {rsb} + aj_bc * {csb}]; }}\n      \
+             aj_tb[aj_e] = aj_vb;\n    }}\n    \
+             workgroupBarrier();\n    let aj_kn: i32 = min(16, {k} - aj_k0);\n    \
+             for (var aj_kk: i32 = 0; aj_kk < aj_kn; aj_kk = aj_kk + 1) {{\n      \
+             for (var aj_i: i32 = 0; aj_i < {r}; aj_i = aj_i + 1) {{\n        \
+             for (var aj_j: i32 = 0; aj_j < {r}; aj_j = aj_j + 1) {{\n          \
+             aj_acc[aj_i * {r} + aj_j] = {update};\n        }}\n      }}\n    }}\n    \
+             workgroupBarrier();\n  }}\n  \
+             for (var aj_i: i32 = 0; aj_i < {r}; aj_i = aj_i + 1) {{\n    \
+             for (var aj_j: i32 = 0; aj_j < {r}; aj_j = aj_j + 1) {{\n      \
+             let aj_row: i32 = aj_tm * {t} + aj_ty * {r} + aj_i;\n      \
+             let aj_col: i32 = aj_tn * {t} + aj_tx * {r} + aj_j;\n      \
+             if (aj_row < {m} && aj_col < {n}) {{ {c}[{oc} + aj_row * {rsc} + aj_col * {csc}] = \
+             aj_acc[aj_i * {r} + aj_j]; }}\n    }}\n  }}\n",
+            rr = r * r,
             rsc = g.m.strides[0],
             csc = g.n.strides[0],
             rsa = g.m.strides[1],
@@ -133,7 +165,7 @@ impl PassRenderer<'_> {
             rsb = g.k.strides[2],
             csb = g.n.strides[2],
         );
-        self.tiles = true;
+        self.tile = t;
         Ok(groups)
     }
 
