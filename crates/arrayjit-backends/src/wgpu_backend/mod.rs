@@ -43,6 +43,8 @@ struct Gpu {
     max_groups: u32,
     /// Alignment of storage-buffer binding offsets.
     offset_alignment: usize,
+    /// The largest storage-buffer binding in bytes.
+    max_binding_bytes: u64,
     /// Compiled pipelines by WGSL source.
     pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
     /// An error no error scope caught (reported by the next call).
@@ -171,6 +173,7 @@ fn open() -> std::result::Result<Gpu, String> {
         target,
         max_groups: limits.max_compute_workgroups_per_dimension.max(1),
         offset_alignment: limits.min_storage_buffer_offset_alignment.max(4) as usize,
+        max_binding_bytes: limits.max_storage_buffer_binding_size,
         pipelines: Mutex::new(HashMap::new()),
         uncaptured,
     })
@@ -490,6 +493,21 @@ impl LoweredBackend for WgpuBackend {
         let mut interfaces = Vec::new();
         let mut source = String::new();
         for r in routines {
+            // An array larger than one binding cannot be used by a pass: say so before running.
+            for n in r.nodes.iter().filter(|n| n.used) {
+                let bytes = n.tn.size_in_bytes() as u64;
+                if bytes > gpu.max_binding_bytes {
+                    return Err(Error::ShapeMismatch {
+                        op: format!("compiling {} for {}", r.name, gpu.label()),
+                        detail: format!(
+                            "{} has {bytes} bytes, more than the {} bytes one storage binding \
+                             of this device holds; split it into smaller arrays or use a CPU backend",
+                            n.tn.debug_name(),
+                            gpu.max_binding_bytes
+                        ),
+                    });
+                }
+            }
             gpu.info.check_precisions(
                 &gpu.label(),
                 r.nodes.iter().filter(|n| n.used).map(|n| &n.tn),
