@@ -551,3 +551,73 @@ impl LoweredBackend for WgpuBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrayjit_codegen::wgsl::PassShape;
+
+    /// The shared device, or `None` (with why) on a machine without a Vulkan driver.
+    fn gpu() -> Option<Arc<Gpu>> {
+        let b = WgpuBackend::new();
+        match b.gpu() {
+            Ok(g) => Some(g.clone()),
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn a_shader_the_driver_refuses_is_a_driver_error_with_its_source() {
+        let Some(gpu) = gpu() else { return };
+        let pass = WgslPass {
+            source: "@compute @workgroup_size(1) fn main() { let x: f32 = nonsense; }".into(),
+            shape: PassShape::Single,
+            bindings: vec![],
+            why: "test".into(),
+        };
+        let e = gpu.pipeline(&pass).unwrap_err();
+        let Error::Driver { device, source, .. } = &e else {
+            panic!("expected a driver error, got {e}")
+        };
+        assert!(device.starts_with("wgpu:0"), "{device}");
+        assert!(source.to_string().contains("Validation"), "{source}");
+        // The device stays usable: a valid pass compiles afterwards.
+        let ok = WgslPass {
+            source: "@compute @workgroup_size(1) fn main() {}".into(),
+            ..pass
+        };
+        gpu.pipeline(&ok).unwrap();
+    }
+
+    #[test]
+    fn copies_round_trip_and_sizes_are_checked() {
+        let Some(_) = gpu() else { return };
+        let b = WgpuBackend::new();
+        // An odd size: wgpu copies whole words, the backend pads and trims.
+        let buf = b.alloc_zeroed(0, 6).unwrap();
+        b.copy_from_host(&buf, &[1, 2, 3, 4, 5, 6]).unwrap();
+        let mut back = [0u8; 6];
+        b.copy_to_host(&buf, &mut back).unwrap();
+        assert_eq!(back, [1, 2, 3, 4, 5, 6]);
+        assert!(matches!(
+            b.copy_from_host(&buf, &[0; 5]),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        // Pool views are aligned for binding and zeroed on request.
+        let align = b.pool_alignment();
+        b.alloc_pool(0, 7, 4 * align, align).unwrap();
+        let view = b.pool_view(0, 7, align, 8).unwrap();
+        b.copy_from_host(&view, &[9; 8]).unwrap();
+        b.memset_zero(0, 7, align, 8).unwrap();
+        let mut z = [1u8; 8];
+        b.copy_to_host(&view, &mut z).unwrap();
+        assert_eq!(z, [0; 8]);
+        assert!(b.alloc_pool(0, 8, 64, align / 2).is_err() || align <= 64);
+        assert!(b.pool_view(0, 7, 4 * align, 1).is_err());
+        b.free_pool(0, 7).unwrap();
+        assert!(b.free_pool(0, 7).is_err());
+    }
+}
