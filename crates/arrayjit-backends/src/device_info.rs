@@ -135,8 +135,13 @@ impl fmt::Display for DeviceInfo {
     }
 }
 
-/// Host memory from `/proc/meminfo` (0 when unknown).
+/// Host memory from `/proc/meminfo` (0 when unknown), read once per process.
 fn host_memory_bytes() -> u64 {
+    static BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(read_host_memory_bytes)
+}
+
+fn read_host_memory_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {

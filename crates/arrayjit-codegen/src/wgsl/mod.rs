@@ -39,6 +39,7 @@
 //! `x != x` is false), and a pass binds at most the device's storage-buffer limit: fused loops
 //! that would need more split back into one pass per statement.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
@@ -239,12 +240,16 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
     let mut passes = Vec::new();
     let mut stmts = Vec::new();
     for stmt in r.statements() {
-        split_for_bindings(stmt.clone(), target.max_bindings, &r.name, &mut stmts)?;
+        split_for_bindings(
+            Cow::Borrowed(stmt),
+            target.max_bindings,
+            &r.name,
+            &mut stmts,
+        )?;
     }
     for stmt in &stmts {
         let mut pass = PassRenderer {
             routine: &r.name,
-            target,
             nodes: &nodes,
             merge: merge.as_ref(),
             statics: r
@@ -278,10 +283,10 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
 
 /// The statements a workgroup runs for one grid point, if the statement under a grid of `total`
 /// points holds a reduction long enough to spread over a workgroup.
-fn row_pass_items(inner: &LowLevel, total: u64) -> Option<Vec<LowLevel>> {
-    let items: Vec<LowLevel> = match inner.unwrapped() {
-        LowLevel::Seq(items) => items.clone(),
-        other => vec![other.clone()],
+fn row_pass_items(inner: &LowLevel, total: u64) -> Option<Vec<&LowLevel>> {
+    let items: Vec<&LowLevel> = match inner.unwrapped() {
+        LowLevel::Seq(items) => items.iter().collect(),
+        other => vec![other],
     };
     let long = items.iter().any(|i| {
         Accumulation::detect(i).is_some_and(|r| {
@@ -296,11 +301,11 @@ fn row_pass_items(inner: &LowLevel, total: u64) -> Option<Vec<LowLevel>> {
 /// sequence (loops fused by the optimizer) becomes one loop per statement of the body. That is
 /// legal because each iteration reads only what the same iteration of the earlier statements
 /// wrote. A statement that alone needs too many is an [`Error::Render`].
-fn split_for_bindings(
-    stmt: LowLevel,
+fn split_for_bindings<'a>(
+    stmt: Cow<'a, LowLevel>,
     max_bindings: usize,
     routine: &str,
-    out: &mut Vec<LowLevel>,
+    out: &mut Vec<Cow<'a, LowLevel>>,
 ) -> Result<()> {
     // Arrays, plus one for the static indices a statement may read.
     let needed = stmt.nodes().len() + 1;
@@ -313,7 +318,7 @@ fn split_for_bindings(
         from,
         to,
         body,
-    } = &stmt
+    } = &*stmt
         && let LowLevel::Seq(items) = body.unwrapped()
         && items.len() > 1
         && arrayjit_ir::schedule::iterations_independent(body, *index)
@@ -325,7 +330,7 @@ fn split_for_bindings(
                 to: *to,
                 body: Box::new(item.clone()),
             };
-            split_for_bindings(part, max_bindings, routine, out)?;
+            split_for_bindings(Cow::Owned(part), max_bindings, routine, out)?;
         }
         return Ok(());
     }
@@ -342,7 +347,6 @@ fn split_for_bindings(
 
 struct PassRenderer<'a> {
     routine: &'a str,
-    target: &'a WgslTarget,
     nodes: &'a HashMap<Tnode, (String, u32)>,
     merge: Option<&'a (Tnode, u32)>,
     statics: HashMap<Symbol, usize>,
@@ -833,7 +837,6 @@ impl PassRenderer<'_> {
              u32) {{\n  let aj_g: i32 = i32((aj_wid.y * aj_nwg.x + aj_wid.x) * {size}u + aj_l);\n\
              {body}}}\n"
         );
-        let _ = self.target;
         WgslPass {
             source: src,
             shape,

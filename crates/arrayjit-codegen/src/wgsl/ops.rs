@@ -262,11 +262,10 @@ pub(super) fn helper_source(h: Helper) -> String {
             };
             format!(
                 // NaN is tested on the bits: shader compilers may assume `x != x` is false.
-                "fn aj_f32_to_{t}(x: {f}) -> {t} {{\n  \
+                "fn aj_f32_to_{t}(x: f32) -> {t} {{\n  \
                  if ((bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u) {{ return {t}(0); }}\n  \
                  if (x >= {hi}) {{ return {hi_value}; }}\n  if (x <= {lo}) {{ return {lo_value}; }}\n  \
-                 return {t}(x);\n}}\n",
-                f = "f32"
+                 return {t}(x);\n}}\n"
             )
         }
         Helper::PowInt(p) => {

@@ -174,7 +174,7 @@ impl PassRenderer<'_> {
     /// one element as workgroup reductions (those in the first such element type: the
     /// workgroup array has one type), loops whose iterations are independent strided over the
     /// invocations, anything else on invocation 0.
-    pub(super) fn row_items(&mut self, items: &[LowLevel], out: &mut String) -> Result<()> {
+    pub(super) fn row_items(&mut self, items: &[&LowLevel], out: &mut String) -> Result<()> {
         let mut tree_type: Option<&'static str> = None;
         for item in items {
             let acc = Accumulation::detect(item).filter(|r| {

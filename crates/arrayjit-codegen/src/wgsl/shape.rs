@@ -1,6 +1,8 @@
 //! How a statement maps onto the GPU: the grid of independent loops, and single-loop
 //! accumulations into one element (workgroup reductions).
 
+use std::borrow::Cow;
+
 use arrayjit_ir::schedule::{
     Blocking, Contraction, Gemm, iterations_independent, split_accumulation,
 };
@@ -14,22 +16,22 @@ use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, ScalarExpr, Symbol, TernOp, 
 /// order of operations (each element is written by one iteration of it, and its reductions keep
 /// their order), so a matrix product's rows and columns both become the grid while its
 /// reduction runs inside. Other nests contribute their longest independent prefix.
-pub(super) fn grid_loops(stmt: &LowLevel) -> (Vec<(Symbol, i64, i64)>, LowLevel) {
+pub(super) fn grid_loops(stmt: &LowLevel) -> (Vec<(Symbol, i64, i64)>, Cow<'_, LowLevel>) {
     let (loops, inner) = stmt.perfect_nest();
     if matches!(inner, LowLevel::Set { .. }) && !loops.is_empty() {
         let independent = |&(index, from, to): &(Symbol, i64, i64)| {
             to > from && iterations_independent(inner, index)
         };
         let grid: Vec<(Symbol, i64, i64)> = loops.iter().copied().filter(independent).collect();
-        let mut rest = inner.clone();
+        let mut rest = Cow::Borrowed(inner);
         for &(index, from, to) in loops.iter().rev() {
             if !independent(&(index, from, to)) {
-                rest = LowLevel::For {
+                rest = Cow::Owned(LowLevel::For {
                     index,
                     from,
                     to,
-                    body: Box::new(rest),
-                };
+                    body: Box::new(rest.into_owned()),
+                });
             }
         }
         return (grid, rest);
@@ -49,7 +51,7 @@ pub(super) fn grid_loops(stmt: &LowLevel) -> (Vec<(Symbol, i64, i64)>, LowLevel)
         grid.push((*index, *from, *to));
         cur = body.unwrapped();
     }
-    (grid, cur.clone())
+    (grid, Cow::Borrowed(cur))
 }
 
 /// What a reduction accumulates besides the element itself.
