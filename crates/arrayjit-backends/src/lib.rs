@@ -36,6 +36,7 @@ pub mod buffer;
 pub mod cc;
 pub mod device_info;
 pub mod missing;
+pub mod queue;
 pub mod sanitizer;
 pub mod settings;
 #[cfg(feature = "wgpu")]
@@ -51,6 +52,7 @@ use arrayjit_ir::{Optimized, Result};
 
 pub use buffer::{CpuBuffer, MemoryCounter};
 pub use device_info::{DeviceInfo, DeviceKind};
+pub use queue::{DeviceQueue, Queue, QueueMarker};
 
 /// A device buffer of some backend.
 pub trait DeviceBuffer: Any + Send + Sync + Debug {
@@ -130,9 +132,16 @@ pub trait CompiledBatch: Send + Sync + Debug {
     /// The generated source code.
     fn source(&self) -> &str;
     /// Runs kernel `index` with one buffer per array argument (and the merge buffer last, if
-    /// the kernel reads one) and the static indices' values. Buffer sizes and static ranges are
+    /// the kernel reads one) and the static indices' values: enqueued on `queue` when given
+    /// (see [`queue`]), else finished before returning. Buffer sizes and static ranges are
     /// checked first; a mismatch is an error, never an out-of-bounds access.
-    fn launch(&self, index: usize, args: &[BufferHandle], statics: &[i64]) -> Result<()>;
+    fn launch(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        queue: Queue<'_>,
+    ) -> Result<()>;
 }
 
 /// A lowered backend: devices, buffers, copies and compilation.
@@ -145,14 +154,24 @@ pub trait LoweredBackend: Send + Sync + Debug {
     fn num_devices(&self) -> usize;
     /// Allocates a zero-filled buffer on a device.
     fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle>;
-    /// Copies host bytes into a buffer (sizes must match).
-    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8]) -> Result<()>;
-    /// Copies a buffer into host bytes (sizes must match).
-    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()>;
-    /// Copies one buffer into another of the same size (possibly across devices).
-    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle) -> Result<()>;
-    /// Waits until every launch and copy queued on a device has finished (a CPU backend runs
-    /// them before returning, so there is nothing to wait for by default).
+    /// A queue of the device's own for one runtime stream, if the backend runs work
+    /// asynchronously (see [`queue`]); `None` (the default, every CPU backend): work finishes
+    /// before the call that runs it returns.
+    fn new_queue(&self, device: usize) -> Result<Option<Arc<dyn DeviceQueue>>> {
+        let _ = device;
+        Ok(None)
+    }
+    /// Copies host bytes into a buffer (sizes must match), on `queue` when given. The bytes
+    /// may be reused as soon as this returns.
+    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>) -> Result<()>;
+    /// Copies a buffer into host bytes (sizes must match), after the work of `queue` when
+    /// given; the bytes hold the values when this returns.
+    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], queue: Queue<'_>) -> Result<()>;
+    /// Copies one buffer into another of the same size (possibly across devices), on `queue`
+    /// when given.
+    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, queue: Queue<'_>) -> Result<()>;
+    /// Waits until every launch and copy queued on a device, on any queue, has finished (a
+    /// CPU backend runs them before returning, so there is nothing to wait for by default).
     fn synchronize(&self, device: usize) -> Result<()> {
         let _ = device;
         Ok(())

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrayjit_ir::{Error, Optimized, Result};
 
-use crate::{BufferHandle, CompiledBatch, LoweredBackend};
+use crate::{BufferHandle, CompiledBatch, LoweredBackend, Queue};
 
 /// A backend that is not available.
 #[derive(Clone, Debug)]
@@ -49,13 +49,13 @@ impl LoweredBackend for MissingBackend {
     fn alloc_zeroed(&self, _: usize, _: usize) -> Result<BufferHandle> {
         Err(self.error())
     }
-    fn copy_from_host(&self, _: &BufferHandle, _: &[u8]) -> Result<()> {
+    fn copy_from_host(&self, _: &BufferHandle, _: &[u8], _: Queue<'_>) -> Result<()> {
         Err(self.error())
     }
-    fn copy_to_host(&self, _: &BufferHandle, _: &mut [u8]) -> Result<()> {
+    fn copy_to_host(&self, _: &BufferHandle, _: &mut [u8], _: Queue<'_>) -> Result<()> {
         Err(self.error())
     }
-    fn copy_buffer(&self, _: &BufferHandle, _: &BufferHandle) -> Result<()> {
+    fn copy_buffer(&self, _: &BufferHandle, _: &BufferHandle, _: Queue<'_>) -> Result<()> {
         Err(self.error())
     }
     fn used_memory(&self, _: usize) -> usize {

@@ -482,9 +482,9 @@ impl Context {
                 }
                 src_entry.order(stream, Access::Read)?;
                 dst.order(stream, Access::Write)?;
-                let (d, s) = (dst.buffer.clone(), src_entry.buffer.clone());
+                let (d, s, q) = (dst.buffer.clone(), src_entry.buffer.clone(), stream.queue());
                 stream.schedule(
-                    Box::new(move || lowered.copy_buffer(&d, &s)),
+                    Box::new(move || lowered.copy_buffer(&d, &s, q.as_deref())),
                     TaskLabel::Fixed("device-to-device copy"),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);
@@ -518,9 +518,9 @@ impl Context {
                     Some(b) => b,
                     None => lowered.alloc_zeroed(stream.device().ordinal(), tn.size_in_bytes())?,
                 };
-                let (d, s) = (dst.clone(), src_entry.buffer.clone());
+                let (d, s, q) = (dst.clone(), src_entry.buffer.clone(), stream.queue());
                 stream.schedule(
-                    Box::new(move || lowered.copy_buffer(&d, &s)),
+                    Box::new(move || lowered.copy_buffer(&d, &s, q.as_deref())),
                     TaskLabel::Fixed("copy into the merge buffer"),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);

@@ -168,12 +168,12 @@ pub(crate) fn schedule_upload(
     bytes: Vec<u8>,
 ) -> Result<()> {
     let lowered = stream.device().backend().lowered().clone();
-    let buffer = entry.buffer.clone();
+    let (buffer, queue) = (entry.buffer.clone(), stream.queue());
     entry.schedule_access(
         stream,
         Access::Write,
         TaskLabel::Fixed("copy from host"),
-        move || lowered.copy_from_host(&buffer, &bytes),
+        move || lowered.copy_from_host(&buffer, &bytes, queue.as_deref()),
     )
 }
 
@@ -183,12 +183,16 @@ pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Res
     let Some(tn) = entry.node() else {
         return Ok(());
     };
-    let buffer = entry.buffer.clone();
+    let (buffer, queue) = (entry.buffer.clone(), stream.queue());
     entry.schedule_access(
         stream,
         Access::Read,
         TaskLabel::Fixed("copy to host"),
-        move || tn.with_host_mut(|nd| lowered.copy_to_host(&buffer, nd.as_bytes_mut())),
+        move || {
+            tn.with_host_mut(|nd| {
+                lowered.copy_to_host(&buffer, nd.as_bytes_mut(), queue.as_deref())
+            })
+        },
     )
 }
 
@@ -231,7 +235,7 @@ fn host_refresh_hook(
             return Ok(());
         };
         let direct =
-            || tn.with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut()));
+            || tn.with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut(), None));
         match stream.upgrade() {
             // Inside a task of the writer's own stream every earlier task has finished.
             Some(inner) if inner.runner.on_worker_thread() => {

@@ -207,9 +207,9 @@ impl Routine {
             })?;
             args.push(scratch);
         }
-        let (batch, index) = (self.code.batch.clone(), self.code.index);
+        let (batch, index, queue) = (self.code.batch.clone(), self.code.index, stream.queue());
         stream.schedule(
-            Box::new(move || batch.launch(index, &args, &statics)),
+            Box::new(move || batch.launch(index, &args, &statics, queue.as_deref())),
             TaskLabel::Named("routine", self.label.clone()),
         )?;
         let done = stream.all_work();

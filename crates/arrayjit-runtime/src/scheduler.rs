@@ -18,6 +18,14 @@
 //!   stream fails with [`Error::UpstreamFailed`] naming the original stream and task (so that
 //!   stream's later work is skipped in turn). Failures travel with events forever: an event
 //!   stays failed after its stream's failure was reported.
+//!
+//! Streams of a backend with device queues (see [`arrayjit_backends::queue`]) run under `Sync`:
+//! a task *enqueues* its launches and copies on the stream's queue and returns. An event then
+//! also holds a marker recorded on the queue, and is done when the device has finished the
+//! work too; `await_work`, [`Event::sync`] and [`Event::wait`] wait for the device. A failure
+//! the device reports after enqueueing (a faulting kernel, a lost device) is returned by the
+//! wait that sees it, as [`Error::TaskFailed`] naming the stream and "work queued on the
+//! device", with the driver's error as its source.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -25,6 +33,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle, ThreadId};
 
+use arrayjit_backends::{DeviceQueue, QueueMarker};
 use arrayjit_ir::{Error, Result};
 
 /// A unit of work on a stream.
@@ -240,6 +249,11 @@ pub(crate) struct Runner {
     sender: Mutex<Option<SyncSender<(Task, TaskLabel)>>>,
     worker: Option<JoinHandle<()>>,
     worker_id: Option<ThreadId>,
+    /// The device queue the stream's tasks enqueue on, if the backend has queues.
+    queue: Option<Arc<dyn DeviceQueue>>,
+    /// The last marker recorded on `queue`, with the schedule position it covers (reused while
+    /// nothing new was scheduled).
+    last_marker: Mutex<Option<(u64, Arc<dyn QueueMarker>)>>,
 }
 
 impl fmt::Debug for Runner {
@@ -249,7 +263,11 @@ impl fmt::Debug for Runner {
 }
 
 impl Runner {
-    pub fn new(name: String, kind: SchedulerKind) -> Result<Runner> {
+    pub fn new(
+        name: String,
+        kind: SchedulerKind,
+        queue: Option<Arc<dyn DeviceQueue>>,
+    ) -> Result<Runner> {
         let shared = Arc::new(StreamShared::new(name.clone()));
         match kind {
             SchedulerKind::Sync => Ok(Runner {
@@ -258,6 +276,14 @@ impl Runner {
                 sender: Mutex::new(None),
                 worker: None,
                 worker_id: None,
+                queue,
+                last_marker: Mutex::new(None),
+            }),
+            SchedulerKind::Multicore { .. } if queue.is_some() => Err(Error::Runtime {
+                stream: name,
+                detail: "a backend with device queues must run its streams under the Sync \
+                         scheduler (its tasks only enqueue work); fix the registry row"
+                    .into(),
             }),
             SchedulerKind::Multicore { queue_capacity } => {
                 let (tx, rx) = sync_channel::<(Task, TaskLabel)>(queue_capacity.max(1));
@@ -280,6 +306,8 @@ impl Runner {
                     worker_id: Some(handle.thread().id()),
                     sender: Mutex::new(Some(tx)),
                     worker: Some(handle),
+                    queue: None,
+                    last_marker: Mutex::new(None),
                 })
             }
         }
@@ -322,13 +350,33 @@ impl Runner {
         }
     }
 
-    /// An event for all work scheduled so far.
+    /// An event for all work scheduled so far (with a marker of the device queue, if any).
     pub fn all_work(&self) -> Event {
         let seq = lock(&self.shared.progress).scheduled;
+        let marker = self.queue.as_ref().map(|queue| {
+            let mut last = lock(&self.last_marker);
+            match &*last {
+                Some((at, m)) if *at == seq => m.clone(),
+                _ => {
+                    let m: Arc<dyn QueueMarker> = match queue.record() {
+                        Ok(m) => m,
+                        Err(e) => Arc::new(FailedMarker(Arc::new(e))),
+                    };
+                    *last = Some((seq, m.clone()));
+                    m
+                }
+            }
+        });
         Event {
             stream: Some(self.shared.clone()),
             seq,
+            marker,
         }
+    }
+
+    /// The device queue the stream's work goes on, if the backend has queues.
+    pub fn queue(&self) -> Option<&Arc<dyn DeviceQueue>> {
+        self.queue.as_ref()
     }
 
     /// Waits for all work scheduled so far; returns a kept error.
@@ -342,7 +390,13 @@ impl Runner {
             });
         }
         self.all_work().wait();
-        self.shared.take_error()
+        self.shared.take_error()?;
+        match &self.queue {
+            Some(queue) => queue
+                .synchronize()
+                .map_err(|e| device_failure(&self.shared.name, e)),
+            None => Ok(()),
+        }
     }
 
     /// Whether the caller is this stream's own worker thread (i.e. inside one of its tasks).
@@ -384,11 +438,44 @@ impl Drop for Runner {
     }
 }
 
-/// Tracks whether a stream has finished its work up to a point of its schedule. Cheap to clone.
+/// A failure the device reported for work already enqueued, as the stream's task failure.
+fn device_failure(stream: &str, e: Error) -> Error {
+    Error::TaskFailed {
+        stream: stream.to_string(),
+        task: "work queued on the device".into(),
+        source: Arc::new(e),
+    }
+}
+
+/// Stands for a marker the queue could not record: it reports that failure.
+#[derive(Debug)]
+struct FailedMarker(Arc<Error>);
+
+impl QueueMarker for FailedMarker {
+    fn is_done(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Err(Error::TaskFailed {
+            stream: "a device queue".into(),
+            task: "recording an event".into(),
+            source: self.0.clone(),
+        })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Tracks whether a stream has finished its work up to a point of its schedule (and, on a
+/// backend with device queues, whether the device has). Cheap to clone.
 #[derive(Clone)]
 pub struct Event {
     stream: Option<Arc<StreamShared>>,
     seq: u64,
+    marker: Option<Arc<dyn QueueMarker>>,
 }
 
 impl fmt::Debug for Event {
@@ -412,24 +499,47 @@ impl Event {
         Event {
             stream: None,
             seq: 0,
+            marker: None,
         }
     }
 
-    /// Whether the work has finished.
+    /// Whether the work has finished (on the device too; a device that failed counts as
+    /// finished: [`Event::sync`] reports how).
     pub fn is_done(&self) -> bool {
         self.stream
             .as_ref()
             .is_none_or(|s| lock(&s.progress).completed >= self.seq)
+            && self
+                .marker
+                .as_ref()
+                .is_none_or(|m| m.is_done().unwrap_or(true))
+    }
+
+    /// Whether the event's tasks have run on the host (their device work may still run).
+    pub(crate) fn host_done(&self) -> bool {
+        self.stream
+            .as_ref()
+            .is_none_or(|s| lock(&s.progress).completed >= self.seq)
+    }
+
+    /// The device marker of the event, if its stream has a device queue.
+    pub(crate) fn marker(&self) -> Option<&Arc<dyn QueueMarker>> {
+        self.marker.as_ref()
     }
 
     /// Blocks until the work has finished; returns the failure of the event's work, if it failed
     /// (see the module doc: the failed task or a task skipped after it). Unlike `await_work` on
     /// the stream, this does not count as reporting the stream's failure.
     pub fn sync(&self) -> Result<()> {
-        self.wait();
-        match self.failure() {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if let Some(s) = &self.stream {
+            s.wait_until(self.seq);
+        }
+        if let Some(e) = self.failure() {
+            return Err(e);
+        }
+        match (&self.marker, &self.stream) {
+            (Some(m), Some(s)) => m.synchronize().map_err(|e| device_failure(&s.name, e)),
+            _ => Ok(()),
         }
     }
 
@@ -437,6 +547,10 @@ impl Event {
     pub fn wait(&self) {
         if let Some(s) = &self.stream {
             s.wait_until(self.seq);
+        }
+        if let Some(m) = &self.marker {
+            // A device failure is reported by `sync` or the stream's `await_work`.
+            let _ = m.synchronize();
         }
     }
 

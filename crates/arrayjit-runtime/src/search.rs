@@ -501,20 +501,25 @@ fn time_kernel(
         .map(|bytes| lowered.alloc_zeroed(0, bytes))
         .collect::<Result<_>>()?;
     let statics = vec![0i64; kernel.statics.len()];
-    // The first run warms caches and pages and sizes the batches.
-    // (Launches may only be queued, as on a GPU: every timing waits for them.)
+    // The first run warms caches and pages and sizes the batches. Launches go on a queue of
+    // the device's own where the backend has them (as on a GPU): every timing waits for them.
+    let queue = lowered.new_queue(0)?;
+    let sync = || match &queue {
+        Some(q) => q.synchronize(),
+        None => lowered.synchronize(0),
+    };
     let t = Instant::now();
-    batch.launch(0, &args, &statics)?;
-    lowered.synchronize(0)?;
+    batch.launch(0, &args, &statics, queue.as_deref())?;
+    sync()?;
     let first = t.elapsed().as_secs_f64().max(1e-9);
     let reps = ((settings.batch_time.as_secs_f64() / first).ceil() as usize).clamp(1, 100_000);
     let mut best = f64::INFINITY;
     for _ in 0..settings.batches.max(1) {
         let t = Instant::now();
         for _ in 0..reps {
-            batch.launch(0, &args, &statics)?;
+            batch.launch(0, &args, &statics, queue.as_deref())?;
         }
-        lowered.synchronize(0)?;
+        sync()?;
         best = best.min(t.elapsed().as_secs_f64() / reps as f64);
     }
     Ok(best)

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arrayjit_backends::BufferHandle;
+use arrayjit_backends::{BufferHandle, DeviceQueue};
 use arrayjit_ir::{Result, Tnode};
 
 use crate::backend::Device;
@@ -58,7 +58,8 @@ impl Stream {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}:stream{id}", device.name());
-        let runner = Runner::new(name, device.backend().scheduler())?;
+        let queue = device.backend().lowered().new_queue(device.ordinal())?;
+        let runner = Runner::new(name, device.backend().scheduler(), queue)?;
         Ok(Stream {
             inner: Arc::new(StreamInner {
                 device,
@@ -127,6 +128,23 @@ impl Stream {
             return Ok(());
         }
         let (event, waiter) = (event.clone(), self.name());
+        if let (Some(queue), Some(marker)) = (self.queue(), event.marker().cloned())
+            && event.host_done()
+        {
+            // Both sides on device queues: the device waits, the host does not.
+            return self.schedule(
+                Box::new(move || {
+                    if !queue.wait_for(&*marker)? {
+                        event.wait();
+                    }
+                    match event.failure_for(&waiter) {
+                        Some(e) if propagate => Err(e),
+                        _ => Ok(()),
+                    }
+                }),
+                TaskLabel::Fixed("wait for another stream"),
+            );
+        }
         self.schedule(
             Box::new(move || {
                 event.wait();
@@ -139,6 +157,12 @@ impl Stream {
         )
     }
 
+    /// The device queue the stream's work is enqueued on, if the backend has queues (see
+    /// [`arrayjit_backends::queue`]).
+    pub(crate) fn queue(&self) -> Option<Arc<dyn DeviceQueue>> {
+        self.inner.runner.queue().cloned()
+    }
+
     /// Per-stream debug information.
     pub fn debug_info(&self) -> String {
         let merge = self
@@ -148,6 +172,9 @@ impl Stream {
             .unwrap_or_else(|| "empty".into());
         let (scheduled, completed, skipped, failed) = self.inner.runner.stats();
         let kind = match self.inner.runner.kind() {
+            SchedulerKind::Sync if self.inner.runner.queue().is_some() => {
+                "sync, enqueuing on a device queue".to_string()
+            }
             SchedulerKind::Sync => "sync".to_string(),
             SchedulerKind::Multicore { queue_capacity } => {
                 format!("multicore, queue of {queue_capacity}")

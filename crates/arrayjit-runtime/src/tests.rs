@@ -32,7 +32,7 @@ fn counting(counter: &Arc<AtomicUsize>) -> crate::scheduler::Task {
 #[test]
 fn a_panicking_task_is_its_error_and_the_runner_keeps_serving() {
     for kind in KINDS {
-        let runner = Runner::new(format!("test {kind:?}"), kind).unwrap();
+        let runner = Runner::new(format!("test {kind:?}"), kind, None).unwrap();
         let result = runner
             .schedule(task(|| panic!("boom")), TaskLabel::Fixed("panicky"))
             .and_then(|()| runner.await_work());
@@ -57,6 +57,7 @@ fn tasks_after_a_failure_are_skipped_until_it_is_reported() {
     let runner = Runner::new(
         "skips".into(),
         SchedulerKind::Multicore { queue_capacity: 64 },
+        None,
     )
     .unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
@@ -252,4 +253,147 @@ fn devices_describe_themselves_from_their_backend() {
         missing.lowered().device_info(0),
         Err(Error::BackendUnavailable { .. })
     ));
+}
+
+/// A device queue whose work "runs" only when the test says so, and which can fail.
+#[derive(Debug, Default)]
+struct FakeQueue {
+    /// Work enqueued (counted by the tasks) and finished on the "device".
+    enqueued: AtomicUsize,
+    finished: AtomicUsize,
+    /// The device's failure, reported by every later wait.
+    failure: Mutex<Option<String>>,
+    /// Markers this queue was asked to wait for on the device.
+    device_waits: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct FakeMarker {
+    queue: Arc<FakeQueue>,
+    at: usize,
+}
+
+impl FakeQueue {
+    fn check(&self) -> Result<()> {
+        match &*self.failure.lock().unwrap() {
+            Some(f) => Err(Error::invalid(f.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The queue handed to the runner: shares the fake's state.
+#[derive(Debug)]
+struct FakeHandle(Arc<FakeQueue>);
+
+impl arrayjit_backends::DeviceQueue for FakeHandle {
+    fn device(&self) -> usize {
+        0
+    }
+    fn record(&self) -> Result<Arc<dyn arrayjit_backends::QueueMarker>> {
+        Ok(Arc::new(FakeMarker {
+            queue: self.0.clone(),
+            at: self.0.enqueued.load(Ordering::SeqCst),
+        }))
+    }
+    fn wait_for(&self, marker: &dyn arrayjit_backends::QueueMarker) -> Result<bool> {
+        let ours = marker.as_any().downcast_ref::<FakeMarker>().is_some();
+        if ours {
+            self.0.device_waits.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(ours)
+    }
+    fn synchronize(&self) -> Result<()> {
+        let q = &self.0;
+        q.finished
+            .store(q.enqueued.load(Ordering::SeqCst), Ordering::SeqCst);
+        q.check()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl arrayjit_backends::QueueMarker for FakeMarker {
+    fn is_done(&self) -> Result<bool> {
+        self.queue.check()?;
+        Ok(self.queue.finished.load(Ordering::SeqCst) >= self.at)
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.queue.finished.fetch_max(self.at, Ordering::SeqCst);
+        self.queue.check()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[test]
+fn events_of_a_queued_stream_wait_for_the_device_and_report_its_failures() {
+    let fake = Arc::new(FakeQueue::default());
+    let runner = Runner::new(
+        "gpu".into(),
+        SchedulerKind::Sync,
+        Some(Arc::new(FakeHandle(fake.clone()))),
+    )
+    .unwrap();
+    let enqueue = || {
+        let fake = fake.clone();
+        task(move || {
+            fake.enqueued.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+    };
+    runner
+        .schedule(enqueue(), TaskLabel::Fixed("launch"))
+        .unwrap();
+    // The task ran on the host, but the device has not finished it.
+    let event = runner.all_work();
+    assert!(event.host_done());
+    assert!(!event.is_done());
+    // The same position reuses the marker; new work records a new one.
+    assert!(Arc::ptr_eq(
+        event.marker().unwrap(),
+        runner.all_work().marker().unwrap()
+    ));
+    event.sync().unwrap();
+    assert!(event.is_done());
+    runner
+        .schedule(enqueue(), TaskLabel::Fixed("launch"))
+        .unwrap();
+    let later = runner.all_work();
+    assert!(!Arc::ptr_eq(
+        event.marker().unwrap(),
+        later.marker().unwrap()
+    ));
+    assert!(!later.is_done());
+    runner.await_work().unwrap();
+    assert!(later.is_done());
+    // A failure the device reports after enqueueing: the next wait returns it, naming the
+    // stream, with the driver's error as its source.
+    runner
+        .schedule(enqueue(), TaskLabel::Fixed("launch"))
+        .unwrap();
+    *fake.failure.lock().unwrap() = Some("illegal address".into());
+    let failed = runner.all_work();
+    let err = failed.sync().unwrap_err();
+    assert!(
+        matches!(&err, Error::TaskFailed { stream, task, .. }
+        if stream == "gpu" && task.contains("queued on the device")),
+        "{err}"
+    );
+    assert!(
+        err.root_cause().to_string().contains("illegal address"),
+        "{err}"
+    );
+    let err = runner.await_work().unwrap_err();
+    assert!(err.to_string().contains("gpu"), "{err}");
+    // A queue needs the Sync scheduler: its tasks only enqueue.
+    let err = Runner::new(
+        "bad".into(),
+        SchedulerKind::Multicore { queue_capacity: 2 },
+        Some(Arc::new(FakeHandle(fake.clone()))),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("Sync"), "{err}");
 }

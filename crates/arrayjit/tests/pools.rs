@@ -39,12 +39,12 @@ fn backend_pool_interface() {
         "no such device"
     );
     let view = lowered.pool_view(0, 1_000_001, 1024, 256).unwrap();
-    lowered.copy_from_host(&view, &[7u8; 256]).unwrap();
+    lowered.copy_from_host(&view, &[7u8; 256], None).unwrap();
     let mut back = vec![0u8; 256];
-    lowered.copy_to_host(&view, &mut back).unwrap();
+    lowered.copy_to_host(&view, &mut back, None).unwrap();
     assert_eq!(back, vec![7u8; 256]);
     lowered.memset_zero(0, 1_000_001, 1024 + 128, 128).unwrap();
-    lowered.copy_to_host(&view, &mut back).unwrap();
+    lowered.copy_to_host(&view, &mut back, None).unwrap();
     assert_eq!(&back[..128], &[7u8; 128][..]);
     assert_eq!(&back[128..], &[0u8; 128][..]);
     assert!(

@@ -198,10 +198,25 @@ fn strategies_steer_the_suggested_number_of_streams() {
     assert_eq!(n("sync_cc", Strategy::MostParallelStreams), 1);
 }
 
+/// The CPU backends, and `wgpu` where it can run here (its streams enqueue on the device's
+/// queue: events and waits go through device markers).
+fn backends_with_streams() -> Vec<Backend> {
+    let mut out = vec![
+        arrayjit::backend("sync_cc").unwrap(),
+        arrayjit::backend("multicore_cc").unwrap(),
+    ];
+    if arrayjit::available_backends().contains(&"wgpu") {
+        out.push(arrayjit::backend("wgpu").unwrap());
+    } else {
+        eprintln!("skipping wgpu: not available here (see `arrayjit info`)");
+    }
+    out
+}
+
 #[test]
 fn hosted_results_reach_the_host_when_read_and_host_writes_reach_devices() {
-    for name in ["sync_cc", "multicore_cc"] {
-        let b = arrayjit::backend(name).unwrap();
+    for b in backends_with_streams() {
+        let name = b.name().to_string();
         let x = hosted_input(&[3], "x", &[1.0, 2.0, 3.0]);
         let y = hosted_output(&[3], "y");
         let code = b
@@ -264,7 +279,12 @@ fn a_hosted_node_changed_on_one_device_reaches_another_through_the_host() {
 
 #[test]
 fn device_to_device_waits_for_the_writer_and_fills_the_merge_buffer() {
-    let b = multicore();
+    for b in backends_with_streams().into_iter().skip(1) {
+        device_to_device_on(&b);
+    }
+}
+
+fn device_to_device_on(b: &Backend) {
     let dev = b.get_device(0).unwrap();
     let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
     let x = hosted_input(&[4], "x", &[1.0, 2.0, 3.0, 4.0]);

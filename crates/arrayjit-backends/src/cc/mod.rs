@@ -17,7 +17,7 @@ use arrayjit_ir::{Error, Optimized, Result};
 use crate::buffer::{CpuBuffer, MemoryCounter};
 use crate::settings;
 use crate::worker_pool::{ParallelHandle, WorkerPool};
-use crate::{BufferHandle, CompiledBatch, DeviceBuffer, LoweredBackend};
+use crate::{BufferHandle, CompiledBatch, DeviceBuffer, LoweredBackend, Queue};
 
 pub use compile::{CompileStats, compile_stats, default_cache_dir};
 
@@ -329,7 +329,7 @@ impl LoweredBackend for CcBackend {
         )?))
     }
 
-    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8]) -> Result<()> {
+    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
         let d = self.cpu(dst)?;
         if d.size_in_bytes() != src.len() {
             return Err(size_mismatch(
@@ -343,7 +343,7 @@ impl LoweredBackend for CcBackend {
         unsafe { d.write(src) }
     }
 
-    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()> {
+    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
         let s = self.cpu(src)?;
         if s.size_in_bytes() != dst.len() {
             return Err(size_mismatch("copy to host", s.size_in_bytes(), dst.len()));
@@ -353,7 +353,7 @@ impl LoweredBackend for CcBackend {
         Ok(())
     }
 
-    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle) -> Result<()> {
+    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, _: Queue<'_>) -> Result<()> {
         let (d, s) = (self.cpu(dst)?, self.cpu(src)?);
         if d.size_in_bytes() != s.size_in_bytes() {
             return Err(size_mismatch(
@@ -561,7 +561,13 @@ impl CompiledBatch for CcBatch {
         &self.source
     }
 
-    fn launch(&self, index: usize, args: &[BufferHandle], statics: &[i64]) -> Result<()> {
+    fn launch(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        _: Queue<'_>,
+    ) -> Result<()> {
         let k = self.kernels.get(index).ok_or_else(|| {
             Error::invalid(format!(
                 "kernel index {index} but the batch has {}",

@@ -15,6 +15,7 @@
 //! - Compiled pipelines are cached in memory by their WGSL source.
 
 mod buffers;
+mod queue;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,7 +27,7 @@ use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
 use arrayjit_ir::{Error, Optimized, Result};
 
 use crate::device_info::{DeviceInfo, DeviceKind};
-use crate::{BufferHandle, CompiledBatch, LoweredBackend};
+use crate::{BufferHandle, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
 
 pub use buffers::WgpuBuffer;
 
@@ -290,7 +291,14 @@ impl CompiledBatch for WgpuBatch {
         &self.source
     }
 
-    fn launch(&self, index: usize, args: &[BufferHandle], statics: &[i64]) -> Result<()> {
+    fn launch(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        // The device has one queue: every launch goes on it, in order.
+        _: Queue<'_>,
+    ) -> Result<()> {
         let (k, iface) = match (self.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
             _ => {
@@ -385,17 +393,23 @@ impl LoweredBackend for WgpuBackend {
         Ok(Arc::new(buffers::allocate(gpu, &self.used, size_in_bytes)?))
     }
 
-    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8]) -> Result<()> {
+    fn new_queue(&self, device: usize) -> Result<Option<Arc<dyn DeviceQueue>>> {
+        let gpu = self.device_check(device)?.clone();
+        Ok(Some(Arc::new(queue::WgpuQueue { gpu })))
+    }
+
+    // Copies go on the device's one queue, in order, whatever the runtime stream.
+    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
         let gpu = self.gpu()?;
         buffers::write(gpu, buffers::of(dst)?, src)
     }
 
-    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8]) -> Result<()> {
+    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
         let gpu = self.gpu()?;
         buffers::read(gpu, buffers::of(src)?, dst)
     }
 
-    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle) -> Result<()> {
+    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, _: Queue<'_>) -> Result<()> {
         let gpu = self.gpu()?;
         buffers::copy(gpu, buffers::of(dst)?, buffers::of(src)?)
     }
@@ -595,22 +609,22 @@ mod tests {
         let b = WgpuBackend::new();
         // An odd size: wgpu copies whole words, the backend pads and trims.
         let buf = b.alloc_zeroed(0, 6).unwrap();
-        b.copy_from_host(&buf, &[1, 2, 3, 4, 5, 6]).unwrap();
+        b.copy_from_host(&buf, &[1, 2, 3, 4, 5, 6], None).unwrap();
         let mut back = [0u8; 6];
-        b.copy_to_host(&buf, &mut back).unwrap();
+        b.copy_to_host(&buf, &mut back, None).unwrap();
         assert_eq!(back, [1, 2, 3, 4, 5, 6]);
         assert!(matches!(
-            b.copy_from_host(&buf, &[0; 5]),
+            b.copy_from_host(&buf, &[0; 5], None),
             Err(Error::ShapeMismatch { .. })
         ));
         // Pool views are aligned for binding and zeroed on request.
         let align = b.pool_alignment();
         b.alloc_pool(0, 7, 4 * align, align).unwrap();
         let view = b.pool_view(0, 7, align, 8).unwrap();
-        b.copy_from_host(&view, &[9; 8]).unwrap();
+        b.copy_from_host(&view, &[9; 8], None).unwrap();
         b.memset_zero(0, 7, align, 8).unwrap();
         let mut z = [1u8; 8];
-        b.copy_to_host(&view, &mut z).unwrap();
+        b.copy_to_host(&view, &mut z, None).unwrap();
         assert_eq!(z, [0; 8]);
         assert!(b.alloc_pool(0, 8, 64, align / 2).is_err() || align <= 64);
         assert!(b.pool_view(0, 7, 4 * align, 1).is_err());
