@@ -25,6 +25,8 @@ pub struct BackendEntry {
     pub aliases: &'static [&'static str],
     /// One line on what it is.
     pub summary: &'static str,
+    /// Whether it runs on the host's CPU cores (its devices are the CPU's).
+    pub on_cpu: bool,
     /// Makes its lowered backend and scheduler for a configuration.
     pub(crate) make: fn(&str, &RuntimeConfig) -> Result<Made>,
 }
@@ -46,12 +48,14 @@ const ROWS: [BackendEntry; 5] = [
         name: "sync_cc",
         aliases: &["cc"],
         summary: "C compiled by the system compiler, run on the caller's thread",
+        on_cpu: true,
         make: |_, config| Ok((cc(config, false)?, SchedulerKind::Sync)),
     },
     BackendEntry {
         name: "multicore_cc",
         aliases: &[],
         summary: "C compiled by the system compiler, one worker thread per stream",
+        on_cpu: true,
         make: |_, config| {
             Ok((
                 cc(config, true)?,
@@ -65,6 +69,7 @@ const ROWS: [BackendEntry; 5] = [
         name: "cuda",
         aliases: &[],
         summary: "NVIDIA GPUs (not in this build yet)",
+        on_cpu: false,
         make: |name, _| {
             missing(
                 name,
@@ -78,6 +83,7 @@ const ROWS: [BackendEntry; 5] = [
         name: "metal",
         aliases: &[],
         summary: "Apple GPUs (not in this build)",
+        on_cpu: false,
         make: |name, _| {
             missing(
                 name,
@@ -90,6 +96,7 @@ const ROWS: [BackendEntry; 5] = [
         name: "wgpu",
         aliases: &[],
         summary: WGPU_SUMMARY,
+        on_cpu: false,
         make: make_wgpu,
     },
 ];
@@ -104,6 +111,11 @@ pub const KNOWN_BACKENDS: &[&str] = &{
     }
     names
 };
+
+/// Whether `name` names a backend that runs on the host's CPU cores.
+pub fn is_cpu_backend(name: &str) -> bool {
+    find(name).is_some_and(|e| e.on_cpu)
+}
 
 /// The registry row answering to `name`, if any.
 pub fn find(name: &str) -> Option<&'static BackendEntry> {

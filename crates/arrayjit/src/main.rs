@@ -167,6 +167,10 @@ fn main() -> ExitCode {
             no_peers,
             only,
             search,
+            // The CPU table compares both CPU backends; naming another runs the device table.
+            device_backend: cli
+                .backend
+                .filter(|b| !arrayjit::runtime::registry::is_cpu_backend(b)),
         })
         .map(|table| print!("{table}")),
     };

@@ -4,6 +4,7 @@
 //! `scripts/setup-bench.sh`) or the `python3` on the path; a missing peer is a note in the
 //! table, never a failure.
 
+pub mod device;
 pub mod limits;
 pub mod workloads;
 
@@ -36,6 +37,8 @@ pub struct BenchConfig {
     pub only: String,
     /// Search the schedules of each workload first and run the winners.
     pub search: bool,
+    /// A GPU backend to run the device table on (`wgpu`, `cuda`) instead of the CPU table.
+    pub device_backend: Option<String>,
 }
 
 /// Times per workload and column (seconds), and notes.
@@ -49,6 +52,9 @@ const BACKENDS: [&str; 2] = ["sync_cc", "multicore_cc"];
 
 /// Runs the suite, printing progress to stderr; returns the table (markdown).
 pub fn run(config: &BenchConfig) -> Result<String> {
+    if let Some(name) = &config.device_backend {
+        return device::run(name, config);
+    }
     let cpu = CpuInfo::detect();
     eprintln!("machine: {cpu}");
     eprintln!("measuring the machine's limits (C reference) ...");

@@ -53,7 +53,7 @@ pub fn workloads(quick: bool) -> Vec<Workload> {
     }
     let n = (1usize << 24) as f64;
     out.push(Workload {
-        name: "chain relu(a*b+c)*d 16M".into(),
+        name: chain_name(16),
         work: 5.0 * 4.0 * n,
         rate: Rate::Bytes,
     });
@@ -80,6 +80,11 @@ pub fn workloads(quick: bool) -> Vec<Workload> {
     out
 }
 
+/// The name of the chain `relu(a*b+c)*d` over `m` million (2^20) floats.
+pub fn chain_name(m: usize) -> String {
+    format!("chain relu(a*b+c)*d {m}M")
+}
+
 /// The MLP training step's row name.
 pub const MLP: &str = "MLP step 784-256-256-10 b256";
 
@@ -91,12 +96,16 @@ fn build(name: &str) -> Result<Vec<Tensor>> {
         let b = input("b", &[n, n], 2)?;
         return Ok(vec![a.matmul(&b)?]);
     }
+    if let Some(m) = name
+        .strip_prefix("chain relu(a*b+c)*d ")
+        .and_then(|m| m.strip_suffix('M'))
+    {
+        let n = m.parse::<usize>().unwrap_or(16) << 20;
+        let [a, b, c, d] = [1, 2, 3, 4].map(|s| input("x", &[n], s));
+        return Ok(vec![a?.mul(&b?)?.add(&c?)?.relu()?.mul(&d?)?]);
+    }
     let n = 1 << 24;
     match name {
-        "chain relu(a*b+c)*d 16M" => {
-            let [a, b, c, d] = [1, 2, 3, 4].map(|s| input("x", &[n], s));
-            Ok(vec![a?.mul(&b?)?.add(&c?)?.relu()?.mul(&d?)?])
-        }
         "sum 16M" => Ok(vec![input("a", &[n], 1)?.sum_all()?]),
         "softmax 4096x1024" => Ok(vec![softmax(&input("x", &[4096, 1024], 1)?)?]),
         _ => {

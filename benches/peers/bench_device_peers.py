@@ -1,0 +1,51 @@
+# Device peer for `arrayjit bench --backend <gpu backend>`: PyTorch on CUDA for the same
+# workloads, timed the same way (one warm-up, then the median of repeated runs, each waiting
+# for the device). Products run in f32 with TF32 off (cuBLAS's exact-f32 kernels). Prints one
+# JSON object per line: {"lib": "torch-cuda", "workload": "matmul 4096", "seconds": 0.01}
+import argparse, json, statistics, time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--sizes", default="1024,2048,4096")
+parser.add_argument("--chain-m", type=int, default=256)
+args = parser.parse_args()
+
+try:
+    import torch
+except ImportError:
+    print(json.dumps({"error": "PyTorch is not installed"}))
+    raise SystemExit(0)
+if not torch.cuda.is_available():
+    print(json.dumps({"error": "PyTorch sees no CUDA device"}))
+    raise SystemExit(0)
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+dev = torch.device("cuda")
+
+
+def timed(f, budget=1.0, max_reps=50):
+    f()
+    torch.cuda.synchronize()
+    times = []
+    start = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < budget and len(times) < max_reps):
+        t0 = time.perf_counter()
+        f()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def emit(workload, f):
+    print(json.dumps({"lib": "torch-cuda", "workload": workload, "seconds": timed(f)}), flush=True)
+
+
+with torch.no_grad():
+    for n in [int(s) for s in args.sizes.split(",") if s]:
+        a = torch.rand(n, n, device=dev) * 2 - 1
+        b = torch.rand(n, n, device=dev) * 2 - 1
+        emit(f"matmul {n}", lambda: a @ b)
+        del a, b
+    n = args.chain_m << 20
+    a, b, c, d = (torch.rand(n, device=dev) * 2 - 1 for _ in range(4))
+    emit(f"chain relu(a*b+c)*d {args.chain_m}M", lambda: torch.relu(a * b + c) * d)

@@ -1,0 +1,197 @@
+//! `arrayjit bench --backend <gpu backend>`: f32 matrix products and the elementwise chain
+//! `relu(a*b+c)*d` on the backend's device 0, next to the device's own copy bandwidth (a
+//! device-to-device copy through the same backend: the memory limit the chain can reach) and,
+//! when installed, PyTorch on CUDA (cuBLAS for the products, TF32 off), all in one run.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use arrayjit_ir::Result;
+use arrayjit_runtime::Backend;
+
+use super::workloads::{self, Rate, Workload, median_time};
+use super::{BenchConfig, PeerLine, parse_peer_line, python};
+
+/// The workloads: products of 1024 to 4096 (2048 when quick) and the chain over `chain_m`
+/// million floats.
+fn device_workloads(quick: bool, chain_m: usize) -> Vec<Workload> {
+    let sizes: &[usize] = if quick {
+        &[1024, 2048]
+    } else {
+        &[1024, 2048, 4096]
+    };
+    let mut out: Vec<Workload> = sizes
+        .iter()
+        .map(|&n| Workload {
+            name: format!("matmul {n}"),
+            work: 2.0 * (n * n * n) as f64,
+            rate: Rate::Flops,
+        })
+        .collect();
+    let n = (chain_m << 20) as f64;
+    out.push(Workload {
+        name: workloads::chain_name(chain_m),
+        work: 5.0 * 4.0 * n,
+        rate: Rate::Bytes,
+    });
+    out
+}
+
+/// The copy bandwidth of device 0 through the backend: read plus written bytes per second of
+/// a device-to-device copy of `bytes`, on a queue of the device's own where it has them.
+fn copy_bandwidth(backend: &Backend, bytes: usize) -> Result<f64> {
+    let lowered = backend.lowered();
+    let (src, dst) = (
+        lowered.alloc_zeroed(0, bytes)?,
+        lowered.alloc_zeroed(0, bytes)?,
+    );
+    let queue = lowered.new_queue(0)?;
+    let t = median_time(
+        || {
+            lowered.copy_buffer(&dst, &src, queue.as_deref())?;
+            match &queue {
+                Some(q) => q.synchronize(),
+                None => lowered.synchronize(0),
+            }
+        },
+        Duration::from_secs(1),
+    )?;
+    Ok(2.0 * bytes as f64 / t.as_secs_f64() / 1e9)
+}
+
+/// PyTorch on CUDA for the same workloads: `(workload, seconds)` and notes.
+fn torch_peer(
+    config: &BenchConfig,
+    list: &[Workload],
+    chain_m: usize,
+) -> (Vec<(String, f64)>, Vec<String>) {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/peers/bench_device_peers.py");
+    let sizes: Vec<String> = list
+        .iter()
+        .filter_map(|w| w.name.strip_prefix("matmul ").map(str::to_string))
+        .collect();
+    let python = python(config);
+    let out = Command::new(&python)
+        .arg(&script)
+        .args([
+            "--sizes",
+            &sizes.join(","),
+            "--chain-m",
+            &chain_m.to_string(),
+        ])
+        .output();
+    let mut times = Vec::new();
+    let mut notes = Vec::new();
+    match out {
+        Err(e) => notes.push(format!("PyTorch not run: {} ({e})", python.display())),
+        Ok(out) => {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                match parse_peer_line(line) {
+                    Some(PeerLine::Time {
+                        workload, seconds, ..
+                    }) => times.push((workload, seconds)),
+                    Some(PeerLine::Error(e)) => notes.push(e),
+                    None => {}
+                }
+            }
+            if !out.status.success() {
+                notes.push(format!(
+                    "the PyTorch script failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                ));
+            }
+        }
+    }
+    (times, notes)
+}
+
+/// Runs the device table on `backend_name`; returns it (markdown).
+pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
+    let backend = arrayjit_runtime::backend(backend_name)?;
+    let info = backend.get_device(0)?.info()?;
+    eprintln!("device: {info}");
+    // Five arrays of the chain in at most a quarter of the device's memory (when the driver
+    // says how much it has; wgpu does not).
+    let mut chain_m = if config.quick { 64 } else { 256 };
+    while chain_m > 16
+        && info.memory_bytes > 0
+        && (5 * 4 * (chain_m << 20)) as u64 > info.memory_bytes / 4
+    {
+        chain_m /= 2;
+    }
+    let list: Vec<Workload> = device_workloads(config.quick, chain_m)
+        .into_iter()
+        .filter(|w| w.name.contains(&config.only))
+        .collect();
+    let copy_bytes = (chain_m << 20) * 4;
+    eprintln!(
+        "copy bandwidth ({} MiB device to device) ...",
+        copy_bytes >> 20
+    );
+    let bandwidth = copy_bandwidth(&backend, copy_bytes)?;
+    let mut ours = Vec::new();
+    for w in &list {
+        eprintln!("arrayjit {backend_name}: {} ...", w.name);
+        let t = Instant::now();
+        let time = workloads::time_workload(&backend, &w.name)?;
+        eprintln!(
+            "  {:.3} ms ({:.1} s with setup)",
+            time.as_secs_f64() * 1e3,
+            t.elapsed().as_secs_f64()
+        );
+        ours.push(time.as_secs_f64());
+    }
+    let (peer, mut notes) = if config.no_peers {
+        (Vec::new(), vec!["PyTorch not run (--no-peers)".to_string()])
+    } else {
+        eprintln!("PyTorch on CUDA ...");
+        torch_peer(config, &list, chain_m)
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "device: {info}");
+    let _ = writeln!(
+        out,
+        "copy bandwidth through {backend_name} ({} MiB device to device, read + written): {bandwidth:.0} GB/s\n",
+        copy_bytes >> 20
+    );
+    let _ = writeln!(
+        out,
+        "| workload | arrayjit {backend_name} | PyTorch CUDA | arrayjit / PyTorch | of copy bandwidth |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for (w, &secs) in list.iter().zip(&ours) {
+        let (unit, rate) = match w.rate {
+            Rate::Flops => ("GFLOP/s", w.work / secs / 1e9),
+            Rate::Bytes => ("GB/s", w.work / secs / 1e9),
+        };
+        let p = peer.iter().find(|(n, _)| *n == w.name).map(|(_, s)| *s);
+        let peer_cell = p.map_or("–".to_string(), |s| {
+            format!("{:.3} ms ({:.0} {unit})", s * 1e3, w.work / s / 1e9)
+        });
+        let ratio = p.map_or("–".to_string(), |s| format!("{:.2}×", s / secs));
+        let of_limit = match w.rate {
+            Rate::Bytes => format!("{:.0}%", 100.0 * rate / bandwidth),
+            Rate::Flops => "–".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.3} ms ({rate:.0} {unit}) | {peer_cell} | {ratio} | {of_limit} |",
+            w.name,
+            secs * 1e3
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nCells: median time of one run (run + wait for the device). Ratios > 1 mean arrayjit is faster."
+    );
+    for n in notes.drain(..) {
+        let _ = writeln!(out, "note: {n}");
+    }
+    Ok(out)
+}
