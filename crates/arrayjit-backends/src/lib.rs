@@ -34,6 +34,8 @@
 
 pub mod buffer;
 pub mod cc;
+#[cfg(feature = "cuda")]
+pub mod cuda_backend;
 pub mod device_info;
 pub mod missing;
 pub mod queue;

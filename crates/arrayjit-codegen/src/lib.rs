@@ -11,6 +11,7 @@
 pub mod c_renderer;
 mod c_schedules;
 pub mod c_syntax;
+pub mod cuda;
 pub mod gemm;
 pub mod wgsl;
 

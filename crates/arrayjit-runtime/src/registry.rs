@@ -68,16 +68,9 @@ const ROWS: [BackendEntry; 5] = [
     BackendEntry {
         name: "cuda",
         aliases: &[],
-        summary: "NVIDIA GPUs (not in this build yet)",
+        summary: CUDA_SUMMARY,
         on_cpu: false,
-        make: |name, _| {
-            missing(
-                name,
-                "this build of arrayjit has no CUDA backend yet",
-                "use sync_cc for now; the CUDA backend (cudarc: NVRTC + driver API) will need an \
-                 NVIDIA driver",
-            )
-        },
+        make: make_cuda,
     },
     BackendEntry {
         name: "metal",
@@ -120,6 +113,29 @@ pub fn is_cpu_backend(name: &str) -> bool {
 /// The registry row answering to `name`, if any.
 pub fn find(name: &str) -> Option<&'static BackendEntry> {
     REGISTRY.iter().find(|e| e.answers_to(name))
+}
+
+#[cfg(feature = "cuda")]
+const CUDA_SUMMARY: &str = "CUDA C compiled by NVRTC, run on NVIDIA GPUs on CUDA streams";
+#[cfg(not(feature = "cuda"))]
+const CUDA_SUMMARY: &str = "NVIDIA GPUs (not in this build: cargo feature `cuda`)";
+
+#[cfg(feature = "cuda")]
+fn make_cuda(_: &str, _: &RuntimeConfig) -> Result<Made> {
+    Ok((
+        Arc::new(arrayjit_backends::cuda_backend::CudaBackend::new()),
+        SchedulerKind::Sync,
+    ))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn make_cuda(name: &str, _: &RuntimeConfig) -> Result<Made> {
+    missing(
+        name,
+        "this build of arrayjit has no CUDA backend",
+        "build with the cargo feature `cuda` (on by default in the `arrayjit` crate) and install \
+         the NVIDIA driver and NVRTC",
+    )
 }
 
 #[cfg(feature = "wgpu")]

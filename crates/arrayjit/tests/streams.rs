@@ -198,17 +198,19 @@ fn strategies_steer_the_suggested_number_of_streams() {
     assert_eq!(n("sync_cc", Strategy::MostParallelStreams), 1);
 }
 
-/// The CPU backends, and `wgpu` where it can run here (its streams enqueue on the device's
-/// queue: events and waits go through device markers).
+/// The CPU backends, and `wgpu` and `cuda` where they can run here (their streams enqueue on
+/// device queues: events and waits go through device markers).
 fn backends_with_streams() -> Vec<Backend> {
     let mut out = vec![
         arrayjit::backend("sync_cc").unwrap(),
         arrayjit::backend("multicore_cc").unwrap(),
     ];
-    if arrayjit::available_backends().contains(&"wgpu") {
-        out.push(arrayjit::backend("wgpu").unwrap());
-    } else {
-        eprintln!("skipping wgpu: not available here (see `arrayjit info`)");
+    for gpu in ["wgpu", "cuda"] {
+        if arrayjit::available_backends().contains(&gpu) {
+            out.push(arrayjit::backend(gpu).unwrap());
+        } else {
+            eprintln!("skipping {gpu}: not available here (see `arrayjit info`)");
+        }
     }
     out
 }

@@ -51,7 +51,7 @@ use crate::c_renderer::{KernelInterface, node_name};
 
 mod ops;
 mod schedules;
-mod shape;
+pub(crate) mod shape;
 
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,

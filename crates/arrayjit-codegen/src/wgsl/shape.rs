@@ -16,7 +16,7 @@ use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, ScalarExpr, Symbol, TernOp, 
 /// order of operations (each element is written by one iteration of it, and its reductions keep
 /// their order), so a matrix product's rows and columns both become the grid while its
 /// reduction runs inside. Other nests contribute their longest independent prefix.
-pub(super) fn grid_loops(stmt: &LowLevel) -> (Vec<(Symbol, i64, i64)>, Cow<'_, LowLevel>) {
+pub(crate) fn grid_loops(stmt: &LowLevel) -> (Vec<(Symbol, i64, i64)>, Cow<'_, LowLevel>) {
     let (loops, inner) = stmt.perfect_nest();
     if matches!(inner, LowLevel::Set { .. }) && !loops.is_empty() {
         let independent = |&(index, from, to): &(Symbol, i64, i64)| {
@@ -55,7 +55,7 @@ pub(super) fn grid_loops(stmt: &LowLevel) -> (Vec<(Symbol, i64, i64)>, Cow<'_, L
 }
 
 /// What a reduction accumulates besides the element itself.
-pub(super) enum Rest<'a> {
+pub(crate) enum Rest<'a> {
     /// `s ⊕ v`.
     One(&'a ScalarExpr),
     /// `fma(a, b, s)`.
@@ -63,18 +63,18 @@ pub(super) enum Rest<'a> {
 }
 
 /// A single loop accumulating into one element: `for i { s[o] = s[o] ⊕ v(i) }`.
-pub(super) struct Accumulation<'a> {
-    pub(super) iter: Symbol,
-    pub(super) from: i64,
-    pub(super) to: i64,
-    pub(super) tn: &'a Tnode,
-    pub(super) idcs: &'a [AxisIndex],
-    pub(super) combine: BinOp,
-    pub(super) rest: Rest<'a>,
+pub(crate) struct Accumulation<'a> {
+    pub(crate) iter: Symbol,
+    pub(crate) from: i64,
+    pub(crate) to: i64,
+    pub(crate) tn: &'a Tnode,
+    pub(crate) idcs: &'a [AxisIndex],
+    pub(crate) combine: BinOp,
+    pub(crate) rest: Rest<'a>,
 }
 
 impl<'a> Accumulation<'a> {
-    pub(super) fn detect(stmt: &'a LowLevel) -> Option<Accumulation<'a>> {
+    pub(crate) fn detect(stmt: &'a LowLevel) -> Option<Accumulation<'a>> {
         let LowLevel::For {
             index,
             from,
@@ -109,11 +109,11 @@ impl<'a> Accumulation<'a> {
 }
 
 /// The side of a product tile (a workgroup of `TILE²` invocations).
-pub(super) const TILE: usize = 16;
+pub(crate) const TILE: usize = 16;
 
 /// A statement that is an `f32` matrix product large enough to tile (both result sides at
 /// least half a tile), with whether it accumulates through a fused multiply-add.
-pub(super) fn tiled_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
+pub(crate) fn tiled_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
     let c = Contraction::detect(stmt)?;
     if c.out.node.prec() != Prec::F32 {
         return None;

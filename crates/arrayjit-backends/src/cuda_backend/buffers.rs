@@ -1,0 +1,206 @@
+//! CUDA device memory: allocations (freed once the device is idle) and buffers that view them.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arrayjit_ir::{Error, Result};
+use cudarc::driver::CudaStream;
+use cudarc::driver::result as cu;
+use cudarc::driver::sys::CUdeviceptr;
+
+use super::{Gpu, NAME};
+use crate::{BufferHandle, DeviceBuffer};
+
+/// One `cuMemAlloc` allocation.
+struct Allocation {
+    gpu: Arc<Gpu>,
+    ptr: CUdeviceptr,
+    bytes: usize,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        let gpu = &self.gpu;
+        // Work still queued may use the memory: wait for the device before freeing it.
+        let freed = gpu
+            .ctx
+            .bind_to_thread()
+            .and_then(|_| gpu.ctx.synchronize())
+            // SAFETY: `ptr` came from `cuMemAlloc` in this context and nothing uses it now.
+            .and_then(|_| unsafe { cu::free_sync(self.ptr) });
+        if let Err(e) = freed {
+            tracing::warn!(device = %gpu.label(), error = %e, "freeing device memory failed");
+        }
+        gpu.used.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// A range of device memory: a whole allocation or a view of a pool.
+#[derive(Clone)]
+pub struct CudaBuffer {
+    alloc: Arc<Allocation>,
+    /// Where the range starts in the allocation, after alignment.
+    offset: usize,
+    size: usize,
+}
+
+impl fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CudaBuffer({} bytes at +{} on {})",
+            self.size,
+            self.offset,
+            self.alloc.gpu.label()
+        )
+    }
+}
+
+impl DeviceBuffer for CudaBuffer {
+    fn size_in_bytes(&self) -> usize {
+        self.size
+    }
+    fn device(&self) -> usize {
+        self.alloc.gpu.ordinal
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The CUDA buffer behind a handle.
+pub(super) fn of(b: &BufferHandle) -> Result<&CudaBuffer> {
+    b.as_any()
+        .downcast_ref::<CudaBuffer>()
+        .ok_or_else(|| Error::invalid(format!("a buffer of another backend passed to {NAME}")))
+}
+
+impl CudaBuffer {
+    /// `size` zeroed bytes aligned to `alignment` (a power of two).
+    pub(super) fn allocate(gpu: &Arc<Gpu>, size: usize, alignment: usize) -> Result<CudaBuffer> {
+        let action = format!("allocating {size} bytes");
+        // cuMemAlloc aligns to 256 bytes; more takes slack.
+        let slack = alignment.max(256) - 256;
+        let bytes = (size + slack).max(1);
+        gpu.bind(&action)?;
+        // SAFETY: plain allocation and zeroing of the new range in the bound context.
+        let ptr = unsafe { cu::malloc_sync(bytes) }.map_err(|e| match e.0 {
+            cudarc::driver::sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory {
+                what: format!("device memory on {}", gpu.label()),
+                bytes,
+            },
+            _ => gpu.driver_error(&action, e),
+        })?;
+        let alloc = Arc::new(Allocation {
+            gpu: gpu.clone(),
+            ptr,
+            bytes,
+        });
+        gpu.used.fetch_add(bytes, Ordering::Relaxed);
+        unsafe { cu::memset_d8_sync(ptr, 0, bytes) }.map_err(|e| gpu.driver_error(&action, e))?;
+        let align = alignment.max(1) as u64;
+        let offset = (ptr.div_ceil(align) * align - ptr) as usize;
+        Ok(CudaBuffer {
+            alloc,
+            offset,
+            size,
+        })
+    }
+
+    /// Bytes `offset..offset + size` of this buffer (a pool).
+    pub(super) fn view(&self, offset: usize, size: usize) -> Result<CudaBuffer> {
+        if offset.checked_add(size).is_none_or(|end| end > self.size) {
+            return Err(Error::invalid(format!(
+                "a view of {size} bytes at {offset} does not fit in a pool of {} bytes",
+                self.size
+            )));
+        }
+        Ok(CudaBuffer {
+            alloc: self.alloc.clone(),
+            offset: self.offset + offset,
+            size,
+        })
+    }
+
+    pub(super) fn device_ordinal(&self) -> usize {
+        self.alloc.gpu.ordinal
+    }
+
+    pub(super) fn size_in_bytes_exact(&self) -> usize {
+        self.size
+    }
+
+    /// The device address of the range.
+    pub(super) fn device_ptr(&self) -> u64 {
+        self.alloc.ptr + self.offset as u64
+    }
+
+    fn same_size(&self, what: &str, other: usize) -> Result<()> {
+        if self.size != other {
+            return Err(Error::ShapeMismatch {
+                op: what.into(),
+                detail: format!("the buffer has {} bytes, the host data {other}", self.size),
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies host bytes in (queued on `stream`; the bytes may be reused on return: pageable
+    /// memory is staged before the call returns).
+    pub(super) fn write(&self, gpu: &Gpu, src: &[u8], stream: &CudaStream) -> Result<()> {
+        self.same_size("copying to the device", src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        gpu.bind("copying to the device")?;
+        // SAFETY: the range holds `src.len()` bytes.
+        unsafe { cu::memcpy_htod_async(self.device_ptr(), src, stream.cu_stream()) }
+            .map_err(|e| gpu.driver_error("copying to the device", e))
+    }
+
+    /// Copies into host bytes after the work of `stream`; done when this returns.
+    pub(super) fn read(&self, gpu: &Gpu, dst: &mut [u8], stream: &CudaStream) -> Result<()> {
+        self.same_size("copying to the host", dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        gpu.bind("copying to the host")?;
+        // SAFETY: the range holds `dst.len()` bytes; the stream is synchronized before `dst`
+        // is released.
+        unsafe { cu::memcpy_dtoh_async(dst, self.device_ptr(), stream.cu_stream()) }
+            .and_then(|_| stream.synchronize())
+            .map_err(|e| gpu.driver_error("copying to the host", e))
+    }
+
+    /// Copies another buffer of the same device and size in (queued on `stream`).
+    pub(super) fn copy_from(&self, gpu: &Gpu, src: &CudaBuffer, stream: &CudaStream) -> Result<()> {
+        if self.size == 0 || self.device_ptr() == src.device_ptr() {
+            return Ok(());
+        }
+        gpu.bind("copying between buffers")?;
+        // SAFETY: both ranges hold `size` bytes of this device.
+        unsafe {
+            cu::memcpy_dtod_async(
+                self.device_ptr(),
+                src.device_ptr(),
+                self.size,
+                stream.cu_stream(),
+            )
+        }
+        .map_err(|e| gpu.driver_error("copying between buffers", e))
+    }
+
+    /// Zeroes the first `bytes` of the range (queued on `stream`).
+    pub(super) fn zero_on(&self, gpu: &Gpu, stream: &CudaStream, bytes: usize) -> Result<()> {
+        let bytes = bytes.min(self.size);
+        if bytes == 0 {
+            return Ok(());
+        }
+        gpu.bind("zeroing device memory")?;
+        // SAFETY: the range holds at least `bytes` bytes.
+        unsafe { cu::memset_d8_async(self.device_ptr(), 0, bytes, stream.cu_stream()) }
+            .map_err(|e| gpu.driver_error("zeroing device memory", e))
+    }
+}

@@ -1,0 +1,598 @@
+//! The `cuda` lowered backend (cargo feature `cuda`): NVIDIA GPUs through the CUDA driver API
+//! and NVRTC, both loaded at run time by `cudarc` (nothing from CUDA is needed to build).
+//!
+//! - **Availability**: libcuda and libnvrtc are looked up *before* any call (cudarc panics on
+//!   a missing library); a missing one, or a driver with no device, makes every call a
+//!   [`Error::BackendUnavailable`] saying what to install.
+//! - **Devices**: one per GPU, each on its primary context; [`DeviceInfo`] from the driver's
+//!   attributes (multiprocessors, threads and shared memory per block, warp size, memory).
+//! - **Code**: routines render to CUDA C ([`arrayjit_codegen::cuda`]), NVRTC compiles them
+//!   for the device's architecture with `--fmad=false` (no contraction the IR did not ask
+//!   for), and the PTX is cached by source for the process. Static indices are kernel
+//!   parameters; the scratch buffer holding a routine's local nodes is zeroed on the stream
+//!   before its first pass.
+//! - **Streams and events**: each runtime stream gets a CUDA stream of its own
+//!   ([`crate::LoweredBackend::new_queue`]); markers are CUDA events, and a stream waiting for
+//!   another's marker waits on the device (`cuStreamWaitEvent`).
+//! - **Memory**: buffers and pools are `cuMemAlloc` allocations (a pool's views are offsets
+//!   into one); freeing waits for the device first, so work still queued never reads freed
+//!   memory. Copies between devices go through the host.
+//! - **Errors**: every driver or NVRTC failure is an [`Error::Driver`] naming the device and
+//!   the action, with cudarc's error as its source.
+
+mod buffers;
+mod queue;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arrayjit_codegen::KernelInterface;
+use arrayjit_codegen::cuda::{CudaKernel, CudaProgram, render_cuda};
+use arrayjit_ir::{Error, Optimized, Prec, Result};
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
+};
+
+use crate::device_info::{DeviceInfo, DeviceKind};
+use crate::{BufferHandle, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
+
+pub use buffers::CudaBuffer;
+use queue::CudaQueue;
+
+const NAME: &str = "cuda";
+
+/// What to install when the backend cannot run.
+const HOW_TO_ENABLE: &str = "install the NVIDIA driver (libcuda.so.1) and NVRTC (libnvrtc.so: \
+    the CUDA toolkit, or `pip install nvidia-cuda-nvrtc-cu12` with its lib folder on \
+    LD_LIBRARY_PATH) on a machine with an NVIDIA GPU";
+
+/// One GPU.
+pub(crate) struct Gpu {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    info: DeviceInfo,
+    /// `sm_XY`.
+    arch: String,
+    used: Arc<AtomicUsize>,
+    /// For host reads and writes outside any runtime stream.
+    default_stream: Arc<CudaStream>,
+}
+
+impl Gpu {
+    fn label(&self) -> String {
+        format!("{NAME}:{} ({})", self.ordinal, self.info.name)
+    }
+
+    fn driver_error(
+        &self,
+        action: &str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Driver {
+            device: self.label(),
+            action: action.to_string(),
+            source: Box::new(e),
+        }
+    }
+
+    /// Makes the device's context current on this thread (driver calls need it).
+    fn bind(&self, action: &str) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.driver_error(action, e))
+    }
+}
+
+/// Whether libcuda and libnvrtc can be loaded (cudarc panics when it needs one that cannot).
+fn libraries_present() -> std::result::Result<(), String> {
+    // SAFETY: these only try to open the libraries.
+    let (cuda, nvrtc) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::nvrtc::sys::is_culib_present(),
+        )
+    };
+    match (cuda, nvrtc) {
+        (true, true) => Ok(()),
+        (false, _) => Err("the CUDA driver library (libcuda.so) was not found".into()),
+        (true, false) => Err("NVRTC (libnvrtc.so) was not found".into()),
+    }
+}
+
+fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
+    libraries_present()?;
+    let count = CudaContext::device_count().map_err(|e| format!("the CUDA driver: {e}"))?;
+    if count <= 0 {
+        return Err("the CUDA driver sees no GPU".into());
+    }
+    (0..count as usize)
+        .map(|ordinal| {
+            let ctx = CudaContext::new(ordinal).map_err(|e| format!("device {ordinal}: {e}"))?;
+            // Ordering is the runtime's: no implicit waits on cudarc's own slices.
+            // SAFETY: this backend never hands cudarc-tracked slices to kernels.
+            unsafe { ctx.disable_event_tracking() };
+            let attr = |a| ctx.attribute(a).unwrap_or(0).max(0);
+            let (major, minor) = ctx.compute_capability().unwrap_or((0, 0));
+            let info = DeviceInfo {
+                name: ctx.name().unwrap_or_else(|_| "NVIDIA GPU".into()),
+                kind: DeviceKind::Gpu,
+                compute_units: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) as usize,
+                max_local_size: [
+                    attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X) as u32,
+                    attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y) as u32,
+                    attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z) as u32,
+                ],
+                max_local_invocations: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK) as u32,
+                max_shared_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)
+                    as usize,
+                subgroup_size: attr(Attr::CU_DEVICE_ATTRIBUTE_WARP_SIZE) as usize,
+                vector_bytes: 16,
+                vector_registers: 0,
+                cache_bytes: [0, 0, attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as usize],
+                memory_bytes: ctx.total_mem().unwrap_or(0) as u64,
+                precisions: Prec::ALL.to_vec(),
+            };
+            let default_stream = ctx
+                .new_stream()
+                .map_err(|e| format!("device {ordinal}: {e}"))?;
+            Ok(Arc::new(Gpu {
+                ordinal,
+                arch: format!("sm_{major}{minor}"),
+                ctx,
+                info,
+                used: Arc::new(AtomicUsize::new(0)),
+                default_stream,
+            }))
+        })
+        .collect()
+}
+
+/// The `cuda` lowered backend.
+pub struct CudaBackend {
+    gpus: std::result::Result<Vec<Arc<Gpu>>, String>,
+    pools: Mutex<HashMap<(usize, usize), CudaBuffer>>,
+}
+
+impl fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.gpus {
+            Ok(g) => write!(f, "CudaBackend({} device(s))", g.len()),
+            Err(e) => write!(f, "CudaBackend(unavailable: {e})"),
+        }
+    }
+}
+
+impl Default for CudaBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CudaBackend {
+    /// The machine's GPUs, opened once per process. Never fails: without the libraries or a
+    /// GPU, every call says what is missing ([`LoweredBackend::check_available`]).
+    pub fn new() -> CudaBackend {
+        static GPUS: OnceLock<std::result::Result<Vec<Arc<Gpu>>, String>> = OnceLock::new();
+        CudaBackend {
+            gpus: GPUS.get_or_init(open).clone(),
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn gpus(&self) -> Result<&[Arc<Gpu>]> {
+        self.gpus
+            .as_deref()
+            .map_err(|reason| Error::BackendUnavailable {
+                backend: NAME.into(),
+                reason: reason.clone(),
+                how_to_enable: HOW_TO_ENABLE.into(),
+            })
+    }
+
+    fn gpu(&self, device: usize) -> Result<&Arc<Gpu>> {
+        let gpus = self.gpus()?;
+        gpus.get(device).ok_or_else(|| Error::NoSuchDevice {
+            backend: NAME.into(),
+            ordinal: device,
+            num_devices: gpus.len(),
+        })
+    }
+
+    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, usize), CudaBuffer>> {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Compiles CUDA C to PTX for `arch` (`sm_90`, or a virtual `compute_XY`) with NVRTC, as the
+/// backend does (`--fmad=false`). Needs only libnvrtc, no GPU: CI uses it to check every
+/// rendered kernel. A compile error is an [`Error::Render`] with NVRTC's log.
+pub fn compile_ptx(source: &str, arch: &str) -> Result<String> {
+    // SAFETY: this only tries to open the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::BackendUnavailable {
+            backend: NAME.into(),
+            reason: "NVRTC (libnvrtc.so) was not found".into(),
+            how_to_enable: HOW_TO_ENABLE.into(),
+        });
+    }
+    static CACHE: OnceLock<Mutex<HashMap<(String, String), String>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (source.to_string(), arch.to_string());
+    if let Some(ptx) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(ptx.clone());
+    }
+    let options = cudarc::nvrtc::CompileOptions {
+        fmad: Some(false),
+        options: vec![format!("--gpu-architecture={arch}")],
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options).map_err(|e| Error::Render {
+        routine: "a CUDA program".into(),
+        language: "CUDA C".into(),
+        detail: format!("NVRTC failed for {arch}: {e:?}"),
+    })?;
+    let text = ptx.to_src();
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, text.clone());
+    Ok(text)
+}
+
+/// Routines compiled together; modules are loaded per device on first launch there.
+pub struct CudaBatch {
+    gpus: Vec<Arc<Gpu>>,
+    program: CudaProgram,
+    interfaces: Vec<KernelInterface>,
+    /// Per device: the functions of every kernel's passes.
+    loaded: Mutex<HashMap<usize, Arc<Loaded>>>,
+}
+
+struct Loaded {
+    _module: Arc<CudaModule>,
+    functions: Vec<Vec<CudaFunction>>,
+}
+
+impl fmt::Debug for CudaBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.interfaces.iter().map(|k| k.name.as_str()).collect();
+        write!(f, "CudaBatch({names:?})")
+    }
+}
+
+impl CudaBatch {
+    fn loaded(&self, gpu: &Gpu) -> Result<Arc<Loaded>> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = loaded.get(&gpu.ordinal) {
+            return Ok(l.clone());
+        }
+        let ptx = compile_ptx(&self.program.source, &gpu.arch)?;
+        gpu.bind("loading a module")?;
+        let module = gpu
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| gpu.driver_error("loading a module", e))?;
+        let functions = self
+            .program
+            .kernels
+            .iter()
+            .map(|k| {
+                k.passes
+                    .iter()
+                    .map(|p| {
+                        module
+                            .load_function(&p.symbol)
+                            .map_err(|e| gpu.driver_error("loading a kernel", e))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let l = Arc::new(Loaded {
+            _module: module,
+            functions,
+        });
+        loaded.insert(gpu.ordinal, l.clone());
+        Ok(l)
+    }
+
+    fn launch_passes(
+        &self,
+        gpu: &Gpu,
+        kernel: &CudaKernel,
+        functions: &[CudaFunction],
+        buffers: &[&CudaBuffer],
+        statics: &[i64],
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let action = format!("launching {}", kernel.interface.name);
+        gpu.bind(&action)?;
+        let ptrs: Vec<u64> = buffers.iter().map(|b| b.device_ptr()).collect();
+        if kernel.interface.scratch_bytes > 0
+            && let Some(scratch) = buffers.last()
+        {
+            scratch.zero_on(gpu, stream, kernel.interface.scratch_bytes)?;
+        }
+        for (pass, f) in kernel.passes.iter().zip(functions) {
+            let (blocks, threads) = pass.launch_dims();
+            let mut builder = stream.launch_builder(f);
+            for p in &ptrs {
+                builder.arg(p);
+            }
+            for s in statics {
+                builder.arg(s);
+            }
+            let config = LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the kernel was rendered for exactly these parameters (checked against
+            // its interface: one buffer of at least the needed size per pointer, statics in
+            // range), and the runtime orders work touching a buffer.
+            unsafe { builder.launch(config) }.map_err(|e| gpu.driver_error(&action, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl CompiledBatch for CudaBatch {
+    fn kernels(&self) -> &[KernelInterface] {
+        &self.interfaces
+    }
+
+    fn source(&self) -> &str {
+        &self.program.source
+    }
+
+    fn launch(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        let (kernel, iface) = match (self.program.kernels.get(index), self.interfaces.get(index)) {
+            (Some(k), Some(i)) => (k, i),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "kernel index {index} but the batch has {}",
+                    self.interfaces.len()
+                )));
+            }
+        };
+        let buffers = crate::check_launch::<CudaBuffer>(iface, args, statics, NAME)?;
+        let device = buffers.first().map_or(0, |b| b.device_ordinal());
+        if let Some(b) = buffers.iter().find(|b| b.device_ordinal() != device) {
+            return Err(Error::invalid(format!(
+                "{} gets buffers of devices {device} and {}; copy them to one device first",
+                iface.name,
+                b.device_ordinal()
+            )));
+        }
+        let gpu = self.gpus.get(device).ok_or_else(|| Error::NoSuchDevice {
+            backend: NAME.into(),
+            ordinal: device,
+            num_devices: self.gpus.len(),
+        })?;
+        let loaded = self.loaded(gpu)?;
+        match queue.and_then(|q| q.as_any().downcast_ref::<CudaQueue>()) {
+            Some(q) if q.gpu.ordinal == device => self.launch_passes(
+                gpu,
+                kernel,
+                &loaded.functions[index],
+                &buffers,
+                statics,
+                &q.stream,
+            ),
+            _ => {
+                let stream = &gpu.default_stream;
+                self.launch_passes(
+                    gpu,
+                    kernel,
+                    &loaded.functions[index],
+                    &buffers,
+                    statics,
+                    stream,
+                )?;
+                stream
+                    .synchronize()
+                    .map_err(|e| gpu.driver_error(&format!("running {}", iface.name), e))
+            }
+        }
+    }
+}
+
+impl LoweredBackend for CudaBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn check_available(&self) -> Result<()> {
+        self.gpus().map(|_| ())
+    }
+
+    fn num_devices(&self) -> usize {
+        self.gpus.as_ref().map_or(0, Vec::len)
+    }
+
+    fn device_info(&self, device: usize) -> Result<DeviceInfo> {
+        Ok(self.gpu(device)?.info.clone())
+    }
+
+    fn pool_alignment(&self) -> usize {
+        256
+    }
+
+    fn new_queue(&self, device: usize) -> Result<Option<Arc<dyn DeviceQueue>>> {
+        let gpu = self.gpu(device)?.clone();
+        gpu.bind("creating a stream")?;
+        let stream = gpu
+            .ctx
+            .new_stream()
+            .map_err(|e| gpu.driver_error("creating a stream", e))?;
+        Ok(Some(Arc::new(CudaQueue { gpu, stream })))
+    }
+
+    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
+        Ok(Arc::new(CudaBuffer::allocate(
+            self.gpu(device)?,
+            size_in_bytes,
+            256,
+        )?))
+    }
+
+    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>) -> Result<()> {
+        let d = buffers::of(dst)?;
+        let gpu = self.gpu(d.device_ordinal())?;
+        d.write(gpu, src, queue::stream_for(gpu, queue))
+    }
+
+    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], queue: Queue<'_>) -> Result<()> {
+        let s = buffers::of(src)?;
+        let gpu = self.gpu(s.device_ordinal())?;
+        s.read(gpu, dst, queue::stream_for(gpu, queue))
+    }
+
+    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, queue: Queue<'_>) -> Result<()> {
+        let (d, s) = (buffers::of(dst)?, buffers::of(src)?);
+        if d.size_in_bytes_exact() != s.size_in_bytes_exact() {
+            return Err(Error::ShapeMismatch {
+                op: "device to device".into(),
+                detail: format!(
+                    "destination has {} bytes, source {}",
+                    d.size_in_bytes_exact(),
+                    s.size_in_bytes_exact()
+                ),
+            });
+        }
+        let (gd, gs) = (self.gpu(d.device_ordinal())?, self.gpu(s.device_ordinal())?);
+        if gd.ordinal == gs.ordinal {
+            return d.copy_from(gd, s, queue::stream_for(gd, queue));
+        }
+        // Across devices: through the host.
+        let mut staging = vec![0u8; s.size_in_bytes_exact()];
+        s.read(gs, &mut staging, &gs.default_stream)?;
+        d.write(gd, &staging, queue::stream_for(gd, queue))?;
+        queue::stream_for(gd, queue)
+            .synchronize()
+            .map_err(|e| gd.driver_error("copying between devices", e))
+    }
+
+    fn synchronize(&self, device: usize) -> Result<()> {
+        let gpu = self.gpu(device)?;
+        gpu.bind("waiting for the device")?;
+        gpu.ctx
+            .synchronize()
+            .map_err(|e| gpu.driver_error("waiting for the device", e))
+    }
+
+    fn used_memory(&self, device: usize) -> usize {
+        self.gpu(device)
+            .map_or(0, |g| g.used.load(Ordering::Relaxed))
+    }
+
+    fn alloc_pool(
+        &self,
+        device: usize,
+        pool_id: usize,
+        size_in_bytes: usize,
+        alignment: usize,
+    ) -> Result<()> {
+        let gpu = self.gpu(device)?;
+        let mut pools = self.pools();
+        if pools.contains_key(&(device, pool_id)) {
+            return Err(Error::invalid(format!(
+                "pool {pool_id} already exists on {NAME}:{device}"
+            )));
+        }
+        let pool = CudaBuffer::allocate(gpu, size_in_bytes, alignment)?;
+        pools.insert((device, pool_id), pool);
+        Ok(())
+    }
+
+    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
+        self.pools()
+            .remove(&(device, pool_id))
+            .map(|_| ())
+            .ok_or_else(|| Error::invalid(format!("no pool {pool_id} on {NAME}:{device}")))
+    }
+
+    fn memset_zero(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<()> {
+        let view = self.pool_view(device, pool_id, offset, size_in_bytes)?;
+        let gpu = self.gpu(device)?;
+        let b = buffers::of(&view)?;
+        b.zero_on(gpu, &gpu.default_stream, size_in_bytes)?;
+        gpu.default_stream
+            .synchronize()
+            .map_err(|e| gpu.driver_error("zeroing pool memory", e))
+    }
+
+    fn pool_view(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<BufferHandle> {
+        let pools = self.pools();
+        let pool = pools
+            .get(&(device, pool_id))
+            .ok_or_else(|| Error::invalid(format!("no pool {pool_id} on {NAME}:{device}")))?;
+        Ok(Arc::new(pool.view(offset, size_in_bytes)?))
+    }
+
+    fn pools(&self, device: usize) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = self
+            .pools()
+            .iter()
+            .filter(|((d, _), _)| *d == device)
+            .map(|((_, id), b)| (*id, b.size_in_bytes_exact()))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
+        Ok(render_cuda(routines)?.source)
+    }
+
+    fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        let gpus = self.gpus()?.to_vec();
+        let program = render_cuda(routines)?;
+        // Compile now for device 0, so a compile error is the compile's, not a launch's.
+        compile_ptx(&program.source, &gpus[0].arch)?;
+        let interfaces = program
+            .kernels
+            .iter()
+            .map(|k| k.interface.clone())
+            .collect();
+        Ok(Arc::new(CudaBatch {
+            gpus,
+            program,
+            interfaces,
+            loaded: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn debug_info(&self) -> String {
+        match &self.gpus {
+            Ok(gpus) => {
+                let names: Vec<String> = gpus
+                    .iter()
+                    .map(|g| format!("{} {}", g.label(), g.arch))
+                    .collect();
+                format!("cuda backend: {}", names.join(", "))
+            }
+            Err(e) => format!("cuda backend: unavailable ({e})"),
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! The CUDA C renderer: the C family's statement and expression rendering (the CUDA dialect of
+//! [`CSyntax`]) inside GPU passes chosen by the same shape analysis as the WGSL renderer
+//! ([`crate::wgsl`]): one `__global__` function per top-level statement of a routine, launched
+//! in order on one stream.
+//!
+//! - **Zeroing**: one thread per element.
+//! - **Tiled product**: an `f32` matrix product in blocks of 64 × 64 results (4 × 4 per thread,
+//!   256 threads; 16 × 16, one per thread, when a side is shorter than 64), staging 16-deep
+//!   tiles of both factors in shared memory; each element sums its `k` in the loop's order, so
+//!   the bits are those of the loop nest (NVRTC runs with `--fmad=false`: no contraction the
+//!   IR did not ask for).
+//! - **Grid**: the loops whose iterations are independent become one thread each; the rest of
+//!   the nest runs in the thread, in program order.
+//! - **Block reduction**: a single loop accumulating into one element runs on one block of
+//!   256 threads: strided shares, combined in a fixed tree order in shared memory.
+//! - **One thread**: anything else, with its reason.
+//!
+//! Every kernel takes the interface's buffers in order as typed pointers (arrays, merge
+//! buffer, then the scratch buffer holding the routine's local nodes), then the static indices
+//! as `long long` values — kernel parameters by value, never a host pointer. The scratch is
+//! zeroed before the first pass (a local starts at zero, as on the CPU).
+//!
+//! NVRTC compiles without the standard headers: the file starts with the fixed-width integer
+//! types and the float constants the C family's helpers use.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use arrayjit_ir::tnode::sanitize_identifier;
+use arrayjit_ir::{BinOp, Error, LowLevel, Optimized, Prec, Result, TernOp, Tnode};
+
+use crate::c_renderer::{KernelInterface, KernelRenderer, node_name};
+use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
+use crate::wgsl::PassShape;
+use crate::wgsl::shape::{Accumulation, Rest, grid_loops, tiled_product};
+
+/// Threads per block of every pass but the single-thread one.
+pub const BLOCK_THREADS: u32 = 256;
+
+/// Lines every CUDA file starts with: NVRTC has no standard headers.
+const PRELUDE: &str = "typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#define INT32_MIN (-2147483647 - 1)
+#define INT32_MAX 2147483647
+#define INT64_MIN (-9223372036854775807LL - 1)
+#define INT64_MAX 9223372036854775807LL
+#define UINT8_MAX 255
+#define UINT16_MAX 65535
+#define UINT32_MAX 4294967295U
+#define UINT64_MAX 18446744073709551615ULL
+#define NAN __int_as_float(0x7fc00000)
+#define INFINITY __int_as_float(0x7f800000)";
+
+impl CSyntax {
+    /// CUDA C for NVRTC.
+    pub fn cuda() -> CSyntax {
+        CSyntax {
+            includes: vec![PRELUDE.to_string()],
+            kernel_prefix: "extern \"C\" __global__".into(),
+            helper_prefix: "static __device__ __forceinline__".into(),
+            restrict: "__restrict__".into(),
+            outlined_prefix: "static __device__".into(),
+            optimize_pragmas: false,
+        }
+    }
+}
+
+/// One `__global__` function of a routine and how to launch it.
+#[derive(Clone, Debug)]
+pub struct CudaPass {
+    /// Its symbol.
+    pub symbol: String,
+    /// How it covers its statement.
+    pub shape: PassShape,
+    /// Why this shape.
+    pub why: String,
+}
+
+impl CudaPass {
+    /// Blocks and threads per block of its launch.
+    pub fn launch_dims(&self) -> (u32, u32) {
+        let t = BLOCK_THREADS as u64;
+        match self.shape {
+            PassShape::Single => (1, 1),
+            PassShape::Reduction => (1, BLOCK_THREADS),
+            PassShape::Tiles(blocks) | PassShape::Rows(blocks) => {
+                (blocks.max(1) as u32, BLOCK_THREADS)
+            }
+            PassShape::Grid(n) | PassShape::Zero(n) => (n.div_ceil(t).max(1) as u32, BLOCK_THREADS),
+        }
+    }
+}
+
+/// A routine rendered as CUDA kernels.
+#[derive(Clone, Debug)]
+pub struct CudaKernel {
+    /// How to call it (the scratch buffer holds every local node).
+    pub interface: KernelInterface,
+    /// The passes, launched in order.
+    pub passes: Vec<CudaPass>,
+}
+
+/// Routines rendered into one CUDA C file.
+#[derive(Clone, Debug)]
+pub struct CudaProgram {
+    /// The source for NVRTC.
+    pub source: String,
+    /// The kernels, in the order of the routines given.
+    pub kernels: Vec<CudaKernel>,
+}
+
+/// Renders routines into one CUDA C file.
+pub fn render_cuda(routines: &[&Optimized]) -> Result<CudaProgram> {
+    let syntax = CSyntax::cuda();
+    let mut helpers = BTreeSet::new();
+    let mut bodies = String::new();
+    let mut kernels = Vec::new();
+    for (index, r) in routines.iter().enumerate() {
+        let stem = format!("aj{index}_{}", sanitize_identifier(&r.name));
+        kernels.push(render_routine(
+            r,
+            &stem,
+            &syntax,
+            &mut helpers,
+            &mut bodies,
+        )?);
+    }
+    let mut source = String::from("/* Generated by arrayjit. */\n");
+    for inc in &syntax.includes {
+        let _ = writeln!(source, "{inc}");
+    }
+    source.push('\n');
+    for h in &helpers {
+        let _ = writeln!(source, "{}\n", c_syntax::helper_definition(*h, &syntax));
+    }
+    source.push_str(&bodies);
+    Ok(CudaProgram { source, kernels })
+}
+
+fn render_err(routine: &str, detail: String) -> Error {
+    Error::Render {
+        routine: routine.to_string(),
+        language: "CUDA C".into(),
+        detail,
+    }
+}
+
+fn render_routine(
+    r: &Optimized,
+    stem: &str,
+    syntax: &CSyntax,
+    helpers: &mut BTreeSet<Helper>,
+    out: &mut String,
+) -> Result<CudaKernel> {
+    let mut interface = KernelInterface::of(r, stem.to_string());
+    // Every local node lives in the scratch buffer, 16-byte aligned.
+    let mut locals = Vec::new();
+    let mut scratch = 0usize;
+    for n in r.nodes.iter().filter(|n| n.used && n.tn.is_local()) {
+        locals.push((n.tn.clone(), scratch));
+        scratch += n.tn.size_in_bytes().div_ceil(16) * 16;
+    }
+    interface.scratch_bytes = scratch;
+    // Parameters and the prologue binding names, shared by every pass.
+    let mut params = Vec::new();
+    let mut nodes: HashMap<Tnode, String> = HashMap::new();
+    for (pos, tn) in interface.args.iter().enumerate() {
+        let name = node_name(tn, pos);
+        params.push(format!(
+            "{} *{} {name}",
+            c_storage_type(tn.prec()),
+            syntax.restrict
+        ));
+        nodes.insert(tn.clone(), name);
+    }
+    let merge = interface.merge.clone().map(|m| {
+        let name = format!("merge_{}", node_name(&m, interface.args.len()));
+        params.push(format!(
+            "const {} *{} {name}",
+            c_storage_type(m.prec()),
+            syntax.restrict
+        ));
+        (m, name)
+    });
+    let mut prologue = String::new();
+    if scratch > 0 {
+        params.push(format!("unsigned char *{} aj_scratch", syntax.restrict));
+        for (pos, (tn, offset)) in locals.iter().enumerate() {
+            let name = format!("{}_l{pos}", node_name(tn, interface.args.len() + 1));
+            let t = c_storage_type(tn.prec());
+            let _ = writeln!(
+                prologue,
+                "  {t} *const {name} = ({t} *)(aj_scratch + {offset});"
+            );
+            nodes.insert(tn.clone(), name);
+        }
+    }
+    let mut symbols = HashMap::new();
+    for (pos, s) in r.bindings.iter().enumerate() {
+        params.push(format!("const long long s{pos}"));
+        symbols.insert(s.symbol, format!("s{pos}"));
+    }
+    let signature = params.join(", ");
+    let stmts: Vec<&LowLevel> = match &r.code {
+        LowLevel::Seq(items) => items.iter().collect(),
+        s => vec![s],
+    };
+    let mut passes = Vec::new();
+    for stmt in stmts {
+        let mut k = KernelRenderer {
+            helpers: &mut *helpers,
+            nodes: nodes.clone(),
+            merge: merge.clone(),
+            symbols: symbols.clone(),
+            loop_counter: 0,
+            locals: HashMap::new(),
+            routine: r.name.clone(),
+        };
+        let Some((shape, why, body)) = render_pass(&mut k, stmt.unwrapped())? else {
+            continue;
+        };
+        let symbol = format!("{stem}_p{}", passes.len());
+        let bounds = if shape == PassShape::Single {
+            String::new()
+        } else {
+            format!("__launch_bounds__({BLOCK_THREADS}) ")
+        };
+        let _ = writeln!(
+            out,
+            "/* {why} */\n{} void {bounds}{symbol}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  (void)aj_g;\n{prologue}{body}}}\n",
+            syntax.kernel_prefix
+        );
+        passes.push(CudaPass { symbol, shape, why });
+    }
+    Ok(CudaKernel { interface, passes })
+}
+
+/// The shape, reason and body of the pass of one top-level statement (`None`: it does nothing).
+fn render_pass(
+    k: &mut KernelRenderer<'_>,
+    stmt: &LowLevel,
+) -> Result<Option<(PassShape, String, String)>> {
+    let mut body = String::new();
+    let shape = match stmt {
+        LowLevel::Noop | LowLevel::Comment(_) => return Ok(None),
+        LowLevel::ZeroOut(tn) => {
+            let name = k.node(tn)?.to_string();
+            let n = tn.num_elems();
+            let _ = writeln!(body, "  if (aj_g < {n}) {name}[aj_g] = 0;");
+            (
+                PassShape::Zero(n as u64),
+                "one thread per element".to_string(),
+            )
+        }
+        _ if let Some((g, fused)) = tiled_product(stmt) => {
+            let blocks = tiled(k, &g, fused, &mut body)?;
+            (
+                PassShape::Tiles(blocks),
+                format!(
+                    "a matrix product (M {} N {} K {}, {} batch loop(s)): factor tiles in shared \
+                     memory, 64 x 64 results per block (4 x 4 per thread) or 16 x 16 for small \
+                     sides, each summed in the loop's order",
+                    g.m.extent,
+                    g.n.extent,
+                    g.k.extent,
+                    g.batch.len()
+                ),
+            )
+        }
+        _ => {
+            let (grid, inner) = grid_loops(stmt);
+            let total: u64 = grid.iter().map(|(_, f, t)| (t - f) as u64).product();
+            if !grid.is_empty() {
+                let _ = writeln!(
+                    body,
+                    "  if (aj_g >= {total}LL) return;\n  long long aj_r = aj_g;"
+                );
+                for (pos, (index, from, to)) in grid.iter().enumerate().rev() {
+                    let name = format!("g{pos}");
+                    let _ = writeln!(
+                        body,
+                        "  const long long {name} = {from} + aj_r % {ext};\n  aj_r /= {ext};",
+                        ext = to - from
+                    );
+                    k.symbols.insert(*index, name);
+                }
+                k.stmt(&inner, 1, &mut body)?;
+                (
+                    PassShape::Grid(total),
+                    format!(
+                        "{} independent outer loop(s): one thread per iteration",
+                        grid.len()
+                    ),
+                )
+            } else if let Some(acc) = Accumulation::detect(stmt)
+                && acc.tn.prec() == acc.tn.prec().compute_prec()
+            {
+                block_reduction(k, &acc, &mut body)?;
+                (
+                    PassShape::Reduction,
+                    format!(
+                        "a loop accumulating into one element by {}: one block, strided shares \
+                         combined in a fixed tree order",
+                        acc.combine.name()
+                    ),
+                )
+            } else {
+                let _ = writeln!(body, "  if (aj_g != 0) return;");
+                k.stmt(stmt, 1, &mut body)?;
+                (
+                    PassShape::Single,
+                    "its iterations depend on each other and it is not a reduction into one \
+                     element"
+                        .to_string(),
+                )
+            }
+        }
+    };
+    Ok(Some((shape.0, shape.1, body)))
+}
+
+/// `acc ⊕ v(i)` (or `fma(a, b, acc)`) of an accumulation, in the element's compute precision.
+fn accumulated(
+    k: &mut KernelRenderer<'_>,
+    r: &Accumulation<'_>,
+    acc: &str,
+    prelude: &mut String,
+) -> Result<String> {
+    let p = r.tn.prec();
+    let cp = p.compute_prec();
+    Ok(match r.rest {
+        Rest::One(v) => {
+            let v = k.expr(v, p, 2, prelude)?;
+            c_syntax::render_binop(r.combine, cp, acc, &v, k.helpers)
+        }
+        Rest::Product(a, b) => {
+            let a = k.expr(a, p, 2, prelude)?;
+            let b = k.expr(b, p, 2, prelude)?;
+            c_syntax::render_ternop(TernOp::Fma, cp, &a, &b, acc)
+        }
+    })
+}
+
+/// One block reduces the loop: strided shares in order, then a fixed tree in shared memory.
+fn block_reduction(
+    k: &mut KernelRenderer<'_>,
+    r: &Accumulation<'_>,
+    out: &mut String,
+) -> Result<()> {
+    let p = r.tn.prec();
+    let cp = p.compute_prec();
+    let t = c_compute_type(cp);
+    let name = k.node(r.tn)?.to_string();
+    let offset = k.offset(r.tn, r.idcs)?;
+    let neutral = c_syntax::literal(cp, neutral_of(r.combine));
+    k.symbols.insert(r.iter, "aj_i".into());
+    let mut prelude = String::new();
+    let part = accumulated(k, r, "aj_acc", &mut prelude)?;
+    k.symbols.remove(&r.iter);
+    let tree = c_syntax::render_binop(
+        r.combine,
+        cp,
+        "aj_red[threadIdx.x]",
+        "aj_red[threadIdx.x + aj_s]",
+        k.helpers,
+    );
+    let current = c_syntax::load(&format!("{name}[{offset}]"), p, cp, k.helpers);
+    let last = c_syntax::render_binop(r.combine, cp, &current, "aj_red[0]", k.helpers);
+    let store = c_syntax::store(&last, p, k.helpers);
+    let _ = write!(
+        out,
+        "  __shared__ {t} aj_red[{BLOCK_THREADS}];\n  {t} aj_acc = {neutral};\n  \
+         for (long long aj_i = {from} + threadIdx.x; aj_i < {to}; aj_i += {BLOCK_THREADS}) {{\n{prelude}    \
+         aj_acc = {part};\n  }}\n  aj_red[threadIdx.x] = aj_acc;\n  __syncthreads();\n  \
+         for (unsigned aj_s = {half}; aj_s > 0; aj_s /= 2) {{\n    \
+         if (threadIdx.x < aj_s) aj_red[threadIdx.x] = {tree};\n    __syncthreads();\n  }}\n  \
+         if (threadIdx.x == 0) {name}[{offset}] = {store};\n",
+        from = r.from,
+        to = r.to,
+        half = BLOCK_THREADS / 2,
+    );
+    Ok(())
+}
+
+fn neutral_of(op: BinOp) -> f64 {
+    op.neutral_element()
+}
+
+/// The tiled product; returns the number of blocks.
+fn tiled(
+    k: &mut KernelRenderer<'_>,
+    g: &arrayjit_ir::schedule::Gemm,
+    fused: bool,
+    out: &mut String,
+) -> Result<u64> {
+    let c = k.node(&g.out)?.to_string();
+    let a = k.node(&g.lhs)?.to_string();
+    let b = k.node(&g.rhs)?.to_string();
+    let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
+    let t = if m.min(n) >= 64 { 64 } else { 16 };
+    let r = t / 16;
+    let (tiles_m, tiles_n) = (m.div_ceil(t), n.div_ceil(t));
+    let batch: usize = g.batch.iter().map(|d| d.extent).product();
+    let blocks = (tiles_m * tiles_n * batch) as u64;
+    if blocks > u32::MAX as u64 {
+        return Err(render_err(
+            &k.routine,
+            format!("a product of {blocks} tiles is more than one launch holds"),
+        ));
+    }
+    let _ = writeln!(
+        out,
+        "  __shared__ float aj_ta[{t} * 16];\n  __shared__ float aj_tb[16 * {t}];\n  \
+         const long long aj_grp = blockIdx.x;\n  const long long aj_tn = aj_grp % {tiles_n};\n  \
+         const long long aj_tm = (aj_grp / {tiles_n}) % {tiles_m};\n  long long aj_bt = aj_grp / {};",
+        tiles_n * tiles_m
+    );
+    let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
+    for (d, dim) in g.batch.iter().enumerate().rev() {
+        let _ = writeln!(
+            out,
+            "  const long long aj_b{d} = aj_bt % {e};\n  aj_bt /= {e};",
+            e = dim.extent
+        );
+        for (o, stride) in offsets.iter_mut().zip(dim.strides) {
+            if stride != 0 {
+                o.push_str(&format!(" + aj_b{d} * {stride}LL"));
+            }
+        }
+    }
+    let [oc, oa, ob] = &offsets;
+    let update = if fused {
+        "aj_acc[aj_i][aj_j] = fmaf(aj_x[aj_i], aj_y[aj_j], aj_acc[aj_i][aj_j]);"
+    } else {
+        "aj_acc[aj_i][aj_j] = __fadd_rn(aj_acc[aj_i][aj_j], __fmul_rn(aj_x[aj_i], aj_y[aj_j]));"
+    };
+    let _ = write!(
+        out,
+        "  const int aj_tx = threadIdx.x % 16, aj_ty = threadIdx.x / 16;\n  \
+         float aj_acc[{r}][{r}];\n  \
+         #pragma unroll\n  for (int aj_i = 0; aj_i < {r}; ++aj_i)\n    #pragma unroll\n    for (int aj_j = 0; aj_j < {r}; ++aj_j) {{\n      \
+         const long long aj_row = aj_tm * {t} + aj_ty * {r} + aj_i, aj_col = aj_tn * {t} + aj_tx * {r} + aj_j;\n      \
+         aj_acc[aj_i][aj_j] = (aj_row < {m} && aj_col < {n}) ? {c}[{oc} + aj_row * {rsc}LL + aj_col * {csc}LL] : 0.0f;\n    }}\n  \
+         for (long long aj_k0 = 0; aj_k0 < {kk}; aj_k0 += 16) {{\n    \
+         #pragma unroll\n    for (int aj_q = 0; aj_q < {r}; ++aj_q) {{\n      \
+         const int aj_e = threadIdx.x + 256 * aj_q;\n      \
+         const long long aj_ar = aj_tm * {t} + aj_e / 16, aj_ak = aj_k0 + aj_e % 16;\n      \
+         aj_ta[aj_e] = (aj_ar < {m} && aj_ak < {kk}) ? {a}[{oa} + aj_ar * {rsa}LL + aj_ak * {csa}LL] : 0.0f;\n      \
+         const long long aj_bk = aj_k0 + aj_e / {t}, aj_bc = aj_tn * {t} + aj_e % {t};\n      \
+         aj_tb[aj_e] = (aj_bk < {kk} && aj_bc < {n}) ? {b}[{ob} + aj_bk * {rsb}LL + aj_bc * {csb}LL] : 0.0f;\n    }}\n    \
+         __syncthreads();\n    const int aj_kn = ({kk} - aj_k0) < 16 ? (int)({kk} - aj_k0) : 16;\n    \
+         for (int aj_kk = 0; aj_kk < aj_kn; ++aj_kk) {{\n      float aj_x[{r}], aj_y[{r}];\n      \
+         #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i) aj_x[aj_i] = aj_ta[(aj_ty * {r} + aj_i) * 16 + aj_kk];\n      \
+         #pragma unroll\n      for (int aj_j = 0; aj_j < {r}; ++aj_j) aj_y[aj_j] = aj_tb[aj_kk * {t} + aj_tx * {r} + aj_j];\n      \
+         #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i)\n        #pragma unroll\n        for (int aj_j = 0; aj_j < {r}; ++aj_j) {update}\n    }}\n    \
+         __syncthreads();\n  }}\n  \
+         #pragma unroll\n  for (int aj_i = 0; aj_i < {r}; ++aj_i)\n    #pragma unroll\n    for (int aj_j = 0; aj_j < {r}; ++aj_j) {{\n      \
+         const long long aj_row = aj_tm * {t} + aj_ty * {r} + aj_i, aj_col = aj_tn * {t} + aj_tx * {r} + aj_j;\n      \
+         if (aj_row < {m} && aj_col < {n}) {c}[{oc} + aj_row * {rsc}LL + aj_col * {csc}LL] = aj_acc[aj_i][aj_j];\n    }}\n",
+        rsc = g.m.strides[0],
+        csc = g.n.strides[0],
+        rsa = g.m.strides[1],
+        csa = g.k.strides[1],
+        rsb = g.k.strides[2],
+        csb = g.n.strides[2],
+    );
+    let _ = Prec::F32;
+    Ok(blocks)
+}
