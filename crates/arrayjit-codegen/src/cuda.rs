@@ -4,9 +4,10 @@
 //! in order on one stream.
 //!
 //! - **Zeroing**: one thread per element.
-//! - **Tiled product**: an `f32` matrix product in blocks of 64 × 64 results (4 × 4 per thread,
-//!   256 threads; 16 × 16, one per thread, when a side is shorter than 64), staging 16-deep
-//!   tiles of both factors in shared memory; each element sums its `k` in the loop's order, so
+//! - **Tiled product**: an `f32` matrix product in blocks of 128 × 128 results where that
+//!   still makes 256 blocks or more (8 × 8 per thread, strided by 16 so that neighbouring threads touch neighbouring addresses; 64 × 64
+//!   and 4 × 4, or 16 × 16 and one, for shorter sides), staging 16-deep tiles of both factors
+//!   in shared memory (the left one padded against bank conflicts); each element sums its `k` in the loop's order, so
 //!   the bits are those of the loop nest (NVRTC runs with `--fmad=false`: no contraction the
 //!   IR did not ask for).
 //! - **Grid**: the loops whose iterations are independent become one thread each; the rest of
@@ -54,6 +55,14 @@ typedef unsigned long long uint64_t;
 #define UINT16_MAX 65535
 #define UINT32_MAX 4294967295U
 #define UINT64_MAX 18446744073709551615ULL
+#define INT8_C(x) x
+#define INT16_C(x) x
+#define INT32_C(x) x
+#define INT64_C(x) x##LL
+#define UINT8_C(x) x
+#define UINT16_C(x) x##U
+#define UINT32_C(x) x##U
+#define UINT64_C(x) x##ULL
 #define NAN __int_as_float(0x7fc00000)
 #define INFINITY __int_as_float(0x7f800000)";
 
@@ -264,8 +273,8 @@ fn render_pass(
                 PassShape::Tiles(blocks),
                 format!(
                     "a matrix product (M {} N {} K {}, {} batch loop(s)): factor tiles in shared \
-                     memory, 64 x 64 results per block (4 x 4 per thread) or 16 x 16 for small \
-                     sides, each summed in the loop's order",
+                     memory, 128 x 128 or 64 x 64 results per block (8 x 8 or 4 x 4 per thread, \
+                     strided by 16) or 16 x 16 for small sides, each summed in the loop's order",
                     g.m.extent,
                     g.n.extent,
                     g.k.extent,
@@ -403,7 +412,14 @@ fn tiled(
     let a = k.node(&g.lhs)?.to_string();
     let b = k.node(&g.rhs)?.to_string();
     let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
-    let t = if m.min(n) >= 64 { 64 } else { 16 };
+    // 128 × 128 results per block (8 × 8 per thread) where both sides fill one, 64 × 64
+    // (4 × 4) where they fill that, else 16 × 16 (one per thread).
+    // 128-tiles only where they still make a few hundred blocks (enough to fill a GPU).
+    let t = match m.min(n) {
+        _ if m.div_ceil(128) * n.div_ceil(128) >= 256 => 128,
+        64.. => 64,
+        _ => 16,
+    };
     let r = t / 16;
     let (tiles_m, tiles_n) = (m.div_ceil(t), n.div_ceil(t));
     let batch: usize = g.batch.iter().map(|d| d.extent).product();
@@ -416,7 +432,7 @@ fn tiled(
     }
     let _ = writeln!(
         out,
-        "  __shared__ float aj_ta[{t} * 16];\n  __shared__ float aj_tb[16 * {t}];\n  \
+        "  __shared__ float aj_ta[{t} * 17];\n  __shared__ float aj_tb[16 * {t}];\n  \
          const long long aj_grp = blockIdx.x;\n  const long long aj_tn = aj_grp % {tiles_n};\n  \
          const long long aj_tm = (aj_grp / {tiles_n}) % {tiles_m};\n  long long aj_bt = aj_grp / {};",
         tiles_n * tiles_m
@@ -445,23 +461,23 @@ fn tiled(
         "  const int aj_tx = threadIdx.x % 16, aj_ty = threadIdx.x / 16;\n  \
          float aj_acc[{r}][{r}];\n  \
          #pragma unroll\n  for (int aj_i = 0; aj_i < {r}; ++aj_i)\n    #pragma unroll\n    for (int aj_j = 0; aj_j < {r}; ++aj_j) {{\n      \
-         const long long aj_row = aj_tm * {t} + aj_ty * {r} + aj_i, aj_col = aj_tn * {t} + aj_tx * {r} + aj_j;\n      \
+         const long long aj_row = aj_tm * {t} + aj_ty + 16 * aj_i, aj_col = aj_tn * {t} + aj_tx + 16 * aj_j;\n      \
          aj_acc[aj_i][aj_j] = (aj_row < {m} && aj_col < {n}) ? {c}[{oc} + aj_row * {rsc}LL + aj_col * {csc}LL] : 0.0f;\n    }}\n  \
          for (long long aj_k0 = 0; aj_k0 < {kk}; aj_k0 += 16) {{\n    \
          #pragma unroll\n    for (int aj_q = 0; aj_q < {r}; ++aj_q) {{\n      \
          const int aj_e = threadIdx.x + 256 * aj_q;\n      \
          const long long aj_ar = aj_tm * {t} + aj_e / 16, aj_ak = aj_k0 + aj_e % 16;\n      \
-         aj_ta[aj_e] = (aj_ar < {m} && aj_ak < {kk}) ? {a}[{oa} + aj_ar * {rsa}LL + aj_ak * {csa}LL] : 0.0f;\n      \
+         aj_ta[(aj_e / 16) * 17 + aj_e % 16] = (aj_ar < {m} && aj_ak < {kk}) ? {a}[{oa} + aj_ar * {rsa}LL + aj_ak * {csa}LL] : 0.0f;\n      \
          const long long aj_bk = aj_k0 + aj_e / {t}, aj_bc = aj_tn * {t} + aj_e % {t};\n      \
          aj_tb[aj_e] = (aj_bk < {kk} && aj_bc < {n}) ? {b}[{ob} + aj_bk * {rsb}LL + aj_bc * {csb}LL] : 0.0f;\n    }}\n    \
          __syncthreads();\n    const int aj_kn = ({kk} - aj_k0) < 16 ? (int)({kk} - aj_k0) : 16;\n    \
          for (int aj_kk = 0; aj_kk < aj_kn; ++aj_kk) {{\n      float aj_x[{r}], aj_y[{r}];\n      \
-         #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i) aj_x[aj_i] = aj_ta[(aj_ty * {r} + aj_i) * 16 + aj_kk];\n      \
-         #pragma unroll\n      for (int aj_j = 0; aj_j < {r}; ++aj_j) aj_y[aj_j] = aj_tb[aj_kk * {t} + aj_tx * {r} + aj_j];\n      \
+         #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i) aj_x[aj_i] = aj_ta[(aj_ty + 16 * aj_i) * 17 + aj_kk];\n      \
+         #pragma unroll\n      for (int aj_j = 0; aj_j < {r}; ++aj_j) aj_y[aj_j] = aj_tb[aj_kk * {t} + aj_tx + 16 * aj_j];\n      \
          #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i)\n        #pragma unroll\n        for (int aj_j = 0; aj_j < {r}; ++aj_j) {update}\n    }}\n    \
          __syncthreads();\n  }}\n  \
          #pragma unroll\n  for (int aj_i = 0; aj_i < {r}; ++aj_i)\n    #pragma unroll\n    for (int aj_j = 0; aj_j < {r}; ++aj_j) {{\n      \
-         const long long aj_row = aj_tm * {t} + aj_ty * {r} + aj_i, aj_col = aj_tn * {t} + aj_tx * {r} + aj_j;\n      \
+         const long long aj_row = aj_tm * {t} + aj_ty + 16 * aj_i, aj_col = aj_tn * {t} + aj_tx + 16 * aj_j;\n      \
          if (aj_row < {m} && aj_col < {n}) {c}[{oc} + aj_row * {rsc}LL + aj_col * {csc}LL] = aj_acc[aj_i][aj_j];\n    }}\n",
         rsc = g.m.strides[0],
         csc = g.n.strides[0],

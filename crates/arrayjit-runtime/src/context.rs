@@ -342,9 +342,11 @@ impl Context {
             backend.max_pool_bytes(),
             backend.lowered().pool_guard_bytes(),
         )?;
+        // The scratch the kernel's interface asks for (a backend may hold more locals there
+        // than the CPU's plan: the CUDA kernels keep every local node in it).
         self.inner
             .stream
-            .ensure_scratch(opt.scratch.total_bytes(), alignment)?;
+            .ensure_scratch(code.interface()?.scratch_bytes, alignment)?;
         let lowered = self.lowered();
         let mut pool_ids = Vec::new();
         // Every error from here on frees the pools allocated so far: a failed link leaks nothing.
