@@ -28,12 +28,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::tnode::sanitize_identifier;
-use arrayjit_ir::{BinOp, Error, LowLevel, Optimized, Prec, Result, TernOp, Tnode};
+use arrayjit_ir::{Error, LowLevel, Optimized, Result, TernOp, Tnode};
 
 use crate::c_renderer::{KernelInterface, KernelRenderer, node_name};
 use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
 use crate::wgsl::PassShape;
-use crate::wgsl::shape::{Accumulation, Rest, grid_loops, tiled_product};
+use crate::wgsl::shape::{Accumulation, PassPlan, Rest, plan};
 
 /// Threads per block of every pass but the single-thread one.
 pub const BLOCK_THREADS: u32 = 256;
@@ -256,9 +256,11 @@ fn render_pass(
     stmt: &LowLevel,
 ) -> Result<Option<(PassShape, String, String)>> {
     let mut body = String::new();
-    let shape = match stmt {
-        LowLevel::Noop | LowLevel::Comment(_) => return Ok(None),
-        LowLevel::ZeroOut(tn) => {
+    let plan = plan(stmt);
+    let why = plan.why("block");
+    let shape = match plan {
+        PassPlan::Nothing => return Ok(None),
+        PassPlan::Zero(tn) => {
             let name = k.node(tn)?.to_string();
             let n = tn.num_elems();
             let _ = writeln!(body, "  if (aj_g < {n}) {name}[aj_g] = 0;");
@@ -267,7 +269,7 @@ fn render_pass(
                 "one thread per element".to_string(),
             )
         }
-        _ if let Some((g, fused)) = tiled_product(stmt) => {
+        PassPlan::Tiles(g, fused) => {
             let blocks = tiled(k, &g, fused, &mut body)?;
             (
                 PassShape::Tiles(blocks),
@@ -282,53 +284,31 @@ fn render_pass(
                 ),
             )
         }
-        _ => {
-            let (grid, inner) = grid_loops(stmt);
-            let total: u64 = grid.iter().map(|(_, f, t)| (t - f) as u64).product();
-            if !grid.is_empty() {
+        PassPlan::Grid { grid, inner, total } => {
+            let _ = writeln!(
+                body,
+                "  if (aj_g >= {total}LL) return;\n  long long aj_r = aj_g;"
+            );
+            for (pos, (index, from, to)) in grid.iter().enumerate().rev() {
+                let name = format!("g{pos}");
                 let _ = writeln!(
                     body,
-                    "  if (aj_g >= {total}LL) return;\n  long long aj_r = aj_g;"
+                    "  const long long {name} = {from} + aj_r % {ext};\n  aj_r /= {ext};",
+                    ext = to - from
                 );
-                for (pos, (index, from, to)) in grid.iter().enumerate().rev() {
-                    let name = format!("g{pos}");
-                    let _ = writeln!(
-                        body,
-                        "  const long long {name} = {from} + aj_r % {ext};\n  aj_r /= {ext};",
-                        ext = to - from
-                    );
-                    k.symbols.insert(*index, name);
-                }
-                k.stmt(&inner, 1, &mut body)?;
-                (
-                    PassShape::Grid(total),
-                    format!(
-                        "{} independent outer loop(s): one thread per iteration",
-                        grid.len()
-                    ),
-                )
-            } else if let Some(acc) = Accumulation::detect(stmt)
-                && acc.tn.prec() == acc.tn.prec().compute_prec()
-            {
-                block_reduction(k, &acc, &mut body)?;
-                (
-                    PassShape::Reduction,
-                    format!(
-                        "a loop accumulating into one element by {}: one block, strided shares \
-                         combined in a fixed tree order",
-                        acc.combine.name()
-                    ),
-                )
-            } else {
-                let _ = writeln!(body, "  if (aj_g != 0) return;");
-                k.stmt(stmt, 1, &mut body)?;
-                (
-                    PassShape::Single,
-                    "its iterations depend on each other and it is not a reduction into one \
-                     element"
-                        .to_string(),
-                )
+                k.symbols.insert(*index, name);
             }
+            k.stmt(&inner, 1, &mut body)?;
+            (PassShape::Grid(total), why)
+        }
+        PassPlan::Reduction(acc) => {
+            block_reduction(k, &acc, &mut body)?;
+            (PassShape::Reduction, why)
+        }
+        PassPlan::Single => {
+            let _ = writeln!(body, "  if (aj_g != 0) return;");
+            k.stmt(stmt, 1, &mut body)?;
+            (PassShape::Single, why)
         }
     };
     Ok(Some((shape.0, shape.1, body)))
@@ -367,7 +347,7 @@ fn block_reduction(
     let t = c_compute_type(cp);
     let name = k.node(r.tn)?.to_string();
     let offset = k.offset(r.tn, r.idcs)?;
-    let neutral = c_syntax::literal(cp, neutral_of(r.combine));
+    let neutral = c_syntax::literal(cp, r.combine.neutral_element());
     k.symbols.insert(r.iter, "aj_i".into());
     let mut prelude = String::new();
     let part = accumulated(k, r, "aj_acc", &mut prelude)?;
@@ -395,10 +375,6 @@ fn block_reduction(
         half = BLOCK_THREADS / 2,
     );
     Ok(())
-}
-
-fn neutral_of(op: BinOp) -> f64 {
-    op.neutral_element()
 }
 
 /// The tiled product; returns the number of blocks.
@@ -486,6 +462,5 @@ fn tiled(
         rsb = g.k.strides[2],
         csb = g.n.strides[2],
     );
-    let _ = Prec::F32;
     Ok(blocks)
 }

@@ -56,7 +56,7 @@ pub(crate) mod shape;
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
 };
-use shape::{Accumulation, grid_loops, tiled_product};
+use shape::{Accumulation, PassPlan};
 
 /// Invocations per workgroup of every pass.
 pub const WORKGROUP_SIZE: u32 = 256;
@@ -667,11 +667,12 @@ impl PassRenderer<'_> {
 
     /// Renders the pass of one top-level statement (`None` for a statement that does nothing).
     fn render(&mut self, stmt: &LowLevel) -> Result<Option<WgslPass>> {
-        let stmt = stmt.unwrapped();
         let mut body = String::new();
-        let (shape, why) = match stmt {
-            LowLevel::Noop | LowLevel::Comment(_) => return Ok(None),
-            LowLevel::ZeroOut(tn) => {
+        let plan = shape::plan(stmt.unwrapped());
+        let why = plan.why("workgroup");
+        let (shape, why) = match plan {
+            PassPlan::Nothing => return Ok(None),
+            PassPlan::Zero(tn) => {
                 let name = self.node(tn)?;
                 let (n, zero) = self.zero_unit(tn, &name, "aj_g");
                 let _ = writeln!(body, "  if (aj_g >= {n}) {{ return; }}\n  {zero}");
@@ -682,7 +683,7 @@ impl PassRenderer<'_> {
                 };
                 (PassShape::Zero(n as u64), unit.to_string())
             }
-            _ if let Some((g, fused)) = tiled_product(stmt) => {
+            PassPlan::Tiles(g, fused) => {
                 let groups = self.tiled(&g, fused, &mut body)?;
                 (
                     PassShape::Tiles(groups),
@@ -697,13 +698,8 @@ impl PassRenderer<'_> {
                     ),
                 )
             }
-            _ => {
-                let (grid, inner) = grid_loops(stmt);
-                let total: u64 = grid.iter().map(|(_, f, t)| (t - f) as u64).product();
-                let row_items = row_pass_items(&inner, total);
-                if !grid.is_empty()
-                    && let Some(items) = row_items
-                {
+            PassPlan::Grid { grid, inner, total } => {
+                if let Some(items) = row_pass_items(&inner, total) {
                     // One workgroup per grid point (uniform: it depends on the group only).
                     let _ = writeln!(
                         body,
@@ -721,42 +717,22 @@ impl PassRenderer<'_> {
                             grid.len(),
                         ),
                     )
-                } else if !grid.is_empty() {
+                } else {
                     let _ = writeln!(body, "  if (aj_g >= {total}) {{ return; }}");
                     let _ = writeln!(body, "  var aj_r: i32 = aj_g;");
                     self.bind_grid(&grid, &mut body);
                     self.stmt(&inner, 1, &mut body)?;
-                    (
-                        PassShape::Grid(total),
-                        format!(
-                            "{} independent outer loop(s): one invocation per iteration",
-                            grid.len()
-                        ),
-                    )
-                } else if let Some(r) = Accumulation::detect(stmt)
-                    // Each step rounds to the element's precision: only where that is the
-                    // compute precision may the steps regroup.
-                    && r.tn.prec() == r.tn.prec().compute_prec()
-                {
-                    self.reduction(&r, &mut body)?;
-                    (
-                        PassShape::Reduction,
-                        format!(
-                            "a loop accumulating into one element by {}: one workgroup, strided \
-                             shares combined in a fixed tree order",
-                            r.combine.name()
-                        ),
-                    )
-                } else {
-                    let _ = writeln!(body, "  if (aj_g != 0) {{ return; }}");
-                    self.stmt(stmt, 1, &mut body)?;
-                    (
-                        PassShape::Single,
-                        "its iterations depend on each other and it is not a reduction into one \
-                         element"
-                            .to_string(),
-                    )
+                    (PassShape::Grid(total), why)
                 }
+            }
+            PassPlan::Reduction(r) => {
+                self.reduction(&r, &mut body)?;
+                (PassShape::Reduction, why)
+            }
+            PassPlan::Single => {
+                let _ = writeln!(body, "  if (aj_g != 0) {{ return; }}");
+                self.stmt(stmt.unwrapped(), 1, &mut body)?;
+                (PassShape::Single, why)
             }
         };
         Ok(Some(self.module(shape, why, &body)))

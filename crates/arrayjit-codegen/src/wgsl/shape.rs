@@ -133,3 +133,70 @@ pub(crate) fn tiled_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
     );
     Some((g, fused))
 }
+
+/// How one top-level statement maps onto a GPU pass: the decision the WGSL and CUDA renderers
+/// share (each renders it in its own syntax, and WGSL refines some grids into row passes).
+pub(crate) enum PassPlan<'a> {
+    /// Nothing to run.
+    Nothing,
+    /// Zeroing a node.
+    Zero(&'a Tnode),
+    /// A tiled `f32` matrix product, with whether it accumulates by fused multiply-add.
+    Tiles(Gemm, bool),
+    /// One thread per iteration of the independent loops `grid`, each running `inner`.
+    Grid {
+        grid: Vec<(Symbol, i64, i64)>,
+        inner: Cow<'a, LowLevel>,
+        total: u64,
+    },
+    /// A loop accumulating into one element, reduced by one group of threads.
+    Reduction(Accumulation<'a>),
+    /// Anything else: one thread.
+    Single,
+}
+
+impl PassPlan<'_> {
+    /// Why a grid, reduction or single-thread pass has its shape (`group`: what the target
+    /// calls a group of threads, "workgroup" or "block").
+    pub(crate) fn why(&self, group: &str) -> String {
+        match self {
+            PassPlan::Grid { grid, .. } => format!(
+                "{} independent outer loop(s): one invocation per iteration",
+                grid.len()
+            ),
+            PassPlan::Reduction(r) => format!(
+                "a loop accumulating into one element by {}: one {group}, strided shares \
+                 combined in a fixed tree order",
+                r.combine.name()
+            ),
+            PassPlan::Single => "its iterations depend on each other and it is not a reduction \
+                                 into one element"
+                .to_string(),
+            PassPlan::Nothing | PassPlan::Zero(_) | PassPlan::Tiles(..) => String::new(),
+        }
+    }
+}
+
+/// The pass plan of a top-level statement (already unwrapped).
+pub(crate) fn plan(stmt: &LowLevel) -> PassPlan<'_> {
+    match stmt {
+        LowLevel::Noop | LowLevel::Comment(_) => PassPlan::Nothing,
+        LowLevel::ZeroOut(tn) => PassPlan::Zero(tn),
+        _ => {
+            if let Some((g, fused)) = tiled_product(stmt) {
+                return PassPlan::Tiles(g, fused);
+            }
+            let (grid, inner) = grid_loops(stmt);
+            if !grid.is_empty() {
+                let total = grid.iter().map(|(_, f, t)| (t - f) as u64).product();
+                return PassPlan::Grid { grid, inner, total };
+            }
+            match Accumulation::detect(stmt) {
+                // Each step rounds to the element's precision: only where that is the compute
+                // precision may the steps regroup.
+                Some(r) if r.tn.prec() == r.tn.prec().compute_prec() => PassPlan::Reduction(r),
+                _ => PassPlan::Single,
+            }
+        }
+    }
+}

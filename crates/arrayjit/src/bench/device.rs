@@ -166,9 +166,10 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
     );
     let _ = writeln!(out, "|---|---|---|---|---|");
     for (w, &secs) in list.iter().zip(&ours) {
-        let (unit, rate) = match w.rate {
-            Rate::Flops => ("GFLOP/s", w.work / secs / 1e9),
-            Rate::Bytes => ("GB/s", w.work / secs / 1e9),
+        let rate = w.work / secs / 1e9;
+        let unit = match w.rate {
+            Rate::Flops => "GFLOP/s",
+            Rate::Bytes => "GB/s",
         };
         let p = peer.iter().find(|(n, _)| *n == w.name).map(|(_, s)| *s);
         let peer_cell = p.map_or("–".to_string(), |s| {
