@@ -34,6 +34,7 @@
 
 pub mod buffer;
 pub mod cc;
+pub mod compile_cache;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
 pub mod device_info;

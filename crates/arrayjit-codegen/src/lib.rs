@@ -1,6 +1,7 @@
 //! arrayjit-codegen: the second layer of arrayjit. Renderers from the optimized loop IR to
 //! source code: C, driven by a table of syntax ([`c_syntax::CSyntax`]) so that other C-like
-//! dialects (CUDA C) share the renderer; and WGSL ([`wgsl`]), compute passes for GPUs through
+//! dialects (CUDA C, and CUDA C emulated on the host by [`cuda_emulation`]) share the renderer;
+//! and WGSL ([`wgsl`]), compute passes for GPUs through
 //! wgpu.
 
 #![warn(missing_docs)]
@@ -12,6 +13,7 @@ pub mod c_renderer;
 mod c_schedules;
 pub mod c_syntax;
 pub mod cuda;
+pub mod cuda_emulation;
 pub mod gemm;
 pub mod wgsl;
 

@@ -248,18 +248,16 @@ fn matmul_walks_memory_contiguously() {
     insta::assert_snapshot!(src);
 }
 
-#[test]
-fn wgsl_passes_of_a_layer_and_a_total() {
-    use arrayjit_codegen::wgsl::{WgslTarget, render_wgsl};
-    // A matrix-vector product (a workgroup per output reduces its row), a pointwise
-    // step on invocation 0, then a sum (one workgroup, fixed tree order).
+/// A matrix-vector product (a group per output reduces its row), a pointwise step, then a
+/// sum (one group, fixed tree order).
+fn layer_and_total() -> Assignments {
     let w = input(Prec::F32, &[4, 300], "w");
     let x = input(Prec::F32, &[300], "x");
     let wx = output(Prec::F32, &[4], "wx");
     let y = output(Prec::F32, &[4], "y");
     let total = output(Prec::F32, &[], "total");
     let xs = input(Prec::F32, &[1000], "xs");
-    let program = Assignments::einsum(
+    Assignments::einsum(
         "ij,j->i",
         BinOp::Add,
         &wx,
@@ -277,8 +275,45 @@ fn wgsl_passes_of_a_layer_and_a_total() {
             true,
         )
         .unwrap(),
-    );
+    )
+}
+
+#[test]
+fn wgsl_passes_of_a_layer_and_a_total() {
+    use arrayjit_codegen::wgsl::{WgslTarget, render_wgsl};
+    let program = layer_and_total();
     let opt = optimize("layer_total", &[], &program, &OptimizeSettings::default()).unwrap();
     let kernel = render_wgsl(&opt, &WgslTarget::default()).unwrap();
     insta::assert_snapshot!(kernel.full_source());
+}
+
+#[test]
+fn cuda_passes_of_a_layer_and_a_total() {
+    let program = layer_and_total();
+    let opt = optimize("layer_total", &[], &program, &OptimizeSettings::default()).unwrap();
+    let p = arrayjit_codegen::cuda::render_cuda(&[&opt]).unwrap();
+    let shapes: Vec<String> = p.kernels[0]
+        .passes
+        .iter()
+        .map(|p| format!("{}: {:?} {:?}", p.symbol, p.shape, p.launch_dims()))
+        .collect();
+    insta::assert_snapshot!(format!("/* {} */\n{}", shapes.join("; "), p.source));
+}
+
+#[test]
+fn cuda_tiled_product() {
+    let a = input(Prec::F32, &[64, 48], "a");
+    let b = input(Prec::F32, &[48, 80], "b");
+    let c = output(Prec::F32, &[64, 80], "c");
+    let program = Assignments::einsum(
+        "ik,kj->ij",
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )
+    .unwrap();
+    let opt = optimize("product", &[], &program, &OptimizeSettings::default()).unwrap();
+    let p = arrayjit_codegen::cuda::render_cuda(&[&opt]).unwrap();
+    insta::assert_snapshot!(p.source);
 }

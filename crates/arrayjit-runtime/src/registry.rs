@@ -43,7 +43,7 @@ impl BackendEntry {
 pub static REGISTRY: [BackendEntry; ROWS.len()] = ROWS;
 
 /// The rows of [`REGISTRY`] (a constant, so that [`KNOWN_BACKENDS`] is computed from them).
-const ROWS: [BackendEntry; 5] = [
+const ROWS: [BackendEntry; 6] = [
     BackendEntry {
         name: "sync_cc",
         aliases: &["cc"],
@@ -71,6 +71,14 @@ const ROWS: [BackendEntry; 5] = [
         summary: CUDA_SUMMARY,
         on_cpu: false,
         make: make_cuda,
+    },
+    BackendEntry {
+        name: "cuda_emu",
+        aliases: &[],
+        summary: "the CUDA renderer's kernels on the CPU, under an emulation of blocks, threads, \
+                  shared memory and barriers (checks the CUDA code without a GPU; slow)",
+        on_cpu: true,
+        make: |_, config| Ok((cuda_emulated(config)?, SchedulerKind::Sync)),
     },
     BackendEntry {
         name: "metal",
@@ -188,6 +196,19 @@ fn cc(config: &RuntimeConfig, share_cores: bool) -> Result<Arc<dyn LoweredBacken
         });
     }
     Ok(Arc::new(CcBackend::new(c)?))
+}
+
+/// The `cuda_emu` lowered backend: the cc machinery compiling the CUDA renderer's kernels as
+/// C++ (`$CXX` or `c++`) under the CUDA emulation; one worker per device.
+fn cuda_emulated(config: &RuntimeConfig) -> Result<Arc<dyn LoweredBackend>> {
+    let mut c = CcConfig::from_env()?;
+    if let Some(n) = config.num_devices {
+        c.num_devices = n;
+    }
+    Ok(Arc::new(CcBackend::cuda_emulated(
+        c,
+        &arrayjit_backends::settings::process_env,
+    )?))
 }
 
 #[cfg(test)]

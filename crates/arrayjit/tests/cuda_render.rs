@@ -1,6 +1,6 @@
 //! The CUDA renderer over the whole shared corpus, checked without a GPU: every case renders,
 //! its passes map statements onto the GPU as the module documentation says (tiled products,
-//! block reductions, grids), and — where NVRTC is installed (CI installs NVIDIA's NVRTC wheel)
+//! block reductions, rows, grids), and — where NVRTC is installed (CI installs NVIDIA's NVRTC wheel)
 //! — every rendered file compiles to PTX. Running the kernels needs a GPU: the differential
 //! corpus runs on `cuda` wherever `arrayjit info` lists it available.
 
@@ -50,26 +50,37 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
         .iter()
         .filter(|s| matches!(s, PassShape::Grid(_)))
         .count();
-    assert!(tiled > 0 && reductions > 0 && grids > 0, "{shapes:?}");
-    // The product of the differential test is tiled.
-    let (m, ..) = matmul(128).unwrap();
-    let opt = optimize(
-        "matmul",
-        &m.bindings,
-        &m.program,
-        &OptimizeSettings::default(),
-    )
-    .unwrap();
-    let p = render_cuda(&[&opt]).unwrap();
+    let rows = shapes
+        .iter()
+        .filter(|s| matches!(s, PassShape::Rows(_)))
+        .count();
     assert!(
-        p.kernels[0]
-            .passes
-            .iter()
-            .any(|p| matches!(p.shape, PassShape::Tiles(_))),
-        "{:?}",
-        p.kernels[0].passes
+        tiled > 0 && reductions > 0 && grids > 0 && rows > 0,
+        "{shapes:?}"
     );
-    sources.push(("matmul".into(), p.source));
+    // The products of the differential test (128) and of the device bench (2048) are tiled,
+    // the larger one with the largest tiles (128 × 128 per block, from 256 such tiles on).
+    for (n, tile) in [(128, 64), (2048, 128)] {
+        let (m, ..) = matmul(n).unwrap();
+        let opt = optimize(
+            "matmul",
+            &m.bindings,
+            &m.program,
+            &OptimizeSettings::default(),
+        )
+        .unwrap();
+        let p = render_cuda(&[&opt]).unwrap();
+        let passes = &p.kernels[0].passes;
+        assert!(
+            passes.iter().any(|p| matches!(p.shape, PassShape::Tiles(_))),
+            "{passes:?}"
+        );
+        assert!(
+            p.source.contains(&format!("aj_ta[{tile} * 17]")),
+            "matmul {n}: not {tile}-tiles"
+        );
+        sources.push((format!("matmul_{n}"), p.source));
+    }
     let mut failures = Vec::new();
     for (name, source) in &sources {
         match compile_ptx(source, ARCH) {
@@ -83,4 +94,54 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     eprintln!("NVRTC compiled {} CUDA files of the corpus", sources.len());
+}
+
+/// NVRTC's PTX is kept in the compile cache folder: a later process (a new cache here) reads
+/// it instead of compiling; a damaged file, or one others may write, is refused and the program
+/// compiled anew.
+#[test]
+fn ptx_is_cached_on_disk_and_damaged_files_are_refused() {
+    use arrayjit::backends::cuda_backend::{PtxCache, PtxOrigin};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let nonce = std::process::id();
+    let source = format!(
+        "/* {nonce} */ extern \"C\" __global__ void k(float *x) {{ x[threadIdx.x] = 1.0f; }}"
+    );
+    let first = PtxCache::new(Some(dir.path()));
+    let ptx = match first.compile(&source, ARCH) {
+        Ok((ptx, origin)) => {
+            assert_eq!(origin, PtxOrigin::Compiled);
+            ptx
+        }
+        Err(Error::BackendUnavailable { reason, .. }) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(first.compile(&source, ARCH).unwrap().1, PtxOrigin::Memory);
+    let fresh = || PtxCache::new(Some(dir.path())).compile(&source, ARCH).unwrap();
+    assert_eq!(fresh(), (ptx.clone(), PtxOrigin::Disk));
+    let files: Vec<_> = std::fs::read_dir(dir.path().join("ptx"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let file = &files[0];
+    // One byte changed: refused, compiled again, and the file replaced by a good one.
+    let mut bytes = std::fs::read(file).unwrap();
+    bytes[10] ^= 1;
+    std::fs::write(file, &bytes).unwrap();
+    assert_eq!(fresh(), (ptx.clone(), PtxOrigin::Compiled));
+    assert_eq!(fresh(), (ptx.clone(), PtxOrigin::Disk));
+    // Writable by others: refused.
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(fresh(), (ptx.clone(), PtxOrigin::Compiled));
+    // A different architecture is a different file.
+    let other = PtxCache::new(Some(dir.path()))
+        .compile(&source, "compute_75")
+        .unwrap();
+    assert_eq!(other.1, PtxOrigin::Compiled);
+    assert_ne!(other.0, ptx);
 }

@@ -161,3 +161,34 @@ proptest! {
         }
     }
 }
+
+/// The random programs' CUDA compiles with NVRTC where it is installed (CI installs NVIDIA's
+/// NVRTC wheel; no GPU is needed): `cuda_emu` runs the same kernels on the CPU above, so
+/// together they check both the meaning and the CUDA-ness of the generated code.
+#[cfg(feature = "cuda")]
+mod nvrtc {
+    use super::*;
+    use arrayjit::backends::cuda_backend::compile_ptx;
+    use arrayjit::codegen::cuda::render_cuda;
+    use arrayjit::ir::{Error, OptimizeSettings, optimize};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn random_programs_render_to_cuda_that_nvrtc_compiles(
+            (prec, steps) in arb_prec().prop_flat_map(|p| (Just(p), proptest::collection::vec(arb_step(p.is_float()), 1..6))),
+            seed in 0u64..50,
+        ) {
+            let case = build(prec, 3, &steps, seed);
+            let opt = optimize(&case.name, &case.bindings, &case.program, &OptimizeSettings::default()).unwrap();
+            let program = render_cuda(&[&opt]).unwrap();
+            match compile_ptx(&program.source, "compute_80") {
+                Ok(ptx) => prop_assert!(ptx.contains(".entry")),
+                Err(Error::BackendUnavailable { reason, .. }) => {
+                    eprintln!("skipped the NVRTC compile: {reason}");
+                }
+                Err(e) => prop_assert!(false, "{e}\n{}", program.source),
+            }
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! Training end to end: moons reaches ≥ 95% held-out accuracy for seeds 1, 2, 3 on both CPU
-//! backends and on wgpu where it is available (with the CPU's losses up to rounding), the same
+//! backends and on the GPU renderers' backends where they are available (wgpu, cuda, cuda_emu:
+//! with the CPU's losses up to rounding), the same
 //! seed gives the same losses on both CPU backends, Adam and softmax cross-entropy train
 //! too, and parameters round-trip through safetensors.
 
@@ -30,29 +31,33 @@ fn moons_reaches_95_percent_for_seeds_1_2_3_on_both_cpu_backends() {
     }
 }
 
+/// The GPU renderers' backends (wgpu, cuda, and cuda_emu, which runs the CUDA kernels on the
+/// CPU) train as the CPU does.
 #[test]
-fn moons_reaches_95_percent_on_wgpu_and_follows_the_cpu_losses() {
-    if !arrayjit::available_backends().contains(&"wgpu") {
-        eprintln!(
-            "skipped: wgpu is not available here ({})",
-            arrayjit::backend("wgpu")
-                .unwrap()
-                .check_available()
-                .unwrap_err()
-        );
-        return;
-    }
-    for seed in [1, 2, 3] {
-        let gpu = run(&config("wgpu", seed), |_| {}).unwrap();
-        assert!(gpu.test_accuracy >= 0.95, "wgpu seed {seed}: {gpu:?}");
-        // Same program, same data: the losses differ only by float rounding (the device's
-        // exp, fused multiply-adds and reduction order).
-        let cpu = run(&config("sync_cc", seed), |_| {}).unwrap();
-        for (epoch, (g, c)) in gpu.losses.iter().zip(&cpu.losses).enumerate() {
-            assert!(
-                (g - c).abs() <= 1e-3 * (1.0 + c.abs()),
-                "seed {seed} epoch {epoch}: wgpu {g} vs sync_cc {c}"
+fn moons_reaches_95_percent_on_gpu_renderers_and_follows_the_cpu_losses() {
+    for name in ["wgpu", "cuda", "cuda_emu"] {
+        if !arrayjit::available_backends().contains(&name) {
+            eprintln!(
+                "skipped {name}: not available here ({})",
+                arrayjit::backend(name)
+                    .unwrap()
+                    .check_available()
+                    .unwrap_err()
             );
+            continue;
+        }
+        for seed in [1, 2, 3] {
+            let gpu = run(&config(name, seed), |_| {}).unwrap();
+            assert!(gpu.test_accuracy >= 0.95, "{name} seed {seed}: {gpu:?}");
+            // Same program, same data: the losses differ only by float rounding (the device's
+            // exp, fused multiply-adds and reduction order).
+            let cpu = run(&config("sync_cc", seed), |_| {}).unwrap();
+            for (epoch, (g, c)) in gpu.losses.iter().zip(&cpu.losses).enumerate() {
+                assert!(
+                    (g - c).abs() <= 1e-3 * (1.0 + c.abs()),
+                    "seed {seed} epoch {epoch}: {name} {g} vs sync_cc {c}"
+                );
+            }
         }
     }
 }

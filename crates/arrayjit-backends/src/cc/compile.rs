@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -14,7 +14,8 @@ use arrayjit_ir::error::CompileFailure;
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{Error, Result};
 
-use super::{CcConfig, KernelFn};
+use super::CcConfig;
+use crate::compile_cache::{open_verified, private_dir, seal, unique_suffix};
 
 /// Counters of compilations in this process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,15 +39,6 @@ pub fn compile_stats() -> CompileStats {
         cache_hits: CACHE_HITS.load(Ordering::Relaxed),
         compile_micros: COMPILE_MICROS.load(Ordering::Relaxed),
     }
-}
-
-/// `$XDG_CACHE_HOME/arrayjit/cc`, else `$HOME/.cache/arrayjit/cc`.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("arrayjit").join("cc"))
 }
 
 fn unavailable(compiler: &str, reason: String) -> Error {
@@ -110,33 +102,6 @@ pub(super) fn cpu_identity() -> &'static str {
             field("flags")
         )
     })
-}
-
-/// Ensures `dir` exists, belongs to this user and is private (mode 0700); returns an error
-/// explaining the problem otherwise.
-pub(super) fn private_dir(dir: &Path) -> Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::io(format!("creating the cache folder {}", dir.display()), e))?;
-    let meta = fs::metadata(dir)
-        .map_err(|e| Error::io(format!("inspecting the cache folder {}", dir.display()), e))?;
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    if meta.uid() != uid {
-        return Err(Error::invalid(format!(
-            "the compile cache {} belongs to user {} but this process runs as {uid}; refusing to load \
-             libraries from it (set ARRAYJIT_CACHE_DIR to a folder of your own)",
-            dir.display(),
-            meta.uid()
-        )));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| Error::io(format!("making {} private", dir.display()), e))?;
-    }
-    Ok(())
 }
 
 /// Runs `cmd` with its output captured; kills it and returns a `TimedOut` error if it runs
@@ -248,77 +213,6 @@ fn head_and_tail(text: &str, limit: usize, rest_at: Option<&Path>) -> String {
 /// How much compiler output an error message carries.
 const STDERR_IN_ERROR: usize = 16 * 1024;
 
-/// Cached libraries end with this marker and a blake3 digest of the cache key and the
-/// library's bytes, so that a truncated, damaged or swapped file is never loaded. The dynamic
-/// loader ignores bytes after an ELF file's contents.
-const SEAL_MAGIC: &[u8; 8] = b"AJSEAL01";
-const SEAL_LEN: usize = 8 + 32;
-
-fn seal_digest(key: &str, bytes: &[u8]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    h.update(key.as_bytes());
-    h.update(&[0]);
-    h.update(bytes);
-    *h.finalize().as_bytes()
-}
-
-/// Appends the seal to a freshly built library and flushes it to disk.
-fn seal(path: &Path, key: &str) -> std::io::Result<()> {
-    let bytes = fs::read(path)?;
-    let mut f = fs::OpenOptions::new()
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    f.write_all(SEAL_MAGIC)?;
-    f.write_all(&seal_digest(key, &bytes))?;
-    f.sync_all()
-}
-
-/// Opens a library without following links and checks it: a regular file of this user that
-/// nobody else can write, whose seal matches `key` and its contents. Returns the open file
-/// (what is loaded is what was checked), or why it was refused.
-fn open_verified(path: &Path, key: &str) -> std::result::Result<fs::File, String> {
-    use std::io::Read as _;
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("cannot open it without following links: {e}"))?;
-    let meta = f.metadata().map_err(|e| e.to_string())?;
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    if !meta.is_file() {
-        return Err("it is not a regular file".into());
-    }
-    if meta.uid() != uid || meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "it belongs to user {} with mode {:o}; only this user's private files are loaded",
-            meta.uid(),
-            meta.mode() & 0o7777
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    f.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
-    let body_len = bytes
-        .len()
-        .checked_sub(SEAL_LEN)
-        .ok_or("it is too short to be a sealed library (truncated?)")?;
-    let (body, trailer) = bytes.split_at(body_len);
-    if &trailer[..8] != SEAL_MAGIC || trailer[8..] != seal_digest(key, body) {
-        return Err("its checksum does not match (damaged, truncated or replaced)".into());
-    }
-    Ok(f)
-}
-
-pub(super) fn unique_suffix() -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// Build folders older than this are left over by a crashed process and are removed.
 const STALE_BUILD_AGE: Duration = Duration::from_secs(3600);
 
@@ -391,14 +285,17 @@ impl LoadedLibrary {
         })
     }
 
-    pub(super) fn kernel(&self, symbol: &str) -> Result<KernelFn> {
-        // SAFETY: every kernel arrayjit generates has the `KernelFn` signature.
-        let f = unsafe { self.library.get::<KernelFn>(symbol.as_bytes()) }.map_err(|e| {
-            Error::LoadFailed {
+    /// The exported function `symbol`, as a `F` (a function pointer type).
+    ///
+    /// # Safety
+    /// `F` must be the function's signature.
+    pub(super) unsafe fn entry<F: Copy>(&self, symbol: &str) -> Result<F> {
+        // SAFETY: the caller names the signature the generated function has.
+        let f =
+            unsafe { self.library.get::<F>(symbol.as_bytes()) }.map_err(|e| Error::LoadFailed {
                 path: self.path.display().to_string(),
                 detail: format!("symbol {symbol}: {}", error_chain(&e)),
-            }
-        })?;
+            })?;
         Ok(*f)
     }
 }

@@ -1,6 +1,12 @@
 //! The `cc` backend: renders C, compiles it with the system C compiler (`$CC` or `cc`) into a
 //! shared library, loads it with `libloading`, and runs kernels on the CPU over [`CpuBuffer`]s.
 //! Libraries are cached by a hash of (source, compiler, flags, CPU) in a private per-user folder.
+//!
+//! The same machinery runs the CUDA renderer's kernels on the CPU ([`CcDialect::CudaEmulated`],
+//! the `cuda_emu` backend): compiled as C++ by `$CXX` or `c++` under an emulation of the CUDA
+//! execution model ([`arrayjit_codegen::cuda_emulation`]), so the CUDA code path is checked
+//! against the interpreter without a GPU. It is slow (threads are fibers on one core); it is a
+//! checking tool, not a way to run fast.
 
 mod compile;
 mod schedule_store;
@@ -11,6 +17,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use arrayjit_codegen::cuda_emulation::{EMULATION_FLAGS, render_cuda_emulated};
 use arrayjit_codegen::{CSyntax, KernelInterface, render_program};
 use arrayjit_ir::{Error, Optimized, Result};
 
@@ -19,7 +26,8 @@ use crate::settings;
 use crate::worker_pool::{ParallelHandle, WorkerPool};
 use crate::{BufferHandle, CompiledBatch, DeviceBuffer, LoweredBackend, Queue};
 
-pub use compile::{CompileStats, compile_stats, default_cache_dir};
+pub use crate::compile_cache::default_cache_dir;
+pub use compile::{CompileStats, compile_stats};
 
 /// Settings of the `cc` backend. [`CcConfig::from_env`] reads them from the environment
 /// variables named on the fields; a value outside the documented range, or one that does not
@@ -106,12 +114,7 @@ impl CcConfig {
             Some(f) => f.split_whitespace().map(String::from).collect(),
             None => defaults.flags,
         };
-        let no_cache = settings::flag(lookup, "ARRAYJIT_NO_CACHE", false)?;
-        let cache_dir = match settings::text(lookup, "ARRAYJIT_CACHE_DIR")? {
-            _ if no_cache => None,
-            Some(dir) => Some(PathBuf::from(dir)),
-            None => defaults.cache_dir,
-        };
+        let cache_dir = crate::compile_cache::cache_dir(lookup)?;
         let num_devices = settings::integer(lookup, "ARRAYJIT_CPU_DEVICES", CPU_DEVICES_RANGE, 1)?;
         let cache_max_mb = settings::integer(
             lookup,
@@ -181,9 +184,20 @@ impl CcConfig {
     }
 }
 
+/// What a [`CcBackend`] renders and compiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CcDialect {
+    /// C for the host compiler: the `cc` backend.
+    C,
+    /// The CUDA renderer's kernels compiled as C++ under an emulation of the CUDA execution
+    /// model: the `cuda_emu` backend.
+    CudaEmulated,
+}
+
 /// The C compiler backend.
 pub struct CcBackend {
     config: CcConfig,
+    dialect: CcDialect,
     workers: Arc<Vec<WorkerPool>>,
     counters: Vec<Arc<MemoryCounter>>,
     pools: Vec<Mutex<BTreeMap<usize, Arc<CpuBuffer>>>>,
@@ -222,10 +236,33 @@ impl CcBackend {
         Ok(CcBackend {
             workers: Arc::new(workers),
             config,
+            dialect: CcDialect::C,
             counters,
             pools,
             syntax: CSyntax::c(),
         })
+    }
+
+    /// A backend running the CUDA renderer's kernels on the CPU (see the module
+    /// documentation): the settings of `config` but the compiler, `$CXX` (through `lookup`) or
+    /// `c++`, and its flags, [`EMULATION_FLAGS`] for a shared library. One worker per device:
+    /// the emulated blocks run on the caller's thread.
+    pub fn cuda_emulated(mut config: CcConfig, lookup: settings::Lookup<'_>) -> Result<CcBackend> {
+        config.compiler = settings::text(lookup, "CXX")?.unwrap_or_else(|| "c++".into());
+        config.flags = EMULATION_FLAGS
+            .iter()
+            .chain(&["-fPIC", "-shared"])
+            .map(|s| s.to_string())
+            .collect();
+        config.workers_per_device = Some(1);
+        let mut backend = CcBackend::new(config)?;
+        backend.dialect = CcDialect::CudaEmulated;
+        Ok(backend)
+    }
+
+    /// What it renders and compiles.
+    pub fn dialect(&self) -> CcDialect {
+        self.dialect
     }
 
     /// The settings.
@@ -271,7 +308,10 @@ fn size_mismatch(what: &str, a: usize, b: usize) -> Error {
 
 impl LoweredBackend for CcBackend {
     fn name(&self) -> &str {
-        "cc"
+        match self.dialect {
+            CcDialect::C => "cc",
+            CcDialect::CudaEmulated => "cuda_emu",
+        }
     }
 
     /// The host CPU (detected once per process) with the device's worker threads.
@@ -313,7 +353,23 @@ impl LoweredBackend for CcBackend {
     }
 
     fn check_available(&self) -> Result<()> {
-        compile::compiler_identity(&self.config.compiler, self.config.compile_timeout).map(|_| ())
+        let found = compile::compiler_identity(&self.config.compiler, self.config.compile_timeout);
+        match (found, self.dialect) {
+            (Ok(_), _) => Ok(()),
+            (Err(e), CcDialect::C) => Err(e),
+            (Err(Error::BackendUnavailable { reason, .. }), CcDialect::CudaEmulated) => {
+                Err(Error::BackendUnavailable {
+                    backend: "cuda_emu".into(),
+                    reason,
+                    how_to_enable: format!(
+                        "install a C++ compiler (e.g. `apt-get install g++`) or point CXX at one \
+                         (the compiler is `{}`)",
+                        self.config.compiler
+                    ),
+                })
+            }
+            (Err(e), CcDialect::CudaEmulated) => Err(e),
+        }
     }
 
     fn num_devices(&self) -> usize {
@@ -474,10 +530,16 @@ impl LoweredBackend for CcBackend {
     }
 
     fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(render_program(&self.syntax, routines)?.full_source())
+        Ok(match self.dialect {
+            CcDialect::C => render_program(&self.syntax, routines)?.full_source(),
+            CcDialect::CudaEmulated => render_cuda_emulated(routines)?.source,
+        })
     }
 
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        if self.dialect == CcDialect::CudaEmulated {
+            return self.compile_emulated(routines);
+        }
         let program = render_program(&self.syntax, routines)?;
         let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
         let suffixes: Vec<String> = program
@@ -503,7 +565,8 @@ impl LoweredBackend for CcBackend {
         let library = compile::compile_and_load(&self.config, &units, &names.join("+"))?;
         let mut entries = Vec::with_capacity(program.kernels.len());
         for k in &program.kernels {
-            entries.push(library.kernel(&k.symbol)?);
+            // SAFETY: every C kernel arrayjit generates has the `KernelFn` signature.
+            entries.push(Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? }));
         }
         let source = program.full_source();
         Ok(Arc::new(CcBatch {
@@ -517,7 +580,8 @@ impl LoweredBackend for CcBackend {
 
     fn debug_info(&self) -> String {
         format!(
-            "cc backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s) of {} worker(s)",
+            "{} backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s) of {} worker(s)",
+            self.name(),
             self.config.compiler,
             compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
                 .unwrap_or_else(|e| e.to_string()),
@@ -532,14 +596,55 @@ impl LoweredBackend for CcBackend {
     }
 }
 
-/// The signature of every generated kernel.
+impl CcBackend {
+    /// Renders the CUDA kernels with their emulation, compiles them as C++ and loads them.
+    fn compile_emulated(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        let program = render_cuda_emulated(routines)?;
+        let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
+        let units = [compile::Unit {
+            suffix: "",
+            source: &program.source,
+        }];
+        let library = compile::compile_and_load(&self.config, &units, &names.join("+"))?;
+        let mut entries = Vec::with_capacity(program.kernels.len());
+        let mut kernels = Vec::with_capacity(program.kernels.len());
+        for k in program.kernels {
+            // SAFETY: every emulated entry point has the `EmulatedFn` signature
+            // (`arrayjit_codegen::cuda_emulation`).
+            entries.push(Entry::Emulated(unsafe {
+                library.entry::<EmulatedFn>(&k.interface.symbol)?
+            }));
+            kernels.push(k.interface);
+        }
+        Ok(Arc::new(CcBatch {
+            kernels,
+            source: program.source,
+            entries,
+            workers: self.workers.clone(),
+            _library: library,
+        }))
+    }
+}
+
+/// The signature of every generated C kernel.
 type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
+
+/// The signature of every emulated CUDA routine: 0, or -1 when the memory for its threads'
+/// stacks could not be had.
+type EmulatedFn = unsafe extern "C" fn(*const *mut u8, *const i64) -> i32;
+
+/// A loaded kernel.
+#[derive(Clone, Copy)]
+enum Entry {
+    C(KernelFn),
+    Emulated(EmulatedFn),
+}
 
 /// A compiled library and its kernels.
 pub struct CcBatch {
     kernels: Vec<KernelInterface>,
     source: String,
-    entries: Vec<KernelFn>,
+    entries: Vec<Entry>,
     /// The worker pool of each device; a launch uses its buffers' device's.
     workers: Arc<Vec<WorkerPool>>,
     _library: Arc<compile::LoadedLibrary>,
@@ -588,7 +693,21 @@ impl CompiledBatch for CcBatch {
             .workers
             .get(device)
             .map_or(std::ptr::null(), WorkerPool::handle);
-        unsafe { (self.entries[index])(ptrs.as_ptr(), statics.as_ptr(), par) };
+        match self.entries[index] {
+            Entry::C(f) => unsafe { f(ptrs.as_ptr(), statics.as_ptr(), par) },
+            Entry::Emulated(f) => {
+                if unsafe { f(ptrs.as_ptr(), statics.as_ptr()) } != 0 {
+                    return Err(Error::Runtime {
+                        stream: format!("cuda_emu device {device}"),
+                        detail: format!(
+                            "no memory for the stacks of the emulated threads of {}; free \
+                             memory or use a smaller routine",
+                            k.name
+                        ),
+                    });
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use arrayjit_ir::{Error, Result};
 
-use super::compile::{private_dir, unique_suffix};
+use crate::compile_cache::{private_dir, unique_suffix};
 
 /// The longest stored choice read back (a choice is one short line).
 const MAX_CHOICE_BYTES: u64 = 4096;

@@ -8,7 +8,8 @@
 //!   attributes (multiprocessors, threads and shared memory per block, warp size, memory).
 //! - **Code**: routines render to CUDA C ([`arrayjit_codegen::cuda`]), NVRTC compiles them
 //!   for the device's architecture with `--fmad=false` (no contraction the IR did not ask
-//!   for), and the PTX is cached by source for the process. Static indices are kernel
+//!   for), and the PTX is cached in memory and on disk ([`PtxCache`], in the compile cache
+//!   folder). Static indices are kernel
 //!   parameters; the scratch buffer holding a routine's local nodes is zeroed on the stream
 //!   before its first pass.
 //! - **Streams and events**: each runtime stream gets a CUDA stream of its own
@@ -21,6 +22,7 @@
 //!   the action, with cudarc's error as its source.
 
 mod buffers;
+mod ptx;
 mod queue;
 
 use std::collections::HashMap;
@@ -40,6 +42,7 @@ use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::{BufferHandle, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
 
 pub use buffers::CudaBuffer;
+pub use ptx::{PtxCache, PtxOrigin, compile_ptx};
 use queue::CudaQueue;
 
 const NAME: &str = "cuda";
@@ -206,41 +209,6 @@ impl CudaBackend {
     }
 }
 
-/// Compiles CUDA C to PTX for `arch` (`sm_90`, or a virtual `compute_XY`) with NVRTC, as the
-/// backend does (`--fmad=false`). Needs only libnvrtc, no GPU: CI uses it to check every
-/// rendered kernel. A compile error is an [`Error::Render`] with NVRTC's log.
-pub fn compile_ptx(source: &str, arch: &str) -> Result<String> {
-    // SAFETY: this only tries to open the library.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(Error::BackendUnavailable {
-            backend: NAME.into(),
-            reason: "NVRTC (libnvrtc.so) was not found".into(),
-            how_to_enable: HOW_TO_ENABLE.into(),
-        });
-    }
-    static CACHE: OnceLock<Mutex<HashMap<(String, String), String>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let key = (source.to_string(), arch.to_string());
-    if let Some(ptx) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return Ok(ptx.clone());
-    }
-    let options = cudarc::nvrtc::CompileOptions {
-        fmad: Some(false),
-        options: vec![format!("--gpu-architecture={arch}")],
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options).map_err(|e| Error::Render {
-        routine: "a CUDA program".into(),
-        language: "CUDA C".into(),
-        detail: format!("NVRTC failed for {arch}: {e:?}"),
-    })?;
-    let text = ptx.to_src();
-    cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, text.clone());
-    Ok(text)
-}
 
 /// Routines compiled together; modules are loaded per device on first launch there.
 pub struct CudaBatch {

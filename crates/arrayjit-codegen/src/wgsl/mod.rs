@@ -61,12 +61,6 @@ use shape::{Accumulation, PassPlan};
 /// Invocations per workgroup of every pass.
 pub const WORKGROUP_SIZE: u32 = 256;
 
-/// A reduction inside a grid gets a workgroup of its own when it is at least this long ...
-const ROW_REDUCTION_MIN: u64 = 256;
-/// ... and there are at most this many of them (beyond, one invocation per element keeps every
-/// lane busy already).
-const ROW_REDUCTION_MAX_ROWS: u64 = 1 << 14;
-
 /// What the target device's WGSL accepts beyond the core language, and its binding limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WgslTarget {
@@ -279,21 +273,6 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
         statics_binding,
         passes,
     })
-}
-
-/// The statements a workgroup runs for one grid point, if the statement under a grid of `total`
-/// points holds a reduction long enough to spread over a workgroup.
-fn row_pass_items(inner: &LowLevel, total: u64) -> Option<Vec<&LowLevel>> {
-    let items: Vec<&LowLevel> = match inner.unwrapped() {
-        LowLevel::Seq(items) => items.iter().collect(),
-        other => vec![other],
-    };
-    let long = items.iter().any(|i| {
-        Accumulation::detect(i).is_some_and(|r| {
-            r.tn.prec() == r.tn.prec().compute_prec() && (r.to - r.from) as u64 >= ROW_REDUCTION_MIN
-        })
-    });
-    (long && total <= ROW_REDUCTION_MAX_ROWS).then_some(items)
 }
 
 /// Pushes `stmt`, or the passes it splits into, so that no pass binds more storage buffers
@@ -698,32 +677,23 @@ impl PassRenderer<'_> {
                     ),
                 )
             }
+            PassPlan::Rows { grid, inner, total } => {
+                // One workgroup per grid point (uniform: it depends on the group only).
+                let _ = writeln!(
+                    body,
+                    "  let aj_grp: u32 = aj_wid.y * aj_nwg.x + aj_wid.x;\n  \
+                     if (aj_grp >= {total}u) {{ return; }}\n  var aj_r: i32 = i32(aj_grp);"
+                );
+                self.bind_grid(&grid, &mut body);
+                self.row_items(&shape::row_items(&inner), &mut body)?;
+                (PassShape::Rows(total), why)
+            }
             PassPlan::Grid { grid, inner, total } => {
-                if let Some(items) = row_pass_items(&inner, total) {
-                    // One workgroup per grid point (uniform: it depends on the group only).
-                    let _ = writeln!(
-                        body,
-                        "  let aj_grp: u32 = aj_wid.y * aj_nwg.x + aj_wid.x;\n  \
-                         if (aj_grp >= {total}u) {{ return; }}\n  var aj_r: i32 = i32(aj_grp);"
-                    );
-                    self.bind_grid(&grid, &mut body);
-                    self.row_items(&items, &mut body)?;
-                    (
-                        PassShape::Rows(total),
-                        format!(
-                            "{} independent outer loop(s) around long reductions: one workgroup \
-                             per iteration; reductions combine strided shares in a fixed tree \
-                             order, independent loops stride over the invocations",
-                            grid.len(),
-                        ),
-                    )
-                } else {
-                    let _ = writeln!(body, "  if (aj_g >= {total}) {{ return; }}");
-                    let _ = writeln!(body, "  var aj_r: i32 = aj_g;");
-                    self.bind_grid(&grid, &mut body);
-                    self.stmt(&inner, 1, &mut body)?;
-                    (PassShape::Grid(total), why)
-                }
+                let _ = writeln!(body, "  if (aj_g >= {total}) {{ return; }}");
+                let _ = writeln!(body, "  var aj_r: i32 = aj_g;");
+                self.bind_grid(&grid, &mut body);
+                self.stmt(&inner, 1, &mut body)?;
+                (PassShape::Grid(total), why)
             }
             PassPlan::Reduction(r) => {
                 self.reduction(&r, &mut body)?;

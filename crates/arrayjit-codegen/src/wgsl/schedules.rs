@@ -4,12 +4,11 @@
 
 use std::fmt::Write as _;
 
+use arrayjit_ir::Result;
 use arrayjit_ir::schedule::Gemm;
-use arrayjit_ir::schedule::iterations_independent;
-use arrayjit_ir::{LowLevel, Result};
 
 use super::ops::{compute_type, literal, narrow};
-use super::shape::{Accumulation, Rest, TILE};
+use super::shape::{Accumulation, Rest, RowItem, RowRole, TILE};
 use super::{PassRenderer, WORKGROUP_SIZE};
 
 impl PassRenderer<'_> {
@@ -170,43 +169,39 @@ impl PassRenderer<'_> {
     }
 
     /// The statements of one grid point run by a whole workgroup, in order, with a storage
-    /// barrier after each (later statements read what earlier ones stored): accumulations into
-    /// one element as workgroup reductions (those in the first such element type: the
-    /// workgroup array has one type), loops whose iterations are independent strided over the
-    /// invocations, anything else on invocation 0.
-    pub(super) fn row_items(&mut self, items: &[&LowLevel], out: &mut String) -> Result<()> {
+    /// barrier after each (later statements read what earlier ones stored): see
+    /// [`RowRole`]. The workgroup array of the tree has one type: a reduction in another
+    /// element type than the pass's first one runs on invocation 0 instead.
+    pub(super) fn row_items(&mut self, items: &[RowItem<'_>], out: &mut String) -> Result<()> {
         let mut tree_type: Option<&'static str> = None;
         for item in items {
-            let acc = Accumulation::detect(item).filter(|r| {
-                let p = r.tn.prec();
-                let t = compute_type(p);
-                p == p.compute_prec() && tree_type.is_none_or(|u| u == t)
-            });
             out.push_str("  {\n");
-            if let Some(r) = acc {
-                tree_type = Some(compute_type(r.tn.prec()));
-                self.reduction(&r, out)?;
-            } else if let LowLevel::For {
-                index,
-                from,
-                to,
-                body,
-            } = item.unwrapped()
-                && iterations_independent(body, *index)
-            {
-                let i = self.fresh("j");
-                let _ = writeln!(
-                    out,
-                    "  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; {i} = {i} + {WORKGROUP_SIZE}) {{"
-                );
-                self.symbols.insert(*index, i);
-                self.stmt(body, 2, out)?;
-                self.symbols.remove(index);
-                out.push_str("  }\n");
-            } else {
-                out.push_str("  if (aj_l == 0u) {\n");
-                self.stmt(item, 2, out)?;
-                out.push_str("  }\n");
+            match &item.role {
+                RowRole::Reduce(r) if tree_type.is_none_or(|t| t == compute_type(r.tn.prec())) => {
+                    tree_type = Some(compute_type(r.tn.prec()));
+                    self.reduction(r, out)?;
+                }
+                RowRole::Strided {
+                    index,
+                    from,
+                    to,
+                    body,
+                } => {
+                    let i = self.fresh("j");
+                    let _ = writeln!(
+                        out,
+                        "  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; {i} = {i} + {WORKGROUP_SIZE}) {{"
+                    );
+                    self.symbols.insert(*index, i);
+                    self.stmt(body, 2, out)?;
+                    self.symbols.remove(index);
+                    out.push_str("  }\n");
+                }
+                RowRole::Reduce(_) | RowRole::Lead => {
+                    out.push_str("  if (aj_l == 0u) {\n");
+                    self.stmt(item.stmt, 2, out)?;
+                    out.push_str("  }\n");
+                }
             }
             out.push_str("  }\n  storageBarrier();\n");
         }

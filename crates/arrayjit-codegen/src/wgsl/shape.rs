@@ -1,5 +1,7 @@
-//! How a statement maps onto the GPU: the grid of independent loops, and single-loop
-//! accumulations into one element (workgroup reductions).
+//! How a statement maps onto the GPU: the grid of independent loops, rows (a group of threads
+//! per grid point around long reductions), single-loop accumulations into one element (group
+//! reductions) and tiled products. The WGSL and CUDA renderers share these decisions and render
+//! them each in its own syntax.
 
 use std::borrow::Cow;
 
@@ -108,6 +110,80 @@ impl<'a> Accumulation<'a> {
     }
 }
 
+/// A reduction inside a grid gets a group of threads of its own when it is at least this long ...
+pub(crate) const ROW_REDUCTION_MIN: u64 = 256;
+/// ... and there are at most this many grid points (beyond, one thread per point keeps every
+/// lane busy already).
+pub(crate) const ROW_REDUCTION_MAX_ROWS: u64 = 1 << 14;
+
+/// One statement of a row pass (a group of threads per grid point), run by the whole group in
+/// order, with a barrier after each: later statements read what earlier ones stored.
+pub(crate) struct RowItem<'a> {
+    /// The statement.
+    pub(crate) stmt: &'a LowLevel,
+    /// How the group runs it.
+    pub(crate) role: RowRole<'a>,
+}
+
+/// How a group of threads runs one statement of a row pass.
+pub(crate) enum RowRole<'a> {
+    /// An accumulation into one element in its compute precision: a group reduction (strided
+    /// shares in order, then a fixed tree).
+    Reduce(Accumulation<'a>),
+    /// A loop whose iterations are independent: strided over the group's threads.
+    Strided {
+        index: Symbol,
+        from: i64,
+        to: i64,
+        body: &'a LowLevel,
+    },
+    /// Anything else: run by the group's first thread.
+    Lead,
+}
+
+/// The statements a group runs for one grid point of a row pass, classified.
+pub(crate) fn row_items(inner: &LowLevel) -> Vec<RowItem<'_>> {
+    let items: Vec<&LowLevel> = match inner.unwrapped() {
+        LowLevel::Seq(items) => items.iter().collect(),
+        other => vec![other],
+    };
+    items
+        .into_iter()
+        .map(|stmt| {
+            let role = if let Some(r) =
+                Accumulation::detect(stmt).filter(|r| r.tn.prec() == r.tn.prec().compute_prec())
+            {
+                RowRole::Reduce(r)
+            } else {
+                match stmt.unwrapped() {
+                    LowLevel::For {
+                        index,
+                        from,
+                        to,
+                        body,
+                    } if iterations_independent(body, *index) => RowRole::Strided {
+                        index: *index,
+                        from: *from,
+                        to: *to,
+                        body,
+                    },
+                    _ => RowRole::Lead,
+                }
+            };
+            RowItem { stmt, role }
+        })
+        .collect()
+}
+
+/// Whether the statement under a grid of `total` points holds a reduction long enough to
+/// spread over a group of threads (and the grid is small enough to give each point a group).
+fn is_row_pass(inner: &LowLevel, total: u64) -> bool {
+    total <= ROW_REDUCTION_MAX_ROWS
+        && row_items(inner).iter().any(|i| {
+            matches!(&i.role, RowRole::Reduce(r) if (r.to - r.from) as u64 >= ROW_REDUCTION_MIN)
+        })
+}
+
 /// The side of a product tile (a workgroup of `TILE²` invocations).
 pub(crate) const TILE: usize = 16;
 
@@ -135,7 +211,7 @@ pub(crate) fn tiled_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
 }
 
 /// How one top-level statement maps onto a GPU pass: the decision the WGSL and CUDA renderers
-/// share (each renders it in its own syntax, and WGSL refines some grids into row passes).
+/// share (each renders it in its own syntax).
 pub(crate) enum PassPlan<'a> {
     /// Nothing to run.
     Nothing,
@@ -145,6 +221,13 @@ pub(crate) enum PassPlan<'a> {
     Tiles(Gemm, bool),
     /// One thread per iteration of the independent loops `grid`, each running `inner`.
     Grid {
+        grid: Vec<(Symbol, i64, i64)>,
+        inner: Cow<'a, LowLevel>,
+        total: u64,
+    },
+    /// One group of threads per iteration of the independent loops `grid` (`total` of them),
+    /// running the [`row_items`] of `inner` together.
+    Rows {
         grid: Vec<(Symbol, i64, i64)>,
         inner: Cow<'a, LowLevel>,
         total: u64,
@@ -163,6 +246,12 @@ impl PassPlan<'_> {
             PassPlan::Grid { grid, .. } => format!(
                 "{} independent outer loop(s): one invocation per iteration",
                 grid.len()
+            ),
+            PassPlan::Rows { grid, .. } => format!(
+                "{} independent outer loop(s) around long reductions: one {group} per \
+                 iteration; reductions combine strided shares in a fixed tree order, independent \
+                 loops stride over the threads, anything else runs on the first thread",
+                grid.len(),
             ),
             PassPlan::Reduction(r) => format!(
                 "a loop accumulating into one element by {}: one {group}, strided shares \
@@ -189,6 +278,9 @@ pub(crate) fn plan(stmt: &LowLevel) -> PassPlan<'_> {
             let (grid, inner) = grid_loops(stmt);
             if !grid.is_empty() {
                 let total = grid.iter().map(|(_, f, t)| (t - f) as u64).product();
+                if is_row_pass(&inner, total) {
+                    return PassPlan::Rows { grid, inner, total };
+                }
                 return PassPlan::Grid { grid, inner, total };
             }
             match Accumulation::detect(stmt) {

@@ -1,0 +1,145 @@
+//! NVRTC compiles, cached: in memory for the process, and on disk in the compile cache's `ptx`
+//! folder ([`crate::compile_cache`]: private, sealed files keyed by a hash of the source, the
+//! architecture, NVRTC's version and the options), so a program compiled once is not compiled
+//! again by a later process. A damaged or foreign cache file is refused with a warning and the
+//! program compiled anew; a cache that cannot be used only costs compile time.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use arrayjit_ir::{Error, Result};
+
+use super::{HOW_TO_ENABLE, NAME};
+use crate::compile_cache::{self, private_dir, read_verified, write_sealed};
+
+/// Where a [`PtxCache::compile`] found its PTX.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PtxOrigin {
+    /// NVRTC compiled it now.
+    Compiled,
+    /// This cache compiled or read it before, in this process.
+    Memory,
+    /// A sealed file of the disk cache.
+    Disk,
+}
+
+/// A cache of NVRTC's PTX: in memory, and in the `ptx` folder of a compile cache folder.
+#[derive(Debug)]
+pub struct PtxCache {
+    dir: Option<PathBuf>,
+    memory: Mutex<HashMap<String, String>>,
+}
+
+impl PtxCache {
+    /// A cache keeping its files in the `ptx` folder of `cache_dir` (`None`: memory only).
+    pub fn new(cache_dir: Option<&Path>) -> PtxCache {
+        PtxCache {
+            dir: cache_dir.map(|d| d.join("ptx")),
+            memory: Mutex::default(),
+        }
+    }
+
+    /// A cache in the compile cache folder the environment chooses (`ARRAYJIT_CACHE_DIR`,
+    /// `ARRAYJIT_NO_CACHE`); memory only, with a warning, if those settings do not parse.
+    pub fn from_env() -> PtxCache {
+        match compile_cache::cache_dir(&crate::settings::process_env) {
+            Ok(dir) => PtxCache::new(dir.as_deref()),
+            Err(e) => {
+                tracing::warn!("compiling CUDA without the disk cache: {e}");
+                PtxCache::new(None)
+            }
+        }
+    }
+
+    /// The PTX of `source` for `arch` (`sm_90`, or a virtual `compute_XY`), compiled by NVRTC
+    /// with `--fmad=false` unless this cache holds it, and where it came from. A compile error
+    /// is an [`Error::Render`] with NVRTC's log.
+    pub fn compile(&self, source: &str, arch: &str) -> Result<(String, PtxOrigin)> {
+        // SAFETY: this only tries to open the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(Error::BackendUnavailable {
+                backend: NAME.into(),
+                reason: "NVRTC (libnvrtc.so) was not found".into(),
+                how_to_enable: HOW_TO_ENABLE.into(),
+            });
+        }
+        let key = cache_key(source, arch);
+        let memory = || self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ptx) = memory().get(&key) {
+            return Ok((ptx.clone(), PtxOrigin::Memory));
+        }
+        let file = self.dir.as_ref().and_then(|dir| match private_dir(dir) {
+            Ok(()) => Some(dir.join(format!("{key}.ptx"))),
+            Err(e) => {
+                tracing::warn!("compiling CUDA without the disk cache: {e}");
+                None
+            }
+        });
+        if let Some(path) = &file {
+            match read_verified(path, &key).map(String::from_utf8) {
+                Ok(Ok(ptx)) => {
+                    memory().insert(key, ptx.clone());
+                    return Ok((ptx, PtxOrigin::Disk));
+                }
+                Ok(Err(_)) => tracing::warn!("{} is not text; compiling anew", path.display()),
+                Err(why) if std::fs::symlink_metadata(path).is_ok() => {
+                    tracing::warn!("not using {}: {why}; compiling anew", path.display())
+                }
+                Err(_) => {}
+            }
+        }
+        let options = cudarc::nvrtc::CompileOptions {
+            fmad: Some(false),
+            options: vec![format!("--gpu-architecture={arch}")],
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options)
+            .map_err(|e| Error::Render {
+                routine: "a CUDA program".into(),
+                language: "CUDA C".into(),
+                detail: format!("NVRTC failed for {arch}: {e:?}"),
+            })?
+            .to_src();
+        if let Some(path) = &file
+            && let Err(e) = write_sealed(path, &key, ptx.as_bytes())
+        {
+            tracing::warn!("cannot add {} to the compile cache: {e}", path.display());
+        }
+        memory().insert(key, ptx.clone());
+        Ok((ptx, PtxOrigin::Compiled))
+    }
+}
+
+/// NVRTC's version, `major.minor`.
+fn nvrtc_version() -> &'static str {
+    static VERSION: OnceLock<String> = OnceLock::new();
+    VERSION.get_or_init(|| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: called only once the library is known to be present; the pointers are valid.
+        let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        format!("{major}.{minor} ({status:?})")
+    })
+}
+
+/// The hash naming a program's PTX: source, architecture, compiler version and options.
+fn cache_key(source: &str, arch: &str) -> String {
+    let mut h = blake3::Hasher::new();
+    for part in ["ptx-v1", source, arch, nvrtc_version(), "--fmad=false"] {
+        h.update(part.as_bytes());
+        h.update(&[0]);
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// Compiles CUDA C to PTX for `arch` (`sm_90`, or a virtual `compute_XY`) with NVRTC, as the
+/// backend does (`--fmad=false`), through the process's [`PtxCache`] in the environment's
+/// compile cache folder. Needs only libnvrtc, no GPU: CI uses it to check every rendered
+/// kernel. A compile error is an [`Error::Render`] with NVRTC's log.
+pub fn compile_ptx(source: &str, arch: &str) -> Result<String> {
+    static CACHE: OnceLock<PtxCache> = OnceLock::new();
+    CACHE
+        .get_or_init(PtxCache::from_env)
+        .compile(source, arch)
+        .map(|(ptx, _)| ptx)
+}
