@@ -148,7 +148,6 @@ pub(crate) fn unique_suffix() -> String {
     )
 }
 
-
 /// Writes `bytes` as the sealed file `path` (in a folder [`private_dir`] accepted): to a fresh
 /// file next to it, sealed and flushed, then renamed over `path`.
 pub(crate) fn write_sealed(path: &Path, key: &str, bytes: &[u8]) -> std::io::Result<()> {

@@ -412,7 +412,9 @@ fn render_kernel(
 
 /// A C name for a node that depends only on its label and position in the kernel.
 pub(crate) fn node_name(tn: &Tnode, pos: usize) -> String {
-    let label = sanitize_identifier(&tn.label().join("_"));
+    let label = tn
+        .chosen_code_name()
+        .unwrap_or_else(|| sanitize_identifier(&tn.label().join("_")));
     if label.is_empty() {
         format!("a{pos}")
     } else if label.starts_with(|c: char| c.is_ascii_digit()) {

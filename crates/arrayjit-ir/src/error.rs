@@ -29,6 +29,24 @@ pub enum Error {
         /// Which index, which array, and its valid range.
         detail: String,
     },
+    /// A node's precision was asked to change after it was fixed by its first use.
+    #[error(
+        "the precision of {node} is already {fixed} (because: {fixed_provenance}), so it cannot \
+         become {requested} (asked by: {requested_provenance}); call update_prec before anything \
+         uses the node's precision (sizing, lowering, host values)"
+    )]
+    PrecisionFixed {
+        /// The node.
+        node: String,
+        /// Its precision.
+        fixed: String,
+        /// Who asked for that precision.
+        fixed_provenance: String,
+        /// The precision asked for now.
+        requested: String,
+        /// Who asks for it.
+        requested_provenance: String,
+    },
     /// Two memory-mode requests for one tensor node contradict each other.
     #[error("{0}")]
     MemoryModeConflict(Box<ModeConflict>),

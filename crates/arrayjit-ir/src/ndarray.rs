@@ -235,6 +235,62 @@ impl Ndarray {
         })
     }
 
+    /// The same elements (moved, not copied) viewed with other storage `dims`: the same number
+    /// of elements in the same row-major order. A padded array cannot be reshaped (its margins
+    /// are laid out for its dims).
+    pub fn reshaped(self, dims: &[usize]) -> Result<Ndarray> {
+        if self.padding.is_some() {
+            return Err(Error::invalid(format!(
+                "reshaping a padded array of dims {:?}: its margins are laid out for those dims; \
+                 reshape the unpadded values",
+                self.dims
+            )));
+        }
+        let n = checked_num_elems(dims)?;
+        let have = checked_num_elems(&self.dims)?;
+        if n != have {
+            return Err(size_mismatch("Ndarray::reshaped", dims, n, have));
+        }
+        Ok(Ndarray {
+            dims: dims.to_vec(),
+            ..self
+        })
+    }
+
+    /// The same elements (moved, not copied), read as a padded array: its storage dims hold
+    /// `padding`'s margins around logical dims of at least 1 each. The margins are used as
+    /// they are (they should hold the pad value). An array that already has another padding is
+    /// an error.
+    pub fn with_padding(self, padding: Padding) -> Result<Ndarray> {
+        if let Some(p) = &self.padding {
+            if *p == padding {
+                return Ok(self);
+            }
+            return Err(Error::invalid(format!(
+                "the array already has padding {p:?}, not {padding:?}"
+            )));
+        }
+        if padding.axes.len() != self.dims.len()
+            || padding
+                .axes
+                .iter()
+                .zip(&self.dims)
+                .any(|(a, &d)| a.left.saturating_add(a.right) >= d)
+        {
+            return Err(Error::ShapeMismatch {
+                op: "Ndarray::with_padding".into(),
+                detail: format!(
+                    "storage dims {:?} cannot hold margins {:?} around at least one element per axis",
+                    self.dims, padding.axes
+                ),
+            });
+        }
+        Ok(Ndarray {
+            padding: Some(padding),
+            ..self
+        })
+    }
+
     /// The element precision.
     pub fn prec(&self) -> Prec {
         self.storage.prec()

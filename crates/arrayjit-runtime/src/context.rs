@@ -98,6 +98,25 @@ fn shared_written_elsewhere(routine: &str, tn: &Tnode) -> Error {
     ))
 }
 
+/// For a hosted node that devices never write (constant, or volatile: changed only from the
+/// host), its mode and why it has it.
+fn changed_only_from_host(tn: &Tnode) -> Option<String> {
+    let m = tn.memory_mode()?;
+    match m.mode {
+        MemoryMode::Hosted(MemoryType::Constant) => Some(format!(
+            "hosted constant (because: {}): constants are shared by all streams of a device and \
+             never written there",
+            m.provenance
+        )),
+        MemoryMode::Hosted(MemoryType::Volatile) => Some(format!(
+            "hosted volatile (because: {}): volatile nodes change only on the host, reaching \
+             devices by from_host",
+            m.provenance
+        )),
+        _ => None,
+    }
+}
+
 fn is_device_constant(tn: &Tnode) -> bool {
     tn.memory_mode().map(|m| m.mode) == Some(MemoryMode::Hosted(MemoryType::Constant))
 }
@@ -289,6 +308,17 @@ impl Context {
         let device = self.inner.stream.device().clone();
         let backend = device.backend().clone();
         // Checks first, so that a failed link allocates nothing.
+        // Whether or not this context holds them already.
+        for tn in &outputs {
+            if let Some(why) = changed_only_from_host(tn) {
+                return Err(Error::invalid(format!(
+                    "routine {} writes {}, whose memory mode is {why}; write it on the host and \
+                     copy it with from_host, or make it hosted nonconstant to compute it on devices",
+                    opt.name,
+                    tn.debug_name(),
+                )));
+            }
+        }
         let mut fresh = Vec::new();
         for tn in opt.materialized_nodes() {
             if self.inner.arrays.contains_key(&tn) {
@@ -300,14 +330,6 @@ impl Context {
                     context: self.describe(),
                     routine: format!("routine {}", opt.name),
                 });
-            }
-            if is_device_constant(&tn) && outputs.contains(&tn) {
-                return Err(Error::invalid(format!(
-                    "routine {} writes {}, whose memory mode is hosted constant; constants are shared \
-                     by all streams of a device and never written there",
-                    opt.name,
-                    tn.debug_name()
-                )));
             }
             if !is_shared_across_streams(&tn) {
                 fresh.push(tn);
@@ -365,12 +387,23 @@ impl Context {
                     Some(e) => e.clone(),
                     None => {
                         let view = match plan.slot(&tn) {
-                            Some(slot) => Some(lowered.pool_view(
-                                device.ordinal(),
-                                pool_ids[slot.pool],
-                                slot.offset,
-                                slot.size,
-                            )?),
+                            Some(slot) => {
+                                tn.set_backend_info(format!(
+                                    "{}: linked by routine {} on {}: bytes {}..{} of pool {}",
+                                    backend.name(),
+                                    opt.name,
+                                    self.inner.stream.name(),
+                                    slot.offset,
+                                    slot.offset + slot.size,
+                                    pool_ids[slot.pool]
+                                ));
+                                Some(lowered.pool_view(
+                                    device.ordinal(),
+                                    pool_ids[slot.pool],
+                                    slot.offset,
+                                    slot.size,
+                                )?)
+                            }
                             None => None,
                         };
                         let e = self.new_array(&tn, view)?;

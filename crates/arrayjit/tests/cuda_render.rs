@@ -72,7 +72,9 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
         let p = render_cuda(&[&opt]).unwrap();
         let passes = &p.kernels[0].passes;
         assert!(
-            passes.iter().any(|p| matches!(p.shape, PassShape::Tiles(_))),
+            passes
+                .iter()
+                .any(|p| matches!(p.shape, PassShape::Tiles(_))),
             "{passes:?}"
         );
         assert!(
@@ -121,7 +123,11 @@ fn ptx_is_cached_on_disk_and_damaged_files_are_refused() {
         Err(e) => panic!("{e}"),
     };
     assert_eq!(first.compile(&source, ARCH).unwrap().1, PtxOrigin::Memory);
-    let fresh = || PtxCache::new(Some(dir.path())).compile(&source, ARCH).unwrap();
+    let fresh = || {
+        PtxCache::new(Some(dir.path()))
+            .compile(&source, ARCH)
+            .unwrap()
+    };
     assert_eq!(fresh(), (ptx.clone(), PtxOrigin::Disk));
     let files: Vec<_> = std::fs::read_dir(dir.path().join("ptx"))
         .unwrap()

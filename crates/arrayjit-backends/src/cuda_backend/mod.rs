@@ -209,7 +209,6 @@ impl CudaBackend {
     }
 }
 
-
 /// Routines compiled together; modules are loaded per device on first launch there.
 pub struct CudaBatch {
     gpus: Vec<Arc<Gpu>>,

@@ -16,7 +16,7 @@ use crate::assignments::Assignments;
 use crate::error::{Error, Result};
 use crate::indexing::StaticSymbol;
 use crate::low_level::{LowLevel, ScalarExpr};
-use crate::memory::{MemoryMode, Sharing};
+use crate::memory::{MemoryMode, MemoryType, Sharing};
 use crate::tnode::Tnode;
 
 pub use analysis::NodeRole;
@@ -430,6 +430,28 @@ fn decide_memory_modes(
             MemoryMode::Virtual,
             format!("optimizer: computed in {name} and read once per element, so inlined into its {uses} use(s)"),
         )?;
+    }
+    // Hosted nodes the routine writes change on devices (and reach the host by `to_host`):
+    // `Hosted(Nonconstant)` (or plain `Hosted`) refines to `Hosted(ChangedOnDevices)`. A write
+    // to a hosted constant or volatile node (changed only from the host) is refused when the
+    // code is linked, naming the node and its mode's provenance.
+    for info in analysis
+        .nodes
+        .values()
+        .filter(|i| !i.write_stmts.is_empty())
+    {
+        let tn = &info.tn;
+        if let Some(current) = tn.memory_mode()
+            && matches!(
+                current.mode,
+                MemoryMode::Hosted(MemoryType::Unset | MemoryType::Nonconstant)
+            )
+        {
+            tn.update_memory_mode(
+                MemoryMode::Hosted(MemoryType::ChangedOnDevices(Sharing::Unset)),
+                format!("{}; {name} writes it on the device", current.provenance),
+            )?;
+        }
     }
     // Everything still abstract defaults to its most local concrete mode.
     for info in analysis.nodes.values() {

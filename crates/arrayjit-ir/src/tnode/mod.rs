@@ -1,5 +1,12 @@
 //! Tensor nodes (`Tnode`): identity, label, precision, dims, padding, memory mode with
-//! provenance, the host array, a C-safe code name, and the global registry.
+//! provenance, the host array, a C-safe code name, and the global registry. Nodes over existing
+//! host arrays and precisions decided later are in [`creation`]; what a node says of itself
+//! (debug logs, backend notes, the registry's headers) in [`info`].
+
+mod creation;
+mod info;
+
+pub use creation::DelayedPrec;
 
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
@@ -46,12 +53,18 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct TnodeInner {
     id: usize,
     label: Vec<String>,
-    prec: Prec,
+    /// Fixed at the first use of the precision (see [`DelayedPrec`]).
+    prec: OnceLock<Prec>,
+    /// The precision the node gets when it is first used, and who asked for it.
+    delayed_prec: Mutex<(Prec, String)>,
     dims: Vec<usize>,
     padding: Option<Padding>,
     padded_dims: Vec<usize>,
     left_padding: Vec<usize>,
-    code_name: String,
+    /// The name the user chose for generated code ([`Tnode::update_code_name`]), sanitized.
+    chosen_code_name: Mutex<Option<String>>,
+    /// What a backend noted about the node (free text, for debugging).
+    backend_info: Mutex<String>,
     memory_mode: Mutex<Option<ModeWithProvenance>>,
     host: Mutex<Option<Ndarray>>,
     host_sync: Mutex<HostSync>,
@@ -133,6 +146,22 @@ impl Tnode {
         padding: Option<Padding>,
         label: &[&str],
     ) -> Result<Tnode> {
+        Tnode::build_with(DelayedPrec::Specified(prec), dims, padding, label, None)
+    }
+
+    /// A node of precision `prec` (fixed now, or on first use), with a host array already
+    /// (`host`, whose storage dims must be the padded dims).
+    fn build_with(
+        prec: DelayedPrec,
+        dims: &[usize],
+        padding: Option<Padding>,
+        label: &[&str],
+        host: Option<Ndarray>,
+    ) -> Result<Tnode> {
+        let (fixed, initial, why) = match prec {
+            DelayedPrec::Specified(p) => (Some(p), p, "given when the node was made"),
+            DelayedPrec::Default(p) => (None, p, "the node's default, fixed by its first use"),
+        };
         if let Some(axis) = dims.iter().position(|&d| d == 0) {
             return Err(Error::invalid(format!(
                 "tensor node {label:?}: dims {dims:?} have a zero at axis {axis}; every dim must be at least 1"
@@ -145,24 +174,23 @@ impl Tnode {
         let elems = padded
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .and_then(|n| n.checked_mul(prec.size_in_bytes()))
+            .and_then(|n| n.checked_mul(fixed.unwrap_or(Prec::F64).size_in_bytes()))
             .filter(|&b| b <= isize::MAX as usize);
         if elems.is_none() {
             return Err(Error::invalid(format!(
-                "tensor node {label:?}: dims {dims:?} of {prec} are too large to store"
+                "tensor node {label:?}: dims {dims:?} are too large to store"
             )));
         }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let sanitized = sanitize_identifier(&label.join("_"));
-        let code_name = if sanitized.is_empty() {
-            format!("n{id}")
-        } else {
-            format!("n{id}_{sanitized}")
-        };
+        let prec = OnceLock::new();
+        if let Some(p) = fixed {
+            let _ = prec.set(p);
+        }
         let inner = Arc::new(TnodeInner {
             id,
             label: label.iter().map(|s| s.to_string()).collect(),
             prec,
+            delayed_prec: Mutex::new((initial, why.into())),
             dims: dims.to_vec(),
             left_padding: match &padding {
                 Some(p) => p.axes.iter().map(|a| a.left).collect(),
@@ -170,9 +198,10 @@ impl Tnode {
             },
             padding,
             padded_dims: padded,
-            code_name,
+            chosen_code_name: Mutex::new(None),
+            backend_info: Mutex::new(String::new()),
             memory_mode: Mutex::new(None),
-            host: Mutex::new(None),
+            host: Mutex::new(host),
             host_sync: Mutex::new(HostSync::default()),
             attachments: Mutex::new(Vec::new()),
         });
@@ -214,9 +243,11 @@ impl Tnode {
         &self.0.label
     }
 
-    /// The element precision.
+    /// The element precision. For a node whose precision was left to be decided
+    /// ([`Tnode::new_delayed_prec`]), this fixes it: [`Tnode::update_prec`] can no longer
+    /// change it.
     pub fn prec(&self) -> Prec {
-        self.0.prec
+        *self.0.prec.get_or_init(|| lock(&self.0.delayed_prec).0)
     }
 
     /// The logical dims (without padding).
@@ -261,12 +292,19 @@ impl Tnode {
 
     /// Size of the stored array in bytes.
     pub fn size_in_bytes(&self) -> usize {
-        self.num_elems() * self.0.prec.size_in_bytes()
+        self.num_elems() * self.prec().size_in_bytes()
     }
 
-    /// A C identifier for this node: `n<id>_<sanitized label>`; unique and free of user syntax.
-    pub fn code_name(&self) -> &str {
-        &self.0.code_name
+    /// A C identifier for this node: `n<id>_<sanitized label>` (or of the name given to
+    /// [`Tnode::update_code_name`]); unique and free of user syntax.
+    pub fn code_name(&self) -> String {
+        let chosen = lock(&self.0.chosen_code_name).clone();
+        let name = chosen.unwrap_or_else(|| sanitize_identifier(&self.0.label.join("_")));
+        if name.is_empty() {
+            format!("n{}", self.0.id)
+        } else {
+            format!("n{}_{name}", self.0.id)
+        }
     }
 
     /// A short human name: the label joined by dots, then `#id`.

@@ -1,0 +1,96 @@
+//! What a node says of itself beyond its header: a backend's notes on it, a code name chosen
+//! by the user (still sanitized), its debug information, and the headers of every live node in
+//! the registry.
+
+use std::fmt::Write as _;
+
+use super::{Tnode, lock, registry, sanitize_identifier};
+
+impl Tnode {
+    /// What a backend or the runtime noted about the node (e.g. where its last linked array
+    /// lives), empty if nothing.
+    pub fn backend_info(&self) -> String {
+        lock(&self.0.backend_info).clone()
+    }
+
+    /// Replaces the backend's note on the node.
+    pub fn set_backend_info(&self, info: impl Into<String>) {
+        *lock(&self.0.backend_info) = info.into();
+    }
+
+    /// Names the node `name` in generated code instead of its label: sanitized into a C
+    /// identifier fragment (renderers add a position, [`Tnode::code_name`] the id, so it stays
+    /// unique and can never inject anything). A name with nothing left after sanitizing goes
+    /// back to the label. Code compiled before keeps the name it had.
+    pub fn update_code_name(&self, name: &str) {
+        let sanitized = sanitize_identifier(name);
+        *lock(&self.0.chosen_code_name) = (!sanitized.is_empty()).then_some(sanitized);
+    }
+
+    /// The sanitized name chosen by [`Tnode::update_code_name`], if any.
+    pub fn chosen_code_name(&self) -> Option<String> {
+        lock(&self.0.chosen_code_name).clone()
+    }
+
+    /// Everything known of the node, one item per line: its header (precision, dims, memory
+    /// mode and why), whether it has a host array, which device copies hold its latest values,
+    /// whether its precision is fixed, its code name and the backend's note.
+    pub fn debug_info(&self) -> String {
+        let mut out = self.header();
+        let host = if self.has_host_array() {
+            "a host array"
+        } else {
+            "no host array"
+        };
+        let _ = write!(
+            out,
+            "\n  {host}; device copies holding the latest values: {:?}\n  precision {}; code \
+             name {}",
+            self.copies_not_lagging_host(),
+            if self.prec_is_fixed() {
+                "fixed"
+            } else {
+                "not fixed yet"
+            },
+            self.code_name()
+        );
+        let info = self.backend_info();
+        if !info.is_empty() {
+            let _ = write!(out, "\n  backend: {info}");
+        }
+        out
+    }
+
+    /// Logs [`Tnode::debug_info`] at the `debug` level of `tracing` (target `arrayjit::tnode`).
+    pub fn log_debug_info(&self) {
+        tracing::debug!(target: "arrayjit::tnode", "{}", self.debug_info());
+    }
+
+    /// The headers of every live node that `pred` accepts, by id.
+    pub fn accessible_headers(pred: impl Fn(&Tnode) -> bool) -> Vec<String> {
+        let mut nodes: Vec<Tnode> = registry()
+            .values()
+            .filter_map(|w| w.upgrade().map(Tnode))
+            .collect();
+        nodes.sort_by_key(Tnode::id);
+        nodes
+            .iter()
+            .filter(|t| pred(t))
+            .map(Tnode::header)
+            .collect()
+    }
+
+    /// Prints [`Tnode::accessible_headers`] of every live node `pred` accepts, one per line.
+    pub fn print_accessible_headers(pred: impl Fn(&Tnode) -> bool) {
+        for h in Tnode::accessible_headers(pred) {
+            println!("{h}");
+        }
+    }
+
+    /// Logs [`Tnode::accessible_headers`] at the `debug` level (target `arrayjit::tnode`).
+    pub fn log_accessible_headers(pred: impl Fn(&Tnode) -> bool) {
+        for h in Tnode::accessible_headers(pred) {
+            tracing::debug!(target: "arrayjit::tnode", "{h}");
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Conformance tests named after the items of the reference documents in
+//! `../shared/reference/` they cover (`<document>__<item>`), run on both CPU backends (and any
+//! backend named in the test), so a reader can map a reference item to the test that checks it.
+
+#![allow(non_snake_case)] // `<document>__<item>`: the double underscore separates the two.
+
+use arrayjit::prelude::*;
+
+const CPU_BACKENDS: [&str; 2] = ["sync_cc", "multicore_cc"];
+
+fn input(label: &str, values: &[f64]) -> Tnode {
+    let t = Tnode::new(Prec::F32, &[values.len()], &[label]).unwrap();
+    t.set_values(values).unwrap();
+    t
+}
+
+fn mode(tn: &Tnode) -> MemoryMode {
+    tn.memory_mode().unwrap().mode
+}
+
+/// `ocannl-ir-tnode.txt`, `memory_type`: `Nonconstant` is "one of `Changed_on_devices`,
+/// `Volatile`"; a hosted node that a routine writes changes on devices, and the optimizer says
+/// so (with the routine's name in the provenance). Read-only hosted nodes keep their type.
+#[test]
+fn tnode__memory_type_nonconstant_refines_to_changed_on_devices_when_written() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let x = input("x", &[1.0, -2.0, 3.0]);
+        x.update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Nonconstant),
+            "test: an input",
+        )
+        .unwrap();
+        let y = Tnode::new(Prec::F32, &[3], &["y"]).unwrap();
+        y.update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Nonconstant),
+            "test: a result",
+        )
+        .unwrap();
+        let code = backend
+            .compile(
+                "relu",
+                &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
+                &[],
+            )
+            .unwrap();
+        assert_eq!(
+            mode(&y),
+            MemoryMode::Hosted(MemoryType::ChangedOnDevices(Sharing::Unset))
+        );
+        let why = y.memory_mode().unwrap().provenance;
+        assert!(
+            why.contains("test: a result") && why.contains("relu writes it"),
+            "{why}"
+        );
+        // Read only: still one of the two.
+        assert_eq!(mode(&x), MemoryMode::Hosted(MemoryType::Nonconstant));
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        Context::new(&stream).link(&code).unwrap().run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        // Asking for the abstract type again is already satisfied.
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: again")
+            .unwrap();
+    }
+}
+
+/// `ocannl-ir-tnode.txt`, `memory_type`: `Volatile` "will only change on any device via a
+/// from_host call": routines read it (and see the host's new values after `from_host`), and a
+/// routine writing it is refused at link time, naming the node, its mode and why it has it.
+#[test]
+fn tnode__memory_type_volatile_changes_only_from_the_host() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let x = input("x", &[1.0, -2.0, 3.0]);
+        x.update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Volatile),
+            "test: fed by the host",
+        )
+        .unwrap();
+        let y = Tnode::new(Prec::F32, &[3], &["y"]).unwrap();
+        y.update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Nonconstant),
+            "test: a result",
+        )
+        .unwrap();
+        let read = backend
+            .compile(
+                "read",
+                &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
+                &[],
+            )
+            .unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let routine = Context::new(&stream).link(&read).unwrap();
+        routine.run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        x.set_values(&[-1.0, 5.0, 0.5]).unwrap();
+        routine.context().from_host(&x).unwrap();
+        routine.run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![0.0, 5.0, 0.5], "{name}");
+        // A routine writing it.
+        let z = input("z", &[1.0, 1.0, 1.0]);
+        let write = backend
+            .compile(
+                "write_x",
+                &Assignments::pointwise_unop(&x, UnOp::Neg, &z),
+                &[],
+            )
+            .unwrap();
+        let e = routine.context().link(&write).unwrap_err().to_string();
+        assert!(
+            e.contains("write_x") && e.contains("hosted volatile") && e.contains("fed by the host"),
+            "{e}"
+        );
+        // Nothing changed: the first routine still runs.
+        routine.run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![0.0, 5.0, 0.5], "{name}");
+    }
+}
+
+/// `ocannl-ir-tnode.txt`, `memory_type`: `Constant` "does not change after initialization": a
+/// routine writing a hosted constant is refused at link time.
+#[test]
+fn tnode__memory_type_constant_is_never_written_on_devices() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let c = input("c", &[1.0, 2.0]);
+        c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
+            .unwrap();
+        let z = input("z", &[1.0, 1.0]);
+        let write = backend
+            .compile(
+                "write_c",
+                &Assignments::pointwise_unop(&c, UnOp::Neg, &z),
+                &[],
+            )
+            .unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let e = Context::new(&stream).link(&write).unwrap_err().to_string();
+        assert!(
+            e.contains("write_c") && e.contains("hosted constant") && e.contains("weights"),
+            "{e}"
+        );
+    }
+}
+
+/// `ocannl-ir-tnode.txt`, `delayed_prec` and `update_prec`: a node's precision can be decided
+/// after it is made, until its first use fixes it; later requests for another precision are a
+/// typed error naming both, and change nothing.
+#[test]
+fn tnode__delayed_prec_and_update_prec() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let x = Tnode::new_delayed_prec(Prec::F32, &[3], &["x"]).unwrap();
+        assert!(!x.prec_is_fixed());
+        x.update_prec(Prec::F16, "test: first thought").unwrap();
+        x.update_prec(Prec::F64, "test: the model computes in f64")
+            .unwrap();
+        x.set_values(&[1.5, -2.25, 3.0]).unwrap(); // first use: fixed
+        assert!(x.prec_is_fixed());
+        assert_eq!(x.prec(), Prec::F64);
+        assert_eq!(x.size_in_bytes(), 24);
+        x.update_prec(Prec::F64, "test: the same again").unwrap();
+        let e = x.update_prec(Prec::Bf16, "test: too late").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, arrayjit::Error::PrecisionFixed { .. })
+                && text.contains("f64")
+                && text.contains("the model computes in f64")
+                && text.contains("too late"),
+            "{text}"
+        );
+        assert_eq!(x.prec(), Prec::F64);
+        // Never asked for: the default, fixed by the first use (here: lowering).
+        let y = Tnode::new_delayed_prec(Prec::F32, &[3], &["y"]).unwrap();
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        let code = backend
+            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .unwrap();
+        assert_eq!(y.prec(), Prec::F32);
+        assert!(y.update_prec(Prec::F64, "test: after compiling").is_err());
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        Context::new(&stream).link(&code).unwrap().run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![-1.5, 2.25, -3.0], "{name}");
+    }
+}
+
+/// `ocannl-ir-tnode.txt`, `create_from_padded`: a node over an existing padded host array, which
+/// is moved in: the node's logical dims are the array's less its margins, and code reads the
+/// margins as they are.
+#[test]
+fn tnode__create_from_padded() {
+    use arrayjit::ir::{AxisPadding, Padding};
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        // Storage 1 + 3 + 1 with margins holding the pad value 0.
+        let nd = Ndarray::from_f64(Prec::F32, &[5], &[0.0, 1.0, 2.0, 3.0, 0.0]).unwrap();
+        let padding = Padding {
+            axes: vec![AxisPadding { left: 1, right: 1 }],
+            value: 0.0,
+        };
+        let x = Tnode::from_padded_host_array(nd, Some(padding.clone()), &["x"]).unwrap();
+        assert_eq!(x.dims(), &[3]);
+        assert_eq!(x.padded_dims(), &[5]);
+        assert_eq!(x.padding(), Some(&padding));
+        assert!(x.is_hosted());
+        assert_eq!(x.get_values().unwrap(), vec![1.0, 2.0, 3.0]);
+        let y = Tnode::new(Prec::F32, &[3], &["y"]).unwrap();
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        let code = backend
+            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        Context::new(&stream).link(&code).unwrap().run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0, -3.0], "{name}");
+        // Margins that leave no element are refused.
+        let small = Ndarray::from_f64(Prec::F32, &[2], &[0.0, 0.0]).unwrap();
+        assert!(Tnode::from_padded_host_array(small, Some(padding.clone()), &["z"]).is_err());
+    }
+}
+
+/// `ocannl-ir-tnode.txt`, `create_with_reshape`: a node over an existing host array read with
+/// other dims (row-major, same element count), moved in; a count that does not match is a
+/// shape error.
+#[test]
+fn tnode__create_with_reshape() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let base = Ndarray::from_f64(Prec::F32, &[6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let m = Tnode::from_reshaped_host_array(base, &[2, 3], None, &["m"]).unwrap();
+        assert_eq!(m.dims(), &[2, 3]);
+        assert_eq!(m.get_value(&[1, 0]).unwrap(), 4.0);
+        // Row sums through a contraction.
+        let r = Tnode::new(Prec::F32, &[2], &["r"]).unwrap();
+        r.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        let sum = Assignments::einsum(
+            "ij->i",
+            BinOp::Add,
+            &r,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(m)),
+            true,
+        )
+        .unwrap();
+        let code = backend.compile("row_sums", &sum, &[]).unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        Context::new(&stream).link(&code).unwrap().run().unwrap();
+        assert_eq!(r.get_values().unwrap(), vec![6.0, 15.0], "{name}");
+        let base = Ndarray::from_f64(Prec::F32, &[6], &[0.0; 6]).unwrap();
+        let e = Tnode::from_reshaped_host_array(base, &[4, 2], None, &["bad"]).unwrap_err();
+        assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
+    }
+}
+
+/// `ocannl-ir-tnode.txt`, `backend_info`, `update_code_name`, `log_debug_info`: the runtime
+/// notes where a linked array lives; a code name given by the user is sanitized and stays
+/// unique; the debug information says everything known of the node.
+#[test]
+fn tnode__backend_info_update_code_name_and_log_debug_info() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let x = input("x", &[1.0, 2.0]);
+        let y = Tnode::new(Prec::F32, &[2], &["y"]).unwrap();
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        y.update_code_name("***");
+        assert_eq!(y.code_name(), format!("n{}_y", y.id()));
+        y.update_code_name("my output; DROP */ evil");
+        assert_eq!(y.code_name(), format!("n{}_my_output_DROP_evil", y.id()));
+        let code = backend
+            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .unwrap();
+        // The generated code names the array by it (with its position), never by raw text.
+        assert!(code.source().contains("my_output_DROP_evil_"), "{name}");
+        assert!(!code.source().contains("DROP */"), "{name}");
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        Context::new(&stream).link(&code).unwrap().run().unwrap();
+        let info = y.backend_info();
+        assert!(
+            info.contains("routine neg") && info.contains("pool"),
+            "{name}: {info}"
+        );
+        let debug = y.debug_info();
+        assert!(
+            debug.contains(&y.header()) && debug.contains("host array") && debug.contains(&info),
+            "{debug}"
+        );
+        y.log_debug_info();
+    }
+}
+
+/// `ocannl-ir-tnode.txt`, `print_accessible_headers` / `log_accessible_headers` and the
+/// `Registry`: the headers of every live node a predicate accepts; dropped nodes are gone.
+#[test]
+fn tnode__print_accessible_headers() {
+    let a = input("registry_probe_a", &[1.0]);
+    let b = input("registry_probe_b", &[2.0]);
+    let ours = |t: &Tnode| t.label().iter().any(|l| l.starts_with("registry_probe"));
+    let headers = Tnode::accessible_headers(ours);
+    assert_eq!(headers, vec![a.header(), b.header()]);
+    drop(b);
+    assert_eq!(Tnode::accessible_headers(ours), vec![a.header()]);
+    Tnode::print_accessible_headers(ours);
+    Tnode::log_accessible_headers(ours);
+}
