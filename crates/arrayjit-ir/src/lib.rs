@@ -31,6 +31,9 @@ pub use low_level::{LowLevel, ScalarExpr, ScopeId};
 pub use memory::{MemoryMode, MemoryType, ModeWithProvenance, Sharing};
 pub use ndarray::{AxisPadding, Ndarray, Padding};
 pub use ops::{BinOp, TernOp, UnOp};
-pub use optimize::{OptimizeSettings, Optimized, optimize, optimize_low_level};
+pub use optimize::{
+    OptimizeCtx, OptimizeSettings, Optimized, optimize, optimize_in, optimize_low_level,
+    optimize_low_level_in,
+};
 pub use prec::Prec;
 pub use tnode::Tnode;

@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::{DeviceInfo, LoweredBackend};
-use arrayjit_ir::{Assignments, Error, OptimizeSettings, Result, StaticSymbol, optimize};
+use arrayjit_ir::{
+    Assignments, Error, OptimizeCtx, OptimizeSettings, Result, StaticSymbol, optimize, optimize_in,
+};
 
 use arrayjit_backends::settings;
 
@@ -317,14 +319,29 @@ impl Backend {
             .unwrap_or_else(|e| e.into_inner()) = settings;
     }
 
-    /// Optimizes and compiles one routine.
+    /// Optimizes and compiles one routine (in a fresh optimize context: see
+    /// [`Backend::compile_in`]).
     pub fn compile(
         &self,
         name: &str,
         assignments: &Assignments,
         bindings: &[StaticSymbol],
     ) -> Result<Code> {
-        let mut codes = self.compile_batch(&[(name, assignments)], bindings)?;
+        self.compile_in(&OptimizeCtx::empty(), name, assignments, bindings)
+    }
+
+    /// Optimizes and compiles one routine in an optimize context (usually a context's,
+    /// [`crate::Context::optimize_ctx`]): virtual nodes that routines compiled earlier in it
+    /// computed are inlined here too, instead of failing for want of an array (see
+    /// [`OptimizeCtx`]).
+    pub fn compile_in(
+        &self,
+        ctx: &OptimizeCtx,
+        name: &str,
+        assignments: &Assignments,
+        bindings: &[StaticSymbol],
+    ) -> Result<Code> {
+        let mut codes = self.compile_batch_in(ctx, &[(name, assignments)], bindings)?;
         Ok(codes.pop().expect("one routine in, one code out"))
     }
 
@@ -336,13 +353,24 @@ impl Backend {
         routines: &[(&str, &Assignments)],
         bindings: &[StaticSymbol],
     ) -> Result<Vec<Code>> {
+        self.compile_batch_in(&OptimizeCtx::empty(), routines, bindings)
+    }
+
+    /// [`Backend::compile_batch`] in an optimize context (see [`Backend::compile_in`]); the
+    /// routines are optimized in order, so later ones may inline what earlier ones compute.
+    pub fn compile_batch_in(
+        &self,
+        ctx: &OptimizeCtx,
+        routines: &[(&str, &Assignments)],
+        bindings: &[StaticSymbol],
+    ) -> Result<Vec<Code>> {
         self.check_available()?;
         let settings = self.optimize_settings();
         let search = self.schedule_search_enabled()?;
         let optimized = routines
             .iter()
             .map(|&(name, a)| {
-                let heuristic = optimize(name, bindings, a, &settings)?;
+                let heuristic = optimize_in(ctx, name, bindings, a, &settings)?;
                 if !search {
                     return Ok(Arc::new(heuristic));
                 }
@@ -364,7 +392,7 @@ impl Backend {
                 if choice == ScheduleChoice::of(&settings) {
                     Ok(Arc::new(heuristic))
                 } else {
-                    optimize(name, bindings, a, &choice.apply(&settings)).map(Arc::new)
+                    optimize_in(ctx, name, bindings, a, &choice.apply(&settings)).map(Arc::new)
                 }
             })
             .collect::<Result<Vec<_>>>()?;

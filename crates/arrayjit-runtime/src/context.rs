@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::{BufferHandle, LoweredBackend};
 use arrayjit_ir::optimize::{MemoryPlan, PlanItem};
-use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Sharing, Tnode};
+use arrayjit_ir::{
+    Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, Sharing, StaticSymbol, Tnode,
+};
 
 use crate::host_sync::{Access, ArrayEntry, refresh_host_from, schedule_upload};
 use crate::routine::{Code, Routine};
@@ -26,6 +28,8 @@ struct ContextInner {
     /// The pools this context allocated for its new arrays (ids), and their plan.
     pools: Mutex<Vec<usize>>,
     plan: Option<MemoryPlan>,
+    /// What the optimizer learned from the routines compiled for this context tree.
+    optimize_ctx: OptimizeCtx,
 }
 
 impl Drop for ContextInner {
@@ -122,8 +126,15 @@ fn is_device_constant(tn: &Tnode) -> bool {
 }
 
 impl Context {
-    /// A root context (no arrays) on `stream`.
+    /// A root context (no arrays) on `stream`, with an empty optimize context.
     pub fn new(stream: &Stream) -> Context {
+        Context::with_optimize_ctx(stream, OptimizeCtx::empty())
+    }
+
+    /// A root context (no arrays) on `stream` whose routines are compiled in `optimize_ctx`
+    /// (the reference's `make_context ?optimize_ctx`): e.g. another context's, so that code
+    /// compiled here can inline the virtual nodes routines there computed.
+    pub fn with_optimize_ctx(stream: &Stream, optimize_ctx: OptimizeCtx) -> Context {
         Context {
             inner: Arc::new(ContextInner {
                 id: next_id(),
@@ -133,8 +144,62 @@ impl Context {
                 merge_node: None,
                 pools: Mutex::new(vec![]),
                 plan: None,
+                optimize_ctx,
             }),
         }
+    }
+
+    /// The optimize context routines compiled for this context use (shared with its parent and
+    /// children unless given otherwise).
+    pub fn optimize_ctx(&self) -> &OptimizeCtx {
+        &self.inner.optimize_ctx
+    }
+
+    /// Optimizes and compiles a routine in this context's optimize context (see
+    /// [`crate::Backend::compile_in`]): it may read virtual nodes that routines compiled here
+    /// before computed.
+    pub fn compile(
+        &self,
+        name: &str,
+        assignments: &Assignments,
+        bindings: &[StaticSymbol],
+    ) -> Result<crate::routine::Code> {
+        self.inner.stream.device().backend().compile_in(
+            &self.inner.optimize_ctx,
+            name,
+            assignments,
+            bindings,
+        )
+    }
+
+    /// A child context of this one holding the same arrays (the reference's `make_child`),
+    /// with another optimize context or merge-buffer node where given. A merge node other than
+    /// the one this context's code reads is an [`Error::MergeBuffer`].
+    pub fn make_child(
+        &self,
+        optimize_ctx: Option<OptimizeCtx>,
+        merge_node: Option<Tnode>,
+    ) -> Result<Context> {
+        let merge = match (&self.inner.merge_node, merge_node) {
+            (Some(have), Some(want)) if *have != want => {
+                return Err(Error::MergeBuffer {
+                    detail: format!(
+                        "{} reads the merge buffer as {}; a child cannot read it as {}",
+                        self.describe(),
+                        have.debug_name(),
+                        want.debug_name()
+                    ),
+                });
+            }
+            (have, want) => want.or_else(|| have.clone()),
+        };
+        let mut child = self.child(self.inner.arrays.clone(), merge, vec![], None);
+        if let Some(ctx) = optimize_ctx
+            && let Some(inner) = Arc::get_mut(&mut child.inner)
+        {
+            inner.optimize_ctx = ctx;
+        }
+        Ok(child)
     }
 
     /// The stream this context's code runs on.
@@ -214,6 +279,7 @@ impl Context {
                 merge_node,
                 pools: Mutex::new(pools),
                 plan,
+                optimize_ctx: self.inner.optimize_ctx.clone(),
             }),
         }
     }

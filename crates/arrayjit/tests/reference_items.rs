@@ -305,3 +305,66 @@ fn tnode__print_accessible_headers() {
     Tnode::print_accessible_headers(ours);
     Tnode::log_accessible_headers(ours);
 }
+
+/// `ocannl-backend-intf-device.txt`, `optimize_ctx` / `empty_optimize_ctx` / `make_context
+/// ?optimize_ctx` / `make_child ?optimize_ctx`: a context remembers the computations of the
+/// virtual nodes of the routines compiled in it, so a later routine reading such a node inlines
+/// it too; without the context, the same routine fails with a memory-mode conflict.
+#[test]
+fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let program = || {
+            let x = input("x", &[1.0, -2.0, 3.0]);
+            let t = Tnode::new(Prec::F32, &[3], &["t"]).unwrap();
+            let y1 = Tnode::new(Prec::F32, &[3], &["y1"]).unwrap();
+            let y2 = Tnode::new(Prec::F32, &[3], &["y2"]).unwrap();
+            for y in [&y1, &y2] {
+                y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+                    .unwrap();
+            }
+            let first = Assignments::pointwise_unop(&t, UnOp::Relu, &x)
+                .then(Assignments::pointwise_unop(&y1, UnOp::Abs, &t));
+            let second = Assignments::pointwise_unop(&y2, UnOp::Neg, &t);
+            (t, y1, y2, first, second)
+        };
+        // In one context: the second routine recomputes t from x.
+        let (t, y1, y2, first, second) = program();
+        let root = Context::new(&stream);
+        let code1 = root.compile("first", &first, &[]).unwrap();
+        assert_eq!(t.memory_mode().unwrap().mode, MemoryMode::Virtual);
+        let learned = root.optimize_ctx().computed_nodes();
+        assert_eq!(learned.len(), 1);
+        assert_eq!(learned[0].0, t);
+        assert_eq!(learned[0].1, "first");
+        let r1 = root.link(&code1).unwrap();
+        r1.run().unwrap();
+        // A child shares what the root learned.
+        let code2 = r1.context().compile("second", &second, &[]).unwrap();
+        assert!(
+            !code2.optimized().nodes.iter().any(|r| r.used && r.tn == t),
+            "t was not inlined"
+        );
+        let r2 = r1.context().link(&code2).unwrap();
+        r2.run().unwrap();
+        assert_eq!(y1.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        assert_eq!(y2.get_values().unwrap(), vec![-1.0, 0.0, -3.0], "{name}");
+        // A context made with that optimize context knows it too.
+        let other = Context::with_optimize_ctx(&stream, root.optimize_ctx().clone());
+        assert!(other.compile("second_again", &second, &[]).is_ok());
+        // An empty optimize context (a child given one, or plain compile) does not.
+        let (_, _, _, first, second) = program();
+        let fresh = Context::new(&stream);
+        fresh.compile("first", &first, &[]).unwrap();
+        let forgetful = fresh
+            .make_child(Some(arrayjit::ir::OptimizeCtx::empty()), None)
+            .unwrap();
+        let e = forgetful.compile("second", &second, &[]).unwrap_err();
+        assert!(
+            matches!(e, arrayjit::Error::MemoryModeConflict(_)),
+            "{name}: {e}"
+        );
+        assert!(backend.compile("second", &second, &[]).is_err());
+    }
+}

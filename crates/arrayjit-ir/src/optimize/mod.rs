@@ -1,13 +1,18 @@
 //! The optimizer of the loop IR: analysis of reads and writes, visit counting by bounded
 //! symbolic tracing, memory-mode inference with provenance, virtualization (inlining of virtual
 //! nodes into their uses, i.e. fusion), simplification and common-subexpression elimination.
+//! An [`OptimizeCtx`] carries what the optimizer learned from earlier routines of a context
+//! (the computations of their virtual nodes) into later ones.
 
 mod analysis;
+mod context;
 mod cse;
 mod fuse;
 pub mod memory_plan;
 mod simplify;
 mod virtualize;
+
+pub use context::OptimizeCtx;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -176,6 +181,19 @@ pub fn optimize(
     assignments: &Assignments,
     settings: &OptimizeSettings,
 ) -> Result<Optimized> {
+    optimize_in(&OptimizeCtx::empty(), name, bindings, assignments, settings)
+}
+
+/// Like [`optimize`], in an optimize context: virtual nodes that earlier routines of the
+/// context computed are inlined here too, and this routine's virtual nodes are recorded for
+/// later ones (see [`OptimizeCtx`]).
+pub fn optimize_in(
+    ctx: &OptimizeCtx,
+    name: &str,
+    bindings: &[StaticSymbol],
+    assignments: &Assignments,
+    settings: &OptimizeSettings,
+) -> Result<Optimized> {
     let mut all_bindings = bindings.to_vec();
     for s in assignments.static_symbols() {
         if !all_bindings.contains(&s) {
@@ -183,7 +201,7 @@ pub fn optimize(
         }
     }
     let code = assignments.lower(&all_bindings)?;
-    optimize_low_level(name, &all_bindings, code, settings)
+    optimize_low_level_in(ctx, name, &all_bindings, code, settings)
 }
 
 /// Optimizes already-lowered code (see [`optimize`]).
@@ -193,14 +211,29 @@ pub fn optimize_low_level(
     code: LowLevel,
     settings: &OptimizeSettings,
 ) -> Result<Optimized> {
+    optimize_low_level_in(&OptimizeCtx::empty(), name, bindings, code, settings)
+}
+
+/// Like [`optimize_low_level`], in an optimize context (see [`optimize_in`]).
+pub fn optimize_low_level_in(
+    ctx: &OptimizeCtx,
+    name: &str,
+    bindings: &[StaticSymbol],
+    code: LowLevel,
+    settings: &OptimizeSettings,
+) -> Result<Optimized> {
     // Malformed code (wrong index arity, out-of-range or unbound indices) is rejected before
     // anything relies on its shape.
     crate::verify::check_bounds(&code, bindings)?;
-    let stmts = match LowLevel::seq([code]) {
+    let mut stmts = match LowLevel::seq([code]) {
         LowLevel::Seq(items) => items,
         LowLevel::Noop => vec![],
         s => vec![s],
     };
+    let mut bindings = bindings.to_vec();
+    let bindings = &mut bindings;
+    ctx.expand(&mut stmts, bindings);
+    let bindings: &[StaticSymbol] = bindings;
     let analysis = analysis::analyze(&stmts, settings);
     let roles = analysis.roles();
     // Memory-mode decisions are undone if anything fails, so a failed call changes nothing.
@@ -215,6 +248,8 @@ pub fn optimize_low_level(
         }
     };
     let virtuals = decide_memory_modes(name, &analysis, settings).inspect_err(|_| restore())?;
+    let recorded: Vec<Tnode> = virtuals.keys().cloned().collect();
+    let learned = ctx.computations(name, &stmts, &recorded, bindings);
     let code = virtualize::inline_virtual_nodes(stmts, &virtuals);
     let code = if settings.enable_simplification {
         simplify::simplify(code, settings.enable_fma)
@@ -240,6 +275,7 @@ pub fn optimize_low_level(
     crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
     let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
     let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
+    ctx.record(learned);
     let statements = top_level(&code);
     let schedules = crate::schedule::schedule(&statements, &settings.schedule);
     let loop_work: u64 = statements
