@@ -368,3 +368,71 @@ fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines()
         assert!(backend.compile("second", &second, &[]).is_err());
     }
 }
+
+/// `ocannl-ir-tnode.txt`, `known_not_materialized`, `known_constant`, `known_volatile`,
+/// `known_non_cross_stream`, `potentially_cross_stream`, `default_to_most_local` and the
+/// `is_*_force` queries, and `update_memory_sharing`.
+#[test]
+fn tnode__known_queries_force_and_update_memory_sharing() {
+    let node = |label: &str| Tnode::new(Prec::F32, &[2], &[label]).unwrap();
+    let undecided = node("u");
+    assert!(undecided.potentially_cross_stream() && !undecided.known_non_cross_stream());
+    assert!(!undecided.known_constant() && !undecided.known_not_materialized());
+    // Forcing settles the most local mode: virtual.
+    assert!(undecided.is_virtual_force("test: force").unwrap());
+    assert!(undecided.known_not_materialized() && undecided.known_non_cross_stream());
+    let m = node("m");
+    m.update_memory_mode(MemoryMode::Materialized, "test: keep it")
+        .unwrap();
+    assert!(m.is_materialized_force("test: force").unwrap());
+    assert_eq!(
+        m.memory_mode().unwrap().mode,
+        MemoryMode::OnDevice(Sharing::Unset)
+    );
+    assert!(!m.is_hosted_force("test: force").unwrap());
+    assert!(m.potentially_cross_stream());
+    m.update_memory_sharing(Sharing::PerStream, "test: one per stream")
+        .unwrap();
+    assert!(m.known_non_cross_stream());
+    // Another sharing now contradicts it, naming both requests.
+    let e = m
+        .update_memory_sharing(Sharing::SharedCrossStreams, "test: shared after all")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("one per stream") && e.contains("shared after all"),
+        "{e}"
+    );
+    // Hosted nonconstant keeps being hosted: it changes on devices, shared.
+    let h = node("h");
+    h.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    h.update_memory_sharing(Sharing::SharedCrossStreams, "test: shared")
+        .unwrap();
+    assert_eq!(
+        h.memory_mode().unwrap().mode,
+        MemoryMode::Hosted(MemoryType::ChangedOnDevices(Sharing::SharedCrossStreams))
+    );
+    assert!(h.potentially_cross_stream());
+    // Constant and volatile.
+    let c = node("c");
+    c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
+        .unwrap();
+    assert!(c.known_constant() && c.potentially_cross_stream());
+    assert!(
+        c.update_memory_sharing(Sharing::PerStream, "test: no")
+            .is_err()
+    );
+    let v = node("v");
+    v.update_memory_mode(MemoryMode::Hosted(MemoryType::Volatile), "test: fed")
+        .unwrap();
+    assert!(v.known_volatile() && v.known_non_cross_stream());
+    // Local nodes have nothing to share.
+    let l = node("l");
+    l.update_memory_mode(MemoryMode::Local, "test: scratch")
+        .unwrap();
+    assert!(
+        l.update_memory_sharing(Sharing::SharedCrossStreams, "test: no")
+            .is_err()
+    );
+}

@@ -137,10 +137,15 @@ impl OptimizeCtx {
         }
         let virtual_ids: HashSet<usize> = virtuals.iter().map(Tnode::id).collect();
         let writes: Vec<Vec<Tnode>> = stmts.iter().map(LowLevel::written_nodes).collect();
+        // Which statements write each node: one pass, so long programs stay linear.
+        let mut writers: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (k, ws) in writes.iter().enumerate() {
+            for w in ws {
+                writers.entry(w.id()).or_default().push(k);
+            }
+        }
         for tn in virtuals {
-            let writing: Vec<usize> = (0..stmts.len())
-                .filter(|&k| writes[k].contains(tn))
-                .collect();
+            let writing: &[usize] = writers.get(&tn.id()).map_or(&[], Vec::as_slice);
             let only_virtual = writing
                 .iter()
                 .all(|&k| writes[k].iter().all(|w| virtual_ids.contains(&w.id())));

@@ -1,0 +1,110 @@
+//! Questions about a node's memory mode that the reference asks by name (`known_*`,
+//! `potentially_cross_stream`, the `*_force` forms that settle an undecided mode first) and the
+//! update of its cross-stream sharing alone (`update_memory_sharing`).
+
+use super::Tnode;
+use crate::error::Result;
+use crate::memory::{MemoryMode, MemoryType, Sharing};
+
+/// Every concrete mode in which one device array of the node serves all the device's streams.
+const SHARED_MODES: [MemoryMode; 3] = [
+    MemoryMode::OnDevice(Sharing::SharedCrossStreams),
+    MemoryMode::Hosted(MemoryType::ChangedOnDevices(Sharing::SharedCrossStreams)),
+    MemoryMode::Hosted(MemoryType::Constant),
+];
+
+impl Tnode {
+    fn decided_mode(&self) -> Option<MemoryMode> {
+        self.memory_mode().map(|m| m.mode)
+    }
+
+    /// Whether the node is decided to have no array that persists across runs (virtual or
+    /// local).
+    pub fn known_not_materialized(&self) -> bool {
+        matches!(
+            self.decided_mode(),
+            Some(MemoryMode::Virtual | MemoryMode::Local)
+        )
+    }
+
+    /// Whether the node is decided not to change after its initialization (effectively
+    /// constant, or hosted constant).
+    pub fn known_constant(&self) -> bool {
+        matches!(
+            self.decided_mode(),
+            Some(MemoryMode::EffectivelyConstant | MemoryMode::Hosted(MemoryType::Constant))
+        )
+    }
+
+    /// Whether the node is decided to change only on the host (hosted volatile).
+    pub fn known_volatile(&self) -> bool {
+        self.decided_mode() == Some(MemoryMode::Hosted(MemoryType::Volatile))
+    }
+
+    /// Whether the node may still end up with one array shared by the streams of a device:
+    /// its mode is undecided, or covers a shared mode (on device or changed on devices with
+    /// sharing shared or unset, hosted constant).
+    pub fn potentially_cross_stream(&self) -> bool {
+        match self.decided_mode() {
+            None => true,
+            Some(m) => SHARED_MODES.iter().any(|&s| m.covers(s)),
+        }
+    }
+
+    /// Whether the node is decided never to be shared across streams (the opposite of
+    /// [`Tnode::potentially_cross_stream`]).
+    pub fn known_non_cross_stream(&self) -> bool {
+        !self.potentially_cross_stream()
+    }
+
+    /// Settles an undecided or abstract mode to the most local one it allows (undecided:
+    /// virtual; see [`MemoryMode::most_local`]), keeping sharing unset, with `provenance`.
+    pub fn default_to_most_local(&self, provenance: &str) -> Result<()> {
+        match self.memory_mode() {
+            None => self.update_memory_mode(MemoryMode::Virtual, provenance),
+            Some(m) if m.mode.most_local() != m.mode => self.update_memory_mode(
+                m.mode.most_local(),
+                format!("{}; {provenance}", m.provenance),
+            ),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Whether the node is virtual, settling its mode to the most local one first.
+    pub fn is_virtual_force(&self, provenance: &str) -> Result<bool> {
+        self.default_to_most_local(provenance)?;
+        Ok(self.known_virtual())
+    }
+
+    /// Whether the node is hosted, settling its mode to the most local one first.
+    pub fn is_hosted_force(&self, provenance: &str) -> Result<bool> {
+        self.default_to_most_local(provenance)?;
+        Ok(self.is_hosted())
+    }
+
+    /// Whether the node is materialized (persisted on devices), settling its mode to the most
+    /// local one first.
+    pub fn is_materialized_force(&self, provenance: &str) -> Result<bool> {
+        self.default_to_most_local(provenance)?;
+        Ok(self.is_materialized())
+    }
+
+    /// Sets whether the node's device arrays are shared across streams, keeping the rest of its
+    /// mode: `OnDevice(_)` and `Hosted(ChangedOnDevices(_))` take `sharing`; `Hosted(Nonconstant)`
+    /// (or plain `Hosted`) becomes `Hosted(ChangedOnDevices(sharing))`; a mode that does not
+    /// say yet where the node lives (undecided, never virtual, device only, materialized)
+    /// becomes `OnDevice(sharing)`. A mode that has no device arrays of its own to share
+    /// (virtual, local, hosted constant or volatile), or another sharing already decided, is an
+    /// [`crate::Error::MemoryModeConflict`] naming both requests.
+    pub fn update_memory_sharing(&self, sharing: Sharing, provenance: &str) -> Result<()> {
+        use MemoryMode::*;
+        let target = match self.decided_mode() {
+            Some(Hosted(MemoryType::Unset | MemoryType::Nonconstant))
+            | Some(Hosted(MemoryType::ChangedOnDevices(_))) => {
+                Hosted(MemoryType::ChangedOnDevices(sharing))
+            }
+            _ => OnDevice(sharing),
+        };
+        self.update_memory_mode(target, provenance)
+    }
+}
