@@ -356,6 +356,28 @@ impl Backend {
         self.compile_batch_in(&OptimizeCtx::empty(), routines, bindings)
     }
 
+    /// [`Backend::compile_batch_in`] over slots that may be empty (the reference's
+    /// `compile_batch` over optional routines): an empty slot gives an empty code, the others
+    /// compile together in one compiler run, in order.
+    pub fn compile_batch_slots(
+        &self,
+        ctx: &OptimizeCtx,
+        routines: &[Option<(&str, &Assignments)>],
+        bindings: &[StaticSymbol],
+    ) -> Result<Vec<Option<Code>>> {
+        let present: Vec<(&str, &Assignments)> = routines.iter().flatten().copied().collect();
+        let mut codes = if present.is_empty() {
+            Vec::new()
+        } else {
+            self.compile_batch_in(ctx, &present, bindings)?
+        }
+        .into_iter();
+        Ok(routines
+            .iter()
+            .map(|r| r.as_ref().and_then(|_| codes.next()))
+            .collect())
+    }
+
     /// [`Backend::compile_batch`] in an optimize context (see [`Backend::compile_in`]); the
     /// routines are optimized in order, so later ones may inline what earlier ones compute.
     pub fn compile_batch_in(

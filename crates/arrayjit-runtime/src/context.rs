@@ -505,6 +505,26 @@ impl Context {
         Routine::new(self.child(arrays, merge_node, pool_ids, plan), code.clone())
     }
 
+    /// Links a batch of codes (the reference's `link_batch`): each into a child of the context
+    /// the one before was linked into, so later routines find the arrays earlier ones made;
+    /// empty slots stay empty. Returns the last context and the routines. A failed link leaves
+    /// nothing behind: the routines linked before it are dropped, with their pools.
+    pub fn link_batch(&self, codes: &[Option<Code>]) -> Result<(Context, Vec<Option<Routine>>)> {
+        let mut ctx = self.clone();
+        let mut routines = Vec::with_capacity(codes.len());
+        for code in codes {
+            match code {
+                Some(code) => {
+                    let r = ctx.link(code)?;
+                    ctx = r.context().clone();
+                    routines.push(Some(r));
+                }
+                None => routines.push(None),
+            }
+        }
+        Ok((ctx, routines))
+    }
+
     /// A child context that also holds an array for `tn`, initialized from its host array (which
     /// must exist).
     pub fn init_from_host(&self, tn: &Tnode) -> Result<Context> {

@@ -436,3 +436,60 @@ fn tnode__known_queries_force_and_update_memory_sharing() {
             .is_err()
     );
 }
+
+/// `ocannl-lowered-backend-missing.txt`, `compile_batch` (over optional routines) and
+/// `link_batch`: empty slots stay empty, the routines compile in one run, link one after the
+/// other (a later routine finds the arrays an earlier one made), and a failed link leaves no
+/// memory behind.
+#[test]
+fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let x = input("x", &[1.0, -2.0]);
+        let a = Tnode::new(Prec::F32, &[2], &["a"]).unwrap();
+        a.update_memory_mode(
+            MemoryMode::OnDevice(Sharing::Unset),
+            "test: kept on the device",
+        )
+        .unwrap();
+        let y = Tnode::new(Prec::F32, &[2], &["y"]).unwrap();
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        let first = Assignments::pointwise_unop(&a, UnOp::Neg, &x);
+        let second = Assignments::pointwise_unop(&y, UnOp::Relu, &a);
+        let root = Context::new(&stream);
+        let codes = backend
+            .compile_batch_slots(
+                root.optimize_ctx(),
+                &[Some(("first", &first)), None, Some(("second", &second))],
+                &[],
+            )
+            .unwrap();
+        assert!(codes[0].is_some() && codes[1].is_none() && codes[2].is_some());
+        let (last, routines) = root.link_batch(&codes).unwrap();
+        assert!(routines[1].is_none());
+        assert!(last.has(&a) && last.has(&y));
+        routines[0].as_ref().unwrap().run().unwrap();
+        routines[2].as_ref().unwrap().run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![0.0, 2.0], "{name}");
+        // A batch whose second link fails (it writes a hosted constant) frees what the first
+        // link allocated.
+        let c = input("c", &[0.0, 0.0]);
+        c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
+            .unwrap();
+        let bad = backend
+            .compile("bad", &Assignments::pointwise_unop(&c, UnOp::Neg, &x), &[])
+            .unwrap();
+        let device = backend.get_device(0).unwrap();
+        let before = device.used_memory();
+        let e = root.link_batch(&[codes[0].clone(), Some(bad)]).unwrap_err();
+        assert!(e.to_string().contains("hosted constant"), "{e}");
+        assert_eq!(device.used_memory(), before, "{name}");
+        // All slots empty: nothing to compile.
+        let none = backend
+            .compile_batch_slots(root.optimize_ctx(), &[None, None], &[])
+            .unwrap();
+        assert!(none.iter().all(Option::is_none));
+    }
+}
