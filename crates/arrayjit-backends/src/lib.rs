@@ -134,6 +134,13 @@ pub trait CompiledBatch: Send + Sync + Debug {
     fn kernels(&self) -> &[KernelInterface];
     /// The generated source code.
     fn source(&self) -> &str;
+    /// The index of the kernel named `name` (its interface's name or symbol), for
+    /// [`CompiledBatch::launch`].
+    fn kernel_index(&self, name: &str) -> Option<usize> {
+        self.kernels()
+            .iter()
+            .position(|k| k.name == name || k.symbol == name)
+    }
     /// Runs kernel `index` with one buffer per array argument (and the merge buffer last, if
     /// the kernel reads one) and the static indices' values: enqueued on `queue` when given
     /// (see [`queue`]), else finished before returning. Buffer sizes and static ranges are
@@ -265,6 +272,28 @@ pub trait LoweredBackend: Send + Sync + Debug {
     }
     /// Compiles routines together (one library, one compilation).
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>>;
+    /// Compiles source given directly, in the backend's language, whose kernels follow
+    /// `kernels` (each exported as its interface's `symbol` with the backend's calling
+    /// convention: for `cc`, `void f(uint8_t *const *buffers, const int64_t *statics, const
+    /// void *workers)`): for tools and tests that drive a backend's kernels themselves. Launches
+    /// are checked against the interfaces as for compiled routines. Default: an error saying the
+    /// backend does not take source directly.
+    ///
+    /// # Safety
+    /// The source runs as native code: it must export every kernel with the calling
+    /// convention's signature, and a kernel must touch only the bytes its interface gives each
+    /// buffer. Nothing can check what hand-written code does.
+    unsafe fn compile_source(
+        &self,
+        source: &str,
+        kernels: &[KernelInterface],
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let _ = (source, kernels);
+        Err(arrayjit_ir::Error::invalid(format!(
+            "backend {} does not compile source given directly; use a cc backend",
+            self.name()
+        )))
+    }
     /// Backend-specific debug information.
     fn debug_info(&self) -> String;
 }

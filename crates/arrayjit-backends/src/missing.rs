@@ -82,6 +82,13 @@ impl LoweredBackend for MissingBackend {
     fn compile_batch(&self, _: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }
+    unsafe fn compile_source(
+        &self,
+        _: &str,
+        _: &[arrayjit_codegen::KernelInterface],
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        Err(self.error())
+    }
     fn debug_info(&self) -> String {
         format!("{} (unavailable: {})", self.name, self.reason)
     }

@@ -493,3 +493,67 @@ fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
         assert!(none.iter().all(Option::is_none));
     }
 }
+
+/// `rune-backend-intf.txt` / `ocannl-lowered-backend-missing.txt`, `compile` of source and
+/// getting a kernel by name: hand-written C on the cc backends, launched on the backend's own
+/// buffers with the launch checks of compiled routines; a compile error says what failed; a
+/// backend that takes no source says so.
+#[test]
+fn lowered_backend__compile_source_and_get_kernel() {
+    use arrayjit::codegen::KernelInterface;
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let lowered = backend.lowered();
+        let x = Tnode::new(Prec::F32, &[4], &["x"]).unwrap();
+        let interface = KernelInterface {
+            name: "double".into(),
+            symbol: "aj_test_double".into(),
+            args: vec![x],
+            merge: None,
+            statics: vec![],
+            scratch_bytes: 0,
+        };
+        let source = "#include <stdint.h>\n\
+            void aj_test_double(uint8_t *const *args, const int64_t *statics, const void *w) {\n\
+              (void)statics; (void)w;\n\
+              float *x = (float *)args[0];\n\
+              for (int i = 0; i < 4; ++i) x[i] *= 2.0f;\n\
+            }\n";
+        // SAFETY: the kernel has the cc signature and touches its buffer's 16 bytes only.
+        let batch =
+            unsafe { lowered.compile_source(source, std::slice::from_ref(&interface)) }.unwrap();
+        let k = batch.kernel_index("double").unwrap();
+        assert_eq!(batch.kernel_index("aj_test_double"), Some(k));
+        assert_eq!(batch.kernel_index("missing"), None);
+        let buffer = lowered.alloc_zeroed(0, 16).unwrap();
+        let values: Vec<u8> = [1.0f32, 2.0, -3.0, 0.5]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        lowered.copy_from_host(&buffer, &values, None).unwrap();
+        batch
+            .launch(k, std::slice::from_ref(&buffer), &[], None)
+            .unwrap();
+        let mut out = vec![0u8; 16];
+        lowered.copy_to_host(&buffer, &mut out, None).unwrap();
+        let got: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, vec![2.0, 4.0, -6.0, 1.0], "{name}");
+        // Launch checks: a buffer too small is refused before the kernel runs.
+        let small = lowered.alloc_zeroed(0, 8).unwrap();
+        assert!(batch.launch(k, &[small], &[], None).is_err());
+        // A compile error is typed and says what failed.
+        let e =
+            unsafe { lowered.compile_source("this is not C", std::slice::from_ref(&interface)) }
+                .unwrap_err();
+        assert!(matches!(e, arrayjit::Error::CompileFailed(_)), "{e}");
+    }
+    let metal = arrayjit::backend("metal").unwrap();
+    let e = unsafe { metal.lowered().compile_source("", &[]) }.unwrap_err();
+    assert!(
+        matches!(e, arrayjit::Error::BackendUnavailable { .. }) && e.to_string().contains("metal"),
+        "{e}"
+    );
+}

@@ -578,6 +578,34 @@ impl LoweredBackend for CcBackend {
         }))
     }
 
+    unsafe fn compile_source(
+        &self,
+        source: &str,
+        kernels: &[KernelInterface],
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let units = [compile::Unit { suffix: "", source }];
+        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+        let library = compile::compile_and_load(&self.config, &units, &names.join("+"))?;
+        let mut entries = Vec::with_capacity(kernels.len());
+        for k in kernels {
+            // SAFETY: the caller's source exports each kernel with the dialect's signature (this
+            // method's safety contract).
+            entries.push(match self.dialect {
+                CcDialect::C => Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? }),
+                CcDialect::CudaEmulated => {
+                    Entry::Emulated(unsafe { library.entry::<EmulatedFn>(&k.symbol)? })
+                }
+            });
+        }
+        Ok(Arc::new(CcBatch {
+            kernels: kernels.to_vec(),
+            source: source.to_string(),
+            entries,
+            workers: self.workers.clone(),
+            _library: library,
+        }))
+    }
+
     fn debug_info(&self) -> String {
         format!(
             "{} backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s) of {} worker(s)",
