@@ -1,8 +1,8 @@
 //! Tensor nodes (`Tnode`): identity, label, precision, dims, padding, memory mode with
 //! provenance, the host array, a C-safe code name, and the global registry. Nodes over existing
-//! host arrays and precisions decided later are in [`creation`]; what a node says of itself
-//! (debug logs, backend notes, the registry's headers) in [`info`]; the reference's named
-//! questions about memory modes in [`modes`].
+//! host arrays and precisions decided later are in `creation`; what a node says of itself
+//! (debug logs, backend notes, the registry's headers) in `info`; the reference's named
+//! questions about memory modes in `modes`.
 
 mod creation;
 mod info;
