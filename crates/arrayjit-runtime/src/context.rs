@@ -2,6 +2,13 @@
 //! holding whatever the code needs), with host transfers, device-to-device copies through merge
 //! buffers, and the bookkeeping that orders them: every array remembers the event of its last
 //! writer, and hosted nodes remember which devices hold their latest values.
+//!
+//! Sharing across the streams of a device is decided at link time when a node's mode leaves
+//! it open: a hosted node that a routine only reads is offered to the device's other streams,
+//! and when a routine on another stream only reads it too, both use the one array (the mode
+//! becomes `Hosted(ChangedOnDevices(SharedCrossStreams))`, with both routines in its
+//! provenance); a node a routine writes becomes per stream. Shared arrays follow the same
+//! ordering rules as any other (`host_sync`), and may be written from one stream only.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,7 +21,7 @@ use arrayjit_ir::{
     Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, Sharing, StaticSymbol, Tnode,
 };
 
-use crate::host_sync::{Access, ArrayEntry, refresh_host_from, schedule_upload};
+use crate::host_sync::{Access, ArrayEntry, SharingCandidate, refresh_host_from, schedule_upload};
 use crate::routine::{Code, Routine};
 use crate::scheduler::{Event, TaskLabel};
 use crate::stream::Stream;
@@ -94,9 +101,13 @@ fn is_shared_across_streams(tn: &Tnode) -> bool {
 }
 
 fn shared_written_elsewhere(routine: &str, tn: &Tnode) -> Error {
+    let why = tn
+        .memory_mode()
+        .map_or_else(String::new, |m| format!(" (because: {})", m.provenance));
     Error::invalid(format!(
-        "routine {routine} writes {}, which is shared across streams and already written from \
-         another stream; shared nodes may be written from one stream only (make it per-stream to \
+        "routine {routine} writes {}, which is shared across streams{why} and already written \
+         from another stream; shared nodes may be written from one stream only (request \
+         per-stream sharing, `update_memory_sharing(Sharing::PerStream, ..)`, before linking to \
          write it from several)",
         tn.debug_name()
     ))
@@ -119,6 +130,28 @@ fn changed_only_from_host(tn: &Tnode) -> Option<String> {
         )),
         _ => None,
     }
+}
+
+/// Whether the node's memory mode leaves open whether its device arrays are shared across
+/// streams (and it has device arrays).
+fn sharing_undecided(tn: &Tnode) -> bool {
+    matches!(
+        tn.memory_mode().map(|m| m.mode),
+        Some(
+            MemoryMode::OnDevice(Sharing::Unset)
+                | MemoryMode::Hosted(
+                    MemoryType::Unset
+                        | MemoryType::Nonconstant
+                        | MemoryType::ChangedOnDevices(Sharing::Unset)
+                )
+        )
+    )
+}
+
+/// Whether a routine with these inputs and outputs only reads the node, a hosted node whose
+/// sharing is undecided: its array may be offered to, or taken from, another stream.
+fn read_only_shareable(tn: &Tnode, inputs: &[Tnode], outputs: &[Tnode]) -> bool {
+    inputs.contains(tn) && !outputs.contains(tn) && tn.has_host_array() && sharing_undecided(tn)
 }
 
 fn is_device_constant(tn: &Tnode) -> bool {
@@ -385,7 +418,10 @@ impl Context {
                 )));
             }
         }
+        let my_stream = self.inner.stream.inner.id;
         let mut fresh = Vec::new();
+        // Sharing inference: another stream's array of a hosted node both routines only read.
+        let mut promoted: BTreeMap<Tnode, (Arc<ArrayEntry>, SharingCandidate)> = BTreeMap::new();
         for tn in opt.materialized_nodes() {
             if self.inner.arrays.contains_key(&tn) {
                 continue;
@@ -397,11 +433,20 @@ impl Context {
                     routine: format!("routine {}", opt.name),
                 });
             }
-            if !is_shared_across_streams(&tn) {
-                fresh.push(tn);
+            if is_shared_across_streams(&tn) {
+                continue;
+            }
+            let offered = (read_only_shareable(&tn, &inputs, &outputs))
+                .then(|| device.shared_arrays().candidate(&tn))
+                .flatten()
+                .filter(|(_, c)| c.stream != my_stream);
+            match offered {
+                Some(found) => {
+                    promoted.insert(tn, found);
+                }
+                None => fresh.push(tn),
             }
         }
-        let my_stream = self.inner.stream.inner.id;
         for tn in outputs.iter().filter(|tn| is_shared_across_streams(tn)) {
             let existing = self
                 .inner
@@ -451,6 +496,11 @@ impl Context {
             for tn in opt.materialized_nodes() {
                 let entry = match arrays.get(&tn) {
                     Some(e) => e.clone(),
+                    None if promoted.contains_key(&tn) => {
+                        let e = promoted[&tn].0.clone();
+                        arrays.insert(tn.clone(), e.clone());
+                        e
+                    }
                     None => {
                         let view = match plan.slot(&tn) {
                             Some(slot) => {
@@ -474,10 +524,21 @@ impl Context {
                         };
                         let e = self.new_array(&tn, view)?;
                         arrays.insert(tn.clone(), e.clone());
+                        if read_only_shareable(&tn, &inputs, &outputs) {
+                            device.shared_arrays().offer(
+                                &tn,
+                                SharingCandidate {
+                                    entry: Arc::downgrade(&e),
+                                    stream: my_stream,
+                                    stream_name: self.inner.stream.name(),
+                                    routine: opt.name.clone(),
+                                },
+                            );
+                        }
                         e
                     }
                 };
-                if entry.shared && outputs.contains(&tn) {
+                if entry.shared.load(Ordering::Relaxed) && outputs.contains(&tn) {
                     let mut writer = entry
                         .writing_stream
                         .lock()
@@ -489,6 +550,36 @@ impl Context {
                         _ => *writer = Some(my_stream),
                     }
                 }
+            }
+            // The sharing decisions this link makes, once nothing else can fail: a node read
+            // here and on another stream, and written by neither, is shared across streams; a
+            // node written here is per stream.
+            for (tn, (entry, offer)) in &promoted {
+                tn.update_memory_sharing(
+                    Sharing::SharedCrossStreams,
+                    &format!(
+                        "runtime: read by routine {} on {} and by routine {} on {}, written by \
+                         neither",
+                        offer.routine,
+                        offer.stream_name,
+                        opt.name,
+                        self.inner.stream.name()
+                    ),
+                )?;
+                entry.shared.store(true, Ordering::Relaxed);
+                device.shared_arrays().insert(tn, entry);
+                device.shared_arrays().withdraw(tn);
+            }
+            for tn in outputs.iter().filter(|tn| sharing_undecided(tn)) {
+                tn.update_memory_sharing(
+                    Sharing::PerStream,
+                    &format!(
+                        "runtime: routine {} writes it on {}",
+                        opt.name,
+                        self.inner.stream.name()
+                    ),
+                )?;
+                device.shared_arrays().withdraw(tn);
             }
             Ok(arrays)
         })();

@@ -44,7 +44,9 @@ pub(crate) struct ArrayEntry {
     /// not keep it alive (contexts and routines hold the node itself).
     node: WeakTnode,
     pub buffer: BufferHandle,
-    pub shared: bool,
+    /// Whether the array serves all the device's streams (set once, when the array is made
+    /// shared by its memory mode or by sharing inference).
+    pub shared: std::sync::atomic::AtomicBool,
     pub writing_stream: Mutex<Option<usize>>,
     accesses: Mutex<Accesses>,
 }
@@ -89,7 +91,7 @@ impl ArrayEntry {
             uid: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
             node: node.downgrade(),
             buffer,
-            shared,
+            shared: std::sync::atomic::AtomicBool::new(shared),
             writing_stream: Mutex::new(None),
             accesses: Mutex::new(Accesses::default()),
         })
@@ -266,6 +268,9 @@ fn host_refresh_hook(
 #[derive(Default)]
 pub(crate) struct SharedArrays {
     by_node: Mutex<HashMap<usize, Weak<ArrayEntry>>>,
+    /// Arrays of hosted nodes whose sharing is undecided that one stream's routine reads and
+    /// none writes: shared when a routine of another stream reads the node too.
+    candidates: Mutex<HashMap<usize, SharingCandidate>>,
     /// Index size after the last sweep of freed entries; the next sweep comes when it doubles.
     swept_at: AtomicUsize,
 }
@@ -295,6 +300,28 @@ impl SharedArrays {
         lock(&self.by_node).len()
     }
 
+    /// Offers a stream's array of a node read and not written there as the array other
+    /// streams may share (see `Context::link`); replaces an offer of the same node.
+    pub fn offer(&self, tn: &Tnode, candidate: SharingCandidate) {
+        let mut c = lock(&self.candidates);
+        c.insert(tn.id(), candidate);
+        if c.len() > 64 {
+            c.retain(|_, k| k.entry.strong_count() > 0);
+        }
+    }
+
+    /// The live offer for a node, if any.
+    pub fn candidate(&self, tn: &Tnode) -> Option<(Arc<ArrayEntry>, SharingCandidate)> {
+        let c = lock(&self.candidates);
+        let k = c.get(&tn.id())?;
+        Some((k.entry.upgrade()?, k.clone()))
+    }
+
+    /// Withdraws the offer for a node (it is written, or now shared).
+    pub fn withdraw(&self, tn: &Tnode) {
+        lock(&self.candidates).remove(&tn.id());
+    }
+
     /// Number of live shared arrays.
     pub fn live(&self) -> usize {
         lock(&self.by_node)
@@ -302,4 +329,15 @@ impl SharedArrays {
             .filter(|e| e.strong_count() > 0)
             .count()
     }
+}
+
+/// A stream's array of a node offered for sharing across the device's streams.
+#[derive(Clone)]
+pub(crate) struct SharingCandidate {
+    pub entry: Weak<ArrayEntry>,
+    /// The stream (id) whose routine reads it, and its name.
+    pub stream: usize,
+    pub stream_name: String,
+    /// The routine that reads it there.
+    pub routine: String,
 }

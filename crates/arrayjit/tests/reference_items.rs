@@ -557,3 +557,94 @@ fn lowered_backend__compile_source_and_get_kernel() {
         "{e}"
     );
 }
+
+/// `ocannl-ir-tnode.txt`, `sharing` and its "possible algorithm for deciding sharing within a
+/// single device": a hosted node that routines on two streams of a device read and none
+/// writes is shared across the streams (one array, one upload, and a within-device copy is a
+/// no-op); a node a routine writes becomes per stream, and a later request to share it is an
+/// error naming both provenances.
+#[test]
+fn tnode__sharing_inferred_across_streams() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let device = backend.get_device(0).unwrap();
+        let (s1, s2) = (device.new_stream().unwrap(), device.new_stream().unwrap());
+        let x = input("x", &[1.0, -2.0, 3.0]);
+        x.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: data")
+            .unwrap();
+        let out = |label: &str| {
+            let y = Tnode::new(Prec::F32, &[3], &[label]).unwrap();
+            y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+                .unwrap();
+            y
+        };
+        let (y1, y2) = (out("y1"), out("y2"));
+        let a = backend
+            .compile(
+                "relu_x",
+                &Assignments::pointwise_unop(&y1, UnOp::Relu, &x),
+                &[],
+            )
+            .unwrap();
+        let b = backend
+            .compile(
+                "neg_x",
+                &Assignments::pointwise_unop(&y2, UnOp::Neg, &x),
+                &[],
+            )
+            .unwrap();
+        let shared_before = device.shared_array_count();
+        let r1 = Context::new(&s1).link(&a).unwrap();
+        // One stream reading it decides nothing yet.
+        assert_eq!(
+            x.memory_mode().unwrap().mode,
+            MemoryMode::Hosted(MemoryType::Nonconstant)
+        );
+        let r2 = Context::new(&s2).link(&b).unwrap();
+        let m = x.memory_mode().unwrap();
+        assert_eq!(
+            m.mode,
+            MemoryMode::Hosted(MemoryType::ChangedOnDevices(Sharing::SharedCrossStreams)),
+            "{name}"
+        );
+        assert!(
+            m.provenance.contains("relu_x") && m.provenance.contains("neg_x"),
+            "{}",
+            m.provenance
+        );
+        assert_eq!(device.shared_array_count(), shared_before + 1, "{name}");
+        assert_eq!(
+            r1.context().copy_id(&x).unwrap(),
+            r2.context().copy_id(&x).unwrap()
+        );
+        r1.run().unwrap();
+        r2.run().unwrap();
+        assert_eq!(y1.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        assert_eq!(y2.get_values().unwrap(), vec![-1.0, 2.0, -3.0], "{name}");
+        // New host values reach both streams through the one array.
+        x.set_values(&[-1.0, 4.0, 0.0]).unwrap();
+        r1.context().from_host(&x).unwrap();
+        r1.run().unwrap();
+        r2.run().unwrap();
+        assert_eq!(y1.get_values().unwrap(), vec![0.0, 4.0, 0.0], "{name}");
+        assert_eq!(y2.get_values().unwrap(), vec![1.0, -4.0, 0.0], "{name}");
+        // Within one device, moving the shared node between the streams copies nothing.
+        r2.context()
+            .device_to_device(&x, MergeBufferUse::No, r1.context())
+            .unwrap();
+        // The results were written by routines: per stream.
+        assert_eq!(
+            y1.memory_mode().unwrap().mode,
+            MemoryMode::Hosted(MemoryType::ChangedOnDevices(Sharing::PerStream)),
+            "{name}"
+        );
+        let e = y1
+            .update_memory_sharing(Sharing::SharedCrossStreams, "test: share the result")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("relu_x writes it") && e.contains("share the result"),
+            "{e}"
+        );
+    }
+}
