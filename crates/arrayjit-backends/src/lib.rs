@@ -197,6 +197,21 @@ pub trait LoweredBackend: Send + Sync + Debug {
         size_in_bytes: usize,
         alignment: usize,
     ) -> Result<()>;
+    /// [`LoweredBackend::alloc_pool`] for arrays of one memory mode (`Some`), or of several
+    /// (`None`), so a backend can choose the storage (e.g. memory the host can map for hosted
+    /// nodes, private memory for device-only ones, as Metal does). The runtime calls this one;
+    /// the default ignores the mode.
+    fn alloc_pool_for(
+        &self,
+        device: usize,
+        pool_id: usize,
+        size_in_bytes: usize,
+        alignment: usize,
+        mode: Option<arrayjit_ir::MemoryMode>,
+    ) -> Result<()> {
+        let _ = mode;
+        self.alloc_pool(device, pool_id, size_in_bytes, alignment)
+    }
     /// What device `device` is and can do; an error for a device that does not exist (or a
     /// backend that cannot run here).
     fn device_info(&self, device: usize) -> Result<DeviceInfo>;

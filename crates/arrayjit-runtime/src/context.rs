@@ -182,6 +182,61 @@ impl Context {
         }
     }
 
+    /// A root context on `stream` holding the given device arrays (the reference's
+    /// `make_context ?ctx_arrays`): buffers of the stream's device, one per node, of exactly
+    /// the node's size, whose bytes are the node's values. Only nodes without a host array
+    /// may come this way (a hosted node's device copy is kept in step with the host by
+    /// `from_host`/`to_host`), and not nodes shared across streams. Anything else is an error
+    /// and makes no context.
+    pub fn with_arrays(
+        stream: &Stream,
+        arrays: Vec<(Tnode, BufferHandle)>,
+        optimize_ctx: OptimizeCtx,
+    ) -> Result<Context> {
+        let device = stream.device().ordinal();
+        let mut entries = BTreeMap::new();
+        for (tn, buffer) in arrays {
+            if tn.has_host_array() || tn.is_hosted() || is_shared_across_streams(&tn) {
+                return Err(Error::invalid(format!(
+                    "{} is hosted or shared across streams: give it values with set_values and \
+                     from_host instead of an explicit array",
+                    tn.debug_name()
+                )));
+            }
+            if buffer.device() != device || buffer.size_in_bytes() != tn.size_in_bytes() {
+                return Err(Error::ShapeMismatch {
+                    op: format!("an explicit array of {}", tn.debug_name()),
+                    detail: format!(
+                        "the node needs {} bytes on device {device}; the buffer has {} bytes on \
+                         device {}",
+                        tn.size_in_bytes(),
+                        buffer.size_in_bytes(),
+                        buffer.device()
+                    ),
+                });
+            }
+            if entries.contains_key(&tn) {
+                return Err(Error::invalid(format!(
+                    "{} is given two explicit arrays",
+                    tn.debug_name()
+                )));
+            }
+            entries.insert(tn.clone(), ArrayEntry::new(tn, buffer, false));
+        }
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                id: next_id(),
+                stream: stream.clone(),
+                parent: None,
+                arrays: entries,
+                merge_node: None,
+                pools: Mutex::new(vec![]),
+                plan: None,
+                optimize_ctx,
+            }),
+        })
+    }
+
     /// The optimize context routines compiled for this context use (shared with its parent and
     /// children unless given otherwise).
     pub fn optimize_ctx(&self) -> &OptimizeCtx {
@@ -475,6 +530,21 @@ impl Context {
             backend.max_pool_bytes(),
             backend.lowered().pool_guard_bytes(),
         )?;
+        // Each pool's memory mode, where all its arrays share one.
+        let mut pool_modes: Vec<Option<Option<MemoryMode>>> = vec![None; plan.pool_sizes.len()];
+        for tn in &fresh {
+            if let Some(slot) = plan.slot(tn) {
+                let mode = tn.memory_mode().map(|m| m.mode);
+                let common = &mut pool_modes[slot.pool];
+                *common = match *common {
+                    None => Some(mode),
+                    Some(m) if m == mode => Some(m),
+                    Some(_) => Some(None),
+                };
+            }
+        }
+        let pool_modes: Vec<Option<MemoryMode>> =
+            pool_modes.into_iter().map(Option::flatten).collect();
         // The scratch the kernel's interface asks for (a backend may hold more locals there
         // than the CPU's plan: the CUDA kernels keep every local node in it).
         self.inner
@@ -486,7 +556,13 @@ impl Context {
         let linked = (|| {
             for (k, &size) in plan.pool_sizes.iter().enumerate() {
                 let id = backend.new_pool_id();
-                lowered.alloc_pool(device.ordinal(), id, size, alignment)?;
+                lowered.alloc_pool_for(
+                    device.ordinal(),
+                    id,
+                    size,
+                    alignment,
+                    pool_modes.get(k).copied().flatten(),
+                )?;
                 pool_ids.push(id);
                 if plan.guard_bytes > 0 {
                     lowered.guard_pool(device.ordinal(), id, &plan.unused_ranges(k))?;

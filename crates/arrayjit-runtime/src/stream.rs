@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arrayjit_backends::{BufferHandle, DeviceQueue};
-use arrayjit_ir::{Result, Tnode};
+use arrayjit_ir::{MemoryMode, Result, Tnode};
 
 use crate::backend::Device;
 use crate::scheduler::{Event, Runner, SchedulerKind, Task, TaskLabel};
@@ -209,7 +209,7 @@ impl Stream {
         let lowered = backend.lowered();
         let device = self.device().ordinal();
         let id = backend.new_pool_id();
-        lowered.alloc_pool(device, id, bytes, alignment)?;
+        lowered.alloc_pool_for(device, id, bytes, alignment, Some(MemoryMode::Local))?;
         let view = lowered.pool_view(device, id, 0, bytes)?;
         if let Some((old, _)) = scratch.replace((id, view)) {
             lowered.free_pool(device, old)?;

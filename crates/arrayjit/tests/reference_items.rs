@@ -648,3 +648,164 @@ fn tnode__sharing_inferred_across_streams() {
         );
     }
 }
+
+/// A cc backend that records the memory mode of every pool the runtime asks for.
+#[derive(Debug)]
+struct RecordingPools {
+    inner: arrayjit::backends::cc::CcBackend,
+    modes: std::sync::Mutex<Vec<Option<MemoryMode>>>,
+}
+
+mod recording {
+    use super::RecordingPools;
+    use arrayjit::backends::{BufferHandle, CompiledBatch, DeviceInfo, LoweredBackend, Queue};
+    use arrayjit::ir::{MemoryMode, Optimized, Result};
+    use std::sync::Arc;
+
+    impl LoweredBackend for RecordingPools {
+        fn name(&self) -> &str {
+            "recording"
+        }
+        fn check_available(&self) -> Result<()> {
+            self.inner.check_available()
+        }
+        fn num_devices(&self) -> usize {
+            self.inner.num_devices()
+        }
+        fn alloc_zeroed(&self, device: usize, size: usize) -> Result<BufferHandle> {
+            self.inner.alloc_zeroed(device, size)
+        }
+        fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], q: Queue<'_>) -> Result<()> {
+            self.inner.copy_from_host(dst, src, q)
+        }
+        fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], q: Queue<'_>) -> Result<()> {
+            self.inner.copy_to_host(src, dst, q)
+        }
+        fn copy_buffer(&self, d: &BufferHandle, s: &BufferHandle, q: Queue<'_>) -> Result<()> {
+            self.inner.copy_buffer(d, s, q)
+        }
+        fn used_memory(&self, device: usize) -> usize {
+            self.inner.used_memory(device)
+        }
+        fn alloc_pool(&self, device: usize, id: usize, size: usize, align: usize) -> Result<()> {
+            self.inner.alloc_pool(device, id, size, align)
+        }
+        fn alloc_pool_for(
+            &self,
+            device: usize,
+            id: usize,
+            size: usize,
+            align: usize,
+            mode: Option<MemoryMode>,
+        ) -> Result<()> {
+            self.modes.lock().unwrap().push(mode);
+            self.inner.alloc_pool(device, id, size, align)
+        }
+        fn device_info(&self, device: usize) -> Result<DeviceInfo> {
+            self.inner.device_info(device)
+        }
+        fn free_pool(&self, device: usize, id: usize) -> Result<()> {
+            self.inner.free_pool(device, id)
+        }
+        fn memset_zero(&self, device: usize, id: usize, offset: usize, size: usize) -> Result<()> {
+            self.inner.memset_zero(device, id, offset, size)
+        }
+        fn pool_view(
+            &self,
+            device: usize,
+            id: usize,
+            offset: usize,
+            size: usize,
+        ) -> Result<BufferHandle> {
+            self.inner.pool_view(device, id, offset, size)
+        }
+        fn pools(&self, device: usize) -> Vec<(usize, usize)> {
+            self.inner.pools(device)
+        }
+        fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+            self.inner.compile_batch(routines)
+        }
+        fn debug_info(&self) -> String {
+            self.inner.debug_info()
+        }
+    }
+}
+
+/// `ocannl-backend-intf-device.txt`, `alloc_pool ?mode`: the runtime tells the backend the
+/// memory mode of a pool's arrays when they share one (here: the device-only arrays of one
+/// link, and the stream's scratch, local), so a backend can choose the storage.
+#[test]
+fn backend_intf_device__alloc_pool_gets_the_memory_mode() {
+    use arrayjit::backends::cc::{CcBackend, CcConfig};
+    let lowered = std::sync::Arc::new(RecordingPools {
+        inner: CcBackend::new(CcConfig::from_env().unwrap()).unwrap(),
+        modes: Default::default(),
+    });
+    let backend = Backend::from_lowered("recording", lowered.clone());
+    let x = input("x", &[1.0, 2.0]);
+    let a = Tnode::new(Prec::F32, &[2], &["a"]).unwrap();
+    a.update_memory_mode(
+        MemoryMode::OnDevice(Sharing::PerStream),
+        "test: device only",
+    )
+    .unwrap();
+    let code = backend
+        .compile("neg", &Assignments::pointwise_unop(&a, UnOp::Neg, &x), &[])
+        .unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let ctx = Context::new(&stream).init_from_host(&x).unwrap();
+    ctx.link(&code).unwrap().run().unwrap();
+    let modes = lowered.modes.lock().unwrap().clone();
+    assert!(
+        modes.contains(&Some(MemoryMode::OnDevice(Sharing::PerStream))),
+        "{modes:?}"
+    );
+}
+
+/// `ocannl-backend-intf-device.txt`, `make_context ?ctx_buffers`: a context over device arrays
+/// the caller made, whose bytes are the nodes' values; hosted nodes, wrong sizes and devices
+/// are refused.
+#[test]
+fn backend_intf_device__make_context_with_explicit_arrays() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let lowered = backend.lowered();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let a = Tnode::new(Prec::F32, &[3], &["a"]).unwrap();
+        a.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test: given")
+            .unwrap();
+        let buffer = lowered.alloc_zeroed(0, 12).unwrap();
+        let bytes: Vec<u8> = [1.0f32, -2.0, 3.0]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        lowered.copy_from_host(&buffer, &bytes, None).unwrap();
+        let y = Tnode::new(Prec::F32, &[3], &["y"]).unwrap();
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        let ctx = Context::with_arrays(
+            &stream,
+            vec![(a.clone(), buffer)],
+            arrayjit::ir::OptimizeCtx::empty(),
+        )
+        .unwrap();
+        assert!(ctx.has(&a));
+        let code = backend
+            .compile(
+                "relu",
+                &Assignments::pointwise_unop(&y, UnOp::Relu, &a),
+                &[],
+            )
+            .unwrap();
+        ctx.link(&code).unwrap().run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        // Refused: a hosted node, a buffer of the wrong size.
+        let h = input("h", &[1.0, 2.0, 3.0]);
+        let b = lowered.alloc_zeroed(0, 12).unwrap();
+        let empty = arrayjit::ir::OptimizeCtx::empty;
+        assert!(Context::with_arrays(&stream, vec![(h, b)], empty()).is_err());
+        let small = lowered.alloc_zeroed(0, 8).unwrap();
+        let e = Context::with_arrays(&stream, vec![(a.clone(), small)], empty()).unwrap_err();
+        assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
+    }
+}
