@@ -40,10 +40,14 @@ enum Backing {
     },
     /// A view keeps its pool's memory alive.
     View { _pool: Arc<CpuBuffer> },
+    /// The host array of a node, used in place (`use_host_memory`): the node keeps the memory
+    /// alive (a host array is never moved or replaced), and its host lock guards every access.
+    Host { node: arrayjit_ir::Tnode },
 }
 
-// SAFETY: the buffer owns its allocation; concurrent access is serialized by the runtime (a
-// buffer is used by the stream of the context that holds it).
+// SAFETY: the buffer owns its allocation (or its pool or node does); concurrent access is
+// serialized by the runtime (a buffer is used by the stream of the context that holds it) and,
+// for a host array in place, by the node's host lock.
 unsafe impl Send for CpuBuffer {}
 // SAFETY: as above.
 unsafe impl Sync for CpuBuffer {}
@@ -85,6 +89,49 @@ impl CpuBuffer {
         })
     }
 
+    /// The host array of `tn` used in place as its array on CPU device `device` (no memory of
+    /// the device's own). An error if the node has no host array.
+    ///
+    /// Kernels and copies reading it hold the node's host lock ([`CpuBuffer::host_node`]);
+    /// nothing may write it but the host.
+    pub fn host_alias(tn: &arrayjit_ir::Tnode, device: usize) -> Result<CpuBuffer> {
+        let (ptr, size) = tn
+            .with_host(|nd| {
+                let bytes = nd.as_bytes();
+                (bytes.as_ptr() as *mut u8, bytes.len())
+            })
+            .ok_or_else(|| Error::NotHosted {
+                node: tn.debug_name(),
+                detail: "using a host array in place needs one; set the node's values first".into(),
+            })?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::invalid("an empty host array"))?;
+        Ok(CpuBuffer {
+            ptr,
+            size,
+            device,
+            backing: Backing::Host { node: tn.clone() },
+        })
+    }
+
+    /// The node whose host array this buffer is, if it is one ([`CpuBuffer::host_alias`]).
+    pub fn host_node(&self) -> Option<&arrayjit_ir::Tnode> {
+        match &self.backing {
+            Backing::Host { node } => Some(node),
+            _ => None,
+        }
+    }
+
+    fn refuse_host_write(&self, what: &str) -> Result<()> {
+        match self.host_node() {
+            Some(tn) => Err(Error::invalid(format!(
+                "{what} {}'s device array, which is its host array used in place: change the \
+                 host values instead (set_values)",
+                tn.debug_name()
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// A view of bytes `offset..offset + size` of `pool`.
     pub fn view(pool: &Arc<CpuBuffer>, offset: usize, size: usize) -> Result<CpuBuffer> {
         if offset.checked_add(size).is_none_or(|end| end > pool.size) {
@@ -114,6 +161,7 @@ impl CpuBuffer {
     /// [`CpuBuffer::bytes`] (of this buffer, its pool or another view of it) may be in use.
     /// The runtime ensures this by ordering every access of an array with stream events.
     pub unsafe fn zero_range(&self, offset: usize, size: usize) -> Result<()> {
+        self.refuse_host_write("zeroing")?;
         if offset.checked_add(size).is_none_or(|end| end > self.size) {
             return Err(Error::IndexOutOfBounds {
                 detail: format!(
@@ -153,6 +201,7 @@ impl CpuBuffer {
     /// from [`CpuBuffer::bytes`] of it, its pool or an overlapping view), and `src` must not be
     /// such a slice of this buffer.
     pub unsafe fn write(&self, src: &[u8]) -> Result<()> {
+        self.refuse_host_write("writing")?;
         if src.len() != self.size {
             return Err(Error::ShapeMismatch {
                 op: "CpuBuffer::write".into(),
@@ -189,6 +238,7 @@ impl fmt::Debug for CpuBuffer {
         let kind = match self.backing {
             Backing::Owned { .. } => "",
             Backing::View { .. } => " (pool view)",
+            Backing::Host { .. } => " (a host array in place)",
         };
         write!(
             f,

@@ -171,6 +171,18 @@ pub trait LoweredBackend: Send + Sync + Debug {
         let _ = device;
         Ok(None)
     }
+    /// The host array of `tn` used in place as its array on `device` (the reference's
+    /// `use_host_memory`, for unified memory such as the CPU's), if this backend does that;
+    /// `Ok(None)` (the default): arrays are the device's own. The runtime uses it for hosted
+    /// constant and volatile nodes, which devices never write.
+    fn host_memory_buffer(
+        &self,
+        device: usize,
+        tn: &arrayjit_ir::Tnode,
+    ) -> Result<Option<BufferHandle>> {
+        let _ = (device, tn);
+        Ok(None)
+    }
     /// Copies host bytes into a buffer (sizes must match), on `queue` when given. The bytes
     /// may be reused as soon as this returns.
     fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>) -> Result<()>;

@@ -237,6 +237,17 @@ impl Context {
         })
     }
 
+    /// Whether the node's array on this stream's device will be its host array used in place
+    /// (a hosted constant or volatile node with a host array, on a backend that does that).
+    fn uses_host_in_place(&self, tn: &Tnode) -> bool {
+        changed_only_from_host(tn).is_some()
+            && tn.has_host_array()
+            && self
+                .lowered()
+                .host_memory_buffer(self.inner.stream.device().ordinal(), tn)
+                .is_ok_and(|b| b.is_some())
+    }
+
     /// The optimize context routines compiled for this context use (shared with its parent and
     /// children unless given otherwise).
     pub fn optimize_ctx(&self) -> &OptimizeCtx {
@@ -401,6 +412,18 @@ impl Context {
     /// nodes hold the pad value).
     fn new_array(&self, tn: &Tnode, buffer: Option<BufferHandle>) -> Result<Arc<ArrayEntry>> {
         let device = self.inner.stream.device();
+        if changed_only_from_host(tn).is_some()
+            && tn.has_host_array()
+            && let Some(b) = self.lowered().host_memory_buffer(device.ordinal(), tn)?
+        {
+            // `use_host_memory`: a constant or volatile node's host array serves as its array.
+            tn.set_backend_info(format!(
+                "{}: its host array, used in place on {}",
+                device.backend().name(),
+                self.inner.stream.name()
+            ));
+            return Ok(ArrayEntry::host_in_place(tn.clone(), b));
+        }
         let shared = is_shared_across_streams(tn);
         if shared && let Some(e) = device.shared_arrays().get(tn) {
             return Ok(e);
@@ -488,7 +511,7 @@ impl Context {
                     routine: format!("routine {}", opt.name),
                 });
             }
-            if is_shared_across_streams(&tn) {
+            if is_shared_across_streams(&tn) || self.uses_host_in_place(&tn) {
                 continue;
             }
             let offered = (read_only_shareable(&tn, &inputs, &outputs))
@@ -713,6 +736,11 @@ impl Context {
     }
 
     fn upload(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) -> Result<()> {
+        if entry.is_host_in_place() {
+            // The array is the host array: it already holds the host's values.
+            tn.mark_copy_up_to_date(entry.uid);
+            return Ok(());
+        }
         tn.prepare_read()?;
         let bytes = tn
             .with_host(|nd| nd.as_bytes().to_vec())
@@ -765,8 +793,20 @@ impl Context {
         match into_merge_buffer {
             MergeBufferUse::No => {
                 let dst = self.entry(tn)?.clone();
-                if Arc::ptr_eq(&dst, &src_entry) {
+                if Arc::ptr_eq(&dst, &src_entry)
+                    || (dst.is_host_in_place() && src_entry.is_host_in_place())
+                {
+                    // One array, or the node's host array used in place by both: nothing to copy.
                     return Ok(());
+                }
+                if dst.is_host_in_place() {
+                    return Err(Error::invalid(format!(
+                        "{} uses the host array of {} in place, so the node changes only on the \
+                         host: set its values there (ARRAYJIT_USE_HOST_MEMORY=0 gives it a device \
+                         array of its own)",
+                        self.describe(),
+                        tn.debug_name()
+                    )));
                 }
                 src_entry.order(stream, Access::Read)?;
                 dst.order(stream, Access::Write)?;

@@ -49,6 +49,10 @@ pub(crate) struct ArrayEntry {
     pub shared: std::sync::atomic::AtomicBool,
     pub writing_stream: Mutex<Option<usize>>,
     accesses: Mutex<Accesses>,
+    /// For an array that is its node's host array used in place: the guard the node runs
+    /// before host writes (waiting for the work reading this array). Devices never write such
+    /// arrays, and the host never needs copying into or out of them.
+    host_guard: Option<arrayjit_ir::tnode::HostWriteGuard>,
 }
 
 #[derive(Default)]
@@ -84,17 +88,67 @@ impl Access {
     }
 }
 
+/// A unique id for a new device copy of a node.
+fn next_copy_uid() -> usize {
+    static NEXT_COPY: AtomicUsize = AtomicUsize::new(0);
+    NEXT_COPY.fetch_add(1, Ordering::Relaxed)
+}
+
 impl ArrayEntry {
     pub fn new(node: Tnode, buffer: BufferHandle, shared: bool) -> Arc<ArrayEntry> {
-        static NEXT_COPY: AtomicUsize = AtomicUsize::new(0);
         Arc::new(ArrayEntry {
-            uid: NEXT_COPY.fetch_add(1, Ordering::Relaxed),
+            uid: next_copy_uid(),
             node: node.downgrade(),
             buffer,
             shared: std::sync::atomic::AtomicBool::new(shared),
             writing_stream: Mutex::new(None),
             accesses: Mutex::new(Accesses::default()),
+            host_guard: None,
         })
+    }
+
+    /// An array that is the node's host array used in place (`buffer`, from the backend's
+    /// `host_memory_buffer`): it holds the host's values by construction, and host writes
+    /// wait for the work scheduled to read it.
+    pub fn host_in_place(node: Tnode, buffer: BufferHandle) -> Arc<ArrayEntry> {
+        let uid = next_copy_uid();
+        Arc::new_cyclic(|weak: &Weak<ArrayEntry>| {
+            let weak = weak.clone();
+            let guard: arrayjit_ir::tnode::HostWriteGuard = Arc::new(move || {
+                if let Some(e) = weak.upgrade() {
+                    e.wait_for_accesses();
+                }
+                Ok(())
+            });
+            node.add_host_write_guard(&guard);
+            node.mark_copy_up_to_date(uid);
+            ArrayEntry {
+                uid,
+                node: node.downgrade(),
+                buffer,
+                shared: std::sync::atomic::AtomicBool::new(false),
+                writing_stream: Mutex::new(None),
+                accesses: Mutex::new(Accesses::default()),
+                host_guard: Some(guard),
+            }
+        })
+    }
+
+    /// Whether this array is its node's host array used in place.
+    pub fn is_host_in_place(&self) -> bool {
+        self.host_guard.is_some()
+    }
+
+    /// Waits until the last writer and every pending reader of this array have finished
+    /// (their failures are theirs to report).
+    fn wait_for_accesses(&self) {
+        let (writer, readers) = {
+            let a = lock(&self.accesses);
+            (a.writer.clone(), a.readers.clone())
+        };
+        for e in writer.iter().chain(&readers) {
+            e.wait();
+        }
     }
 
     /// The node, unless every handle to it is gone (then nobody can read this copy's values).
@@ -198,8 +252,12 @@ pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Res
     )
 }
 
-/// Rule 5: brings the host array to this copy's values now (`to_host`).
+/// Rule 5: brings the host array to this copy's values now (`to_host`). A host array used in
+/// place already is the copy.
 pub(crate) fn refresh_host_from(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
+    if entry.is_host_in_place() {
+        return Ok(());
+    }
     schedule_download(stream, entry)?;
     stream.await_work()?;
     if let Some(tn) = entry.node() {

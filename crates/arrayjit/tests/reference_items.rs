@@ -809,3 +809,91 @@ fn backend_intf_device__make_context_with_explicit_arrays() {
         assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
     }
 }
+
+/// `ocannl-lowered-backend-missing.txt`, `use_host_memory`: on the CPU backends a hosted
+/// volatile or constant node's host array is its device array, used in place: no device memory,
+/// no copies; host changes reach the next run; a host write waits for the work scheduled to
+/// read the array before it (checked with a large array on `multicore_cc`, where runs are
+/// asynchronous); `ARRAYJIT_USE_HOST_MEMORY=0` (here `CcConfig::use_host_memory`) turns it off.
+#[test]
+fn lowered_backend__use_host_memory() {
+    use arrayjit::backends::cc::{CcBackend, CcConfig};
+    let n = 1 << 22; // 16 MiB of f32
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let device = backend.get_device(0).unwrap();
+        let stream = device.new_stream().unwrap();
+        let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
+        x.set_values_with(|k| (k % 7) as f64).unwrap();
+        x.update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Volatile),
+            "test: fed by the host",
+        )
+        .unwrap();
+        let y = Tnode::new(Prec::F32, &[n], &["y"]).unwrap();
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        let code = backend
+            .compile(
+                "double",
+                &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x),
+                &[],
+            )
+            .unwrap();
+        let before = device.used_memory();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        // Only y got device memory.
+        assert_eq!(device.used_memory() - before, 4 * n, "{name}");
+        assert!(
+            x.backend_info().contains("in place"),
+            "{}",
+            x.backend_info()
+        );
+        routine.run().unwrap();
+        // The host write waits for the run scheduled before it: y sees the old values.
+        x.set_values_with(|_| -1.0).unwrap();
+        let got = y.get_values().unwrap();
+        assert!(
+            got.iter()
+                .enumerate()
+                .all(|(k, &v)| v == 2.0 * (k % 7) as f64),
+            "{name}: the run saw a host write made after it"
+        );
+        // The next run sees the new values, with no from_host.
+        routine.run().unwrap();
+        assert!(y.get_values().unwrap().iter().all(|&v| v == -2.0), "{name}");
+        // Between two streams, moving the node copies nothing (both use the host array).
+        let other = Context::new(&device.new_stream().unwrap())
+            .init_from_host(&x)
+            .unwrap();
+        other
+            .device_to_device(&x, MergeBufferUse::No, routine.context())
+            .unwrap();
+        routine.context().to_host(&x).unwrap();
+        assert_eq!(x.get_value(&[3]).unwrap(), -1.0);
+    }
+    // Off: x gets a device array of its own.
+    let mut config = CcConfig::from_env().unwrap();
+    config.use_host_memory = false;
+    let backend = Backend::from_lowered(
+        "sync_cc",
+        std::sync::Arc::new(CcBackend::new(config).unwrap()),
+    );
+    let device = backend.get_device(0).unwrap();
+    let x = input("x", &[1.0, 2.0]);
+    x.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
+        .unwrap();
+    let y = Tnode::new(Prec::F32, &[2], &["y"]).unwrap();
+    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    let code = backend
+        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .unwrap();
+    let before = device.used_memory();
+    let r = Context::new(&device.new_stream().unwrap())
+        .link(&code)
+        .unwrap();
+    assert!(device.used_memory() - before >= 16);
+    r.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0]);
+}

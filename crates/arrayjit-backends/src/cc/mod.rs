@@ -61,6 +61,10 @@ pub struct CcConfig {
     /// contractions today) (`$ARRAYJIT_CPU_WORKERS`, in [`CPU_WORKERS_RANGE`]). `None` lets the
     /// runtime decide: one for `sync_cc`, the device's share of the cores for `multicore_cc`.
     pub workers_per_device: Option<usize>,
+    /// Use the host arrays of hosted constant and volatile nodes in place as their device
+    /// arrays, with no copy (`$ARRAYJIT_USE_HOST_MEMORY`, a yes/no setting, default yes): the
+    /// reference's `use_host_memory`, for unified memory like the CPU's.
+    pub use_host_memory: bool,
 }
 
 /// The default C compiler flags.
@@ -96,6 +100,7 @@ impl Default for CcConfig {
             compile_timeout: std::time::Duration::from_secs(DEFAULT_CC_TIMEOUT_SECS),
             pool_guard_bytes: 0,
             workers_per_device: None,
+            use_host_memory: true,
         }
     }
 }
@@ -141,6 +146,7 @@ impl CcConfig {
             None => None,
         };
         Ok(CcConfig {
+            use_host_memory: settings::flag(lookup, "ARRAYJIT_USE_HOST_MEMORY", true)?,
             workers_per_device: workers,
             pool_guard_bytes: guard as usize,
             compiler: settings::text(lookup, "CC")?.unwrap_or(defaults.compiler),
@@ -376,6 +382,18 @@ impl LoweredBackend for CcBackend {
         self.counters.len()
     }
 
+    fn host_memory_buffer(
+        &self,
+        device: usize,
+        tn: &arrayjit_ir::Tnode,
+    ) -> Result<Option<BufferHandle>> {
+        self.device_check(device)?;
+        if !self.config.use_host_memory {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(CpuBuffer::host_alias(tn, device)?)))
+    }
+
     fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
         self.device_check(device)?;
         Ok(Arc::new(CpuBuffer::zeroed(
@@ -404,8 +422,9 @@ impl LoweredBackend for CcBackend {
         if s.size_in_bytes() != dst.len() {
             return Err(size_mismatch("copy to host", s.size_in_bytes(), dst.len()));
         }
-        // SAFETY: as in `copy_from_host`: no write of `src` runs meanwhile.
-        dst.copy_from_slice(unsafe { s.bytes() });
+        // SAFETY: as in `copy_from_host`: no write of `src` runs meanwhile (a host array in
+        // place is read under its node's host lock, so the host does not write it either).
+        with_host_locks(&[s], || dst.copy_from_slice(unsafe { s.bytes() }));
         Ok(())
     }
 
@@ -418,11 +437,14 @@ impl LoweredBackend for CcBackend {
                 s.size_in_bytes(),
             ));
         }
-        if !std::ptr::eq(d, s) {
-            // SAFETY: as in `copy_from_host`; `d` and `s` are distinct arrays (views of one pool
-            // never overlap: the planner places live arrays apart).
-            unsafe { d.write(s.bytes())? };
+        if std::ptr::eq(d.as_ptr(), s.as_ptr()) {
+            // The same memory (one node's host array used in place by both): nothing to copy.
+            return Ok(());
         }
+        // SAFETY: as in `copy_from_host`; `d` and `s` are distinct arrays (views of one pool
+        // never overlap: the planner places live arrays apart); a host array in place is read
+        // under its node's host lock.
+        with_host_locks(&[s], || unsafe { d.write(s.bytes()) })?;
         Ok(())
     }
 
@@ -654,6 +676,18 @@ impl CcBackend {
     }
 }
 
+/// Runs `f` holding the host locks of the nodes whose host arrays `buffers` use in place, taken
+/// in order of node id (so two launches never wait for each other's locks).
+fn with_host_locks<R>(buffers: &[&CpuBuffer], f: impl FnOnce() -> R) -> R {
+    let mut nodes: Vec<&arrayjit_ir::Tnode> =
+        buffers.iter().filter_map(|b| b.host_node()).collect();
+    nodes.sort_by_key(|t| t.id());
+    nodes.dedup_by_key(|t| t.id());
+    let _held: Vec<arrayjit_ir::tnode::HostLock<'_>> =
+        nodes.iter().map(|t| t.host_lock()).collect();
+    f()
+}
+
 /// The signature of every generated C kernel.
 type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
 
@@ -721,10 +755,19 @@ impl CompiledBatch for CcBatch {
             .workers
             .get(device)
             .map_or(std::ptr::null(), WorkerPool::handle);
+        // Host arrays used in place are read under their nodes' host locks while the kernel
+        // runs, so the host cannot change them meanwhile.
+        let status = with_host_locks(&buffers, || match self.entries[index] {
+            Entry::C(f) => {
+                unsafe { f(ptrs.as_ptr(), statics.as_ptr(), par) };
+                0
+            }
+            Entry::Emulated(f) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
+        });
         match self.entries[index] {
-            Entry::C(f) => unsafe { f(ptrs.as_ptr(), statics.as_ptr(), par) },
-            Entry::Emulated(f) => {
-                if unsafe { f(ptrs.as_ptr(), statics.as_ptr()) } != 0 {
+            Entry::C(_) => {}
+            Entry::Emulated(_) => {
+                if status != 0 {
                     return Err(Error::Runtime {
                         stream: format!("cuda_emu device {device}"),
                         detail: format!(

@@ -37,7 +37,51 @@ struct HostSync {
     copies_not_lagging_host: BTreeSet<usize>,
     /// Runs before the host array is read or written.
     prepare_read: Option<HostHook>,
+    /// Run before every write of the host array (see [`Tnode::add_host_write_guard`]); held
+    /// weakly: the device array a guard protects owns it.
+    write_guards: Vec<Weak<dyn Fn() -> Result<()> + Send + Sync>>,
 }
+
+/// The node's host lock, held (see [`Tnode::host_lock`]).
+pub struct HostLock<'a>(#[allow(dead_code)] MutexGuard<'a, Option<Ndarray>>);
+
+/// A node's host array, for changes in place only: it is never moved or replaced, so a device
+/// array may alias it (see [`Tnode::with_host`]). Reads go through `Deref` to the [`Ndarray`].
+pub struct HostArrayMut<'a>(&'a mut Ndarray);
+
+impl std::ops::Deref for HostArrayMut<'_> {
+    type Target = Ndarray;
+    fn deref(&self) -> &Ndarray {
+        self.0
+    }
+}
+
+impl HostArrayMut<'_> {
+    /// The bytes of the storage, padding margins included (see [`Ndarray::as_bytes_mut`]).
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.0.as_bytes_mut()
+    }
+
+    /// Sets every logical value (see [`Ndarray::set_all_f64`]).
+    pub fn set_all_f64(&mut self, values: &[f64]) -> Result<()> {
+        self.0.set_all_f64(values)
+    }
+
+    /// Sets logical element `k` to `value(k)` for every `k` (see [`Ndarray::set_all_with`]).
+    pub fn set_all_with(&mut self, value: impl FnMut(usize) -> f64) {
+        self.0.set_all_with(value)
+    }
+
+    /// Sets one logical element (see [`Ndarray::set`]).
+    pub fn set(&mut self, idx: &[usize], x: f64) -> Result<()> {
+        self.0.set(idx, x)
+    }
+}
+
+/// A check the runtime installs on a node whose host array a device array aliases: it waits
+/// for the device work scheduled to read that array, so a host write never changes values that
+/// work was scheduled to see.
+pub type HostWriteGuard = Arc<dyn Fn() -> Result<()> + Send + Sync>;
 
 /// The registry of live nodes by id; entries hold weak references, so they do not keep nodes
 /// alive.
@@ -523,7 +567,20 @@ impl Tnode {
     /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if
     /// needed; does not synchronise with devices (the user-facing setters do). Creating it requests a hosted memory mode; a node decided to be virtual, local or
     /// device-only gets a [`Error::MemoryModeConflict`].
-    pub fn with_host_mut<R>(&self, f: impl FnOnce(&mut Ndarray) -> Result<R>) -> Result<R> {
+    pub fn with_host_mut<R>(
+        &self,
+        f: impl FnOnce(&mut HostArrayMut<'_>) -> Result<R>,
+    ) -> Result<R> {
+        // Device work that reads the host array in place finishes first (outside the host
+        // lock, which that work takes while it runs).
+        let guards: Vec<HostWriteGuard> = {
+            let mut sync = lock(&self.0.host_sync);
+            sync.write_guards.retain(|g| g.strong_count() > 0);
+            sync.write_guards.iter().filter_map(Weak::upgrade).collect()
+        };
+        for g in guards {
+            g()?;
+        }
         let mut host = lock(&self.0.host);
         if host.is_none() {
             // Allocate first: if that fails, the memory mode stays as it was.
@@ -537,11 +594,31 @@ impl Tnode {
             )?;
             *host = Some(nd);
         }
-        f(host.as_mut().expect("host array was just created"))
+        f(&mut HostArrayMut(
+            host.as_mut().expect("host array was just created"),
+        ))
+    }
+
+    /// Holds the node's host lock until the guard is dropped: the host array is neither read
+    /// nor written meanwhile. A backend reading the host array in place (`use_host_memory`)
+    /// holds it while a kernel or copy reads the array.
+    pub fn host_lock(&self) -> HostLock<'_> {
+        HostLock(lock(&self.0.host))
+    }
+
+    /// Installs a guard run before every later write of the host array (a device array that
+    /// uses the host array in place waits there for the work reading it). The node holds it
+    /// weakly: it runs as long as its owner (the device array) keeps it.
+    pub fn add_host_write_guard(&self, guard: &HostWriteGuard) {
+        let mut sync = lock(&self.0.host_sync);
+        sync.write_guards.retain(|g| g.strong_count() > 0);
+        sync.write_guards.push(Arc::downgrade(guard));
     }
 
     /// Runs `f` on the host array if it exists, without synchronising with devices (see
-    /// [`Tnode::prepare_read`]).
+    /// [`Tnode::prepare_read`]). The host array, once made, is never moved or replaced (every
+    /// change is in place), so a device array may alias it; `f` runs under the node's host
+    /// lock, which kernels reading such an alias hold while they run.
     pub fn with_host<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Option<R> {
         lock(&self.0.host).as_ref().map(f)
     }
