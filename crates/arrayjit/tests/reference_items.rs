@@ -485,6 +485,8 @@ fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
         let before = device.used_memory();
         let e = root.link_batch(&[codes[0].clone(), Some(bad)]).unwrap_err();
         assert!(e.to_string().contains("hosted constant"), "{e}");
+        // Uploads the first link scheduled keep their arrays until they have run.
+        stream.await_work().unwrap();
         assert_eq!(device.used_memory(), before, "{name}");
         // All slots empty: nothing to compile.
         let none = backend

@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, Weak};
 
 use crate::error::{Error, ModeConflict, Result};
 use crate::memory::{MemoryMode, MemoryType, ModeWithProvenance};
@@ -43,7 +43,7 @@ struct HostSync {
 }
 
 /// The node's host lock, held (see [`Tnode::host_lock`]).
-pub struct HostLock<'a>(#[allow(dead_code)] MutexGuard<'a, Option<Ndarray>>);
+pub struct HostLock<'a>(#[allow(dead_code)] RwLockReadGuard<'a, Option<Ndarray>>);
 
 /// A node's host array, for changes in place only: it is never moved or replaced, so a device
 /// array may alias it (see [`Tnode::with_host`]). Reads go through `Deref` to the [`Ndarray`].
@@ -112,7 +112,9 @@ struct TnodeInner {
     /// What a backend noted about the node (free text, for debugging).
     backend_info: Mutex<String>,
     memory_mode: Mutex<Option<ModeWithProvenance>>,
-    host: Mutex<Option<Ndarray>>,
+    /// The host array: read-locked by host reads and by kernels reading it in place (which
+    /// may overlap), write-locked by host writes.
+    host: RwLock<Option<Ndarray>>,
     host_sync: Mutex<HostSync>,
     /// Resources that live exactly as long as the node (see [`Tnode::attach`]).
     attachments: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
@@ -247,7 +249,7 @@ impl Tnode {
             chosen_code_name: Mutex::new(None),
             backend_info: Mutex::new(String::new()),
             memory_mode: Mutex::new(None),
-            host: Mutex::new(host),
+            host: RwLock::new(host),
             host_sync: Mutex::new(HostSync::default()),
             attachments: Mutex::new(Vec::new()),
         });
@@ -581,7 +583,7 @@ impl Tnode {
         for g in guards {
             g()?;
         }
-        let mut host = lock(&self.0.host);
+        let mut host = self.0.host.write().unwrap_or_else(|e| e.into_inner());
         if host.is_none() {
             // Allocate first: if that fails, the memory mode stays as it was.
             let nd = match &self.0.padding {
@@ -599,11 +601,15 @@ impl Tnode {
         ))
     }
 
-    /// Holds the node's host lock until the guard is dropped: the host array is neither read
-    /// nor written meanwhile. A backend reading the host array in place (`use_host_memory`)
+    fn host_read(&self) -> RwLockReadGuard<'_, Option<Ndarray>> {
+        self.0.host.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds the node's host lock for reading until the guard is dropped: the host array is
+    /// not written meanwhile (other readers may overlap). A backend reading the host array in place (`use_host_memory`)
     /// holds it while a kernel or copy reads the array.
     pub fn host_lock(&self) -> HostLock<'_> {
-        HostLock(lock(&self.0.host))
+        HostLock(self.host_read())
     }
 
     /// Installs a guard run before every later write of the host array (a device array that
@@ -620,12 +626,12 @@ impl Tnode {
     /// change is in place), so a device array may alias it; `f` runs under the node's host
     /// lock, which kernels reading such an alias hold while they run.
     pub fn with_host<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Option<R> {
-        lock(&self.0.host).as_ref().map(f)
+        self.host_read().as_ref().map(f)
     }
 
     /// Whether the host array exists.
     pub fn has_host_array(&self) -> bool {
-        lock(&self.0.host).is_some()
+        self.host_read().is_some()
     }
 
     /// A copy of the host array, or [`Error::NotHosted`].
