@@ -14,6 +14,14 @@ fn input(label: &str, values: &[f64]) -> Tnode {
     t
 }
 
+/// An f32 node of `n` elements that routines write and the host reads.
+fn result(label: &str, n: usize) -> Tnode {
+    let t = Tnode::new(Prec::F32, &[n], &[label]).unwrap();
+    t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    t
+}
+
 fn mode(tn: &Tnode) -> MemoryMode {
     tn.memory_mode().unwrap().mode
 }
@@ -206,9 +214,7 @@ fn tnode__create_from_padded() {
         assert_eq!(x.padding(), Some(&padding));
         assert!(x.is_hosted());
         assert_eq!(x.get_values().unwrap(), vec![1.0, 2.0, 3.0]);
-        let y = Tnode::new(Prec::F32, &[3], &["y"]).unwrap();
-        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-            .unwrap();
+        let y = result("y", 3);
         let code = backend
             .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
             .unwrap();
@@ -233,9 +239,7 @@ fn tnode__create_with_reshape() {
         assert_eq!(m.dims(), &[2, 3]);
         assert_eq!(m.get_value(&[1, 0]).unwrap(), 4.0);
         // Row sums through a contraction.
-        let r = Tnode::new(Prec::F32, &[2], &["r"]).unwrap();
-        r.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-            .unwrap();
+        let r = result("r", 2);
         let sum = Assignments::einsum(
             "ij->i",
             BinOp::Add,
@@ -262,9 +266,7 @@ fn tnode__backend_info_update_code_name_and_log_debug_info() {
     for name in CPU_BACKENDS {
         let backend = arrayjit::backend(name).unwrap();
         let x = input("x", &[1.0, 2.0]);
-        let y = Tnode::new(Prec::F32, &[2], &["y"]).unwrap();
-        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-            .unwrap();
+        let y = result("y", 2);
         y.update_code_name("***");
         assert_eq!(y.code_name(), format!("n{}_y", y.id()));
         y.update_code_name("my output; DROP */ evil");
@@ -453,9 +455,7 @@ fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
             "test: kept on the device",
         )
         .unwrap();
-        let y = Tnode::new(Prec::F32, &[2], &["y"]).unwrap();
-        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-            .unwrap();
+        let y = result("y", 2);
         let first = Assignments::pointwise_unop(&a, UnOp::Neg, &x);
         let second = Assignments::pointwise_unop(&y, UnOp::Relu, &a);
         let root = Context::new(&stream);
@@ -782,9 +782,7 @@ fn backend_intf_device__make_context_with_explicit_arrays() {
             .flat_map(|v| v.to_ne_bytes())
             .collect();
         lowered.copy_from_host(&buffer, &bytes, None).unwrap();
-        let y = Tnode::new(Prec::F32, &[3], &["y"]).unwrap();
-        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-            .unwrap();
+        let y = result("y", 3);
         let ctx = Context::with_arrays(
             &stream,
             vec![(a.clone(), buffer)],
@@ -832,9 +830,7 @@ fn lowered_backend__use_host_memory() {
             "test: fed by the host",
         )
         .unwrap();
-        let y = Tnode::new(Prec::F32, &[n], &["y"]).unwrap();
-        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-            .unwrap();
+        let y = result("y", n);
         let code = backend
             .compile(
                 "double",
@@ -885,9 +881,7 @@ fn lowered_backend__use_host_memory() {
     let x = input("x", &[1.0, 2.0]);
     x.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
         .unwrap();
-    let y = Tnode::new(Prec::F32, &[2], &["y"]).unwrap();
-    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-        .unwrap();
+    let y = result("y", 2);
     let code = backend
         .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
         .unwrap();
