@@ -147,7 +147,7 @@ impl ArrayEntry {
             (a.writer.clone(), a.readers.clone())
         };
         for e in writer.iter().chain(&readers) {
-            e.wait();
+            e.wait_unless_inside_its_stream();
         }
     }
 

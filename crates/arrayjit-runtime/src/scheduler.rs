@@ -113,6 +113,8 @@ pub(crate) struct StreamShared {
     pub name: String,
     progress: Mutex<Progress>,
     changed: Condvar,
+    /// The stream's worker thread (`Multicore` streams), set when it starts.
+    worker: std::sync::OnceLock<ThreadId>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -170,6 +172,7 @@ impl StreamShared {
             name,
             progress: Mutex::new(Progress::default()),
             changed: Condvar::new(),
+            worker: std::sync::OnceLock::new(),
         }
     }
 
@@ -292,6 +295,7 @@ impl Runner {
                     .name(format!("arrayjit {name}"))
                     .stack_size(WORKER_STACK_BYTES)
                     .spawn(move || {
+                        let _ = worker_shared.worker.set(thread::current().id());
                         while let Ok((task, label)) = rx.recv() {
                             worker_shared.run_next(task, label);
                         }
@@ -541,6 +545,18 @@ impl Event {
             (Some(m), Some(s)) => m.synchronize().map_err(|e| device_failure(&s.name, e)),
             _ => Ok(()),
         }
+    }
+
+    /// Like [`Event::wait`], except inside a task of the event's own stream (on its worker
+    /// thread): there every earlier task has finished and no later one can start before the
+    /// caller's task ends, so it returns at once instead of waiting for itself.
+    pub(crate) fn wait_unless_inside_its_stream(&self) {
+        if let Some(s) = &self.stream
+            && s.worker.get() == Some(&thread::current().id())
+        {
+            return;
+        }
+        self.wait()
     }
 
     /// Blocks until the work has finished, whatever its outcome.

@@ -893,3 +893,31 @@ fn lowered_backend__use_host_memory() {
     r.run().unwrap();
     assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0]);
 }
+
+/// `use_host_memory` with host writes made by a task of the reading stream itself: the write
+/// does not wait for the routine scheduled after it on the same stream (which cannot run before
+/// the task ends), and that routine sees the write.
+#[test]
+fn lowered_backend__use_host_memory_host_write_inside_a_task() {
+    let backend = arrayjit::backend("multicore_cc").unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let x = input("x", &[1.0, 2.0]);
+    x.update_memory_mode(
+        MemoryMode::Hosted(MemoryType::Volatile),
+        "test: fed by the host",
+    )
+    .unwrap();
+    let y = result("y", 2);
+    let code = backend
+        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    routine.run().unwrap();
+    let x2 = x.clone();
+    stream
+        .schedule_task(move || x2.set_values(&[5.0, 6.0]))
+        .unwrap();
+    routine.run().unwrap();
+    stream.await_work().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-5.0, -6.0]);
+}
