@@ -128,6 +128,19 @@ pub fn check_launch<'a, B: DeviceBuffer>(
     Ok(buffers)
 }
 
+/// The end of bytes `offset..offset + len` of a buffer, or an error if they do not lie in it.
+pub fn byte_range_end(buffer: &BufferHandle, offset: usize, len: usize) -> Result<usize> {
+    offset
+        .checked_add(len)
+        .filter(|&end| end <= buffer.size_in_bytes())
+        .ok_or_else(|| arrayjit_ir::Error::IndexOutOfBounds {
+            detail: format!(
+                "bytes {offset}..{offset}+{len} of a buffer of {} bytes",
+                buffer.size_in_bytes()
+            ),
+        })
+}
+
 /// Code compiled for a backend: one or more kernels from one compilation.
 pub trait CompiledBatch: Send + Sync + Debug {
     /// The kernels and how to call them.
@@ -189,6 +202,22 @@ pub trait LoweredBackend: Send + Sync + Debug {
     /// Copies a buffer into host bytes (sizes must match), after the work of `queue` when
     /// given; the bytes hold the values when this returns.
     fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], queue: Queue<'_>) -> Result<()>;
+    /// Copies bytes `offset..offset + dst.len()` of a buffer into `dst`, after the work of
+    /// `queue` when given (a range outside the buffer is an error, and nothing is copied).
+    /// Default: the whole buffer through a temporary, then the range.
+    fn copy_to_host_range(
+        &self,
+        src: &BufferHandle,
+        offset: usize,
+        dst: &mut [u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        let end = byte_range_end(src, offset, dst.len())?;
+        let mut all = vec![0u8; src.size_in_bytes()];
+        self.copy_to_host(src, &mut all, queue)?;
+        dst.copy_from_slice(&all[offset..end]);
+        Ok(())
+    }
     /// Copies one buffer into another of the same size (possibly across devices), on `queue`
     /// when given.
     fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, queue: Queue<'_>) -> Result<()>;

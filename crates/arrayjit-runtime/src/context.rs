@@ -772,6 +772,55 @@ impl Context {
         refresh_host_from(&self.inner.stream, &entry)
     }
 
+    /// Copies elements `elems` (positions in the stored, row-major array, padding margins
+    /// included) of this context's array of the node into its host array, waiting for the
+    /// array's writer: part of [`Context::to_host`], for reading a slice of a large result.
+    /// The copy must hold the node's latest values (else the host would get stale ones: an
+    /// error); which copies hold them does not change, and a pending refresh of the whole host
+    /// array stays pending. A range outside the array is an [`Error::IndexOutOfBounds`].
+    pub fn to_host_range(&self, tn: &Tnode, elems: std::ops::Range<usize>) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        if elems.start > elems.end || elems.end > tn.num_elems() {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "elements {}..{} of {}, which stores {}",
+                    elems.start,
+                    elems.end,
+                    tn.debug_name(),
+                    tn.num_elems()
+                ),
+            });
+        }
+        if !tn.copy_not_lagging(entry.uid) {
+            return Err(Error::invalid(format!(
+                "{}'s copy of {} lags the host (the host or another copy changed it since); copy \
+                 part of a copy that holds the latest values, or use to_host",
+                self.describe(),
+                tn.debug_name()
+            )));
+        }
+        if entry.is_host_in_place() {
+            return Ok(());
+        }
+        let size = tn.prec().size_in_bytes();
+        let (start, end) = (elems.start * size, elems.end * size);
+        let stream = &self.inner.stream;
+        let lowered = self.lowered();
+        let (buffer, queue, node) = (entry.buffer.clone(), stream.queue(), tn.clone());
+        entry.schedule_access(
+            stream,
+            Access::Read,
+            TaskLabel::Fixed("copy part to host"),
+            move || {
+                node.with_host_mut(|nd| {
+                    let dst = &mut nd.as_bytes_mut()[start..end];
+                    lowered.copy_to_host_range(&buffer, start, dst, queue.as_deref())
+                })
+            },
+        )?;
+        stream.await_work()
+    }
+
     /// Makes this context's stream wait for `event` before running anything scheduled later.
     pub fn will_wait_for(&self, event: &crate::scheduler::Event) -> Result<()> {
         self.inner.stream.will_wait_for(event)

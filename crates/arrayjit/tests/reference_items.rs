@@ -969,3 +969,51 @@ fn lowered_backend__use_host_memory_under_concurrent_streams() {
         }
     }
 }
+
+/// `ocannl-lowered-backend-missing.txt`, `to_host` with an offset and a partial size: elements of a copy
+/// holding the latest values reach the host array, the rest waits for the full refresh; a
+/// lagging copy and a range outside the array are errors.
+#[test]
+fn lowered_backend__to_host_with_offset_and_partial_size() {
+    // wgpu (where a Vulkan driver is) takes the trait's default: the whole buffer, then the part.
+    let gpu = arrayjit::available_backends()
+        .into_iter()
+        .filter(|b| *b == "wgpu");
+    for name in CPU_BACKENDS.into_iter().chain(gpu) {
+        let backend = arrayjit::backend(name).unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let n = 1000;
+        let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
+        x.set_values_with(|k| k as f64).unwrap();
+        let y = result("y", n);
+        let code = backend
+            .compile(
+                "double",
+                &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x),
+                &[],
+            )
+            .unwrap();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        routine.run().unwrap();
+        routine.context().to_host_range(&y, 10..20).unwrap();
+        // Read the host array as it is (no refresh): only elements 10..20 came over.
+        let raw = y
+            .with_host(|nd| nd.to_vec_f64())
+            .expect("to_host_range makes the host array")
+            .unwrap();
+        assert_eq!(raw[9], 0.0, "{name}");
+        assert_eq!(
+            &raw[10..20],
+            &(10..20).map(|k| 2.0 * k as f64).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(raw[20], 0.0, "{name}");
+        // The full refresh is still pending: reading the values brings the rest.
+        assert_eq!(y.get_values().unwrap()[999], 1998.0, "{name}");
+        // Out of range.
+        let e = routine.context().to_host_range(&y, 990..1001).unwrap_err();
+        assert!(matches!(e, arrayjit::Error::IndexOutOfBounds { .. }), "{e}");
+        // The host changed y: the device copy lags, so a part of it would be stale.
+        y.set_value(&[0], 5.0).unwrap();
+        assert!(routine.context().to_host_range(&y, 0..1).is_err(), "{name}");
+    }
+}

@@ -428,6 +428,22 @@ impl LoweredBackend for CcBackend {
         Ok(())
     }
 
+    fn copy_to_host_range(
+        &self,
+        src: &BufferHandle,
+        offset: usize,
+        dst: &mut [u8],
+        _: Queue<'_>,
+    ) -> Result<()> {
+        let end = crate::byte_range_end(src, offset, dst.len())?;
+        let s = self.cpu(src)?;
+        // SAFETY: as in `copy_to_host`.
+        with_host_locks(&[s], || {
+            dst.copy_from_slice(&unsafe { s.bytes() }[offset..end])
+        });
+        Ok(())
+    }
+
     fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, _: Queue<'_>) -> Result<()> {
         let (d, s) = (self.cpu(dst)?, self.cpu(src)?);
         if d.size_in_bytes() != s.size_in_bytes() {
