@@ -326,7 +326,11 @@ impl LoweredBackend for CcBackend {
         self.device_check(device)?;
         let cpu = CPU.get_or_init(crate::device_info::CpuInfo::detect);
         let workers = self.workers.get(device).map_or(1, WorkerPool::workers);
-        Ok(crate::DeviceInfo::cpu(cpu, workers))
+        let mut info = crate::DeviceInfo::cpu(cpu, workers);
+        if self.dialect == CcDialect::CudaEmulated {
+            info.name = format!("{} running emulated CUDA blocks", info.name);
+        }
+        Ok(info)
     }
 
     /// The compiler, its version and flags, the CPU's model and features, and the worker count.
