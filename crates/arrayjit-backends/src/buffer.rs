@@ -193,6 +193,33 @@ impl CpuBuffer {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.size) }
     }
 
+    /// Overwrites bytes `offset..offset + src.len()` with `src` (a range outside the buffer is
+    /// an error, and nothing is written).
+    ///
+    /// # Safety
+    /// As for [`CpuBuffer::write`].
+    pub unsafe fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.refuse_host_write("writing")?;
+        let fits = offset
+            .checked_add(src.len())
+            .is_some_and(|end| end <= self.size);
+        if !fits {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "writing {} bytes at {offset} in a buffer of {} bytes",
+                    src.len(),
+                    self.size
+                ),
+            });
+        }
+        // SAFETY: the range is inside the buffer (checked above); exclusive access and no
+        // overlap are the caller's contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
+        };
+        Ok(())
+    }
+
     /// Overwrites the contents with `src`, which must have the buffer's length (else an error,
     /// and nothing is written).
     ///

@@ -202,6 +202,22 @@ pub trait LoweredBackend: Send + Sync + Debug {
     /// Copies a buffer into host bytes (sizes must match), after the work of `queue` when
     /// given; the bytes hold the values when this returns.
     fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], queue: Queue<'_>) -> Result<()>;
+    /// Copies `src` into bytes `offset..offset + src.len()` of a buffer, on `queue` when given
+    /// (a range outside the buffer is an error, and nothing is copied). Default: the whole
+    /// buffer through a temporary: read, patched, written back.
+    fn copy_from_host_range(
+        &self,
+        dst: &BufferHandle,
+        offset: usize,
+        src: &[u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        let end = byte_range_end(dst, offset, src.len())?;
+        let mut all = vec![0u8; dst.size_in_bytes()];
+        self.copy_to_host(dst, &mut all, queue)?;
+        all[offset..end].copy_from_slice(src);
+        self.copy_from_host(dst, &all, queue)
+    }
     /// Copies bytes `offset..offset + dst.len()` of a buffer into `dst`, after the work of
     /// `queue` when given (a range outside the buffer is an error, and nothing is copied).
     /// Default: the whole buffer through a temporary, then the range.

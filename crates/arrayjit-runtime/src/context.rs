@@ -132,6 +132,22 @@ fn changed_only_from_host(tn: &Tnode) -> Option<String> {
     }
 }
 
+/// An error unless `elems` is a range of the node's stored elements.
+fn check_elems(tn: &Tnode, elems: &std::ops::Range<usize>) -> Result<()> {
+    if elems.start > elems.end || elems.end > tn.num_elems() {
+        return Err(Error::IndexOutOfBounds {
+            detail: format!(
+                "elements {}..{} of {}, which stores {}",
+                elems.start,
+                elems.end,
+                tn.debug_name(),
+                tn.num_elems()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Whether the node's memory mode leaves open whether its device arrays are shared across
 /// streams (and it has device arrays).
 fn sharing_undecided(tn: &Tnode) -> bool {
@@ -773,6 +789,42 @@ impl Context {
     }
 
     /// Copies elements `elems` (positions in the stored, row-major array, padding margins
+    /// included) of the node's host array into this context's array, after the work already
+    /// scheduled: part of [`Context::from_host`]. A copy that lagged the host only in elements
+    /// it now received (the host changed them with `set_value`) holds the latest values again,
+    /// so the next run uploads nothing; a copy lagging elsewhere still reloads the whole array
+    /// before its next use. A range outside the array is an [`Error::IndexOutOfBounds`]; a node
+    /// without a host array is [`Error::NotHosted`].
+    pub fn from_host_range(&self, tn: &Tnode, elems: std::ops::Range<usize>) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        check_elems(tn, &elems)?;
+        tn.prepare_read()?;
+        let size = tn.prec().size_in_bytes();
+        let (start, end) = (elems.start * size, elems.end * size);
+        let bytes = tn
+            .with_host(|nd| nd.as_bytes()[start..end].to_vec())
+            .ok_or_else(|| Error::NotHosted {
+                node: tn.debug_name(),
+                detail:
+                    "from_host_range copies part of the host array; set the node's values first"
+                        .into(),
+            })?;
+        if !entry.is_host_in_place() {
+            let stream = &self.inner.stream;
+            let lowered = self.lowered();
+            let (buffer, queue) = (entry.buffer.clone(), stream.queue());
+            entry.schedule_access(
+                stream,
+                Access::Write,
+                TaskLabel::Fixed("copy part from host"),
+                move || lowered.copy_from_host_range(&buffer, start, &bytes, queue.as_deref()),
+            )?;
+        }
+        tn.mark_range_up_to_date(entry.uid, elems.start, elems.end);
+        Ok(())
+    }
+
+    /// Copies elements `elems` (positions in the stored, row-major array, padding margins
     /// included) of this context's array of the node into its host array, waiting for the
     /// array's writer: part of [`Context::to_host`], for reading a slice of a large result.
     /// The copy must hold the node's latest values (else the host would get stale ones: an
@@ -780,17 +832,7 @@ impl Context {
     /// array stays pending. A range outside the array is an [`Error::IndexOutOfBounds`].
     pub fn to_host_range(&self, tn: &Tnode, elems: std::ops::Range<usize>) -> Result<()> {
         let entry = self.entry(tn)?.clone();
-        if elems.start > elems.end || elems.end > tn.num_elems() {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "elements {}..{} of {}, which stores {}",
-                    elems.start,
-                    elems.end,
-                    tn.debug_name(),
-                    tn.num_elems()
-                ),
-            });
-        }
+        check_elems(tn, &elems)?;
         if !tn.copy_not_lagging(entry.uid) {
             return Err(Error::invalid(format!(
                 "{}'s copy of {} lags the host (the host or another copy changed it since); copy \

@@ -1017,3 +1017,54 @@ fn lowered_backend__to_host_with_offset_and_partial_size() {
         assert!(routine.context().to_host_range(&y, 0..1).is_err(), "{name}");
     }
 }
+
+/// `ocannl-lowered-backend-missing.txt`, `from_host` with an offset and a partial size: after
+/// `set_value`, a copy lags in that element only, and uploading that part makes it current (the
+/// next run uploads nothing more and sees the change); a copy lagging wholly stays lagging.
+#[test]
+fn lowered_backend__from_host_with_offset_and_partial_size() {
+    let gpu = arrayjit::available_backends()
+        .into_iter()
+        .filter(|b| *b == "wgpu");
+    for name in CPU_BACKENDS.into_iter().chain(gpu) {
+        let backend = arrayjit::backend(name).unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let n = 100;
+        let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
+        x.set_values_with(|k| k as f64).unwrap();
+        x.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: data")
+            .unwrap();
+        let y = result("y", n);
+        let code = backend
+            .compile(
+                "double",
+                &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x),
+                &[],
+            )
+            .unwrap();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        routine.run().unwrap();
+        let copy = routine.context().copy_id(&x).unwrap();
+        assert!(x.copy_not_lagging(copy));
+        // Two elements change on the host: the copy lags there only.
+        x.set_value(&[5], 100.0).unwrap();
+        x.set_value(&[7], 200.0).unwrap();
+        assert_eq!(x.copy_lagging_ranges(copy), Some(vec![(5, 6), (7, 8)]));
+        routine.context().from_host_range(&x, 5..6).unwrap();
+        assert!(!x.copy_not_lagging(copy), "{name}: element 7 still lags");
+        routine.context().from_host_range(&x, 7..8).unwrap();
+        assert!(x.copy_not_lagging(copy), "{name}");
+        routine.run().unwrap();
+        let got = y.get_values().unwrap();
+        assert_eq!((got[5], got[6], got[7]), (200.0, 12.0, 400.0), "{name}");
+        // A whole-array change: a part does not make the copy current.
+        x.set_values_with(|_| 1.0).unwrap();
+        routine.context().from_host_range(&x, 0..10).unwrap();
+        assert!(!x.copy_not_lagging(copy), "{name}");
+        routine.run().unwrap();
+        assert!(y.get_values().unwrap().iter().all(|&v| v == 2.0), "{name}");
+        // Out of range.
+        let e = routine.context().from_host_range(&x, 95..101).unwrap_err();
+        assert!(matches!(e, arrayjit::Error::IndexOutOfBounds { .. }), "{e}");
+    }
+}

@@ -432,6 +432,17 @@ impl LoweredBackend for CcBackend {
         Ok(())
     }
 
+    fn copy_from_host_range(
+        &self,
+        dst: &BufferHandle,
+        offset: usize,
+        src: &[u8],
+        _: Queue<'_>,
+    ) -> Result<()> {
+        // SAFETY: as in `copy_from_host`.
+        unsafe { self.cpu(dst)?.write_at(offset, src) }
+    }
+
     fn copy_to_host_range(
         &self,
         src: &BufferHandle,

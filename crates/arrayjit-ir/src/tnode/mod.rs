@@ -6,6 +6,7 @@
 
 mod creation;
 mod info;
+mod lagging;
 mod modes;
 
 pub use creation::DelayedPrec;
@@ -35,6 +36,9 @@ struct HostSync {
     /// the latest host values, or computed the latest values themselves. This refines a set of
     /// devices: streams of one device may hold separate copies of a node.
     copies_not_lagging_host: BTreeSet<usize>,
+    /// For copies in `copies_not_lagging_host`: storage-element ranges `[start, end)` the host
+    /// changed since (by `set_value`); a copy with any is lagging in those elements only.
+    dirty: std::collections::BTreeMap<usize, Vec<(usize, usize)>>,
     /// Runs before the host array is read or written.
     prepare_read: Option<HostHook>,
     /// Run before every write of the host array (see [`Tnode::add_host_write_guard`]); held
@@ -522,50 +526,6 @@ impl Tnode {
         result
     }
 
-    /// Ids of the device copies (arrays) of the node that hold its latest values.
-    pub fn copies_not_lagging_host(&self) -> Vec<usize> {
-        lock(&self.0.host_sync)
-            .copies_not_lagging_host
-            .iter()
-            .copied()
-            .collect()
-    }
-
-    /// Whether device copy `copy` holds the latest values.
-    pub fn copy_not_lagging(&self, copy: usize) -> bool {
-        lock(&self.0.host_sync)
-            .copies_not_lagging_host
-            .contains(&copy)
-    }
-
-    /// Records that device copy `copy` now holds the latest values (it read the host's, or
-    /// received another up-to-date copy).
-    pub fn mark_copy_up_to_date(&self, copy: usize) {
-        lock(&self.0.host_sync).copies_not_lagging_host.insert(copy);
-    }
-
-    /// Records that device copy `copy` changed the node: the host and every other copy lag.
-    pub fn mark_changed_in_copy(&self, copy: usize) {
-        let mut sync = lock(&self.0.host_sync);
-        sync.copies_not_lagging_host.clear();
-        sync.copies_not_lagging_host.insert(copy);
-    }
-
-    /// Records that the host array now holds device copy `copy`'s values (an explicit copy to
-    /// the host): that copy alone does not lag, and a pending refresh from another copy is
-    /// dropped.
-    pub fn host_refreshed_from(&self, copy: usize) {
-        let mut sync = lock(&self.0.host_sync);
-        sync.copies_not_lagging_host.clear();
-        sync.copies_not_lagging_host.insert(copy);
-        sync.prepare_read = None;
-    }
-
-    /// Records that the host changed the node: every device copy lags.
-    pub fn mark_changed_on_host(&self) {
-        lock(&self.0.host_sync).copies_not_lagging_host.clear();
-    }
-
     /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if
     /// needed; does not synchronise with devices (the user-facing setters do). Creating it requests a hosted memory mode; a node decided to be virtual, local or
     /// device-only gets a [`Error::MemoryModeConflict`].
@@ -716,7 +676,12 @@ impl Tnode {
         let at = self.storage_index(idx)?;
         self.prepare_read()?;
         self.with_host_mut(|nd| nd.set(&at, x))?;
-        self.mark_changed_on_host();
+        // Row-major position in the stored array: copies lag in this element only.
+        let pos = at
+            .iter()
+            .zip(self.padded_dims())
+            .fold(0usize, |acc, (&i, &d)| acc * d + i);
+        self.mark_changed_on_host_range(pos, pos + 1);
         Ok(())
     }
 
