@@ -184,12 +184,21 @@ impl Context {
     /// (the reference's `make_context ?optimize_ctx`): e.g. another context's, so that code
     /// compiled here can inline the virtual nodes routines there computed.
     pub fn with_optimize_ctx(stream: &Stream, optimize_ctx: OptimizeCtx) -> Context {
+        Context::root(stream, BTreeMap::new(), optimize_ctx)
+    }
+
+    /// A root context on `stream` holding `arrays`.
+    fn root(
+        stream: &Stream,
+        arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
+        optimize_ctx: OptimizeCtx,
+    ) -> Context {
         Context {
             inner: Arc::new(ContextInner {
                 id: next_id(),
                 stream: stream.clone(),
                 parent: None,
-                arrays: BTreeMap::new(),
+                arrays,
                 merge_node: None,
                 pools: Mutex::new(vec![]),
                 plan: None,
@@ -239,29 +248,17 @@ impl Context {
             }
             entries.insert(tn.clone(), ArrayEntry::new(tn, buffer, false));
         }
-        Ok(Context {
-            inner: Arc::new(ContextInner {
-                id: next_id(),
-                stream: stream.clone(),
-                parent: None,
-                arrays: entries,
-                merge_node: None,
-                pools: Mutex::new(vec![]),
-                plan: None,
-                optimize_ctx,
-            }),
-        })
+        Ok(Context::root(stream, entries, optimize_ctx))
     }
 
-    /// Whether the node's array on this stream's device will be its host array used in place
-    /// (a hosted constant or volatile node with a host array, on a backend that does that).
-    fn uses_host_in_place(&self, tn: &Tnode) -> bool {
-        changed_only_from_host(tn).is_some()
-            && tn.has_host_array()
-            && self
-                .lowered()
-                .host_memory_buffer(self.inner.stream.device().ordinal(), tn)
-                .is_ok_and(|b| b.is_some())
+    /// The node's host array as its array on this stream's device, if it is used in place (a
+    /// hosted constant or volatile node with a host array, on a backend that does that).
+    fn host_in_place_buffer(&self, tn: &Tnode) -> Result<Option<BufferHandle>> {
+        if changed_only_from_host(tn).is_none() || !tn.has_host_array() {
+            return Ok(None);
+        }
+        self.lowered()
+            .host_memory_buffer(self.inner.stream.device().ordinal(), tn)
     }
 
     /// The optimize context routines compiled for this context use (shared with its parent and
@@ -308,13 +305,8 @@ impl Context {
             }
             (have, want) => want.or_else(|| have.clone()),
         };
-        let mut child = self.child(self.inner.arrays.clone(), merge, vec![], None);
-        if let Some(ctx) = optimize_ctx
-            && let Some(inner) = Arc::get_mut(&mut child.inner)
-        {
-            inner.optimize_ctx = ctx;
-        }
-        Ok(child)
+        let optimize_ctx = optimize_ctx.unwrap_or_else(|| self.inner.optimize_ctx.clone());
+        Ok(self.child(self.inner.arrays.clone(), merge, vec![], None, optimize_ctx))
     }
 
     /// The stream this context's code runs on.
@@ -384,6 +376,7 @@ impl Context {
         merge_node: Option<Tnode>,
         pools: Vec<usize>,
         plan: Option<MemoryPlan>,
+        optimize_ctx: OptimizeCtx,
     ) -> Context {
         Context {
             inner: Arc::new(ContextInner {
@@ -394,7 +387,7 @@ impl Context {
                 merge_node,
                 pools: Mutex::new(pools),
                 plan,
-                optimize_ctx: self.inner.optimize_ctx.clone(),
+                optimize_ctx,
             }),
         }
     }
@@ -428,10 +421,7 @@ impl Context {
     /// nodes hold the pad value).
     fn new_array(&self, tn: &Tnode, buffer: Option<BufferHandle>) -> Result<Arc<ArrayEntry>> {
         let device = self.inner.stream.device();
-        if changed_only_from_host(tn).is_some()
-            && tn.has_host_array()
-            && let Some(b) = self.lowered().host_memory_buffer(device.ordinal(), tn)?
-        {
+        if let Some(b) = self.host_in_place_buffer(tn)? {
             // `use_host_memory`: a constant or volatile node's host array serves as its array.
             tn.set_backend_info(format!(
                 "{}: its host array, used in place on {}",
@@ -527,7 +517,7 @@ impl Context {
                     routine: format!("routine {}", opt.name),
                 });
             }
-            if is_shared_across_streams(&tn) || self.uses_host_in_place(&tn) {
+            if is_shared_across_streams(&tn) || self.host_in_place_buffer(&tn)?.is_some() {
                 continue;
             }
             let offered = (read_only_shareable(&tn, &inputs, &outputs))
@@ -708,7 +698,16 @@ impl Context {
             }
         };
         let plan = (!plan.slots.is_empty()).then_some(plan);
-        Routine::new(self.child(arrays, merge_node, pool_ids, plan), code.clone())
+        Routine::new(
+            self.child(
+                arrays,
+                merge_node,
+                pool_ids,
+                plan,
+                self.inner.optimize_ctx.clone(),
+            ),
+            code.clone(),
+        )
     }
 
     /// Links a batch of codes (the reference's `link_batch`): each into a child of the context
@@ -748,7 +747,13 @@ impl Context {
             let e = self.new_array(tn, None)?;
             arrays.insert(tn.clone(), e);
         }
-        Ok(self.child(arrays, self.inner.merge_node.clone(), vec![], None))
+        Ok(self.child(
+            arrays,
+            self.inner.merge_node.clone(),
+            vec![],
+            None,
+            self.inner.optimize_ctx.clone(),
+        ))
     }
 
     fn upload(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) -> Result<()> {

@@ -22,6 +22,13 @@ fn result(label: &str, n: usize) -> Tnode {
     t
 }
 
+/// The backend named `name` and a new stream on its device 0.
+fn backend_and_stream(name: &str) -> (Backend, Stream) {
+    let backend = arrayjit::backend(name).unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    (backend, stream)
+}
+
 fn mode(tn: &Tnode) -> MemoryMode {
     tn.memory_mode().unwrap().mode
 }
@@ -315,8 +322,7 @@ fn tnode__print_accessible_headers() {
 #[test]
 fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines() {
     for name in CPU_BACKENDS {
-        let backend = arrayjit::backend(name).unwrap();
-        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let (backend, stream) = backend_and_stream(name);
         let program = || {
             let x = input("x", &[1.0, -2.0, 3.0]);
             let t = Tnode::new(Prec::F32, &[3], &["t"]).unwrap();
@@ -446,8 +452,7 @@ fn tnode__known_queries_force_and_update_memory_sharing() {
 #[test]
 fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
     for name in CPU_BACKENDS {
-        let backend = arrayjit::backend(name).unwrap();
-        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let (backend, stream) = backend_and_stream(name);
         let x = input("x", &[1.0, -2.0]);
         let a = Tnode::new(Prec::F32, &[2], &["a"]).unwrap();
         a.update_memory_mode(
@@ -980,8 +985,7 @@ fn lowered_backend__to_host_with_offset_and_partial_size() {
         .into_iter()
         .filter(|b| *b == "wgpu");
     for name in CPU_BACKENDS.into_iter().chain(gpu) {
-        let backend = arrayjit::backend(name).unwrap();
-        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let (backend, stream) = backend_and_stream(name);
         let n = 1000;
         let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
         x.set_values_with(|k| k as f64).unwrap();
@@ -1027,8 +1031,7 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
         .into_iter()
         .filter(|b| *b == "wgpu");
     for name in CPU_BACKENDS.into_iter().chain(gpu) {
-        let backend = arrayjit::backend(name).unwrap();
-        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let (backend, stream) = backend_and_stream(name);
         let n = 100;
         let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
         x.set_values_with(|k| k as f64).unwrap();

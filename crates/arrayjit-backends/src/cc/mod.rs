@@ -594,7 +594,6 @@ impl LoweredBackend for CcBackend {
             return self.compile_emulated(routines);
         }
         let program = render_program(&self.syntax, routines)?;
-        let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
         let suffixes: Vec<String> = program
             .units
             .iter()
@@ -615,20 +614,9 @@ impl LoweredBackend for CcBackend {
                 }),
         )
         .collect();
-        let library = compile::compile_and_load(&self.config, &units, &names.join("+"))?;
-        let mut entries = Vec::with_capacity(program.kernels.len());
-        for k in &program.kernels {
-            // SAFETY: every C kernel arrayjit generates has the `KernelFn` signature.
-            entries.push(Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? }));
-        }
         let source = program.full_source();
-        Ok(Arc::new(CcBatch {
-            kernels: program.kernels,
-            source,
-            entries,
-            workers: self.workers.clone(),
-            _library: library,
-        }))
+        // SAFETY: every C kernel arrayjit generates has the `KernelFn` signature.
+        unsafe { self.load_batch(&units, program.kernels, source) }
     }
 
     unsafe fn compile_source(
@@ -637,26 +625,9 @@ impl LoweredBackend for CcBackend {
         kernels: &[KernelInterface],
     ) -> Result<Arc<dyn CompiledBatch>> {
         let units = [compile::Unit { suffix: "", source }];
-        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-        let library = compile::compile_and_load(&self.config, &units, &names.join("+"))?;
-        let mut entries = Vec::with_capacity(kernels.len());
-        for k in kernels {
-            // SAFETY: the caller's source exports each kernel with the dialect's signature (this
-            // method's safety contract).
-            entries.push(match self.dialect {
-                CcDialect::C => Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? }),
-                CcDialect::CudaEmulated => {
-                    Entry::Emulated(unsafe { library.entry::<EmulatedFn>(&k.symbol)? })
-                }
-            });
-        }
-        Ok(Arc::new(CcBatch {
-            kernels: kernels.to_vec(),
-            source: source.to_string(),
-            entries,
-            workers: self.workers.clone(),
-            _library: library,
-        }))
+        // SAFETY: the caller's source exports each kernel with the dialect's signature (this
+        // method's safety contract).
+        unsafe { self.load_batch(&units, kernels.to_vec(), source.to_string()) }
     }
 
     fn debug_info(&self) -> String {
@@ -681,25 +652,49 @@ impl CcBackend {
     /// Renders the CUDA kernels with their emulation, compiles them as C++ and loads them.
     fn compile_emulated(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         let program = render_cuda_emulated(routines)?;
-        let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
         let units = [compile::Unit {
             suffix: "",
             source: &program.source,
         }];
-        let library = compile::compile_and_load(&self.config, &units, &names.join("+"))?;
-        let mut entries = Vec::with_capacity(program.kernels.len());
-        let mut kernels = Vec::with_capacity(program.kernels.len());
-        for k in program.kernels {
-            // SAFETY: every emulated entry point has the `EmulatedFn` signature
-            // (`arrayjit_codegen::cuda_emulation`).
-            entries.push(Entry::Emulated(unsafe {
-                library.entry::<EmulatedFn>(&k.interface.symbol)?
-            }));
-            kernels.push(k.interface);
-        }
+        let kernels = program
+            .kernels
+            .iter()
+            .map(|k| k.interface.clone())
+            .collect();
+        // SAFETY: every emulated entry point has the `EmulatedFn` signature
+        // (`arrayjit_codegen::cuda_emulation`).
+        unsafe { self.load_batch(&units, kernels, program.source.clone()) }
+    }
+
+    /// Compiles `units` into one library, loads it, and finds every kernel by its symbol with
+    /// the dialect's signature.
+    ///
+    /// # Safety
+    /// Every kernel's symbol must name a function of the dialect's signature: true of what the
+    /// renderers generate, the caller's contract for source given directly.
+    unsafe fn load_batch(
+        &self,
+        units: &[compile::Unit],
+        kernels: Vec<KernelInterface>,
+        source: String,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+        let library = compile::compile_and_load(&self.config, units, &names.join("+"))?;
+        let entries = kernels
+            .iter()
+            .map(|k| {
+                // SAFETY: the symbol has the dialect's signature (this function's contract).
+                Ok(match self.dialect {
+                    CcDialect::C => Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? }),
+                    CcDialect::CudaEmulated => {
+                        Entry::Emulated(unsafe { library.entry::<EmulatedFn>(&k.symbol)? })
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Arc::new(CcBatch {
             kernels,
-            source: program.source,
+            source,
             entries,
             workers: self.workers.clone(),
             _library: library,
@@ -795,20 +790,16 @@ impl CompiledBatch for CcBatch {
             }
             Entry::Emulated(f) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
         });
-        match self.entries[index] {
-            Entry::C(_) => {}
-            Entry::Emulated(_) => {
-                if status != 0 {
-                    return Err(Error::Runtime {
-                        stream: format!("cuda_emu device {device}"),
-                        detail: format!(
-                            "no memory for the stacks of the emulated threads of {}; free \
-                             memory or use a smaller routine",
-                            k.name
-                        ),
-                    });
-                }
-            }
+        // Only emulated routines report a status: -1 when their threads' stacks were not had.
+        if status != 0 {
+            return Err(Error::Runtime {
+                stream: format!("cuda_emu device {device}"),
+                detail: format!(
+                    "no memory for the stacks of the emulated threads of {}; free memory or use \
+                     a smaller routine",
+                    k.name
+                ),
+            });
         }
         Ok(())
     }
