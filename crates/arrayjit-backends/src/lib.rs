@@ -32,6 +32,7 @@
 // mode, host array) does not affect map keys.
 #![allow(clippy::mutable_key_type)]
 
+pub mod array_buffer;
 pub mod buffer;
 pub mod cc;
 pub mod compile_cache;
@@ -53,6 +54,7 @@ use std::sync::Arc;
 use arrayjit_codegen::KernelInterface;
 use arrayjit_ir::{Optimized, Result};
 
+pub use array_buffer::ArrayBuffer;
 pub use buffer::{CpuBuffer, MemoryCounter};
 pub use device_info::{DeviceInfo, DeviceKind};
 pub use queue::{DeviceQueue, Queue, QueueMarker};
@@ -65,6 +67,11 @@ pub trait DeviceBuffer: Any + Send + Sync + Debug {
     fn device(&self) -> usize;
     /// For downcasting to the backend's buffer type.
     fn as_any(&self) -> &dyn Any;
+    /// The precision of the values it holds, when it knows (an [`ArrayBuffer`]); `None`: raw
+    /// bytes (scratch, [`LoweredBackend::alloc_zeroed`]).
+    fn prec(&self) -> Option<arrayjit_ir::Prec> {
+        None
+    }
 }
 
 /// A shared handle to a device buffer.
@@ -72,7 +79,8 @@ pub type BufferHandle = Arc<dyn DeviceBuffer>;
 
 /// The checks every launch makes before a kernel runs, from its [`KernelInterface`]: one
 /// buffer per argument, of this backend's buffer type `B` (`backend` names it in errors) and at
-/// least the size the interface needs; one value per static index, within its range. Returns
+/// least the size the interface needs, and of the precision of its array when the buffer knows
+/// its own ([`DeviceBuffer::prec`]); one value per static index, within its range. Returns
 /// the buffers as `B`, in order. A mismatch is an error, never an out-of-bounds access.
 pub fn check_launch<'a, B: DeviceBuffer>(
     k: &KernelInterface,
@@ -82,6 +90,12 @@ pub fn check_launch<'a, B: DeviceBuffer>(
 ) -> Result<Vec<&'a B>> {
     use arrayjit_ir::Error;
     let expected = k.buffer_sizes();
+    let precs: Vec<arrayjit_ir::Prec> = k
+        .args
+        .iter()
+        .chain(k.merge.iter())
+        .map(|t| t.prec())
+        .collect();
     if args.len() != expected.len() {
         return Err(Error::invalid(format!(
             "kernel {} takes {} buffers but {} were given",
@@ -106,6 +120,9 @@ pub fn check_launch<'a, B: DeviceBuffer>(
                     buffer.size_in_bytes()
                 ),
             });
+        }
+        if let Some(&prec) = precs.get(pos) {
+            array_buffer::check_prec(b, prec, &format!("argument {pos} of {}", k.name))?;
         }
         buffers.push(buffer);
     }
@@ -177,6 +194,24 @@ pub trait LoweredBackend: Send + Sync + Debug {
     fn num_devices(&self) -> usize;
     /// Allocates a zero-filled buffer on a device.
     fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle>;
+    /// Allocates a zero-filled buffer for `num_elems` values of `prec` on a device (the
+    /// reference's `alloc_zero_init_array`): the buffer knows its precision
+    /// ([`DeviceBuffer::prec`]), and launches and copies check it. Default: an
+    /// [`alloc_zeroed`](LoweredBackend::alloc_zeroed) buffer, typed.
+    fn alloc_array(
+        &self,
+        device: usize,
+        prec: arrayjit_ir::Prec,
+        num_elems: usize,
+    ) -> Result<BufferHandle> {
+        let bytes = num_elems.checked_mul(prec.size_in_bytes()).ok_or_else(|| {
+            arrayjit_ir::Error::invalid(format!(
+                "{num_elems} {} values do not fit in memory",
+                prec.name()
+            ))
+        })?;
+        array_buffer::typed(self.alloc_zeroed(device, bytes)?, prec, "a new array")
+    }
     /// A queue of the device's own for one runtime stream, if the backend runs work
     /// asynchronously (see [`queue`]); `None` (the default, every CPU backend): work finishes
     /// before the call that runs it returns.

@@ -239,6 +239,20 @@ pub enum Error {
         /// The precisions the device supports.
         supported: String,
     },
+    /// A buffer holds another precision than the one its use needs (a kernel argument, an
+    /// explicit array of a node, a copy between arrays).
+    #[error(
+        "{op}: the buffer holds {found} values but {expected} are needed; allocate it with \
+         LoweredBackend::alloc_array for the node's precision"
+    )]
+    PrecisionMismatch {
+        /// Where the buffer was used.
+        op: String,
+        /// The precision needed.
+        expected: String,
+        /// The buffer's precision.
+        found: String,
+    },
     /// A runtime failure on a stream or device.
     #[error("runtime error on {stream}: {detail}")]
     Runtime {

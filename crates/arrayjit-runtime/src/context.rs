@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use arrayjit_backends::array_buffer::typed;
 use arrayjit_backends::{BufferHandle, LoweredBackend};
 use arrayjit_ir::optimize::{MemoryPlan, PlanItem};
 use arrayjit_ir::{
@@ -246,6 +247,11 @@ impl Context {
                     tn.debug_name()
                 )));
             }
+            let buffer = typed(
+                buffer,
+                tn.prec(),
+                &format!("an explicit array of {}", tn.debug_name()),
+            )?;
             entries.insert(tn.clone(), ArrayEntry::new(tn, buffer, false));
         }
         Ok(Context::root(stream, entries, optimize_ctx))
@@ -350,6 +356,15 @@ impl Context {
         Ok(self.entry(tn)?.uid)
     }
 
+    /// The device array holding the node in this context (the reference's `ctx_arrays`): it
+    /// knows its precision ([`arrayjit_backends::DeviceBuffer::prec`]) and size. For tools that
+    /// drive kernels themselves ([`LoweredBackend::compile_source`]): work on it outside this
+    /// context is not ordered by its events, so synchronize the stream first
+    /// ([`Stream::await_work`]).
+    pub fn array(&self, tn: &Tnode) -> Result<BufferHandle> {
+        Ok(self.entry(tn)?.buffer.clone())
+    }
+
     /// The event of the last scheduled write of the node in this context.
     pub fn writer_event(&self, tn: &Tnode) -> Result<Event> {
         Ok(self.entry(tn)?.writer_event())
@@ -428,6 +443,11 @@ impl Context {
                 device.backend().name(),
                 self.inner.stream.name()
             ));
+            let b = typed(
+                b,
+                tn.prec(),
+                &format!("the host array of {}", tn.debug_name()),
+            )?;
             return Ok(ArrayEntry::host_in_place(tn.clone(), b));
         }
         let shared = is_shared_across_streams(tn);
@@ -435,10 +455,12 @@ impl Context {
             return Ok(e);
         }
         let buffer = match buffer {
-            Some(b) => b,
-            None => self
-                .lowered()
-                .alloc_zeroed(device.ordinal(), tn.size_in_bytes())?,
+            Some(b) => typed(b, tn.prec(), &format!("the array of {}", tn.debug_name()))?,
+            None => self.lowered().alloc_array(
+                device.ordinal(),
+                tn.prec(),
+                tn.size_in_bytes() / tn.prec().size_in_bytes(),
+            )?,
         };
         let entry = ArrayEntry::new(tn.clone(), buffer, shared);
         if tn.has_host_array() {
@@ -936,11 +958,17 @@ impl Context {
                 let mut merge = stream.merge_lock();
                 let reuse = merge
                     .as_ref()
-                    .filter(|(_, b)| b.size_in_bytes() == tn.size_in_bytes())
+                    .filter(|(_, b)| {
+                        b.size_in_bytes() == tn.size_in_bytes() && b.prec() == Some(tn.prec())
+                    })
                     .map(|(_, b)| b.clone());
                 let dst = match reuse {
                     Some(b) => b,
-                    None => lowered.alloc_zeroed(stream.device().ordinal(), tn.size_in_bytes())?,
+                    None => lowered.alloc_array(
+                        stream.device().ordinal(),
+                        tn.prec(),
+                        tn.size_in_bytes() / tn.prec().size_in_bytes(),
+                    )?,
                 };
                 let (d, s, q) = (dst.clone(), src_entry.buffer.clone(), stream.queue());
                 stream.schedule(

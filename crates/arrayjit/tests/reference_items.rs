@@ -1071,3 +1071,98 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
         assert!(matches!(e, arrayjit::Error::IndexOutOfBounds { .. }), "{e}");
     }
 }
+
+/// `rune-backend-intf.txt`, `device_buffer` (a native buffer with its size and dtype) and
+/// `allocate_buffer ~dtype`; `ocannl-lowered-backend-missing.txt`, `alloc_zero_init_array`:
+/// buffers know the precision of their values. A context's arrays do; a launch with a buffer of
+/// another precision than the kernel's array, an explicit array of another precision than its
+/// node's, are errors that name both precisions; raw bytes are checked by size only.
+#[test]
+fn lowered_backend__buffers_know_their_precision() {
+    use arrayjit::backends::DeviceBuffer;
+    use arrayjit::codegen::KernelInterface;
+    for name in CPU_BACKENDS {
+        let (backend, stream) = backend_and_stream(name);
+        let lowered = backend.lowered();
+        let half = lowered.alloc_array(0, Prec::F16, 8).unwrap();
+        assert_eq!((half.prec(), half.size_in_bytes()), (Some(Prec::F16), 16));
+        assert_eq!(lowered.alloc_zeroed(0, 16).unwrap().prec(), None);
+
+        // A routine's arrays know their node's precision.
+        let x = Tnode::new(Prec::F64, &[2], &["x"]).unwrap();
+        x.set_values(&[1.0, -1.0]).unwrap();
+        let y = Tnode::new(Prec::F16, &[2], &["y"]).unwrap();
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        let code = backend
+            .compile(
+                "relu",
+                &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
+                &[],
+            )
+            .unwrap();
+        let ctx = Context::new(&stream);
+        let routine = ctx.link(&code).unwrap();
+        routine.run().unwrap();
+        let linked = routine.context();
+        assert_eq!(linked.array(&x).unwrap().prec(), Some(Prec::F64), "{name}");
+        assert_eq!(linked.array(&y).unwrap().prec(), Some(Prec::F16), "{name}");
+        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0], "{name}");
+
+        // A kernel of f32 arrays refuses an f16 buffer of the right size, by name.
+        let v = Tnode::new(Prec::F32, &[4], &["v"]).unwrap();
+        let interface = KernelInterface {
+            name: "zero".into(),
+            symbol: "aj_test_zero".into(),
+            args: vec![v.clone()],
+            merge: None,
+            statics: vec![],
+            scratch_bytes: 0,
+        };
+        let source = "#include <stdint.h>\n\
+            void aj_test_zero(uint8_t *const *args, const int64_t *statics, const void *w) {\n\
+              (void)statics; (void)w;\n\
+              float *v = (float *)args[0];\n\
+              for (int i = 0; i < 4; ++i) v[i] = 0.0f;\n\
+            }\n";
+        // SAFETY: the kernel has the cc signature and touches its buffer's 16 bytes only.
+        let batch =
+            unsafe { lowered.compile_source(source, std::slice::from_ref(&interface)) }.unwrap();
+        let e = batch
+            .launch(0, std::slice::from_ref(&half), &[], None)
+            .unwrap_err();
+        assert!(
+            matches!(e, arrayjit::Error::PrecisionMismatch { .. })
+                && e.to_string().contains("argument 0 of zero")
+                && e.to_string().contains("holds f16 values but f32"),
+            "{e}"
+        );
+        let single = lowered.alloc_array(0, Prec::F32, 4).unwrap();
+        batch
+            .launch(0, std::slice::from_ref(&single), &[], None)
+            .unwrap();
+
+        // An explicit array of another precision than its node's is refused.
+        let a = Tnode::new(Prec::F32, &[4], &["a"]).unwrap();
+        let e = Context::with_arrays(
+            &stream,
+            vec![(a.clone(), half.clone())],
+            arrayjit::ir::OptimizeCtx::empty(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, arrayjit::Error::PrecisionMismatch { .. })
+                && e.to_string().contains("an explicit array of"),
+            "{e}"
+        );
+        // Raw bytes of the right size take the node's precision.
+        let raw = lowered.alloc_zeroed(0, 16).unwrap();
+        let ctx = Context::with_arrays(
+            &stream,
+            vec![(a.clone(), raw)],
+            arrayjit::ir::OptimizeCtx::empty(),
+        )
+        .unwrap();
+        assert_eq!(ctx.array(&a).unwrap().prec(), Some(Prec::F32), "{name}");
+    }
+}
