@@ -69,15 +69,17 @@ pub fn typed(buffer: BufferHandle, prec: Prec, op: &str) -> Result<BufferHandle>
             expected: prec.name().to_string(),
             found: p.name().to_string(),
         }),
-        None if buffer.size_in_bytes() % prec.size_in_bytes() != 0 => Err(Error::ShapeMismatch {
-            op: op.to_string(),
-            detail: format!(
-                "a buffer of {} bytes does not hold whole {} values ({} bytes each)",
-                buffer.size_in_bytes(),
-                prec.name(),
-                prec.size_in_bytes()
-            ),
-        }),
+        None if !buffer.size_in_bytes().is_multiple_of(prec.size_in_bytes()) => {
+            Err(Error::ShapeMismatch {
+                op: op.to_string(),
+                detail: format!(
+                    "a buffer of {} bytes does not hold whole {} values ({} bytes each)",
+                    buffer.size_in_bytes(),
+                    prec.name(),
+                    prec.size_in_bytes()
+                ),
+            })
+        }
         None => Ok(Arc::new(ArrayBuffer {
             inner: buffer,
             prec,
