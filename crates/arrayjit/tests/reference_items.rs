@@ -1079,7 +1079,6 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
 /// node's, are errors that name both precisions; raw bytes are checked by size only.
 #[test]
 fn lowered_backend__buffers_know_their_precision() {
-    use arrayjit::backends::DeviceBuffer;
     use arrayjit::codegen::KernelInterface;
     for name in CPU_BACKENDS {
         let (backend, stream) = backend_and_stream(name);
