@@ -51,7 +51,7 @@ use std::any::Any;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrayjit_codegen::KernelInterface;
+use arrayjit_codegen::{KernelInterface, SourceKernel};
 use arrayjit_ir::{Optimized, Result};
 
 pub use array_buffer::ArrayBuffer;
@@ -379,12 +379,25 @@ pub trait LoweredBackend: Send + Sync + Debug {
     }
     /// Compiles routines together (one library, one compilation).
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>>;
-    /// Compiles source given directly, in the backend's language, whose kernels follow
-    /// `kernels` (each exported as its interface's `symbol` with the backend's calling
-    /// convention: for `cc`, `void f(uint8_t *const *buffers, const int64_t *statics, const
-    /// void *workers)`): for tools and tests that drive a backend's kernels themselves. Launches
-    /// are checked against the interfaces as for compiled routines. Default: an error saying the
-    /// backend does not take source directly.
+    /// Compiles source given directly, in the backend's language (the reference's `compile
+    /// ~source_code` and `get_kernel`): for tools and tests that drive a backend's kernels
+    /// themselves. Each [`SourceKernel`] names its exported symbol, its buffers and static
+    /// indices ([`KernelInterface`]) and, on GPUs, its launch; launches are checked against the
+    /// interfaces as for compiled routines, and the batch finds a kernel by name or symbol
+    /// ([`CompiledBatch::kernel_index`]). The calling convention per backend:
+    ///
+    /// - `cc` (C): `void f(uint8_t *const *buffers, const int64_t *statics, const void
+    ///   *workers)`, called once (the launch is ignored);
+    /// - `cuda` (CUDA C for NVRTC) and `cuda_emu` (the same source run on the CPU):
+    ///   `extern "C" __global__ void f(...)` with one pointer parameter per buffer, in the
+    ///   interface's order, then one `long long` per static index; launched with the given grid
+    ///   and block. Include no CUDA headers (`cuda_emu` provides the built-ins);
+    /// - `wgpu` (WGSL): an entry point named by the symbol; buffer `i` of the interface at
+    ///   `@group(0) @binding(i)`, and the static indices, when there are any, as
+    ///   `array<i32>` at the binding after the last buffer; the grid is the workgroup count
+    ///   (the shader declares its `@workgroup_size`).
+    ///
+    /// Default: an error saying the backend does not take source directly.
     ///
     /// # Safety
     /// The source runs as native code: it must export every kernel with the calling
@@ -393,11 +406,11 @@ pub trait LoweredBackend: Send + Sync + Debug {
     unsafe fn compile_source(
         &self,
         source: &str,
-        kernels: &[KernelInterface],
+        kernels: &[SourceKernel],
     ) -> Result<Arc<dyn CompiledBatch>> {
         let _ = (source, kernels);
         Err(arrayjit_ir::Error::invalid(format!(
-            "backend {} does not compile source given directly; use a cc backend",
+            "backend {} does not compile source given directly; use cc, cuda_emu, cuda or wgpu",
             self.name()
         )))
     }

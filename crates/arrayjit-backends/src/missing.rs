@@ -85,7 +85,7 @@ impl LoweredBackend for MissingBackend {
     unsafe fn compile_source(
         &self,
         _: &str,
-        _: &[arrayjit_codegen::KernelInterface],
+        _: &[arrayjit_codegen::SourceKernel],
     ) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }

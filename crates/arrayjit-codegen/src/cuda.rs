@@ -100,7 +100,7 @@ pub struct CudaPass {
 }
 
 impl CudaPass {
-    /// Blocks and threads per block of its launch.
+    /// Blocks and threads per block of its launch, in x (see [`CudaPass::launch`]).
     pub fn launch_dims(&self) -> (u32, u32) {
         let t = BLOCK_THREADS as u64;
         match self.shape {
@@ -110,6 +110,19 @@ impl CudaPass {
                 (blocks.max(1) as u32, BLOCK_THREADS)
             }
             PassShape::Grid(n) | PassShape::Zero(n) => (n.div_ceil(t).max(1) as u32, BLOCK_THREADS),
+            PassShape::Given(d) => (d.grid[0], d.block[0]),
+        }
+    }
+
+    /// Its launch in three dimensions: [`CudaPass::launch_dims`] in x for rendered passes, a
+    /// hand-written kernel's as given.
+    pub fn launch(&self) -> crate::LaunchDims {
+        match self.shape {
+            PassShape::Given(d) => d,
+            _ => {
+                let (blocks, threads) = self.launch_dims();
+                crate::LaunchDims::linear(blocks, threads)
+            }
         }
     }
 }

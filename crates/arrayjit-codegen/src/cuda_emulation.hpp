@@ -20,6 +20,7 @@
 #include <ucontext.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <type_traits>
 
 #define __global__
 #define __device__
@@ -55,6 +56,7 @@ struct aj_block {
   ucontext_t scheduler;
   aj_fiber *fibers;
   unsigned current;
+  unsigned threads;
   unsigned long long *exchange; /* one slot per thread, for warp shuffles */
   aj_thunk thunk;
   void *const *args;
@@ -87,14 +89,16 @@ static inline T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
   (void)mask;
   aj_block *b = aj_running_block;
   if (!b) return value; /* one thread at a time: no lane to read from */
-  unsigned lane = threadIdx.x % 32u;
-  unsigned warp_base = threadIdx.x - lane;
+  /* Warps are runs of 32 threads in linear order (x fastest), as on a GPU. */
+  unsigned linear = b->current;
+  unsigned lane = linear % 32u;
+  unsigned warp_base = linear - lane;
   unsigned long long slot = 0;
   memcpy(&slot, &value, sizeof value);
-  b->exchange[threadIdx.x] = slot;
+  b->exchange[linear] = slot;
   aj_yield(AJ_AT_WARP); /* every lane has written */
   T result = value;
-  if (lane + delta < 32u && warp_base + lane + delta < blockDim.x) {
+  if (lane + delta < 32u && warp_base + lane + delta < b->threads) {
     slot = b->exchange[warp_base + lane + delta];
     memcpy(&result, &slot, sizeof result);
   }
@@ -105,20 +109,33 @@ static inline T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
 /* Bytes of each fiber's stack, and the guard page below it. */
 static const size_t AJ_STACK_BYTES = 256 * 1024;
 
-/* Runs a pass: `blocks` blocks of `threads` threads, as fibers when `barriers` (the pass
+/* Sets threadIdx from a thread's linear index in its block (x fastest). */
+static inline void aj_set_thread(unsigned t) {
+  threadIdx.x = t % blockDim.x;
+  threadIdx.y = (t / blockDim.x) % blockDim.y;
+  threadIdx.z = t / (blockDim.x * blockDim.y);
+}
+
+/* Sets blockIdx from a block's linear index in the grid (x fastest). */
+static inline void aj_set_block(unsigned long long g) {
+  blockIdx.x = (unsigned)(g % gridDim.x);
+  blockIdx.y = (unsigned)((g / gridDim.x) % gridDim.y);
+  blockIdx.z = (unsigned)(g / ((unsigned long long)gridDim.x * gridDim.y));
+}
+
+/* Runs a pass: a grid of `grid` blocks of `block` threads, as fibers when `barriers` (the pass
  * synchronizes its threads). Returns 0, or -1 when the fibers' stacks cannot be allocated. */
-static int aj_launch(aj_thunk thunk, void *const *args, const long long *statics,
-                     unsigned blocks, unsigned threads, int barriers) {
-  blockDim.x = threads;
-  blockDim.y = blockDim.z = 1;
-  gridDim.x = blocks;
-  gridDim.y = gridDim.z = 1;
-  threadIdx.y = threadIdx.z = blockIdx.y = blockIdx.z = 0;
+static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *statics,
+                          aj_dim3 grid, aj_dim3 block_dims, int barriers) {
+  blockDim = block_dims;
+  gridDim = grid;
+  unsigned threads = block_dims.x * block_dims.y * block_dims.z;
+  unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
   if (!barriers) {
-    for (unsigned g = 0; g < blocks; ++g) {
-      blockIdx.x = g;
+    for (unsigned long long g = 0; g < blocks; ++g) {
+      aj_set_block(g);
       for (unsigned t = 0; t < threads; ++t) {
-        threadIdx.x = t;
+        aj_set_thread(t);
         thunk(args, statics);
       }
     }
@@ -140,14 +157,15 @@ static int aj_launch(aj_thunk thunk, void *const *args, const long long *statics
   unsigned long long *exchange = (unsigned long long *)(fibers + threads);
   aj_block block;
   block.fibers = fibers;
+  block.threads = threads;
   block.exchange = exchange;
   block.thunk = thunk;
   block.args = args;
   block.statics = statics;
   aj_block *outer = aj_running_block;
   aj_running_block = &block;
-  for (unsigned g = 0; g < blocks && status == 0; ++g) {
-    blockIdx.x = g;
+  for (unsigned long long g = 0; g < blocks && status == 0; ++g) {
+    aj_set_block(g);
     for (unsigned t = 0; t < threads; ++t) {
       aj_fiber *f = &fibers[t];
       getcontext(&f->context);
@@ -162,7 +180,7 @@ static int aj_launch(aj_thunk thunk, void *const *args, const long long *statics
       for (unsigned t = 0; t < threads; ++t) {
         if (fibers[t].state != AJ_RUNS) continue;
         block.current = t;
-        threadIdx.x = t;
+        aj_set_thread(t);
         swapcontext(&block.scheduler, &fibers[t].context);
       }
       /* Warp exchanges release at once; a block barrier once nothing else is pending. */
@@ -180,4 +198,36 @@ static int aj_launch(aj_thunk thunk, void *const *args, const long long *statics
   aj_running_block = outer;
   munmap(memory, bytes);
   return status;
+}
+
+/* A one-dimensional launch: `blocks` blocks of `threads` threads. */
+static int aj_launch(aj_thunk thunk, void *const *args, const long long *statics,
+                     unsigned blocks, unsigned threads, int barriers) {
+  aj_dim3 grid = {blocks, 1u, 1u};
+  aj_dim3 block = {threads, 1u, 1u};
+  return aj_launch_dims(thunk, args, statics, grid, block, barriers);
+}
+
+/* Calls a hand-written kernel from the buffers and statics arrays: each pointer parameter takes
+ * the next buffer, each integer parameter the next static index. */
+template <class P>
+static inline P aj_source_arg(void *const *buffers, const long long *statics, unsigned *b,
+                              unsigned *s) {
+  if constexpr (std::is_pointer_v<P>) {
+    return (P)buffers[(*b)++];
+  } else {
+    return (P)statics[(*s)++];
+  }
+}
+
+template <class... P>
+static inline void aj_call_source(void (*kernel)(P...), void *const *buffers,
+                                  const long long *statics) {
+  unsigned b = 0, s = 0;
+  /* Braced initialization evaluates the arguments left to right. */
+  struct aj_args {
+    void (*kernel)(P...);
+    aj_args(void (*k)(P...), P... a) : kernel(k) { k(a...); }
+  };
+  aj_args{kernel, aj_source_arg<P>(buffers, statics, &b, &s)...};
 }

@@ -16,9 +16,10 @@ use std::fmt::Write as _;
 
 use arrayjit_ir::{Optimized, Result};
 
-use crate::CSyntax;
 use crate::cuda::{CudaProgram, render_with};
+use crate::source_kernel::check_symbol;
 use crate::wgsl::PassShape;
+use crate::{CSyntax, SourceKernel};
 
 /// The emulation of the CUDA execution model every emulated program starts with.
 pub const EMULATION_HEADER: &str = include_str!("cuda_emulation.hpp");
@@ -93,4 +94,51 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
     }
     program.source.push_str(&launchers);
     Ok(program)
+}
+
+/// Hand-written CUDA kernels as one C++ file for the host compiler: the emulation header, the
+/// source with each kernel renamed (`<symbol>__aj_kernel`), then one exported entry point per
+/// kernel, named by its symbol, that zeroes the scratch buffer and launches the kernel with its
+/// [`LaunchDims`](crate::LaunchDims) (as fibers: hand-written code may synchronize). Each
+/// pointer parameter of a kernel takes the next buffer of its interface, each integer parameter
+/// the next static index. The source must not include CUDA headers: the emulation header
+/// provides the built-ins (`threadIdx`, `blockIdx`, `blockDim`, `gridDim`, `__syncthreads`,
+/// `__shfl_down_sync`, `__shared__`).
+pub fn emulated_source(source: &str, kernels: &[SourceKernel]) -> Result<String> {
+    let mut out = format!("{EMULATION_HEADER}\n");
+    for k in kernels {
+        check_symbol(&k.interface.symbol)?;
+        k.launch.check(&k.interface.name, 1024)?;
+        let _ = writeln!(out, "#define {0} {0}__aj_kernel", k.interface.symbol);
+    }
+    out.push_str("#line 1 \"kernel source\"\n");
+    out.push_str(source);
+    out.push_str("\n/* Entry points: each kernel launched with its dimensions. */\n");
+    for k in kernels {
+        let sym = &k.interface.symbol;
+        let [gx, gy, gz] = k.launch.grid;
+        let [bx, by, bz] = k.launch.block;
+        let buffers = k.interface.buffer_sizes().len();
+        let _ = writeln!(
+            out,
+            "#undef {sym}\n\
+             static void {sym}__aj_thunk(void *const *aj_b, const long long *aj_s) {{\n  \
+             aj_call_source({sym}__aj_kernel, aj_b, aj_s);\n}}\n\
+             extern \"C\" int {sym}(void *const *aj_b, const long long *aj_s) {{"
+        );
+        if k.interface.scratch_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "  memset(aj_b[{}], 0, {});",
+                buffers - 1,
+                k.interface.scratch_bytes
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  aj_dim3 aj_grid = {{{gx}u, {gy}u, {gz}u}}, aj_block = {{{bx}u, {by}u, {bz}u}};\n  \
+             return aj_launch_dims({sym}__aj_thunk, aj_b, aj_s, aj_grid, aj_block, 1);\n}}"
+        );
+    }
+    Ok(out)
 }

@@ -15,7 +15,9 @@ pub mod c_syntax;
 pub mod cuda;
 pub mod cuda_emulation;
 pub mod gemm;
+pub mod source_kernel;
 pub mod wgsl;
 
 pub use c_renderer::{CProgram, CUnit, KernelInterface, render_program};
 pub use c_syntax::CSyntax;
+pub use source_kernel::{LaunchDims, SourceKernel};

@@ -83,6 +83,11 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
         );
         sources.push((format!("matmul_{n}"), p.source));
     }
+    // A hand-written kernel for `compile_source` (run on cuda_emu in reference_items.rs).
+    sources.push((
+        "hand-written row sums".into(),
+        include_str!("fixtures/row_sums.cu").into(),
+    ));
     let mut failures = Vec::new();
     for (name, source) in &sources {
         match compile_ptx(source, ARCH) {

@@ -507,7 +507,7 @@ fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
 /// backend that takes no source says so.
 #[test]
 fn lowered_backend__compile_source_and_get_kernel() {
-    use arrayjit::codegen::KernelInterface;
+    use arrayjit::codegen::{KernelInterface, SourceKernel};
     for name in CPU_BACKENDS {
         let backend = arrayjit::backend(name).unwrap();
         let lowered = backend.lowered();
@@ -528,7 +528,8 @@ fn lowered_backend__compile_source_and_get_kernel() {
             }\n";
         // SAFETY: the kernel has the cc signature and touches its buffer's 16 bytes only.
         let batch =
-            unsafe { lowered.compile_source(source, std::slice::from_ref(&interface)) }.unwrap();
+            unsafe { lowered.compile_source(source, &[SourceKernel::cpu(interface.clone())]) }
+                .unwrap();
         let k = batch.kernel_index("double").unwrap();
         assert_eq!(batch.kernel_index("aj_test_double"), Some(k));
         assert_eq!(batch.kernel_index("missing"), None);
@@ -552,9 +553,8 @@ fn lowered_backend__compile_source_and_get_kernel() {
         let small = lowered.alloc_zeroed(0, 8).unwrap();
         assert!(batch.launch(k, &[small], &[], None).is_err());
         // A compile error is typed and says what failed.
-        let e =
-            unsafe { lowered.compile_source("this is not C", std::slice::from_ref(&interface)) }
-                .unwrap_err();
+        let e = unsafe { lowered.compile_source("this is not C", &[SourceKernel::cpu(interface)]) }
+            .unwrap_err();
         assert!(matches!(e, arrayjit::Error::CompileFailed(_)), "{e}");
     }
     let metal = arrayjit::backend("metal").unwrap();
@@ -1079,7 +1079,7 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
 /// node's, are errors that name both precisions; raw bytes are checked by size only.
 #[test]
 fn lowered_backend__buffers_know_their_precision() {
-    use arrayjit::codegen::KernelInterface;
+    use arrayjit::codegen::{KernelInterface, SourceKernel};
     for name in CPU_BACKENDS {
         let (backend, stream) = backend_and_stream(name);
         let lowered = backend.lowered();
@@ -1126,7 +1126,8 @@ fn lowered_backend__buffers_know_their_precision() {
             }\n";
         // SAFETY: the kernel has the cc signature and touches its buffer's 16 bytes only.
         let batch =
-            unsafe { lowered.compile_source(source, std::slice::from_ref(&interface)) }.unwrap();
+            unsafe { lowered.compile_source(source, &[SourceKernel::cpu(interface.clone())]) }
+                .unwrap();
         let e = batch
             .launch(0, std::slice::from_ref(&half), &[], None)
             .unwrap_err();
@@ -1164,4 +1165,105 @@ fn lowered_backend__buffers_know_their_precision() {
         .unwrap();
         assert_eq!(ctx.array(&a).unwrap().prec(), Some(Prec::F32), "{name}");
     }
+}
+
+/// The row sums a hand-written GPU kernel computes in the test below: 4 rows of 64, plus the
+/// static index `k`, in CUDA C (for `cuda` and `cuda_emu`) and in WGSL (for `wgpu`). Both
+/// use a 2-D block of 32 × 2 threads, shared memory and barriers.
+const ROW_SUMS_CUDA: &str = include_str!("fixtures/row_sums.cu");
+
+const ROW_SUMS_WGSL: &str = include_str!("fixtures/row_sums.wgsl");
+
+/// `rune-backend-intf.txt`, `Compiler.compile ~source_code`, `Runtime.get_kernel` and
+/// `launch_kernel ~global_dims ?local_dims`: hand-written GPU kernels compile from source and
+/// launch on a 2-D grid with the given blocks, on every GPU-style backend here (`cuda_emu`
+/// everywhere a C++ compiler is; `wgpu` where a Vulkan driver is; `cuda` where a GPU is), with
+/// the values checked against exact sums. Bad launches and sources are typed errors.
+#[test]
+fn rune_backend_intf__compile_source_and_launch_with_dims() {
+    use arrayjit::codegen::{KernelInterface, LaunchDims, SourceKernel};
+    use arrayjit::ir::StaticSymbol;
+    let x = Tnode::new(Prec::F32, &[4, 64], &["x"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[4], &["y"]).unwrap();
+    let interface = KernelInterface {
+        name: "row_sums".into(),
+        symbol: "aj_row_sums".into(),
+        args: vec![x, y],
+        merge: None,
+        statics: vec![StaticSymbol::new("k", 10)],
+        scratch_bytes: 0,
+    };
+    let launch = LaunchDims {
+        grid: [2, 2, 1],
+        block: [32, 2, 1],
+    };
+    let kernel = SourceKernel::gpu(interface, launch);
+    let values: Vec<f32> = (0..256).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+    let expected: Vec<f32> = values
+        .chunks(64)
+        .map(|row| row.iter().sum::<f32>() + 3.0)
+        .collect();
+    let available = arrayjit::available_backends();
+    let mut ran = vec![];
+    for (name, source) in [
+        ("cuda_emu", ROW_SUMS_CUDA),
+        ("cuda", ROW_SUMS_CUDA),
+        ("wgpu", ROW_SUMS_WGSL),
+    ] {
+        if !available.contains(&name) {
+            eprintln!("{name}: skipped, not available here");
+            continue;
+        }
+        let backend = arrayjit::backend(name).unwrap();
+        let lowered = backend.lowered();
+        // SAFETY: the kernel reads 256 floats of x and writes 4 of y, the sizes of its
+        // interface's buffers.
+        let batch =
+            unsafe { lowered.compile_source(source, std::slice::from_ref(&kernel)) }.unwrap();
+        let k = batch.kernel_index("row_sums").unwrap();
+        let xs = lowered.alloc_array(0, Prec::F32, 256).unwrap();
+        let ys = lowered.alloc_array(0, Prec::F32, 4).unwrap();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        lowered.copy_from_host(&xs, &bytes, None).unwrap();
+        batch
+            .launch(k, &[xs.clone(), ys.clone()], &[3], None)
+            .unwrap();
+        lowered.synchronize(0).unwrap();
+        let mut out = vec![0u8; 16];
+        lowered.copy_to_host(&ys, &mut out, None).unwrap();
+        let got: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, expected, "{name}");
+        // A static index outside its range is refused before the kernel runs.
+        let e = batch.launch(k, &[xs, ys], &[10], None).unwrap_err();
+        assert!(
+            matches!(e, arrayjit::Error::StaticIndex { .. }),
+            "{name}: {e}"
+        );
+        // A launch with an empty dimension, a symbol that is no identifier: refused.
+        let mut empty = kernel.clone();
+        empty.launch.block = [0, 1, 1];
+        let e = unsafe { lowered.compile_source(source, &[empty]) }.unwrap_err();
+        assert!(e.to_string().contains("at least 1"), "{name}: {e}");
+        let mut bad = kernel.clone();
+        bad.interface.symbol = "row sums".into();
+        let e = unsafe { lowered.compile_source(source, &[bad]) }.unwrap_err();
+        assert!(e.to_string().contains("not an identifier"), "{name}: {e}");
+        ran.push(name);
+    }
+    if available.contains(&"wgpu") {
+        // WGSL: an entry point the source lacks, and a binding the kernel does not have.
+        let lowered = arrayjit::backend("wgpu").unwrap().lowered().clone();
+        let mut missing = kernel.clone();
+        missing.interface.symbol = "aj_missing".into();
+        let e = unsafe { lowered.compile_source(ROW_SUMS_WGSL, &[missing]) }.unwrap_err();
+        assert!(e.to_string().contains("no entry point aj_missing"), "{e}");
+        let mut no_statics = kernel.clone();
+        no_statics.interface.statics.clear();
+        let e = unsafe { lowered.compile_source(ROW_SUMS_WGSL, &[no_statics]) }.unwrap_err();
+        assert!(e.to_string().contains("@binding(2)"), "{e}");
+    }
+    eprintln!("ran on {ran:?}");
 }

@@ -17,8 +17,8 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use arrayjit_codegen::cuda_emulation::{EMULATION_FLAGS, render_cuda_emulated};
-use arrayjit_codegen::{CSyntax, KernelInterface, render_program};
+use arrayjit_codegen::cuda_emulation::{EMULATION_FLAGS, emulated_source, render_cuda_emulated};
+use arrayjit_codegen::{CSyntax, KernelInterface, SourceKernel, render_program};
 use arrayjit_ir::{Error, Optimized, Result};
 
 use crate::buffer::{CpuBuffer, MemoryCounter};
@@ -622,12 +622,22 @@ impl LoweredBackend for CcBackend {
     unsafe fn compile_source(
         &self,
         source: &str,
-        kernels: &[KernelInterface],
+        kernels: &[SourceKernel],
     ) -> Result<Arc<dyn CompiledBatch>> {
-        let units = [compile::Unit { suffix: "", source }];
+        let interfaces: Vec<KernelInterface> =
+            kernels.iter().map(|k| k.interface.clone()).collect();
+        let source = match self.dialect {
+            CcDialect::C => source.to_string(),
+            // The CUDA kernels, renamed, with entry points that launch them.
+            CcDialect::CudaEmulated => emulated_source(source, kernels)?,
+        };
+        let units = [compile::Unit {
+            suffix: "",
+            source: &source,
+        }];
         // SAFETY: the caller's source exports each kernel with the dialect's signature (this
-        // method's safety contract).
-        unsafe { self.load_batch(&units, kernels.to_vec(), source.to_string()) }
+        // method's safety contract); for emulated CUDA, the entry points written above do.
+        unsafe { self.load_batch(&units, interfaces, source.clone()) }
     }
 
     fn debug_info(&self) -> String {

@@ -30,8 +30,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arrayjit_codegen::KernelInterface;
-use arrayjit_codegen::cuda::{CudaKernel, CudaProgram, render_cuda};
+use arrayjit_codegen::cuda::{CudaKernel, CudaPass, CudaProgram, render_cuda};
+use arrayjit_codegen::source_kernel::check_symbol;
+use arrayjit_codegen::wgsl::PassShape;
+use arrayjit_codegen::{KernelInterface, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Prec, Result};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{
@@ -231,6 +233,23 @@ impl fmt::Debug for CudaBatch {
 }
 
 impl CudaBatch {
+    /// A batch of a program, compiled now for device 0 so that a compile error is the
+    /// compile's, not a launch's (modules load per device on first launch there).
+    fn compiled(gpus: Vec<Arc<Gpu>>, program: CudaProgram) -> Result<Arc<dyn CompiledBatch>> {
+        compile_ptx(&program.source, &gpus[0].arch)?;
+        let interfaces = program
+            .kernels
+            .iter()
+            .map(|k| k.interface.clone())
+            .collect();
+        Ok(Arc::new(CudaBatch {
+            gpus,
+            program,
+            interfaces,
+            loaded: Mutex::new(HashMap::new()),
+        }))
+    }
+
     fn loaded(&self, gpu: &Gpu) -> Result<Arc<Loaded>> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = loaded.get(&gpu.ordinal) {
@@ -283,7 +302,7 @@ impl CudaBatch {
             scratch.zero_on(gpu, stream, kernel.interface.scratch_bytes)?;
         }
         for (pass, f) in kernel.passes.iter().zip(functions) {
-            let (blocks, threads) = pass.launch_dims();
+            let dims = pass.launch();
             let mut builder = stream.launch_builder(f);
             for p in &ptrs {
                 builder.arg(p);
@@ -292,8 +311,8 @@ impl CudaBatch {
                 builder.arg(s);
             }
             let config = LaunchConfig {
-                grid_dim: (blocks, 1, 1),
-                block_dim: (threads, 1, 1),
+                grid_dim: (dims.grid[0], dims.grid[1], dims.grid[2]),
+                block_dim: (dims.block[0], dims.block[1], dims.block[2]),
                 shared_mem_bytes: 0,
             };
             // SAFETY: the kernel was rendered for exactly these parameters (checked against
@@ -535,19 +554,37 @@ impl LoweredBackend for CudaBackend {
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         let gpus = self.gpus()?.to_vec();
         let program = render_cuda(routines)?;
-        // Compile now for device 0, so a compile error is the compile's, not a launch's.
-        compile_ptx(&program.source, &gpus[0].arch)?;
-        let interfaces = program
-            .kernels
+        CudaBatch::compiled(gpus, program)
+    }
+
+    unsafe fn compile_source(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let gpus = self.gpus()?.to_vec();
+        let max_threads = self.device_info(0)?.max_local_invocations as u64;
+        let kernels = kernels
             .iter()
-            .map(|k| k.interface.clone())
-            .collect();
-        Ok(Arc::new(CudaBatch {
-            gpus,
-            program,
-            interfaces,
-            loaded: Mutex::new(HashMap::new()),
-        }))
+            .map(|k| {
+                check_symbol(&k.interface.symbol)?;
+                k.launch.check(&k.interface.name, max_threads)?;
+                Ok(CudaKernel {
+                    interface: k.interface.clone(),
+                    passes: vec![CudaPass {
+                        symbol: k.interface.symbol.clone(),
+                        shape: PassShape::Given(k.launch),
+                        why: "hand-written, launched as given".into(),
+                    }],
+                    buffer_types: vec![],
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let program = CudaProgram {
+            source: source.to_string(),
+            kernels,
+        };
+        CudaBatch::compiled(gpus, program)
     }
 
     fn debug_info(&self) -> String {

@@ -12,7 +12,7 @@
 //! - Every driver error (validation, out of memory, a lost device, a shader the driver refuses)
 //!   is caught in an error scope and returned as [`Error::Driver`] with the driver's error as
 //!   its source; an error that escapes a scope is kept and returned by the next call.
-//! - Compiled pipelines are cached in memory by their WGSL source.
+//! - Compiled pipelines are cached in memory by their WGSL source and entry point.
 
 mod buffers;
 mod queue;
@@ -22,8 +22,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrayjit_codegen::KernelInterface;
+use arrayjit_codegen::source_kernel::check_symbol;
+use arrayjit_codegen::wgsl::PassShape;
 use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
+use arrayjit_codegen::{KernelInterface, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Result};
 
 use crate::device_info::{DeviceInfo, DeviceKind};
@@ -46,8 +48,8 @@ struct Gpu {
     offset_alignment: usize,
     /// The largest storage-buffer binding in bytes.
     max_binding_bytes: u64,
-    /// Compiled pipelines by WGSL source.
-    pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+    /// Compiled pipelines by WGSL source and entry point.
+    pipelines: Mutex<HashMap<(String, String), wgpu::ComputePipeline>>,
     /// An error no error scope caught (reported by the next call).
     uncaptured: Arc<Mutex<Option<String>>>,
 }
@@ -233,7 +235,8 @@ impl Gpu {
     /// The compute pipeline of a pass, compiled once per source.
     fn pipeline(&self, pass: &WgslPass) -> Result<wgpu::ComputePipeline> {
         let mut cache = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = cache.get(&pass.source) {
+        let key = (pass.source.clone(), pass.entry_point.clone());
+        if let Some(p) = cache.get(&key) {
             return Ok(p.clone());
         }
         let pipeline = self.scoped("compiling a WGSL pass", || {
@@ -249,14 +252,55 @@ impl Gpu {
                     label: Some("arrayjit pass"),
                     layout: None,
                     module: &module,
-                    entry_point: Some("main"),
+                    entry_point: Some(&pass.entry_point),
                     compilation_options: Default::default(),
                     cache: None,
                 }))
         })?;
-        cache.insert(pass.source.clone(), pipeline.clone());
+        cache.insert(key, pipeline.clone());
         Ok(pipeline)
     }
+}
+
+/// The bindings of group 0 that entry point `entry` of a WGSL module uses, ascending: a
+/// pipeline's automatic layout holds exactly these. A module that does not parse or validate,
+/// or lacks the entry point, is an error saying why.
+fn source_bindings(gpu: &Gpu, source: &str, entry: &str) -> Result<Vec<u32>> {
+    let action = format!("reading the WGSL of entry point {entry}");
+    let module = naga::front::wgsl::parse_str(source)
+        .map_err(|e| gpu.driver_error(&action, e.emit_to_string(source).into()))?;
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .map_err(|e| gpu.driver_error(&action, e.emit_to_string(source).into()))?;
+    let index = module
+        .entry_points
+        .iter()
+        .position(|e| e.name == entry)
+        .ok_or_else(|| {
+            let names: Vec<&str> = module
+                .entry_points
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect();
+            Error::invalid(format!(
+                "the WGSL source has no entry point {entry} (it has {names:?})"
+            ))
+        })?;
+    let uses = info.get_entry_point(index);
+    let mut bindings: Vec<u32> = module
+        .global_variables
+        .iter()
+        .filter(|(handle, _)| !uses[*handle].is_empty())
+        .filter_map(|(_, var)| var.binding.as_ref())
+        .filter(|b| b.group == 0)
+        .map(|b| b.binding)
+        .collect();
+    bindings.sort_unstable();
+    bindings.dedup();
+    Ok(bindings)
 }
 
 /// One compiled routine: its passes' pipelines and the buffers of its local nodes.
@@ -352,14 +396,14 @@ impl CompiledBatch for WgpuBatch {
                     layout: &layout,
                     entries: &entries,
                 });
-                let (x, y) = pass.workgroups(gpu.max_groups);
+                let [x, y, z] = pass.dispatch(gpu.max_groups);
                 let mut cpass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: None,
                     timestamp_writes: None,
                 });
                 cpass.set_pipeline(pipeline);
                 cpass.set_bind_group(0, &group, &[]);
-                cpass.dispatch_workgroups(x, y, 1);
+                cpass.dispatch_workgroups(x, y, z);
             }
             gpu.queue.submit([encoder.finish()]);
             Ok(())
@@ -555,6 +599,69 @@ impl LoweredBackend for WgpuBackend {
         }))
     }
 
+    unsafe fn compile_source(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let gpu = self.gpu()?.clone();
+        let mut compiled = Vec::new();
+        for k in kernels {
+            let iface = &k.interface;
+            check_symbol(&iface.symbol)?;
+            // The shader declares its workgroup size; the grid is the workgroup count.
+            k.launch.check(&iface.name, u64::MAX)?;
+            let buffers = iface.buffer_sizes().len() as u32;
+            let statics_binding = (!iface.statics.is_empty()).then_some(buffers);
+            let bindings = source_bindings(&gpu, source, &iface.symbol)?;
+            let known = buffers + u32::from(statics_binding.is_some());
+            if let Some(b) = bindings.iter().find(|&&b| b >= known) {
+                return Err(Error::invalid(format!(
+                    "entry point {} uses @binding({b}), but kernel {} has bindings 0..{known} \
+                     (its buffers, then its static indices)",
+                    iface.symbol, iface.name
+                )));
+            }
+            let pass = WgslPass {
+                source: source.to_string(),
+                shape: PassShape::Given(k.launch),
+                bindings,
+                why: "hand-written, dispatched as given".into(),
+                entry_point: iface.symbol.clone(),
+            };
+            let pipelines = vec![gpu.pipeline(&pass)?];
+            let statics = match statics_binding {
+                Some(_) => Some(buffers::allocate(
+                    &gpu,
+                    &self.used,
+                    4 * iface.statics.len(),
+                )?),
+                None => None,
+            };
+            compiled.push((
+                iface.clone(),
+                Kernel {
+                    rendered: WgslKernel {
+                        interface: iface.clone(),
+                        locals: vec![],
+                        statics_binding,
+                        passes: vec![pass],
+                    },
+                    pipelines,
+                    locals: HashMap::new(),
+                    statics,
+                },
+            ));
+        }
+        let (interfaces, kernels) = compiled.into_iter().unzip();
+        Ok(Arc::new(WgpuBatch {
+            gpu,
+            interfaces,
+            kernels,
+            source: source.to_string(),
+        }))
+    }
+
     fn debug_info(&self) -> String {
         match &self.gpu {
             Ok(g) => format!("wgpu backend: {}", g.info),
@@ -588,6 +695,7 @@ mod tests {
             shape: PassShape::Single,
             bindings: vec![],
             why: "test".into(),
+            entry_point: "main".into(),
         };
         let e = gpu.pipeline(&pass).unwrap_err();
         let Error::Driver { device, source, .. } = &e else {

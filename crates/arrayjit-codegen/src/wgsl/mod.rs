@@ -119,9 +119,11 @@ pub enum PassShape {
     Zero(u64),
     /// One invocation for the whole statement.
     Single,
+    /// A hand-written kernel's launch, as given ([`crate::SourceKernel`]).
+    Given(crate::LaunchDims),
 }
 
-/// One compute pass: a WGSL module with one entry point `main`.
+/// One compute pass: a WGSL module and its entry point (`main` for rendered passes).
 #[derive(Clone, Debug)]
 pub struct WgslPass {
     /// The module's source.
@@ -132,6 +134,8 @@ pub struct WgslPass {
     pub bindings: Vec<u32>,
     /// Why this shape.
     pub why: String,
+    /// The entry point's name: `main` for rendered passes, a hand-written kernel's symbol.
+    pub entry_point: String,
 }
 
 impl WgslPass {
@@ -142,6 +146,7 @@ impl WgslPass {
             PassShape::Reduction => WORKGROUP_SIZE as u64,
             PassShape::Tiles(groups) | PassShape::Rows(groups) => groups * WORKGROUP_SIZE as u64,
             PassShape::Single => 1,
+            PassShape::Given(d) => d.blocks() * d.threads_per_block(),
         }
     }
 
@@ -150,6 +155,7 @@ impl WgslPass {
     pub fn workgroups(&self, max_x: u32) -> (u32, u32) {
         match self.shape {
             PassShape::Reduction | PassShape::Single => (1, 1),
+            PassShape::Given(d) => (d.grid[0], d.grid[1]),
             _ => {
                 let groups = self.invocations().div_ceil(WORKGROUP_SIZE as u64).max(1);
                 let max_x = max_x.max(1) as u64;
@@ -158,6 +164,18 @@ impl WgslPass {
                 } else {
                     (max_x as u32, groups.div_ceil(max_x) as u32)
                 }
+            }
+        }
+    }
+
+    /// Workgroups to dispatch in x, y and z: [`WgslPass::workgroups`], or a hand-written
+    /// kernel's grid as given.
+    pub fn dispatch(&self, max_x: u32) -> [u32; 3] {
+        match self.shape {
+            PassShape::Given(d) => d.grid,
+            _ => {
+                let (x, y) = self.workgroups(max_x);
+                [x, y, 1]
             }
         }
     }
@@ -788,6 +806,7 @@ impl PassRenderer<'_> {
             shape,
             bindings,
             why,
+            entry_point: "main".into(),
         }
     }
 }

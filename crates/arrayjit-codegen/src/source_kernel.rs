@@ -1,0 +1,132 @@
+//! Kernels written by hand rather than rendered from routines (the reference's `compile
+//! ~source_code` and `launch_kernel ~global_dims ?local_dims`): what a backend needs besides
+//! the source to call one. [`SourceKernel`] pairs a [`KernelInterface`] (its buffers and static
+//! indices) with the [`LaunchDims`] a GPU launches it with; CPU backends call a kernel once and
+//! ignore them.
+//!
+//! The calling convention each backend expects of the source is stated on
+//! `LoweredBackend::compile_source` in `arrayjit-backends`.
+
+use arrayjit_ir::{Error, Result};
+
+use crate::KernelInterface;
+
+/// The launch of a GPU kernel: blocks (CUDA) or workgroups (WGSL) in x, y, z, and threads per
+/// block in x, y, z (CUDA; a WGSL shader declares its own `@workgroup_size`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchDims {
+    /// Blocks or workgroups in x, y, z.
+    pub grid: [u32; 3],
+    /// Threads per block in x, y, z.
+    pub block: [u32; 3],
+}
+
+impl LaunchDims {
+    /// One block of one thread.
+    pub const SINGLE: LaunchDims = LaunchDims {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+    };
+
+    /// A one-dimensional launch: `blocks` blocks of `threads` threads.
+    pub fn linear(blocks: u32, threads: u32) -> LaunchDims {
+        LaunchDims {
+            grid: [blocks, 1, 1],
+            block: [threads, 1, 1],
+        }
+    }
+
+    /// Threads per block in all.
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&d| d as u64).product()
+    }
+
+    /// Blocks in all.
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&d| d as u64).product()
+    }
+
+    /// `Ok` when every dimension is at least 1 and a block has at most `max_threads` threads;
+    /// else an error naming the kernel.
+    pub fn check(&self, kernel: &str, max_threads: u64) -> Result<()> {
+        if self.grid.contains(&0) || self.block.contains(&0) {
+            return Err(Error::invalid(format!(
+                "kernel {kernel} launches {:?} blocks of {:?} threads: every dimension must be \
+                 at least 1",
+                self.grid, self.block
+            )));
+        }
+        if self.threads_per_block() > max_threads {
+            return Err(Error::invalid(format!(
+                "kernel {kernel} launches blocks of {} threads; the device runs at most \
+                 {max_threads} per block",
+                self.threads_per_block()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A hand-written kernel: how it is called and how a GPU launches it.
+#[derive(Clone, Debug)]
+pub struct SourceKernel {
+    /// Its buffers (arrays, merge buffer, scratch) and static indices, and its exported
+    /// symbol.
+    pub interface: KernelInterface,
+    /// Its launch on a GPU; CPU backends call the kernel once.
+    pub launch: LaunchDims,
+}
+
+impl SourceKernel {
+    /// A kernel for a CPU backend (called once: one block of one thread).
+    pub fn cpu(interface: KernelInterface) -> SourceKernel {
+        SourceKernel {
+            interface,
+            launch: LaunchDims::SINGLE,
+        }
+    }
+
+    /// A kernel a GPU launches with `launch`.
+    pub fn gpu(interface: KernelInterface, launch: LaunchDims) -> SourceKernel {
+        SourceKernel { interface, launch }
+    }
+}
+
+/// `Ok` when `symbol` can name a kernel in every backend's language (an identifier: ASCII
+/// letters, digits and `_`, not starting with a digit); else an error saying so.
+pub fn check_symbol(symbol: &str) -> Result<()> {
+    let mut chars = symbol.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if starts_well && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "kernel symbol {symbol:?} is not an identifier (ASCII letters, digits and _, not \
+             starting with a digit)"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_dims_are_checked() {
+        let d = LaunchDims {
+            grid: [4, 2, 1],
+            block: [32, 4, 1],
+        };
+        assert_eq!((d.blocks(), d.threads_per_block()), (8, 128));
+        assert!(d.check("k", 1024).is_ok());
+        let e = d.check("k", 64).unwrap_err();
+        assert!(e.to_string().contains("blocks of 128 threads"), "{e}");
+        let e = LaunchDims::linear(0, 32).check("k", 1024).unwrap_err();
+        assert!(check_symbol("aj_k2").is_ok() && check_symbol("_x").is_ok());
+        assert!(check_symbol("2k").is_err() && check_symbol("a-b").is_err());
+        assert!(check_symbol("").is_err());
+        assert!(e.to_string().contains("at least 1"), "{e}");
+    }
+}
