@@ -174,7 +174,7 @@ impl Routine {
             // refreshed from the host (which fails in turn if the host awaits that copy).
             let stale = !tn.copy_not_lagging(arg.entry.uid) || arg.entry.writer_failed();
             if arg.input && tn.has_host_array() && stale {
-                self.context.from_host(tn)?;
+                self.refresh_from_host(tn, &arg.entry)?;
             }
             arg.entry.order(stream, Access::of(arg.input, arg.output))?;
             args.push(arg.entry.buffer.clone());
@@ -221,6 +221,24 @@ impl Routine {
             }
         }
         Ok(())
+    }
+
+    /// Brings a copy lagging the host up to date before a run: only the elements the host
+    /// changed (`Tnode::set_value`) when they are at most half of the array and the copy's last
+    /// write did not fail, else the whole array.
+    fn refresh_from_host(&self, tn: &Tnode, entry: &ArrayEntry) -> Result<()> {
+        if !entry.writer_failed()
+            && let Some(ranges) = tn.copy_lagging_ranges(entry.uid)
+        {
+            let lagging: usize = ranges.iter().map(|(s, e)| e - s).sum();
+            if !ranges.is_empty() && lagging <= tn.num_elems() / 2 {
+                for (start, end) in ranges {
+                    self.context.from_host_range(tn, start..end)?;
+                }
+                return Ok(());
+            }
+        }
+        self.context.from_host(tn)
     }
 
     fn static_values(&self) -> Result<Vec<i64>> {

@@ -656,11 +656,24 @@ fn tnode__sharing_inferred_across_streams() {
     }
 }
 
-/// A cc backend that records the memory mode of every pool the runtime asks for.
+/// A cc backend that records the memory mode of every pool the runtime asks for, and every
+/// upload from the host (`(byte offset, bytes)`).
 #[derive(Debug)]
 struct RecordingPools {
     inner: arrayjit::backends::cc::CcBackend,
     modes: std::sync::Mutex<Vec<Option<MemoryMode>>>,
+    uploads: std::sync::Mutex<Vec<(usize, usize)>>,
+}
+
+impl RecordingPools {
+    fn new() -> std::sync::Arc<RecordingPools> {
+        use arrayjit::backends::cc::{CcBackend, CcConfig};
+        std::sync::Arc::new(RecordingPools {
+            inner: CcBackend::new(CcConfig::from_env().unwrap()).unwrap(),
+            modes: Default::default(),
+            uploads: Default::default(),
+        })
+    }
 }
 
 mod recording {
@@ -683,7 +696,18 @@ mod recording {
             self.inner.alloc_zeroed(device, size)
         }
         fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], q: Queue<'_>) -> Result<()> {
+            self.uploads.lock().unwrap().push((0, src.len()));
             self.inner.copy_from_host(dst, src, q)
+        }
+        fn copy_from_host_range(
+            &self,
+            dst: &BufferHandle,
+            offset: usize,
+            src: &[u8],
+            q: Queue<'_>,
+        ) -> Result<()> {
+            self.uploads.lock().unwrap().push((offset, src.len()));
+            self.inner.copy_from_host_range(dst, offset, src, q)
         }
         fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], q: Queue<'_>) -> Result<()> {
             self.inner.copy_to_host(src, dst, q)
@@ -743,11 +767,7 @@ mod recording {
 /// link, and the stream's scratch, local), so a backend can choose the storage.
 #[test]
 fn backend_intf_device__alloc_pool_gets_the_memory_mode() {
-    use arrayjit::backends::cc::{CcBackend, CcConfig};
-    let lowered = std::sync::Arc::new(RecordingPools {
-        inner: CcBackend::new(CcConfig::from_env().unwrap()).unwrap(),
-        modes: Default::default(),
-    });
+    let lowered = RecordingPools::new();
     let backend = Backend::from_lowered("recording", lowered.clone());
     let x = input("x", &[1.0, 2.0]);
     let a = Tnode::new(Prec::F32, &[2], &["a"]).unwrap();
@@ -1070,6 +1090,53 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
         let e = routine.context().from_host_range(&x, 95..101).unwrap_err();
         assert!(matches!(e, arrayjit::Error::IndexOutOfBounds { .. }), "{e}");
     }
+}
+
+/// `ocannl-ir-tnode.txt`, `devices_not_lagging_host` per element range, as a routine's run
+/// uses it: a copy lagging the host in a few elements (`set_value`) gets only those uploaded
+/// before the run; a copy lagging in more than half of the array, or wholly, gets the whole
+/// array.
+#[test]
+fn tnode__run_uploads_only_the_lagging_elements() {
+    let lowered = RecordingPools::new();
+    let backend = Backend::from_lowered("recording", lowered.clone());
+    let n = 1000;
+    let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
+    x.set_values_with(|k| k as f64).unwrap();
+    x.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: data")
+        .unwrap();
+    let y = result("y", n);
+    let code = backend
+        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    routine.run().unwrap();
+    let uploads = |expected: &[(usize, usize)]| {
+        let got = std::mem::take(&mut *lowered.uploads.lock().unwrap());
+        assert_eq!(got, expected);
+    };
+    uploads(&[(0, 4 * n)]);
+    x.set_value(&[10], 5.5).unwrap();
+    x.set_value(&[11], 6.5).unwrap();
+    x.set_value(&[900], -1.0).unwrap();
+    routine.run().unwrap();
+    uploads(&[(40, 8), (3600, 4)]);
+    let got = y.get_values().unwrap();
+    assert_eq!(
+        (got[10], got[11], got[12], got[900]),
+        (-5.5, -6.5, -12.0, 1.0)
+    );
+    // Nothing changed: nothing uploaded.
+    routine.run().unwrap();
+    uploads(&[]);
+    // More than half of the array: the whole of it, once.
+    for k in 0..600 {
+        x.set_value(&[k], 1.0).unwrap();
+    }
+    routine.run().unwrap();
+    uploads(&[(0, 4 * n)]);
+    assert_eq!(y.get_values().unwrap()[599], -1.0);
 }
 
 /// `rune-backend-intf.txt`, `device_buffer` (a native buffer with its size and dtype) and

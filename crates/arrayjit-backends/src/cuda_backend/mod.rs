@@ -442,6 +442,32 @@ impl LoweredBackend for CudaBackend {
         s.read(gpu, dst, queue::stream_for(gpu, queue))
     }
 
+    fn copy_from_host_range(
+        &self,
+        dst: &BufferHandle,
+        offset: usize,
+        src: &[u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        crate::byte_range_end(dst, offset, src.len())?;
+        let d = buffers::of(dst)?.view(offset, src.len())?;
+        let gpu = self.gpu(d.device_ordinal())?;
+        d.write(gpu, src, queue::stream_for(gpu, queue))
+    }
+
+    fn copy_to_host_range(
+        &self,
+        src: &BufferHandle,
+        offset: usize,
+        dst: &mut [u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        crate::byte_range_end(src, offset, dst.len())?;
+        let s = buffers::of(src)?.view(offset, dst.len())?;
+        let gpu = self.gpu(s.device_ordinal())?;
+        s.read(gpu, dst, queue::stream_for(gpu, queue))
+    }
+
     fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, queue: Queue<'_>) -> Result<()> {
         let (d, s) = (buffers::of(dst)?, buffers::of(src)?);
         if d.size_in_bytes_exact() != s.size_in_bytes_exact() {

@@ -140,6 +140,13 @@ fn same_size(what: &str, buffer: usize, host: usize) -> Result<()> {
     }
 }
 
+/// Whether bytes `start..end` of `b` can be written on their own: wgpu writes whole words
+/// from a word boundary, so the range must start on one and end on one or at the buffer's end
+/// (whose padding no one else uses).
+pub(super) fn word_aligned(b: &WgpuBuffer, start: usize, end: usize) -> bool {
+    (b.offset + start).is_multiple_of(WORD) && (end.is_multiple_of(WORD) || end == b.size)
+}
+
 /// Copies host bytes into a buffer (queued; runs before later work on the queue).
 pub(super) fn write(gpu: &Gpu, dst: &WgpuBuffer, src: &[u8]) -> Result<()> {
     same_size("copying to the device", dst.size, src.len())?;

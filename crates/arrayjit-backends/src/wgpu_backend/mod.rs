@@ -453,6 +453,45 @@ impl LoweredBackend for WgpuBackend {
         buffers::read(gpu, buffers::of(src)?, dst)
     }
 
+    /// Directly when the range starts on a word (wgpu copies whole words) and ends on one or
+    /// at the buffer's end; else the default's read, patch, write.
+    fn copy_from_host_range(
+        &self,
+        dst: &BufferHandle,
+        offset: usize,
+        src: &[u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        let end = crate::byte_range_end(dst, offset, src.len())?;
+        let d = buffers::of(dst)?;
+        if buffers::word_aligned(d, offset, end) {
+            return buffers::write(self.gpu()?, &d.view(offset, src.len())?, src);
+        }
+        let mut all = vec![0u8; dst.size_in_bytes()];
+        self.copy_to_host(dst, &mut all, queue)?;
+        all[offset..end].copy_from_slice(src);
+        self.copy_from_host(dst, &all, queue)
+    }
+
+    /// Directly when the range starts on a word; else through the whole buffer.
+    fn copy_to_host_range(
+        &self,
+        src: &BufferHandle,
+        offset: usize,
+        dst: &mut [u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        let end = crate::byte_range_end(src, offset, dst.len())?;
+        let s = buffers::of(src)?;
+        if (s.offset + offset).is_multiple_of(4) {
+            return buffers::read(self.gpu()?, &s.view(offset, dst.len())?, dst);
+        }
+        let mut all = vec![0u8; src.size_in_bytes()];
+        self.copy_to_host(src, &mut all, queue)?;
+        dst.copy_from_slice(&all[offset..end]);
+        Ok(())
+    }
+
     fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, _: Queue<'_>) -> Result<()> {
         let gpu = self.gpu()?;
         buffers::copy(gpu, buffers::of(dst)?, buffers::of(src)?)
@@ -725,6 +764,20 @@ mod tests {
             b.copy_from_host(&buf, &[0; 5], None),
             Err(Error::ShapeMismatch { .. })
         ));
+        // Ranges: on words (direct), ending at the buffer's odd end (direct), inside a word
+        // (through the whole buffer); neighbours keep their bytes.
+        b.copy_from_host_range(&buf, 0, &[7, 7, 7, 7], None)
+            .unwrap();
+        b.copy_from_host_range(&buf, 4, &[8, 8], None).unwrap();
+        b.copy_from_host_range(&buf, 1, &[9, 9], None).unwrap();
+        b.copy_to_host(&buf, &mut back, None).unwrap();
+        assert_eq!(back, [7, 9, 9, 7, 8, 8]);
+        let mut part = [0u8; 3];
+        b.copy_to_host_range(&buf, 3, &mut part, None).unwrap();
+        assert_eq!(part, [7, 8, 8]);
+        b.copy_to_host_range(&buf, 4, &mut part[..2], None).unwrap();
+        assert_eq!(part[..2], [8, 8]);
+        assert!(b.copy_from_host_range(&buf, 5, &[1, 1], None).is_err());
         // Pool views are aligned for binding and zeroed on request.
         let align = b.pool_alignment();
         b.alloc_pool(0, 7, 4 * align, align).unwrap();
