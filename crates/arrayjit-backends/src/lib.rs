@@ -40,6 +40,7 @@ pub mod compile_cache;
 pub mod cuda_backend;
 pub mod device_info;
 pub mod missing;
+pub mod notice;
 pub mod queue;
 pub mod sanitizer;
 pub mod settings;
@@ -158,12 +159,23 @@ pub fn byte_range_end(buffer: &BufferHandle, offset: usize, len: usize) -> Resul
         })
 }
 
+/// The name of a batch of routines in traces and listings: their names joined by `+`.
+pub fn batch_name(routines: &[&Optimized]) -> String {
+    let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
+    names.join("+")
+}
+
 /// Code compiled for a backend: one or more kernels from one compilation.
 pub trait CompiledBatch: Send + Sync + Debug {
     /// The kernels and how to call them.
     fn kernels(&self) -> &[KernelInterface];
     /// The generated source code.
     fn source(&self) -> &str;
+    /// Whether the compiled code came from the compile cache (`Some(true)`), was compiled
+    /// (`Some(false)`), or the backend does not say (`None`, the default).
+    fn cache_hit(&self) -> Option<bool> {
+        None
+    }
     /// The index of the kernel named `name` (its interface's name or symbol), for
     /// [`CompiledBatch::launch`].
     fn kernel_index(&self, name: &str) -> Option<usize> {

@@ -21,6 +21,7 @@ pub mod optimize;
 pub mod prec;
 pub mod schedule;
 pub mod tnode;
+pub mod trace;
 pub mod verify;
 
 pub use assignments::{AccumRhs, Assignments, FetchOp, Operand};

@@ -211,6 +211,7 @@ impl Backend {
         scheduler: SchedulerKind,
         strategy: Strategy,
     ) -> Backend {
+        crate::observe::trace_from_env();
         static NEXT_DEVICE_UID: AtomicUsize = AtomicUsize::new(0);
         let n = lowered.num_devices();
         let schedule = lowered.schedule_settings();
@@ -392,7 +393,10 @@ impl Backend {
         let optimized = routines
             .iter()
             .map(|&(name, a)| {
-                let heuristic = optimize_in(ctx, name, bindings, a, &settings)?;
+                let heuristic = {
+                    let _optimize = arrayjit_ir::trace::compile_phase("optimize", name);
+                    optimize_in(ctx, name, bindings, a, &settings)?
+                };
                 if !search {
                     return Ok(Arc::new(heuristic));
                 }
@@ -427,7 +431,9 @@ impl Backend {
             )?;
         }
         let refs: Vec<&arrayjit_ir::Optimized> = optimized.iter().map(|o| o.as_ref()).collect();
+        let started = std::time::Instant::now();
         let batch = self.inner.lowered.compile_batch(&refs)?;
+        crate::observe::list_compiled(self.name(), &optimized, batch.as_ref(), started.elapsed())?;
         Ok(optimized
             .into_iter()
             .enumerate()

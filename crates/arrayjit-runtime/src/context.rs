@@ -843,7 +843,7 @@ impl Context {
             entry.schedule_access(
                 stream,
                 Access::Write,
-                TaskLabel::Fixed("copy part from host"),
+                TaskLabel::Copy("copy part from host", end - start),
                 move || lowered.copy_from_host_range(&buffer, start, &bytes, queue.as_deref()),
             )?;
         }
@@ -879,7 +879,7 @@ impl Context {
         entry.schedule_access(
             stream,
             Access::Read,
-            TaskLabel::Fixed("copy part to host"),
+            TaskLabel::Copy("copy part to host", end - start),
             move || {
                 node.with_host_mut(|nd| {
                     let dst = &mut nd.as_bytes_mut()[start..end];
@@ -931,7 +931,7 @@ impl Context {
                 let (d, s, q) = (dst.buffer.clone(), src_entry.buffer.clone(), stream.queue());
                 stream.schedule(
                     Box::new(move || lowered.copy_buffer(&d, &s, q.as_deref())),
-                    TaskLabel::Fixed("device-to-device copy"),
+                    TaskLabel::Copy("device-to-device copy", tn.size_in_bytes()),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);
                 dst.record(stream.all_work(), Access::Write);
@@ -973,7 +973,7 @@ impl Context {
                 let (d, s, q) = (dst.clone(), src_entry.buffer.clone(), stream.queue());
                 stream.schedule(
                     Box::new(move || lowered.copy_buffer(&d, &s, q.as_deref())),
-                    TaskLabel::Fixed("copy into the merge buffer"),
+                    TaskLabel::Copy("copy into the merge buffer", tn.size_in_bytes()),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);
                 *merge = Some((tn.clone(), dst));

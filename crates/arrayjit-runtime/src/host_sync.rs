@@ -228,7 +228,7 @@ pub(crate) fn schedule_upload(
     entry.schedule_access(
         stream,
         Access::Write,
-        TaskLabel::Fixed("copy from host"),
+        TaskLabel::Copy("copy from host", bytes.len()),
         move || lowered.copy_from_host(&buffer, &bytes, queue.as_deref()),
     )
 }
@@ -243,7 +243,7 @@ pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Res
     entry.schedule_access(
         stream,
         Access::Read,
-        TaskLabel::Fixed("copy to host"),
+        TaskLabel::Copy("copy to host", entry.buffer.size_in_bytes()),
         move || {
             tn.with_host_mut(|nd| {
                 lowered.copy_to_host(&buffer, nd.as_bytes_mut(), queue.as_deref())

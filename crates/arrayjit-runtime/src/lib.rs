@@ -16,6 +16,7 @@ mod backend;
 mod context;
 pub mod data_parallel;
 mod host_sync;
+pub mod observe;
 pub mod registry;
 mod routine;
 pub mod scheduler;
@@ -29,6 +30,7 @@ pub use backend::{
 };
 pub use context::{Context, MergeBufferUse};
 pub use data_parallel::DataParallel;
+pub use observe::{RunStats, debug_level, set_debug_level, start_trace, stop_trace};
 pub use routine::{Code, Routine};
 pub use scheduler::{Event, SchedulerKind};
 pub use search::{ScheduleChoice, SearchReport, SearchSettings};

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use arrayjit_backends::{BufferHandle, CompiledBatch};
 use arrayjit_codegen::KernelInterface;
@@ -9,6 +10,7 @@ use arrayjit_ir::{Error, Optimized, Result, StaticSymbol, Tnode};
 
 use crate::context::Context;
 use crate::host_sync::{Access, ArrayEntry, device_changed_hosted};
+use crate::observe::{self, RoutineStats, RunStats};
 use crate::scheduler::TaskLabel;
 
 /// One compiled routine, ready to be linked into contexts of its backend.
@@ -64,6 +66,8 @@ pub struct Routine {
     args: Vec<Arg>,
     /// The routine's name, shared by the labels of its runs.
     label: Arc<str>,
+    /// Its runs so far.
+    stats: Arc<RoutineStats>,
 }
 
 /// One array argument of the kernel and how the routine uses it.
@@ -105,7 +109,14 @@ impl Routine {
             code,
             statics: Mutex::new(vec![None; n]),
             args,
+            stats: Arc::default(),
         })
+    }
+
+    /// How many times the routine ran and how long that took (on backends with device queues,
+    /// the time to enqueue its kernels).
+    pub fn stats(&self) -> RunStats {
+        self.stats.snapshot()
     }
 
     /// The routine's name.
@@ -208,8 +219,23 @@ impl Routine {
             args.push(scratch);
         }
         let (batch, index, queue) = (self.code.batch.clone(), self.code.index, stream.queue());
+        let (stats, label) = (self.stats.clone(), self.label.clone());
+        let listing = observe::lists_runs().then(|| stream.name());
         stream.schedule(
-            Box::new(move || batch.launch(index, &args, &statics, queue.as_deref())),
+            Box::new(move || {
+                let started = Instant::now();
+                let result = batch.launch(index, &args, &statics, queue.as_deref());
+                let took = started.elapsed();
+                stats.record(took, result.is_ok());
+                if let Some(stream) = listing {
+                    eprintln!(
+                        "arrayjit: ran {label} on {stream}: {:.3} ms{}",
+                        took.as_secs_f64() * 1e3,
+                        if result.is_ok() { "" } else { " (failed)" }
+                    );
+                }
+                result
+            }),
             TaskLabel::Named("routine", self.label.clone()),
         )?;
         let done = stream.all_work();

@@ -27,14 +27,19 @@
 //! wait that sees it, as [`Error::TaskFailed`] naming the stream and "work queued on the
 //! device", with the driver's error as its source.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle, ThreadId};
+use std::time::Instant;
 
 use arrayjit_backends::{DeviceQueue, QueueMarker};
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, Result, trace};
+
+static NEXT_TRACK: AtomicU64 = AtomicU64::new(1);
 
 /// A unit of work on a stream.
 pub type Task = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
@@ -44,6 +49,8 @@ pub type Task = Box<dyn FnOnce() -> Result<()> + Send + 'static>;
 pub(crate) enum TaskLabel {
     Fixed(&'static str),
     Named(&'static str, Arc<str>),
+    /// A copy: what it is (`copy from host`, `copy into the merge buffer`...) and its bytes.
+    Copy(&'static str, usize),
 }
 
 impl fmt::Display for TaskLabel {
@@ -51,9 +58,37 @@ impl fmt::Display for TaskLabel {
         match self {
             TaskLabel::Fixed(s) => f.write_str(s),
             TaskLabel::Named(what, name) => write!(f, "{what} {name}"),
+            TaskLabel::Copy(what, bytes) => write!(f, "{what} ({bytes} bytes)"),
         }
     }
 }
+
+impl TaskLabel {
+    /// The trace category: `kernel` for routine runs, `copy`, `merge` for merge-buffer copies,
+    /// `wait` for waits on other streams, else `task`.
+    fn category(&self) -> &'static str {
+        match self {
+            TaskLabel::Named("routine", _) => "kernel",
+            TaskLabel::Copy(what, _) if what.contains("merge") => "merge",
+            TaskLabel::Copy(..) => "copy",
+            TaskLabel::Fixed(what) if what.starts_with("wait") => "wait",
+            _ => "task",
+        }
+    }
+
+    /// The slice's name in a trace: a routine's name, else the label.
+    fn trace_name(&self) -> String {
+        match self {
+            TaskLabel::Named("routine", name) => name.to_string(),
+            TaskLabel::Copy(what, _) => what.to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// End times of a stream's last tasks while a trace is recorded, for arrows from a producer's
+/// task to the work waiting for it.
+const TRACED_ENDS: usize = 4096;
 
 /// Which scheduler a backend's streams use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,6 +150,10 @@ pub(crate) struct StreamShared {
     changed: Condvar,
     /// The stream's worker thread (`Multicore` streams), set when it starts.
     worker: std::sync::OnceLock<ThreadId>,
+    /// The stream's track in traces (unique per stream).
+    pub trace_track: trace::Track,
+    /// While tracing: when the last tasks ended, by position.
+    traced_ends: Mutex<VecDeque<(u64, Instant)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -173,7 +212,44 @@ impl StreamShared {
             progress: Mutex::new(Progress::default()),
             changed: Condvar::new(),
             worker: std::sync::OnceLock::new(),
+            trace_track: trace::Track::Stream(NEXT_TRACK.fetch_add(1, AtomicOrdering::Relaxed)),
+            traced_ends: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// Records a task's slice on the stream's track (tracing only).
+    fn trace_task(&self, seq: u64, label: &TaskLabel, start: Instant, skipped: bool) {
+        let end = Instant::now();
+        trace::name_track(self.trace_track, &self.name);
+        let mut args = vec![("position", trace::Arg::Int(seq))];
+        if let TaskLabel::Copy(_, bytes) = label {
+            args.push(("bytes", trace::Arg::Int(*bytes as u64)));
+        }
+        if skipped {
+            args.push(("skipped", trace::Arg::Text("after a failure".into())));
+        }
+        trace::slice(
+            self.trace_track,
+            &label.trace_name(),
+            label.category(),
+            start,
+            end,
+            args,
+        );
+        let mut ends = lock(&self.traced_ends);
+        if ends.len() == TRACED_ENDS {
+            ends.pop_front();
+        }
+        ends.push_back((seq, end));
+    }
+
+    /// When the task at `seq` ended, if a trace recorded it recently.
+    fn traced_end(&self, seq: u64) -> Option<Instant> {
+        lock(&self.traced_ends)
+            .iter()
+            .rev()
+            .find(|(s, _)| *s == seq)
+            .map(|(_, t)| *t)
     }
 
     fn wait_until(&self, seq: u64) {
@@ -189,12 +265,16 @@ impl StreamShared {
             let p = lock(&self.progress);
             (p.completed + 1, p.skips(p.completed + 1))
         };
+        let traced = trace::enabled().then(Instant::now);
         let result = if skip {
             drop(task);
             Ok(())
         } else {
             run_catching(task)
         };
+        if let Some(start) = traced {
+            self.trace_task(seq, &label, start, skip);
+        }
         let mut p = lock(&self.progress);
         p.completed += 1;
         if skip {
@@ -437,7 +517,10 @@ impl Drop for Runner {
         if self.shared.failed()
             && let Err(e) = self.shared.take_error()
         {
-            tracing::warn!(stream = %self.shared.name, error = %e, "stream dropped with an unreported error");
+            arrayjit_backends::notice::warn_user(&format!(
+                "stream {} was dropped with an error nobody read: {e}",
+                self.shared.name
+            ));
         }
     }
 }
@@ -580,6 +663,13 @@ impl Event {
     /// Like [`Event::failure`], as the error of work on `waiter` that depends on this event.
     pub(crate) fn failure_for(&self, waiter: &str) -> Option<Error> {
         self.stream.as_ref()?.failure(self.seq, Some(waiter))
+    }
+
+    /// Where and when the event's last task ended, if a trace recorded it (for an arrow to
+    /// the work waiting for it).
+    pub(crate) fn traced_end(&self) -> Option<(trace::Track, Instant)> {
+        let s = self.stream.as_ref()?;
+        Some((s.trace_track, s.traced_end(self.seq)?))
     }
 
     /// Whether two events belong to the same stream.

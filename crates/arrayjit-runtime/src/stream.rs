@@ -4,9 +4,10 @@
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use arrayjit_backends::{BufferHandle, DeviceQueue};
-use arrayjit_ir::{MemoryMode, Result, Tnode};
+use arrayjit_ir::{MemoryMode, Result, Tnode, trace};
 
 use crate::backend::Device;
 use crate::scheduler::{Event, Runner, SchedulerKind, Task, TaskLabel};
@@ -128,6 +129,7 @@ impl Stream {
             return Ok(());
         }
         let (event, waiter) = (event.clone(), self.name());
+        let track = self.inner.runner.shared.trace_track;
         if let (Some(queue), Some(marker)) = (self.queue(), event.marker().cloned())
             && event.host_done()
         {
@@ -137,6 +139,7 @@ impl Stream {
                     if !queue.wait_for(&*marker)? {
                         event.wait();
                     }
+                    trace_wait(&event, track);
                     match event.failure_for(&waiter) {
                         Some(e) if propagate => Err(e),
                         _ => Ok(()),
@@ -148,6 +151,7 @@ impl Stream {
         self.schedule(
             Box::new(move || {
                 event.wait();
+                trace_wait(&event, track);
                 match event.failure_for(&waiter) {
                     Some(e) if propagate => Err(e),
                     _ => Ok(()),
@@ -233,5 +237,15 @@ impl Stream {
 
     pub(crate) fn downgrade(&self) -> std::sync::Weak<StreamInner> {
         Arc::downgrade(&self.inner)
+    }
+}
+
+/// While tracing: an arrow from the end of the task `event` waited for to the end of the
+/// wait on `track` (now).
+fn trace_wait(event: &Event, track: trace::Track) {
+    if trace::enabled()
+        && let Some((from, end)) = event.traced_end()
+    {
+        trace::flow(from, end, track, Instant::now());
     }
 }

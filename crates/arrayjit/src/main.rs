@@ -1,44 +1,59 @@
 //! The `arrayjit` command: trains an MLP on half-moons (the default), shows the lowering of a
-//! small program, lists backends and devices.
+//! small program, lists backends and devices, and runs the benchmark table. `--trace FILE`
+//! records a timeline of any of them for Perfetto.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// arrayjit: an array JIT compiler runtime.
+///
+/// Without a command, trains on half-moons (the `moons` flags work without naming it:
+/// `arrayjit --epochs 100`).
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
     /// Backend to use (default: $ARRAYJIT_BACKEND, else sync_cc).
     #[arg(long, global = true)]
     backend: Option<String>,
+    /// Record a timeline of the run into this file (Chrome trace format: open it in
+    /// ui.perfetto.dev or chrome://tracing). ARRAYJIT_TRACE=FILE does the same for any program.
+    #[arg(long, global = true, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    #[command(flatten)]
+    moons: MoonsArgs,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// The flags of the half-moons demo.
+#[derive(Args, Clone)]
+struct MoonsArgs {
+    /// Training epochs (at least 1).
+    #[arg(long, default_value_t = 60)]
+    epochs: usize,
+    /// Seed of the data, split and parameters.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Number of points (80% train, 20% held out; at least 25 per shard, plus held-out points).
+    #[arg(long, default_value_t = 500)]
+    samples: usize,
+    /// Where to write the picture (.png or .bmp).
+    #[arg(long, default_value = "moons.png")]
+    output: PathBuf,
+    /// Data-parallel shards: streams that each take a batch per step (use with
+    /// --backend multicore_cc; ARRAYJIT_CPU_DEVICES spreads them over devices).
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Train an MLP on half-moons; print held-out accuracy; draw the decision boundary (default).
-    Moons {
-        /// Training epochs.
-        #[arg(long, default_value_t = 60)]
-        epochs: usize,
-        /// Seed of the data, split and parameters.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Number of points (80% train, 20% held out).
-        #[arg(long, default_value_t = 500)]
-        samples: usize,
-        /// Where to write the PNG.
-        #[arg(long, default_value = "moons.png")]
-        output: PathBuf,
-        /// Data-parallel shards: streams that each take a batch per step (use with
-        /// --backend multicore_cc; ARRAYJIT_CPU_DEVICES spreads them over devices).
-        #[arg(long, default_value_t = 1)]
-        shards: usize,
-    },
+    Moons(MoonsArgs),
     /// Build y = relu(W·x + b) and a reduction; print results, memory modes and the generated C.
     Lowering,
     /// List the known backends, whether they can run here, and their devices.
@@ -66,35 +81,33 @@ enum Command {
     },
 }
 
-fn moons(
-    backend: Option<String>,
-    epochs: usize,
-    seed: u64,
-    samples: usize,
-    output: PathBuf,
-    shards: usize,
-) -> arrayjit::Result<()> {
+fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
     let config = arrayjit::moons::MoonsConfig {
         backend,
-        epochs,
-        seed,
-        samples,
-        output: Some(output.clone()),
-        shards,
+        epochs: args.epochs,
+        seed: args.seed,
+        samples: args.samples,
+        output: Some(args.output.clone()),
+        shards: args.shards,
     };
-    let bar = ProgressBar::new(epochs as u64);
+    // Everything that can be checked before training is: a bad flag or an unwritable
+    // picture must not cost the user the run.
+    arrayjit::moons::check_config(&config)?;
+    arrayjit::moons::check_picture_path(&args.output)?;
+    let bar = ProgressBar::new(args.epochs as u64);
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} epochs  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
     bar.set_prefix("training");
-    let report = arrayjit::moons::run(&config, |s| {
+    let trained = arrayjit::moons::train(&config, |s| {
         bar.set_message(format!("loss {:.4}", s.loss));
         bar.inc(1);
     });
     bar.finish();
-    let report = report?;
+    let trained = trained?;
+    let report = &trained.report;
     println!(
         "half-moons on {}: train accuracy {:.1}%, held-out accuracy {:.1}%",
         report.backend,
@@ -108,7 +121,8 @@ fn moons(
         report.losses.len(),
         report.train_time.as_secs_f64() * 1e3
     );
-    println!("picture: {}", output.display());
+    trained.draw(&args.output)?;
+    println!("picture: {}", args.output.display());
     Ok(())
 }
 
@@ -134,23 +148,21 @@ fn info() -> arrayjit::Result<()> {
     Ok(())
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let command = cli.command.unwrap_or(Command::Moons {
-        epochs: 60,
-        seed: 1,
-        samples: 500,
-        output: PathBuf::from("moons.png"),
-        shards: 1,
-    });
-    let result = match command {
-        Command::Moons {
-            epochs,
-            seed,
-            samples,
-            output,
-            shards,
-        } => moons(cli.backend, epochs, seed, samples, output, shards),
+/// Warnings (an unusable cache folder, a dropped stream's error) reach stderr; `RUST_LOG`
+/// chooses more (e.g. `RUST_LOG=arrayjit=debug`).
+fn install_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn run(cli: Cli) -> arrayjit::Result<()> {
+    match cli.command.unwrap_or(Command::Moons(cli.moons)) {
+        Command::Moons(args) => moons(cli.backend, args),
         Command::Lowering => {
             arrayjit::demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text))
         }
@@ -173,7 +185,59 @@ fn main() -> ExitCode {
                 .filter(|b| !arrayjit::runtime::registry::is_cpu_backend(b)),
         })
         .map(|table| print!("{table}")),
-    };
+    }
+}
+
+/// The command line, with the demo's flags refused before another command (they would be
+/// ignored there).
+fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    if let Some((name, _)) = matches.subcommand()
+        && name != "moons"
+    {
+        for flag in ["epochs", "seed", "samples", "output", "shards"] {
+            if matches.value_source(flag) == Some(ValueSource::CommandLine) {
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        format!("--{flag} is a flag of the moons demo, not of `{name}`"),
+                    )
+                    .exit();
+            }
+        }
+    }
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+fn main() -> ExitCode {
+    install_logging();
+    let cli = parse();
+    let trace = cli.trace.clone();
+    if let Some(path) = &trace {
+        // Checked now: the run is not wasted on a trace that cannot be written.
+        if let Err(e) = std::fs::File::create(path) {
+            eprintln!("error: cannot write the trace {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        arrayjit::runtime::start_trace(Default::default());
+    }
+    let result = run(cli);
+    if let Some(path) = &trace
+        && let Some(recorded) = arrayjit::runtime::stop_trace()
+    {
+        match recorded.write(path) {
+            Ok(()) => eprintln!(
+                "trace: {} ({} events{}); open it in ui.perfetto.dev",
+                path.display(),
+                recorded.events().len(),
+                match recorded.dropped() {
+                    0 => String::new(),
+                    n => format!(", {n} dropped"),
+                }
+            ),
+            Err(e) => eprintln!("error: {e}"),
+        }
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

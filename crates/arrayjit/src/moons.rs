@@ -58,33 +58,93 @@ pub struct MoonsReport {
     pub train_time: Duration,
 }
 
-/// Trains on moons; `on_epoch` sees every epoch's statistics (e.g. to drive a progress bar).
-pub fn run(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Result<MoonsReport> {
+/// The trained model with its data, ready to draw ([`Trained::draw`]).
+pub struct Trained {
+    /// What training produced.
+    pub report: MoonsReport,
+    classifier: Classifier,
+    train: Dataset,
+    test: Dataset,
+}
+
+impl Trained {
+    /// Draws the decision boundary, the points and the loss curve into a picture at `path`
+    /// (checked first with [`check_picture_path`]).
+    pub fn draw(&self, path: &Path) -> Result<()> {
+        check_picture_path(path)?;
+        draw(
+            path,
+            &self.classifier,
+            &self.train,
+            &self.test,
+            &self.report.losses,
+        )
+    }
+}
+
+/// Trains on moons and draws the picture when `config.output` names one; `on_epoch` sees
+/// every epoch's statistics (e.g. to drive a progress bar).
+pub fn run(config: &MoonsConfig, on_epoch: impl FnMut(&EpochStats)) -> Result<MoonsReport> {
+    if let Some(path) = &config.output {
+        check_picture_path(path)?;
+    }
+    let trained = train(config, on_epoch)?;
+    if let Some(path) = &config.output {
+        trained.draw(path)?;
+    }
+    Ok(trained.report)
+}
+
+/// The samples, epochs and shards the demo accepts: an error naming the limit otherwise.
+/// Every shard takes a batch of [`BATCH_SIZE`] training points per step, and 80% of the
+/// samples train, so `samples` must give `shards` such batches and leave held-out points.
+pub fn check_config(config: &MoonsConfig) -> Result<()> {
+    if config.epochs == 0 {
+        return Err(Error::invalid("--epochs must be at least 1"));
+    }
+    if config.shards == 0 {
+        return Err(Error::invalid(
+            "--shards must be at least 1 (1 trains on one stream)",
+        ));
+    }
+    let train_points = (config.samples as f64 * 0.8).round() as usize;
+    let needed = BATCH_SIZE * config.shards;
+    if train_points < needed || config.samples <= train_points {
+        let least = (needed as f64 / 0.8).ceil() as usize + 1;
+        return Err(Error::invalid(format!(
+            "{} samples give {train_points} training points; {} shard(s) need at least {needed} \
+             (a batch of {BATCH_SIZE} each) and held-out points: use --samples {least} or more",
+            config.samples, config.shards
+        )));
+    }
+    Ok(())
+}
+
+/// Points per batch in the demo's training.
+pub const BATCH_SIZE: usize = 20;
+
+/// Trains on moons without drawing (see [`run`]).
+pub fn train(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Result<Trained> {
+    check_config(config)?;
     let backend = match &config.backend {
         Some(name) => arrayjit_runtime::backend(name)?,
         None => arrayjit_runtime::default_backend()?,
     };
     backend.check_available()?;
-    if config.samples < 20 {
-        return Err(Error::invalid(format!(
-            "{} samples are too few; use at least 20",
-            config.samples
-        )));
-    }
     let data = moons(config.samples, 0.1, config.seed)?;
     let (train, test) = data.split(0.8, config.seed)?;
     let started = Instant::now();
     let model = Mlp::new(&[2, 16, 16, 1], config.seed)?;
     let settings = TrainConfig {
         epochs: config.epochs,
-        batch_size: 20,
+        batch_size: BATCH_SIZE,
         optimizer: Optimizer::Sgd {
             lr: 0.05,
             momentum: 0.9,
             weight_decay: 1e-4,
         },
         loss: LossKind::Hinge,
-        shards: config.shards.max(1),
+        shards: config.shards,
     };
     let classifier = Classifier::new(&backend, model, &train, &settings)?;
     let build_time = started.elapsed();
@@ -104,25 +164,100 @@ pub fn run(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Resul
         build_time,
         train_time,
     };
-    if let Some(path) = &config.output {
-        draw(path, &classifier, &data, &report.losses)?;
+    Ok(Trained {
+        report,
+        classifier,
+        train,
+        test,
+    })
+}
+
+/// Checks that a picture can be written at `path` before anything is trained: a known
+/// extension (`.png`, `.bmp`), a folder that exists, and permission to write there. The error
+/// names the path and what is wrong.
+pub fn check_picture_path(path: &Path) -> Result<()> {
+    let shown = path.display();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    if !matches!(ext.as_deref(), Some("png" | "bmp")) {
+        return Err(Error::invalid(format!(
+            "cannot write the picture {shown}: its name must end in .png or .bmp"
+        )));
     }
-    Ok(report)
+    if path.is_dir() {
+        return Err(Error::invalid(format!(
+            "cannot write the picture {shown}: it is a folder; name a file in it"
+        )));
+    }
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !folder.is_dir() {
+        return Err(Error::invalid(format!(
+            "cannot write the picture {shown}: the folder {} does not exist",
+            folder.display()
+        )));
+    }
+    let probe = folder.join(format!(".arrayjit-write-check-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(Error::invalid(format!(
+            "cannot write the picture {shown}: the folder {} is not writable ({e})",
+            folder.display()
+        ))),
+    }
 }
 
-fn plot_error(e: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("drawing the picture failed: {e}"))
+/// The bundled font the picture's text uses (DejaVu Sans; see `assets/DejaVuSans-LICENSE.txt`):
+/// no system font is needed.
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+/// Registers the bundled font as plotters' `sans-serif`, once.
+fn register_font() -> Result<()> {
+    static DONE: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+            .map_err(|_| "the bundled font does not load".to_string())
+    })
+    .clone()
+    .map_err(Error::invalid)
 }
 
-/// The decision boundary with the points (left) and the loss curve (right).
-pub fn draw(path: &Path, classifier: &Classifier, data: &Dataset, losses: &[f64]) -> Result<()> {
+/// The decision boundary with the training and held-out points (left) and the loss curve
+/// (right), with titles, axis values and a legend. An error names the path.
+pub fn draw(
+    path: &Path,
+    classifier: &Classifier,
+    train: &Dataset,
+    test: &Dataset,
+    losses: &[f64],
+) -> Result<()> {
+    let plot_error = |e: &dyn std::fmt::Display| {
+        Error::invalid(format!(
+            "drawing the picture {} failed: {e}",
+            path.display()
+        ))
+    };
+    register_font()?;
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for i in 0..data.len() {
-        let p = data.row(i);
-        x0 = x0.min(p[0]);
-        x1 = x1.max(p[0]);
-        y0 = y0.min(p[1]);
-        y1 = y1.max(p[1]);
+    for data in [train, test] {
+        for i in 0..data.len() {
+            let p = data.row(i);
+            x0 = x0.min(p[0]);
+            x1 = x1.max(p[0]);
+            y0 = y0.min(p[1]);
+            y1 = y1.max(p[1]);
+        }
     }
     let (x0, x1, y0, y1) = (x0 - 0.5, x1 + 0.5, y0 - 0.5, y1 + 0.5);
     let grid = 120;
@@ -134,13 +269,24 @@ pub fn draw(path: &Path, classifier: &Classifier, data: &Dataset, losses: &[f64]
         }
     }
     let classes = classifier.predict(&points, 2)?;
-    let root = BitMapBackend::new(path, (1200, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
-    let (left, right) = root.split_horizontally(600);
+    let root = BitMapBackend::new(path, (1300, 650)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
+    let (left, right) = root.split_horizontally(650);
     let mut chart = ChartBuilder::on(&left)
-        .margin(10)
+        .caption("Decision boundary on half-moons", ("sans-serif", 24))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
         .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(plot_error)?;
+        .map_err(|e| plot_error(&e))?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("x₁")
+        .y_desc("x₂")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| plot_error(&e))?;
     let (dx, dy) = ((x1 - x0) / grid as f64, (y1 - y0) / grid as f64);
     let background = [RGBColor(205, 220, 250), RGBColor(250, 210, 205)];
     chart
@@ -154,36 +300,65 @@ pub fn draw(path: &Path, classifier: &Classifier, data: &Dataset, losses: &[f64]
                 background[c.min(1)].filled(),
             )
         }))
-        .map_err(plot_error)?;
+        .map_err(|e| plot_error(&e))?;
     let colors = [RGBColor(30, 70, 200), RGBColor(200, 40, 30)];
+    // Training points filled, held-out points as rings.
+    for (data, filled, label) in [
+        (train, true, "training points"),
+        (test, false, "held-out points"),
+    ] {
+        chart
+            .draw_series((0..data.len()).map(|i| {
+                let p = data.row(i);
+                let color = colors[data.labels[i].min(1)];
+                let style = if filled {
+                    color.filled()
+                } else {
+                    color.stroke_width(2)
+                };
+                Circle::new((p[0], p[1]), if filled { 3 } else { 4 }, style)
+            }))
+            .map_err(|e| plot_error(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                let style = if filled {
+                    BLACK.filled()
+                } else {
+                    BLACK.stroke_width(2)
+                };
+                Circle::new((x + 8, y), 4, style)
+            });
+    }
     chart
-        .draw_series((0..data.len()).map(|i| {
-            let p = data.row(i);
-            Circle::new((p[0], p[1]), 3, colors[data.labels[i].min(1)].filled())
-        }))
-        .map_err(plot_error)?;
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| plot_error(&e))?;
     let max_loss = losses.iter().cloned().fold(0.0f64, f64::max).max(1e-9);
-    let mut curve = ChartBuilder::on(&right)
-        .margin(30)
-        .build_cartesian_2d(0.0..(losses.len().max(2) - 1) as f64, 0.0..max_loss * 1.05)
-        .map_err(plot_error)?;
     let x_end = (losses.len().max(2) - 1) as f64;
-    // Axes (the picture carries no text: no font is needed to draw it).
+    let mut curve = ChartBuilder::on(&right)
+        .caption("Training loss", ("sans-serif", 24))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_end, 0.0..max_loss * 1.05)
+        .map_err(|e| plot_error(&e))?;
     curve
-        .draw_series([
-            PathElement::new(vec![(0.0, 0.0), (x_end, 0.0)], BLACK.stroke_width(1)),
-            PathElement::new(
-                vec![(0.0, 0.0), (0.0, max_loss * 1.05)],
-                BLACK.stroke_width(1),
-            ),
-        ])
-        .map_err(plot_error)?;
+        .configure_mesh()
+        .x_desc("epoch")
+        .y_desc("mean hinge loss")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| plot_error(&e))?;
     curve
         .draw_series(LineSeries::new(
             losses.iter().enumerate().map(|(e, &l)| (e as f64, l)),
             RGBColor(200, 40, 30).stroke_width(2),
         ))
-        .map_err(plot_error)?;
-    root.present().map_err(plot_error)?;
+        .map_err(|e| plot_error(&e))?;
+    root.present().map_err(|e| plot_error(&e))?;
     Ok(())
 }

@@ -94,3 +94,140 @@ fn invalid_settings_from_the_environment_are_reported_not_aborts() {
         );
     }
 }
+
+fn arrayjit_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arrayjit"));
+    cmd.args(args).env_remove("ARRAYJIT_BACKEND");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("the arrayjit binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// An unusable `ARRAYJIT_CACHE_DIR` does not stop the program; the user sees one warning
+/// naming the folder and why.
+#[test]
+fn an_unusable_cache_folder_is_a_visible_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-folder");
+    std::fs::write(&file, b"x").unwrap();
+    let cache = file.join("cache");
+    let (ok, out, err) = arrayjit_env(
+        &["lowering"],
+        &[("ARRAYJIT_CACHE_DIR", cache.to_str().unwrap())],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("interpreter agrees: yes"), "{out}");
+    assert!(
+        err.contains("compiling without the compile cache")
+            && err.contains(cache.to_str().unwrap())
+            && err.to_lowercase().contains("not a directory"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("compiling without the compile cache").count(),
+        1,
+        "{err}"
+    );
+}
+
+/// `CC` may be a command with arguments or a wrapper, as make and the `cc` crate accept.
+#[test]
+fn cc_may_hold_a_wrapper_and_arguments() {
+    let cache = tempfile::tempdir().unwrap();
+    for cc in ["env cc -std=gnu11", "cc -O1"] {
+        let (ok, out, err) = arrayjit_env(
+            &["lowering"],
+            &[
+                ("CC", cc),
+                ("ARRAYJIT_CACHE_DIR", cache.path().to_str().unwrap()),
+            ],
+        );
+        assert!(ok, "CC={cc}: {err}");
+        assert!(out.contains("interpreter agrees: yes"), "CC={cc}: {out}");
+    }
+    let (ok, _, err) = arrayjit_env(&["lowering"], &[("CC", "no-such-compiler -O2")]);
+    assert!(!ok);
+    assert!(
+        err.contains("no-such-compiler -O2") && err.contains("point CC at one"),
+        "{err}"
+    );
+}
+
+/// The picture's path is checked before training (known extension, existing folder, writable,
+/// not a folder), and the error names it in plain words; nothing trains.
+#[test]
+fn a_bad_picture_path_is_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-folder").join("m.png");
+    let cases = [
+        (missing.to_str().unwrap().to_string(), "does not exist"),
+        (
+            dir.path().join("m.txt").to_str().unwrap().to_string(),
+            "must end in .png or .bmp",
+        ),
+        (
+            dir.path().to_str().unwrap().to_string(),
+            "must end in .png or .bmp",
+        ),
+    ];
+    for (path, why) in &cases {
+        let (ok, out, err) = arrayjit_env(&["--output", path], &[]);
+        assert!(!ok, "{path}");
+        assert!(!out.contains("held-out"), "{path}: trained anyway: {out}");
+        assert!(
+            err.contains(&format!("cannot write the picture {path}")) && err.contains(why),
+            "{err}"
+        );
+    }
+    let folder_png = dir.path().join("folder.png");
+    std::fs::create_dir(&folder_png).unwrap();
+    let (ok, _, err) = arrayjit_env(&["--output", folder_png.to_str().unwrap()], &[]);
+    assert!(!ok && err.contains("it is a folder"), "{err}");
+}
+
+/// `--epochs 0`, `--shards 0` and too few samples are refused with the real limits.
+#[test]
+fn flags_out_of_range_are_refused_with_their_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("m.png");
+    let png = png.to_str().unwrap();
+    let (ok, _, err) = arrayjit_env(&["--epochs", "0", "--output", png], &[]);
+    assert!(!ok && err.contains("--epochs must be at least 1"), "{err}");
+    let (ok, _, err) = arrayjit_env(&["--shards", "0", "--output", png], &[]);
+    assert!(!ok && err.contains("--shards must be at least 1"), "{err}");
+    let (ok, _, err) = arrayjit_env(&["--samples", "20", "--output", png], &[]);
+    assert!(!ok && err.contains("use --samples 26 or more"), "{err}");
+    let (ok, _, err) = arrayjit_env(&["--samples", "60", "--shards", "3", "--output", png], &[]);
+    assert!(!ok && err.contains("3 shard(s) need at least 60"), "{err}");
+    // The smallest accepted run trains.
+    let (ok, out, err) = arrayjit_env(&["--samples", "26", "--epochs", "1", "--output", png], &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains("held-out accuracy"), "{out}");
+    // The demo's flags are refused before another command, which would ignore them.
+    let (ok, _, err) = arrayjit_env(&["--epochs", "3", "info"], &[]);
+    assert!(
+        !ok && err.contains("--epochs is a flag of the moons demo"),
+        "{err}"
+    );
+}
+
+/// The default command takes the demo's flags without naming it, prints its results before
+/// the picture is written, and the picture is a PNG with text (the bundled font).
+#[test]
+fn the_default_command_takes_flags_and_prints_before_drawing() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("out.png");
+    let (ok, out, err) = arrayjit_env(&["--epochs", "3", "--output", png.to_str().unwrap()], &[]);
+    assert!(ok, "{err}");
+    let results = out.find("held-out accuracy").expect("results printed");
+    let picture = out.find("picture:").expect("picture reported");
+    assert!(results < picture, "{out}");
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+}

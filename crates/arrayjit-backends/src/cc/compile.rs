@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use arrayjit_ir::error::CompileFailure;
 use arrayjit_ir::tnode::sanitize_identifier;
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, Result, trace};
 
 use super::CcConfig;
 use crate::compile_cache::{open_verified, private_dir, seal, unique_suffix};
@@ -51,6 +51,15 @@ fn unavailable(compiler: &str, reason: String) -> Error {
     }
 }
 
+/// The compiler as a command: `CC` may hold a wrapper or arguments (`ccache gcc`,
+/// `gcc -std=gnu11`), split on whitespace as make and the `cc` crate do.
+pub(super) fn compiler_command(compiler: &str) -> Command {
+    let mut parts = compiler.split_whitespace();
+    let mut cmd = Command::new(parts.next().unwrap_or("cc"));
+    cmd.args(parts);
+    cmd
+}
+
 /// The first line of `compiler --version`, cached per compiler; an error if it cannot run.
 pub(super) fn compiler_identity(compiler: &str, timeout: Duration) -> Result<String> {
     static IDS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
@@ -58,7 +67,7 @@ pub(super) fn compiler_identity(compiler: &str, timeout: Duration) -> Result<Str
     if let Some(id) = ids.lock().unwrap_or_else(|e| e.into_inner()).get(compiler) {
         return Ok(id.clone());
     }
-    let mut cmd = Command::new(compiler);
+    let mut cmd = compiler_command(compiler);
     cmd.arg("--version");
     let out = run_with_timeout(cmd, timeout).map_err(|e| {
         unavailable(
@@ -336,7 +345,7 @@ pub(super) fn compile_and_load(
     config: &CcConfig,
     units: &[Unit],
     name: &str,
-) -> Result<Arc<LoadedLibrary>> {
+) -> Result<(Arc<LoadedLibrary>, bool)> {
     let compiler_id = compiler_identity(&config.compiler, config.compile_timeout)?;
     let key = cache_key(config, &compiler_id, units);
     let stem = format!(
@@ -370,19 +379,23 @@ pub(super) fn compile_and_load(
         .filter(|dir| match private_dir(dir) {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!(error = %e, "compiling without the compile cache");
+                crate::notice::warn_user(&format!(
+                    "compiling without the compile cache (ARRAYJIT_CACHE_DIR): {e}; every \
+                     program is compiled anew"
+                ));
                 false
             }
         });
     if let Some(dir) = cache_dir {
         let lib = dir.join(format!("{key}.so"));
+        let mut phase = trace::compile_phase("cache hit", name);
         match open_verified(&lib, &key) {
             Ok(file) => match LoadedLibrary::load(&lib) {
                 Ok(loaded) => {
                     CACHE_HITS.fetch_add(1, Ordering::Relaxed);
                     // Mark it recently used, for the cache trimming.
                     let _ = file.set_modified(SystemTime::now());
-                    return Ok(Arc::new(loaded));
+                    return Ok((Arc::new(loaded), true));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "recompiling a cached library that failed to load")
@@ -393,10 +406,14 @@ pub(super) fn compile_and_load(
             }
             Err(_) => {}
         }
+        if let Some(p) = phase.as_mut() {
+            p.rename(format!("cache miss {name}"));
+        }
     }
 
     // Build inside the cache folder (so the final rename is atomic); if that fails (full
     // disk, unwritable folder), in a private temporary folder without caching.
+    let compiling = trace::compile_phase("compile", name);
     let built = match cache_dir {
         Some(dir) => match build(config, units, name, &stem, dir) {
             Err(Error::Io { context, source: e }) => {
@@ -409,11 +426,15 @@ pub(super) fn compile_and_load(
         },
         None => build(config, units, name, &stem, &std::env::temp_dir()).map(|b| (b, None)),
     };
+    drop(compiling);
     let ((work, lib_tmp), cache_dir) = built?;
     seal(&lib_tmp, &key).map_err(|e| Error::io(format!("writing {}", lib_tmp.display()), e))?;
     // Load first, from the private build folder: whatever happens to the cache afterwards
     // (another process trimming it) cannot take the library away.
-    let loaded = LoadedLibrary::load(&lib_tmp)?;
+    let loaded = {
+        let _load = trace::compile_phase("load", name);
+        LoadedLibrary::load(&lib_tmp)?
+    };
     if let Some(dir) = cache_dir {
         let lib = dir.join(format!("{key}.so"));
         match fs::rename(&lib_tmp, &lib) {
@@ -423,7 +444,7 @@ pub(super) fn compile_and_load(
     }
     // The work folder (and, without a cache, the library file) goes; the library stays loaded.
     drop(work);
-    Ok(Arc::new(loaded))
+    Ok((Arc::new(loaded), false))
 }
 
 /// Writes the units into a new build folder under `parent` and compiles them into a library;
@@ -526,7 +547,7 @@ struct Step {
 
 impl Step {
     fn new(config: &CcConfig, flags: &[String], output: &Path, inputs: &[PathBuf]) -> Step {
-        let mut cmd = Command::new(&config.compiler);
+        let mut cmd = compiler_command(&config.compiler);
         cmd.args(flags).arg("-o").arg(output).args(inputs);
         let inputs_text: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
         Step {

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use arrayjit_codegen::cuda_emulation::{EMULATION_FLAGS, emulated_source, render_cuda_emulated};
 use arrayjit_codegen::{CSyntax, KernelInterface, SourceKernel, render_program};
-use arrayjit_ir::{Error, Optimized, Result};
+use arrayjit_ir::{Error, Optimized, Result, trace};
+
+use crate::batch_name;
 
 use crate::buffer::{CpuBuffer, MemoryCounter};
 use crate::settings;
@@ -34,7 +36,8 @@ pub use compile::{CompileStats, compile_stats};
 /// parse, is an [`Error::InvalidSetting`]. [`CcConfig::default`] is the built-in defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CcConfig {
-    /// The compiler command (`$CC`, default `cc`).
+    /// The compiler command (`$CC`, default `cc`); it may hold a wrapper or arguments
+    /// (`ccache gcc`, `gcc -std=gnu11`), split on whitespace.
     pub compiler: String,
     /// Compiler flags (`$ARRAYJIT_CC_FLAGS` split on spaces, default
     /// `-O3 -march=native -fPIC -shared`). `-shared` and `-fPIC` are needed for loading.
@@ -593,7 +596,10 @@ impl LoweredBackend for CcBackend {
         if self.dialect == CcDialect::CudaEmulated {
             return self.compile_emulated(routines);
         }
-        let program = render_program(&self.syntax, routines)?;
+        let program = {
+            let _render = trace::compile_phase("render", &batch_name(routines));
+            render_program(&self.syntax, routines)?
+        };
         let suffixes: Vec<String> = program
             .units
             .iter()
@@ -661,7 +667,10 @@ impl LoweredBackend for CcBackend {
 impl CcBackend {
     /// Renders the CUDA kernels with their emulation, compiles them as C++ and loads them.
     fn compile_emulated(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
-        let program = render_cuda_emulated(routines)?;
+        let program = {
+            let _render = trace::compile_phase("render", &batch_name(routines));
+            render_cuda_emulated(routines)?
+        };
         let units = [compile::Unit {
             suffix: "",
             source: &program.source,
@@ -689,7 +698,8 @@ impl CcBackend {
         source: String,
     ) -> Result<Arc<dyn CompiledBatch>> {
         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-        let library = compile::compile_and_load(&self.config, units, &names.join("+"))?;
+        let (library, cache_hit) =
+            compile::compile_and_load(&self.config, units, &names.join("+"))?;
         let entries = kernels
             .iter()
             .map(|k| {
@@ -707,6 +717,7 @@ impl CcBackend {
             source,
             entries,
             workers: self.workers.clone(),
+            cache_hit,
             _library: library,
         }))
     }
@@ -743,6 +754,7 @@ pub struct CcBatch {
     kernels: Vec<KernelInterface>,
     source: String,
     entries: Vec<Entry>,
+    cache_hit: bool,
     /// The worker pool of each device; a launch uses its buffers' device's.
     workers: Arc<Vec<WorkerPool>>,
     _library: Arc<compile::LoadedLibrary>,
@@ -762,6 +774,10 @@ impl CompiledBatch for CcBatch {
 
     fn source(&self) -> &str {
         &self.source
+    }
+
+    fn cache_hit(&self) -> Option<bool> {
+        Some(self.cache_hit)
     }
 
     fn launch(

@@ -34,7 +34,7 @@ use arrayjit_codegen::cuda::{CudaKernel, CudaPass, CudaProgram, render_cuda};
 use arrayjit_codegen::source_kernel::check_symbol;
 use arrayjit_codegen::wgsl::PassShape;
 use arrayjit_codegen::{KernelInterface, SourceKernel};
-use arrayjit_ir::{Error, Optimized, Prec, Result};
+use arrayjit_ir::{Error, Optimized, Prec, Result, trace};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
@@ -44,7 +44,7 @@ use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::{BufferHandle, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
 
 pub use buffers::CudaBuffer;
-pub use ptx::{PtxCache, PtxOrigin, compile_ptx};
+pub use ptx::{PtxCache, PtxOrigin, compile_ptx, compile_ptx_with_origin};
 use queue::CudaQueue;
 
 const NAME: &str = "cuda";
@@ -218,6 +218,8 @@ pub struct CudaBatch {
     interfaces: Vec<KernelInterface>,
     /// Per device: the functions of every kernel's passes.
     loaded: Mutex<HashMap<usize, Arc<Loaded>>>,
+    /// Whether device 0's PTX came from the cache.
+    cache_hit: bool,
 }
 
 struct Loaded {
@@ -233,10 +235,28 @@ impl fmt::Debug for CudaBatch {
 }
 
 impl CudaBatch {
+    /// The batch's routine names, joined by `+`.
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.interfaces.iter().map(|k| k.name.as_str()).collect();
+        names.join("+")
+    }
+
     /// A batch of a program, compiled now for device 0 so that a compile error is the
     /// compile's, not a launch's (modules load per device on first launch there).
     fn compiled(gpus: Vec<Arc<Gpu>>, program: CudaProgram) -> Result<Arc<dyn CompiledBatch>> {
-        compile_ptx(&program.source, &gpus[0].arch)?;
+        let names: Vec<&str> = program
+            .kernels
+            .iter()
+            .map(|k| k.interface.name.as_str())
+            .collect();
+        let name = names.join("+");
+        let mut phase = trace::compile_phase("compile", &name);
+        let (_, origin) = compile_ptx_with_origin(&program.source, &gpus[0].arch)?;
+        let cache_hit = origin != PtxOrigin::Compiled;
+        if let (Some(p), true) = (phase.as_mut(), cache_hit) {
+            p.rename(format!("cache hit {name}"));
+        }
+        drop(phase);
         let interfaces = program
             .kernels
             .iter()
@@ -247,6 +267,7 @@ impl CudaBatch {
             program,
             interfaces,
             loaded: Mutex::new(HashMap::new()),
+            cache_hit,
         }))
     }
 
@@ -256,6 +277,7 @@ impl CudaBatch {
             return Ok(l.clone());
         }
         let ptx = compile_ptx(&self.program.source, &gpu.arch)?;
+        let _load = trace::compile_phase("load", &format!("{} on {}", self.names(), gpu.label()));
         gpu.bind("loading a module")?;
         let module = gpu
             .ctx
@@ -331,6 +353,10 @@ impl CompiledBatch for CudaBatch {
 
     fn source(&self) -> &str {
         &self.program.source
+    }
+
+    fn cache_hit(&self) -> Option<bool> {
+        Some(self.cache_hit)
     }
 
     fn launch(
@@ -579,7 +605,10 @@ impl LoweredBackend for CudaBackend {
 
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         let gpus = self.gpus()?.to_vec();
-        let program = render_cuda(routines)?;
+        let program = {
+            let _render = trace::compile_phase("render", &crate::batch_name(routines));
+            render_cuda(routines)?
+        };
         CudaBatch::compiled(gpus, program)
     }
 

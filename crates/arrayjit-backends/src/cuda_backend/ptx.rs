@@ -46,7 +46,7 @@ impl PtxCache {
         match compile_cache::cache_dir(&crate::settings::process_env) {
             Ok(dir) => PtxCache::new(dir.as_deref()),
             Err(e) => {
-                tracing::warn!("compiling CUDA without the disk cache: {e}");
+                crate::notice::warn_user(&format!("compiling CUDA without the disk cache: {e}"));
                 PtxCache::new(None)
             }
         }
@@ -72,7 +72,7 @@ impl PtxCache {
         let file = self.dir.as_ref().and_then(|dir| match private_dir(dir) {
             Ok(()) => Some(dir.join(format!("{key}.ptx"))),
             Err(e) => {
-                tracing::warn!("compiling CUDA without the disk cache: {e}");
+                crate::notice::warn_user(&format!("compiling CUDA without the disk cache: {e}"));
                 None
             }
         });
@@ -137,9 +137,11 @@ fn cache_key(source: &str, arch: &str) -> String {
 /// compile cache folder. Needs only libnvrtc, no GPU: CI uses it to check every rendered
 /// kernel. A compile error is an [`Error::Render`] with NVRTC's log.
 pub fn compile_ptx(source: &str, arch: &str) -> Result<String> {
+    compile_ptx_with_origin(source, arch).map(|(ptx, _)| ptx)
+}
+
+/// [`compile_ptx`], saying where the PTX came from.
+pub fn compile_ptx_with_origin(source: &str, arch: &str) -> Result<(String, PtxOrigin)> {
     static CACHE: OnceLock<PtxCache> = OnceLock::new();
-    CACHE
-        .get_or_init(PtxCache::from_env)
-        .compile(source, arch)
-        .map(|(ptx, _)| ptx)
+    CACHE.get_or_init(PtxCache::from_env).compile(source, arch)
 }

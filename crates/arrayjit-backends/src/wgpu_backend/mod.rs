@@ -26,7 +26,7 @@ use arrayjit_codegen::source_kernel::check_symbol;
 use arrayjit_codegen::wgsl::PassShape;
 use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
 use arrayjit_codegen::{KernelInterface, SourceKernel};
-use arrayjit_ir::{Error, Optimized, Result};
+use arrayjit_ir::{Error, Optimized, Result, trace};
 
 use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::{BufferHandle, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
@@ -606,13 +606,19 @@ impl LoweredBackend for WgpuBackend {
                 }
             }
             // (The renderer refuses precisions the target lacks.)
-            let rendered = render_wgsl(r, &gpu.target)?;
+            let rendered = {
+                let _render = trace::compile_phase("render", &r.name);
+                render_wgsl(r, &gpu.target)?
+            };
             source.push_str(&rendered.full_source());
-            let pipelines = rendered
-                .passes
-                .iter()
-                .map(|p| gpu.pipeline(p))
-                .collect::<Result<Vec<_>>>()?;
+            let pipelines = {
+                let _compile = trace::compile_phase("compile", &r.name);
+                rendered
+                    .passes
+                    .iter()
+                    .map(|p| gpu.pipeline(p))
+                    .collect::<Result<Vec<_>>>()?
+            };
             let locals = rendered
                 .locals
                 .iter()

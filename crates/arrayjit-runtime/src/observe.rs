@@ -1,0 +1,220 @@
+//! Seeing what arrayjit does: kernel listings on stderr (`ARRAYJIT_DEBUG`), per-routine
+//! statistics ([`RoutineStats`]), and the timeline of [`arrayjit_ir::trace`] started from the
+//! environment (`ARRAYJIT_TRACE`) or the API ([`start_trace`], [`stop_trace`]).
+//!
+//! `ARRAYJIT_DEBUG` (a whole number, 0 when unset):
+//! - `1`: one line per compiled routine: its name, the backend, cache hit or compile time,
+//!   the kernels of its batch and the bytes of its arrays;
+//! - `2`: also one line per run with its time (on backends with device queues, the time to
+//!   enqueue: the device runs it later);
+//! - `3`: also, per compiled routine, the optimized loop IR, the generated source and every
+//!   node's memory mode with its reason.
+//!
+//! Lines go to stderr, each starting with `arrayjit:`.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Duration;
+
+use arrayjit_backends::settings;
+use arrayjit_ir::trace::{self, Trace, TraceConfig};
+use arrayjit_ir::{Optimized, Result};
+
+/// No level set by [`set_debug_level`]: the environment decides.
+const FROM_ENV: u8 = u8::MAX;
+
+static DEBUG_OVERRIDE: AtomicU8 = AtomicU8::new(FROM_ENV);
+
+/// The listing level: the one set by [`set_debug_level`], else `ARRAYJIT_DEBUG` (0 to 3;
+/// another value is an [`arrayjit_ir::Error::InvalidSetting`]).
+pub fn debug_level() -> Result<u8> {
+    match DEBUG_OVERRIDE.load(Ordering::Relaxed) {
+        FROM_ENV => {
+            let read = || settings::integer(&settings::process_env, "ARRAYJIT_DEBUG", 0..=3, 0);
+            static ENV: OnceLock<Option<u8>> = OnceLock::new();
+            match ENV.get_or_init(|| read().ok().map(|n| n as u8)) {
+                Some(level) => Ok(*level),
+                // Invalid: read again for the error (`InvalidSetting`, naming the value).
+                None => read().map(|n| n as u8),
+            }
+        }
+        level => Ok(level),
+    }
+}
+
+/// Sets the listing level for the process (`None`: back to `ARRAYJIT_DEBUG`). Levels above 3
+/// list as 3.
+pub fn set_debug_level(level: Option<u8>) {
+    let value = level.map_or(FROM_ENV, |l| l.min(3));
+    DEBUG_OVERRIDE.store(value, Ordering::Relaxed);
+}
+
+/// Whether runs are listed (level 2 or more; an invalid setting lists nothing, and compiling
+/// reports it).
+pub(crate) fn lists_runs() -> bool {
+    debug_level().is_ok_and(|l| l >= 2)
+}
+
+/// Starts recording a timeline (see [`arrayjit_ir::trace`]); a recording under way is
+/// discarded.
+pub fn start_trace(config: TraceConfig) {
+    trace::start(config);
+}
+
+/// Stops recording and returns the timeline, if one was recorded.
+pub fn stop_trace() -> Option<Trace> {
+    trace::stop()
+}
+
+/// Starts recording when `ARRAYJIT_TRACE` names a file (once per process), and writes the
+/// file when the process exits. An unwritable file is reported on stderr at exit.
+pub(crate) fn trace_from_env() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let Ok(Some(path)) = settings::text(&settings::process_env, "ARRAYJIT_TRACE") else {
+            return;
+        };
+        let _ = TRACE_PATH.set(path);
+        trace::start(TraceConfig::default());
+        // SAFETY: `write_trace_at_exit` is an `extern "C" fn()` that does not unwind.
+        unsafe { libc::atexit(write_trace_at_exit) };
+    });
+}
+
+static TRACE_PATH: OnceLock<String> = OnceLock::new();
+
+extern "C" fn write_trace_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let (Some(path), Some(t)) = (TRACE_PATH.get(), trace::stop()) {
+            match t.write(std::path::Path::new(path)) {
+                Ok(()) => eprintln!(
+                    "arrayjit: wrote the trace {path} ({} events); open it in ui.perfetto.dev",
+                    t.events().len()
+                ),
+                Err(e) => eprintln!("arrayjit: {e}"),
+            }
+        }
+    });
+}
+
+/// Lists a compiled batch at the current level: one line per routine (level 1), the loop IR,
+/// source and memory modes (level 3).
+pub(crate) fn list_compiled(
+    backend: &str,
+    optimized: &[std::sync::Arc<Optimized>],
+    batch: &dyn arrayjit_backends::CompiledBatch,
+    took: Duration,
+) -> Result<()> {
+    let level = debug_level()?;
+    if level == 0 {
+        return Ok(());
+    }
+    let outcome = match batch.cache_hit() {
+        Some(true) => format!("cache hit in {:.1} ms", took.as_secs_f64() * 1e3),
+        Some(false) => format!("compiled in {:.1} ms", took.as_secs_f64() * 1e3),
+        None => format!("built in {:.1} ms", took.as_secs_f64() * 1e3),
+    };
+    let kernels = batch.kernels().len();
+    for o in optimized {
+        let arrays: Vec<_> = o
+            .nodes
+            .iter()
+            .filter(|r| r.used && r.tn.is_materialized())
+            .collect();
+        let bytes: usize = arrays.iter().map(|r| r.tn.size_in_bytes()).sum();
+        eprintln!(
+            "arrayjit: compiled {} on {backend}: {outcome}, {kernels} kernel(s) in its batch, \
+             {} array(s) of {}",
+            o.name,
+            arrays.len(),
+            human_bytes(bytes)
+        );
+        if level >= 3 {
+            eprintln!("arrayjit: loop IR of {}:\n{}", o.name, o.code);
+            eprintln!(
+                "arrayjit: memory modes of {}:\n{}",
+                o.name,
+                o.memory_report()
+            );
+        }
+    }
+    if level >= 3 {
+        eprintln!("arrayjit: generated source:\n{}", batch.source());
+    }
+    Ok(())
+}
+
+/// `1.5 KiB`-style sizes.
+fn human_bytes(bytes: usize) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b} B"),
+        b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+    }
+}
+
+/// Runs of one routine: how many, and how long they took in all (on backends with device
+/// queues, the time to enqueue). Shared by a routine and the tasks that run it.
+#[derive(Debug, Default)]
+pub struct RoutineStats {
+    runs: AtomicU64,
+    nanos: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl RoutineStats {
+    /// Records one run.
+    pub(crate) fn record(&self, took: Duration, ok: bool) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.nanos.fetch_add(
+            took.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+        if !ok {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A snapshot.
+    pub fn snapshot(&self) -> RunStats {
+        let runs = self.runs.load(Ordering::Relaxed);
+        let total = Duration::from_nanos(self.nanos.load(Ordering::Relaxed));
+        RunStats {
+            runs,
+            failed: self.failed.load(Ordering::Relaxed),
+            total,
+            mean: Duration::from_nanos(self.nanos.load(Ordering::Relaxed) / runs.max(1)),
+        }
+    }
+}
+
+/// A routine's runs so far ([`crate::Routine::stats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunStats {
+    /// Runs that reached the stream (skipped ones after a failure are not counted).
+    pub runs: u64,
+    /// Runs whose kernel returned an error.
+    pub failed: u64,
+    /// Their time in all.
+    pub total: Duration,
+    /// Their mean time.
+    pub mean: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_and_sizes() {
+        let s = RoutineStats::default();
+        assert_eq!(s.snapshot().mean, Duration::ZERO);
+        s.record(Duration::from_micros(10), true);
+        s.record(Duration::from_micros(30), false);
+        let snap = s.snapshot();
+        assert_eq!((snap.runs, snap.failed), (2, 1));
+        assert_eq!(snap.mean, Duration::from_micros(20));
+        assert_eq!(human_bytes(12), "12 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+    }
+}

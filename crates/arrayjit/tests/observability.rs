@@ -1,0 +1,292 @@
+//! Seeing what arrayjit does: the timeline of a data-parallel run (one test: the recorder is
+//! global), per-routine statistics, and — through the `arrayjit` command — `ARRAYJIT_DEBUG`
+//! listings, `ARRAYJIT_TRACE` and `--trace`.
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use arrayjit::ir::trace::{Event, Track};
+use arrayjit::prelude::*;
+
+/// The data-parallel demo on `multicore_cc` (two shards, so two streams exchanging gradients
+/// through merge buffers) traced: every stream is a named track whose slices follow one
+/// another; kernels carry their routine's name, copies their bytes; every wait is an arrow
+/// from a slice that ends on the producer's stream to a later wait on another stream; the
+/// compile track holds each compilation's phases.
+#[test]
+fn a_data_parallel_run_traces_streams_kernels_copies_waits_and_compiles() {
+    arrayjit::runtime::start_trace(Default::default());
+    let config = arrayjit::moons::MoonsConfig {
+        backend: Some("multicore_cc".into()),
+        epochs: 2,
+        samples: 200,
+        output: None,
+        shards: 2,
+        ..Default::default()
+    };
+    let report = arrayjit::moons::run(&config, |_| {}).unwrap();
+    let trace = arrayjit::runtime::stop_trace().unwrap();
+    assert!(arrayjit::runtime::stop_trace().is_none());
+    assert_eq!(report.losses.len(), 2);
+    assert_eq!(trace.dropped(), 0);
+
+    let mut slices: HashMap<Track, Vec<&Event>> = HashMap::new();
+    for e in trace.events().iter().filter(|e| e.flow().is_none()) {
+        slices.entry(e.track()).or_default().push(e);
+    }
+    // (Other tests of this file may run meanwhile, on sync_cc: their streams are left out.)
+    let streams: Vec<Track> = slices
+        .keys()
+        .copied()
+        .filter(|t| matches!(t, Track::Stream(_)))
+        .filter(|t| trace.track_name(*t).unwrap().starts_with("multicore_cc:"))
+        .collect();
+    assert!(streams.len() >= 2, "{streams:?}");
+    for t in &streams {
+        let name = trace.track_name(*t).unwrap();
+        let mut s = slices[t].clone();
+        s.sort_by(|a, b| a.start_us().total_cmp(&b.start_us()));
+        // One task at a time per stream: each slice ends before the next starts.
+        for w in s.windows(2) {
+            assert!(
+                w[0].start_us() + w[0].duration_us() <= w[1].start_us() + 0.01,
+                "{name}: {} overlaps {}",
+                w[0].name(),
+                w[1].name()
+            );
+        }
+        assert!(s.iter().any(|e| e.category() == "kernel"), "{name}");
+    }
+    let named = |cat: &str| {
+        trace
+            .events()
+            .iter()
+            .filter(|e| e.category() == cat)
+            .map(|e| e.name().to_string())
+            .collect::<Vec<_>>()
+    };
+    let kernels = named("kernel");
+    assert!(
+        kernels.iter().any(|k| k == "shard_gradients"),
+        "{kernels:?}"
+    );
+    assert!(kernels.iter().any(|k| k == "update"), "{kernels:?}");
+    // Copies and merge-buffer transfers carry their bytes.
+    for e in trace
+        .events()
+        .iter()
+        .filter(|e| e.category() == "copy" || e.category() == "merge")
+    {
+        let bytes = e.args().iter().find(|(k, _)| *k == "bytes");
+        assert!(
+            matches!(bytes, Some((_, arrayjit::ir::trace::Arg::Int(n))) if *n > 0),
+            "{}: {:?}",
+            e.name(),
+            e.args()
+        );
+    }
+    assert!(!named("merge").is_empty());
+    // Waits: arrows from the producer's slice to a later wait on another stream.
+    let mut flows: HashMap<u64, Vec<&Event>> = HashMap::new();
+    for e in trace.events() {
+        if let Some((id, _)) = e.flow() {
+            flows.entry(id).or_default().push(e);
+        }
+    }
+    assert!(!flows.is_empty());
+    let within = |e: &Event, cat: Option<&str>| {
+        slices[&e.track()].iter().any(|s| {
+            cat.is_none_or(|c| s.category() == c)
+                && s.start_us() <= e.start_us() + 0.01
+                && e.start_us() <= s.start_us() + s.duration_us() + 0.01
+        })
+    };
+    for (id, pair) in &flows {
+        assert_eq!(pair.len(), 2, "flow {id}");
+        let (from, to) = if pair[0].flow().unwrap().1 {
+            (pair[0], pair[1])
+        } else {
+            (pair[1], pair[0])
+        };
+        assert_ne!(from.track(), to.track(), "flow {id}");
+        assert!(
+            from.start_us() <= to.start_us() + 0.01,
+            "flow {id}: waits before its producer"
+        );
+        assert!(
+            within(from, None),
+            "flow {id}: starts outside a producer's slice"
+        );
+        assert!(within(to, Some("wait")), "flow {id}: ends outside a wait");
+    }
+    // Compilations: optimize, render, then a compile or a cache hit, named by routine.
+    let phases = named("compile");
+    for phase in ["optimize shard_gradients", "render shard_gradients"] {
+        assert!(phases.iter().any(|p| p.starts_with(phase)), "{phases:?}");
+    }
+    assert!(
+        phases
+            .iter()
+            .any(|p| p.starts_with("compile ") || p.starts_with("cache hit ")),
+        "{phases:?}"
+    );
+    // The file form is valid JSON in the Chrome trace format.
+    let json: serde_json::Value = serde_json::from_str(&trace.to_chrome_json()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["ph"] == "M" && e["name"] == "thread_name")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["ph"] == "X" && e["cat"] == "kernel")
+    );
+}
+
+/// Per-routine statistics: runs and their time, from the API.
+#[test]
+fn routines_count_their_runs_and_time() {
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let x = Tnode::new(Prec::F32, &[4], &["x"]).unwrap();
+    x.set_values(&[1.0, -1.0, 2.0, -2.0]).unwrap();
+    let y = Tnode::new(Prec::F32, &[4], &["y"]).unwrap();
+    let code = backend
+        .compile(
+            "relu",
+            &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
+            &[],
+        )
+        .unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    assert_eq!(routine.stats().runs, 0);
+    for _ in 0..3 {
+        routine.run().unwrap();
+    }
+    let stats = routine.stats();
+    assert_eq!((stats.runs, stats.failed), (3, 0));
+    assert!(stats.total >= stats.mean && stats.mean > std::time::Duration::ZERO);
+}
+
+fn arrayjit_command(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arrayjit"));
+    cmd.args(args).env_remove("ARRAYJIT_BACKEND");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("the arrayjit binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `ARRAYJIT_DEBUG=2` lists every compiled routine of the user's program (cache hit or
+/// compile time, kernels, arrays) and every run with its time; `=3` adds the loop IR, the
+/// source and the memory modes with their reasons; a value out of range is an error.
+#[test]
+fn arrayjit_debug_lists_kernels_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("m.png");
+    let (ok, out, err) = arrayjit_command(
+        &[
+            "--epochs",
+            "2",
+            "--samples",
+            "100",
+            "--output",
+            png.to_str().unwrap(),
+        ],
+        &[("ARRAYJIT_DEBUG", "2")],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("held-out accuracy"), "{out}");
+    let compiled: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("arrayjit: compiled "))
+        .collect();
+    assert!(
+        compiled
+            .iter()
+            .any(|l| l.contains("compiled train_step on sync_cc")
+                && (l.contains("cache hit in") || l.contains("compiled in"))
+                && l.contains("kernel(s)")
+                && l.contains("array(s) of")),
+        "{err}"
+    );
+    let runs = err
+        .lines()
+        .filter(|l| l.starts_with("arrayjit: ran train_step on "))
+        .count();
+    assert!(runs >= 2, "{err}");
+
+    let (ok, _, err) = arrayjit_command(&["lowering"], &[("ARRAYJIT_DEBUG", "3")]);
+    assert!(ok, "{err}");
+    for part in [
+        "arrayjit: loop IR of",
+        "arrayjit: memory modes of",
+        "arrayjit: generated source:",
+        "because",
+    ] {
+        assert!(err.contains(part), "{part}: {err}");
+    }
+    let (ok, _, err) = arrayjit_command(&["lowering"], &[("ARRAYJIT_DEBUG", "7")]);
+    assert!(!ok);
+    assert!(
+        err.contains("ARRAYJIT_DEBUG") && err.contains("0 to 3"),
+        "{err}"
+    );
+}
+
+/// `--trace FILE` and `ARRAYJIT_TRACE=FILE` write a Chrome trace of the run; a trace that
+/// cannot be written is refused before the run.
+#[test]
+fn the_command_writes_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let png = dir.path().join("m.png");
+    let (ok, _, err) = arrayjit_command(
+        &[
+            "--epochs",
+            "2",
+            "--samples",
+            "100",
+            "--output",
+            png.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert!(err.contains("ui.perfetto.dev"), "{err}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["cat"] == "kernel" && e["name"] == "train_step")
+    );
+    assert!(events.iter().any(|e| e["cat"] == "copy"));
+
+    let from_env = dir.path().join("env.json");
+    let (ok, _, err) = arrayjit_command(
+        &["lowering"],
+        &[("ARRAYJIT_TRACE", from_env.to_str().unwrap())],
+    );
+    assert!(ok, "{err}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&from_env).unwrap()).unwrap();
+    assert!(json["traceEvents"].as_array().unwrap().len() > 3);
+
+    let (ok, out, err) = arrayjit_command(&["--trace", "/nonexistent-folder/t.json", "info"], &[]);
+    assert!(!ok && out.is_empty());
+    assert!(
+        err.contains("cannot write the trace /nonexistent-folder/t.json"),
+        "{err}"
+    );
+}
