@@ -30,7 +30,9 @@ pub use backend::{
 };
 pub use context::{Context, MergeBufferUse};
 pub use data_parallel::DataParallel;
-pub use observe::{RunStats, debug_level, set_debug_level, start_trace, stop_trace};
+pub use observe::{
+    RunStats, debug_level, set_debug_level, set_run_timing, start_trace, stop_trace,
+};
 pub use routine::{Code, Routine};
 pub use scheduler::{Event, SchedulerKind};
 pub use search::{ScheduleChoice, SearchReport, SearchSettings};

@@ -153,19 +153,39 @@ fn human_bytes(bytes: usize) -> String {
     }
 }
 
-/// Runs of one routine: how many, and how long they took in all (on backends with device
-/// queues, the time to enqueue). Shared by a routine and the tasks that run it.
+static RUN_TIMING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns the timing of every routine run on or off for the process ([`crate::Routine::stats`]).
+/// Runs are also timed while a trace is recorded or `ARRAYJIT_DEBUG` is 2 or more. Off by
+/// default: an untimed run costs no clock reads.
+pub fn set_run_timing(on: bool) {
+    RUN_TIMING.store(on, Ordering::Relaxed);
+}
+
+/// Whether runs scheduled now are timed (see [`set_run_timing`]).
+pub(crate) fn run_timing() -> bool {
+    RUN_TIMING.load(Ordering::Relaxed) || trace::enabled() || lists_runs()
+}
+
+/// Runs of one routine: how many were scheduled, and how long the timed ones took (see
+/// [`set_run_timing`]).
 #[derive(Debug, Default)]
 pub struct RoutineStats {
     runs: AtomicU64,
+    timed: AtomicU64,
     nanos: AtomicU64,
     failed: AtomicU64,
 }
 
 impl RoutineStats {
-    /// Records one run.
-    pub(crate) fn record(&self, took: Duration, ok: bool) {
+    /// Counts a run scheduled.
+    pub(crate) fn scheduled(&self) {
         self.runs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a timed run.
+    pub(crate) fn record(&self, took: Duration, ok: bool) {
+        self.timed.fetch_add(1, Ordering::Relaxed);
         self.nanos.fetch_add(
             took.as_nanos().min(u64::MAX as u128) as u64,
             Ordering::Relaxed,
@@ -177,13 +197,14 @@ impl RoutineStats {
 
     /// A snapshot.
     pub fn snapshot(&self) -> RunStats {
-        let runs = self.runs.load(Ordering::Relaxed);
-        let total = Duration::from_nanos(self.nanos.load(Ordering::Relaxed));
+        let timed = self.timed.load(Ordering::Relaxed);
+        let nanos = self.nanos.load(Ordering::Relaxed);
         RunStats {
-            runs,
+            runs: self.runs.load(Ordering::Relaxed),
+            timed_runs: timed,
             failed: self.failed.load(Ordering::Relaxed),
-            total,
-            mean: Duration::from_nanos(self.nanos.load(Ordering::Relaxed) / runs.max(1)),
+            total: Duration::from_nanos(nanos),
+            mean: Duration::from_nanos(nanos / timed.max(1)),
         }
     }
 }
@@ -191,11 +212,14 @@ impl RoutineStats {
 /// A routine's runs so far ([`crate::Routine::stats`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunStats {
-    /// Runs that reached the stream (skipped ones after a failure are not counted).
+    /// Runs scheduled.
     pub runs: u64,
-    /// Runs whose kernel returned an error.
+    /// Runs timed (scheduled while timing was on; see [`set_run_timing`]) that have finished.
+    pub timed_runs: u64,
+    /// Timed runs whose kernel returned an error.
     pub failed: u64,
-    /// Their time in all.
+    /// The time of the timed runs in all (on backends with device queues, the time to
+    /// enqueue).
     pub total: Duration,
     /// Their mean time.
     pub mean: Duration,
@@ -209,10 +233,13 @@ mod tests {
     fn stats_and_sizes() {
         let s = RoutineStats::default();
         assert_eq!(s.snapshot().mean, Duration::ZERO);
+        s.scheduled();
+        s.scheduled();
+        s.scheduled();
         s.record(Duration::from_micros(10), true);
         s.record(Duration::from_micros(30), false);
         let snap = s.snapshot();
-        assert_eq!((snap.runs, snap.failed), (2, 1));
+        assert_eq!((snap.runs, snap.timed_runs, snap.failed), (3, 2, 1));
         assert_eq!(snap.mean, Duration::from_micros(20));
         assert_eq!(human_bytes(12), "12 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");

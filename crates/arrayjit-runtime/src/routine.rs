@@ -113,8 +113,9 @@ impl Routine {
         })
     }
 
-    /// How many times the routine ran and how long that took (on backends with device queues,
-    /// the time to enqueue its kernels).
+    /// How many times the routine was scheduled to run, and how long its timed runs took (runs
+    /// are timed while [`crate::observe::set_run_timing`] is on, a trace is recorded, or
+    /// `ARRAYJIT_DEBUG` is 2 or more; on backends with device queues, the time to enqueue).
     pub fn stats(&self) -> RunStats {
         self.stats.snapshot()
     }
@@ -219,9 +220,10 @@ impl Routine {
             args.push(scratch);
         }
         let (batch, index, queue) = (self.code.batch.clone(), self.code.index, stream.queue());
-        let (stats, label) = (self.stats.clone(), self.label.clone());
-        let listing = observe::lists_runs().then(|| stream.name());
-        stream.schedule(
+        self.stats.scheduled();
+        let task: crate::scheduler::Task = if observe::run_timing() {
+            let (stats, label) = (self.stats.clone(), self.label.clone());
+            let listing = observe::lists_runs().then(|| stream.name());
             Box::new(move || {
                 let started = Instant::now();
                 let result = batch.launch(index, &args, &statics, queue.as_deref());
@@ -235,9 +237,12 @@ impl Routine {
                     );
                 }
                 result
-            }),
-            TaskLabel::Named("routine", self.label.clone()),
-        )?;
+            })
+        } else {
+            // Untimed: no clock reads.
+            Box::new(move || batch.launch(index, &args, &statics, queue.as_deref()))
+        };
+        stream.schedule(task, TaskLabel::Named("routine", self.label.clone()))?;
         let done = stream.all_work();
         for arg in &self.args {
             arg.entry

@@ -1,5 +1,6 @@
 //! Dispatch overhead: scheduling one run of an empty routine and awaiting it, on `sync_cc` and
-//! `multicore_cc`; plus a cross-stream device-to-device copy into a merge buffer.
+//! `multicore_cc`; plus a cross-stream device-to-device copy into a merge buffer; and the
+//! runs again with a timeline being recorded.
 //! Run with `cargo bench -p arrayjit --bench dispatch`.
 
 use std::hint::black_box;
@@ -84,5 +85,27 @@ fn dispatch(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, thread_round_trip, dispatch);
+/// The same 100 runs with a timeline being recorded (`arrayjit_ir::trace`), the recording
+/// restarted for every batch so its memory stays small: the cost of tracing on.
+fn dispatch_traced(c: &mut Criterion) {
+    for name in ["sync_cc", "multicore_cc"] {
+        let b = arrayjit::backend(name).unwrap();
+        let tiny = tiny_routine(&b);
+        c.bench_function(
+            &format!("{name}: 100 runs of a 4-element fill, one await, tracing on"),
+            |bench| {
+                bench.iter(|| {
+                    arrayjit::runtime::start_trace(Default::default());
+                    for _ in 0..100 {
+                        tiny.run().unwrap();
+                    }
+                    black_box(tiny.context().stream().await_work()).unwrap();
+                    black_box(arrayjit::runtime::stop_trace());
+                })
+            },
+        );
+    }
+}
+
+criterion_group!(benches, thread_round_trip, dispatch, dispatch_traced);
 criterion_main!(benches);

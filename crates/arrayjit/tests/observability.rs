@@ -145,7 +145,7 @@ fn a_data_parallel_run_traces_streams_kernels_copies_waits_and_compiles() {
     );
 }
 
-/// Per-routine statistics: runs and their time, from the API.
+/// Per-routine statistics: runs, and the time of those run while timing was on, from the API.
 #[test]
 fn routines_count_their_runs_and_time() {
     let backend = arrayjit::backend("sync_cc").unwrap();
@@ -162,11 +162,16 @@ fn routines_count_their_runs_and_time() {
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     assert_eq!(routine.stats().runs, 0);
+    routine.run().unwrap();
+    arrayjit::runtime::set_run_timing(true);
     for _ in 0..3 {
         routine.run().unwrap();
     }
+    arrayjit::runtime::set_run_timing(false);
     let stats = routine.stats();
-    assert_eq!((stats.runs, stats.failed), (3, 0));
+    assert_eq!((stats.runs, stats.failed), (4, 0));
+    // The first run was untimed (unless the trace test of this file was recording then).
+    assert!(stats.timed_runs >= 3, "{stats:?}");
     assert!(stats.total >= stats.mean && stats.mean > std::time::Duration::ZERO);
 }
 
