@@ -45,10 +45,13 @@ fn dtype_of(prec: Prec) -> Dtype {
     }
 }
 
+/// Decodes one little-endian element of a stored dtype.
+type Decode = fn(&[u8]) -> f64;
+
 /// The element size of a stored dtype this module reads (by its header name), with a decoder
 /// of one little-endian element into f64; `None` for dtypes it does not read (bool, 8-bit
 /// floats, complex).
-fn decoder(dtype: &str) -> Option<(usize, fn(&[u8]) -> f64)> {
+fn decoder(dtype: &str) -> Option<(usize, Decode)> {
     fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
         let mut a = [0u8; N];
         a.copy_from_slice(&b[..N]);
