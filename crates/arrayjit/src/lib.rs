@@ -31,11 +31,7 @@
 #![allow(clippy::mutable_key_type)]
 
 pub mod bench;
-pub mod bigram;
 pub mod conformance;
-pub mod demo;
-pub mod micrograd;
-pub mod moons;
 pub mod train;
 
 pub use arrayjit_backends as backends;

@@ -5,6 +5,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+// The demos. Their files are also compiled into the tests (`#[path]`), which use the parts
+// of their API this command does not.
+#[allow(dead_code)]
+mod demo;
+#[allow(dead_code)]
+mod moons;
+
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -82,7 +89,7 @@ enum Command {
 }
 
 fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
-    let config = arrayjit::moons::MoonsConfig {
+    let config = moons::MoonsConfig {
         backend,
         epochs: args.epochs,
         seed: args.seed,
@@ -92,8 +99,8 @@ fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
     };
     // Everything that can be checked before training is: a bad flag or an unwritable
     // picture must not cost the user the run.
-    arrayjit::moons::check_config(&config)?;
-    arrayjit::moons::check_picture_path(&args.output)?;
+    moons::check_config(&config)?;
+    moons::check_picture_path(&args.output)?;
     let bar = ProgressBar::new(args.epochs as u64);
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} epochs  {msg}")
@@ -101,7 +108,7 @@ fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
             .progress_chars("=> "),
     );
     bar.set_prefix("training");
-    let trained = arrayjit::moons::train(&config, |s| {
+    let trained = moons::train(&config, |s| {
         bar.set_message(format!("loss {:.4}", s.loss));
         bar.inc(1);
     });
@@ -163,9 +170,7 @@ fn install_logging() {
 fn run(cli: Cli) -> arrayjit::Result<()> {
     match cli.command.unwrap_or(Command::Moons(cli.moons)) {
         Command::Moons(args) => moons(cli.backend, args),
-        Command::Lowering => {
-            arrayjit::demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text))
-        }
+        Command::Lowering => demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text)),
         Command::Info => info(),
         Command::Bench {
             quick,

@@ -9,7 +9,7 @@ use arrayjit_tensor::Optimizer;
 use arrayjit_tensor::datasets::{Dataset, moons};
 use plotters::prelude::*;
 
-use crate::train::{Classifier, EpochStats, LossKind, Mlp, TrainConfig};
+use arrayjit::train::{Classifier, EpochStats, LossKind, Mlp, TrainConfig};
 
 /// Settings of the demo.
 #[derive(Clone, Debug)]

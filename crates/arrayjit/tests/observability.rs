@@ -8,6 +8,11 @@ use std::process::Command;
 use arrayjit::ir::trace::{Event, Track};
 use arrayjit::prelude::*;
 
+// The demo of the binary, whose code this test traces.
+#[path = "../src/moons.rs"]
+#[allow(dead_code)]
+mod moons;
+
 /// The data-parallel demo on `multicore_cc` (two shards, so two streams exchanging gradients
 /// through merge buffers) traced: every stream is a named track whose slices follow one
 /// another; kernels carry their routine's name, copies their bytes; every wait is an arrow
@@ -16,7 +21,7 @@ use arrayjit::prelude::*;
 #[test]
 fn a_data_parallel_run_traces_streams_kernels_copies_waits_and_compiles() {
     arrayjit::runtime::start_trace(Default::default());
-    let config = arrayjit::moons::MoonsConfig {
+    let config = moons::MoonsConfig {
         backend: Some("multicore_cc".into()),
         epochs: 2,
         samples: 200,
@@ -24,7 +29,7 @@ fn a_data_parallel_run_traces_streams_kernels_copies_waits_and_compiles() {
         shards: 2,
         ..Default::default()
     };
-    let report = arrayjit::moons::run(&config, |_| {}).unwrap();
+    let report = moons::run(&config, |_| {}).unwrap();
     let trace = arrayjit::runtime::stop_trace().unwrap();
     assert!(arrayjit::runtime::stop_trace().is_none());
     assert_eq!(report.losses.len(), 2);

@@ -4,10 +4,21 @@
 //! seed gives the same losses on both CPU backends, Adam and softmax cross-entropy train
 //! too, and parameters round-trip through safetensors.
 
-use arrayjit::moons::{MoonsConfig, run};
+// The demos live in the binary and the examples; their code is tested here as it is.
+#[path = "../examples/bigram.rs"]
+#[allow(dead_code)]
+mod bigram;
+#[path = "../examples/micrograd.rs"]
+#[allow(dead_code)]
+mod micrograd;
+#[path = "../src/moons.rs"]
+#[allow(dead_code)]
+mod moons;
+
 use arrayjit::tensor::datasets::{bars_and_crosses, spirals};
 use arrayjit::tensor::{Optimizer, checkpoint};
 use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
+use moons::{MoonsConfig, run};
 
 fn config(backend: &str, seed: u64) -> MoonsConfig {
     MoonsConfig {
@@ -168,7 +179,7 @@ fn parameters_round_trip_through_safetensors() {
 #[test]
 fn micrograd_expression_matches_hand_computed_gradients() {
     for backend in [None, Some("sync_cc"), Some("multicore_cc")] {
-        let (g, da, db) = arrayjit::micrograd::run(backend).unwrap();
+        let (g, da, db) = micrograd::run(backend).unwrap();
         assert!((g - 24.7041).abs() < 1e-4, "{backend:?}: {g}");
         assert!((da - 138.8338).abs() < 1e-4, "{backend:?}: {da}");
         assert!((db - 645.5773).abs() < 1e-4, "{backend:?}: {db}");
@@ -177,8 +188,8 @@ fn micrograd_expression_matches_hand_computed_gradients() {
 
 #[test]
 fn bigram_model_approaches_the_best_possible_loss() {
-    let text = arrayjit::bigram::corpus(200, 2);
-    let model = arrayjit::bigram::Bigram::train(&text, "sync_cc", 15, 2).unwrap();
+    let text = bigram::corpus(200, 2);
+    let model = bigram::Bigram::train(&text, "sync_cc", 15, 2).unwrap();
     let last = *model.losses.last().unwrap();
     assert!(
         last < (model.vocab.len() as f64).ln(),
