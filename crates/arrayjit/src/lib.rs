@@ -1,29 +1,118 @@
-//! arrayjit: an array JIT compiler runtime. Describe array computations once as assignments over
-//! tensor nodes; arrayjit lowers them to a loop IR, fuses and simplifies them, renders C,
-//! compiles it, links it into contexts on devices and runs it on streams.
+//! arrayjit: an array JIT compiler runtime. Describe array computations once, as tensors or as
+//! assignments over tensor nodes; arrayjit lowers them to a loop IR, fuses and simplifies them,
+//! renders C (or WGSL, or CUDA), compiles it, links it into contexts on devices and runs it on
+//! streams.
 //!
-//! This facade re-exports the layers:
-//! - [`ir`]: precisions, host arrays, tensor nodes, assignments, loop IR, optimizer, interpreter;
-//! - [`codegen`]: renderers (C);
-//! - [`backends`]: lowered backends (`cc`, the missing placeholder);
-//! - [`runtime`]: backends by name, devices, streams, contexts, routines.
+//! This facade re-exports the layers, each documented on its own:
+//! - [`ir`] (`arrayjit-ir`): precisions, host arrays, tensor nodes and their memory modes,
+//!   assignments, the loop IR, the optimizer, the reference interpreter, the [`ir::trace`]
+//!   timeline recorder, and the one [`Error`] type;
+//! - [`codegen`] (`arrayjit-codegen`): renderers to C, CUDA C and WGSL;
+//! - [`backends`] (`arrayjit-backends`): lowered backends (`cc`, `cuda`, `wgpu`, the missing
+//!   placeholder), buffers that know their precision, kernels from source;
+//! - [`runtime`] (`arrayjit-runtime`): backends by name, devices, streams and events, contexts
+//!   and routines, transfers, merge buffers, data parallelism, listings and statistics
+//!   ([`runtime::observe`]);
+//! - [`tensor`] (`arrayjit-tensor`): tensors with broadcasting and autodiff, losses, optimizers,
+//!   datasets, checkpoints;
+//! - [`train`]: an MLP classifier trained with one compiled step (data parallel on request);
+//!   [`conformance`]: the shared corpus every backend is checked with; [`bench`](mod@bench): the
+//!   benchmark table behind `arrayjit bench`.
+//!
+//! # Tensors and gradients
+//!
+//! ```
+//! use arrayjit::prelude::*;
+//! use arrayjit::tensor::{Init, Tensor, grad_program};
+//! # fn main() -> arrayjit::Result<()> {
+//! // f(w) = Σ (w · x)², with its gradient 2 (w · x) x.
+//! let w = Tensor::param("w", &[3], Init::Constant(0.5), 1, 0)?;
+//! let x = Tensor::input(Prec::F32, &[3], "x", &[1.0, 2.0, -1.0])?;
+//! let loss = w.mul(&x)?.sum(&[0])?.pow(&Tensor::full(Prec::F32, &[], 2.0)?)?;
+//! let program = grad_program(&loss)?;
+//! let grad = w.grad().expect("w has a gradient").clone();
+//! grad.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "read on the host")?;
+//! loss.node().update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "printed")?;
+//!
+//! let backend = arrayjit::default_backend()?;             // ARRAYJIT_BACKEND, else sync_cc
+//! let code = backend.compile("step", &program.program, &[])?;
+//! let stream = backend.get_device(0)?.new_stream()?;
+//! let routine = Context::new(&stream).link(&code)?;
+//! routine.run()?;
+//! assert_eq!(loss.values()?, vec![1.0]);                 // (0.5 + 1 - 0.5)² = 1
+//! assert_eq!(grad.get_values()?, vec![2.0, 4.0, -2.0]);  // 2 · 1 · x
+//! # Ok(()) }
+//! ```
+//!
+//! # Training, and checkpoints in each parameter's precision
+//!
+//! ```
+//! use arrayjit::tensor::{checkpoint, datasets::moons, Optimizer};
+//! use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
+//! # fn main() -> arrayjit::Result<()> {
+//! let (train, test) = moons(200, 0.1, 1)?.split(0.8, 1)?;
+//! let backend = arrayjit::initialize(None)?;
+//! let config = TrainConfig {
+//!     epochs: 5,
+//!     batch_size: 20,
+//!     optimizer: Optimizer::Sgd { lr: 0.05, momentum: 0.9, weight_decay: 1e-4 },
+//!     loss: LossKind::Hinge,
+//!     shards: 1,
+//! };
+//! // Forward, backprop and update compiled once into one routine, run per batch.
+//! let classifier = Classifier::new(&backend, Mlp::new(&[2, 16, 1], 1)?, &train, &config)?;
+//! for epoch in 0..config.epochs {
+//!     classifier.epoch(epoch)?;
+//! }
+//! assert!(classifier.accuracy(&test)? > 0.7);
+//! let dir = std::env::temp_dir().join(format!("arrayjit-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).ok();
+//! let path = dir.join("mlp.safetensors");
+//! checkpoint::save(&classifier.model().params(), &path)?; // safetensors, readable by PyTorch
+//! checkpoint::load(&classifier.model().params(), &path)?;
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok(()) }
+//! ```
+//!
+//! # Contexts, routines and transfers
+//!
+//! A routine is compiled code linked into a context of a stream; linking makes a child context
+//! holding every array the code needs. Hosted nodes move between host and devices by
+//! themselves (reading on the host waits for the writer), or explicitly:
 //!
 //! ```
 //! use arrayjit::prelude::*;
 //! # fn main() -> arrayjit::Result<()> {
-//! let x = Tnode::new(Prec::F32, &[3], &["x"])?;
-//! x.set_values(&[1.0, -2.0, 3.0])?;
-//! let y = Tnode::new(Prec::F32, &[3], &["y"])?;
+//! let x = Tnode::new(Prec::F32, &[4], &["x"])?;
+//! x.set_values(&[1.0, -2.0, 3.0, -4.0])?;                 // a hosted input
+//! let y = Tnode::new(Prec::F32, &[4], &["y"])?;
 //! y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "result")?;
-//! let backend = arrayjit::default_backend()?;
+//! let backend = arrayjit::backend("multicore_cc")?;      // one worker thread per stream
 //! let code = backend.compile("relu", &Assignments::pointwise_unop(&y, UnOp::Relu, &x), &[])?;
-//! let stream = backend.get_device(0)?.new_stream()?;
-//! let routine = Context::new(&stream).link(&code)?;
-//! routine.run()?;
-//! routine.context().to_host(&y)?;
-//! assert_eq!(y.get_values()?, vec![1.0, 0.0, 3.0]);
+//! let device = backend.get_device(0)?;
+//! let (s1, s2) = (device.new_stream()?, device.new_stream()?);
+//! let r1 = Context::new(&s1).link(&code)?;
+//! r1.run()?;                                             // queued on s1
+//! x.set_value(&[1], 5.0)?;                               // waits for r1's read of x
+//! r1.run()?;                                             // uploads x[1] only, then runs
+//! assert_eq!(y.get_values()?, vec![1.0, 5.0, 3.0, 0.0]); // waits for s1, copies y back
+//! // Another stream's context takes y from s1's context, after s1's write of it.
+//! let ctx2 = Context::new(&s2).init_from_host(&x)?;
+//! let r2 = ctx2.link(&code)?;
+//! r2.context().device_to_device(&y, MergeBufferUse::No, r1.context())?;
+//! r1.context().to_host_range(&y, 1..2)?;                 // part of an array
+//! assert_eq!(y.get_value(&[1])?, 5.0);
+//! println!("relu ran {} times", r1.stats().runs);
 //! # Ok(()) }
 //! ```
+//!
+//! # Seeing what it does
+//!
+//! `ARRAYJIT_DEBUG=1` lists every compiled routine (cache hit or compile time, kernels,
+//! arrays), `=2` every run with its time, `=3` the loop IR, the generated source and every
+//! node's memory mode with its reason. `ARRAYJIT_TRACE=trace.json` (or
+//! [`runtime::start_trace`] / [`runtime::stop_trace`], or the binary's `--trace`) records a
+//! timeline of streams, kernels, copies, waits and compilations for Perfetto.
 
 #![warn(missing_docs)]
 // `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
