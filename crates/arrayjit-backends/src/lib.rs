@@ -165,6 +165,39 @@ pub fn batch_name(routines: &[&Optimized]) -> String {
     names.join("+")
 }
 
+/// Copies `src` into bytes `offset..` of `dst` through the whole buffer: read, patched, written
+/// back (for backends that cannot write part of a buffer; the default of
+/// [`LoweredBackend::copy_from_host_range`]).
+pub fn patch_whole_buffer<B: LoweredBackend + ?Sized>(
+    backend: &B,
+    dst: &BufferHandle,
+    offset: usize,
+    src: &[u8],
+    queue: Queue<'_>,
+) -> Result<()> {
+    let end = byte_range_end(dst, offset, src.len())?;
+    let mut all = vec![0u8; dst.size_in_bytes()];
+    backend.copy_to_host(dst, &mut all, queue)?;
+    all[offset..end].copy_from_slice(src);
+    backend.copy_from_host(dst, &all, queue)
+}
+
+/// Copies bytes `offset..` of `src` into `dst` through the whole buffer (the default of
+/// [`LoweredBackend::copy_to_host_range`]).
+pub fn read_through_whole_buffer<B: LoweredBackend + ?Sized>(
+    backend: &B,
+    src: &BufferHandle,
+    offset: usize,
+    dst: &mut [u8],
+    queue: Queue<'_>,
+) -> Result<()> {
+    let end = byte_range_end(src, offset, dst.len())?;
+    let mut all = vec![0u8; src.size_in_bytes()];
+    backend.copy_to_host(src, &mut all, queue)?;
+    dst.copy_from_slice(&all[offset..end]);
+    Ok(())
+}
+
 /// Code compiled for a backend: one or more kernels from one compilation.
 pub trait CompiledBatch: Send + Sync + Debug {
     /// The kernels and how to call them.
@@ -259,11 +292,7 @@ pub trait LoweredBackend: Send + Sync + Debug {
         src: &[u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        let end = byte_range_end(dst, offset, src.len())?;
-        let mut all = vec![0u8; dst.size_in_bytes()];
-        self.copy_to_host(dst, &mut all, queue)?;
-        all[offset..end].copy_from_slice(src);
-        self.copy_from_host(dst, &all, queue)
+        patch_whole_buffer(self, dst, offset, src, queue)
     }
     /// Copies bytes `offset..offset + dst.len()` of a buffer into `dst`, after the work of
     /// `queue` when given (a range outside the buffer is an error, and nothing is copied).
@@ -275,11 +304,7 @@ pub trait LoweredBackend: Send + Sync + Debug {
         dst: &mut [u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        let end = byte_range_end(src, offset, dst.len())?;
-        let mut all = vec![0u8; src.size_in_bytes()];
-        self.copy_to_host(src, &mut all, queue)?;
-        dst.copy_from_slice(&all[offset..end]);
-        Ok(())
+        read_through_whole_buffer(self, src, offset, dst, queue)
     }
     /// Copies one buffer into another of the same size (possibly across devices), on `queue`
     /// when given.

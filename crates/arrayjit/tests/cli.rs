@@ -1,21 +1,17 @@
 //! The `arrayjit` command: the README's demo, backend selection by `ARRAYJIT_BACKEND`, and the
 //! error messages a user sees.
 
+#[path = "common/command.rs"]
+mod command;
+
+use command::arrayjit_with_env as arrayjit_env;
 use std::process::Command;
 
 fn arrayjit(args: &[&str], backend: Option<&str>) -> (bool, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arrayjit"));
-    cmd.args(args);
     match backend {
-        Some(b) => cmd.env("ARRAYJIT_BACKEND", b),
-        None => cmd.env_remove("ARRAYJIT_BACKEND"),
-    };
-    let out = cmd.output().expect("the arrayjit binary runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        Some(b) => arrayjit_env(args, &[("ARRAYJIT_BACKEND", b)]),
+        None => arrayjit_env(args, &[]),
+    }
 }
 
 #[test]
@@ -93,20 +89,6 @@ fn invalid_settings_from_the_environment_are_reported_not_aborts() {
             "{err}"
         );
     }
-}
-
-fn arrayjit_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arrayjit"));
-    cmd.args(args).env_remove("ARRAYJIT_BACKEND");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("the arrayjit binary runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// An unusable `ARRAYJIT_CACHE_DIR` does not stop the program; the user sees one warning

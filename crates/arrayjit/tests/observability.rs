@@ -3,10 +3,13 @@
 //! listings, `ARRAYJIT_TRACE` and `--trace`.
 
 use std::collections::HashMap;
-use std::process::Command;
 
 use arrayjit::ir::trace::{Event, Track};
 use arrayjit::prelude::*;
+
+#[path = "common/command.rs"]
+mod command;
+use command::arrayjit_with_env as arrayjit_command;
 
 // The demo of the binary, whose code this test traces.
 #[path = "../src/moons.rs"]
@@ -178,20 +181,6 @@ fn routines_count_their_runs_and_time() {
     // The first run was untimed (unless the trace test of this file was recording then).
     assert!(stats.timed_runs >= 3, "{stats:?}");
     assert!(stats.total >= stats.mean && stats.mean > std::time::Duration::ZERO);
-}
-
-fn arrayjit_command(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arrayjit"));
-    cmd.args(args).env_remove("ARRAYJIT_BACKEND");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("the arrayjit binary runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `ARRAYJIT_DEBUG=2` lists every compiled routine of the user's program (cache hit or

@@ -467,10 +467,7 @@ impl LoweredBackend for WgpuBackend {
         if buffers::word_aligned(d, offset, end) {
             return buffers::write(self.gpu()?, &d.view(offset, src.len())?, src);
         }
-        let mut all = vec![0u8; dst.size_in_bytes()];
-        self.copy_to_host(dst, &mut all, queue)?;
-        all[offset..end].copy_from_slice(src);
-        self.copy_from_host(dst, &all, queue)
+        crate::patch_whole_buffer(self, dst, offset, src, queue)
     }
 
     /// Directly when the range starts on a word; else through the whole buffer.
@@ -481,15 +478,12 @@ impl LoweredBackend for WgpuBackend {
         dst: &mut [u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        let end = crate::byte_range_end(src, offset, dst.len())?;
+        crate::byte_range_end(src, offset, dst.len())?;
         let s = buffers::of(src)?;
         if (s.offset + offset).is_multiple_of(4) {
             return buffers::read(self.gpu()?, &s.view(offset, dst.len())?, dst);
         }
-        let mut all = vec![0u8; src.size_in_bytes()];
-        self.copy_to_host(src, &mut all, queue)?;
-        dst.copy_from_slice(&all[offset..end]);
-        Ok(())
+        crate::read_through_whole_buffer(self, src, offset, dst, queue)
     }
 
     fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, _: Queue<'_>) -> Result<()> {
