@@ -69,6 +69,17 @@ impl fmt::Debug for Context {
     }
 }
 
+/// How a task scheduled with [`Context::schedule_on_array`] uses the array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArrayAccess {
+    /// It only reads the array.
+    Read,
+    /// It overwrites the array without reading it.
+    Write,
+    /// It reads and writes the array (a collective reducing into it).
+    ReadWrite,
+}
+
 /// Where [`Context::device_to_device`] puts the node's values.
 #[derive(Clone, Copy, Debug)]
 pub enum MergeBufferUse<'a> {
@@ -363,6 +374,60 @@ impl Context {
     /// ([`Stream::await_work`]).
     pub fn array(&self, tn: &Tnode) -> Result<BufferHandle> {
         Ok(self.entry(tn)?.buffer.clone())
+    }
+
+    /// Schedules `task` on stream `on` with `access` to the node's array in this context,
+    /// ordered like any other work on the array: after its last writer (and, for a write, its
+    /// readers), before later work on it. A write makes a hosted node's host copy refresh from
+    /// this array when next read. `on` may be another stream of the context's device (a
+    /// communication stream, say); `label` names the task in errors and traces. The task gets
+    /// the array and the lowered backend. Writing an array that is its node's host array used
+    /// in place is an error (such nodes change only on the host).
+    pub fn schedule_on_array(
+        &self,
+        tn: &Tnode,
+        on: &Stream,
+        access: ArrayAccess,
+        label: &'static str,
+        task: impl FnOnce(&BufferHandle, &Arc<dyn LoweredBackend>) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        let here = self.inner.stream.device();
+        if !Arc::ptr_eq(here.backend().lowered(), on.device().backend().lowered())
+            || here.ordinal() != on.device().ordinal()
+        {
+            return Err(Error::invalid(format!(
+                "{label} of {} runs on {}, which is not on the device of {}",
+                tn.debug_name(),
+                on.name(),
+                self.describe()
+            )));
+        }
+        let writes = access != ArrayAccess::Read;
+        if writes && entry.is_host_in_place() {
+            return Err(Error::invalid(format!(
+                "{label} would write {}, whose host array {} uses in place; it changes only on \
+                 the host",
+                tn.debug_name(),
+                self.describe()
+            )));
+        }
+        let access = match access {
+            ArrayAccess::Read => Access::Read,
+            ArrayAccess::Write => Access::Write,
+            ArrayAccess::ReadWrite => Access::ReadWrite,
+        };
+        let (buffer, lowered) = (entry.buffer.clone(), self.lowered());
+        entry.schedule_access(
+            on,
+            access,
+            TaskLabel::Named("collective", Arc::from(label)),
+            move || task(&buffer, &lowered),
+        )?;
+        if writes && tn.is_hosted() {
+            crate::host_sync::device_changed_hosted(on, &entry);
+        }
+        Ok(())
     }
 
     /// The event of the last scheduled write of the node in this context.

@@ -64,11 +64,13 @@ impl fmt::Display for TaskLabel {
 }
 
 impl TaskLabel {
-    /// The trace category: `kernel` for routine runs, `copy`, `merge` for merge-buffer copies,
+    /// The trace category: `kernel` for routine runs, `collective` for work across processes,
+    /// `copy`, `merge` for merge-buffer copies,
     /// `wait` for waits on other streams, else `task`.
     fn category(&self) -> &'static str {
         match self {
             TaskLabel::Named("routine", _) => "kernel",
+            TaskLabel::Named("collective", _) => "collective",
             TaskLabel::Copy(what, _) if what.contains("merge") => "merge",
             TaskLabel::Copy(..) => "copy",
             TaskLabel::Fixed(what) if what.starts_with("wait") => "wait",
@@ -79,7 +81,7 @@ impl TaskLabel {
     /// The slice's name in a trace: a routine's name, else the label.
     fn trace_name(&self) -> String {
         match self {
-            TaskLabel::Named("routine", name) => name.to_string(),
+            TaskLabel::Named("routine" | "collective", name) => name.to_string(),
             TaskLabel::Copy(what, _) => what.to_string(),
             other => other.to_string(),
         }

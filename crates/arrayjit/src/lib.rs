@@ -125,6 +125,7 @@ pub mod train;
 
 pub use arrayjit_backends as backends;
 pub use arrayjit_codegen as codegen;
+pub use arrayjit_dist as dist;
 pub use arrayjit_ir as ir;
 pub use arrayjit_runtime as runtime;
 pub use arrayjit_tensor as tensor;

@@ -55,6 +55,11 @@ struct MoonsArgs {
     /// --backend multicore_cc; ARRAYJIT_CPU_DEVICES spreads them over devices).
     #[arg(long, default_value_t = 1)]
     shards: usize,
+    /// Train across the processes of an MPI job (`mpirun -np N arrayjit --distributed`; a build
+    /// with `--features mpi`): every rank takes its own batch per step, gradients are summed
+    /// across ranks; only rank 0 prints and draws.
+    #[arg(long)]
+    distributed: bool,
 }
 
 #[derive(Subcommand)]
@@ -89,6 +94,13 @@ enum Command {
 }
 
 fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
+    let group = if args.distributed {
+        Some(arrayjit::dist::ProcessGroup::from_env()?)
+    } else {
+        None
+    };
+    // Only rank 0 prints and draws.
+    let leader = group.as_ref().is_none_or(|g| g.rank() == 0);
     let config = moons::MoonsConfig {
         backend,
         epochs: args.epochs,
@@ -96,12 +108,19 @@ fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
         samples: args.samples,
         output: Some(args.output.clone()),
         shards: args.shards,
+        group: group.clone(),
     };
     // Everything that can be checked before training is: a bad flag or an unwritable
     // picture must not cost the user the run.
     moons::check_config(&config)?;
-    moons::check_picture_path(&args.output)?;
-    let bar = ProgressBar::new(args.epochs as u64);
+    if leader {
+        moons::check_picture_path(&args.output)?;
+    }
+    let bar = if leader {
+        ProgressBar::new(args.epochs as u64)
+    } else {
+        ProgressBar::hidden()
+    };
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} epochs  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -114,7 +133,17 @@ fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
     });
     bar.finish();
     let trained = trained?;
+    if !leader {
+        return Ok(());
+    }
     let report = &trained.report;
+    if let Some(g) = &group {
+        println!(
+            "trained across {} processes ({}); parameters identical on every rank",
+            g.size(),
+            g.engine_name()
+        );
+    }
     println!(
         "half-moons on {}: train accuracy {:.1}%, held-out accuracy {:.1}%",
         report.backend,
@@ -200,7 +229,14 @@ fn parse() -> Cli {
     if let Some((name, _)) = matches.subcommand()
         && name != "moons"
     {
-        for flag in ["epochs", "seed", "samples", "output", "shards"] {
+        for flag in [
+            "epochs",
+            "seed",
+            "samples",
+            "output",
+            "shards",
+            "distributed",
+        ] {
             if matches.value_source(flag) == Some(ValueSource::CommandLine) {
                 Cli::command()
                     .error(

@@ -26,6 +26,9 @@ pub struct MoonsConfig {
     pub output: Option<std::path::PathBuf>,
     /// Data-parallel shards (streams) per step; 1 trains on one stream.
     pub shards: usize,
+    /// Train across the processes of this group (see
+    /// [`arrayjit::train::Classifier::new_distributed`]); `None`: this process alone.
+    pub group: Option<arrayjit::dist::ProcessGroup>,
 }
 
 impl Default for MoonsConfig {
@@ -37,6 +40,7 @@ impl Default for MoonsConfig {
             samples: 500,
             output: Some("moons.png".into()),
             shards: 1,
+            group: None,
         }
     }
 }
@@ -108,13 +112,15 @@ pub fn check_config(config: &MoonsConfig) -> Result<()> {
         ));
     }
     let train_points = (config.samples as f64 * 0.8).round() as usize;
-    let needed = BATCH_SIZE * config.shards;
+    let processes = config.group.as_ref().map_or(1, |g| g.size());
+    let needed = BATCH_SIZE * config.shards * processes;
     if train_points < needed || config.samples <= train_points {
         let least = (needed as f64 / 0.8).ceil() as usize + 1;
         return Err(Error::invalid(format!(
             "{} samples give {train_points} training points; {} shard(s) need at least {needed} \
              (a batch of {BATCH_SIZE} each) and held-out points: use --samples {least} or more",
-            config.samples, config.shards
+            config.samples,
+            config.shards * processes
         )));
     }
     Ok(())
@@ -146,7 +152,10 @@ pub fn train(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Res
         loss: LossKind::Hinge,
         shards: config.shards,
     };
-    let classifier = Classifier::new(&backend, model, &train, &settings)?;
+    let classifier = match &config.group {
+        Some(group) => Classifier::new_distributed(&backend, model, &train, &settings, group)?,
+        None => Classifier::new(&backend, model, &train, &settings)?,
+    };
     let build_time = started.elapsed();
     let started = Instant::now();
     let mut losses = Vec::new();
@@ -156,6 +165,8 @@ pub fn train(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Res
         on_epoch(&stats);
     }
     let train_time = started.elapsed();
+    // Across processes, every rank must hold the same parameters (a hash compared).
+    classifier.check_parameters_identical()?;
     let report = MoonsReport {
         backend: backend.name().to_string(),
         train_accuracy: classifier.accuracy(&train)?,

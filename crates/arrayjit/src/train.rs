@@ -24,6 +24,7 @@
 //! # }
 //! ```
 
+use arrayjit_dist::{ProcessGroup, ReduceOp};
 use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, Error, MemoryMode, MemoryType, Operand, Prec, Projections,
     Result, StaticSymbol, UnOp,
@@ -139,6 +140,92 @@ enum Engine {
     Single(Routine),
     /// Gradients per shard, summed, one update.
     Parallel(DataParallel),
+    /// Gradients on this process, summed over the processes of a group on a communication
+    /// stream, one update (identical on every rank).
+    Distributed(Distributed),
+}
+
+/// The training step across processes: each rank computes the gradients of its own batch, the
+/// gradient sums and the batch loss are all-reduced over the group on a communication stream
+/// (ordered by events after the gradients, before the update), then every rank runs the same
+/// update.
+struct Distributed {
+    group: ProcessGroup,
+    gradients: Routine,
+    update: Routine,
+    comm: arrayjit_runtime::Stream,
+    /// The nodes all-reduced every step: the step loss and every gradient.
+    reduced: Vec<arrayjit_ir::Tnode>,
+    params: Vec<arrayjit_ir::Tnode>,
+}
+
+impl Distributed {
+    /// One step over the batch `first + rank`.
+    fn step(&self, batch: &StaticSymbol, first: usize) -> Result<()> {
+        self.gradients
+            .set_static(batch, (first + self.group.rank()) as i64)?;
+        self.gradients.run()?;
+        let ctx = self.gradients.context();
+        for tn in &self.reduced {
+            self.group
+                .all_reduce_array(ctx, tn, &self.comm, ReduceOp::Sum)?;
+        }
+        self.update.run()
+    }
+}
+
+/// The gradient and update routines of a data-parallel step: gradients (and the batch loss
+/// into `step_loss`) per shard or rank, and the update adding the summed step loss to the
+/// epoch's. The nodes summed across shards are returned with the codes (step loss first).
+fn data_parallel_codes(
+    backend: &Backend,
+    grads: &arrayjit_tensor::GradProgram,
+    update: &arrayjit_tensor::Update,
+    loss: &Tensor,
+    epoch_loss: &Tensor,
+    batch: &StaticSymbol,
+    why: &str,
+) -> Result<(Vec<arrayjit_runtime::Code>, Vec<arrayjit_ir::Tnode>)> {
+    let step_loss = arrayjit_ir::Tnode::new(Prec::F32, &[], &["step_loss"])?;
+    let mut summed: Vec<arrayjit_ir::Tnode> = vec![step_loss.clone()];
+    for p in &grads.params {
+        let g = p
+            .grad()
+            .cloned()
+            .ok_or_else(|| Error::invalid("a parameter has no gradient"))?;
+        summed.push(g);
+    }
+    for t in &summed {
+        t.update_memory_mode(MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream), why)?;
+    }
+    let grad_program = grads
+        .program
+        .clone()
+        .then(add_into(&step_loss, loss.node(), BinOp::Arg2));
+    let update_program =
+        update
+            .program
+            .clone()
+            .then(add_into(epoch_loss.node(), &step_loss, BinOp::Add));
+    let codes = backend.compile_batch(
+        &[
+            ("shard_gradients", &grad_program),
+            ("update", &update_program),
+        ],
+        std::slice::from_ref(batch),
+    )?;
+    Ok((codes, summed))
+}
+
+/// `dst (accum)= src`, element by element.
+fn add_into(dst: &arrayjit_ir::Tnode, src: &arrayjit_ir::Tnode, accum: BinOp) -> Assignments {
+    Assignments::Accum {
+        initialize_neutral: false,
+        accum,
+        lhs: dst.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(src.clone())),
+        projections: Projections::pointwise(&[], 1),
+    }
 }
 
 /// What one epoch did.
@@ -183,6 +270,39 @@ impl Classifier {
         train: &Dataset,
         config: &TrainConfig,
     ) -> Result<Classifier> {
+        Classifier::build(backend, model, train, config, None)
+    }
+
+    /// [`Classifier::new`] for data-parallel training across the processes of `group` (one
+    /// stream per process; `config.shards` must be 1): every process holds the whole training
+    /// set and the same initial model (same seed); a step runs batch `step · size + rank` on
+    /// each rank, sums the gradients and batch losses over the group on a communication stream,
+    /// and applies one update, identical on every rank. The same as one process training with
+    /// `shards = group.size()` on the same batches, up to float rounding of the sums.
+    pub fn new_distributed(
+        backend: &Backend,
+        model: Mlp,
+        train: &Dataset,
+        config: &TrainConfig,
+        group: &ProcessGroup,
+    ) -> Result<Classifier> {
+        if config.shards > 1 {
+            return Err(Error::invalid(format!(
+                "{} shards per process with training across processes: use one shard per \
+                 process (start more processes instead)",
+                config.shards
+            )));
+        }
+        Classifier::build(backend, model, train, config, Some(group))
+    }
+
+    fn build(
+        backend: &Backend,
+        model: Mlp,
+        train: &Dataset,
+        config: &TrainConfig,
+        group: Option<&ProcessGroup>,
+    ) -> Result<Classifier> {
         if config.loss == LossKind::Hinge && train.classes != 2 {
             return Err(Error::invalid(format!(
                 "the hinge loss needs two classes, the dataset has {}",
@@ -214,18 +334,42 @@ impl Classifier {
         let grads = grad_program(&loss)?;
         let update = update_program(&config.optimizer, &grads.params)?;
         let epoch_loss = Tensor::input(Prec::F32, &[], "epoch_loss", &[0.0])?;
-        let add_into =
-            |dst: &arrayjit_ir::Tnode, src: &arrayjit_ir::Tnode, accum| Assignments::Accum {
-                initialize_neutral: false,
-                accum,
-                lhs: dst.clone(),
-                rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(src.clone())),
-                projections: Projections::pointwise(&[], 1),
-            };
-        let shards = config.shards.max(1);
+        let shards = match group {
+            Some(g) => g.size(),
+            None => config.shards.max(1),
+        };
+        if batches < shards {
+            return Err(Error::invalid(format!(
+                "{shards} shards or processes need at least {shards} batches of {bs}; the \
+                 training set has {} rows ({batches} batches)",
+                train.len()
+            )));
+        }
         let compile_started = std::time::Instant::now();
-        let engine = if shards == 1 {
-            let program = grads.program.then(update.program).then(add_into(
+        let engine = if let Some(group) = group {
+            let (codes, reduced) = data_parallel_codes(
+                backend,
+                &grads,
+                &update,
+                &loss,
+                &epoch_loss,
+                &batch,
+                "train: summed across processes",
+            )?;
+            let device = backend.get_device(0)?;
+            let stream = device.new_stream()?;
+            let gradients = Context::new(&stream).link(&codes[0])?;
+            let update = gradients.context().link(&codes[1])?;
+            Engine::Distributed(Distributed {
+                group: group.clone(),
+                gradients,
+                update,
+                comm: device.new_stream()?,
+                reduced,
+                params: grads.params.iter().map(|p| p.node().clone()).collect(),
+            })
+        } else if shards == 1 {
+            let program = grads.program.then(update.program.clone()).then(add_into(
                 epoch_loss.node(),
                 loss.node(),
                 BinOp::Add,
@@ -235,34 +379,14 @@ impl Classifier {
             Engine::Single(Context::new(&stream).link(&code)?)
         } else {
             // Gradients and the batch loss are computed per shard and summed by the helper.
-            let step_loss = arrayjit_ir::Tnode::new(Prec::F32, &[], &["step_loss"])?;
-            let mut merged: Vec<arrayjit_ir::Tnode> = vec![step_loss.clone()];
-            for p in &grads.params {
-                let g = p
-                    .grad()
-                    .cloned()
-                    .ok_or_else(|| Error::invalid("a parameter has no gradient"))?;
-                merged.push(g);
-            }
-            for t in &merged {
-                t.update_memory_mode(
-                    MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream),
-                    "train: summed across data-parallel shards",
-                )?;
-            }
-            let grad_program = grads
-                .program
-                .then(add_into(&step_loss, loss.node(), BinOp::Arg2));
-            let update_program =
-                update
-                    .program
-                    .then(add_into(epoch_loss.node(), &step_loss, BinOp::Add));
-            let codes = backend.compile_batch(
-                &[
-                    ("shard_gradients", &grad_program),
-                    ("update", &update_program),
-                ],
-                std::slice::from_ref(&batch),
+            let (codes, merged) = data_parallel_codes(
+                backend,
+                &grads,
+                &update,
+                &loss,
+                &epoch_loss,
+                &batch,
+                "train: summed across data-parallel shards",
             )?;
             let devices = backend.num_devices().max(1);
             let streams = (0..shards)
@@ -293,6 +417,16 @@ impl Classifier {
         match &self.engine {
             Engine::Single(step) => step.context(),
             Engine::Parallel(dp) => dp.update_routine().context(),
+            Engine::Distributed(d) => d.update.context(),
+        }
+    }
+
+    /// A debug check that every process holds the same parameters (a hash compared across the
+    /// group; see [`ProcessGroup::check_identical`]); `Ok` for a single process.
+    pub fn check_parameters_identical(&self) -> Result<()> {
+        match &self.engine {
+            Engine::Distributed(d) => d.group.check_identical(&d.params),
+            _ => Ok(()),
         }
     }
 
@@ -314,6 +448,12 @@ impl Classifier {
                         routine.set_static(&self.batch, (first + i) as i64)?;
                     }
                     dp.step()?;
+                }
+            }
+            Engine::Distributed(d) => {
+                let n = d.group.size();
+                for first in (0..self.batches).step_by(n) {
+                    d.step(&self.batch, first)?;
                 }
             }
         }

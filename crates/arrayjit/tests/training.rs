@@ -28,6 +28,7 @@ fn config(backend: &str, seed: u64) -> MoonsConfig {
         samples: 500,
         output: None,
         shards: 1,
+        group: None,
     }
 }
 
