@@ -69,16 +69,23 @@ pub(crate) mod mpi_engine {
 
     use super::{Engine, Native};
 
-    /// The MPI universe of the process (finalized at exit) and the lock serializing calls.
-    static UNIVERSE: OnceLock<
-        std::result::Result<Mutex<Option<mpi::environment::Universe>>, String>,
-    > = OnceLock::new();
+    /// What the lock guards: the universe (finalized at exit) and the buffers collectives
+    /// reuse (the send side of an all-reduce, and an aligned receive side for unaligned bytes),
+    /// so that a collective allocates nothing once they have grown.
+    struct State {
+        universe: Option<mpi::environment::Universe>,
+        send: Vec<u64>,
+        recv: Vec<u64>,
+    }
+
+    /// The MPI state of the process and the lock serializing calls.
+    static UNIVERSE: OnceLock<std::result::Result<Mutex<State>, String>> = OnceLock::new();
 
     extern "C" fn finalize_at_exit() {
         if let Some(Ok(u)) = UNIVERSE.get() {
             // Dropping the universe calls MPI_Finalize (mpirun reports a rank that exits
             // without it as failed).
-            let taken = u.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let taken = u.lock().unwrap_or_else(|e| e.into_inner()).universe.take();
             drop(taken);
         }
     }
@@ -88,12 +95,16 @@ pub(crate) mod mpi_engine {
         size: usize,
     }
 
-    fn lock() -> Result<std::sync::MutexGuard<'static, Option<mpi::environment::Universe>>> {
-        match UNIVERSE.get() {
-            Some(Ok(u)) => Ok(u.lock().unwrap_or_else(|e| e.into_inner())),
-            Some(Err(e)) => Err(Error::invalid(e.clone())),
-            None => Err(Error::invalid("MPI is not initialized")),
+    fn lock() -> Result<std::sync::MutexGuard<'static, State>> {
+        let guard = match UNIVERSE.get() {
+            Some(Ok(u)) => u.lock().unwrap_or_else(|e| e.into_inner()),
+            Some(Err(e)) => return Err(Error::invalid(e.clone())),
+            None => return Err(Error::invalid("MPI is not initialized")),
+        };
+        if guard.universe.is_none() {
+            return Err(Error::invalid("MPI was already finalized in this process"));
         }
+        Ok(guard)
     }
 
     impl Mpi {
@@ -105,7 +116,11 @@ pub(crate) mod mpi_engine {
                         // SAFETY: `finalize_at_exit` is an `extern "C" fn()` that does not
                         // unwind.
                         unsafe { libc::atexit(finalize_at_exit) };
-                        Ok(Mutex::new(Some(universe)))
+                        Ok(Mutex::new(State {
+                            universe: Some(universe),
+                            send: Vec::new(),
+                            recv: Vec::new(),
+                        }))
                     }
                     Some((_, level)) => Err(format!(
                         "the MPI library gives thread level {level:?}; arrayjit needs \
@@ -114,13 +129,10 @@ pub(crate) mod mpi_engine {
                     None => Err("MPI was initialized by someone else".into()),
                 }
             });
-            let guard = match state {
-                Ok(u) => u.lock().unwrap_or_else(|e| e.into_inner()),
-                Err(e) => return Err(Error::invalid(e.clone())),
-            };
-            if guard.is_none() {
-                return Err(Error::invalid("MPI was already finalized in this process"));
+            if let Err(e) = state {
+                return Err(Error::invalid(e.clone()));
             }
+            let _held = lock()?;
             let world = SimpleCommunicator::world();
             Ok(Mpi {
                 rank: world.rank() as usize,
@@ -129,21 +141,36 @@ pub(crate) mod mpi_engine {
         }
     }
 
+    /// Grows `buffer` to hold at least `bytes` bytes and returns them (8-byte aligned).
+    fn scratch(buffer: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
+        let words = bytes.div_ceil(8);
+        if buffer.len() < words {
+            buffer.resize(words, 0);
+        }
+        &mut bytemuck::cast_slice_mut::<u64, u8>(buffer)[..bytes]
+    }
+
     /// Sums the elements of `T` that `bytes` hold over every rank: MPI_Allreduce from a copy
-    /// of the input into the buffer itself (through an aligned copy when the bytes are not
-    /// aligned for `T`).
-    fn sum_into<T: Equivalence + bytemuck::Pod>(world: &SimpleCommunicator, bytes: &mut [u8]) {
+    /// of the input (in a reused buffer) into the bytes themselves, or through a reused aligned
+    /// buffer when they are not aligned for `T`.
+    fn sum_into<T: Equivalence + bytemuck::Pod>(
+        world: &SimpleCommunicator,
+        state: &mut State,
+        bytes: &mut [u8],
+    ) {
+        let send = scratch(&mut state.send, bytes.len());
+        send.copy_from_slice(bytes);
+        let send: &[T] = bytemuck::cast_slice(send);
         match bytemuck::try_cast_slice_mut::<u8, T>(bytes) {
-            Ok(values) => {
-                let send = values.to_vec();
-                world.all_reduce_into(&send[..], values, SystemOperation::sum());
-            }
+            Ok(values) => world.all_reduce_into(send, values, SystemOperation::sum()),
             Err(_) => {
-                let mut send = vec![T::zeroed(); bytes.len() / std::mem::size_of::<T>()];
-                bytemuck::cast_slice_mut::<T, u8>(&mut send).copy_from_slice(bytes);
-                let mut sum = send.clone();
-                world.all_reduce_into(&send[..], &mut sum[..], SystemOperation::sum());
-                bytes.copy_from_slice(bytemuck::cast_slice(&sum));
+                let recv = scratch(&mut state.recv, bytes.len());
+                world.all_reduce_into(
+                    send,
+                    bytemuck::cast_slice_mut::<u8, T>(recv),
+                    SystemOperation::sum(),
+                );
+                bytes.copy_from_slice(recv);
             }
         }
     }
@@ -159,17 +186,18 @@ pub(crate) mod mpi_engine {
             self.size
         }
         fn all_reduce_sum(&self, bytes: &mut [u8], native: Native) -> Result<()> {
-            let _held = lock()?;
+            let mut held = lock()?;
+            let state = &mut *held;
             let world = SimpleCommunicator::world();
             match native {
-                Native::U8 => sum_into::<u8>(&world, bytes),
-                Native::U16 => sum_into::<u16>(&world, bytes),
-                Native::I32 => sum_into::<i32>(&world, bytes),
-                Native::U32 => sum_into::<u32>(&world, bytes),
-                Native::I64 => sum_into::<i64>(&world, bytes),
-                Native::U64 => sum_into::<u64>(&world, bytes),
-                Native::F32 => sum_into::<f32>(&world, bytes),
-                Native::F64 => sum_into::<f64>(&world, bytes),
+                Native::U8 => sum_into::<u8>(&world, state, bytes),
+                Native::U16 => sum_into::<u16>(&world, state, bytes),
+                Native::I32 => sum_into::<i32>(&world, state, bytes),
+                Native::U32 => sum_into::<u32>(&world, state, bytes),
+                Native::I64 => sum_into::<i64>(&world, state, bytes),
+                Native::U64 => sum_into::<u64>(&world, state, bytes),
+                Native::F32 => sum_into::<f32>(&world, state, bytes),
+                Native::F64 => sum_into::<f64>(&world, state, bytes),
             }
             Ok(())
         }
