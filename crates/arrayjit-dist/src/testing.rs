@@ -18,10 +18,24 @@ pub enum RankRun {
     Skipped(String),
 }
 
+/// Seconds an `mpirun` started by [`on_ranks`] may run before mpirun kills the job (so a
+/// hanging test fails instead of blocking).
+pub const JOB_TIMEOUT_SECS: u64 = 120;
+
 /// Runs the test named `test` (of the current test binary) on `ranks` processes under
 /// `mpirun`, or, inside one of them, says so. Panics with the ranks' output when `mpirun`
-/// fails (a rank failed).
+/// fails (a rank failed, or the job ran past [`JOB_TIMEOUT_SECS`]).
 pub fn on_ranks(test: &str, ranks: usize) -> RankRun {
+    launch(test, ranks, true)
+}
+
+/// [`on_ranks`] for a test whose job must fail (a rank that dies on purpose): panics when
+/// the job succeeds; returns the output of the failed job.
+pub fn on_ranks_expecting_failure(test: &str, ranks: usize) -> RankRun {
+    launch(test, ranks, false)
+}
+
+fn launch(test: &str, ranks: usize, expect_success: bool) -> RankRun {
     if std::env::var_os(RANK_TEST_VARIABLE).is_some() {
         return RankRun::Rank;
     }
@@ -33,6 +47,7 @@ pub fn on_ranks(test: &str, ranks: usize) -> RankRun {
     let exe = std::env::current_exe().expect("the test binary's path");
     let out = Command::new("mpirun")
         .args(["-np", &ranks.to_string(), "--oversubscribe"])
+        .args(["--timeout", &JOB_TIMEOUT_SECS.to_string()])
         .args(["--mca", "btl", "self,vader"])
         .arg(&exe)
         .args([test, "--exact", "--nocapture", "--test-threads", "1"])
@@ -47,9 +62,10 @@ pub fn on_ranks(test: &str, ranks: usize) -> RankRun {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
+    assert_eq!(
         out.status.success(),
-        "mpirun -np {ranks} {test} failed ({}):\n{text}",
+        expect_success,
+        "mpirun -np {ranks} {test} ended with {}:\n{text}",
         out.status
     );
     RankRun::Started(text)

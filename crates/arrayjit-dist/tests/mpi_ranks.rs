@@ -4,7 +4,7 @@
 
 #![cfg(feature = "mpi")]
 
-use arrayjit_dist::testing::{RankRun, on_ranks};
+use arrayjit_dist::testing::{RankRun, on_ranks, on_ranks_expecting_failure};
 use arrayjit_dist::{ProcessGroup, ReduceOp};
 use arrayjit_ir::{Prec, Tnode};
 
@@ -148,4 +148,36 @@ fn an_all_reduce_is_stream_work_ordered_by_events() {
         assert_eq!(y_values[k], 6.0 * k as f64, "y[{k}]");
     }
     println!("stream work ok on rank {}", g.rank());
+}
+
+/// A rank that dies (without finalizing MPI, as a crash does) ends the whole job: the rank
+/// blocked in its all-reduce does not hang, and the job fails well within its timeout.
+/// (Returning a typed error on the surviving ranks is left to a watchdog: see the issue.)
+#[test]
+fn a_dead_rank_ends_the_job_instead_of_hanging() {
+    let started = std::time::Instant::now();
+    match on_ranks_expecting_failure("a_dead_rank_ends_the_job_instead_of_hanging", 2) {
+        RankRun::Skipped(why) => eprintln!("skipped: {why}"),
+        RankRun::Started(out) => {
+            let took = started.elapsed();
+            assert!(took.as_secs() < 60, "the job took {took:?}:\n{out}");
+            eprintln!("the job ended {took:?} after start:\n{out}");
+        }
+        RankRun::Rank => {
+            let g = ProcessGroup::from_env().unwrap();
+            if g.rank() == 1 {
+                // SAFETY: `_exit` ends the process at once, as a crash would.
+                unsafe { libc_exit(3) };
+            }
+            let mut v = vec![1.0f32; 16];
+            let _ = g.all_reduce_f32(&mut v, ReduceOp::Sum);
+            // Reached only if the collective returned: stay until mpirun ends the job.
+            std::thread::sleep(std::time::Duration::from_secs(300));
+        }
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "_exit"]
+    fn libc_exit(code: i32) -> !;
 }
