@@ -28,6 +28,9 @@ pub(crate) trait Engine: Send + Sync {
     /// Replaces `bytes` with rank `root`'s.
     fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()>;
     fn barrier(&self) -> Result<()>;
+    /// Sets how long a collective may wait for the other ranks (engines whose collectives can
+    /// wait at all).
+    fn set_timeout(&self, _timeout: std::time::Duration) {}
 }
 
 /// A job of one process: every collective is the identity.
@@ -59,7 +62,9 @@ pub(crate) mod mpi_engine {
     //! MPI through the `mpi` crate: initialized once per process with
     //! `MPI_THREAD_SERIALIZED`, every call under one lock, finalized at exit.
 
-    use std::sync::{Mutex, OnceLock};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Condvar, Mutex, OnceLock};
+    use std::time::{Duration, Instant};
 
     use arrayjit_ir::{Error, Result};
     use mpi::collective::SystemOperation;
@@ -93,6 +98,68 @@ pub(crate) mod mpi_engine {
     pub(crate) struct Mpi {
         rank: usize,
         size: usize,
+    }
+
+    /// How long a collective may block before the watchdog aborts the job, in milliseconds.
+    static TIMEOUT_MS: AtomicU64 = AtomicU64::new(300_000);
+
+    /// The collective in progress, if any: when it must end and what it is.
+    static DEADLINE: Mutex<Option<(Instant, String)>> = Mutex::new(None);
+    static DEADLINE_CHANGED: Condvar = Condvar::new();
+
+    /// Starts the watchdog thread (once): when a collective is still blocked at its deadline
+    /// (another rank died, failed, or stopped calling collectives), it says so on stderr and
+    /// aborts the job with `MPI_Abort`, so that no rank hangs. A blocked MPI call cannot be
+    /// cancelled, so the rank cannot return an error instead; the abort ends every rank and
+    /// `mpirun` reports the failure.
+    fn start_watchdog(rank: usize, size: usize) {
+        let spawned = std::thread::Builder::new()
+            .name("arrayjit-mpi-watchdog".into())
+            .spawn(move || {
+                let mut current = DEADLINE.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    match current.clone() {
+                        None => {
+                            current = DEADLINE_CHANGED
+                                .wait(current)
+                                .unwrap_or_else(|e| e.into_inner());
+                        }
+                        Some((deadline, what)) => {
+                            let now = Instant::now();
+                            if now < deadline {
+                                current = DEADLINE_CHANGED
+                                    .wait_timeout(current, deadline - now)
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .0;
+                                continue;
+                            }
+                            eprintln!(
+                                "arrayjit: rank {rank} of {size}: {what} did not complete within \
+                                 {:.0} s: another rank failed, died or stopped calling \
+                                 collectives; aborting the job (ARRAYJIT_DIST_TIMEOUT_SECS or \
+                                 ProcessGroup::set_timeout sets the limit)",
+                                TIMEOUT_MS.load(Ordering::Relaxed) as f64 / 1e3
+                            );
+                            SimpleCommunicator::world().abort(2);
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            crate::engine::warn_no_watchdog(&e.to_string());
+        }
+    }
+
+    /// Runs one blocking collective under the watchdog's deadline.
+    fn watched<T>(what: &str, f: impl FnOnce() -> T) -> T {
+        let limit = Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed));
+        *DEADLINE.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Instant::now() + limit, what.to_string()));
+        DEADLINE_CHANGED.notify_all();
+        let value = f();
+        *DEADLINE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        DEADLINE_CHANGED.notify_all();
+        value
     }
 
     fn lock() -> Result<std::sync::MutexGuard<'static, State>> {
@@ -132,12 +199,21 @@ pub(crate) mod mpi_engine {
             if let Err(e) = state {
                 return Err(Error::invalid(e.clone()));
             }
+            let secs = arrayjit_backends::settings::integer(
+                &arrayjit_backends::settings::process_env,
+                "ARRAYJIT_DIST_TIMEOUT_SECS",
+                1..=604_800,
+                300,
+            )?;
             let _held = lock()?;
             let world = SimpleCommunicator::world();
-            Ok(Mpi {
-                rank: world.rank() as usize,
-                size: world.size() as usize,
-            })
+            let (rank, size) = (world.rank() as usize, world.size() as usize);
+            static WATCHDOG: OnceLock<()> = OnceLock::new();
+            WATCHDOG.get_or_init(|| {
+                TIMEOUT_MS.store(secs * 1000, Ordering::Relaxed);
+                start_watchdog(rank, size);
+            });
+            Ok(Mpi { rank, size })
         }
     }
 
@@ -189,7 +265,7 @@ pub(crate) mod mpi_engine {
             let mut held = lock()?;
             let state = &mut *held;
             let world = SimpleCommunicator::world();
-            match native {
+            watched("an all-reduce", || match native {
                 Native::U8 => sum_into::<u8>(&world, state, bytes),
                 Native::U16 => sum_into::<u16>(&world, state, bytes),
                 Native::I32 => sum_into::<i32>(&world, state, bytes),
@@ -198,19 +274,35 @@ pub(crate) mod mpi_engine {
                 Native::U64 => sum_into::<u64>(&world, state, bytes),
                 Native::F32 => sum_into::<f32>(&world, state, bytes),
                 Native::F64 => sum_into::<f64>(&world, state, bytes),
-            }
+            });
             Ok(())
         }
         fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()> {
             let _held = lock()?;
             let world = SimpleCommunicator::world();
-            world.process_at_rank(root as i32).broadcast_into(bytes);
+            watched("a broadcast", || {
+                world.process_at_rank(root as i32).broadcast_into(bytes)
+            });
             Ok(())
         }
         fn barrier(&self) -> Result<()> {
             let _held = lock()?;
-            SimpleCommunicator::world().barrier();
+            watched("a barrier", || SimpleCommunicator::world().barrier());
             Ok(())
         }
+        fn set_timeout(&self, timeout: Duration) {
+            TIMEOUT_MS.store(
+                timeout.as_millis().clamp(1, u64::MAX as u128) as u64,
+                Ordering::Relaxed,
+            );
+        }
     }
+}
+
+/// Says that collectives run without a timeout (the watchdog thread could not start).
+#[cfg(feature = "mpi")]
+fn warn_no_watchdog(why: &str) {
+    arrayjit_backends::notice::warn_user(&format!(
+        "MPI collectives run without a timeout: the watchdog thread did not start ({why})"
+    ));
 }

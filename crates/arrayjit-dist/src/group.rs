@@ -241,6 +241,15 @@ impl ProcessGroup {
         self.engine.barrier()
     }
 
+    /// Sets how long a collective may wait for the other ranks (default 300 s, or
+    /// `ARRAYJIT_DIST_TIMEOUT_SECS`). Past it, the rank says on stderr which collective did
+    /// not complete and aborts the job (MPI_Abort): a rank that died, failed or stopped
+    /// calling collectives never leaves the others hanging. A blocked MPI call cannot be
+    /// cancelled, so the surviving ranks end with that message rather than return an error.
+    pub fn set_timeout(&self, timeout: std::time::Duration) {
+        self.engine.set_timeout(timeout);
+    }
+
     /// Schedules an all-reduce of the node's array in `ctx` on stream `on` (a communication
     /// stream of the same device, or the context's own): it starts after the array's last
     /// writer, later work on the array waits for it, and a hosted node's host copy refreshes

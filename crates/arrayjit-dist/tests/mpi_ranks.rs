@@ -181,3 +181,33 @@ unsafe extern "C" {
     #[link_name = "_exit"]
     fn libc_exit(code: i32) -> !;
 }
+
+/// A rank that stops calling collectives (stuck, or failed and waiting) does not leave the
+/// others hanging: past the timeout, the blocked rank names the collective on stderr and
+/// aborts the job.
+#[test]
+fn a_collective_past_its_timeout_aborts_the_job() {
+    let started = std::time::Instant::now();
+    match on_ranks_expecting_failure("a_collective_past_its_timeout_aborts_the_job", 2) {
+        RankRun::Skipped(why) => eprintln!("skipped: {why}"),
+        RankRun::Started(out) => {
+            let took = started.elapsed();
+            assert!(took.as_secs() < 60, "the job took {took:?}:\n{out}");
+            assert!(
+                out.contains("rank 0 of 2: an all-reduce did not complete within 2 s"),
+                "{out}"
+            );
+        }
+        RankRun::Rank => {
+            let g = ProcessGroup::from_env().unwrap();
+            g.set_timeout(std::time::Duration::from_secs(2));
+            if g.rank() == 1 {
+                // Stuck: never joins the all-reduce.
+                std::thread::sleep(std::time::Duration::from_secs(300));
+            }
+            let mut v = vec![1.0f32; 16];
+            let _ = g.all_reduce_f32(&mut v, ReduceOp::Sum);
+            std::thread::sleep(std::time::Duration::from_secs(300));
+        }
+    }
+}
