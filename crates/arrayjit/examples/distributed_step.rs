@@ -4,7 +4,8 @@
 //! follows. Prints the median step time and its parts on rank 0.
 //!
 //! Run: `cargo build --release --features mpi --example distributed_step` then
-//! `mpirun -np 1 target/release/examples/distributed_step` and `mpirun -np 2 ...`.
+//! `mpirun -np 1 target/release/examples/distributed_step` and `mpirun -np 2 ...`
+//! (`ARRAYJIT_BACKEND=multicore_cc` runs the all-reduces concurrently with backprop).
 
 use std::time::Instant;
 
@@ -15,7 +16,7 @@ use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
 
 fn main() -> arrayjit::Result<()> {
     let group = ProcessGroup::mpi()?;
-    let backend = arrayjit::backend("sync_cc")?;
+    let backend = arrayjit::default_backend()?; // ARRAYJIT_BACKEND, else sync_cc
     // Every rank holds the same data: 16 batches per rank.
     let rows = 16 * 256 * group.size();
     let rng = arrayjit::tensor::rng::Philox::new(3, 9);
@@ -46,7 +47,12 @@ fn main() -> arrayjit::Result<()> {
     let classifier = if group.size() == 1 {
         Classifier::new(&backend, model, &data, &config)?
     } else {
-        Classifier::new_distributed(&backend, model, &data, &config, &group)?
+        // ARRAYJIT_BUCKET_BYTES chooses the buckets (default: PyTorch's 25 MiB, one bucket here).
+        let bucket_bytes = std::env::var("ARRAYJIT_BUCKET_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(arrayjit::buckets::DEFAULT_BUCKET_BYTES);
+        Classifier::new_distributed(&backend, model, &data, &config, &group, bucket_bytes)?
     };
     classifier.epoch(0)?; // warm-up
     let mut times = Vec::new();
@@ -60,9 +66,10 @@ fn main() -> arrayjit::Result<()> {
     classifier.check_parameters_identical()?;
     if group.rank() == 0 {
         println!(
-            "MLP 784-256-256-10 b256 on {} rank(s) ({}): {:.3} ms per step (global batch {}, {} parameters = {:.2} MB of gradients all-reduced per step)",
+            "MLP 784-256-256-10 b256 on {} rank(s) ({}, {}): {:.3} ms per step (global batch {}, {} parameters = {:.2} MB of gradients all-reduced per step)",
             group.size(),
             group.engine_name(),
+            backend.name(),
             times[times.len() / 2] * 1e3,
             256 * group.size(),
             params,

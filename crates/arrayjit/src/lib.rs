@@ -120,6 +120,7 @@
 #![allow(clippy::mutable_key_type)]
 
 pub mod bench;
+pub mod buckets;
 pub mod conformance;
 pub mod train;
 

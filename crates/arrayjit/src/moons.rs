@@ -153,7 +153,14 @@ pub fn train(config: &MoonsConfig, mut on_epoch: impl FnMut(&EpochStats)) -> Res
         shards: config.shards,
     };
     let classifier = match &config.group {
-        Some(group) => Classifier::new_distributed(&backend, model, &train, &settings, group)?,
+        Some(group) => Classifier::new_distributed(
+            &backend,
+            model,
+            &train,
+            &settings,
+            group,
+            arrayjit::buckets::DEFAULT_BUCKET_BYTES,
+        )?,
         None => Classifier::new(&backend, model, &train, &settings)?,
     };
     let build_time = started.elapsed();

@@ -145,33 +145,59 @@ enum Engine {
     Distributed(Distributed),
 }
 
-/// The training step across processes: each rank computes the gradients of its own batch, the
-/// gradient sums and the batch loss are all-reduced over the group on a communication stream
-/// (ordered by events after the gradients, before the update), then every rank runs the same
-/// update.
+/// The training step across processes: each rank computes the gradients of its own batch in
+/// buckets, each bucket's gradients (and the batch loss) are all-reduced over the group on a
+/// communication stream while the next bucket computes, then every rank runs the same update.
 struct Distributed {
     group: ProcessGroup,
-    gradients: Routine,
+    /// Backprop in buckets ([`crate::buckets`]), in order, each with the nodes all-reduced
+    /// once it has run (its gradients; the first also the step loss).
+    buckets: Vec<(Routine, Vec<arrayjit_ir::Tnode>)>,
     update: Routine,
     comm: arrayjit_runtime::Stream,
-    /// The nodes all-reduced every step: the step loss and every gradient.
-    reduced: Vec<arrayjit_ir::Tnode>,
     params: Vec<arrayjit_ir::Tnode>,
 }
 
 impl Distributed {
-    /// One step over the batch `first + rank`.
+    /// One step over the batch `first + rank`: each bucket runs on the compute stream and its
+    /// gradients are all-reduced on the communication stream after it, while the next bucket
+    /// computes; the update waits for exactly those reductions (by the events of the arrays it
+    /// reads).
     fn step(&self, batch: &StaticSymbol, first: usize) -> Result<()> {
-        self.gradients
-            .set_static(batch, (first + self.group.rank()) as i64)?;
-        self.gradients.run()?;
-        let ctx = self.gradients.context();
-        for tn in &self.reduced {
-            self.group
-                .all_reduce_array(ctx, tn, &self.comm, ReduceOp::Sum)?;
+        for (routine, reduced) in &self.buckets {
+            // Buckets past the forward pass may not read the batch at all.
+            if routine.bindings().iter().any(|b| b.symbol == batch.symbol) {
+                routine.set_static(batch, (first + self.group.rank()) as i64)?;
+            }
+            routine.run()?;
+            for tn in reduced {
+                self.group
+                    .all_reduce_array(routine.context(), tn, &self.comm, ReduceOp::Sum)?;
+            }
         }
         self.update.run()
     }
+}
+
+/// The step loss (the batch loss copied out of the gradient routine) and every gradient: the
+/// nodes summed across shards or processes, kept on the device per stream.
+fn summed_nodes(
+    grads: &arrayjit_tensor::GradProgram,
+    why: &str,
+) -> Result<(arrayjit_ir::Tnode, Vec<arrayjit_ir::Tnode>)> {
+    let step_loss = arrayjit_ir::Tnode::new(Prec::F32, &[], &["step_loss"])?;
+    let mut summed: Vec<arrayjit_ir::Tnode> = vec![step_loss.clone()];
+    for p in &grads.params {
+        let g = p
+            .grad()
+            .cloned()
+            .ok_or_else(|| Error::invalid("a parameter has no gradient"))?;
+        summed.push(g);
+    }
+    for t in &summed {
+        t.update_memory_mode(MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream), why)?;
+    }
+    Ok((step_loss, summed))
 }
 
 /// The gradient and update routines of a data-parallel step: gradients (and the batch loss
@@ -186,18 +212,7 @@ fn data_parallel_codes(
     batch: &StaticSymbol,
     why: &str,
 ) -> Result<(Vec<arrayjit_runtime::Code>, Vec<arrayjit_ir::Tnode>)> {
-    let step_loss = arrayjit_ir::Tnode::new(Prec::F32, &[], &["step_loss"])?;
-    let mut summed: Vec<arrayjit_ir::Tnode> = vec![step_loss.clone()];
-    for p in &grads.params {
-        let g = p
-            .grad()
-            .cloned()
-            .ok_or_else(|| Error::invalid("a parameter has no gradient"))?;
-        summed.push(g);
-    }
-    for t in &summed {
-        t.update_memory_mode(MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream), why)?;
-    }
+    let (step_loss, summed) = summed_nodes(grads, why)?;
     let grad_program = grads
         .program
         .clone()
@@ -279,12 +294,18 @@ impl Classifier {
     /// each rank, sums the gradients and batch losses over the group on a communication stream,
     /// and applies one update, identical on every rank. The same as one process training with
     /// `shards = group.size()` on the same batches, up to float rounding of the sums.
+    ///
+    /// Backprop runs in buckets of at least `bucket_bytes` of gradients
+    /// ([`crate::buckets::DEFAULT_BUCKET_BYTES`] is PyTorch's default): each bucket's gradients
+    /// are all-reduced while the next bucket computes (on backends whose streams run
+    /// concurrently, such as `multicore_cc`).
     pub fn new_distributed(
         backend: &Backend,
         model: Mlp,
         train: &Dataset,
         config: &TrainConfig,
         group: &ProcessGroup,
+        bucket_bytes: usize,
     ) -> Result<Classifier> {
         if config.shards > 1 {
             return Err(Error::invalid(format!(
@@ -293,7 +314,7 @@ impl Classifier {
                 config.shards
             )));
         }
-        Classifier::build(backend, model, train, config, Some(group))
+        Classifier::build(backend, model, train, config, Some((group, bucket_bytes)))
     }
 
     fn build(
@@ -301,7 +322,7 @@ impl Classifier {
         model: Mlp,
         train: &Dataset,
         config: &TrainConfig,
-        group: Option<&ProcessGroup>,
+        group: Option<(&ProcessGroup, usize)>,
     ) -> Result<Classifier> {
         if config.loss == LossKind::Hinge && train.classes != 2 {
             return Err(Error::invalid(format!(
@@ -335,7 +356,7 @@ impl Classifier {
         let update = update_program(&config.optimizer, &grads.params)?;
         let epoch_loss = Tensor::input(Prec::F32, &[], "epoch_loss", &[0.0])?;
         let shards = match group {
-            Some(g) => g.size(),
+            Some((g, _)) => g.size(),
             None => config.shards.max(1),
         };
         if batches < shards {
@@ -346,26 +367,47 @@ impl Classifier {
             )));
         }
         let compile_started = std::time::Instant::now();
-        let engine = if let Some(group) = group {
-            let (codes, reduced) = data_parallel_codes(
-                backend,
-                &grads,
-                &update,
-                &loss,
-                &epoch_loss,
-                &batch,
-                "train: summed across processes",
-            )?;
+        let engine = if let Some((group, bucket_bytes)) = group {
+            let (step_loss, summed) = summed_nodes(&grads, "train: summed across processes")?;
+            let buckets = crate::buckets::split(&grads.program, &summed[1..], bucket_bytes)?;
+            let mut programs: Vec<(String, Assignments)> = Vec::new();
+            let mut reduced = Vec::new();
+            for (k, b) in buckets.into_iter().enumerate() {
+                let mut nodes = b.gradients;
+                let program = if k == 0 {
+                    nodes.insert(0, step_loss.clone());
+                    b.program
+                        .then(add_into(&step_loss, loss.node(), BinOp::Arg2))
+                } else {
+                    b.program
+                };
+                programs.push((format!("gradients_{k}"), program));
+                reduced.push(nodes);
+            }
+            programs.push((
+                "update".into(),
+                update
+                    .program
+                    .clone()
+                    .then(add_into(epoch_loss.node(), &step_loss, BinOp::Add)),
+            ));
+            let named: Vec<(&str, &Assignments)> =
+                programs.iter().map(|(n, p)| (n.as_str(), p)).collect();
+            let mut codes = backend.compile_batch(&named, std::slice::from_ref(&batch))?;
+            let update_code = codes.pop().expect("the update was compiled");
             let device = backend.get_device(0)?;
-            let stream = device.new_stream()?;
-            let gradients = Context::new(&stream).link(&codes[0])?;
-            let update = gradients.context().link(&codes[1])?;
+            let mut context = Context::new(&device.new_stream()?);
+            let mut linked = Vec::new();
+            for (code, nodes) in codes.iter().zip(reduced) {
+                let routine = context.link(code)?;
+                context = routine.context().clone();
+                linked.push((routine, nodes));
+            }
             Engine::Distributed(Distributed {
                 group: group.clone(),
-                gradients,
-                update,
+                buckets: linked,
+                update: context.link(&update_code)?,
                 comm: device.new_stream()?,
-                reduced,
                 params: grads.params.iter().map(|p| p.node().clone()).collect(),
             })
         } else if shards == 1 {

@@ -11,8 +11,8 @@ use arrayjit::tensor::Optimizer;
 use arrayjit::tensor::datasets::moons;
 use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
 
-fn train(group: Option<&ProcessGroup>) -> (Vec<f64>, Vec<Vec<f64>>) {
-    let backend = arrayjit::backend("sync_cc").unwrap();
+fn train(backend: &str, group: Option<&ProcessGroup>) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let backend = arrayjit::backend(backend).unwrap();
     let (train, _) = moons(200, 0.1, 3).unwrap().split(0.8, 3).unwrap();
     let config = TrainConfig {
         epochs: 10,
@@ -27,7 +27,8 @@ fn train(group: Option<&ProcessGroup>) -> (Vec<f64>, Vec<Vec<f64>>) {
     };
     let model = Mlp::new(&[2, 16, 16, 1], 3).unwrap();
     let c = match group {
-        Some(g) => Classifier::new_distributed(&backend, model, &train, &config, g).unwrap(),
+        // Small buckets: backprop runs in several routines, each bucket reduced after it.
+        Some(g) => Classifier::new_distributed(&backend, model, &train, &config, g, 1024).unwrap(),
         None => Classifier::new(&backend, model, &train, &config).unwrap(),
     };
     let losses = (0..config.epochs)
@@ -60,8 +61,10 @@ fn two_ranks_train_like_one_process_with_two_shards() {
         RankRun::Rank => {
             let group = ProcessGroup::from_env().unwrap();
             assert_eq!(group.size(), 2);
-            let (losses, params) = train(Some(&group));
-            let (local_losses, local_params) = train(None);
+            // multicore_cc: the all-reduces run on their own stream, concurrently with the
+            // next bucket's backprop.
+            let (losses, params) = train("multicore_cc", Some(&group));
+            let (local_losses, local_params) = train("sync_cc", None);
             let mut worst = 0.0f64;
             for (a, b) in params.iter().flatten().zip(local_params.iter().flatten()) {
                 worst = worst.max((a - b).abs() / b.abs().max(1.0));
@@ -78,6 +81,36 @@ fn two_ranks_train_like_one_process_with_two_shards() {
                 "trained like two shards on rank {} (largest relative difference {worst:.1e})",
                 group.rank()
             );
+            // Traced: each step's 7 all-reduces (the step loss and 6 gradients) run on the
+            // communication stream's track, and every update starts after its step's
+            // reductions have ended.
+            arrayjit::runtime::start_trace(Default::default());
+            let _ = train("multicore_cc", Some(&group));
+            let trace = arrayjit::runtime::stop_trace().unwrap();
+            let slices = |name: &str| {
+                let mut v: Vec<(f64, f64, arrayjit::ir::trace::Track)> = trace
+                    .events()
+                    .iter()
+                    .filter(|e| e.name() == name && e.flow().is_none())
+                    .map(|e| (e.start_us(), e.start_us() + e.duration_us(), e.track()))
+                    .collect();
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                v
+            };
+            let (reduces, updates) = (slices("all-reduce"), slices("update"));
+            assert_eq!(updates.len(), 10 * 4, "10 epochs of 4 steps");
+            assert_eq!(reduces.len(), 7 * updates.len());
+            assert!(
+                reduces.iter().all(|r| r.2 != updates[0].2),
+                "reductions on their own stream"
+            );
+            for (i, u) in updates.iter().enumerate() {
+                let done = reduces.iter().filter(|r| r.1 <= u.0 + 0.01).count();
+                assert!(
+                    done >= 7 * (i + 1),
+                    "update {i} started after only {done} reductions"
+                );
+            }
         }
     }
 }
