@@ -83,7 +83,7 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
         );
         sources.push((format!("matmul_{n}"), p.source));
     }
-    // A hand-written kernel for `compile_source` (run on cuda_emu in reference_items.rs).
+    // A hand-written kernel for `compile_source` (run on cuda_emu in reference_items_backends.rs).
     sources.push((
         "hand-written row sums".into(),
         include_str!("fixtures/row_sums.cu").into(),

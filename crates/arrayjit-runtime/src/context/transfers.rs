@@ -1,0 +1,357 @@
+//! A context's transfers: host to device and back (whole arrays and element ranges), device
+//! to device (into an array, a merge buffer, or streamed to a routine), and tasks scheduled on
+//! a context's array by other layers (collectives across processes), all ordered by the
+//! arrays' events like routine runs.
+
+use std::sync::Arc;
+
+use arrayjit_backends::{BufferHandle, LoweredBackend};
+use arrayjit_ir::{Error, Result, Tnode};
+
+use super::Context;
+use crate::host_sync::{Access, ArrayEntry, refresh_host_from, schedule_upload};
+use crate::routine::Routine;
+use crate::scheduler::TaskLabel;
+use crate::stream::Stream;
+
+/// How a task scheduled with [`Context::schedule_on_array`] uses the array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArrayAccess {
+    /// It only reads the array.
+    Read,
+    /// It overwrites the array without reading it.
+    Write,
+    /// It reads and writes the array (a collective reducing into it).
+    ReadWrite,
+}
+
+/// Where [`Context::device_to_device`] puts the node's values.
+#[derive(Clone, Copy, Debug)]
+pub enum MergeBufferUse<'a> {
+    /// Into the destination context's own array of the node.
+    No,
+    /// Into the destination stream's merge buffer (grown as needed), for code reading
+    /// `node.merge`.
+    Copy,
+    /// No copy: the given routine (linked on the destination's stream) reads the source's
+    /// array directly as its merge buffer; it is scheduled right away, and the source's stream
+    /// does not overwrite the array until it has run.
+    StreamingFor(&'a Routine),
+}
+
+/// An error unless `elems` is a range of the node's stored elements.
+fn check_elems(tn: &Tnode, elems: &std::ops::Range<usize>) -> Result<()> {
+    if elems.start > elems.end || elems.end > tn.num_elems() {
+        return Err(Error::IndexOutOfBounds {
+            detail: format!(
+                "elements {}..{} of {}, which stores {}",
+                elems.start,
+                elems.end,
+                tn.debug_name(),
+                tn.num_elems()
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl Context {
+    /// Schedules `task` on stream `on` with `access` to the node's array in this context,
+    /// ordered like any other work on the array: after its last writer (and, for a write, its
+    /// readers), before later work on it. A write makes a hosted node's host copy refresh from
+    /// this array when next read. `on` may be another stream of the context's device (a
+    /// communication stream, say); `label` names the task in errors and traces. The task gets
+    /// the array and the lowered backend. Writing an array that is its node's host array used
+    /// in place is an error (such nodes change only on the host).
+    pub fn schedule_on_array(
+        &self,
+        tn: &Tnode,
+        on: &Stream,
+        access: ArrayAccess,
+        label: &'static str,
+        task: impl FnOnce(&BufferHandle, &Arc<dyn LoweredBackend>) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        let here = self.inner.stream.device();
+        if !Arc::ptr_eq(here.backend().lowered(), on.device().backend().lowered())
+            || here.ordinal() != on.device().ordinal()
+        {
+            return Err(Error::invalid(format!(
+                "{label} of {} runs on {}, which is not on the device of {}",
+                tn.debug_name(),
+                on.name(),
+                self.describe()
+            )));
+        }
+        let writes = access != ArrayAccess::Read;
+        if writes && entry.is_host_in_place() {
+            return Err(Error::invalid(format!(
+                "{label} would write {}, whose host array {} uses in place; it changes only on \
+                 the host",
+                tn.debug_name(),
+                self.describe()
+            )));
+        }
+        let access = match access {
+            ArrayAccess::Read => Access::Read,
+            ArrayAccess::Write => Access::Write,
+            ArrayAccess::ReadWrite => Access::ReadWrite,
+        };
+        let (buffer, lowered) = (entry.buffer.clone(), self.lowered());
+        entry.schedule_access(
+            on,
+            access,
+            TaskLabel::Named("collective", Arc::from(label)),
+            move || task(&buffer, &lowered),
+        )?;
+        if writes && tn.is_hosted() {
+            crate::host_sync::device_changed_hosted(on, &entry);
+        }
+        Ok(())
+    }
+
+    /// A child context that also holds an array for `tn`, initialized from its host array (which
+    /// must exist).
+    pub fn init_from_host(&self, tn: &Tnode) -> Result<Context> {
+        if !tn.has_host_array() {
+            return Err(Error::NotHosted {
+                node: tn.debug_name(),
+                detail: "init_from_host copies the host array to the device; set the node's values first"
+                    .into(),
+            });
+        }
+        let mut arrays = self.inner.arrays.clone();
+        if let Some(e) = arrays.get(tn).cloned() {
+            self.upload(tn, &e)?;
+        } else {
+            let e = self.new_array(tn, None)?;
+            arrays.insert(tn.clone(), e);
+        }
+        Ok(self.child(
+            arrays,
+            self.inner.merge_node.clone(),
+            vec![],
+            None,
+            self.inner.optimize_ctx.clone(),
+        ))
+    }
+
+    fn upload(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) -> Result<()> {
+        if entry.is_host_in_place() {
+            // The array is the host array: it already holds the host's values.
+            tn.mark_copy_up_to_date(entry.uid);
+            return Ok(());
+        }
+        tn.prepare_read()?;
+        let bytes = tn
+            .with_host(|nd| nd.as_bytes().to_vec())
+            .ok_or_else(|| Error::NotHosted {
+                node: tn.debug_name(),
+                detail:
+                    "from_host copies the host array to the device; set the node's values first"
+                        .into(),
+            })?;
+        schedule_upload(&self.inner.stream, entry, bytes)?;
+        tn.mark_copy_up_to_date(entry.uid);
+        Ok(())
+    }
+
+    /// Schedules copying the node's host array into this context's array (after the work
+    /// already scheduled on the stream).
+    pub fn from_host(&self, tn: &Tnode) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        self.upload(tn, &entry)
+    }
+
+    /// Copies this context's array of the node into its host array (created if needed, which
+    /// requires the node's memory mode to allow hosting), waiting for the array's writer; the
+    /// host then holds this copy's values, even if another copy changed the node later (a
+    /// pending refresh from it is dropped). Returns the writer's failure, or an error a task of
+    /// the stream left, if any.
+    pub fn to_host(&self, tn: &Tnode) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        refresh_host_from(&self.inner.stream, &entry)
+    }
+
+    /// Copies elements `elems` (positions in the stored, row-major array, padding margins
+    /// included) of the node's host array into this context's array, after the work already
+    /// scheduled: part of [`Context::from_host`]. A copy that lagged the host only in elements
+    /// it now received (the host changed them with `set_value`) holds the latest values again,
+    /// so the next run uploads nothing; a copy lagging elsewhere still reloads the whole array
+    /// before its next use. A range outside the array is an [`Error::IndexOutOfBounds`]; a node
+    /// without a host array is [`Error::NotHosted`].
+    pub fn from_host_range(&self, tn: &Tnode, elems: std::ops::Range<usize>) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        check_elems(tn, &elems)?;
+        tn.prepare_read()?;
+        let size = tn.prec().size_in_bytes();
+        let (start, end) = (elems.start * size, elems.end * size);
+        let bytes = tn
+            .with_host(|nd| nd.as_bytes()[start..end].to_vec())
+            .ok_or_else(|| Error::NotHosted {
+                node: tn.debug_name(),
+                detail:
+                    "from_host_range copies part of the host array; set the node's values first"
+                        .into(),
+            })?;
+        if !entry.is_host_in_place() {
+            let stream = &self.inner.stream;
+            let lowered = self.lowered();
+            let (buffer, queue) = (entry.buffer.clone(), stream.queue());
+            entry.schedule_access(
+                stream,
+                Access::Write,
+                TaskLabel::Copy("copy part from host", end - start),
+                move || lowered.copy_from_host_range(&buffer, start, &bytes, queue.as_deref()),
+            )?;
+        }
+        tn.mark_range_up_to_date(entry.uid, elems.start, elems.end);
+        Ok(())
+    }
+
+    /// Copies elements `elems` (positions in the stored, row-major array, padding margins
+    /// included) of this context's array of the node into its host array, waiting for the
+    /// array's writer: part of [`Context::to_host`], for reading a slice of a large result.
+    /// The copy must hold the node's latest values (else the host would get stale ones: an
+    /// error); which copies hold them does not change, and a pending refresh of the whole host
+    /// array stays pending. A range outside the array is an [`Error::IndexOutOfBounds`].
+    pub fn to_host_range(&self, tn: &Tnode, elems: std::ops::Range<usize>) -> Result<()> {
+        let entry = self.entry(tn)?.clone();
+        check_elems(tn, &elems)?;
+        if !tn.copy_not_lagging(entry.uid) {
+            return Err(Error::invalid(format!(
+                "{}'s copy of {} lags the host (the host or another copy changed it since); copy \
+                 part of a copy that holds the latest values, or use to_host",
+                self.describe(),
+                tn.debug_name()
+            )));
+        }
+        if entry.is_host_in_place() {
+            return Ok(());
+        }
+        let size = tn.prec().size_in_bytes();
+        let (start, end) = (elems.start * size, elems.end * size);
+        let stream = &self.inner.stream;
+        let lowered = self.lowered();
+        let (buffer, queue, node) = (entry.buffer.clone(), stream.queue(), tn.clone());
+        entry.schedule_access(
+            stream,
+            Access::Read,
+            TaskLabel::Copy("copy part to host", end - start),
+            move || {
+                node.with_host_mut(|nd| {
+                    let dst = &mut nd.as_bytes_mut()[start..end];
+                    lowered.copy_to_host_range(&buffer, start, dst, queue.as_deref())
+                })
+            },
+        )?;
+        stream.await_work()
+    }
+
+    /// Makes this context's stream wait for `event` before running anything scheduled later.
+    pub fn will_wait_for(&self, event: &crate::scheduler::Event) -> Result<()> {
+        self.inner.stream.will_wait_for(event)
+    }
+
+    /// Moves the node's values from context `src` (another stream or device) to this context,
+    /// after `src`'s last write of the node: into this context's array, into this stream's
+    /// merge buffer, or streamed to a routine (see [`MergeBufferUse`]). The source's stream will
+    /// not overwrite the node until the transfer has happened.
+    pub fn device_to_device(
+        &self,
+        tn: &Tnode,
+        into_merge_buffer: MergeBufferUse<'_>,
+        src: &Context,
+    ) -> Result<()> {
+        let src_entry = src.entry(tn)?.clone();
+        let stream = &self.inner.stream;
+        let lowered = self.lowered();
+        match into_merge_buffer {
+            MergeBufferUse::No => {
+                let dst = self.entry(tn)?.clone();
+                if Arc::ptr_eq(&dst, &src_entry)
+                    || (dst.is_host_in_place() && src_entry.is_host_in_place())
+                {
+                    // One array, or the node's host array used in place by both: nothing to copy.
+                    return Ok(());
+                }
+                if dst.is_host_in_place() {
+                    return Err(Error::invalid(format!(
+                        "{} uses the host array of {} in place, so the node changes only on the \
+                         host: set its values there (ARRAYJIT_USE_HOST_MEMORY=0 gives it a device \
+                         array of its own)",
+                        self.describe(),
+                        tn.debug_name()
+                    )));
+                }
+                src_entry.order(stream, Access::Read)?;
+                dst.order(stream, Access::Write)?;
+                let (d, s, q) = (dst.buffer.clone(), src_entry.buffer.clone(), stream.queue());
+                stream.schedule(
+                    Box::new(move || lowered.copy_buffer(&d, &s, q.as_deref())),
+                    TaskLabel::Copy("device-to-device copy", tn.size_in_bytes()),
+                )?;
+                src_entry.record(stream.all_work(), Access::Read);
+                dst.record(stream.all_work(), Access::Write);
+                // A copy of a hosted node's latest values is itself up to date.
+                if tn.copy_not_lagging(src_entry.uid) {
+                    tn.mark_copy_up_to_date(dst.uid);
+                }
+            }
+            MergeBufferUse::Copy => {
+                if let Some(m) = &self.inner.merge_node
+                    && m != tn
+                {
+                    return Err(Error::MergeBuffer {
+                        detail: format!(
+                            "{} reads the merge buffer as {}, not {}; copy into a context whose code reads {}",
+                            self.describe(),
+                            m.debug_name(),
+                            tn.debug_name(),
+                            tn.debug_name()
+                        ),
+                    });
+                }
+                src_entry.order(stream, Access::Read)?;
+                let mut merge = stream.merge_lock();
+                let reuse = merge
+                    .as_ref()
+                    .filter(|(_, b)| {
+                        b.size_in_bytes() == tn.size_in_bytes() && b.prec() == Some(tn.prec())
+                    })
+                    .map(|(_, b)| b.clone());
+                let dst = match reuse {
+                    Some(b) => b,
+                    None => lowered.alloc_array(
+                        stream.device().ordinal(),
+                        tn.prec(),
+                        tn.size_in_bytes() / tn.prec().size_in_bytes(),
+                    )?,
+                };
+                let (d, s, q) = (dst.clone(), src_entry.buffer.clone(), stream.queue());
+                stream.schedule(
+                    Box::new(move || lowered.copy_buffer(&d, &s, q.as_deref())),
+                    TaskLabel::Copy("copy into the merge buffer", tn.size_in_bytes()),
+                )?;
+                src_entry.record(stream.all_work(), Access::Read);
+                *merge = Some((tn.clone(), dst));
+            }
+            MergeBufferUse::StreamingFor(routine) => {
+                if !routine.context().stream().same_as(stream) {
+                    return Err(Error::invalid(format!(
+                        "streaming into {} for routine {}, which runs on another stream",
+                        self.describe(),
+                        routine.name()
+                    )));
+                }
+                src_entry.order(stream, Access::Read)?;
+                *stream.merge_lock() = Some((tn.clone(), src_entry.buffer.clone()));
+                routine.run()?;
+                src_entry.record(stream.all_work(), Access::Read);
+            }
+        }
+        // The source's stream will not overwrite the node before this read: a writer waits for
+        // pending readers (see `host_sync`).
+        Ok(())
+    }
+}
