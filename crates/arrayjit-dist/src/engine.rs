@@ -2,20 +2,7 @@
 //! reduces and broadcasts typed elements in place; [`crate::ProcessGroup`] handles precisions
 //! MPI lacks and the stream work.
 
-use arrayjit_ir::Result;
-
-/// Elements an engine reduces natively.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Native {
-    U8,
-    U16,
-    I32,
-    U32,
-    I64,
-    U64,
-    F32,
-    F64,
-}
+use arrayjit_ir::{Prec, Result};
 
 /// What moves data between the processes of a job.
 pub(crate) trait Engine: Send + Sync {
@@ -23,8 +10,9 @@ pub(crate) trait Engine: Send + Sync {
     fn name(&self) -> &str;
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
-    /// Sums `bytes` (elements of `native`, native-endian) over every rank, in place.
-    fn all_reduce_sum(&self, bytes: &mut [u8], native: Native) -> Result<()>;
+    /// Sums `bytes` (elements of `prec`, native-endian) over every rank, in place. f16 and bf16,
+    /// which MPI lacks, are the group's to widen first.
+    fn all_reduce_sum(&self, bytes: &mut [u8], prec: Prec) -> Result<()>;
     /// Replaces `bytes` with rank `root`'s.
     fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()>;
     fn barrier(&self) -> Result<()>;
@@ -46,7 +34,7 @@ impl Engine for Single {
     fn size(&self) -> usize {
         1
     }
-    fn all_reduce_sum(&self, _: &mut [u8], _: Native) -> Result<()> {
+    fn all_reduce_sum(&self, _: &mut [u8], _: Prec) -> Result<()> {
         Ok(())
     }
     fn broadcast(&self, _: &mut [u8], _: usize) -> Result<()> {
@@ -72,7 +60,9 @@ pub(crate) mod mpi_engine {
     use mpi::topology::SimpleCommunicator;
     use mpi::traits::*;
 
-    use super::{Engine, Native};
+    use arrayjit_ir::Prec;
+
+    use super::Engine;
 
     /// What the lock guards: the universe (finalized at exit) and the buffers collectives
     /// reuse (the send side of an all-reduce, and an aligned receive side for unaligned bytes),
@@ -233,7 +223,7 @@ pub(crate) mod mpi_engine {
         world: &SimpleCommunicator,
         state: &mut State,
         bytes: &mut [u8],
-    ) {
+    ) -> Result<()> {
         let send = scratch(&mut state.send, bytes.len());
         send.copy_from_slice(bytes);
         let send: &[T] = bytemuck::cast_slice(send);
@@ -249,6 +239,7 @@ pub(crate) mod mpi_engine {
                 bytes.copy_from_slice(recv);
             }
         }
+        Ok(())
     }
 
     impl Engine for Mpi {
@@ -261,21 +252,24 @@ pub(crate) mod mpi_engine {
         fn size(&self) -> usize {
             self.size
         }
-        fn all_reduce_sum(&self, bytes: &mut [u8], native: Native) -> Result<()> {
+        fn all_reduce_sum(&self, bytes: &mut [u8], prec: Prec) -> Result<()> {
             let mut held = lock()?;
             let state = &mut *held;
             let world = SimpleCommunicator::world();
-            watched("an all-reduce", || match native {
-                Native::U8 => sum_into::<u8>(&world, state, bytes),
-                Native::U16 => sum_into::<u16>(&world, state, bytes),
-                Native::I32 => sum_into::<i32>(&world, state, bytes),
-                Native::U32 => sum_into::<u32>(&world, state, bytes),
-                Native::I64 => sum_into::<i64>(&world, state, bytes),
-                Native::U64 => sum_into::<u64>(&world, state, bytes),
-                Native::F32 => sum_into::<f32>(&world, state, bytes),
-                Native::F64 => sum_into::<f64>(&world, state, bytes),
-            });
-            Ok(())
+            watched("an all-reduce", || match prec {
+                Prec::U8 => sum_into::<u8>(&world, state, bytes),
+                Prec::U16 => sum_into::<u16>(&world, state, bytes),
+                Prec::I32 => sum_into::<i32>(&world, state, bytes),
+                Prec::U32 => sum_into::<u32>(&world, state, bytes),
+                Prec::I64 => sum_into::<i64>(&world, state, bytes),
+                Prec::U64 => sum_into::<u64>(&world, state, bytes),
+                Prec::F32 => sum_into::<f32>(&world, state, bytes),
+                Prec::F64 => sum_into::<f64>(&world, state, bytes),
+                Prec::F16 | Prec::Bf16 => Err(Error::invalid(format!(
+                    "MPI has no {} type: widen to f32 first",
+                    prec.name()
+                ))),
+            })
         }
         fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()> {
             let _held = lock()?;

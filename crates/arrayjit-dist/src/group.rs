@@ -7,7 +7,7 @@ use arrayjit_backends::{BufferHandle, CpuBuffer, DeviceBuffer, LoweredBackend};
 use arrayjit_ir::{Error, Prec, Result, Tnode};
 use arrayjit_runtime::{ArrayAccess, Context, Stream};
 
-use crate::engine::{Engine, Native, Single};
+use crate::engine::{Engine, Single};
 
 /// How an all-reduce combines the ranks' values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +142,18 @@ impl ProcessGroup {
         self.engine.name()
     }
 
+    /// `Ok` when `root` is a rank of the group.
+    fn check_root(&self, root: usize) -> Result<()> {
+        if root < self.size() {
+            Ok(())
+        } else {
+            Err(self.error(
+                "broadcast",
+                format!("root {root} is not a rank (0..{})", self.size()),
+            ))
+        }
+    }
+
     /// An error of this rank's collective.
     fn error(&self, what: &str, detail: String) -> Error {
         Error::invalid(format!(
@@ -179,7 +191,7 @@ impl ProcessGroup {
                     })
                     .collect();
                 self.engine
-                    .all_reduce_sum(bytemuck::cast_slice_mut(&mut wide), Native::F32)?;
+                    .all_reduce_sum(bytemuck::cast_slice_mut(&mut wide), Prec::F32)?;
                 for (c, v) in bytes.chunks_exact_mut(2).zip(wide) {
                     let v = if op == ReduceOp::Mean {
                         v / n as f32
@@ -195,17 +207,7 @@ impl ProcessGroup {
                 Ok(())
             }
             _ => {
-                let native = match prec {
-                    Prec::U8 => Native::U8,
-                    Prec::U16 => Native::U16,
-                    Prec::I32 => Native::I32,
-                    Prec::U32 => Native::U32,
-                    Prec::I64 => Native::I64,
-                    Prec::U64 => Native::U64,
-                    Prec::F32 => Native::F32,
-                    _ => Native::F64,
-                };
-                self.engine.all_reduce_sum(bytes, native)?;
+                self.engine.all_reduce_sum(bytes, prec)?;
                 if op == ReduceOp::Mean && n > 1 {
                     divide(bytes, prec, n);
                 }
@@ -227,12 +229,7 @@ impl ProcessGroup {
     /// Replaces `bytes` on every rank with rank `root`'s. Every rank must call it with the
     /// same length.
     pub fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()> {
-        if root >= self.size() {
-            return Err(self.error(
-                "broadcast",
-                format!("root {root} is not a rank (0..{})", self.size()),
-            ));
-        }
+        self.check_root(root)?;
         self.engine.broadcast(bytes, root)
     }
 
@@ -270,9 +267,7 @@ impl ProcessGroup {
             ArrayAccess::ReadWrite,
             "all-reduce",
             move |buffer, lowered| {
-                with_host_bytes(buffer, lowered, true, |bytes| {
-                    group.all_reduce(bytes, prec, op)
-                })
+                with_host_bytes(buffer, lowered, |bytes| group.all_reduce(bytes, prec, op))
             },
         )
     }
@@ -286,12 +281,7 @@ impl ProcessGroup {
         on: &Stream,
         root: usize,
     ) -> Result<()> {
-        if root >= self.size() {
-            return Err(self.error(
-                "broadcast",
-                format!("root {root} is not a rank (0..{})", self.size()),
-            ));
-        }
+        self.check_root(root)?;
         let group = self.clone();
         ctx.schedule_on_array(
             tn,
@@ -299,7 +289,7 @@ impl ProcessGroup {
             ArrayAccess::ReadWrite,
             "broadcast",
             move |buffer, lowered| {
-                with_host_bytes(buffer, lowered, true, |bytes| group.broadcast(bytes, root))
+                with_host_bytes(buffer, lowered, |bytes| group.broadcast(bytes, root))
             },
         )
     }
@@ -372,11 +362,10 @@ fn divide(bytes: &mut [u8], prec: Prec, n: usize) {
 }
 
 /// Runs `f` on the bytes of a device array: in place for a CPU buffer, else on a host copy
-/// written back when `write_back`.
+/// written back.
 fn with_host_bytes(
     buffer: &BufferHandle,
     lowered: &Arc<dyn LoweredBackend>,
-    write_back: bool,
     f: impl FnOnce(&mut [u8]) -> Result<()>,
 ) -> Result<()> {
     if let Some(cpu) = buffer.as_any().downcast_ref::<CpuBuffer>() {
@@ -390,8 +379,5 @@ fn with_host_bytes(
     let mut bytes = vec![0u8; buffer.size_in_bytes()];
     lowered.copy_to_host(buffer, &mut bytes, None)?;
     f(&mut bytes)?;
-    if write_back {
-        lowered.copy_from_host(buffer, &bytes, None)?;
-    }
-    Ok(())
+    lowered.copy_from_host(buffer, &bytes, None)
 }

@@ -166,15 +166,7 @@ fn one_hot_size(rows: usize, columns: usize) -> Result<usize> {
 }
 
 fn main() -> arrayjit::Result<()> {
-    // Warnings (an unusable compile cache, a stream dropped with an error) reach stderr;
-    // RUST_LOG chooses more.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    arrayjit::install_logging();
     let text = corpus(400, 1);
     let backend = arrayjit::default_backend()?;
     let model = Bigram::train(&text, backend.name(), 30, 1)?;

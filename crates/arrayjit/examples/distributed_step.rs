@@ -10,34 +10,14 @@
 use std::time::Instant;
 
 use arrayjit::dist::ProcessGroup;
-use arrayjit::tensor::Optimizer;
-use arrayjit::tensor::datasets::Dataset;
-use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
+use arrayjit::train::{Classifier, Mlp};
 
 fn main() -> arrayjit::Result<()> {
     let group = ProcessGroup::mpi()?;
     let backend = arrayjit::default_backend()?; // ARRAYJIT_BACKEND, else sync_cc
-    // Every rank holds the same data: 16 batches per rank.
-    let rows = 16 * 256 * group.size();
-    let rng = arrayjit::tensor::rng::Philox::new(3, 9);
-    let data = Dataset {
-        x: rng.uniform_vec(rows * 784, 0.0, 1.0)?,
-        labels: (0..rows)
-            .map(|i| (rng.uniform(1 << 40 | i as u64) * 10.0) as usize % 10)
-            .collect(),
-        features: 784,
-        classes: 10,
-    };
-    let config = TrainConfig::new(
-        1,
-        256,
-        Optimizer::Sgd {
-            lr: 0.01,
-            momentum: 0.0,
-            weight_decay: 0.0,
-        },
-        LossKind::SoftmaxCrossEntropy,
-    );
+    // Every rank holds the same data (the benchmark table's): 16 batches per rank.
+    let data = arrayjit::bench::workloads::mlp_dataset(16 * 256 * group.size())?;
+    let config = arrayjit::bench::workloads::mlp_config();
     let model = Mlp::new(&[784, 256, 256, 10], 1)?;
     let params: usize = model
         .params()

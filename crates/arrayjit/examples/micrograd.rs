@@ -61,15 +61,7 @@ pub fn run(backend: Option<&str>) -> Result<(f64, f64, f64)> {
 }
 
 fn main() -> arrayjit::Result<()> {
-    // Warnings (an unusable compile cache, a stream dropped with an error) reach stderr;
-    // RUST_LOG chooses more.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    arrayjit::install_logging();
     let (g, da, db) = run(None)?;
     println!("interpreter: g = {g:.4}, dg/da = {da:.4}, dg/db = {db:.4}");
     let backend = arrayjit::default_backend()?;

@@ -134,6 +134,19 @@ pub use arrayjit_tensor as tensor;
 pub use arrayjit_ir::{Error, Result};
 pub use arrayjit_runtime::{available_backends, backend, default_backend, initialize};
 
+/// Sends `tracing` output (arrayjit's warnings: an unusable compile cache, a stream dropped
+/// with an unread error) to stderr, filtered by `RUST_LOG` (warnings by default), unless the
+/// program installed a subscriber already. The binary and the examples call it first.
+pub fn install_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
 /// The names most programs need.
 pub mod prelude {
     pub use arrayjit_ir::{

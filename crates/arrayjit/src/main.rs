@@ -184,18 +184,6 @@ fn info() -> arrayjit::Result<()> {
     Ok(())
 }
 
-/// Warnings (an unusable cache folder, a dropped stream's error) reach stderr; `RUST_LOG`
-/// chooses more (e.g. `RUST_LOG=arrayjit=debug`).
-fn install_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
-}
-
 fn run(cli: Cli) -> arrayjit::Result<()> {
     match cli.command.unwrap_or(Command::Moons(cli.moons)) {
         Command::Moons(args) => moons(cli.backend, args),
@@ -251,7 +239,7 @@ fn parse() -> Cli {
 }
 
 fn main() -> ExitCode {
-    install_logging();
+    arrayjit::install_logging();
     let cli = parse();
     let trace = cli.trace.clone();
     if let Some(path) = &trace {

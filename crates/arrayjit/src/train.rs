@@ -217,11 +217,7 @@ fn data_parallel_codes(
         .program
         .clone()
         .then(add_into(&step_loss, loss.node(), BinOp::Arg2));
-    let update_program =
-        update
-            .program
-            .clone()
-            .then(add_into(epoch_loss.node(), &step_loss, BinOp::Add));
+    let update_program = update_with_loss(update, epoch_loss, &step_loss);
     let codes = backend.compile_batch(
         &[
             ("shard_gradients", &grad_program),
@@ -230,6 +226,18 @@ fn data_parallel_codes(
         std::slice::from_ref(batch),
     )?;
     Ok((codes, summed))
+}
+
+/// The optimizer's update followed by adding the step's (summed) loss into the epoch's.
+fn update_with_loss(
+    update: &arrayjit_tensor::Update,
+    epoch_loss: &Tensor,
+    step_loss: &arrayjit_ir::Tnode,
+) -> Assignments {
+    update
+        .program
+        .clone()
+        .then(add_into(epoch_loss.node(), step_loss, BinOp::Add))
 }
 
 /// `dst (accum)= src`, element by element.
@@ -386,10 +394,7 @@ impl Classifier {
             }
             programs.push((
                 "update".into(),
-                update
-                    .program
-                    .clone()
-                    .then(add_into(epoch_loss.node(), &step_loss, BinOp::Add)),
+                update_with_loss(&update, &epoch_loss, &step_loss),
             ));
             let named: Vec<(&str, &Assignments)> =
                 programs.iter().map(|(n, p)| (n.as_str(), p)).collect();
