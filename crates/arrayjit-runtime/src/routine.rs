@@ -192,10 +192,18 @@ impl Routine {
             args.push(arg.entry.buffer.clone());
         }
         let interface = self.code.interface()?;
+        let mut streamed_from = None;
         if let Some(m) = &interface.merge {
             let merge = stream.merge_lock();
-            match merge.as_ref() {
-                Some((t, b)) if t == m => args.push(b.clone()),
+            match merge.current.as_ref() {
+                Some(held) if &held.node == m => {
+                    if let Some(src) = &held.streamed_from {
+                        // Reading a source's array directly: ordered like any read of it.
+                        src.order(stream, Access::Read)?;
+                        streamed_from = Some(src.clone());
+                    }
+                    args.push(held.buffer.clone());
+                }
                 other => {
                     return Err(Error::MergeBuffer {
                         detail: format!(
@@ -203,7 +211,7 @@ impl Routine {
                              with device_to_device(.., MergeBufferUse::Copy, ..) first",
                             self.name(),
                             m.debug_name(),
-                            other.map_or("nothing".into(), |(t, _)| t.debug_name())
+                            other.map_or("nothing".into(), |h| h.node.debug_name())
                         ),
                     });
                 }
@@ -244,6 +252,9 @@ impl Routine {
         };
         stream.schedule(task, TaskLabel::Named("routine", self.label.clone()))?;
         let done = stream.all_work();
+        if let Some(src) = streamed_from {
+            src.record(done.clone(), Access::Read);
+        }
         for arg in &self.args {
             arg.entry
                 .record(done.clone(), Access::of(arg.input, arg.output));

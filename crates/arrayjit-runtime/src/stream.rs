@@ -12,13 +12,37 @@ use arrayjit_ir::{MemoryMode, Result, Tnode, trace};
 use crate::backend::Device;
 use crate::scheduler::{Event, Runner, SchedulerKind, Task, TaskLabel};
 
+/// A stream's merge buffer. Rules:
+/// 1. `current` is what code reading `merge` reads: a node and the buffer holding it.
+/// 2. A [`crate::MergeBufferUse::Copy`] copies into `own`, the stream's own buffer (allocated,
+///    or reused when it has the node's size and precision); `own` is never another context's
+///    array.
+/// 3. A [`crate::MergeBufferUse::StreamingFor`] points `current` at the source context's
+///    array without copying and keeps that array's entry in `streamed_from`; every run that
+///    reads the streamed buffer is ordered after the source's last write and recorded as its
+///    reader, like a run reading the array directly. It leaves `own` alone, so a later copy
+///    never writes into the source's array.
+#[derive(Default)]
+pub(crate) struct MergeSlot {
+    pub current: Option<MergeContents>,
+    pub own: Option<BufferHandle>,
+}
+
+/// What a stream's merge buffer holds now (see [`MergeSlot`]).
+pub(crate) struct MergeContents {
+    pub node: Tnode,
+    pub buffer: BufferHandle,
+    /// The source context's array, when streamed rather than copied.
+    pub streamed_from: Option<Arc<crate::host_sync::ArrayEntry>>,
+}
+
 pub(crate) struct StreamInner {
     pub device: Device,
     pub id: usize,
     pub runner: Runner,
-    /// The merge buffer: a copy of (or, when streaming, the source's own buffer of) a node
-    /// received from another context.
-    pub merge: Mutex<Option<(Tnode, BufferHandle)>>,
+    /// The merge buffer: what code reading `merge` reads now, and the stream's own buffer
+    /// that copies land in (see [`MergeSlot`]).
+    pub merge: Mutex<MergeSlot>,
     /// The scratch pool for the large locals of the stream's routines: `(pool id, view)`.
     pub scratch: Mutex<Option<(usize, BufferHandle)>>,
 }
@@ -66,7 +90,7 @@ impl Stream {
                 device,
                 id,
                 runner,
-                merge: Mutex::new(None),
+                merge: Mutex::new(MergeSlot::default()),
                 scratch: Mutex::new(None),
             }),
         })
@@ -171,8 +195,20 @@ impl Stream {
     pub fn debug_info(&self) -> String {
         let merge = self
             .merge_lock()
+            .current
             .as_ref()
-            .map(|(t, b)| format!("{} ({} bytes)", t.debug_name(), b.size_in_bytes()))
+            .map(|m| {
+                format!(
+                    "{} ({} bytes{})",
+                    m.node.debug_name(),
+                    m.buffer.size_in_bytes(),
+                    if m.streamed_from.is_some() {
+                        ", streamed from its source"
+                    } else {
+                        ""
+                    }
+                )
+            })
             .unwrap_or_else(|| "empty".into());
         let (scheduled, completed, skipped, failed) = self.inner.runner.stats();
         let kind = match self.inner.runner.kind() {
@@ -192,7 +228,7 @@ impl Stream {
         )
     }
 
-    pub(crate) fn merge_lock(&self) -> MutexGuard<'_, Option<(Tnode, BufferHandle)>> {
+    pub(crate) fn merge_lock(&self) -> MutexGuard<'_, MergeSlot> {
         self.inner.merge.lock().unwrap_or_else(|e| e.into_inner())
     }
 

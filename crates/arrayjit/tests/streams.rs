@@ -342,6 +342,119 @@ fn device_to_device_on(b: &Backend) {
     assert!((got[0] - 2.0 * expected[0]).abs() < 1e-5, "{got:?}");
 }
 
+/// Regression (issue 22, defect 1): a `Copy` into a stream's merge buffer after a
+/// `StreamingFor` must land in the stream's own buffer, never in the streamed source's array.
+#[test]
+fn a_copy_after_streaming_never_writes_the_streamed_source() {
+    for b in backends_with_streams() {
+        let name = b.name().to_string();
+        let dev = b.get_device(0).unwrap();
+        let (s1, s2, s3) = (
+            dev.new_stream().unwrap(),
+            dev.new_stream().unwrap(),
+            dev.new_stream().unwrap(),
+        );
+        let xa = hosted_input(&[4], "xa", &[1.0, 2.0, 3.0, 4.0]);
+        let xc = hosted_input(&[4], "xc", &[-10.0, -20.0, -30.0, -40.0]);
+        let g = Tnode::new(Prec::F32, &[4], &["g"]).unwrap();
+        g.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test: gradient")
+            .unwrap();
+        let acc = hosted_input(&[4], "acc", &[0.0; 4]);
+        let out = hosted_output(&[4], "out");
+        let copy_of = |x: &Tnode| Assignments::pointwise_unop(&g, UnOp::Identity, x);
+        let produce_a = b.compile("produce_a", &copy_of(&xa), &[]).unwrap();
+        let produce_c = b.compile("produce_c", &copy_of(&xc), &[]).unwrap();
+        let merge = Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Add,
+            lhs: acc.clone(),
+            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
+            projections: Projections::pointwise(&[4], 1),
+        };
+        let consume = b.compile("consume", &merge, &[]).unwrap();
+        let read_g = b
+            .compile(
+                "read_g",
+                &Assignments::pointwise_unop(&out, UnOp::Identity, &g),
+                &[],
+            )
+            .unwrap();
+        let ra = Context::new(&s1).link(&produce_a).unwrap();
+        let rc = Context::new(&s3).link(&produce_c).unwrap();
+        let cons = Context::new(&s2).link(&consume).unwrap();
+        ra.run().unwrap();
+        rc.run().unwrap();
+        let dst = cons.context();
+        dst.device_to_device(&g, MergeBufferUse::StreamingFor(&cons), ra.context())
+            .unwrap();
+        assert!(s2.debug_info().contains("streamed"), "{}", s2.debug_info());
+        dst.device_to_device(&g, MergeBufferUse::Copy, rc.context())
+            .unwrap();
+        assert!(!s2.debug_info().contains("streamed"), "{}", s2.debug_info());
+        cons.run().unwrap();
+        assert_eq!(
+            acc.get_values().unwrap(),
+            vec![-9.0, -18.0, -27.0, -36.0],
+            "{name}: streamed A, then copied C"
+        );
+        // A's own g still holds A's values.
+        let read_a = ra.context().link(&read_g).unwrap();
+        read_a.run().unwrap();
+        assert_eq!(
+            out.get_values().unwrap(),
+            vec![1.0, 2.0, 3.0, 4.0],
+            "{name}: A's array was overwritten through the merge buffer"
+        );
+    }
+}
+
+/// A run reading a streamed merge buffer is ordered after the source's later writes, like a
+/// read of the source's array (the merge slot keeps the source's entry).
+#[test]
+fn runs_reading_a_streamed_merge_buffer_wait_for_the_source_writer() {
+    for b in backends_with_streams() {
+        let name = b.name().to_string();
+        let dev = b.get_device(0).unwrap();
+        let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+        let x = hosted_input(&[2], "x", &[1.0, 2.0]);
+        let g = Tnode::new(Prec::F32, &[2], &["g"]).unwrap();
+        g.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test: gradient")
+            .unwrap();
+        let acc = hosted_input(&[2], "acc", &[0.0; 2]);
+        let produce = b
+            .compile(
+                "produce",
+                &Assignments::pointwise_binop(&g, BinOp::Add, &x, &x),
+                &[],
+            )
+            .unwrap();
+        let merge = Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Add,
+            lhs: acc.clone(),
+            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
+            projections: Projections::pointwise(&[2], 1),
+        };
+        let consume = b.compile("consume", &merge, &[]).unwrap();
+        let src = Context::new(&s1).link(&produce).unwrap();
+        let cons = Context::new(&s2).link(&consume).unwrap();
+        src.run().unwrap();
+        cons.context()
+            .device_to_device(&g, MergeBufferUse::StreamingFor(&cons), src.context())
+            .unwrap();
+        // The source recomputes g after a delay; the next run of the consumer must see it.
+        x.set_values(&[10.0, 20.0]).unwrap();
+        s1.schedule_task(|| {
+            std::thread::sleep(Duration::from_millis(30));
+            Ok(())
+        })
+        .unwrap();
+        src.run().unwrap();
+        cons.run().unwrap();
+        assert_eq!(acc.get_values().unwrap(), vec![22.0, 44.0], "{name}");
+    }
+}
+
 #[test]
 fn merge_buffer_mismatch_is_caught_at_link_time() {
     let b = multicore();

@@ -12,7 +12,7 @@ use super::Context;
 use crate::host_sync::{Access, ArrayEntry, refresh_host_from, schedule_upload};
 use crate::routine::Routine;
 use crate::scheduler::TaskLabel;
-use crate::stream::Stream;
+use crate::stream::{MergeContents, Stream};
 
 /// How a task scheduled with [`Context::schedule_on_array`] uses the array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,12 +314,14 @@ impl Context {
                 }
                 src_entry.order(stream, Access::Read)?;
                 let mut merge = stream.merge_lock();
+                // Copies land only in the stream's own buffer, never in a streamed source array.
                 let reuse = merge
+                    .own
                     .as_ref()
-                    .filter(|(_, b)| {
+                    .filter(|b| {
                         b.size_in_bytes() == tn.size_in_bytes() && b.prec() == Some(tn.prec())
                     })
-                    .map(|(_, b)| b.clone());
+                    .cloned();
                 let dst = match reuse {
                     Some(b) => b,
                     None => lowered.alloc_array(
@@ -334,7 +336,12 @@ impl Context {
                     TaskLabel::Copy("copy into the merge buffer", tn.size_in_bytes()),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);
-                *merge = Some((tn.clone(), dst));
+                merge.own = Some(dst.clone());
+                merge.current = Some(MergeContents {
+                    node: tn.clone(),
+                    buffer: dst,
+                    streamed_from: None,
+                });
             }
             MergeBufferUse::StreamingFor(routine) => {
                 if !routine.context().stream().same_as(stream) {
@@ -344,10 +351,14 @@ impl Context {
                         routine.name()
                     )));
                 }
-                src_entry.order(stream, Access::Read)?;
-                *stream.merge_lock() = Some((tn.clone(), src_entry.buffer.clone()));
+                // The run orders itself after the source's writer and records its read (see
+                // `MergeSlot`).
+                stream.merge_lock().current = Some(MergeContents {
+                    node: tn.clone(),
+                    buffer: src_entry.buffer.clone(),
+                    streamed_from: Some(src_entry.clone()),
+                });
                 routine.run()?;
-                src_entry.record(stream.all_work(), Access::Read);
             }
         }
         // The source's stream will not overwrite the node before this read: a writer waits for
