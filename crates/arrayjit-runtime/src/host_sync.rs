@@ -298,7 +298,7 @@ fn host_refresh_hook(
             || tn.with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut(), None));
         match stream.upgrade() {
             // Inside a task of the writer's own stream every earlier task has finished.
-            Some(inner) if inner.runner.on_worker_thread() => {
+            Some(inner) if inner.runner.inside_task() => {
                 if let Some(e) = entry.writer_event().failure() {
                     return Err(e);
                 }

@@ -22,6 +22,7 @@ mod routine;
 pub mod scheduler;
 pub mod search;
 mod stream;
+mod task_queue;
 
 pub use backend::{
     Backend, Device, KNOWN_BACKENDS, MAX_POOL_BYTES_RANGE, QUEUE_CAPACITY_RANGE, RuntimeConfig,

@@ -19,6 +19,15 @@
 //!   stream's later work is skipped in turn). Failures travel with events forever: an event
 //!   stays failed after its stream's failure was reported.
 //!
+//! Scheduling from inside a task:
+//! - A task may schedule more work on its own stream; that work runs after the task (and
+//!   everything scheduled before it) ends. Under `Multicore` the worker's own scheduling
+//!   never blocks on a full queue (see [`crate::task_queue`]); under `Sync` it is deferred
+//!   until the running task returns, then run by the same caller.
+//! - Waiting, inside a task, for work of its own stream scheduled after that task can never
+//!   end: `await_work` and [`Event::sync`] return an error instead, and [`Event::wait`]
+//!   returns at once.
+//!
 //! Streams of a backend with device queues (see [`arrayjit_backends::queue`]) run under `Sync`:
 //! a task *enqueues* its launches and copies on the stream's queue and returns. An event then
 //! also holds a marker recorded on the queue, and is done when the device has finished the
@@ -31,13 +40,14 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
-use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle, ThreadId};
 use std::time::Instant;
 
 use arrayjit_backends::{DeviceQueue, QueueMarker};
 use arrayjit_ir::{Error, Result, trace};
+
+use crate::task_queue::TaskQueue;
 
 static NEXT_TRACK: AtomicU64 = AtomicU64::new(1);
 
@@ -152,6 +162,10 @@ pub(crate) struct StreamShared {
     changed: Condvar,
     /// The stream's worker thread (`Multicore` streams), set when it starts.
     worker: std::sync::OnceLock<ThreadId>,
+    /// The thread running a task of a `Sync` stream now, if any.
+    running_on: Mutex<Option<ThreadId>>,
+    /// Tasks a `Sync` stream's running task scheduled on its own stream: they run after it.
+    deferred: Mutex<VecDeque<(Task, TaskLabel)>>,
     /// The stream's track in traces (unique per stream).
     pub trace_track: trace::Track,
     /// While tracing: when the last tasks ended, by position.
@@ -214,6 +228,8 @@ impl StreamShared {
             progress: Mutex::new(Progress::default()),
             changed: Condvar::new(),
             worker: std::sync::OnceLock::new(),
+            running_on: Mutex::new(None),
+            deferred: Mutex::new(VecDeque::new()),
             trace_track: trace::Track::Stream(NEXT_TRACK.fetch_add(1, AtomicOrdering::Relaxed)),
             traced_ends: Mutex::new(VecDeque::new()),
         }
@@ -254,11 +270,28 @@ impl StreamShared {
             .map(|(_, t)| *t)
     }
 
-    fn wait_until(&self, seq: u64) {
+    /// Whether the calling thread is running a task of this stream (its worker thread, or the
+    /// caller of a `Sync` stream inside a task).
+    fn inside_task(&self) -> bool {
+        let me = thread::current().id();
+        self.worker.get() == Some(&me) || *lock(&self.running_on) == Some(me)
+    }
+
+    /// Waits until the task at `seq` has finished. Returns false without waiting when that
+    /// can never happen: the caller is inside a task of this stream that comes before `seq`.
+    fn wait_until(&self, seq: u64) -> bool {
         let mut p = lock(&self.progress);
+        if p.completed < seq {
+            drop(p);
+            if self.inside_task() {
+                return false;
+            }
+            p = lock(&self.progress);
+        }
         while p.completed < seq {
             p = self.changed.wait(p).unwrap_or_else(|e| e.into_inner());
         }
+        true
     }
 
     /// Runs (or skips) the next task of the worker's queue and records the outcome.
@@ -330,8 +363,9 @@ impl StreamShared {
 pub(crate) struct Runner {
     pub shared: Arc<StreamShared>,
     kind: SchedulerKind,
-    /// Serializes numbering and enqueueing, so queue order equals event order.
-    sender: Mutex<Option<SyncSender<(Task, TaskLabel)>>>,
+    /// The `Multicore` worker's queue (numbering happens under its lock, so queue order
+    /// equals event order).
+    tasks: Option<Arc<TaskQueue>>,
     worker: Option<JoinHandle<()>>,
     worker_id: Option<ThreadId>,
     /// The device queue the stream's tasks enqueue on, if the backend has queues.
@@ -358,7 +392,7 @@ impl Runner {
             SchedulerKind::Sync => Ok(Runner {
                 shared,
                 kind,
-                sender: Mutex::new(None),
+                tasks: None,
                 worker: None,
                 worker_id: None,
                 queue,
@@ -371,14 +405,14 @@ impl Runner {
                     .into(),
             }),
             SchedulerKind::Multicore { queue_capacity } => {
-                let (tx, rx) = sync_channel::<(Task, TaskLabel)>(queue_capacity.max(1));
-                let worker_shared = shared.clone();
+                let tasks = Arc::new(TaskQueue::new(queue_capacity));
+                let (rx, worker_shared) = (tasks.clone(), shared.clone());
                 let handle = thread::Builder::new()
                     .name(format!("arrayjit {name}"))
                     .stack_size(WORKER_STACK_BYTES)
                     .spawn(move || {
                         let _ = worker_shared.worker.set(thread::current().id());
-                        while let Ok((task, label)) = rx.recv() {
+                        while let Some((task, label)) = rx.pop() {
                             worker_shared.run_next(task, label);
                         }
                     })
@@ -390,7 +424,7 @@ impl Runner {
                     shared,
                     kind,
                     worker_id: Some(handle.thread().id()),
-                    sender: Mutex::new(Some(tx)),
+                    tasks: Some(tasks),
                     worker: Some(handle),
                     queue: None,
                     last_marker: Mutex::new(None),
@@ -405,30 +439,34 @@ impl Runner {
         self.shared.take_error()?;
         match self.kind {
             SchedulerKind::Sync => {
+                if self.shared.inside_task() {
+                    // A task scheduling on its own stream: this runs after it returns.
+                    lock(&self.shared.progress).scheduled += 1;
+                    lock(&self.shared.deferred).push_back((task, label));
+                    return Ok(());
+                }
                 lock(&self.shared.progress).scheduled += 1;
+                *lock(&self.shared.running_on) = Some(thread::current().id());
                 self.shared.run_next(task, label);
+                loop {
+                    let next = lock(&self.shared.deferred).pop_front();
+                    let Some((task, label)) = next else { break };
+                    self.shared.run_next(task, label);
+                }
+                *lock(&self.shared.running_on) = None;
                 self.shared.take_error()
             }
             SchedulerKind::Multicore { .. } => {
-                let sender = lock(&self.sender);
-                let tx = sender.as_ref().ok_or_else(|| Error::Runtime {
+                let tasks = self.tasks.as_ref().ok_or_else(|| Error::Runtime {
                     stream: self.shared.name.clone(),
-                    detail: "the stream is shutting down".into(),
+                    detail: "the stream has no worker queue".into(),
                 })?;
-                lock(&self.shared.progress).scheduled += 1;
-                if let Err(returned) = tx.send((task, label)) {
-                    // The worker is gone: the task fails here, so waiters do not hang.
-                    let (task, label) = returned.0;
-                    self.shared.run_next(
-                        Box::new(move || {
-                            drop(task);
-                            Err(Error::invalid("the stream's worker thread has stopped"))
-                        }),
-                        label,
-                    );
+                let from_worker = self.inside_task();
+                let number = || lock(&self.shared.progress).scheduled += 1;
+                if tasks.push(task, label, from_worker, number).is_err() {
                     return Err(Error::Runtime {
                         stream: self.shared.name.clone(),
-                        detail: "the stream's worker thread has stopped".into(),
+                        detail: "the stream is shutting down".into(),
                     });
                 }
                 Ok(())
@@ -467,7 +505,7 @@ impl Runner {
 
     /// Waits for all work scheduled so far; returns a kept error.
     pub fn await_work(&self) -> Result<()> {
-        if self.on_worker_thread() {
+        if self.inside_task() {
             return Err(Error::Runtime {
                 stream: self.shared.name.clone(),
                 detail: "a task of this stream waited for the stream itself, which would never \
@@ -485,9 +523,10 @@ impl Runner {
         }
     }
 
-    /// Whether the caller is this stream's own worker thread (i.e. inside one of its tasks).
-    pub fn on_worker_thread(&self) -> bool {
-        self.worker_id.is_some() && Some(thread::current().id()) == self.worker_id
+    /// Whether the caller is running one of this stream's tasks (its worker thread, or the
+    /// caller of a `Sync` stream inside a task).
+    pub fn inside_task(&self) -> bool {
+        self.shared.inside_task()
     }
 
     pub fn is_idle(&self) -> bool {
@@ -509,7 +548,9 @@ impl Runner {
 impl Drop for Runner {
     /// Closes the queue; the worker finishes the tasks already queued, then exits and is joined.
     fn drop(&mut self) {
-        lock(&self.sender).take();
+        if let Some(tasks) = &self.tasks {
+            tasks.close();
+        }
         if let Some(handle) = self.worker.take() {
             if Some(thread::current().id()) == self.worker_id {
                 return; // Dropped by its own last task: the thread exits by itself.
@@ -620,8 +661,18 @@ impl Event {
     /// (see the module doc: the failed task or a task skipped after it). Unlike `await_work` on
     /// the stream, this does not count as reporting the stream's failure.
     pub fn sync(&self) -> Result<()> {
-        if let Some(s) = &self.stream {
-            s.wait_until(self.seq);
+        if let Some(s) = &self.stream
+            && !s.wait_until(self.seq)
+        {
+            return Err(Error::Runtime {
+                stream: s.name.clone(),
+                detail: format!(
+                    "a task of this stream waited for its position #{}, scheduled after the task \
+                     itself, which cannot run before the task ends; wait from another thread or \
+                     stream",
+                    self.seq
+                ),
+            });
         }
         if let Some(e) = self.failure() {
             return Err(e);
@@ -637,17 +688,21 @@ impl Event {
     /// caller's task ends, so it returns at once instead of waiting for itself.
     pub(crate) fn wait_unless_inside_its_stream(&self) {
         if let Some(s) = &self.stream
-            && s.worker.get() == Some(&thread::current().id())
+            && s.inside_task()
         {
             return;
         }
         self.wait()
     }
 
-    /// Blocks until the work has finished, whatever its outcome.
+    /// Blocks until the work has finished, whatever its outcome. Inside a task of the event's
+    /// own stream, waiting for work scheduled after that task would never end: it returns at
+    /// once (use [`Event::sync`] to get an error instead).
     pub fn wait(&self) {
-        if let Some(s) = &self.stream {
-            s.wait_until(self.seq);
+        if let Some(s) = &self.stream
+            && !s.wait_until(self.seq)
+        {
+            return;
         }
         if let Some(m) = &self.marker {
             // A device failure is reported by `sync` or the stream's `await_work`.

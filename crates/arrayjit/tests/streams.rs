@@ -455,6 +455,51 @@ fn runs_reading_a_streamed_merge_buffer_wait_for_the_source_writer() {
     }
 }
 
+/// Regression (issue 22, defect 2): a task that schedules onto its own stream, past a full
+/// queue, must not hang; the work it schedules runs after it, in order. Run in a thread with
+/// a deadline so that a hang fails the test.
+#[test]
+fn a_task_scheduling_onto_its_own_full_stream_does_not_deadlock() {
+    for (name, capacity) in [("multicore_cc", 1), ("multicore_cc", 2), ("sync_cc", 1)] {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let config = RuntimeConfig {
+                queue_capacity: capacity,
+                ..Default::default()
+            };
+            let b = backend_with_config(name, &config).unwrap();
+            let s = b.get_device(0).unwrap().new_stream().unwrap();
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let (inner, l) = (s.clone(), log.clone());
+            s.schedule_task(move || {
+                for k in 0..3 {
+                    let l = l.clone();
+                    inner.schedule_task(move || {
+                        l.lock().unwrap().push(format!("inner {k}"));
+                        Ok(())
+                    })?;
+                }
+                // Waiting inside the task for what it scheduled is an error, not a hang.
+                let err = inner.all_work().sync().unwrap_err();
+                assert!(err.to_string().contains("wait from another"), "{err}");
+                l.lock().unwrap().push("outer".to_string());
+                Ok(())
+            })
+            .unwrap();
+            s.await_work().unwrap();
+            let _ = done_tx.send(log.lock().unwrap().clone());
+        });
+        let log = done_rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{name} (queue of {capacity}) deadlocked"));
+        assert_eq!(
+            log,
+            ["outer", "inner 0", "inner 1", "inner 2"],
+            "{name}: work a task schedules runs after it, in order"
+        );
+    }
+}
+
 #[test]
 fn merge_buffer_mismatch_is_caught_at_link_time() {
     let b = multicore();
