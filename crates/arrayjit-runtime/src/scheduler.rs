@@ -477,7 +477,8 @@ impl Runner {
     /// An event for all work scheduled so far (with a marker of the device queue, if any).
     pub fn all_work(&self) -> Event {
         let seq = lock(&self.shared.progress).scheduled;
-        let marker = self.queue.as_ref().map(|queue| {
+        // Before any work there is nothing on the device to wait for.
+        let marker = self.queue.as_ref().filter(|_| seq > 0).map(|queue| {
             let mut last = lock(&self.last_marker);
             match &*last {
                 Some((at, m)) if *at == seq => m.clone(),
@@ -529,9 +530,10 @@ impl Runner {
         self.shared.inside_task()
     }
 
+    /// Whether no work is pending: every task has run and, on a backend with device queues,
+    /// the device has finished what they enqueued (the same test as `all_work().is_done()`).
     pub fn is_idle(&self) -> bool {
-        let p = lock(&self.shared.progress);
-        p.completed == p.scheduled
+        self.all_work().is_done()
     }
 
     pub fn kind(&self) -> SchedulerKind {

@@ -128,7 +128,9 @@ impl Stream {
         self.inner.runner.await_work()
     }
 
-    /// Whether the stream has no unfinished work.
+    /// Whether the stream has no unfinished work: its tasks have run and, on a backend with
+    /// device queues (`cuda`, `wgpu`), the device has finished the work they enqueued. Once
+    /// true it stays true until more work is scheduled; it equals `all_work().is_done()`.
     pub fn is_idle(&self) -> bool {
         self.inner.runner.is_idle()
     }

@@ -8,18 +8,12 @@ use arrayjit::backends::LoweredBackend;
 use arrayjit::backends::cc::{CcBackend, CcConfig};
 use arrayjit::prelude::*;
 
+/// `cuda_emu` where it can run; a skip otherwise (an error when `ARRAYJIT_REQUIRE_BACKENDS`
+/// lists it).
 fn skip_unless_available() -> Option<arrayjit::runtime::Backend> {
-    if arrayjit::available_backends().contains(&"cuda_emu") {
-        return Some(arrayjit::backend("cuda_emu").unwrap());
-    }
-    eprintln!(
-        "skipped: cuda_emu is not available here ({})",
-        arrayjit::backend("cuda_emu")
-            .unwrap()
-            .check_available()
-            .unwrap_err()
-    );
-    None
+    arrayjit::conformance::backends_under_test(&["cuda_emu"])
+        .unwrap()
+        .pop()
 }
 
 /// A 2048 × 16 by 16 × 2048 product: 256 tiles of 128 × 128, so the largest tiles, with a

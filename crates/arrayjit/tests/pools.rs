@@ -66,8 +66,7 @@ fn backend_pool_interface() {
 
 #[test]
 fn scratch_locals_share_memory_and_agree_with_the_interpreter() {
-    for name in arrayjit::available_backends() {
-        let b = arrayjit::backend(name).unwrap();
+    for b in arrayjit::conformance::all_backends_under_test().unwrap() {
         // Loop fusion off: it joins the four passes into one loop, where the temporaries'
         // lifetimes overlap (the corpus checks that program fused).
         b.set_optimize_settings(arrayjit::ir::OptimizeSettings {

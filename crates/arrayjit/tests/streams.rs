@@ -147,6 +147,43 @@ fn dropping_a_stream_finishes_queued_work_and_joins_its_thread() {
     assert_eq!(done.load(Ordering::SeqCst), 50);
 }
 
+/// Regression (issue 22, defect 3): `is_idle` means no work pending, the device's included,
+/// on every backend: never true while `all_work()` is not done.
+#[test]
+fn is_idle_means_no_work_pending_device_included() {
+    for b in backends_with_streams() {
+        let name = b.name().to_string();
+        let s = b.get_device(0).unwrap().new_stream().unwrap();
+        assert!(s.is_idle(), "{name}: a new stream is idle");
+        let (case, ..) = arrayjit::conformance::matmul(256).unwrap();
+        let code = b.compile("matmul", &case.program, &[]).unwrap();
+        let r = Context::new(&s).link(&code).unwrap();
+        for _ in 0..5 {
+            if b.scheduler() != arrayjit::runtime::scheduler::SchedulerKind::Sync {
+                // Hold the worker so that work is certainly pending.
+                s.schedule_task(|| {
+                    std::thread::sleep(Duration::from_millis(20));
+                    Ok(())
+                })
+                .unwrap();
+            }
+            r.run().unwrap();
+            // Sampled in this order, idle-then-not-done is a contradiction (done stays done).
+            let idle = s.is_idle();
+            let done = s.all_work().is_done();
+            assert!(
+                !idle || done,
+                "{name}: is_idle while all_work() is not done"
+            );
+            if b.scheduler() != arrayjit::runtime::scheduler::SchedulerKind::Sync {
+                assert!(!idle, "{name}: idle while a task sleeps");
+            }
+            s.await_work().unwrap();
+            assert!(s.is_idle() && s.all_work().is_done(), "{name}");
+        }
+    }
+}
+
 #[test]
 fn a_full_queue_applies_backpressure() {
     let config = RuntimeConfig {
@@ -201,18 +238,14 @@ fn strategies_steer_the_suggested_number_of_streams() {
 /// The CPU backends, and `wgpu` and `cuda` where they can run here (their streams enqueue on
 /// device queues: events and waits go through device markers).
 fn backends_with_streams() -> Vec<Backend> {
-    let mut out = vec![
-        arrayjit::backend("sync_cc").unwrap(),
-        arrayjit::backend("multicore_cc").unwrap(),
-    ];
-    for gpu in ["wgpu", "cuda"] {
-        if arrayjit::available_backends().contains(&gpu) {
-            out.push(arrayjit::backend(gpu).unwrap());
-        } else {
-            eprintln!("skipping {gpu}: not available here (see `arrayjit info`)");
-        }
-    }
-    out
+    arrayjit::conformance::backends_under_test(&[
+        "sync_cc",
+        "multicore_cc",
+        "cuda_emu",
+        "wgpu",
+        "cuda",
+    ])
+    .unwrap()
 }
 
 #[test]

@@ -47,17 +47,10 @@ fn moons_reaches_95_percent_for_seeds_1_2_3_on_both_cpu_backends() {
 /// CPU) train as the CPU does.
 #[test]
 fn moons_reaches_95_percent_on_gpu_renderers_and_follows_the_cpu_losses() {
-    for name in ["wgpu", "cuda", "cuda_emu"] {
-        if !arrayjit::available_backends().contains(&name) {
-            eprintln!(
-                "skipped {name}: not available here ({})",
-                arrayjit::backend(name)
-                    .unwrap()
-                    .check_available()
-                    .unwrap_err()
-            );
-            continue;
-        }
+    for backend in
+        arrayjit::conformance::backends_under_test(&["wgpu", "cuda", "cuda_emu"]).unwrap()
+    {
+        let name = backend.name();
         for seed in [1, 2, 3] {
             let gpu = run(&config(name, seed), |_| {}).unwrap();
             assert!(gpu.test_accuracy >= 0.95, "{name} seed {seed}: {gpu:?}");

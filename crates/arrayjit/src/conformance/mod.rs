@@ -5,6 +5,7 @@
 mod cases;
 mod contractions;
 mod fusion;
+mod required;
 
 use arrayjit_ir::{Assignments, Error, InterpEnv, Prec, Result, StaticSymbol, Tnode};
 use arrayjit_runtime::{Backend, Context};
@@ -12,6 +13,10 @@ use arrayjit_runtime::{Backend, Context};
 pub use cases::{all_cases, matmul, scratch_locals};
 pub use contractions::contraction_cases;
 pub use fusion::fusion_cases;
+pub use required::{
+    REQUIRE_BACKENDS_VAR, all_backends_under_test, backends_under_test, parse_required,
+    required_backends, skip_backend,
+};
 
 /// One program of the corpus.
 pub struct Case {
