@@ -136,6 +136,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A checkpoint file cannot be read into the parameters: it is not a safetensors file, it
+    /// lacks a parameter, or a parameter's entry is malformed. Nothing was loaded.
+    #[error("{path} is not a valid checkpoint for these parameters: {detail}")]
+    Checkpoint {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// Code reads the merge buffer as one node while the context or stream holds another.
     #[error("merge buffer mismatch: {detail}")]
     MergeBuffer {

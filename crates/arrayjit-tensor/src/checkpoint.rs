@@ -122,11 +122,9 @@ const MAX_HEADER_BYTES: u64 = 100_000_000;
 pub fn load(params: &[Tensor], path: &Path) -> Result<()> {
     use std::io::{Read as _, Seek as _, SeekFrom};
     let io = |what: &str, e| Error::io(format!("{what} {}", path.display()), e);
-    let bad = |detail: String| {
-        Error::invalid(format!(
-            "{} is not a valid checkpoint: {detail}",
-            path.display()
-        ))
+    let bad = |detail: String| Error::Checkpoint {
+        path: path.display().to_string(),
+        detail,
     };
     let mut file = std::fs::File::open(path).map_err(|e| io("opening", e))?;
     let file_len = file.metadata().map_err(|e| io("inspecting", e))?.len();
@@ -151,7 +149,7 @@ pub fn load(params: &[Tensor], path: &Path) -> Result<()> {
     for (p, name) in params.iter().zip(names(params)?) {
         let entry = header
             .get(&name)
-            .ok_or_else(|| Error::invalid(format!("{} has no parameter {name}", path.display())))?;
+            .ok_or_else(|| bad(format!("it has no parameter {name}; nothing was loaded")))?;
         let dtype = entry.get("dtype").and_then(|d| d.as_str()).unwrap_or("?");
         let shape: Option<Vec<usize>> = entry.get("shape").and_then(|s| {
             s.as_array()?

@@ -37,6 +37,19 @@ fn item22_checkpoint_loading_is_all_or_nothing() {
     let started = std::time::Instant::now();
     let err = checkpoint::load(std::slice::from_ref(&a3), &sparse).unwrap_err();
     assert!(err.to_string().contains("header"), "{err}");
+    // A bad file is a Checkpoint error that says so once, with the file first.
+    assert!(matches!(err, Error::Checkpoint { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.starts_with(&sparse.display().to_string()), "{msg}");
+    assert_eq!(msg.matches("not a valid checkpoint").count(), 1, "{msg}");
+    assert!(!msg.contains("invalid argument"), "{msg}");
+    // A file without a parameter says which.
+    let lone = Tensor::param("lonely", &[2], Init::Zeros, 1, 0).unwrap();
+    let err = checkpoint::load(std::slice::from_ref(&lone), &path).unwrap_err();
+    assert!(
+        matches!(err, Error::Checkpoint { .. }) && err.to_string().contains("no parameter lonely"),
+        "{err}"
+    );
     assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
     // A truncated file: the header is fine but the data is cut short.
     let bytes = std::fs::read(&path).unwrap();
