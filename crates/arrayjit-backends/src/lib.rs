@@ -168,7 +168,10 @@ pub fn batch_name(routines: &[&Optimized]) -> String {
 /// Copies `src` into bytes `offset..` of `dst` through the whole buffer: read, patched, written
 /// back (for backends that cannot write part of a buffer; the default of
 /// [`LoweredBackend::copy_from_host_range`]).
-pub fn patch_whole_buffer<B: LoweredBackend + ?Sized>(
+///
+/// # Safety
+/// As [`LoweredBackend::copy_from_host`] and [`LoweredBackend::copy_to_host`] on `dst`.
+pub unsafe fn patch_whole_buffer<B: LoweredBackend + ?Sized>(
     backend: &B,
     dst: &BufferHandle,
     offset: usize,
@@ -177,14 +180,19 @@ pub fn patch_whole_buffer<B: LoweredBackend + ?Sized>(
 ) -> Result<()> {
     let end = byte_range_end(dst, offset, src.len())?;
     let mut all = vec![0u8; dst.size_in_bytes()];
-    backend.copy_to_host(dst, &mut all, queue)?;
+    // SAFETY: the caller has exclusive access to `dst` (this function's contract).
+    unsafe { backend.copy_to_host(dst, &mut all, queue)? };
     all[offset..end].copy_from_slice(src);
-    backend.copy_from_host(dst, &all, queue)
+    // SAFETY: as above.
+    unsafe { backend.copy_from_host(dst, &all, queue) }
 }
 
 /// Copies bytes `offset..` of `src` into `dst` through the whole buffer (the default of
 /// [`LoweredBackend::copy_to_host_range`]).
-pub fn read_through_whole_buffer<B: LoweredBackend + ?Sized>(
+///
+/// # Safety
+/// As [`LoweredBackend::copy_to_host`] on `src`.
+pub unsafe fn read_through_whole_buffer<B: LoweredBackend + ?Sized>(
     backend: &B,
     src: &BufferHandle,
     offset: usize,
@@ -193,7 +201,8 @@ pub fn read_through_whole_buffer<B: LoweredBackend + ?Sized>(
 ) -> Result<()> {
     let end = byte_range_end(src, offset, dst.len())?;
     let mut all = vec![0u8; src.size_in_bytes()];
-    backend.copy_to_host(src, &mut all, queue)?;
+    // SAFETY: nothing writes `src` meanwhile (this function's contract).
+    unsafe { backend.copy_to_host(src, &mut all, queue)? };
     dst.copy_from_slice(&all[offset..end]);
     Ok(())
 }
@@ -220,7 +229,14 @@ pub trait CompiledBatch: Send + Sync + Debug {
     /// the kernel reads one) and the static indices' values: enqueued on `queue` when given
     /// (see [`queue`]), else finished before returning. Buffer sizes and static ranges are
     /// checked first; a mismatch is an error, never an out-of-bounds access.
-    fn launch(
+    ///
+    /// # Safety
+    /// The kernel reads and writes the buffers' memory without locks. While it runs (until it
+    /// returns, or until the work of `queue` has finished), nothing else may write a buffer it
+    /// reads, or access a buffer it writes (see [`DATA_PLANE_CONTRACT`]). The runtime meets
+    /// this by ordering every access to an array with events (`arrayjit_runtime`'s
+    /// `host_sync` rules); code outside it must order its accesses itself.
+    unsafe fn launch(
         &self,
         index: usize,
         args: &[BufferHandle],
@@ -229,7 +245,38 @@ pub trait CompiledBatch: Send + Sync + Debug {
     ) -> Result<()>;
 }
 
-/// A lowered backend: devices, buffers, copies and compilation.
+/// The contract of the lowered layer's data plane: the calls that read or write a buffer's
+/// memory ([`CompiledBatch::launch`], [`LoweredBackend::copy_from_host`],
+/// [`LoweredBackend::copy_to_host`], their `_range` forms, [`LoweredBackend::copy_buffer`],
+/// [`LoweredBackend::memset_zero`]) are `unsafe fn`: backends touch device memory (on the CPU,
+/// plain host memory) without locks, so two of these calls racing on one buffer, one of them
+/// writing, is a data race. A caller must order them: while a call writes a buffer (until it
+/// returns, or until its queue's work has finished), nothing else accesses that buffer; while
+/// it reads one, nothing writes it. Pool memory counts for every buffer viewing it.
+///
+/// Safe code does not need these calls: `arrayjit_runtime::Context` offers every transfer
+/// (`from_host`, `to_host`, their ranges, `device_to_device`, `schedule_on_array` for work
+/// of other layers), each ordered by the arrays' events. Calling one without `unsafe` does not
+/// compile:
+///
+/// ```compile_fail,E0133
+/// use arrayjit_backends::{BufferHandle, LoweredBackend};
+/// fn racy(lowered: &dyn LoweredBackend, array: &BufferHandle) {
+///     lowered.copy_from_host(array, &[0u8; 4], None).unwrap();
+/// }
+/// ```
+///
+/// ```compile_fail,E0133
+/// use arrayjit_backends::{BufferHandle, CompiledBatch};
+/// fn racy(batch: &dyn CompiledBatch, array: BufferHandle) {
+///     batch.launch(0, &[array], &[], None).unwrap();
+/// }
+/// ```
+pub const DATA_PLANE_CONTRACT: &str = "nothing else accesses a buffer while a call writes it, \
+    and nothing writes it while a call reads it";
+
+/// A lowered backend: devices, buffers, copies and compilation. The calls that touch buffer
+/// memory are `unsafe fn`; see [`DATA_PLANE_CONTRACT`].
 pub trait LoweredBackend: Send + Sync + Debug {
     /// The backend's name (e.g. `"cc"`).
     fn name(&self) -> &str;
@@ -278,37 +325,66 @@ pub trait LoweredBackend: Send + Sync + Debug {
     }
     /// Copies host bytes into a buffer (sizes must match), on `queue` when given. The bytes
     /// may be reused as soon as this returns.
-    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>) -> Result<()>;
+    ///
+    /// # Safety
+    /// Nothing else accesses `dst` until the copy has finished ([`DATA_PLANE_CONTRACT`]).
+    unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>)
+    -> Result<()>;
     /// Copies a buffer into host bytes (sizes must match), after the work of `queue` when
     /// given; the bytes hold the values when this returns.
-    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], queue: Queue<'_>) -> Result<()>;
+    ///
+    /// # Safety
+    /// Nothing writes `src` until the copy has finished ([`DATA_PLANE_CONTRACT`]).
+    unsafe fn copy_to_host(
+        &self,
+        src: &BufferHandle,
+        dst: &mut [u8],
+        queue: Queue<'_>,
+    ) -> Result<()>;
     /// Copies `src` into bytes `offset..offset + src.len()` of a buffer, on `queue` when given
     /// (a range outside the buffer is an error, and nothing is copied). Default: the whole
     /// buffer through a temporary: read, patched, written back.
-    fn copy_from_host_range(
+    ///
+    /// # Safety
+    /// As [`LoweredBackend::copy_from_host`].
+    unsafe fn copy_from_host_range(
         &self,
         dst: &BufferHandle,
         offset: usize,
         src: &[u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        patch_whole_buffer(self, dst, offset, src, queue)
+        // SAFETY: this method's contract is the helper's.
+        unsafe { patch_whole_buffer(self, dst, offset, src, queue) }
     }
     /// Copies bytes `offset..offset + dst.len()` of a buffer into `dst`, after the work of
     /// `queue` when given (a range outside the buffer is an error, and nothing is copied).
     /// Default: the whole buffer through a temporary, then the range.
-    fn copy_to_host_range(
+    ///
+    /// # Safety
+    /// As [`LoweredBackend::copy_to_host`].
+    unsafe fn copy_to_host_range(
         &self,
         src: &BufferHandle,
         offset: usize,
         dst: &mut [u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        read_through_whole_buffer(self, src, offset, dst, queue)
+        // SAFETY: this method's contract is the helper's.
+        unsafe { read_through_whole_buffer(self, src, offset, dst, queue) }
     }
     /// Copies one buffer into another of the same size (possibly across devices), on `queue`
     /// when given.
-    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, queue: Queue<'_>) -> Result<()>;
+    ///
+    /// # Safety
+    /// Until the copy has finished, nothing else accesses `dst` and nothing writes `src`
+    /// ([`DATA_PLANE_CONTRACT`]).
+    unsafe fn copy_buffer(
+        &self,
+        dst: &BufferHandle,
+        src: &BufferHandle,
+        queue: Queue<'_>,
+    ) -> Result<()>;
     /// Waits until every launch and copy queued on a device, on any queue, has finished (a
     /// CPU backend runs them before returning, so there is nothing to wait for by default).
     fn synchronize(&self, device: usize) -> Result<()> {
@@ -391,7 +467,11 @@ pub trait LoweredBackend: Send + Sync + Debug {
     /// Frees a pool; buffers viewing it keep its memory alive until they are dropped.
     fn free_pool(&self, device: usize, pool_id: usize) -> Result<()>;
     /// Zeroes `size_in_bytes` at `offset` in a pool.
-    fn memset_zero(
+    ///
+    /// # Safety
+    /// Nothing else accesses those bytes of the pool (through any view) until this returns
+    /// ([`DATA_PLANE_CONTRACT`]).
+    unsafe fn memset_zero(
         &self,
         device: usize,
         pool_id: usize,

@@ -49,13 +49,13 @@ impl LoweredBackend for MissingBackend {
     fn alloc_zeroed(&self, _: usize, _: usize) -> Result<BufferHandle> {
         Err(self.error())
     }
-    fn copy_from_host(&self, _: &BufferHandle, _: &[u8], _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_from_host(&self, _: &BufferHandle, _: &[u8], _: Queue<'_>) -> Result<()> {
         Err(self.error())
     }
-    fn copy_to_host(&self, _: &BufferHandle, _: &mut [u8], _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_to_host(&self, _: &BufferHandle, _: &mut [u8], _: Queue<'_>) -> Result<()> {
         Err(self.error())
     }
-    fn copy_buffer(&self, _: &BufferHandle, _: &BufferHandle, _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_buffer(&self, _: &BufferHandle, _: &BufferHandle, _: Queue<'_>) -> Result<()> {
         Err(self.error())
     }
     fn used_memory(&self, _: usize) -> usize {
@@ -67,7 +67,7 @@ impl LoweredBackend for MissingBackend {
     fn free_pool(&self, _: usize, _: usize) -> Result<()> {
         Err(self.error())
     }
-    fn memset_zero(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
+    unsafe fn memset_zero(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
         Err(self.error())
     }
     fn pool_view(&self, _: usize, _: usize, _: usize, _: usize) -> Result<BufferHandle> {

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use arrayjit_backends::{BufferHandle, CpuBuffer, DeviceBuffer, LoweredBackend};
 use arrayjit_ir::{Error, Prec, Result, Tnode};
 use arrayjit_runtime::{ArrayAccess, Context, Stream};
 
@@ -261,15 +260,9 @@ impl ProcessGroup {
         op: ReduceOp,
     ) -> Result<()> {
         let (group, prec) = (self.clone(), tn.prec());
-        ctx.schedule_on_array(
-            tn,
-            on,
-            ArrayAccess::ReadWrite,
-            "all-reduce",
-            move |buffer, lowered| {
-                with_host_bytes(buffer, lowered, |bytes| group.all_reduce(bytes, prec, op))
-            },
-        )
+        ctx.schedule_on_array(tn, on, ArrayAccess::ReadWrite, "all-reduce", move |array| {
+            array.update(|bytes| group.all_reduce(bytes, prec, op))
+        })
     }
 
     /// Schedules replacing the node's array in `ctx` with rank `root`'s, on stream `on` (see
@@ -283,15 +276,9 @@ impl ProcessGroup {
     ) -> Result<()> {
         self.check_root(root)?;
         let group = self.clone();
-        ctx.schedule_on_array(
-            tn,
-            on,
-            ArrayAccess::ReadWrite,
-            "broadcast",
-            move |buffer, lowered| {
-                with_host_bytes(buffer, lowered, |bytes| group.broadcast(bytes, root))
-            },
-        )
+        ctx.schedule_on_array(tn, on, ArrayAccess::ReadWrite, "broadcast", move |array| {
+            array.update(|bytes| group.broadcast(bytes, root))
+        })
     }
 
     /// A debug check that every rank holds the same values of `nodes` (their host arrays,
@@ -359,25 +346,4 @@ fn divide(bytes: &mut [u8], prec: Prec, n: usize) {
         Prec::F32 => each!(f32),
         _ => each!(f64),
     }
-}
-
-/// Runs `f` on the bytes of a device array: in place for a CPU buffer, else on a host copy
-/// written back.
-fn with_host_bytes(
-    buffer: &BufferHandle,
-    lowered: &Arc<dyn LoweredBackend>,
-    f: impl FnOnce(&mut [u8]) -> Result<()>,
-) -> Result<()> {
-    if let Some(cpu) = buffer.as_any().downcast_ref::<CpuBuffer>() {
-        // SAFETY: the runtime scheduled this task with read-write access to the array, after
-        // its last writer and readers and before any later access, so nothing else touches
-        // these bytes while `f` runs; the buffer is alive (held by `buffer`), and its
-        // `size_in_bytes` bytes from `as_ptr` are its own.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(cpu.as_ptr(), cpu.size_in_bytes()) };
-        return f(bytes);
-    }
-    let mut bytes = vec![0u8; buffer.size_in_bytes()];
-    lowered.copy_to_host(buffer, &mut bytes, None)?;
-    f(&mut bytes)?;
-    lowered.copy_from_host(buffer, &bytes, None)
 }

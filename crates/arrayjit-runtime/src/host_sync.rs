@@ -229,7 +229,9 @@ pub(crate) fn schedule_upload(
         stream,
         Access::Write,
         TaskLabel::Copy("copy from host", bytes.len()),
-        move || lowered.copy_from_host(&buffer, &bytes, queue.as_deref()),
+        // SAFETY: `schedule_access` runs this as the array's writer, after its last writer
+        // and pending readers and before later accesses (rules 2 and 3).
+        move || unsafe { lowered.copy_from_host(&buffer, &bytes, queue.as_deref()) },
     )
 }
 
@@ -246,7 +248,9 @@ pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Res
         TaskLabel::Copy("copy to host", entry.buffer.size_in_bytes()),
         move || {
             tn.with_host_mut(|nd| {
-                lowered.copy_to_host(&buffer, nd.as_bytes_mut(), queue.as_deref())
+                // SAFETY: `schedule_access` runs this as a reader of the array, after its last
+                // writer and before any later writer (rules 2 and 3).
+                unsafe { lowered.copy_to_host(&buffer, nd.as_bytes_mut(), queue.as_deref()) }
             })
         },
     )
@@ -294,8 +298,15 @@ fn host_refresh_hook(
         let Some(tn) = entry.node() else {
             return Ok(());
         };
-        let direct =
-            || tn.with_host_mut(|nd| lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut(), None));
+        // SAFETY (for each call below): it runs when the copy's writer has finished (waited
+        // for below, or inside the writer's own stream after it), and a later writer of the
+        // array waits for this refresh: the node's prepare-read hook runs before the host
+        // reads, and nothing else writes a hosted node's array meanwhile.
+        let direct = || {
+            tn.with_host_mut(|nd| unsafe {
+                lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut(), None)
+            })
+        };
         match stream.upgrade() {
             // Inside a task of the writer's own stream every earlier task has finished.
             Some(inner) if inner.runner.inside_task() => {

@@ -29,7 +29,7 @@ pub use backend::{
     Strategy, available_backends, backend, backend_with_config, default_backend, initialize,
     initialize_with_config,
 };
-pub use context::{ArrayAccess, Context, MergeBufferUse};
+pub use context::{ArrayAccess, Context, MergeBufferUse, ScheduledArray};
 pub use data_parallel::DataParallel;
 pub use observe::{
     RunStats, debug_level, set_debug_level, set_run_timing, start_trace, stop_trace,

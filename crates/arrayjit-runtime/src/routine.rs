@@ -228,13 +228,18 @@ impl Routine {
             args.push(scratch);
         }
         let (batch, index, queue) = (self.code.batch.clone(), self.code.index, stream.queue());
+        // SAFETY (both launches below): every argument was ordered above (`order`: after the
+        // array's last writer and, for a write, its pending readers) and is recorded below as
+        // read or written by this run, so later accesses wait for it (host_sync rules 2 and
+        // 3); a streamed merge buffer is ordered as a read of its source; the stream's own
+        // merge buffer and scratch pool are used only by this stream's work, in its order.
         self.stats.scheduled();
         let task: crate::scheduler::Task = if observe::run_timing() {
             let (stats, label) = (self.stats.clone(), self.label.clone());
             let listing = observe::lists_runs().then(|| stream.name());
             Box::new(move || {
                 let started = Instant::now();
-                let result = batch.launch(index, &args, &statics, queue.as_deref());
+                let result = unsafe { batch.launch(index, &args, &statics, queue.as_deref()) };
                 let took = started.elapsed();
                 stats.record(took, result.is_ok());
                 if let Some(stream) = listing {
@@ -248,7 +253,7 @@ impl Routine {
             })
         } else {
             // Untimed: no clock reads.
-            Box::new(move || batch.launch(index, &args, &statics, queue.as_deref()))
+            Box::new(move || unsafe { batch.launch(index, &args, &statics, queue.as_deref()) })
         };
         stream.schedule(task, TaskLabel::Named("routine", self.label.clone()))?;
         let done = stream.all_work();

@@ -509,7 +509,8 @@ fn time_kernel(
         None => lowered.synchronize(0),
     };
     let t = Instant::now();
-    batch.launch(0, &args, &statics, queue.as_deref())?;
+    // SAFETY: the buffers are this function's own, used by one launch at a time in order.
+    unsafe { batch.launch(0, &args, &statics, queue.as_deref())? };
     sync()?;
     let first = t.elapsed().as_secs_f64().max(1e-9);
     let reps = ((settings.batch_time.as_secs_f64() / first).ceil() as usize).clamp(1, 100_000);
@@ -517,7 +518,8 @@ fn time_kernel(
     for _ in 0..settings.batches.max(1) {
         let t = Instant::now();
         for _ in 0..reps {
-            batch.launch(0, &args, &statics, queue.as_deref())?;
+            // SAFETY: as above; the queue runs the launches in order.
+            unsafe { batch.launch(0, &args, &statics, queue.as_deref())? };
         }
         sync()?;
         best = best.min(t.elapsed().as_secs_f64() / reps as f64);

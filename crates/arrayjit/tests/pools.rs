@@ -39,19 +39,24 @@ fn backend_pool_interface() {
         "no such device"
     );
     let view = lowered.pool_view(0, 1_000_001, 1024, 256).unwrap();
-    lowered.copy_from_host(&view, &[7u8; 256], None).unwrap();
+    // SAFETY: the test's own buffers, one call at a time.
+    unsafe { lowered.copy_from_host(&view, &[7u8; 256], None) }.unwrap();
     let mut back = vec![0u8; 256];
-    lowered.copy_to_host(&view, &mut back, None).unwrap();
+    // SAFETY: the test's own buffers, one call at a time.
+    unsafe { lowered.copy_to_host(&view, &mut back, None) }.unwrap();
     assert_eq!(back, vec![7u8; 256]);
-    lowered.memset_zero(0, 1_000_001, 1024 + 128, 128).unwrap();
-    lowered.copy_to_host(&view, &mut back, None).unwrap();
+    // SAFETY: the test's own buffers, one call at a time.
+    unsafe { lowered.memset_zero(0, 1_000_001, 1024 + 128, 128) }.unwrap();
+    // SAFETY: the test's own buffers, one call at a time.
+    unsafe { lowered.copy_to_host(&view, &mut back, None) }.unwrap();
     assert_eq!(&back[..128], &[7u8; 128][..]);
     assert_eq!(&back[128..], &[0u8; 128][..]);
     assert!(
         lowered.pool_view(0, 1_000_001, 4000, 200).is_err(),
         "view past the end"
     );
-    assert!(lowered.memset_zero(0, 1_000_001, 4000, 200).is_err());
+    // SAFETY: the test's own buffers, one call at a time.
+    assert!(unsafe { lowered.memset_zero(0, 1_000_001, 4000, 200) }.is_err());
     assert!(
         lowered.pool_view(0, 42_424_242, 0, 1).is_err(),
         "unknown pool"

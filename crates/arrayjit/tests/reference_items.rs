@@ -531,7 +531,8 @@ fn backend_intf_device__make_context_with_explicit_arrays() {
             .iter()
             .flat_map(|v| v.to_ne_bytes())
             .collect();
-        lowered.copy_from_host(&buffer, &bytes, None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { lowered.copy_from_host(&buffer, &bytes, None) }.unwrap();
         let y = result("y", 3);
         let ctx = Context::with_arrays(
             &stream,

@@ -105,12 +105,13 @@ fn lowered_backend__compile_source_and_get_kernel() {
             .iter()
             .flat_map(|v| v.to_ne_bytes())
             .collect();
-        lowered.copy_from_host(&buffer, &values, None).unwrap();
-        batch
-            .launch(k, std::slice::from_ref(&buffer), &[], None)
-            .unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { lowered.copy_from_host(&buffer, &values, None) }.unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { batch.launch(k, std::slice::from_ref(&buffer), &[], None) }.unwrap();
         let mut out = vec![0u8; 16];
-        lowered.copy_to_host(&buffer, &mut out, None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { lowered.copy_to_host(&buffer, &mut out, None) }.unwrap();
         let got: Vec<f32> = out
             .chunks(4)
             .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
@@ -118,7 +119,8 @@ fn lowered_backend__compile_source_and_get_kernel() {
         assert_eq!(got, vec![2.0, 4.0, -6.0, 1.0], "{name}");
         // Launch checks: a buffer too small is refused before the kernel runs.
         let small = lowered.alloc_zeroed(0, 8).unwrap();
-        assert!(batch.launch(k, &[small], &[], None).is_err());
+        // SAFETY: the test's own buffers, one call at a time.
+        assert!(unsafe { batch.launch(k, &[small], &[], None) }.is_err());
         // A compile error is typed and says what failed.
         let e = unsafe { lowered.compile_source("this is not C", &[SourceKernel::cpu(interface)]) }
             .unwrap_err();
@@ -171,11 +173,17 @@ mod recording {
         fn alloc_zeroed(&self, device: usize, size: usize) -> Result<BufferHandle> {
             self.inner.alloc_zeroed(device, size)
         }
-        fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], q: Queue<'_>) -> Result<()> {
+        unsafe fn copy_from_host(
+            &self,
+            dst: &BufferHandle,
+            src: &[u8],
+            q: Queue<'_>,
+        ) -> Result<()> {
             self.uploads.lock().unwrap().push((0, src.len()));
-            self.inner.copy_from_host(dst, src, q)
+            // SAFETY: the test's own buffers, one call at a time.
+            unsafe { self.inner.copy_from_host(dst, src, q) }
         }
-        fn copy_from_host_range(
+        unsafe fn copy_from_host_range(
             &self,
             dst: &BufferHandle,
             offset: usize,
@@ -183,13 +191,26 @@ mod recording {
             q: Queue<'_>,
         ) -> Result<()> {
             self.uploads.lock().unwrap().push((offset, src.len()));
-            self.inner.copy_from_host_range(dst, offset, src, q)
+            // SAFETY: the test's own buffers, one call at a time.
+            unsafe { self.inner.copy_from_host_range(dst, offset, src, q) }
         }
-        fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], q: Queue<'_>) -> Result<()> {
-            self.inner.copy_to_host(src, dst, q)
+        unsafe fn copy_to_host(
+            &self,
+            src: &BufferHandle,
+            dst: &mut [u8],
+            q: Queue<'_>,
+        ) -> Result<()> {
+            // SAFETY: the test's own buffers, one call at a time.
+            unsafe { self.inner.copy_to_host(src, dst, q) }
         }
-        fn copy_buffer(&self, d: &BufferHandle, s: &BufferHandle, q: Queue<'_>) -> Result<()> {
-            self.inner.copy_buffer(d, s, q)
+        unsafe fn copy_buffer(
+            &self,
+            d: &BufferHandle,
+            s: &BufferHandle,
+            q: Queue<'_>,
+        ) -> Result<()> {
+            // SAFETY: the test's own buffers, one call at a time.
+            unsafe { self.inner.copy_buffer(d, s, q) }
         }
         fn used_memory(&self, device: usize) -> usize {
             self.inner.used_memory(device)
@@ -214,8 +235,15 @@ mod recording {
         fn free_pool(&self, device: usize, id: usize) -> Result<()> {
             self.inner.free_pool(device, id)
         }
-        fn memset_zero(&self, device: usize, id: usize, offset: usize, size: usize) -> Result<()> {
-            self.inner.memset_zero(device, id, offset, size)
+        unsafe fn memset_zero(
+            &self,
+            device: usize,
+            id: usize,
+            offset: usize,
+            size: usize,
+        ) -> Result<()> {
+            // SAFETY: the test's own buffers, one call at a time.
+            unsafe { self.inner.memset_zero(device, id, offset, size) }
         }
         fn pool_view(
             &self,
@@ -621,9 +649,8 @@ fn lowered_backend__buffers_know_their_precision() {
         let batch =
             unsafe { lowered.compile_source(source, &[SourceKernel::cpu(interface.clone())]) }
                 .unwrap();
-        let e = batch
-            .launch(0, std::slice::from_ref(&half), &[], None)
-            .unwrap_err();
+        // SAFETY: the test's own buffers, one call at a time.
+        let e = unsafe { batch.launch(0, std::slice::from_ref(&half), &[], None) }.unwrap_err();
         assert!(
             matches!(e, arrayjit::Error::PrecisionMismatch { .. })
                 && e.to_string().contains("argument 0 of zero")
@@ -631,9 +658,8 @@ fn lowered_backend__buffers_know_their_precision() {
             "{e}"
         );
         let single = lowered.alloc_array(0, Prec::F32, 4).unwrap();
-        batch
-            .launch(0, std::slice::from_ref(&single), &[], None)
-            .unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { batch.launch(0, std::slice::from_ref(&single), &[], None) }.unwrap();
 
         // An explicit array of another precision than its node's is refused.
         let a = Tnode::new(Prec::F32, &[4], &["a"]).unwrap();
@@ -715,20 +741,22 @@ fn rune_backend_intf__compile_source_and_launch_with_dims() {
         let xs = lowered.alloc_array(0, Prec::F32, 256).unwrap();
         let ys = lowered.alloc_array(0, Prec::F32, 4).unwrap();
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        lowered.copy_from_host(&xs, &bytes, None).unwrap();
-        batch
-            .launch(k, &[xs.clone(), ys.clone()], &[3], None)
-            .unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { lowered.copy_from_host(&xs, &bytes, None) }.unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { batch.launch(k, &[xs.clone(), ys.clone()], &[3], None) }.unwrap();
         lowered.synchronize(0).unwrap();
         let mut out = vec![0u8; 16];
-        lowered.copy_to_host(&ys, &mut out, None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { lowered.copy_to_host(&ys, &mut out, None) }.unwrap();
         let got: Vec<f32> = out
             .chunks(4)
             .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(got, expected, "{name}");
         // A static index outside its range is refused before the kernel runs.
-        let e = batch.launch(k, &[xs, ys], &[10], None).unwrap_err();
+        // SAFETY: the test's own buffers, one call at a time.
+        let e = unsafe { batch.launch(k, &[xs, ys], &[10], None) }.unwrap_err();
         assert!(
             matches!(e, arrayjit::Error::StaticIndex { .. }),
             "{name}: {e}"

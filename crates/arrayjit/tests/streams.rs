@@ -9,7 +9,7 @@ use arrayjit::Error;
 use arrayjit::prelude::*;
 
 mod common;
-use arrayjit::runtime::{RuntimeConfig, Strategy, backend_with_config};
+use arrayjit::runtime::{ArrayAccess, RuntimeConfig, Strategy, backend_with_config};
 use common::{hosted_input, hosted_output};
 
 fn multicore() -> Backend {
@@ -530,6 +530,79 @@ fn a_task_scheduling_onto_its_own_full_stream_does_not_deadlock() {
             ["outer", "inner 0", "inner 1", "inner 2"],
             "{name}: work a task schedules runs after it, in order"
         );
+    }
+}
+
+/// Tasks scheduled on a context's array reach its bytes only through `ScheduledArray`, ordered
+/// after the writer and before later readers; a read-only task cannot change them.
+#[test]
+fn tasks_on_an_array_read_and_update_it_in_order() {
+    for b in backends_with_streams() {
+        let name = b.name().to_string();
+        let s = b.get_device(0).unwrap().new_stream().unwrap();
+        let x = hosted_input(&[3], "x", &[1.0, 2.0, 3.0]);
+        let g = Tnode::new(Prec::F32, &[3], &["g"]).unwrap();
+        g.update_memory_mode(
+            MemoryMode::OnDevice(Sharing::PerStream),
+            "test: device array",
+        )
+        .unwrap();
+        let y = hosted_output(&[3], "y");
+        let make = b
+            .compile(
+                "make",
+                &Assignments::pointwise_unop(&g, UnOp::Identity, &x),
+                &[],
+            )
+            .unwrap();
+        let read = b
+            .compile("read", &Assignments::pointwise_unop(&y, UnOp::Neg, &g), &[])
+            .unwrap();
+        let rm = Context::new(&s).link(&make).unwrap();
+        let rr = rm.context().link(&read).unwrap();
+        rm.run().unwrap();
+        let f32s = |bytes: &[u8]| -> Vec<f32> {
+            bytes
+                .chunks(4)
+                .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen2 = seen.clone();
+        rr.context()
+            .schedule_on_array(&g, &s, ArrayAccess::ReadWrite, "triple", move |array| {
+                array.read(|bytes| *seen2.lock().unwrap() = f32s(bytes))?;
+                array.update(|bytes| {
+                    let tripled: Vec<u8> = f32s(bytes)
+                        .iter()
+                        .flat_map(|v| (3.0 * v).to_ne_bytes())
+                        .collect();
+                    bytes.copy_from_slice(&tripled);
+                    Ok(())
+                })
+            })
+            .unwrap();
+        rr.run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![-3.0, -6.0, -9.0], "{name}");
+        assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.0, 3.0], "{name}");
+        // A read-only task that tries to change the array fails, and the array is unchanged.
+        // (A Sync stream reports the failure at once, others when awaited.)
+        let err = rr
+            .context()
+            .schedule_on_array(&g, &s, ArrayAccess::Read, "sneaky", |array| {
+                array.update(|bytes| {
+                    bytes.fill(0);
+                    Ok(())
+                })
+            })
+            .and_then(|()| s.await_work())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("ArrayAccess::Read"),
+            "{name}: {err}"
+        );
+        rr.run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![-3.0, -6.0, -9.0], "{name}");
     }
 }
 

@@ -410,7 +410,7 @@ impl LoweredBackend for CcBackend {
         )?))
     }
 
-    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
         let d = self.cpu(dst)?;
         if d.size_in_bytes() != src.len() {
             return Err(size_mismatch(
@@ -424,7 +424,7 @@ impl LoweredBackend for CcBackend {
         unsafe { d.write(src) }
     }
 
-    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
         let s = self.cpu(src)?;
         if s.size_in_bytes() != dst.len() {
             return Err(size_mismatch("copy to host", s.size_in_bytes(), dst.len()));
@@ -435,7 +435,7 @@ impl LoweredBackend for CcBackend {
         Ok(())
     }
 
-    fn copy_from_host_range(
+    unsafe fn copy_from_host_range(
         &self,
         dst: &BufferHandle,
         offset: usize,
@@ -446,7 +446,7 @@ impl LoweredBackend for CcBackend {
         unsafe { self.cpu(dst)?.write_at(offset, src) }
     }
 
-    fn copy_to_host_range(
+    unsafe fn copy_to_host_range(
         &self,
         src: &BufferHandle,
         offset: usize,
@@ -462,7 +462,12 @@ impl LoweredBackend for CcBackend {
         Ok(())
     }
 
-    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_buffer(
+        &self,
+        dst: &BufferHandle,
+        src: &BufferHandle,
+        _: Queue<'_>,
+    ) -> Result<()> {
         let (d, s) = (self.cpu(dst)?, self.cpu(src)?);
         if d.size_in_bytes() != s.size_in_bytes() {
             return Err(size_mismatch(
@@ -550,7 +555,7 @@ impl LoweredBackend for CcBackend {
             .ok_or_else(|| Error::invalid(format!("device {device} has no pool {pool_id} to free")))
     }
 
-    fn memset_zero(
+    unsafe fn memset_zero(
         &self,
         device: usize,
         pool_id: usize,
@@ -780,7 +785,7 @@ impl CompiledBatch for CcBatch {
         Some(self.cache_hit)
     }
 
-    fn launch(
+    unsafe fn launch(
         &self,
         index: usize,
         args: &[BufferHandle],

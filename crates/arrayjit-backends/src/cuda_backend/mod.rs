@@ -359,7 +359,7 @@ impl CompiledBatch for CudaBatch {
         Some(self.cache_hit)
     }
 
-    fn launch(
+    unsafe fn launch(
         &self,
         index: usize,
         args: &[BufferHandle],
@@ -456,19 +456,29 @@ impl LoweredBackend for CudaBackend {
         )?))
     }
 
-    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>) -> Result<()> {
+    unsafe fn copy_from_host(
+        &self,
+        dst: &BufferHandle,
+        src: &[u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
         let d = buffers::of(dst)?;
         let gpu = self.gpu(d.device_ordinal())?;
         d.write(gpu, src, queue::stream_for(gpu, queue))
     }
 
-    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], queue: Queue<'_>) -> Result<()> {
+    unsafe fn copy_to_host(
+        &self,
+        src: &BufferHandle,
+        dst: &mut [u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
         let s = buffers::of(src)?;
         let gpu = self.gpu(s.device_ordinal())?;
         s.read(gpu, dst, queue::stream_for(gpu, queue))
     }
 
-    fn copy_from_host_range(
+    unsafe fn copy_from_host_range(
         &self,
         dst: &BufferHandle,
         offset: usize,
@@ -481,7 +491,7 @@ impl LoweredBackend for CudaBackend {
         d.write(gpu, src, queue::stream_for(gpu, queue))
     }
 
-    fn copy_to_host_range(
+    unsafe fn copy_to_host_range(
         &self,
         src: &BufferHandle,
         offset: usize,
@@ -494,7 +504,12 @@ impl LoweredBackend for CudaBackend {
         s.read(gpu, dst, queue::stream_for(gpu, queue))
     }
 
-    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, queue: Queue<'_>) -> Result<()> {
+    unsafe fn copy_buffer(
+        &self,
+        dst: &BufferHandle,
+        src: &BufferHandle,
+        queue: Queue<'_>,
+    ) -> Result<()> {
         let (d, s) = (buffers::of(dst)?, buffers::of(src)?);
         if d.size_in_bytes_exact() != s.size_in_bytes_exact() {
             return Err(Error::ShapeMismatch {
@@ -558,7 +573,7 @@ impl LoweredBackend for CudaBackend {
             .ok_or_else(|| Error::invalid(format!("no pool {pool_id} on {NAME}:{device}")))
     }
 
-    fn memset_zero(
+    unsafe fn memset_zero(
         &self,
         device: usize,
         pool_id: usize,

@@ -335,7 +335,7 @@ impl CompiledBatch for WgpuBatch {
         &self.source
     }
 
-    fn launch(
+    unsafe fn launch(
         &self,
         index: usize,
         args: &[BufferHandle],
@@ -443,19 +443,19 @@ impl LoweredBackend for WgpuBackend {
     }
 
     // Copies go on the device's one queue, in order, whatever the runtime stream.
-    fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
         let gpu = self.gpu()?;
         buffers::write(gpu, buffers::of(dst)?, src)
     }
 
-    fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
         let gpu = self.gpu()?;
         buffers::read(gpu, buffers::of(src)?, dst)
     }
 
     /// Directly when the range starts on a word (wgpu copies whole words) and ends on one or
     /// at the buffer's end; else the default's read, patch, write.
-    fn copy_from_host_range(
+    unsafe fn copy_from_host_range(
         &self,
         dst: &BufferHandle,
         offset: usize,
@@ -467,11 +467,12 @@ impl LoweredBackend for WgpuBackend {
         if buffers::word_aligned(d, offset, end) {
             return buffers::write(self.gpu()?, &d.view(offset, src.len())?, src);
         }
-        crate::patch_whole_buffer(self, dst, offset, src, queue)
+        // SAFETY: this method's contract is the helper's.
+        unsafe { crate::patch_whole_buffer(self, dst, offset, src, queue) }
     }
 
     /// Directly when the range starts on a word; else through the whole buffer.
-    fn copy_to_host_range(
+    unsafe fn copy_to_host_range(
         &self,
         src: &BufferHandle,
         offset: usize,
@@ -483,10 +484,16 @@ impl LoweredBackend for WgpuBackend {
         if (s.offset + offset).is_multiple_of(4) {
             return buffers::read(self.gpu()?, &s.view(offset, dst.len())?, dst);
         }
-        crate::read_through_whole_buffer(self, src, offset, dst, queue)
+        // SAFETY: this method's contract is the helper's.
+        unsafe { crate::read_through_whole_buffer(self, src, offset, dst, queue) }
     }
 
-    fn copy_buffer(&self, dst: &BufferHandle, src: &BufferHandle, _: Queue<'_>) -> Result<()> {
+    unsafe fn copy_buffer(
+        &self,
+        dst: &BufferHandle,
+        src: &BufferHandle,
+        _: Queue<'_>,
+    ) -> Result<()> {
         let gpu = self.gpu()?;
         buffers::copy(gpu, buffers::of(dst)?, buffers::of(src)?)
     }
@@ -535,7 +542,7 @@ impl LoweredBackend for WgpuBackend {
             .ok_or_else(|| Error::invalid(format!("no pool {pool_id}")))
     }
 
-    fn memset_zero(
+    unsafe fn memset_zero(
         &self,
         device: usize,
         pool_id: usize,
@@ -756,36 +763,48 @@ mod tests {
         let b = WgpuBackend::new();
         // An odd size: wgpu copies whole words, the backend pads and trims.
         let buf = b.alloc_zeroed(0, 6).unwrap();
-        b.copy_from_host(&buf, &[1, 2, 3, 4, 5, 6], None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_from_host(&buf, &[1, 2, 3, 4, 5, 6], None) }.unwrap();
         let mut back = [0u8; 6];
-        b.copy_to_host(&buf, &mut back, None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_to_host(&buf, &mut back, None) }.unwrap();
         assert_eq!(back, [1, 2, 3, 4, 5, 6]);
+        // SAFETY: the test's own buffers, one call at a time.
         assert!(matches!(
-            b.copy_from_host(&buf, &[0; 5], None),
+            unsafe { b.copy_from_host(&buf, &[0; 5], None) },
             Err(Error::ShapeMismatch { .. })
         ));
         // Ranges: on words (direct), ending at the buffer's odd end (direct), inside a word
         // (through the whole buffer); neighbours keep their bytes.
-        b.copy_from_host_range(&buf, 0, &[7, 7, 7, 7], None)
-            .unwrap();
-        b.copy_from_host_range(&buf, 4, &[8, 8], None).unwrap();
-        b.copy_from_host_range(&buf, 1, &[9, 9], None).unwrap();
-        b.copy_to_host(&buf, &mut back, None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_from_host_range(&buf, 0, &[7, 7, 7, 7], None) }.unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_from_host_range(&buf, 4, &[8, 8], None) }.unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_from_host_range(&buf, 1, &[9, 9], None) }.unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_to_host(&buf, &mut back, None) }.unwrap();
         assert_eq!(back, [7, 9, 9, 7, 8, 8]);
         let mut part = [0u8; 3];
-        b.copy_to_host_range(&buf, 3, &mut part, None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_to_host_range(&buf, 3, &mut part, None) }.unwrap();
         assert_eq!(part, [7, 8, 8]);
-        b.copy_to_host_range(&buf, 4, &mut part[..2], None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_to_host_range(&buf, 4, &mut part[..2], None) }.unwrap();
         assert_eq!(part[..2], [8, 8]);
-        assert!(b.copy_from_host_range(&buf, 5, &[1, 1], None).is_err());
+        // SAFETY: the test's own buffers, one call at a time.
+        assert!(unsafe { b.copy_from_host_range(&buf, 5, &[1, 1], None) }.is_err());
         // Pool views are aligned for binding and zeroed on request.
         let align = b.pool_alignment();
         b.alloc_pool(0, 7, 4 * align, align).unwrap();
         let view = b.pool_view(0, 7, align, 8).unwrap();
-        b.copy_from_host(&view, &[9; 8], None).unwrap();
-        b.memset_zero(0, 7, align, 8).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_from_host(&view, &[9; 8], None) }.unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.memset_zero(0, 7, align, 8) }.unwrap();
         let mut z = [1u8; 8];
-        b.copy_to_host(&view, &mut z, None).unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { b.copy_to_host(&view, &mut z, None) }.unwrap();
         assert_eq!(z, [0; 8]);
         assert!(b.alloc_pool(0, 8, 64, align / 2).is_err() || align <= 64);
         assert!(b.pool_view(0, 7, 4 * align, 1).is_err());

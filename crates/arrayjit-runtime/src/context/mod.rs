@@ -29,7 +29,7 @@ use crate::stream::Stream;
 
 mod transfers;
 
-pub use transfers::{ArrayAccess, MergeBufferUse};
+pub use transfers::{ArrayAccess, MergeBufferUse, ScheduledArray};
 
 struct ContextInner {
     id: usize,

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use arrayjit_backends::{BufferHandle, LoweredBackend};
+use arrayjit_backends::{BufferHandle, DeviceBuffer as _, LoweredBackend};
 use arrayjit_ir::{Error, Result, Tnode};
 
 use super::Context;
@@ -23,6 +23,83 @@ pub enum ArrayAccess {
     Write,
     /// It reads and writes the array (a collective reducing into it).
     ReadWrite,
+}
+
+/// A context's array as a task of [`Context::schedule_on_array`] sees it: the task holds the
+/// access it asked for (ordered by the array's events), so reading and writing the array's
+/// bytes here is safe. On a CPU backend the bytes are the array itself; elsewhere they are a
+/// host copy (read after the stream's earlier device work, written back on its queue).
+pub struct ScheduledArray<'a> {
+    buffer: &'a BufferHandle,
+    lowered: &'a Arc<dyn LoweredBackend>,
+    access: ArrayAccess,
+    queue: Option<&'a dyn arrayjit_backends::DeviceQueue>,
+}
+
+impl ScheduledArray<'_> {
+    /// The array's buffer (its size, device and precision; a backend-specific collective may
+    /// downcast it, under the lowered layer's contract: see
+    /// [`arrayjit_backends::DATA_PLANE_CONTRACT`]).
+    pub fn buffer(&self) -> &BufferHandle {
+        self.buffer
+    }
+
+    /// The access the task was scheduled with.
+    pub fn access(&self) -> ArrayAccess {
+        self.access
+    }
+
+    /// Calls `f` with the array's bytes.
+    pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        if let Some(cpu) = self
+            .buffer
+            .as_any()
+            .downcast_ref::<arrayjit_backends::CpuBuffer>()
+        {
+            // SAFETY: the task holds at least read access (no writer runs until it ends); the
+            // buffer is alive and its `size_in_bytes` bytes from `as_ptr` are its own.
+            let bytes = unsafe { std::slice::from_raw_parts(cpu.as_ptr(), cpu.size_in_bytes()) };
+            return Ok(f(bytes));
+        }
+        let mut bytes = vec![0u8; self.buffer.size_in_bytes()];
+        // SAFETY: as above, nothing writes the array while the task runs.
+        unsafe {
+            self.lowered
+                .copy_to_host(self.buffer, &mut bytes, self.queue)?
+        };
+        Ok(f(&bytes))
+    }
+
+    /// Calls `f` with the array's bytes to change them in place (a host copy written back on
+    /// backends whose arrays the host cannot reach). An error for a task scheduled with
+    /// [`ArrayAccess::Read`]; when `f` fails, a host copy is not written back.
+    pub fn update(&self, f: impl FnOnce(&mut [u8]) -> Result<()>) -> Result<()> {
+        if self.access == ArrayAccess::Read {
+            return Err(Error::invalid(
+                "a task scheduled with ArrayAccess::Read changed its array; schedule it with \
+                 Write or ReadWrite",
+            ));
+        }
+        if let Some(cpu) = self
+            .buffer
+            .as_any()
+            .downcast_ref::<arrayjit_backends::CpuBuffer>()
+        {
+            // SAFETY: the task holds write access: it runs after the array's last writer and
+            // readers, and later accesses wait for it, so nothing else touches these bytes.
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(cpu.as_ptr(), cpu.size_in_bytes()) };
+            return f(bytes);
+        }
+        let mut bytes = vec![0u8; self.buffer.size_in_bytes()];
+        // SAFETY (both copies): the task holds write access, as above.
+        unsafe {
+            self.lowered
+                .copy_to_host(self.buffer, &mut bytes, self.queue)?
+        };
+        f(&mut bytes)?;
+        unsafe { self.lowered.copy_from_host(self.buffer, &bytes, self.queue) }
+    }
 }
 
 /// Where [`Context::device_to_device`] puts the node's values.
@@ -61,15 +138,16 @@ impl Context {
     /// readers), before later work on it. A write makes a hosted node's host copy refresh from
     /// this array when next read. `on` may be another stream of the context's device (a
     /// communication stream, say); `label` names the task in errors and traces. The task gets
-    /// the array and the lowered backend. Writing an array that is its node's host array used
-    /// in place is an error (such nodes change only on the host).
+    /// the array as a [`ScheduledArray`], through which it reads or changes the bytes safely
+    /// while it holds its access. Writing an array that is its node's host array used in place
+    /// is an error (such nodes change only on the host).
     pub fn schedule_on_array(
         &self,
         tn: &Tnode,
         on: &Stream,
         access: ArrayAccess,
         label: &'static str,
-        task: impl FnOnce(&BufferHandle, &Arc<dyn LoweredBackend>) -> Result<()> + Send + 'static,
+        task: impl FnOnce(&ScheduledArray<'_>) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let entry = self.entry(tn)?.clone();
         let here = self.inner.stream.device();
@@ -92,17 +170,24 @@ impl Context {
                 self.describe()
             )));
         }
-        let access = match access {
+        let ordered = match access {
             ArrayAccess::Read => Access::Read,
             ArrayAccess::Write => Access::Write,
             ArrayAccess::ReadWrite => Access::ReadWrite,
         };
-        let (buffer, lowered) = (entry.buffer.clone(), self.lowered());
+        let (buffer, lowered, queue) = (entry.buffer.clone(), self.lowered(), on.queue());
         entry.schedule_access(
             on,
-            access,
+            ordered,
             TaskLabel::Named("collective", Arc::from(label)),
-            move || task(&buffer, &lowered),
+            move || {
+                task(&ScheduledArray {
+                    buffer: &buffer,
+                    lowered: &lowered,
+                    access,
+                    queue: queue.as_deref(),
+                })
+            },
         )?;
         if writes && tn.is_hosted() {
             crate::host_sync::device_changed_hosted(on, &entry);
@@ -202,7 +287,10 @@ impl Context {
                 stream,
                 Access::Write,
                 TaskLabel::Copy("copy part from host", end - start),
-                move || lowered.copy_from_host_range(&buffer, start, &bytes, queue.as_deref()),
+                // SAFETY: run by `schedule_access` as the array's writer (host_sync rule 3).
+                move || unsafe {
+                    lowered.copy_from_host_range(&buffer, start, &bytes, queue.as_deref())
+                },
             )?;
         }
         tn.mark_range_up_to_date(entry.uid, elems.start, elems.end);
@@ -241,7 +329,8 @@ impl Context {
             move || {
                 node.with_host_mut(|nd| {
                     let dst = &mut nd.as_bytes_mut()[start..end];
-                    lowered.copy_to_host_range(&buffer, start, dst, queue.as_deref())
+                    // SAFETY: run by `schedule_access` as a reader (host_sync rule 2).
+                    unsafe { lowered.copy_to_host_range(&buffer, start, dst, queue.as_deref()) }
                 })
             },
         )?;
@@ -288,7 +377,9 @@ impl Context {
                 dst.order(stream, Access::Write)?;
                 let (d, s, q) = (dst.buffer.clone(), src_entry.buffer.clone(), stream.queue());
                 stream.schedule(
-                    Box::new(move || lowered.copy_buffer(&d, &s, q.as_deref())),
+                    // SAFETY: ordered above as a read of the source and a write of the
+                    // destination, and recorded as such below (host_sync rules 2 and 3).
+                    Box::new(move || unsafe { lowered.copy_buffer(&d, &s, q.as_deref()) }),
                     TaskLabel::Copy("device-to-device copy", tn.size_in_bytes()),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);
@@ -332,7 +423,10 @@ impl Context {
                 };
                 let (d, s, q) = (dst.clone(), src_entry.buffer.clone(), stream.queue());
                 stream.schedule(
-                    Box::new(move || lowered.copy_buffer(&d, &s, q.as_deref())),
+                    // SAFETY: ordered above as a read of the source, recorded below; the
+                    // destination is the stream's own merge buffer (never another context's
+                    // array, see `MergeSlot`), used only by this stream's work in order.
+                    Box::new(move || unsafe { lowered.copy_buffer(&d, &s, q.as_deref()) }),
                     TaskLabel::Copy("copy into the merge buffer", tn.size_in_bytes()),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);
