@@ -274,8 +274,44 @@ fn tnode__backend_info_update_code_name_and_log_debug_info() {
             debug.contains(&y.header()) && debug.contains("host array") && debug.contains(&info),
             "{debug}"
         );
-        y.log_debug_info();
+        // Logged at the level asked for, and only there.
+        let (logged, _) = capture_logs(tracing::Level::INFO, || {
+            y.log_debug_info(tracing::Level::INFO);
+            y.log_debug_info(tracing::Level::DEBUG);
+        });
+        assert_eq!(logged.matches(&y.header()).count(), 1, "{name}: {logged}");
+        assert!(
+            logged.contains("INFO") && logged.contains("arrayjit::tnode"),
+            "{logged}"
+        );
     }
+}
+
+/// Runs `f` with a `tracing` subscriber that keeps events at `max` or more severe; returns what
+/// it logged and `f`'s result.
+fn capture_logs<R>(max: tracing::Level, f: impl FnOnce() -> R) -> (String, R) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(max)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    (text, result)
 }
 
 /// `ocannl-ir-tnode.txt`, `print_accessible_headers` / `log_accessible_headers` and the
@@ -289,8 +325,22 @@ fn tnode__print_accessible_headers() {
     assert_eq!(headers, vec![a.header(), b.header()]);
     drop(b);
     assert_eq!(Tnode::accessible_headers(ours), vec![a.header()]);
+    let mut printed = Vec::new();
+    Tnode::write_accessible_headers(&mut printed, ours).unwrap();
+    assert_eq!(
+        String::from_utf8(printed).unwrap(),
+        format!("{}\n", a.header())
+    );
+    let (logged, _) = capture_logs(tracing::Level::DEBUG, || {
+        Tnode::log_accessible_headers(ours, tracing::Level::DEBUG)
+    });
+    assert_eq!(logged.lines().count(), 1, "{logged}");
+    assert!(logged.contains(&a.header()), "{logged}");
+    let (quiet, _) = capture_logs(tracing::Level::INFO, || {
+        Tnode::log_accessible_headers(ours, tracing::Level::DEBUG)
+    });
+    assert!(quiet.is_empty(), "{quiet}");
     Tnode::print_accessible_headers(ours);
-    Tnode::log_accessible_headers(ours);
 }
 
 /// `ocannl-backend-intf-device.txt`, `optimize_ctx` / `empty_optimize_ctx` / `make_context

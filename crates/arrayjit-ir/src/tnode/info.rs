@@ -61,9 +61,11 @@ impl Tnode {
         out
     }
 
-    /// Logs [`Tnode::debug_info`] at the `debug` level of `tracing` (target `arrayjit::tnode`).
-    pub fn log_debug_info(&self) {
-        tracing::debug!(target: "arrayjit::tnode", "{}", self.debug_info());
+    /// Logs [`Tnode::debug_info`] through `tracing` at `level` (target `arrayjit::tnode`): the
+    /// reference's `log_debug_info ~from_log_level`. It is built only when a subscriber takes
+    /// that level.
+    pub fn log_debug_info(&self, level: tracing::Level) {
+        log_at(level, || self.debug_info());
     }
 
     /// The headers of every live node that `pred` accepts, by id.
@@ -80,17 +82,48 @@ impl Tnode {
             .collect()
     }
 
-    /// Prints [`Tnode::accessible_headers`] of every live node `pred` accepts, one per line.
+    /// Prints [`Tnode::accessible_headers`] of every live node `pred` accepts, one per line,
+    /// on standard output.
     pub fn print_accessible_headers(pred: impl Fn(&Tnode) -> bool) {
-        for h in Tnode::accessible_headers(pred) {
-            println!("{h}");
-        }
+        let _ = Tnode::write_accessible_headers(&mut std::io::stdout().lock(), pred);
     }
 
-    /// Logs [`Tnode::accessible_headers`] at the `debug` level (target `arrayjit::tnode`).
-    pub fn log_accessible_headers(pred: impl Fn(&Tnode) -> bool) {
+    /// Writes [`Tnode::accessible_headers`] of every live node `pred` accepts to `out`, one per
+    /// line (what [`Tnode::print_accessible_headers`] prints).
+    pub fn write_accessible_headers(
+        out: &mut impl std::io::Write,
+        pred: impl Fn(&Tnode) -> bool,
+    ) -> std::io::Result<()> {
         for h in Tnode::accessible_headers(pred) {
-            tracing::debug!(target: "arrayjit::tnode", "{h}");
+            writeln!(out, "{h}")?;
         }
+        Ok(())
+    }
+
+    /// Logs [`Tnode::accessible_headers`] of every live node `pred` accepts at `level`, one
+    /// event per node (target `arrayjit::tnode`).
+    pub fn log_accessible_headers(pred: impl Fn(&Tnode) -> bool, level: tracing::Level) {
+        for h in Tnode::accessible_headers(pred) {
+            log_at(level, || h);
+        }
+    }
+}
+
+/// Emits `text()` at `level` (target `arrayjit::tnode`), building it only if enabled.
+fn log_at(level: tracing::Level, text: impl FnOnce() -> String) {
+    use tracing::Level;
+    macro_rules! at {
+        ($lvl:expr) => {
+            if tracing::enabled!(target: "arrayjit::tnode", $lvl) {
+                tracing::event!(target: "arrayjit::tnode", $lvl, "{}", text());
+            }
+        };
+    }
+    match level {
+        Level::ERROR => at!(Level::ERROR),
+        Level::WARN => at!(Level::WARN),
+        Level::INFO => at!(Level::INFO),
+        Level::DEBUG => at!(Level::DEBUG),
+        _ => at!(Level::TRACE),
     }
 }
