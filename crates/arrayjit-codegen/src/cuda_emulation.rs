@@ -24,6 +24,16 @@ use crate::{CSyntax, SourceKernel};
 /// The emulation of the CUDA execution model every emulated program starts with.
 pub const EMULATION_HEADER: &str = include_str!("cuda_emulation.hpp");
 
+/// The block limits the emulation keeps to, those of CUDA devices: at most this many threads
+/// per block.
+pub const EMULATED_MAX_THREADS: u32 = 1024;
+/// Largest block per dimension (x, y, z), as on CUDA devices.
+pub const EMULATED_MAX_BLOCK: [u32; 3] = [1024, 1024, 64];
+/// Static `__shared__` memory a kernel may declare per block, as on CUDA devices (48 KiB).
+pub const EMULATED_SHARED_BYTES: usize = 48 * 1024;
+/// Threads per warp: warp shuffles exchange within runs of this many threads.
+pub const EMULATED_WARP_SIZE: usize = 32;
+
 /// The host compiler flags emulated programs need besides `-shared -fPIC`: C++, and no
 /// floating-point contraction the IR did not ask for (NVRTC runs with `--fmad=false`).
 pub const EMULATION_FLAGS: &[&str] = &["-x", "c++", "-std=c++17", "-O1", "-ffp-contract=off"];
@@ -108,7 +118,8 @@ pub fn emulated_source(source: &str, kernels: &[SourceKernel]) -> Result<String>
     let mut out = format!("{EMULATION_HEADER}\n");
     for k in kernels {
         check_symbol(&k.interface.symbol)?;
-        k.launch.check(&k.interface.name, 1024)?;
+        k.launch
+            .check(&k.interface.name, u64::from(EMULATED_MAX_THREADS))?;
         let _ = writeln!(out, "#define {0} {0}__aj_kernel", k.interface.symbol);
     }
     out.push_str("#line 1 \"kernel source\"\n");

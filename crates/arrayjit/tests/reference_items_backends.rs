@@ -779,6 +779,11 @@ fn rune_backend_intf__compile_source_and_launch_with_dims() {
         missing.interface.symbol = "aj_missing".into();
         let e = unsafe { lowered.compile_source(ROW_SUMS_WGSL, &[missing]) }.unwrap_err();
         assert!(e.to_string().contains("no entry point aj_missing"), "{e}");
+        // A block other than the shader's @workgroup_size is refused, naming both.
+        let mut other_block = kernel.clone();
+        other_block.launch.block = [64, 1, 1];
+        let e = unsafe { lowered.compile_source(ROW_SUMS_WGSL, &[other_block]) }.unwrap_err();
+        assert!(e.to_string().contains("@workgroup_size[32, 2, 1]"), "{e}");
         let mut no_statics = kernel.clone();
         no_statics.interface.statics.clear();
         let e = unsafe { lowered.compile_source(ROW_SUMS_WGSL, &[no_statics]) }.unwrap_err();
@@ -790,4 +795,72 @@ fn rune_backend_intf__compile_source_and_launch_with_dims() {
         "no backend ran the source kernel (cuda_emu, cuda, wgpu all unavailable)"
     );
     eprintln!("ran on {ran:?}");
+}
+
+/// `rune-backend-intf.txt`, `Device_info.max_shared_memory` / `max_workgroup_size`: every
+/// backend states its block and shared-memory limits, and a hand-written kernel launched past
+/// them is refused before it runs. CPU backends run one invocation per kernel call; `cuda_emu`
+/// keeps to CUDA's limits, which it emulates; wgpu reports its adapter's (at least WebGPU's
+/// required minimums).
+#[test]
+fn rune_backend_intf__device_info_limits() {
+    use arrayjit::codegen::{KernelInterface, LaunchDims, SourceKernel};
+    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+        let name = backend.name();
+        let info = backend.get_device(0).unwrap().info().unwrap();
+        let [x, y, z] = info.max_local_size;
+        assert!(
+            u64::from(info.max_local_invocations) <= u64::from(x) * u64::from(y) * u64::from(z),
+            "{name}: {info}"
+        );
+        match name {
+            "sync_cc" | "multicore_cc" => {
+                assert_eq!(
+                    (info.max_local_size, info.max_local_invocations),
+                    ([1, 1, 1], 1)
+                );
+                assert_eq!(info.max_shared_bytes, 0, "{name}");
+            }
+            "cuda_emu" => {
+                assert_eq!(info.max_local_size, [1024, 1024, 64]);
+                assert_eq!(info.max_local_invocations, 1024);
+                assert_eq!(info.max_shared_bytes, 48 * 1024);
+                assert_eq!(info.subgroup_size, 32);
+            }
+            "wgpu" => {
+                assert!(info.max_local_invocations >= 256, "{info}");
+                assert!(info.max_shared_bytes >= 16 * 1024, "{info}");
+            }
+            "cuda" => {
+                assert!(info.max_local_invocations >= 1024, "{info}");
+                assert!(info.max_shared_bytes >= 48 * 1024, "{info}");
+            }
+            _ => {}
+        }
+        if matches!(name, "cuda_emu" | "cuda") {
+            // One thread past the limit: refused at compile_source, naming the limit.
+            let interface = KernelInterface {
+                name: "too_big".into(),
+                symbol: "too_big".into(),
+                args: vec![],
+                merge: None,
+                statics: vec![],
+                scratch_bytes: 0,
+            };
+            let kernel = SourceKernel::gpu(
+                interface,
+                LaunchDims {
+                    grid: [1, 1, 1],
+                    block: [info.max_local_invocations + 1, 1, 1],
+                },
+            );
+            let source = "extern \"C\" __global__ void too_big() {}";
+            let e = unsafe { backend.lowered().compile_source(source, &[kernel]) }.unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("at most {}", info.max_local_invocations)),
+                "{name}: {e}"
+            );
+        }
+    }
 }

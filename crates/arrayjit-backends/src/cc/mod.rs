@@ -331,7 +331,13 @@ impl LoweredBackend for CcBackend {
         let workers = self.workers.get(device).map_or(1, WorkerPool::workers);
         let mut info = crate::DeviceInfo::cpu(cpu, workers);
         if self.dialect == CcDialect::CudaEmulated {
+            // The CUDA code it runs may assume the block limits the emulation keeps to.
+            use arrayjit_codegen::cuda_emulation as emu;
             info.name = format!("{} running emulated CUDA blocks", info.name);
+            info.max_local_size = emu::EMULATED_MAX_BLOCK;
+            info.max_local_invocations = emu::EMULATED_MAX_THREADS;
+            info.max_shared_bytes = emu::EMULATED_SHARED_BYTES;
+            info.subgroup_size = emu::EMULATED_WARP_SIZE;
         }
         Ok(info)
     }

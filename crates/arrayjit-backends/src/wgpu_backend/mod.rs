@@ -265,7 +265,9 @@ impl Gpu {
 /// The bindings of group 0 that entry point `entry` of a WGSL module uses, ascending: a
 /// pipeline's automatic layout holds exactly these. A module that does not parse or validate,
 /// or lacks the entry point, is an error saying why.
-fn source_bindings(gpu: &Gpu, source: &str, entry: &str) -> Result<Vec<u32>> {
+/// What a hand-written WGSL entry point uses: its bindings of group 0 (sorted) and the
+/// `@workgroup_size` it declares.
+fn source_bindings(gpu: &Gpu, source: &str, entry: &str) -> Result<(Vec<u32>, [u32; 3])> {
     let action = format!("reading the WGSL of entry point {entry}");
     let module = naga::front::wgsl::parse_str(source)
         .map_err(|e| gpu.driver_error(&action, e.emit_to_string(source).into()))?;
@@ -300,7 +302,7 @@ fn source_bindings(gpu: &Gpu, source: &str, entry: &str) -> Result<Vec<u32>> {
         .collect();
     bindings.sort_unstable();
     bindings.dedup();
-    Ok(bindings)
+    Ok((bindings, module.entry_points[index].workgroup_size))
 }
 
 /// One compiled routine: its passes' pipelines and the buffers of its local nodes.
@@ -655,11 +657,20 @@ impl LoweredBackend for WgpuBackend {
         for k in kernels {
             let iface = &k.interface;
             check_symbol(&iface.symbol)?;
-            // The shader declares its workgroup size; the grid is the workgroup count.
-            k.launch.check(&iface.name, u64::MAX)?;
+            // The shader declares its workgroup size, which the launch's block must be (a
+            // shader's indexing depends on it); the grid is the workgroup count.
+            k.launch
+                .check(&iface.name, u64::from(gpu.info.max_local_invocations))?;
             let buffers = iface.buffer_sizes().len() as u32;
             let statics_binding = (!iface.statics.is_empty()).then_some(buffers);
-            let bindings = source_bindings(&gpu, source, &iface.symbol)?;
+            let (bindings, workgroup_size) = source_bindings(&gpu, source, &iface.symbol)?;
+            if workgroup_size != k.launch.block {
+                return Err(Error::invalid(format!(
+                    "kernel {} launches blocks of {:?} threads, but entry point {} declares \
+                     @workgroup_size{:?}; give the launch the shader's workgroup size",
+                    iface.name, k.launch.block, iface.symbol, workgroup_size
+                )));
+            }
             let known = buffers + u32::from(statics_binding.is_some());
             if let Some(b) = bindings.iter().find(|&&b| b >= known) {
                 return Err(Error::invalid(format!(
