@@ -33,6 +33,26 @@ fn a_data_parallel_run_traces_streams_kernels_copies_waits_and_compiles() {
         ..Default::default()
     };
     let report = moons::run(&config, |_| {}).unwrap();
+    // Whether the demo's streams ever wait for each other depends on timing (a producer that
+    // finished before its consumer scheduled the wait needs none): one wait that certainly
+    // blocks, on streams of their own, so the arrows are always checked.
+    let lowered = arrayjit::backend("multicore_cc").unwrap().lowered().clone();
+    let pair = arrayjit::runtime::Backend::with_scheduler(
+        "traced_pair",
+        lowered,
+        arrayjit::runtime::scheduler::SchedulerKind::Multicore { queue_capacity: 8 },
+        Default::default(),
+    );
+    let dev = pair.get_device(0).unwrap();
+    let (producer, consumer) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    producer
+        .schedule_task(|| {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            Ok(())
+        })
+        .unwrap();
+    consumer.will_wait_for(&producer.all_work()).unwrap();
+    consumer.await_work().unwrap();
     let trace = arrayjit::runtime::stop_trace().unwrap();
     assert!(arrayjit::runtime::stop_trace().is_none());
     assert_eq!(report.losses.len(), 2);
