@@ -128,18 +128,63 @@ pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend
     Ok(b)
 }
 
+/// The backends [`initialize`] made, one per name, with their settings: the process-wide
+/// backends (the reference's `initialize` / `is_initialized`).
+static INITIALIZED: Mutex<Vec<(&'static str, RuntimeConfig, Backend)>> = Mutex::new(Vec::new());
+
 /// Resolves a backend (by name, or the default one) and checks that it can run here: the one
 /// call that starts arrayjit. An unavailable backend is an error here rather than a placeholder.
+///
+/// The backend is process-wide: a later `initialize` of the same name returns the same backend
+/// (same devices, so constants and arrays shared across streams are not duplicated). Use
+/// [`backend`] for a separate instance.
 pub fn initialize(name: Option<&str>) -> Result<Backend> {
     initialize_with_config(name, &RuntimeConfig::default())
 }
 
-/// Like [`initialize`], with a strategy, a number of CPU devices and queue settings.
+/// Like [`initialize`], with a strategy, a number of CPU devices and queue settings. A backend
+/// already initialized in this process with other settings is an [`Error::InvalidSetting`]
+/// (its devices exist already); with the same settings it is returned.
 pub fn initialize_with_config(name: Option<&str>, config: &RuntimeConfig) -> Result<Backend> {
     let name = name.map_or_else(default_backend_name, str::to_string);
-    let b = backend_with_config(&name, config)?;
+    let canonical = registry::find(&name)
+        .ok_or_else(|| Error::UnknownBackend {
+            name: name.clone(),
+            available: available_backends().join(", "),
+        })?
+        .name;
+    let mut made = INITIALIZED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, settings, b)) = made.iter().find(|(n, ..)| *n == canonical) {
+        if settings != config {
+            return Err(Error::InvalidSetting {
+                setting: format!("RuntimeConfig of initialize({canonical})"),
+                value: format!("{config:?}"),
+                expected: format!(
+                    "the settings {canonical} was initialized with in this process \
+                     ({settings:?}): a backend is initialized once per process; use \
+                     backend_with_config for another instance"
+                ),
+            });
+        }
+        return Ok(b.clone());
+    }
+    let b = backend_with_config(canonical, config)?;
     b.check_available()?;
+    made.push((canonical, config.clone(), b.clone()));
     Ok(b)
+}
+
+/// Whether [`initialize`] has made the backend called `name` in this process (false for an
+/// unknown name; a backend made by [`backend`] does not count).
+pub fn is_initialized(name: &str) -> bool {
+    let Some(entry) = registry::find(name) else {
+        return false;
+    };
+    INITIALIZED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|(n, ..)| *n == entry.name)
 }
 
 /// The backend named by `ARRAYJIT_BACKEND`, else `sync_cc`.
@@ -263,6 +308,11 @@ impl Backend {
     /// The parallelism strategy.
     pub fn strategy(&self) -> Strategy {
         self.inner.strategy
+    }
+
+    /// Whether two handles refer to the same backend (e.g. two [`initialize`] calls).
+    pub fn same_as(&self, other: &Backend) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The backend's name, e.g. `"sync_cc"`.

@@ -27,7 +27,7 @@ mod task_queue;
 pub use backend::{
     Backend, Device, KNOWN_BACKENDS, MAX_POOL_BYTES_RANGE, QUEUE_CAPACITY_RANGE, RuntimeConfig,
     Strategy, available_backends, backend, backend_with_config, default_backend, initialize,
-    initialize_with_config,
+    initialize_with_config, is_initialized,
 };
 pub use context::{ArrayAccess, Context, MergeBufferUse, ScheduledArray};
 pub use data_parallel::DataParallel;

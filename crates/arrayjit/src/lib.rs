@@ -132,7 +132,9 @@ pub use arrayjit_runtime as runtime;
 pub use arrayjit_tensor as tensor;
 
 pub use arrayjit_ir::{Error, Result};
-pub use arrayjit_runtime::{available_backends, backend, default_backend, initialize};
+pub use arrayjit_runtime::{
+    available_backends, backend, default_backend, initialize, is_initialized,
+};
 
 /// Sends `tracing` output (arrayjit's warnings: an unusable compile cache, a stream dropped
 /// with an unread error) to stderr, filtered by `RUST_LOG` (warnings by default), unless the

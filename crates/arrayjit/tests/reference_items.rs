@@ -610,3 +610,75 @@ fn backend_intf_device__make_context_with_explicit_arrays() {
         assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
     }
 }
+
+/// `ocannl-lowered-backend-missing.txt` / `ocannl-schedulers-multicore.txt`, `initialize` and
+/// `is_initialized`: one backend per name in the process; a second `initialize` returns it
+/// (same devices), so a hosted constant read from streams of both handles has one array; other
+/// settings for an initialized backend are refused; unknown and unavailable names are errors
+/// and leave nothing initialized.
+#[test]
+fn backend_any_common__initialize_is_process_wide() {
+    // (No other test of this file initializes a backend.)
+    assert!(!arrayjit::is_initialized("multicore_cc"));
+    let a = arrayjit::initialize(Some("multicore_cc")).unwrap();
+    assert!(arrayjit::is_initialized("multicore_cc"));
+    let b = arrayjit::initialize(Some("multicore_cc")).unwrap();
+    assert!(a.same_as(&b));
+    let (da, db) = (a.get_device(0).unwrap(), b.get_device(0).unwrap());
+    assert_eq!(da.uid(), db.uid());
+    // A separate instance is not the process-wide one.
+    assert!(!arrayjit::backend("multicore_cc").unwrap().same_as(&a));
+    // A node shared across streams, written on a stream of one handle and read on a stream of
+    // the other: one array on the device, holding the writer's values.
+    let x = input("x", &[1.0, 2.0]);
+    let table = Tnode::new(Prec::F32, &[2], &["table"]).unwrap();
+    table
+        .update_memory_mode(
+            MemoryMode::OnDevice(Sharing::SharedCrossStreams),
+            "test: shared",
+        )
+        .unwrap();
+    let y = result("y", 2);
+    let fill = a
+        .compile(
+            "fill",
+            &Assignments::pointwise_unop(&table, UnOp::Neg, &x),
+            &[],
+        )
+        .unwrap();
+    let read = b
+        .compile(
+            "read",
+            &Assignments::pointwise_unop(&y, UnOp::Abs, &table),
+            &[],
+        )
+        .unwrap();
+    let writer = Context::new(&da.new_stream().unwrap()).link(&fill).unwrap();
+    writer.run().unwrap();
+    let reader = Context::new(&db.new_stream().unwrap()).link(&read).unwrap();
+    reader.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![1.0, 2.0]);
+    assert_eq!(
+        writer.context().copy_id(&table).unwrap(),
+        reader.context().copy_id(&table).unwrap()
+    );
+    // Other settings: refused, naming the ones in use.
+    let other = arrayjit::runtime::RuntimeConfig {
+        queue_capacity: 7,
+        ..Default::default()
+    };
+    let e = arrayjit::runtime::initialize_with_config(Some("multicore_cc"), &other).unwrap_err();
+    assert!(
+        matches!(e, arrayjit::Error::InvalidSetting { .. })
+            && e.to_string().contains("once per process"),
+        "{e}"
+    );
+    // Unknown and unavailable backends.
+    assert!(matches!(
+        arrayjit::initialize(Some("tpu")),
+        Err(arrayjit::Error::UnknownBackend { .. })
+    ));
+    assert!(!arrayjit::is_initialized("tpu"));
+    assert!(arrayjit::initialize(Some("metal")).is_err());
+    assert!(!arrayjit::is_initialized("metal"));
+}
