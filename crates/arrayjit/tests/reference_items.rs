@@ -682,3 +682,81 @@ fn backend_any_common__initialize_is_process_wide() {
     assert!(arrayjit::initialize(Some("metal")).is_err());
     assert!(!arrayjit::is_initialized("metal"));
 }
+
+/// `ocannl-lowered-backend-missing.txt` / `ocannl-schedulers-multicore.txt`, `make_child
+/// ?ctx_arrays`: a child of the same stream whose parent is the given context, holding the
+/// parent's arrays when none are given, else exactly the given ones (checked like
+/// `make_context ?ctx_arrays`); a merge node other than the parent's is refused.
+#[test]
+fn backend_device_common__make_child_with_ctx_arrays() {
+    for name in CPU_BACKENDS {
+        let (backend, stream) = backend_and_stream(name);
+        let lowered = backend.lowered();
+        let a = Tnode::new(Prec::F32, &[3], &["a"]).unwrap();
+        a.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test: given")
+            .unwrap();
+        let array_of = |values: [f32; 3]| {
+            let buffer = lowered.alloc_zeroed(0, 12).unwrap();
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            // SAFETY: the test's own buffer, before any work uses it.
+            unsafe { lowered.copy_from_host(&buffer, &bytes, None) }.unwrap();
+            buffer
+        };
+        let empty = arrayjit::ir::OptimizeCtx::empty();
+        let parent = Context::with_arrays(
+            &stream,
+            vec![(a.clone(), array_of([1.0, -2.0, 3.0]))],
+            empty,
+        )
+        .unwrap();
+        // No arrays given: the parent's.
+        let same = parent.make_child(None, None).unwrap();
+        assert!(
+            same.parent()
+                .is_some_and(|p| p.describe() == parent.describe())
+        );
+        assert_eq!(same.copy_id(&a).unwrap(), parent.copy_id(&a).unwrap());
+        // Arrays given: exactly those, on the same stream.
+        let child = parent
+            .make_child_with_arrays(vec![(a.clone(), array_of([-4.0, 5.0, -6.0]))], None, None)
+            .unwrap();
+        assert!(
+            child
+                .parent()
+                .is_some_and(|p| p.describe() == parent.describe())
+        );
+        assert!(child.stream().name() == parent.stream().name());
+        assert_ne!(child.copy_id(&a).unwrap(), parent.copy_id(&a).unwrap());
+        let y = result("y", 3);
+        let code = backend
+            .compile(
+                "relu",
+                &Assignments::pointwise_unop(&y, UnOp::Relu, &a),
+                &[],
+            )
+            .unwrap();
+        child.link(&code).unwrap().run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![0.0, 5.0, 0.0], "{name}");
+        parent.link(&code).unwrap().run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        let without = parent.make_child_with_arrays(vec![], None, None).unwrap();
+        assert!(!without.has(&a));
+        // Refused: a wrong size, a hosted node, a merge node other than the parent's.
+        let wrong = lowered.alloc_zeroed(0, 8).unwrap();
+        let e = parent
+            .make_child_with_arrays(vec![(a.clone(), wrong)], None, None)
+            .unwrap_err();
+        assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
+        let hosted = input("h", &[1.0, 2.0, 3.0]);
+        let e = parent
+            .make_child_with_arrays(vec![(hosted, array_of([0.0; 3]))], None, None)
+            .unwrap_err();
+        assert!(e.to_string().contains("hosted"), "{e}");
+        let (g, other) = (input("g", &[0.0]), input("other", &[0.0]));
+        let merging = parent.make_child(None, Some(g)).unwrap();
+        let e = merging
+            .make_child_with_arrays(vec![], None, Some(other))
+            .unwrap_err();
+        assert!(matches!(e, arrayjit::Error::MergeBuffer { .. }), "{e}");
+    }
+}

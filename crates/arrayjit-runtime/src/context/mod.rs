@@ -193,41 +193,7 @@ impl Context {
         arrays: Vec<(Tnode, BufferHandle)>,
         optimize_ctx: OptimizeCtx,
     ) -> Result<Context> {
-        let device = stream.device().ordinal();
-        let mut entries = BTreeMap::new();
-        for (tn, buffer) in arrays {
-            if tn.has_host_array() || tn.is_hosted() || is_shared_across_streams(&tn) {
-                return Err(Error::invalid(format!(
-                    "{} is hosted or shared across streams: give it values with set_values and \
-                     from_host instead of an explicit array",
-                    tn.debug_name()
-                )));
-            }
-            if buffer.device() != device || buffer.size_in_bytes() != tn.size_in_bytes() {
-                return Err(Error::ShapeMismatch {
-                    op: format!("an explicit array of {}", tn.debug_name()),
-                    detail: format!(
-                        "the node needs {} bytes on device {device}; the buffer has {} bytes on \
-                         device {}",
-                        tn.size_in_bytes(),
-                        buffer.size_in_bytes(),
-                        buffer.device()
-                    ),
-                });
-            }
-            if entries.contains_key(&tn) {
-                return Err(Error::invalid(format!(
-                    "{} is given two explicit arrays",
-                    tn.debug_name()
-                )));
-            }
-            let buffer = typed(
-                buffer,
-                tn.prec(),
-                &format!("an explicit array of {}", tn.debug_name()),
-            )?;
-            entries.insert(tn.clone(), ArrayEntry::new(tn, buffer, false));
-        }
+        let entries = explicit_entries(stream, arrays)?;
         Ok(Context::root(stream, entries, optimize_ctx))
     }
 
@@ -272,6 +238,31 @@ impl Context {
         optimize_ctx: Option<OptimizeCtx>,
         merge_node: Option<Tnode>,
     ) -> Result<Context> {
+        self.child_with(self.inner.arrays.clone(), optimize_ctx, merge_node)
+    }
+
+    /// A child context of this one holding exactly the given device arrays instead of this
+    /// context's (the reference's `make_child ?ctx_arrays`), with another optimize context or
+    /// merge-buffer node where given. The arrays are checked as [`Context::with_arrays`] checks
+    /// them (the stream's device, the node's size and precision, no hosted or cross-stream
+    /// nodes, one per node); a merge node other than this context's is an
+    /// [`Error::MergeBuffer`]. On any error no context is made.
+    pub fn make_child_with_arrays(
+        &self,
+        arrays: Vec<(Tnode, BufferHandle)>,
+        optimize_ctx: Option<OptimizeCtx>,
+        merge_node: Option<Tnode>,
+    ) -> Result<Context> {
+        let entries = explicit_entries(&self.inner.stream, arrays)?;
+        self.child_with(entries, optimize_ctx, merge_node)
+    }
+
+    fn child_with(
+        &self,
+        arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
+        optimize_ctx: Option<OptimizeCtx>,
+        merge_node: Option<Tnode>,
+    ) -> Result<Context> {
         let merge = match (&self.inner.merge_node, merge_node) {
             (Some(have), Some(want)) if *have != want => {
                 return Err(Error::MergeBuffer {
@@ -286,7 +277,7 @@ impl Context {
             (have, want) => want.or_else(|| have.clone()),
         };
         let optimize_ctx = optimize_ctx.unwrap_or_else(|| self.inner.optimize_ctx.clone());
-        Ok(self.child(self.inner.arrays.clone(), merge, vec![], None, optimize_ctx))
+        Ok(self.child(arrays, merge, vec![], None, optimize_ctx))
     }
 
     /// The stream this context's code runs on.
@@ -725,4 +716,49 @@ impl Context {
         }
         Ok((ctx, routines))
     }
+}
+
+/// The entries of explicit arrays given for nodes (see [`Context::with_arrays`]): each checked
+/// against its node (not hosted, not shared across streams, the node's size, the stream's
+/// device, one array per node) and typed with the node's precision.
+fn explicit_entries(
+    stream: &Stream,
+    arrays: Vec<(Tnode, BufferHandle)>,
+) -> Result<BTreeMap<Tnode, Arc<ArrayEntry>>> {
+    let device = stream.device().ordinal();
+    let mut entries = BTreeMap::new();
+    for (tn, buffer) in arrays {
+        if tn.has_host_array() || tn.is_hosted() || is_shared_across_streams(&tn) {
+            return Err(Error::invalid(format!(
+                "{} is hosted or shared across streams: give it values with set_values and \
+                     from_host instead of an explicit array",
+                tn.debug_name()
+            )));
+        }
+        if buffer.device() != device || buffer.size_in_bytes() != tn.size_in_bytes() {
+            return Err(Error::ShapeMismatch {
+                op: format!("an explicit array of {}", tn.debug_name()),
+                detail: format!(
+                    "the node needs {} bytes on device {device}; the buffer has {} bytes on \
+                         device {}",
+                    tn.size_in_bytes(),
+                    buffer.size_in_bytes(),
+                    buffer.device()
+                ),
+            });
+        }
+        if entries.contains_key(&tn) {
+            return Err(Error::invalid(format!(
+                "{} is given two explicit arrays",
+                tn.debug_name()
+            )));
+        }
+        let buffer = typed(
+            buffer,
+            tn.prec(),
+            &format!("an explicit array of {}", tn.debug_name()),
+        )?;
+        entries.insert(tn.clone(), ArrayEntry::new(tn, buffer, false));
+    }
+    Ok(entries)
 }
