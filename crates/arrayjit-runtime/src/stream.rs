@@ -14,9 +14,10 @@ use crate::scheduler::{Event, Runner, SchedulerKind, Task, TaskLabel};
 
 /// A stream's merge buffer. Rules:
 /// 1. `current` is what code reading `merge` reads: a node and the buffer holding it.
-/// 2. A [`crate::MergeBufferUse::Copy`] copies into `own`, the stream's own buffer (allocated,
-///    or reused when it has the node's size and precision); `own` is never another context's
-///    array.
+/// 2. A [`crate::MergeBufferUse::Copy`] copies into `own`, the stream's own buffer: a view of
+///    the stream's merge pool, reused for any node that fits in it (the reference's
+///    `alloc_buffer ?old_buffer`), else a larger pool replaces it. `own` is never another
+///    context's array.
 /// 3. A [`crate::MergeBufferUse::StreamingFor`] points `current` at the source context's
 ///    array without copying and keeps that array's entry in `streamed_from`; every run that
 ///    reads the streamed buffer is ordered after the source's last write and recorded as its
@@ -26,6 +27,8 @@ use crate::scheduler::{Event, Runner, SchedulerKind, Task, TaskLabel};
 pub(crate) struct MergeSlot {
     pub current: Option<MergeContents>,
     pub own: Option<BufferHandle>,
+    /// The pool `own` views: `(pool id, bytes)`.
+    pool: Option<(usize, usize)>,
 }
 
 /// What a stream's merge buffer holds now (see [`MergeSlot`]).
@@ -49,6 +52,19 @@ pub(crate) struct StreamInner {
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
+        let merge_pool = self
+            .merge
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .pool
+            .take();
+        if let Some((id, _)) = merge_pool {
+            let _ = self
+                .device
+                .backend()
+                .lowered()
+                .free_pool(self.device.ordinal(), id);
+        }
         if let Some((id, _)) = self
             .scratch
             .get_mut()
@@ -232,6 +248,54 @@ impl Stream {
 
     pub(crate) fn merge_lock(&self) -> MutexGuard<'_, MergeSlot> {
         self.inner.merge.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stream's own merge buffer for `tn` (see [`MergeSlot`] rule 2): the current one when
+    /// it has the node's size and precision, else a view of the merge pool when the node fits
+    /// in it, else a view of a new pool that replaces it (work already scheduled keeps the old
+    /// one's memory alive). Recorded as `slot.own`.
+    pub(crate) fn own_merge_buffer(
+        &self,
+        slot: &mut MergeSlot,
+        tn: &Tnode,
+    ) -> Result<BufferHandle> {
+        let bytes = tn.size_in_bytes();
+        if let Some(own) = &slot.own
+            && own.size_in_bytes() == bytes
+            && own.prec() == Some(tn.prec())
+        {
+            return Ok(own.clone());
+        }
+        let backend = self.device().backend();
+        let lowered = backend.lowered();
+        let device = self.device().ordinal();
+        let pool = match slot.pool {
+            Some((id, capacity)) if capacity >= bytes => id,
+            old => {
+                let id = backend.new_pool_id();
+                let alignment = lowered.pool_alignment().max(64);
+                lowered.alloc_pool_for(
+                    device,
+                    id,
+                    bytes.max(1),
+                    alignment,
+                    Some(MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream)),
+                )?;
+                slot.pool = Some((id, bytes.max(1)));
+                if let Some((old, _)) = old {
+                    lowered.free_pool(device, old)?;
+                }
+                id
+            }
+        };
+        let view = lowered.pool_view(device, pool, 0, bytes)?;
+        let buffer = arrayjit_backends::array_buffer::typed(
+            view,
+            tn.prec(),
+            &format!("the merge buffer of {}", self.name()),
+        )?;
+        slot.own = Some(buffer.clone());
+        Ok(buffer)
     }
 
     /// Makes the stream's scratch pool at least `bytes` large (a larger pool replaces a smaller

@@ -519,6 +519,9 @@ fn a_task_scheduling_onto_its_own_full_stream_does_not_deadlock() {
                 Ok(())
             })
             .unwrap();
+            // The first wait covers the outer task; the inner ones are scheduled while it runs,
+            // so once it has ended the second wait covers them.
+            s.await_work().unwrap();
             s.await_work().unwrap();
             let _ = done_tx.send(log.lock().unwrap().clone());
         });
@@ -603,6 +606,78 @@ fn tasks_on_an_array_read_and_update_it_in_order() {
         );
         rr.run().unwrap();
         assert_eq!(y.get_values().unwrap(), vec![-3.0, -6.0, -9.0], "{name}");
+    }
+}
+
+/// `alloc_buffer ?old_buffer`: a stream's merge buffer is reused for any node that fits in it
+/// (another size or precision included) and grows when one does not; the values are right
+/// each time.
+#[test]
+fn the_merge_buffer_is_reused_when_large_enough() {
+    for b in backends_with_streams() {
+        let name = b.name().to_string();
+        let dev = b.get_device(0).unwrap();
+        let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+        // A node of `n` values on s1, and a consumer on s2 adding it from the merge buffer.
+        let pair = |n: usize, label: &str| {
+            let x = hosted_input(&[n], &format!("x{label}"), &vec![1.5; n]);
+            let g = Tnode::new(Prec::F32, &[n], &[&format!("g{label}")]).unwrap();
+            g.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test")
+                .unwrap();
+            let acc = hosted_input(&[n], &format!("acc{label}"), &vec![0.0; n]);
+            let produce = b
+                .compile(
+                    "produce",
+                    &Assignments::pointwise_unop(&g, UnOp::Identity, &x),
+                    &[],
+                )
+                .unwrap();
+            let merge = Assignments::Accum {
+                initialize_neutral: false,
+                accum: BinOp::Add,
+                lhs: acc.clone(),
+                rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
+                projections: Projections::pointwise(&[n], 1),
+            };
+            let consume = b.compile("consume", &merge, &[]).unwrap();
+            let src = Context::new(&s1).link(&produce).unwrap();
+            src.run().unwrap();
+            let dst = Context::new(&s2).link(&consume).unwrap();
+            (g, acc, src, dst)
+        };
+        let (g4, acc4, src4, dst4) = pair(4, "4");
+        let (g2, acc2, src2, dst2) = pair(2, "2");
+        let (g8, acc8, src8, dst8) = pair(8, "8");
+        let copy = |g: &Tnode, src: &Routine, dst: &Routine| {
+            dst.context()
+                .device_to_device(g, MergeBufferUse::Copy, src.context())
+                .unwrap();
+            dst.run().unwrap();
+        };
+        copy(&g4, &src4, &dst4);
+        assert_eq!(acc4.get_values().unwrap(), vec![1.5; 4], "{name}");
+        let used = dev.used_memory();
+        copy(&g2, &src2, &dst2);
+        assert_eq!(acc2.get_values().unwrap(), vec![1.5; 2], "{name}");
+        assert_eq!(
+            dev.used_memory(),
+            used,
+            "{name}: a smaller node reuses the buffer"
+        );
+        copy(&g4, &src4, &dst4);
+        assert_eq!(acc4.get_values().unwrap(), vec![3.0; 4], "{name}");
+        assert_eq!(dev.used_memory(), used, "{name}");
+        copy(&g8, &src8, &dst8);
+        assert_eq!(acc8.get_values().unwrap(), vec![1.5; 8], "{name}");
+        s2.await_work().unwrap();
+        let grown = dev.used_memory();
+        copy(&g2, &src2, &dst2);
+        assert_eq!(acc2.get_values().unwrap(), vec![3.0; 2], "{name}");
+        assert_eq!(
+            dev.used_memory(),
+            grown,
+            "{name}: the grown buffer is reused"
+        );
     }
 }
 

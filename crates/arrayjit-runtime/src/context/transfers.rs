@@ -406,21 +406,7 @@ impl Context {
                 src_entry.order(stream, Access::Read)?;
                 let mut merge = stream.merge_lock();
                 // Copies land only in the stream's own buffer, never in a streamed source array.
-                let reuse = merge
-                    .own
-                    .as_ref()
-                    .filter(|b| {
-                        b.size_in_bytes() == tn.size_in_bytes() && b.prec() == Some(tn.prec())
-                    })
-                    .cloned();
-                let dst = match reuse {
-                    Some(b) => b,
-                    None => lowered.alloc_array(
-                        stream.device().ordinal(),
-                        tn.prec(),
-                        tn.size_in_bytes() / tn.prec().size_in_bytes(),
-                    )?,
-                };
+                let dst = stream.own_merge_buffer(&mut merge, tn)?;
                 let (d, s, q) = (dst.clone(), src_entry.buffer.clone(), stream.queue());
                 stream.schedule(
                     // SAFETY: ordered above as a read of the source, recorded below; the
@@ -430,7 +416,6 @@ impl Context {
                     TaskLabel::Copy("copy into the merge buffer", tn.size_in_bytes()),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);
-                merge.own = Some(dst.clone());
                 merge.current = Some(MergeContents {
                     node: tn.clone(),
                     buffer: dst,
