@@ -209,6 +209,12 @@ impl Stream {
         self.inner.runner.queue().cloned()
     }
 
+    /// How many tasks were scheduled on the stream so far (routine runs, copies, waits, host
+    /// tasks): what tests use to see that an operation scheduled nothing.
+    pub fn scheduled_tasks(&self) -> u64 {
+        self.inner.runner.stats().0
+    }
+
     /// Per-stream debug information.
     pub fn debug_info(&self) -> String {
         let merge = self

@@ -543,10 +543,27 @@ fn tnode__sharing_inferred_across_streams() {
         r2.run().unwrap();
         assert_eq!(y1.get_values().unwrap(), vec![0.0, 4.0, 0.0], "{name}");
         assert_eq!(y2.get_values().unwrap(), vec![1.0, -4.0, 0.0], "{name}");
-        // Within one device, moving the shared node between the streams copies nothing.
+        // Within one device, moving the shared node between the streams copies nothing: no
+        // task (copy or wait) is scheduled on either stream.
+        let before = (
+            r1.context().stream().scheduled_tasks(),
+            r2.context().stream().scheduled_tasks(),
+        );
         r2.context()
             .device_to_device(&x, MergeBufferUse::No, r1.context())
             .unwrap();
+        let after = (
+            r1.context().stream().scheduled_tasks(),
+            r2.context().stream().scheduled_tasks(),
+        );
+        assert_eq!(
+            before, after,
+            "{name}: a copy of a shared array was scheduled"
+        );
+        assert_eq!(
+            r1.context().copy_id(&x).unwrap(),
+            r2.context().copy_id(&x).unwrap()
+        );
         // The results were written by routines: per stream.
         assert_eq!(
             y1.memory_mode().unwrap().mode,
