@@ -409,6 +409,25 @@ impl Ndarray {
         Ok(())
     }
 
+    /// This unpadded array's elements laid into the interior of new storage with `padding`
+    /// around them (the margins hold the pad value), bit for bit in its precision. A padded
+    /// array is an error (its margins are laid out already).
+    pub fn into_padded(self, padding: Padding) -> Result<Ndarray> {
+        if self.padding.is_some() {
+            return Err(Error::invalid(
+                "into_padded: the array is padded already; give it unpadded",
+            ));
+        }
+        let mut out = Ndarray::zeros_padded(self.prec(), &self.dims, padding)?;
+        let size = self.prec().size_in_bytes();
+        let positions: Vec<usize> = out.interior_positions().collect();
+        let (src, dst) = (self.as_bytes(), out.as_bytes_mut());
+        for (k, i) in positions.into_iter().enumerate() {
+            dst[i * size..(i + 1) * size].copy_from_slice(&src[k * size..(k + 1) * size]);
+        }
+        Ok(out)
+    }
+
     /// Sets every stored element (margins included) to `x`.
     pub fn fill(&mut self, x: f64) {
         for i in 0..self.num_elems() {

@@ -217,6 +217,7 @@ fn tnode__create_from_padded() {
 /// shape error.
 #[test]
 fn tnode__create_with_reshape() {
+    use arrayjit::ir::{AxisPadding, Padding};
     for name in CPU_BACKENDS {
         let backend = arrayjit::backend(name).unwrap();
         let base = Ndarray::from_f64(Prec::F32, &[6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
@@ -240,6 +241,67 @@ fn tnode__create_with_reshape() {
         let base = Ndarray::from_f64(Prec::F32, &[6], &[0.0; 6]).unwrap();
         let e = Tnode::from_reshaped_host_array(base, &[4, 2], None, &["bad"]).unwrap_err();
         assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
+        // `~from_padded:false`: unpadded data laid into padded storage, margins at the pad
+        // value; the logical values and the sums are those of the data.
+        let padding = Padding {
+            axes: vec![
+                AxisPadding { left: 1, right: 0 },
+                AxisPadding { left: 0, right: 1 },
+            ],
+            value: -1.0,
+        };
+        let base = Ndarray::from_f64(Prec::F32, &[6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let p = Tnode::from_reshaped_unpadded_host_array(base, &[2, 3], padding.clone(), &["p"])
+            .unwrap();
+        assert_eq!(p.dims(), &[2, 3]);
+        assert_eq!(p.padded_dims(), &[3, 4]);
+        assert_eq!(p.get_values().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let stored: Vec<f32> = p
+            .with_host(|nd| {
+                nd.as_bytes()
+                    .chunks(4)
+                    .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+                    .collect()
+            })
+            .unwrap();
+        assert_eq!(
+            stored,
+            vec![
+                -1.0, -1.0, -1.0, -1.0, 1.0, 2.0, 3.0, -1.0, 4.0, 5.0, 6.0, -1.0
+            ]
+        );
+        let r = result("rp", 2);
+        let sum = Assignments::einsum(
+            "ij->i",
+            BinOp::Add,
+            &r,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(p)),
+            true,
+        )
+        .unwrap();
+        let code = backend.compile("padded_row_sums", &sum, &[]).unwrap();
+        Context::new(&stream).link(&code).unwrap().run().unwrap();
+        assert_eq!(r.get_values().unwrap(), vec![6.0, 15.0], "{name}");
+        // Bit for bit: a 64-bit integer no f64 holds exactly survives.
+        let big = (1i64 << 60) + 1;
+        let mut base = Ndarray::zeros(Prec::I64, &[2]).unwrap();
+        base.as_bytes_mut()[..8].copy_from_slice(&big.to_ne_bytes());
+        let one_axis = Padding {
+            axes: vec![AxisPadding { left: 1, right: 1 }],
+            value: 0.0,
+        };
+        let q = Tnode::from_reshaped_unpadded_host_array(base, &[2], one_axis, &["q"]).unwrap();
+        let bytes = q.with_host(|nd| nd.as_bytes()[8..16].to_vec()).unwrap();
+        assert_eq!(i64::from_ne_bytes(bytes.try_into().unwrap()), big);
+        // A count that does not match the dims, or padding of the wrong rank: errors.
+        let base = Ndarray::from_f64(Prec::F32, &[5], &[0.0; 5]).unwrap();
+        assert!(Tnode::from_reshaped_unpadded_host_array(base, &[2, 3], padding, &["e"]).is_err());
+        let base = Ndarray::from_f64(Prec::F32, &[6], &[0.0; 6]).unwrap();
+        let rank1 = Padding {
+            axes: vec![AxisPadding { left: 1, right: 1 }],
+            value: 0.0,
+        };
+        assert!(Tnode::from_reshaped_unpadded_host_array(base, &[2, 3], rank1, &["e"]).is_err());
     }
 }
 

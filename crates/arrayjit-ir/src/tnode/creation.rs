@@ -117,4 +117,24 @@ impl Tnode {
         let nd = base.reshaped(&storage_dims)?;
         Tnode::from_padded_host_array(nd, padding, label)
     }
+
+    /// A node of logical `dims` whose values are an unpadded host array `base` read in
+    /// row-major order (as many elements as `dims` hold), stored with `padding` around them
+    /// (the reference's `create_with_reshape ~from_padded:false`): the values are copied into
+    /// padded storage whose margins hold the pad value. The node is hosted, in `base`'s
+    /// precision, bit for bit.
+    pub fn from_reshaped_unpadded_host_array(
+        base: Ndarray,
+        dims: &[usize],
+        padding: Padding,
+        label: &[&str],
+    ) -> Result<Tnode> {
+        if let Some(axis) = dims.iter().position(|&d| d == 0) {
+            return Err(Error::invalid(format!(
+                "tensor node {label:?}: dims {dims:?} have a zero at axis {axis}; every dim must be at least 1"
+            )));
+        }
+        let nd = base.reshaped(dims)?.into_padded(padding)?;
+        Tnode::from_padded_host_array(nd, None, label)
+    }
 }
