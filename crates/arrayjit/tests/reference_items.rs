@@ -839,3 +839,78 @@ fn backend_device_common__make_child_with_ctx_arrays() {
         assert!(matches!(e, arrayjit::Error::MergeBuffer { .. }), "{e}");
     }
 }
+
+/// `ocannl-ir-tnode.txt`, `points_1d` / `points_2d` (`?from_axis ~xdim ~ydim`): one axis holds
+/// coordinates, every other index is a point, in row-major order of the others; a scalar, an
+/// axis or coordinate past the dims are errors.
+#[test]
+fn tnode__points_1d_and_2d() {
+    // dims [2, 3, 2]: axis 1 holds 3 coordinates; points are (i, k) for i < 2, k < 2.
+    let values: Vec<f64> = (0..12).map(f64::from).collect();
+    let t = input("pts", &values);
+    let t3 = Tnode::new(Prec::F32, &[2, 3, 2], &["pts3"]).unwrap();
+    t3.set_values(&values).unwrap();
+    // element (i, c, k) is 6i + 2c + k.
+    assert_eq!(
+        t3.points_1d(Some(1), 2).unwrap(),
+        vec![4.0, 5.0, 10.0, 11.0]
+    );
+    assert_eq!(
+        t3.points_2d(Some(1), 0, 2).unwrap(),
+        vec![(0.0, 4.0), (1.0, 5.0), (6.0, 10.0), (7.0, 11.0)]
+    );
+    // The default coordinate axis is the last.
+    assert_eq!(
+        t3.points_2d(None, 1, 0).unwrap(),
+        (0..6)
+            .map(|p| (2.0 * p as f64 + 1.0, 2.0 * p as f64))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(t.points_1d(None, 5).unwrap(), vec![5.0]);
+    for e in [
+        t3.points_1d(Some(3), 0).unwrap_err(),
+        t3.points_1d(Some(1), 3).unwrap_err(),
+        t3.points_2d(None, 0, 2).unwrap_err(),
+    ] {
+        assert!(matches!(e, arrayjit::Error::IndexOutOfBounds { .. }), "{e}");
+    }
+    let scalar = Tnode::new(Prec::F32, &[], &["s"]).unwrap();
+    scalar.set_values(&[1.0]).unwrap();
+    assert!(scalar.points_1d(None, 0).is_err());
+    // A node without values: NotHosted, not a panic.
+    let empty = Tnode::new(Prec::F32, &[2, 2], &["e"]).unwrap();
+    assert!(matches!(
+        empty.points_1d(None, 0),
+        Err(arrayjit::Error::NotHosted { .. })
+    ));
+}
+
+/// `ocannl-ir-tnode.txt`, `known_non_virtual` / `known_virtual`: decided from the memory mode,
+/// false while undecided; a mode that still allows `Virtual` is not known either way.
+#[test]
+fn tnode__known_non_virtual_and_known_virtual() {
+    let node = |mode: Option<MemoryMode>| {
+        let t = Tnode::new(Prec::F32, &[2], &["k"]).unwrap();
+        if let Some(m) = mode {
+            t.update_memory_mode(m, "test").unwrap();
+        }
+        t
+    };
+    let cases = [
+        (None, false, false),
+        (Some(MemoryMode::Virtual), false, true),
+        (Some(MemoryMode::EffectivelyConstant), false, false),
+        (Some(MemoryMode::NeverVirtual), true, false),
+        (Some(MemoryMode::Local), true, false),
+        (Some(MemoryMode::DeviceOnly), true, false),
+        (Some(MemoryMode::OnDevice(Sharing::Unset)), true, false),
+        (Some(MemoryMode::Materialized), true, false),
+        (Some(MemoryMode::Hosted(MemoryType::Constant)), true, false),
+        (Some(MemoryMode::Hosted(MemoryType::Volatile)), true, false),
+    ];
+    for (mode, non_virtual, virtual_) in cases {
+        let t = node(mode);
+        assert_eq!(t.known_non_virtual(), non_virtual, "{mode:?}");
+        assert_eq!(t.known_virtual(), virtual_, "{mode:?}");
+    }
+}
