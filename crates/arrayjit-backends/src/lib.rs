@@ -243,6 +243,34 @@ pub trait CompiledBatch: Send + Sync + Debug {
         statics: &[i64],
         queue: Queue<'_>,
     ) -> Result<()>;
+    /// Runs kernel `index` of a batch from [`LoweredBackend::compile_source`] with its launch
+    /// chosen now (the reference's `launch_kernel ~global_dims ?local_dims`): `global` threads
+    /// per axis in blocks of `local` threads, that is `ceil(global / local)` blocks per axis
+    /// ([`arrayjit_codegen::LaunchDims::covering`]; the kernel skips the threads past `global`). With `local =
+    /// None` the backend picks the block: `cuda` and `cuda_emu` up to 256 threads along x
+    /// within the device's limits ([`arrayjit_codegen::LaunchDims::default_block`]); `wgpu` the shader's
+    /// `@workgroup_size`, which a given block must equal. A block past the device's limits is
+    /// an error before anything runs. Default: an error saying the backend takes its launches
+    /// only from `compile_source` (or, on CPU backends running C, takes none).
+    ///
+    /// # Safety
+    /// As [`CompiledBatch::launch`].
+    unsafe fn launch_with_dims(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        global: [u32; 3],
+        local: Option<[u32; 3]>,
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        let _ = (index, args, statics, global, local, queue);
+        Err(arrayjit_ir::Error::invalid(
+            "this batch takes no launch dimensions at launch time: a CPU kernel in C runs once \
+             per call, and routines compiled from assignments launch as their schedule says; \
+             compile GPU source with compile_source on cuda, cuda_emu or wgpu",
+        ))
+    }
 }
 
 /// The contract of the lowered layer's data plane: the calls that read or write a buffer's

@@ -34,6 +34,11 @@ pub const EMULATED_SHARED_BYTES: usize = 48 * 1024;
 /// Threads per warp: warp shuffles exchange within runs of this many threads.
 pub const EMULATED_WARP_SIZE: usize = 32;
 
+/// The suffix of the entry point of a hand-written kernel that takes its launch at call time:
+/// `int <symbol>__aj_dims(void *const *buffers, const long long *statics, const unsigned
+/// dims[6])`, grid then block.
+pub const DIMS_SUFFIX: &str = "__aj_dims";
+
 /// The host compiler flags emulated programs need besides `-shared -fPIC`: C++, and no
 /// floating-point contraction the IR did not ask for (NVRTC runs with `--fmad=false`).
 pub const EMULATION_FLAGS: &[&str] = &["-x", "c++", "-std=c++17", "-O1", "-ffp-contract=off"];
@@ -109,7 +114,8 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
 /// Hand-written CUDA kernels as one C++ file for the host compiler: the emulation header, the
 /// source with each kernel renamed (`<symbol>__aj_kernel`), then one exported entry point per
 /// kernel, named by its symbol, that zeroes the scratch buffer and launches the kernel with its
-/// [`LaunchDims`](crate::LaunchDims) (as fibers: hand-written code may synchronize). Each
+/// [`LaunchDims`](crate::LaunchDims) (as fibers: hand-written code may synchronize), and a
+/// second one, `<symbol>`[`DIMS_SUFFIX`], taking the launch at call time. Each
 /// pointer parameter of a kernel takes the next buffer of its interface, each integer parameter
 /// the next static index. The source must not include CUDA headers: the emulation header
 /// provides the built-ins (`threadIdx`, `blockIdx`, `blockDim`, `gridDim`, `__syncthreads`,
@@ -137,17 +143,26 @@ pub fn emulated_source(source: &str, kernels: &[SourceKernel]) -> Result<String>
              aj_call_source({sym}__aj_kernel, aj_b, aj_s);\n}}\n\
              extern \"C\" int {sym}(void *const *aj_b, const long long *aj_s) {{"
         );
-        if k.interface.scratch_bytes > 0 {
-            let _ = writeln!(
-                out,
-                "  memset(aj_b[{}], 0, {});",
+        let zero_scratch = if k.interface.scratch_bytes > 0 {
+            format!(
+                "  memset(aj_b[{}], 0, {});\n",
                 buffers - 1,
                 k.interface.scratch_bytes
-            );
-        }
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "  aj_dim3 aj_grid = {{{gx}u, {gy}u, {gz}u}}, aj_block = {{{bx}u, {by}u, {bz}u}};\n  \
+            "{zero_scratch}  aj_dim3 aj_grid = {{{gx}u, {gy}u, {gz}u}}, aj_block = {{{bx}u, {by}u, {bz}u}};\n  \
+             return aj_launch_dims({sym}__aj_thunk, aj_b, aj_s, aj_grid, aj_block, 1);\n}}"
+        );
+        // The same kernel with its launch chosen by the caller: grid, then block, in `aj_d`.
+        let _ = writeln!(
+            out,
+            "extern \"C\" int {sym}{DIMS_SUFFIX}(void *const *aj_b, const long long *aj_s, \
+             const unsigned *aj_d) {{\n{zero_scratch}  \
+             aj_dim3 aj_grid = {{aj_d[0], aj_d[1], aj_d[2]}}, aj_block = {{aj_d[3], aj_d[4], aj_d[5]}};\n  \
              return aj_launch_dims({sym}__aj_thunk, aj_b, aj_s, aj_grid, aj_block, 1);\n}}"
         );
     }

@@ -36,6 +36,43 @@ impl LaunchDims {
         }
     }
 
+    /// The launch covering `global` threads per axis with blocks of `block` threads (the
+    /// reference's `launch_kernel ~global_dims ~local_dims`): `ceil(global / block)` blocks per
+    /// axis, so a kernel must skip the threads past `global` when it is not a multiple of the
+    /// block. A zero anywhere is an error.
+    pub fn covering(global: [u32; 3], block: [u32; 3]) -> Result<LaunchDims> {
+        if global.contains(&0) || block.contains(&0) {
+            return Err(Error::invalid(format!(
+                "a launch of {global:?} threads in blocks of {block:?}: every dimension must be \
+                 at least 1"
+            )));
+        }
+        Ok(LaunchDims {
+            grid: [0, 1, 2].map(|a| global[a].div_ceil(block[a])),
+            block,
+        })
+    }
+
+    /// The block a backend picks when the caller gives none (`local_dims = None`): along x,
+    /// as many threads as `global` needs there, at most `preferred` (itself at most the device's
+    /// `max_threads`); one thread along y and z.
+    pub fn default_block(global: [u32; 3], preferred: u32, max_threads: u32) -> [u32; 3] {
+        [global[0].clamp(1, preferred.min(max_threads).max(1)), 1, 1]
+    }
+
+    /// Like [`LaunchDims::check`], also against the device's largest block per axis.
+    pub fn check_within(&self, kernel: &str, max_block: [u32; 3], max_threads: u64) -> Result<()> {
+        self.check(kernel, max_threads)?;
+        if let Some(axis) = (0..3).find(|&a| self.block[a] > max_block[a]) {
+            return Err(Error::invalid(format!(
+                "kernel {kernel} launches blocks of {:?} threads; the device runs at most {} \
+                 along axis {axis} (its largest block is {max_block:?})",
+                self.block, max_block[axis]
+            )));
+        }
+        Ok(())
+    }
+
     /// Threads per block in all.
     pub fn threads_per_block(&self) -> u64 {
         self.block.iter().map(|&d| d as u64).product()

@@ -109,6 +109,13 @@ fn lowered_backend__compile_source_and_get_kernel() {
         unsafe { lowered.copy_from_host(&buffer, &values, None) }.unwrap();
         // SAFETY: the test's own buffers, one call at a time.
         unsafe { batch.launch(k, std::slice::from_ref(&buffer), &[], None) }.unwrap();
+        // A C kernel runs once per call: it takes no launch dimensions.
+        // SAFETY: as above (refused before it runs).
+        let e = unsafe {
+            batch.launch_with_dims(k, std::slice::from_ref(&buffer), &[], [4, 1, 1], None, None)
+        }
+        .unwrap_err();
+        assert!(e.to_string().contains("no launch dimensions"), "{e}");
         let mut out = vec![0u8; 16];
         // SAFETY: the test's own buffers, one call at a time.
         unsafe { lowered.copy_to_host(&buffer, &mut out, None) }.unwrap();
@@ -863,4 +870,152 @@ fn rune_backend_intf__device_info_limits() {
             );
         }
     }
+}
+
+/// `rune-backend-intf.txt`, `launch_kernel ~global_dims ?local_dims` with the dimensions chosen
+/// at launch: `global` threads per axis in blocks of `local` (`ceil(global / local)` blocks);
+/// `local = None` lets the backend pick (cuda and cuda_emu: up to 256 threads along x; wgpu:
+/// the shader's `@workgroup_size`). The same row-sum kernel gives the same sums under other
+/// launches; blocks past the device's limits, or other than a shader's, are refused.
+#[test]
+fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
+    use arrayjit::codegen::{KernelInterface, LaunchDims, SourceKernel};
+    use arrayjit::ir::StaticSymbol;
+    let x = Tnode::new(Prec::F32, &[4, 64], &["x"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[4], &["y"]).unwrap();
+    let sums = SourceKernel::gpu(
+        KernelInterface {
+            name: "row_sums".into(),
+            symbol: "aj_row_sums".into(),
+            args: vec![x, y],
+            merge: None,
+            statics: vec![StaticSymbol::new("k", 10)],
+            scratch_bytes: 0,
+        },
+        LaunchDims {
+            grid: [2, 2, 1],
+            block: [32, 2, 1],
+        },
+    );
+    let values: Vec<f32> = (0..256).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+    let expected: Vec<f32> = values
+        .chunks(64)
+        .map(|r| r.iter().sum::<f32>() + 2.0)
+        .collect();
+    // A kernel that does not care about its block: y[i] = i for i < n.
+    const IOTA: &str = "extern \"C\" __global__ void aj_iota(float *y, long long n) {\n\
+        unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
+        if (i < (unsigned long long)n) y[i] = (float)i;\n}\n";
+    let z = Tnode::new(Prec::F32, &[1000], &["z"]).unwrap();
+    let iota = SourceKernel::gpu(
+        KernelInterface {
+            name: "iota".into(),
+            symbol: "aj_iota".into(),
+            args: vec![z],
+            merge: None,
+            statics: vec![StaticSymbol::new("n", 1001)],
+            scratch_bytes: 0,
+        },
+        LaunchDims::SINGLE,
+    );
+    let f32s = |bytes: &[u8]| -> Vec<f32> {
+        bytes
+            .chunks(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let mut ran = vec![];
+    for backend in
+        arrayjit::conformance::backends_under_test(&["cuda_emu", "cuda", "wgpu"]).unwrap()
+    {
+        let name = backend.name();
+        let lowered = backend.lowered();
+        let wgsl = name == "wgpu";
+        let source = if wgsl { ROW_SUMS_WGSL } else { ROW_SUMS_CUDA };
+        // SAFETY: the kernel reads 256 floats of x and writes 4 of y, its interface's sizes.
+        let batch = unsafe { lowered.compile_source(source, std::slice::from_ref(&sums)) }.unwrap();
+        let xs = lowered.alloc_array(0, Prec::F32, 256).unwrap();
+        let ys = lowered.alloc_array(0, Prec::F32, 4).unwrap();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { lowered.copy_from_host(&xs, &bytes, None) }.unwrap();
+        let launches: Vec<([u32; 3], Option<[u32; 3]>)> = if wgsl {
+            // The shader's block is [32, 2, 1]: 4 rows as 4×1 or 2×2 workgroups.
+            vec![([128, 2, 1], None), ([64, 4, 1], Some([32, 2, 1]))]
+        } else {
+            vec![
+                ([256, 1, 1], Some([64, 1, 1])),
+                ([64, 4, 1], Some([32, 2, 1])),
+                ([32, 8, 1], Some([16, 4, 1])),
+            ]
+        };
+        for (global, local) in launches {
+            // SAFETY: the test's own buffers, one call at a time.
+            unsafe { lowered.copy_from_host(&ys, &[0u8; 16], None) }.unwrap();
+            let args = [xs.clone(), ys.clone()];
+            // SAFETY: as above; the launch covers 4 blocks of 64 threads, what the kernel reads.
+            unsafe { batch.launch_with_dims(0, &args, &[2], global, local, None) }.unwrap();
+            lowered.synchronize(0).unwrap();
+            let mut out = vec![0u8; 16];
+            // SAFETY: the test's own buffers, one call at a time.
+            unsafe { lowered.copy_to_host(&ys, &mut out, None) }.unwrap();
+            assert_eq!(f32s(&out), expected, "{name}: {global:?} in {local:?}");
+        }
+        let info = backend.get_device(0).unwrap().info().unwrap();
+        let refused = |global: [u32; 3], local: Option<[u32; 3]>| {
+            // SAFETY: refused before anything runs.
+            unsafe {
+                batch.launch_with_dims(0, &[xs.clone(), ys.clone()], &[2], global, local, None)
+            }
+            .unwrap_err()
+            .to_string()
+        };
+        if wgsl {
+            let e = refused([64, 1, 1], Some([64, 1, 1]));
+            assert!(e.contains("@workgroup_size[32, 2, 1]"), "{e}");
+        } else {
+            let too_many = info.max_local_invocations + 1;
+            let e = refused([too_many, 1, 1], Some([too_many, 1, 1]));
+            assert!(
+                e.contains(&format!("at most {}", info.max_local_invocations)),
+                "{name}: {e}"
+            );
+            let deep = info.max_local_size[2] + 1;
+            let e = refused([1, 1, deep], Some([1, 1, deep]));
+            assert!(e.contains("along axis 2"), "{name}: {e}");
+            // The backend picks the block: the block-agnostic kernel fills every element.
+            // SAFETY: the kernel writes z[i] for i < n = 1000, z's size.
+            let fill =
+                unsafe { lowered.compile_source(IOTA, std::slice::from_ref(&iota)) }.unwrap();
+            let zs = lowered.alloc_array(0, Prec::F32, 1000).unwrap();
+            // SAFETY: the test's own buffer; the launch covers at least 1000 threads.
+            unsafe {
+                fill.launch_with_dims(
+                    0,
+                    std::slice::from_ref(&zs),
+                    &[1000],
+                    [1000, 1, 1],
+                    None,
+                    None,
+                )
+            }
+            .unwrap();
+            lowered.synchronize(0).unwrap();
+            let mut out = vec![0u8; 4000];
+            // SAFETY: the test's own buffer, one call at a time.
+            unsafe { lowered.copy_to_host(&zs, &mut out, None) }.unwrap();
+            assert_eq!(
+                f32s(&out),
+                (0..1000).map(|i| i as f32).collect::<Vec<_>>(),
+                "{name}"
+            );
+        }
+        let e = refused([0, 1, 1], None);
+        assert!(e.contains("at least 1"), "{name}: {e}");
+        ran.push(name.to_string());
+    }
+    assert!(
+        !ran.is_empty(),
+        "no backend took launch dimensions (cuda_emu needs only a C++ compiler)"
+    );
 }

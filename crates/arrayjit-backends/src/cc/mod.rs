@@ -633,7 +633,7 @@ impl LoweredBackend for CcBackend {
         .collect();
         let source = program.full_source();
         // SAFETY: every C kernel arrayjit generates has the `KernelFn` signature.
-        unsafe { self.load_batch(&units, program.kernels, source) }
+        unsafe { self.load_batch(&units, program.kernels, source, false) }
     }
 
     unsafe fn compile_source(
@@ -654,7 +654,7 @@ impl LoweredBackend for CcBackend {
         }];
         // SAFETY: the caller's source exports each kernel with the dialect's signature (this
         // method's safety contract); for emulated CUDA, the entry points written above do.
-        unsafe { self.load_batch(&units, interfaces, source.clone()) }
+        unsafe { self.load_batch(&units, interfaces, source.clone(), true) }
     }
 
     fn debug_info(&self) -> String {
@@ -693,7 +693,7 @@ impl CcBackend {
             .collect();
         // SAFETY: every emulated entry point has the `EmulatedFn` signature
         // (`arrayjit_codegen::cuda_emulation`).
-        unsafe { self.load_batch(&units, kernels, program.source.clone()) }
+        unsafe { self.load_batch(&units, kernels, program.source.clone(), false) }
     }
 
     /// Compiles `units` into one library, loads it, and finds every kernel by its symbol with
@@ -707,10 +707,28 @@ impl CcBackend {
         units: &[compile::Unit],
         kernels: Vec<KernelInterface>,
         source: String,
+        source_kernels: bool,
     ) -> Result<Arc<dyn CompiledBatch>> {
         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
         let (library, cache_hit) =
             compile::compile_and_load(&self.config, units, &names.join("+"))?;
+        // Hand-written emulated CUDA also exports each kernel with its launch taken at call
+        // time (`emulated_source`).
+        let dims_entries = kernels
+            .iter()
+            .map(|k| {
+                if !(source_kernels && self.dialect == CcDialect::CudaEmulated) {
+                    return Ok(None);
+                }
+                let symbol = format!(
+                    "{}{}",
+                    k.symbol,
+                    arrayjit_codegen::cuda_emulation::DIMS_SUFFIX
+                );
+                // SAFETY: `emulated_source` wrote this entry point with that signature.
+                Ok(Some(unsafe { library.entry::<EmulatedDimsFn>(&symbol)? }))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let entries = kernels
             .iter()
             .map(|k| {
@@ -727,6 +745,7 @@ impl CcBackend {
             kernels,
             source,
             entries,
+            dims_entries,
             workers: self.workers.clone(),
             cache_hit,
             _library: library,
@@ -753,6 +772,10 @@ type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const Parallel
 /// stacks could not be had.
 type EmulatedFn = unsafe extern "C" fn(*const *mut u8, *const i64) -> i32;
 
+/// The entry point of a hand-written emulated kernel that takes its launch at call time (grid,
+/// then block: six dimensions); returns as [`EmulatedFn`].
+type EmulatedDimsFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const u32) -> i32;
+
 /// A loaded kernel.
 #[derive(Clone, Copy)]
 enum Entry {
@@ -765,6 +788,8 @@ pub struct CcBatch {
     kernels: Vec<KernelInterface>,
     source: String,
     entries: Vec<Entry>,
+    /// Per kernel: its entry point taking the launch at call time (hand-written emulated CUDA).
+    dims_entries: Vec<Option<EmulatedDimsFn>>,
     cache_hit: bool,
     /// The worker pool of each device; a launch uses its buffers' device's.
     workers: Arc<Vec<WorkerPool>>,
@@ -798,6 +823,64 @@ impl CompiledBatch for CcBatch {
         statics: &[i64],
         _: Queue<'_>,
     ) -> Result<()> {
+        // SAFETY: this method's contract.
+        unsafe { self.run_kernel(index, args, statics, None) }
+    }
+
+    unsafe fn launch_with_dims(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        global: [u32; 3],
+        local: Option<[u32; 3]>,
+        _: Queue<'_>,
+    ) -> Result<()> {
+        use arrayjit_codegen::LaunchDims;
+        use arrayjit_codegen::cuda_emulation as emu;
+        let name = self.kernels.get(index).map_or("?", |k| k.name.as_str());
+        let Some(entry) = self.dims_entries.get(index).copied().flatten() else {
+            return Err(Error::invalid(format!(
+                "kernel {name} takes no launch dimensions at launch time: cc runs C kernels \
+                 once per call, and cuda_emu takes them for hand-written CUDA \
+                 (compile_source) only"
+            )));
+        };
+        let block = local
+            .unwrap_or_else(|| LaunchDims::default_block(global, 256, emu::EMULATED_MAX_THREADS));
+        let dims = LaunchDims::covering(global, block)?;
+        dims.check_within(
+            name,
+            emu::EMULATED_MAX_BLOCK,
+            u64::from(emu::EMULATED_MAX_THREADS),
+        )?;
+        let [gx, gy, gz] = dims.grid;
+        let [bx, by, bz] = dims.block;
+        // SAFETY: this method's contract; the launch is within the emulation's limits.
+        unsafe {
+            self.run_kernel(
+                index,
+                args,
+                statics,
+                Some((entry, [gx, gy, gz, bx, by, bz])),
+            )
+        }
+    }
+}
+
+impl CcBatch {
+    /// Checks a launch and runs kernel `index` on the caller's thread: through its own entry
+    /// point, or through `with_dims`' entry point with that launch (grid, then block).
+    ///
+    /// # Safety
+    /// As [`CompiledBatch::launch`].
+    unsafe fn run_kernel(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        with_dims: Option<(EmulatedDimsFn, [u32; 6])>,
+    ) -> Result<()> {
         let k = self.kernels.get(index).ok_or_else(|| {
             Error::invalid(format!(
                 "kernel index {index} but the batch has {}",
@@ -820,12 +903,13 @@ impl CompiledBatch for CcBatch {
             .map_or(std::ptr::null(), WorkerPool::handle);
         // Host arrays used in place are read under their nodes' host locks while the kernel
         // runs, so the host cannot change them meanwhile.
-        let status = with_host_locks(&buffers, || match self.entries[index] {
-            Entry::C(f) => {
+        let status = with_host_locks(&buffers, || match (with_dims, self.entries[index]) {
+            (Some((f, dims)), _) => unsafe { f(ptrs.as_ptr(), statics.as_ptr(), dims.as_ptr()) },
+            (None, Entry::C(f)) => {
                 unsafe { f(ptrs.as_ptr(), statics.as_ptr(), par) };
                 0
             }
-            Entry::Emulated(f) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
+            (None, Entry::Emulated(f)) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
         });
         // Only emulated routines report a status: -1 when their threads' stacks were not had.
         if status != 0 {

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arrayjit_codegen::cuda::{CudaKernel, CudaPass, CudaProgram, render_cuda};
 use arrayjit_codegen::source_kernel::check_symbol;
 use arrayjit_codegen::wgsl::PassShape;
-use arrayjit_codegen::{KernelInterface, SourceKernel};
+use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Prec, Result, trace};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{
@@ -310,7 +310,7 @@ impl CudaBatch {
         &self,
         gpu: &Gpu,
         kernel: &CudaKernel,
-        functions: &[CudaFunction],
+        passes: &[(LaunchDims, &CudaFunction)],
         buffers: &[&CudaBuffer],
         statics: &[i64],
         stream: &Arc<CudaStream>,
@@ -323,8 +323,7 @@ impl CudaBatch {
         {
             scratch.zero_on(gpu, stream, kernel.interface.scratch_bytes)?;
         }
-        for (pass, f) in kernel.passes.iter().zip(functions) {
-            let dims = pass.launch();
+        for (dims, f) in passes {
             let mut builder = stream.launch_builder(f);
             for p in &ptrs {
                 builder.arg(p);
@@ -366,6 +365,72 @@ impl CompiledBatch for CudaBatch {
         statics: &[i64],
         queue: Queue<'_>,
     ) -> Result<()> {
+        // SAFETY: this method's contract.
+        unsafe { self.run_kernel(index, args, statics, queue, None) }
+    }
+
+    unsafe fn launch_with_dims(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        global: [u32; 3],
+        local: Option<[u32; 3]>,
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        let Some(kernel) = self.program.kernels.get(index) else {
+            return Err(Error::invalid(format!(
+                "kernel index {index} but the batch has {}",
+                self.interfaces.len()
+            )));
+        };
+        let name = &kernel.interface.name;
+        if !matches!(kernel.passes.as_slice(), [p] if matches!(p.shape, PassShape::Given(_))) {
+            return Err(Error::invalid(format!(
+                "kernel {name} was compiled from assignments and launches as its schedule says; \
+                 launch dimensions at launch time are for compile_source kernels"
+            )));
+        }
+        let device = args
+            .first()
+            .and_then(|b| b.as_any().downcast_ref::<CudaBuffer>())
+            .map_or(0, |b| b.device_ordinal());
+        let info = &self
+            .gpus
+            .get(device)
+            .ok_or_else(|| Error::NoSuchDevice {
+                backend: NAME.into(),
+                ordinal: device,
+                num_devices: self.gpus.len(),
+            })?
+            .info;
+        let block = local
+            .unwrap_or_else(|| LaunchDims::default_block(global, 256, info.max_local_invocations));
+        let dims = LaunchDims::covering(global, block)?;
+        dims.check_within(
+            name,
+            info.max_local_size,
+            u64::from(info.max_local_invocations),
+        )?;
+        // SAFETY: this method's contract; the launch is within the device's limits.
+        unsafe { self.run_kernel(index, args, statics, queue, Some(dims)) }
+    }
+}
+
+impl CudaBatch {
+    /// Checks a launch and enqueues kernel `index` (on `queue`, or on the device's default
+    /// stream, waited for), with its passes' launches or, for a hand-written kernel, `dims_now`.
+    ///
+    /// # Safety
+    /// As [`CompiledBatch::launch`].
+    unsafe fn run_kernel(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        queue: Queue<'_>,
+        dims_now: Option<LaunchDims>,
+    ) -> Result<()> {
         let (kernel, iface) = match (self.program.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
             _ => {
@@ -390,25 +455,20 @@ impl CompiledBatch for CudaBatch {
             num_devices: self.gpus.len(),
         })?;
         let loaded = self.loaded(gpu)?;
+        // Each pass with its launch (a hand-written kernel's one pass may take it now).
+        let passes: Vec<(LaunchDims, &CudaFunction)> = kernel
+            .passes
+            .iter()
+            .zip(&loaded.functions[index])
+            .map(|(p, f)| (dims_now.unwrap_or_else(|| p.launch()), f))
+            .collect();
         match queue.and_then(|q| q.as_any().downcast_ref::<CudaQueue>()) {
-            Some(q) if q.gpu.ordinal == device => self.launch_passes(
-                gpu,
-                kernel,
-                &loaded.functions[index],
-                &buffers,
-                statics,
-                &q.stream,
-            ),
+            Some(q) if q.gpu.ordinal == device => {
+                self.launch_passes(gpu, kernel, &passes, &buffers, statics, &q.stream)
+            }
             _ => {
                 let stream = &gpu.default_stream;
-                self.launch_passes(
-                    gpu,
-                    kernel,
-                    &loaded.functions[index],
-                    &buffers,
-                    statics,
-                    stream,
-                )?;
+                self.launch_passes(gpu, kernel, &passes, &buffers, statics, stream)?;
                 stream
                     .synchronize()
                     .map_err(|e| gpu.driver_error(&format!("running {}", iface.name), e))
@@ -633,12 +693,16 @@ impl LoweredBackend for CudaBackend {
         kernels: &[SourceKernel],
     ) -> Result<Arc<dyn CompiledBatch>> {
         let gpus = self.gpus()?.to_vec();
-        let max_threads = self.device_info(0)?.max_local_invocations as u64;
+        let info = self.device_info(0)?;
         let kernels = kernels
             .iter()
             .map(|k| {
                 check_symbol(&k.interface.symbol)?;
-                k.launch.check(&k.interface.name, max_threads)?;
+                k.launch.check_within(
+                    &k.interface.name,
+                    info.max_local_size,
+                    u64::from(info.max_local_invocations),
+                )?;
                 Ok(CudaKernel {
                     interface: k.interface.clone(),
                     passes: vec![CudaPass {

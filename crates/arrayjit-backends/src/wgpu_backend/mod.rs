@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use arrayjit_codegen::source_kernel::check_symbol;
 use arrayjit_codegen::wgsl::PassShape;
 use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
-use arrayjit_codegen::{KernelInterface, SourceKernel};
+use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Result, trace};
 
 use crate::device_info::{DeviceInfo, DeviceKind};
@@ -345,6 +345,73 @@ impl CompiledBatch for WgpuBatch {
         // The device has one queue: every launch goes on it, in order.
         _: Queue<'_>,
     ) -> Result<()> {
+        // SAFETY: this method's contract.
+        unsafe { self.run_kernel(index, args, statics, None) }
+    }
+
+    unsafe fn launch_with_dims(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        global: [u32; 3],
+        local: Option<[u32; 3]>,
+        _: Queue<'_>,
+    ) -> Result<()> {
+        let Some(k) = self.kernels.get(index) else {
+            return Err(Error::invalid(format!(
+                "kernel index {index} but the batch has {}",
+                self.kernels.len()
+            )));
+        };
+        let name = &self.interfaces[index].name;
+        // A hand-written shader's block is its @workgroup_size (checked at compile_source).
+        let workgroup = match k.rendered.passes.as_slice() {
+            [pass] => match pass.shape {
+                PassShape::Given(given) => given.block,
+                _ => [0; 3],
+            },
+            _ => [0; 3],
+        };
+        if workgroup == [0; 3] {
+            return Err(Error::invalid(format!(
+                "kernel {name} was compiled from assignments and launches as its schedule says; \
+                 launch dimensions at launch time are for compile_source kernels"
+            )));
+        }
+        let block = local.unwrap_or(workgroup);
+        if block != workgroup {
+            return Err(Error::invalid(format!(
+                "kernel {name} is launched with blocks of {block:?} threads, but its shader \
+                 declares @workgroup_size{workgroup:?}; give that block, or none"
+            )));
+        }
+        let dims = LaunchDims::covering(global, block)?;
+        if let Some(axis) = (0..3).find(|&a| dims.grid[a] > self.gpu.max_groups) {
+            return Err(Error::invalid(format!(
+                "kernel {name} needs {} workgroups along axis {axis}; the device dispatches at \
+                 most {} per axis",
+                dims.grid[axis], self.gpu.max_groups
+            )));
+        }
+        // SAFETY: this method's contract.
+        unsafe { self.run_kernel(index, args, statics, Some(dims.grid)) }
+    }
+}
+
+impl WgpuBatch {
+    /// Checks a launch and submits kernel `index`'s passes, dispatched as they say or, for a
+    /// hand-written kernel, as `grid_now` workgroups.
+    ///
+    /// # Safety
+    /// As [`CompiledBatch::launch`].
+    unsafe fn run_kernel(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        grid_now: Option<[u32; 3]>,
+    ) -> Result<()> {
         let (k, iface) = match (self.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
             _ => {
@@ -398,7 +465,7 @@ impl CompiledBatch for WgpuBatch {
                     layout: &layout,
                     entries: &entries,
                 });
-                let [x, y, z] = pass.dispatch(gpu.max_groups);
+                let [x, y, z] = grid_now.unwrap_or_else(|| pass.dispatch(gpu.max_groups));
                 let mut cpass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: None,
                     timestamp_writes: None,
