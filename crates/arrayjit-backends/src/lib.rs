@@ -273,6 +273,16 @@ pub trait CompiledBatch: Send + Sync + Debug {
     }
 }
 
+/// Options of one compilation (the reference's `Compiler.compile_options`), starting from a
+/// backend's [`LoweredBackend::default_compile_options`] (its `default_options`): for `cc` and
+/// `cuda_emu`, the host compiler's flags (by default `CcConfig::flags`, e.g. from
+/// `ARRAYJIT_CC_FLAGS`); the other backends take none yet. Compiled code is cached per options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    /// The compiler's flags, in order.
+    pub flags: Vec<String>,
+}
+
 /// The contract of the lowered layer's data plane: the calls that read or write a buffer's
 /// memory ([`CompiledBatch::launch`], [`LoweredBackend::copy_from_host`],
 /// [`LoweredBackend::copy_to_host`], their `_range` forms, [`LoweredBackend::copy_buffer`],
@@ -524,6 +534,28 @@ pub trait LoweredBackend: Send + Sync + Debug {
     }
     /// Compiles routines together (one library, one compilation).
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>>;
+    /// The options [`LoweredBackend::compile_batch`] compiles with (the reference's
+    /// `Compiler.default_options`). Default: none.
+    fn default_compile_options(&self) -> CompileOptions {
+        CompileOptions::default()
+    }
+    /// [`LoweredBackend::compile_batch`] with `options` instead of the default ones (the
+    /// reference's `Compiler.compile ~options`). Default: the default options compile as
+    /// usual; any other is an error saying the backend takes none.
+    fn compile_batch_with(
+        &self,
+        routines: &[&Optimized],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        if *options == self.default_compile_options() {
+            return self.compile_batch(routines);
+        }
+        Err(arrayjit_ir::Error::invalid(format!(
+            "backend {} takes no compile options yet (given {:?}); compile with its defaults",
+            self.name(),
+            options.flags
+        )))
+    }
     /// Compiles source given directly, in the backend's language (the reference's `compile
     /// ~source_code` and `get_kernel`): for tools and tests that drive a backend's kernels
     /// themselves. Each [`SourceKernel`] names its exported symbol, its buffers and static

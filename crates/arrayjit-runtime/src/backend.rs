@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrayjit_backends::{DeviceInfo, LoweredBackend};
+use arrayjit_backends::{CompileOptions, DeviceInfo, LoweredBackend};
 use arrayjit_ir::{
     Assignments, Error, OptimizeCtx, OptimizeSettings, Result, StaticSymbol, optimize, optimize_in,
 };
@@ -229,6 +229,8 @@ pub(crate) struct BackendInner {
     pub max_pool_bytes: AtomicUsize,
     /// Schedule search: on/off (`None`: `ARRAYJIT_SEARCH`) and how candidates are timed.
     pub search: Mutex<(Option<bool>, SearchSettings)>,
+    /// Compile options other than the lowered backend's defaults, if set.
+    pub compile_options: Mutex<Option<CompileOptions>>,
 }
 
 /// A backend: a lowered backend with a scheduler (`Sync` or `Multicore`).
@@ -280,6 +282,7 @@ impl Backend {
                 next_pool_id: AtomicUsize::new(0),
                 max_pool_bytes: AtomicUsize::new(1 << 30),
                 search: Mutex::new((None, SearchSettings::default())),
+                compile_options: Mutex::new(None),
             }),
         }
     }
@@ -368,6 +371,30 @@ impl Backend {
             .settings
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = settings;
+    }
+
+    /// The options later compiles use (the reference's `Compiler.compile_options`): those set by
+    /// [`Backend::set_compile_options`], else the lowered backend's defaults (its
+    /// `default_options`: for `cc`, its C compiler's flags).
+    pub fn compile_options(&self) -> CompileOptions {
+        self.inner
+            .compile_options
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| self.inner.lowered.default_compile_options())
+    }
+
+    /// Sets the options later compiles of this backend use (`None`: its defaults), e.g. the C
+    /// compiler's flags without `-march=native` for code that must run on other machines, or
+    /// without fast math. Options the backend cannot take are an error when compiling, and
+    /// compiled code is cached per options.
+    pub fn set_compile_options(&self, options: Option<CompileOptions>) {
+        *self
+            .inner
+            .compile_options
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = options;
     }
 
     /// Optimizes and compiles one routine (in a fresh optimize context: see
@@ -482,7 +509,16 @@ impl Backend {
         }
         let refs: Vec<&arrayjit_ir::Optimized> = optimized.iter().map(|o| o.as_ref()).collect();
         let started = std::time::Instant::now();
-        let batch = self.inner.lowered.compile_batch(&refs)?;
+        let options = self
+            .inner
+            .compile_options
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let batch = match options {
+            Some(options) => self.inner.lowered.compile_batch_with(&refs, &options)?,
+            None => self.inner.lowered.compile_batch(&refs)?,
+        };
         crate::observe::list_compiled(self.name(), &optimized, batch.as_ref(), started.elapsed())?;
         Ok(optimized
             .into_iter()

@@ -1019,3 +1019,80 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
         "no backend took launch dimensions (cuda_emu needs only a C++ compiler)"
     );
 }
+
+/// `rune-backend-intf.txt`, `Compiler.default_options` / `compile ~options`: a backend states
+/// the options it compiles with; `cc` and `cuda_emu` compile with other host compiler flags
+/// when asked (a flag the compiler refuses fails that compile, naming it; flags that cannot
+/// make a loadable library are refused first); backends that take no options refuse others;
+/// clearing the options compiles with the defaults again.
+#[test]
+fn rune_backend_intf__compile_options_per_compile() {
+    use arrayjit::backends::CompileOptions;
+    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+        let name = backend.name().to_string();
+        let defaults = backend.compile_options();
+        assert_eq!(
+            defaults,
+            backend.lowered().default_compile_options(),
+            "{name}"
+        );
+        let x = input("x", &[1.0, -2.0, 3.0]);
+        let y = result("y", 3);
+        let program = Assignments::pointwise_unop(&y, UnOp::Relu, &x);
+        let run = |code: &arrayjit::runtime::Code| {
+            let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+            Context::new(&stream).link(code).unwrap().run().unwrap();
+            assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        };
+        let host_compiled = name.ends_with("_cc") || name == "cuda_emu";
+        if host_compiled {
+            assert!(
+                defaults.flags.iter().any(|f| f == "-shared"),
+                "{name}: {defaults:?}"
+            );
+            // Unoptimized, no fast math: still right.
+            let mut flags: Vec<String> = defaults
+                .flags
+                .iter()
+                .filter(|f| !f.starts_with("-O"))
+                .cloned()
+                .collect();
+            flags.extend(["-O0".to_string(), "-fno-fast-math".to_string()]);
+            backend.set_compile_options(Some(CompileOptions {
+                flags: flags.clone(),
+            }));
+            assert_eq!(backend.compile_options().flags, flags);
+            run(&backend.compile("relu_o0", &program, &[]).unwrap());
+            // The flags reach the compiler: one it does not know fails the compile.
+            flags.push("-fno-such-flag-arrayjit".into());
+            backend.set_compile_options(Some(CompileOptions { flags }));
+            let e = backend.compile("relu_bad", &program, &[]).unwrap_err();
+            assert!(
+                matches!(e, arrayjit::Error::CompileFailed(_)),
+                "{name}: {e}"
+            );
+            assert!(
+                e.to_string().contains("no-such-flag-arrayjit"),
+                "{name}: {e}"
+            );
+            // Flags that cannot make a shared library: refused before compiling.
+            backend.set_compile_options(Some(CompileOptions {
+                flags: vec!["-O2".into()],
+            }));
+            let e = backend.compile("relu_static", &program, &[]).unwrap_err();
+            assert!(e.to_string().contains("-shared"), "{name}: {e}");
+        } else {
+            backend.set_compile_options(Some(CompileOptions {
+                flags: vec!["--use_fast_math".into()],
+            }));
+            let e = backend.compile("relu_fast", &program, &[]).unwrap_err();
+            assert!(e.to_string().contains("no compile options"), "{name}: {e}");
+            // Its own defaults, given explicitly, compile as usual.
+            backend.set_compile_options(Some(defaults.clone()));
+            run(&backend.compile("relu_defaults", &program, &[]).unwrap());
+        }
+        backend.set_compile_options(None);
+        assert_eq!(backend.compile_options(), defaults);
+        run(&backend.compile("relu", &program, &[]).unwrap());
+    }
+}

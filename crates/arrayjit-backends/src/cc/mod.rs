@@ -8,6 +8,7 @@
 //! against the interpreter without a GPU. It is slow (threads are fibers on one core); it is a
 //! checking tool, not a way to run fast.
 
+mod batch;
 mod compile;
 mod schedule_store;
 
@@ -25,10 +26,12 @@ use crate::batch_name;
 
 use crate::buffer::{CpuBuffer, MemoryCounter};
 use crate::settings;
-use crate::worker_pool::{ParallelHandle, WorkerPool};
-use crate::{BufferHandle, CompiledBatch, DeviceBuffer, LoweredBackend, Queue};
+use crate::worker_pool::WorkerPool;
+use crate::{BufferHandle, CompileOptions, CompiledBatch, DeviceBuffer, LoweredBackend, Queue};
 
 pub use crate::compile_cache::default_cache_dir;
+pub use batch::CcBatch;
+use batch::{EmulatedDimsFn, EmulatedFn, Entry, KernelFn, with_host_locks};
 pub use compile::{CompileStats, compile_stats};
 
 /// Settings of the `cc` backend. [`CcConfig::from_env`] reads them from the environment
@@ -604,8 +607,90 @@ impl LoweredBackend for CcBackend {
     }
 
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        self.compile_with_config(routines, &self.config)
+    }
+
+    /// The host compiler's flags (`CcConfig::flags`).
+    fn default_compile_options(&self) -> CompileOptions {
+        CompileOptions {
+            flags: self.config.flags.clone(),
+        }
+    }
+
+    /// Compiles with the given host compiler flags instead of `CcConfig::flags`: they must
+    /// still make a loadable shared library (`-shared` and `-fPIC`), else nothing is compiled.
+    fn compile_batch_with(
+        &self,
+        routines: &[&Optimized],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        if let Some(missing) = ["-shared", "-fPIC"]
+            .into_iter()
+            .find(|f| !options.flags.iter().any(|g| g == f))
+        {
+            return Err(Error::invalid(format!(
+                "compile options {:?} lack {missing}: the {} backend loads a shared library, so \
+                 its flags must keep -shared and -fPIC (start from default_compile_options)",
+                options.flags,
+                self.name()
+            )));
+        }
+        let config = CcConfig {
+            flags: options.flags.clone(),
+            ..self.config.clone()
+        };
+        self.compile_with_config(routines, &config)
+    }
+
+    unsafe fn compile_source(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let interfaces: Vec<KernelInterface> =
+            kernels.iter().map(|k| k.interface.clone()).collect();
+        let source = match self.dialect {
+            CcDialect::C => source.to_string(),
+            // The CUDA kernels, renamed, with entry points that launch them.
+            CcDialect::CudaEmulated => emulated_source(source, kernels)?,
+        };
+        let units = [compile::Unit {
+            suffix: "",
+            source: &source,
+        }];
+        // SAFETY: the caller's source exports each kernel with the dialect's signature (this
+        // method's safety contract); for emulated CUDA, the entry points written above do.
+        unsafe { self.load_batch(&self.config, &units, interfaces, source.clone(), true) }
+    }
+
+    fn debug_info(&self) -> String {
+        format!(
+            "{} backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s) of {} worker(s)",
+            self.name(),
+            self.config.compiler,
+            compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
+                .unwrap_or_else(|e| e.to_string()),
+            self.config.flags,
+            self.config
+                .cache_dir
+                .as_ref()
+                .map_or("disabled".into(), |p| p.display().to_string()),
+            self.counters.len(),
+            self.workers.first().map_or(1, WorkerPool::workers)
+        )
+    }
+}
+
+impl CcBackend {
+    /// Renders routines in the backend's dialect, compiles them with `config` (its flags) and
+    /// loads them.
+    fn compile_with_config(
+        &self,
+        routines: &[&Optimized],
+        config: &CcConfig,
+    ) -> Result<Arc<dyn CompiledBatch>> {
         if self.dialect == CcDialect::CudaEmulated {
-            return self.compile_emulated(routines);
+            return self.compile_emulated(routines, config);
         }
         let program = {
             let _render = trace::compile_phase("render", &batch_name(routines));
@@ -633,51 +718,15 @@ impl LoweredBackend for CcBackend {
         .collect();
         let source = program.full_source();
         // SAFETY: every C kernel arrayjit generates has the `KernelFn` signature.
-        unsafe { self.load_batch(&units, program.kernels, source, false) }
+        unsafe { self.load_batch(config, &units, program.kernels, source, false) }
     }
 
-    unsafe fn compile_source(
-        &self,
-        source: &str,
-        kernels: &[SourceKernel],
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        let interfaces: Vec<KernelInterface> =
-            kernels.iter().map(|k| k.interface.clone()).collect();
-        let source = match self.dialect {
-            CcDialect::C => source.to_string(),
-            // The CUDA kernels, renamed, with entry points that launch them.
-            CcDialect::CudaEmulated => emulated_source(source, kernels)?,
-        };
-        let units = [compile::Unit {
-            suffix: "",
-            source: &source,
-        }];
-        // SAFETY: the caller's source exports each kernel with the dialect's signature (this
-        // method's safety contract); for emulated CUDA, the entry points written above do.
-        unsafe { self.load_batch(&units, interfaces, source.clone(), true) }
-    }
-
-    fn debug_info(&self) -> String {
-        format!(
-            "{} backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s) of {} worker(s)",
-            self.name(),
-            self.config.compiler,
-            compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
-                .unwrap_or_else(|e| e.to_string()),
-            self.config.flags,
-            self.config
-                .cache_dir
-                .as_ref()
-                .map_or("disabled".into(), |p| p.display().to_string()),
-            self.counters.len(),
-            self.workers.first().map_or(1, WorkerPool::workers)
-        )
-    }
-}
-
-impl CcBackend {
     /// Renders the CUDA kernels with their emulation, compiles them as C++ and loads them.
-    fn compile_emulated(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+    fn compile_emulated(
+        &self,
+        routines: &[&Optimized],
+        config: &CcConfig,
+    ) -> Result<Arc<dyn CompiledBatch>> {
         let program = {
             let _render = trace::compile_phase("render", &batch_name(routines));
             render_cuda_emulated(routines)?
@@ -693,7 +742,7 @@ impl CcBackend {
             .collect();
         // SAFETY: every emulated entry point has the `EmulatedFn` signature
         // (`arrayjit_codegen::cuda_emulation`).
-        unsafe { self.load_batch(&units, kernels, program.source.clone(), false) }
+        unsafe { self.load_batch(config, &units, kernels, program.source.clone(), false) }
     }
 
     /// Compiles `units` into one library, loads it, and finds every kernel by its symbol with
@@ -704,14 +753,14 @@ impl CcBackend {
     /// renderers generate, the caller's contract for source given directly.
     unsafe fn load_batch(
         &self,
+        config: &CcConfig,
         units: &[compile::Unit],
         kernels: Vec<KernelInterface>,
         source: String,
         source_kernels: bool,
     ) -> Result<Arc<dyn CompiledBatch>> {
         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-        let (library, cache_hit) =
-            compile::compile_and_load(&self.config, units, &names.join("+"))?;
+        let (library, cache_hit) = compile::compile_and_load(config, units, &names.join("+"))?;
         // Hand-written emulated CUDA also exports each kernel with its launch taken at call
         // time (`emulated_source`).
         let dims_entries = kernels
@@ -750,178 +799,5 @@ impl CcBackend {
             cache_hit,
             _library: library,
         }))
-    }
-}
-
-/// Runs `f` holding the host locks of the nodes whose host arrays `buffers` use in place, taken
-/// in order of node id (so two launches never wait for each other's locks).
-fn with_host_locks<R>(buffers: &[&CpuBuffer], f: impl FnOnce() -> R) -> R {
-    let mut nodes: Vec<&arrayjit_ir::Tnode> =
-        buffers.iter().filter_map(|b| b.host_node()).collect();
-    nodes.sort_by_key(|t| t.id());
-    nodes.dedup_by_key(|t| t.id());
-    let _held: Vec<arrayjit_ir::tnode::HostLock<'_>> =
-        nodes.iter().map(|t| t.host_lock()).collect();
-    f()
-}
-
-/// The signature of every generated C kernel.
-type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
-
-/// The signature of every emulated CUDA routine: 0, or -1 when the memory for its threads'
-/// stacks could not be had.
-type EmulatedFn = unsafe extern "C" fn(*const *mut u8, *const i64) -> i32;
-
-/// The entry point of a hand-written emulated kernel that takes its launch at call time (grid,
-/// then block: six dimensions); returns as [`EmulatedFn`].
-type EmulatedDimsFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const u32) -> i32;
-
-/// A loaded kernel.
-#[derive(Clone, Copy)]
-enum Entry {
-    C(KernelFn),
-    Emulated(EmulatedFn),
-}
-
-/// A compiled library and its kernels.
-pub struct CcBatch {
-    kernels: Vec<KernelInterface>,
-    source: String,
-    entries: Vec<Entry>,
-    /// Per kernel: its entry point taking the launch at call time (hand-written emulated CUDA).
-    dims_entries: Vec<Option<EmulatedDimsFn>>,
-    cache_hit: bool,
-    /// The worker pool of each device; a launch uses its buffers' device's.
-    workers: Arc<Vec<WorkerPool>>,
-    _library: Arc<compile::LoadedLibrary>,
-}
-
-impl fmt::Debug for CcBatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.kernels.iter().map(|k| k.symbol.as_str()).collect();
-        write!(f, "CcBatch({names:?})")
-    }
-}
-
-impl CompiledBatch for CcBatch {
-    fn kernels(&self) -> &[KernelInterface] {
-        &self.kernels
-    }
-
-    fn source(&self) -> &str {
-        &self.source
-    }
-
-    fn cache_hit(&self) -> Option<bool> {
-        Some(self.cache_hit)
-    }
-
-    unsafe fn launch(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        _: Queue<'_>,
-    ) -> Result<()> {
-        // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, None) }
-    }
-
-    unsafe fn launch_with_dims(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        global: [u32; 3],
-        local: Option<[u32; 3]>,
-        _: Queue<'_>,
-    ) -> Result<()> {
-        use arrayjit_codegen::LaunchDims;
-        use arrayjit_codegen::cuda_emulation as emu;
-        let name = self.kernels.get(index).map_or("?", |k| k.name.as_str());
-        let Some(entry) = self.dims_entries.get(index).copied().flatten() else {
-            return Err(Error::invalid(format!(
-                "kernel {name} takes no launch dimensions at launch time: cc runs C kernels \
-                 once per call, and cuda_emu takes them for hand-written CUDA \
-                 (compile_source) only"
-            )));
-        };
-        let block = local
-            .unwrap_or_else(|| LaunchDims::default_block(global, 256, emu::EMULATED_MAX_THREADS));
-        let dims = LaunchDims::covering(global, block)?;
-        dims.check_within(
-            name,
-            emu::EMULATED_MAX_BLOCK,
-            u64::from(emu::EMULATED_MAX_THREADS),
-        )?;
-        let [gx, gy, gz] = dims.grid;
-        let [bx, by, bz] = dims.block;
-        // SAFETY: this method's contract; the launch is within the emulation's limits.
-        unsafe {
-            self.run_kernel(
-                index,
-                args,
-                statics,
-                Some((entry, [gx, gy, gz, bx, by, bz])),
-            )
-        }
-    }
-}
-
-impl CcBatch {
-    /// Checks a launch and runs kernel `index` on the caller's thread: through its own entry
-    /// point, or through `with_dims`' entry point with that launch (grid, then block).
-    ///
-    /// # Safety
-    /// As [`CompiledBatch::launch`].
-    unsafe fn run_kernel(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        with_dims: Option<(EmulatedDimsFn, [u32; 6])>,
-    ) -> Result<()> {
-        let k = self.kernels.get(index).ok_or_else(|| {
-            Error::invalid(format!(
-                "kernel index {index} but the batch has {}",
-                self.kernels.len()
-            ))
-        })?;
-        let buffers = crate::check_launch::<CpuBuffer>(k, args, statics, "cc")?;
-        let device = args.first().map_or(0, |b| b.device());
-        let mut ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.as_ptr()).collect();
-        ptrs.push(std::ptr::null_mut());
-        // SAFETY: the kernel was generated for exactly these arguments: the buffers are large
-        // enough for every access (checked above, and the optimizer verified every index against
-        // the node dims and static ranges), the static values are in range, and the runtime
-        // serializes kernels and transfers on the buffers of a stream.
-        // The worker pool outlives the call (held by this batch); its chunks finish before
-        // the kernel returns.
-        let par = self
-            .workers
-            .get(device)
-            .map_or(std::ptr::null(), WorkerPool::handle);
-        // Host arrays used in place are read under their nodes' host locks while the kernel
-        // runs, so the host cannot change them meanwhile.
-        let status = with_host_locks(&buffers, || match (with_dims, self.entries[index]) {
-            (Some((f, dims)), _) => unsafe { f(ptrs.as_ptr(), statics.as_ptr(), dims.as_ptr()) },
-            (None, Entry::C(f)) => {
-                unsafe { f(ptrs.as_ptr(), statics.as_ptr(), par) };
-                0
-            }
-            (None, Entry::Emulated(f)) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
-        });
-        // Only emulated routines report a status: -1 when their threads' stacks were not had.
-        if status != 0 {
-            return Err(Error::Runtime {
-                stream: format!("cuda_emu device {device}"),
-                detail: format!(
-                    "no memory for the stacks of the emulated threads of {}; free memory or use \
-                     a smaller routine",
-                    k.name
-                ),
-            });
-        }
-        Ok(())
     }
 }

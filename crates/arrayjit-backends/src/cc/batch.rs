@@ -1,0 +1,188 @@
+//! What the `cc` backend loads: a compiled library's kernels ([`CcBatch`]) and their launches
+//! on the caller's thread (C kernels with the device's worker pool, emulated CUDA as fibers,
+//! hand-written emulated CUDA with a launch chosen at call time).
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrayjit_codegen::KernelInterface;
+use arrayjit_ir::{Error, Result};
+
+use super::compile;
+use crate::buffer::CpuBuffer;
+use crate::worker_pool::{ParallelHandle, WorkerPool};
+use crate::{BufferHandle, CompiledBatch, Queue};
+
+/// Runs `f` holding the host locks of the nodes whose host arrays `buffers` use in place, taken
+/// in order of node id (so two launches never wait for each other's locks).
+pub(super) fn with_host_locks<R>(buffers: &[&CpuBuffer], f: impl FnOnce() -> R) -> R {
+    let mut nodes: Vec<&arrayjit_ir::Tnode> =
+        buffers.iter().filter_map(|b| b.host_node()).collect();
+    nodes.sort_by_key(|t| t.id());
+    nodes.dedup_by_key(|t| t.id());
+    let _held: Vec<arrayjit_ir::tnode::HostLock<'_>> =
+        nodes.iter().map(|t| t.host_lock()).collect();
+    f()
+}
+
+/// The signature of every generated C kernel.
+pub(super) type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
+
+/// The signature of every emulated CUDA routine: 0, or -1 when the memory for its threads'
+/// stacks could not be had.
+pub(super) type EmulatedFn = unsafe extern "C" fn(*const *mut u8, *const i64) -> i32;
+
+/// The entry point of a hand-written emulated kernel that takes its launch at call time (grid,
+/// then block: six dimensions); returns as [`EmulatedFn`].
+pub(super) type EmulatedDimsFn =
+    unsafe extern "C" fn(*const *mut u8, *const i64, *const u32) -> i32;
+
+/// A loaded kernel.
+#[derive(Clone, Copy)]
+pub(super) enum Entry {
+    C(KernelFn),
+    Emulated(EmulatedFn),
+}
+
+/// A compiled library and its kernels.
+pub struct CcBatch {
+    pub(super) kernels: Vec<KernelInterface>,
+    pub(super) source: String,
+    pub(super) entries: Vec<Entry>,
+    /// Per kernel: its entry point taking the launch at call time (hand-written emulated CUDA).
+    pub(super) dims_entries: Vec<Option<EmulatedDimsFn>>,
+    pub(super) cache_hit: bool,
+    /// The worker pool of each device; a launch uses its buffers' device's.
+    pub(super) workers: Arc<Vec<WorkerPool>>,
+    pub(super) _library: Arc<compile::LoadedLibrary>,
+}
+
+impl fmt::Debug for CcBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.kernels.iter().map(|k| k.symbol.as_str()).collect();
+        write!(f, "CcBatch({names:?})")
+    }
+}
+
+impl CompiledBatch for CcBatch {
+    fn kernels(&self) -> &[KernelInterface] {
+        &self.kernels
+    }
+
+    fn source(&self) -> &str {
+        &self.source
+    }
+
+    fn cache_hit(&self) -> Option<bool> {
+        Some(self.cache_hit)
+    }
+
+    unsafe fn launch(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        _: Queue<'_>,
+    ) -> Result<()> {
+        // SAFETY: this method's contract.
+        unsafe { self.run_kernel(index, args, statics, None) }
+    }
+
+    unsafe fn launch_with_dims(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        global: [u32; 3],
+        local: Option<[u32; 3]>,
+        _: Queue<'_>,
+    ) -> Result<()> {
+        use arrayjit_codegen::LaunchDims;
+        use arrayjit_codegen::cuda_emulation as emu;
+        let name = self.kernels.get(index).map_or("?", |k| k.name.as_str());
+        let Some(entry) = self.dims_entries.get(index).copied().flatten() else {
+            return Err(Error::invalid(format!(
+                "kernel {name} takes no launch dimensions at launch time: cc runs C kernels \
+                 once per call, and cuda_emu takes them for hand-written CUDA \
+                 (compile_source) only"
+            )));
+        };
+        let block = local
+            .unwrap_or_else(|| LaunchDims::default_block(global, 256, emu::EMULATED_MAX_THREADS));
+        let dims = LaunchDims::covering(global, block)?;
+        dims.check_within(
+            name,
+            emu::EMULATED_MAX_BLOCK,
+            u64::from(emu::EMULATED_MAX_THREADS),
+        )?;
+        let [gx, gy, gz] = dims.grid;
+        let [bx, by, bz] = dims.block;
+        // SAFETY: this method's contract; the launch is within the emulation's limits.
+        unsafe {
+            self.run_kernel(
+                index,
+                args,
+                statics,
+                Some((entry, [gx, gy, gz, bx, by, bz])),
+            )
+        }
+    }
+}
+
+impl CcBatch {
+    /// Checks a launch and runs kernel `index` on the caller's thread: through its own entry
+    /// point, or through `with_dims`' entry point with that launch (grid, then block).
+    ///
+    /// # Safety
+    /// As [`CompiledBatch::launch`].
+    unsafe fn run_kernel(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        with_dims: Option<(EmulatedDimsFn, [u32; 6])>,
+    ) -> Result<()> {
+        let k = self.kernels.get(index).ok_or_else(|| {
+            Error::invalid(format!(
+                "kernel index {index} but the batch has {}",
+                self.kernels.len()
+            ))
+        })?;
+        let buffers = crate::check_launch::<CpuBuffer>(k, args, statics, "cc")?;
+        let device = args.first().map_or(0, |b| b.device());
+        let mut ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.as_ptr()).collect();
+        ptrs.push(std::ptr::null_mut());
+        // SAFETY: the kernel was generated for exactly these arguments: the buffers are large
+        // enough for every access (checked above, and the optimizer verified every index against
+        // the node dims and static ranges), the static values are in range, and the runtime
+        // serializes kernels and transfers on the buffers of a stream.
+        // The worker pool outlives the call (held by this batch); its chunks finish before
+        // the kernel returns.
+        let par = self
+            .workers
+            .get(device)
+            .map_or(std::ptr::null(), WorkerPool::handle);
+        // Host arrays used in place are read under their nodes' host locks while the kernel
+        // runs, so the host cannot change them meanwhile.
+        let status = with_host_locks(&buffers, || match (with_dims, self.entries[index]) {
+            (Some((f, dims)), _) => unsafe { f(ptrs.as_ptr(), statics.as_ptr(), dims.as_ptr()) },
+            (None, Entry::C(f)) => {
+                unsafe { f(ptrs.as_ptr(), statics.as_ptr(), par) };
+                0
+            }
+            (None, Entry::Emulated(f)) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
+        });
+        // Only emulated routines report a status: -1 when their threads' stacks were not had.
+        if status != 0 {
+            return Err(Error::Runtime {
+                stream: format!("cuda_emu device {device}"),
+                detail: format!(
+                    "no memory for the stacks of the emulated threads of {}; free memory or use \
+                     a smaller routine",
+                    k.name
+                ),
+            });
+        }
+        Ok(())
+    }
+}
