@@ -534,6 +534,13 @@ pub trait LoweredBackend: Send + Sync + Debug {
     }
     /// Compiles routines together (one library, one compilation).
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>>;
+    /// The GPU dialect this backend's kernels are printed in (`cuda`, `cuda_emu`: CUDA; `wgpu`:
+    /// WGSL), whose device strings the renderer uses (the reference's
+    /// `Device_info.renderer_float4_str`, `renderer_smem_prefix`, `renderer_barrier_str`);
+    /// `None` (the default) for C on CPUs.
+    fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
+        None
+    }
     /// The options [`LoweredBackend::compile_batch`] compiles with (the reference's
     /// `Compiler.default_options`). Default: none.
     fn default_compile_options(&self) -> CompileOptions {

@@ -37,6 +37,7 @@ use arrayjit_ir::{Error, LowLevel, Optimized, Result, TernOp, Tnode};
 
 use crate::c_renderer::{KernelInterface, KernelRenderer, node_name};
 use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
+use crate::gpu_dialect::CUDA as DIALECT;
 use crate::wgsl::PassShape;
 use crate::wgsl::shape::{Accumulation, PassPlan, Rest, RowItem, RowRole, plan, row_items};
 
@@ -388,7 +389,7 @@ fn rows(k: &mut KernelRenderer<'_>, items: &[RowItem<'_>], out: &mut String) -> 
                 out.push_str("  }\n");
             }
         }
-        out.push_str("  }\n  __syncthreads();\n");
+        let _ = writeln!(out, "  }}\n  {}", DIALECT.barrier);
     }
     Ok(())
 }
@@ -448,15 +449,17 @@ fn block_reduction(
     let store = c_syntax::store(&last, p, k.helpers);
     let _ = write!(
         out,
-        "  __shared__ {t} aj_red[{BLOCK_THREADS}];\n  {t} aj_acc = {neutral};\n  \
+        "  {shared_red}\n  {t} aj_acc = {neutral};\n  \
          for (long long aj_i = {from} + threadIdx.x; aj_i < {to}; aj_i += {BLOCK_THREADS}) {{\n{prelude}    \
-         aj_acc = {part};\n  }}\n  aj_red[threadIdx.x] = aj_acc;\n  __syncthreads();\n  \
+         aj_acc = {part};\n  }}\n  aj_red[threadIdx.x] = aj_acc;\n  {barrier}\n  \
          for (unsigned aj_s = {half}; aj_s >= {WARP}; aj_s /= 2) {{\n    \
-         if (threadIdx.x < aj_s) aj_red[threadIdx.x] = {tree};\n    __syncthreads();\n  }}\n  \
+         if (threadIdx.x < aj_s) aj_red[threadIdx.x] = {tree};\n    {barrier}\n  }}\n  \
          if (threadIdx.x < {WARP}) {{\n    {t} aj_v = aj_red[threadIdx.x];\n    \
          for (unsigned aj_s = {half_warp}; aj_s > 0; aj_s /= 2) {{\n      \
          const {t} aj_o = __shfl_down_sync(0xffffffffu, aj_v, aj_s);\n      aj_v = {warp};\n    }}\n    \
          if (threadIdx.x == 0) {name}[{offset}] = {store};\n  }}\n",
+        shared_red = DIALECT.shared_array(t, "aj_red", &BLOCK_THREADS.to_string()),
+        barrier = DIALECT.barrier,
         from = r.from,
         to = r.to,
         half = BLOCK_THREADS / 2,
@@ -496,9 +499,11 @@ fn tiled(
     }
     let _ = writeln!(
         out,
-        "  __shared__ float aj_ta[{t} * 17];\n  __shared__ float aj_tb[16 * {t}];\n  \
+        "  {}\n  {}\n  \
          const long long aj_grp = blockIdx.x;\n  const long long aj_tn = aj_grp % {tiles_n};\n  \
          const long long aj_tm = (aj_grp / {tiles_n}) % {tiles_m};\n  long long aj_bt = aj_grp / {};",
+        DIALECT.shared_array("float", "aj_ta", &format!("{t} * 17")),
+        DIALECT.shared_array("float", "aj_tb", &format!("16 * {t}")),
         tiles_n * tiles_m
     );
     let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
@@ -534,12 +539,12 @@ fn tiled(
          aj_ta[(aj_e / 16) * 17 + aj_e % 16] = (aj_ar < {m} && aj_ak < {kk}) ? {a}[{oa} + aj_ar * {rsa}LL + aj_ak * {csa}LL] : 0.0f;\n      \
          const long long aj_bk = aj_k0 + aj_e / {t}, aj_bc = aj_tn * {t} + aj_e % {t};\n      \
          aj_tb[aj_e] = (aj_bk < {kk} && aj_bc < {n}) ? {b}[{ob} + aj_bk * {rsb}LL + aj_bc * {csb}LL] : 0.0f;\n    }}\n    \
-         __syncthreads();\n    const int aj_kn = ({kk} - aj_k0) < 16 ? (int)({kk} - aj_k0) : 16;\n    \
+         {barrier}\n    const int aj_kn = ({kk} - aj_k0) < 16 ? (int)({kk} - aj_k0) : 16;\n    \
          for (int aj_kk = 0; aj_kk < aj_kn; ++aj_kk) {{\n      float aj_x[{r}], aj_y[{r}];\n      \
          #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i) aj_x[aj_i] = aj_ta[(aj_ty + 16 * aj_i) * 17 + aj_kk];\n      \
          #pragma unroll\n      for (int aj_j = 0; aj_j < {r}; ++aj_j) aj_y[aj_j] = aj_tb[aj_kk * {t} + aj_tx + 16 * aj_j];\n      \
          #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i)\n        #pragma unroll\n        for (int aj_j = 0; aj_j < {r}; ++aj_j) {update}\n    }}\n    \
-         __syncthreads();\n  }}\n  \
+         {barrier}\n  }}\n  \
          #pragma unroll\n  for (int aj_i = 0; aj_i < {r}; ++aj_i)\n    #pragma unroll\n    for (int aj_j = 0; aj_j < {r}; ++aj_j) {{\n      \
          const long long aj_row = aj_tm * {t} + aj_ty + 16 * aj_i, aj_col = aj_tn * {t} + aj_tx + 16 * aj_j;\n      \
          if (aj_row < {m} && aj_col < {n}) {c}[{oc} + aj_row * {rsc}LL + aj_col * {csc}LL] = aj_acc[aj_i][aj_j];\n    }}\n",
@@ -549,6 +554,7 @@ fn tiled(
         csa = g.k.strides[1],
         rsb = g.k.strides[2],
         csb = g.n.strides[2],
+        barrier = DIALECT.barrier,
     );
     Ok(blocks)
 }

@@ -15,6 +15,7 @@ pub mod c_syntax;
 pub mod cuda;
 pub mod cuda_emulation;
 pub mod gemm;
+pub mod gpu_dialect;
 pub mod source_kernel;
 pub mod wgsl;
 

@@ -22,7 +22,7 @@
 //! Scheduling from inside a task:
 //! - A task may schedule more work on its own stream; that work runs after the task (and
 //!   everything scheduled before it) ends. Under `Multicore` the worker's own scheduling
-//!   never blocks on a full queue (see [`crate::task_queue`]); under `Sync` it is deferred
+//!   never blocks on a full queue (see the rules of `task_queue.rs`); under `Sync` it is deferred
 //!   until the running task returns, then run by the same caller.
 //! - Waiting, inside a task, for work of its own stream scheduled after that task can never
 //!   end: `await_work` and [`Event::sync`] return an error instead, and [`Event::wait`]

@@ -1096,3 +1096,42 @@ fn rune_backend_intf__compile_options_per_compile() {
         run(&backend.compile("relu", &program, &[]).unwrap());
     }
 }
+
+/// `rune-backend-intf.txt`, `Device_info.renderer_float4_str`, `renderer_smem_prefix`,
+/// `renderer_barrier_str`: each GPU-style backend states its dialect's strings as data, and the
+/// source it renders for a tiled product declares its shared tiles and waits at its barriers
+/// with exactly them; C on CPUs has no dialect.
+#[test]
+fn rune_backend_intf__renderer_device_strings() {
+    let (case, ..) = arrayjit::conformance::matmul(256).unwrap();
+    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+        let name = backend.name();
+        let dialect = backend.lowered().gpu_dialect();
+        match name {
+            "sync_cc" | "multicore_cc" => {
+                assert!(dialect.is_none(), "{name}");
+                continue;
+            }
+            "cuda" | "cuda_emu" => assert_eq!(dialect.map(|d| d.name), Some("CUDA")),
+            "wgpu" => assert_eq!(dialect.map(|d| d.name), Some("WGSL")),
+            _ => {}
+        }
+        let Some(d) = dialect else { continue };
+        let source = backend
+            .compile("matmul", &case.program, &[])
+            .unwrap()
+            .source()
+            .to_string();
+        assert!(
+            source.contains(d.barrier),
+            "{name}: no {:?} in\n{source}",
+            d.barrier
+        );
+        assert!(
+            source.contains(d.smem_prefix),
+            "{name}: no shared declaration ({:?}) in\n{source}",
+            d.smem_prefix
+        );
+        assert!(d.float4.is_some(), "{name}");
+    }
+}

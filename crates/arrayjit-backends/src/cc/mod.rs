@@ -610,6 +610,11 @@ impl LoweredBackend for CcBackend {
         self.compile_with_config(routines, &self.config)
     }
 
+    /// CUDA for `cuda_emu`; none for C.
+    fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
+        (self.dialect == CcDialect::CudaEmulated).then_some(&arrayjit_codegen::gpu_dialect::CUDA)
+    }
+
     /// The host compiler's flags (`CcConfig::flags`).
     fn default_compile_options(&self) -> CompileOptions {
         CompileOptions {

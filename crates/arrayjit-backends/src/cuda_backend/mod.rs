@@ -478,6 +478,10 @@ impl CudaBatch {
 }
 
 impl LoweredBackend for CudaBackend {
+    fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
+        Some(&arrayjit_codegen::gpu_dialect::CUDA)
+    }
+
     fn name(&self) -> &str {
         NAME
     }

@@ -481,6 +481,10 @@ impl WgpuBatch {
 }
 
 impl LoweredBackend for WgpuBackend {
+    fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
+        Some(&arrayjit_codegen::gpu_dialect::WGSL)
+    }
+
     fn name(&self) -> &str {
         NAME
     }

@@ -48,6 +48,7 @@ use arrayjit_ir::{
 };
 
 use crate::c_renderer::{KernelInterface, node_name};
+use crate::gpu_dialect::WGSL as DIALECT;
 
 mod ops;
 mod schedules;
@@ -777,14 +778,17 @@ impl PassRenderer<'_> {
         }
         bindings.sort_unstable();
         if let Some(t) = self.reduction_type {
-            let _ = writeln!(src, "var<workgroup> aj_red: array<{t}, {WORKGROUP_SIZE}>;");
+            let len = WORKGROUP_SIZE.to_string();
+            let _ = writeln!(src, "{}", DIALECT.shared_array(t, "aj_red", &len));
         }
         if self.tile > 0 {
             // A t × 16 tile of the left factor and a 16 × t tile of the right one.
+            let len = (self.tile * 16).to_string();
             let _ = writeln!(
                 src,
-                "var<workgroup> aj_ta: array<f32, {0}>;\nvar<workgroup> aj_tb: array<f32, {0}>;",
-                self.tile * 16
+                "{}\n{}",
+                DIALECT.shared_array("f32", "aj_ta", &len),
+                DIALECT.shared_array("f32", "aj_tb", &len)
             );
         }
         for h in &self.helpers {

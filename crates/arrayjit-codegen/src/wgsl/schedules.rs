@@ -10,6 +10,7 @@ use arrayjit_ir::schedule::Gemm;
 use super::ops::{compute_type, literal, narrow};
 use super::shape::{Accumulation, Rest, RowItem, RowRole, TILE};
 use super::{PassRenderer, WORKGROUP_SIZE};
+use crate::gpu_dialect::WGSL as DIALECT;
 
 impl PassRenderer<'_> {
     /// A loop accumulating into one element, with the element held in a register: loaded
@@ -144,12 +145,12 @@ impl PassRenderer<'_> {
              var aj_vb: f32 = 0.0f;\n      \
              if (aj_bk < {k} && aj_bc < {n}) {{ aj_vb = {b}[{ob} + aj_bk * {rsb} + aj_bc * {csb}]; }}\n      \
              aj_tb[aj_e] = aj_vb;\n    }}\n    \
-             workgroupBarrier();\n    let aj_kn: i32 = min(16, {k} - aj_k0);\n    \
+             {barrier}\n    let aj_kn: i32 = min(16, {k} - aj_k0);\n    \
              for (var aj_kk: i32 = 0; aj_kk < aj_kn; aj_kk = aj_kk + 1) {{\n      \
              for (var aj_i: i32 = 0; aj_i < {r}; aj_i = aj_i + 1) {{\n        \
              for (var aj_j: i32 = 0; aj_j < {r}; aj_j = aj_j + 1) {{\n          \
              aj_acc[aj_i * {r} + aj_j] = {update};\n        }}\n      }}\n    }}\n    \
-             workgroupBarrier();\n  }}\n  \
+             {barrier}\n  }}\n  \
              for (var aj_i: i32 = 0; aj_i < {r}; aj_i = aj_i + 1) {{\n    \
              for (var aj_j: i32 = 0; aj_j < {r}; aj_j = aj_j + 1) {{\n      \
              let aj_row: i32 = aj_tm * {t} + aj_ty * {r} + aj_i;\n      \
@@ -163,6 +164,7 @@ impl PassRenderer<'_> {
             csa = g.k.strides[1],
             rsb = g.k.strides[2],
             csb = g.n.strides[2],
+            barrier = DIALECT.barrier,
         );
         self.tile = t;
         Ok(groups)
@@ -230,12 +232,13 @@ impl PassRenderer<'_> {
             out,
             "  var aj_acc: {t} = {neutral};\n  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; \
              {i} = {i} + {w}) {{\n{prelude}    aj_acc = {part};\n  }}\n  aj_red[aj_l] = aj_acc;\n  \
-             workgroupBarrier();\n  for (var aj_s: u32 = {half}u; aj_s > 0u; aj_s = aj_s / 2u) {{\n    \
-             if (aj_l < aj_s) {{ aj_red[aj_l] = {tree}; }}\n    workgroupBarrier();\n  }}\n  \
+             {barrier}\n  for (var aj_s: u32 = {half}u; aj_s > 0u; aj_s = aj_s / 2u) {{\n    \
+             if (aj_l < aj_s) {{ aj_red[aj_l] = {tree}; }}\n    {barrier}\n  }}\n  \
              if (aj_l == 0u) {{ {store} }}\n",
             from = r.from,
             to = r.to,
             half = w / 2,
+            barrier = DIALECT.barrier,
         );
         self.reduction_type = Some(t);
         Ok(())

@@ -1,0 +1,74 @@
+//! The device strings of the GPU dialects, as data (the reference's
+//! `Device_info.renderer_float4_str`, `renderer_smem_prefix` and `renderer_barrier_str`): the
+//! CUDA and WGSL renderers print shared-memory declarations and barriers from a [`GpuDialect`]
+//! rather than from literals of their own, and a backend says which dialect its devices run
+//! (`LoweredBackend::gpu_dialect` in `arrayjit-backends`).
+
+/// How a dialect declares an array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArraySyntax {
+    /// C-like: `<prefix><type> <name>[<len>];`.
+    C,
+    /// WGSL: `<prefix><name>: array<<type>, <len>>;`.
+    Wgsl,
+}
+
+/// The strings a GPU dialect's kernels are printed with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuDialect {
+    /// The dialect's name, e.g. `"CUDA"`.
+    pub name: &'static str,
+    /// The four-float vector type, if the dialect has one (`renderer_float4_str`).
+    pub float4: Option<&'static str>,
+    /// What starts a declaration in memory shared by a block (`renderer_smem_prefix`).
+    pub smem_prefix: &'static str,
+    /// The statement that waits for every thread of the block (`renderer_barrier_str`).
+    pub barrier: &'static str,
+    /// How arrays are declared.
+    pub array_syntax: ArraySyntax,
+}
+
+impl GpuDialect {
+    /// The declaration of `name`, an array of `len` values of type `ty` in shared memory.
+    pub fn shared_array(&self, ty: &str, name: &str, len: &str) -> String {
+        match self.array_syntax {
+            ArraySyntax::C => format!("{}{ty} {name}[{len}];", self.smem_prefix),
+            ArraySyntax::Wgsl => format!("{}{name}: array<{ty}, {len}>;", self.smem_prefix),
+        }
+    }
+}
+
+/// CUDA C (NVRTC, and `cuda_emu` on the CPU).
+pub const CUDA: GpuDialect = GpuDialect {
+    name: "CUDA",
+    float4: Some("float4"),
+    smem_prefix: "__shared__ ",
+    barrier: "__syncthreads();",
+    array_syntax: ArraySyntax::C,
+};
+
+/// WGSL (wgpu).
+pub const WGSL: GpuDialect = GpuDialect {
+    name: "WGSL",
+    float4: Some("vec4<f32>"),
+    smem_prefix: "var<workgroup> ",
+    barrier: "workgroupBarrier();",
+    array_syntax: ArraySyntax::Wgsl,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_arrays_are_declared_in_each_dialects_syntax() {
+        assert_eq!(
+            CUDA.shared_array("float", "aj_t", "256"),
+            "__shared__ float aj_t[256];"
+        );
+        assert_eq!(
+            WGSL.shared_array("f32", "aj_t", "256"),
+            "var<workgroup> aj_t: array<f32, 256>;"
+        );
+    }
+}
