@@ -156,3 +156,48 @@ fn ptx_is_cached_on_disk_and_damaged_files_are_refused() {
     assert_eq!(other.1, PtxOrigin::Compiled);
     assert_ne!(other.0, ptx);
 }
+
+/// `Compiler.compile ~options` on the cuda backend: NVRTC compiles with the options given
+/// (the architecture always the device's), cached per options; an option NVRTC refuses is a
+/// render error with its log. Needs NVRTC only (CI installs it), no GPU.
+#[test]
+fn nvrtc_compiles_with_the_options_given_and_caches_per_options() {
+    use arrayjit::backends::cuda_backend::{PtxCache, PtxOrigin, default_nvrtc_flags};
+    let nonce = std::process::id();
+    // `a * b + c`: contracted to an fma only when --fmad allows it.
+    let source = format!(
+        "/* {nonce} */ extern \"C\" __global__ void k(float *x) {{\n  \
+         x[threadIdx.x] = x[threadIdx.x] * x[threadIdx.x + 32] + x[threadIdx.x + 64];\n}}"
+    );
+    let cache = PtxCache::new(None);
+    let strict = match cache.compile_with(&source, ARCH, &default_nvrtc_flags()) {
+        Ok((ptx, origin)) => {
+            assert_eq!(origin, PtxOrigin::Compiled);
+            ptx
+        }
+        Err(Error::BackendUnavailable { reason, .. }) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(!strict.contains("fma.rn.f32"), "{strict}");
+    // The defaults are what compile uses: the same entry.
+    assert_eq!(
+        cache.compile(&source, ARCH).unwrap(),
+        (strict.clone(), PtxOrigin::Memory)
+    );
+    let fused = cache
+        .compile_with(&source, ARCH, &["--fmad=true".to_string()])
+        .unwrap();
+    assert_eq!(
+        fused.1,
+        PtxOrigin::Compiled,
+        "other options are another entry"
+    );
+    assert!(fused.0.contains("fma.rn.f32"), "{}", fused.0);
+    let e = cache
+        .compile_with(&source, ARCH, &["--no-such-nvrtc-option".to_string()])
+        .unwrap_err();
+    assert!(matches!(e, Error::Render { .. }), "{e}");
+}

@@ -41,10 +41,13 @@ use cudarc::driver::{
 };
 
 use crate::device_info::{DeviceInfo, DeviceKind};
-use crate::{BufferHandle, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
+use crate::{BufferHandle, CompileOptions, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
 
 pub use buffers::CudaBuffer;
-pub use ptx::{PtxCache, PtxOrigin, compile_ptx, compile_ptx_with_origin};
+pub use ptx::{
+    PtxCache, PtxOrigin, compile_ptx, compile_ptx_with_options, compile_ptx_with_origin,
+    default_nvrtc_flags,
+};
 use queue::CudaQueue;
 
 const NAME: &str = "cuda";
@@ -220,6 +223,8 @@ pub struct CudaBatch {
     loaded: Mutex<HashMap<usize, Arc<Loaded>>>,
     /// Whether device 0's PTX came from the cache.
     cache_hit: bool,
+    /// The NVRTC options the PTX is compiled with (for each device's architecture).
+    flags: Vec<String>,
 }
 
 struct Loaded {
@@ -243,7 +248,11 @@ impl CudaBatch {
 
     /// A batch of a program, compiled now for device 0 so that a compile error is the
     /// compile's, not a launch's (modules load per device on first launch there).
-    fn compiled(gpus: Vec<Arc<Gpu>>, program: CudaProgram) -> Result<Arc<dyn CompiledBatch>> {
+    fn compiled(
+        gpus: Vec<Arc<Gpu>>,
+        program: CudaProgram,
+        flags: Vec<String>,
+    ) -> Result<Arc<dyn CompiledBatch>> {
         let names: Vec<&str> = program
             .kernels
             .iter()
@@ -251,7 +260,7 @@ impl CudaBatch {
             .collect();
         let name = names.join("+");
         let mut phase = trace::compile_phase("compile", &name);
-        let (_, origin) = compile_ptx_with_origin(&program.source, &gpus[0].arch)?;
+        let (_, origin) = compile_ptx_with_options(&program.source, &gpus[0].arch, &flags)?;
         let cache_hit = origin != PtxOrigin::Compiled;
         if let (Some(p), true) = (phase.as_mut(), cache_hit) {
             p.rename(format!("cache hit {name}"));
@@ -268,6 +277,7 @@ impl CudaBatch {
             interfaces,
             loaded: Mutex::new(HashMap::new()),
             cache_hit,
+            flags,
         }))
     }
 
@@ -276,7 +286,7 @@ impl CudaBatch {
         if let Some(l) = loaded.get(&gpu.ordinal) {
             return Ok(l.clone());
         }
-        let ptx = compile_ptx(&self.program.source, &gpu.arch)?;
+        let (ptx, _) = compile_ptx_with_options(&self.program.source, &gpu.arch, &self.flags)?;
         let _load = trace::compile_phase("load", &format!("{} on {}", self.names(), gpu.label()));
         gpu.bind("loading a module")?;
         let module = gpu
@@ -683,12 +693,39 @@ impl LoweredBackend for CudaBackend {
     }
 
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        self.compile_batch_with(routines, &self.default_compile_options())
+    }
+
+    /// NVRTC's options: `--fmad=false` ([`default_nvrtc_flags`]).
+    fn default_compile_options(&self) -> CompileOptions {
+        CompileOptions {
+            flags: default_nvrtc_flags(),
+        }
+    }
+
+    /// Compiles with other NVRTC options (e.g. `--use_fast_math`, `-lineinfo`); the
+    /// architecture is always the device's, so an option choosing one is refused.
+    fn compile_batch_with(
+        &self,
+        routines: &[&Optimized],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        if let Some(arch) = options
+            .flags
+            .iter()
+            .find(|f| f.starts_with("--gpu-architecture") || f.starts_with("-arch"))
+        {
+            return Err(Error::invalid(format!(
+                "compile option {arch}: the cuda backend compiles for each device's own \
+                 architecture; leave it out"
+            )));
+        }
         let gpus = self.gpus()?.to_vec();
         let program = {
             let _render = trace::compile_phase("render", &crate::batch_name(routines));
             render_cuda(routines)?
         };
-        CudaBatch::compiled(gpus, program)
+        CudaBatch::compiled(gpus, program, options.flags.clone())
     }
 
     unsafe fn compile_source(
@@ -722,7 +759,7 @@ impl LoweredBackend for CudaBackend {
             source: source.to_string(),
             kernels,
         };
-        CudaBatch::compiled(gpus, program)
+        CudaBatch::compiled(gpus, program, default_nvrtc_flags())
     }
 
     fn debug_info(&self) -> String {

@@ -56,6 +56,17 @@ impl PtxCache {
     /// with `--fmad=false` unless this cache holds it, and where it came from. A compile error
     /// is an [`Error::Render`] with NVRTC's log.
     pub fn compile(&self, source: &str, arch: &str) -> Result<(String, PtxOrigin)> {
+        self.compile_with(source, arch, &default_nvrtc_flags())
+    }
+
+    /// [`PtxCache::compile`] with NVRTC options `flags` instead of the default
+    /// [`default_nvrtc_flags`] (the architecture is always `arch`'s); cached per options.
+    pub fn compile_with(
+        &self,
+        source: &str,
+        arch: &str,
+        flags: &[String],
+    ) -> Result<(String, PtxOrigin)> {
         // SAFETY: this only tries to open the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(Error::BackendUnavailable {
@@ -64,7 +75,7 @@ impl PtxCache {
                 how_to_enable: HOW_TO_ENABLE.into(),
             });
         }
-        let key = cache_key(source, arch);
+        let key = cache_key(source, arch, flags);
         let memory = || self.memory.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ptx) = memory().get(&key) {
             return Ok((ptx.clone(), PtxOrigin::Memory));
@@ -90,8 +101,9 @@ impl PtxCache {
             }
         }
         let options = cudarc::nvrtc::CompileOptions {
-            fmad: Some(false),
-            options: vec![format!("--gpu-architecture={arch}")],
+            options: std::iter::once(format!("--gpu-architecture={arch}"))
+                .chain(flags.iter().cloned())
+                .collect(),
             ..Default::default()
         };
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options)
@@ -122,10 +134,17 @@ fn nvrtc_version() -> &'static str {
     })
 }
 
+/// The NVRTC options the backend compiles with unless told otherwise: no contraction of
+/// multiplies and adds the IR did not ask for, so results match the interpreter's.
+pub fn default_nvrtc_flags() -> Vec<String> {
+    vec!["--fmad=false".to_string()]
+}
+
 /// The hash naming a program's PTX: source, architecture, compiler version and options.
-fn cache_key(source: &str, arch: &str) -> String {
+fn cache_key(source: &str, arch: &str, flags: &[String]) -> String {
     let mut h = blake3::Hasher::new();
-    for part in ["ptx-v1", source, arch, nvrtc_version(), "--fmad=false"] {
+    let flags = flags.join(" ");
+    for part in ["ptx-v1", source, arch, nvrtc_version(), &flags] {
         h.update(part.as_bytes());
         h.update(&[0]);
     }
@@ -142,6 +161,17 @@ pub fn compile_ptx(source: &str, arch: &str) -> Result<String> {
 
 /// [`compile_ptx`], saying where the PTX came from.
 pub fn compile_ptx_with_origin(source: &str, arch: &str) -> Result<(String, PtxOrigin)> {
+    compile_ptx_with_options(source, arch, &default_nvrtc_flags())
+}
+
+/// [`compile_ptx_with_origin`] with NVRTC options `flags` (see [`PtxCache::compile_with`]).
+pub fn compile_ptx_with_options(
+    source: &str,
+    arch: &str,
+    flags: &[String],
+) -> Result<(String, PtxOrigin)> {
     static CACHE: OnceLock<PtxCache> = OnceLock::new();
-    CACHE.get_or_init(PtxCache::from_env).compile(source, arch)
+    CACHE
+        .get_or_init(PtxCache::from_env)
+        .compile_with(source, arch, flags)
 }
