@@ -159,6 +159,22 @@ pub fn byte_range_end(buffer: &BufferHandle, offset: usize, len: usize) -> Resul
         })
 }
 
+/// The error for launching kernel `index` of a batch that has `len` kernels.
+pub fn no_such_kernel(index: usize, len: usize) -> arrayjit_ir::Error {
+    arrayjit_ir::Error::invalid(format!(
+        "kernel index {index} but the batch has {len}; find kernels with kernel_index"
+    ))
+}
+
+/// The error for launch dimensions given at launch time to kernel `kernel`, compiled from
+/// assignments (see [`CompiledBatch::launch_with_dims`]).
+pub fn launch_dims_not_taken(kernel: &str) -> arrayjit_ir::Error {
+    arrayjit_ir::Error::invalid(format!(
+        "kernel {kernel} was compiled from assignments and launches as its schedule says; \
+         launch dimensions at launch time are for compile_source kernels"
+    ))
+}
+
 /// The name of a batch of routines in traces and listings: their names joined by `+`.
 pub fn batch_name(routines: &[&Optimized]) -> String {
     let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();

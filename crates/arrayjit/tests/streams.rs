@@ -235,6 +235,17 @@ fn strategies_steer_the_suggested_number_of_streams() {
     assert_eq!(n("sync_cc", Strategy::MostParallelStreams), 1);
 }
 
+/// `acc += g` read from the stream's merge buffer, elementwise.
+fn add_merge_buffer(acc: &Tnode, g: &Tnode) -> Assignments {
+    Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Add,
+        lhs: acc.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
+        projections: Projections::pointwise(g.dims(), 1),
+    }
+}
+
 /// The CPU backends, and `wgpu` and `cuda` where they can run here (their streams enqueue on
 /// device queues: events and waits go through device markers).
 fn backends_with_streams() -> Vec<Backend> {
@@ -334,13 +345,7 @@ fn device_to_device_on(b: &Backend) {
             &[],
         )
         .unwrap();
-    let merge = Assignments::Accum {
-        initialize_neutral: false,
-        accum: BinOp::Add,
-        lhs: acc.clone(),
-        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
-        projections: Projections::pointwise(&[4], 1),
-    };
+    let merge = add_merge_buffer(&acc, &g);
     let consumer = b.compile("consume", &merge, &[]).unwrap();
     let src = Context::new(&s1).link(&slow_producer).unwrap();
     let dst = Context::new(&s2).link(&consumer).unwrap();
@@ -397,13 +402,7 @@ fn a_copy_after_streaming_never_writes_the_streamed_source() {
         let copy_of = |x: &Tnode| Assignments::pointwise_unop(&g, UnOp::Identity, x);
         let produce_a = b.compile("produce_a", &copy_of(&xa), &[]).unwrap();
         let produce_c = b.compile("produce_c", &copy_of(&xc), &[]).unwrap();
-        let merge = Assignments::Accum {
-            initialize_neutral: false,
-            accum: BinOp::Add,
-            lhs: acc.clone(),
-            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
-            projections: Projections::pointwise(&[4], 1),
-        };
+        let merge = add_merge_buffer(&acc, &g);
         let consume = b.compile("consume", &merge, &[]).unwrap();
         let read_g = b
             .compile(
@@ -461,13 +460,7 @@ fn runs_reading_a_streamed_merge_buffer_wait_for_the_source_writer() {
                 &[],
             )
             .unwrap();
-        let merge = Assignments::Accum {
-            initialize_neutral: false,
-            accum: BinOp::Add,
-            lhs: acc.clone(),
-            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
-            projections: Projections::pointwise(&[2], 1),
-        };
+        let merge = add_merge_buffer(&acc, &g);
         let consume = b.compile("consume", &merge, &[]).unwrap();
         let src = Context::new(&s1).link(&produce).unwrap();
         let cons = Context::new(&s2).link(&consume).unwrap();
@@ -632,13 +625,7 @@ fn the_merge_buffer_is_reused_when_large_enough() {
                     &[],
                 )
                 .unwrap();
-            let merge = Assignments::Accum {
-                initialize_neutral: false,
-                accum: BinOp::Add,
-                lhs: acc.clone(),
-                rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
-                projections: Projections::pointwise(&[n], 1),
-            };
+            let merge = add_merge_buffer(&acc, &g);
             let consume = b.compile("consume", &merge, &[]).unwrap();
             let src = Context::new(&s1).link(&produce).unwrap();
             src.run().unwrap();
@@ -688,13 +675,7 @@ fn merge_buffer_mismatch_is_caught_at_link_time() {
     let g1 = hosted_input(&[2], "g1", &[1.0, 2.0]);
     let g2 = hosted_input(&[2], "g2", &[1.0, 2.0]);
     let acc = hosted_input(&[2], "acc2", &[0.0, 0.0]);
-    let merge_of = |g: &Tnode| Assignments::Accum {
-        initialize_neutral: false,
-        accum: BinOp::Add,
-        lhs: acc.clone(),
-        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Merge(g.clone())),
-        projections: Projections::pointwise(&[2], 1),
-    };
+    let merge_of = |g: &Tnode| add_merge_buffer(&acc, g);
     let c1 = b.compile("m1", &merge_of(&g1), &[]).unwrap();
     let c2 = b.compile("m2", &merge_of(&g2), &[]).unwrap();
     let r1 = Context::new(&s).link(&c1).unwrap();

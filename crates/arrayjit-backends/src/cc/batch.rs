@@ -142,12 +142,10 @@ impl CcBatch {
         statics: &[i64],
         with_dims: Option<(EmulatedDimsFn, [u32; 6])>,
     ) -> Result<()> {
-        let k = self.kernels.get(index).ok_or_else(|| {
-            Error::invalid(format!(
-                "kernel index {index} but the batch has {}",
-                self.kernels.len()
-            ))
-        })?;
+        let k = self
+            .kernels
+            .get(index)
+            .ok_or_else(|| crate::no_such_kernel(index, self.kernels.len()))?;
         let buffers = crate::check_launch::<CpuBuffer>(k, args, statics, "cc")?;
         let device = args.first().map_or(0, |b| b.device());
         let mut ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.as_ptr()).collect();

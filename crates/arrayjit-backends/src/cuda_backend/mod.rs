@@ -389,17 +389,11 @@ impl CompiledBatch for CudaBatch {
         queue: Queue<'_>,
     ) -> Result<()> {
         let Some(kernel) = self.program.kernels.get(index) else {
-            return Err(Error::invalid(format!(
-                "kernel index {index} but the batch has {}",
-                self.interfaces.len()
-            )));
+            return Err(crate::no_such_kernel(index, self.interfaces.len()));
         };
         let name = &kernel.interface.name;
         if !matches!(kernel.passes.as_slice(), [p] if matches!(p.shape, PassShape::Given(_))) {
-            return Err(Error::invalid(format!(
-                "kernel {name} was compiled from assignments and launches as its schedule says; \
-                 launch dimensions at launch time are for compile_source kernels"
-            )));
+            return Err(crate::launch_dims_not_taken(name));
         }
         let device = args
             .first()
@@ -444,10 +438,7 @@ impl CudaBatch {
         let (kernel, iface) = match (self.program.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
             _ => {
-                return Err(Error::invalid(format!(
-                    "kernel index {index} but the batch has {}",
-                    self.interfaces.len()
-                )));
+                return Err(crate::no_such_kernel(index, self.interfaces.len()));
             }
         };
         let buffers = crate::check_launch::<CudaBuffer>(iface, args, statics, NAME)?;

@@ -359,10 +359,7 @@ impl CompiledBatch for WgpuBatch {
         _: Queue<'_>,
     ) -> Result<()> {
         let Some(k) = self.kernels.get(index) else {
-            return Err(Error::invalid(format!(
-                "kernel index {index} but the batch has {}",
-                self.kernels.len()
-            )));
+            return Err(crate::no_such_kernel(index, self.kernels.len()));
         };
         let name = &self.interfaces[index].name;
         // A hand-written shader's block is its @workgroup_size (checked at compile_source).
@@ -374,10 +371,7 @@ impl CompiledBatch for WgpuBatch {
             _ => [0; 3],
         };
         if workgroup == [0; 3] {
-            return Err(Error::invalid(format!(
-                "kernel {name} was compiled from assignments and launches as its schedule says; \
-                 launch dimensions at launch time are for compile_source kernels"
-            )));
+            return Err(crate::launch_dims_not_taken(name));
         }
         let block = local.unwrap_or(workgroup);
         if block != workgroup {
@@ -415,10 +409,7 @@ impl WgpuBatch {
         let (k, iface) = match (self.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
             _ => {
-                return Err(Error::invalid(format!(
-                    "kernel index {index} but the batch has {}",
-                    self.kernels.len()
-                )));
+                return Err(crate::no_such_kernel(index, self.kernels.len()));
             }
         };
         let buffers = crate::check_launch::<WgpuBuffer>(iface, args, statics, NAME)?;
