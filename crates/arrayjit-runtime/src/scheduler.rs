@@ -24,6 +24,9 @@
 //!   everything scheduled before it) ends. Under `Multicore` the worker's own scheduling
 //!   never blocks on a full queue (see the rules of `task_queue.rs`); under `Sync` it is deferred
 //!   until the running task returns, then run by the same caller.
+//! - A `Sync` stream runs one task at a time even when several threads schedule on it: a
+//!   `schedule` that finds a task running queues its own, which the running thread runs after
+//!   the tasks before it, and returns at once (a failure is then reported as for `Multicore`).
 //! - Waiting, inside a task, for work of its own stream scheduled after that task can never
 //!   end: `await_work` and [`Event::sync`] return an error instead, and [`Event::wait`]
 //!   returns at once.
@@ -155,6 +158,15 @@ impl Progress {
     }
 }
 
+/// Who runs a `Sync` stream's tasks: one thread at a time, the one whose `schedule` found the
+/// stream idle; tasks scheduled meanwhile (by that thread's running task, or by other threads)
+/// wait in `deferred`, in schedule order, and that thread runs them before it returns.
+#[derive(Default)]
+struct SyncRunner {
+    running: Option<ThreadId>,
+    deferred: VecDeque<(Task, TaskLabel)>,
+}
+
 /// The state of one stream shared by its handles, its worker and its events.
 pub(crate) struct StreamShared {
     pub name: String,
@@ -162,10 +174,8 @@ pub(crate) struct StreamShared {
     changed: Condvar,
     /// The stream's worker thread (`Multicore` streams), set when it starts.
     worker: std::sync::OnceLock<ThreadId>,
-    /// The thread running a task of a `Sync` stream now, if any.
-    running_on: Mutex<Option<ThreadId>>,
-    /// Tasks a `Sync` stream's running task scheduled on its own stream: they run after it.
-    deferred: Mutex<VecDeque<(Task, TaskLabel)>>,
+    /// A `Sync` stream's runner: which thread runs its tasks now, and what waits for it.
+    sync: Mutex<SyncRunner>,
     /// The stream's track in traces (unique per stream).
     pub trace_track: trace::Track,
     /// While tracing: when the last tasks ended, by position.
@@ -228,8 +238,7 @@ impl StreamShared {
             progress: Mutex::new(Progress::default()),
             changed: Condvar::new(),
             worker: std::sync::OnceLock::new(),
-            running_on: Mutex::new(None),
-            deferred: Mutex::new(VecDeque::new()),
+            sync: Mutex::new(SyncRunner::default()),
             trace_track: trace::Track::Stream(NEXT_TRACK.fetch_add(1, AtomicOrdering::Relaxed)),
             traced_ends: Mutex::new(VecDeque::new()),
         }
@@ -274,7 +283,7 @@ impl StreamShared {
     /// caller of a `Sync` stream inside a task).
     fn inside_task(&self) -> bool {
         let me = thread::current().id();
-        self.worker.get() == Some(&me) || *lock(&self.running_on) == Some(me)
+        self.worker.get() == Some(&me) || lock(&self.sync).running == Some(me)
     }
 
     /// Waits until the task at `seq` has finished. Returns false without waiting when that
@@ -439,21 +448,32 @@ impl Runner {
         self.shared.take_error()?;
         match self.kind {
             SchedulerKind::Sync => {
-                if self.shared.inside_task() {
-                    // A task scheduling on its own stream: this runs after it returns.
+                {
+                    let mut sync = lock(&self.shared.sync);
+                    // Numbered under this lock, so the run order is the schedule order.
                     lock(&self.shared.progress).scheduled += 1;
-                    lock(&self.shared.deferred).push_back((task, label));
-                    return Ok(());
+                    if sync.running.is_some() {
+                        // A task of this stream is running (it scheduled this, or another
+                        // thread runs it): the runner runs this after it.
+                        sync.deferred.push_back((task, label));
+                        return Ok(());
+                    }
+                    sync.running = Some(thread::current().id());
                 }
-                lock(&self.shared.progress).scheduled += 1;
-                *lock(&self.shared.running_on) = Some(thread::current().id());
                 self.shared.run_next(task, label);
                 loop {
-                    let next = lock(&self.shared.deferred).pop_front();
+                    let next = {
+                        let mut sync = lock(&self.shared.sync);
+                        let next = sync.deferred.pop_front();
+                        if next.is_none() {
+                            // Released under the lock that queues: nothing is left behind.
+                            sync.running = None;
+                        }
+                        next
+                    };
                     let Some((task, label)) = next else { break };
                     self.shared.run_next(task, label);
                 }
-                *lock(&self.shared.running_on) = None;
                 self.shared.take_error()
             }
             SchedulerKind::Multicore { .. } => {

@@ -668,6 +668,56 @@ fn the_merge_buffer_is_reused_when_large_enough() {
     }
 }
 
+/// A `Sync` stream used from several threads runs one task at a time, in an order that
+/// matches its events: tasks scheduled while another thread's task runs are run by that thread
+/// after it (the scheduling call returns at once), and every task is counted once.
+#[test]
+fn a_sync_stream_scheduled_from_two_threads_runs_one_task_at_a_time() {
+    use std::sync::atomic::AtomicBool;
+    let b = arrayjit::backend("sync_cc").unwrap();
+    let s = b.get_device(0).unwrap().new_stream().unwrap();
+    let busy = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (s, busy, overlaps, ran) = (s.clone(), busy.clone(), overlaps.clone(), ran.clone());
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let (busy, overlaps, ran) = (busy.clone(), overlaps.clone(), ran.clone());
+                    s.schedule_task(move || {
+                        if busy.swap(true, Ordering::SeqCst) {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        std::thread::sleep(Duration::from_micros(20));
+                        ran.fetch_add(1, Ordering::SeqCst);
+                        busy.store(false, Ordering::SeqCst);
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    s.await_work().unwrap();
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two tasks of one stream ran at once"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 400);
+    assert!(s.is_idle() && s.all_work().is_done());
+    assert_eq!(s.scheduled_tasks(), 400);
+    assert!(
+        s.debug_info().contains("400 finished"),
+        "{}",
+        s.debug_info()
+    );
+}
+
 #[test]
 fn merge_buffer_mismatch_is_caught_at_link_time() {
     let b = multicore();
