@@ -145,6 +145,7 @@ fn float_fn(op: UnOp, p: Prec) -> Option<String> {
         UnOp::Cos => "cos",
         UnOp::Sqrt => "sqrt",
         UnOp::Tanh => "tanh",
+        UnOp::Erf => "erf",
         UnOp::Abs => "fabs",
         _ => return None,
     };
@@ -220,7 +221,8 @@ pub fn render_unop(op: UnOp, p: Prec, x: &str, helpers: &mut BTreeSet<Helper>) -
         | UnOp::Sin
         | UnOp::Cos
         | UnOp::Sqrt
-        | UnOp::Tanh => {
+        | UnOp::Tanh
+        | UnOp::Erf => {
             helpers.insert(Helper::FloatToInt(cp));
             let f = float_fn(op, Prec::F64).expect("math function");
             format!("aj_f2i_{}({f}((double)({x})))", prec_suffix(cp))

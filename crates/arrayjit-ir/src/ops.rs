@@ -34,6 +34,8 @@ pub enum UnOp {
     Abs,
     /// Logical not: 1 if `x == 0`, else 0.
     Not,
+    /// The error function `erf(x) = 2/√π ∫₀ˣ e^(−t²) dt` (GELU's exact form).
+    Erf,
 }
 
 /// A binary operation.
@@ -173,6 +175,7 @@ impl UnOp {
             Tanh => "tanh",
             Abs => "abs",
             Not => "not",
+            Erf => "erf",
         }
     }
 
@@ -203,6 +206,7 @@ impl UnOp {
                     RecipSqrt => float_op(cp, |a| 1.0 / a.sqrt(), |a| 1.0 / a.sqrt(), v),
                     Neg => -v,
                     Tanh => float_op(cp, f32::tanh, f64::tanh, v),
+                    Erf => float_op(cp, libm::erff, libm::erf, v),
                     Abs => v.abs(),
                     Not => (v == 0.0) as i32 as f64,
                 };
@@ -222,6 +226,7 @@ impl UnOp {
                     Cos => via_float(f64::cos),
                     Sqrt => via_float(f64::sqrt),
                     Tanh => via_float(f64::tanh),
+                    Erf => via_float(libm::erf),
                     RecipSqrt => via_float(|a| 1.0 / a.sqrt()),
                     Recip => Scalar::I(if i == 0 { 0 } else { wrap_int(cp, 1 / i) }),
                     Neg => Scalar::I(wrap_int(cp, -i)),

@@ -8,6 +8,7 @@
 // `Tnode` hashes and orders by its id, which never changes.
 #![allow(clippy::mutable_key_type)]
 
+pub mod activations;
 pub mod autodiff;
 pub mod checkpoint;
 mod contract;

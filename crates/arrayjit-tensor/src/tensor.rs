@@ -425,7 +425,12 @@ impl Tensor {
     }
 
     /// A pointwise unary operation with its derivative rule.
-    fn unary(&self, op: UnOp, label: &str, backward: Option<BackwardFn>) -> Result<Tensor> {
+    pub(crate) fn unary(
+        &self,
+        op: UnOp,
+        label: &str,
+        backward: Option<BackwardFn>,
+    ) -> Result<Tensor> {
         let l = aligned_letters(self.dims().len(), self.dims().len())?;
         Tensor::einsum_op(
             &format!("{l}->{l}"),
@@ -475,7 +480,7 @@ pub(crate) fn parse_spec(spec: &str) -> Option<(String, Vec<String>)> {
     ))
 }
 
-fn bw(
+pub(crate) fn bw(
     f: impl Fn(&Tensor, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
 ) -> Option<BackwardFn> {
     Some(Arc::new(f))

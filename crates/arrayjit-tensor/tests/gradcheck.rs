@@ -62,6 +62,22 @@ fn check(name: &str, params: &[&Tensor], out: Result<Tensor>) {
     }
 }
 
+/// erf, GELU (both forms) and SiLU: gradients against finite differences, over negative,
+/// small and large inputs.
+#[test]
+fn activations() {
+    let x = param(
+        "x",
+        &[2, 4],
+        &[-3.0, -1.5, -0.5, -0.1, 0.05, 0.25, 1.0, 2.5],
+    );
+    check("erf", &[&x], x.erf());
+    check("gelu", &[&x], x.gelu());
+    check("gelu_tanh", &[&x], x.gelu_tanh());
+    check("silu", &[&x], x.silu());
+    check("gelu of a product", &[&x], x.mul(&x).unwrap().gelu());
+}
+
 #[test]
 fn elementwise_binary_ops_with_broadcasting() {
     let a = param("a", &[3, 1], &[0.5, -1.2, 2.0]);

@@ -16,6 +16,8 @@ pub(super) enum Helper {
     /// Integer power with wrapping (negative exponents: 0 unless the base is ±1).
     PowInt(Prec),
     F32ToBf16,
+    /// `erf` in `f32` (WGSL has none).
+    ErfF32,
 }
 
 /// How a precision WGSL has no type for is packed into 32-bit words: elements per word's
@@ -146,6 +148,10 @@ impl PassRenderer<'_> {
                 UnOp::RecipSqrt => format!("(1.0f / sqrt({a}))"),
                 UnOp::Neg => format!("(-{a})"),
                 UnOp::Tanh => format!("tanh({a})"),
+                UnOp::Erf => {
+                    self.helpers.insert(Helper::ErfF32);
+                    format!("{t}(aj_erf_f32(f32({a})))")
+                }
                 UnOp::Abs => format!("abs({a})"),
                 UnOp::Not => one_zero(format!("{a} == 0.0f")),
             };
@@ -168,6 +174,10 @@ impl PassRenderer<'_> {
             UnOp::Cos => via_float(self, "cos"),
             UnOp::Sqrt => via_float(self, "sqrt"),
             UnOp::Tanh => via_float(self, "tanh"),
+            UnOp::Erf => {
+                self.helpers.insert(Helper::ErfF32);
+                via_float(self, "aj_erf_f32")
+            }
             UnOp::RecipSqrt => via_float(self, "inverseSqrt"),
             UnOp::Recip => format!("select({t}(0), {t}(1) / {a}, {a} != {t}(0))"),
             UnOp::Neg => format!("({t}(0) - {a})"),
@@ -303,5 +313,18 @@ pub(super) fn helper_source(h: Helper) -> String {
              if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n  \
              return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;\n}\n"
             .into(),
+        // |x| < 0.5: the Taylor series to x⁹ (relative error under 1e-6); beyond, Abramowitz and
+        // Stegun 7.1.26 (absolute error under 1.5e-7), odd in x.
+        Helper::ErfF32 => {
+            "fn aj_erf_f32(x: f32) -> f32 {\n  let a = abs(x);\n  let x2 = x * x;\n  \
+             let series = x * (1.1283791671f + x2 * (-0.3761263890f + x2 * (0.1128379167f + x2 * \
+             (-0.0268661706f + x2 * 0.0052239776f))));\n  \
+             let t = 1.0f / (1.0f + 0.3275911f * a);\n  \
+             let poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * \
+             (-1.453152027f + t * 1.061405429f))));\n  \
+             let tail = sign(x) * (1.0f - poly * exp(-x2));\n  \
+             return select(tail, series, a < 0.5f);\n}\n"
+                .into()
+        }
     }
 }

@@ -194,6 +194,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         Just(UnOp::Relu),
         Just(UnOp::Neg),
         Just(UnOp::Tanh),
+        Just(UnOp::Erf),
         Just(UnOp::Abs),
         Just(UnOp::Satur01),
         Just(UnOp::Identity)

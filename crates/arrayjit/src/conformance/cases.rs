@@ -66,6 +66,7 @@ fn unary_ops(prec: Prec) -> Result<Case> {
         (UnOp::Tanh, &x),
         (UnOp::Abs, &x),
         (UnOp::Not, &x),
+        (UnOp::Erf, &x),
     ];
     for (op, arg) in ops {
         let y = output(prec, &[n], op.name())?;
@@ -73,6 +74,19 @@ fn unary_ops(prec: Prec) -> Result<Case> {
         results.push(y);
     }
     Ok(case(&format!("unary_{prec}"), program, results))
+}
+
+/// `erf` densely over [-6, 6]: both sides of every approximation's switch points, the tails
+/// where it rounds to ±1, and 0.
+fn erf_dense(prec: Prec) -> Result<Case> {
+    let n = 1201;
+    let values: Vec<f64> = (0..n)
+        .map(|i| -6.0 + 12.0 * i as f64 / (n - 1) as f64)
+        .collect();
+    let x = input(prec, &[n], "x", &values)?;
+    let y = output(prec, &[n], "erf")?;
+    let program = Assignments::pointwise_unop(&y, UnOp::Erf, &x);
+    Ok(case(&format!("erf_dense_{prec}"), program, vec![y]))
 }
 
 fn binary_ops(prec: Prec) -> Result<Case> {
@@ -628,6 +642,8 @@ pub fn all_cases() -> Result<Vec<Case>> {
         unary_ops(Prec::F32)?,
         unary_ops(Prec::F64)?,
         unary_ops(Prec::F16)?,
+        erf_dense(Prec::F32)?,
+        erf_dense(Prec::F64)?,
         binary_ops(Prec::F32)?,
         binary_ops(Prec::F64)?,
         binary_ops(Prec::Bf16)?,
