@@ -51,31 +51,24 @@ pub(crate) struct StreamInner {
 }
 
 impl Drop for StreamInner {
+    /// Frees the stream's merge and scratch pools (views still held by work keep their memory).
     fn drop(&mut self) {
-        let merge_pool = self
+        let merge = self
             .merge
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .pool
-            .take();
-        if let Some((id, _)) = merge_pool {
-            let _ = self
-                .device
-                .backend()
-                .lowered()
-                .free_pool(self.device.ordinal(), id);
-        }
-        if let Some((id, _)) = self
+            .take()
+            .map(|(id, _)| id);
+        let scratch = self
             .scratch
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .take()
-        {
-            let _ = self
-                .device
-                .backend()
-                .lowered()
-                .free_pool(self.device.ordinal(), id);
+            .map(|(id, _)| id);
+        let lowered = self.device.backend().lowered();
+        for id in merge.into_iter().chain(scratch) {
+            let _ = lowered.free_pool(self.device.ordinal(), id);
         }
     }
 }
@@ -272,29 +265,22 @@ impl Stream {
         {
             return Ok(own.clone());
         }
-        let backend = self.device().backend();
-        let lowered = backend.lowered();
-        let device = self.device().ordinal();
-        let pool = match slot.pool {
-            Some((id, capacity)) if capacity >= bytes => id,
+        let view = match slot.pool {
+            Some((id, capacity)) if capacity >= bytes => self
+                .device()
+                .backend()
+                .lowered()
+                .pool_view(self.device().ordinal(), id, 0, bytes)?,
             old => {
-                let id = backend.new_pool_id();
-                let alignment = lowered.pool_alignment().max(64);
-                lowered.alloc_pool_for(
-                    device,
-                    id,
-                    bytes.max(1),
-                    alignment,
-                    Some(MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream)),
-                )?;
-                slot.pool = Some((id, bytes.max(1)));
-                if let Some((old, _)) = old {
-                    lowered.free_pool(device, old)?;
-                }
-                id
+                let alignment = self.device().backend().lowered().pool_alignment().max(64);
+                let mode = MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream);
+                let capacity = bytes.max(1);
+                let (id, view) =
+                    self.replace_pool(old.map(|(id, _)| id), capacity, bytes, alignment, mode)?;
+                slot.pool = Some((id, capacity));
+                view
             }
         };
-        let view = lowered.pool_view(device, pool, 0, bytes)?;
         let buffer = arrayjit_backends::array_buffer::typed(
             view,
             tn.prec(),
@@ -317,16 +303,38 @@ impl Stream {
         {
             return Ok(());
         }
+        let old = scratch.as_ref().map(|(id, _)| *id);
+        *scratch = Some(self.replace_pool(old, bytes, bytes, alignment, MemoryMode::Local)?);
+        Ok(())
+    }
+
+    /// Allocates a new pool of the stream's device (`bytes`, `alignment`, arrays of `mode`),
+    /// views its first `view_bytes`, then frees `old` (views held by scheduled work keep its
+    /// memory alive). Returns the new pool's id and view; on failure `old` is kept as it was.
+    fn replace_pool(
+        &self,
+        old: Option<usize>,
+        bytes: usize,
+        view_bytes: usize,
+        alignment: usize,
+        mode: MemoryMode,
+    ) -> Result<(usize, BufferHandle)> {
         let backend = self.device().backend();
         let lowered = backend.lowered();
         let device = self.device().ordinal();
         let id = backend.new_pool_id();
-        lowered.alloc_pool_for(device, id, bytes, alignment, Some(MemoryMode::Local))?;
-        let view = lowered.pool_view(device, id, 0, bytes)?;
-        if let Some((old, _)) = scratch.replace((id, view)) {
+        lowered.alloc_pool_for(device, id, bytes, alignment, Some(mode))?;
+        let view = match lowered.pool_view(device, id, 0, view_bytes) {
+            Ok(view) => view,
+            Err(e) => {
+                let _ = lowered.free_pool(device, id);
+                return Err(e);
+            }
+        };
+        if let Some(old) = old {
             lowered.free_pool(device, old)?;
         }
-        Ok(())
+        Ok((id, view))
     }
 
     /// The current scratch pool, if any.

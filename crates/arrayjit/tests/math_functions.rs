@@ -5,18 +5,45 @@
 
 use arrayjit::prelude::*;
 
-/// Inputs: evenly spaced bit patterns over [-105, 105] (so every binade, subnormal results and
-/// both overflow boundaries are covered), and the special values.
-fn exp_inputs() -> Vec<f32> {
-    let top = 105.0f32.to_bits();
+/// 2^17 evenly spaced bit patterns over [0, top], each with its negation: every binade of the
+/// range, subnormals included.
+fn symmetric_bit_patterns(top: f32) -> Vec<f32> {
     let count = 1u32 << 17;
-    let step = top / count;
-    let mut xs: Vec<f32> = (0..count)
+    let step = top.to_bits() / count;
+    (0..count)
         .flat_map(|i| {
             let b = i * step;
             [f32::from_bits(b), -f32::from_bits(b)]
         })
-        .collect();
+        .collect()
+}
+
+/// `op` applied to `xs` by backend `name`'s compiled code, which must call the C backends' own
+/// routine `routine` (not libm's).
+fn run_f32_unop(name: &str, op: UnOp, routine: &str, xs: &[f32]) -> Vec<f64> {
+    let x = Tnode::new(Prec::F32, &[xs.len()], &["x"]).unwrap();
+    x.set_values(&xs.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())
+        .unwrap();
+    let y = Tnode::new(Prec::F32, &[xs.len()], &["y"]).unwrap();
+    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    let program = Assignments::pointwise_unop(&y, op, &x);
+    let backend = arrayjit::runtime::backend(name).unwrap();
+    let code = backend.compile(op.name(), &program, &[]).unwrap();
+    assert!(
+        code.source().contains(routine),
+        "{name}: the C backends render f32 {} with their own routine",
+        op.name()
+    );
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    Context::new(&stream).link(&code).unwrap().run().unwrap();
+    y.get_values().unwrap()
+}
+
+/// Inputs: evenly spaced bit patterns over [-105, 105] (so every binade, subnormal results and
+/// both overflow boundaries are covered), and the special values.
+fn exp_inputs() -> Vec<f32> {
+    let mut xs = symmetric_bit_patterns(105.0);
     xs.extend([
         f32::INFINITY,
         f32::NEG_INFINITY,
@@ -58,25 +85,7 @@ fn ulps(got: f32, want: f64) -> f64 {
 fn exp_f32_is_faithfully_rounded_over_the_whole_range_on_every_cpu_backend() {
     let xs = exp_inputs();
     for name in ["sync_cc", "multicore_cc"] {
-        let x = Tnode::new(Prec::F32, &[xs.len()], &["x"]).unwrap();
-        x.set_values(&xs.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())
-            .unwrap();
-        let y = Tnode::new(Prec::F32, &[xs.len()], &["y"]).unwrap();
-        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-            .unwrap();
-        let program = Assignments::pointwise_unop(&y, UnOp::Exp, &x);
-        let backend = arrayjit::runtime::backend(name).unwrap();
-        let code = backend.compile("exp", &program, &[]).unwrap();
-        assert!(
-            code.source().contains("aj_exp_f32"),
-            "the C backends render f32 exp with their own routine"
-        );
-        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
-        let routine = Context::new(&stream).link(&code).unwrap();
-        routine.run().unwrap();
-        routine.context().to_host(&y).unwrap();
-        stream.await_work().unwrap();
-        let got = y.get_values().unwrap();
+        let got = run_f32_unop(name, UnOp::Exp, "aj_exp_f32", &xs);
         let mut worst = (0.0f64, 0.0f32);
         for (&x, &g) in xs.iter().zip(&got) {
             let g = g as f32;
@@ -111,15 +120,7 @@ fn exp_f32_is_faithfully_rounded_over_the_whole_range_on_every_cpu_backend() {
 /// exactly ±1 in the tails and 0 at 0, and keeps NaN.
 #[test]
 fn tanh_f32_is_within_two_ulp_over_the_whole_range_on_every_cpu_backend() {
-    let top = 20.0f32.to_bits();
-    let count = 1u32 << 17;
-    let step = top / count;
-    let mut xs: Vec<f32> = (0..count)
-        .flat_map(|i| {
-            let b = i * step;
-            [f32::from_bits(b), -f32::from_bits(b)]
-        })
-        .collect();
+    let mut xs = symmetric_bit_patterns(20.0);
     // Both sides of the switch from the polynomial, the tails, the specials.
     xs.extend([
         0.625,
@@ -140,19 +141,7 @@ fn tanh_f32_is_within_two_ulp_over_the_whole_range_on_every_cpu_backend() {
         f32::NAN,
     ]);
     for name in ["sync_cc", "multicore_cc"] {
-        let x = Tnode::new(Prec::F32, &[xs.len()], &["x"]).unwrap();
-        x.set_values(&xs.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())
-            .unwrap();
-        let y = Tnode::new(Prec::F32, &[xs.len()], &["y"]).unwrap();
-        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-            .unwrap();
-        let program = Assignments::pointwise_unop(&y, UnOp::Tanh, &x);
-        let backend = arrayjit::runtime::backend(name).unwrap();
-        let code = backend.compile("tanh", &program, &[]).unwrap();
-        assert!(code.source().contains("aj_tanh_f32"), "{name}");
-        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
-        Context::new(&stream).link(&code).unwrap().run().unwrap();
-        let got = y.get_values().unwrap();
+        let got = run_f32_unop(name, UnOp::Tanh, "aj_tanh_f32", &xs);
         let mut worst = (0.0f64, 0.0f32);
         for (&x, &g) in xs.iter().zip(&got) {
             let g = g as f32;

@@ -219,25 +219,27 @@ fn tnode__create_from_padded() {
 fn tnode__create_with_reshape() {
     use arrayjit::ir::{AxisPadding, Padding};
     for name in CPU_BACKENDS {
-        let backend = arrayjit::backend(name).unwrap();
+        let (backend, stream) = backend_and_stream(name);
+        // The row sums of a 2-D node, through a contraction compiled on the backend.
+        let row_sums = |m: Tnode, label: &str| {
+            let r = result(label, 2);
+            let sum = Assignments::einsum(
+                "ij->i",
+                BinOp::Add,
+                &r,
+                AccumRhs::Unop(UnOp::Identity, Operand::Node(m)),
+                true,
+            )
+            .unwrap();
+            let code = backend.compile(label, &sum, &[]).unwrap();
+            Context::new(&stream).link(&code).unwrap().run().unwrap();
+            r.get_values().unwrap()
+        };
         let base = Ndarray::from_f64(Prec::F32, &[6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
         let m = Tnode::from_reshaped_host_array(base, &[2, 3], None, &["m"]).unwrap();
         assert_eq!(m.dims(), &[2, 3]);
         assert_eq!(m.get_value(&[1, 0]).unwrap(), 4.0);
-        // Row sums through a contraction.
-        let r = result("r", 2);
-        let sum = Assignments::einsum(
-            "ij->i",
-            BinOp::Add,
-            &r,
-            AccumRhs::Unop(UnOp::Identity, Operand::Node(m)),
-            true,
-        )
-        .unwrap();
-        let code = backend.compile("row_sums", &sum, &[]).unwrap();
-        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
-        Context::new(&stream).link(&code).unwrap().run().unwrap();
-        assert_eq!(r.get_values().unwrap(), vec![6.0, 15.0], "{name}");
+        assert_eq!(row_sums(m, "row_sums"), vec![6.0, 15.0], "{name}");
         let base = Ndarray::from_f64(Prec::F32, &[6], &[0.0; 6]).unwrap();
         let e = Tnode::from_reshaped_host_array(base, &[4, 2], None, &["bad"]).unwrap_err();
         assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
@@ -270,18 +272,7 @@ fn tnode__create_with_reshape() {
                 -1.0, -1.0, -1.0, -1.0, 1.0, 2.0, 3.0, -1.0, 4.0, 5.0, 6.0, -1.0
             ]
         );
-        let r = result("rp", 2);
-        let sum = Assignments::einsum(
-            "ij->i",
-            BinOp::Add,
-            &r,
-            AccumRhs::Unop(UnOp::Identity, Operand::Node(p)),
-            true,
-        )
-        .unwrap();
-        let code = backend.compile("padded_row_sums", &sum, &[]).unwrap();
-        Context::new(&stream).link(&code).unwrap().run().unwrap();
-        assert_eq!(r.get_values().unwrap(), vec![6.0, 15.0], "{name}");
+        assert_eq!(row_sums(p, "padded_row_sums"), vec![6.0, 15.0], "{name}");
         // Bit for bit: a 64-bit integer no f64 holds exactly survives.
         let big = (1i64 << 60) + 1;
         let mut base = Ndarray::zeros(Prec::I64, &[2]).unwrap();

@@ -49,16 +49,22 @@ impl ScheduledArray<'_> {
         self.access
     }
 
-    /// Calls `f` with the array's bytes.
-    pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        if let Some(cpu) = self
+    /// The array's own memory when the host can reach it (a CPU buffer): its address and
+    /// length, valid while `self.buffer` is alive.
+    fn host_memory(&self) -> Option<(*mut u8, usize)> {
+        let cpu = self
             .buffer
             .as_any()
-            .downcast_ref::<arrayjit_backends::CpuBuffer>()
-        {
+            .downcast_ref::<arrayjit_backends::CpuBuffer>()?;
+        Some((cpu.as_ptr(), cpu.size_in_bytes()))
+    }
+
+    /// Calls `f` with the array's bytes.
+    pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        if let Some((ptr, len)) = self.host_memory() {
             // SAFETY: the task holds at least read access (no writer runs until it ends); the
-            // buffer is alive and its `size_in_bytes` bytes from `as_ptr` are its own.
-            let bytes = unsafe { std::slice::from_raw_parts(cpu.as_ptr(), cpu.size_in_bytes()) };
+            // buffer is alive and its `len` bytes from `ptr` are its own.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
             return Ok(f(bytes));
         }
         let mut bytes = vec![0u8; self.buffer.size_in_bytes()];
@@ -80,15 +86,10 @@ impl ScheduledArray<'_> {
                  Write or ReadWrite",
             ));
         }
-        if let Some(cpu) = self
-            .buffer
-            .as_any()
-            .downcast_ref::<arrayjit_backends::CpuBuffer>()
-        {
+        if let Some((ptr, len)) = self.host_memory() {
             // SAFETY: the task holds write access: it runs after the array's last writer and
             // readers, and later accesses wait for it, so nothing else touches these bytes.
-            let bytes =
-                unsafe { std::slice::from_raw_parts_mut(cpu.as_ptr(), cpu.size_in_bytes()) };
+            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
             return f(bytes);
         }
         let mut bytes = vec![0u8; self.buffer.size_in_bytes()];
