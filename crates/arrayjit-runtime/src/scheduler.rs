@@ -481,7 +481,8 @@ impl Runner {
                     stream: self.shared.name.clone(),
                     detail: "the stream has no worker queue".into(),
                 })?;
-                let from_worker = self.inside_task();
+                // Only the worker runs this stream's tasks (no `Sync` runner state to consult).
+                let from_worker = self.shared.worker.get() == Some(&thread::current().id());
                 let number = || lock(&self.shared.progress).scheduled += 1;
                 if tasks.push(task, label, from_worker, number).is_err() {
                     return Err(Error::Runtime {

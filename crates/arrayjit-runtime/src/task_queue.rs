@@ -19,6 +19,10 @@ use crate::scheduler::{Task, TaskLabel};
 struct State {
     tasks: VecDeque<(Task, TaskLabel)>,
     closed: bool,
+    /// Whether the consumer sleeps on `not_empty`, and how many producers on `not_full`: a
+    /// condition variable is signalled only when someone waits on it (a signal is a syscall).
+    consumer_waits: bool,
+    producers_waiting: usize,
 }
 
 /// A bounded FIFO of tasks that its own consumer may overfill (see the module rules).
@@ -41,6 +45,8 @@ impl TaskQueue {
             state: Mutex::new(State {
                 tasks: VecDeque::with_capacity(capacity),
                 closed: false,
+                consumer_waits: false,
+                producers_waiting: 0,
             }),
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
@@ -61,15 +67,20 @@ impl TaskQueue {
     ) -> std::result::Result<(), (Task, TaskLabel)> {
         let mut state = lock(&self.state);
         while !from_worker && !state.closed && state.tasks.len() >= self.capacity {
+            state.producers_waiting += 1;
             state = self.not_full.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.producers_waiting -= 1;
         }
         if state.closed {
             return Err((task, label));
         }
         number();
         state.tasks.push_back((task, label));
+        let wake = state.consumer_waits;
         drop(state);
-        self.not_empty.notify_one();
+        if wake {
+            self.not_empty.notify_one();
+        }
         Ok(())
     }
 
@@ -78,17 +89,22 @@ impl TaskQueue {
         let mut state = lock(&self.state);
         loop {
             if let Some(next) = state.tasks.pop_front() {
+                let wake = state.producers_waiting > 0;
                 drop(state);
-                self.not_full.notify_one();
+                if wake {
+                    self.not_full.notify_one();
+                }
                 return Some(next);
             }
             if state.closed {
                 return None;
             }
+            state.consumer_waits = true;
             state = self
                 .not_empty
                 .wait(state)
                 .unwrap_or_else(|e| e.into_inner());
+            state.consumer_waits = false;
         }
     }
 
