@@ -593,6 +593,32 @@ impl KernelRenderer<'_> {
                 let x = self.affine(i)?;
                 c_syntax::convert(&format!("(int64_t)({x})"), Prec::I64, prec, self.helpers)
             }
+            ScalarExpr::Gather {
+                symbol,
+                extent,
+                index,
+                read,
+            } => {
+                // The index is checked in the prelude; an invalid one reads element 0 of the
+                // gathered axis (always in bounds: the verifier refuses empty axes) and the
+                // value is replaced by the poison value, so no address depends on bad data.
+                let ix = self.expr(index, prec, depth, prelude)?;
+                let name = format!("aj_ix{}", self.loop_counter);
+                self.loop_counter += 1;
+                let pad = "  ".repeat(depth);
+                let ct = c_compute_type(prec);
+                let _ = writeln!(
+                    prelude,
+                    "{pad}const {ct} {name}_v = {ix};\n\
+                     {pad}const int {name}_ok = {name}_v >= 0 && {name}_v < {extent};\n\
+                     {pad}const int64_t {name} = {name}_ok ? (int64_t)({name}_v) : 0;"
+                );
+                self.symbols.insert(*symbol, name.clone());
+                let read = self.expr(read, prec, depth, prelude);
+                self.symbols.remove(symbol);
+                let poison = c_syntax::literal(prec, f64::NAN);
+                format!("({name}_ok ? {} : {poison})", read?)
+            }
             ScalarExpr::Constant(c) => c_syntax::literal(prec, *c),
             ScalarExpr::Unop(op, a) => {
                 let a = self.expr(a, prec, depth, prelude)?;

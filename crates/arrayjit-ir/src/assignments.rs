@@ -69,6 +69,20 @@ pub enum FetchOp {
         /// The node sliced.
         sliced: Tnode,
     },
+    /// The node takes slices of `table` chosen by the ids held in `ids` (NumPy's
+    /// `take(table, ids, axis)`, an embedding lookup for `axis` 0): its dims are `table`'s dims
+    /// with axis `axis` replaced by `ids`'s dims. Ids are values, truncated toward zero; an id
+    /// outside `0..table.dims()[axis]` is an error in the interpreter and reads NaN (zero for
+    /// integer nodes) in compiled code, never memory outside `table` (see
+    /// [`ScalarExpr::Gather`]).
+    Gather {
+        /// The node read.
+        table: Tnode,
+        /// The ids, one per selected slice.
+        ids: Tnode,
+        /// The axis of `table` the ids select along.
+        axis: usize,
+    },
 }
 
 /// The high-level IR of a computation.
@@ -539,6 +553,56 @@ fn lower_fetch(
                 &dims,
                 set(ScalarExpr::Get(sliced.clone(), src)),
             ))
+        }
+        FetchOp::Gather { table, ids, axis } => {
+            let td = table.dims();
+            let rank = ids.dims().len();
+            let expected = (*axis < td.len()).then(|| {
+                let mut d = td[..*axis].to_vec();
+                d.extend_from_slice(ids.dims());
+                d.extend_from_slice(&td[axis + 1..]);
+                d
+            });
+            if expected.as_ref() != Some(&dims) {
+                return Err(shape_error(
+                    &what,
+                    format!(
+                        "gathering along axis {axis} of {} (dims {td:?}) by {} (dims {:?}) \
+                         needs a node of dims {}, but the node has {dims:?}",
+                        table.debug_name(),
+                        ids.debug_name(),
+                        ids.dims(),
+                        expected.map_or("(none: no such axis)".into(), |e| format!("{e:?}"))
+                    ),
+                ));
+            };
+            if td[*axis] == 0 {
+                return Err(shape_error(
+                    &what,
+                    format!(
+                        "axis {axis} of {} is empty: there is nothing to gather",
+                        table.debug_name()
+                    ),
+                ));
+            }
+            let symbol = Symbol::fresh();
+            let id_idcs = idcs[*axis..axis + rank].to_vec();
+            let mut table_idcs = idcs[..*axis].to_vec();
+            table_idcs.push(AxisIndex::Iterator(symbol));
+            table_idcs.extend_from_slice(&idcs[axis + rank..]);
+            let mut extents: HashMap<Symbol, usize> =
+                its.iter().copied().zip(dims.iter().copied()).collect();
+            extents.insert(symbol, td[*axis]);
+            let bounds = |s: Symbol| extents.get(&s).copied();
+            check_access(ids, &id_idcs, &bounds, &what)?;
+            check_access(table, &table_idcs, &bounds, &what)?;
+            let value = ScalarExpr::Gather {
+                symbol,
+                extent: td[*axis],
+                index: Box::new(ScalarExpr::Get(ids.clone(), id_idcs)),
+                read: Box::new(ScalarExpr::Get(table.clone(), table_idcs)),
+            };
+            Ok(loop_nest(&its, &dims, set(value)))
         }
     }
 }

@@ -263,6 +263,32 @@ impl State<'_> {
                 let v = self.index(std::slice::from_ref(i))?[0];
                 Scalar::I(v as i128).convert(cp)
             }
+            ScalarExpr::Gather {
+                symbol,
+                extent,
+                index,
+                read,
+            } => {
+                let value = match self.expr(index, prec)? {
+                    Scalar::F(v) => v,
+                    Scalar::I(i) => i as f64,
+                };
+                if !(value >= 0.0 && value < *extent as f64) {
+                    return Err(Error::IndexOutOfBounds {
+                        detail: format!(
+                            "a gather read index {value}, outside 0..{extent} (an id out of \
+                             range for the table it selects from)"
+                        ),
+                    });
+                }
+                let previous = self.symbols.insert(*symbol, value as i64);
+                let result = self.expr(read, prec);
+                match previous {
+                    Some(p) => self.symbols.insert(*symbol, p),
+                    None => self.symbols.remove(symbol),
+                };
+                result?
+            }
             ScalarExpr::Constant(c) => Scalar::F(*c).convert(cp),
             ScalarExpr::Unop(op, a) => {
                 let a = self.expr(a, prec)?;

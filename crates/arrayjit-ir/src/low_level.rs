@@ -89,6 +89,21 @@ pub enum ScalarExpr {
     GetMerge(Tnode, Vec<AxisIndex>),
     /// The value of an index expression.
     EmbedIndex(AxisIndex),
+    /// A data-dependent read (a gather): binds `symbol` to the value of `index`, truncated
+    /// toward zero, and evaluates `read`, whose indices use `symbol` as a loop iterator over
+    /// `0..extent`. An index outside `0 <= index < extent` (NaN included) reads nothing: the
+    /// interpreter reports [`crate::Error::IndexOutOfBounds`], and compiled code yields NaN
+    /// (zero in integer precisions) without touching memory.
+    Gather {
+        /// The symbol bound to the index inside `read`.
+        symbol: Symbol,
+        /// The exclusive upper bound of valid index values.
+        extent: usize,
+        /// The index, computed in the statement's compute precision.
+        index: Box<ScalarExpr>,
+        /// The read performed with `symbol` bound.
+        read: Box<ScalarExpr>,
+    },
     /// A constant (converted to the compute precision).
     Constant(f64),
     /// A unary operation.
@@ -125,6 +140,10 @@ impl ScalarExpr {
                 f(a);
                 f(b);
                 f(c)
+            }
+            ScalarExpr::Gather { index, read, .. } => {
+                f(index);
+                f(read)
             }
             _ => {}
         }
@@ -165,6 +184,17 @@ impl ScalarExpr {
                 let b = b.map_bottom_up(f);
                 ScalarExpr::ternop(op, a, b, c.map_bottom_up(f))
             }
+            ScalarExpr::Gather {
+                symbol,
+                extent,
+                index,
+                read,
+            } => ScalarExpr::Gather {
+                symbol,
+                extent,
+                index: Box::new(index.map_bottom_up(f)),
+                read: Box::new(read.map_bottom_up(f)),
+            },
             e => e,
         };
         f(rebuilt)
@@ -411,6 +441,9 @@ impl LowLevel {
                 idcs.iter().for_each(|i| out.extend(i.symbols()))
             }
             ScalarExpr::EmbedIndex(i) => out.extend(i.symbols()),
+            ScalarExpr::Gather { symbol, .. } => {
+                out.insert(*symbol);
+            }
             _ => {}
         });
         out
@@ -553,6 +586,17 @@ impl Printer {
                 format!("merge({}){}", t.debug_name(), self.idcs(idcs))
             }
             ScalarExpr::EmbedIndex(i) => format!("(index {})", self.idx(i)),
+            ScalarExpr::Gather {
+                symbol,
+                extent,
+                index,
+                read,
+            } => {
+                let s = self.sym(*symbol);
+                let index = self.expr(index, depth);
+                let read = self.expr(read, depth);
+                format!("gather({s} := {index} in 0..{extent}: {read})")
+            }
             ScalarExpr::Constant(c) => format!("{c}"),
             ScalarExpr::Unop(op, a) => format!("{op}({})", self.expr(a, depth)),
             ScalarExpr::Binop(op, a, b) => {

@@ -92,6 +92,26 @@ fn expr(e: &ScalarExpr, ranges: &mut HashMap<Symbol, (i64, i64)>) -> Result<()> 
     match e {
         ScalarExpr::Get(tn, idcs) | ScalarExpr::GetMerge(tn, idcs) => access(tn, idcs, ranges)?,
         ScalarExpr::LocalScope { body, .. } => stmt(body, ranges)?,
+        ScalarExpr::Gather {
+            symbol,
+            extent,
+            index,
+            read,
+        } => {
+            expr(index, ranges)?;
+            if *extent == 0 {
+                return Err(Error::invalid(
+                    "a gather selects from an empty axis: no index is valid",
+                ));
+            }
+            let prev = ranges.insert(*symbol, (0, *extent as i64 - 1));
+            let r = expr(read, ranges);
+            match prev {
+                Some(p) => ranges.insert(*symbol, p),
+                None => ranges.remove(symbol),
+            };
+            return r;
+        }
         ScalarExpr::EmbedIndex(i) => {
             for s in i.symbols() {
                 if !ranges.contains_key(&s) {

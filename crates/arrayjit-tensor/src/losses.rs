@@ -1,4 +1,5 @@
-//! Losses: mean squared error, hinge, softmax cross-entropy.
+//! Losses: mean squared error, hinge, softmax cross-entropy (on one-hot targets or on integer
+//! ids over any leading axes).
 
 use arrayjit_ir::{Error, Result};
 
@@ -86,4 +87,34 @@ pub fn softmax(logits: &Tensor) -> Result<Tensor> {
         "softmax",
         None,
     )
+}
+
+/// Mean over every leading position of `-log softmax(logits)[target]`, for logits
+/// `[..., classes]` and integer targets of the leading shape `[...]` (e.g. `[batch, time,
+/// vocabulary]` and `[batch, time]`). A target outside `0..classes` contributes no
+/// log-probability (its one-hot row is zero); ids set with [`Tensor::ids`] are checked on entry.
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let dims = logits.dims();
+    let Some((&classes, lead)) = dims.split_last() else {
+        return Err(Error::ShapeMismatch {
+            op: "cross_entropy".into(),
+            detail: "logits must have a class axis".into(),
+        });
+    };
+    if targets.dims() != lead {
+        return Err(Error::ShapeMismatch {
+            op: "cross_entropy".into(),
+            detail: format!(
+                "logits {dims:?} need targets of shape {lead:?}, got {:?}",
+                targets.dims()
+            ),
+        });
+    }
+    let positions: usize = lead.iter().product();
+    let log_p = logits.log_softmax(dims.len() - 1)?;
+    let hot = Tensor::one_hot(targets, classes, logits.prec())?;
+    log_p
+        .mul(&hot)?
+        .sum_all()?
+        .scale(-1.0 / positions.max(1) as f64)
 }

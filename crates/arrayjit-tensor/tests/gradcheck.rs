@@ -197,3 +197,78 @@ fn operators_are_the_methods() {
     );
     assert!((&a + &param("c", &[3], &[0.0; 3])).is_err());
 }
+
+/// Gathers: an embedding lookup with repeated ids (their gradients add up in one row) and a
+/// gather along a middle axis.
+#[test]
+fn gathers_scatter_their_gradients() {
+    let table = param("table", &[4, 3], &spread(12, -1.0, 1.0));
+    let ids = Tensor::ids(&[2, 3], "ids", &[1, 3, 1, 0, 1, 2], 4).unwrap();
+    check("embedding", &[&table], table.embedding(&ids));
+    let cube = param("cube", &[2, 4, 2], &spread(16, -2.0, 2.0));
+    let picks = Tensor::ids(&[3], "picks", &[3, 3, 0], 4).unwrap();
+    check("take axis 1", &[&cube], cube.take(&picks, 1));
+}
+
+/// Softmax and log-softmax over each axis, layer norm and RMS norm (gains and biases too), and
+/// cross-entropy on integer targets over two leading axes.
+#[test]
+fn row_operations_and_integer_cross_entropy() {
+    let x = param("x", &[2, 3, 4], &spread(24, -2.0, 2.5));
+    for axis in 0..3 {
+        check(&format!("softmax axis {axis}"), &[&x], x.softmax(axis));
+        check(
+            &format!("log_softmax axis {axis}"),
+            &[&x],
+            x.log_softmax(axis),
+        );
+    }
+    let gain = param("gain", &[4], &[1.0, 0.5, -1.5, 2.0]);
+    let bias = param("bias", &[4], &[0.1, -0.2, 0.3, 0.0]);
+    check(
+        "layer_norm",
+        &[&x, &gain, &bias],
+        x.layer_norm(&gain, &bias, 1e-5),
+    );
+    check("rms_norm", &[&x, &gain], x.rms_norm(&gain, 1e-5));
+    check("sum_keepdim", &[&x], x.sum_keepdim(&[1]));
+    check("max_keepdim", &[&x], x.max_keepdim(&[2]));
+    let targets = Tensor::ids(&[2, 3], "targets", &[0, 3, 2, 2, 1, 0], 4).unwrap();
+    check("cross_entropy", &[&x], losses::cross_entropy(&x, &targets));
+}
+
+/// Masks computed in code: the causal mask is 1 exactly above the diagonal, and a masked
+/// softmax puts no weight on the future.
+#[test]
+fn causal_masks_hide_the_future() {
+    let mask = Tensor::causal_mask(Prec::F64, 3).unwrap();
+    let code = forward_program(&[&mask]).lower(&[]).unwrap();
+    let mut env = InterpEnv::from_host_arrays(&code);
+    env.run(&code, &[]).unwrap();
+    assert_eq!(
+        env.values(mask.node()).unwrap(),
+        vec![0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    );
+    let scores = param("scores", &[3, 3], &spread(9, -1.0, 1.0));
+    let low = Tensor::full(Prec::F64, &[], -1e9).unwrap();
+    let masked = Tensor::where_(&mask, &low, &scores).unwrap();
+    check("masked softmax", &[&scores], masked.softmax(1));
+}
+
+/// Ids are checked where they enter: one outside the table is a typed error.
+#[test]
+fn out_of_range_ids_are_refused_on_entry() {
+    let err = Tensor::ids(&[3], "ids", &[0, 5, 1], 5).unwrap_err();
+    assert!(
+        matches!(err, arrayjit_ir::Error::IndexOutOfBounds { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("id 5 at position 1"), "{err}");
+    let ids = Tensor::ids(&[2], "ids", &[0, 1], 2).unwrap();
+    assert!(ids.set_ids(&[2, 0], 2).is_err());
+    assert_eq!(
+        ids.values().unwrap(),
+        vec![0.0, 1.0],
+        "a refused update changes nothing"
+    );
+}

@@ -626,6 +626,30 @@ impl PassRenderer<'_> {
                 let x = self.affine(i)?;
                 self.convert(&x, Prec::I32, prec)
             }
+            ScalarExpr::Gather {
+                symbol,
+                extent,
+                index,
+                read,
+            } => {
+                // As in the C renderer: an invalid index reads element 0 of the gathered axis
+                // and the value is replaced by the poison value.
+                let ix = self.expr(index, prec, depth, prelude)?;
+                let name = self.fresh("gather");
+                let pad = "  ".repeat(depth);
+                let t = compute_type(cp);
+                let _ = writeln!(
+                    prelude,
+                    "{pad}let {name}_v: {t} = {ix};\n\
+                     {pad}let {name}_ok: bool = {name}_v >= {t}(0) && {name}_v < {t}({extent});\n\
+                     {pad}let {name}: i32 = select(0i, i32({name}_v), {name}_ok);"
+                );
+                self.symbols.insert(*symbol, name.clone());
+                let read = self.expr(read, prec, depth, prelude);
+                self.symbols.remove(symbol);
+                let poison = literal(prec, f64::NAN);
+                format!("select({poison}, {}, {name}_ok)", read?)
+            }
             ScalarExpr::Constant(c) => literal(prec, *c),
             ScalarExpr::Unop(op, a) => {
                 let a = self.expr(a, prec, depth, prelude)?;

@@ -32,11 +32,20 @@ fn folded(s: Scalar) -> Option<ScalarExpr> {
     }
 }
 
-/// Number of reads of local `id` in `e`, including inside nested local scopes (counted as
-/// `usize::MAX / 2` there, so they are never substituted).
+/// Number of reads of local `id` in `e`, including inside nested local scopes and gathers
+/// (counted as `usize::MAX / 2` there, so they are never substituted).
 fn local_reads(e: &ScalarExpr, id: ScopeId) -> usize {
     match e {
         ScalarExpr::GetLocal(l) if *l == id => 1,
+        ScalarExpr::Gather { .. } => {
+            let mut n = 0;
+            e.visit_all(&mut |x| {
+                if matches!(x, ScalarExpr::GetLocal(l) if *l == id) {
+                    n = usize::MAX / 2;
+                }
+            });
+            n
+        }
         ScalarExpr::LocalScope { body, .. } => {
             let mut n = 0;
             body.visit_exprs(&mut |x| {
@@ -180,6 +189,17 @@ impl Simplifier {
                 let c = self.expr(*c, prec);
                 self.ternop(op, a, b, c, prec)
             }
+            ScalarExpr::Gather {
+                symbol,
+                extent,
+                index,
+                read,
+            } => ScalarExpr::Gather {
+                symbol,
+                extent,
+                index: Box::new(self.expr(*index, prec)),
+                read: Box::new(self.expr(*read, prec)),
+            },
             e => e,
         }
     }

@@ -86,6 +86,17 @@ impl Inlined<'_> {
                 let b = self.expr(*b);
                 ScalarExpr::ternop(op, a, b, self.expr(*c))
             }
+            ScalarExpr::Gather {
+                symbol,
+                extent,
+                index,
+                read,
+            } => ScalarExpr::Gather {
+                symbol,
+                extent,
+                index: Box::new(self.expr(*index)),
+                read: Box::new(self.expr(*read)),
+            },
             e => e,
         }
     }
@@ -227,6 +238,23 @@ impl Instantiation<'_> {
                 let a = self.expr(a);
                 let b = self.expr(b);
                 ScalarExpr::ternop(*op, a, b, self.expr(c))
+            }
+            ScalarExpr::Gather {
+                symbol,
+                extent,
+                index,
+                read,
+            } => {
+                // Each instance binds its own symbol.
+                let index = self.expr(index);
+                let fresh = Symbol::fresh();
+                self.symbols.insert(*symbol, AxisIndex::Iterator(fresh));
+                ScalarExpr::Gather {
+                    symbol: fresh,
+                    extent: *extent,
+                    index: Box::new(index),
+                    read: Box::new(self.expr(read)),
+                }
             }
         }
     }

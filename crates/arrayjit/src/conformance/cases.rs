@@ -662,5 +662,6 @@ pub fn all_cases() -> Result<Vec<Case>> {
     .into_iter()
     .chain(super::contractions::contraction_cases()?)
     .chain(super::fusion::fusion_cases()?)
+    .chain(super::gathers::gather_cases()?)
     .collect())
 }

@@ -5,6 +5,7 @@
 mod cases;
 mod contractions;
 mod fusion;
+mod gathers;
 mod required;
 
 use arrayjit_ir::{Assignments, Error, InterpEnv, Prec, Result, StaticSymbol, Tnode};
