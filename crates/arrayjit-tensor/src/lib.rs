@@ -16,6 +16,7 @@ pub mod datasets;
 pub mod gather;
 pub mod init;
 pub mod losses;
+pub mod nn;
 mod normalize;
 pub mod optim;
 mod reshape;
@@ -24,5 +25,5 @@ pub mod tensor;
 
 pub use autodiff::{GradProgram, forward_program, grad_program};
 pub use init::Init;
-pub use optim::{Optimizer, Update, update_program};
+pub use optim::{Optimizer, Update, update_program, update_program_clipped};
 pub use tensor::{Kind, Rhs, Tensor, broadcast_dims};

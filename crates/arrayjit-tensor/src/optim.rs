@@ -61,6 +61,9 @@ pub struct Update {
     pub program: Assignments,
     /// The learning rate; set its value on the host to change it.
     pub lr: Tnode,
+    /// The optimizer's state (step count, velocities or moments), hosted: save it with the
+    /// parameters to resume training exactly.
+    pub state: Vec<Tensor>,
 }
 
 fn state(label: &str, like: &Tnode) -> Result<Tensor> {
@@ -91,12 +94,32 @@ fn pointwise(dst: &Tnode, accum: BinOp, src: &Tensor) -> Result<Assignments> {
 /// The update program for `params`, whose gradients were built by
 /// [`crate::autodiff::grad_program`].
 pub fn update_program(opt: &Optimizer, params: &[Tensor]) -> Result<Update> {
+    update_program_clipped(opt, params, None)
+}
+
+/// Like [`update_program`], with the gradients first scaled down, when `max_norm` is given, so
+/// that their global L2 norm (over every parameter) is at most `max_norm`:
+/// `g · min(1, max_norm / (‖g‖ + 1e-6))`.
+pub fn update_program_clipped(
+    opt: &Optimizer,
+    params: &[Tensor],
+    max_norm: Option<f64>,
+) -> Result<Update> {
+    if let Some(m) = max_norm
+        && !(m > 0.0 && m.is_finite())
+    {
+        return Err(Error::invalid(format!(
+            "gradient clipping needs a positive finite norm, got {m}"
+        )));
+    }
     let lr = Tensor::input(Prec::F32, &[], "learning_rate", &[opt.lr()])?;
+    let mut state_tensors: Vec<Tensor> = Vec::new();
     let mut computed: Vec<Tensor> = Vec::new();
     let mut writes: Vec<Assignments> = Vec::new();
     let step_count = match opt {
         Optimizer::Adam { .. } => {
             let t = Tensor::input(Prec::F32, &[], "adam_step", &[0.0])?;
+            state_tensors.push(t.clone());
             let t_next = t.add_scalar(1.0)?;
             writes.push(pointwise(t.node(), BinOp::Arg2, &t_next)?);
             computed.push(t_next.clone());
@@ -104,14 +127,34 @@ pub fn update_program(opt: &Optimizer, params: &[Tensor]) -> Result<Update> {
         }
         Optimizer::Sgd { .. } => None,
     };
-    for p in params {
-        let grad = p.grad().ok_or_else(|| {
-            Error::invalid(format!(
-                "parameter {} has no gradient; build the gradient program first",
-                p.node().debug_name()
-            ))
-        })?;
-        let g = Tensor::from_node(grad);
+    let grads = params
+        .iter()
+        .map(|p| {
+            p.grad().map(Tensor::from_node).ok_or_else(|| {
+                Error::invalid(format!(
+                    "parameter {} has no gradient; build the gradient program first",
+                    p.node().debug_name()
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let clip = match max_norm {
+        Some(max_norm) => {
+            let mut total = Tensor::scalar(0.0)?;
+            for g in &grads {
+                total = total.add(&g.mul(g)?.sum_all()?)?;
+            }
+            let norm = total.sqrt()?.add_scalar(1e-6)?;
+            let ratio = Tensor::scalar(max_norm)?.div(&norm)?;
+            Some(ratio.minimum(&Tensor::scalar(1.0)?)?)
+        }
+        None => None,
+    };
+    for (p, g) in params.iter().zip(grads) {
+        let g = match &clip {
+            Some(scale) => g.mul(scale)?,
+            None => g,
+        };
         let w = p.detach();
         let step = match *opt {
             Optimizer::Sgd {
@@ -126,6 +169,7 @@ pub fn update_program(opt: &Optimizer, params: &[Tensor]) -> Result<Update> {
                 };
                 if momentum != 0.0 {
                     let v = state(&format!("velocity_{}", p.label()), p.node())?;
+                    state_tensors.push(v.clone());
                     let v_next = v.scale(momentum)?.add(&g)?;
                     writes.push(pointwise(v.node(), BinOp::Arg2, &v_next)?);
                     computed.push(v_next.clone());
@@ -144,6 +188,8 @@ pub fn update_program(opt: &Optimizer, params: &[Tensor]) -> Result<Update> {
                 let t = step_count.as_ref().expect("Adam has a step count");
                 let m = state(&format!("adam_m_{}", p.label()), p.node())?;
                 let v = state(&format!("adam_v_{}", p.label()), p.node())?;
+                state_tensors.push(m.clone());
+                state_tensors.push(v.clone());
                 let m_next = m.scale(beta1)?.add(&g.scale(1.0 - beta1)?)?;
                 let v_next = v.scale(beta2)?.add(&g.mul(&g)?.scale(1.0 - beta2)?)?;
                 writes.push(pointwise(m.node(), BinOp::Arg2, &m_next)?);
@@ -177,5 +223,6 @@ pub fn update_program(opt: &Optimizer, params: &[Tensor]) -> Result<Update> {
     Ok(Update {
         program: Assignments::Seq(stmts),
         lr: lr.node().clone(),
+        state: state_tensors,
     })
 }

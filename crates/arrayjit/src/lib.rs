@@ -122,6 +122,7 @@
 pub mod bench;
 pub mod buckets;
 pub mod conformance;
+pub mod gpt;
 pub mod train;
 
 pub use arrayjit_backends as backends;

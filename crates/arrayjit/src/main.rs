@@ -62,6 +62,38 @@ struct MoonsArgs {
     distributed: bool,
 }
 
+/// The flags of the GPT demo.
+#[derive(Args, Clone)]
+struct GptArgs {
+    /// Training steps to take in this run.
+    #[arg(long, default_value_t = 300)]
+    steps: u64,
+    /// Windows per step.
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Learning rate (AdamW).
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f64,
+    /// Seed of the parameters and batches.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Steps between held-out evaluations.
+    #[arg(long, default_value_t = 100)]
+    eval_every: u64,
+    /// Characters to generate at the end.
+    #[arg(long, default_value_t = 300)]
+    sample: usize,
+    /// Sampling temperature (0: always the most likely character).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Where to save the checkpoint after training.
+    #[arg(long, default_value = "gpt.safetensors")]
+    checkpoint: PathBuf,
+    /// Continue from the checkpoint (parameters, optimizer state, step count).
+    #[arg(long)]
+    resume: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Train an MLP on half-moons; print held-out accuracy; draw the decision boundary (default).
@@ -70,6 +102,9 @@ enum Command {
     Lowering,
     /// List the known backends, whether they can run here, and their devices.
     Info,
+    /// Train a character-level GPT on Shakespeare's sonnets (shipped with arrayjit): progress,
+    /// train and held-out loss, a generated sample, and a checkpoint that --resume continues.
+    Gpt(GptArgs),
     /// Benchmark table: arrayjit on each CPU backend next to NumPy / PyTorch and the machine's
     /// limits, measured in this run (set up the peers with scripts/setup-bench.sh).
     Bench {
@@ -162,6 +197,98 @@ fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
     Ok(())
 }
 
+fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
+    use arrayjit::gpt::{CharVocab, GptTrainer, SONNETS, TrainerConfig, batch};
+    let backend = arrayjit::initialize(backend.as_deref())?;
+    let vocab = CharVocab::from_text(SONNETS);
+    let data = vocab.encode(SONNETS)?;
+    // The last tenth is held out.
+    let split = data.len() * 9 / 10;
+    let (train, held_out) = data.split_at(split);
+    let mut config = TrainerConfig::small(vocab.len());
+    config.batch = args.batch;
+    config.seed = args.seed;
+    if let arrayjit::tensor::Optimizer::Adam { lr, .. } = &mut config.optimizer {
+        *lr = args.lr;
+    }
+    let t = config.model.context;
+    let mut trainer = GptTrainer::new(&backend, &config)?;
+    println!(
+        "GPT on {}: {} parameters (context {t}, width {}, {} heads, {} layers, MLP {}), \
+         vocabulary {} characters; build + compile {:.0} ms",
+        backend.name(),
+        trainer.model().parameter_count(),
+        config.model.width,
+        config.model.heads,
+        config.model.layers,
+        config.model.hidden,
+        vocab.len(),
+        trainer.compile_and_link.as_secs_f64() * 1e3
+    );
+    if args.resume {
+        let step = trainer.load(&args.checkpoint)?;
+        println!("resumed {} at step {step}", args.checkpoint.display());
+    }
+    let held_out_loss = |trainer: &GptTrainer| -> arrayjit::Result<f64> {
+        let mut total = 0.0;
+        for k in 0..4 {
+            let (ids, targets) = batch(held_out, config.batch, t, k, 0xe7a1)?;
+            total += trainer.eval_loss(&ids, &targets)?;
+        }
+        Ok(total / 4.0)
+    };
+    let bar = ProgressBar::new(args.steps);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} steps, {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let first = trainer.steps;
+    let mut recent = Vec::new();
+    for _ in 0..args.steps {
+        let step = trainer.steps;
+        let (ids, targets) = batch(train, config.batch, t, step, args.seed)?;
+        let loss = trainer.train_step(&ids, &targets)?;
+        recent.push(loss);
+        if recent.len() > 20 {
+            recent.remove(0);
+        }
+        let mean = recent.iter().sum::<f64>() / recent.len() as f64;
+        bar.set_message(format!("train loss {mean:.3}"));
+        bar.inc(1);
+        if args.eval_every > 0 && trainer.steps % args.eval_every == 0 {
+            let held_out = held_out_loss(&trainer)?;
+            // Printed through the bar, which is hidden (and would drop the line) off a terminal.
+            bar.suspend(|| {
+                println!(
+                    "step {}: train loss {mean:.3}, held-out loss {held_out:.3}",
+                    trainer.steps
+                )
+            });
+        }
+    }
+    bar.finish_and_clear();
+    let elapsed = started.elapsed().as_secs_f64();
+    let taken = trainer.steps - first;
+    println!(
+        "{taken} steps in {elapsed:.1} s ({:.1} ms/step); step {}: train loss {:.3}, held-out loss {:.3}",
+        1e3 * elapsed / taken.max(1) as f64,
+        trainer.steps,
+        recent.iter().sum::<f64>() / recent.len().max(1) as f64,
+        held_out_loss(&trainer)?
+    );
+    trainer.save(&args.checkpoint)?;
+    println!("checkpoint: {}", args.checkpoint.display());
+    let prompt = vocab.encode("Shall I compare thee")?;
+    let generated = trainer.generate(&prompt, args.sample, args.temperature, args.seed)?;
+    println!(
+        "sample:\n{}{}",
+        vocab.decode(&prompt),
+        vocab.decode(&generated)
+    );
+    Ok(())
+}
+
 fn info() -> arrayjit::Result<()> {
     for entry in &arrayjit::runtime::registry::REGISTRY {
         let name = entry.name;
@@ -189,6 +316,7 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
         Command::Moons(args) => moons(cli.backend, args),
         Command::Lowering => demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text)),
         Command::Info => info(),
+        Command::Gpt(args) => gpt(cli.backend, args),
         Command::Bench {
             quick,
             python,

@@ -1,0 +1,481 @@
+//! Neural-network blocks on the tensor front end: linear layers, layer norm, multi-head causal
+//! self-attention, the transformer MLP, pre-norm decoder blocks, and a GPT (token and learned
+//! position embeddings, decoder blocks, a final layer norm, and an output head tied to the token
+//! embedding).
+//!
+//! Blocks hold their parameters as [`Tensor`]s and build graphs; they do not run anything.
+//! Every parameter is drawn from the counter-based RNG with the model's seed and its own stream
+//! number, so a seed gives the same model on every backend and in every run. Activations are
+//! `[batch, time, width]`; attention keeps heads as their own axis (`[width, heads, head_width]`
+//! projections), so no reshape or transpose is materialized.
+
+use arrayjit_ir::{Error, Prec, Result};
+
+use crate::init::Init;
+use crate::losses;
+use crate::tensor::Tensor;
+
+/// Hands out parameter stream numbers in order, so that each parameter of a model draws from
+/// its own stream.
+#[derive(Debug)]
+pub struct ParamFactory {
+    seed: u64,
+    next_stream: u32,
+    params: Vec<Tensor>,
+}
+
+impl ParamFactory {
+    /// A factory drawing from `seed`, streams from 0.
+    pub fn new(seed: u64) -> ParamFactory {
+        ParamFactory {
+            seed,
+            next_stream: 0,
+            params: Vec::new(),
+        }
+    }
+
+    /// A new parameter.
+    pub fn param(&mut self, label: &str, dims: &[usize], init: Init) -> Result<Tensor> {
+        let p = Tensor::param(label, dims, init, self.seed, self.next_stream)?;
+        self.next_stream += 1;
+        self.params.push(p.clone());
+        Ok(p)
+    }
+
+    /// Every parameter made so far, in order.
+    pub fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+}
+
+/// Einsum letters for the leading (batch-like) axes of `x`, all but its last.
+fn lead_letters(x: &Tensor, op: &str) -> Result<String> {
+    let rank = x.dims().len();
+    if rank == 0 || rank > 12 {
+        return Err(Error::ShapeMismatch {
+            op: op.into(),
+            detail: format!("expected 1 to 12 axes, got shape {:?}", x.dims()),
+        });
+    }
+    Ok(('a'..='l').take(rank - 1).collect())
+}
+
+fn expect_width(op: &str, x: &Tensor, width: usize) -> Result<()> {
+    if x.dims().last() != Some(&width) {
+        return Err(Error::ShapeMismatch {
+            op: op.into(),
+            detail: format!(
+                "the input's last axis must be {width}, got shape {:?}",
+                x.dims()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `x · W + b` over the last axis.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    /// `[inputs, outputs]`.
+    pub weight: Tensor,
+    /// `[outputs]`, if the layer has a bias.
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// Weights normal with standard deviation `std`, bias zero (when `bias`).
+    pub fn new(
+        f: &mut ParamFactory,
+        label: &str,
+        inputs: usize,
+        outputs: usize,
+        std: f64,
+        bias: bool,
+    ) -> Result<Linear> {
+        let weight = f.param(
+            &format!("{label}.weight"),
+            &[inputs, outputs],
+            Init::Normal { mean: 0.0, std },
+        )?;
+        let bias = if bias {
+            Some(f.param(&format!("{label}.bias"), &[outputs], Init::Zeros)?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    /// `[..., inputs] → [..., outputs]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        expect_width("linear", x, self.weight.dims()[0])?;
+        let l = lead_letters(x, "linear")?;
+        let y = Tensor::einsum(&format!("{l}x,xy->{l}y"), &[x, &self.weight])?;
+        match &self.bias {
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// Layer norm over the last axis with a learned gain (ones) and bias (zeros).
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    /// `[width]`.
+    pub gain: Tensor,
+    /// `[width]`.
+    pub bias: Tensor,
+    /// Added to the variance.
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// Gain 1, bias 0, epsilon 1e-5.
+    pub fn new(f: &mut ParamFactory, label: &str, width: usize) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            gain: f.param(&format!("{label}.gain"), &[width], Init::Constant(1.0))?,
+            bias: f.param(&format!("{label}.bias"), &[width], Init::Zeros)?,
+            eps: 1e-5,
+        })
+    }
+
+    /// Normalizes `[..., width]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.layer_norm(&self.gain, &self.bias, self.eps)
+    }
+}
+
+/// Multi-head causal self-attention: per-head query, key and value projections, scaled dot
+/// products with the future masked out, softmax over keys, the weighted sum of values, and an
+/// output projection.
+#[derive(Clone, Debug)]
+pub struct CausalSelfAttention {
+    /// `[width, heads, head_width]` each.
+    pub query: Tensor,
+    /// Key projection.
+    pub key: Tensor,
+    /// Value projection.
+    pub value: Tensor,
+    /// `[heads, head_width, width]`.
+    pub output: Tensor,
+    /// `[width]` biases of the query, key, value and output projections.
+    pub biases: [Tensor; 4],
+    heads: usize,
+}
+
+impl CausalSelfAttention {
+    /// `heads` heads splitting `width` evenly; projections normal with standard deviation
+    /// `std` (the output projection's scaled by `out_scale`), biases zero.
+    pub fn new(
+        f: &mut ParamFactory,
+        label: &str,
+        width: usize,
+        heads: usize,
+        std: f64,
+        out_scale: f64,
+    ) -> Result<CausalSelfAttention> {
+        if heads == 0 || width % heads != 0 {
+            return Err(Error::invalid(format!(
+                "{label}: width {width} does not split into {heads} heads"
+            )));
+        }
+        let hw = width / heads;
+        let normal = |s| Init::Normal { mean: 0.0, std: s };
+        let query = f.param(&format!("{label}.query"), &[width, heads, hw], normal(std))?;
+        let key = f.param(&format!("{label}.key"), &[width, heads, hw], normal(std))?;
+        let value = f.param(&format!("{label}.value"), &[width, heads, hw], normal(std))?;
+        let output = f.param(
+            &format!("{label}.output"),
+            &[heads, hw, width],
+            normal(std * out_scale),
+        )?;
+        let mut bias = |name: &str, dims: &[usize]| {
+            f.param(&format!("{label}.{name}_bias"), dims, Init::Zeros)
+        };
+        let biases = [
+            bias("query", &[heads, hw])?,
+            bias("key", &[heads, hw])?,
+            bias("value", &[heads, hw])?,
+            bias("output", &[width])?,
+        ];
+        Ok(CausalSelfAttention {
+            query,
+            key,
+            value,
+            output,
+            biases,
+            heads,
+        })
+    }
+
+    /// `[batch, time, width] → [batch, time, width]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims();
+        if dims.len() != 3 || dims[2] != self.query.dims()[0] {
+            return Err(Error::ShapeMismatch {
+                op: "attention".into(),
+                detail: format!(
+                    "expected [batch, time, {}], got {dims:?}",
+                    self.query.dims()[0]
+                ),
+            });
+        }
+        let (time, hw) = (dims[1], self.query.dims()[2]);
+        let project = |w: &Tensor, b: &Tensor| -> Result<Tensor> {
+            Tensor::einsum("btd,dhe->bthe", &[x, w])?.add(b)
+        };
+        let q = project(&self.query, &self.biases[0])?;
+        let k = project(&self.key, &self.biases[1])?;
+        let v = project(&self.value, &self.biases[2])?;
+        let scores =
+            Tensor::einsum("bthe,bshe->bhts", &[&q, &k])?.scale(1.0 / (hw as f64).sqrt())?;
+        let future = Tensor::causal_mask(x.prec(), time)?;
+        let hidden = Tensor::full(x.prec(), &[], -1e9)?;
+        let weights = Tensor::where_(&future, &hidden, &scores)?.softmax(3)?;
+        let mixed = Tensor::einsum("bhts,bshe->bthe", &[&weights, &v])?;
+        Tensor::einsum("bthe,hed->btd", &[&mixed, &self.output])?.add(&self.biases[3])
+    }
+
+    /// The number of heads.
+    pub fn heads(&self) -> usize {
+        self.heads
+    }
+}
+
+/// Which GELU the MLP uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gelu {
+    /// `x · Φ(x)` with `erf`.
+    Exact,
+    /// The tanh approximation (GPT-2's).
+    Tanh,
+}
+
+/// The transformer MLP: `linear → GELU → linear`.
+#[derive(Clone, Debug)]
+pub struct Mlp {
+    /// `[width, hidden]`.
+    pub up: Linear,
+    /// `[hidden, width]`.
+    pub down: Linear,
+    /// The activation.
+    pub gelu: Gelu,
+}
+
+impl Mlp {
+    /// Weights normal with standard deviation `std` (the down projection's scaled by
+    /// `out_scale`), biases zero.
+    pub fn new(
+        f: &mut ParamFactory,
+        label: &str,
+        width: usize,
+        hidden: usize,
+        std: f64,
+        out_scale: f64,
+        gelu: Gelu,
+    ) -> Result<Mlp> {
+        Ok(Mlp {
+            up: Linear::new(f, &format!("{label}.up"), width, hidden, std, true)?,
+            down: Linear::new(
+                f,
+                &format!("{label}.down"),
+                hidden,
+                width,
+                std * out_scale,
+                true,
+            )?,
+            gelu,
+        })
+    }
+
+    /// `[..., width] → [..., width]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.up.forward(x)?;
+        let h = match self.gelu {
+            Gelu::Exact => h.gelu()?,
+            Gelu::Tanh => h.gelu_tanh()?,
+        };
+        self.down.forward(&h)
+    }
+}
+
+/// A pre-norm decoder block: `x + attention(norm(x))`, then `x + mlp(norm(x))`.
+#[derive(Clone, Debug)]
+pub struct DecoderBlock {
+    /// Before attention.
+    pub norm1: LayerNorm,
+    /// Causal self-attention.
+    pub attention: CausalSelfAttention,
+    /// Before the MLP.
+    pub norm2: LayerNorm,
+    /// The MLP.
+    pub mlp: Mlp,
+}
+
+impl DecoderBlock {
+    /// `[batch, time, width] → [batch, time, width]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.add(&self.attention.forward(&self.norm1.forward(x)?)?)?;
+        x.add(&self.mlp.forward(&self.norm2.forward(&x)?)?)
+    }
+}
+
+/// The shape of a GPT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GptConfig {
+    /// Token ids are `0..vocabulary`.
+    pub vocabulary: usize,
+    /// The longest sequence (learned positions).
+    pub context: usize,
+    /// Model width.
+    pub width: usize,
+    /// Attention heads (dividing `width`).
+    pub heads: usize,
+    /// Decoder blocks.
+    pub layers: usize,
+    /// MLP hidden width.
+    pub hidden: usize,
+    /// The MLP's activation.
+    pub gelu: Gelu,
+}
+
+impl GptConfig {
+    /// The benchmark model: vocabulary 65, context 64, width 128, 4 heads, 2 layers,
+    /// MLP 512 with exact GELU.
+    pub fn small(vocabulary: usize) -> GptConfig {
+        GptConfig {
+            vocabulary,
+            context: 64,
+            width: 128,
+            heads: 4,
+            layers: 2,
+            hidden: 512,
+            gelu: Gelu::Exact,
+        }
+    }
+}
+
+/// A GPT: token + learned position embeddings, decoder blocks, a final layer norm, and logits
+/// from the token embedding (weight tying).
+#[derive(Clone, Debug)]
+pub struct Gpt {
+    /// The shape.
+    pub config: GptConfig,
+    /// `[vocabulary, width]`, also the output head.
+    pub token_embedding: Tensor,
+    /// `[context, width]`.
+    pub position_embedding: Tensor,
+    /// The blocks.
+    pub blocks: Vec<DecoderBlock>,
+    /// The final norm.
+    pub final_norm: LayerNorm,
+    params: Vec<Tensor>,
+}
+
+impl Gpt {
+    /// A GPT with GPT-2's initialization (normal, standard deviation 0.02; residual output
+    /// projections scaled by `1/sqrt(2 · layers)`), drawn from `seed`.
+    pub fn new(config: GptConfig, seed: u64) -> Result<Gpt> {
+        let c = config;
+        if c.vocabulary == 0 || c.context == 0 || c.width == 0 || c.layers == 0 || c.hidden == 0 {
+            return Err(Error::invalid(format!(
+                "a GPT needs every size positive, got {c:?}"
+            )));
+        }
+        let mut f = ParamFactory::new(seed);
+        let std = 0.02;
+        let normal = Init::Normal { mean: 0.0, std };
+        let token_embedding = f.param("token_embedding", &[c.vocabulary, c.width], normal)?;
+        let position_embedding = f.param("position_embedding", &[c.context, c.width], normal)?;
+        let out_scale = 1.0 / ((2 * c.layers) as f64).sqrt();
+        let mut blocks = Vec::new();
+        for l in 0..c.layers {
+            let label = format!("block{l}");
+            blocks.push(DecoderBlock {
+                norm1: LayerNorm::new(&mut f, &format!("{label}.norm1"), c.width)?,
+                attention: CausalSelfAttention::new(
+                    &mut f,
+                    &format!("{label}.attention"),
+                    c.width,
+                    c.heads,
+                    std,
+                    out_scale,
+                )?,
+                norm2: LayerNorm::new(&mut f, &format!("{label}.norm2"), c.width)?,
+                mlp: Mlp::new(
+                    &mut f,
+                    &format!("{label}.mlp"),
+                    c.width,
+                    c.hidden,
+                    std,
+                    out_scale,
+                    c.gelu,
+                )?,
+            });
+        }
+        let final_norm = LayerNorm::new(&mut f, "final_norm", c.width)?;
+        Ok(Gpt {
+            config,
+            token_embedding,
+            position_embedding,
+            blocks,
+            final_norm,
+            params: f.params().to_vec(),
+        })
+    }
+
+    /// Every parameter, in creation order (the order checkpoints and optimizers use).
+    pub fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    /// Number of trainable values.
+    pub fn parameter_count(&self) -> usize {
+        self.params
+            .iter()
+            .map(|p| p.dims().iter().product::<usize>())
+            .sum()
+    }
+
+    /// Logits `[batch, time, vocabulary]` for ids `[batch, time]` (`time` at most the
+    /// context).
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let c = &self.config;
+        let dims = ids.dims();
+        if dims.len() != 2 || dims[1] == 0 || dims[1] > c.context {
+            return Err(Error::ShapeMismatch {
+                op: "gpt".into(),
+                detail: format!(
+                    "ids must be [batch, time] with 1 <= time <= {}, got {dims:?}",
+                    c.context
+                ),
+            });
+        }
+        let positions = if dims[1] == c.context {
+            self.position_embedding.clone()
+        } else {
+            let first = Tensor::ids(
+                &[dims[1]],
+                "positions",
+                &(0..dims[1]).collect::<Vec<_>>(),
+                c.context,
+            )?;
+            self.position_embedding.take(&first, 0)?
+        };
+        let mut x = self.token_embedding.embedding(ids)?.add(&positions)?;
+        for block in &self.blocks {
+            x = block.forward(&x)?;
+        }
+        let x = self.final_norm.forward(&x)?;
+        Tensor::einsum("btd,vd->btv", &[&x, &self.token_embedding])
+    }
+
+    /// The mean cross-entropy of predicting `targets` `[batch, time]` from `ids`.
+    pub fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        losses::cross_entropy(&self.forward(ids)?, targets)
+    }
+
+    /// The precision of the model's values.
+    pub fn prec(&self) -> Prec {
+        self.token_embedding.prec()
+    }
+}

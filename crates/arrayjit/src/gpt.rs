@@ -1,0 +1,391 @@
+//! A character-level GPT trained with one compiled step: the model of
+//! [`arrayjit_tensor::nn::Gpt`], a vocabulary of the characters of a text, random windows of
+//! the text as batches, AdamW with gradient clipping, held-out loss, sampling, and checkpoints
+//! that resume training exactly (parameters and optimizer state).
+//!
+//! Three routines are compiled together and linked into one context, so they share the
+//! parameters: the training step (forward, backprop, update), the loss alone (for held-out
+//! text), and the logits of one window (for sampling).
+//!
+//! ```no_run
+//! use arrayjit::gpt::{CharVocab, GptTrainer, TrainerConfig};
+//! # fn main() -> arrayjit::Result<()> {
+//! let text = arrayjit::gpt::SONNETS;
+//! let vocab = CharVocab::from_text(text);
+//! let data = vocab.encode(text)?;
+//! let backend = arrayjit::initialize(None)?;
+//! let config = TrainerConfig::small(vocab.len());
+//! let mut trainer = GptTrainer::new(&backend, &config)?;
+//! let (ids, targets) = arrayjit::gpt::batch(&data, config.batch, config.model.context, 0, 1)?;
+//! let loss = trainer.train_step(&ids, &targets)?;
+//! # Ok(()) }
+//! ```
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use arrayjit_ir::{Error, MemoryMode, MemoryType, Prec, Result, Tnode};
+use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_tensor::nn::{Gpt, GptConfig};
+use arrayjit_tensor::rng::Philox;
+use arrayjit_tensor::{Optimizer, Tensor, checkpoint, forward_program, grad_program};
+
+/// Shakespeare's sonnets (1609, public domain), shipped as the demo's training text.
+pub const SONNETS: &str = include_str!("../../../data/shakespeare-sonnets.txt");
+
+/// The characters of a text, sorted: character `k` of the vocabulary is id `k`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CharVocab {
+    chars: Vec<char>,
+}
+
+impl CharVocab {
+    /// Every distinct character of `text`.
+    pub fn from_text(text: &str) -> CharVocab {
+        let mut chars: Vec<char> = text.chars().collect();
+        chars.sort_unstable();
+        chars.dedup();
+        CharVocab { chars }
+    }
+
+    /// Number of ids.
+    pub fn len(&self) -> usize {
+        self.chars.len()
+    }
+
+    /// Whether the vocabulary is empty.
+    pub fn is_empty(&self) -> bool {
+        self.chars.is_empty()
+    }
+
+    /// The ids of `text`; a character outside the vocabulary is an error naming it.
+    pub fn encode(&self, text: &str) -> Result<Vec<usize>> {
+        text.chars()
+            .map(|c| {
+                self.chars.binary_search(&c).map_err(|_| {
+                    Error::invalid(format!("character {c:?} is not in the vocabulary"))
+                })
+            })
+            .collect()
+    }
+
+    /// The text of `ids` (ids outside the vocabulary become `?`).
+    pub fn decode(&self, ids: &[usize]) -> String {
+        ids.iter()
+            .map(|&i| self.chars.get(i).copied().unwrap_or('?'))
+            .collect()
+    }
+}
+
+/// `batch` windows of `context + 1` ids drawn from `data` with the counter-based RNG (`seed`,
+/// `step`): the inputs (first `context` ids of each) and targets (the next id at each
+/// position), both `batch · context` ids, row-major.
+pub fn batch(
+    data: &[usize],
+    batch: usize,
+    context: usize,
+    step: u64,
+    seed: u64,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    if data.len() <= context {
+        return Err(Error::invalid(format!(
+            "a text of {} ids has no window of {} ids",
+            data.len(),
+            context + 1
+        )));
+    }
+    let rng = Philox::new(seed, 0x6774);
+    let starts = data.len() - context;
+    let mut ids = Vec::with_capacity(batch * context);
+    let mut targets = Vec::with_capacity(batch * context);
+    for b in 0..batch {
+        let u = rng.uniform(step * batch as u64 + b as u64);
+        let s = ((u * starts as f64) as usize).min(starts - 1);
+        ids.extend_from_slice(&data[s..s + context]);
+        targets.extend_from_slice(&data[s + 1..s + context + 1]);
+    }
+    Ok((ids, targets))
+}
+
+/// What to train.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainerConfig {
+    /// The model.
+    pub model: GptConfig,
+    /// Windows per step.
+    pub batch: usize,
+    /// The optimizer (AdamW: `Optimizer::Adam` with decoupled weight decay).
+    pub optimizer: Optimizer,
+    /// Global gradient-norm clipping.
+    pub clip_norm: Option<f64>,
+    /// Seed of the parameters.
+    pub seed: u64,
+}
+
+impl TrainerConfig {
+    /// The issue's benchmark model (context 64, width 128, 4 heads, 2 layers, MLP 512), batch
+    /// 16, AdamW (lr 3e-3, weight decay 0.01), clipping at norm 1.
+    pub fn small(vocabulary: usize) -> TrainerConfig {
+        TrainerConfig {
+            model: GptConfig::small(vocabulary),
+            batch: 16,
+            optimizer: Optimizer::Adam {
+                lr: 3e-3,
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay: 0.01,
+            },
+            clip_norm: Some(1.0),
+            seed: 1,
+        }
+    }
+}
+
+/// Ids that feed one routine, and the loss or logits it produces.
+struct Window {
+    ids: Tensor,
+    targets: Option<Tensor>,
+    out: Tensor,
+}
+
+fn hosted(t: &Tensor, why: &str) -> Result<()> {
+    t.node()
+        .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), why)
+}
+
+/// A GPT being trained on a backend.
+pub struct GptTrainer {
+    model: Gpt,
+    vocabulary: usize,
+    train: Window,
+    eval: Window,
+    sample: Window,
+    train_step: Routine,
+    eval_loss: Routine,
+    logits: Routine,
+    /// The optimizer's state, saved with checkpoints.
+    state: Vec<Tensor>,
+    /// The learning rate node (hosted).
+    pub learning_rate: Tnode,
+    /// Steps taken (including those of a resumed checkpoint).
+    pub steps: u64,
+    /// Time spent optimizing, compiling (or loading from the cache) and linking.
+    pub compile_and_link: Duration,
+}
+
+impl GptTrainer {
+    /// Builds the model and its three routines and links them on a new stream of device 0.
+    pub fn new(backend: &Backend, config: &TrainerConfig) -> Result<GptTrainer> {
+        let c = config.model;
+        let model = Gpt::new(c, config.seed)?;
+        let zeros = |n: usize| vec![0; n];
+        let window = |label: &str, batch: usize, with_targets: bool| -> Result<Window> {
+            let n = batch * c.context;
+            let ids = Tensor::ids(&[batch, c.context], label, &zeros(n), c.vocabulary)?;
+            let targets = if with_targets {
+                Some(Tensor::ids(
+                    &[batch, c.context],
+                    &format!("{label}_targets"),
+                    &zeros(n),
+                    c.vocabulary,
+                )?)
+            } else {
+                None
+            };
+            let out = match &targets {
+                Some(t) => model.loss(&ids, t)?,
+                None => model.forward(&ids)?,
+            };
+            hosted(&out, "gpt: read on the host")?;
+            Ok(Window { ids, targets, out })
+        };
+        let train = window("train_ids", config.batch, true)?;
+        let eval = window("eval_ids", config.batch, true)?;
+        let sample = window("sample_ids", 1, false)?;
+        let grads = grad_program(&train.out)?;
+        let update = arrayjit_tensor::update_program_clipped(
+            &config.optimizer,
+            &grads.params,
+            config.clip_norm,
+        )?;
+        let step = grads.program.then(update.program.clone());
+        let started = Instant::now();
+        let codes = backend.compile_batch(
+            &[
+                ("gpt_train_step", &step),
+                ("gpt_eval_loss", &forward_program(&[&eval.out])),
+                ("gpt_logits", &forward_program(&[&sample.out])),
+            ],
+            &[],
+        )?;
+        let stream = backend.get_device(0)?.new_stream()?;
+        let train_step = Context::new(&stream).link(&codes[0])?;
+        let eval_loss = train_step.context().link(&codes[1])?;
+        let logits = eval_loss.context().link(&codes[2])?;
+        Ok(GptTrainer {
+            vocabulary: c.vocabulary,
+            model,
+            train,
+            eval,
+            sample,
+            train_step,
+            eval_loss,
+            logits,
+            state: update.state,
+            learning_rate: update.lr,
+            steps: 0,
+            compile_and_link: started.elapsed(),
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Gpt {
+        &self.model
+    }
+
+    fn feed(&self, routine: &Routine, w: &Window, ids: &[usize], targets: &[usize]) -> Result<()> {
+        w.ids.set_ids(ids, self.vocabulary)?;
+        routine.context().from_host(w.ids.node())?;
+        if let Some(t) = &w.targets {
+            t.set_ids(targets, self.vocabulary)?;
+            routine.context().from_host(t.node())?;
+        }
+        Ok(())
+    }
+
+    fn expect_len(&self, what: &str, got: usize, w: &Window) -> Result<()> {
+        let want: usize = w.ids.dims().iter().product();
+        if got != want {
+            return Err(Error::ShapeMismatch {
+                op: format!("gpt {what}"),
+                detail: format!("expected {want} ids ({:?}), got {got}", w.ids.dims()),
+            });
+        }
+        Ok(())
+    }
+
+    /// One training step on `ids` and `targets` (`batch · context` each, from [`batch`]);
+    /// returns the step's loss.
+    pub fn train_step(&mut self, ids: &[usize], targets: &[usize]) -> Result<f64> {
+        self.expect_len("train_step ids", ids.len(), &self.train)?;
+        self.expect_len("train_step targets", targets.len(), &self.train)?;
+        self.feed(&self.train_step, &self.train, ids, targets)?;
+        self.train_step.run()?;
+        self.steps += 1;
+        self.train_step.context().to_host(self.train.out.node())?;
+        Ok(self.train.out.values()?[0])
+    }
+
+    /// The loss on `ids` and `targets` without training.
+    pub fn eval_loss(&self, ids: &[usize], targets: &[usize]) -> Result<f64> {
+        self.expect_len("eval_loss ids", ids.len(), &self.eval)?;
+        self.expect_len("eval_loss targets", targets.len(), &self.eval)?;
+        self.feed(&self.eval_loss, &self.eval, ids, targets)?;
+        self.eval_loss.run()?;
+        self.eval_loss.context().to_host(self.eval.out.node())?;
+        Ok(self.eval.out.values()?[0])
+    }
+
+    /// The logits of the id following `prefix` (its last `context` ids are used).
+    pub fn next_logits(&self, prefix: &[usize]) -> Result<Vec<f64>> {
+        let t = self.model.config.context;
+        if prefix.is_empty() {
+            return Err(Error::invalid(
+                "sampling needs at least one id to start from",
+            ));
+        }
+        let tail = &prefix[prefix.len().saturating_sub(t)..];
+        // Later positions never influence earlier ones (causal attention): pad after the tail.
+        let mut window = tail.to_vec();
+        window.resize(t, 0);
+        self.feed(&self.logits, &self.sample, &window, &[])?;
+        self.logits.run()?;
+        self.logits.context().to_host(self.sample.out.node())?;
+        let all = self.sample.out.values()?;
+        let v = self.vocabulary;
+        let at = tail.len() - 1;
+        Ok(all[at * v..(at + 1) * v].to_vec())
+    }
+
+    /// `count` ids sampled after `prompt` at `temperature` (0: the most likely id), from the
+    /// counter-based RNG with `seed`.
+    pub fn generate(
+        &self,
+        prompt: &[usize],
+        count: usize,
+        temperature: f64,
+        seed: u64,
+    ) -> Result<Vec<usize>> {
+        let rng = Philox::new(seed, 0x5a4d);
+        let mut ids = prompt.to_vec();
+        for k in 0..count {
+            let logits = self.next_logits(&ids)?;
+            ids.push(sample(&logits, temperature, rng.uniform(k as u64)));
+        }
+        Ok(ids[prompt.len()..].to_vec())
+    }
+
+    fn saved(&self) -> Vec<Tensor> {
+        let mut all = self.model.params().to_vec();
+        all.extend(self.state.iter().cloned());
+        all
+    }
+
+    /// Saves the parameters and the optimizer's state (safetensors).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let context = self.train_step.context();
+        for t in self.saved() {
+            context.to_host(t.node())?;
+        }
+        checkpoint::save(&self.saved(), path)
+    }
+
+    /// Loads what [`GptTrainer::save`] wrote (nothing changes on an error) and copies it to the
+    /// device; returns the step count it reached (0 for an optimizer without one).
+    pub fn load(&mut self, path: &Path) -> Result<u64> {
+        checkpoint::load(&self.saved(), path)?;
+        let context = self.train_step.context();
+        for t in self.saved() {
+            context.from_host(t.node())?;
+        }
+        let steps = self
+            .state
+            .iter()
+            .find(|t| t.label() == "adam_step")
+            .map(|t| t.values().map(|v| v[0] as u64))
+            .transpose()?
+            .unwrap_or(0);
+        self.steps = steps;
+        Ok(steps)
+    }
+}
+
+/// An id drawn from `softmax(logits / temperature)` with the uniform number `u` (the arg max
+/// at temperature 0).
+pub fn sample(logits: &[f64], temperature: f64, u: f64) -> usize {
+    let best =
+        logits.iter().enumerate().fold(
+            (0, f64::NEG_INFINITY),
+            |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+        );
+    if temperature <= 0.0 {
+        return best.0;
+    }
+    let weights: Vec<f64> = logits
+        .iter()
+        .map(|&l| ((l - best.1) / temperature).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    for (i, w) in weights.iter().enumerate() {
+        acc += w / total;
+        if u < acc {
+            return i;
+        }
+    }
+    best.0
+}
+
+/// The precision the demo trains in.
+pub const PREC: Prec = Prec::F32;
