@@ -173,7 +173,7 @@ impl CausalSelfAttention {
         std: f64,
         out_scale: f64,
     ) -> Result<CausalSelfAttention> {
-        if heads == 0 || width % heads != 0 {
+        if heads == 0 || !width.is_multiple_of(heads) {
             return Err(Error::invalid(format!(
                 "{label}: width {width} does not split into {heads} heads"
             )));
