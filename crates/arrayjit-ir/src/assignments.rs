@@ -596,12 +596,12 @@ fn lower_fetch(
             let bounds = |s: Symbol| extents.get(&s).copied();
             check_access(ids, &id_idcs, &bounds, &what)?;
             check_access(table, &table_idcs, &bounds, &what)?;
-            let value = ScalarExpr::Gather {
+            let value = ScalarExpr::gather(
                 symbol,
-                extent: td[*axis],
-                index: Box::new(ScalarExpr::Get(ids.clone(), id_idcs)),
-                read: Box::new(ScalarExpr::Get(table.clone(), table_idcs)),
-            };
+                td[*axis],
+                ScalarExpr::Get(ids.clone(), id_idcs),
+                ScalarExpr::Get(table.clone(), table_idcs),
+            );
             Ok(loop_nest(&its, &dims, set(value)))
         }
     }

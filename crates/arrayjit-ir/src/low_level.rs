@@ -127,6 +127,20 @@ impl ScalarExpr {
     pub fn ternop(op: TernOp, a: ScalarExpr, b: ScalarExpr, c: ScalarExpr) -> ScalarExpr {
         ScalarExpr::Ternop(op, Box::new(a), Box::new(b), Box::new(c))
     }
+    /// A gather (see [`ScalarExpr::Gather`]).
+    pub fn gather(
+        symbol: Symbol,
+        extent: usize,
+        index: ScalarExpr,
+        read: ScalarExpr,
+    ) -> ScalarExpr {
+        ScalarExpr::Gather {
+            symbol,
+            extent,
+            index: Box::new(index),
+            read: Box::new(read),
+        }
+    }
 
     /// Calls `f` on every direct subexpression (not into local-scope bodies).
     pub fn for_each_child(&self, mut f: impl FnMut(&ScalarExpr)) {
@@ -189,12 +203,10 @@ impl ScalarExpr {
                 extent,
                 index,
                 read,
-            } => ScalarExpr::Gather {
-                symbol,
-                extent,
-                index: Box::new(index.map_bottom_up(f)),
-                read: Box::new(read.map_bottom_up(f)),
-            },
+            } => {
+                let index = index.map_bottom_up(f);
+                ScalarExpr::gather(symbol, extent, index, read.map_bottom_up(f))
+            }
             e => e,
         };
         f(rebuilt)

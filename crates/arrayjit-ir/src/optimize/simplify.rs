@@ -194,12 +194,10 @@ impl Simplifier {
                 extent,
                 index,
                 read,
-            } => ScalarExpr::Gather {
-                symbol,
-                extent,
-                index: Box::new(self.expr(*index, prec)),
-                read: Box::new(self.expr(*read, prec)),
-            },
+            } => {
+                let index = self.expr(*index, prec);
+                ScalarExpr::gather(symbol, extent, index, self.expr(*read, prec))
+            }
             e => e,
         }
     }

@@ -91,12 +91,10 @@ impl Inlined<'_> {
                 extent,
                 index,
                 read,
-            } => ScalarExpr::Gather {
-                symbol,
-                extent,
-                index: Box::new(self.expr(*index)),
-                read: Box::new(self.expr(*read)),
-            },
+            } => {
+                let index = self.expr(*index);
+                ScalarExpr::gather(symbol, extent, index, self.expr(*read))
+            }
             e => e,
         }
     }
@@ -249,12 +247,7 @@ impl Instantiation<'_> {
                 let index = self.expr(index);
                 let fresh = Symbol::fresh();
                 self.symbols.insert(*symbol, AxisIndex::Iterator(fresh));
-                ScalarExpr::Gather {
-                    symbol: fresh,
-                    extent: *extent,
-                    index: Box::new(index),
-                    read: Box::new(self.expr(read)),
-                }
+                ScalarExpr::gather(fresh, *extent, index, self.expr(read))
             }
         }
     }
