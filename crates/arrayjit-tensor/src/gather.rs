@@ -15,24 +15,7 @@ use arrayjit_ir::{
     Assignments, BinOp, Error, FetchOp, MemoryMode, MemoryType, Prec, Result, Tnode,
 };
 
-use crate::tensor::{Rhs, Tensor};
-
-const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-
-/// `n` distinct einsum letters starting at letter `from`.
-fn letters(from: usize, n: usize, op: &str) -> Result<String> {
-    if from + n > LETTERS.len() {
-        return Err(Error::ShapeMismatch {
-            op: op.into(),
-            detail: format!(
-                "{} axes are more than supported ({})",
-                from + n,
-                LETTERS.len()
-            ),
-        });
-    }
-    Ok(LETTERS[from..from + n].iter().map(|&c| c as char).collect())
-}
+use crate::tensor::{Rhs, Tensor, einsum_letters};
 
 fn check_ids(label: &str, ids: &[usize], upper: usize) -> Result<()> {
     if let Some((pos, id)) = ids.iter().enumerate().find(|(_, id)| **id >= upper) {
@@ -100,8 +83,8 @@ impl Tensor {
     /// One-hot encoding of ids: shape `ids.dims() + [classes]`, `1` where the last index equals
     /// the id (a row of zeros for an id outside `0..classes`), in precision `prec`.
     pub fn one_hot(ids: &Tensor, classes: usize, prec: Prec) -> Result<Tensor> {
-        let lead = letters(0, ids.dims().len(), "one_hot")?;
-        let class = letters(lead.len(), 1, "one_hot")?;
+        let lead = einsum_letters(0, ids.dims().len(), "one_hot")?;
+        let class = einsum_letters(lead.len(), 1, "one_hot")?;
         let positions = Tensor::arange(prec, classes)?;
         Tensor::einsum_op(
             &format!("{lead},{class}->{lead}{class}"),
@@ -156,10 +139,10 @@ impl Tensor {
             vec![self.clone(), ids.clone()],
             Some(Arc::new(move |out, g| {
                 let (table, ids) = (&out.parents()[0], &out.parents()[1]);
-                let pre = letters(0, axis, "take")?;
-                let row = letters(axis, 1, "take")?;
-                let post = letters(axis + 1, rank - axis - 1, "take")?;
-                let id_axes = letters(rank, id_rank, "take")?;
+                let pre = einsum_letters(0, axis, "take")?;
+                let row = einsum_letters(axis, 1, "take")?;
+                let post = einsum_letters(axis + 1, rank - axis - 1, "take")?;
+                let id_axes = einsum_letters(rank, id_rank, "take")?;
                 let hot = Tensor::one_hot(ids, extent, g.prec())?;
                 let grad = Tensor::einsum_op(
                     &format!("{id_axes}{row},{pre}{id_axes}{post}->{pre}{row}{post}"),

@@ -159,7 +159,6 @@ pub struct CausalSelfAttention {
     pub output: Tensor,
     /// `[width]` biases of the query, key, value and output projections.
     pub biases: [Tensor; 4],
-    heads: usize,
 }
 
 impl CausalSelfAttention {
@@ -203,7 +202,6 @@ impl CausalSelfAttention {
             value,
             output,
             biases,
-            heads,
         })
     }
 
@@ -237,7 +235,7 @@ impl CausalSelfAttention {
 
     /// The number of heads.
     pub fn heads(&self) -> usize {
-        self.heads
+        self.query.dims()[1]
     }
 }
 

@@ -9,19 +9,17 @@ use std::sync::Arc;
 
 use arrayjit_ir::{Assignments, BinOp, Error, Result};
 
-use crate::tensor::{BackwardFn, Rhs, Tensor};
-
-const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+use crate::tensor::{BackwardFn, Rhs, Tensor, einsum_letters};
 
 /// The letters of a tensor of rank `rank`, and those left after removing `axis`.
 fn row_letters(op: &str, dims: &[usize], axis: usize) -> Result<(String, String)> {
-    if axis >= dims.len() || dims.len() > LETTERS.len() {
+    if axis >= dims.len() {
         return Err(Error::ShapeMismatch {
             op: op.into(),
             detail: format!("axis {axis} is not an axis of shape {dims:?}"),
         });
     }
-    let all: String = LETTERS[..dims.len()].iter().map(|&c| c as char).collect();
+    let all = einsum_letters(0, dims.len(), op)?;
     let kept = all
         .chars()
         .enumerate()

@@ -74,21 +74,26 @@ fn next_id() -> usize {
 
 const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 
-/// Einsum letters for a rank, right-aligned to the `total` letters of a broadcast result.
-fn aligned_letters(rank: usize, total: usize) -> Result<String> {
-    if total > LETTERS.len() || rank > total {
+/// `n` distinct einsum letters starting at letter `from`, or a shape error for `op` when the
+/// rank needs more letters than there are.
+pub(crate) fn einsum_letters(from: usize, n: usize, op: &str) -> Result<String> {
+    if from + n > LETTERS.len() {
         return Err(Error::ShapeMismatch {
-            op: "broadcast".into(),
+            op: op.into(),
             detail: format!(
-                "tensors of rank {total} are not supported (at most {})",
+                "tensors of rank {} are not supported (at most {})",
+                from + n,
                 LETTERS.len()
             ),
         });
     }
-    Ok(LETTERS[total - rank..total]
-        .iter()
-        .map(|&c| c as char)
-        .collect())
+    Ok(LETTERS[from..from + n].iter().map(|&c| c as char).collect())
+}
+
+/// Einsum letters for a rank, right-aligned to the `total` letters of a broadcast result.
+fn aligned_letters(rank: usize, total: usize) -> Result<String> {
+    // Callers pass the broadcast rank as `total`, which is never below an operand's rank.
+    einsum_letters(total.saturating_sub(rank), rank, "broadcast")
 }
 
 /// The broadcast shape of two shapes, or a shape error naming both and the op.

@@ -24,7 +24,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use arrayjit_ir::{Error, MemoryMode, MemoryType, Prec, Result, Tnode};
+use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Tnode};
 use arrayjit_runtime::{Backend, Context, Routine};
 use arrayjit_tensor::nn::{Gpt, GptConfig};
 use arrayjit_tensor::rng::Philox;
@@ -335,18 +335,20 @@ impl GptTrainer {
     /// Saves the parameters and the optimizer's state (safetensors).
     pub fn save(&self, path: &Path) -> Result<()> {
         let context = self.train_step.context();
-        for t in self.saved() {
+        let saved = self.saved();
+        for t in &saved {
             context.to_host(t.node())?;
         }
-        checkpoint::save(&self.saved(), path)
+        checkpoint::save(&saved, path)
     }
 
     /// Loads what [`GptTrainer::save`] wrote (nothing changes on an error) and copies it to the
     /// device; returns the step count it reached (0 for an optimizer without one).
     pub fn load(&mut self, path: &Path) -> Result<u64> {
-        checkpoint::load(&self.saved(), path)?;
+        let saved = self.saved();
+        checkpoint::load(&saved, path)?;
         let context = self.train_step.context();
-        for t in self.saved() {
+        for t in &saved {
             context.from_host(t.node())?;
         }
         let steps = self
@@ -386,6 +388,3 @@ pub fn sample(logits: &[f64], temperature: f64, u: f64) -> usize {
     }
     best.0
 }
-
-/// The precision the demo trains in.
-pub const PREC: Prec = Prec::F32;
