@@ -331,6 +331,7 @@ fn render_kernel(
         s.parallel.is_some()
             || matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some())
             || matches!(&s.kind, ScheduleKind::Fused(_))
+            || matches!(&s.kind, ScheduleKind::Contraction(g) if g.batch_parallel)
     });
     if outlines {
         let f = &mut outlining.functions;
@@ -372,7 +373,7 @@ fn render_kernel(
             Some(Schedule {
                 kind: ScheduleKind::Contraction(g),
                 ..
-            }) => k.contraction(g, products, &mut out)?,
+            }) => k.contraction(g, i, products, &mut outlining, &mut out)?,
             Some(
                 sched @ Schedule {
                     kind: ScheduleKind::Absorbed,

@@ -78,11 +78,16 @@ impl Outlining {
 }
 
 impl KernelRenderer<'_> {
-    /// A contraction statement as calls of the blocked product, one per batch element.
+    /// A contraction statement as calls of the blocked product, one per batch element: in
+    /// batch loops on the calling thread (each product may split itself over the workers), or,
+    /// when the schedule splits the batch, in a chunk function running a range of the batch
+    /// elements per worker.
     pub(super) fn contraction(
         &mut self,
         g: &Gemm,
+        position: usize,
         products: &mut BTreeMap<String, (String, String)>,
+        outlining: &mut Outlining,
         out: &mut String,
     ) -> Result<()> {
         let name = gemm::gemm_name(g.prec, &g.blocking);
@@ -96,39 +101,71 @@ impl KernelRenderer<'_> {
         let (c, a, b) = (c?, a?, b?);
         let _ = writeln!(out, "  {}", comment(&g.to_string()));
         let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
+        let counter = self.loop_counter;
+        self.loop_counter += 1;
+        let call = |offsets: &[String; 3], par: &str| {
+            format!(
+                "{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, {}, {par});",
+                g.m.extent,
+                g.n.extent,
+                g.k.extent,
+                offsets[1],
+                g.m.strides[1],
+                g.k.strides[1],
+                offsets[2],
+                g.k.strides[2],
+                g.n.strides[2],
+                offsets[0],
+                g.m.strides[0],
+                g.n.strides[0],
+                i32::from(g.overwrite),
+            )
+        };
+        let add_offsets = |offsets: &mut [String; 3], it: &str, strides: &[usize; 3]| {
+            for (t, offset) in offsets.iter_mut().enumerate() {
+                if strides[t] != 0 {
+                    offset.push_str(&format!(" + {it} * {}", strides[t]));
+                }
+            }
+        };
+        if g.batch_parallel {
+            // One flat batch index per element, decomposed into the batch loops' indices
+            // (outermost first); each worker runs a range of elements, each product serially.
+            let chunk = format!("{}_chunk{position}", outlining.symbol);
+            let total: usize = g.batch.iter().map(|d| d.extent).product();
+            let mut f = outlining.open_chunk(&chunk);
+            let _ = writeln!(
+                f,
+                "  const int64_t lo = index * ch->per, hi = lo + ch->per < {total} ? lo + ch->per : {total};"
+            );
+            let _ = writeln!(f, "  for (int64_t e = lo; e < hi; ++e) {{");
+            let mut inner = 1;
+            for (d, dim) in g.batch.iter().enumerate().rev() {
+                let it = format!("b{counter}_{d}");
+                let _ = writeln!(f, "    const int64_t {it} = e / {inner} % {};", dim.extent);
+                add_offsets(&mut offsets, &it, &dim.strides);
+                inner *= dim.extent;
+            }
+            let _ = writeln!(f, "    {}", call(&offsets, "0"));
+            let _ = writeln!(f, "  }}\n}}\n");
+            outlining.functions.push_str(&f);
+            let _ = writeln!(out, "  {{");
+            outlining.launch(&chunk, &format!("n = {total}, "), "n", "0", out);
+            let _ = writeln!(out, "  }}");
+            return Ok(());
+        }
         let mut indent = String::from("  ");
         for (d, dim) in g.batch.iter().enumerate() {
-            let it = format!("b{}_{d}", self.loop_counter);
+            let it = format!("b{counter}_{d}");
             let _ = writeln!(
                 out,
                 "{indent}for (int64_t {it} = 0; {it} < {}; ++{it}) {{",
                 dim.extent
             );
-            for (t, offset) in offsets.iter_mut().enumerate() {
-                if dim.strides[t] != 0 {
-                    offset.push_str(&format!(" + {it} * {}", dim.strides[t]));
-                }
-            }
+            add_offsets(&mut offsets, &it, &dim.strides);
             indent.push_str("  ");
         }
-        self.loop_counter += 1;
-        let _ = writeln!(
-            out,
-            "{indent}{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, {}, par);",
-            g.m.extent,
-            g.n.extent,
-            g.k.extent,
-            offsets[1],
-            g.m.strides[1],
-            g.k.strides[1],
-            offsets[2],
-            g.k.strides[2],
-            g.n.strides[2],
-            offsets[0],
-            g.m.strides[0],
-            g.n.strides[0],
-            i32::from(g.overwrite),
-        );
+        let _ = writeln!(out, "{indent}{}", call(&offsets, "par"));
         for _ in &g.batch {
             indent.truncate(indent.len() - 2);
             let _ = writeln!(out, "{indent}}}");
@@ -565,6 +602,7 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
                     .and_then(|c| c.gemm(g.blocking))
                     .ok_or_else(|| bad(k, "it is not a contraction of plain iterators"))?;
                 expected.overwrite = g.overwrite;
+                expected.batch_parallel = g.batch_parallel;
                 if expected != *g {
                     return Err(bad(k, "the product's dimensions or strides differ"));
                 }

@@ -204,6 +204,38 @@ const TANH_F32_BODY: &str = "const float a = fabsf(x), x2 = x * x;
   const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
   return a < 0.625f ? small : big;";
 
+/// The body of `float aj_erf_f32(float x)`, branch-free like `aj_exp_f32` (which it calls), so
+/// loops over it vectorize where libm's `erff` stays scalar (the exact GELU's erf was 8% of a
+/// GPT training step as `erff` calls). With a = |x| (clamped to 3.95, where erf rounds to 1):
+/// below 1, `a + a·q(a²)` with q a degree-6 polynomial fitted (weighted least squares on
+/// Chebyshev nodes) to erf(a)/a − 1; from 1, `1 − e^(−a²) · g(v)` with g a degree-8 polynomial
+/// in v = 1/a mapped onto [−1, 1], fitted to erfc(a)·e^(a²); the sign of x last. Checked
+/// against `erf` in double over the f32 range, the largest error is under 2 ulp (about 1.3
+/// ulp near 1, where the two forms meet). NaN stays NaN; ±inf give ±1.
+const ERF_F32_BODY: &str = "const float a0 = fabsf(x);
+  const float a = a0 > 3.95f ? 3.95f : a0; /* NaN passes */
+  const float s = a * a;
+  float q = 7.898209878e-05f;
+  q = q * s - 8.024353883e-04f;
+  q = q * s + 5.190053489e-03f;
+  q = q * s - 2.685480937e-02f;
+  q = q * s + 1.128361225e-01f;
+  q = q * s - 3.761262894e-01f;
+  q = q * s + 1.283791661e-01f;
+  const float small = a + a * q;
+  const float v = (1.0f / (a > 1.0f ? a : 1.0f)) * 2.677966118f - 1.677966118f;
+  float g = -4.313741101e-06f;
+  g = g * v - 1.932870691e-05f;
+  g = g * v + 1.238322293e-04f;
+  g = g * v - 3.435357066e-04f;
+  g = g * v + 4.428127431e-04f;
+  g = g * v + 2.288042568e-03f;
+  g = g * v - 2.400922216e-02f;
+  g = g * v + 1.425478309e-01f;
+  g = g * v + 3.065574169e-01f;
+  const float big = 1.0f - aj_exp_f32(-s) * g;
+  return copysignf(a < 1.0f ? small : big, x);";
+
 /// Renders `op(x)` at compute precision `p`, recording the helpers it needs.
 pub fn render_unop(op: UnOp, p: Prec, x: &str, helpers: &mut BTreeSet<Helper>) -> String {
     let cp = p.compute_prec();
@@ -218,6 +250,12 @@ pub fn render_unop(op: UnOp, p: Prec, x: &str, helpers: &mut BTreeSet<Helper>) -
             helpers.insert(Helper::Un(UnOp::Exp, cp));
             helpers.insert(Helper::Un(op, cp));
             return format!("aj_tanh_f32({x})");
+        }
+        if op == UnOp::Erf && cp == Prec::F32 {
+            // It calls aj_exp_f32, which the set orders before it (Exp < Erf).
+            helpers.insert(Helper::Un(UnOp::Exp, cp));
+            helpers.insert(Helper::Un(op, cp));
+            return format!("aj_erf_f32({x})");
         }
         if let Some(f) = float_fn(op, cp) {
             return format!("{f}({x})");
@@ -452,6 +490,7 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
                 UnOp::Recip => "return x == 0 ? 0 : 1 / x;".to_string(),
                 UnOp::Exp => EXP_F32_BODY.to_string(),
                 UnOp::Tanh => TANH_F32_BODY.to_string(),
+                UnOp::Erf => ERF_F32_BODY.to_string(),
                 other => unreachable!("no helper for {other}"),
             };
             format!("{pre} {t} aj_{}_{s}({t} x) {{ {body} }}", op.name())

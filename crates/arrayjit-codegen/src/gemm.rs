@@ -138,7 +138,13 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
         {t} *dst = Bp + j0 * kcb;
         const int64_t w = ncb - j0 < {nr} ? ncb - j0 : {nr};
-        if (csB == 1) {{
+        if (csB == 1 && w == {nr}) {{
+          /* A whole panel: rows of nr elements, a copy of constant length (vector moves). */
+          for (int64_t k = 0; k < kcb; ++k) {{
+            const {t} *src = B + (pc + k) * rsB + jc + j0;
+            for (int64_t j = 0; j < {nr}; ++j) dst[k * {nr} + j] = src[j];
+          }}
+        }} else if (csB == 1) {{
           for (int64_t k = 0; k < kcb; ++k) {{
             memcpy(dst + k * {nr}, B + (pc + k) * rsB + jc + j0, (size_t)w * sizeof({t}));
             for (int64_t j = w; j < {nr}; ++j) dst[k * {nr} + j] = 0;
@@ -176,6 +182,13 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
               }} else {{
                 for (int64_t k = 0; k < kcb; ++k) dst[k * {mr} + i] = 0;
               }}
+            }}
+          }} else if (h == {mr}) {{
+            /* A whole sliver of a column-major A: mr contiguous elements per k, a copy of
+               constant length (vector moves, not a library call per k). */
+            for (int64_t k = 0; k < kcb; ++k) {{
+              const {t} *src = A + (ic + i0) + (pc + k) * csA;
+              for (int64_t i = 0; i < {mr}; ++i) dst[k * {mr} + i] = src[i];
             }}
           }} else {{
             for (int64_t k = 0; k < kcb; ++k) {{

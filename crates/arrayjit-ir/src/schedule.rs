@@ -468,6 +468,7 @@ impl Contraction {
             k,
             blocking,
             overwrite: false,
+            batch_parallel: false,
             covers_out: self
                 .out
                 .iters
@@ -515,6 +516,25 @@ pub struct Gemm {
     /// Every axis of the result is indexed by a loop covering it entirely (so the product
     /// writes every element).
     pub covers_out: bool,
+    /// The batch elements are split over the device's workers, each product running on one
+    /// worker: set when one product is too small to split over workers itself (the helper
+    /// splits only large products) but the batch as a whole is large. Batch elements write
+    /// disjoint parts of the result, and each is computed the same way wherever it runs.
+    pub batch_parallel: bool,
+}
+
+impl Gemm {
+    /// Whether one product's `M × N` (each capped at the register tile's side) is at least
+    /// the tile's shorter side. Below that — a batch of dot products (`M = N = 1`), tiny
+    /// products — nearly all of the micro-kernel's work is on zero padding and the packing
+    /// costs more than the product: measured on the GPT step, the 4096 dot products of 64
+    /// elements of a softmax backward and the layer-norm gain gradients (128 dot products of
+    /// 1024) took 29% of the step as blocked products. A matrix-vector product (`M = 1` or
+    /// `N = 1` with the other side large) still packs its matrix in one pass and stays blocked.
+    pub fn fills_register_tile(&self) -> bool {
+        let b = &self.blocking;
+        self.m.extent.min(b.mr) * self.n.extent.min(b.nr) >= b.mr.min(b.nr)
+    }
 }
 
 impl fmt::Display for Gemm {
@@ -522,11 +542,16 @@ impl fmt::Display for Gemm {
         let b = &self.blocking;
         write!(
             f,
-            "contraction {} += {} · {}: {} batch loop(s), M {} N {} K {}, register tile {}×{}, blocks mc {} kc {} nc {}",
+            "contraction {} += {} · {}: {} batch loop(s){}, M {} N {} K {}, register tile {}×{}, blocks mc {} kc {} nc {}",
             self.out.label().join("."),
             self.lhs.label().join("."),
             self.rhs.label().join("."),
             self.batch.len(),
+            if self.batch_parallel {
+                " split over the workers"
+            } else {
+                ""
+            },
             self.m.extent,
             self.n.extent,
             self.k.extent,
@@ -715,14 +740,26 @@ fn nest_schedule(
             .tuned(&settings.tuning)
     });
     match c.gemm(blocking) {
-        Some(g) => Schedule {
-            parallel: None,
-            why: format!(
-                "a contraction of {:.0} FLOP: packed, cache-blocked, register-blocked",
-                c.flops()
-            ),
-            kind: ScheduleKind::Contraction(g),
-        },
+        Some(g) if !g.fills_register_tile() => reduction(format!(
+            "a contraction whose product is {}×{} per batch element: it would leave most of the \
+             {}×{} register tile empty, so the loops (vectorized as written) do better",
+            g.m.extent, g.n.extent, g.blocking.mr, g.blocking.nr
+        )),
+        Some(mut g) => {
+            let batch: u64 = g.batch.iter().map(|d| d.extent as u64).product();
+            let per_product = (g.m.extent * g.n.extent * g.k.extent) as u64;
+            g.batch_parallel = batch >= 2
+                && per_product < settings.min_parallel_iterations
+                && batch.saturating_mul(per_product) >= settings.min_parallel_iterations;
+            Schedule {
+                parallel: None,
+                why: format!(
+                    "a contraction of {:.0} FLOP: packed, cache-blocked, register-blocked",
+                    c.flops()
+                ),
+                kind: ScheduleKind::Contraction(g),
+            }
+        }
         None => reduction("a contraction over several reduction axes that do not merge".into()),
     }
 }

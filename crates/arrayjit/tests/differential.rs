@@ -111,6 +111,18 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
         }
         let want = usize::from(!case.name.starts_with("loops"));
         assert_eq!(blocked, want, "{}:\n{}", case.name, opt.schedule_report());
+        // Only a batch of products too small to split themselves is split by batch element.
+        let batch_parallel = opt
+            .schedules
+            .iter()
+            .any(|s| matches!(&s.kind, ScheduleKind::Contraction(g) if g.batch_parallel));
+        assert_eq!(
+            batch_parallel,
+            case.name == "gemm_batch_of_small_products",
+            "{}:\n{}",
+            case.name,
+            opt.schedule_report()
+        );
         // The zeroing before a product covering its whole result is absorbed into it.
         let absorbed = opt
             .schedules

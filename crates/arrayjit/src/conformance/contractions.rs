@@ -242,6 +242,28 @@ pub fn contraction_cases() -> Result<Vec<Case>> {
             "bik,bkj->bij",
             &[('b', 3), ('i', 33), ('k', 17), ('j', 65)],
         )?,
+        // Many small products: the batch is split over the workers, each product on one.
+        einsum_case(
+            "gemm_batch_of_small_products",
+            f32,
+            "bik,bjk->bij",
+            &[('b', 67), ('i', 24), ('k', 13), ('j', 33)],
+        )?,
+        // Batches of dot products (M = N = 1, as in a softmax or layer-norm gain gradient):
+        // large enough for a blocked product, but it would fill one element of each register
+        // tile, so they stay loops.
+        einsum_case(
+            "loops_batched_row_dot_products",
+            f32,
+            "bk,bk->b",
+            &[('b', 300), ('k', 65)],
+        )?,
+        einsum_case(
+            "loops_batched_column_dot_products",
+            f32,
+            "btd,btd->d",
+            &[('b', 5), ('t', 65), ('d', 33)],
+        )?,
         einsum_case(
             "gemm_conv_like",
             f32,
