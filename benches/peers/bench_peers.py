@@ -11,6 +11,7 @@ parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--quick", action="store_true")
 parser.add_argument("--only", default="", help="run only workloads whose name contains this")
 args = parser.parse_args()
+GPT = "GPT step d128 L2 b16"
 
 
 def timed(f, budget=1.0, max_reps=20):
@@ -117,6 +118,17 @@ def torch_suite():
         opt.step()
 
     emit("torch", "MLP step 784-256-256-10 b256", step)
+
+    # The GPT training step of `arrayjit gpt` (benches/peers/gpt_torch.py: the same model and
+    # optimizer, written as people write it in PyTorch).
+    if args.only in GPT:
+        import os
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from gpt_torch import training_step
+
+        _, gpt_step = training_step(args.threads)
+        emit("torch", GPT, gpt_step)
 
 
 try:

@@ -70,33 +70,45 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+def training_step(threads, seed=1):
+    """The model, optimizer and one fixed batch at `threads` threads, and a function taking one
+    training step (zero grads, forward, backward, clip, AdamW) that returns the loss."""
+    vocabulary, context, batch = 62, 64, 16
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    model = Gpt(vocabulary, context, 128, 4, 2, 512)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
+    ids = torch.randint(0, vocabulary, (batch, context))
+    targets = torch.randint(0, vocabulary, (batch, context))
+
+    def step(m=model):
+        opt.zero_grad(set_to_none=True)
+        loss = m(ids, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    return model, step
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     args = ap.parse_args()
-    vocabulary, context, batch = 62, 64, 16
     for threads in args.threads:
-        torch.set_num_threads(threads)
-        torch.manual_seed(1)
-        model = Gpt(vocabulary, context, 128, 4, 2, 512)
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
-        ids = torch.randint(0, vocabulary, (batch, context))
-        targets = torch.randint(0, vocabulary, (batch, context))
+        model, step = training_step(threads)
         variants = [("eager", model)]
         if args.compile:
             variants.append(("compile", torch.compile(model)))
         for name, m in variants:
             times = []
-            for step in range(args.steps + 5):
+            for k in range(args.steps + 5):
                 started = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                loss = m(ids, targets)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                if step >= 5:
+                loss = step(m)
+                if k >= 5:
                     times.append(time.perf_counter() - started)
             print(f"torch {name} threads={threads} step_ms={1e3 * statistics.median(times):.2f} loss={loss.item():.4f}")
 
