@@ -142,6 +142,22 @@ impl TrainerConfig {
     }
 }
 
+impl TrainerConfig {
+    /// Floating-point operations of one training step's products, counted as people count
+    /// them for transformers: forward multiply-adds (the projections, the MLP, the attention
+    /// scores and weighted sums, the tied head) times 2, and the backward pass at twice the
+    /// forward. Elementwise work, norms, the optimizer and the embedding's scatter-add are left
+    /// out, so a rate from it compares steps of the same model, not with a matmul.
+    pub fn step_flops(&self) -> f64 {
+        let c = &self.model;
+        let rows = (self.batch * c.context) as f64;
+        let (d, f, v) = (c.width as f64, c.hidden as f64, c.vocabulary as f64);
+        let per_layer = rows * (4.0 * d * d + 2.0 * d * f) + 2.0 * rows * c.context as f64 * d;
+        let forward_macs = c.layers as f64 * per_layer + rows * d * v;
+        3.0 * 2.0 * forward_macs
+    }
+}
+
 /// Ids that feed one routine, and the loss or logits it produces.
 struct Window {
     ids: Tensor,

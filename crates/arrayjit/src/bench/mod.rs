@@ -21,7 +21,7 @@ use arrayjit_ir::Result;
 use arrayjit_runtime::Backend;
 
 use limits::Limits;
-use workloads::{MLP, Rate, Workload};
+use workloads::{GPT, MLP, Rate, Workload};
 
 /// What to run.
 #[derive(Clone, Debug, Default)]
@@ -78,27 +78,35 @@ pub fn run(config: &BenchConfig) -> Result<String> {
                 .insert((w.name.clone(), name.to_string()), t.as_secs_f64());
         }
     }
-    let compile = if "compile".contains(config.only.as_str()) {
-        Some(compile_latency()?)
-    } else {
-        None
-    };
+    let mut compile = Vec::new();
+    if "compile".contains(config.only.as_str()) {
+        compile.push(compile_latency(MLP)?);
+    }
+    if list.iter().any(|w| w.name == GPT) {
+        compile.push(compile_latency(GPT)?);
+    }
     if !config.no_peers {
         run_peers(config, &cpu, &mut results);
     }
     Ok(table(&cpu, &limits, &list, &results, compile))
 }
 
-/// Cold (empty cache) and cached optimize + compile + link of the MLP step on `sync_cc`.
-fn compile_latency() -> Result<(Duration, Duration)> {
+/// Cold (empty cache) and cached optimize + compile + link of a training step (`MLP` or
+/// `GPT`) on `sync_cc`: its name, and the two times.
+fn compile_latency(step: &str) -> Result<(String, Duration, Duration)> {
     let dir = std::env::temp_dir().join(format!("arrayjit-bench-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut config = CcConfig::from_env()?;
     config.cache_dir = Some(dir.clone());
     let backend = Backend::from_lowered("sync_cc", Arc::new(CcBackend::new(config)?));
-    let time =
-        || -> Result<Duration> { Ok(workloads::mlp_classifier(&backend)?.0.compile_and_link) };
-    eprintln!("arrayjit: MLP step compile, cold and cached ...");
+    let time = || -> Result<Duration> {
+        Ok(if step == GPT {
+            workloads::gpt_trainer(&backend)?.0.compile_and_link
+        } else {
+            workloads::mlp_classifier(&backend)?.0.compile_and_link
+        })
+    };
+    eprintln!("arrayjit: {step} compile, cold and cached ...");
     let before = arrayjit_backends::cc::compile_stats();
     let cold = time()?;
     let after = arrayjit_backends::cc::compile_stats();
@@ -109,7 +117,7 @@ fn compile_latency() -> Result<(Duration, Duration)> {
     );
     let cached = time()?;
     let _ = std::fs::remove_dir_all(&dir);
-    Ok((cold, cached))
+    Ok((step.to_string(), cold, cached))
 }
 
 fn python(config: &BenchConfig) -> PathBuf {
@@ -225,7 +233,7 @@ fn table(
     limits: &Limits,
     list: &[Workload],
     results: &Results,
-    compile: Option<(Duration, Duration)>,
+    compile: Vec<(String, Duration, Duration)>,
 ) -> String {
     let mut peer_columns: Vec<String> = results
         .times
@@ -259,12 +267,29 @@ fn table(
         let _ = write!(header, " {c} |");
         rule.push_str("---|");
     }
-    let all = format!("numpy {}T", cpu.cores);
+    // Ratio columns against each peer library measured (NumPy always, PyTorch when
+    // installed), at one thread and at the machine's thread count.
+    let tag_all = if cpu.cores > 1 {
+        format!("{}T", cpu.cores)
+    } else {
+        "1T".to_string()
+    };
+    let mut ratio_peers: Vec<&str> = vec!["numpy"];
+    if peer_columns.iter().any(|c| c.starts_with("torch ")) {
+        ratio_peers.push("torch");
+    }
+    for lib in &ratio_peers {
+        let _ = write!(
+            header,
+            " sync_cc / {lib} 1T | multicore_cc / {lib} {tag_all} |"
+        );
+        rule.push_str("---|---|");
+    }
     let _ = write!(
         header,
-        " sync_cc / numpy 1T | multicore_cc / {all} | sync_cc / limit (1 core) | multicore_cc / limit (all) |"
+        " sync_cc / limit (1 core) | multicore_cc / limit (all) |"
     );
-    rule.push_str("---|---|---|---|");
+    rule.push_str("---|---|");
     let _ = writeln!(out, "{header}\n{rule}");
     for w in list {
         let cell = |col: &str| {
@@ -292,17 +317,15 @@ fn table(
             }
         }
         // Same thread count: sync_cc runs one worker, multicore_cc all of the device's.
-        let peer_all = if cpu.cores > 1 {
-            all.as_str()
-        } else {
-            "numpy 1T"
-        };
-        for (ours, peer) in [("sync_cc", "numpy 1T"), ("multicore_cc", peer_all)] {
-            match (cell(ours), cell(peer)) {
-                (Some(a), Some(p)) => {
-                    let _ = write!(line, " {:.2}× |", p / a);
+        for lib in &ratio_peers {
+            let (one, all) = (format!("{lib} 1T"), format!("{lib} {tag_all}"));
+            for (ours, peer) in [("sync_cc", &one), ("multicore_cc", &all)] {
+                match (cell(ours), cell(peer)) {
+                    (Some(a), Some(p)) => {
+                        let _ = write!(line, " {:.2}× |", p / a);
+                    }
+                    _ => line.push_str(" – |"),
                 }
-                _ => line.push_str(" – |"),
             }
         }
         let limit = |k: usize| match (w.rate, w.name.as_str()) {
@@ -312,7 +335,7 @@ fn table(
         };
         for (k, ours) in ["sync_cc", "multicore_cc"].iter().enumerate() {
             match cell(ours) {
-                Some(t) if w.name != MLP => {
+                Some(t) if w.name != MLP && w.name != GPT => {
                     let _ = write!(line, " {:.0}% |", 100.0 * rate(t) / limit(k));
                 }
                 _ => line.push_str(" – |"),
@@ -320,10 +343,10 @@ fn table(
         }
         let _ = writeln!(out, "{line}");
     }
-    if let Some((cold, cached)) = compile {
+    for (step, cold, cached) in &compile {
         let _ = writeln!(
             out,
-            "\nMLP step optimize + compile + link (sync_cc): cold {:.0} ms, from the cache {:.1} ms",
+            "\n{step} optimize + compile + link (sync_cc): cold {:.0} ms, from the cache {:.1} ms",
             cold.as_secs_f64() * 1e3,
             cached.as_secs_f64() * 1e3
         );
@@ -379,7 +402,11 @@ mod tests {
             &limits,
             &list,
             &results,
-            Some((Duration::from_millis(300), Duration::from_millis(4))),
+            vec![(
+                MLP.to_string(),
+                Duration::from_millis(300),
+                Duration::from_millis(4),
+            )],
         );
         // 4 GB in 1 s = 4 GB/s = 50% of the 8 GB/s read limit; NumPy is twice as fast.
         assert!(
@@ -390,6 +417,16 @@ mod tests {
         );
         assert!(
             text.contains("cold 300 ms, from the cache 4.0 ms"),
+            "{text}"
+        );
+        // With PyTorch measured, its ratios follow NumPy's: 0.25 s against our 1 s.
+        results
+            .times
+            .insert(("sum 16M".into(), "torch 1T".into()), 0.25);
+        let text = table(&CpuInfo::detect(), &limits, &list, &results, vec![]);
+        assert!(text.contains("| sync_cc / torch 1T |"), "{text}");
+        assert!(
+            text.contains("| 0.50× | – | 0.25× | – | 50% | – |"),
             "{text}"
         );
     }

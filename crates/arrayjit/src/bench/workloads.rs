@@ -10,6 +10,7 @@ use arrayjit_tensor::datasets::Dataset;
 use arrayjit_tensor::losses::softmax;
 use arrayjit_tensor::{Init, Optimizer, Tensor, forward_program};
 
+use crate::gpt::{self, CharVocab, GptTrainer, SONNETS, TrainerConfig};
 use crate::train::{Classifier, LossKind, Mlp, TrainConfig};
 
 /// What a workload's rate is measured in.
@@ -77,6 +78,11 @@ pub fn workloads(quick: bool) -> Vec<Workload> {
         work: 3.0 * 2.0 * 256.0 * (784.0 * 256.0 + 256.0 * 256.0 + 256.0 * 10.0),
         rate: Rate::Flops,
     });
+    out.push(Workload {
+        name: GPT.into(),
+        work: gpt_config().step_flops(),
+        rate: Rate::Flops,
+    });
     out
 }
 
@@ -87,6 +93,24 @@ pub fn chain_name(m: usize) -> String {
 
 /// The MLP training step's row name.
 pub const MLP: &str = "MLP step 784-256-256-10 b256";
+
+/// The GPT training step's row name: `arrayjit gpt`'s model and optimizer (width 128, 2
+/// layers, batch 16 windows of 64 characters, AdamW with clipping), the peer
+/// `benches/peers/gpt_torch.py`.
+pub const GPT: &str = "GPT step d128 L2 b16";
+
+/// The settings of the table's GPT step: `arrayjit gpt`'s defaults on the sonnets' vocabulary.
+pub fn gpt_config() -> TrainerConfig {
+    TrainerConfig::small(CharVocab::from_text(SONNETS).len())
+}
+
+/// The table's GPT, built, compiled and linked on `backend`, and one batch of the sonnets.
+pub fn gpt_trainer(backend: &Backend) -> Result<(GptTrainer, Vec<usize>, Vec<usize>)> {
+    let config = gpt_config();
+    let data = CharVocab::from_text(SONNETS).encode(SONNETS)?;
+    let (ids, targets) = gpt::batch(&data, config.batch, config.model.context, 0, 1)?;
+    Ok((GptTrainer::new(backend, &config)?, ids, targets))
+}
 
 /// The tensors a workload computes (all but the MLP step, which trains a classifier).
 fn build(name: &str) -> Result<Vec<Tensor>> {
@@ -145,6 +169,13 @@ pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
         )?;
         return Ok(per_epoch / batches as u32);
     }
+    if name == GPT {
+        let (mut trainer, ids, targets) = gpt_trainer(backend)?;
+        return median_time(
+            || trainer.train_step(&ids, &targets).map(|_| ()),
+            Duration::from_secs(2),
+        );
+    }
     let outputs = build(name)?;
     let refs: Vec<&Tensor> = outputs.iter().collect();
     let code = backend.compile("bench", &forward_program(&refs), &[])?;
@@ -168,6 +199,14 @@ pub fn search_workload(backend: &Backend, name: &str) -> Result<String> {
         mlp_classifier(backend)?;
         return Ok(format!(
             "schedules of the MLP step's routines searched or loaded in {:.1} s",
+            t.elapsed().as_secs_f64()
+        ));
+    }
+    if name == GPT {
+        let t = Instant::now();
+        gpt_trainer(backend)?;
+        return Ok(format!(
+            "schedules of the GPT step's routines searched or loaded in {:.1} s",
             t.elapsed().as_secs_f64()
         ));
     }
