@@ -4,12 +4,39 @@
 //! kernel never waits on a pool busy with other streams' work (no deadlock, no more threads
 //! than the pool's plus the callers'). Which chunk computes what is fixed by the kernel, so
 //! results do not depend on which thread runs a chunk or on the number of workers.
+//!
+//! Waiting: a training step runs hundreds of parallel loops back to back, each a few tens of
+//! microseconds, and putting a thread to sleep and waking it again costs about as much (a
+//! futex call on each side, more in a virtual machine). So an idle worker, and a caller
+//! waiting for its chunks, first spin for [`SPIN`] watching an atomic counter, and only then
+//! sleep on a condition variable; a new job wakes sleepers only if there are any.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long an idle worker, or a caller waiting for the last chunks of its job, spins before
+/// it sleeps: longer than the serial code between two parallel loops of a step usually runs.
+pub const SPIN: Duration = Duration::from_micros(200);
+
+/// Spins until `ready()` holds or [`SPIN`] has passed; returns whether it holds.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= SPIN {
+            return ready();
+        }
+    }
+}
 
 /// A chunk function of generated code: runs chunk `index` of the job whose context is `ctx`.
 pub type ChunkFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
@@ -42,7 +69,10 @@ struct Job {
     ctx: *mut c_void,
     chunks: i64,
     next: AtomicI64,
-    done: Mutex<i64>,
+    /// Chunks finished.
+    done: AtomicI64,
+    /// Guards the sleep of a caller waiting for the last chunks (see [`Job::wait`]).
+    sleep: Mutex<()>,
     finished: Condvar,
 }
 
@@ -62,11 +92,24 @@ impl Job {
             }
             // SAFETY: the generated chunk function with the context it was given for.
             unsafe { (self.f)(self.ctx, index) };
-            let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
-            *done += 1;
-            if *done == self.chunks {
+            // Release: the chunk's writes happen before the caller sees the count.
+            if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.chunks {
+                // Under the lock, so a caller between its check and its sleep cannot miss it.
+                let _guard = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 self.finished.notify_all();
             }
+        }
+    }
+
+    /// Returns when every chunk is done: spinning first, then sleeping.
+    fn wait(&self) {
+        let all_done = || self.done.load(Ordering::Acquire) >= self.chunks;
+        if spin_until(all_done) {
+            return;
+        }
+        let mut guard = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        while !all_done() {
+            guard = self.finished.wait(guard).unwrap_or_else(|e| e.into_inner());
         }
     }
 }
@@ -80,6 +123,10 @@ struct Queue {
 struct Shared {
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// Jobs posted so far: what a spinning worker watches.
+    posted: AtomicU64,
+    /// Workers asleep on `wake` (counted under the queue's lock).
+    sleepers: AtomicUsize,
 }
 
 /// A device's worker threads.
@@ -103,6 +150,8 @@ impl WorkerPool {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
+            posted: AtomicU64::new(0),
+            sleepers: AtomicUsize::new(0),
         });
         let mut threads = Vec::new();
         for k in 1..workers {
@@ -170,7 +219,17 @@ fn worker(shared: &Shared) {
                 if let Some(job) = q.jobs.front() {
                     break job.clone();
                 }
+                // Nothing queued: spin (without the lock) for a new job, then sleep.
+                let seen = shared.posted.load(Ordering::Acquire);
+                drop(q);
+                let posted = spin_until(|| shared.posted.load(Ordering::Acquire) != seen);
+                q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+                if posted || !q.jobs.is_empty() || q.shutdown {
+                    continue;
+                }
+                shared.sleepers.fetch_add(1, Ordering::SeqCst);
                 q = shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
+                shared.sleepers.fetch_sub(1, Ordering::SeqCst);
             }
         };
         job.work();
@@ -201,7 +260,8 @@ unsafe extern "C" fn parallel_for(pool: *const c_void, f: ChunkFn, ctx: *mut c_v
         ctx,
         chunks,
         next: AtomicI64::new(0),
-        done: Mutex::new(0),
+        done: AtomicI64::new(0),
+        sleep: Mutex::new(()),
         finished: Condvar::new(),
     });
     shared
@@ -210,12 +270,14 @@ unsafe extern "C" fn parallel_for(pool: *const c_void, f: ChunkFn, ctx: *mut c_v
         .unwrap_or_else(|e| e.into_inner())
         .jobs
         .push_back(job.clone());
-    shared.wake.notify_all();
-    job.work();
-    let mut done = job.done.lock().unwrap_or_else(|e| e.into_inner());
-    while *done < chunks {
-        done = job.finished.wait(done).unwrap_or_else(|e| e.into_inner());
+    shared.posted.fetch_add(1, Ordering::AcqRel);
+    // A worker counts itself asleep under the queue's lock after finding it empty, so one
+    // that missed this job is counted by now (the push above took the same lock after it).
+    if shared.sleepers.load(Ordering::SeqCst) > 0 {
+        shared.wake.notify_all();
     }
+    job.work();
+    job.wait();
 }
 
 #[cfg(test)]
