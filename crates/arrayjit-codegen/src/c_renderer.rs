@@ -14,7 +14,7 @@ use arrayjit_ir::{
 
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 
-use crate::c_schedules::{Outlining, symbol_vars};
+use crate::c_statements::{KernelScope, StatementFunctions};
 use crate::c_syntax::{self, CSyntax, Helper};
 
 /// The C declaration of the worker-pool handle every kernel receives as its third argument
@@ -98,11 +98,13 @@ pub struct CProgram {
     pub kernels: Vec<KernelInterface>,
 }
 
-/// Renders the routines into one C file.
+/// Renders the routines into C: the kernels' unit, and, for a large program, units holding its
+/// statement functions (see `crate::c_statements`) besides the product helpers' units.
 pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProgram> {
     let mut helpers = BTreeSet::new();
     // Product helpers by name: their prototype and their unit's definition.
     let mut products: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut functions = StatementFunctions::default();
     let mut bodies = String::new();
     let mut kernels = Vec::new();
     for (index, r) in routines.iter().enumerate() {
@@ -110,7 +112,14 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
         // colliding names (`x`, `x`, `x_1`) cannot clash with each other, and the digit after
         // `aj` keeps them apart from the helpers (`aj_relu_f32`, ...).
         let symbol = format!("aj{index}_{}", sanitize_identifier(&r.name));
-        let (text, iface) = render_kernel(syntax, r, &symbol, &mut helpers, &mut products)?;
+        let (text, iface) = render_kernel(
+            syntax,
+            r,
+            &symbol,
+            &mut helpers,
+            &mut products,
+            &mut functions,
+        )?;
         bodies.push_str(&text);
         kernels.push(iface);
     }
@@ -122,18 +131,24 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
     // The third argument of every kernel: the device's worker pool (see
     // `arrayjit_backends::worker_pool`); kernels split their parallel loops with `par->run`.
     header.push_str(PARALLEL_TYPEDEF);
-    let mut source = header.clone();
-    for h in &helpers {
-        let _ = writeln!(source, "{}\n", c_syntax::helper_definition(*h, syntax));
-    }
+    let mut prototypes = String::new();
     let mut units = Vec::new();
     for (name, (signature, definition)) in products {
-        let _ = writeln!(source, "{signature};\n");
+        let _ = writeln!(prototypes, "{signature};\n");
         units.push(CUnit {
             source: format!("{header}{definition}"),
             name,
         });
     }
+    let mut source = header.clone();
+    for h in &helpers {
+        let _ = writeln!(source, "{}\n", c_syntax::helper_definition(*h, syntax));
+    }
+    source.push_str(&prototypes);
+    let (statements, statement_units) =
+        functions.into_units(&format!("{header}{prototypes}"), &helpers, syntax);
+    source.push_str(&statements);
+    units.extend(statement_units);
     source.push_str(&bodies);
     Ok(CProgram {
         source,
@@ -188,6 +203,7 @@ fn render_kernel(
     symbol: &str,
     helpers: &mut BTreeSet<Helper>,
     products: &mut BTreeMap<String, (String, String)>,
+    functions: &mut StatementFunctions,
 ) -> Result<(String, KernelInterface)> {
     crate::c_schedules::check_schedules(r)?;
     let interface = KernelInterface::of(r, symbol.to_string());
@@ -248,8 +264,10 @@ fn render_kernel(
         vars.push((format!("const {t} *"), name.clone()));
         k.merge = Some((m.clone(), name));
     }
+    let mut statics = Vec::new();
     for (pos, s) in r.bindings.iter().enumerate() {
         let name = format!("s{pos}");
+        statics.push(name.clone());
         let _ = writeln!(
             out,
             "  const int64_t {name} = statics[{pos}]; {}",
@@ -318,42 +336,11 @@ fn render_kernel(
         vars.push((format!("{t} *"), name.clone()));
         k.nodes.insert(tn.clone(), name);
     }
-    // Statements split over the device's workers run in chunk functions, and the statements
-    // of fused bodies in functions of their own; both see the kernel's variables through one
-    // struct.
-    let mut outlining = Outlining {
-        symbol: symbol.to_string(),
-        unpack: symbol_vars(&vars, syntax),
-        functions: String::new(),
-        prefix: syntax.outlined_prefix.clone(),
+    // Each statement runs as a function of its own (see `crate::c_statements`).
+    let scope = KernelScope {
+        statics: &statics,
+        light: (r.light_kernel && syntax.optimize_pragmas).then_some((LIGHT_BEGIN, LIGHT_END)),
     };
-    let outlines = r.schedules.iter().any(|s| {
-        s.parallel.is_some()
-            || matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some())
-            || matches!(&s.kind, ScheduleKind::Fused(_))
-            || matches!(&s.kind, ScheduleKind::Contraction(g) if g.batch_parallel)
-    });
-    if outlines {
-        let f = &mut outlining.functions;
-        let _ = writeln!(f, "struct {symbol}_vars {{");
-        for (t, name) in &vars {
-            let _ = writeln!(f, "  {t} {name};");
-        }
-        let _ = writeln!(
-            f,
-            "}};\ntypedef struct {{ const struct {symbol}_vars *vars; int64_t per; void *extra; }} {symbol}_chunk_t;\n"
-        );
-        let names: Vec<&str> = vars.iter().map(|(_, n)| n.as_str()).collect();
-        let _ = writeln!(
-            out,
-            "  const struct {symbol}_vars vars = {{ {} }};",
-            if names.is_empty() {
-                "0".to_string()
-            } else {
-                names.join(", ")
-            }
-        );
-    }
     for (i, s) in stmts.iter().copied().enumerate() {
         // A scratch local starts zeroed when its lifetime begins (its memory may have held
         // another local before).
@@ -369,36 +356,25 @@ fn render_kernel(
             let name = k.node(&slot.node)?.to_string();
             let _ = writeln!(out, "  memset({name}, 0, {});", slot.size);
         }
-        match r.schedules.get(i) {
-            Some(Schedule {
-                kind: ScheduleKind::Contraction(g),
+        let sched = r.schedules.get(i);
+        if let Some(
+            sched @ Schedule {
+                kind: ScheduleKind::Absorbed,
                 ..
-            }) => k.contraction(g, i, products, &mut outlining, &mut out)?,
-            Some(
-                sched @ Schedule {
-                    kind: ScheduleKind::Absorbed,
-                    ..
-                },
-            ) => {
-                let _ = writeln!(out, "  {}", comment(&sched.to_string()));
+            },
+        ) = sched
+        {
+            let _ = writeln!(out, "  {}", comment(&sched.to_string()));
+            continue;
+        }
+        let call = k.statement_function(s, sched, &scope, syntax, products, functions)?;
+        match sched {
+            Some(sched) => {
+                let _ = writeln!(out, "  {} {call}", comment(&sched.to_string()));
             }
-            Some(
-                sched @ Schedule {
-                    parallel: Some(_), ..
-                },
-            ) => k.parallel(s, sched, i, &mut outlining, &mut out)?,
-            Some(Schedule {
-                kind: ScheduleKind::Reduction(plan),
-                ..
-            }) if plan.blocks.is_some() => {
-                k.split_reduction(s, plan, i, &mut outlining, &mut out)?
+            None => {
+                let _ = writeln!(out, "  {call}");
             }
-            Some(Schedule {
-                kind: ScheduleKind::Reduction(plan),
-                ..
-            }) => k.reduction(s, plan, 1, &mut out)?,
-            Some(sched) => k.serial(s, sched, i, &mut outlining, &mut out)?,
-            None => k.stmt(s, 1, &mut out)?,
         }
     }
     out.push_str("}\n");
@@ -406,9 +382,7 @@ fn render_kernel(
         let _ = writeln!(out, "{LIGHT_END}");
     }
     out.push('\n');
-    let mut source = outlining.functions;
-    source.push_str(&out);
-    Ok((source, interface))
+    Ok((out, interface))
 }
 
 /// A C name for a node that depends only on its label and position in the kernel.

@@ -11,6 +11,7 @@
 
 pub mod c_renderer;
 mod c_schedules;
+mod c_statements;
 pub mod c_syntax;
 pub mod cuda;
 pub mod cuda_emulation;

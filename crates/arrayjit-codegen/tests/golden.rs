@@ -243,7 +243,7 @@ fn matmul_walks_memory_contiguously() {
     let src = render("matmul", &p, &[], &OptimizeSettings::default());
     // Loops i, k, j: the innermost loop reads b and writes c contiguously.
     assert!(
-        src.contains("c_2[i0 * 4 + i2] = fmaf(a_0[i0 * 16 + i1], b_1[i1 * 4 + i2]"),
+        src.contains("p0[i0 * 4 + i2] = fmaf(p1[i0 * 16 + i1], p2[i1 * 4 + i2]"),
         "{src}"
     );
     insta::assert_snapshot!(src);

@@ -220,11 +220,19 @@ impl fmt::Display for Schedule {
         }
         match &self.kind {
             ScheduleKind::Loops => write!(f, "loops ({})", self.why),
-            ScheduleKind::Reduction(r) => write!(
-                f,
-                "reduction over {} accumulators combined by {:?} ({})",
-                r.lanes, r.combine, self.why
-            ),
+            ScheduleKind::Reduction(r) => {
+                if let Some(block) = r.blocks {
+                    write!(
+                        f,
+                        "reduction split into blocks of {block} iterations, each "
+                    )?;
+                }
+                write!(
+                    f,
+                    "reduction over {} accumulators combined by {:?} ({})",
+                    r.lanes, r.combine, self.why
+                )
+            }
             ScheduleKind::Contraction(g) => write!(f, "{g} ({})", self.why),
             ScheduleKind::Absorbed => write!(f, "absorbed ({})", self.why),
             ScheduleKind::Fused(parts) => {

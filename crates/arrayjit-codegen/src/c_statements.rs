@@ -1,0 +1,318 @@
+//! Statement functions and compile units of the C renderer. Each top-level statement of a
+//! routine is rendered as a function of its own whose parameters are the arrays it touches
+//! (named by position, `p0, p1, ...`) and the static indices; the kernel calls them in order
+//! with its arrays. So:
+//! - statements that differ only in their arrays — the layers of a model, the forward pass
+//!   that a training step, an evaluation and a sampling routine all contain — render to the
+//!   same text and are defined once, named by a hash of that text;
+//! - the compiler optimizes many small functions instead of one function of hundreds of loop
+//!   nests (whose register allocation and data-flow passes grow faster than linearly);
+//! - a large program's functions are spread over several translation units, compiled in
+//!   parallel and linked into one library.
+//!
+//! The text of a statement function holds no labels (comments are left out; the kernel's call
+//! says what the statement is and why it runs as it does), so equal work gives equal text.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use arrayjit_ir::schedule::{Schedule, ScheduleKind};
+use arrayjit_ir::{LowLevel, Result};
+
+use crate::c_renderer::{CUnit, KernelRenderer};
+use crate::c_schedules::{Outlining, symbol_vars};
+use crate::c_syntax::{self, CSyntax, Helper, c_storage_type};
+
+/// The placeholder name a statement function is rendered under, replaced by its hashed name.
+const PLACEHOLDER: &str = "AJ_STMT_FN";
+
+/// Source bytes of statement functions per compile unit: below it a program is one unit.
+/// (Measured on the GPT step with gcc -O3: a unit of this size compiles in about a second;
+/// units compile in parallel.)
+pub const UNIT_BYTES: usize = 96 << 10;
+
+/// The most compile units a program's statement functions are spread over.
+pub const MAX_UNITS: usize = 16;
+
+/// The statement functions of a program, defined once each, in order of first use.
+#[derive(Default)]
+pub(crate) struct StatementFunctions {
+    order: Vec<String>,
+    texts: HashMap<String, String>,
+}
+
+impl StatementFunctions {
+    /// Defines the function rendered as `text` (under [`PLACEHOLDER`]) unless an equal one is
+    /// defined already; returns its name: the hash of its text (another name if two different
+    /// texts ever hash alike).
+    fn define(&mut self, text: &str) -> String {
+        let hash = fnv1a(text);
+        for attempt in 0u32.. {
+            let name = match attempt {
+                0 => format!("aj_st_{hash:016x}"),
+                k => format!("aj_st_{hash:016x}_{k}"),
+            };
+            let named = text.replace(PLACEHOLDER, &name);
+            match self.texts.get(&name) {
+                Some(existing) if *existing == named => return name,
+                Some(_) => continue,
+                None => {
+                    self.order.push(name.clone());
+                    self.texts.insert(name.clone(), named);
+                    return name;
+                }
+            }
+        }
+        unreachable!("a free name is always found")
+    }
+
+    /// Splits the functions into the kernels' unit and units of their own: returns the text
+    /// that goes into the kernels' unit (definitions when the program is small, else
+    /// prototypes) and the other units (`header` and the helpers' definitions first).
+    pub(crate) fn into_units(
+        self,
+        header: &str,
+        helpers: &BTreeSet<Helper>,
+        syntax: &CSyntax,
+    ) -> (String, Vec<CUnit>) {
+        let total: usize = self.texts.values().map(String::len).sum();
+        let count = total.div_ceil(UNIT_BYTES).clamp(1, MAX_UNITS);
+        let mut texts = self.texts;
+        if count == 1 {
+            let mut inline = String::new();
+            for name in &self.order {
+                inline.push_str(&texts[name]);
+            }
+            return (inline, Vec::new());
+        }
+        let mut helper_defs = String::new();
+        for h in helpers {
+            let _ = writeln!(helper_defs, "{}\n", c_syntax::helper_definition(*h, syntax));
+        }
+        // Consecutive functions (in order of use) fill the units to about equal sizes.
+        let per_unit = total.div_ceil(count);
+        let mut units: Vec<CUnit> = Vec::new();
+        let mut prototypes = String::new();
+        let mut current = String::new();
+        for name in &self.order {
+            let text = texts.remove(name).unwrap_or_default();
+            let _ = writeln!(prototypes, "{};", signature_of(&text, name));
+            current.push_str(&text);
+            if current.len() >= per_unit {
+                units.push(CUnit {
+                    name: format!("stmts{}", units.len()),
+                    source: format!("{header}{helper_defs}{current}"),
+                });
+                current.clear();
+            }
+        }
+        if !current.is_empty() {
+            units.push(CUnit {
+                name: format!("stmts{}", units.len()),
+                source: format!("{header}{helper_defs}{current}"),
+            });
+        }
+        (prototypes, units)
+    }
+}
+
+/// The definition line of function `name` in `text` (up to its opening brace).
+fn signature_of(text: &str, name: &str) -> String {
+    let at = text
+        .find(&format!(" void {name}("))
+        .and_then(|i| text[..i].rfind('\n').map(|l| l + 1).or(Some(0)))
+        .unwrap_or(0);
+    let rest = &text[at..];
+    rest[..rest.find(" {\n").unwrap_or(rest.len())].to_string()
+}
+
+/// 64-bit FNV-1a: names that depend only on the text, stable across runs and Rust versions.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// `text` without its `/* ... */` comments (the renderer's comments never contain `*/`).
+fn strip_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("/*") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("*/") {
+            Some(end) => rest = &rest[start + end + 2..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What a statement function needs from its kernel.
+pub(crate) struct KernelScope<'a> {
+    /// The kernel's static indices, by their C names (passed to every statement function).
+    pub(crate) statics: &'a [String],
+    /// The kernel is light: its functions are compiled with moderate optimization.
+    pub(crate) light: Option<(&'a str, &'a str)>,
+}
+
+impl KernelRenderer<'_> {
+    /// Renders statement `s` (by its schedule) as a statement function, adds it to
+    /// `functions` unless an equal one is there, and returns the call the kernel makes.
+    pub(crate) fn statement_function(
+        &mut self,
+        s: &LowLevel,
+        sched: Option<&Schedule>,
+        scope: &KernelScope<'_>,
+        syntax: &CSyntax,
+        products: &mut std::collections::BTreeMap<String, (String, String)>,
+        functions: &mut StatementFunctions,
+    ) -> Result<String> {
+        // Parameters: the statement's arrays by position, the merge buffer, the statics.
+        let kernel_nodes = std::mem::take(&mut self.nodes);
+        let kernel_merge = self.merge.clone();
+        let kernel_counter = self.loop_counter;
+        self.loop_counter = 0;
+        let mut params: Vec<(String, String)> = Vec::new();
+        let mut args: Vec<String> = Vec::new();
+        for tn in s.nodes() {
+            if let Some(name) = kernel_nodes.get(&tn) {
+                let p = format!("p{}", params.len());
+                params.push((format!("{} *", c_storage_type(tn.prec())), p.clone()));
+                args.push(name.clone());
+                self.nodes.insert(tn, p);
+            }
+        }
+        if let Some((m, name)) = &kernel_merge {
+            let t = c_storage_type(m.prec());
+            params.push((format!("const {t} *"), "pm".into()));
+            args.push(name.clone());
+            self.merge = Some((m.clone(), "pm".into()));
+        }
+        for name in scope.statics {
+            params.push(("int64_t".into(), name.clone()));
+            args.push(name.clone());
+        }
+        let mut outlining = Outlining {
+            symbol: PLACEHOLDER.to_string(),
+            unpack: symbol_vars(&params, syntax),
+            functions: String::new(),
+            prefix: syntax.outlined_prefix.clone(),
+        };
+        let mut body = String::new();
+        let rendered = self.schedule_body(s, sched, products, &mut outlining, &mut body);
+        self.nodes = kernel_nodes;
+        self.merge = kernel_merge;
+        self.loop_counter = kernel_counter;
+        rendered?;
+        let outlines = sched.is_some_and(|s| {
+            s.parallel.is_some()
+                || matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some())
+                || matches!(&s.kind, ScheduleKind::Fused(_))
+                || matches!(&s.kind, ScheduleKind::Contraction(g) if g.batch_parallel)
+        });
+        let mut text = String::new();
+        if let Some((begin, _)) = scope.light {
+            let _ = writeln!(text, "{begin}");
+        }
+        if outlines {
+            let _ = writeln!(text, "struct {PLACEHOLDER}_vars {{");
+            for (t, name) in &params {
+                let _ = writeln!(text, "  {t} {name};");
+            }
+            let _ = writeln!(
+                text,
+                "}};\ntypedef struct {{ const struct {PLACEHOLDER}_vars *vars; int64_t per; void *extra; }} {PLACEHOLDER}_chunk_t;"
+            );
+            text.push_str(&outlining.functions);
+        }
+        let declared: Vec<String> = params
+            .iter()
+            .map(|(t, name)| match t.strip_suffix(" *") {
+                Some(pointee) => format!("{pointee} *const {} {name}", syntax.restrict),
+                None => format!("const {t} {name}"),
+            })
+            .chain(std::iter::once("const aj_par *par".to_string()))
+            .collect();
+        let _ = writeln!(
+            text,
+            "__attribute__((visibility(\"hidden\"))) void {PLACEHOLDER}({}) {{\n  (void)par;",
+            declared.join(", ")
+        );
+        if outlines {
+            let names: Vec<&str> = params.iter().map(|(_, n)| n.as_str()).collect();
+            let _ = writeln!(
+                text,
+                "  const struct {PLACEHOLDER}_vars vars = {{ {} }};",
+                if names.is_empty() {
+                    "0".to_string()
+                } else {
+                    names.join(", ")
+                }
+            );
+        }
+        text.push_str(&body);
+        text.push_str("}\n");
+        if let Some((_, end)) = scope.light {
+            let _ = writeln!(text, "{end}");
+        }
+        text.push('\n');
+        let text = strip_comments(&text);
+        let name = functions.define(&text);
+        args.push("par".into());
+        Ok(format!("{name}({});", args.join(", ")))
+    }
+
+    /// The body of a statement by its schedule (the statement of a statement function).
+    fn schedule_body(
+        &mut self,
+        s: &LowLevel,
+        sched: Option<&Schedule>,
+        products: &mut std::collections::BTreeMap<String, (String, String)>,
+        outlining: &mut Outlining,
+        out: &mut String,
+    ) -> Result<()> {
+        match sched {
+            Some(Schedule {
+                kind: ScheduleKind::Contraction(g),
+                ..
+            }) => self.contraction(g, 0, products, outlining, out),
+            Some(
+                sched @ Schedule {
+                    parallel: Some(_), ..
+                },
+            ) => self.parallel(s, sched, 0, outlining, out),
+            Some(Schedule {
+                kind: ScheduleKind::Reduction(plan),
+                ..
+            }) if plan.blocks.is_some() => self.split_reduction(s, plan, 0, outlining, out),
+            Some(Schedule {
+                kind: ScheduleKind::Reduction(plan),
+                ..
+            }) => self.reduction(s, plan, 1, out),
+            Some(sched) => self.serial(s, sched, 0, outlining, out),
+            None => self.stmt(s, 1, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_are_stripped_and_names_hash_the_text() {
+        assert_eq!(strip_comments("a /* x */ b /* y */"), "a  b ");
+        assert_eq!(strip_comments("no comment"), "no comment");
+        assert_eq!(fnv1a(""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(fnv1a("a"), fnv1a("b"));
+        let text = "struct X { int a; };\nstatic void helper(void) {\n}\n__attribute__((visibility(\"hidden\"))) void aj_st_1(float *const restrict p0, const aj_par *par) {\n  (void)par;\n}\n";
+        assert_eq!(
+            signature_of(text, "aj_st_1"),
+            "__attribute__((visibility(\"hidden\"))) void aj_st_1(float *const restrict p0, const aj_par *par)"
+        );
+    }
+}
