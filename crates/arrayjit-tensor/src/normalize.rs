@@ -45,7 +45,7 @@ fn with_reduced(x: &Tensor, r: &Tensor, op: BinOp, all: &str, kept: &str) -> Res
 /// A tensor with the values of `value` (computed from detached inputs) whose gradient flows to
 /// `inputs` by `backward` (called with the tensor, whose last parent is `value`, and its
 /// gradient; it returns one contribution per input).
-fn function(value: Tensor, inputs: &[&Tensor], backward: BackwardFn) -> Tensor {
+pub(crate) fn function(value: Tensor, inputs: &[&Tensor], backward: BackwardFn) -> Tensor {
     let mut parents: Vec<Tensor> = inputs.iter().map(|t| (*t).clone()).collect();
     parents.push(value.clone());
     let n = inputs.len();
