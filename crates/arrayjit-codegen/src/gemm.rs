@@ -138,13 +138,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
         {t} *dst = Bp + j0 * kcb;
         const int64_t w = ncb - j0 < {nr} ? ncb - j0 : {nr};
-        if (csB == 1 && w == {nr}) {{
-          /* A whole panel: rows of nr elements, a copy of constant length (vector moves). */
-          for (int64_t k = 0; k < kcb; ++k) {{
-            const {t} *src = B + (pc + k) * rsB + jc + j0;
-            for (int64_t j = 0; j < {nr}; ++j) dst[k * {nr} + j] = src[j];
-          }}
-        }} else if (csB == 1) {{
+        if (csB == 1) {{
           for (int64_t k = 0; k < kcb; ++k) {{
             memcpy(dst + k * {nr}, B + (pc + k) * rsB + jc + j0, (size_t)w * sizeof({t}));
             for (int64_t j = w; j < {nr}; ++j) dst[k * {nr} + j] = 0;
@@ -170,28 +164,11 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       for (int64_t ic = 0; ic < M; ic += {mc}) {{
         const int64_t mcb = M - ic < {mc} ? M - ic : {mc};
         /* Pack A in slivers of mr rows, reading along whichever axis is contiguous. */
-        if (csA != 1 && rsA == 1) {{
-          /* A column-major (a transposed operand, as in a weight gradient Xᵀ·G): each k's
-             column of the block is contiguous. Read the columns in order, each once, and
-             deal it out over the slivers: sequential reads instead of mr-element pieces of
-             kc columns per sliver (one cache line and TLB entry per piece). */
-          const int64_t full = mcb / {mr} * {mr}, h = mcb - full;
-          for (int64_t k = 0; k < kcb; ++k) {{
-            const {t} *src = A + ic + (pc + k) * csA;
-            for (int64_t i0 = 0; i0 < full; i0 += {mr})
-              for (int64_t i = 0; i < {mr}; ++i) Ap[i0 * kcb + k * {mr} + i] = src[i0 + i];
-            if (h) {{
-              {t} *dst = Ap + full * kcb + k * {mr};
-              int64_t i = 0;
-              for (; i < h; ++i) dst[i] = src[full + i];
-              for (; i < {mr}; ++i) dst[i] = 0;
-            }}
-          }}
-        }} else {{
-          for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
-            {t} *dst = Ap + i0 * kcb;
-            const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr};
-            if (direct && h == {mr}) continue; /* read in place by the micro-kernel */
+        for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
+          {t} *dst = Ap + i0 * kcb;
+          const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr};
+          if (direct && h == {mr}) continue; /* read in place by the micro-kernel */
+          if (csA == 1 || rsA != 1) {{
             for (int64_t i = 0; i < {mr}; ++i) {{
               if (i < h) {{
                 const {t} *src = A + (ic + i0 + i) * rsA + pc * csA;
@@ -199,6 +176,13 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
               }} else {{
                 for (int64_t k = 0; k < kcb; ++k) dst[k * {mr} + i] = 0;
               }}
+            }}
+          }} else {{
+            for (int64_t k = 0; k < kcb; ++k) {{
+              const {t} *src = A + (ic + i0) + (pc + k) * csA;
+              int64_t i = 0;
+              for (; i < h; ++i) dst[k * {mr} + i] = src[i];
+              for (; i < {mr}; ++i) dst[k * {mr} + i] = 0;
             }}
           }}
         }}
