@@ -5,6 +5,15 @@ clipping at norm 1 — written as people write it in PyTorch (nn.Linear, view/tr
 masked_fill, F.softmax). Prints the median step time in milliseconds for each thread count.
 
     PYTHONPATH=<torch> python3 benches/peers/gpt_torch.py --threads 1 2 --steps 30
+
+With `--check INIT.safetensors` it trains instead from the parameters `arrayjit gpt` saved before
+its first step (`arrayjit gpt --steps 0 --checkpoint INIT.safetensors`), on the same batches of
+the sonnets (the same Philox counter-based generator and windows), and prints the held-out loss
+after each step, to compare with `arrayjit gpt --steps N --eval-every 1`:
+
+    arrayjit gpt --steps 0 --sample 0 --checkpoint /tmp/init.safetensors
+    arrayjit gpt --steps 5 --eval-every 1 --sample 0 --checkpoint /tmp/after.safetensors
+    PYTHONPATH=<torch> python3 benches/peers/gpt_torch.py --check /tmp/init.safetensors --steps 5
 """
 
 import argparse
@@ -70,6 +79,122 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+MASK32 = (1 << 32) - 1
+
+
+def philox_block(seed, stream, n):
+    """Philox 4x32-10 as `arrayjit_tensor::rng::Philox::block`: four words for counter `n`."""
+    c = [n & MASK32, (n >> 32) & MASK32, stream, 0x41727261]
+    k = [seed & MASK32, (seed >> 32) & MASK32]
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        hi0, lo0, hi1, lo1 = p0 >> 32, p0 & MASK32, p1 >> 32, p1 & MASK32
+        c = [hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0]
+        k = [(k[0] + 0x9E3779B9) & MASK32, (k[1] + 0xBB67AE85) & MASK32]
+    return c
+
+
+def philox_uniform(seed, stream, i):
+    b = philox_block(seed, stream, i)
+    bits = ((b[0] << 21) ^ (b[1] >> 11)) & ((1 << 53) - 1)
+    return bits / float(1 << 53)
+
+
+def windows(data, batch, context, step, seed):
+    """`arrayjit::gpt::batch`: `batch` windows of `context + 1` ids as inputs and targets."""
+    starts = len(data) - context
+    ids, targets = [], []
+    for b in range(batch):
+        u = philox_uniform(seed, 0x6774, step * batch + b)
+        s = min(int(u * starts), starts - 1)
+        ids.append(data[s:s + context])
+        targets.append(data[s + 1:s + context + 1])
+    return torch.tensor(ids), torch.tensor(targets)
+
+
+def read_safetensors(path):
+    """The f32 tensors of a safetensors file, by name (the format: a little-endian u64 header
+    length, a JSON header of dtype/shape/offsets, then the data)."""
+    import json
+    import struct
+
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    body = raw[8 + n:]
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        assert meta["dtype"] == "F32", (name, meta["dtype"])
+        lo, hi = meta["data_offsets"]
+        values = torch.frombuffer(bytearray(body[lo:hi]), dtype=torch.float32)
+        out[name] = values.reshape(meta["shape"]) if meta["shape"] else values.reshape(())
+    return out
+
+
+def load_arrayjit(model, path):
+    """Copies arrayjit's GPT parameters into `model`: Q/K/V `[width, heads, head_width]` are
+    `[width, width]` matrices applied as `x · W` (a Linear's weight is their transpose), the
+    attention output `[heads, head_width, width]` likewise, the MLP weights `[in, out]`."""
+    p = read_safetensors(path)
+    d = model.tokens.weight.shape[1]
+    with torch.no_grad():
+        model.tokens.weight.copy_(p["token_embedding"])
+        model.positions.weight.copy_(p["position_embedding"])
+        for i, block in enumerate(model.blocks):
+            a = f"block{i}."
+            w = torch.cat([p[a + f"attention.{n}"].reshape(d, d).t() for n in ("query", "key", "value")])
+            block.attention.qkv.weight.copy_(w)
+            block.attention.qkv.bias.copy_(torch.cat([p[a + f"attention.{n}_bias"].reshape(d) for n in ("query", "key", "value")]))
+            block.attention.out.weight.copy_(p[a + "attention.output"].reshape(d, d).t())
+            block.attention.out.bias.copy_(p[a + "attention.output_bias"])
+            for norm, name in ((block.norm1, "norm1"), (block.norm2, "norm2")):
+                norm.weight.copy_(p[a + name + ".gain"])
+                norm.bias.copy_(p[a + name + ".bias"])
+            block.up.weight.copy_(p[a + "mlp.up.weight"].t())
+            block.up.bias.copy_(p[a + "mlp.up.bias"])
+            block.down.weight.copy_(p[a + "mlp.down.weight"].t())
+            block.down.bias.copy_(p[a + "mlp.down.bias"])
+        model.norm.weight.copy_(p["final_norm.gain"])
+        model.norm.bias.copy_(p["final_norm.bias"])
+
+
+def check(path, steps):
+    """Trains from arrayjit's initial parameters on its batches; prints the held-out loss
+    (`arrayjit gpt`'s: the mean over 4 batches of the last tenth) after each step."""
+    import os
+
+    text_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../data/shakespeare-sonnets.txt")
+    with open(text_path, encoding="utf-8") as f:
+        text = f.read()
+    vocab = sorted(set(text))
+    index = {c: i for i, c in enumerate(vocab)}
+    data = [index[c] for c in text]
+    split = len(data) * 9 // 10
+    train, held_out = data[:split], data[split:]
+    context, batch = 64, 16
+    torch.set_num_threads(1)
+    model = Gpt(len(vocab), context, 128, 4, 2, 512)
+    load_arrayjit(model, path)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01)
+
+    def held_out_loss():
+        with torch.no_grad():
+            return sum(model(*windows(held_out, batch, context, k, 0xE7A1)).item() for k in range(4)) / 4
+
+    print(f"torch step 0: held-out loss {held_out_loss():.6f}")
+    for step in range(steps):
+        ids, targets = windows(train, batch, context, step, 1)
+        opt.zero_grad(set_to_none=True)
+        loss = model(ids, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        print(f"torch step {step + 1}: train loss {loss.item():.6f}, held-out loss {held_out_loss():.6f}")
+
+
 def training_step(threads, seed=1):
     """The model, optimizer and one fixed batch at `threads` threads, and a function taking one
     training step (zero grads, forward, backward, clip, AdamW) that returns the loss."""
@@ -97,7 +222,11 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--check", metavar="INIT", help="train from arrayjit's initial checkpoint on its batches")
     args = ap.parse_args()
+    if args.check:
+        check(args.check, args.steps)
+        return
     for threads in args.threads:
         model, step = training_step(threads)
         variants = [("eager", model)]
