@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use rustc_hash::FxHashMap;
+
 use crate::indexing::{AxisIndex, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::tnode::Tnode;
@@ -82,24 +84,25 @@ fn trace_visits(
     s: &LowLevel,
     writes: &[Tnode],
     max_dim: usize,
-    env: &mut HashMap<Symbol, i64>,
-    counts: &mut HashMap<(usize, Vec<i64>), usize>,
+    env: &mut FxHashMap<Symbol, i64>,
+    counts: &mut FxHashMap<(usize, Vec<i64>), usize>,
 ) {
-    let count_expr = |e: &ScalarExpr, env: &HashMap<Symbol, i64>, counts: &mut HashMap<_, _>| {
-        expr_reads(e, &mut |tn, idcs| {
-            if writes.contains(tn) {
-                return;
-            }
-            let idx: Vec<i64> = idcs
-                .iter()
-                .map(|i| {
-                    i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
-                        .unwrap_or(0)
-                })
-                .collect();
-            *counts.entry((tn.id(), idx)).or_insert(0) += 1;
-        })
-    };
+    let count_expr =
+        |e: &ScalarExpr, env: &FxHashMap<Symbol, i64>, counts: &mut FxHashMap<_, _>| {
+            expr_reads(e, &mut |tn, idcs| {
+                if writes.contains(tn) {
+                    return;
+                }
+                let idx: Vec<i64> = idcs
+                    .iter()
+                    .map(|i| {
+                        i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
+                            .unwrap_or(0)
+                    })
+                    .collect();
+                *counts.entry((tn.id(), idx)).or_insert(0) += 1;
+            })
+        };
     match s {
         LowLevel::Seq(items) => items
             .iter()
@@ -129,8 +132,8 @@ fn trace_local_scopes(
     e: &ScalarExpr,
     writes: &[Tnode],
     max_dim: usize,
-    env: &mut HashMap<Symbol, i64>,
-    counts: &mut HashMap<(usize, Vec<i64>), usize>,
+    env: &mut FxHashMap<Symbol, i64>,
+    counts: &mut FxHashMap<(usize, Vec<i64>), usize>,
 ) {
     if let ScalarExpr::LocalScope { body, .. } = e {
         trace_visits(body, writes, max_dim, env, counts);
@@ -230,7 +233,7 @@ fn computation_blocker(
 pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analysis {
     let mut infos: Vec<StmtInfo> = Vec::with_capacity(stmts.len());
     let mut nodes: BTreeMap<usize, NodeInfo> = BTreeMap::new();
-    let mut visits: HashMap<(usize, Vec<i64>), usize> = HashMap::new();
+    let mut visits: FxHashMap<(usize, Vec<i64>), usize> = FxHashMap::default();
     for (k, s) in stmts.iter().enumerate() {
         let mut info = StmtInfo::default();
         collect_stmt(s, &mut info);
@@ -238,7 +241,7 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
             s,
             &info.writes,
             settings.max_tracing_dim,
-            &mut HashMap::new(),
+            &mut FxHashMap::default(),
             &mut visits,
         );
         let new_info = |tn: &Tnode| NodeInfo {
