@@ -642,18 +642,38 @@ pub fn body_schedule(item: &LowLevel, settings: &ScheduleSettings) -> Schedule {
 
 /// The reduction schedule of a statement whose innermost loop reduces into one element, if
 /// reductions are enabled (its reason starts with `why_prefix`).
+///
+/// The accumulators are the tuning's vectors (4 by default) when the loop has at least two
+/// elements per accumulator. A shorter loop (the rows of 64 of attention scores) gets the most
+/// vectors, halving down to one, that still leave at least 4 elements per accumulator: fewer
+/// accumulators than elements to combine at the end, which is serial (a fixed order).
 fn reduction_schedule(
     s: &LowLevel,
     settings: &ScheduleSettings,
     why_prefix: &str,
 ) -> Option<Schedule> {
-    let vectors = settings.tuning.reduction_vectors;
-    let plan = ReductionPlan::detect(s, settings.tuning.reduction_lanes(settings.f32_lanes))?;
+    let width = settings.f32_lanes.max(1);
+    let full = settings.tuning.reduction_lanes(width);
+    let short_row = || {
+        let (loops, _) = s.perfect_nest();
+        let &(_, from, to) = loops.last()?;
+        let mut vectors = full / width / 2;
+        while vectors >= 1 {
+            let lanes = vectors * width;
+            if to - from >= 4 * lanes as i64 {
+                return ReductionPlan::detect(s, lanes);
+            }
+            vectors /= 2;
+        }
+        None
+    };
+    let plan = ReductionPlan::detect(s, full).or_else(short_row)?;
     settings.enable_reductions.then(|| Schedule {
         why: format!(
-            "{why_prefix}its innermost loop reduces into one element: {} accumulators ({vectors} \
+            "{why_prefix}its innermost loop reduces into one element: {} accumulators ({} \
              vectors) break the dependency chain",
-            plan.lanes
+            plan.lanes,
+            plan.lanes.div_ceil(width)
         ),
         kind: ScheduleKind::Reduction(plan),
         parallel: None,

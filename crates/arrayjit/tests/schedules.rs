@@ -318,6 +318,73 @@ fn split_full_reductions_are_exact_and_independent_of_workers() {
     }
 }
 
+/// Row sums and maxima over rows of 64 (the rows of attention scores) run over vector
+/// accumulators on every SIMD width — on AVX-512, one vector of 16 where the default four would
+/// not fit twice in the row — and agree with sums in f64 (integer values: exact) and the maxima.
+#[test]
+fn short_rows_are_reduced_over_vector_accumulators() {
+    let (rows, len) = (300, 64);
+    let x = Tnode::new(Prec::F32, &[rows, len], &["x"]).unwrap();
+    let value = |i: usize| ((i * 37) % 11) as f64 - 5.0;
+    x.set_values(&(0..rows * len).map(value).collect::<Vec<_>>())
+        .unwrap();
+    let out = |label: &str| {
+        let t = Tnode::new(Prec::F32, &[rows], &[label]).unwrap();
+        t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")
+            .unwrap();
+        t
+    };
+    let (sums, maxima) = (out("sums"), out("maxima"));
+    let reduce = |out: &Tnode, op: BinOp| {
+        Assignments::einsum(
+            "ik->i",
+            op,
+            out,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone())),
+            true,
+        )
+        .unwrap()
+    };
+    let program = reduce(&sums, BinOp::Add).then(reduce(&maxima, BinOp::Max));
+    for name in ["sync_cc", "multicore_cc"] {
+        let backend = arrayjit::backend(name).unwrap();
+        let code = backend.compile("rows", &program, &[]).unwrap();
+        let opt = code.optimized();
+        let lanes: Vec<usize> = opt
+            .schedules
+            .iter()
+            .flat_map(|s| match &s.kind {
+                ScheduleKind::Fused(parts) => parts.iter().map(|p| p.kind.clone()).collect(),
+                kind => vec![kind.clone()],
+            })
+            .filter_map(|k| match k {
+                ScheduleKind::Reduction(p) => Some(p.lanes),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lanes.len(), 2, "{name}: {}", opt.schedule_report());
+        assert!(
+            lanes.iter().all(|&l| (4..=len / 2).contains(&l)),
+            "{name}: {lanes:?}\n{}",
+            opt.schedule_report()
+        );
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        Context::new(&stream).link(&code).unwrap().run().unwrap();
+        stream.await_work().unwrap();
+        let row = |r: usize| (r * len..(r + 1) * len).map(value);
+        assert_eq!(
+            sums.get_values().unwrap(),
+            (0..rows).map(|r| row(r).sum()).collect::<Vec<f64>>()
+        );
+        assert_eq!(
+            maxima.get_values().unwrap(),
+            (0..rows)
+                .map(|r| row(r).fold(f64::NEG_INFINITY, f64::max))
+                .collect::<Vec<f64>>()
+        );
+    }
+}
+
 /// Schedules are plain data a caller can change: the renderer derives each one again from its
 /// statement and refuses one that does not match, instead of emitting code that could reach
 /// outside its arrays.
