@@ -78,6 +78,40 @@ fn collect_stmt(s: &LowLevel, info: &mut StmtInfo) {
     });
 }
 
+/// Reads per element, `(node id, index)` → count. An index of at most 4 axes, each in
+/// `0..2^16`, is packed into one word (no allocation per read: the tracing reads millions of
+/// elements for a transformer step); other indices are kept as vectors. A node's accesses all
+/// have its rank, so packing never merges two elements.
+#[derive(Default)]
+struct VisitCounts {
+    packed: FxHashMap<(usize, u64), usize>,
+    general: FxHashMap<(usize, Vec<i64>), usize>,
+    index: Vec<i64>,
+}
+
+impl VisitCounts {
+    /// Counts one read of element `index` of node `id` (the index in `self.index`).
+    fn add(&mut self, id: usize) {
+        let fits = self.index.len() <= 4 && self.index.iter().all(|&i| (0..1 << 16).contains(&i));
+        if fits {
+            let key = self
+                .index
+                .iter()
+                .enumerate()
+                .fold(0u64, |k, (axis, &i)| k | (i as u64) << (16 * axis));
+            *self.packed.entry((id, key)).or_insert(0) += 1;
+        } else {
+            *self.general.entry((id, self.index.clone())).or_insert(0) += 1;
+        }
+    }
+
+    /// The count of every element read, with its node's id.
+    fn counts(self) -> impl Iterator<Item = (usize, usize)> {
+        let packed = self.packed.into_iter().map(|((id, _), n)| (id, n));
+        packed.chain(self.general.into_iter().map(|((id, _), n)| (id, n)))
+    }
+}
+
 /// Counts reads of each element by tracing the statement with loops cut to `max_dim`
 /// iterations; reads of nodes the statement writes are not counted.
 fn trace_visits(
@@ -85,24 +119,21 @@ fn trace_visits(
     writes: &[Tnode],
     max_dim: usize,
     env: &mut FxHashMap<Symbol, i64>,
-    counts: &mut FxHashMap<(usize, Vec<i64>), usize>,
+    counts: &mut VisitCounts,
 ) {
-    let count_expr =
-        |e: &ScalarExpr, env: &FxHashMap<Symbol, i64>, counts: &mut FxHashMap<_, _>| {
-            expr_reads(e, &mut |tn, idcs| {
-                if writes.contains(tn) {
-                    return;
-                }
-                let idx: Vec<i64> = idcs
-                    .iter()
-                    .map(|i| {
-                        i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
-                            .unwrap_or(0)
-                    })
-                    .collect();
-                *counts.entry((tn.id(), idx)).or_insert(0) += 1;
-            })
-        };
+    let count_expr = |e: &ScalarExpr, env: &FxHashMap<Symbol, i64>, counts: &mut VisitCounts| {
+        expr_reads(e, &mut |tn, idcs| {
+            if writes.contains(tn) {
+                return;
+            }
+            counts.index.clear();
+            counts.index.extend(idcs.iter().map(|i| {
+                i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
+                    .unwrap_or(0)
+            }));
+            counts.add(tn.id());
+        })
+    };
     match s {
         LowLevel::Seq(items) => items
             .iter()
@@ -133,7 +164,7 @@ fn trace_local_scopes(
     writes: &[Tnode],
     max_dim: usize,
     env: &mut FxHashMap<Symbol, i64>,
-    counts: &mut FxHashMap<(usize, Vec<i64>), usize>,
+    counts: &mut VisitCounts,
 ) {
     if let ScalarExpr::LocalScope { body, .. } = e {
         trace_visits(body, writes, max_dim, env, counts);
@@ -233,7 +264,7 @@ fn computation_blocker(
 pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analysis {
     let mut infos: Vec<StmtInfo> = Vec::with_capacity(stmts.len());
     let mut nodes: BTreeMap<usize, NodeInfo> = BTreeMap::new();
-    let mut visits: FxHashMap<(usize, Vec<i64>), usize> = FxHashMap::default();
+    let mut visits = VisitCounts::default();
     for (k, s) in stmts.iter().enumerate() {
         let mut info = StmtInfo::default();
         collect_stmt(s, &mut info);
@@ -279,7 +310,7 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
         }
         infos.push(info);
     }
-    for ((id, _), count) in visits {
+    for (id, count) in visits.counts() {
         if let Some(n) = nodes.get_mut(&id) {
             n.max_visits = n.max_visits.max(count);
         }
