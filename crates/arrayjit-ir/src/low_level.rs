@@ -143,7 +143,7 @@ impl ScalarExpr {
     }
 
     /// Calls `f` on every direct subexpression (not into local-scope bodies).
-    pub fn for_each_child(&self, mut f: impl FnMut(&ScalarExpr)) {
+    pub fn for_each_child<'a>(&'a self, mut f: impl FnMut(&'a ScalarExpr)) {
         match self {
             ScalarExpr::Unop(_, a) => f(a),
             ScalarExpr::Binop(_, a, b) => {

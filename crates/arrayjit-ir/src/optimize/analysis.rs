@@ -112,32 +112,38 @@ impl VisitCounts {
     }
 }
 
+/// What tracing needs of one value: its reads of nodes the traced statement does not write
+/// (node id and index expressions), and the bodies of the local scopes inside it — found once per
+/// value, then evaluated at every traced iteration.
+struct ValueReads<'a> {
+    gets: Vec<(usize, &'a [AxisIndex])>,
+    scopes: Vec<&'a LowLevel>,
+}
+
+fn value_reads<'a>(e: &'a ScalarExpr, writes: &[Tnode], out: &mut ValueReads<'a>) {
+    match e {
+        ScalarExpr::Get(tn, idcs) if !writes.contains(tn) => out.gets.push((tn.id(), idcs)),
+        ScalarExpr::LocalScope { body, .. } => out.scopes.push(body),
+        _ => {}
+    }
+    e.for_each_child(|c| value_reads(c, writes, out));
+}
+
 /// Counts reads of each element by tracing the statement with loops cut to `max_dim`
-/// iterations; reads of nodes the statement writes are not counted.
-fn trace_visits(
-    s: &LowLevel,
+/// iterations; reads of nodes the statement writes are not counted. `plans` holds each value's
+/// reads by its address (the statement outlives the tracing).
+fn trace_visits<'a>(
+    s: &'a LowLevel,
     writes: &[Tnode],
     max_dim: usize,
     env: &mut FxHashMap<Symbol, i64>,
     counts: &mut VisitCounts,
+    plans: &mut FxHashMap<usize, ValueReads<'a>>,
 ) {
-    let count_expr = |e: &ScalarExpr, env: &FxHashMap<Symbol, i64>, counts: &mut VisitCounts| {
-        expr_reads(e, &mut |tn, idcs| {
-            if writes.contains(tn) {
-                return;
-            }
-            counts.index.clear();
-            counts.index.extend(idcs.iter().map(|i| {
-                i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
-                    .unwrap_or(0)
-            }));
-            counts.add(tn.id());
-        })
-    };
     match s {
         LowLevel::Seq(items) => items
             .iter()
-            .for_each(|i| trace_visits(i, writes, max_dim, env, counts)),
+            .for_each(|i| trace_visits(i, writes, max_dim, env, counts, plans)),
         LowLevel::For {
             index,
             from,
@@ -147,37 +153,38 @@ fn trace_visits(
             let end = (*to).min(from + max_dim as i64);
             for v in *from..end {
                 env.insert(*index, v);
-                trace_visits(body, writes, max_dim, env, counts);
+                trace_visits(body, writes, max_dim, env, counts, plans);
             }
             env.remove(index);
         }
         LowLevel::Set { value, .. } | LowLevel::SetLocal(_, value) => {
-            count_expr(value, env, counts);
-            trace_local_scopes(value, writes, max_dim, env, counts);
+            let key = value as *const ScalarExpr as usize;
+            plans.entry(key).or_insert_with(|| {
+                let mut reads = ValueReads {
+                    gets: Vec::new(),
+                    scopes: Vec::new(),
+                };
+                value_reads(value, writes, &mut reads);
+                reads
+            });
+            let scopes = {
+                let reads = &plans[&key];
+                for &(id, idcs) in &reads.gets {
+                    counts.index.clear();
+                    counts.index.extend(idcs.iter().map(|i| {
+                        i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
+                            .unwrap_or(0)
+                    }));
+                    counts.add(id);
+                }
+                reads.scopes.clone()
+            };
+            for body in scopes {
+                trace_visits(body, writes, max_dim, env, counts, plans);
+            }
         }
         _ => {}
     }
-}
-
-fn trace_local_scopes(
-    e: &ScalarExpr,
-    writes: &[Tnode],
-    max_dim: usize,
-    env: &mut FxHashMap<Symbol, i64>,
-    counts: &mut VisitCounts,
-) {
-    if let ScalarExpr::LocalScope { body, .. } = e {
-        trace_visits(body, writes, max_dim, env, counts);
-    }
-    e.for_each_child(|c| trace_local_scopes(c, writes, max_dim, env, counts));
-}
-
-/// Calls `f` on every `Get` of the expression tree, not entering local-scope bodies.
-fn expr_reads(e: &ScalarExpr, f: &mut impl FnMut(&Tnode, &[AxisIndex])) {
-    if let ScalarExpr::Get(tn, idcs) = e {
-        f(tn, idcs);
-    }
-    e.for_each_child(|c| expr_reads(c, f));
 }
 
 /// Why statement `s` is not a pure computation of `tn` that can be instantiated per element,
@@ -274,6 +281,7 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
             settings.max_tracing_dim,
             &mut FxHashMap::default(),
             &mut visits,
+            &mut FxHashMap::default(),
         );
         let new_info = |tn: &Tnode| NodeInfo {
             tn: tn.clone(),
