@@ -318,3 +318,92 @@ fn cuda_tiled_product() {
     let p = arrayjit_codegen::cuda::render_cuda(&[&opt]).unwrap();
     insta::assert_snapshot!(p.source);
 }
+
+/// Statements that differ only in their arrays (two layers) render to one statement function,
+/// called twice with different arrays; its text names no array.
+#[test]
+fn equal_statements_share_one_function() {
+    // A total between the layers keeps their loops apart (otherwise they would be fused).
+    let total = output(Prec::F32, &[], "total");
+    let between = |y: &Tnode| {
+        Assignments::einsum(
+            "i->",
+            BinOp::Add,
+            &total,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(y.clone())),
+            true,
+        )
+        .unwrap()
+    };
+    let x0 = input(Prec::F32, &[64], "x0");
+    let y0 = output(Prec::F32, &[64], "y0");
+    let x1 = input(Prec::F32, &[64], "x1");
+    let y1 = output(Prec::F32, &[64], "y1");
+    let p = Assignments::pointwise_unop(&y0, UnOp::Relu, &x0)
+        .then(between(&y0))
+        .then(Assignments::pointwise_unop(&y1, UnOp::Relu, &x1));
+    let src = render("layers", &p, &[], &OptimizeSettings::default());
+    // The kernel's calls: the first and the last are the two layers, with their own arrays.
+    let calls: Vec<&str> = src
+        .lines()
+        .filter_map(|l| l.split("*/ ").nth(1))
+        .filter(|c| c.starts_with("aj_st_"))
+        .collect();
+    assert_eq!(calls.len(), 4, "{src}");
+    let name = |call: &str| call.split('(').next().unwrap_or_default().to_string();
+    let (first, last) = (calls[0], calls[3]);
+    assert_eq!(name(first), name(last), "{src}");
+    assert!(first.contains("y0") && first.contains("x0"), "{src}");
+    assert!(last.contains("y1") && last.contains("x1"), "{src}");
+    let definition = format!(" void {}(", name(first));
+    assert_eq!(src.matches(&definition).count(), 1, "{src}");
+}
+
+/// A program whose statement functions pass `UNIT_BYTES` of C is split into units of their
+/// own (compiled in parallel): the kernels' unit declares them, each unit defines its share,
+/// and every function is defined exactly once.
+#[test]
+fn large_programs_are_split_into_units() {
+    // Many different statements: pointwise chains of different lengths over different shapes.
+    let mut p = Assignments::Noop;
+    for k in 0..400 {
+        let n = 16 + k;
+        let x = input(Prec::F32, &[n], &format!("x{k}"));
+        let y = output(Prec::F32, &[n], &format!("y{k}"));
+        p = p.then(Assignments::pointwise_binop(&y, BinOp::Add, &x, &x));
+    }
+    let opt = optimize("many", &[], &p, &OptimizeSettings::default()).unwrap();
+    let program = render_program(&CSyntax::c(), &[&opt]).unwrap();
+    let units: Vec<_> = program
+        .units
+        .iter()
+        .filter(|u| u.name.starts_with("stmts"))
+        .collect();
+    assert!(units.len() >= 2, "{} units", units.len());
+    let defined = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("__attribute__((visibility(\"hidden\"))) void aj_st_"))
+            .filter(|l| l.ends_with('{'))
+            .filter_map(|l| l.split(" void ").nth(1))
+            .map(|rest| rest.split('(').next().unwrap_or_default().to_string())
+            .collect()
+    };
+    let mut all: Vec<String> = units.iter().flat_map(|u| defined(&u.source)).collect();
+    let count = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), count, "a function defined twice");
+    assert_eq!(count, 400, "one function per distinct statement");
+    assert!(
+        defined(&program.source).is_empty(),
+        "definitions left in the kernels' unit"
+    );
+    let declared = program
+        .source
+        .lines()
+        .filter(|l| {
+            l.starts_with("__attribute__((visibility(\"hidden\"))) void aj_st_") && l.ends_with(';')
+        })
+        .count();
+    assert_eq!(declared, 400);
+}
