@@ -241,21 +241,12 @@ pub fn render_unop(op: UnOp, p: Prec, x: &str, helpers: &mut BTreeSet<Helper>) -
     let cp = p.compute_prec();
     let t = c_storage_type(cp);
     if cp.is_float() {
-        if op == UnOp::Exp && cp == Prec::F32 {
-            helpers.insert(Helper::Un(op, cp));
-            return format!("aj_exp_f32({x})");
-        }
-        if op == UnOp::Tanh && cp == Prec::F32 {
-            // It calls aj_exp_f32, which the set orders before it (Exp < Tanh).
+        // f32 exp, tanh and erf: the branch-free routines (tanh and erf call aj_exp_f32, which
+        // the helper set orders before them: Exp < Tanh < Erf).
+        if matches!(op, UnOp::Exp | UnOp::Tanh | UnOp::Erf) && cp == Prec::F32 {
             helpers.insert(Helper::Un(UnOp::Exp, cp));
             helpers.insert(Helper::Un(op, cp));
-            return format!("aj_tanh_f32({x})");
-        }
-        if op == UnOp::Erf && cp == Prec::F32 {
-            // It calls aj_exp_f32, which the set orders before it (Exp < Erf).
-            helpers.insert(Helper::Un(UnOp::Exp, cp));
-            helpers.insert(Helper::Un(op, cp));
-            return format!("aj_erf_f32({x})");
+            return format!("aj_{}_f32({x})", op.name());
         }
         if let Some(f) = float_fn(op, cp) {
             return format!("{f}({x})");

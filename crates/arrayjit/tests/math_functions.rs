@@ -115,9 +115,61 @@ fn exp_f32_is_faithfully_rounded_over_the_whole_range_on_every_cpu_backend() {
     }
 }
 
-/// The C backends' f32 `tanh` (`aj_tanh_f32`, branch-free so loops over it vectorize) is within
-/// 2 ulp of `tanh` in double over the f32 range (glibc's `tanhf` documents 2 ulp too), odd,
-/// exactly ±1 in the tails and 0 at 0, and keeps NaN.
+/// Appends the special inputs of an odd function's check (huge, tiny, subnormal, ±0, ±inf, NaN);
+/// returns the index of `+0`.
+fn with_specials(xs: &mut Vec<f32>) -> usize {
+    xs.extend([1e30, f32::MAX, f32::MIN_POSITIVE, 1e-40]);
+    let zero_at = xs.len();
+    xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    zero_at
+}
+
+/// Checks an odd, saturating f32 function of the C backends (`routine`, branch-free so loops
+/// over it vectorize) on both CPU backends: within 2 ulp of `reference` in double at every
+/// input, NaN kept, exactly ±1 from `tail` on, `+0` at `+0` (its index in `xs`); prints the
+/// worst error.
+fn check_odd_saturating(
+    op: UnOp,
+    routine: &str,
+    xs: &[f32],
+    reference: fn(f64) -> f64,
+    tail: f32,
+    zero_at: usize,
+) {
+    let what = op.name();
+    for name in ["sync_cc", "multicore_cc"] {
+        let got = run_f32_unop(name, op, routine, xs);
+        let mut worst = (0.0f64, 0.0f32);
+        for (&x, &g) in xs.iter().zip(&got) {
+            let g = g as f32;
+            if x.is_nan() {
+                assert!(g.is_nan(), "{name}: {what}(NaN) = {g}");
+                continue;
+            }
+            let want = reference(f64::from(x));
+            let e = ulps(g, want);
+            assert!(
+                e < 2.0,
+                "{name}: {what}({x:e}) = {g:e}, {e} ulp from {want:e}"
+            );
+            if e > worst.0 {
+                worst = (e, x);
+            }
+            if x.abs() >= tail {
+                assert_eq!(g, x.signum(), "{name}: {what}({x}) is ±1 in f32");
+            }
+        }
+        assert_eq!(got[zero_at].to_bits(), 0.0f64.to_bits(), "{what}(0)");
+        eprintln!(
+            "{name}: {what} worst error {:.3} ulp at x = {:e}",
+            worst.0, worst.1
+        );
+    }
+}
+
+/// The C backends' f32 `tanh` (`aj_tanh_f32`) is within 2 ulp of `tanh` in double over the f32
+/// range (glibc's `tanhf` documents 2 ulp too), odd, exactly ±1 in the tails and 0 at 0, and
+/// keeps NaN.
 #[test]
 fn tanh_f32_is_within_two_ulp_over_the_whole_range_on_every_cpu_backend() {
     let mut xs = symmetric_bit_patterns(20.0);
@@ -130,49 +182,13 @@ fn tanh_f32_is_within_two_ulp_over_the_whole_range_on_every_cpu_backend() {
         9.0,
         44.0,
         45.0,
-        1e30,
-        f32::MAX,
-        f32::MIN_POSITIVE,
-        1e-40,
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
     ]);
-    for name in ["sync_cc", "multicore_cc"] {
-        let got = run_f32_unop(name, UnOp::Tanh, "aj_tanh_f32", &xs);
-        let mut worst = (0.0f64, 0.0f32);
-        for (&x, &g) in xs.iter().zip(&got) {
-            let g = g as f32;
-            if x.is_nan() {
-                assert!(g.is_nan(), "{name}: tanh(NaN) = {g}");
-                continue;
-            }
-            let want = f64::from(x).tanh();
-            let e = ulps(g, want);
-            assert!(
-                e < 2.0,
-                "{name}: tanh({x:e}) = {g:e}, {e} ulp from {want:e}"
-            );
-            if e > worst.0 {
-                worst = (e, x);
-            }
-            if x.abs() >= 10.0 {
-                assert_eq!(g, x.signum(), "{name}: tanh({x}) is ±1 in f32");
-            }
-        }
-        assert_eq!(got[xs.len() - 4].to_bits(), 0.0f64.to_bits(), "tanh(0)");
-        eprintln!(
-            "{name}: tanh worst error {:.3} ulp at x = {:e}",
-            worst.0, worst.1
-        );
-    }
+    let zero_at = with_specials(&mut xs);
+    check_odd_saturating(UnOp::Tanh, "aj_tanh_f32", &xs, f64::tanh, 10.0, zero_at);
 }
 
-/// The C backends' f32 `erf` (`aj_erf_f32`, branch-free so loops over it vectorize: the exact
-/// GELU) is within 2 ulp of `erf` in double over the f32 range, odd, exactly ±1 in the tails and
-/// 0 at 0, and keeps NaN.
+/// The C backends' f32 `erf` (`aj_erf_f32`: the exact GELU) is within 2 ulp of `erf` in double
+/// over the f32 range, odd (−0 kept), exactly ±1 in the tails and 0 at 0, and keeps NaN.
 #[test]
 fn erf_f32_is_within_two_ulp_over_the_whole_range_on_every_cpu_backend() {
     let mut xs = symmetric_bit_patterns(6.0);
@@ -185,40 +201,9 @@ fn erf_f32_is_within_two_ulp_over_the_whole_range_on_every_cpu_backend() {
         3.95,
         3.9,
         4.0,
-        1e30,
-        f32::MAX,
-        f32::MIN_POSITIVE,
-        1e-40,
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
     ]);
-    for name in ["sync_cc", "multicore_cc"] {
-        let got = run_f32_unop(name, UnOp::Erf, "aj_erf_f32", &xs);
-        let mut worst = (0.0f64, 0.0f32);
-        for (&x, &g) in xs.iter().zip(&got) {
-            let g = g as f32;
-            if x.is_nan() {
-                assert!(g.is_nan(), "{name}: erf(NaN) = {g}");
-                continue;
-            }
-            let want = libm::erf(f64::from(x));
-            let e = ulps(g, want);
-            assert!(e < 2.0, "{name}: erf({x:e}) = {g:e}, {e} ulp from {want:e}");
-            if e > worst.0 {
-                worst = (e, x);
-            }
-            if x.abs() >= 4.0 {
-                assert_eq!(g, x.signum(), "{name}: erf({x}) is ±1 in f32");
-            }
-        }
-        assert_eq!(got[xs.len() - 5].to_bits(), 0.0f64.to_bits(), "erf(0)");
-        assert_eq!(got[xs.len() - 4].to_bits(), (-0.0f64).to_bits(), "erf(-0)");
-        eprintln!(
-            "{name}: erf worst error {:.3} ulp at x = {:e}",
-            worst.0, worst.1
-        );
-    }
+    let zero_at = with_specials(&mut xs);
+    check_odd_saturating(UnOp::Erf, "aj_erf_f32", &xs, libm::erf, 4.0, zero_at);
+    let got = run_f32_unop("sync_cc", UnOp::Erf, "aj_erf_f32", &xs);
+    assert_eq!(got[zero_at + 1].to_bits(), (-0.0f64).to_bits(), "erf(-0)");
 }
