@@ -22,9 +22,9 @@ use crate::c_syntax::{self, CSyntax, Helper};
 pub const PARALLEL_TYPEDEF: &str = "typedef struct aj_par {\n  const void *pool;\n  void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks);\n  int64_t workers;\n} aj_par;\n\n";
 
 /// Compile the following functions with moderate optimization (GCC; other compilers ignore it).
-const LIGHT_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O2\")\n#endif";
+pub(crate) const LIGHT_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O2\")\n#endif";
 /// Ends [`LIGHT_BEGIN`].
-const LIGHT_END: &str =
+pub(crate) const LIGHT_END: &str =
     "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif";
 
 /// How to call one rendered kernel: the one statement of the calling convention, produced by
@@ -339,7 +339,7 @@ fn render_kernel(
     // Each statement runs as a function of its own (see `crate::c_statements`).
     let scope = KernelScope {
         statics: &statics,
-        light: (r.light_kernel && syntax.optimize_pragmas).then_some((LIGHT_BEGIN, LIGHT_END)),
+        light: r.light_kernel && syntax.optimize_pragmas,
     };
     for (i, s) in stmts.iter().copied().enumerate() {
         // A scratch local starts zeroed when its lifetime begins (its memory may have held

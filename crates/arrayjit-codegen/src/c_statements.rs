@@ -13,13 +13,13 @@
 //! The text of a statement function holds no labels (comments are left out; the kernel's call
 //! says what the statement is and why it runs as it does), so equal work gives equal text.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 use arrayjit_ir::{LowLevel, Result};
 
-use crate::c_renderer::{CUnit, KernelRenderer};
+use crate::c_renderer::{CUnit, KernelRenderer, LIGHT_BEGIN, LIGHT_END};
 use crate::c_schedules::{Outlining, symbol_vars};
 use crate::c_syntax::{self, CSyntax, Helper, c_storage_type};
 
@@ -156,7 +156,7 @@ pub(crate) struct KernelScope<'a> {
     /// The kernel's static indices, by their C names (passed to every statement function).
     pub(crate) statics: &'a [String],
     /// The kernel is light: its functions are compiled with moderate optimization.
-    pub(crate) light: Option<(&'a str, &'a str)>,
+    pub(crate) light: bool,
 }
 
 impl KernelRenderer<'_> {
@@ -168,7 +168,7 @@ impl KernelRenderer<'_> {
         sched: Option<&Schedule>,
         scope: &KernelScope<'_>,
         syntax: &CSyntax,
-        products: &mut std::collections::BTreeMap<String, (String, String)>,
+        products: &mut BTreeMap<String, (String, String)>,
         functions: &mut StatementFunctions,
     ) -> Result<String> {
         // Parameters: the statement's arrays by position, the merge buffer, the statics.
@@ -215,8 +215,8 @@ impl KernelRenderer<'_> {
                 || matches!(&s.kind, ScheduleKind::Contraction(g) if g.batch_parallel)
         });
         let mut text = String::new();
-        if let Some((begin, _)) = scope.light {
-            let _ = writeln!(text, "{begin}");
+        if scope.light {
+            let _ = writeln!(text, "{LIGHT_BEGIN}");
         }
         if outlines {
             let _ = writeln!(text, "struct {PLACEHOLDER}_vars {{");
@@ -256,8 +256,8 @@ impl KernelRenderer<'_> {
         }
         text.push_str(&body);
         text.push_str("}\n");
-        if let Some((_, end)) = scope.light {
-            let _ = writeln!(text, "{end}");
+        if scope.light {
+            let _ = writeln!(text, "{LIGHT_END}");
         }
         text.push('\n');
         let text = strip_comments(&text);
@@ -271,7 +271,7 @@ impl KernelRenderer<'_> {
         &mut self,
         s: &LowLevel,
         sched: Option<&Schedule>,
-        products: &mut std::collections::BTreeMap<String, (String, String)>,
+        products: &mut BTreeMap<String, (String, String)>,
         outlining: &mut Outlining,
         out: &mut String,
     ) -> Result<()> {

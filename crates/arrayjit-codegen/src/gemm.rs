@@ -7,6 +7,7 @@
 //! Reduction order is fixed by the blocking: for each element, the `kc`-deep blocks are summed
 //! in order, each block sequentially. Results depend only on the schedule, never on timing.
 
+use crate::c_renderer::{LIGHT_BEGIN, LIGHT_END};
 use crate::c_syntax::c_storage_type;
 use std::fmt::Write as _;
 
@@ -55,10 +56,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let _ = writeln!(s, "#include <stdlib.h>");
     // The micro-kernel is explicit vector code: gcc's -O3 loop transformations add nothing to
     // it but triple the compile time of a small routine; -O2 keeps it as written.
-    let _ = writeln!(
-        s,
-        "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O2\")\n#endif"
-    );
+    let _ = writeln!(s, "{LIGHT_BEGIN}");
     let _ = writeln!(
         s,
         "#ifndef AJ_{vt}_DEFINED\n#define AJ_{vt}_DEFINED\ntypedef {t} {vt} __attribute__((vector_size({}), aligned({elem})));\n#endif",
@@ -235,9 +233,7 @@ static void {name}_chunk(void *ctx, int64_t index) {{
   }}
   {name}_serial(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw);
 }}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+{LIGHT_END}
 "
     );
     s

@@ -103,6 +103,27 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
     eprintln!("NVRTC compiled {} CUDA files of the corpus", sources.len());
 }
 
+/// The PTX of a compile that must not have come from a cache; `None` (the test says it skipped)
+/// where NVRTC is not installed.
+fn freshly_compiled(
+    result: Result<(String, arrayjit::backends::cuda_backend::PtxOrigin), Error>,
+) -> Option<String> {
+    match result {
+        Ok((ptx, origin)) => {
+            assert_eq!(
+                origin,
+                arrayjit::backends::cuda_backend::PtxOrigin::Compiled
+            );
+            Some(ptx)
+        }
+        Err(Error::BackendUnavailable { reason, .. }) => {
+            eprintln!("skipped: {reason}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// NVRTC's PTX is kept in the compile cache folder: a later process (a new cache here) reads
 /// it instead of compiling; a damaged file, or one others may write, is refused and the program
 /// compiled anew.
@@ -116,16 +137,8 @@ fn ptx_is_cached_on_disk_and_damaged_files_are_refused() {
         "/* {nonce} */ extern \"C\" __global__ void k(float *x) {{ x[threadIdx.x] = 1.0f; }}"
     );
     let first = PtxCache::new(Some(dir.path()));
-    let ptx = match first.compile(&source, ARCH) {
-        Ok((ptx, origin)) => {
-            assert_eq!(origin, PtxOrigin::Compiled);
-            ptx
-        }
-        Err(Error::BackendUnavailable { reason, .. }) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(ptx) = freshly_compiled(first.compile(&source, ARCH)) else {
+        return;
     };
     assert_eq!(first.compile(&source, ARCH).unwrap().1, PtxOrigin::Memory);
     let fresh = || {
@@ -170,16 +183,9 @@ fn nvrtc_compiles_with_the_options_given_and_caches_per_options() {
          x[threadIdx.x] = x[threadIdx.x] * x[threadIdx.x + 32] + x[threadIdx.x + 64];\n}}"
     );
     let cache = PtxCache::new(None);
-    let strict = match cache.compile_with(&source, ARCH, &default_nvrtc_flags()) {
-        Ok((ptx, origin)) => {
-            assert_eq!(origin, PtxOrigin::Compiled);
-            ptx
-        }
-        Err(Error::BackendUnavailable { reason, .. }) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(strict) = freshly_compiled(cache.compile_with(&source, ARCH, &default_nvrtc_flags()))
+    else {
+        return;
     };
     assert!(!strict.contains("fma.rn.f32"), "{strict}");
     // The defaults are what compile uses: the same entry.

@@ -167,19 +167,19 @@ fn trace_visits<'a>(
                 value_reads(value, writes, &mut reads);
                 reads
             });
-            let scopes = {
-                let reads = &plans[&key];
-                for &(id, idcs) in &reads.gets {
-                    counts.index.clear();
-                    counts.index.extend(idcs.iter().map(|i| {
-                        i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
-                            .unwrap_or(0)
-                    }));
-                    counts.add(id);
-                }
-                reads.scopes.clone()
-            };
-            for body in scopes {
+            let reads = &plans[&key];
+            for &(id, idcs) in &reads.gets {
+                counts.index.clear();
+                counts.index.extend(idcs.iter().map(|i| {
+                    i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
+                        .unwrap_or(0)
+                }));
+                counts.add(id);
+            }
+            // Usually none; taken by position so that `plans` is free for the nested tracing
+            // (no copy of the list at every traced iteration).
+            for k in 0..reads.scopes.len() {
+                let body = plans[&key].scopes[k];
                 trace_visits(body, writes, max_dim, env, counts, plans);
             }
         }
