@@ -34,7 +34,9 @@ pub struct CpuBuffer {
 }
 
 enum Backing {
+    /// An allocation of its own, which starts at `base` (at or before the aligned `ptr`).
     Owned {
+        base: NonNull<u8>,
         layout: Layout,
         counter: Arc<MemoryCounter>,
     },
@@ -55,6 +57,10 @@ unsafe impl Sync for CpuBuffer {}
 /// Alignment of CPU buffers (a cache line, enough for any SIMD load).
 pub const CPU_BUFFER_ALIGNMENT: usize = 64;
 
+/// The alignment up to which the system allocator zero-fills through `calloc` (which maps fresh
+/// zero pages for large blocks) rather than clearing the memory itself.
+const NATURAL_ALIGNMENT: usize = 16;
+
 impl CpuBuffer {
     /// A zero-filled buffer of `size` bytes on `device`, counted in `counter`.
     pub fn zeroed(size: usize, device: usize, counter: Arc<MemoryCounter>) -> Result<CpuBuffer> {
@@ -68,24 +74,45 @@ impl CpuBuffer {
         device: usize,
         counter: Arc<MemoryCounter>,
     ) -> Result<CpuBuffer> {
-        let layout = Layout::from_size_align(size.max(1), alignment.max(CPU_BUFFER_ALIGNMENT))
-            .map_err(|e| {
-                Error::invalid(format!(
-                    "cannot allocate {size} bytes aligned to {alignment}: {e}"
-                ))
-            })?;
+        let alignment = alignment.max(CPU_BUFFER_ALIGNMENT);
+        let invalid = |e: &dyn fmt::Display| {
+            Error::invalid(format!(
+                "cannot allocate {size} bytes aligned to {alignment}: {e}"
+            ))
+        };
+        if !alignment.is_power_of_two() {
+            return Err(invalid(&"the alignment is not a power of two"));
+        }
+        // Allocated at the allocator's natural alignment with room to align by hand, so that the
+        // allocator can hand out fresh zero pages (calloc of a large block maps them, untouched)
+        // instead of clearing every page now: the pages of a large pool are zero-filled by the
+        // kernel when first used. A layout with the full alignment would be memset here.
+        let padded = size
+            .max(1)
+            .checked_add(alignment)
+            .ok_or_else(|| invalid(&"the size overflows"))?;
+        let layout = Layout::from_size_align(padded, NATURAL_ALIGNMENT).map_err(|e| invalid(&e))?;
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| Error::OutOfMemory {
+        let base = NonNull::new(raw).ok_or_else(|| Error::OutOfMemory {
             what: format!("a buffer on cpu device {device}"),
             bytes: size,
         })?;
+        // In bounds: the block has `alignment` spare bytes, and the offset is below that.
+        let offset = raw.align_offset(alignment);
+        debug_assert!(offset < alignment);
+        // SAFETY: `offset + size <= padded`, so the pointer stays inside the allocation.
+        let ptr = unsafe { base.add(offset) };
         counter.0.fetch_add(size, Ordering::Relaxed);
         Ok(CpuBuffer {
             ptr,
             size,
             device,
-            backing: Backing::Owned { layout, counter },
+            backing: Backing::Owned {
+                base,
+                layout,
+                counter,
+            },
         })
     }
 
@@ -248,13 +275,18 @@ impl CpuBuffer {
 
 impl Drop for CpuBuffer {
     fn drop(&mut self) {
-        if let Backing::Owned { layout, counter } = &self.backing {
+        if let Backing::Owned {
+            base,
+            layout,
+            counter,
+        } = &self.backing
+        {
             counter.0.fetch_sub(self.size, Ordering::Relaxed);
-            // SAFETY: allocated in `zeroed_aligned` with this layout; guards a pool's planner
-            // poisoned are unpoisoned before the memory goes back to the allocator.
+            // SAFETY: `base` was allocated in `zeroed_aligned` with this layout; guards a pool's
+            // planner poisoned are unpoisoned before the memory goes back to the allocator.
             unsafe {
-                crate::sanitizer::unpoison(self.ptr.as_ptr(), layout.size());
-                dealloc(self.ptr.as_ptr(), *layout)
+                crate::sanitizer::unpoison(base.as_ptr(), layout.size());
+                dealloc(base.as_ptr(), *layout)
             }
         }
     }

@@ -1,16 +1,16 @@
-//! Read/write analysis of top-level statements and visit counting by bounded symbolic tracing:
-//! which nodes are inputs or results, how often each element is read, and what would stop a
-//! node from being inlined.
+//! Read/write analysis of top-level statements: which nodes are inputs or results, how often
+//! each element is read (counted by `visits`), and what would stop a node from being inlined.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::FxHashSet;
 
 use crate::indexing::{AxisIndex, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::tnode::Tnode;
 
 use super::OptimizeSettings;
+use super::visits;
 
 /// How a routine uses one node.
 #[derive(Clone, Debug)]
@@ -35,7 +35,8 @@ pub(super) struct NodeInfo {
     pub read_stmts: Vec<usize>,
     /// Read before written.
     pub input: bool,
-    /// Most reads of one element (loops traced up to the tracing bound).
+    /// Most reads of one element (loops cut to the tracing bound; see `visits`). Counted only
+    /// where it can decide the node's memory mode (`visits_matter`), 0 elsewhere.
     pub max_visits: usize,
     /// Why the node's computation cannot be inlined into its uses, if it cannot.
     pub inline_blocker: Option<String>,
@@ -76,115 +77,6 @@ fn collect_stmt(s: &LowLevel, info: &mut StmtInfo) {
             info.reads.push((tn.clone(), idcs.clone()));
         }
     });
-}
-
-/// Reads per element, `(node id, index)` → count. An index of at most 4 axes, each in
-/// `0..2^16`, is packed into one word (no allocation per read: the tracing reads millions of
-/// elements for a transformer step); other indices are kept as vectors. A node's accesses all
-/// have its rank, so packing never merges two elements.
-#[derive(Default)]
-struct VisitCounts {
-    packed: FxHashMap<(usize, u64), usize>,
-    general: FxHashMap<(usize, Vec<i64>), usize>,
-    index: Vec<i64>,
-}
-
-impl VisitCounts {
-    /// Counts one read of element `index` of node `id` (the index in `self.index`).
-    fn add(&mut self, id: usize) {
-        let fits = self.index.len() <= 4 && self.index.iter().all(|&i| (0..1 << 16).contains(&i));
-        if fits {
-            let key = self
-                .index
-                .iter()
-                .enumerate()
-                .fold(0u64, |k, (axis, &i)| k | (i as u64) << (16 * axis));
-            *self.packed.entry((id, key)).or_insert(0) += 1;
-        } else {
-            *self.general.entry((id, self.index.clone())).or_insert(0) += 1;
-        }
-    }
-
-    /// The count of every element read, with its node's id.
-    fn counts(self) -> impl Iterator<Item = (usize, usize)> {
-        let packed = self.packed.into_iter().map(|((id, _), n)| (id, n));
-        packed.chain(self.general.into_iter().map(|((id, _), n)| (id, n)))
-    }
-}
-
-/// What tracing needs of one value: its reads of nodes the traced statement does not write
-/// (node id and index expressions), and the bodies of the local scopes inside it — found once per
-/// value, then evaluated at every traced iteration.
-struct ValueReads<'a> {
-    gets: Vec<(usize, &'a [AxisIndex])>,
-    scopes: Vec<&'a LowLevel>,
-}
-
-fn value_reads<'a>(e: &'a ScalarExpr, writes: &[Tnode], out: &mut ValueReads<'a>) {
-    match e {
-        ScalarExpr::Get(tn, idcs) if !writes.contains(tn) => out.gets.push((tn.id(), idcs)),
-        ScalarExpr::LocalScope { body, .. } => out.scopes.push(body),
-        _ => {}
-    }
-    e.for_each_child(|c| value_reads(c, writes, out));
-}
-
-/// Counts reads of each element by tracing the statement with loops cut to `max_dim`
-/// iterations; reads of nodes the statement writes are not counted. `plans` holds each value's
-/// reads by its address (the statement outlives the tracing).
-fn trace_visits<'a>(
-    s: &'a LowLevel,
-    writes: &[Tnode],
-    max_dim: usize,
-    env: &mut FxHashMap<Symbol, i64>,
-    counts: &mut VisitCounts,
-    plans: &mut FxHashMap<usize, ValueReads<'a>>,
-) {
-    match s {
-        LowLevel::Seq(items) => items
-            .iter()
-            .for_each(|i| trace_visits(i, writes, max_dim, env, counts, plans)),
-        LowLevel::For {
-            index,
-            from,
-            to,
-            body,
-        } => {
-            let end = (*to).min(from + max_dim as i64);
-            for v in *from..end {
-                env.insert(*index, v);
-                trace_visits(body, writes, max_dim, env, counts, plans);
-            }
-            env.remove(index);
-        }
-        LowLevel::Set { value, .. } | LowLevel::SetLocal(_, value) => {
-            let key = value as *const ScalarExpr as usize;
-            plans.entry(key).or_insert_with(|| {
-                let mut reads = ValueReads {
-                    gets: Vec::new(),
-                    scopes: Vec::new(),
-                };
-                value_reads(value, writes, &mut reads);
-                reads
-            });
-            let reads = &plans[&key];
-            for &(id, idcs) in &reads.gets {
-                counts.index.clear();
-                counts.index.extend(idcs.iter().map(|i| {
-                    i.eval(&|s| Some(env.get(&s).copied().unwrap_or(0)))
-                        .unwrap_or(0)
-                }));
-                counts.add(id);
-            }
-            // Usually none; taken by position so that `plans` is free for the nested tracing
-            // (no copy of the list at every traced iteration).
-            for k in 0..reads.scopes.len() {
-                let body = plans[&key].scopes[k];
-                trace_visits(body, writes, max_dim, env, counts, plans);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Why statement `s` is not a pure computation of `tn` that can be instantiated per element,
@@ -271,18 +163,9 @@ fn computation_blocker(
 pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analysis {
     let mut infos: Vec<StmtInfo> = Vec::with_capacity(stmts.len());
     let mut nodes: BTreeMap<usize, NodeInfo> = BTreeMap::new();
-    let mut visits = VisitCounts::default();
     for (k, s) in stmts.iter().enumerate() {
         let mut info = StmtInfo::default();
         collect_stmt(s, &mut info);
-        trace_visits(
-            s,
-            &info.writes,
-            settings.max_tracing_dim,
-            &mut FxHashMap::default(),
-            &mut visits,
-            &mut FxHashMap::default(),
-        );
         let new_info = |tn: &Tnode| NodeInfo {
             tn: tn.clone(),
             write_stmts: vec![],
@@ -318,21 +201,64 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
         }
         infos.push(info);
     }
-    for (id, count) in visits.counts() {
-        if let Some(n) = nodes.get_mut(&id) {
-            n.max_visits = n.max_visits.max(count);
-        }
-    }
     for n in nodes.values_mut() {
         n.inline_blocker =
             inline_blocker(n, stmts, &infos).or_else(|| contraction_blocker(n, stmts, settings));
         n.cheap =
             !n.write_stmts.is_empty() && n.write_stmts.iter().all(|&w| infos[w].reads.is_empty());
     }
+    // Visits are counted only where they can decide a memory mode (see `visits_matter`), and
+    // only statements reading such a node are traced.
+    let wanted: FxHashSet<usize> = nodes
+        .values()
+        .filter(|n| visits_matter(n, settings))
+        .map(|n| n.tn.id())
+        .collect();
+    let mut traced: Vec<usize> = nodes
+        .values()
+        .filter(|n| wanted.contains(&n.tn.id()))
+        .flat_map(|n| n.read_stmts.iter().copied())
+        .collect();
+    traced.sort_unstable();
+    traced.dedup();
+    let counted: Vec<(usize, FxHashSet<usize>)> = traced
+        .into_iter()
+        .map(|k| {
+            let ids = infos[k]
+                .reads
+                .iter()
+                .map(|(tn, _)| tn.id())
+                .filter(|&id| wanted.contains(&id))
+                .filter(|&id| !infos[k].writes.iter().any(|w| w.id() == id))
+                .collect();
+            (k, ids)
+        })
+        .collect();
+    for (id, count) in visits::max_visits(stmts, &counted, settings.max_tracing_dim) {
+        if let Some(n) = nodes.get_mut(&id) {
+            n.max_visits = count;
+        }
+    }
     Analysis {
         nodes,
         stmts: infos,
     }
+}
+
+/// Whether a node's visit count can decide its memory mode: only a node that may still become
+/// virtual (not an input or a result, which are materialized; not blocked from inlining; not
+/// cheap, which is inlined however often it is read) is refused for being read more than
+/// `virtualize_max_visits` times per element.
+fn visits_matter(n: &NodeInfo, settings: &OptimizeSettings) -> bool {
+    settings.enable_virtualization
+        && !n.input
+        && !n.is_output()
+        && !n.cheap
+        && n.inline_blocker.is_none()
+        && n.tn.padding().is_none()
+        && n.tn
+            .memory_mode()
+            .is_none_or(|m| m.mode.covers(crate::memory::MemoryMode::Virtual))
 }
 
 /// A node computed by a contraction large enough for a blocked matrix product is never

@@ -11,6 +11,7 @@ mod fuse;
 pub mod memory_plan;
 mod simplify;
 mod virtualize;
+mod visits;
 
 pub use context::OptimizeCtx;
 
