@@ -179,6 +179,9 @@ pub(crate) struct KernelRenderer<'a> {
     pub(crate) symbols: HashMap<Symbol, String>,
     pub(crate) loop_counter: usize,
     pub(crate) locals: HashMap<usize, String>,
+    /// Local variables named so far (`v0`, `v1`, ...): a counter rather than the size of
+    /// `locals`, which also holds accumulator lanes that come and go.
+    pub(crate) local_counter: usize,
     pub(crate) routine: String,
 }
 
@@ -216,6 +219,7 @@ fn render_kernel(
         symbols: HashMap::new(),
         loop_counter: 0,
         locals: HashMap::new(),
+        local_counter: 0,
         routine: r.name.clone(),
     };
     let mut out = String::new();
@@ -445,11 +449,13 @@ impl KernelRenderer<'_> {
     }
 
     pub(crate) fn local(&mut self, id: usize) -> String {
-        let n = self.locals.len();
-        self.locals
-            .entry(id)
-            .or_insert_with(|| format!("v{n}"))
-            .clone()
+        if let Some(name) = self.locals.get(&id) {
+            return name.clone();
+        }
+        let name = format!("v{}", self.local_counter);
+        self.local_counter += 1;
+        self.locals.insert(id, name.clone());
+        name
     }
 
     /// `for (i = from; i < to; ++i) { body }` with a fresh name bound to `index` while the body

@@ -174,8 +174,12 @@ impl KernelRenderer<'_> {
         // Parameters: the statement's arrays by position, the merge buffer, the statics.
         let kernel_nodes = std::mem::take(&mut self.nodes);
         let kernel_merge = self.merge.clone();
+        // Loop indices and local variables are numbered from 0 in each function, so that
+        // statements differing only in the numbering render alike.
         let kernel_counter = self.loop_counter;
         self.loop_counter = 0;
+        let kernel_locals = std::mem::take(&mut self.locals);
+        let kernel_local_counter = std::mem::replace(&mut self.local_counter, 0);
         let mut params: Vec<(String, String)> = Vec::new();
         let mut args: Vec<String> = Vec::new();
         for tn in s.nodes() {
@@ -207,6 +211,8 @@ impl KernelRenderer<'_> {
         self.nodes = kernel_nodes;
         self.merge = kernel_merge;
         self.loop_counter = kernel_counter;
+        self.locals = kernel_locals;
+        self.local_counter = kernel_local_counter;
         rendered?;
         let outlines = sched.is_some_and(|s| {
             s.parallel.is_some()

@@ -252,6 +252,7 @@ fn render_routine(
             symbols: symbols.clone(),
             loop_counter: 0,
             locals: HashMap::new(),
+            local_counter: 0,
             routine: r.name.clone(),
         };
         let Some((shape, why, body)) = render_pass(&mut k, stmt.unwrapped())? else {
