@@ -61,8 +61,10 @@ pub struct GradProgram {
 }
 
 /// `grad[P] += contribution[C]`, summing over the contribution's extra and broadcast axes
-/// (shapes aligned on their last axes).
-fn accumulate_into(grad: &arrayjit_ir::Tnode, c: &Tensor) -> Result<Assignments> {
+/// (shapes aligned on their last axes). The first contribution to a gradient (`first`) starts
+/// from zero instead of adding to the gradient's old value, so no gradient is zero-filled
+/// before it is written.
+fn accumulate_into(grad: &arrayjit_ir::Tnode, c: &Tensor, first: bool) -> Result<Assignments> {
     let (rp, rc) = (grad.dims().len(), c.dims().len());
     if rp > rc {
         return Err(Error::ShapeMismatch {
@@ -78,7 +80,7 @@ fn accumulate_into(grad: &arrayjit_ir::Tnode, c: &Tensor) -> Result<Assignments>
     let letters: String = (0..rc).map(|i| (b'a' + i as u8) as char).collect();
     let spec = format!("{letters}->{}", &letters[rc - rp..]);
     Ok(Assignments::Accum {
-        initialize_neutral: false,
+        initialize_neutral: first,
         accum: BinOp::Add,
         lhs: grad.clone(),
         rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(c.node().clone())),
@@ -100,14 +102,10 @@ pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
     let mut stmts = Vec::new();
     let mut emitted = HashSet::new();
     emit(&order, &mut emitted, &mut stmts);
-    for t in order.iter().filter(|t| t.requires_grad()) {
-        let g = t.grad_or_create()?;
-        let seed = if t.0.id == loss.0.id { 1.0 } else { 0.0 };
-        stmts.push(Assignments::Fetch {
-            array: g.clone(),
-            op: FetchOp::Constant(seed),
-        });
-    }
+    // The contributions to each gradient, gathered first: a gradient's first contribution
+    // writes it, later ones add to it, and only gradients with none are zero-filled.
+    let mut backprop = Vec::new();
+    let mut contributed: HashSet<usize> = HashSet::new();
     for t in order.iter().rev() {
         let Some(backward) = &t.0.backward else {
             continue;
@@ -119,9 +117,29 @@ pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
             if !p.requires_grad() {
                 continue;
             }
-            emit(&topological_order(&[&c]), &mut emitted, &mut stmts);
-            stmts.push(accumulate_into(p.grad_or_create()?, &c)?);
+            // The loss's own gradient is the seed; a contribution to it (a loss that feeds
+            // itself cannot happen in a DAG) would add to the seed.
+            let first = p.0.id != loss.0.id && contributed.insert(p.0.id);
+            backprop.push((p.clone(), c, first));
         }
+    }
+    for t in order.iter().filter(|t| t.requires_grad()) {
+        let g = t.grad_or_create()?;
+        if t.0.id == loss.0.id {
+            stmts.push(Assignments::Fetch {
+                array: g.clone(),
+                op: FetchOp::Constant(1.0),
+            });
+        } else if !contributed.contains(&t.0.id) {
+            stmts.push(Assignments::Fetch {
+                array: g.clone(),
+                op: FetchOp::Constant(0.0),
+            });
+        }
+    }
+    for (p, c, first) in backprop {
+        emit(&topological_order(&[&c]), &mut emitted, &mut stmts);
+        stmts.push(accumulate_into(p.grad_or_create()?, &c, first)?);
     }
     let params = order
         .iter()

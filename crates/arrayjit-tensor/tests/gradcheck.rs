@@ -272,3 +272,35 @@ fn out_of_range_ids_are_refused_on_entry() {
         "a refused update changes nothing"
     );
 }
+
+/// Backprop writes each gradient with its first contribution (no zero-fill before it) and adds
+/// the later ones: a tensor used twice, a broadcast bias (whose first contribution is a sum),
+/// and a residual add all get their finite-difference gradients.
+#[test]
+fn gradients_are_written_by_their_first_contribution() {
+    use arrayjit_ir::{Assignments, FetchOp};
+    let a = param("a", &[3, 4], &spread(12, -1.5, 1.5));
+    let b = param("b", &[4], &[0.3, -0.4, 0.5, -0.6]);
+    let build = || -> Result<Tensor> {
+        let h = a.mul(&a)?.add(&b)?;
+        h.tanh()?.add(&h)
+    };
+    check("residual", &[&a, &b], build());
+    let loss = build().unwrap().sum_all().unwrap();
+    let grads = grad_program(&loss).unwrap();
+    let Assignments::Seq(stmts) = &grads.program else {
+        panic!("a sequence")
+    };
+    let fills: Vec<f64> = stmts
+        .iter()
+        .filter_map(|s| match s {
+            Assignments::Fetch {
+                array,
+                op: FetchOp::Constant(v),
+            } if array.debug_name().starts_with("grad") => Some(*v),
+            _ => None,
+        })
+        .collect();
+    // Only the loss's seed: every other gradient has a contribution that writes it.
+    assert_eq!(fills, vec![1.0]);
+}

@@ -7,6 +7,7 @@ use rustc_hash::FxHashSet;
 
 use crate::indexing::{AxisIndex, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
+use crate::ops::{BinOp, UnOp};
 use crate::tnode::Tnode;
 
 use super::OptimizeSettings;
@@ -43,6 +44,8 @@ pub(super) struct NodeInfo {
     /// Its computation reads no array (constants and indices only), so recomputing it at every
     /// use costs nothing: it may be inlined however often it is read.
     pub cheap: bool,
+    /// The node it is a plain copy of, if it is one (see `plain_copy_source`).
+    pub copy_of: Option<Tnode>,
 }
 
 impl NodeInfo {
@@ -174,6 +177,7 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
             max_visits: 0,
             inline_blocker: None,
             cheap: false,
+            copy_of: None,
         };
         for tn in &info.writes {
             let n = nodes.entry(tn.id()).or_insert_with(|| new_info(tn));
@@ -206,6 +210,10 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
             inline_blocker(n, stmts, &infos).or_else(|| contraction_blocker(n, stmts, settings));
         n.cheap =
             !n.write_stmts.is_empty() && n.write_stmts.iter().all(|&w| infos[w].reads.is_empty());
+        n.copy_of = match n.write_stmts[..] {
+            [w] => plain_copy_source(&stmts[w], &n.tn),
+            _ => None,
+        };
     }
     // Visits are counted only where they can decide a memory mode (see `visits_matter`), and
     // only statements reading such a node are traced.
@@ -242,6 +250,39 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
     Analysis {
         nodes,
         stmts: infos,
+    }
+}
+
+/// The node statement `s` copies into `tn`, if it is a plain copy: a loop nest whose one `Set`
+/// writes `tn` at some index with the value of another node of the same shape and precision at
+/// the same index (`0 + x`, as a first gradient contribution lowers, and `id(x)` count as `x`).
+/// Inlining such a node replaces each read of it by a read of the node it copies, which costs
+/// the same as long as that node is computed once.
+fn plain_copy_source(s: &LowLevel, tn: &Tnode) -> Option<Tnode> {
+    let LowLevel::Set { tn: t, idcs, value } = s.perfect_nest().1 else {
+        return None;
+    };
+    let mut v = value;
+    loop {
+        v = match v {
+            ScalarExpr::Unop(UnOp::Identity, x) => x,
+            ScalarExpr::Binop(BinOp::Add, z, x) if matches!(**z, ScalarExpr::Constant(c) if c == 0.0) => {
+                x
+            }
+            _ => break,
+        };
+    }
+    match v {
+        ScalarExpr::Get(src, read)
+            if t == tn
+                && src != tn
+                && read == idcs
+                && src.dims() == tn.dims()
+                && src.prec() == tn.prec() =>
+        {
+            Some(src.clone())
+        }
+        _ => None,
     }
 }
 

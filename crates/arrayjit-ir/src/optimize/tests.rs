@@ -118,6 +118,62 @@ fn broadcast_reads_keep_a_node_local() {
     assert!(y.is_materialized());
 }
 
+/// A plain copy read many times per element is inlined (its readers read what it copies), and
+/// the node it copies is computed once; a copy through `0 + x` (how a first gradient
+/// contribution lowers) counts too. Results are unchanged.
+#[test]
+fn plain_copies_are_inlined_and_their_source_is_computed_once() {
+    for neutral_start in [false, true] {
+        let x = hosted(Prec::F32, &[4], "x", |i| i as f64 * 0.5);
+        let e = Tnode::new(Prec::F32, &[4], &["e"]).unwrap();
+        let c = Tnode::new(Prec::F32, &[4], &["c"]).unwrap();
+        let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
+        y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+        let copy = if neutral_start {
+            Assignments::einsum(
+                "i->i",
+                BinOp::Add,
+                &c,
+                AccumRhs::Unop(UnOp::Identity, Operand::Node(e.clone())),
+                true,
+            )
+            .unwrap()
+        } else {
+            Assignments::pointwise_unop(&c, UnOp::Identity, &e)
+        };
+        let a = Assignments::pointwise_unop(&e, UnOp::Exp, &x)
+            .then(copy)
+            .then(
+                Assignments::einsum(
+                    "i,j->ij",
+                    BinOp::Arg2,
+                    &y,
+                    AccumRhs::Binop(
+                        BinOp::Mul,
+                        Operand::Node(c.clone()),
+                        Operand::Node(c.clone()),
+                    ),
+                    false,
+                )
+                .unwrap(),
+            );
+        let opt = optimize("copy", &[], &a, &OptimizeSettings::default()).unwrap();
+        assert!(c.known_virtual(), "{}", opt.memory_report());
+        let kept = e.memory_mode().unwrap();
+        assert!(!e.known_virtual(), "{}", opt.memory_report());
+        assert!(kept.provenance.contains("plain copy"), "{kept}");
+        assert_eq!(top_level_statements(&opt.code), 2, "{}", opt.code);
+        let mut env = InterpEnv::from_host_arrays(&opt.code);
+        env.run(&opt.code, &[]).unwrap();
+        let ex: Vec<f64> = (0..4).map(|i| (i as f64 * 0.5).exp()).collect();
+        for (k, got) in env.values(&y).unwrap().into_iter().enumerate() {
+            let want = ex[k / 4] * ex[k % 4];
+            assert!((got - want).abs() <= 1e-5 * want, "{got} vs {want}");
+        }
+    }
+}
+
 #[test]
 fn a_virtual_request_that_cannot_hold_is_an_error() {
     let x = hosted(Prec::F32, &[4], "x", |i| i as f64);
