@@ -175,6 +175,11 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
                 for (int64_t k = 0; k < kcb; ++k) dst[k * {mr} + i] = 0;
               }}
             }}
+          }} else if (h == {mr}) {{
+            /* A full sliver of a column-major A: mr contiguous elements per k, copied with a
+               constant length (vector moves, not an element loop). */
+            for (int64_t k = 0; k < kcb; ++k)
+              memcpy(dst + k * {mr}, A + (ic + i0) + (pc + k) * csA, sizeof({t}) * {mr});
           }} else {{
             for (int64_t k = 0; k < kcb; ++k) {{
               const {t} *src = A + (ic + i0) + (pc + k) * csA;
