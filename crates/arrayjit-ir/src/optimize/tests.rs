@@ -22,6 +22,18 @@ fn hosted(prec: Prec, dims: &[usize], label: &str, values: impl Fn(usize) -> f64
     t
 }
 
+/// `y[i, j] = op(a[i], b[j])`.
+fn outer(y: &Tnode, op: BinOp, a: &Tnode, b: &Tnode) -> Assignments {
+    Assignments::einsum(
+        "i,j->ij",
+        BinOp::Arg2,
+        y,
+        AccumRhs::Binop(op, Operand::Node(a.clone()), Operand::Node(b.clone())),
+        false,
+    )
+    .unwrap()
+}
+
 fn top_level_statements(code: &LowLevel) -> usize {
     match code {
         LowLevel::Seq(items) => items.len(),
@@ -96,20 +108,7 @@ fn broadcast_reads_keep_a_node_local() {
     let x = hosted(Prec::F32, &[4], "x", |i| i as f64);
     let e = Tnode::new(Prec::F32, &[4], &["e"]).unwrap();
     let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
-    let a = Assignments::pointwise_unop(&e, UnOp::Exp, &x).then(
-        Assignments::einsum(
-            "i,j->ij",
-            BinOp::Arg2,
-            &y,
-            AccumRhs::Binop(
-                BinOp::Mul,
-                Operand::Node(e.clone()),
-                Operand::Node(e.clone()),
-            ),
-            false,
-        )
-        .unwrap(),
-    );
+    let a = Assignments::pointwise_unop(&e, UnOp::Exp, &x).then(outer(&y, BinOp::Mul, &e, &e));
     let opt = optimize("outer", &[], &a, &OptimizeSettings::default()).unwrap();
     let mode = e.memory_mode().unwrap();
     assert_eq!(mode.mode, MemoryMode::Local);
@@ -144,20 +143,7 @@ fn plain_copies_are_inlined_and_their_source_is_computed_once() {
         };
         let a = Assignments::pointwise_unop(&e, UnOp::Exp, &x)
             .then(copy)
-            .then(
-                Assignments::einsum(
-                    "i,j->ij",
-                    BinOp::Arg2,
-                    &y,
-                    AccumRhs::Binop(
-                        BinOp::Mul,
-                        Operand::Node(c.clone()),
-                        Operand::Node(c.clone()),
-                    ),
-                    false,
-                )
-                .unwrap(),
-            );
+            .then(outer(&y, BinOp::Mul, &c, &c));
         let opt = optimize("copy", &[], &a, &OptimizeSettings::default()).unwrap();
         assert!(c.known_virtual(), "{}", opt.memory_report());
         let kept = e.memory_mode().unwrap();
@@ -181,20 +167,7 @@ fn a_virtual_request_that_cannot_hold_is_an_error() {
     let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
     s.update_memory_mode(MemoryMode::Virtual, "test: fuse it")
         .unwrap();
-    let a = Assignments::pointwise_unop(&s, UnOp::Sqrt, &x).then(
-        Assignments::einsum(
-            "i,j->ij",
-            BinOp::Arg2,
-            &y,
-            AccumRhs::Binop(
-                BinOp::Add,
-                Operand::Node(s.clone()),
-                Operand::Node(x.clone()),
-            ),
-            false,
-        )
-        .unwrap(),
-    );
+    let a = Assignments::pointwise_unop(&s, UnOp::Sqrt, &x).then(outer(&y, BinOp::Add, &s, &x));
     let err = optimize("bad", &[], &a, &OptimizeSettings::default()).unwrap_err();
     assert!(matches!(err, Error::Optimization { .. }), "{err}");
     assert!(err.to_string().contains("virtual"), "{err}");
@@ -383,20 +356,7 @@ fn a_failed_optimization_changes_no_memory_mode() {
         .unwrap();
     let a = Assignments::pointwise_unop(&mid, UnOp::Neg, &x)
         .then(Assignments::pointwise_unop(&s, UnOp::Sqrt, &mid))
-        .then(
-            Assignments::einsum(
-                "i,j->ij",
-                BinOp::Arg2,
-                &y,
-                AccumRhs::Binop(
-                    BinOp::Add,
-                    Operand::Node(s.clone()),
-                    Operand::Node(x.clone()),
-                ),
-                false,
-            )
-            .unwrap(),
-        );
+        .then(outer(&y, BinOp::Add, &s, &x));
     let before: Vec<_> = [&x, &mid, &s, &y].iter().map(|t| t.memory_mode()).collect();
     assert!(optimize("fails", &[], &a, &OptimizeSettings::default()).is_err());
     let after: Vec<_> = [&x, &mid, &s, &y].iter().map(|t| t.memory_mode()).collect();
