@@ -125,15 +125,15 @@ pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
     }
     for t in order.iter().filter(|t| t.requires_grad()) {
         let g = t.grad_or_create()?;
-        if t.0.id == loss.0.id {
+        let fill = if t.0.id == loss.0.id {
+            Some(1.0)
+        } else {
+            (!contributed.contains(&t.0.id)).then_some(0.0)
+        };
+        if let Some(v) = fill {
             stmts.push(Assignments::Fetch {
                 array: g.clone(),
-                op: FetchOp::Constant(1.0),
-            });
-        } else if !contributed.contains(&t.0.id) {
-            stmts.push(Assignments::Fetch {
-                array: g.clone(),
-                op: FetchOp::Constant(0.0),
+                op: FetchOp::Constant(v),
             });
         }
     }

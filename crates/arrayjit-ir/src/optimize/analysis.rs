@@ -297,9 +297,63 @@ fn visits_matter(n: &NodeInfo, settings: &OptimizeSettings) -> bool {
         && !n.cheap
         && n.inline_blocker.is_none()
         && n.tn.padding().is_none()
-        && n.tn
-            .memory_mode()
-            .is_none_or(|m| m.mode.covers(crate::memory::MemoryMode::Virtual))
+        && may_be_virtual(&n.tn)
+}
+
+/// Whether the node's memory mode (if any) still allows it to be virtual.
+pub(super) fn may_be_virtual(tn: &Tnode) -> bool {
+    tn.memory_mode()
+        .is_none_or(|m| m.mode.covers(crate::memory::MemoryMode::Virtual))
+}
+
+/// The plain copies that are inlined although they are read more often than the visit limit,
+/// by id, and the node kept (computed once) at the root of each one's copy chain, with why: a
+/// reader of such a copy reads what it copies instead, so the copy costs neither memory nor a
+/// pass of its own. A copy whose root was requested virtual is left to the visit limit.
+pub(super) fn copies_to_inline(
+    analysis: &Analysis,
+    settings: &OptimizeSettings,
+) -> (HashSet<usize>, BTreeMap<Tnode, String>) {
+    let mut inlined = HashSet::new();
+    let mut kept = BTreeMap::new();
+    if !settings.enable_virtualization {
+        return (inlined, kept);
+    }
+    for info in analysis.nodes.values() {
+        let Some(mut root) = info.copy_of.clone() else {
+            continue;
+        };
+        if info.max_visits <= settings.virtualize_max_visits
+            || info.inline_blocker.is_some()
+            || !may_be_virtual(&info.tn)
+        {
+            continue;
+        }
+        // Bounded: a (malformed) cycle of copies ends the walk.
+        for _ in 0..analysis.nodes.len() {
+            match analysis
+                .nodes
+                .get(&root.id())
+                .and_then(|n| n.copy_of.clone())
+            {
+                Some(next) => root = next,
+                None => break,
+            }
+        }
+        if root.known_virtual() {
+            continue;
+        }
+        inlined.insert(info.tn.id());
+        kept.entry(root).or_insert_with(|| {
+            format!(
+                "{} is a plain copy of it read {} times per element, so it is computed once and \
+                 the copy is inlined",
+                info.tn.debug_name(),
+                info.max_visits
+            )
+        });
+    }
+    (inlined, kept)
 }
 
 /// A node computed by a contraction large enough for a blocked matrix product is never

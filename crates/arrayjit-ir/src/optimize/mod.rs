@@ -418,54 +418,14 @@ fn decide_memory_modes(
         }
         tn.update_memory_mode(MemoryMode::NeverVirtual, format!("optimizer: {why}"))
     };
-    let may_be_virtual = |tn: &Tnode| {
-        tn.memory_mode()
-            .is_none_or(|m| m.mode.covers(MemoryMode::Virtual))
-    };
-    // A plain copy read more often than the visit limit is still inlined (its readers read what
-    // it copies instead) when the node at the root of its copy chain is computed once: that
-    // node is kept, and the copy costs neither memory nor a pass of its own.
-    let mut kept_for_copies: BTreeMap<Tnode, String> = BTreeMap::new();
-    let mut inlined_copies: std::collections::HashSet<usize> = std::collections::HashSet::new();
-    if settings.enable_virtualization {
-        for info in analysis.nodes.values() {
-            let Some(mut root) = info.copy_of.clone() else {
-                continue;
-            };
-            if info.max_visits <= settings.virtualize_max_visits
-                || info.inline_blocker.is_some()
-                || !may_be_virtual(&info.tn)
-            {
-                continue;
-            }
-            let mut hops = 0;
-            while let Some(next) = analysis
-                .nodes
-                .get(&root.id())
-                .and_then(|n| n.copy_of.clone())
-                && hops < analysis.nodes.len()
-            {
-                root = next;
-                hops += 1;
-            }
-            if root.known_virtual() {
-                continue;
-            }
-            inlined_copies.insert(info.tn.id());
-            kept_for_copies.entry(root).or_insert_with(|| {
-                format!(
-                    "{} is a plain copy of it read {} times per element, so it is computed once and the copy is inlined",
-                    info.tn.debug_name(),
-                    info.max_visits
-                )
-            });
-        }
-    }
+    // Plain copies read more often than the visit limit are inlined all the same, and what
+    // they copy is kept.
+    let (inlined_copies, kept_for_copies) = analysis::copies_to_inline(analysis, settings);
     // Virtualization candidates.
     let mut candidates: BTreeMap<Tnode, ()> = BTreeMap::new();
     for info in analysis.nodes.values() {
         let tn = &info.tn;
-        if !may_be_virtual(tn) {
+        if !analysis::may_be_virtual(tn) {
             continue;
         }
         let blocker = if !settings.enable_virtualization {
