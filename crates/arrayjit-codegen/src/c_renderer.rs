@@ -574,6 +574,16 @@ impl KernelRenderer<'_> {
                 let x = self.affine(i)?;
                 c_syntax::convert(&format!("(int64_t)({x})"), Prec::I64, prec, self.helpers)
             }
+            ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step,
+            } => {
+                let index = self.affine(index)?;
+                let step = self.expr(step, Prec::U32, depth, prelude)?;
+                c_syntax::render_random(*seed, *stream, &index, &step, prec, self.helpers)
+            }
             ScalarExpr::Gather {
                 symbol,
                 extent,

@@ -88,6 +88,8 @@ pub enum Helper {
     Un(UnOp, Prec),
     /// A binary operation at a compute precision.
     Bin(BinOp, Prec),
+    /// The random op's uniform value (`arrayjit_ir::random::device_uniform`), as `float`.
+    PhiloxUniform,
 }
 
 fn int_limits(p: Prec) -> (String, String) {
@@ -305,6 +307,23 @@ fn bin_helper_name(op: BinOp) -> &'static str {
     }
 }
 
+/// Renders the random op's uniform value at compute precision `p`: `index` is a 64-bit integer
+/// expression, `step` a `u32` one.
+pub fn render_random(
+    seed: u64,
+    stream: u32,
+    index: &str,
+    step: &str,
+    p: Prec,
+    helpers: &mut BTreeSet<Helper>,
+) -> String {
+    helpers.insert(Helper::PhiloxUniform);
+    let u = format!(
+        "aj_philox_uniform({seed}ull, {stream}u, (uint64_t)(int64_t)({index}), (uint32_t)({step}))"
+    );
+    convert(&u, Prec::F32, p, helpers)
+}
+
 /// Renders `op(a, b)` at compute precision `p`, recording the helpers it needs.
 pub fn render_binop(
     op: BinOp,
@@ -456,6 +475,21 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
   if ((x & 0x8000u) && (x & 0x17fffu)) return (uint16_t)((x >> 16) + 1u);
   return (uint16_t)(x >> 16);
+}}"
+        ),
+        // Philox4x32-10 (the rounds of `arrayjit_ir::random::Philox::block_with`); 24 bits of
+        // the first word scaled to [0, 1), exact in float.
+        Helper::PhiloxUniform => format!(
+            "{pre} float aj_philox_uniform(uint64_t seed, uint32_t stream, uint64_t index, uint32_t step) {{
+  uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32), c2 = stream, c3 = step;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {{
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1; c3 = (uint32_t)p0; c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }}
+  return (float)(c0 >> 8) * 5.9604644775390625e-8f;
 }}"
         ),
         Helper::FloatToInt(p) => {

@@ -61,6 +61,20 @@ pub enum FetchOp {
     ConstantFill(Vec<f64>),
     /// Every element holds its own flat (row-major, logical) position.
     RangeOverOffsets,
+    /// Every element holds a uniform random value in `[0, 1)`: element at flat (row-major)
+    /// position `i` is [`crate::random::device_uniform`]`(seed, stream, i, step)`, where `step` is
+    /// the value of the one-element node `step` when the code runs (converted to `u32`). The
+    /// values depend on nothing else, so a virtual node recomputes the same values wherever it
+    /// is read.
+    Random {
+        /// The Philox key.
+        seed: u64,
+        /// Separates the draws made with one seed (one stream per random tensor).
+        stream: u32,
+        /// A one-element node (any precision) whose value selects the draw, advanced by the
+        /// program between runs.
+        step: Tnode,
+    },
     /// The node is slice `batch` of `sliced` along its first axis; the node's dims are `sliced`'s
     /// dims without the first.
     Slice {
@@ -468,6 +482,17 @@ fn neutral_fill(tn: &Tnode, value: f64) -> LowLevel {
     )
 }
 
+/// The row-major flat position of the element at iterators `its` over `dims`.
+fn flat_position(its: &[Symbol], dims: &[usize]) -> AxisIndex {
+    let mut stride = 1i64;
+    let mut terms = Vec::new();
+    for (&s, &d) in its.iter().zip(dims).rev() {
+        terms.push((stride, s));
+        stride *= d as i64;
+    }
+    AxisIndex::affine(terms, 0)
+}
+
 fn lower_fetch(
     array: &Tnode,
     op: &FetchOp,
@@ -484,17 +509,39 @@ fn lower_fetch(
     };
     match op {
         FetchOp::Constant(c) => Ok(loop_nest(&its, &dims, set(ScalarExpr::Constant(*c)))),
-        FetchOp::RangeOverOffsets => {
-            let mut stride = 1i64;
-            let mut terms = Vec::new();
-            for (&s, &d) in its.iter().zip(&dims).rev() {
-                terms.push((stride, s));
-                stride *= d as i64;
+        FetchOp::RangeOverOffsets => Ok(loop_nest(
+            &its,
+            &dims,
+            set(ScalarExpr::EmbedIndex(flat_position(&its, &dims))),
+        )),
+        FetchOp::Random { seed, stream, step } => {
+            if step.dims().iter().product::<usize>() != 1 {
+                return Err(shape_error(
+                    &what,
+                    format!(
+                        "the step node {} must hold one element, but its dims are {:?}",
+                        step.debug_name(),
+                        step.dims()
+                    ),
+                ));
             }
+            if !array.prec().is_float() {
+                return Err(Error::invalid(format!(
+                    "{what}: random uniform values need a float precision, not {}",
+                    array.prec().name()
+                )));
+            }
+            let step_value =
+                ScalarExpr::Get(step.clone(), vec![AxisIndex::Fixed(0); step.dims().len()]);
             Ok(loop_nest(
                 &its,
                 &dims,
-                set(ScalarExpr::EmbedIndex(AxisIndex::affine(terms, 0))),
+                set(ScalarExpr::Random {
+                    seed: *seed,
+                    stream: *stream,
+                    index: flat_position(&its, &dims),
+                    step: Box::new(step_value),
+                }),
             ))
         }
         FetchOp::ConstantFill(values) => {

@@ -289,6 +289,22 @@ impl State<'_> {
                 };
                 result?
             }
+            ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step,
+            } => {
+                let at = self.index(std::slice::from_ref(index))?[0];
+                let step = match self.expr(step, Prec::U32)?.convert(Prec::U32) {
+                    Scalar::I(i) => i as u32,
+                    Scalar::F(f) => f as u32,
+                };
+                Scalar::F(crate::random::device_uniform(
+                    *seed, *stream, at as u64, step,
+                ))
+                .convert(cp)
+            }
             ScalarExpr::Constant(c) => Scalar::F(*c).convert(cp),
             ScalarExpr::Unop(op, a) => {
                 let a = self.expr(a, prec)?;

@@ -19,6 +19,7 @@ pub mod ndarray;
 pub mod ops;
 pub mod optimize;
 pub mod prec;
+pub mod random;
 pub mod schedule;
 pub mod tnode;
 pub mod trace;

@@ -104,6 +104,20 @@ pub enum ScalarExpr {
         /// The read performed with `symbol` bound.
         read: Box<ScalarExpr>,
     },
+    /// A uniform random value in `[0, 1)`: [`crate::random::device_uniform`]`(seed, stream,
+    /// index, step)`, with `step` evaluated in `u32` precision (whatever the statement's
+    /// precision) and `index` as a 64-bit integer. Pure: the same inputs give the same value in
+    /// the interpreter and every backend.
+    Random {
+        /// The Philox key.
+        seed: u64,
+        /// The stream (third counter word).
+        stream: u32,
+        /// The position (first two counter words).
+        index: AxisIndex,
+        /// The step (last counter word), read at run time.
+        step: Box<ScalarExpr>,
+    },
     /// A constant (converted to the compute precision).
     Constant(f64),
     /// A unary operation.
@@ -159,6 +173,7 @@ impl ScalarExpr {
                 f(index);
                 f(read)
             }
+            ScalarExpr::Random { step, .. } => f(step),
             _ => {}
         }
     }
@@ -207,6 +222,17 @@ impl ScalarExpr {
                 let index = index.map_bottom_up(f);
                 ScalarExpr::gather(symbol, extent, index, read.map_bottom_up(f))
             }
+            ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step,
+            } => ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step: Box::new(step.map_bottom_up(f)),
+            },
             e => e,
         };
         f(rebuilt)
@@ -452,7 +478,9 @@ impl LowLevel {
             ScalarExpr::Get(_, idcs) | ScalarExpr::GetMerge(_, idcs) => {
                 idcs.iter().for_each(|i| out.extend(i.symbols()))
             }
-            ScalarExpr::EmbedIndex(i) => out.extend(i.symbols()),
+            ScalarExpr::EmbedIndex(i) | ScalarExpr::Random { index: i, .. } => {
+                out.extend(i.symbols())
+            }
             ScalarExpr::Gather { symbol, .. } => {
                 out.insert(*symbol);
             }
@@ -492,6 +520,17 @@ fn substitute_expr(e: ScalarExpr, subst: &HashMap<Symbol, AxisIndex>) -> ScalarE
             ScalarExpr::GetMerge(tn, i.into_iter().map(|i| i.substitute(subst)).collect())
         }
         ScalarExpr::EmbedIndex(i) => ScalarExpr::EmbedIndex(i.substitute(subst)),
+        ScalarExpr::Random {
+            seed,
+            stream,
+            index,
+            step,
+        } => ScalarExpr::Random {
+            seed,
+            stream,
+            index: index.substitute(subst),
+            step,
+        },
         ScalarExpr::LocalScope { id, body } => ScalarExpr::LocalScope {
             id,
             body: Box::new(body.substitute_all(subst)),
@@ -598,6 +637,15 @@ impl Printer {
                 format!("merge({}){}", t.debug_name(), self.idcs(idcs))
             }
             ScalarExpr::EmbedIndex(i) => format!("(index {})", self.idx(i)),
+            ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step,
+            } => {
+                let (index, step) = (self.idx(index), self.expr(step, depth));
+                format!("uniform(seed {seed}, stream {stream}, at {index}, step {step})")
+            }
             ScalarExpr::Gather {
                 symbol,
                 extent,

@@ -112,7 +112,7 @@ fn expr(e: &ScalarExpr, ranges: &mut HashMap<Symbol, (i64, i64)>) -> Result<()> 
             };
             return r;
         }
-        ScalarExpr::EmbedIndex(i) => {
+        ScalarExpr::EmbedIndex(i) | ScalarExpr::Random { index: i, .. } => {
             for s in i.symbols() {
                 if !ranges.contains_key(&s) {
                     return Err(Error::StaticIndex {

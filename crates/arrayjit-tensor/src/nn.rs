@@ -7,12 +7,14 @@
 //! Every parameter is drawn from the counter-based RNG with the model's seed and its own stream
 //! number, so a seed gives the same model on every backend and in every run. Activations are
 //! `[batch, time, width]`; attention keeps heads as their own axis (`[width, heads, head_width]`
-//! projections), so no reshape or transpose is materialized.
+//! projections), so no reshape or transpose is materialized. The `forward_with` variants
+//! apply [`Dropout`] for training; `forward` is the evaluation path.
 
 use arrayjit_ir::{Error, Prec, Result};
 
 use crate::init::Init;
 use crate::losses;
+use crate::rng::RandomStream;
 use crate::tensor::Tensor;
 
 /// Hands out parameter stream numbers in order, so that each parameter of a model draws from
@@ -207,6 +209,12 @@ impl CausalSelfAttention {
 
     /// `[batch, time, width] → [batch, time, width]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, None)
+    }
+
+    /// [`CausalSelfAttention::forward`], with dropout on the attention weights and the output
+    /// when training.
+    pub fn forward_with(&self, x: &Tensor, dropout: Option<&Dropout>) -> Result<Tensor> {
         let dims = x.dims();
         if dims.len() != 3 || dims[2] != self.query.dims()[0] {
             return Err(Error::ShapeMismatch {
@@ -229,13 +237,50 @@ impl CausalSelfAttention {
         let future = Tensor::causal_mask(x.prec(), time)?;
         let hidden = Tensor::full(x.prec(), &[], -1e9)?;
         let weights = Tensor::where_(&future, &hidden, &scores)?.softmax(3)?;
+        let weights = Dropout::maybe(dropout, &weights)?;
         let mixed = Tensor::einsum("bhts,bshe->bthe", &[&weights, &v])?;
-        Tensor::einsum("bthe,hed->btd", &[&mixed, &self.output])?.add(&self.biases[3])
+        let out = Tensor::einsum("bthe,hed->btd", &[&mixed, &self.output])?.add(&self.biases[3])?;
+        Dropout::maybe(dropout, &out)
     }
 
     /// The number of heads.
     pub fn heads(&self) -> usize {
         self.query.dims()[1]
+    }
+}
+
+/// Dropout while training: each use draws a fresh mask from the stream (see
+/// [`Tensor::dropout`]); add [`RandomStream::advance`] to the training step so every step
+/// draws new masks.
+#[derive(Clone, Debug)]
+pub struct Dropout {
+    /// The probability of zeroing an element, in `[0, 1]`.
+    pub p: f64,
+    /// Where the masks come from.
+    pub rng: RandomStream,
+}
+
+impl Dropout {
+    /// Dropout with probability `p` from a new stream keyed by `seed` (its step node labelled
+    /// `dropout_step`).
+    pub fn new(p: f64, seed: u64) -> Result<Dropout> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::invalid(format!(
+                "dropout probability {p} is outside [0, 1]"
+            )));
+        }
+        Ok(Dropout {
+            p,
+            rng: RandomStream::new(seed, "dropout_step")?,
+        })
+    }
+
+    /// `x` with dropout applied, or `x` itself without dropout.
+    pub fn maybe(dropout: Option<&Dropout>, x: &Tensor) -> Result<Tensor> {
+        match dropout {
+            Some(d) => x.dropout(d.p, &d.rng),
+            None => Ok(x.clone()),
+        }
     }
 }
 
@@ -287,12 +332,17 @@ impl Mlp {
 
     /// `[..., width] → [..., width]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, None)
+    }
+
+    /// [`Mlp::forward`], with dropout on the output when training.
+    pub fn forward_with(&self, x: &Tensor, dropout: Option<&Dropout>) -> Result<Tensor> {
         let h = self.up.forward(x)?;
         let h = match self.gelu {
             Gelu::Exact => h.gelu()?,
             Gelu::Tanh => h.gelu_tanh()?,
         };
-        self.down.forward(&h)
+        Dropout::maybe(dropout, &self.down.forward(&h)?)
     }
 }
 
@@ -312,8 +362,16 @@ pub struct DecoderBlock {
 impl DecoderBlock {
     /// `[batch, time, width] → [batch, time, width]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.add(&self.attention.forward(&self.norm1.forward(x)?)?)?;
-        x.add(&self.mlp.forward(&self.norm2.forward(&x)?)?)
+        self.forward_with(x, None)
+    }
+
+    /// [`DecoderBlock::forward`], with dropout in the attention and the MLP when training.
+    pub fn forward_with(&self, x: &Tensor, dropout: Option<&Dropout>) -> Result<Tensor> {
+        let attended = self
+            .attention
+            .forward_with(&self.norm1.forward(x)?, dropout)?;
+        let x = x.add(&attended)?;
+        x.add(&self.mlp.forward_with(&self.norm2.forward(&x)?, dropout)?)
     }
 }
 
@@ -435,8 +493,14 @@ impl Gpt {
     }
 
     /// Logits `[batch, time, vocabulary]` for ids `[batch, time]` (`time` at most the
-    /// context).
+    /// context), without dropout (evaluation and sampling).
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        self.forward_with(ids, None)
+    }
+
+    /// [`Gpt::forward`], with dropout (when given) after the embeddings, on the attention
+    /// weights, and on each block's attention and MLP outputs, as GPT-2 trains.
+    pub fn forward_with(&self, ids: &Tensor, dropout: Option<&Dropout>) -> Result<Tensor> {
         let c = &self.config;
         let dims = ids.dims();
         if dims.len() != 2 || dims[1] == 0 || dims[1] > c.context {
@@ -459,9 +523,10 @@ impl Gpt {
             )?;
             self.position_embedding.take(&first, 0)?
         };
-        let mut x = self.token_embedding.embedding(ids)?.add(&positions)?;
+        let embedded = self.token_embedding.embedding(ids)?.add(&positions)?;
+        let mut x = Dropout::maybe(dropout, &embedded)?;
         for block in &self.blocks {
-            x = block.forward(&x)?;
+            x = block.forward_with(&x, dropout)?;
         }
         let x = self.final_norm.forward(&x)?;
         Tensor::einsum("btd,vd->btv", &[&x, &self.token_embedding])
@@ -469,7 +534,17 @@ impl Gpt {
 
     /// The mean cross-entropy of predicting `targets` `[batch, time]` from `ids`.
     pub fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
-        losses::cross_entropy(&self.forward(ids)?, targets)
+        self.loss_with(ids, targets, None)
+    }
+
+    /// [`Gpt::loss`] through [`Gpt::forward_with`] (dropout when training).
+    pub fn loss_with(
+        &self,
+        ids: &Tensor,
+        targets: &Tensor,
+        dropout: Option<&Dropout>,
+    ) -> Result<Tensor> {
+        losses::cross_entropy(&self.forward_with(ids, dropout)?, targets)
     }
 
     /// The precision of the model's values.

@@ -1,108 +1,147 @@
-//! A counter-based random number generator (Philox4x32-10): the value at a position depends
-//! only on (seed, stream, position), so the same seed gives the same parameters and data on
-//! every backend and in any order of generation.
+//! Random numbers: the counter-based Philox generator (host-side draws for initialization and
+//! data, shared with the IR) and [`RandomStream`], which draws fresh uniform tensors inside
+//! routines at every step (dropout masks) without storing them.
 
-use arrayjit_ir::Result;
-use arrayjit_ir::fallible::try_collect;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Philox4x32 with 10 rounds, keyed by a seed and a stream id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Philox {
-    key: [u32; 2],
-    stream: u32,
+pub use arrayjit_ir::random::Philox;
+use arrayjit_ir::{
+    AccumRhs, Assignments, BinOp, Error, FetchOp, MemoryMode, MemoryType, Operand, Prec,
+    Projections, Result, Tnode, UnOp,
+};
+
+use crate::tensor::Tensor;
+
+/// Stream ids of routine draws start here, apart from the small ids host draws use.
+const FIRST_ROUTINE_STREAM: u32 = 0x8000_0000;
+
+/// A source of random tensors computed inside routines: draw `i` of a stream is Philox keyed
+/// by the seed at counter `(position, stream id of draw i, step)`, where `step` is a hosted
+/// `u32` scalar node read when the routine runs. Add [`RandomStream::advance`] to a training
+/// step's program so each run draws new values; save [`RandomStream::step`] with checkpoints
+/// to continue the same sequence.
+///
+/// A drawn tensor is recomputed wherever it is read (in the forward and the backward pass
+/// alike) when the optimizer inlines it, so a dropout mask costs no memory. The step is exact
+/// while it stays below 2^32; it wraps after that.
+#[derive(Clone, Debug)]
+pub struct RandomStream {
+    seed: u64,
+    step: Tensor,
+    /// The constant 1 the advance adds (one node, so advancing twice reuses it).
+    one: Tnode,
+    draws: Arc<AtomicU32>,
 }
 
-const M0: u32 = 0xD251_1F53;
-const M1: u32 = 0xCD9E_8D57;
-const W0: u32 = 0x9E37_79B9;
-const W1: u32 = 0xBB67_AE85;
+impl RandomStream {
+    /// A stream keyed by `seed`, at step 0, its step node labelled `label`.
+    pub fn new(seed: u64, label: &str) -> Result<RandomStream> {
+        let step = Tensor::input(Prec::U32, &[], label, &[0.0])?;
+        step.node().update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Nonconstant),
+            "random stream: the step that selects each run's draws",
+        )?;
+        Ok(RandomStream {
+            seed,
+            one: Tnode::new(Prec::U32, &[], &[&format!("{label}_increment")])?,
+            step,
+            draws: Arc::new(AtomicU32::new(0)),
+        })
+    }
 
-fn mulhilo(a: u32, b: u32) -> (u32, u32) {
-    let p = (a as u64) * (b as u64);
-    ((p >> 32) as u32, p as u32)
-}
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
 
-impl Philox {
-    /// A generator for `seed`; `stream` separates independent sequences (e.g. one per tensor).
-    pub fn new(seed: u64, stream: u32) -> Philox {
-        Philox {
-            key: [seed as u32, (seed >> 32) as u32],
-            stream,
+    /// The hosted `u32` step node (save it with checkpoints).
+    pub fn step(&self) -> &Tensor {
+        &self.step
+    }
+
+    /// The program that adds one to the step: run it after every read of this stream's draws
+    /// (at the end of a training step).
+    pub fn advance(&self) -> Assignments {
+        let step = self.step.node();
+        let one = self.one.clone();
+        Assignments::Fetch {
+            array: one.clone(),
+            op: FetchOp::Constant(1.0),
         }
+        .then(Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Add,
+            lhs: step.clone(),
+            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(one)),
+            projections: Projections::pointwise(step.dims(), 1),
+        })
     }
 
-    /// Four random words for counter `n`.
-    pub fn block(&self, n: u64) -> [u32; 4] {
-        let mut c = [n as u32, (n >> 32) as u32, self.stream, 0x4172_7261];
-        let mut k = self.key;
-        for _ in 0..10 {
-            let (hi0, lo0) = mulhilo(M0, c[0]);
-            let (hi1, lo1) = mulhilo(M1, c[2]);
-            c = [hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0];
-            k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
+    /// A tensor of `dims` holding uniform values in `[0, 1)` (24 random bits), fresh for this
+    /// call and for every step. No gradient flows through it.
+    pub fn uniform(&self, prec: Prec, dims: &[usize]) -> Result<Tensor> {
+        if !prec.is_float() {
+            return Err(Error::invalid(format!(
+                "random uniform values need a float precision, not {}",
+                prec.name()
+            )));
         }
-        c
-    }
-
-    /// A uniform value in `[0, 1)` at position `i`.
-    pub fn uniform(&self, i: u64) -> f64 {
-        let b = self.block(i);
-        let bits = ((b[0] as u64) << 21) ^ (b[1] as u64 >> 11);
-        (bits & ((1u64 << 53) - 1)) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A standard normal value at position `i` (Box–Muller on two uniform words).
-    pub fn normal(&self, i: u64) -> f64 {
-        let b = self.block(i);
-        let u1 = ((b[0] as f64) + 1.0) / 4_294_967_297.0;
-        let u2 = (b[1] as f64) / 4_294_967_296.0;
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
-
-    /// `n` uniform values in `[lo, hi)` (an [`arrayjit_ir::Error::OutOfMemory`] if `n` cannot be held).
-    pub fn uniform_vec(&self, n: usize, lo: f64, hi: f64) -> Result<Vec<f64>> {
-        try_collect(
-            n,
-            (0..n as u64).map(|i| lo + (hi - lo) * self.uniform(i)),
-            || format!("{n} uniform random values"),
-        )
-    }
-
-    /// `n` normal values with the given mean and standard deviation (an
-    /// [`arrayjit_ir::Error::OutOfMemory`] if `n` cannot be held).
-    pub fn normal_vec(&self, n: usize, mean: f64, std: f64) -> Result<Vec<f64>> {
-        try_collect(
-            n,
-            (0..n as u64).map(|i| mean + std * self.normal(i)),
-            || format!("{n} normal random values"),
-        )
+        let draw = self.draws.fetch_add(1, Ordering::Relaxed);
+        if draw >= FIRST_ROUTINE_STREAM {
+            return Err(Error::invalid(format!(
+                "random stream with seed {}: more than {FIRST_ROUTINE_STREAM} draws; make a new stream",
+                self.seed
+            )));
+        }
+        let tn = Tnode::new(prec, dims, &[&format!("uniform{draw}")])?;
+        let fill = Assignments::Fetch {
+            array: tn.clone(),
+            op: FetchOp::Random {
+                seed: self.seed,
+                stream: FIRST_ROUTINE_STREAM + draw,
+                step: self.step.node().clone(),
+            },
+        };
+        Ok(Tensor::custom(tn, fill, vec![self.step.clone()], None))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn same_seed_same_values_different_streams_differ() {
-        let a = Philox::new(7, 0);
-        assert_eq!(a.block(3), Philox::new(7, 0).block(3));
-        assert_ne!(a.block(3), Philox::new(7, 1).block(3));
-        assert_ne!(a.block(3), Philox::new(8, 0).block(3));
-        assert_ne!(a.block(3), a.block(4));
-    }
-
-    #[test]
-    fn uniform_and_normal_have_the_right_moments() {
-        let r = Philox::new(42, 0);
-        let n = 20_000;
-        let u = r.uniform_vec(n, 0.0, 1.0).unwrap();
-        assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
-        let mean: f64 = u.iter().sum::<f64>() / n as f64;
-        assert!((mean - 0.5).abs() < 0.01, "{mean}");
-        let z = r.normal_vec(n, 0.0, 1.0).unwrap();
-        let m: f64 = z.iter().sum::<f64>() / n as f64;
-        let v: f64 = z.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n as f64;
-        assert!(m.abs() < 0.03 && (v - 1.0).abs() < 0.05, "{m} {v}");
+impl Tensor {
+    /// Inverted dropout: each element is zeroed with probability `p` and the kept ones are
+    /// scaled by `1 / (1 - p)`, so the expected value is unchanged. The mask comes from `rng`
+    /// (fresh per call and per step) and is recomputed in the backward pass, not stored. `p`
+    /// must be in `[0, 1]`; `p == 0` returns the tensor unchanged, `p == 1` zeros.
+    pub fn dropout(&self, p: f64, rng: &RandomStream) -> Result<Tensor> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::invalid(format!(
+                "dropout probability {p} is outside [0, 1]"
+            )));
+        }
+        if p == 0.0 {
+            return Ok(self.clone());
+        }
+        let prec = if self.prec() == Prec::F64 {
+            Prec::F64
+        } else {
+            Prec::F32
+        };
+        let u = rng.uniform(prec, self.dims())?;
+        let dropped = u.cmplt(&Tensor::full(prec, &[], p)?)?;
+        let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+        let kept = Tensor::where_(
+            &dropped,
+            &Tensor::full(prec, &[], 0.0)?,
+            &Tensor::full(prec, &[], scale)?,
+        )?;
+        // Recomputing the mask where it is read (forward and backward) costs a few integer
+        // operations per element; storing it costs a write and a read of memory per use.
+        for t in [&u, &dropped, &kept] {
+            t.node().update_memory_mode(
+                MemoryMode::Virtual,
+                "dropout: the mask is recomputed from its counter where it is read, not stored",
+            )?;
+        }
+        self.mul(&kept)
     }
 }

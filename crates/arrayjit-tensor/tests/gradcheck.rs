@@ -304,3 +304,17 @@ fn gradients_are_written_by_their_first_contribution() {
     // Only the loss's seed: every other gradient has a contribution that writes it.
     assert_eq!(fills, vec![1.0]);
 }
+
+/// Dropout: with the step fixed the mask is fixed, so finite differences see the same mask the
+/// backward pass recomputes.
+#[test]
+fn dropout() {
+    let rng = arrayjit_tensor::rng::RandomStream::new(17, "dropout_step").unwrap();
+    let x = param("x", &[3, 5], &spread(15, -2.0, 2.0));
+    check("dropout", &[&x], x.dropout(0.4, &rng));
+    check(
+        "dropout of tanh",
+        &[&x],
+        x.tanh().unwrap().dropout(0.5, &rng),
+    );
+}

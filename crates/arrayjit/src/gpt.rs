@@ -1,7 +1,7 @@
 //! A character-level GPT trained with one compiled step: the model of
 //! [`arrayjit_tensor::nn::Gpt`], a vocabulary of the characters of a text, random windows of
 //! the text as batches, AdamW with gradient clipping, held-out loss, sampling, and checkpoints
-//! that resume training exactly (parameters and optimizer state).
+//! that resume training exactly (parameters, optimizer state and the dropout stream's step).
 //!
 //! Three routines are compiled together and linked into one context, so they share the
 //! parameters: the training step (forward, backprop, update), the loss alone (for held-out
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Tnode};
 use arrayjit_runtime::{Backend, Context, Routine};
-use arrayjit_tensor::nn::{Gpt, GptConfig};
+use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};
 use arrayjit_tensor::rng::Philox;
 use arrayjit_tensor::{Optimizer, Tensor, checkpoint, forward_program, grad_program};
 
@@ -118,7 +118,10 @@ pub struct TrainerConfig {
     pub optimizer: Optimizer,
     /// Global gradient-norm clipping.
     pub clip_norm: Option<f64>,
-    /// Seed of the parameters.
+    /// Dropout probability while training (0: none), applied as GPT-2 does (see
+    /// [`Gpt::forward_with`]); held-out loss and sampling run without it.
+    pub dropout: f64,
+    /// Seed of the parameters (and of the dropout masks).
     pub seed: u64,
 }
 
@@ -137,6 +140,7 @@ impl TrainerConfig {
                 weight_decay: 0.01,
             },
             clip_norm: Some(1.0),
+            dropout: 0.0,
             seed: 1,
         }
     }
@@ -195,8 +199,17 @@ impl GptTrainer {
     pub fn new(backend: &Backend, config: &TrainerConfig) -> Result<GptTrainer> {
         let c = config.model;
         let model = Gpt::new(c, config.seed)?;
+        let dropout = if config.dropout > 0.0 {
+            Some(Dropout::new(config.dropout, config.seed ^ 0xd209_0a7e)?)
+        } else {
+            None
+        };
         let zeros = |n: usize| vec![0; n];
-        let window = |label: &str, batch: usize, with_targets: bool| -> Result<Window> {
+        let window = |label: &str,
+                      batch: usize,
+                      with_targets: bool,
+                      dropout: Option<&Dropout>|
+         -> Result<Window> {
             let n = batch * c.context;
             let ids = Tensor::ids(&[batch, c.context], label, &zeros(n), c.vocabulary)?;
             let targets = if with_targets {
@@ -210,22 +223,28 @@ impl GptTrainer {
                 None
             };
             let out = match &targets {
-                Some(t) => model.loss(&ids, t)?,
+                Some(t) => model.loss_with(&ids, t, dropout)?,
                 None => model.forward(&ids)?,
             };
             hosted(&out, "gpt: read on the host")?;
             Ok(Window { ids, targets, out })
         };
-        let train = window("train_ids", config.batch, true)?;
-        let eval = window("eval_ids", config.batch, true)?;
-        let sample = window("sample_ids", 1, false)?;
+        let train = window("train_ids", config.batch, true, dropout.as_ref())?;
+        let eval = window("eval_ids", config.batch, true, None)?;
+        let sample = window("sample_ids", 1, false, None)?;
         let grads = grad_program(&train.out)?;
         let update = arrayjit_tensor::update_program_clipped(
             &config.optimizer,
             &grads.params,
             config.clip_norm,
         )?;
-        let step = grads.program.then(update.program.clone());
+        let mut step = grads.program.then(update.program.clone());
+        let mut state = update.state;
+        if let Some(d) = &dropout {
+            // After every read of the masks: the next step draws new ones.
+            step = step.then(d.rng.advance());
+            state.push(d.rng.step().clone());
+        }
         let started = Instant::now();
         let codes = backend.compile_batch(
             &[
@@ -248,7 +267,7 @@ impl GptTrainer {
             train_step,
             eval_loss,
             logits,
-            state: update.state,
+            state,
             learning_rate: update.lr,
             steps: 0,
             compile_and_link: started.elapsed(),

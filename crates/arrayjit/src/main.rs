@@ -77,6 +77,10 @@ struct GptArgs {
     /// Seed of the parameters and batches.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Dropout probability while training (after the embeddings, on attention weights and on
+    /// each block's outputs); 0 trains without dropout.
+    #[arg(long, default_value_t = 0.0)]
+    dropout: f64,
     /// Steps between held-out evaluations.
     #[arg(long, default_value_t = 100)]
     eval_every: u64,
@@ -208,6 +212,7 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     let mut config = TrainerConfig::small(vocab.len());
     config.batch = args.batch;
     config.seed = args.seed;
+    config.dropout = args.dropout;
     if let arrayjit::tensor::Optimizer::Adam { lr, .. } = &mut config.optimizer {
         *lr = args.lr;
     }

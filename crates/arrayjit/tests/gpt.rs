@@ -1,6 +1,7 @@
 //! The GPT demo's trainer on every backend: a tiny model's first loss is `ln(vocabulary)`
 //! (near-uniform predictions from small initial weights) and agrees across backends, training
-//! lowers it, and a checkpoint resumes training exactly where it stopped.
+//! lowers it, and a checkpoint resumes training exactly where it stopped; with dropout too, whose
+//! masks are the same on every backend.
 
 use arrayjit::gpt::{CharVocab, GptTrainer, TrainerConfig, batch};
 use arrayjit::tensor::nn::{Gelu, GptConfig};
@@ -22,11 +23,11 @@ fn config(vocabulary: usize) -> TrainerConfig {
     c
 }
 
-#[test]
-fn a_tiny_gpt_learns_and_agrees_on_every_backend() {
+/// Trains `c` for 40 steps on every backend; returns the first three losses of the first.
+fn learns_and_agrees_on_every_backend(c: &TrainerConfig) -> Vec<f64> {
     let vocab = CharVocab::from_text(TEXT);
     let data = vocab.encode(TEXT).unwrap();
-    let c = config(vocab.len());
+    let c = *c;
     let mut first_losses = Vec::new();
     for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
         let name = backend.name().to_string();
@@ -38,7 +39,7 @@ fn a_tiny_gpt_learns_and_agrees_on_every_backend() {
         }
         let uniform = (vocab.len() as f64).ln();
         assert!(
-            (losses[0] - uniform).abs() < 0.05,
+            (losses[0] - uniform).abs() < 0.05 + c.dropout,
             "{name}: first loss {} vs ln(V) = {uniform}",
             losses[0]
         );
@@ -58,15 +59,40 @@ fn a_tiny_gpt_learns_and_agrees_on_every_backend() {
             );
         }
     }
+    first_losses.swap_remove(0).1
+}
+
+#[test]
+fn a_tiny_gpt_learns_and_agrees_on_every_backend() {
+    let c = config(CharVocab::from_text(TEXT).len());
+    learns_and_agrees_on_every_backend(&c);
+}
+
+#[test]
+fn with_dropout_the_masks_agree_on_every_backend_and_training_still_learns() {
+    let mut c = config(CharVocab::from_text(TEXT).len());
+    let plain = learns_and_agrees_on_every_backend(&c);
+    c.dropout = 0.2;
+    let dropped = learns_and_agrees_on_every_backend(&c);
+    assert_ne!(plain[0], dropped[0], "dropout changes the first loss");
+    a_checkpoint_resumes_training_exactly_with(&c);
 }
 
 #[test]
 fn a_checkpoint_resumes_training_exactly() {
+    a_checkpoint_resumes_training_exactly_with(&config(CharVocab::from_text(TEXT).len()));
+}
+
+fn a_checkpoint_resumes_training_exactly_with(c: &TrainerConfig) {
     let vocab = CharVocab::from_text(TEXT);
     let data = vocab.encode(TEXT).unwrap();
-    let c = config(vocab.len());
+    let c = *c;
     let backend = arrayjit::default_backend().unwrap();
-    let dir = std::env::temp_dir().join(format!("arrayjit-gpt-test-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "arrayjit-gpt-test-{}-{}",
+        std::process::id(),
+        c.dropout
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("gpt.safetensors");
     let step = |t: &mut GptTrainer, s: u64| {

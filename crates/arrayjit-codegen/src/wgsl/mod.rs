@@ -626,6 +626,22 @@ impl PassRenderer<'_> {
                 let x = self.affine(i)?;
                 self.convert(&x, Prec::I32, prec)
             }
+            ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step,
+            } => {
+                let index = self.affine(index)?;
+                let step = self.expr(step, Prec::U32, depth, prelude)?;
+                self.helpers.insert(Helper::PhiloxUniform);
+                let u = format!(
+                    "aj_philox_uniform(vec2<u32>({}u, {}u), {stream}u, u32({index}), u32({step}))",
+                    *seed as u32,
+                    (*seed >> 32) as u32
+                );
+                self.convert(&u, Prec::F32, prec)
+            }
             ScalarExpr::Gather {
                 symbol,
                 extent,

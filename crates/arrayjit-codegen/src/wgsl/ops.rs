@@ -18,6 +18,9 @@ pub(super) enum Helper {
     F32ToBf16,
     /// `erf` in `f32` (WGSL has none).
     ErfF32,
+    /// The random op's uniform value (`arrayjit_ir::random::device_uniform`) in `f32`, for
+    /// positions below 2^32 (WGSL indices are 32-bit).
+    PhiloxUniform,
 }
 
 /// How a precision WGSL has no type for is packed into 32-bit words: elements per word's
@@ -312,6 +315,20 @@ pub(super) fn helper_source(h: Helper) -> String {
         Helper::F32ToBf16 => "fn aj_f32_to_bf16(x: f32) -> u32 {\n  let b = bitcast<u32>(x);\n  \
              if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n  \
              return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;\n}\n"
+            .into(),
+        // Philox4x32-10 as in the C helper; WGSL has no 64-bit product, so the high word of
+        // each 32x32 product is assembled from 16-bit halves (no partial sum overflows).
+        Helper::PhiloxUniform => "fn aj_mulhi(a: u32, b: u32) -> u32 {\n  \
+             let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;\n  \
+             let cross = ((al * bl) >> 16u) + ((ah * bl) & 0xffffu) + al * bh;\n  \
+             return ah * bh + ((ah * bl) >> 16u) + (cross >> 16u);\n}\n\
+             fn aj_philox_uniform(k: vec2<u32>, stream: u32, index: u32, step: u32) -> f32 {\n  \
+             var c = vec4<u32>(index, 0u, stream, step);\n  var key = k;\n  \
+             for (var r = 0; r < 10; r++) {\n    \
+             let n = vec4<u32>(aj_mulhi(0xCD9E8D57u, c.z) ^ c.y ^ key.x, 0xCD9E8D57u * c.z, \
+             aj_mulhi(0xD2511F53u, c.x) ^ c.w ^ key.y, 0xD2511F53u * c.x);\n    \
+             c = n;\n    key = key + vec2<u32>(0x9E3779B9u, 0xBB67AE85u);\n  }\n  \
+             return f32(c.x >> 8u) * 5.9604644775390625e-8f;\n}\n"
             .into(),
         // |x| < 0.5: the Taylor series to x⁹ (relative error under 1e-6); beyond, Abramowitz and
         // Stegun 7.1.26 (absolute error under 1.5e-7), odd in x.

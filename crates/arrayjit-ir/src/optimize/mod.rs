@@ -33,7 +33,9 @@ use crate::schedule::{Schedule, ScheduleSettings};
 /// Optimizer settings (thresholds are data, so that tests and heuristics can vary them).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OptimizeSettings {
-    /// A node is inlined only if no element is read more than this many times.
+    /// A node is inlined only if no element is read more than this many times, unless it is
+    /// cheap to recompute, a plain copy, or requested [`MemoryMode::Virtual`] (which accepts
+    /// the recomputation).
     pub virtualize_max_visits: usize,
     /// A node is inlined only if its inlined computation (with everything inlined into it) has
     /// at most this many expression nodes. Sizes compound along chains of virtual nodes; the
@@ -435,6 +437,9 @@ fn decide_memory_modes(
         } else if info.max_visits > settings.virtualize_max_visits
             && !info.cheap
             && !inlined_copies.contains(&tn.id())
+            // The visit limit weighs recomputation against memory; a node requested virtual
+            // (a dropout mask recomputed from its counter) has made that choice.
+            && !tn.known_virtual()
         {
             Some(format!(
                 "an element is read {} times (more than virtualize_max_visits = {})",

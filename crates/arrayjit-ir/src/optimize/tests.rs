@@ -164,13 +164,39 @@ fn plain_copies_are_inlined_and_their_source_is_computed_once() {
 fn a_virtual_request_that_cannot_hold_is_an_error() {
     let x = hosted(Prec::F32, &[4], "x", |i| i as f64);
     let s = Tnode::new(Prec::F32, &[4], &["s"]).unwrap();
-    let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[4], &["y"]).unwrap();
     s.update_memory_mode(MemoryMode::Virtual, "test: fuse it")
         .unwrap();
-    let a = Assignments::pointwise_unop(&s, UnOp::Sqrt, &x).then(outer(&y, BinOp::Add, &s, &x));
+    // `x` changes between `s`'s computation and its use: inlining would read the new `x`.
+    let a = Assignments::pointwise_unop(&s, UnOp::Sqrt, &x)
+        .then(Assignments::pointwise_unop(&x, UnOp::Neg, &x))
+        .then(Assignments::pointwise_binop(&y, BinOp::Add, &s, &x));
     let err = optimize("bad", &[], &a, &OptimizeSettings::default()).unwrap_err();
     assert!(matches!(err, Error::Optimization { .. }), "{err}");
     assert!(err.to_string().contains("virtual"), "{err}");
+}
+
+/// The visit limit weighs recomputation against memory; a node requested virtual is inlined
+/// however often it is read, and computes the same values.
+#[test]
+fn a_virtual_request_accepts_recomputation() {
+    let x = hosted(Prec::F32, &[4], "x", |i| i as f64);
+    let s = Tnode::new(Prec::F32, &[4], &["s"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
+    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    s.update_memory_mode(MemoryMode::Virtual, "test: recompute it")
+        .unwrap();
+    let a = Assignments::pointwise_unop(&s, UnOp::Sqrt, &x).then(outer(&y, BinOp::Add, &s, &x));
+    let opt = optimize("recompute", &[], &a, &OptimizeSettings::default()).unwrap();
+    assert!(s.known_virtual(), "{}", opt.memory_report());
+    assert_eq!(top_level_statements(&opt.code), 1, "{}", opt.code);
+    let mut env = InterpEnv::from_host_arrays(&opt.code);
+    env.run(&opt.code, &[]).unwrap();
+    for (k, got) in env.values(&y).unwrap().into_iter().enumerate() {
+        let want = ((k / 4) as f64).sqrt() + (k % 4) as f64;
+        assert!((got - want).abs() <= 1e-6 * (1.0 + want), "{got} vs {want}");
+    }
 }
 
 #[test]
@@ -354,9 +380,11 @@ fn a_failed_optimization_changes_no_memory_mode() {
     let y = Tnode::new(Prec::F32, &[4, 4], &["y"]).unwrap();
     s.update_memory_mode(MemoryMode::Virtual, "test: fuse it")
         .unwrap();
+    // `mid` changes between `s`'s computation and its use, so `s` cannot be inlined.
     let a = Assignments::pointwise_unop(&mid, UnOp::Neg, &x)
         .then(Assignments::pointwise_unop(&s, UnOp::Sqrt, &mid))
-        .then(outer(&y, BinOp::Add, &s, &x));
+        .then(Assignments::pointwise_unop(&mid, UnOp::Exp, &x))
+        .then(outer(&y, BinOp::Add, &s, &mid));
     let before: Vec<_> = [&x, &mid, &s, &y].iter().map(|t| t.memory_mode()).collect();
     assert!(optimize("fails", &[], &a, &OptimizeSettings::default()).is_err());
     let after: Vec<_> = [&x, &mid, &s, &y].iter().map(|t| t.memory_mode()).collect();

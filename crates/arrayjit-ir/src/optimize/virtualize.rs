@@ -95,6 +95,17 @@ impl Inlined<'_> {
                 let index = self.expr(*index);
                 ScalarExpr::gather(symbol, extent, index, self.expr(*read))
             }
+            ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step,
+            } => ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step: Box::new(self.expr(*step)),
+            },
             e => e,
         }
     }
@@ -218,6 +229,17 @@ impl Instantiation<'_> {
             ScalarExpr::Get(t, idcs) => ScalarExpr::Get(t.clone(), self.idcs(idcs)),
             ScalarExpr::GetMerge(t, idcs) => ScalarExpr::GetMerge(t.clone(), self.idcs(idcs)),
             ScalarExpr::EmbedIndex(i) => ScalarExpr::EmbedIndex(i.substitute(&self.symbols)),
+            ScalarExpr::Random {
+                seed,
+                stream,
+                index,
+                step,
+            } => ScalarExpr::Random {
+                seed: *seed,
+                stream: *stream,
+                index: index.substitute(&self.symbols),
+                step: Box::new(self.expr(step)),
+            },
             ScalarExpr::LocalScope { id, body } => {
                 let id = self.local(*id);
                 ScalarExpr::LocalScope {

@@ -663,5 +663,6 @@ pub fn all_cases() -> Result<Vec<Case>> {
     .chain(super::contractions::contraction_cases()?)
     .chain(super::fusion::fusion_cases()?)
     .chain(super::gathers::gather_cases()?)
+    .chain(super::random::random_cases()?)
     .collect())
 }

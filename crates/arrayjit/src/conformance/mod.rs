@@ -6,6 +6,7 @@ mod cases;
 mod contractions;
 mod fusion;
 mod gathers;
+mod random;
 mod required;
 
 use arrayjit_ir::{Assignments, Error, InterpEnv, Prec, Result, StaticSymbol, Tnode};
