@@ -1,5 +1,16 @@
-//! Reshape: row-major order is kept by going through a flat copy (`x[i, j, ...] → flat[Σ i·s]`
-//! and `flat[Σ j·s'] → out[j, ...]`), so both steps have affine index maps.
+//! Reshape as a view wherever the layout allows. The axes of the two shapes fall into groups
+//! with equal products (axes of size 1 belong to none); row-major order is kept when each group
+//! of input axes is read as one flat axis and split into its output axes.
+//!
+//! - A group with one input axis is a *split* (or the axis unchanged): the output reads the
+//!   input at an affine index (`out[h, e] = x[h·E + e]`), a plain copy the optimizer inlines
+//!   into every reader, so nothing is stored or copied.
+//! - A group with several input axes is a *merge*: their flat position is not an affine
+//!   function of the output's index, so those axes are first copied into one flat axis
+//!   (`mid[Σ aᵢ·sᵢ] = x[a…]`, one pass over the input), and the output is a view of that.
+//!
+//! Splits, unit axes added or removed, and `keepdim` reductions therefore cost nothing; merges
+//! (flattening heads, `[b, t, d] → [b·t, d]`) cost one copy, where a flat round trip cost two.
 
 use std::sync::Arc;
 
@@ -9,12 +20,51 @@ use arrayjit_ir::{
 
 use crate::tensor::Tensor;
 
-fn flat_index(its: &[Symbol], dims: &[usize]) -> AxisIndex {
+/// A group of axes with equal products: input axes `inputs` and output axes `outputs` (indices
+/// into the shapes, unit axes excluded).
+#[derive(Debug)]
+struct Group {
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+}
+
+/// The groups of `from` → `to` (same number of elements, none zero).
+fn groups(from: &[usize], to: &[usize]) -> Vec<Group> {
+    let ins: Vec<usize> = (0..from.len()).filter(|&a| from[a] != 1).collect();
+    let outs: Vec<usize> = (0..to.len()).filter(|&a| to[a] != 1).collect();
+    let (mut i, mut o) = (0, 0);
+    let mut out = Vec::new();
+    while i < ins.len() && o < outs.len() {
+        let mut g = Group {
+            inputs: vec![ins[i]],
+            outputs: vec![outs[o]],
+        };
+        let (mut pi, mut po) = (from[ins[i]], to[outs[o]]);
+        while pi != po {
+            if pi < po {
+                i += 1;
+                g.inputs.push(ins[i]);
+                pi *= from[ins[i]];
+            } else {
+                o += 1;
+                g.outputs.push(outs[o]);
+                po *= to[outs[o]];
+            }
+        }
+        i += 1;
+        o += 1;
+        out.push(g);
+    }
+    out
+}
+
+/// The row-major flat position of axes `axes` of `dims` at iterators `its`.
+fn flat_index(axes: &[usize], its: &[Symbol], dims: &[usize]) -> AxisIndex {
     let mut stride = 1i64;
     let mut terms = Vec::new();
-    for (s, &d) in its.iter().zip(dims).rev() {
-        terms.push((stride, *s));
-        stride *= d as i64;
+    for &a in axes.iter().rev() {
+        terms.push((stride, its[a]));
+        stride *= dims[a] as i64;
     }
     AxisIndex::affine(terms, 0)
 }
@@ -26,6 +76,7 @@ fn copy(
     rhs_idx: Vec<AxisIndex>,
     space: &[usize],
     its: Vec<Symbol>,
+    what: &str,
 ) -> Assignments {
     Assignments::Accum {
         initialize_neutral: false,
@@ -39,40 +90,124 @@ fn copy(
             rhs_dims: vec![rhs.dims().to_vec()],
             project_lhs: lhs_idx,
             project_rhs: vec![rhs_idx],
-            debug_info: "reshape".into(),
+            debug_info: what.into(),
         },
     }
 }
 
+fn iterators(dims: &[usize]) -> Vec<Symbol> {
+    dims.iter().map(|_| Symbol::fresh()).collect()
+}
+
+fn plain(its: &[Symbol]) -> Vec<AxisIndex> {
+    its.iter().map(|&s| AxisIndex::Iterator(s)).collect()
+}
+
+/// `x` in shape `dims` (same number of elements, checked by the caller).
 pub(crate) fn reshape(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
-    let n: usize = x.dims().iter().product();
     let label = format!("{}_reshaped", x.label());
-    let flat = Tnode::new(x.prec(), &[n], &[&format!("{label}_flat")])?;
     let out = Tnode::new(x.prec(), dims, &[&label])?;
-    let its_in: Vec<Symbol> = x.dims().iter().map(|_| Symbol::fresh()).collect();
-    let to_flat = copy(
-        &flat,
-        vec![flat_index(&its_in, x.dims())],
-        x.node(),
-        its_in.iter().map(|&s| AxisIndex::Iterator(s)).collect(),
-        x.dims(),
-        its_in.clone(),
-    );
-    let its_out: Vec<Symbol> = dims.iter().map(|_| Symbol::fresh()).collect();
-    let from_flat = copy(
-        &out,
-        its_out.iter().map(|&s| AxisIndex::Iterator(s)).collect(),
-        &flat,
-        vec![flat_index(&its_out, dims)],
-        dims,
-        its_out.clone(),
-    );
+    let from = x.dims();
+    let forward = if from.contains(&0) {
+        // No elements: nothing to copy.
+        Assignments::Noop
+    } else {
+        let groups = groups(from, dims);
+        // The node the output views, with one index per axis: `x` itself when no group
+        // merges, else `mid`, one axis per group.
+        let merge = groups.iter().any(|g| g.inputs.len() > 1);
+        let its_out = iterators(dims);
+        if merge {
+            let mid_dims: Vec<usize> = groups
+                .iter()
+                .map(|g| g.inputs.iter().map(|&a| from[a]).product())
+                .collect();
+            let mid = Tnode::new(x.prec(), &mid_dims, &[&format!("{label}_merged")])?;
+            let its_in = iterators(from);
+            let to_mid = copy(
+                &mid,
+                groups
+                    .iter()
+                    .map(|g| flat_index(&g.inputs, &its_in, from))
+                    .collect(),
+                x.node(),
+                plain(&its_in),
+                from,
+                its_in.clone(),
+                "reshape (merge)",
+            );
+            let view = copy(
+                &out,
+                plain(&its_out),
+                &mid,
+                groups
+                    .iter()
+                    .map(|g| flat_index(&g.outputs, &its_out, dims))
+                    .collect(),
+                dims,
+                its_out,
+                "reshape (view)",
+            );
+            to_mid.then(view)
+        } else {
+            let mut read = vec![AxisIndex::Fixed(0); from.len()];
+            for g in &groups {
+                read[g.inputs[0]] = flat_index(&g.outputs, &its_out, dims);
+            }
+            copy(
+                &out,
+                plain(&its_out),
+                x.node(),
+                read,
+                dims,
+                its_out,
+                "reshape (view)",
+            )
+        }
+    };
     Ok(Tensor::custom(
         out,
-        to_flat.then(from_flat),
+        forward,
         vec![x.clone()],
         Some(Arc::new(|out, g| {
             Ok(vec![Some(g.reshape(out.parents()[0].dims())?)])
         })),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(g: &[Group]) -> Vec<(Vec<usize>, Vec<usize>)> {
+        g.iter()
+            .map(|g| (g.inputs.clone(), g.outputs.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn axes_group_by_equal_products_and_unit_axes_belong_to_none() {
+        // Split heads, merge heads, a mixed group, unit axes.
+        assert_eq!(
+            shape(&groups(&[2, 3, 8], &[2, 3, 2, 4])),
+            vec![
+                (vec![0], vec![0]),
+                (vec![1], vec![1]),
+                (vec![2], vec![2, 3])
+            ]
+        );
+        assert_eq!(
+            shape(&groups(&[2, 2, 4], &[2, 8])),
+            vec![(vec![0], vec![0]), (vec![1, 2], vec![1])]
+        );
+        assert_eq!(
+            shape(&groups(&[6, 4], &[4, 6])),
+            vec![(vec![0, 1], vec![0, 1])]
+        );
+        assert_eq!(
+            shape(&groups(&[1, 5, 1, 3], &[5, 3, 1])),
+            vec![(vec![1], vec![0]), (vec![3], vec![1])]
+        );
+        assert!(groups(&[1, 1], &[1]).is_empty());
+    }
 }

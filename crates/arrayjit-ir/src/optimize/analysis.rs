@@ -254,12 +254,15 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
 }
 
 /// The node statement `s` copies into `tn`, if it is a plain copy: a loop nest whose one `Set`
-/// writes `tn` at some index with the value of another node of the same shape and precision at
-/// the same index (`0 + x`, as a first gradient contribution lowers, and `id(x)` count as `x`).
-/// Inlining such a node replaces each read of it by a read of the node it copies, which costs
-/// the same as long as that node is computed once.
+/// writes `tn` with the value of one element of another node of the same precision (`0 + x`, as
+/// a first gradient contribution lowers, and `id(x)` count as `x`), either at the same index
+/// (same shape), or as a view: every element of `tn` written once, at plain loop iterators, from
+/// an element of the source at any index (a reshape, transpose, slice or broadcast). Inlining
+/// such a node replaces each read of it by a read of the node it copies, which costs the same as
+/// long as that node is computed once.
 fn plain_copy_source(s: &LowLevel, tn: &Tnode) -> Option<Tnode> {
-    let LowLevel::Set { tn: t, idcs, value } = s.perfect_nest().1 else {
+    let (loops, inner) = s.perfect_nest();
+    let LowLevel::Set { tn: t, idcs, value } = inner else {
         return None;
     };
     let mut v = value;
@@ -276,14 +279,39 @@ fn plain_copy_source(s: &LowLevel, tn: &Tnode) -> Option<Tnode> {
         ScalarExpr::Get(src, read)
             if t == tn
                 && src != tn
-                && read == idcs
-                && src.dims() == tn.dims()
-                && src.prec() == tn.prec() =>
+                && src.prec() == tn.prec()
+                && ((read == idcs && src.dims() == tn.dims())
+                    || writes_each_element_once(&loops, idcs, tn.dims())) =>
         {
             Some(src.clone())
         }
         _ => None,
     }
+}
+
+/// Whether a perfect nest of `loops` around a write at `idcs` writes each element of a node of
+/// `dims` exactly once: each axis is indexed by its own loop running over the whole axis (or is
+/// fixed at 0 on an axis of size 1), and no loop is left over.
+fn writes_each_element_once(
+    loops: &[(Symbol, i64, i64)],
+    idcs: &[AxisIndex],
+    dims: &[usize],
+) -> bool {
+    let mut used = 0;
+    idcs.len() == dims.len()
+        && idcs.iter().zip(dims).all(|(i, &d)| match i {
+            AxisIndex::Iterator(s) => {
+                used += 1;
+                loops.iter().filter(|(l, ..)| l == s).count() == 1
+                    && idcs.iter().filter(|j| *j == i).count() == 1
+                    && loops
+                        .iter()
+                        .any(|&(l, from, to)| l == *s && from == 0 && to == d as i64)
+            }
+            AxisIndex::Fixed(0) => d == 1,
+            _ => false,
+        })
+        && used == loops.len()
 }
 
 /// Whether a node's visit count can decide its memory mode: only a node that may still become

@@ -2,9 +2,13 @@
 //! into one loop (softmax over rows of odd lengths, f32 and f64: maximum, exponentials, sum,
 //! division), and square programs whose second pass reads other rows of what the first wrote
 //! (column sums, a transpose), which must not be fused even though the loops have the same
-//! range.
+//! range; and views (copies at a remapped index, as reshapes lower) inlined into readers that
+//! read them several times.
 
-use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, UnOp};
+use arrayjit_ir::{
+    AccumRhs, Assignments, AxisIndex, BinOp, Operand, Prec, Projections, Result, Symbol, Tnode,
+    UnOp,
+};
 
 use super::Case;
 use super::cases::{case, output};
@@ -113,11 +117,98 @@ fn cross_row_passes() -> Result<Case> {
     Ok(case("unfused_cross_row_passes", program, vec![a, cols, t]))
 }
 
+/// `lhs[its] = rhs[rhs_idx]` over `lhs`'s dims (a copy at a remapped index).
+fn remapped_copy(
+    lhs: &Tnode,
+    rhs: &Tnode,
+    its: Vec<Symbol>,
+    rhs_idx: Vec<AxisIndex>,
+) -> Assignments {
+    Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Arg2,
+        lhs: lhs.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(rhs.clone())),
+        projections: Projections {
+            product_space: lhs.dims().to_vec(),
+            product_iterators: its.clone(),
+            lhs_dims: lhs.dims().to_vec(),
+            rhs_dims: vec![rhs.dims().to_vec()],
+            project_lhs: its.into_iter().map(AxisIndex::Iterator).collect(),
+            project_rhs: vec![rhs_idx],
+            debug_info: "view".into(),
+        },
+    }
+}
+
+/// A split view (`v[a, b, c] = e[a, 3b + c]`), a transposed view with a unit axis
+/// (`t[c, 0, a] = e[a, c]`) and a merged copy (`m[3a + b, c] = x[a, b, c]`), each read several
+/// times per element by a later statement.
+fn views_read_many_times() -> Result<Case> {
+    let x = fractions(Prec::F32, &[4, 6], "x", 3)?;
+    let e = Tnode::new(Prec::F32, &[4, 6], &["e"])?;
+    let v = Tnode::new(Prec::F32, &[4, 2, 3], &["split_view"])?;
+    let t = Tnode::new(Prec::F32, &[6, 1, 4], &["transposed_view"])?;
+    let y = output(Prec::F32, &[4, 2, 3], "split_squared")?;
+    let z = output(Prec::F32, &[6, 1, 4], "transposed_squared")?;
+    let x3 = fractions(Prec::F32, &[2, 3, 4], "x3", 5)?;
+    let m = Tnode::new(Prec::F32, &[6, 4], &["merged"])?;
+    let w = output(Prec::F32, &[6, 4], "merged_squared")?;
+    let [a, b, c] = [Symbol::fresh(), Symbol::fresh(), Symbol::fresh()];
+    let [p, q, r] = [Symbol::fresh(), Symbol::fresh(), Symbol::fresh()];
+    let [i, j, k] = [Symbol::fresh(), Symbol::fresh(), Symbol::fresh()];
+    let square = |out: &Tnode, of: &Tnode| Assignments::pointwise_binop(out, BinOp::Mul, of, of);
+    let program = Assignments::pointwise_unop(&e, UnOp::Exp, &x)
+        .then(remapped_copy(
+            &v,
+            &e,
+            vec![a, b, c],
+            vec![
+                AxisIndex::Iterator(a),
+                AxisIndex::affine([(3, b), (1, c)], 0),
+            ],
+        ))
+        .then(square(&y, &v))
+        .then(Assignments::pointwise_binop(&y, BinOp::Add, &y, &v))
+        .then(remapped_copy(
+            &t,
+            &e,
+            vec![p, q, r],
+            vec![AxisIndex::Iterator(r), AxisIndex::Iterator(p)],
+        ))
+        .then(square(&z, &t))
+        .then(Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Arg2,
+            lhs: m.clone(),
+            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(x3.clone())),
+            projections: Projections {
+                product_space: vec![2, 3, 4],
+                product_iterators: vec![i, j, k],
+                lhs_dims: vec![6, 4],
+                rhs_dims: vec![vec![2, 3, 4]],
+                project_lhs: vec![
+                    AxisIndex::affine([(3, i), (1, j)], 0),
+                    AxisIndex::Iterator(k),
+                ],
+                project_rhs: vec![vec![
+                    AxisIndex::Iterator(i),
+                    AxisIndex::Iterator(j),
+                    AxisIndex::Iterator(k),
+                ]],
+                debug_info: "merge".into(),
+            },
+        })
+        .then(square(&w, &m));
+    Ok(case("views_read_many_times", program, vec![y, z, w]))
+}
+
 /// The fusion cases.
 pub fn fusion_cases() -> Result<Vec<Case>> {
     Ok(vec![
         fused_softmax_rows()?,
         fused_softmax_long_f32_rows()?,
         cross_row_passes()?,
+        views_read_many_times()?,
     ])
 }
