@@ -195,7 +195,23 @@ impl Tensor {
                 ),
             });
         }
-        crate::reshape::reshape(self, dims)
+        crate::views::reshape(self, dims)
+    }
+
+    /// Elements `start..start + len` along `axis` (PyTorch's `narrow`), as a view: nothing is
+    /// copied when the optimizer inlines it. The gradient is zero outside the window.
+    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor> {
+        let dims = self.dims();
+        if axis >= dims.len() || start.checked_add(len).is_none_or(|end| end > dims[axis]) {
+            return Err(Error::ShapeMismatch {
+                op: "narrow".into(),
+                detail: format!(
+                    "elements {start}..{} along axis {axis} of shape {dims:?} are out of range",
+                    start.saturating_add(len)
+                ),
+            });
+        }
+        crate::views::narrow(self, axis, start, len)
     }
 }
 

@@ -19,9 +19,9 @@ pub mod losses;
 pub mod nn;
 mod normalize;
 pub mod optim;
-mod reshape;
 pub mod rng;
 pub mod tensor;
+mod views;
 
 pub use autodiff::{GradProgram, forward_program, grad_program};
 pub use init::Init;

@@ -232,6 +232,12 @@ fn row_operations_and_integer_cross_entropy() {
     );
     check("rms_norm", &[&x, &gain], x.rms_norm(&gain, 1e-5));
     check("sum_keepdim", &[&x], x.sum_keepdim(&[1]));
+    check("narrow", &[&x], x.narrow(2, 1, 2));
+    check(
+        "narrow of a reshape",
+        &[&x],
+        x.reshape(&[6, 4]).and_then(|r| r.narrow(0, 2, 3)),
+    );
     check("max_keepdim", &[&x], x.max_keepdim(&[2]));
     let targets = Tensor::ids(&[2, 3], "targets", &[0, 3, 2, 2, 1, 0], 4).unwrap();
     check("cross_entropy", &[&x], losses::cross_entropy(&x, &targets));

@@ -1,6 +1,6 @@
-//! Reshapes against row-major order (NumPy's `reshape`), forward and backward, and the cost the
-//! optimizer gives them: splits, unit axes and `keepdim` are views (nothing stored), a merge is
-//! one copy.
+//! Views: reshapes against row-major order (NumPy's `reshape`) and slices (`narrow`), forward
+//! and backward, and the cost the optimizer gives them: splits, unit axes, `keepdim`, slices
+//! and transposes are views (nothing stored), a merge is one copy.
 
 use arrayjit_ir::{InterpEnv, LowLevel, MemoryMode, MemoryType, OptimizeSettings, Prec, optimize};
 use arrayjit_tensor::{Init, Tensor, forward_program, grad_program};
@@ -109,4 +109,66 @@ fn splits_are_views_and_a_merge_is_one_copy() {
         "the merge copy and the product:\n{}",
         opt.code
     );
+}
+
+/// `narrow` reads the window; its gradient is zero outside it; bad windows are errors.
+#[test]
+fn narrow_reads_a_window_and_its_gradient_is_zero_outside() {
+    let x = iota(&[3, 5]);
+    let y = x.narrow(1, 1, 3).unwrap();
+    assert_eq!(y.dims(), &[3, 3]);
+    let code = forward_program(&[&y]).lower(&[]).unwrap();
+    assert_eq!(
+        values(&code, y.node()),
+        vec![1.0, 2.0, 3.0, 6.0, 7.0, 8.0, 11.0, 12.0, 13.0]
+    );
+    let w = Tensor::input(
+        Prec::F64,
+        &[3, 3],
+        "w",
+        &[1., 2., 3., 4., 5., 6., 7., 8., 9.],
+    )
+    .unwrap();
+    let loss = y.mul(&w).unwrap().sum_all().unwrap();
+    let code = grad_program(&loss).unwrap().program.lower(&[]).unwrap();
+    assert_eq!(
+        values(&code, x.grad().unwrap()),
+        vec![0., 1., 2., 3., 0., 0., 4., 5., 6., 0., 0., 7., 8., 9., 0.]
+    );
+    for (axis, start, len) in [(2, 0, 1), (1, 3, 3), (0, usize::MAX, 2)] {
+        let err = x.narrow(axis, start, len).unwrap_err().to_string();
+        assert!(err.contains("out of range"), "{err}");
+    }
+    let err = x.narrow(0, 1, 0).unwrap_err().to_string();
+    assert!(err.contains("at least 1"), "an empty window: {err}");
+}
+
+/// A slice and a transpose read several times per element are inlined like a split.
+#[test]
+fn slices_and_transposes_are_views() {
+    let x = Tensor::input(Prec::F32, &[4, 6], "x", &[0.5; 24]).unwrap();
+    let e = x.exp().unwrap();
+    let window = e.narrow(1, 2, 3).unwrap();
+    let transposed = e.transpose(&[1, 0]).unwrap();
+    let y = window.mul(&window).unwrap();
+    let z = transposed.mul(&transposed).unwrap();
+    for t in [&y, &z] {
+        t.node()
+            .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+            .unwrap();
+    }
+    let opt = optimize(
+        "views",
+        &[],
+        &forward_program(&[&y, &z]),
+        &OptimizeSettings::default(),
+    )
+    .unwrap();
+    assert!(window.node().known_virtual(), "{}", opt.memory_report());
+    assert!(transposed.node().known_virtual(), "{}", opt.memory_report());
+    let v = (0.5f32.exp() as f64).powi(2);
+    for t in [&y, &z] {
+        let got = values(&opt.code, t.node());
+        assert!(got.iter().all(|g| (g - v).abs() < 1e-5), "{got:?}");
+    }
 }

@@ -1,3 +1,7 @@
+//! Views: reshapes and slices that read their input in place wherever the layout allows
+//! (transposes, einsum copies, are views through the same optimizer rule: a copy written once
+//! per element at plain iterators is inlined into its readers, and its source is kept).
+//!
 //! Reshape as a view wherever the layout allows. The axes of the two shapes fall into groups
 //! with equal products (axes of size 1 belong to none); row-major order is kept when each group
 //! of input axes is read as one flat axis and split into its output axes.
@@ -108,10 +112,7 @@ pub(crate) fn reshape(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     let label = format!("{}_reshaped", x.label());
     let out = Tnode::new(x.prec(), dims, &[&label])?;
     let from = x.dims();
-    let forward = if from.contains(&0) {
-        // No elements: nothing to copy.
-        Assignments::Noop
-    } else {
+    let forward = {
         let groups = groups(from, dims);
         // The node the output views, with one index per axis: `x` itself when no group
         // merges, else `mid`, one axis per group.
@@ -172,6 +173,61 @@ pub(crate) fn reshape(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
         Some(Arc::new(|out, g| {
             Ok(vec![Some(g.reshape(out.parents()[0].dims())?)])
         })),
+    ))
+}
+
+/// `x[..., start..start + len, ...]` along `axis` (checked by the caller): a view reading `x`
+/// at an offset; the gradient is `g` placed in the window of zeros of `x`'s shape.
+pub(crate) fn narrow(x: &Tensor, axis: usize, start: usize, len: usize) -> Result<Tensor> {
+    let mut dims = x.dims().to_vec();
+    dims[axis] = len;
+    let out = Tnode::new(x.prec(), &dims, &[&format!("{}_narrowed", x.label())])?;
+    let its = iterators(&dims);
+    let mut read = plain(&its);
+    read[axis] = AxisIndex::affine([(1, its[axis])], start as i64);
+    let view = copy(
+        &out,
+        plain(&its),
+        x.node(),
+        read,
+        &dims,
+        its,
+        "narrow (view)",
+    );
+    Ok(Tensor::custom(
+        out,
+        view,
+        vec![x.clone()],
+        Some(Arc::new(move |out, g| {
+            Ok(vec![Some(widen(g, out.parents()[0].dims(), axis, start)?)])
+        })),
+    ))
+}
+
+/// `g` placed at `start` along `axis` in zeros of shape `dims` (the gradient of a slice).
+fn widen(g: &Tensor, dims: &[usize], axis: usize, start: usize) -> Result<Tensor> {
+    let out = Tnode::new(g.prec(), dims, &[&format!("{}_widened", g.label())])?;
+    let its = iterators(g.dims());
+    let mut write = plain(&its);
+    write[axis] = AxisIndex::affine([(1, its[axis])], start as i64);
+    let zeros = Assignments::Fetch {
+        array: out.clone(),
+        op: arrayjit_ir::FetchOp::Constant(0.0),
+    };
+    let window = copy(
+        &out,
+        write,
+        g.node(),
+        plain(&its),
+        g.dims(),
+        its,
+        "narrow (gradient)",
+    );
+    Ok(Tensor::custom(
+        out,
+        zeros.then(window),
+        vec![g.clone()],
+        None,
     ))
 }
 
