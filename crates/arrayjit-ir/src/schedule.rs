@@ -20,6 +20,8 @@ use crate::prec::Prec;
 use crate::tnode::Tnode;
 
 mod blocking;
+#[cfg(test)]
+mod tests;
 pub use blocking::{Blocking, ScheduleTuning};
 
 /// How one top-level statement runs, and why.
@@ -42,6 +44,8 @@ pub struct ParallelLoop {
     pub iter: Symbol,
     /// Iterations of the whole nest per iteration of this loop (its work unit).
     pub inner_iterations: u64,
+    /// The nest's estimated work ([`nest_work`]), which decided the split.
+    pub work: u64,
 }
 
 impl ParallelLoop {
@@ -64,6 +68,7 @@ impl ParallelLoop {
         Some(ParallelLoop {
             iter: *index,
             inner_iterations: nest_iterations(stmt) / extent,
+            work: nest_work(stmt),
         })
     }
 }
@@ -104,6 +109,38 @@ pub fn iterations_independent(body: &LowLevel, iter: Symbol) -> bool {
         }
     });
     axes.values().all(|a| a.contains(&true))
+}
+
+/// Estimated work of a statement: iterations times what each runs, where a store counts one
+/// plus one per operation of its value (a loop's body adds up its statements). A nest of few
+/// iterations with a heavy body (an optimizer's update) weighs like a long cheap copy.
+pub fn nest_work(stmt: &LowLevel) -> u64 {
+    match stmt {
+        LowLevel::For { from, to, body, .. } => {
+            ((to - from).max(0) as u64).saturating_mul(nest_work(body))
+        }
+        LowLevel::Seq(items) => items
+            .iter()
+            .map(nest_work)
+            .fold(0, u64::saturating_add)
+            .max(1),
+        LowLevel::Set { value, .. } | LowLevel::SetLocal(_, value) => {
+            let mut ops = 1u64;
+            value.visit_all(&mut |e| {
+                if matches!(
+                    e,
+                    ScalarExpr::Unop(..)
+                        | ScalarExpr::Binop(..)
+                        | ScalarExpr::Ternop(..)
+                        | ScalarExpr::Random { .. }
+                ) {
+                    ops += 1;
+                }
+            });
+            ops
+        }
+        _ => 1,
+    }
 }
 
 /// Iterations of every loop of a statement, nested loops multiplied (at least 1).
@@ -215,8 +252,13 @@ pub fn split_accumulation<'a>(
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.parallel.is_some() {
-            write!(f, "outermost loop split over the workers; ")?;
+        if let Some(p) = &self.parallel {
+            write!(
+                f,
+                "outermost loop split over the workers (estimated work {}: iterations × \
+                 operations); ",
+                p.work
+            )?;
         }
         match &self.kind {
             ScheduleKind::Loops => write!(f, "loops ({})", self.why),
@@ -589,8 +631,10 @@ pub struct ScheduleSettings {
     /// Run innermost reductions over several accumulators.
     pub enable_reductions: bool,
     /// Split the outermost loop of nests with independent iterations over the device's
-    /// workers when the nest has at least this many iterations (`u64::MAX`: never).
-    pub min_parallel_iterations: u64,
+    /// workers when the nest's estimated work ([`nest_work`]: iterations times the operations
+    /// of each) is at least this (`u64::MAX`: never); batches of small products are split when
+    /// their multiply-adds reach it.
+    pub min_parallel_work: u64,
     /// A kernel whose loops (blocked contractions aside) run fewer iterations than this in
     /// total is compiled with moderate optimization: the compiler's heaviest loop passes would
     /// cost more compile time than they could save at run time.
@@ -609,7 +653,7 @@ impl Default for ScheduleSettings {
             min_contraction_flops: 32768.0,
             enable_contractions: true,
             enable_reductions: true,
-            min_parallel_iterations: 1 << 18,
+            min_parallel_work: 1 << 18,
             light_kernel_iterations: 1 << 20,
             tuning: ScheduleTuning::default(),
         }
@@ -688,7 +732,7 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
         .map(|s| {
             let mut schedule = nest_schedule(s, settings, &mut cache);
             if !matches!(schedule.kind, ScheduleKind::Contraction(_))
-                && nest_iterations(s) >= settings.min_parallel_iterations
+                && nest_work(s) >= settings.min_parallel_work
                 && let Some(p) = ParallelLoop::detect(s)
             {
                 schedule.parallel = Some(p);
@@ -777,8 +821,8 @@ fn nest_schedule(
             let batch: u64 = g.batch.iter().map(|d| d.extent as u64).product();
             let per_product = (g.m.extent * g.n.extent * g.k.extent) as u64;
             g.batch_parallel = batch >= 2
-                && per_product < settings.min_parallel_iterations
-                && batch.saturating_mul(per_product) >= settings.min_parallel_iterations;
+                && per_product < settings.min_parallel_work
+                && batch.saturating_mul(per_product) >= settings.min_parallel_work;
             Schedule {
                 parallel: None,
                 why: format!(
