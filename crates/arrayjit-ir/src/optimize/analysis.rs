@@ -211,7 +211,16 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
         n.cheap =
             !n.write_stmts.is_empty() && n.write_stmts.iter().all(|&w| infos[w].reads.is_empty());
         n.copy_of = match n.write_stmts[..] {
-            [w] => plain_copy_source(&stmts[w], &n.tn),
+            [w] => plain_copy_source(&stmts[w], &n.tn).filter(|_| {
+                // A view that reads its source at other than plain loop indices (a reshape's
+                // affine index, a slice's offset, a batch's static index) is not inlined into a
+                // blocked product: the product would no longer read an array in place.
+                reads_at_plain_indices(&stmts[w])
+                    || !n
+                        .read_stmts
+                        .iter()
+                        .any(|&r| is_blocked_product(&stmts[r], settings))
+            }),
             _ => None,
         };
     }
@@ -287,6 +296,31 @@ fn plain_copy_source(s: &LowLevel, tn: &Tnode) -> Option<Tnode> {
         }
         _ => None,
     }
+}
+
+/// Whether the one `Set` of a perfect nest reads every node at plain indices of its own loops
+/// (a static index, as a batch slice reads, is not one).
+fn reads_at_plain_indices(s: &LowLevel) -> bool {
+    let (loops, inner) = s.perfect_nest();
+    let LowLevel::Set { value, .. } = inner else {
+        return false;
+    };
+    let mut plain = true;
+    value.visit_all(&mut |e| {
+        if let ScalarExpr::Get(_, idcs) = e {
+            plain &= idcs
+                .iter()
+                .all(|i| matches!(i, AxisIndex::Iterator(s) if loops.iter().any(|(l, ..)| l == s)));
+        }
+    });
+    plain
+}
+
+/// Whether the schedule would run `s` as a blocked matrix product.
+fn is_blocked_product(s: &LowLevel, settings: &OptimizeSettings) -> bool {
+    settings.schedule.enable_contractions
+        && crate::schedule::Contraction::detect(s)
+            .is_some_and(|c| c.flops() >= settings.schedule.min_contraction_flops)
 }
 
 /// Whether a perfect nest of `loops` around a write at `idcs` writes each element of a node of

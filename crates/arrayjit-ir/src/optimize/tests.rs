@@ -485,3 +485,51 @@ fn full_overwrites_are_recognized() {
     assert!(!nest(3, ScalarExpr::Constant(0.0)).overwrites_all(&u));
     assert!(!LowLevel::ZeroOut(u.clone()).overwrites_all(&t));
 }
+
+/// A batch slice read by two blocked products stays an array: inlined, the products would read
+/// the batch at a static index and no longer be recognized as products.
+#[test]
+fn a_batch_slice_read_by_products_is_not_inlined_into_them() {
+    use crate::assignments::FetchOp;
+    use crate::indexing::StaticSymbol;
+    use crate::schedule::ScheduleKind;
+    let batch = StaticSymbol::new("batch", 2);
+    let batches = hosted(Prec::F32, &[2, 32, 64], "batches", |i| (i % 7) as f64);
+    let w = hosted(Prec::F32, &[64, 32], "w", |i| (i % 5) as f64);
+    let xb = Tnode::new(Prec::F32, &[32, 64], &["xb"]).unwrap();
+    let y = Tnode::new(Prec::F32, &[32, 32], &["y"]).unwrap();
+    let g = Tnode::new(Prec::F32, &[64, 32], &["g"]).unwrap();
+    g.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    let product = |spec: &str, out: &Tnode, a: &Tnode, b: &Tnode| {
+        Assignments::einsum(
+            spec,
+            BinOp::Add,
+            out,
+            AccumRhs::Binop(
+                BinOp::Mul,
+                Operand::Node(a.clone()),
+                Operand::Node(b.clone()),
+            ),
+            true,
+        )
+        .unwrap()
+    };
+    let a = Assignments::Fetch {
+        array: xb.clone(),
+        op: FetchOp::Slice {
+            batch: batch.clone(),
+            sliced: batches.clone(),
+        },
+    }
+    .then(product("ik,kj->ij", &y, &xb, &w))
+    .then(product("ki,kj->ij", &g, &xb, &y));
+    let opt = optimize("batch", &[batch], &a, &OptimizeSettings::default()).unwrap();
+    assert!(!xb.known_virtual(), "{}", opt.memory_report());
+    let products = opt
+        .schedules
+        .iter()
+        .filter(|s| matches!(s.kind, ScheduleKind::Contraction(_)))
+        .count();
+    assert_eq!(products, 2, "{}", opt.schedule_report());
+}
