@@ -85,7 +85,7 @@ impl Philox {
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
     }
 
-    /// `n` uniform values in `[lo, hi)` (an [`arrayjit_ir::Error::OutOfMemory`] if `n` cannot be held).
+    /// `n` uniform values in `[lo, hi)` (an [`crate::Error::OutOfMemory`] if `n` cannot be held).
     pub fn uniform_vec(&self, n: usize, lo: f64, hi: f64) -> Result<Vec<f64>> {
         try_collect(
             n,
@@ -95,7 +95,7 @@ impl Philox {
     }
 
     /// `n` normal values with the given mean and standard deviation (an
-    /// [`arrayjit_ir::Error::OutOfMemory`] if `n` cannot be held).
+    /// [`crate::Error::OutOfMemory`] if `n` cannot be held).
     pub fn normal_vec(&self, n: usize, mean: f64, std: f64) -> Result<Vec<f64>> {
         try_collect(
             n,
