@@ -536,12 +536,12 @@ fn lower_fetch(
             Ok(loop_nest(
                 &its,
                 &dims,
-                set(ScalarExpr::Random {
-                    seed: *seed,
-                    stream: *stream,
-                    index: flat_position(&its, &dims),
-                    step: Box::new(step_value),
-                }),
+                set(ScalarExpr::random(
+                    *seed,
+                    *stream,
+                    flat_position(&its, &dims),
+                    step_value,
+                )),
             ))
         }
         FetchOp::ConstantFill(values) => {

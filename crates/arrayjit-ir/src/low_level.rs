@@ -156,6 +156,16 @@ impl ScalarExpr {
         }
     }
 
+    /// A random value (see [`ScalarExpr::Random`]).
+    pub fn random(seed: u64, stream: u32, index: AxisIndex, step: ScalarExpr) -> ScalarExpr {
+        ScalarExpr::Random {
+            seed,
+            stream,
+            index,
+            step: Box::new(step),
+        }
+    }
+
     /// Calls `f` on every direct subexpression (not into local-scope bodies).
     pub fn for_each_child<'a>(&'a self, mut f: impl FnMut(&'a ScalarExpr)) {
         match self {
@@ -227,12 +237,7 @@ impl ScalarExpr {
                 stream,
                 index,
                 step,
-            } => ScalarExpr::Random {
-                seed,
-                stream,
-                index,
-                step: Box::new(step.map_bottom_up(f)),
-            },
+            } => ScalarExpr::random(seed, stream, index, step.map_bottom_up(f)),
             e => e,
         };
         f(rebuilt)
@@ -525,12 +530,7 @@ fn substitute_expr(e: ScalarExpr, subst: &HashMap<Symbol, AxisIndex>) -> ScalarE
             stream,
             index,
             step,
-        } => ScalarExpr::Random {
-            seed,
-            stream,
-            index: index.substitute(subst),
-            step,
-        },
+        } => ScalarExpr::random(seed, stream, index.substitute(subst), *step),
         ScalarExpr::LocalScope { id, body } => ScalarExpr::LocalScope {
             id,
             body: Box::new(body.substitute_all(subst)),

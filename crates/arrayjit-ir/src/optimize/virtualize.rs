@@ -100,12 +100,7 @@ impl Inlined<'_> {
                 stream,
                 index,
                 step,
-            } => ScalarExpr::Random {
-                seed,
-                stream,
-                index,
-                step: Box::new(self.expr(*step)),
-            },
+            } => ScalarExpr::random(seed, stream, index, self.expr(*step)),
             e => e,
         }
     }
@@ -234,12 +229,12 @@ impl Instantiation<'_> {
                 stream,
                 index,
                 step,
-            } => ScalarExpr::Random {
-                seed: *seed,
-                stream: *stream,
-                index: index.substitute(&self.symbols),
-                step: Box::new(self.expr(step)),
-            },
+            } => ScalarExpr::random(
+                *seed,
+                *stream,
+                index.substitute(&self.symbols),
+                self.expr(step),
+            ),
             ScalarExpr::LocalScope { id, body } => {
                 let id = self.local(*id);
                 ScalarExpr::LocalScope {
