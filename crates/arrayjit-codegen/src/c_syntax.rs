@@ -186,6 +186,31 @@ const EXP_F32_BODY: &str = "x = x < -104.0f ? -104.0f : x; /* e^-104 rounds to 0
   float s1, s2; memcpy(&s1, &b1, 4); memcpy(&s2, &b2, 4);
   return p * s1 * s2;";
 
+/// The body of `float aj_log_f32(float x)`, branch-free like `aj_exp_f32` so loops over it
+/// vectorize (libm's `logf` stays a scalar call): x = 2^k · m with m in [√2/2, √2) (subnormals
+/// scaled by 2^25 first), f = m − 1, and log(1 + f) = f − f²/2 + s·(f²/2 + R) with s = f/(2 + f)
+/// and R = 2·(s²/3 + s⁴/5 + s⁶/7 + s⁸/9), the series of 2·atanh(s) (|s| ≤ 0.172: the next term
+/// is under 0.03 ulp); k·ln 2 is added in two parts (the high part exact in f32). Checked against
+/// `ln` in double over the f32 range (`tests/math_functions.rs`): within 0.72 ulp. Negative inputs
+/// and NaN give NaN, ±0 gives −inf, +inf gives +inf (computed on 1 and selected, not branched).
+const LOG_F32_BODY: &str =
+    "const int finite = x > 0.0f && x < INFINITY; /* not 0, <0, inf or NaN */
+  const float xf = finite ? x : 1.0f;
+  const int sub = xf < 1.17549435e-38f; /* subnormal */
+  const float xs = xf * (sub ? 33554432.0f : 1.0f); /* 2^25 */
+  uint32_t ix; memcpy(&ix, &xs, 4);
+  ix += 0x3f800000u - 0x3f3504f3u; /* moves m into [sqrt(2)/2, sqrt(2)) */
+  const int32_t k = (int32_t)(ix >> 23) - 127 - (sub ? 25 : 0);
+  ix = (ix & 0x007fffffu) + 0x3f3504f3u;
+  float m; memcpy(&m, &ix, 4);
+  const float f = m - 1.0f, s = f / (2.0f + f), z = s * s;
+  const float r = z * (0.6666666667f + z * (0.4f + z * (0.2857142857f + z * 0.2222222222f)));
+  const float hfsq = 0.5f * f * f, dk = (float)k;
+  const float y = s * (hfsq + r) + dk * 9.0580006145e-06f - hfsq + f + dk * 6.9313812256e-01f;
+  const float special = x == 0.0f ? -INFINITY : (x == INFINITY ? x : NAN);
+  /* y is finite: adding 0 * y keeps it live on both sides, so the select stays branch-free */
+  return finite ? y : special + 0.0f * y;";
+
 /// The body of `float aj_tanh_f32(float x)`, branch-free like `aj_exp_f32` (which it calls), so
 /// loops over it vectorize where libm's `tanhf` stays scalar (GELU's tanh form is a large share
 /// of a transformer step): below |x| = 0.625 the odd Taylor polynomial of tanh to x¹⁷ (its
@@ -249,6 +274,11 @@ pub fn render_unop(op: UnOp, p: Prec, x: &str, helpers: &mut BTreeSet<Helper>) -
             helpers.insert(Helper::Un(UnOp::Exp, cp));
             helpers.insert(Helper::Un(op, cp));
             return format!("aj_{}_f32({x})", op.name());
+        }
+        // f32 log: its own branch-free routine.
+        if op == UnOp::Log && cp == Prec::F32 {
+            helpers.insert(Helper::Un(op, cp));
+            return format!("aj_log_f32({x})");
         }
         if let Some(f) = float_fn(op, cp) {
             return format!("{f}({x})");
@@ -516,6 +546,7 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
                 UnOp::Exp => EXP_F32_BODY.to_string(),
                 UnOp::Tanh => TANH_F32_BODY.to_string(),
                 UnOp::Erf => ERF_F32_BODY.to_string(),
+                UnOp::Log => LOG_F32_BODY.to_string(),
                 other => unreachable!("no helper for {other}"),
             };
             format!("{pre} {t} aj_{}_{s}({t} x) {{ {body} }}", op.name())
