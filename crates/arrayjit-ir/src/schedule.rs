@@ -288,13 +288,15 @@ impl fmt::Display for Schedule {
     }
 }
 
-/// A node's access in a contraction: per axis, the loop iterator indexing it.
+/// A node's access in a contraction: per axis, the loop iterator indexing it, or `None` for an
+/// axis of size 1 read at index 0 (a loop of one iteration, which simplification removes, as a
+/// batch of 1 lowers).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Access {
     /// The node.
     pub node: Tnode,
     /// The iterator of each axis.
-    pub iters: Vec<Symbol>,
+    pub iters: Vec<Option<Symbol>>,
 }
 
 impl Access {
@@ -305,14 +307,24 @@ impl Access {
         self.iters
             .iter()
             .enumerate()
-            .filter(|(_, it)| **it == s)
+            .filter(|(_, it)| **it == Some(s))
             .map(|(axis, _)| dims[axis + 1..].iter().product::<usize>())
             .sum()
+    }
+
+    /// Whether iterator `s` indexes the node.
+    fn uses(&self, s: Symbol) -> bool {
+        self.iters.contains(&Some(s))
+    }
+
+    /// The iterators indexing the node, in axis order.
+    fn looped(&self) -> impl Iterator<Item = Symbol> + '_ {
+        self.iters.iter().flatten().copied()
     }
 }
 
 /// A loop nest of shape `out[o] = out[o] + lhs[l] * rhs[r]` (or the fused multiply-add form)
-/// over loops starting at 0, every index a plain iterator.
+/// over loops starting at 0, every index a plain iterator (or 0 on an axis of size 1).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Contraction {
     /// The loops, outermost first: iterator and extent.
@@ -325,10 +337,14 @@ pub struct Contraction {
     pub rhs: Access,
 }
 
-fn plain_iters(idcs: &[AxisIndex]) -> Option<Vec<Symbol>> {
+/// Per axis of `node`: the iterator indexing it, or `None` for index 0 on an axis of size 1;
+/// `None` overall for any other index.
+fn plain_iters(node: &Tnode, idcs: &[AxisIndex]) -> Option<Vec<Option<Symbol>>> {
     idcs.iter()
-        .map(|i| match i {
-            AxisIndex::Iterator(s) => Some(*s),
+        .zip(node.dims())
+        .map(|(i, &d)| match i {
+            AxisIndex::Iterator(s) => Some(Some(*s)),
+            AxisIndex::Fixed(0) if d == 1 => Some(None),
             _ => None,
         })
         .collect()
@@ -338,7 +354,7 @@ fn get(e: &ScalarExpr) -> Option<Access> {
     match e {
         ScalarExpr::Get(node, idcs) => Some(Access {
             node: node.clone(),
-            iters: plain_iters(idcs)?,
+            iters: plain_iters(node, idcs)?,
         }),
         _ => None,
     }
@@ -359,7 +375,7 @@ impl Contraction {
         };
         let out = Access {
             node: tn.clone(),
-            iters: plain_iters(idcs)?,
+            iters: plain_iters(tn, idcs)?,
         };
         let is_out = |e: &ScalarExpr| get(e).is_some_and(|a| a == out);
         let (lhs, rhs) = match value {
@@ -397,31 +413,22 @@ impl Contraction {
         {
             return false;
         }
-        let mut seen = Vec::new();
-        for s in &self.out.iters {
-            if seen.contains(s) {
-                return false;
-            }
-            seen.push(*s);
-        }
-        let looped = |s: &Symbol| self.loops.iter().any(|(l, _)| l == s);
-        let all_looped = nodes.iter().all(|a| a.iters.iter().all(looped));
-        // Iterators may index one factor twice (a diagonal): not a plain matrix product.
+        let looped = |s: Symbol| self.loops.iter().any(|(l, _)| *l == s);
+        let all_looped = nodes.iter().all(|a| a.looped().all(looped));
+        // Iterators may index one node twice (a diagonal): not a plain matrix product.
         let distinct = |a: &Access| {
-            let mut v = a.iters.clone();
+            let mut v: Vec<Symbol> = a.looped().collect();
+            let n = v.len();
             v.sort();
             v.dedup();
-            v.len() == a.iters.len()
+            v.len() == n
         };
         all_looped
+            && distinct(&self.out)
             && distinct(&self.lhs)
             && distinct(&self.rhs)
-            && self.loops.iter().all(|(s, _)| {
-                let (o, l, r) = (
-                    self.out.iters.contains(s),
-                    self.lhs.iters.contains(s),
-                    self.rhs.iters.contains(s),
-                );
+            && self.loops.iter().all(|&(s, _)| {
+                let (o, l, r) = (self.out.uses(s), self.lhs.uses(s), self.rhs.uses(s));
                 o || (l && r)
             })
     }
@@ -439,9 +446,9 @@ impl Contraction {
             .iter()
             .map(|(s, _)| *s)
             .filter(|s| {
-                self.out.iters.contains(s) == in_out
-                    && self.lhs.iters.contains(s) == in_lhs
-                    && self.rhs.iters.contains(s) == in_rhs
+                self.out.uses(*s) == in_out
+                    && self.lhs.uses(*s) == in_lhs
+                    && self.rhs.uses(*s) == in_rhs
             })
             .collect()
     }
@@ -524,7 +531,7 @@ impl Contraction {
                 .iters
                 .iter()
                 .zip(self.out.node.dims())
-                .all(|(it, &d)| self.extent(*it) == d),
+                .all(|(it, &d)| it.map_or(1, |s| self.extent(s)) == d),
         })
     }
 }

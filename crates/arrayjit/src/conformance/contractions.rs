@@ -1,5 +1,5 @@
 //! Contraction- and reduction-heavy programs for the conformance corpus: einsums of odd sizes (1, 7, 17, 129,
-//! 1000), transposed operands, batch axes, merged and unmergeable reduction axes, and a
+//! 1000), transposed operands, batch axes (of one too), unit axes, merged and unmergeable reduction axes, and a
 //! contraction feeding a pointwise consumer. Large ones run as blocked matrix products on CPU
 //! backends, small ones as loops; all must agree with the interpreter. Integer-valued inputs
 //! make f32 sums exact whatever the summation order, so blocking bugs show as exact mismatches;
@@ -187,6 +187,20 @@ pub fn contraction_cases() -> Result<Vec<Case>> {
             f32,
             "ik,kj->ij",
             &[('i', 7), ('k', 17), ('j', 7)],
+        )?,
+        // Axes of size 1 (a batch of one, a unit axis inside a factor): their loops run once
+        // and are simplified away, leaving index 0; still one blocked product.
+        einsum_case(
+            "gemm_batch_of_one",
+            f32,
+            "bik,kj->bij",
+            &[('b', 1), ('i', 64), ('k', 48), ('j', 40)],
+        )?,
+        einsum_case(
+            "gemm_unit_axes_in_both_factors",
+            f32,
+            "iuk,kvj->iuj",
+            &[('i', 70), ('u', 1), ('k', 33), ('v', 1), ('j', 50)],
         )?,
         einsum_case(
             "gemm_matmul_129x129x129",
