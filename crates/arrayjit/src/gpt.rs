@@ -3,9 +3,10 @@
 //! the text as batches, AdamW with gradient clipping, held-out loss, sampling, and checkpoints
 //! that resume training exactly (parameters, optimizer state and the dropout stream's step).
 //!
-//! Three routines are compiled together and linked into one context, so they share the
-//! parameters: the training step (forward, backprop, update), the loss alone (for held-out
-//! text), and the logits of one window (for sampling).
+//! Three routines are linked into one context, so they share the parameters: the training step
+//! (forward, backprop, update), compiled when the trainer is built, and the loss alone (for
+//! held-out text) and the logits of one window (for sampling), each compiled on its first use in
+//! the same optimization context: the first step waits only for the step's code.
 //!
 //! ```no_run
 //! use arrayjit::gpt::{CharVocab, GptTrainer, TrainerConfig};
@@ -22,9 +23,10 @@
 //! ```
 
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Tnode};
+use arrayjit_ir::{Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, Tnode};
 use arrayjit_runtime::{Backend, Context, Routine};
 use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};
 use arrayjit_tensor::rng::Philox;
@@ -174,28 +176,52 @@ fn hosted(t: &Tensor, why: &str) -> Result<()> {
         .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), why)
 }
 
+/// A routine compiled and linked into the training step's context on its first use.
+struct LazyRoutine {
+    name: &'static str,
+    program: Assignments,
+    routine: OnceLock<Routine>,
+}
+
+impl LazyRoutine {
+    fn new(name: &'static str, program: Assignments) -> LazyRoutine {
+        LazyRoutine {
+            name,
+            program,
+            routine: OnceLock::new(),
+        }
+    }
+}
+
 /// A GPT being trained on a backend.
 pub struct GptTrainer {
     model: Gpt,
     vocabulary: usize,
+    backend: Backend,
+    /// The optimization context of every routine (the step's, then the lazy ones').
+    optimize_ctx: OptimizeCtx,
     train: Window,
     eval: Window,
     sample: Window,
     train_step: Routine,
-    eval_loss: Routine,
-    logits: Routine,
+    eval_loss: LazyRoutine,
+    logits: LazyRoutine,
+    /// Time spent compiling and linking the lazy routines, when they were first used.
+    lazy_compile: Mutex<Duration>,
     /// The optimizer's state, saved with checkpoints.
     state: Vec<Tensor>,
     /// The learning rate node (hosted).
     pub learning_rate: Tnode,
     /// Steps taken (including those of a resumed checkpoint).
     pub steps: u64,
-    /// Time spent optimizing, compiling (or loading from the cache) and linking.
+    /// Time spent optimizing, compiling (or loading from the cache) and linking the training
+    /// step (see [`GptTrainer::lazy_compile_time`] for the other two routines).
     pub compile_and_link: Duration,
 }
 
 impl GptTrainer {
-    /// Builds the model and its three routines and links them on a new stream of device 0.
+    /// Builds the model and its three routines, compiles the training step and links it on a new
+    /// stream of device 0 (the other two compile on first use).
     pub fn new(backend: &Backend, config: &TrainerConfig) -> Result<GptTrainer> {
         let c = config.model;
         let model = Gpt::new(c, config.seed)?;
@@ -239,6 +265,7 @@ impl GptTrainer {
             config.clip_norm,
         )?;
         let mut step = grads.program.then(update.program.clone());
+        let optimize_ctx = OptimizeCtx::empty();
         let mut state = update.state;
         if let Some(d) = &dropout {
             // After every read of the masks: the next step draws new ones.
@@ -246,27 +273,23 @@ impl GptTrainer {
             state.push(d.rng.step().clone());
         }
         let started = Instant::now();
-        let codes = backend.compile_batch(
-            &[
-                ("gpt_train_step", &step),
-                ("gpt_eval_loss", &forward_program(&[&eval.out])),
-                ("gpt_logits", &forward_program(&[&sample.out])),
-            ],
-            &[],
-        )?;
+        let code = backend.compile_in(&optimize_ctx, "gpt_train_step", &step, &[])?;
         let stream = backend.get_device(0)?.new_stream()?;
-        let train_step = Context::new(&stream).link(&codes[0])?;
-        let eval_loss = train_step.context().link(&codes[1])?;
-        let logits = eval_loss.context().link(&codes[2])?;
+        let train_step = Context::new(&stream).link(&code)?;
+        let eval_loss = LazyRoutine::new("gpt_eval_loss", forward_program(&[&eval.out]));
+        let logits = LazyRoutine::new("gpt_logits", forward_program(&[&sample.out]));
         Ok(GptTrainer {
             vocabulary: c.vocabulary,
             model,
+            backend: backend.clone(),
+            optimize_ctx,
             train,
             eval,
             sample,
             train_step,
             eval_loss,
             logits,
+            lazy_compile: Mutex::new(Duration::ZERO),
             state,
             learning_rate: update.lr,
             steps: 0,
@@ -277,6 +300,34 @@ impl GptTrainer {
     /// The model.
     pub fn model(&self) -> &Gpt {
         &self.model
+    }
+
+    /// Time spent compiling and linking the held-out-loss and sampling routines so far (they
+    /// compile on first use).
+    pub fn lazy_compile_time(&self) -> Duration {
+        *self
+            .lazy_compile
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `lazy`'s routine, compiled and linked into the step's context if this is its first use.
+    fn routine<'a>(&self, lazy: &'a LazyRoutine) -> Result<&'a Routine> {
+        if let Some(r) = lazy.routine.get() {
+            return Ok(r);
+        }
+        let started = Instant::now();
+        let code = self
+            .backend
+            .compile_in(&self.optimize_ctx, lazy.name, &lazy.program, &[])?;
+        let routine = self.train_step.context().link(&code)?;
+        // Another thread may have linked it meanwhile: either routine serves.
+        let _ = lazy.routine.set(routine);
+        *self
+            .lazy_compile
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += started.elapsed();
+        Ok(lazy.routine.get().expect("set above"))
     }
 
     fn feed(&self, routine: &Routine, w: &Window, ids: &[usize], targets: &[usize]) -> Result<()> {
@@ -316,9 +367,10 @@ impl GptTrainer {
     pub fn eval_loss(&self, ids: &[usize], targets: &[usize]) -> Result<f64> {
         self.expect_len("eval_loss ids", ids.len(), &self.eval)?;
         self.expect_len("eval_loss targets", targets.len(), &self.eval)?;
-        self.feed(&self.eval_loss, &self.eval, ids, targets)?;
-        self.eval_loss.run()?;
-        self.eval_loss.context().to_host(self.eval.out.node())?;
+        let routine = self.routine(&self.eval_loss)?;
+        self.feed(routine, &self.eval, ids, targets)?;
+        routine.run()?;
+        routine.context().to_host(self.eval.out.node())?;
         Ok(self.eval.out.values()?[0])
     }
 
@@ -334,9 +386,10 @@ impl GptTrainer {
         // Later positions never influence earlier ones (causal attention): pad after the tail.
         let mut window = tail.to_vec();
         window.resize(t, 0);
-        self.feed(&self.logits, &self.sample, &window, &[])?;
-        self.logits.run()?;
-        self.logits.context().to_host(self.sample.out.node())?;
+        let routine = self.routine(&self.logits)?;
+        self.feed(routine, &self.sample, &window, &[])?;
+        routine.run()?;
+        routine.context().to_host(self.sample.out.node())?;
         let all = self.sample.out.values()?;
         let v = self.vocabulary;
         let at = tail.len() - 1;

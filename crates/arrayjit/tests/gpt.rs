@@ -133,3 +133,30 @@ fn bad_inputs_are_errors() {
     let err = t.train_step(&ids, &vec![0; n]).unwrap_err();
     assert!(err.to_string().contains("outside"), "{err}");
 }
+
+/// The held-out-loss and sampling routines compile on their first use, into the step's context:
+/// before training, the held-out loss of a batch is the loss the first step reports for it.
+#[test]
+fn evaluation_routines_compile_on_first_use_and_agree_with_the_step() {
+    let vocab = CharVocab::from_text(TEXT);
+    let data = vocab.encode(TEXT).unwrap();
+    let c = config(vocab.len());
+    let backend = arrayjit::default_backend().unwrap();
+    let mut t = GptTrainer::new(&backend, &c).unwrap();
+    assert_eq!(t.lazy_compile_time(), std::time::Duration::ZERO);
+    let (ids, targets) = batch(&data, c.batch, c.model.context, 0, 11).unwrap();
+    let held_out = t.eval_loss(&ids, &targets).unwrap();
+    let compiled = t.lazy_compile_time();
+    assert!(compiled > std::time::Duration::ZERO);
+    assert_eq!(t.eval_loss(&ids, &targets).unwrap(), held_out);
+    assert_eq!(t.lazy_compile_time(), compiled, "compiled once");
+    let trained = t.train_step(&ids, &targets).unwrap();
+    assert!(
+        (trained - held_out).abs() <= 1e-5 * held_out,
+        "{trained} vs {held_out}"
+    );
+    assert!(
+        t.eval_loss(&ids, &targets).unwrap() < held_out,
+        "the step lowered it"
+    );
+}
