@@ -1,8 +1,9 @@
-//! Views: reshapes and slices that read their input in place wherever the layout allows
-//! (transposes, einsum copies, are views through the same optimizer rule: a copy written once
-//! per element at plain iterators is inlined into its readers, and its source is kept).
+//! Views: reshapes and slices (`narrow`) that read their input in place wherever the layout
+//! allows. Transposes, which are einsum copies, are views through the same optimizer rule: a copy
+//! written once per element at plain loop indices is inlined into its readers, and its source is
+//! kept (a view reading at other indices is not inlined into a blocked product).
 //!
-//! Reshape as a view wherever the layout allows. The axes of the two shapes fall into groups
+//! A reshape keeps row-major order: the axes of the two shapes fall into groups
 //! with equal products (axes of size 1 belong to none); row-major order is kept when each group
 //! of input axes is read as one flat axis and split into its output axes.
 //!
