@@ -52,6 +52,11 @@ impl ParallelLoop {
     /// The outermost loop of `stmt` if its iterations are independent (see
     /// [`iterations_independent`]).
     pub fn detect(stmt: &LowLevel) -> Option<ParallelLoop> {
+        ParallelLoop::detect_with_work(stmt, nest_work(stmt))
+    }
+
+    /// [`ParallelLoop::detect`] for a statement whose [`nest_work`] is known.
+    fn detect_with_work(stmt: &LowLevel, work: u64) -> Option<ParallelLoop> {
         let LowLevel::For {
             index,
             from,
@@ -68,7 +73,7 @@ impl ParallelLoop {
         Some(ParallelLoop {
             iter: *index,
             inner_iterations: nest_iterations(stmt) / extent,
-            work: nest_work(stmt),
+            work,
         })
     }
 }
@@ -111,19 +116,27 @@ pub fn iterations_independent(body: &LowLevel, iter: Symbol) -> bool {
     axes.values().all(|a| a.contains(&true))
 }
 
+/// Loop iterations times `leaf` of what each iteration runs (a sequence adds up its
+/// statements; at least 1).
+fn nest_total(stmt: &LowLevel, leaf: &impl Fn(&LowLevel) -> u64) -> u64 {
+    match stmt {
+        LowLevel::For { from, to, body, .. } => {
+            ((to - from).max(0) as u64).saturating_mul(nest_total(body, leaf))
+        }
+        LowLevel::Seq(items) => items
+            .iter()
+            .map(|i| nest_total(i, leaf))
+            .fold(0, u64::saturating_add)
+            .max(1),
+        s => leaf(s),
+    }
+}
+
 /// Estimated work of a statement: iterations times what each runs, where a store counts one
 /// plus one per operation of its value (a loop's body adds up its statements). A nest of few
 /// iterations with a heavy body (an optimizer's update) weighs like a long cheap copy.
 pub fn nest_work(stmt: &LowLevel) -> u64 {
-    match stmt {
-        LowLevel::For { from, to, body, .. } => {
-            ((to - from).max(0) as u64).saturating_mul(nest_work(body))
-        }
-        LowLevel::Seq(items) => items
-            .iter()
-            .map(nest_work)
-            .fold(0, u64::saturating_add)
-            .max(1),
+    nest_total(stmt, &|s| match s {
         LowLevel::Set { value, .. } | LowLevel::SetLocal(_, value) => {
             let mut ops = 1u64;
             value.visit_all(&mut |e| {
@@ -140,18 +153,12 @@ pub fn nest_work(stmt: &LowLevel) -> u64 {
             ops
         }
         _ => 1,
-    }
+    })
 }
 
 /// Iterations of every loop of a statement, nested loops multiplied (at least 1).
 pub fn nest_iterations(stmt: &LowLevel) -> u64 {
-    match stmt {
-        LowLevel::For { from, to, body, .. } => {
-            ((to - from).max(0) as u64).saturating_mul(nest_iterations(body))
-        }
-        LowLevel::Seq(items) => items.iter().map(nest_iterations).sum::<u64>().max(1),
-        _ => 1,
-    }
+    nest_total(stmt, &|_| 1)
 }
 
 /// The kinds of schedules.
@@ -738,11 +745,11 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
         .iter()
         .map(|s| {
             let mut schedule = nest_schedule(s, settings, &mut cache);
-            if !matches!(schedule.kind, ScheduleKind::Contraction(_))
-                && nest_work(s) >= settings.min_parallel_work
-                && let Some(p) = ParallelLoop::detect(s)
-            {
-                schedule.parallel = Some(p);
+            if !matches!(schedule.kind, ScheduleKind::Contraction(_)) {
+                let work = nest_work(s);
+                if work >= settings.min_parallel_work {
+                    schedule.parallel = ParallelLoop::detect_with_work(s, work);
+                }
             }
             schedule
         })

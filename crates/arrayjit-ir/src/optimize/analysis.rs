@@ -211,15 +211,16 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
         n.cheap =
             !n.write_stmts.is_empty() && n.write_stmts.iter().all(|&w| infos[w].reads.is_empty());
         n.copy_of = match n.write_stmts[..] {
-            [w] => plain_copy_source(&stmts[w], &n.tn).filter(|_| {
+            [w] => plain_copy_source(&stmts[w], &n.tn).and_then(|(src, plain_reads)| {
                 // A view that reads its source at other than plain loop indices (a reshape's
                 // affine index, a slice's offset, a batch's static index) is not inlined into a
                 // blocked product: the product would no longer read an array in place.
-                reads_at_plain_indices(&stmts[w])
+                (plain_reads
                     || !n
                         .read_stmts
                         .iter()
-                        .any(|&r| is_blocked_product(&stmts[r], settings))
+                        .any(|&r| is_blocked_product(&stmts[r], settings)))
+                .then_some(src)
             }),
             _ => None,
         };
@@ -269,7 +270,9 @@ pub(super) fn analyze(stmts: &[LowLevel], settings: &OptimizeSettings) -> Analys
 /// an element of the source at any index (a reshape, transpose, slice or broadcast). Inlining
 /// such a node replaces each read of it by a read of the node it copies, which costs the same as
 /// long as that node is computed once.
-fn plain_copy_source(s: &LowLevel, tn: &Tnode) -> Option<Tnode> {
+/// Also says whether the source is read at plain indices of the nest's own loops (a static
+/// index, as a batch slice reads, is not one).
+fn plain_copy_source(s: &LowLevel, tn: &Tnode) -> Option<(Tnode, bool)> {
     let (loops, inner) = s.perfect_nest();
     let LowLevel::Set { tn: t, idcs, value } = inner else {
         return None;
@@ -292,28 +295,11 @@ fn plain_copy_source(s: &LowLevel, tn: &Tnode) -> Option<Tnode> {
                 && ((read == idcs && src.dims() == tn.dims())
                     || writes_each_element_once(&loops, idcs, tn.dims())) =>
         {
-            Some(src.clone())
+            let own_loop = |i: &AxisIndex| matches!(i, AxisIndex::Iterator(s) if loops.iter().any(|(l, ..)| l == s));
+            Some((src.clone(), read.iter().all(own_loop)))
         }
         _ => None,
     }
-}
-
-/// Whether the one `Set` of a perfect nest reads every node at plain indices of its own loops
-/// (a static index, as a batch slice reads, is not one).
-fn reads_at_plain_indices(s: &LowLevel) -> bool {
-    let (loops, inner) = s.perfect_nest();
-    let LowLevel::Set { value, .. } = inner else {
-        return false;
-    };
-    let mut plain = true;
-    value.visit_all(&mut |e| {
-        if let ScalarExpr::Get(_, idcs) = e {
-            plain &= idcs
-                .iter()
-                .all(|i| matches!(i, AxisIndex::Iterator(s) if loops.iter().any(|(l, ..)| l == s)));
-        }
-    });
-    plain
 }
 
 /// Whether the schedule would run `s` as a blocked matrix product.
