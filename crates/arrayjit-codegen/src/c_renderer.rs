@@ -23,8 +23,13 @@ pub const PARALLEL_TYPEDEF: &str = "typedef struct aj_par {\n  const void *pool;
 
 /// Compile the following functions with moderate optimization (GCC; other compilers ignore it).
 pub(crate) const LIGHT_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O2\")\n#endif";
-/// Ends [`LIGHT_BEGIN`].
-pub(crate) const LIGHT_END: &str =
+/// Compile the following functions, which only call others and compute addresses, with light
+/// optimization (GCC; other compilers ignore it): a kernel makes hundreds of calls with
+/// hundreds of pointers live, whose register allocation at `-O2` costs more compile time than
+/// its run time is worth.
+pub(crate) const DISPATCH_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O1\")\n#endif";
+/// Ends [`LIGHT_BEGIN`] or [`DISPATCH_BEGIN`].
+pub(crate) const OPTIMIZE_END: &str =
     "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif";
 
 /// How to call one rendered kernel: the one statement of the calling convention, produced by
@@ -230,9 +235,10 @@ fn render_kernel(
     } else {
         format!("{} ", syntax.kernel_prefix)
     };
-    if r.light_kernel && syntax.optimize_pragmas {
-        // Little loop work: -O3's loop passes would cost more compile time than they save.
-        let _ = writeln!(out, "{LIGHT_BEGIN}");
+    if syntax.optimize_pragmas {
+        // The kernel calls its statement functions (see `crate::c_statements`) and does no
+        // loop work of its own.
+        let _ = writeln!(out, "{DISPATCH_BEGIN}");
     }
     let _ = writeln!(
         out,
@@ -382,8 +388,8 @@ fn render_kernel(
         }
     }
     out.push_str("}\n");
-    if r.light_kernel && syntax.optimize_pragmas {
-        let _ = writeln!(out, "{LIGHT_END}");
+    if syntax.optimize_pragmas {
+        let _ = writeln!(out, "{OPTIMIZE_END}");
     }
     out.push('\n');
     Ok((out, interface))

@@ -13,23 +13,56 @@ use crate::c_renderer::{KernelRenderer, comment};
 use crate::c_syntax::{self, CSyntax};
 use crate::gemm;
 
-/// Where a kernel's outlined functions go: chunk functions run by the device's workers and the
-/// statements of fused loops, all reading the kernel's variables from one struct
-/// (`{symbol}_vars`, passed inside a `{symbol}_chunk_t`).
+/// Where a statement function's outlined functions go: chunk functions run by the device's
+/// workers and the statements of fused loops. Each takes the statement function's arrays and
+/// static indices as parameters of its own (arrays `restrict`-qualified, as in the statement
+/// function): compilers honour `restrict` on parameters, not on local pointers loaded from a
+/// struct, so loops are vectorized without run-time alias checks and duplicated versions. A
+/// chunk function, whose signature the worker pool fixes, unpacks the variables from the
+/// `{symbol}_vars` struct inside its `{symbol}_chunk_t` and passes them to its body.
 pub(crate) struct Outlining {
-    /// The kernel's symbol, prefix of every outlined function and type.
+    /// The statement function's symbol, prefix of every outlined function and type.
     pub(crate) symbol: String,
-    /// How an outlined function declares the kernel's variables from `ch->vars`.
-    pub(crate) unpack: String,
-    /// The outlined functions so far (they precede the kernel).
+    /// The statement function's parameters (C type, name), except the worker pool.
+    pub(crate) params: Vec<(String, String)>,
+    /// The same parameters as declared in a parameter list.
+    pub(crate) declared: Vec<String>,
+    /// The outlined functions so far (they precede the statement function).
     pub(crate) functions: String,
     /// The dialect's qualifiers of outlined functions.
     pub(crate) prefix: String,
+    /// The dialect's qualifiers of a function meant to be inlined into its one caller.
+    pub(crate) inline_prefix: String,
+    /// Some outlined function reads the variables from a `{symbol}_chunk_t`.
+    pub(crate) uses_chunk_type: bool,
 }
 
 impl Outlining {
+    /// The outlining of a statement function `symbol` with parameters `params`.
+    pub(crate) fn new(symbol: &str, params: Vec<(String, String)>, syntax: &CSyntax) -> Outlining {
+        Outlining {
+            symbol: symbol.to_string(),
+            declared: declare_params(&params, syntax),
+            params,
+            functions: String::new(),
+            prefix: syntax.outlined_prefix.clone(),
+            inline_prefix: syntax.helper_prefix.clone(),
+            uses_chunk_type: false,
+        }
+    }
+
     fn chunk_type(&self) -> String {
         format!("{}_chunk_t", self.symbol)
+    }
+
+    /// `first`, then the declared parameters, comma-separated.
+    fn parameter_list(&self, first: &[String]) -> String {
+        first
+            .iter()
+            .chain(&self.declared)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Runs chunk function `chunk` over `count` units split evenly over the device's workers
@@ -55,25 +88,56 @@ impl Outlining {
         );
     }
 
-    /// The opening of a chunk function `name(ctx, index)` (run by a worker with the
-    /// `{symbol}_chunk_t` as `ctx`), variables unpacked.
-    fn open_chunk(&self, name: &str) -> String {
-        let chunk_t = self.chunk_type();
+    /// The opening of the body of chunk function `name`: `{name}_body(ch, index, variables)`,
+    /// closed by [`Outlining::close_chunk`].
+    fn open_chunk(&mut self, name: &str) -> String {
+        self.uses_chunk_type = true;
+        let first = [
+            format!("const {} *const ch", self.chunk_type()),
+            "const int64_t index".to_string(),
+        ];
         format!(
-            "{} void {name}(void *ctx, int64_t index) {{\n  const {chunk_t} *const ch = (const {chunk_t} *)ctx;\n{}",
-            self.prefix, self.unpack
+            "{} void {name}_body({}) {{\n",
+            self.inline_prefix,
+            self.parameter_list(&first)
         )
     }
 
-    /// The opening of the function `name(ch, iter)` of a statement of a fused loop, run for
-    /// the loop's iteration `iter`, variables unpacked.
+    /// Adds the body `f` opened by [`Outlining::open_chunk`] (and closed) and the chunk
+    /// function `name(ctx, index)` run by a worker with the `{symbol}_chunk_t` as `ctx`, which
+    /// unpacks the variables and calls the body.
+    fn close_chunk(&mut self, name: &str, f: &str) {
+        let chunk_t = self.chunk_type();
+        let unpacked: Vec<String> = ["ch".to_string(), "index".to_string()]
+            .into_iter()
+            .chain(self.params.iter().map(|(_, p)| format!("ch->vars->{p}")))
+            .collect();
+        self.functions.push_str(f);
+        let _ = writeln!(
+            self.functions,
+            "{} void {name}(void *ctx, int64_t index) {{\n  const {chunk_t} *const ch = (const {chunk_t} *)ctx;\n  {name}_body({});\n}}\n",
+            self.prefix,
+            unpacked.join(", ")
+        );
+    }
+
+    /// The opening of the function `name(iter, variables)` of a statement of a fused loop,
+    /// run for the loop's iteration `iter`.
     fn open_part(&self, name: &str, iter: &str) -> String {
         format!(
-            "{} void {name}(const {} *const ch, const int64_t {iter}) {{\n{}",
+            "{} void {name}({}) {{\n",
             self.prefix,
-            self.chunk_type(),
-            self.unpack
+            self.parameter_list(&[format!("const int64_t {iter}")])
         )
+    }
+
+    /// The call of part `name` (opened by [`Outlining::open_part`]) for iteration `iter`,
+    /// from a function that has the variables in scope.
+    fn call_part(&self, name: &str, iter: &str) -> String {
+        let args: Vec<&str> = std::iter::once(iter)
+            .chain(self.params.iter().map(|(_, p)| p.as_str()))
+            .collect();
+        format!("{name}({});", args.join(", "))
     }
 }
 
@@ -148,7 +212,7 @@ impl KernelRenderer<'_> {
             }
             let _ = writeln!(f, "    {}", call(&offsets, "0"));
             let _ = writeln!(f, "  }}\n}}\n");
-            outlining.functions.push_str(&f);
+            outlining.close_chunk(&chunk, &f);
             let _ = writeln!(out, "  {{");
             outlining.launch(&chunk, &format!("n = {total}, "), "n", "0", out);
             let _ = writeln!(out, "  }}");
@@ -206,7 +270,7 @@ impl KernelRenderer<'_> {
         self.loop_body(body, *index, sched, position, outlining, 2, &mut f)?;
         self.symbols.remove(index);
         let _ = writeln!(f, "  }}\n}}\n");
-        outlining.functions.push_str(&f);
+        outlining.close_chunk(&chunk, &f);
         let _ = writeln!(out, "  {{ {}", comment(&sched.to_string()));
         outlining.launch(&chunk, &format!("n = {to} - {from}, "), "n", "0", out);
         let _ = writeln!(out, "  }}");
@@ -253,9 +317,9 @@ impl KernelRenderer<'_> {
             }
             let name = format!("{}_part{position}_{k}", outlining.symbol);
             let mut f = outlining.open_part(&name, &iter);
-            let _ = writeln!(f, "  (void)ch;\n{code}}}\n");
+            let _ = writeln!(f, "{code}}}\n");
             outlining.functions.push_str(&f);
-            let _ = writeln!(out, "{pad}{name}(ch, {iter});");
+            let _ = writeln!(out, "{pad}{}", outlining.call_part(&name, &iter));
         }
         Ok(())
     }
@@ -276,12 +340,7 @@ impl KernelRenderer<'_> {
                 to,
                 body,
             } if matches!(sched.kind, ScheduleKind::Fused(_)) => {
-                let chunk_t = outlining.chunk_type();
                 let _ = writeln!(out, "  {{ {}", comment(&sched.to_string()));
-                let _ = writeln!(
-                    out,
-                    "    const {chunk_t} whole = {{ &vars, 0, 0 }}, *const ch = &whole;"
-                );
                 self.for_loop(*index, *from, *to, 2, out, |k, out| {
                     k.loop_body(body, *index, sched, position, outlining, 3, out)
                 })?;
@@ -432,7 +491,7 @@ impl KernelRenderer<'_> {
         );
         let total = self.reduce_range(*index, "lo", "hi", (tn, idcs, value), plan, 2, &mut f)?;
         let _ = writeln!(f, "    partial[b] = {total};\n  }}\n}}\n");
-        outlining.functions.push_str(&f);
+        outlining.close_chunk(&chunk, &f);
         let n = self.loop_counter;
         self.loop_counter += 1;
         let _ = writeln!(
@@ -510,18 +569,16 @@ impl KernelRenderer<'_> {
     }
 }
 
-/// Declarations, in a chunk function, of the kernel's variables read from `ch->vars`.
-pub(super) fn symbol_vars(vars: &[(String, String)], syntax: &CSyntax) -> String {
-    let mut out = String::new();
-    for (t, name) in vars {
-        let qualifier = if t.ends_with('*') {
-            format!("{t}const {} ", syntax.restrict)
-        } else {
-            format!("const {t} ")
-        };
-        let _ = writeln!(out, "  {qualifier}{name} = ch->vars->{name}; (void){name};");
-    }
-    out
+/// The declarations of a statement function's parameters (C type, name) in a parameter list:
+/// arrays as `restrict`-qualified constant pointers, values as constants.
+pub(super) fn declare_params(params: &[(String, String)], syntax: &CSyntax) -> Vec<String> {
+    params
+        .iter()
+        .map(|(t, name)| match t.strip_suffix(" *") {
+            Some(pointee) => format!("{pointee} *const {} {name}", syntax.restrict),
+            None => format!("const {t} {name}"),
+        })
+        .collect()
 }
 
 /// `value` with its reads of `tn[idcs]` replaced by the local `scope`.

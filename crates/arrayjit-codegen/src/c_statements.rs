@@ -19,8 +19,8 @@ use std::fmt::Write as _;
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 use arrayjit_ir::{LowLevel, Result};
 
-use crate::c_renderer::{CUnit, KernelRenderer, LIGHT_BEGIN, LIGHT_END};
-use crate::c_schedules::{Outlining, symbol_vars};
+use crate::c_renderer::{CUnit, KernelRenderer, LIGHT_BEGIN, OPTIMIZE_END};
+use crate::c_schedules::Outlining;
 use crate::c_syntax::{self, CSyntax, Helper, c_storage_type};
 
 /// The placeholder name a statement function is rendered under, replaced by its hashed name.
@@ -200,12 +200,7 @@ impl KernelRenderer<'_> {
             params.push(("int64_t".into(), name.clone()));
             args.push(name.clone());
         }
-        let mut outlining = Outlining {
-            symbol: PLACEHOLDER.to_string(),
-            unpack: symbol_vars(&params, syntax),
-            functions: String::new(),
-            prefix: syntax.outlined_prefix.clone(),
-        };
+        let mut outlining = Outlining::new(PLACEHOLDER, params, syntax);
         let mut body = String::new();
         let rendered = self.schedule_body(s, sched, products, &mut outlining, &mut body);
         self.nodes = kernel_nodes;
@@ -214,41 +209,35 @@ impl KernelRenderer<'_> {
         self.locals = kernel_locals;
         self.local_counter = kernel_local_counter;
         rendered?;
-        let outlines = sched.is_some_and(|s| {
-            s.parallel.is_some()
-                || matches!(&s.kind, ScheduleKind::Reduction(p) if p.blocks.is_some())
-                || matches!(&s.kind, ScheduleKind::Fused(_))
-                || matches!(&s.kind, ScheduleKind::Contraction(g) if g.batch_parallel)
-        });
         let mut text = String::new();
         if scope.light {
             let _ = writeln!(text, "{LIGHT_BEGIN}");
         }
-        if outlines {
+        // The variables travel to chunk functions in a struct; fused parts take them directly.
+        let params = &outlining.params;
+        if outlining.uses_chunk_type {
             let _ = writeln!(text, "struct {PLACEHOLDER}_vars {{");
-            for (t, name) in &params {
+            for (t, name) in params {
                 let _ = writeln!(text, "  {t} {name};");
             }
             let _ = writeln!(
                 text,
                 "}};\ntypedef struct {{ const struct {PLACEHOLDER}_vars *vars; int64_t per; void *extra; }} {PLACEHOLDER}_chunk_t;"
             );
-            text.push_str(&outlining.functions);
         }
-        let declared: Vec<String> = params
+        text.push_str(&outlining.functions);
+        let declared: Vec<&str> = outlining
+            .declared
             .iter()
-            .map(|(t, name)| match t.strip_suffix(" *") {
-                Some(pointee) => format!("{pointee} *const {} {name}", syntax.restrict),
-                None => format!("const {t} {name}"),
-            })
-            .chain(std::iter::once("const aj_par *par".to_string()))
+            .map(String::as_str)
+            .chain(std::iter::once("const aj_par *par"))
             .collect();
         let _ = writeln!(
             text,
             "__attribute__((visibility(\"hidden\"))) void {PLACEHOLDER}({}) {{\n  (void)par;",
             declared.join(", ")
         );
-        if outlines {
+        if outlining.uses_chunk_type {
             let names: Vec<&str> = params.iter().map(|(_, n)| n.as_str()).collect();
             let _ = writeln!(
                 text,
@@ -263,7 +252,7 @@ impl KernelRenderer<'_> {
         text.push_str(&body);
         text.push_str("}\n");
         if scope.light {
-            let _ = writeln!(text, "{LIGHT_END}");
+            let _ = writeln!(text, "{OPTIMIZE_END}");
         }
         text.push('\n');
         let text = strip_comments(&text);

@@ -7,7 +7,7 @@
 //! Reduction order is fixed by the blocking: for each element, the `kc`-deep blocks are summed
 //! in order, each block sequentially. Results depend only on the schedule, never on timing.
 
-use crate::c_renderer::{LIGHT_BEGIN, LIGHT_END};
+use crate::c_renderer::{LIGHT_BEGIN, OPTIMIZE_END};
 use crate::c_syntax::c_storage_type;
 use std::fmt::Write as _;
 
@@ -238,7 +238,7 @@ static void {name}_chunk(void *ctx, int64_t index) {{
   }}
   {name}_serial(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw);
 }}
-{LIGHT_END}
+{OPTIMIZE_END}
 "
     );
     s

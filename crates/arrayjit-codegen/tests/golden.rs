@@ -84,14 +84,12 @@ fn max_reduction_starts_from_negative_infinity() {
     insta::assert_snapshot!(render("row_max", &p, &[], &OptimizeSettings::default()));
 }
 
-/// Row maximum, then `exp(m - max)` over the same rows: one fused loop, the reduction over
-/// accumulators and the exponential loop each in a function of its own, called per row.
-#[test]
-fn fused_row_passes_outline_their_loops() {
+/// Row maximum, then `m - max` over the same rows.
+fn row_passes() -> Assignments {
     let m = input(Prec::F32, &[3, 40], "m");
     let r = Tnode::new(Prec::F32, &[3], &["row_max"]).unwrap();
     let e = output(Prec::F32, &[3, 40], "e");
-    let p = Assignments::einsum(
+    Assignments::einsum(
         "ij->i",
         BinOp::Max,
         &r,
@@ -108,7 +106,13 @@ fn fused_row_passes_outline_their_loops() {
             false,
         )
         .unwrap(),
-    );
+    )
+}
+
+/// The row passes: one fused loop, the reduction over accumulators and the subtraction loop
+/// each in a function of its own, called per row with the arrays as parameters.
+#[test]
+fn fused_row_passes_outline_their_loops() {
     let settings = OptimizeSettings {
         schedule: arrayjit_ir::schedule::ScheduleSettings {
             f32_lanes: 4,
@@ -116,7 +120,30 @@ fn fused_row_passes_outline_their_loops() {
         },
         ..Default::default()
     };
-    insta::assert_snapshot!(render("row_passes", &p, &[], &settings));
+    insta::assert_snapshot!(render("row_passes", &row_passes(), &[], &settings));
+}
+
+/// The row passes split over the workers: the chunk function (whose signature the worker
+/// pool fixes) unpacks the arrays from its context and passes them to its body, so that every
+/// function with loops receives them as `restrict` parameters, which compilers honour (on
+/// pointers loaded into locals they often do not, and version loops for aliasing).
+#[test]
+fn parallel_row_passes_take_their_arrays_as_parameters() {
+    let settings = OptimizeSettings {
+        schedule: arrayjit_ir::schedule::ScheduleSettings {
+            f32_lanes: 4,
+            min_parallel_work: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let src = render("parallel_row_passes", &row_passes(), &[], &settings);
+    assert!(src.contains("_chunk0_body(const "), "{src}");
+    assert!(
+        !src.contains("restrict p0 = "),
+        "no restrict-qualified locals: {src}"
+    );
+    insta::assert_snapshot!(src);
 }
 
 #[test]
