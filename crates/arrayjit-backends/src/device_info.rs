@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use arrayjit_ir::schedule::ScheduleSettings;
+use arrayjit_ir::schedule::{GpuLimits, ScheduleSettings};
 use arrayjit_ir::{Error, Prec, Result, Tnode};
 
 /// What kind of processor a device is.
@@ -100,10 +100,19 @@ impl DeviceInfo {
     }
 
     /// What schedules on this device may assume: its vector width, registers and caches (the
-    /// other settings keep their defaults).
+    /// other settings keep their defaults); for a device that runs groups of invocations (a
+    /// GPU, or the CUDA emulation: more than one invocation per group), its group limits, so
+    /// that every statement gets a GPU pass chosen from them.
     pub fn schedule_settings(&self) -> ScheduleSettings {
         let defaults = ScheduleSettings::default();
+        let gpu = (self.max_local_invocations > 1).then(|| GpuLimits {
+            max_group_invocations: self.max_local_invocations.min(self.max_local_size[0]),
+            max_shared_bytes: self.max_shared_bytes,
+            subgroup_size: u32::try_from(self.subgroup_size).unwrap_or(0),
+            compute_units: self.compute_units,
+        });
         ScheduleSettings {
+            gpu,
             f32_lanes: (self.vector_bytes / 4).max(1),
             vector_registers: if self.vector_registers > 0 {
                 self.vector_registers

@@ -642,6 +642,13 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
         }
         match &sched.kind {
             ScheduleKind::Loops => {}
+            ScheduleKind::Gpu(_) => {
+                return Err(bad(
+                    k,
+                    "it is a GPU pass: the routine was optimized for a device that runs groups of \
+                     invocations; optimize it with this CPU backend's schedule settings",
+                ));
+            }
             ScheduleKind::Contraction(g) => {
                 let b = &g.blocking;
                 let sane = (1..=32).contains(&b.mr)

@@ -1,25 +1,26 @@
 //! The CUDA C renderer: the C family's statement and expression rendering (the CUDA dialect of
-//! [`CSyntax`]) inside GPU passes chosen by the same shape analysis as the WGSL renderer
-//! ([`crate::wgsl`]): one `__global__` function per top-level statement of a routine, launched
-//! in order on one stream.
+//! [`CSyntax`]) inside the GPU passes the optimizer recorded as the routine's schedules
+//! ([`arrayjit_ir::schedule::gpu`], the same ones the WGSL renderer follows): one `__global__`
+//! function per top-level statement of a routine, launched in order on one stream, with the
+//! block size and tile of its schedule.
 //!
 //! - **Zeroing**: one thread per element.
-//! - **Tiled product**: an `f32` matrix product in blocks of 128 × 128 results where that
-//!   still makes 256 blocks or more (8 × 8 per thread, strided by 16 so that neighbouring threads touch neighbouring addresses; 64 × 64
-//!   and 4 × 4, or 16 × 16 and one, for shorter sides), staging 16-deep tiles of both factors
-//!   in shared memory (the left one padded against bank conflicts); each element sums its `k` in the loop's order, so
-//!   the bits are those of the loop nest (NVRTC runs with `--fmad=false`: no contraction the
-//!   IR did not ask for).
+//! - **Tiled product**: `tile × tile` results per block of 16 × 16 threads (`tile / 16`
+//!   squared per thread, strided by 16 so that neighbouring threads touch neighbouring
+//!   addresses), staging 16-deep tiles of both factors in shared memory (the left one padded
+//!   against bank conflicts); each element sums its `k` in the loop's order, so the bits are
+//!   those of the loop nest (NVRTC runs with `--fmad=false`: no contraction the IR did not ask
+//!   for).
 //! - **Grid**: the loops whose iterations are independent become one thread each; the rest of
 //!   the nest runs in the thread, in program order.
-//! - **Rows**: a grid of at most 16384 points around reductions of at least 256 steps (row
-//!   sums, softmax statistics, matrix-vector products) gives each point a block: its
-//!   reductions run as block reductions (below), its independent loops stride over the
-//!   threads, anything else runs on thread 0, with a barrier between statements.
-//! - **Block reduction**: a single loop accumulating into one element runs on one block of
-//!   256 threads: strided shares, combined in a fixed tree order in shared memory, the last
-//!   five levels by warp shuffles in the same order.
+//! - **Rows**: one block per grid point: its reductions run as block reductions (below), its
+//!   independent loops stride over the threads, anything else runs on thread 0, with a barrier
+//!   between statements.
+//! - **Block reduction**: strided shares, combined in a fixed tree order in shared memory, the
+//!   last five levels by warp shuffles in the same order (blocks of at least 64 threads).
 //! - **One thread**: anything else, with its reason.
+//!
+//! A routine optimized without GPU schedules (for a CPU) is a render error that says so.
 //!
 //! Every kernel takes the interface's buffers in order as typed pointers (arrays, merge
 //! buffer, then the scratch buffer holding the routine's local nodes), then the static indices
@@ -32,17 +33,17 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
+use arrayjit_ir::schedule::Schedule;
+use arrayjit_ir::schedule::gpu::{
+    Accumulation, GpuPass, GridLoop, Rest, RowItem, RowRole, TILE_THREADS, row_items,
+};
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{Error, LowLevel, Optimized, Result, TernOp, Tnode};
 
 use crate::c_renderer::{KernelInterface, KernelRenderer, node_name};
 use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
-use crate::gpu_dialect::CUDA as DIALECT;
+use crate::gpu_dialect::{CUDA as DIALECT, gpu_pass, grid_inner};
 use crate::wgsl::PassShape;
-use crate::wgsl::shape::{Accumulation, PassPlan, Rest, RowItem, RowRole, plan, row_items};
-
-/// Threads per block of every pass but the single-thread one.
-pub const BLOCK_THREADS: u32 = 256;
 
 /// Threads per warp: every NVIDIA GPU's.
 const WARP: u32 = 32;
@@ -96,6 +97,9 @@ pub struct CudaPass {
     pub symbol: String,
     /// How it covers its statement.
     pub shape: PassShape,
+    /// Threads per block (1 for a single-thread pass; a hand-written kernel's are in its
+    /// shape).
+    pub threads: u32,
     /// Why this shape.
     pub why: String,
 }
@@ -103,14 +107,12 @@ pub struct CudaPass {
 impl CudaPass {
     /// Blocks and threads per block of its launch, in x (see [`CudaPass::launch`]).
     pub fn launch_dims(&self) -> (u32, u32) {
-        let t = BLOCK_THREADS as u64;
+        let t = self.threads.max(1);
         match self.shape {
             PassShape::Single => (1, 1),
-            PassShape::Reduction => (1, BLOCK_THREADS),
-            PassShape::Tiles(blocks) | PassShape::Rows(blocks) => {
-                (blocks.max(1) as u32, BLOCK_THREADS)
-            }
-            PassShape::Grid(n) | PassShape::Zero(n) => (n.div_ceil(t).max(1) as u32, BLOCK_THREADS),
+            PassShape::Reduction => (1, t),
+            PassShape::Tiles(blocks) | PassShape::Rows(blocks) => (blocks.max(1) as u32, t),
+            PassShape::Grid(n) | PassShape::Zero(n) => (n.div_ceil(t as u64).max(1) as u32, t),
             PassShape::Given(d) => (d.grid[0], d.block[0]),
         }
     }
@@ -244,7 +246,7 @@ fn render_routine(
         s => vec![s],
     };
     let mut passes = Vec::new();
-    for stmt in stmts {
+    for (i, stmt) in stmts.into_iter().enumerate() {
         let mut k = KernelRenderer {
             helpers: &mut *helpers,
             nodes: nodes.clone(),
@@ -255,21 +257,28 @@ fn render_routine(
             local_counter: 0,
             routine: r.name.clone(),
         };
-        let Some((shape, why, body)) = render_pass(&mut k, stmt.unwrapped())? else {
+        let Some((shape, threads, why, body)) =
+            render_pass(&mut k, stmt.unwrapped(), r.schedules.get(i))?
+        else {
             continue;
         };
         let symbol = format!("{stem}_p{}", passes.len());
         let bounds = if shape == PassShape::Single {
             String::new()
         } else {
-            format!("__launch_bounds__({BLOCK_THREADS}) ")
+            format!("__launch_bounds__({threads}) ")
         };
         let _ = writeln!(
             out,
             "/* {why} */\n{} void {bounds}{symbol}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  (void)aj_g;\n{prologue}{body}}}\n",
             syntax.kernel_prefix
         );
-        passes.push(CudaPass { symbol, shape, why });
+        passes.push(CudaPass {
+            symbol,
+            shape,
+            threads,
+            why,
+        });
     }
     Ok(CudaKernel {
         interface,
@@ -278,77 +287,92 @@ fn render_routine(
     })
 }
 
-/// The shape, reason and body of the pass of one top-level statement (`None`: it does nothing).
+/// The shape, threads per block, reason and body of the pass of one top-level statement, by
+/// its schedule (`None`: it does nothing).
 fn render_pass(
     k: &mut KernelRenderer<'_>,
     stmt: &LowLevel,
-) -> Result<Option<(PassShape, String, String)>> {
+    sched: Option<&Schedule>,
+) -> Result<Option<(PassShape, u32, String, String)>> {
     let mut body = String::new();
-    let plan = plan(stmt);
-    let why = plan.why("block");
-    let shape = match plan {
-        PassPlan::Nothing => return Ok(None),
-        PassPlan::Zero(tn) => {
+    let pass = gpu_pass(&k.routine, "CUDA C", sched)?;
+    let why = sched.map(|s| s.why.clone()).unwrap_or_default();
+    let shape = match pass {
+        GpuPass::Nothing => return Ok(None),
+        GpuPass::Zero { elements, threads } => {
+            let LowLevel::ZeroOut(tn) = stmt else {
+                return Err(render_err(
+                    &k.routine,
+                    "a zeroing pass for another statement".into(),
+                ));
+            };
             let name = k.node(tn)?.to_string();
-            let n = tn.num_elems();
-            let _ = writeln!(body, "  if (aj_g < {n}) {name}[aj_g] = 0;");
-            (
-                PassShape::Zero(n as u64),
-                "one thread per element".to_string(),
-            )
+            let _ = writeln!(body, "  if (aj_g < {elements}) {name}[aj_g] = 0;");
+            (PassShape::Zero(*elements), *threads)
         }
-        PassPlan::Tiles(g, fused) => {
-            let blocks = tiled(k, &g, fused, &mut body)?;
-            (
-                PassShape::Tiles(blocks),
-                format!(
-                    "a matrix product (M {} N {} K {}, {} batch loop(s)): factor tiles in shared \
-                     memory, 128 x 128 or 64 x 64 results per block (8 x 8 or 4 x 4 per thread, \
-                     strided by 16) or 16 x 16 for small sides, each summed in the loop's order",
-                    g.m.extent,
-                    g.n.extent,
-                    g.k.extent,
-                    g.batch.len()
-                ),
-            )
+        GpuPass::Tiles {
+            gemm, fused, tile, ..
+        } => {
+            let blocks = tiled(k, gemm, *fused, *tile, &mut body)?;
+            (PassShape::Tiles(blocks), TILE_THREADS)
         }
-        PassPlan::Grid { grid, inner, total } => {
+        GpuPass::Grid {
+            grid,
+            total,
+            threads,
+        } => {
+            let inner = grid_inner(&k.routine, "CUDA C", stmt, grid)?;
             let _ = writeln!(
                 body,
                 "  if (aj_g >= {total}LL) return;\n  long long aj_r = aj_g;"
             );
-            bind_grid(k, &grid, &mut body);
+            bind_grid(k, grid, &mut body);
             k.stmt(&inner, 1, &mut body)?;
-            (PassShape::Grid(total), why)
+            (PassShape::Grid(*total), *threads)
         }
-        PassPlan::Rows { grid, inner, total } => {
+        GpuPass::Rows {
+            grid,
+            total,
+            threads,
+        } => {
+            let inner = grid_inner(&k.routine, "CUDA C", stmt, grid)?;
             // One block per grid point: exactly `total` blocks, so every thread of a block
             // reaches every barrier.
             let _ = writeln!(body, "  long long aj_r = blockIdx.x;");
-            bind_grid(k, &grid, &mut body);
-            rows(k, &row_items(&inner), &mut body)?;
-            (PassShape::Rows(total), why)
+            bind_grid(k, grid, &mut body);
+            rows(k, &row_items(&inner), *threads, &mut body)?;
+            (PassShape::Rows(*total), *threads)
         }
-        PassPlan::Reduction(acc) => {
-            block_reduction(k, &acc, &mut body)?;
-            (PassShape::Reduction, why)
+        GpuPass::Reduction { threads } => {
+            let acc = Accumulation::detect(stmt).ok_or_else(|| {
+                render_err(
+                    &k.routine,
+                    "a reduction pass for a statement that is not one".into(),
+                )
+            })?;
+            block_reduction(k, &acc, *threads, &mut body)?;
+            (PassShape::Reduction, *threads)
         }
-        PassPlan::Single => {
+        GpuPass::Single => {
             let _ = writeln!(body, "  if (aj_g != 0) return;");
             k.stmt(stmt, 1, &mut body)?;
-            (PassShape::Single, why)
+            (PassShape::Single, 1)
         }
     };
-    Ok(Some((shape.0, shape.1, body)))
+    Ok(Some((shape.0, shape.1, why, body)))
 }
 
 /// Binds the grid loops' iterators to the digits of `aj_r` (innermost fastest).
-fn bind_grid(
-    k: &mut KernelRenderer<'_>,
-    grid: &[(arrayjit_ir::Symbol, i64, i64)],
-    out: &mut String,
-) {
-    for (pos, (index, from, to)) in grid.iter().enumerate().rev() {
+fn bind_grid(k: &mut KernelRenderer<'_>, grid: &[GridLoop], out: &mut String) {
+    for (
+        pos,
+        GridLoop {
+            iter: index,
+            from,
+            to,
+        },
+    ) in grid.iter().enumerate().rev()
+    {
         let name = format!("g{pos}");
         let _ = writeln!(
             out,
@@ -363,11 +387,16 @@ fn bind_grid(
 /// each (later statements read what earlier ones stored; `__syncthreads` makes the block's
 /// global writes visible to the block): reductions as block reductions, independent loops
 /// strided over the threads, anything else on thread 0.
-fn rows(k: &mut KernelRenderer<'_>, items: &[RowItem<'_>], out: &mut String) -> Result<()> {
+fn rows(
+    k: &mut KernelRenderer<'_>,
+    items: &[RowItem<'_>],
+    threads: u32,
+    out: &mut String,
+) -> Result<()> {
     for (pos, item) in items.iter().enumerate() {
         out.push_str("  {\n");
         match &item.role {
-            RowRole::Reduce(r) => block_reduction(k, r, out)?,
+            RowRole::Reduce(r) => block_reduction(k, r, threads, out)?,
             RowRole::Strided {
                 index,
                 from,
@@ -377,7 +406,7 @@ fn rows(k: &mut KernelRenderer<'_>, items: &[RowItem<'_>], out: &mut String) -> 
                 let i = format!("aj_j{pos}");
                 let _ = writeln!(
                     out,
-                    "  for (long long {i} = {from} + threadIdx.x; {i} < {to}; {i} += {BLOCK_THREADS}) {{"
+                    "  for (long long {i} = {from} + threadIdx.x; {i} < {to}; {i} += {threads}) {{"
                 );
                 k.symbols.insert(*index, i);
                 k.stmt(body, 2, out)?;
@@ -417,10 +446,12 @@ fn accumulated(
     })
 }
 
-/// One block reduces the loop: strided shares in order, then a fixed tree in shared memory.
+/// One block of `threads` (a power of two, at least two warps) reduces the loop: strided
+/// shares in order, then a fixed tree in shared memory, its last levels by warp shuffles.
 fn block_reduction(
     k: &mut KernelRenderer<'_>,
     r: &Accumulation<'_>,
+    threads: u32,
     out: &mut String,
 ) -> Result<()> {
     let p = r.tn.prec();
@@ -451,7 +482,7 @@ fn block_reduction(
     let _ = write!(
         out,
         "  {shared_red}\n  {t} aj_acc = {neutral};\n  \
-         for (long long aj_i = {from} + threadIdx.x; aj_i < {to}; aj_i += {BLOCK_THREADS}) {{\n{prelude}    \
+         for (long long aj_i = {from} + threadIdx.x; aj_i < {to}; aj_i += {threads}) {{\n{prelude}    \
          aj_acc = {part};\n  }}\n  aj_red[threadIdx.x] = aj_acc;\n  {barrier}\n  \
          for (unsigned aj_s = {half}; aj_s >= {WARP}; aj_s /= 2) {{\n    \
          if (threadIdx.x < aj_s) aj_red[threadIdx.x] = {tree};\n    {barrier}\n  }}\n  \
@@ -459,11 +490,11 @@ fn block_reduction(
          for (unsigned aj_s = {half_warp}; aj_s > 0; aj_s /= 2) {{\n      \
          const {t} aj_o = __shfl_down_sync(0xffffffffu, aj_v, aj_s);\n      aj_v = {warp};\n    }}\n    \
          if (threadIdx.x == 0) {name}[{offset}] = {store};\n  }}\n",
-        shared_red = DIALECT.shared_array(t, "aj_red", &BLOCK_THREADS.to_string()),
+        shared_red = DIALECT.shared_array(t, "aj_red", &threads.to_string()),
         barrier = DIALECT.barrier,
         from = r.from,
         to = r.to,
-        half = BLOCK_THREADS / 2,
+        half = threads / 2,
         half_warp = WARP / 2,
     );
     Ok(())
@@ -474,20 +505,15 @@ fn tiled(
     k: &mut KernelRenderer<'_>,
     g: &arrayjit_ir::schedule::Gemm,
     fused: bool,
+    t: usize,
     out: &mut String,
 ) -> Result<u64> {
     let c = k.node(&g.out)?.to_string();
     let a = k.node(&g.lhs)?.to_string();
     let b = k.node(&g.rhs)?.to_string();
     let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
-    // 128 × 128 results per block (8 × 8 per thread) where both sides fill one, 64 × 64
-    // (4 × 4) where they fill that, else 16 × 16 (one per thread).
-    // 128-tiles only where they still make a few hundred blocks (enough to fill a GPU).
-    let t = match m.min(n) {
-        _ if m.div_ceil(128) * n.div_ceil(128) >= 256 => 128,
-        64.. => 64,
-        _ => 16,
-    };
+    // `t × t` results per block of 16 × 16 threads (`t / 16` × `t / 16` each, strided by 16):
+    // the schedule's tile (see `arrayjit_ir::schedule::gpu`).
     let r = t / 16;
     let (tiles_m, tiles_n) = (m.div_ceil(t), n.div_ceil(t));
     let batch: usize = g.batch.iter().map(|d| d.extent).product();
@@ -535,7 +561,7 @@ fn tiled(
          aj_acc[aj_i][aj_j] = (aj_row < {m} && aj_col < {n}) ? {c}[{oc} + aj_row * {rsc}LL + aj_col * {csc}LL] : 0.0f;\n    }}\n  \
          for (long long aj_k0 = 0; aj_k0 < {kk}; aj_k0 += 16) {{\n    \
          #pragma unroll\n    for (int aj_q = 0; aj_q < {r}; ++aj_q) {{\n      \
-         const int aj_e = threadIdx.x + 256 * aj_q;\n      \
+         const int aj_e = threadIdx.x + {TILE_THREADS} * aj_q;\n      \
          const long long aj_ar = aj_tm * {t} + aj_e / 16, aj_ak = aj_k0 + aj_e % 16;\n      \
          aj_ta[(aj_e / 16) * 17 + aj_e % 16] = (aj_ar < {m} && aj_ak < {kk}) ? {a}[{oa} + aj_ar * {rsa}LL + aj_ak * {csa}LL] : 0.0f;\n      \
          const long long aj_bk = aj_k0 + aj_e / {t}, aj_bc = aj_tn * {t} + aj_e % {t};\n      \

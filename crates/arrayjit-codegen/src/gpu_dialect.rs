@@ -2,7 +2,12 @@
 //! `Device_info.renderer_float4_str`, `renderer_smem_prefix` and `renderer_barrier_str`): the
 //! CUDA and WGSL renderers print shared-memory declarations and barriers from a [`GpuDialect`]
 //! rather than from literals of their own, and a backend says which dialect its devices run
-//! (`LoweredBackend::gpu_dialect` in `arrayjit-backends`).
+//! (`LoweredBackend::gpu_dialect` in `arrayjit-backends`). Also what both GPU renderers read
+//! from a routine's schedules: the GPU pass of a statement and the rest of a grid pass's nest.
+
+use arrayjit_ir::schedule::gpu::{GridLoop, grid_loops};
+use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
+use arrayjit_ir::{Error, LowLevel, Result};
 
 /// How a dialect declares an array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,4 +76,48 @@ mod tests {
             "var<workgroup> aj_t: array<f32, 256>;"
         );
     }
+}
+
+/// The GPU pass a statement's schedule records, or an error saying the routine was not
+/// scheduled for a device that runs groups of invocations.
+pub(crate) fn gpu_pass<'a>(
+    routine: &str,
+    language: &str,
+    sched: Option<&'a Schedule>,
+) -> Result<&'a GpuPass> {
+    match sched {
+        Some(Schedule {
+            kind: ScheduleKind::Gpu(pass),
+            ..
+        }) => Ok(pass),
+        other => Err(Error::Render {
+            routine: routine.to_string(),
+            language: language.into(),
+            detail: format!(
+                "a statement is scheduled as {}, not as a GPU pass: optimize the routine with the \
+                 device's schedule settings (`OptimizeSettings::for_gpu`, or the backend's \
+                 `schedule_settings()`)",
+                other.map_or_else(|| "nothing".to_string(), ToString::to_string)
+            ),
+        }),
+    }
+}
+
+/// The rest of a grid pass's nest: the statement under its grid loops, which must be the
+/// loops the schedule recorded.
+pub(crate) fn grid_inner<'a>(
+    routine: &str,
+    language: &str,
+    stmt: &'a LowLevel,
+    grid: &[GridLoop],
+) -> Result<std::borrow::Cow<'a, LowLevel>> {
+    let (loops, inner) = grid_loops(stmt);
+    if loops != grid {
+        return Err(Error::Render {
+            routine: routine.to_string(),
+            language: language.into(),
+            detail: "a grid pass's loops are not the statement's independent loops".into(),
+        });
+    }
+    Ok(inner)
 }

@@ -1,6 +1,7 @@
 //! Golden tests of the generated C (insta snapshots) and determinism of rendering.
 
 use arrayjit_codegen::{CSyntax, render_program};
+use arrayjit_ir::schedule::GpuLimits;
 use arrayjit_ir::{
     AccumRhs, Assignments, AxisIndex, AxisPadding, BinOp, FetchOp, MemoryMode, MemoryType, Operand,
     OptimizeSettings, Padding, Prec, Projections, StaticSymbol, Symbol, Tnode, UnOp, optimize,
@@ -310,7 +311,8 @@ fn layer_and_total() -> Assignments {
 fn wgsl_passes_of_a_layer_and_a_total() {
     use arrayjit_codegen::wgsl::{WgslTarget, render_wgsl};
     let program = layer_and_total();
-    let opt = optimize("layer_total", &[], &program, &OptimizeSettings::default()).unwrap();
+    let settings = OptimizeSettings::for_gpu(GpuLimits::portable());
+    let opt = optimize("layer_total", &[], &program, &settings).unwrap();
     let kernel = render_wgsl(&opt, &WgslTarget::default()).unwrap();
     insta::assert_snapshot!(kernel.full_source());
 }
@@ -318,7 +320,8 @@ fn wgsl_passes_of_a_layer_and_a_total() {
 #[test]
 fn cuda_passes_of_a_layer_and_a_total() {
     let program = layer_and_total();
-    let opt = optimize("layer_total", &[], &program, &OptimizeSettings::default()).unwrap();
+    let settings = OptimizeSettings::for_gpu(GpuLimits::cuda_minimum());
+    let opt = optimize("layer_total", &[], &program, &settings).unwrap();
     let p = arrayjit_codegen::cuda::render_cuda(&[&opt]).unwrap();
     let shapes: Vec<String> = p.kernels[0]
         .passes
@@ -341,7 +344,8 @@ fn cuda_tiled_product() {
         true,
     )
     .unwrap();
-    let opt = optimize("product", &[], &program, &OptimizeSettings::default()).unwrap();
+    let settings = OptimizeSettings::for_gpu(GpuLimits::cuda_minimum());
+    let opt = optimize("product", &[], &program, &settings).unwrap();
     let p = arrayjit_codegen::cuda::render_cuda(&[&opt]).unwrap();
     insta::assert_snapshot!(p.source);
 }

@@ -20,9 +20,11 @@ use crate::prec::Prec;
 use crate::tnode::Tnode;
 
 mod blocking;
+pub mod gpu;
 #[cfg(test)]
 mod tests;
 pub use blocking::{Blocking, ScheduleTuning};
+pub use gpu::{GpuLimits, GpuPass};
 
 /// How one top-level statement runs, and why.
 #[derive(Clone, Debug, PartialEq)]
@@ -179,6 +181,8 @@ pub enum ScheduleKind {
     /// [`ScheduleKind::Loops`] or a [`ScheduleKind::Reduction`] without blocks (the outermost
     /// loop is the one split over workers).
     Fused(Vec<Schedule>),
+    /// A pass of a device that runs groups of invocations (a GPU): see [`gpu`].
+    Gpu(GpuPass),
 }
 
 /// A reduction's plan: which loop, which combining operation, how many accumulators.
@@ -284,6 +288,7 @@ impl fmt::Display for Schedule {
             }
             ScheduleKind::Contraction(g) => write!(f, "{g} ({})", self.why),
             ScheduleKind::Absorbed => write!(f, "absorbed ({})", self.why),
+            ScheduleKind::Gpu(pass) => write!(f, "{pass} ({})", self.why),
             ScheduleKind::Fused(parts) => {
                 write!(f, "{} statements in one loop ({})", parts.len(), self.why)?;
                 for (k, p) in parts.iter().enumerate() {
@@ -656,6 +661,10 @@ pub struct ScheduleSettings {
     /// Choices varied around the heuristics (register tile, cache blocks, reduction
     /// accumulators); the default is the heuristics. The schedule search sets it.
     pub tuning: ScheduleTuning,
+    /// For a device that runs groups of invocations (a GPU, the CUDA emulation): its limits.
+    /// Then every statement gets a GPU pass ([`ScheduleKind::Gpu`]) chosen from them, and the
+    /// CPU settings above do not apply. `None`: a CPU.
+    pub gpu: Option<GpuLimits>,
 }
 
 impl Default for ScheduleSettings {
@@ -670,6 +679,7 @@ impl Default for ScheduleSettings {
             min_parallel_work: 1 << 18,
             light_kernel_iterations: 1 << 20,
             tuning: ScheduleTuning::default(),
+            gpu: None,
         }
     }
 }
@@ -740,6 +750,9 @@ fn reduction_schedule(
 
 /// The schedule of every top-level statement, in order.
 pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedule> {
+    if let Some(limits) = &settings.gpu {
+        return stmts.iter().map(|s| gpu::gpu_schedule(s, limits)).collect();
+    }
     let mut cache: HashMap<usize, Blocking> = HashMap::new();
     let mut schedules: Vec<Schedule> = stmts
         .iter()

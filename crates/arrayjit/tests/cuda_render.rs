@@ -24,7 +24,7 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
             &case.name,
             &case.bindings,
             &case.program,
-            &OptimizeSettings::default(),
+            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum()),
         )
         .unwrap();
         let program = render_cuda(&[&opt]).unwrap_or_else(|e| panic!("{}: {e}", case.name));
@@ -66,7 +66,7 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
             "matmul",
             &m.bindings,
             &m.program,
-            &OptimizeSettings::default(),
+            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum()),
         )
         .unwrap();
         let p = render_cuda(&[&opt]).unwrap();

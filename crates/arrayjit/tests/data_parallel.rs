@@ -201,7 +201,7 @@ fn data_parallel(
     b.set_optimize_settings(arrayjit::ir::OptimizeSettings {
         stack_threshold_bytes: stack_threshold,
         enable_loop_fusion: fuse_loops,
-        ..Default::default()
+        ..b.optimize_settings()
     });
     let x_all = hosted(&[SHARDS, ROWS, FEATURES], "x_shards", &x);
     let y_all = hosted(&[SHARDS, ROWS], "y_shards", &y);

@@ -76,7 +76,7 @@ fn scratch_locals_share_memory_and_agree_with_the_interpreter() {
         // lifetimes overlap (the corpus checks that program fused).
         b.set_optimize_settings(arrayjit::ir::OptimizeSettings {
             enable_loop_fusion: false,
-            ..Default::default()
+            ..b.optimize_settings()
         });
         let case = scratch_locals().unwrap();
         let code = b.compile("scratch", &case.program, &[]).unwrap();

@@ -180,7 +180,7 @@ mod nvrtc {
             seed in 0u64..50,
         ) {
             let case = build(prec, 3, &steps, seed);
-            let opt = optimize(&case.name, &case.bindings, &case.program, &OptimizeSettings::default()).unwrap();
+            let opt = optimize(&case.name, &case.bindings, &case.program, &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum())).unwrap();
             let program = render_cuda(&[&opt]).unwrap();
             match compile_ptx(&program.source, "compute_80") {
                 Ok(ptx) => prop_assert!(ptx.contains(".entry")),

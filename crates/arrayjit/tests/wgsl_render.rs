@@ -28,6 +28,7 @@ fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
         f16: true,
         int64: true,
         max_bindings: 32,
+        ..WgslTarget::default()
     };
     let supported = target.precisions();
     let (mut rendered, mut refused, mut failures) = (0, 0, Vec::new());
@@ -37,7 +38,7 @@ fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
             &case.name,
             &case.bindings,
             &case.program,
-            &OptimizeSettings::default(),
+            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::portable()),
         ) {
             Ok(o) => o,
             Err(e) => {
@@ -105,7 +106,13 @@ fn products_are_tiled_and_small_ones_are_grids() {
         (5, PassShape::Grid(25)),
     ] {
         let (case, ..) = matmul(n).unwrap();
-        let opt = optimize("mm", &[], &case.program, &OptimizeSettings::default()).unwrap();
+        let opt = optimize(
+            "mm",
+            &[],
+            &case.program,
+            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::portable()),
+        )
+        .unwrap();
         let kernel = render_wgsl(&opt, &WgslTarget::default()).unwrap();
         let shapes: Vec<&PassShape> = kernel.passes.iter().map(|p| &p.shape).collect();
         assert!(shapes.contains(&&expected), "{}", kernel.full_source());
@@ -122,6 +129,7 @@ fn passes_stay_within_the_binding_limit_or_say_why() {
         f16: true,
         int64: true,
         max_bindings: 8,
+        ..WgslTarget::default()
     };
     let mut split = 0;
     for case in all_cases().unwrap() {
@@ -129,7 +137,7 @@ fn passes_stay_within_the_binding_limit_or_say_why() {
             &case.name,
             &case.bindings,
             &case.program,
-            &OptimizeSettings::default(),
+            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::portable()),
         )
         .unwrap();
         let statements = opt.statements().len();

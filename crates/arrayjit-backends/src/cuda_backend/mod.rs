@@ -740,6 +740,7 @@ impl LoweredBackend for CudaBackend {
                     passes: vec![CudaPass {
                         symbol: k.interface.symbol.clone(),
                         shape: PassShape::Given(k.launch),
+                        threads: k.launch.threads_per_block() as u32,
                         why: "hand-written, launched as given".into(),
                     }],
                     buffer_types: vec![],

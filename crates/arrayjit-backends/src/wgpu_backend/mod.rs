@@ -141,10 +141,11 @@ fn open() -> std::result::Result<Gpu, String> {
         let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
         slot.get_or_insert_with(|| e.to_string());
     }));
-    let target = WgslTarget {
+    let mut target = WgslTarget {
         f16: features.contains(wgpu::Features::SHADER_F16),
         int64: features.contains(wgpu::Features::SHADER_INT64),
         max_bindings: limits.max_storage_buffers_per_shader_stage as usize,
+        ..WgslTarget::default()
     };
     let a = adapter.get_info();
     let info = DeviceInfo {
@@ -169,6 +170,9 @@ fn open() -> std::result::Result<Gpu, String> {
         memory_bytes: 0,
         precisions: target.precisions(),
     };
+    if let Some(limits) = info.schedule_settings().gpu {
+        target.limits = limits;
+    }
     Ok(Gpu {
         device,
         queue,
@@ -744,6 +748,7 @@ impl LoweredBackend for WgpuBackend {
             let pass = WgslPass {
                 source: source.to_string(),
                 shape: PassShape::Given(k.launch),
+                threads: k.launch.threads_per_block() as u32,
                 bindings,
                 why: "hand-written, dispatched as given".into(),
                 entry_point: iface.symbol.clone(),
@@ -812,6 +817,7 @@ mod tests {
         let pass = WgslPass {
             source: "@compute @workgroup_size(1) fn main() { let x: f32 = nonsense; }".into(),
             shape: PassShape::Single,
+            threads: 1,
             bindings: vec![],
             why: "test".into(),
             entry_point: "main".into(),

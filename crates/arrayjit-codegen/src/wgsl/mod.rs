@@ -1,28 +1,25 @@
 //! The WGSL renderer: an optimized routine as a sequence of compute passes, one per top-level
-//! statement, each its own WGSL module. How a statement maps onto the GPU, with why:
+//! statement, each its own WGSL module. Each statement's pass is the GPU schedule the optimizer
+//! recorded for it ([`arrayjit_ir::schedule::gpu`]: grid, rows, workgroup reduction, tiled
+//! product, zeroing or one invocation, with the group size and tile chosen from the device's
+//! limits and why), rendered here in WGSL as the CUDA renderer renders it in CUDA C:
 //!
-//! - **Grid**: the longest prefix of the statement's loop nest whose iterations are
-//!   independent ([`arrayjit_ir::schedule::iterations_independent`], the test CPU schedules use to split loops over
-//!   workers) becomes the global grid: one invocation per iteration of those loops, in
-//!   workgroups of [`WORKGROUP_SIZE`]; the rest of the nest (inner reductions included) runs
-//!   in each invocation, in program order.
-//! - **Rows**: a grid of at most 16384 points around reductions of at least 256 steps (row
-//!   sums, softmax statistics, matrix-vector products) gives each point a workgroup: its
-//!   reductions run as workgroup reductions (below), its independent loops stride over the
-//!   invocations, anything else runs on invocation 0, with a storage barrier between
-//!   statements.
-//! - **Workgroup reduction**: a single loop accumulating into one element (`s = s ⊕ v(i)`, ⊕ an
-//!   addition, maximum or minimum, or the fused multiply-add form) runs on one workgroup: each
-//!   invocation accumulates a strided share in order, then the partial results combine in a
-//!   fixed tree order — the same bits on every run, as the schedule semantics require.
-//! - **Tiled product**: an `f32` matrix product (any einsum [`arrayjit_ir::schedule::Contraction`]
-//!   recognizes, transposed and batched ones included) runs in workgroups of 64 × 64 result
-//!   elements, 4 × 4 per invocation (16 × 16, one per invocation, when a side is shorter than
-//!   64), staging tiles of both factors 16 deep in workgroup memory; each element is summed in
-//!   the loop's order of `k`, so the bits are those of the loop nest.
+//! - **Grid**: one invocation per iteration of the statement's independent loops, in
+//!   workgroups of the schedule's size; the rest of the nest runs in each invocation.
+//! - **Rows**: one workgroup per grid point: reductions as workgroup reductions (below),
+//!   independent loops strided over the invocations, anything else on invocation 0, with a
+//!   storage barrier between statements.
+//! - **Workgroup reduction**: each invocation accumulates a strided share in order, then the
+//!   partial results combine in a fixed tree order — the same bits on every run.
+//! - **Tiled product**: `tile × tile` results per workgroup of 16 × 16 invocations (a
+//!   contiguous `tile / 16` square each), both factors staged 16 deep in workgroup memory; each
+//!   element is summed in the loop's order of `k`, so the bits are those of the loop nest.
 //! - **Zeroing**: one invocation per element (per word for packed precisions).
-//! - **One invocation**: anything else (a loop whose iterations depend on each other and that
-//!   is not such a reduction), reported with its reason.
+//! - **One invocation**: anything else, reported with its reason.
+//!
+//! A routine optimized without GPU schedules (for a CPU) is a render error that says so. A
+//! statement split for the binding limit (below) gets one pass per piece, each planned for the
+//! target's limits ([`WgslTarget::limits`]) by the same planner.
 //!
 //! Every array the routine uses is a storage buffer binding: the kernel's arguments (in the
 //! [`KernelInterface`]'s order), then the merge buffer, then the routine's local nodes, which the
@@ -52,15 +49,14 @@ use crate::gpu_dialect::WGSL as DIALECT;
 
 mod ops;
 mod schedules;
-pub(crate) mod shape;
 
+use arrayjit_ir::schedule::ScheduleKind;
+use arrayjit_ir::schedule::gpu::{
+    Accumulation, GpuLimits, GpuPass, GridLoop, TILE_THREADS, gpu_schedule, row_items,
+};
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
 };
-use shape::{Accumulation, PassPlan};
-
-/// Invocations per workgroup of every pass.
-pub const WORKGROUP_SIZE: u32 = 256;
 
 /// What the target device's WGSL accepts beyond the core language, and its binding limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +68,9 @@ pub struct WgslTarget {
     /// The most storage buffers one pass may bind (the device's
     /// `max_storage_buffers_per_shader_stage`; 8 is WebGPU's guaranteed minimum).
     pub max_bindings: usize,
+    /// The device's group limits: the passes of statements split for the binding limit are
+    /// planned with them (the others follow the routine's schedules).
+    pub limits: GpuLimits,
 }
 
 impl Default for WgslTarget {
@@ -80,6 +79,7 @@ impl Default for WgslTarget {
             f16: false,
             int64: false,
             max_bindings: 8,
+            limits: GpuLimits::portable(),
         }
     }
 }
@@ -131,6 +131,9 @@ pub struct WgslPass {
     pub source: String,
     /// How it covers its statement.
     pub shape: PassShape,
+    /// Invocations per workgroup (1 for a single-invocation pass; a hand-written kernel's
+    /// are in its shape).
+    pub threads: u32,
     /// The bindings the module declares, ascending.
     pub bindings: Vec<u32>,
     /// Why this shape.
@@ -144,21 +147,24 @@ impl WgslPass {
     pub fn invocations(&self) -> u64 {
         match self.shape {
             PassShape::Grid(n) | PassShape::Zero(n) => n,
-            PassShape::Reduction => WORKGROUP_SIZE as u64,
-            PassShape::Tiles(groups) | PassShape::Rows(groups) => groups * WORKGROUP_SIZE as u64,
+            PassShape::Reduction => self.threads as u64,
+            PassShape::Tiles(groups) | PassShape::Rows(groups) => groups * self.threads as u64,
             PassShape::Single => 1,
             PassShape::Given(d) => d.blocks() * d.threads_per_block(),
         }
     }
 
     /// Workgroups to dispatch in x and y (x at most `max_x`): enough groups of
-    /// [`WORKGROUP_SIZE`] for every invocation; the shader skips the ones past the end.
+    /// [`WgslPass::threads`] for every invocation; the shader skips the ones past the end.
     pub fn workgroups(&self, max_x: u32) -> (u32, u32) {
         match self.shape {
             PassShape::Reduction | PassShape::Single => (1, 1),
             PassShape::Given(d) => (d.grid[0], d.grid[1]),
             _ => {
-                let groups = self.invocations().div_ceil(WORKGROUP_SIZE as u64).max(1);
+                let groups = self
+                    .invocations()
+                    .div_ceil(self.threads.max(1) as u64)
+                    .max(1);
                 let max_x = max_x.max(1) as u64;
                 if groups <= max_x {
                     (groups as u32, 1)
@@ -251,39 +257,55 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
     }
     let statics_binding = (!r.bindings.is_empty()).then_some(binding);
     let mut passes = Vec::new();
-    let mut stmts = Vec::new();
-    for stmt in r.statements() {
+    for (i, stmt) in r.statements().into_iter().enumerate() {
+        let sched = r.schedules.get(i);
+        let recorded = crate::gpu_dialect::gpu_pass(&r.name, "WGSL", sched)?;
+        let mut pieces = Vec::new();
         split_for_bindings(
             Cow::Borrowed(stmt),
             target.max_bindings,
             &r.name,
-            &mut stmts,
+            &mut pieces,
         )?;
-    }
-    for stmt in &stmts {
-        let mut pass = PassRenderer {
-            routine: &r.name,
-            nodes: &nodes,
-            merge: merge.as_ref(),
-            statics: r
-                .bindings
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (s.symbol, i))
-                .collect(),
-            statics_binding,
-            symbols: HashMap::new(),
-            used: BTreeSet::new(),
-            uses_merge: false,
-            uses_statics: false,
-            scalars: HashMap::new(),
-            counter: 0,
-            helpers: BTreeSet::new(),
-            reduction_type: None,
-            tile: 0,
-        };
-        if let Some(p) = pass.render(stmt)? {
-            passes.push(p);
+        let split = !matches!(pieces.as_slice(), [Cow::Borrowed(_)]);
+        for piece in &pieces {
+            // A statement split for the binding limit: each piece gets its own pass, planned
+            // for the device as the optimizer plans every statement.
+            let planned;
+            let (pass, why) = if split {
+                planned = gpu_schedule(piece, &target.limits);
+                match &planned.kind {
+                    ScheduleKind::Gpu(p) => (p, planned.why.clone()),
+                    _ => unreachable!("gpu_schedule gives GPU passes"),
+                }
+            } else {
+                (recorded, sched.map(|s| s.why.clone()).unwrap_or_default())
+            };
+            let mut pass_renderer = PassRenderer {
+                routine: &r.name,
+                nodes: &nodes,
+                merge: merge.as_ref(),
+                statics: r
+                    .bindings
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (s.symbol, i))
+                    .collect(),
+                statics_binding,
+                symbols: HashMap::new(),
+                used: BTreeSet::new(),
+                uses_merge: false,
+                uses_statics: false,
+                scalars: HashMap::new(),
+                counter: 0,
+                helpers: BTreeSet::new(),
+                reduction_type: None,
+                tile: 0,
+                threads: 1,
+            };
+            if let Some(p) = pass_renderer.render(piece, pass, why)? {
+                passes.push(p);
+            }
         }
     }
     Ok(WgslKernel {
@@ -361,6 +383,8 @@ struct PassRenderer<'a> {
     reduction_type: Option<&'static str>,
     /// The side of the product tiles the pass stages in workgroup memory (0: none).
     tile: usize,
+    /// Invocations per workgroup of the pass.
+    threads: u32,
 }
 
 impl PassRenderer<'_> {
@@ -691,8 +715,13 @@ impl PassRenderer<'_> {
     }
 
     /// Binds the grid loops' iterators to the digits of `aj_r` (innermost fastest).
-    fn bind_grid(&mut self, grid: &[(Symbol, i64, i64)], body: &mut String) {
-        for (index, from, to) in grid.iter().rev() {
+    fn bind_grid(&mut self, grid: &[GridLoop], body: &mut String) {
+        for GridLoop {
+            iter: index,
+            from,
+            to,
+        } in grid.iter().rev()
+        {
             let name = self.fresh("g");
             let _ = writeln!(
                 body,
@@ -703,65 +732,72 @@ impl PassRenderer<'_> {
         }
     }
 
-    /// Renders the pass of one top-level statement (`None` for a statement that does nothing).
-    fn render(&mut self, stmt: &LowLevel) -> Result<Option<WgslPass>> {
+    /// Renders the pass of one top-level statement by its schedule (`None` for a statement
+    /// that does nothing).
+    fn render(&mut self, stmt: &LowLevel, pass: &GpuPass, why: String) -> Result<Option<WgslPass>> {
         let mut body = String::new();
-        let plan = shape::plan(stmt.unwrapped());
-        let why = plan.why("workgroup");
-        let (shape, why) = match plan {
-            PassPlan::Nothing => return Ok(None),
-            PassPlan::Zero(tn) => {
+        let stmt = stmt.unwrapped();
+        let shape = match pass {
+            GpuPass::Nothing => return Ok(None),
+            GpuPass::Zero { threads, .. } => {
+                let LowLevel::ZeroOut(tn) = stmt else {
+                    return Err(self.err("a zeroing pass for another statement".into()));
+                };
+                self.threads = *threads;
                 let name = self.node(tn)?;
                 let (n, zero) = self.zero_unit(tn, &name, "aj_g");
                 let _ = writeln!(body, "  if (aj_g >= {n}) {{ return; }}\n  {zero}");
-                let unit = if packing(tn.prec()).is_some() {
-                    "one invocation per 32-bit word"
-                } else {
-                    "one invocation per element"
-                };
-                (PassShape::Zero(n as u64), unit.to_string())
+                PassShape::Zero(n as u64)
             }
-            PassPlan::Tiles(g, fused) => {
-                let groups = self.tiled(&g, fused, &mut body)?;
-                (
-                    PassShape::Tiles(groups),
-                    format!(
-                        "a matrix product (M {} N {} K {}, {} batch loop(s)): tiles of the factors \
-                         staged in workgroup memory, 64 × 64 results per workgroup (4 × 4 per \
-                         invocation) or 16 × 16 for small sides, each summed in the loop's order",
-                        g.m.extent,
-                        g.n.extent,
-                        g.k.extent,
-                        g.batch.len()
-                    ),
-                )
+            GpuPass::Tiles {
+                gemm, fused, tile, ..
+            } => {
+                self.threads = TILE_THREADS;
+                PassShape::Tiles(self.tiled(gemm, *fused, *tile, &mut body)?)
             }
-            PassPlan::Rows { grid, inner, total } => {
+            GpuPass::Rows {
+                grid,
+                total,
+                threads,
+            } => {
+                self.threads = *threads;
+                let inner = crate::gpu_dialect::grid_inner(self.routine, "WGSL", stmt, grid)?;
                 // One workgroup per grid point (uniform: it depends on the group only).
                 let _ = writeln!(
                     body,
                     "  let aj_grp: u32 = aj_wid.y * aj_nwg.x + aj_wid.x;\n  \
                      if (aj_grp >= {total}u) {{ return; }}\n  var aj_r: i32 = i32(aj_grp);"
                 );
-                self.bind_grid(&grid, &mut body);
-                self.row_items(&shape::row_items(&inner), &mut body)?;
-                (PassShape::Rows(total), why)
+                self.bind_grid(grid, &mut body);
+                self.row_items(&row_items(&inner), &mut body)?;
+                PassShape::Rows(*total)
             }
-            PassPlan::Grid { grid, inner, total } => {
+            GpuPass::Grid {
+                grid,
+                total,
+                threads,
+            } => {
+                self.threads = *threads;
+                let inner = crate::gpu_dialect::grid_inner(self.routine, "WGSL", stmt, grid)?;
                 let _ = writeln!(body, "  if (aj_g >= {total}) {{ return; }}");
                 let _ = writeln!(body, "  var aj_r: i32 = aj_g;");
-                self.bind_grid(&grid, &mut body);
+                self.bind_grid(grid, &mut body);
                 self.stmt(&inner, 1, &mut body)?;
-                (PassShape::Grid(total), why)
+                PassShape::Grid(*total)
             }
-            PassPlan::Reduction(r) => {
+            GpuPass::Reduction { threads } => {
+                self.threads = *threads;
+                let r = Accumulation::detect(stmt).ok_or_else(|| {
+                    self.err("a reduction pass for a statement that is not one".into())
+                })?;
                 self.reduction(&r, &mut body)?;
-                (PassShape::Reduction, why)
+                PassShape::Reduction
             }
-            PassPlan::Single => {
+            GpuPass::Single => {
+                self.threads = 1;
                 let _ = writeln!(body, "  if (aj_g != 0) {{ return; }}");
-                self.stmt(stmt.unwrapped(), 1, &mut body)?;
-                (PassShape::Single, why)
+                self.stmt(stmt, 1, &mut body)?;
+                PassShape::Single
             }
         };
         Ok(Some(self.module(shape, why, &body)))
@@ -818,7 +854,7 @@ impl PassRenderer<'_> {
         }
         bindings.sort_unstable();
         if let Some(t) = self.reduction_type {
-            let len = WORKGROUP_SIZE.to_string();
+            let len = self.threads.to_string();
             let _ = writeln!(src, "{}", DIALECT.shared_array(t, "aj_red", &len));
         }
         if self.tile > 0 {
@@ -836,7 +872,7 @@ impl PassRenderer<'_> {
         }
         let size = match shape {
             PassShape::Single => 1,
-            _ => WORKGROUP_SIZE,
+            _ => self.threads,
         };
         let _ = write!(
             src,
@@ -848,6 +884,7 @@ impl PassRenderer<'_> {
         WgslPass {
             source: src,
             shape,
+            threads: size,
             bindings,
             why,
             entry_point: "main".into(),

@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use arrayjit_ir::Result;
 use arrayjit_ir::schedule::Gemm;
 
+use super::PassRenderer;
 use super::ops::{compute_type, literal, narrow};
-use super::shape::{Accumulation, Rest, RowItem, RowRole, TILE};
-use super::{PassRenderer, WORKGROUP_SIZE};
 use crate::gpu_dialect::WGSL as DIALECT;
+use arrayjit_ir::schedule::gpu::{Accumulation, Rest, RowItem, RowRole, TILE_THREADS};
 
 impl PassRenderer<'_> {
     /// A loop accumulating into one element, with the element held in a register: loaded
@@ -75,12 +75,18 @@ impl PassRenderer<'_> {
     /// The body of a tiled matrix product; returns the number of workgroups. Each invocation
     /// starts from its element's value, adds the products in the order of `k` (with a fused
     /// multiply-add where the statement has one), and stores it: the bits of the loop nest.
-    pub(super) fn tiled(&mut self, g: &Gemm, fused: bool, out: &mut String) -> Result<u64> {
+    pub(super) fn tiled(
+        &mut self,
+        g: &Gemm,
+        fused: bool,
+        t: usize,
+        out: &mut String,
+    ) -> Result<u64> {
         let [c, a, b] = [&g.out, &g.lhs, &g.rhs].map(|t| self.node(t));
         let (c, a, b) = (c?, a?, b?);
         let (m, n, k) = (g.m.extent, g.n.extent, g.k.extent);
-        // 64 × 64 tiles (4 × 4 per invocation) where both sides fill one; 16 × 16 otherwise.
-        let t = if m.min(n) >= 4 * TILE { 4 * TILE } else { TILE };
+        // `t × t` results per workgroup of 16 × 16 invocations: the schedule's tile (see
+        // `arrayjit_ir::schedule::gpu`).
         let tiles_m = m.div_ceil(t);
         let tiles_n = n.div_ceil(t);
         let batch: usize = g.batch.iter().map(|d| d.extent).product();
@@ -136,7 +142,7 @@ impl PassRenderer<'_> {
              {c}[{oc} + aj_row * {rsc} + aj_col * {csc}]; }}\n    }}\n  }}\n  \
              for (var aj_k0: i32 = 0; aj_k0 < {k}; aj_k0 = aj_k0 + 16) {{\n    \
              for (var aj_q: i32 = 0; aj_q < {r}; aj_q = aj_q + 1) {{\n      \
-             let aj_e: i32 = i32(aj_l) + 256 * aj_q;\n      \
+             let aj_e: i32 = i32(aj_l) + {TILE_THREADS} * aj_q;\n      \
              let aj_ar: i32 = aj_tm * {t} + aj_e / 16;\n      let aj_ak: i32 = aj_k0 + aj_e % 16;\n      \
              var aj_va: f32 = 0.0f;\n      \
              if (aj_ar < {m} && aj_ak < {k}) {{ aj_va = {a}[{oa} + aj_ar * {rsa} + aj_ak * {csa}]; }}\n      \
@@ -192,7 +198,8 @@ impl PassRenderer<'_> {
                     let i = self.fresh("j");
                     let _ = writeln!(
                         out,
-                        "  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; {i} = {i} + {WORKGROUP_SIZE}) {{"
+                        "  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; {i} = {i} + {threads}) {{",
+                        threads = self.threads
                     );
                     self.symbols.insert(*index, i);
                     self.stmt(body, 2, out)?;
@@ -227,7 +234,7 @@ impl PassRenderer<'_> {
         let current = self.read_elem(&name, &offset, r.tn.prec(), cp);
         let last = combine(&current, "aj_red[0]", self);
         let store = self.write_elem(&name, &offset, r.tn.prec(), &last);
-        let w = WORKGROUP_SIZE;
+        let w = self.threads;
         let _ = write!(
             out,
             "  var aj_acc: {t} = {neutral};\n  for (var {i}: i32 = {from} + i32(aj_l); {i} < {to}; \

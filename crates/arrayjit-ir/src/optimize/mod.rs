@@ -91,6 +91,20 @@ impl Default for OptimizeSettings {
     }
 }
 
+impl OptimizeSettings {
+    /// The default settings for a device that runs groups of invocations with `limits` (a
+    /// GPU): every statement gets a GPU pass chosen from them.
+    pub fn for_gpu(limits: crate::schedule::GpuLimits) -> OptimizeSettings {
+        OptimizeSettings {
+            schedule: ScheduleSettings {
+                gpu: Some(limits),
+                ..ScheduleSettings::default()
+            },
+            ..OptimizeSettings::default()
+        }
+    }
+}
+
 /// A routine's optimized loop code with everything a backend needs to compile and link it.
 #[derive(Clone, Debug)]
 pub struct Optimized {

@@ -1,0 +1,206 @@
+//! GPU passes are schedules chosen in the IR from the device's limits: the choices follow the
+//! limits, every GPU renderer follows the recorded choice (the corpus agrees with the
+//! interpreter on the GPU backends with other group sizes than the default), and a renderer
+//! refuses a routine scheduled for the other kind of device with a typed error.
+
+use arrayjit::codegen::cuda::render_cuda;
+use arrayjit::codegen::wgsl::{WgslTarget, render_wgsl};
+use arrayjit::conformance::{all_cases, check_case, matmul};
+use arrayjit::ir::schedule::{GpuLimits, GpuPass, ScheduleKind};
+use arrayjit::ir::{Error, OptimizeSettings, optimize};
+
+/// The GPU passes of the matmul case's routine on a device of `limits`.
+fn matmul_passes(n: usize, limits: GpuLimits) -> Vec<GpuPass> {
+    let (case, ..) = matmul(n).unwrap();
+    let opt = optimize("mm", &[], &case.program, &OptimizeSettings::for_gpu(limits)).unwrap();
+    opt.schedules
+        .iter()
+        .map(|s| match &s.kind {
+            ScheduleKind::Gpu(p) => p.clone(),
+            other => panic!("not a GPU pass: {other:?}"),
+        })
+        .collect()
+}
+
+fn tile_of(passes: &[GpuPass]) -> Option<usize> {
+    passes.iter().find_map(|p| match p {
+        GpuPass::Tiles { tile, .. } => Some(*tile),
+        _ => None,
+    })
+}
+
+#[test]
+fn product_tiles_follow_shared_memory_and_the_device_size() {
+    // 48 KiB and a size that still makes enough 128-tiles for a small device: 128.
+    let cuda = GpuLimits {
+        compute_units: 8,
+        ..GpuLimits::cuda_minimum()
+    };
+    assert_eq!(tile_of(&matmul_passes(512, cuda)), Some(128));
+    // The same product on a device of 132 units gives only 16 groups of 128: 64-tiles.
+    let big = GpuLimits {
+        compute_units: 132,
+        ..GpuLimits::cuda_minimum()
+    };
+    assert_eq!(tile_of(&matmul_passes(512, big)), Some(64));
+    // WebGPU's 16 KiB cannot stage a 128-tile (16.5 KiB): 64.
+    let portable = GpuLimits {
+        compute_units: 8,
+        ..GpuLimits::portable()
+    };
+    assert_eq!(tile_of(&matmul_passes(512, portable)), Some(64));
+    // 4 KiB stages only 16-tiles; 2 KiB none: the product runs as a grid.
+    let small = |bytes| GpuLimits {
+        max_shared_bytes: bytes,
+        ..GpuLimits::portable()
+    };
+    assert_eq!(tile_of(&matmul_passes(256, small(4096))), Some(16));
+    let passes = matmul_passes(256, small(2048));
+    assert_eq!(tile_of(&passes), None);
+    assert!(passes.iter().any(|p| matches!(p, GpuPass::Grid { .. })));
+}
+
+#[test]
+fn group_sizes_follow_the_device_limit() {
+    let limits = |n| GpuLimits {
+        max_group_invocations: n,
+        ..GpuLimits::portable()
+    };
+    assert_eq!(limits(1024).group_threads(), 256);
+    assert_eq!(limits(256).group_threads(), 256);
+    assert_eq!(limits(192).group_threads(), 128);
+    assert_eq!(limits(64).group_threads(), 64);
+    // Below 64 invocations no group reductions or tiles: grids and single passes only.
+    for case in all_cases().unwrap() {
+        let opt = optimize(
+            &case.name,
+            &case.bindings,
+            &case.program,
+            &OptimizeSettings::for_gpu(limits(32)),
+        )
+        .unwrap();
+        for s in &opt.schedules {
+            assert!(
+                matches!(
+                    s.kind,
+                    ScheduleKind::Gpu(
+                        GpuPass::Nothing
+                            | GpuPass::Zero { .. }
+                            | GpuPass::Grid { .. }
+                            | GpuPass::Single
+                    )
+                ),
+                "{}: {s}",
+                case.name
+            );
+        }
+    }
+}
+
+#[test]
+fn renderers_refuse_routines_scheduled_for_the_other_kind_of_device() {
+    let (case, ..) = matmul(64).unwrap();
+    let cpu = optimize("mm", &[], &case.program, &OptimizeSettings::default()).unwrap();
+    let e = render_cuda(&[&cpu]).unwrap_err();
+    assert!(
+        matches!(&e, Error::Render { detail, .. } if detail.contains("not as a GPU pass")),
+        "{e}"
+    );
+    let e = render_wgsl(&cpu, &WgslTarget::default()).unwrap_err();
+    assert!(
+        matches!(&e, Error::Render { detail, .. } if detail.contains("not as a GPU pass")),
+        "{e}"
+    );
+    let gpu = optimize(
+        "mm",
+        &[],
+        &case.program,
+        &OptimizeSettings::for_gpu(GpuLimits::portable()),
+    )
+    .unwrap();
+    let e =
+        arrayjit::codegen::render_program(&arrayjit::codegen::CSyntax::c(), &[&gpu]).unwrap_err();
+    assert!(e.to_string().contains("GPU pass"), "{e}");
+}
+
+/// The GPU backends follow the recorded group size and tile: the corpus, with groups of 64
+/// (reductions and row passes on 64 invocations, products as grids), agrees with the
+/// interpreter; so does a product in 16-tiles (a device with 4 KiB of shared memory).
+#[test]
+fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
+    let groups_of_64 = GpuLimits {
+        max_group_invocations: 64,
+        max_shared_bytes: 48 << 10,
+        subgroup_size: 32,
+        compute_units: 0,
+    };
+    let small_shared = GpuLimits {
+        max_group_invocations: 256,
+        max_shared_bytes: 4096,
+        subgroup_size: 32,
+        compute_units: 0,
+    };
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for b in arrayjit::conformance::all_backends_under_test().unwrap() {
+        let settings = b.optimize_settings();
+        if settings.schedule.gpu.is_none() {
+            continue;
+        }
+        let info = b.get_device(0).unwrap().info().unwrap();
+        let with_limits = |limits: GpuLimits| OptimizeSettings {
+            schedule: arrayjit::ir::schedule::ScheduleSettings {
+                gpu: Some(limits),
+                ..settings.schedule.clone()
+            },
+            ..settings.clone()
+        };
+        b.set_optimize_settings(with_limits(groups_of_64));
+        let mut reductions = 0;
+        for case in all_cases().unwrap() {
+            match check_case(&case, &b) {
+                Ok(()) => ran += 1,
+                Err(Error::UnsupportedPrecision { prec, .. })
+                    if arrayjit::ir::Prec::parse(&prec).is_ok_and(|p| !info.supports(p)) =>
+                {
+                    continue;
+                }
+                Err(e) => failures.push(format!("{} / {}: {e}", b.name(), case.name)),
+            }
+            let code = b
+                .compile(&case.name, &case.program, &case.bindings)
+                .unwrap();
+            reductions += code
+                .optimized()
+                .schedules
+                .iter()
+                .filter(|s| {
+                    matches!(
+                        s.kind,
+                        ScheduleKind::Gpu(
+                            GpuPass::Reduction { threads: 64 } | GpuPass::Rows { threads: 64, .. }
+                        )
+                    )
+                })
+                .count();
+        }
+        assert!(reductions > 0, "{}: no pass ran on groups of 64", b.name());
+        b.set_optimize_settings(with_limits(small_shared));
+        let (case, ..) = matmul(64).unwrap();
+        if let Err(e) = check_case(&case, &b) {
+            failures.push(format!("{} / 16-tiles: {e}", b.name()));
+        }
+        let code = b.compile("mm64", &case.program, &[]).unwrap();
+        assert!(
+            code.optimized()
+                .schedules
+                .iter()
+                .any(|s| matches!(s.kind, ScheduleKind::Gpu(GpuPass::Tiles { tile: 16, .. }))),
+            "{}",
+            code.optimized().schedule_report()
+        );
+        b.set_optimize_settings(settings);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    eprintln!("{ran} corpus runs with groups of 64");
+}
