@@ -61,23 +61,6 @@ pub const WGSL: GpuDialect = GpuDialect {
     array_syntax: ArraySyntax::Wgsl,
 };
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shared_arrays_are_declared_in_each_dialects_syntax() {
-        assert_eq!(
-            CUDA.shared_array("float", "aj_t", "256"),
-            "__shared__ float aj_t[256];"
-        );
-        assert_eq!(
-            WGSL.shared_array("f32", "aj_t", "256"),
-            "var<workgroup> aj_t: array<f32, 256>;"
-        );
-    }
-}
-
 /// The GPU pass a statement's schedule records, or an error saying the routine was not
 /// scheduled for a device that runs groups of invocations.
 pub(crate) fn gpu_pass<'a>(
@@ -120,4 +103,21 @@ pub(crate) fn grid_inner<'a>(
         });
     }
     Ok(inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_arrays_are_declared_in_each_dialects_syntax() {
+        assert_eq!(
+            CUDA.shared_array("float", "aj_t", "256"),
+            "__shared__ float aj_t[256];"
+        );
+        assert_eq!(
+            WGSL.shared_array("f32", "aj_t", "256"),
+            "var<workgroup> aj_t: array<f32, 256>;"
+        );
+    }
 }
