@@ -50,9 +50,8 @@ use crate::gpu_dialect::WGSL as DIALECT;
 mod ops;
 mod schedules;
 
-use arrayjit_ir::schedule::ScheduleKind;
 use arrayjit_ir::schedule::gpu::{
-    Accumulation, GpuLimits, GpuPass, GridLoop, TILE_THREADS, gpu_schedule, row_items,
+    Accumulation, GpuLimits, GpuPass, GridLoop, TILE_THREADS, plan_pass, row_items,
 };
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
@@ -273,11 +272,8 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
             // for the device as the optimizer plans every statement.
             let planned;
             let (pass, why) = if split {
-                planned = gpu_schedule(piece, &target.limits);
-                match &planned.kind {
-                    ScheduleKind::Gpu(p) => (p, planned.why.clone()),
-                    _ => unreachable!("gpu_schedule gives GPU passes"),
-                }
+                planned = plan_pass(piece, &target.limits);
+                (&planned.0, planned.1.clone())
             } else {
                 (recorded, sched.map(|s| s.why.clone()).unwrap_or_default())
             };

@@ -451,7 +451,7 @@ fn product_tile(m: usize, n: usize, batch: usize, limits: &GpuLimits) -> Option<
 
 /// The GPU pass of one top-level statement on a device of `limits`, with why.
 pub fn gpu_schedule(stmt: &LowLevel, limits: &GpuLimits) -> Schedule {
-    let (pass, why) = gpu_pass(stmt.unwrapped(), limits);
+    let (pass, why) = plan_pass(stmt, limits);
     Schedule {
         kind: ScheduleKind::Gpu(pass),
         why,
@@ -459,7 +459,10 @@ pub fn gpu_schedule(stmt: &LowLevel, limits: &GpuLimits) -> Schedule {
     }
 }
 
-fn gpu_pass(stmt: &LowLevel, limits: &GpuLimits) -> (GpuPass, String) {
+/// The GPU pass of one top-level statement on a device of `limits`, and why (what
+/// [`gpu_schedule`] records).
+pub fn plan_pass(stmt: &LowLevel, limits: &GpuLimits) -> (GpuPass, String) {
+    let stmt = stmt.unwrapped();
     let threads = limits.group_threads();
     let groups_allowed = threads >= MIN_GROUP_THREADS;
     match stmt {
