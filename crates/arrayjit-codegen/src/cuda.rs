@@ -4,21 +4,11 @@
 //! function per top-level statement of a routine, launched in order on one stream, with the
 //! block size and tile of its schedule.
 //!
-//! - **Zeroing**: one thread per element.
-//! - **Tiled product**: `tile × tile` results per block of 16 × 16 threads (`tile / 16`
-//!   squared per thread, strided by 16 so that neighbouring threads touch neighbouring
-//!   addresses), staging 16-deep tiles of both factors in shared memory (the left one padded
-//!   against bank conflicts); each element sums its `k` in the loop's order, so the bits are
-//!   those of the loop nest (NVRTC runs with `--fmad=false`: no contraction the IR did not ask
-//!   for).
-//! - **Grid**: the loops whose iterations are independent become one thread each; the rest of
-//!   the nest runs in the thread, in program order.
-//! - **Rows**: one block per grid point: its reductions run as block reductions (below), its
-//!   independent loops stride over the threads, anything else runs on thread 0, with a barrier
-//!   between statements.
-//! - **Block reduction**: strided shares, combined in a fixed tree order in shared memory, the
-//!   last five levels by warp shuffles in the same order (blocks of at least 64 threads).
-//! - **One thread**: anything else, with its reason.
+//! The passes' bodies are the kernel trees of [`crate::gpu_kernel`] (written once for every
+//! GPU dialect) printed in CUDA C: `long long` positions, `int` counters, `#pragma unroll` on
+//! the tiled product's register loops, `__syncthreads` for every barrier, and the last five
+//! levels of a block reduction by warp shuffles. NVRTC runs with `--fmad=false`: no
+//! contraction the IR did not ask for.
 //!
 //! A routine optimized without GPU schedules (for a CPU) is a render error that says so.
 //!
@@ -34,19 +24,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::Schedule;
-use arrayjit_ir::schedule::gpu::{
-    Accumulation, GpuPass, GridLoop, Rest, RowItem, RowRole, TILE_THREADS, row_items,
-};
 use arrayjit_ir::tnode::sanitize_identifier;
-use arrayjit_ir::{Error, LowLevel, Optimized, Result, TernOp, Tnode};
+use arrayjit_ir::{
+    AxisIndex, BinOp, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
+};
 
 use crate::c_renderer::{KernelInterface, KernelRenderer, node_name};
 use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
-use crate::gpu_dialect::{CUDA as DIALECT, gpu_pass, grid_inner};
-use crate::wgsl::PassShape;
-
-/// Threads per warp: every NVIDIA GPU's.
-const WARP: u32 = 32;
+use crate::gpu_dialect::{CUDA as DIALECT, GpuDialect, gpu_pass};
+use crate::gpu_kernel::{self, Barrier, KernelDialect, PassShape, Ty};
 
 /// Lines every CUDA file starts with: NVRTC has no standard headers.
 const PRELUDE: &str = "typedef signed char int8_t;
@@ -177,14 +163,6 @@ pub(crate) fn render_with(syntax: &CSyntax, routines: &[&Optimized]) -> Result<C
     Ok(CudaProgram { source, kernels })
 }
 
-fn render_err(routine: &str, detail: String) -> Error {
-    Error::Render {
-        routine: routine.to_string(),
-        language: "CUDA C".into(),
-        detail,
-    }
-}
-
 fn render_routine(
     r: &Optimized,
     stem: &str,
@@ -270,7 +248,7 @@ fn render_routine(
         };
         let _ = writeln!(
             out,
-            "/* {why} */\n{} void {bounds}{symbol}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  (void)aj_g;\n{prologue}{body}}}\n",
+            "/* {why} */\n{} void {bounds}{symbol}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  const long long aj_grp = blockIdx.x;\n  const int aj_t = threadIdx.x;\n  (void)aj_g; (void)aj_grp; (void)aj_t;\n{prologue}{body}}}\n",
             syntax.kernel_prefix
         );
         passes.push(CudaPass {
@@ -288,300 +266,154 @@ fn render_routine(
 }
 
 /// The shape, threads per block, reason and body of the pass of one top-level statement, by
-/// its schedule (`None`: it does nothing).
+/// its schedule (`None`: it does nothing): the kernel tree of its pass
+/// ([`crate::gpu_kernel`]) printed in CUDA C.
 fn render_pass(
     k: &mut KernelRenderer<'_>,
     stmt: &LowLevel,
     sched: Option<&Schedule>,
 ) -> Result<Option<(PassShape, u32, String, String)>> {
-    let mut body = String::new();
     let pass = gpu_pass(&k.routine, "CUDA C", sched)?;
     let why = sched.map(|s| s.why.clone()).unwrap_or_default();
-    let shape = match pass {
-        GpuPass::Nothing => return Ok(None),
-        GpuPass::Zero { elements, threads } => {
-            let LowLevel::ZeroOut(tn) = stmt else {
-                return Err(render_err(
-                    &k.routine,
-                    "a zeroing pass for another statement".into(),
-                ));
-            };
-            let name = k.node(tn)?.to_string();
-            let _ = writeln!(body, "  if (aj_g < {elements}) {name}[aj_g] = 0;");
-            (PassShape::Zero(*elements), *threads)
-        }
-        GpuPass::Tiles {
-            gemm, fused, tile, ..
-        } => {
-            let blocks = tiled(k, gemm, *fused, *tile, &mut body)?;
-            (PassShape::Tiles(blocks), TILE_THREADS)
-        }
-        GpuPass::Grid {
-            grid,
-            total,
-            threads,
-        } => {
-            let inner = grid_inner(&k.routine, "CUDA C", stmt, grid)?;
-            let _ = writeln!(
-                body,
-                "  if (aj_g >= {total}LL) return;\n  long long aj_r = aj_g;"
-            );
-            bind_grid(k, grid, &mut body);
-            k.stmt(&inner, 1, &mut body)?;
-            (PassShape::Grid(*total), *threads)
-        }
-        GpuPass::Rows {
-            grid,
-            total,
-            threads,
-        } => {
-            let inner = grid_inner(&k.routine, "CUDA C", stmt, grid)?;
-            // One block per grid point: exactly `total` blocks, so every thread of a block
-            // reaches every barrier.
-            let _ = writeln!(body, "  long long aj_r = blockIdx.x;");
-            bind_grid(k, grid, &mut body);
-            rows(k, &row_items(&inner), *threads, &mut body)?;
-            (PassShape::Rows(*total), *threads)
-        }
-        GpuPass::Reduction { threads } => {
-            let acc = Accumulation::detect(stmt).ok_or_else(|| {
-                render_err(
-                    &k.routine,
-                    "a reduction pass for a statement that is not one".into(),
-                )
-            })?;
-            block_reduction(k, &acc, *threads, &mut body)?;
-            (PassShape::Reduction, *threads)
-        }
-        GpuPass::Single => {
-            let _ = writeln!(body, "  if (aj_g != 0) return;");
-            k.stmt(stmt, 1, &mut body)?;
-            (PassShape::Single, 1)
-        }
-    };
-    Ok(Some((shape.0, shape.1, why, body)))
+    let printed = gpu_kernel::print_pass(&mut CudaDialect(k), stmt, pass)?;
+    Ok(printed.map(|p| (p.shape, p.threads, why, p.body)))
 }
 
-/// Binds the grid loops' iterators to the digits of `aj_r` (innermost fastest).
-fn bind_grid(k: &mut KernelRenderer<'_>, grid: &[GridLoop], out: &mut String) {
-    for (
-        pos,
-        GridLoop {
-            iter: index,
-            from,
-            to,
-        },
-    ) in grid.iter().enumerate().rev()
-    {
-        let name = format!("g{pos}");
-        let _ = writeln!(
-            out,
-            "  const long long {name} = {from} + aj_r % {ext};\n  aj_r /= {ext};",
-            ext = to - from
-        );
-        k.symbols.insert(*index, name);
+/// The C family's renderer printing a kernel tree in CUDA C.
+struct CudaDialect<'k, 'a>(&'k mut KernelRenderer<'a>);
+
+impl KernelDialect for CudaDialect<'_, '_> {
+    fn syntax(&self) -> &'static GpuDialect {
+        &DIALECT
     }
-}
 
-/// The statements of one grid point, run by the whole block in order with a barrier after
-/// each (later statements read what earlier ones stored; `__syncthreads` makes the block's
-/// global writes visible to the block): reductions as block reductions, independent loops
-/// strided over the threads, anything else on thread 0.
-fn rows(
-    k: &mut KernelRenderer<'_>,
-    items: &[RowItem<'_>],
-    threads: u32,
-    out: &mut String,
-) -> Result<()> {
-    for (pos, item) in items.iter().enumerate() {
-        out.push_str("  {\n");
-        match &item.role {
-            RowRole::Reduce(r) => block_reduction(k, r, threads, out)?,
-            RowRole::Strided {
-                index,
-                from,
-                to,
-                body,
-            } => {
-                let i = format!("aj_j{pos}");
-                let _ = writeln!(
-                    out,
-                    "  for (long long {i} = {from} + threadIdx.x; {i} < {to}; {i} += {threads}) {{"
-                );
-                k.symbols.insert(*index, i);
-                k.stmt(body, 2, out)?;
-                k.symbols.remove(index);
-                out.push_str("  }\n");
-            }
-            RowRole::Lead => {
-                out.push_str("  if (threadIdx.x == 0) {\n");
-                k.stmt(item.stmt, 2, out)?;
-                out.push_str("  }\n");
-            }
-        }
-        let _ = writeln!(out, "  }}\n  {}", DIALECT.barrier);
+    fn routine(&self) -> (&str, &'static str) {
+        (&self.0.routine, "CUDA C")
     }
-    Ok(())
-}
 
-/// `acc ⊕ v(i)` (or `fma(a, b, acc)`) of an accumulation, in the element's compute precision.
-fn accumulated(
-    k: &mut KernelRenderer<'_>,
-    r: &Accumulation<'_>,
-    acc: &str,
-    prelude: &mut String,
-) -> Result<String> {
-    let p = r.tn.prec();
-    let cp = p.compute_prec();
-    Ok(match r.rest {
-        Rest::One(v) => {
-            let v = k.expr(v, p, 2, prelude)?;
-            c_syntax::render_binop(r.combine, cp, acc, &v, k.helpers)
-        }
-        Rest::Product(a, b) => {
-            let a = k.expr(a, p, 2, prelude)?;
-            let b = k.expr(b, p, 2, prelude)?;
-            c_syntax::render_ternop(TernOp::Fma, cp, &a, &b, acc)
-        }
-    })
-}
-
-/// One block of `threads` (a power of two, at least two warps) reduces the loop: strided
-/// shares in order, then a fixed tree in shared memory, its last levels by warp shuffles.
-fn block_reduction(
-    k: &mut KernelRenderer<'_>,
-    r: &Accumulation<'_>,
-    threads: u32,
-    out: &mut String,
-) -> Result<()> {
-    let p = r.tn.prec();
-    let cp = p.compute_prec();
-    let t = c_compute_type(cp);
-    let name = k.node(r.tn)?.to_string();
-    let offset = k.offset(r.tn, r.idcs)?;
-    let neutral = c_syntax::literal(cp, r.combine.neutral_element());
-    k.symbols.insert(r.iter, "aj_i".into());
-    let mut prelude = String::new();
-    let part = accumulated(k, r, "aj_acc", &mut prelude)?;
-    k.symbols.remove(&r.iter);
-    let tree = c_syntax::render_binop(
-        r.combine,
-        cp,
-        "aj_red[threadIdx.x]",
-        "aj_red[threadIdx.x + aj_s]",
-        k.helpers,
-    );
-    // The last five levels of the tree within the first warp, by shuffles: lane `l` combines
-    // its value with lane `l + s`'s, as the shared-memory levels combine slots `l` and `l + s`,
-    // so the order (and the bits) are those of the whole tree. The shuffled value is held in a
-    // variable first: every lane must run the shuffle, whatever the combination evaluates.
-    let warp = c_syntax::render_binop(r.combine, cp, "aj_v", "aj_o", k.helpers);
-    let current = c_syntax::load(&format!("{name}[{offset}]"), p, cp, k.helpers);
-    let last = c_syntax::render_binop(r.combine, cp, &current, "aj_v", k.helpers);
-    let store = c_syntax::store(&last, p, k.helpers);
-    let _ = write!(
-        out,
-        "  {shared_red}\n  {t} aj_acc = {neutral};\n  \
-         for (long long aj_i = {from} + threadIdx.x; aj_i < {to}; aj_i += {threads}) {{\n{prelude}    \
-         aj_acc = {part};\n  }}\n  aj_red[threadIdx.x] = aj_acc;\n  {barrier}\n  \
-         for (unsigned aj_s = {half}; aj_s >= {WARP}; aj_s /= 2) {{\n    \
-         if (threadIdx.x < aj_s) aj_red[threadIdx.x] = {tree};\n    {barrier}\n  }}\n  \
-         if (threadIdx.x < {WARP}) {{\n    {t} aj_v = aj_red[threadIdx.x];\n    \
-         for (unsigned aj_s = {half_warp}; aj_s > 0; aj_s /= 2) {{\n      \
-         const {t} aj_o = __shfl_down_sync(0xffffffffu, aj_v, aj_s);\n      aj_v = {warp};\n    }}\n    \
-         if (threadIdx.x == 0) {name}[{offset}] = {store};\n  }}\n",
-        shared_red = DIALECT.shared_array(t, "aj_red", &threads.to_string()),
-        barrier = DIALECT.barrier,
-        from = r.from,
-        to = r.to,
-        half = threads / 2,
-        half_warp = WARP / 2,
-    );
-    Ok(())
-}
-
-/// The tiled product; returns the number of blocks.
-fn tiled(
-    k: &mut KernelRenderer<'_>,
-    g: &arrayjit_ir::schedule::Gemm,
-    fused: bool,
-    t: usize,
-    out: &mut String,
-) -> Result<u64> {
-    let c = k.node(&g.out)?.to_string();
-    let a = k.node(&g.lhs)?.to_string();
-    let b = k.node(&g.rhs)?.to_string();
-    let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
-    // `t × t` results per block of 16 × 16 threads (`t / 16` × `t / 16` each, strided by 16):
-    // the schedule's tile (see `arrayjit_ir::schedule::gpu`).
-    let r = t / 16;
-    let (tiles_m, tiles_n) = (m.div_ceil(t), n.div_ceil(t));
-    let batch: usize = g.batch.iter().map(|d| d.extent).product();
-    let blocks = (tiles_m * tiles_n * batch) as u64;
-    if blocks > u32::MAX as u64 {
-        return Err(render_err(
-            &k.routine,
-            format!("a product of {blocks} tiles is more than one launch holds"),
-        ));
-    }
-    let _ = writeln!(
-        out,
-        "  {}\n  {}\n  \
-         const long long aj_grp = blockIdx.x;\n  const long long aj_tn = aj_grp % {tiles_n};\n  \
-         const long long aj_tm = (aj_grp / {tiles_n}) % {tiles_m};\n  long long aj_bt = aj_grp / {};",
-        DIALECT.shared_array("float", "aj_ta", &format!("{t} * 17")),
-        DIALECT.shared_array("float", "aj_tb", &format!("16 * {t}")),
-        tiles_n * tiles_m
-    );
-    let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
-    for (d, dim) in g.batch.iter().enumerate().rev() {
-        let _ = writeln!(
-            out,
-            "  const long long aj_b{d} = aj_bt % {e};\n  aj_bt /= {e};",
-            e = dim.extent
-        );
-        for (o, stride) in offsets.iter_mut().zip(dim.strides) {
-            if stride != 0 {
-                o.push_str(&format!(" + aj_b{d} * {stride}LL"));
-            }
+    fn ty(&self, ty: Ty) -> &'static str {
+        match ty {
+            Ty::Int => "int",
+            Ty::Index => "long long",
+            Ty::Compute(p) => c_compute_type(p.compute_prec()),
         }
     }
-    let [oc, oa, ob] = &offsets;
-    let update = if fused {
-        "aj_acc[aj_i][aj_j] = fmaf(aj_x[aj_i], aj_y[aj_j], aj_acc[aj_i][aj_j]);"
-    } else {
-        "aj_acc[aj_i][aj_j] = __fadd_rn(aj_acc[aj_i][aj_j], __fmul_rn(aj_x[aj_i], aj_y[aj_j]));"
-    };
-    let _ = write!(
-        out,
-        "  const int aj_tx = threadIdx.x % 16, aj_ty = threadIdx.x / 16;\n  \
-         float aj_acc[{r}][{r}];\n  \
-         #pragma unroll\n  for (int aj_i = 0; aj_i < {r}; ++aj_i)\n    #pragma unroll\n    for (int aj_j = 0; aj_j < {r}; ++aj_j) {{\n      \
-         const long long aj_row = aj_tm * {t} + aj_ty + 16 * aj_i, aj_col = aj_tn * {t} + aj_tx + 16 * aj_j;\n      \
-         aj_acc[aj_i][aj_j] = (aj_row < {m} && aj_col < {n}) ? {c}[{oc} + aj_row * {rsc}LL + aj_col * {csc}LL] : 0.0f;\n    }}\n  \
-         for (long long aj_k0 = 0; aj_k0 < {kk}; aj_k0 += 16) {{\n    \
-         #pragma unroll\n    for (int aj_q = 0; aj_q < {r}; ++aj_q) {{\n      \
-         const int aj_e = threadIdx.x + {TILE_THREADS} * aj_q;\n      \
-         const long long aj_ar = aj_tm * {t} + aj_e / 16, aj_ak = aj_k0 + aj_e % 16;\n      \
-         aj_ta[(aj_e / 16) * 17 + aj_e % 16] = (aj_ar < {m} && aj_ak < {kk}) ? {a}[{oa} + aj_ar * {rsa}LL + aj_ak * {csa}LL] : 0.0f;\n      \
-         const long long aj_bk = aj_k0 + aj_e / {t}, aj_bc = aj_tn * {t} + aj_e % {t};\n      \
-         aj_tb[aj_e] = (aj_bk < {kk} && aj_bc < {n}) ? {b}[{ob} + aj_bk * {rsb}LL + aj_bc * {csb}LL] : 0.0f;\n    }}\n    \
-         {barrier}\n    const int aj_kn = ({kk} - aj_k0) < 16 ? (int)({kk} - aj_k0) : 16;\n    \
-         for (int aj_kk = 0; aj_kk < aj_kn; ++aj_kk) {{\n      float aj_x[{r}], aj_y[{r}];\n      \
-         #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i) aj_x[aj_i] = aj_ta[(aj_ty + 16 * aj_i) * 17 + aj_kk];\n      \
-         #pragma unroll\n      for (int aj_j = 0; aj_j < {r}; ++aj_j) aj_y[aj_j] = aj_tb[aj_kk * {t} + aj_tx + 16 * aj_j];\n      \
-         #pragma unroll\n      for (int aj_i = 0; aj_i < {r}; ++aj_i)\n        #pragma unroll\n        for (int aj_j = 0; aj_j < {r}; ++aj_j) {update}\n    }}\n    \
-         {barrier}\n  }}\n  \
-         #pragma unroll\n  for (int aj_i = 0; aj_i < {r}; ++aj_i)\n    #pragma unroll\n    for (int aj_j = 0; aj_j < {r}; ++aj_j) {{\n      \
-         const long long aj_row = aj_tm * {t} + aj_ty + 16 * aj_i, aj_col = aj_tn * {t} + aj_tx + 16 * aj_j;\n      \
-         if (aj_row < {m} && aj_col < {n}) {c}[{oc} + aj_row * {rsc}LL + aj_col * {csc}LL] = aj_acc[aj_i][aj_j];\n    }}\n",
-        rsc = g.m.strides[0],
-        csc = g.n.strides[0],
-        rsa = g.m.strides[1],
-        csa = g.k.strides[1],
-        rsb = g.k.strides[2],
-        csb = g.n.strides[2],
-        barrier = DIALECT.barrier,
-    );
-    Ok(blocks)
+
+    fn int(&self, v: i64) -> String {
+        if i32::try_from(v).is_ok() {
+            v.to_string()
+        } else {
+            format!("{v}LL")
+        }
+    }
+
+    fn declare(&self, name: &str, ty: Ty, mutable: bool, value: &str) -> String {
+        let constant = if mutable { "" } else { "const " };
+        format!("{constant}{} {name} = {value};", self.ty(ty))
+    }
+
+    fn local_array(&self, name: &str, ty: Ty, len: usize) -> String {
+        format!("{} {name}[{len}];", self.ty(ty))
+    }
+
+    fn shared_array(&mut self, name: &str, ty: Ty, len: usize) -> Result<Option<String>> {
+        Ok(Some(DIALECT.shared_array(
+            self.ty(ty),
+            name,
+            &len.to_string(),
+        )))
+    }
+
+    fn for_header(&self, var: &str, ty: Ty, from: &str, cond: &str, next: &str) -> String {
+        format!(
+            "for ({} {var} = {from}; {cond}; {var} = {next}) {{",
+            self.ty(ty)
+        )
+    }
+
+    fn unroll(&self) -> Option<&'static str> {
+        Some("#pragma unroll")
+    }
+
+    fn select(&self, cond: &str, a: &str, b: &str) -> String {
+        format!("({cond} ? {a} : {b})")
+    }
+
+    fn mul_add(&self, fused: bool, acc: &str, x: &str, y: &str) -> String {
+        // NVRTC runs with `--fmad=false`; the unfused form rounds the product first, as the
+        // loop nest does.
+        if fused {
+            format!("fmaf({x}, {y}, {acc})")
+        } else {
+            format!("__fadd_rn({acc}, __fmul_rn({x}, {y}))")
+        }
+    }
+
+    fn shuffle_down(&self, value: &str, offset: &str) -> String {
+        format!("__shfl_down_sync(0xffffffffu, {value}, {offset})")
+    }
+
+    fn barrier(&self, _: Barrier) -> &'static str {
+        // `__syncthreads` orders the block's global and shared accesses alike.
+        DIALECT.barrier
+    }
+
+    fn literal(&self, p: Prec, v: f64) -> String {
+        c_syntax::literal(p, v)
+    }
+
+    fn node(&mut self, tn: &Tnode) -> Result<String> {
+        self.0.node(tn).map(str::to_string)
+    }
+
+    fn offset(&mut self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<String> {
+        self.0.offset(tn, idcs)
+    }
+
+    fn load(&mut self, name: &str, offset: &str, stored: Prec, to: Prec) -> String {
+        c_syntax::load(&format!("{name}[{offset}]"), stored, to, self.0.helpers)
+    }
+
+    fn store(&mut self, name: &str, offset: &str, stored: Prec, value: &str) -> String {
+        let v = c_syntax::store(value, stored, self.0.helpers);
+        format!("{name}[{offset}] = {v};")
+    }
+
+    fn zero_extent(&self, tn: &Tnode) -> u64 {
+        tn.num_elems() as u64
+    }
+
+    fn zero(&mut self, tn: &Tnode, index: &str) -> Result<String> {
+        Ok(format!("{}[{index}] = 0;", self.0.node(tn)?))
+    }
+
+    fn combine(&mut self, op: BinOp, cp: Prec, a: &str, b: &str) -> String {
+        c_syntax::render_binop(op, cp, a, b, self.0.helpers)
+    }
+
+    fn fma(&mut self, cp: Prec, a: &str, b: &str, c: &str) -> String {
+        c_syntax::render_ternop(TernOp::Fma, cp, a, b, c)
+    }
+
+    fn bind(&mut self, sym: Symbol, name: &str) {
+        self.0.symbols.insert(sym, name.to_string());
+    }
+
+    fn unbind(&mut self, sym: Symbol) {
+        self.0.symbols.remove(&sym);
+    }
+
+    fn ir_expr(
+        &mut self,
+        e: &ScalarExpr,
+        prec: Prec,
+        depth: usize,
+        prelude: &mut String,
+    ) -> Result<String> {
+        self.0.expr(e, prec, depth, prelude)
+    }
+
+    fn ir_stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
+        self.0.stmt(s, depth, out)
+    }
 }

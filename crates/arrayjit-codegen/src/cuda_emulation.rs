@@ -17,8 +17,8 @@ use std::fmt::Write as _;
 use arrayjit_ir::{Optimized, Result};
 
 use crate::cuda::{CudaProgram, render_with};
+use crate::gpu_kernel::PassShape;
 use crate::source_kernel::check_symbol;
-use crate::wgsl::PassShape;
 use crate::{CSyntax, SourceKernel};
 
 /// The emulation of the CUDA execution model every emulated program starts with.

@@ -31,6 +31,9 @@ pub struct GpuDialect {
     pub barrier: &'static str,
     /// How arrays are declared.
     pub array_syntax: ArraySyntax,
+    /// The width of the subgroups (warps) whose lanes the dialect's kernels exchange values
+    /// between by shuffles, if they do.
+    pub subgroup: Option<u32>,
 }
 
 impl GpuDialect {
@@ -50,6 +53,7 @@ pub const CUDA: GpuDialect = GpuDialect {
     smem_prefix: "__shared__ ",
     barrier: "__syncthreads();",
     array_syntax: ArraySyntax::C,
+    subgroup: Some(32),
 };
 
 /// WGSL (wgpu).
@@ -59,6 +63,7 @@ pub const WGSL: GpuDialect = GpuDialect {
     smem_prefix: "var<workgroup> ",
     barrier: "workgroupBarrier();",
     array_syntax: ArraySyntax::Wgsl,
+    subgroup: None,
 };
 
 /// The GPU pass a statement's schedule records, or an error saying the routine was not

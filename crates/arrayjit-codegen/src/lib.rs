@@ -17,6 +17,7 @@ pub mod cuda;
 pub mod cuda_emulation;
 pub mod gemm;
 pub mod gpu_dialect;
+pub mod gpu_kernel;
 pub mod source_kernel;
 pub mod wgsl;
 

@@ -43,7 +43,7 @@ fn the_128_tiles_compute_the_product() {
     .unwrap();
     let code = backend.compile("tiles_128", &program, &[]).unwrap();
     assert!(
-        code.source().contains("aj_ta[128 * 17]"),
+        code.source().contains(&format!("aj_ta[{}]", 128 * 17)),
         "not rendered with 128-tiles"
     );
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();

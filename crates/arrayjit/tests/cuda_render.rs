@@ -8,7 +8,7 @@
 
 use arrayjit::backends::cuda_backend::compile_ptx;
 use arrayjit::codegen::cuda::render_cuda;
-use arrayjit::codegen::wgsl::PassShape;
+use arrayjit::codegen::gpu_kernel::PassShape;
 use arrayjit::conformance::{all_cases, matmul};
 use arrayjit::ir::{Error, OptimizeSettings, optimize};
 
@@ -78,7 +78,7 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
             "{passes:?}"
         );
         assert!(
-            p.source.contains(&format!("aj_ta[{tile} * 17]")),
+            p.source.contains(&format!("aj_ta[{}]", tile * 17)),
             "matmul {n}: not {tile}-tiles"
         );
         sources.push((format!("matmul_{n}"), p.source));

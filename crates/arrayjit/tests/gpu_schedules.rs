@@ -204,3 +204,49 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     eprintln!("{ran} corpus runs with groups of 64");
 }
+
+/// A row pass holding reductions in two element types runs both as group reductions, each
+/// over a shared array of its own type (WGSL declares its workgroup arrays once per module),
+/// in both dialects.
+#[test]
+fn a_row_pass_reduces_in_two_element_types_on_the_group() {
+    let case = all_cases()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name == "fused_row_sums_in_two_precisions")
+        .unwrap();
+    let opt = optimize(
+        &case.name,
+        &case.bindings,
+        &case.program,
+        &OptimizeSettings::for_gpu(GpuLimits::portable()),
+    )
+    .unwrap();
+    assert!(
+        opt.schedules
+            .iter()
+            .any(|s| matches!(s.kind, ScheduleKind::Gpu(GpuPass::Rows { .. }))),
+        "{}",
+        opt.schedule_report()
+    );
+    let wgsl = render_wgsl(&opt, &WgslTarget::default())
+        .unwrap()
+        .full_source();
+    let cuda = render_cuda(&[&opt]).unwrap().source;
+    for (source, f32_array, i32_array) in [
+        (
+            &wgsl,
+            "var<workgroup> aj_red_f32: array<f32, 256>;",
+            "var<workgroup> aj_red_i32: array<i32, 256>;",
+        ),
+        (
+            &cuda,
+            "__shared__ float aj_red_f32[256];",
+            "__shared__ int32_t aj_red_i32[256];",
+        ),
+    ] {
+        assert!(source.contains(f32_array), "{source}");
+        assert!(source.contains(i32_array), "{source}");
+        assert_eq!(source.matches("aj_red_i32[aj_t] = aj_acc;").count(), 1);
+    }
+}

@@ -3,7 +3,8 @@
 //! precision WGSL lacks is a typed error naming it, and the passes map statements onto the GPU
 //! as the module documentation says (grids, workgroup reductions, zeroing).
 
-use arrayjit::codegen::wgsl::{PassShape, WgslTarget, render_wgsl};
+use arrayjit::codegen::gpu_kernel::PassShape;
+use arrayjit::codegen::wgsl::{WgslTarget, render_wgsl};
 use arrayjit::conformance::{all_cases, matmul};
 use arrayjit::ir::{Error, OptimizeSettings, Prec, optimize};
 

@@ -22,8 +22,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use arrayjit_codegen::gpu_kernel::PassShape;
 use arrayjit_codegen::source_kernel::check_symbol;
-use arrayjit_codegen::wgsl::PassShape;
 use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
 use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Result, trace};
@@ -797,7 +797,7 @@ impl LoweredBackend for WgpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrayjit_codegen::wgsl::PassShape;
+    use arrayjit_codegen::gpu_kernel::PassShape;
 
     /// The shared device, or `None` (with why) on a machine without a Vulkan driver.
     fn gpu() -> Option<Arc<Gpu>> {

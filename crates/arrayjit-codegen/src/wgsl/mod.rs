@@ -4,18 +4,9 @@
 //! product, zeroing or one invocation, with the group size and tile chosen from the device's
 //! limits and why), rendered here in WGSL as the CUDA renderer renders it in CUDA C:
 //!
-//! - **Grid**: one invocation per iteration of the statement's independent loops, in
-//!   workgroups of the schedule's size; the rest of the nest runs in each invocation.
-//! - **Rows**: one workgroup per grid point: reductions as workgroup reductions (below),
-//!   independent loops strided over the invocations, anything else on invocation 0, with a
-//!   storage barrier between statements.
-//! - **Workgroup reduction**: each invocation accumulates a strided share in order, then the
-//!   partial results combine in a fixed tree order — the same bits on every run.
-//! - **Tiled product**: `tile × tile` results per workgroup of 16 × 16 invocations (a
-//!   contiguous `tile / 16` square each), both factors staged 16 deep in workgroup memory; each
-//!   element is summed in the loop's order of `k`, so the bits are those of the loop nest.
-//! - **Zeroing**: one invocation per element (per word for packed precisions).
-//! - **One invocation**: anything else, reported with its reason.
+//! The passes' bodies are the kernel trees of [`crate::gpu_kernel`], the shapes written once for
+//! every GPU dialect, printed in WGSL by the dialect in `dialect.rs`; zeroing runs one
+//! invocation per element (per word for packed precisions).
 //!
 //! A routine optimized without GPU schedules (for a CPU) is a render error that says so. A
 //! statement split for the binding limit (below) gets one pass per piece, each planned for the
@@ -37,7 +28,7 @@
 //! that would need more split back into one pass per statement.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::{
@@ -48,11 +39,10 @@ use crate::c_renderer::{KernelInterface, node_name};
 use crate::gpu_dialect::WGSL as DIALECT;
 
 mod ops;
-mod schedules;
+mod dialect;
 
-use arrayjit_ir::schedule::gpu::{
-    Accumulation, GpuLimits, GpuPass, GridLoop, TILE_THREADS, plan_pass, row_items,
-};
+use crate::gpu_kernel::PassShape;
+use arrayjit_ir::schedule::gpu::{Accumulation, GpuLimits, GpuPass, plan_pass};
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
 };
@@ -102,25 +92,6 @@ impl WgslTarget {
         }
         p
     }
-}
-
-/// How a pass covers its statement.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PassShape {
-    /// One invocation per iteration of the statement's outer independent loops (their product).
-    Grid(u64),
-    /// One workgroup reducing a loop into one element.
-    Reduction,
-    /// This many workgroups, each computing a 16 × 16 tile of a matrix product.
-    Tiles(u64),
-    /// This many workgroups, each reducing one element's loop (one per grid point).
-    Rows(u64),
-    /// One invocation per element of a zeroed node.
-    Zero(u64),
-    /// One invocation for the whole statement.
-    Single,
-    /// A hand-written kernel's launch, as given ([`crate::SourceKernel`]).
-    Given(crate::LaunchDims),
 }
 
 /// One compute pass: a WGSL module and its entry point (`main` for rendered passes).
@@ -295,8 +266,7 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
                 scalars: HashMap::new(),
                 counter: 0,
                 helpers: BTreeSet::new(),
-                reduction_type: None,
-                tile: 0,
+                shared: BTreeMap::new(),
                 threads: 1,
             };
             if let Some(p) = pass_renderer.render(piece, pass, why)? {
@@ -375,10 +345,8 @@ struct PassRenderer<'a> {
     scalars: HashMap<usize, String>,
     counter: usize,
     helpers: BTreeSet<Helper>,
-    /// The element type of the workgroup array of a reduction pass.
-    reduction_type: Option<&'static str>,
-    /// The side of the product tiles the pass stages in workgroup memory (0: none).
-    tile: usize,
+    /// The workgroup arrays the pass declares: element type and length, by name.
+    shared: BTreeMap<String, (&'static str, usize)>,
     /// Invocations per workgroup of the pass.
     threads: u32,
 }
@@ -710,93 +678,14 @@ impl PassRenderer<'_> {
         })
     }
 
-    /// Binds the grid loops' iterators to the digits of `aj_r` (innermost fastest).
-    fn bind_grid(&mut self, grid: &[GridLoop], body: &mut String) {
-        for GridLoop {
-            iter: index,
-            from,
-            to,
-        } in grid.iter().rev()
-        {
-            let name = self.fresh("g");
-            let _ = writeln!(
-                body,
-                "  let {name}: i32 = {from} + aj_r % {ext};\n  aj_r = aj_r / {ext};",
-                ext = to - from
-            );
-            self.symbols.insert(*index, name);
-        }
-    }
-
     /// Renders the pass of one top-level statement by its schedule (`None` for a statement
-    /// that does nothing).
+    /// that does nothing): the kernel tree of its pass ([`crate::gpu_kernel`]) printed in WGSL.
     fn render(&mut self, stmt: &LowLevel, pass: &GpuPass, why: String) -> Result<Option<WgslPass>> {
-        let mut body = String::new();
-        let stmt = stmt.unwrapped();
-        let shape = match pass {
-            GpuPass::Nothing => return Ok(None),
-            GpuPass::Zero { threads, .. } => {
-                let LowLevel::ZeroOut(tn) = stmt else {
-                    return Err(self.err("a zeroing pass for another statement".into()));
-                };
-                self.threads = *threads;
-                let name = self.node(tn)?;
-                let (n, zero) = self.zero_unit(tn, &name, "aj_g");
-                let _ = writeln!(body, "  if (aj_g >= {n}) {{ return; }}\n  {zero}");
-                PassShape::Zero(n as u64)
-            }
-            GpuPass::Tiles {
-                gemm, fused, tile, ..
-            } => {
-                self.threads = TILE_THREADS;
-                PassShape::Tiles(self.tiled(gemm, *fused, *tile, &mut body)?)
-            }
-            GpuPass::Rows {
-                grid,
-                total,
-                threads,
-            } => {
-                self.threads = *threads;
-                let inner = crate::gpu_dialect::grid_inner(self.routine, "WGSL", stmt, grid)?;
-                // One workgroup per grid point (uniform: it depends on the group only).
-                let _ = writeln!(
-                    body,
-                    "  let aj_grp: u32 = aj_wid.y * aj_nwg.x + aj_wid.x;\n  \
-                     if (aj_grp >= {total}u) {{ return; }}\n  var aj_r: i32 = i32(aj_grp);"
-                );
-                self.bind_grid(grid, &mut body);
-                self.row_items(&row_items(&inner), &mut body)?;
-                PassShape::Rows(*total)
-            }
-            GpuPass::Grid {
-                grid,
-                total,
-                threads,
-            } => {
-                self.threads = *threads;
-                let inner = crate::gpu_dialect::grid_inner(self.routine, "WGSL", stmt, grid)?;
-                let _ = writeln!(body, "  if (aj_g >= {total}) {{ return; }}");
-                let _ = writeln!(body, "  var aj_r: i32 = aj_g;");
-                self.bind_grid(grid, &mut body);
-                self.stmt(&inner, 1, &mut body)?;
-                PassShape::Grid(*total)
-            }
-            GpuPass::Reduction { threads } => {
-                self.threads = *threads;
-                let r = Accumulation::detect(stmt).ok_or_else(|| {
-                    self.err("a reduction pass for a statement that is not one".into())
-                })?;
-                self.reduction(&r, &mut body)?;
-                PassShape::Reduction
-            }
-            GpuPass::Single => {
-                self.threads = 1;
-                let _ = writeln!(body, "  if (aj_g != 0) {{ return; }}");
-                self.stmt(stmt, 1, &mut body)?;
-                PassShape::Single
-            }
+        let Some(printed) = crate::gpu_kernel::print_pass(self, stmt.unwrapped(), pass)? else {
+            return Ok(None);
         };
-        Ok(Some(self.module(shape, why, &body)))
+        self.threads = printed.threads;
+        Ok(Some(self.module(printed.shape, why, &printed.body)))
     }
 }
 
@@ -849,19 +738,8 @@ impl PassRenderer<'_> {
             bindings.push(b);
         }
         bindings.sort_unstable();
-        if let Some(t) = self.reduction_type {
-            let len = self.threads.to_string();
-            let _ = writeln!(src, "{}", DIALECT.shared_array(t, "aj_red", &len));
-        }
-        if self.tile > 0 {
-            // A t × 16 tile of the left factor and a 16 × t tile of the right one.
-            let len = (self.tile * 16).to_string();
-            let _ = writeln!(
-                src,
-                "{}\n{}",
-                DIALECT.shared_array("f32", "aj_ta", &len),
-                DIALECT.shared_array("f32", "aj_tb", &len)
-            );
+        for (name, (ty, len)) in &self.shared {
+            let _ = writeln!(src, "{}", DIALECT.shared_array(ty, name, &len.to_string()));
         }
         for h in &self.helpers {
             src.push_str(&helper_source(*h));
@@ -874,8 +752,8 @@ impl PassRenderer<'_> {
             src,
             "@compute @workgroup_size({size})\nfn main(@builtin(workgroup_id) aj_wid: vec3<u32>, \
              @builtin(num_workgroups) aj_nwg: vec3<u32>, @builtin(local_invocation_index) aj_l: \
-             u32) {{\n  let aj_g: i32 = i32((aj_wid.y * aj_nwg.x + aj_wid.x) * {size}u + aj_l);\n\
-             {body}}}\n"
+             u32) {{\n  let aj_grp: i32 = i32(aj_wid.y * aj_nwg.x + aj_wid.x);\n  \
+             let aj_t: i32 = i32(aj_l);\n  let aj_g: i32 = aj_grp * {size} + aj_t;\n{body}}}\n"
         );
         WgslPass {
             source: src,

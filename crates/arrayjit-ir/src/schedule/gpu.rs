@@ -273,6 +273,7 @@ pub fn grid_loops(stmt: &LowLevel) -> (Vec<GridLoop>, Cow<'_, LowLevel>) {
 }
 
 /// What a reduction accumulates besides the element itself.
+#[derive(Clone, Copy)]
 pub enum Rest<'a> {
     /// `s ⊕ v`.
     One(&'a ScalarExpr),
@@ -281,6 +282,7 @@ pub enum Rest<'a> {
 }
 
 /// A single loop accumulating into one element: `for i { s[o] = s[o] ⊕ v(i) }`.
+#[derive(Clone, Copy)]
 pub struct Accumulation<'a> {
     /// The loop's iterator.
     pub iter: Symbol,

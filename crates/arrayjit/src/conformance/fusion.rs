@@ -203,11 +203,42 @@ fn views_read_many_times() -> Result<Case> {
     Ok(case("views_read_many_times", program, vec![y, z, w]))
 }
 
+/// Row sums of an `f32` and of an `i32` matrix over the same rows, fused into one loop: on a
+/// GPU one row pass holding group reductions in two element types.
+fn fused_row_sums_in_two_precisions() -> Result<Case> {
+    let (rows, len) = (6, 300);
+    let x = fractions(Prec::F32, &[rows, len], "x", 7)?;
+    let counts = Tnode::new(Prec::I32, &[rows, len], &["counts"])?;
+    counts.set_values(
+        &(0..rows * len)
+            .map(|i| ((i * 29) % 23) as f64 - 11.0)
+            .collect::<Vec<_>>(),
+    )?;
+    let sums = output(Prec::F32, &[rows], "f32_row_sums")?;
+    let totals = output(Prec::I32, &[rows], "i32_row_sums")?;
+    let row_sum = |out: &Tnode, of: Tnode| {
+        Assignments::einsum(
+            "ij->i",
+            BinOp::Add,
+            out,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(of)),
+            true,
+        )
+    };
+    let program = row_sum(&sums, x)?.then(row_sum(&totals, counts)?);
+    Ok(case(
+        "fused_row_sums_in_two_precisions",
+        program,
+        vec![sums, totals],
+    ))
+}
+
 /// The fusion cases.
 pub fn fusion_cases() -> Result<Vec<Case>> {
     Ok(vec![
         fused_softmax_rows()?,
         fused_softmax_long_f32_rows()?,
+        fused_row_sums_in_two_precisions()?,
         cross_row_passes()?,
         views_read_many_times()?,
     ])

@@ -1,0 +1,583 @@
+//! The kernel shapes, each written once as a kernel tree lowered from a [`GpuPass`]:
+//!
+//! - **Zeroing**: one invocation per element (or storage word).
+//! - **Grid**: the loops whose iterations are independent become one invocation each; the rest
+//!   of the nest runs in the invocation, in program order.
+//! - **Rows**: one group per grid point: its reductions run as group reductions (below), its
+//!   independent loops stride over the invocations, anything else runs on invocation 0, with a
+//!   barrier between statements (later statements read what earlier ones stored).
+//! - **Group reduction**: strided shares combined in loop order, then a fixed tree in shared
+//!   memory; where the dialect has subgroup shuffles, the tree's last levels run by shuffles
+//!   within the first subgroup, combining the same pairs (so the bits are the same).
+//! - **Tiled product**: `tile × tile` results per group of 16 × 16 invocations (`tile / 16`
+//!   squared each, strided by 16 so that neighbouring invocations touch neighbouring
+//!   addresses), staging 16-deep tiles of both factors in shared memory (the left one padded
+//!   to 17 columns against bank conflicts); each element starts from its value and adds its
+//!   products in the order of `k`, fused where the statement fuses them: the bits of the loop
+//!   nest.
+//! - **One invocation**: anything else.
+
+use std::ops::{Add, Div, Mul, Rem, Sub};
+
+use arrayjit_ir::schedule::Gemm;
+use arrayjit_ir::schedule::gpu::{
+    Accumulation, GpuPass, GridLoop, RowRole, TILE_DEPTH, TILE_THREADS, row_items,
+};
+use arrayjit_ir::{Error, LowLevel, Prec, Result};
+
+use super::{Arith, At, Barrier, Expr, KernelDialect, PassShape, PrintedPass, Stmt, Ty};
+use crate::gpu_dialect::grid_inner;
+
+fn var(name: &str) -> Expr<'static> {
+    Expr::Var(name.to_string())
+}
+
+/// The invocation's index in the launch, its group's, and its index in the group.
+fn launch_index() -> Expr<'static> {
+    var("aj_g")
+}
+fn group_index() -> Expr<'static> {
+    var("aj_grp")
+}
+fn thread_index() -> Expr<'static> {
+    var("aj_t")
+}
+
+impl From<i64> for Expr<'_> {
+    fn from(v: i64) -> Self {
+        Expr::Int(v)
+    }
+}
+
+impl From<usize> for Expr<'_> {
+    fn from(v: usize) -> Self {
+        Expr::Int(v as i64)
+    }
+}
+
+impl From<u64> for Expr<'_> {
+    fn from(v: u64) -> Self {
+        Expr::Int(v as i64)
+    }
+}
+
+impl From<u32> for Expr<'_> {
+    fn from(v: u32) -> Self {
+        Expr::Int(v as i64)
+    }
+}
+
+/// `a op b`, without the additions of 0 and the products by 1 that offsets and strides bring.
+fn folded<'a>(op: Arith, a: Expr<'a>, b: Expr<'a>) -> Expr<'a> {
+    match (op, &a, &b) {
+        (Arith::Add, _, Expr::Int(0)) | (Arith::Mul | Arith::Div, _, Expr::Int(1)) => a,
+        (Arith::Add, Expr::Int(0), _) | (Arith::Mul, Expr::Int(1), _) => b,
+        _ => Expr::Arith(op, Box::new(a), Box::new(b)),
+    }
+}
+
+macro_rules! arith_op {
+    ($trait:ident, $method:ident, $op:expr) => {
+        impl<'a, T: Into<Expr<'a>>> $trait<T> for Expr<'a> {
+            type Output = Expr<'a>;
+            fn $method(self, other: T) -> Expr<'a> {
+                folded($op, self, other.into())
+            }
+        }
+    };
+}
+arith_op!(Add, add, Arith::Add);
+arith_op!(Sub, sub, Arith::Sub);
+arith_op!(Mul, mul, Arith::Mul);
+arith_op!(Div, div, Arith::Div);
+arith_op!(Rem, rem, Arith::Rem);
+
+impl<'a> Expr<'a> {
+    fn cmp(self, op: Arith, other: impl Into<Expr<'a>>) -> Expr<'a> {
+        Expr::Arith(op, Box::new(self), Box::new(other.into()))
+    }
+    fn lt(self, other: impl Into<Expr<'a>>) -> Expr<'a> {
+        self.cmp(Arith::Lt, other)
+    }
+    fn ge(self, other: impl Into<Expr<'a>>) -> Expr<'a> {
+        self.cmp(Arith::Ge, other)
+    }
+    fn equals(self, other: impl Into<Expr<'a>>) -> Expr<'a> {
+        self.cmp(Arith::Eq, other)
+    }
+    fn and(self, other: Expr<'a>) -> Expr<'a> {
+        self.cmp(Arith::And, other)
+    }
+    fn item(array: &str, index: Expr<'a>) -> Expr<'a> {
+        Expr::Item(array.to_string(), Box::new(index))
+    }
+}
+
+fn let_<'a>(name: &str, ty: Ty, value: Expr<'a>) -> Stmt<'a> {
+    Stmt::Let {
+        name: name.into(),
+        ty,
+        value,
+        mutable: false,
+        binds: None,
+    }
+}
+
+fn let_mut<'a>(name: &str, ty: Ty, value: Expr<'a>) -> Stmt<'a> {
+    Stmt::Let {
+        name: name.into(),
+        ty,
+        value,
+        mutable: true,
+        binds: None,
+    }
+}
+
+fn assign<'a>(place: Expr<'a>, value: impl Into<Expr<'a>>) -> Stmt<'a> {
+    Stmt::Assign(place, value.into())
+}
+
+fn array(name: &str, ty: Ty, len: usize, shared: bool) -> Stmt<'static> {
+    Stmt::Array {
+        name: name.into(),
+        ty,
+        len,
+        shared,
+    }
+}
+
+/// `for (var = from; var < to; var += step)`.
+fn range<'a>(
+    name: &str,
+    ty: Ty,
+    from: impl Into<Expr<'a>>,
+    to: impl Into<Expr<'a>>,
+    step: i64,
+    body: Vec<Stmt<'a>>,
+) -> Stmt<'a> {
+    Stmt::For {
+        var: name.into(),
+        ty,
+        from: from.into(),
+        cond: var(name).lt(to),
+        next: var(name) + step,
+        unroll: false,
+        binds: None,
+        body,
+    }
+}
+
+/// `for (var = 0; var < n; ++var)`, unrolled.
+fn unrolled<'a>(name: &str, n: usize, body: Vec<Stmt<'a>>) -> Stmt<'a> {
+    let mut l = range(name, Ty::Int, 0i64, n, 1, body);
+    if let Stmt::For { unroll, .. } = &mut l {
+        *unroll = true;
+    }
+    l
+}
+
+/// A loop whose variable stands for an IR iterator in its body.
+fn bound_to(mut l: Stmt<'_>, sym: arrayjit_ir::Symbol) -> Stmt<'_> {
+    if let Stmt::For { binds, .. } = &mut l {
+        *binds = Some(sym);
+    }
+    l
+}
+
+fn render_err<D: KernelDialect>(d: &D, detail: &str) -> Error {
+    let (routine, language) = d.routine();
+    Error::Render {
+        routine: routine.to_string(),
+        language: language.into(),
+        detail: detail.into(),
+    }
+}
+
+/// Lowers the pass and prints it (see the module's doc for the shapes).
+pub(super) fn print_pass<D: KernelDialect>(
+    d: &mut D,
+    stmt: &LowLevel,
+    pass: &GpuPass,
+) -> Result<Option<PrintedPass>> {
+    let mut body = String::new();
+    let (routine, language) = {
+        let (r, l) = d.routine();
+        (r.to_string(), l)
+    };
+    let subgroup = d.syntax().subgroup;
+    let (shape, threads) = match pass {
+        GpuPass::Nothing => return Ok(None),
+        GpuPass::Zero { threads, .. } => {
+            let LowLevel::ZeroOut(tn) = stmt else {
+                return Err(render_err(d, "a zeroing pass for another statement"));
+            };
+            let n = d.zero_extent(tn);
+            let tree = vec![Stmt::If(
+                launch_index().lt(n),
+                vec![Stmt::Zero(tn, launch_index())],
+            )];
+            super::print_stmts(d, &tree, 1, &mut body)?;
+            (PassShape::Zero(n), *threads)
+        }
+        GpuPass::Tiles {
+            gemm, fused, tile, ..
+        } => {
+            let (groups, tree) = tiled(gemm, *fused, *tile)
+                .ok_or_else(|| render_err(d, "a product with more tiles than a launch holds"))?;
+            super::print_stmts(d, &tree, 1, &mut body)?;
+            (PassShape::Tiles(groups), TILE_THREADS)
+        }
+        GpuPass::Grid {
+            grid,
+            total,
+            threads,
+        } => {
+            let inner = grid_inner(&routine, language, stmt, grid)?;
+            let mut tree = vec![
+                Stmt::If(launch_index().ge(*total), vec![Stmt::Return]),
+                let_mut("aj_r", Ty::Index, launch_index()),
+            ];
+            bind_grid(grid, &mut tree);
+            tree.push(Stmt::Source(&inner));
+            super::print_stmts(d, &tree, 1, &mut body)?;
+            (PassShape::Grid(*total), *threads)
+        }
+        GpuPass::Rows {
+            grid,
+            total,
+            threads,
+        } => {
+            let inner = grid_inner(&routine, language, stmt, grid)?;
+            // One group per grid point: the test depends on the group only, so every
+            // invocation of a group that goes on reaches every barrier.
+            let mut tree = vec![
+                Stmt::If(group_index().ge(*total), vec![Stmt::Return]),
+                let_mut("aj_r", Ty::Index, group_index()),
+            ];
+            bind_grid(grid, &mut tree);
+            for (pos, item) in row_items(&inner).into_iter().enumerate() {
+                let scope = match item.role {
+                    RowRole::Reduce(r) => reduction(&r, *threads, subgroup),
+                    RowRole::Strided {
+                        index,
+                        from,
+                        to,
+                        body,
+                    } => {
+                        let j = format!("aj_j{pos}");
+                        let strided = range(
+                            &j,
+                            Ty::Index,
+                            thread_index() + from,
+                            to,
+                            *threads as i64,
+                            vec![Stmt::Source(body)],
+                        );
+                        vec![bound_to(strided, index)]
+                    }
+                    RowRole::Lead => vec![Stmt::If(
+                        thread_index().equals(0i64),
+                        vec![Stmt::Source(item.stmt)],
+                    )],
+                };
+                tree.push(Stmt::Block(scope));
+                tree.push(Stmt::Barrier(Barrier::Global));
+            }
+            super::print_stmts(d, &tree, 1, &mut body)?;
+            (PassShape::Rows(*total), *threads)
+        }
+        GpuPass::Reduction { threads } => {
+            let r = Accumulation::detect(stmt)
+                .ok_or_else(|| render_err(d, "a reduction pass for a statement that is not one"))?;
+            let tree = reduction(&r, *threads, subgroup);
+            super::print_stmts(d, &tree, 1, &mut body)?;
+            (PassShape::Reduction, *threads)
+        }
+        GpuPass::Single => {
+            let tree = vec![
+                Stmt::If(launch_index().cmp(Arith::Ne, 0i64), vec![Stmt::Return]),
+                Stmt::Source(stmt),
+            ];
+            super::print_stmts(d, &tree, 1, &mut body)?;
+            (PassShape::Single, 1)
+        }
+    };
+    Ok(Some(PrintedPass {
+        shape,
+        threads,
+        body,
+    }))
+}
+
+/// Binds the grid loops' iterators to the digits of `aj_r` (innermost fastest).
+fn bind_grid(grid: &[GridLoop], tree: &mut Vec<Stmt<'_>>) {
+    for (pos, GridLoop { iter, from, to }) in grid.iter().enumerate().rev() {
+        tree.push(Stmt::Let {
+            name: format!("aj_p{pos}"),
+            ty: Ty::Index,
+            value: Expr::Int(*from) + var("aj_r") % (to - from),
+            mutable: false,
+            binds: Some(*iter),
+        });
+        tree.push(assign(var("aj_r"), var("aj_r") / (to - from)));
+    }
+}
+
+/// A group of `threads` (a power of two) reduces the loop into its element: strided shares in
+/// loop order, then a fixed tree in shared memory, its last levels by subgroup shuffles where
+/// the dialect has them and the group holds two subgroups.
+fn reduction<'a>(r: &Accumulation<'a>, threads: u32, subgroup: Option<u32>) -> Vec<Stmt<'a>> {
+    let cp = r.tn.prec().compute_prec();
+    let ty = Ty::Compute(cp);
+    let red = format!("aj_red_{}", cp.name());
+    let slot = |i: Expr<'a>| Expr::item(&red, i);
+    let combine = |a: Expr<'a>, b: Expr<'a>| Expr::Combine(r.combine, cp, Box::new(a), Box::new(b));
+    let element = || At::Indices(r.idcs);
+    let store_with = |v: Expr<'a>| {
+        Stmt::If(
+            thread_index().equals(0i64),
+            vec![Stmt::Store(
+                r.tn,
+                element(),
+                combine(Expr::Elem(r.tn, element()), v),
+            )],
+        )
+    };
+    let shuffles = subgroup.filter(|w| threads >= 2 * w);
+    let mut tree = vec![
+        array(&red, ty, threads as usize, true),
+        let_mut("aj_acc", ty, Expr::Lit(cp, r.combine.neutral_element())),
+        bound_to(
+            range(
+                "aj_i",
+                Ty::Index,
+                thread_index() + r.from,
+                r.to,
+                threads as i64,
+                vec![assign(
+                    var("aj_acc"),
+                    Expr::Step(*r, Box::new(var("aj_acc"))),
+                )],
+            ),
+            r.iter,
+        ),
+        assign(slot(thread_index()), var("aj_acc")),
+        Stmt::Barrier(Barrier::Shared),
+        Stmt::For {
+            var: "aj_s".into(),
+            ty: Ty::Int,
+            from: Expr::from(threads / 2),
+            cond: var("aj_s").ge(shuffles.unwrap_or(1)),
+            next: var("aj_s") / 2i64,
+            unroll: false,
+            binds: None,
+            body: vec![
+                Stmt::If(
+                    thread_index().lt(var("aj_s")),
+                    vec![assign(
+                        slot(thread_index()),
+                        combine(slot(thread_index()), slot(thread_index() + var("aj_s"))),
+                    )],
+                ),
+                Stmt::Barrier(Barrier::Shared),
+            ],
+        },
+    ];
+    match shuffles {
+        // Lane `l` combines its value with lane `l + s`'s, as the shared levels combine slots
+        // `l` and `l + s`. The shuffled value is held in a variable first: every lane must run
+        // the shuffle, whatever the combination evaluates.
+        Some(w) => tree.push(Stmt::If(
+            thread_index().lt(w),
+            vec![
+                let_mut("aj_v", ty, slot(thread_index())),
+                Stmt::For {
+                    var: "aj_s".into(),
+                    ty: Ty::Int,
+                    from: Expr::from(w / 2),
+                    cond: var("aj_s").ge(1i64),
+                    next: var("aj_s") / 2i64,
+                    unroll: false,
+                    binds: None,
+                    body: vec![
+                        let_(
+                            "aj_o",
+                            ty,
+                            Expr::ShuffleDown(Box::new(var("aj_v")), Box::new(var("aj_s"))),
+                        ),
+                        assign(var("aj_v"), combine(var("aj_v"), var("aj_o"))),
+                    ],
+                },
+                store_with(var("aj_v")),
+            ],
+        )),
+        None => tree.push(store_with(slot(Expr::Int(0)))),
+    }
+    tree
+}
+
+/// The tiled product: the number of groups and the tree (`None`: more groups than a launch
+/// of 32-bit group indices holds).
+fn tiled<'a>(g: &'a Gemm, fused: bool, t: usize) -> Option<(u64, Vec<Stmt<'a>>)> {
+    const D: usize = TILE_DEPTH;
+    let f32 = Ty::Compute(Prec::F32);
+    let zero = || Expr::Lit(Prec::F32, 0.0);
+    let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
+    // Each invocation holds `r × r` results of the `t × t` tile, strided by the tile depth.
+    let r = t / D;
+    let (tiles_m, tiles_n) = (m.div_ceil(t), n.div_ceil(t));
+    let batch: usize = g.batch.iter().map(|d| d.extent).product();
+    let groups = (tiles_m * tiles_n * batch) as u64;
+    if groups > u32::MAX as u64 {
+        return None;
+    }
+    let mut tree = vec![
+        Stmt::If(group_index().ge(groups), vec![Stmt::Return]),
+        let_("aj_tn", Ty::Index, group_index() % tiles_n),
+        let_("aj_tm", Ty::Index, (group_index() / tiles_n) % tiles_m),
+        let_mut("aj_bt", Ty::Index, group_index() / (tiles_n * tiles_m)),
+    ];
+    // The batch element's offset in the output and in each factor.
+    let mut offsets: [Expr<'_>; 3] = [Expr::Int(0), Expr::Int(0), Expr::Int(0)];
+    for (d, dim) in g.batch.iter().enumerate().rev() {
+        let b = format!("aj_b{d}");
+        tree.push(let_(&b, Ty::Index, var("aj_bt") % dim.extent));
+        tree.push(assign(var("aj_bt"), var("aj_bt") / dim.extent));
+        for (o, stride) in offsets.iter_mut().zip(dim.strides) {
+            if stride != 0 {
+                *o = o.clone() + var(&b) * stride;
+            }
+        }
+    }
+    let [oc, oa, ob] = offsets;
+    // Element (row, col) of a matrix whose rows and columns have these strides.
+    let flat = |base: &Expr<'static>, row: &str, rs: usize, col: &str, cs: usize| {
+        At::Flat(Box::new(base.clone() + var(row) * rs + var(col) * cs))
+    };
+    let c_at = || flat(&oc, "aj_row", g.m.strides[0], "aj_col", g.n.strides[0]);
+    let acc = || Expr::item("aj_acc", var("aj_i") * r + var("aj_j"));
+    // The result element of register (aj_i, aj_j), and whether it exists.
+    let position = || {
+        vec![
+            let_(
+                "aj_row",
+                Ty::Index,
+                var("aj_tm") * t + var("aj_ty") + var("aj_i") * D,
+            ),
+            let_(
+                "aj_col",
+                Ty::Index,
+                var("aj_tn") * t + var("aj_tx") + var("aj_j") * D,
+            ),
+        ]
+    };
+    let in_c = || var("aj_row").lt(m).and(var("aj_col").lt(n));
+    let registers = |body: Vec<Stmt<'a>>| unrolled("aj_i", r, vec![unrolled("aj_j", r, body)]);
+    // Loads one factor element into `name` (zero outside the factor).
+    let staged = |name: &str, cond: Expr<'static>, tn, at| {
+        vec![
+            let_mut(name, f32, zero()),
+            Stmt::If(cond, vec![assign(var(name), Expr::Elem(tn, at))]),
+        ]
+    };
+    let mut start = position();
+    start.push(assign(acc(), zero()));
+    start.push(Stmt::If(
+        in_c(),
+        vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
+    ));
+    let mut load = vec![
+        let_("aj_e", Ty::Int, thread_index() + var("aj_q") * TILE_THREADS),
+        let_("aj_ar", Ty::Index, var("aj_tm") * t + var("aj_e") / D),
+        let_("aj_ak", Ty::Index, var("aj_k0") + var("aj_e") % D),
+    ];
+    load.extend(staged(
+        "aj_va",
+        var("aj_ar").lt(m).and(var("aj_ak").lt(kk)),
+        &g.lhs,
+        flat(&oa, "aj_ar", g.m.strides[1], "aj_ak", g.k.strides[1]),
+    ));
+    load.push(assign(
+        Expr::item("aj_ta", (var("aj_e") / D) * (D + 1) + var("aj_e") % D),
+        var("aj_va"),
+    ));
+    load.extend([
+        let_("aj_bk", Ty::Index, var("aj_k0") + var("aj_e") / t),
+        let_("aj_bc", Ty::Index, var("aj_tn") * t + var("aj_e") % t),
+    ]);
+    load.extend(staged(
+        "aj_vb",
+        var("aj_bk").lt(kk).and(var("aj_bc").lt(n)),
+        &g.rhs,
+        flat(&ob, "aj_bk", g.k.strides[2], "aj_bc", g.n.strides[2]),
+    ));
+    load.push(assign(Expr::item("aj_tb", var("aj_e")), var("aj_vb")));
+    let depth_left = var("aj_k") - var("aj_k0");
+    let step = vec![
+        array("aj_x", f32, r, false),
+        array("aj_y", f32, r, false),
+        unrolled(
+            "aj_i",
+            r,
+            vec![assign(
+                Expr::item("aj_x", var("aj_i")),
+                Expr::item(
+                    "aj_ta",
+                    (var("aj_ty") + var("aj_i") * D) * (D + 1) + var("aj_kk"),
+                ),
+            )],
+        ),
+        unrolled(
+            "aj_j",
+            r,
+            vec![assign(
+                Expr::item("aj_y", var("aj_j")),
+                Expr::item("aj_tb", var("aj_kk") * t + var("aj_tx") + var("aj_j") * D),
+            )],
+        ),
+        registers(vec![assign(
+            acc(),
+            Expr::MulAdd {
+                fused,
+                acc: Box::new(acc()),
+                x: Box::new(Expr::item("aj_x", var("aj_i"))),
+                y: Box::new(Expr::item("aj_y", var("aj_j"))),
+            },
+        )]),
+    ];
+    let mut finish = position();
+    finish.push(Stmt::If(in_c(), vec![Stmt::Store(&g.out, c_at(), acc())]));
+    tree.extend([
+        array("aj_ta", f32, t * (D + 1), true),
+        array("aj_tb", f32, D * t, true),
+        let_("aj_tx", Ty::Int, thread_index() % D),
+        let_("aj_ty", Ty::Int, thread_index() / D),
+        let_("aj_k", Ty::Index, Expr::from(kk)),
+        array("aj_acc", f32, r * r, false),
+        registers(start),
+        range(
+            "aj_k0",
+            Ty::Index,
+            0i64,
+            kk,
+            D as i64,
+            vec![
+                unrolled("aj_q", r, load),
+                Stmt::Barrier(Barrier::Shared),
+                let_(
+                    "aj_kn",
+                    Ty::Index,
+                    Expr::Select(
+                        Box::new(depth_left.clone().lt(D)),
+                        Box::new(depth_left),
+                        Box::new(Expr::from(D)),
+                    ),
+                ),
+                range("aj_kk", Ty::Int, 0i64, var("aj_kn"), 1, step),
+                Stmt::Barrier(Barrier::Shared),
+            ],
+        ),
+        registers(finish),
+    ]);
+    Some((groups, tree))
+}

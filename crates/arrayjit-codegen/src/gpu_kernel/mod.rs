@@ -1,0 +1,500 @@
+//! The GPU kernel tree: each kernel shape (zeroing, grid, rows, group reduction, tiled
+//! product, one invocation) is written once, in [`lower`], as a small typed tree lowered from
+//! the routine's recorded [`GpuPass`]; each GPU dialect (CUDA C, WGSL) prints that tree
+//! through [`KernelDialect`], which supplies its syntax (declarations, loops, barriers,
+//! shuffles) and renders the parts that come from the IR (array elements in their storage
+//! precision, the statements of a grid point, the step of an accumulation).
+//!
+//! Rules the tree keeps, whatever the dialect:
+//! - integers are signed: [`Ty::Int`] for counters within a group, [`Ty::Index`] for anything
+//!   that scales with an array (64-bit where the dialect has it);
+//! - `aj_g` (the invocation's index in the launch), `aj_grp` (its group's) and `aj_t` (its
+//!   index in the group) are defined by the dialect's entry point before the body;
+//! - shared arrays are named by their element type, so a dialect that declares them once per
+//!   module (WGSL) and one that declares them in the body (CUDA) print the same tree;
+//! - global elements are read and written only under a bounds test (never a `select` that
+//!   evaluates both sides).
+
+mod lower;
+
+use std::fmt::Write as _;
+
+use arrayjit_ir::schedule::GpuPass;
+use arrayjit_ir::schedule::gpu::{Accumulation, Rest};
+use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode};
+
+use crate::gpu_dialect::GpuDialect;
+
+/// How a pass covers its statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PassShape {
+    /// One invocation per iteration of the statement's outer independent loops (their product).
+    Grid(u64),
+    /// One group reducing a loop into one element.
+    Reduction,
+    /// This many groups, each computing a tile of a matrix product.
+    Tiles(u64),
+    /// This many groups, each running one grid point's statements (one per grid point).
+    Rows(u64),
+    /// One invocation per element (or storage word) of a zeroed node.
+    Zero(u64),
+    /// One invocation for the whole statement.
+    Single,
+    /// A hand-written kernel's launch, as given ([`crate::SourceKernel`]).
+    Given(crate::LaunchDims),
+}
+
+/// A pass's body printed in a dialect, with how to launch it.
+pub(crate) struct PrintedPass {
+    /// How the pass covers its statement.
+    pub shape: PassShape,
+    /// Invocations per group (1 for a single-invocation pass).
+    pub threads: u32,
+    /// The entry point's body (after the dialect's definitions of `aj_g`, `aj_grp`, `aj_t`).
+    pub body: String,
+}
+
+/// Lowers a statement's recorded GPU pass to the kernel tree and prints it in `d`'s dialect
+/// (`None`: the pass does nothing).
+pub(crate) fn print_pass<D: KernelDialect>(
+    d: &mut D,
+    stmt: &LowLevel,
+    pass: &GpuPass,
+) -> Result<Option<PrintedPass>> {
+    lower::print_pass(d, stmt, pass)
+}
+
+/// The type of a value of the tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ty {
+    /// A counter within a group (a thread's index, an unrolled loop's): 32 bits.
+    Int,
+    /// A position in an array or a launch: 64 bits where the dialect has them.
+    Index,
+    /// Values of this precision's compute precision.
+    Compute(Prec),
+}
+
+/// A binary operation on integers (and the comparisons).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Lt,
+    Ge,
+    Eq,
+    Ne,
+    And,
+}
+
+impl Arith {
+    fn symbol(self) -> &'static str {
+        match self {
+            Arith::Add => "+",
+            Arith::Sub => "-",
+            Arith::Mul => "*",
+            Arith::Div => "/",
+            Arith::Rem => "%",
+            Arith::Lt => "<",
+            Arith::Ge => ">=",
+            Arith::Eq => "==",
+            Arith::Ne => "!=",
+            Arith::And => "&&",
+        }
+    }
+}
+
+/// Where a global element is.
+#[derive(Clone)]
+pub(crate) enum At<'a> {
+    /// At the IR's logical indices (the dialect computes the offset).
+    Indices(&'a [AxisIndex]),
+    /// At a flat offset the tree computes.
+    Flat(Box<Expr<'a>>),
+}
+
+/// An expression of the tree.
+#[derive(Clone)]
+pub(crate) enum Expr<'a> {
+    /// A variable of the tree (or one the entry point defines).
+    Var(String),
+    /// An integer constant.
+    Int(i64),
+    /// A constant of a precision's compute precision.
+    Lit(Prec, f64),
+    /// An integer operation or comparison.
+    Arith(Arith, Box<Expr<'a>>, Box<Expr<'a>>),
+    /// `cond ? a : b`, both sides evaluated (only for values, never for loads).
+    Select(Box<Expr<'a>>, Box<Expr<'a>>, Box<Expr<'a>>),
+    /// An element of a local or shared array of the tree.
+    Item(String, Box<Expr<'a>>),
+    /// A global element, in its node's compute precision.
+    Elem(&'a Tnode, At<'a>),
+    /// The IR's binary operation in a compute precision.
+    Combine(BinOp, Prec, Box<Expr<'a>>, Box<Expr<'a>>),
+    /// `acc + x · y` in `f32`: with one rounding when `fused`, else two.
+    MulAdd {
+        fused: bool,
+        acc: Box<Expr<'a>>,
+        x: Box<Expr<'a>>,
+        y: Box<Expr<'a>>,
+    },
+    /// `acc ⊕ v(i)` of an accumulation, with its iterator bound by an enclosing loop.
+    Step(Accumulation<'a>, Box<Expr<'a>>),
+    /// The value of the lane `offset` further down the subgroup.
+    ShuffleDown(Box<Expr<'a>>, Box<Expr<'a>>),
+}
+
+/// Which memory a barrier orders, besides stopping every invocation of the group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Barrier {
+    /// The group's shared arrays.
+    Shared,
+    /// Global arrays (the statements of a row pass read what earlier ones stored).
+    Global,
+}
+
+/// A statement of the tree.
+pub(crate) enum Stmt<'a> {
+    /// A variable, optionally bound to an IR iterator for the statements that follow.
+    Let {
+        name: String,
+        ty: Ty,
+        value: Expr<'a>,
+        mutable: bool,
+        binds: Option<Symbol>,
+    },
+    /// An array per invocation (`shared: false`) or per group (`shared: true`).
+    Array {
+        name: String,
+        ty: Ty,
+        len: usize,
+        shared: bool,
+    },
+    /// `place = value` where `place` is a variable or an array item.
+    Assign(Expr<'a>, Expr<'a>),
+    /// Stores a value of the node's compute precision as a global element.
+    Store(&'a Tnode, At<'a>, Expr<'a>),
+    /// Zeroes element (or storage word) `index` of a node.
+    Zero(&'a Tnode, Expr<'a>),
+    /// `for (var = from; cond; var = next) body`, the variable bound to an IR iterator in the
+    /// body when `binds` says so; `unroll` asks the dialect to unroll it fully.
+    For {
+        var: String,
+        ty: Ty,
+        from: Expr<'a>,
+        cond: Expr<'a>,
+        next: Expr<'a>,
+        unroll: bool,
+        binds: Option<Symbol>,
+        body: Vec<Stmt<'a>>,
+    },
+    /// `if (cond) body`.
+    If(Expr<'a>, Vec<Stmt<'a>>),
+    /// A nested scope.
+    Block(Vec<Stmt<'a>>),
+    /// Leaves the entry point.
+    Return,
+    /// Waits for every invocation of the group.
+    Barrier(Barrier),
+    /// An IR statement, rendered by the dialect with the bindings in scope.
+    Source(&'a LowLevel),
+}
+
+/// What a GPU dialect supplies to print the kernel tree: its syntax, and the rendering of the
+/// parts that come from the IR (which it shares with its statements).
+pub(crate) trait KernelDialect {
+    /// The dialect's strings (barriers, shared declarations, subgroup width).
+    fn syntax(&self) -> &'static GpuDialect;
+    /// The routine's name and the language, for errors.
+    fn routine(&self) -> (&str, &'static str);
+    /// The type's name.
+    fn ty(&self, ty: Ty) -> &'static str;
+    /// An integer constant.
+    fn int(&self, v: i64) -> String;
+    /// The declaration of a variable.
+    fn declare(&self, name: &str, ty: Ty, mutable: bool, value: &str) -> String;
+    /// The declaration of an array per invocation.
+    fn local_array(&self, name: &str, ty: Ty, len: usize) -> String;
+    /// Declares a shared array: in the body (returns it) or for the module (returns `None`).
+    fn shared_array(&mut self, name: &str, ty: Ty, len: usize) -> Result<Option<String>>;
+    /// A loop's header, up to and including its opening brace.
+    fn for_header(&self, var: &str, ty: Ty, from: &str, cond: &str, next: &str) -> String;
+    /// What asks the compiler to unroll the next loop, if the dialect has it.
+    fn unroll(&self) -> Option<&'static str>;
+    /// `cond ? a : b`.
+    fn select(&self, cond: &str, a: &str, b: &str) -> String;
+    /// `acc + x · y` in `f32`, fused or rounded twice.
+    fn mul_add(&self, fused: bool, acc: &str, x: &str, y: &str) -> String;
+    /// The subgroup shuffle down (only where [`GpuDialect::subgroup`] is set).
+    fn shuffle_down(&self, value: &str, offset: &str) -> String;
+    /// A barrier.
+    fn barrier(&self, b: Barrier) -> &'static str;
+    /// A constant of `p`'s compute precision.
+    fn literal(&self, p: Prec, v: f64) -> String;
+    /// A node's array name (marking it used).
+    fn node(&mut self, tn: &Tnode) -> Result<String>;
+    /// The flat offset of logical indices of a node.
+    fn offset(&mut self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<String>;
+    /// Element `offset` of array `name` stored in `stored`, in compute precision `to`.
+    fn load(&mut self, name: &str, offset: &str, stored: Prec, to: Prec) -> String;
+    /// The statement storing `value` (compute precision) as element `offset` of `name`.
+    fn store(&mut self, name: &str, offset: &str, stored: Prec, value: &str) -> String;
+    /// The elements (or storage words) a zeroing of `tn` covers.
+    fn zero_extent(&self, tn: &Tnode) -> u64;
+    /// The statement zeroing element (or word) `index` of `tn`.
+    fn zero(&mut self, tn: &Tnode, index: &str) -> Result<String>;
+    /// The IR's binary operation in compute precision `cp`.
+    fn combine(&mut self, op: BinOp, cp: Prec, a: &str, b: &str) -> String;
+    /// The IR's fused multiply-add `a · b + c` in compute precision `cp`.
+    fn fma(&mut self, cp: Prec, a: &str, b: &str, c: &str) -> String;
+    /// Binds an IR iterator to a variable of the tree.
+    fn bind(&mut self, sym: Symbol, name: &str);
+    /// Ends a binding.
+    fn unbind(&mut self, sym: Symbol);
+    /// An IR expression in compute precision `prec` (declarations go to `prelude`).
+    fn ir_expr(
+        &mut self,
+        e: &ScalarExpr,
+        prec: Prec,
+        depth: usize,
+        prelude: &mut String,
+    ) -> Result<String>;
+    /// An IR statement.
+    fn ir_stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()>;
+}
+
+/// `acc ⊕ v(i)` (or `fma(a, b, acc)`) of an accumulation, in the element's compute precision,
+/// with its iterator bound: the one step every dialect's accumulations print.
+pub(crate) fn accumulation_step<D: KernelDialect + ?Sized>(
+    d: &mut D,
+    r: &Accumulation<'_>,
+    acc: &str,
+    depth: usize,
+    prelude: &mut String,
+) -> Result<String> {
+    let p = r.tn.prec();
+    let cp = p.compute_prec();
+    Ok(match r.rest {
+        Rest::One(v) => {
+            let v = d.ir_expr(v, p, depth, prelude)?;
+            d.combine(r.combine, cp, acc, &v)
+        }
+        Rest::Product(a, b) => {
+            let a = d.ir_expr(a, p, depth, prelude)?;
+            let b = d.ir_expr(b, p, depth, prelude)?;
+            d.fma(cp, &a, &b, acc)
+        }
+    })
+}
+
+/// Prints statements at `depth`.
+fn print_stmts<D: KernelDialect>(
+    d: &mut D,
+    stmts: &[Stmt<'_>],
+    depth: usize,
+    out: &mut String,
+) -> Result<()> {
+    for s in stmts {
+        print_stmt(d, s, depth, out)?;
+    }
+    Ok(())
+}
+
+fn print_stmt<D: KernelDialect>(
+    d: &mut D,
+    s: &Stmt<'_>,
+    depth: usize,
+    out: &mut String,
+) -> Result<()> {
+    let pad = "  ".repeat(depth);
+    // Declarations an IR expression needs go before the statement that uses it.
+    let mut prelude = String::new();
+    match s {
+        Stmt::Let {
+            name,
+            ty,
+            value,
+            mutable,
+            binds,
+        } => {
+            let v = print_bare(d, value, depth, &mut prelude)?;
+            out.push_str(&prelude);
+            let _ = writeln!(out, "{pad}{}", d.declare(name, *ty, *mutable, &v));
+            if let Some(sym) = binds {
+                d.bind(*sym, name);
+            }
+        }
+        Stmt::Array {
+            name,
+            ty,
+            len,
+            shared,
+        } => {
+            let decl = if *shared {
+                d.shared_array(name, *ty, *len)?
+            } else {
+                Some(d.local_array(name, *ty, *len))
+            };
+            if let Some(decl) = decl {
+                let _ = writeln!(out, "{pad}{decl}");
+            }
+        }
+        Stmt::Assign(place, value) => {
+            let v = print_bare(d, value, depth, &mut prelude)?;
+            let p = print_expr(d, place, depth, &mut prelude)?;
+            out.push_str(&prelude);
+            let _ = writeln!(out, "{pad}{p} = {v};");
+        }
+        Stmt::Store(tn, at, value) => {
+            let v = print_expr(d, value, depth, &mut prelude)?;
+            let name = d.node(tn)?;
+            let offset = print_at(d, tn, at, depth, &mut prelude)?;
+            out.push_str(&prelude);
+            let store = d.store(&name, &offset, tn.prec(), &v);
+            let _ = writeln!(out, "{pad}{store}");
+        }
+        Stmt::Zero(tn, index) => {
+            let i = print_expr(d, index, depth, &mut prelude)?;
+            let zero = d.zero(tn, &i)?;
+            let _ = writeln!(out, "{pad}{zero}");
+        }
+        Stmt::For {
+            var,
+            ty,
+            from,
+            cond,
+            next,
+            unroll,
+            binds,
+            body,
+        } => {
+            let from = print_bare(d, from, depth, &mut prelude)?;
+            let cond = print_bare(d, cond, depth, &mut prelude)?;
+            let next = print_bare(d, next, depth, &mut prelude)?;
+            out.push_str(&prelude);
+            if *unroll && let Some(pragma) = d.unroll() {
+                let _ = writeln!(out, "{pad}{pragma}");
+            }
+            let _ = writeln!(out, "{pad}{}", d.for_header(var, *ty, &from, &cond, &next));
+            if let Some(sym) = binds {
+                d.bind(*sym, var);
+            }
+            print_stmts(d, body, depth + 1, out)?;
+            if let Some(sym) = binds {
+                d.unbind(*sym);
+            }
+            let _ = writeln!(out, "{pad}}}");
+        }
+        Stmt::If(cond, body) => {
+            let c = print_bare(d, cond, depth, &mut prelude)?;
+            out.push_str(&prelude);
+            let _ = writeln!(out, "{pad}if ({c}) {{");
+            print_stmts(d, body, depth + 1, out)?;
+            let _ = writeln!(out, "{pad}}}");
+        }
+        Stmt::Block(body) => {
+            let _ = writeln!(out, "{pad}{{");
+            print_stmts(d, body, depth + 1, out)?;
+            let _ = writeln!(out, "{pad}}}");
+        }
+        Stmt::Return => {
+            let _ = writeln!(out, "{pad}return;");
+        }
+        Stmt::Barrier(b) => {
+            let _ = writeln!(out, "{pad}{}", d.barrier(*b));
+        }
+        Stmt::Source(stmt) => d.ir_stmt(stmt, depth, out)?,
+    }
+    Ok(())
+}
+
+fn print_at<D: KernelDialect>(
+    d: &mut D,
+    tn: &Tnode,
+    at: &At<'_>,
+    depth: usize,
+    prelude: &mut String,
+) -> Result<String> {
+    match at {
+        At::Indices(idcs) => d.offset(tn, idcs),
+        At::Flat(e) => print_expr(d, e, depth, prelude),
+    }
+}
+
+/// An expression where the text around it delimits it: an operation without its parentheses.
+fn print_bare<D: KernelDialect>(
+    d: &mut D,
+    e: &Expr<'_>,
+    depth: usize,
+    prelude: &mut String,
+) -> Result<String> {
+    let text = print_expr(d, e, depth, prelude)?;
+    Ok(match e {
+        Expr::Arith(..) => text[1..text.len() - 1].to_string(),
+        _ => text,
+    })
+}
+
+fn print_expr<D: KernelDialect>(
+    d: &mut D,
+    e: &Expr<'_>,
+    depth: usize,
+    prelude: &mut String,
+) -> Result<String> {
+    Ok(match e {
+        Expr::Var(name) => name.clone(),
+        Expr::Int(v) => d.int(*v),
+        Expr::Lit(p, v) => d.literal(*p, *v),
+        Expr::Arith(op, a, b) => {
+            let (a, b) = (
+                print_expr(d, a, depth, prelude)?,
+                print_expr(d, b, depth, prelude)?,
+            );
+            format!("({a} {} {b})", op.symbol())
+        }
+        Expr::Select(c, a, b) => {
+            let (c, a, b) = (
+                print_expr(d, c, depth, prelude)?,
+                print_expr(d, a, depth, prelude)?,
+                print_expr(d, b, depth, prelude)?,
+            );
+            d.select(&c, &a, &b)
+        }
+        Expr::Item(name, i) => format!("{name}[{}]", print_bare(d, i, depth, prelude)?),
+        Expr::Elem(tn, at) => {
+            let name = d.node(tn)?;
+            let offset = print_at(d, tn, at, depth, prelude)?;
+            d.load(&name, &offset, tn.prec(), tn.prec().compute_prec())
+        }
+        Expr::Combine(op, cp, a, b) => {
+            let (a, b) = (
+                print_expr(d, a, depth, prelude)?,
+                print_expr(d, b, depth, prelude)?,
+            );
+            d.combine(*op, *cp, &a, &b)
+        }
+        Expr::MulAdd { fused, acc, x, y } => {
+            let (acc, x, y) = (
+                print_expr(d, acc, depth, prelude)?,
+                print_expr(d, x, depth, prelude)?,
+                print_expr(d, y, depth, prelude)?,
+            );
+            d.mul_add(*fused, &acc, &x, &y)
+        }
+        Expr::Step(r, acc) => {
+            let acc = print_expr(d, acc, depth, prelude)?;
+            accumulation_step(d, r, &acc, depth, prelude)?
+        }
+        Expr::ShuffleDown(v, s) => {
+            let (v, s) = (
+                print_expr(d, v, depth, prelude)?,
+                print_expr(d, s, depth, prelude)?,
+            );
+            d.shuffle_down(&v, &s)
+        }
+    })
+}
