@@ -3,34 +3,24 @@
 //! file, and names that depend only on the program (so the same program gives byte-identical
 //! source).
 
-use crate::c_syntax::{c_compute_type, c_storage_type};
+use crate::c_syntax::c_storage_type;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::tnode::sanitize_identifier;
-use arrayjit_ir::{
-    AxisIndex, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, StaticSymbol, Symbol, Tnode,
-};
+use arrayjit_ir::{LowLevel, Optimized, Result, StaticSymbol, Tnode};
 
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 
+use crate::c_kernel::{
+    CUnit, DISPATCH_BEGIN, KernelRenderer, OPTIMIZE_END, StableName, comment, node_name,
+};
 use crate::c_statements::{KernelScope, StatementFunctions};
 use crate::c_syntax::{self, CSyntax, Helper};
 
 /// The C declaration of the worker-pool handle every kernel receives as its third argument
 /// (layout of `arrayjit_backends::worker_pool::ParallelHandle`).
 pub const PARALLEL_TYPEDEF: &str = "typedef struct aj_par {\n  const void *pool;\n  void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks);\n  int64_t workers;\n} aj_par;\n\n";
-
-/// Compile the following functions with moderate optimization (GCC; other compilers ignore it).
-pub(crate) const LIGHT_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O2\")\n#endif";
-/// Compile the following functions, which only call others and compute addresses, with light
-/// optimization (GCC; other compilers ignore it): a kernel makes hundreds of calls with
-/// hundreds of pointers live, whose register allocation at `-O2` costs more compile time than
-/// its run time is worth.
-pub(crate) const DISPATCH_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O1\")\n#endif";
-/// Ends [`LIGHT_BEGIN`] or [`DISPATCH_BEGIN`].
-pub(crate) const OPTIMIZE_END: &str =
-    "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif";
 
 /// How to call one rendered kernel: the one statement of the calling convention, produced by
 /// [`KernelInterface::of`] and read by the renderer, the runtime that gathers the buffers, and
@@ -79,15 +69,6 @@ impl KernelInterface {
         }
         sizes
     }
-}
-
-/// A translation unit compiled on its own and linked with the kernels' unit into one library.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CUnit {
-    /// A short name for the unit (part of its file name).
-    pub name: String,
-    /// Its complete source.
-    pub source: String,
 }
 
 /// A rendered C program: the kernels' translation unit, with one kernel per routine, and the
@@ -175,34 +156,6 @@ impl CProgram {
         text.push_str(&self.source);
         text
     }
-}
-
-pub(crate) struct KernelRenderer<'a> {
-    pub(crate) helpers: &'a mut BTreeSet<Helper>,
-    pub(crate) nodes: HashMap<Tnode, String>,
-    pub(crate) merge: Option<(Tnode, String)>,
-    pub(crate) symbols: HashMap<Symbol, String>,
-    pub(crate) loop_counter: usize,
-    pub(crate) locals: HashMap<usize, String>,
-    /// Local variables named so far (`v0`, `v1`, ...): a counter rather than the size of
-    /// `locals`, which also holds accumulator lanes that come and go.
-    pub(crate) local_counter: usize,
-    pub(crate) routine: String,
-}
-
-/// A comment with user text made harmless.
-pub(crate) fn comment(text: &str) -> String {
-    let clean: String = text
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || " _.,:=+-[]".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("/* {clean} */")
 }
 
 fn render_kernel(
@@ -393,245 +346,4 @@ fn render_kernel(
     }
     out.push('\n');
     Ok((out, interface))
-}
-
-/// A C name for a node that depends only on its label and position in the kernel.
-pub(crate) fn node_name(tn: &Tnode, pos: usize) -> String {
-    let label = tn
-        .chosen_code_name()
-        .unwrap_or_else(|| sanitize_identifier(&tn.label().join("_")));
-    if label.is_empty() {
-        format!("a{pos}")
-    } else if label.starts_with(|c: char| c.is_ascii_digit()) {
-        format!("n{label}_{pos}")
-    } else {
-        format!("{label}_{pos}")
-    }
-}
-
-trait StableName {
-    fn debug_name_stable(&self) -> String;
-}
-
-impl StableName for Tnode {
-    /// The label without the id (ids depend on what else the process created).
-    fn debug_name_stable(&self) -> String {
-        self.label().join(".")
-    }
-}
-
-impl KernelRenderer<'_> {
-    fn unbound(&self, what: String) -> Error {
-        Error::Render {
-            routine: self.routine.clone(),
-            language: "C".into(),
-            detail: what,
-        }
-    }
-
-    pub(crate) fn node(&self, tn: &Tnode) -> Result<&str> {
-        self.nodes.get(tn).map(String::as_str).ok_or_else(|| {
-            self.unbound(format!(
-                "{} is neither materialized nor local (memory mode: {:?})",
-                tn.debug_name(),
-                tn.memory_mode().map(|m| m.to_string())
-            ))
-        })
-    }
-
-    /// The flat storage offset of a logical index.
-    pub(crate) fn offset(&self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<String> {
-        self.affine(&tn.flat_index(idcs))
-    }
-
-    pub(crate) fn affine(&self, idx: &AxisIndex) -> Result<String> {
-        idx.render_with(|sym| {
-            self.symbols.get(&sym).cloned().ok_or_else(|| {
-                self.unbound(format!(
-                    "symbol {sym} is not bound by a loop or a static index"
-                ))
-            })
-        })
-    }
-
-    pub(crate) fn local(&mut self, id: usize) -> String {
-        if let Some(name) = self.locals.get(&id) {
-            return name.clone();
-        }
-        let name = format!("v{}", self.local_counter);
-        self.local_counter += 1;
-        self.locals.insert(id, name.clone());
-        name
-    }
-
-    /// `for (i = from; i < to; ++i) { body }` with a fresh name bound to `index` while the body
-    /// renders.
-    pub(crate) fn for_loop(
-        &mut self,
-        index: Symbol,
-        from: i64,
-        to: i64,
-        depth: usize,
-        out: &mut String,
-        body: impl FnOnce(&mut Self, &mut String) -> Result<()>,
-    ) -> Result<()> {
-        let pad = "  ".repeat(depth);
-        let name = format!("i{}", self.loop_counter);
-        self.loop_counter += 1;
-        self.symbols.insert(index, name.clone());
-        let _ = writeln!(
-            out,
-            "{pad}for (int64_t {name} = {from}; {name} < {to}; ++{name}) {{"
-        );
-        body(self, out)?;
-        let _ = writeln!(out, "{pad}}}");
-        self.symbols.remove(&index);
-        Ok(())
-    }
-
-    pub(crate) fn stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
-        let pad = "  ".repeat(depth);
-        match s {
-            LowLevel::Noop => {}
-            LowLevel::Comment(c) => {
-                let _ = writeln!(out, "{pad}{}", comment(c));
-            }
-            LowLevel::Seq(items) => {
-                for i in items {
-                    self.stmt(i, depth, out)?;
-                }
-            }
-            LowLevel::For {
-                index,
-                from,
-                to,
-                body,
-            } => self.for_loop(*index, *from, *to, depth, out, |k, out| {
-                k.stmt(body, depth + 1, out)
-            })?,
-            LowLevel::ZeroOut(tn) => {
-                let name = self.node(tn)?.to_string();
-                let _ = writeln!(out, "{pad}memset({name}, 0, {});", tn.size_in_bytes());
-            }
-            LowLevel::Set { tn, idcs, value } => {
-                let mut prelude = String::new();
-                let v = self.expr(value, tn.prec(), depth, &mut prelude)?;
-                let stored = c_syntax::store(&v, tn.prec(), self.helpers);
-                let name = self.node(tn)?.to_string();
-                let offset = self.offset(tn, idcs)?;
-                out.push_str(&prelude);
-                let _ = writeln!(out, "{pad}{name}[{offset}] = {stored};");
-            }
-            LowLevel::SetLocal(id, value) => {
-                let mut prelude = String::new();
-                let v = self.expr(value, id.prec, depth, &mut prelude)?;
-                let name = self.local(id.id);
-                out.push_str(&prelude);
-                let _ = writeln!(out, "{pad}{name} = {v};");
-            }
-        }
-        Ok(())
-    }
-
-    /// Renders an expression in compute precision `prec`; declarations and statements of local
-    /// scopes go to `prelude` (at the statement's level, so locals live until its end).
-    pub(crate) fn expr(
-        &mut self,
-        e: &ScalarExpr,
-        prec: Prec,
-        depth: usize,
-        prelude: &mut String,
-    ) -> Result<String> {
-        Ok(match e {
-            ScalarExpr::LocalScope { id, body } => {
-                let name = self.local(id.id);
-                let pad = "  ".repeat(depth);
-                let _ = writeln!(
-                    prelude,
-                    "{pad}{} {name} = {};",
-                    c_compute_type(id.prec),
-                    c_syntax::literal(id.prec, 0.0)
-                );
-                self.stmt(body, depth, prelude)?;
-                c_syntax::convert(&name, id.prec, prec, self.helpers)
-            }
-            ScalarExpr::GetLocal(id) => {
-                let name = self.local(id.id);
-                c_syntax::convert(&name, id.prec, prec, self.helpers)
-            }
-            ScalarExpr::Get(tn, idcs) => {
-                let x = format!("{}[{}]", self.node(tn)?, self.offset(tn, idcs)?);
-                c_syntax::load(&x, tn.prec(), prec, self.helpers)
-            }
-            ScalarExpr::GetMerge(tn, idcs) => {
-                let name = match &self.merge {
-                    Some((m, name)) if m == tn => name.clone(),
-                    _ => {
-                        return Err(self.unbound(format!(
-                            "the merge buffer does not hold {}",
-                            tn.debug_name()
-                        )));
-                    }
-                };
-                let x = format!("{name}[{}]", self.offset(tn, idcs)?);
-                c_syntax::load(&x, tn.prec(), prec, self.helpers)
-            }
-            ScalarExpr::EmbedIndex(i) => {
-                let x = self.affine(i)?;
-                c_syntax::convert(&format!("(int64_t)({x})"), Prec::I64, prec, self.helpers)
-            }
-            ScalarExpr::Random {
-                seed,
-                stream,
-                index,
-                step,
-            } => {
-                let index = self.affine(index)?;
-                let step = self.expr(step, Prec::U32, depth, prelude)?;
-                c_syntax::render_random(*seed, *stream, &index, &step, prec, self.helpers)
-            }
-            ScalarExpr::Gather {
-                symbol,
-                extent,
-                index,
-                read,
-            } => {
-                // The index is checked in the prelude; an invalid one reads element 0 of the
-                // gathered axis (always in bounds: the verifier refuses empty axes) and the
-                // value is replaced by the poison value, so no address depends on bad data.
-                let ix = self.expr(index, prec, depth, prelude)?;
-                let name = format!("aj_ix{}", self.loop_counter);
-                self.loop_counter += 1;
-                let pad = "  ".repeat(depth);
-                let ct = c_compute_type(prec);
-                let _ = writeln!(
-                    prelude,
-                    "{pad}const {ct} {name}_v = {ix};\n\
-                     {pad}const int {name}_ok = {name}_v >= 0 && {name}_v < {extent};\n\
-                     {pad}const int64_t {name} = {name}_ok ? (int64_t)({name}_v) : 0;"
-                );
-                self.symbols.insert(*symbol, name.clone());
-                let read = self.expr(read, prec, depth, prelude);
-                self.symbols.remove(symbol);
-                let poison = c_syntax::literal(prec, f64::NAN);
-                format!("({name}_ok ? {} : {poison})", read?)
-            }
-            ScalarExpr::Constant(c) => c_syntax::literal(prec, *c),
-            ScalarExpr::Unop(op, a) => {
-                let a = self.expr(a, prec, depth, prelude)?;
-                c_syntax::render_unop(*op, prec, &a, self.helpers)
-            }
-            ScalarExpr::Binop(op, a, b) => {
-                let a = self.expr(a, prec, depth, prelude)?;
-                let b = self.expr(b, prec, depth, prelude)?;
-                c_syntax::render_binop(*op, prec, &a, &b, self.helpers)
-            }
-            ScalarExpr::Ternop(op, a, b, c) => {
-                let a = self.expr(a, prec, depth, prelude)?;
-                let b = self.expr(b, prec, depth, prelude)?;
-                let c = self.expr(c, prec, depth, prelude)?;
-                c_syntax::render_ternop(*op, prec, &a, &b, &c)
-            }
-        })
-    }
 }

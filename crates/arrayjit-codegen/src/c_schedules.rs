@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use arrayjit_ir::schedule::{Gemm, ReductionPlan, Schedule, ScheduleKind};
 use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbol, Tnode};
 
-use crate::c_renderer::{KernelRenderer, comment};
+use crate::c_kernel::{KernelRenderer, comment};
 use crate::c_syntax::{self, CSyntax};
 use crate::gemm;
 

@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 use arrayjit_ir::{LowLevel, Result};
 
-use crate::c_renderer::{CUnit, KernelRenderer, LIGHT_BEGIN, OPTIMIZE_END};
+use crate::c_kernel::{CUnit, KernelRenderer, LIGHT_BEGIN, OPTIMIZE_END};
 use crate::c_schedules::Outlining;
 use crate::c_syntax::{self, CSyntax, Helper, c_storage_type};
 

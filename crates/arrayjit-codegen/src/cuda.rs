@@ -29,7 +29,8 @@ use arrayjit_ir::{
     AxisIndex, BinOp, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
 };
 
-use crate::c_renderer::{KernelInterface, KernelRenderer, node_name};
+use crate::c_kernel::{KernelRenderer, node_name};
+use crate::c_renderer::KernelInterface;
 use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
 use crate::gpu_dialect::{CUDA as DIALECT, GpuDialect, gpu_pass};
 use crate::gpu_kernel::{self, Barrier, KernelDialect, PassShape, Ty};

@@ -7,7 +7,7 @@
 //! Reduction order is fixed by the blocking: for each element, the `kc`-deep blocks are summed
 //! in order, each block sequentially. Results depend only on the schedule, never on timing.
 
-use crate::c_renderer::{LIGHT_BEGIN, OPTIMIZE_END};
+use crate::c_kernel::{LIGHT_BEGIN, OPTIMIZE_END};
 use crate::c_syntax::c_storage_type;
 use std::fmt::Write as _;
 

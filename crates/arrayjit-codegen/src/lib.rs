@@ -9,6 +9,7 @@
 // mode, host array) does not affect map keys.
 #![allow(clippy::mutable_key_type)]
 
+mod c_kernel;
 pub mod c_renderer;
 mod c_schedules;
 mod c_statements;
@@ -21,6 +22,7 @@ pub mod gpu_kernel;
 pub mod source_kernel;
 pub mod wgsl;
 
-pub use c_renderer::{CProgram, CUnit, KernelInterface, render_program};
+pub use c_kernel::CUnit;
+pub use c_renderer::{CProgram, KernelInterface, render_program};
 pub use c_syntax::CSyntax;
 pub use source_kernel::{LaunchDims, SourceKernel};

@@ -4,104 +4,21 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrayjit_backends::{CompileOptions, DeviceInfo, LoweredBackend};
+use arrayjit_backends::{CompileOptions, LoweredBackend};
 use arrayjit_ir::{
     Assignments, Error, OptimizeCtx, OptimizeSettings, Result, StaticSymbol, optimize, optimize_in,
 };
 
 use arrayjit_backends::settings;
 
-use crate::host_sync::SharedArrays;
+use crate::array_entry::SharedArrays;
+use crate::code::Code;
+use crate::config::{RuntimeConfig, Strategy};
 use crate::registry;
 use crate::scheduler::SchedulerKind;
 use crate::search::{self, ScheduleChoice, SearchReport, SearchSettings};
 
-use crate::routine::Code;
-use crate::stream::Stream;
-
 pub use crate::registry::KNOWN_BACKENDS;
-
-/// How a backend spreads work, steering [`Device::suggested_num_streams`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Strategy {
-    /// Devices run in parallel; one stream per device.
-    #[default]
-    OnlyDevicesParallel,
-    /// Two streams per device, so copies can overlap computation.
-    ForParallelCopying,
-    /// As many streams as the device has cores to run them.
-    MostParallelStreams,
-}
-
-/// Settings for [`backend_with_config`]. A field outside its documented range is an
-/// [`Error::InvalidSetting`] when the backend is made.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuntimeConfig {
-    /// The parallelism strategy.
-    pub strategy: Strategy,
-    /// Number of CPU devices, in `arrayjit_backends::cc::CPU_DEVICES_RANGE` (default:
-    /// `ARRAYJIT_CPU_DEVICES`, else 1).
-    pub num_devices: Option<usize>,
-    /// Tasks a `multicore` stream queues before `schedule` blocks, in [`QUEUE_CAPACITY_RANGE`]
-    /// (default 1024). The queue's slots are allocated when the stream starts.
-    pub queue_capacity: usize,
-    /// Largest pool the link-time planner allocates, in [`MAX_POOL_BYTES_RANGE`] (default
-    /// 1 GiB); an array larger than this is an error.
-    pub max_pool_bytes: usize,
-    /// Worker threads per CPU device, which split a routine's parallel loops (default:
-    /// `ARRAYJIT_CPU_WORKERS`, else 1 for `sync_cc` and the device's share of the cores for
-    /// `multicore_cc`). Results do not depend on it.
-    pub workers_per_device: Option<usize>,
-}
-
-/// Accepted [`RuntimeConfig::queue_capacity`] values.
-pub const QUEUE_CAPACITY_RANGE: std::ops::RangeInclusive<u64> = 1..=65_536;
-/// Accepted [`RuntimeConfig::max_pool_bytes`] values: at least one byte, at most what one
-/// allocation may be.
-pub const MAX_POOL_BYTES_RANGE: std::ops::RangeInclusive<u64> = 1..=(isize::MAX as u64);
-
-impl RuntimeConfig {
-    /// Checks every field against its documented range.
-    pub fn validate(&self) -> Result<()> {
-        use arrayjit_backends::settings::check_range;
-        if let Some(n) = self.num_devices {
-            check_range(
-                "RuntimeConfig::num_devices",
-                n as u64,
-                arrayjit_backends::cc::CPU_DEVICES_RANGE,
-            )?;
-        }
-        check_range(
-            "RuntimeConfig::queue_capacity",
-            self.queue_capacity as u64,
-            QUEUE_CAPACITY_RANGE,
-        )?;
-        if let Some(w) = self.workers_per_device {
-            check_range(
-                "RuntimeConfig::workers_per_device",
-                w as u64,
-                arrayjit_backends::cc::CPU_WORKERS_RANGE,
-            )?;
-        }
-        check_range(
-            "RuntimeConfig::max_pool_bytes",
-            self.max_pool_bytes as u64,
-            MAX_POOL_BYTES_RANGE,
-        )
-    }
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        RuntimeConfig {
-            strategy: Strategy::default(),
-            num_devices: None,
-            queue_capacity: 1024,
-            max_pool_bytes: 1 << 30,
-            workers_per_device: None,
-        }
-    }
-}
 
 /// The backend used when neither a name nor `ARRAYJIT_BACKEND` says otherwise.
 pub const DEFAULT_BACKEND: &str = "sync_cc";
@@ -336,23 +253,6 @@ impl Backend {
     /// Number of devices (0 for an unavailable backend).
     pub fn num_devices(&self) -> usize {
         self.inner.lowered.num_devices()
-    }
-
-    /// Device `ordinal`.
-    pub fn get_device(&self, ordinal: usize) -> Result<Device> {
-        self.check_available()?;
-        let n = self.num_devices();
-        if ordinal >= n {
-            return Err(Error::NoSuchDevice {
-                backend: self.name().to_string(),
-                ordinal,
-                num_devices: n,
-            });
-        }
-        Ok(Device {
-            backend: self.clone(),
-            ordinal,
-        })
     }
 
     /// The optimizer settings used by [`Backend::compile`].
@@ -602,76 +502,5 @@ impl Backend {
     /// Backend-specific debug information.
     pub fn debug_info(&self) -> String {
         format!("{}: {}", self.name(), self.inner.lowered.debug_info())
-    }
-}
-
-/// A device of a backend.
-#[derive(Clone, Debug)]
-pub struct Device {
-    pub(crate) backend: Backend,
-    pub(crate) ordinal: usize,
-}
-
-impl Device {
-    /// The device's ordinal.
-    pub fn ordinal(&self) -> usize {
-        self.ordinal
-    }
-
-    /// The backend it belongs to.
-    pub fn backend(&self) -> &Backend {
-        &self.backend
-    }
-
-    /// What the device is and can do (compute units, local sizes, shared memory, subgroup
-    /// width, precisions, vector width, caches, memory), as its backend reads it.
-    pub fn info(&self) -> Result<DeviceInfo> {
-        self.backend.inner.lowered.device_info(self.ordinal)
-    }
-
-    /// A new stream on this device (for `multicore` backends, with its own worker thread).
-    pub fn new_stream(&self) -> Result<Stream> {
-        Stream::new(self.clone())
-    }
-
-    /// How many streams to use on this device to follow the backend's [`Strategy`] (always 1
-    /// for the `Sync` scheduler, whose streams do not run in parallel).
-    pub fn suggested_num_streams(&self) -> usize {
-        if self.backend.scheduler() == SchedulerKind::Sync {
-            return 1;
-        }
-        match self.backend.strategy() {
-            Strategy::OnlyDevicesParallel => 1,
-            Strategy::ForParallelCopying => 2,
-            Strategy::MostParallelStreams => {
-                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                (cores / self.backend.num_devices().max(1)).max(1)
-            }
-        }
-    }
-
-    /// A unique id of this device among all devices of all backends in the process.
-    pub fn uid(&self) -> usize {
-        self.backend.inner.device_uid_base + self.ordinal
-    }
-
-    pub(crate) fn shared_arrays(&self) -> &SharedArrays {
-        &self.backend.inner.shared_arrays[self.ordinal]
-    }
-
-    /// Number of arrays this device holds on behalf of nodes rather than contexts: hosted
-    /// constants and nodes shared across streams. Each is freed when its node is.
-    pub fn shared_array_count(&self) -> usize {
-        self.shared_arrays().live()
-    }
-
-    /// Bytes currently allocated for arrays on this device.
-    pub fn used_memory(&self) -> usize {
-        self.backend.inner.lowered.used_memory(self.ordinal)
-    }
-
-    /// A readable name, e.g. `"sync_cc:0"`.
-    pub fn name(&self) -> String {
-        format!("{}:{}", self.backend.name(), self.ordinal)
     }
 }

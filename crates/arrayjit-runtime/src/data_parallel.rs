@@ -6,8 +6,10 @@
 use arrayjit_ir::{AccumRhs, Assignments, BinOp, Error, Operand, Projections, Result, Tnode, UnOp};
 
 use crate::backend::Backend;
-use crate::context::{Context, MergeBufferUse};
-use crate::routine::{Code, Routine};
+use crate::code::Code;
+use crate::context::Context;
+use crate::device_transfer::MergeBufferUse;
+use crate::routine::Routine;
 use crate::stream::Stream;
 
 /// One shard: its gradient routine and, per gradient node, the routine adding the merge buffer

@@ -12,29 +12,39 @@
 // mode, host array) does not affect map keys.
 #![allow(clippy::mutable_key_type)]
 
+mod array_entry;
 mod backend;
+mod code;
+mod config;
 mod context;
 pub mod data_parallel;
+mod device;
+mod device_transfer;
 mod host_sync;
+mod link;
 pub mod observe;
 pub mod registry;
 mod routine;
 pub mod scheduler;
 pub mod search;
 mod stream;
+mod task;
 mod task_queue;
 
 pub use backend::{
-    Backend, Device, KNOWN_BACKENDS, MAX_POOL_BYTES_RANGE, QUEUE_CAPACITY_RANGE, RuntimeConfig,
-    Strategy, available_backends, backend, backend_with_config, default_backend, initialize,
-    initialize_with_config, is_initialized,
+    Backend, KNOWN_BACKENDS, available_backends, backend, backend_with_config, default_backend,
+    initialize, initialize_with_config, is_initialized,
 };
-pub use context::{ArrayAccess, Context, MergeBufferUse, ScheduledArray};
+pub use code::Code;
+pub use config::{MAX_POOL_BYTES_RANGE, QUEUE_CAPACITY_RANGE, RuntimeConfig, Strategy};
+pub use context::{ArrayAccess, Context, ScheduledArray};
 pub use data_parallel::DataParallel;
+pub use device::Device;
+pub use device_transfer::MergeBufferUse;
 pub use observe::{
     RunStats, debug_level, set_debug_level, set_run_timing, start_trace, stop_trace,
 };
-pub use routine::{Code, Routine};
+pub use routine::Routine;
 pub use scheduler::{Event, SchedulerKind};
 pub use search::{ScheduleChoice, SearchReport, SearchSettings};
 pub use stream::Stream;

@@ -11,7 +11,7 @@ use arrayjit_backends::cc::{CcBackend, CcConfig};
 use arrayjit_backends::missing::MissingBackend;
 use arrayjit_ir::Result;
 
-use crate::backend::RuntimeConfig;
+use crate::config::RuntimeConfig;
 use crate::scheduler::SchedulerKind;
 
 /// A lowered backend and the scheduler its streams use.

@@ -9,7 +9,7 @@ use std::time::Instant;
 use arrayjit_backends::{BufferHandle, DeviceQueue};
 use arrayjit_ir::{MemoryMode, Result, Tnode, trace};
 
-use crate::backend::Device;
+use crate::device::Device;
 use crate::scheduler::{Event, Runner, SchedulerKind, Task, TaskLabel};
 
 /// A stream's merge buffer. Rules:
@@ -36,7 +36,7 @@ pub(crate) struct MergeContents {
     pub node: Tnode,
     pub buffer: BufferHandle,
     /// The source context's array, when streamed rather than copied.
-    pub streamed_from: Option<Arc<crate::host_sync::ArrayEntry>>,
+    pub streamed_from: Option<Arc<crate::array_entry::ArrayEntry>>,
 }
 
 pub(crate) struct StreamInner {
@@ -363,5 +363,12 @@ fn trace_wait(event: &Event, track: trace::Track) {
         && let Some((from, end)) = event.traced_end()
     {
         trace::flow(from, end, track, Instant::now());
+    }
+}
+
+impl Device {
+    /// A new stream on this device (for `multicore` backends, with its own worker thread).
+    pub fn new_stream(&self) -> Result<Stream> {
+        Stream::new(self.clone())
     }
 }

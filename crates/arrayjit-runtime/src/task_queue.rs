@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use crate::scheduler::{Task, TaskLabel};
+use crate::task::{Task, TaskLabel};
 
 struct State {
     tasks: VecDeque<(Task, TaskLabel)>,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use arrayjit_backends::{BufferHandle, CpuBuffer, MemoryCounter};
 use arrayjit_ir::{Error, Prec, Result, Tnode};
 
-use crate::host_sync::{Access, ArrayEntry, SharedArrays};
+use crate::array_entry::{Access, ArrayEntry, SharedArrays};
 use crate::scheduler::{Event, Runner, SchedulerKind, TaskLabel};
 use crate::{RuntimeConfig, backend_with_config};
 

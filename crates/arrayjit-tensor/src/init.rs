@@ -4,7 +4,7 @@
 use arrayjit_ir::fallible::try_collect;
 use arrayjit_ir::{Error, Result};
 
-use crate::rng::Philox;
+use arrayjit_ir::random::Philox;
 
 /// How to fill a parameter.
 #[derive(Clone, Copy, Debug, PartialEq)]

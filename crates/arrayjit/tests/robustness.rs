@@ -119,7 +119,8 @@ fn item02_padding_overflow_is_refused() {
 }
 
 /// Item 20: links that fail (here: writing a shared node from a second stream) allocate
-/// nothing, however often they are tried.
+/// nothing, however often they are tried, and decide nothing: `x`, which both streams' code
+/// only reads, is not made shared across streams by a link that failed.
 #[test]
 fn item20_failed_links_leak_no_pools() {
     let b = arrayjit::backend("sync_cc").unwrap();
@@ -141,6 +142,14 @@ fn item20_failed_links_leak_no_pools() {
         assert!(err.to_string().contains("shared across streams"), "{err}");
     }
     assert_eq!(dev.used_memory(), before, "failed links grew device memory");
+    let mode = x.memory_mode().map(|m| m.mode);
+    assert_ne!(
+        mode,
+        Some(MemoryMode::Hosted(
+            arrayjit::ir::MemoryType::ChangedOnDevices(Sharing::SharedCrossStreams)
+        )),
+        "a failed link decided the sharing of x"
+    );
 }
 
 /// A chain of `n` locals of `[4096]` f32 (16 KiB each, each read twice so none is inlined):

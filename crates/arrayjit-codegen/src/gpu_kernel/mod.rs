@@ -1,12 +1,12 @@
 //! The GPU kernel tree: each kernel shape (zeroing, grid, rows, group reduction, tiled
-//! product, one invocation) is written once, in [`lower`], as a small typed tree lowered from
+//! product, one invocation) is written once, in `lower`, as a small typed tree lowered from
 //! the routine's recorded [`GpuPass`]; each GPU dialect (CUDA C, WGSL) prints that tree
-//! through [`KernelDialect`], which supplies its syntax (declarations, loops, barriers,
+//! through `KernelDialect`, which supplies its syntax (declarations, loops, barriers,
 //! shuffles) and renders the parts that come from the IR (array elements in their storage
 //! precision, the statements of a grid point, the step of an accumulation).
 //!
 //! Rules the tree keeps, whatever the dialect:
-//! - integers are signed: [`Ty::Int`] for counters within a group, [`Ty::Index`] for anything
+//! - integers are signed: `Ty::Int` for counters within a group, `Ty::Index` for anything
 //!   that scales with an array (64-bit where the dialect has it);
 //! - `aj_g` (the invocation's index in the launch), `aj_grp` (its group's) and `aj_t` (its
 //!   index in the group) are defined by the dialect's entry point before the body;

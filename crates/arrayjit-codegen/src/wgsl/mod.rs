@@ -35,11 +35,12 @@ use arrayjit_ir::{
     AxisIndex, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
 };
 
-use crate::c_renderer::{KernelInterface, node_name};
+use crate::c_kernel::node_name;
+use crate::c_renderer::KernelInterface;
 use crate::gpu_dialect::WGSL as DIALECT;
 
-mod ops;
 mod dialect;
+mod ops;
 
 use crate::gpu_kernel::PassShape;
 use arrayjit_ir::schedule::gpu::{Accumulation, GpuLimits, GpuPass, plan_pass};

@@ -17,31 +17,32 @@ use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::array_buffer::typed;
 use arrayjit_backends::{BufferHandle, LoweredBackend};
-use arrayjit_ir::optimize::{MemoryPlan, PlanItem};
+use arrayjit_ir::optimize::MemoryPlan;
 use arrayjit_ir::{
     Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, Sharing, StaticSymbol, Tnode,
 };
 
-use crate::host_sync::{ArrayEntry, SharingCandidate, schedule_upload};
-use crate::routine::{Code, Routine};
+use crate::array_entry::ArrayEntry;
+use crate::code::Code;
+use crate::host_sync::schedule_upload;
 use crate::scheduler::Event;
 use crate::stream::Stream;
 
 mod transfers;
 
-pub use transfers::{ArrayAccess, MergeBufferUse, ScheduledArray};
+pub use transfers::{ArrayAccess, ScheduledArray};
 
-struct ContextInner {
+pub(crate) struct ContextInner {
     id: usize,
-    stream: Stream,
+    pub(crate) stream: Stream,
     parent: Option<Context>,
-    arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
-    merge_node: Option<Tnode>,
+    pub(crate) arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
+    pub(crate) merge_node: Option<Tnode>,
     /// The pools this context allocated for its new arrays (ids), and their plan.
     pools: Mutex<Vec<usize>>,
     plan: Option<MemoryPlan>,
     /// What the optimizer learned from the routines compiled for this context tree.
-    optimize_ctx: OptimizeCtx,
+    pub(crate) optimize_ctx: OptimizeCtx,
 }
 
 impl Drop for ContextInner {
@@ -64,7 +65,7 @@ impl Drop for ContextInner {
 /// arrays are freed when the last context (or pending task) holding them is dropped.
 #[derive(Clone)]
 pub struct Context {
-    inner: Arc<ContextInner>,
+    pub(crate) inner: Arc<ContextInner>,
 }
 
 impl fmt::Debug for Context {
@@ -80,7 +81,7 @@ fn next_id() -> usize {
 
 /// Nodes whose one array per device serves all the device's streams: those shared across
 /// streams by their memory mode, and hosted constants (deduplicated per device).
-fn is_shared_across_streams(tn: &Tnode) -> bool {
+pub(crate) fn is_shared_across_streams(tn: &Tnode) -> bool {
     is_device_constant(tn)
         || matches!(
             tn.memory_mode().map(|m| m.mode),
@@ -91,22 +92,9 @@ fn is_shared_across_streams(tn: &Tnode) -> bool {
         )
 }
 
-fn shared_written_elsewhere(routine: &str, tn: &Tnode) -> Error {
-    let why = tn
-        .memory_mode()
-        .map_or_else(String::new, |m| format!(" (because: {})", m.provenance));
-    Error::invalid(format!(
-        "routine {routine} writes {}, which is shared across streams{why} and already written \
-         from another stream; shared nodes may be written from one stream only (request \
-         per-stream sharing, `update_memory_sharing(Sharing::PerStream, ..)`, before linking to \
-         write it from several)",
-        tn.debug_name()
-    ))
-}
-
 /// For a hosted node that devices never write (constant, or volatile: changed only from the
 /// host), its mode and why it has it.
-fn changed_only_from_host(tn: &Tnode) -> Option<String> {
+pub(crate) fn changed_only_from_host(tn: &Tnode) -> Option<String> {
     let m = tn.memory_mode()?;
     match m.mode {
         MemoryMode::Hosted(MemoryType::Constant) => Some(format!(
@@ -121,28 +109,6 @@ fn changed_only_from_host(tn: &Tnode) -> Option<String> {
         )),
         _ => None,
     }
-}
-
-/// Whether the node's memory mode leaves open whether its device arrays are shared across
-/// streams (and it has device arrays).
-fn sharing_undecided(tn: &Tnode) -> bool {
-    matches!(
-        tn.memory_mode().map(|m| m.mode),
-        Some(
-            MemoryMode::OnDevice(Sharing::Unset)
-                | MemoryMode::Hosted(
-                    MemoryType::Unset
-                        | MemoryType::Nonconstant
-                        | MemoryType::ChangedOnDevices(Sharing::Unset)
-                )
-        )
-    )
-}
-
-/// Whether a routine with these inputs and outputs only reads the node, a hosted node whose
-/// sharing is undecided: its array may be offered to, or taken from, another stream.
-fn read_only_shareable(tn: &Tnode, inputs: &[Tnode], outputs: &[Tnode]) -> bool {
-    inputs.contains(tn) && !outputs.contains(tn) && tn.has_host_array() && sharing_undecided(tn)
 }
 
 fn is_device_constant(tn: &Tnode) -> bool {
@@ -199,7 +165,7 @@ impl Context {
 
     /// The node's host array as its array on this stream's device, if it is used in place (a
     /// hosted constant or volatile node with a host array, on a backend that does that).
-    fn host_in_place_buffer(&self, tn: &Tnode) -> Result<Option<BufferHandle>> {
+    pub(crate) fn host_in_place_buffer(&self, tn: &Tnode) -> Result<Option<BufferHandle>> {
         if changed_only_from_host(tn).is_none() || !tn.has_host_array() {
             return Ok(None);
         }
@@ -221,7 +187,7 @@ impl Context {
         name: &str,
         assignments: &Assignments,
         bindings: &[StaticSymbol],
-    ) -> Result<crate::routine::Code> {
+    ) -> Result<Code> {
         self.inner.stream.device().backend().compile_in(
             &self.inner.optimize_ctx,
             name,
@@ -346,11 +312,11 @@ impl Context {
             })
     }
 
-    fn lowered(&self) -> Arc<dyn LoweredBackend> {
+    pub(crate) fn lowered(&self) -> Arc<dyn LoweredBackend> {
         self.inner.stream.device().backend().lowered().clone()
     }
 
-    fn child(
+    pub(crate) fn child(
         &self,
         arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
         merge_node: Option<Tnode>,
@@ -399,7 +365,11 @@ impl Context {
     /// A new array for the node: shared across the device's streams when its memory mode says
     /// so, initialized from the host when it has a host array, else zeroed (margins of padded
     /// nodes hold the pad value).
-    fn new_array(&self, tn: &Tnode, buffer: Option<BufferHandle>) -> Result<Arc<ArrayEntry>> {
+    pub(crate) fn new_array(
+        &self,
+        tn: &Tnode,
+        buffer: Option<BufferHandle>,
+    ) -> Result<Arc<ArrayEntry>> {
         let device = self.inner.stream.device();
         if let Some(b) = self.host_in_place_buffer(tn)? {
             // `use_host_memory`: a constant or volatile node's host array serves as its array.
@@ -442,279 +412,6 @@ impl Context {
             device.shared_arrays().insert(tn, &entry);
         }
         Ok(entry)
-    }
-
-    /// Links compiled code into a child of this context, allocating every array the code needs
-    /// that this context lacks (see [`Context::init_from_host`] for how they start). An array the
-    /// code reads before writing that is neither here nor hosted is [`Error::NodeNotInContext`];
-    /// code reading a merge buffer of another node than this context's is an error; a routine
-    /// of a second stream writing an array shared across streams is an error.
-    pub fn link(&self, code: &Code) -> Result<Routine> {
-        let backend_name = self.inner.stream.device().backend().name();
-        if code.backend_name != backend_name {
-            return Err(Error::invalid(format!(
-                "code compiled for backend {} cannot be linked into a context of {backend_name}",
-                code.backend_name
-            )));
-        }
-        let opt = code.optimized();
-        let merge_node = match (&self.inner.merge_node, &opt.merge_node) {
-            (Some(have), Some(want)) if have != want => {
-                return Err(Error::MergeBuffer {
-                    detail: format!(
-                        "routine {} reads the merge buffer as {}, but {} uses it for {}; link it into \
-                     another context",
-                        opt.name,
-                        want.debug_name(),
-                        self.describe(),
-                        have.debug_name()
-                    ),
-                });
-            }
-            (have, want) => want.clone().or_else(|| have.clone()),
-        };
-        let inputs = opt.inputs();
-        let outputs = opt.outputs();
-        let device = self.inner.stream.device().clone();
-        let backend = device.backend().clone();
-        // Checks first, so that a failed link allocates nothing.
-        // Whether or not this context holds them already.
-        for tn in &outputs {
-            if let Some(why) = changed_only_from_host(tn) {
-                return Err(Error::invalid(format!(
-                    "routine {} writes {}, whose memory mode is {why}; write it on the host and \
-                     copy it with from_host, or make it hosted nonconstant to compute it on devices",
-                    opt.name,
-                    tn.debug_name(),
-                )));
-            }
-        }
-        let my_stream = self.inner.stream.inner.id;
-        let mut fresh = Vec::new();
-        // Sharing inference: another stream's array of a hosted node both routines only read.
-        let mut promoted: BTreeMap<Tnode, (Arc<ArrayEntry>, SharingCandidate)> = BTreeMap::new();
-        for tn in opt.materialized_nodes() {
-            if self.inner.arrays.contains_key(&tn) {
-                continue;
-            }
-            if inputs.contains(&tn) && !tn.has_host_array() && !is_shared_across_streams(&tn) {
-                return Err(Error::NodeNotInContext {
-                    node: tn.debug_name(),
-                    context: self.describe(),
-                    routine: format!("routine {}", opt.name),
-                });
-            }
-            if is_shared_across_streams(&tn) || self.host_in_place_buffer(&tn)?.is_some() {
-                continue;
-            }
-            let offered = (read_only_shareable(&tn, &inputs, &outputs))
-                .then(|| device.shared_arrays().candidate(&tn))
-                .flatten()
-                .filter(|(_, c)| c.stream != my_stream);
-            match offered {
-                Some(found) => {
-                    promoted.insert(tn, found);
-                }
-                None => fresh.push(tn),
-            }
-        }
-        for tn in outputs.iter().filter(|tn| is_shared_across_streams(tn)) {
-            let existing = self
-                .inner
-                .arrays
-                .get(tn)
-                .cloned()
-                .or_else(|| device.shared_arrays().get(tn));
-            let writer =
-                existing.and_then(|e| *e.writing_stream.lock().unwrap_or_else(|e| e.into_inner()));
-            if writer.is_some_and(|w| w != my_stream) {
-                return Err(shared_written_elsewhere(&opt.name, tn));
-            }
-        }
-        let alignment = backend.optimize_settings().pool_alignment;
-        let items: Vec<PlanItem> = fresh
-            .iter()
-            .map(|tn| PlanItem {
-                node: tn.clone(),
-                size: tn.size_in_bytes(),
-                lifetime: None,
-            })
-            .collect();
-        let plan = MemoryPlan::pack_guarded(
-            &items,
-            alignment,
-            backend.max_pool_bytes(),
-            backend.lowered().pool_guard_bytes(),
-        )?;
-        // Each pool's memory mode, where all its arrays share one.
-        let mut pool_modes: Vec<Option<Option<MemoryMode>>> = vec![None; plan.pool_sizes.len()];
-        for tn in &fresh {
-            if let Some(slot) = plan.slot(tn) {
-                let mode = tn.memory_mode().map(|m| m.mode);
-                let common = &mut pool_modes[slot.pool];
-                *common = match *common {
-                    None => Some(mode),
-                    Some(m) if m == mode => Some(m),
-                    Some(_) => Some(None),
-                };
-            }
-        }
-        let pool_modes: Vec<Option<MemoryMode>> =
-            pool_modes.into_iter().map(Option::flatten).collect();
-        // The scratch the kernel's interface asks for (a backend may hold more locals there
-        // than the CPU's plan: the CUDA kernels keep every local node in it).
-        self.inner
-            .stream
-            .ensure_scratch(code.interface()?.scratch_bytes, alignment)?;
-        let lowered = self.lowered();
-        let mut pool_ids = Vec::new();
-        // Every error from here on frees the pools allocated so far: a failed link leaks nothing.
-        let linked = (|| {
-            for (k, &size) in plan.pool_sizes.iter().enumerate() {
-                let id = backend.new_pool_id();
-                lowered.alloc_pool_for(
-                    device.ordinal(),
-                    id,
-                    size,
-                    alignment,
-                    pool_modes.get(k).copied().flatten(),
-                )?;
-                pool_ids.push(id);
-                if plan.guard_bytes > 0 {
-                    lowered.guard_pool(device.ordinal(), id, &plan.unused_ranges(k))?;
-                }
-            }
-            let mut arrays = self.inner.arrays.clone();
-            for tn in opt.materialized_nodes() {
-                let entry = match arrays.get(&tn) {
-                    Some(e) => e.clone(),
-                    None if promoted.contains_key(&tn) => {
-                        let e = promoted[&tn].0.clone();
-                        arrays.insert(tn.clone(), e.clone());
-                        e
-                    }
-                    None => {
-                        let view = match plan.slot(&tn) {
-                            Some(slot) => {
-                                tn.set_backend_info(format!(
-                                    "{}: linked by routine {} on {}: bytes {}..{} of pool {}",
-                                    backend.name(),
-                                    opt.name,
-                                    self.inner.stream.name(),
-                                    slot.offset,
-                                    slot.offset + slot.size,
-                                    pool_ids[slot.pool]
-                                ));
-                                Some(lowered.pool_view(
-                                    device.ordinal(),
-                                    pool_ids[slot.pool],
-                                    slot.offset,
-                                    slot.size,
-                                )?)
-                            }
-                            None => None,
-                        };
-                        let e = self.new_array(&tn, view)?;
-                        arrays.insert(tn.clone(), e.clone());
-                        if read_only_shareable(&tn, &inputs, &outputs) {
-                            device.shared_arrays().offer(
-                                &tn,
-                                SharingCandidate {
-                                    entry: Arc::downgrade(&e),
-                                    stream: my_stream,
-                                    stream_name: self.inner.stream.name(),
-                                    routine: opt.name.clone(),
-                                },
-                            );
-                        }
-                        e
-                    }
-                };
-                if entry.shared.load(Ordering::Relaxed) && outputs.contains(&tn) {
-                    let mut writer = entry
-                        .writing_stream
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    match *writer {
-                        Some(s) if s != my_stream => {
-                            return Err(shared_written_elsewhere(&opt.name, &tn));
-                        }
-                        _ => *writer = Some(my_stream),
-                    }
-                }
-            }
-            // The sharing decisions this link makes, once nothing else can fail: a node read
-            // here and on another stream, and written by neither, is shared across streams; a
-            // node written here is per stream.
-            for (tn, (entry, offer)) in &promoted {
-                tn.update_memory_sharing(
-                    Sharing::SharedCrossStreams,
-                    &format!(
-                        "runtime: read by routine {} on {} and by routine {} on {}, written by \
-                         neither",
-                        offer.routine,
-                        offer.stream_name,
-                        opt.name,
-                        self.inner.stream.name()
-                    ),
-                )?;
-                entry.shared.store(true, Ordering::Relaxed);
-                device.shared_arrays().insert(tn, entry);
-                device.shared_arrays().withdraw(tn);
-            }
-            for tn in outputs.iter().filter(|tn| sharing_undecided(tn)) {
-                tn.update_memory_sharing(
-                    Sharing::PerStream,
-                    &format!(
-                        "runtime: routine {} writes it on {}",
-                        opt.name,
-                        self.inner.stream.name()
-                    ),
-                )?;
-                device.shared_arrays().withdraw(tn);
-            }
-            Ok(arrays)
-        })();
-        let arrays = match linked {
-            Ok(arrays) => arrays,
-            Err(e) => {
-                for id in pool_ids {
-                    let _ = lowered.free_pool(device.ordinal(), id);
-                }
-                return Err(e);
-            }
-        };
-        let plan = (!plan.slots.is_empty()).then_some(plan);
-        Routine::new(
-            self.child(
-                arrays,
-                merge_node,
-                pool_ids,
-                plan,
-                self.inner.optimize_ctx.clone(),
-            ),
-            code.clone(),
-        )
-    }
-
-    /// Links a batch of codes (the reference's `link_batch`): each into a child of the context
-    /// the one before was linked into, so later routines find the arrays earlier ones made;
-    /// empty slots stay empty. Returns the last context and the routines. A failed link leaves
-    /// nothing behind: the routines linked before it are dropped, with their pools.
-    pub fn link_batch(&self, codes: &[Option<Code>]) -> Result<(Context, Vec<Option<Routine>>)> {
-        let mut ctx = self.clone();
-        let mut routines = Vec::with_capacity(codes.len());
-        for code in codes {
-            match code {
-                Some(code) => {
-                    let r = ctx.link(code)?;
-                    ctx = r.context().clone();
-                    routines.push(Some(r));
-                }
-                None => routines.push(None),
-            }
-        }
-        Ok((ctx, routines))
     }
 }
 

@@ -1,7 +1,7 @@
-//! A context's transfers: host to device and back (whole arrays and element ranges), device
-//! to device (into an array, a merge buffer, or streamed to a routine), and tasks scheduled on
-//! a context's array by other layers (collectives across processes), all ordered by the
-//! arrays' events like routine runs.
+//! A context's transfers: host to device and back (whole arrays and element ranges), and
+//! tasks scheduled on a context's array by other layers (collectives across processes), all
+//! ordered by the arrays' events like routine runs. Device-to-device transfers are
+//! `crate::device_transfer`'s.
 
 use std::sync::Arc;
 
@@ -9,10 +9,10 @@ use arrayjit_backends::{BufferHandle, DeviceBuffer as _, LoweredBackend};
 use arrayjit_ir::{Error, Result, Tnode};
 
 use super::Context;
-use crate::host_sync::{Access, ArrayEntry, refresh_host_from, schedule_upload};
-use crate::routine::Routine;
+use crate::array_entry::{Access, ArrayEntry};
+use crate::host_sync::{refresh_host_from, schedule_upload};
 use crate::scheduler::TaskLabel;
-use crate::stream::{MergeContents, Stream};
+use crate::stream::Stream;
 
 /// How a task scheduled with [`Context::schedule_on_array`] uses the array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,20 +101,6 @@ impl ScheduledArray<'_> {
         f(&mut bytes)?;
         unsafe { self.lowered.copy_from_host(self.buffer, &bytes, self.queue) }
     }
-}
-
-/// Where [`Context::device_to_device`] puts the node's values.
-#[derive(Clone, Copy, Debug)]
-pub enum MergeBufferUse<'a> {
-    /// Into the destination context's own array of the node.
-    No,
-    /// Into the destination stream's merge buffer (grown as needed), for code reading
-    /// `node.merge`.
-    Copy,
-    /// No copy: the given routine (linked on the destination's stream) reads the source's
-    /// array directly as its merge buffer; it is scheduled right away, and the source's stream
-    /// does not overwrite the array until it has run.
-    StreamingFor(&'a Routine),
 }
 
 /// An error unless `elems` is a range of the node's stored elements.
@@ -341,108 +327,5 @@ impl Context {
     /// Makes this context's stream wait for `event` before running anything scheduled later.
     pub fn will_wait_for(&self, event: &crate::scheduler::Event) -> Result<()> {
         self.inner.stream.will_wait_for(event)
-    }
-
-    /// Moves the node's values from context `src` (another stream or device) to this context,
-    /// after `src`'s last write of the node: into this context's array, into this stream's
-    /// merge buffer, or streamed to a routine (see [`MergeBufferUse`]). The source's stream will
-    /// not overwrite the node until the transfer has happened.
-    pub fn device_to_device(
-        &self,
-        tn: &Tnode,
-        into_merge_buffer: MergeBufferUse<'_>,
-        src: &Context,
-    ) -> Result<()> {
-        let src_entry = src.entry(tn)?.clone();
-        let stream = &self.inner.stream;
-        let lowered = self.lowered();
-        match into_merge_buffer {
-            MergeBufferUse::No => {
-                let dst = self.entry(tn)?.clone();
-                if Arc::ptr_eq(&dst, &src_entry)
-                    || (dst.is_host_in_place() && src_entry.is_host_in_place())
-                {
-                    // One array, or the node's host array used in place by both: nothing to copy.
-                    return Ok(());
-                }
-                if dst.is_host_in_place() {
-                    return Err(Error::invalid(format!(
-                        "{} uses the host array of {} in place, so the node changes only on the \
-                         host: set its values there (ARRAYJIT_USE_HOST_MEMORY=0 gives it a device \
-                         array of its own)",
-                        self.describe(),
-                        tn.debug_name()
-                    )));
-                }
-                src_entry.order(stream, Access::Read)?;
-                dst.order(stream, Access::Write)?;
-                let (d, s, q) = (dst.buffer.clone(), src_entry.buffer.clone(), stream.queue());
-                stream.schedule(
-                    // SAFETY: ordered above as a read of the source and a write of the
-                    // destination, and recorded as such below (host_sync rules 2 and 3).
-                    Box::new(move || unsafe { lowered.copy_buffer(&d, &s, q.as_deref()) }),
-                    TaskLabel::Copy("device-to-device copy", tn.size_in_bytes()),
-                )?;
-                src_entry.record(stream.all_work(), Access::Read);
-                dst.record(stream.all_work(), Access::Write);
-                // A copy of a hosted node's latest values is itself up to date.
-                if tn.copy_not_lagging(src_entry.uid) {
-                    tn.mark_copy_up_to_date(dst.uid);
-                }
-            }
-            MergeBufferUse::Copy => {
-                if let Some(m) = &self.inner.merge_node
-                    && m != tn
-                {
-                    return Err(Error::MergeBuffer {
-                        detail: format!(
-                            "{} reads the merge buffer as {}, not {}; copy into a context whose code reads {}",
-                            self.describe(),
-                            m.debug_name(),
-                            tn.debug_name(),
-                            tn.debug_name()
-                        ),
-                    });
-                }
-                src_entry.order(stream, Access::Read)?;
-                let mut merge = stream.merge_lock();
-                // Copies land only in the stream's own buffer, never in a streamed source array.
-                let dst = stream.own_merge_buffer(&mut merge, tn)?;
-                let (d, s, q) = (dst.clone(), src_entry.buffer.clone(), stream.queue());
-                stream.schedule(
-                    // SAFETY: ordered above as a read of the source, recorded below; the
-                    // destination is the stream's own merge buffer (never another context's
-                    // array, see `MergeSlot`), used only by this stream's work in order.
-                    Box::new(move || unsafe { lowered.copy_buffer(&d, &s, q.as_deref()) }),
-                    TaskLabel::Copy("copy into the merge buffer", tn.size_in_bytes()),
-                )?;
-                src_entry.record(stream.all_work(), Access::Read);
-                merge.current = Some(MergeContents {
-                    node: tn.clone(),
-                    buffer: dst,
-                    streamed_from: None,
-                });
-            }
-            MergeBufferUse::StreamingFor(routine) => {
-                if !routine.context().stream().same_as(stream) {
-                    return Err(Error::invalid(format!(
-                        "streaming into {} for routine {}, which runs on another stream",
-                        self.describe(),
-                        routine.name()
-                    )));
-                }
-                // The run orders itself after the source's writer and records its read (see
-                // `MergeSlot`).
-                stream.merge_lock().current = Some(MergeContents {
-                    node: tn.clone(),
-                    buffer: src_entry.buffer.clone(),
-                    streamed_from: Some(src_entry.clone()),
-                });
-                routine.run()?;
-            }
-        }
-        // The source's stream will not overwrite the node before this read: a writer waits for
-        // pending readers (see `host_sync`).
-        Ok(())
     }
 }

@@ -5,7 +5,7 @@ use arrayjit_ir::{
     Padding, Prec, Projections, Result, StaticSymbol, Symbol, TernOp, Tnode, UnOp,
 };
 
-use super::Case;
+use super::case::{Case, case, output};
 
 fn input(prec: Prec, dims: &[usize], label: &str, values: &[f64]) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;
@@ -13,27 +13,8 @@ fn input(prec: Prec, dims: &[usize], label: &str, values: &[f64]) -> Result<Tnod
     Ok(t)
 }
 
-pub(super) fn output(prec: Prec, dims: &[usize], label: &str) -> Result<Tnode> {
-    let t = Tnode::new(prec, dims, &[label])?;
-    t.update_memory_mode(
-        MemoryMode::Hosted(MemoryType::Nonconstant),
-        "conformance: compared result",
-    )?;
-    Ok(t)
-}
-
 fn node(t: &Tnode) -> Operand {
     Operand::Node(t.clone())
-}
-
-pub(super) fn case(name: &str, program: Assignments, results: Vec<Tnode>) -> Case {
-    Case {
-        name: name.into(),
-        program,
-        bindings: vec![],
-        runs: vec![],
-        results,
-    }
 }
 
 /// A deterministic spread of values in `[lo, hi]`.
@@ -636,8 +617,8 @@ pub fn scratch_locals() -> Result<Case> {
     Ok(case("scratch_locals", program, vec![y]))
 }
 
-/// Every case of the corpus, freshly built (cases consume their initial host values).
-pub fn all_cases() -> Result<Vec<Case>> {
+/// The cases of this module: operations, reductions, precisions, fetches and locals.
+pub(super) fn basic_cases() -> Result<Vec<Case>> {
     Ok(vec![
         unary_ops(Prec::F32)?,
         unary_ops(Prec::F64)?,
@@ -658,11 +639,5 @@ pub fn all_cases() -> Result<Vec<Case>> {
         integer_semantics()?,
         fetches()?,
         scratch_locals()?,
-    ]
-    .into_iter()
-    .chain(super::contractions::contraction_cases()?)
-    .chain(super::fusion::fusion_cases()?)
-    .chain(super::gathers::gather_cases()?)
-    .chain(super::random::random_cases()?)
-    .collect())
+    ])
 }

@@ -7,7 +7,7 @@
 
 use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, UnOp};
 
-use super::Case;
+use super::case::{Case, case, output};
 
 /// Values `-2..=2` in a deterministic pattern (exact products and sums in f32).
 fn small_integers(n: usize, seed: usize) -> Vec<f64> {
@@ -45,7 +45,7 @@ fn einsum_case(name: &str, prec: Prec, spec: &str, sizes: &[(char, usize)]) -> R
     let (l, r) = inputs.split_once(',').unwrap_or((inputs, ""));
     let a = input(prec, &dims_of(l, &size), "a", 1)?;
     let b = input(prec, &dims_of(r, &size), "b", 2)?;
-    let c = super::cases::output(prec, &dims_of(out, &size), "c")?;
+    let c = output(prec, &dims_of(out, &size), "c")?;
     let program = Assignments::einsum(
         spec,
         BinOp::Add,
@@ -53,7 +53,7 @@ fn einsum_case(name: &str, prec: Prec, spec: &str, sizes: &[(char, usize)]) -> R
         AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
         true,
     )?;
-    Ok(super::cases::case(name, program, vec![c]))
+    Ok(case(name, program, vec![c]))
 }
 
 /// `y = relu(a·b + bias)` with the product a virtual-node candidate: it must stay a blocked
@@ -65,7 +65,7 @@ fn product_with_epilogue() -> Result<Case> {
     let bias = input(Prec::F32, &[n], "bias", 5)?;
     let ab = Tnode::new(Prec::F32, &[m, n], &["ab"])?;
     let pre = Tnode::new(Prec::F32, &[m, n], &["pre"])?;
-    let y = super::cases::output(Prec::F32, &[m, n], "y")?;
+    let y = output(Prec::F32, &[m, n], "y")?;
     let program = Assignments::einsum(
         "ik,kj->ij",
         BinOp::Add,
@@ -81,11 +81,7 @@ fn product_with_epilogue() -> Result<Case> {
         false,
     )?)
     .then(Assignments::pointwise_unop(&y, UnOp::Relu, &pre));
-    Ok(super::cases::case(
-        "contraction_then_bias_relu",
-        program,
-        vec![y],
-    ))
+    Ok(case("contraction_then_bias_relu", program, vec![y]))
 }
 
 /// Long reductions, scheduled over several accumulators on CPU backends: sums, max and min
@@ -104,7 +100,7 @@ fn long_reductions() -> Result<Case> {
     .enumerate()
     {
         let x = input(prec, &[rows, len], "x", k)?;
-        let r = super::cases::output(prec, &[rows], &format!("r{k}"))?;
+        let r = output(prec, &[rows], &format!("r{k}"))?;
         program = program.then(Assignments::einsum(
             "ij->i",
             op,
@@ -116,7 +112,7 @@ fn long_reductions() -> Result<Case> {
     }
     let x = input(Prec::F32, &[1000], "x", 7)?;
     let y = input(Prec::F32, &[1000], "y", 8)?;
-    let dot = super::cases::output(Prec::F32, &[], "dot")?;
+    let dot = output(Prec::F32, &[], "dot")?;
     program = program.then(Assignments::einsum(
         "i,i->",
         BinOp::Add,
@@ -125,7 +121,7 @@ fn long_reductions() -> Result<Case> {
         true,
     )?);
     results.push(dot);
-    Ok(super::cases::case("long_reductions", program, results))
+    Ok(case("long_reductions", program, results))
 }
 
 /// Float max and min with NaN operands (the other operand wins, as in the interpreter),
@@ -140,7 +136,7 @@ fn max_min_with_nan() -> Result<Case> {
         let y = Tnode::new(prec, &[6], &["y"])?;
         y.set_values(&[3.0, nan, nan, -1.0, nan, -0.25])?;
         for op in [BinOp::Max, BinOp::Min] {
-            let r = super::cases::output(prec, &[6], "r")?;
+            let r = output(prec, &[6], "r")?;
             program = program.then(Assignments::pointwise_binop(&r, op, &x, &y));
             results.push(r);
         }
@@ -157,7 +153,7 @@ fn max_min_with_nan() -> Result<Case> {
                 .collect::<Vec<_>>(),
         )?;
         for op in [BinOp::Max, BinOp::Min] {
-            let r = super::cases::output(prec, &[2], "row")?;
+            let r = output(prec, &[2], "row")?;
             program = program.then(Assignments::einsum(
                 "ij->i",
                 op,
@@ -168,7 +164,7 @@ fn max_min_with_nan() -> Result<Case> {
             results.push(r);
         }
     }
-    Ok(super::cases::case("max_min_with_nan", program, results))
+    Ok(case("max_min_with_nan", program, results))
 }
 
 /// The contraction cases (names starting with `gemm` are large enough to be scheduled as

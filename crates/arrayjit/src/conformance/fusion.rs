@@ -10,8 +10,7 @@ use arrayjit_ir::{
     UnOp,
 };
 
-use super::Case;
-use super::cases::{case, output};
+use super::case::{Case, case, output};
 
 fn fractions(prec: Prec, dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;

@@ -7,8 +7,7 @@ use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, FetchOp, Operand, Prec, Result, StaticSymbol, Tnode, UnOp,
 };
 
-use super::Case;
-use super::cases::{case, output};
+use super::case::{Case, case, output};
 
 fn values(prec: Prec, dims: &[usize], label: &str, f: impl Fn(usize) -> f64) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;

@@ -2,6 +2,7 @@
 //! reference interpreter (exact for integers, a relative tolerance for floats). Every backend
 //! runs the same corpus; a new backend is correct when it agrees here.
 
+mod case;
 mod cases;
 mod contractions;
 mod fusion;
@@ -9,10 +10,11 @@ mod gathers;
 mod random;
 mod required;
 
-use arrayjit_ir::{Assignments, Error, InterpEnv, Prec, Result, StaticSymbol, Tnode};
+use arrayjit_ir::{Error, InterpEnv, Prec, Result};
 use arrayjit_runtime::{Backend, Context};
 
-pub use cases::{all_cases, matmul, scratch_locals};
+pub use case::Case;
+pub use cases::{matmul, scratch_locals};
 pub use contractions::contraction_cases;
 pub use fusion::fusion_cases;
 pub use required::{
@@ -20,18 +22,15 @@ pub use required::{
     required_backends, skip_backend,
 };
 
-/// One program of the corpus.
-pub struct Case {
-    /// A short name.
-    pub name: String,
-    /// The program.
-    pub program: Assignments,
-    /// Static symbols bound per run.
-    pub bindings: Vec<StaticSymbol>,
-    /// Static values for each run, in the order of `bindings`; one run with no values if empty.
-    pub runs: Vec<Vec<i64>>,
-    /// The hosted nodes compared after the runs.
-    pub results: Vec<Tnode>,
+/// Every case of the corpus, freshly built (cases consume their initial host values).
+pub fn all_cases() -> Result<Vec<Case>> {
+    Ok(cases::basic_cases()?
+        .into_iter()
+        .chain(contractions::contraction_cases()?)
+        .chain(fusion::fusion_cases()?)
+        .chain(gathers::gather_cases()?)
+        .chain(random::random_cases()?)
+        .collect())
 }
 
 /// Relative tolerance for comparing float results of a precision.

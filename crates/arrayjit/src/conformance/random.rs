@@ -8,8 +8,7 @@ use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, FetchOp, Operand, Prec, Projections, Result, TernOp, Tnode, UnOp,
 };
 
-use super::Case;
-use super::cases::output;
+use super::case::{Case, case, output};
 
 fn random(array: &Tnode, seed: u64, stream: u32, step: &Tnode) -> Assignments {
     Assignments::Fetch {
@@ -106,7 +105,7 @@ fn random_f64() -> Result<Case> {
     let step = Tnode::new(Prec::U32, &[], &["step"])?;
     step.set_values(&[u32::MAX as f64])?;
     let uniform = output(Prec::F64, &[7, 3], "uniform_f64")?;
-    Ok(super::cases::case(
+    Ok(case(
         "random_f64",
         random(&uniform, u64::MAX - 3, 2, &step),
         vec![uniform],

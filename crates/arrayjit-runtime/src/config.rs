@@ -1,0 +1,86 @@
+//! The settings a backend is made with ([`RuntimeConfig`]) and its parallelism
+//! [`Strategy`], each field checked against its documented range.
+
+use arrayjit_ir::Result;
+
+/// How a backend spreads work, steering [`crate::Device::suggested_num_streams`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Devices run in parallel; one stream per device.
+    #[default]
+    OnlyDevicesParallel,
+    /// Two streams per device, so copies can overlap computation.
+    ForParallelCopying,
+    /// As many streams as the device has cores to run them.
+    MostParallelStreams,
+}
+
+/// Settings for [`crate::backend_with_config`]. A field outside its documented range is an
+/// [`arrayjit_ir::Error::InvalidSetting`] when the backend is made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// The parallelism strategy.
+    pub strategy: Strategy,
+    /// Number of CPU devices, in `arrayjit_backends::cc::CPU_DEVICES_RANGE` (default:
+    /// `ARRAYJIT_CPU_DEVICES`, else 1).
+    pub num_devices: Option<usize>,
+    /// Tasks a `multicore` stream queues before `schedule` blocks, in [`QUEUE_CAPACITY_RANGE`]
+    /// (default 1024). The queue's slots are allocated when the stream starts.
+    pub queue_capacity: usize,
+    /// Largest pool the link-time planner allocates, in [`MAX_POOL_BYTES_RANGE`] (default
+    /// 1 GiB); an array larger than this is an error.
+    pub max_pool_bytes: usize,
+    /// Worker threads per CPU device, which split a routine's parallel loops (default:
+    /// `ARRAYJIT_CPU_WORKERS`, else 1 for `sync_cc` and the device's share of the cores for
+    /// `multicore_cc`). Results do not depend on it.
+    pub workers_per_device: Option<usize>,
+}
+
+/// Accepted [`RuntimeConfig::queue_capacity`] values.
+pub const QUEUE_CAPACITY_RANGE: std::ops::RangeInclusive<u64> = 1..=65_536;
+/// Accepted [`RuntimeConfig::max_pool_bytes`] values: at least one byte, at most what one
+/// allocation may be.
+pub const MAX_POOL_BYTES_RANGE: std::ops::RangeInclusive<u64> = 1..=(isize::MAX as u64);
+
+impl RuntimeConfig {
+    /// Checks every field against its documented range.
+    pub fn validate(&self) -> Result<()> {
+        use arrayjit_backends::settings::check_range;
+        if let Some(n) = self.num_devices {
+            check_range(
+                "RuntimeConfig::num_devices",
+                n as u64,
+                arrayjit_backends::cc::CPU_DEVICES_RANGE,
+            )?;
+        }
+        check_range(
+            "RuntimeConfig::queue_capacity",
+            self.queue_capacity as u64,
+            QUEUE_CAPACITY_RANGE,
+        )?;
+        if let Some(w) = self.workers_per_device {
+            check_range(
+                "RuntimeConfig::workers_per_device",
+                w as u64,
+                arrayjit_backends::cc::CPU_WORKERS_RANGE,
+            )?;
+        }
+        check_range(
+            "RuntimeConfig::max_pool_bytes",
+            self.max_pool_bytes as u64,
+            MAX_POOL_BYTES_RANGE,
+        )
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            strategy: Strategy::default(),
+            num_devices: None,
+            queue_capacity: 1024,
+            max_pool_bytes: 1 << 30,
+            workers_per_device: None,
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! Linking compiled code into a context (the reference's `link` and `link_batch`), in two
+//! steps:
+//!
+//! 1. **Plan** ([`LinkPlan`]): everything a link can refuse is checked — the backend, the
+//!    merge buffer, writes of nodes that change only on the host, inputs the context lacks,
+//!    writes of arrays another stream writes — and every array the code needs is decided:
+//!    kept from the context, a device constant or host array used in place, taken from
+//!    another stream that only reads it too (sharing inference), or new, the new ones packed
+//!    into pools. Planning allocates nothing and changes nothing.
+//! 2. **Apply**: the plan's pools are allocated under a [`PoolGuard`] that frees them if any
+//!    later step fails; the arrays are made; the writes of shared arrays are claimed for this
+//!    stream; and only then, when nothing else can fail, the sharing decisions are recorded in
+//!    the nodes' memory modes (read on two streams and written by neither: shared across
+//!    streams; written here: per stream). A failed link leaves nothing behind.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arrayjit_backends::LoweredBackend;
+use arrayjit_ir::optimize::{MemoryPlan, PlanItem};
+use arrayjit_ir::{Error, MemoryMode, MemoryType, Optimized, Result, Sharing, Tnode};
+
+use crate::array_entry::{ArrayEntry, SharingCandidate};
+use crate::code::Code;
+use crate::context::{Context, changed_only_from_host, is_shared_across_streams};
+use crate::routine::Routine;
+
+fn shared_written_elsewhere(routine: &str, tn: &Tnode) -> Error {
+    let why = tn
+        .memory_mode()
+        .map_or_else(String::new, |m| format!(" (because: {})", m.provenance));
+    Error::invalid(format!(
+        "routine {routine} writes {}, which is shared across streams{why} and already written \
+         from another stream; shared nodes may be written from one stream only (request \
+         per-stream sharing, `update_memory_sharing(Sharing::PerStream, ..)`, before linking to \
+         write it from several)",
+        tn.debug_name()
+    ))
+}
+
+/// Whether the node's memory mode leaves open whether its device arrays are shared across
+/// streams (and it has device arrays).
+fn sharing_undecided(tn: &Tnode) -> bool {
+    matches!(
+        tn.memory_mode().map(|m| m.mode),
+        Some(
+            MemoryMode::OnDevice(Sharing::Unset)
+                | MemoryMode::Hosted(
+                    MemoryType::Unset
+                        | MemoryType::Nonconstant
+                        | MemoryType::ChangedOnDevices(Sharing::Unset)
+                )
+        )
+    )
+}
+
+/// Whether a routine with these inputs and outputs only reads the node, a hosted node whose
+/// sharing is undecided: its array may be offered to, or taken from, another stream.
+fn read_only_shareable(tn: &Tnode, inputs: &[Tnode], outputs: &[Tnode]) -> bool {
+    inputs.contains(tn) && !outputs.contains(tn) && tn.has_host_array() && sharing_undecided(tn)
+}
+
+/// A context's arrays by node.
+type ContextArrays = BTreeMap<Tnode, Arc<ArrayEntry>>;
+
+/// What linking one code into one context will do, decided before anything is allocated.
+struct LinkPlan {
+    /// The merge buffer's node of the child context.
+    merge_node: Option<Tnode>,
+    inputs: Vec<Tnode>,
+    outputs: Vec<Tnode>,
+    /// Arrays taken from another stream that only reads them too, with its offer.
+    promoted: BTreeMap<Tnode, (Arc<ArrayEntry>, SharingCandidate)>,
+    /// Where the new arrays go: their pools and places in them.
+    memory: MemoryPlan,
+    /// Each pool's memory mode, where all its arrays share one.
+    pool_modes: Vec<Option<MemoryMode>>,
+    alignment: usize,
+    /// The scratch the kernel's interface asks the stream for.
+    scratch_bytes: usize,
+}
+
+/// Pools allocated by a link in progress: freed when dropped, unless the link completes and
+/// hands them to its context ([`PoolGuard::keep`]).
+struct PoolGuard {
+    lowered: Arc<dyn LoweredBackend>,
+    device: usize,
+    ids: Vec<usize>,
+}
+
+impl PoolGuard {
+    /// The pools, now owned by the caller.
+    fn keep(mut self) -> Vec<usize> {
+        std::mem::take(&mut self.ids)
+    }
+}
+
+impl Drop for PoolGuard {
+    fn drop(&mut self) {
+        for &id in &self.ids {
+            let _ = self.lowered.free_pool(self.device, id);
+        }
+    }
+}
+
+impl Context {
+    /// Links compiled code into a child of this context, allocating every array the code needs
+    /// that this context lacks (see [`Context::init_from_host`] for how they start). An array the
+    /// code reads before writing that is neither here nor hosted is [`Error::NodeNotInContext`];
+    /// code reading a merge buffer of another node than this context's is an error; a routine
+    /// of a second stream writing an array shared across streams is an error. A failed link
+    /// allocates nothing and changes no memory mode (see the module's steps).
+    pub fn link(&self, code: &Code) -> Result<Routine> {
+        let plan = self.plan_link(code)?;
+        let (arrays, pools) = self.apply_link(code.optimized(), &plan)?;
+        let memory = (!plan.memory.slots.is_empty()).then_some(plan.memory);
+        Routine::new(
+            self.child(
+                arrays,
+                plan.merge_node,
+                pools,
+                memory,
+                self.inner.optimize_ctx.clone(),
+            ),
+            code.clone(),
+        )
+    }
+
+    /// Links a batch of codes (the reference's `link_batch`): each into a child of the context
+    /// the one before was linked into, so later routines find the arrays earlier ones made;
+    /// empty slots stay empty. Returns the last context and the routines. A failed link leaves
+    /// nothing behind: the routines linked before it are dropped, with their pools.
+    pub fn link_batch(&self, codes: &[Option<Code>]) -> Result<(Context, Vec<Option<Routine>>)> {
+        let mut ctx = self.clone();
+        let mut routines = Vec::with_capacity(codes.len());
+        for code in codes {
+            match code {
+                Some(code) => {
+                    let r = ctx.link(code)?;
+                    ctx = r.context().clone();
+                    routines.push(Some(r));
+                }
+                None => routines.push(None),
+            }
+        }
+        Ok((ctx, routines))
+    }
+
+    /// Step 1: the checks and decisions of a link, without allocating or changing anything.
+    fn plan_link(&self, code: &Code) -> Result<LinkPlan> {
+        let stream = &self.inner.stream;
+        let backend_name = stream.device().backend().name();
+        if code.backend_name != backend_name {
+            return Err(Error::invalid(format!(
+                "code compiled for backend {} cannot be linked into a context of {backend_name}",
+                code.backend_name
+            )));
+        }
+        let opt = code.optimized();
+        let merge_node = match (&self.inner.merge_node, &opt.merge_node) {
+            (Some(have), Some(want)) if have != want => {
+                return Err(Error::MergeBuffer {
+                    detail: format!(
+                        "routine {} reads the merge buffer as {}, but {} uses it for {}; link it \
+                         into another context",
+                        opt.name,
+                        want.debug_name(),
+                        self.describe(),
+                        have.debug_name()
+                    ),
+                });
+            }
+            (have, want) => want.clone().or_else(|| have.clone()),
+        };
+        let inputs = opt.inputs();
+        let outputs = opt.outputs();
+        let device = stream.device();
+        let backend = device.backend();
+        // Whether or not this context holds them already.
+        for tn in &outputs {
+            if let Some(why) = changed_only_from_host(tn) {
+                return Err(Error::invalid(format!(
+                    "routine {} writes {}, whose memory mode is {why}; write it on the host and \
+                     copy it with from_host, or make it hosted nonconstant to compute it on devices",
+                    opt.name,
+                    tn.debug_name(),
+                )));
+            }
+        }
+        let my_stream = stream.inner.id;
+        let mut fresh = Vec::new();
+        let mut promoted = BTreeMap::new();
+        for tn in opt.materialized_nodes() {
+            if self.inner.arrays.contains_key(&tn) {
+                continue;
+            }
+            if inputs.contains(&tn) && !tn.has_host_array() && !is_shared_across_streams(&tn) {
+                return Err(Error::NodeNotInContext {
+                    node: tn.debug_name(),
+                    context: self.describe(),
+                    routine: format!("routine {}", opt.name),
+                });
+            }
+            if is_shared_across_streams(&tn) || self.host_in_place_buffer(&tn)?.is_some() {
+                continue;
+            }
+            let offered = (read_only_shareable(&tn, &inputs, &outputs))
+                .then(|| device.shared_arrays().candidate(&tn))
+                .flatten()
+                .filter(|(_, c)| c.stream != my_stream);
+            match offered {
+                Some(found) => {
+                    promoted.insert(tn, found);
+                }
+                None => fresh.push(tn),
+            }
+        }
+        for tn in outputs.iter().filter(|tn| is_shared_across_streams(tn)) {
+            let existing = self
+                .inner
+                .arrays
+                .get(tn)
+                .cloned()
+                .or_else(|| device.shared_arrays().get(tn));
+            let writer =
+                existing.and_then(|e| *e.writing_stream.lock().unwrap_or_else(|e| e.into_inner()));
+            if writer.is_some_and(|w| w != my_stream) {
+                return Err(shared_written_elsewhere(&opt.name, tn));
+            }
+        }
+        let alignment = backend.optimize_settings().pool_alignment;
+        let items: Vec<PlanItem> = fresh
+            .iter()
+            .map(|tn| PlanItem {
+                node: tn.clone(),
+                size: tn.size_in_bytes(),
+                lifetime: None,
+            })
+            .collect();
+        let memory = MemoryPlan::pack_guarded(
+            &items,
+            alignment,
+            backend.max_pool_bytes(),
+            backend.lowered().pool_guard_bytes(),
+        )?;
+        let mut pool_modes: Vec<Option<Option<MemoryMode>>> = vec![None; memory.pool_sizes.len()];
+        for tn in &fresh {
+            if let Some(slot) = memory.slot(tn) {
+                let mode = tn.memory_mode().map(|m| m.mode);
+                let common = &mut pool_modes[slot.pool];
+                *common = match *common {
+                    None => Some(mode),
+                    Some(m) if m == mode => Some(m),
+                    Some(_) => Some(None),
+                };
+            }
+        }
+        Ok(LinkPlan {
+            merge_node,
+            inputs,
+            outputs,
+            promoted,
+            memory,
+            pool_modes: pool_modes.into_iter().map(Option::flatten).collect(),
+            alignment,
+            // The scratch the kernel's interface asks for (a backend may hold more locals
+            // there than the CPU's plan: the CUDA kernels keep every local node in it).
+            scratch_bytes: code.interface()?.scratch_bytes,
+        })
+    }
+
+    /// Step 2: allocates and makes what the plan decided; returns the child's arrays and its
+    /// pools. Every error frees the pools allocated so far and leaves memory modes as they
+    /// were.
+    fn apply_link(&self, opt: &Optimized, plan: &LinkPlan) -> Result<(ContextArrays, Vec<usize>)> {
+        let stream = &self.inner.stream;
+        let device = stream.device();
+        let backend = device.backend();
+        let my_stream = stream.inner.id;
+        stream.ensure_scratch(plan.scratch_bytes, plan.alignment)?;
+        let lowered = self.lowered();
+        let mut pools = PoolGuard {
+            lowered: lowered.clone(),
+            device: device.ordinal(),
+            ids: Vec::new(),
+        };
+        for (k, &size) in plan.memory.pool_sizes.iter().enumerate() {
+            let id = backend.new_pool_id();
+            lowered.alloc_pool_for(
+                device.ordinal(),
+                id,
+                size,
+                plan.alignment,
+                plan.pool_modes.get(k).copied().flatten(),
+            )?;
+            pools.ids.push(id);
+            if plan.memory.guard_bytes > 0 {
+                lowered.guard_pool(device.ordinal(), id, &plan.memory.unused_ranges(k))?;
+            }
+        }
+        let mut arrays = self.inner.arrays.clone();
+        let mut offers = Vec::new();
+        for tn in opt.materialized_nodes() {
+            if arrays.contains_key(&tn) {
+                continue;
+            }
+            let entry = match plan.promoted.get(&tn) {
+                Some((shared, _)) => shared.clone(),
+                None => {
+                    let view = match plan.memory.slot(&tn) {
+                        Some(slot) => {
+                            let pool = pools.ids[slot.pool];
+                            tn.set_backend_info(format!(
+                                "{}: linked by routine {} on {}: bytes {}..{} of pool {pool}",
+                                backend.name(),
+                                opt.name,
+                                stream.name(),
+                                slot.offset,
+                                slot.offset + slot.size,
+                            ));
+                            Some(lowered.pool_view(
+                                device.ordinal(),
+                                pool,
+                                slot.offset,
+                                slot.size,
+                            )?)
+                        }
+                        None => None,
+                    };
+                    let e = self.new_array(&tn, view)?;
+                    if read_only_shareable(&tn, &plan.inputs, &plan.outputs) {
+                        offers.push((tn.clone(), Arc::downgrade(&e)));
+                    }
+                    e
+                }
+            };
+            arrays.insert(tn, entry);
+        }
+        // The writes of shared arrays: checked for every array, then claimed for this stream.
+        let shared_written: Vec<(&Tnode, &Arc<ArrayEntry>)> = arrays
+            .iter()
+            .filter(|(tn, e)| e.shared.load(Ordering::Relaxed) && plan.outputs.contains(tn))
+            .collect();
+        for (tn, entry) in &shared_written {
+            let writer = *entry
+                .writing_stream
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if writer.is_some_and(|s| s != my_stream) {
+                return Err(shared_written_elsewhere(&opt.name, tn));
+            }
+        }
+        for (_, entry) in &shared_written {
+            *entry
+                .writing_stream
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(my_stream);
+        }
+        // The sharing decisions this link makes, once nothing else can fail.
+        for (tn, entry) in offers {
+            device.shared_arrays().offer(
+                &tn,
+                SharingCandidate {
+                    entry,
+                    stream: my_stream,
+                    stream_name: stream.name(),
+                    routine: opt.name.clone(),
+                },
+            );
+        }
+        for (tn, (entry, offer)) in &plan.promoted {
+            tn.update_memory_sharing(
+                Sharing::SharedCrossStreams,
+                &format!(
+                    "runtime: read by routine {} on {} and by routine {} on {}, written by \
+                     neither",
+                    offer.routine,
+                    offer.stream_name,
+                    opt.name,
+                    stream.name()
+                ),
+            )?;
+            entry.shared.store(true, Ordering::Relaxed);
+            device.shared_arrays().insert(tn, entry);
+            device.shared_arrays().withdraw(tn);
+        }
+        for tn in plan.outputs.iter().filter(|tn| sharing_undecided(tn)) {
+            tn.update_memory_sharing(
+                Sharing::PerStream,
+                &format!(
+                    "runtime: routine {} writes it on {}",
+                    opt.name,
+                    stream.name()
+                ),
+            )?;
+            device.shared_arrays().withdraw(tn);
+        }
+        Ok((arrays, pools.keep()))
+    }
+}
