@@ -66,8 +66,8 @@ pub fn typed(buffer: BufferHandle, prec: Prec, op: &str) -> Result<BufferHandle>
         Some(p) if p == prec => Ok(buffer),
         Some(p) => Err(Error::PrecisionMismatch {
             op: op.to_string(),
-            expected: prec.name().to_string(),
-            found: p.name().to_string(),
+            expected: prec,
+            found: p,
         }),
         None if !buffer.size_in_bytes().is_multiple_of(prec.size_in_bytes()) => {
             Err(Error::ShapeMismatch {
@@ -93,8 +93,8 @@ pub fn check_prec(buffer: &BufferHandle, prec: Prec, op: &str) -> Result<()> {
     match buffer.prec() {
         Some(p) if p != prec => Err(Error::PrecisionMismatch {
             op: op.to_string(),
-            expected: prec.name().to_string(),
-            found: p.name().to_string(),
+            expected: prec,
+            found: p,
         }),
         _ => Ok(()),
     }

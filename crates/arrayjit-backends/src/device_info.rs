@@ -85,14 +85,9 @@ impl DeviceInfo {
             if !self.supports(tn.prec()) {
                 return Err(Error::UnsupportedPrecision {
                     device: format!("{device} ({})", self.name),
-                    prec: tn.prec().name().to_string(),
+                    prec: tn.prec(),
                     node: tn.debug_name(),
-                    supported: self
-                        .precisions
-                        .iter()
-                        .map(|p| p.name())
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    supported: self.precisions.clone(),
                 });
             }
         }

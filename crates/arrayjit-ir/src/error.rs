@@ -2,6 +2,17 @@
 
 use thiserror::Error;
 
+use crate::prec::Prec;
+
+/// Precisions as a comma list, for messages.
+fn prec_list(precs: &[Prec]) -> String {
+    precs
+        .iter()
+        .map(|p| p.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `Result` with [`enum@Error`] as the error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -235,18 +246,19 @@ pub enum Error {
     },
     /// A device cannot compute in a precision some node of a routine uses.
     #[error(
-        "device {device} cannot compute in {prec} (needed by {node}); it supports {supported}: \
-         choose a supported precision for the node or another backend"
+        "device {device} cannot compute in {prec} (needed by {node}); it supports {}: \
+         choose a supported precision for the node or another backend",
+        prec_list(.supported)
     )]
     UnsupportedPrecision {
         /// The device, e.g. `wgpu:0 (llvmpipe)`.
         device: String,
-        /// The precision's name.
-        prec: String,
+        /// The precision it lacks.
+        prec: Prec,
         /// The node that uses it.
         node: String,
         /// The precisions the device supports.
-        supported: String,
+        supported: Vec<Prec>,
     },
     /// A buffer holds another precision than the one its use needs (a kernel argument, an
     /// explicit array of a node, a copy between arrays).
@@ -258,9 +270,9 @@ pub enum Error {
         /// Where the buffer was used.
         op: String,
         /// The precision needed.
-        expected: String,
+        expected: Prec,
         /// The buffer's precision.
-        found: String,
+        found: Prec,
     },
     /// A runtime failure on a stream or device.
     #[error("runtime error on {stream}: {detail}")]

@@ -193,13 +193,9 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
         if !supported.contains(&p) {
             return Err(Error::UnsupportedPrecision {
                 device: "the WGSL target".into(),
-                prec: p.name().into(),
+                prec: p,
                 node: role.tn.debug_name(),
-                supported: supported
-                    .iter()
-                    .map(|p| p.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                supported: supported.clone(),
             });
         }
     }
