@@ -2,7 +2,15 @@
 
 use thiserror::Error;
 
-use crate::prec::Prec;
+use crate::prec::{Prec, UnknownPrecision};
+
+impl From<UnknownPrecision> for Error {
+    fn from(e: UnknownPrecision) -> Error {
+        Error::InvalidArgument {
+            what: e.to_string(),
+        }
+    }
+}
 
 /// Precisions as a comma list, for messages.
 fn prec_list(precs: &[Prec]) -> String {

@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use crate::error::{Error, Result};
-
 /// The element type of a tensor node or host array.
 ///
 /// Half-precision types (`F16`, `Bf16`) are stored as 16 bits and computed in `f32`, like on most
@@ -73,17 +71,13 @@ impl Prec {
         }
     }
 
-    /// Parses a name such as `"f32"` or `"bf16"`.
-    pub fn parse(name: &str) -> Result<Prec> {
+    /// Parses a name such as `"f32"` or `"bf16"` (an [`UnknownPrecision`], which converts to
+    /// `Error::InvalidArgument`, for any other).
+    pub fn parse(name: &str) -> std::result::Result<Prec, UnknownPrecision> {
         Prec::ALL
             .into_iter()
             .find(|p| p.name().eq_ignore_ascii_case(name))
-            .ok_or_else(|| Error::InvalidArgument {
-                what: format!(
-                    "unknown precision {name:?}; expected one of: {}",
-                    Prec::ALL.map(Prec::name).join(", ")
-                ),
-            })
+            .ok_or_else(|| UnknownPrecision(name.to_string()))
     }
 
     /// Whether this is a floating-point type (including the 16-bit ones).
@@ -161,6 +155,23 @@ impl Prec {
         }
     }
 }
+
+/// A name that is no precision's (from [`Prec::parse`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownPrecision(pub String);
+
+impl fmt::Display for UnknownPrecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown precision {:?}; expected one of: {}",
+            self.0,
+            Prec::ALL.map(Prec::name).join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownPrecision {}
 
 impl fmt::Display for Prec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

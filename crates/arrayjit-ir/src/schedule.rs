@@ -751,7 +751,10 @@ fn reduction_schedule(
 /// The schedule of every top-level statement, in order.
 pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedule> {
     if let Some(limits) = &settings.gpu {
-        return stmts.iter().map(|s| gpu::gpu_schedule(s, limits)).collect();
+        return stmts
+            .iter()
+            .map(|s| gpu::gpu_schedule(s, limits, &settings.tuning))
+            .collect();
     }
     let mut cache: HashMap<usize, Blocking> = HashMap::new();
     let mut schedules: Vec<Schedule> = stmts

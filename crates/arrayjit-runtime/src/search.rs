@@ -5,8 +5,10 @@
 //! - The heuristics (from the device's description) always come first; a variant replaces the
 //!   best so far only when it is faster by at least [`SearchSettings::min_gain`], and still is
 //!   when both are timed again, so noise does not move the choice away from the heuristics.
-//! - Variants are a [`ScheduleChoice`]: the register tile and cache blocks of blocked products,
-//!   the accumulators of vectorized reductions, and whether loops are fused. The search walks
+//! - Variants are a [`ScheduleChoice`]: on a CPU the register tile and cache blocks of blocked
+//!   products and the accumulators of vectorized reductions; on a GPU backend the tile of
+//!   tiled products and the group size of every pass; and whether loops are fused. Candidates
+//!   are timed on the backend's device 0 (the GPU itself where there is one). The search walks
 //!   one knob at a time (coordinate descent), keeping the best value of each before the next.
 //!   Variants whose rendered source equals one already timed are not compiled again, so a
 //!   routine without products or reductions costs one compilation.
@@ -66,7 +68,8 @@ impl ScheduleChoice {
             tuning: ScheduleTuning::default(),
             loop_fusion: true,
         };
-        let mut seen = [false; 6];
+        // The GPU fields may be absent (choices stored before they existed): `auto`.
+        let mut seen = [false; 8];
         for field in text.split_whitespace() {
             let (name, value) = field
                 .split_once('=')
@@ -100,6 +103,29 @@ impl ScheduleChoice {
                         int(1, ScheduleTuning::MAX_REDUCTION_VECTORS as i64)? as usize;
                     4
                 }
+                "gpu_threads" => {
+                    choice.tuning.gpu_threads = match value {
+                        "auto" => None,
+                        _ => Some(int(1, 1024)? as u32),
+                    };
+                    6
+                }
+                "gpu_tile" => {
+                    choice.tuning.gpu_tile = match value {
+                        "auto" => None,
+                        _ => {
+                            let t = int(1, 128)? as usize;
+                            if !ScheduleTuning::GPU_TILES.contains(&t) {
+                                return Err(format!(
+                                    "gpu_tile={value}: expected auto or one of {:?}",
+                                    ScheduleTuning::GPU_TILES
+                                ));
+                            }
+                            Some(t)
+                        }
+                    };
+                    7
+                }
                 "loop_fusion" => {
                     choice.loop_fusion = match value {
                         "on" => true,
@@ -114,7 +140,7 @@ impl ScheduleChoice {
                 return Err(format!("field `{name}` given twice"));
             }
         }
-        if seen.iter().all(|s| *s) {
+        if seen[..6].iter().all(|s| *s) {
             Ok(choice)
         } else {
             Err(format!("incomplete choice `{}`", text.trim()))
@@ -135,6 +161,13 @@ impl fmt::Display for ScheduleChoice {
             " mc_log2={mc} kc_log2={kc} nc_log2={nc} reduction_vectors={} loop_fusion={}",
             t.reduction_vectors,
             if self.loop_fusion { "on" } else { "off" }
+        )?;
+        let auto = |v: Option<usize>| v.map_or_else(|| "auto".to_string(), |v| v.to_string());
+        write!(
+            f,
+            " gpu_threads={} gpu_tile={}",
+            auto(t.gpu_threads.map(|v| v as usize)),
+            auto(t.gpu_tile)
         )
     }
 }
@@ -269,16 +302,25 @@ enum Knob {
     RegisterRows,
     /// A cache block: 0 `mc`, 1 `kc`, 2 `nc`.
     Block(usize),
+    /// The group size of GPU passes.
+    GpuThreads,
+    /// The tile side of tiled GPU products.
+    GpuTile,
 }
 
 impl Knob {
     /// The knobs in the order they are tried from `start`: fusion only when it is on (a user
-    /// who turned it off is not overruled), kc first (it sets the L1 panel), then mc (L2),
-    /// then nc (L3).
-    fn all(start: ScheduleChoice) -> Vec<Knob> {
+    /// who turned it off is not overruled); on a GPU backend (`gpu`) the tile of products,
+    /// then the group size; on a CPU kc first (it sets the L1 panel), then mc (L2), then nc
+    /// (L3).
+    fn all(start: ScheduleChoice, gpu: bool) -> Vec<Knob> {
         let mut knobs = Vec::new();
         if start.loop_fusion {
             knobs.push(Knob::LoopFusion);
+        }
+        if gpu {
+            knobs.extend([Knob::GpuTile, Knob::GpuThreads]);
+            return knobs;
         }
         knobs.extend([
             Knob::ReductionVectors,
@@ -304,6 +346,12 @@ impl Knob {
                 .to_vec(),
             Knob::RegisterRows => [None, Some(4), Some(6), Some(8)]
                 .map(|r| vary(&|c| c.tuning.register_rows = r))
+                .to_vec(),
+            Knob::GpuThreads => ScheduleTuning::GPU_THREADS
+                .map(|t| vary(&|c| c.tuning.gpu_threads = Some(t)))
+                .to_vec(),
+            Knob::GpuTile => ScheduleTuning::GPU_TILES
+                .map(|t| vary(&|c| c.tuning.gpu_tile = Some(t)))
                 .to_vec(),
             Knob::Block(axis) => [-1i8, 1]
                 .map(|d| {
@@ -368,7 +416,7 @@ pub(crate) fn search(
     }];
     let mut best = start;
     // Coordinate descent: each knob's variants are tried on the best choice so far.
-    'knobs: for knob in Knob::all(start) {
+    'knobs: for knob in Knob::all(start, base.schedule.gpu.is_some()) {
         for choice in knob.variants(best) {
             if candidates.iter().any(|c| c.choice == choice) {
                 continue;
@@ -538,12 +586,18 @@ mod tests {
                 register_rows: Some(6),
                 block_scale_log2: [-1, 2, 0],
                 reduction_vectors: 8,
+                gpu_threads: Some(128),
+                gpu_tile: Some(64),
             },
             loop_fusion: false,
         };
         assert_eq!(ScheduleChoice::parse(&c.to_string()), Ok(c));
         let d = ScheduleChoice::of(&OptimizeSettings::default());
         assert_eq!(ScheduleChoice::parse(&format!("{d}\n")), Ok(d));
+        // Choices stored before the GPU fields existed still parse, with those on auto.
+        let old =
+            "register_rows=auto mc_log2=0 kc_log2=0 nc_log2=0 reduction_vectors=4 loop_fusion=on";
+        assert_eq!(ScheduleChoice::parse(old), Ok(d));
     }
 
     #[test]
@@ -562,6 +616,14 @@ mod tests {
             ),
             (&format!("{good} reduction_vectors=2"), "twice"),
             (&format!("{good} speed=11"), "unknown field"),
+            (
+                &good.replace("gpu_tile=auto", "gpu_tile=32"),
+                "one of [16, 64, 128]",
+            ),
+            (
+                &good.replace("gpu_threads=auto", "gpu_threads=0"),
+                "from 1 to 1024",
+            ),
             ("register_rows", "name=value"),
         ] {
             let e = ScheduleChoice::parse(bad).unwrap_err();
@@ -577,7 +639,10 @@ mod tests {
             ..start
         };
         for from in [start, unfused] {
-            for knob in Knob::all(start) {
+            for knob in Knob::all(start, false)
+                .into_iter()
+                .chain(Knob::all(start, true))
+            {
                 let variants = knob.variants(from);
                 assert!(
                     !variants.is_empty() && !variants.contains(&from),
@@ -589,12 +654,22 @@ mod tests {
                         c.tuning.reduction_vectors != from.tuning.reduction_vectors,
                         c.tuning.register_rows != from.tuning.register_rows,
                         c.tuning.block_scale_log2 != from.tuning.block_scale_log2,
+                        c.tuning.gpu_threads != from.tuning.gpu_threads,
+                        c.tuning.gpu_tile != from.tuning.gpu_tile,
                     ];
                     assert_eq!(differs.iter().filter(|d| **d).count(), 1, "{knob:?} {c}");
                 }
             }
         }
         // A user who turned fusion off is not overruled.
-        assert!(!Knob::all(unfused).contains(&Knob::LoopFusion));
+        assert!(!Knob::all(unfused, false).contains(&Knob::LoopFusion));
+        // GPU backends vary the GPU knobs and not the CPU's blocking, and CPUs the reverse.
+        let gpu = Knob::all(start, true);
+        assert!(gpu.contains(&Knob::GpuTile) && gpu.contains(&Knob::GpuThreads));
+        assert!(
+            !gpu.iter()
+                .any(|k| matches!(k, Knob::Block(_) | Knob::RegisterRows))
+        );
+        assert!(!Knob::all(start, false).contains(&Knob::GpuTile));
     }
 }

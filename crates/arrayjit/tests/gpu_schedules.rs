@@ -248,3 +248,106 @@ fn a_row_pass_reduces_in_two_element_types_on_the_group() {
         assert_eq!(source.matches("aj_red_i32[aj_t] = aj_acc;").count(), 1);
     }
 }
+
+/// The schedule's tuning sets the tile of products and the group size of passes, within what
+/// the device allows (a tile whose staging does not fit is not used; groups are never larger
+/// than the device's).
+#[test]
+fn the_tuning_sets_tiles_and_group_sizes_within_the_limits() {
+    use arrayjit::ir::schedule::ScheduleTuning;
+    let tuned = |limits: GpuLimits, gpu_threads, gpu_tile| {
+        let (case, ..) = matmul(256).unwrap();
+        let mut settings = OptimizeSettings::for_gpu(limits);
+        settings.schedule.tuning = ScheduleTuning {
+            gpu_threads,
+            gpu_tile,
+            ..ScheduleTuning::default()
+        };
+        let opt = optimize("mm", &[], &case.program, &settings).unwrap();
+        opt.schedules
+            .iter()
+            .map(|s| match &s.kind {
+                ScheduleKind::Gpu(p) => (p.clone(), s.why.clone()),
+                other => panic!("not a GPU pass: {other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let cuda = GpuLimits::cuda_minimum();
+    let passes = tuned(cuda, None, Some(16));
+    let (tiles, why) = passes
+        .iter()
+        .find(|(p, _)| matches!(p, GpuPass::Tiles { .. }))
+        .unwrap();
+    assert!(
+        matches!(tiles, GpuPass::Tiles { tile: 16, .. }),
+        "{tiles:?}"
+    );
+    assert!(why.contains("tuning"), "{why}");
+    // 128-tiles do not fit WebGPU's 16 KiB: the heuristic's tile instead.
+    assert_eq!(
+        tile_of(
+            &tuned(GpuLimits::portable(), None, Some(128))
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect::<Vec<_>>()
+        ),
+        Some(64)
+    );
+    // Groups of 64 where asked; never more than the device allows.
+    let zero_threads = |passes: &[(GpuPass, String)]| {
+        passes.iter().find_map(|(p, _)| match p {
+            GpuPass::Zero { threads, .. } => Some(*threads),
+            _ => None,
+        })
+    };
+    assert_eq!(zero_threads(&tuned(cuda, Some(64), None)), Some(64));
+    let small = GpuLimits {
+        max_group_invocations: 128,
+        ..cuda
+    };
+    assert_eq!(zero_threads(&tuned(small, Some(256), None)), Some(128));
+}
+
+/// On a GPU backend the schedule search varies the tile and the group size (not the CPU's
+/// blocking), times the candidates on the device, and every candidate computes the product.
+#[test]
+fn the_search_varies_gpu_tiles_and_groups_on_gpu_backends() {
+    use arrayjit::runtime::SearchSettings;
+    use std::time::Duration;
+    let backends = arrayjit::conformance::backends_under_test(&["cuda_emu", "wgpu"]).unwrap();
+    for b in backends {
+        b.set_search_settings(SearchSettings {
+            batch_time: Duration::from_millis(1),
+            batches: 1,
+            max_compiles: 8,
+            ..SearchSettings::default()
+        });
+        let (case, ..) = matmul(128).unwrap();
+        let report = b.search_schedule("mm", &case.program, &[]).unwrap();
+        let text = report.to_string();
+        assert!(
+            report
+                .candidates
+                .iter()
+                .any(|c| c.choice.tuning.gpu_tile.is_some() && c.seconds.is_some()),
+            "{}: {text}",
+            b.name()
+        );
+        assert!(
+            report
+                .candidates
+                .iter()
+                .all(|c| c.choice.tuning.register_rows.is_none()
+                    && c.choice.tuning.block_scale_log2 == [0; 3]),
+            "{}: {text}",
+            b.name()
+        );
+        // The winner compiles and agrees with the interpreter.
+        let mut settings = b.optimize_settings();
+        settings.schedule.tuning = report.winner.tuning;
+        settings.enable_loop_fusion = report.winner.loop_fusion;
+        b.set_optimize_settings(settings);
+        let (case, ..) = matmul(128).unwrap();
+        check_case(&case, &b).unwrap();
+    }
+}

@@ -543,6 +543,7 @@ fn compiling_with_the_search_on_uses_the_stored_choice() {
             register_rows: Some(rows),
             block_scale_log2: [-1, -2, 0],
             reduction_vectors: 2,
+            ..ScheduleTuning::default()
         },
         loop_fusion: true,
     };

@@ -43,6 +43,7 @@ mod dialect;
 mod ops;
 
 use crate::gpu_kernel::PassShape;
+use arrayjit_ir::schedule::ScheduleTuning;
 use arrayjit_ir::schedule::gpu::{Accumulation, GpuLimits, GpuPass, plan_pass};
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
@@ -240,7 +241,7 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
             // for the device as the optimizer plans every statement.
             let planned;
             let (pass, why) = if split {
-                planned = plan_pass(piece, &target.limits);
+                planned = plan_pass(piece, &target.limits, &recorded_tuning(recorded));
                 (&planned.0, planned.1.clone())
             } else {
                 (recorded, sched.map(|s| s.why.clone()).unwrap_or_default())
@@ -277,6 +278,24 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
         statics_binding,
         passes,
     })
+}
+
+/// The tuning a recorded pass was planned with, as far as it shows (its group size and tile),
+/// so that the pieces of a split statement are planned alike.
+fn recorded_tuning(pass: &GpuPass) -> ScheduleTuning {
+    let (gpu_threads, gpu_tile) = match pass {
+        GpuPass::Zero { threads, .. }
+        | GpuPass::Grid { threads, .. }
+        | GpuPass::Rows { threads, .. }
+        | GpuPass::Reduction { threads } => (Some(*threads), None),
+        GpuPass::Tiles { tile, .. } => (None, Some(*tile)),
+        GpuPass::Nothing | GpuPass::Single => (None, None),
+    };
+    ScheduleTuning {
+        gpu_threads,
+        gpu_tile,
+        ..ScheduleTuning::default()
+    }
 }
 
 /// Pushes `stmt`, or the passes it splits into, so that no pass binds more storage buffers

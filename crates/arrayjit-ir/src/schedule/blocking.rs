@@ -59,6 +59,13 @@ pub struct ScheduleTuning {
     pub block_scale_log2: [i8; 3],
     /// Vector-wide accumulators of a vectorized reduction (the heuristic: 4).
     pub reduction_vectors: usize,
+    /// Invocations per group of GPU passes (`None`: the largest power of two up to 256 the
+    /// device allows); clamped to what the device allows.
+    pub gpu_threads: Option<u32>,
+    /// Tile side of the tiled products of GPU passes, one of [`ScheduleTuning::GPU_TILES`]
+    /// (`None`: from the product's size and the device); used only where its staging fits the
+    /// device's shared memory.
+    pub gpu_tile: Option<usize>,
 }
 
 impl Default for ScheduleTuning {
@@ -67,6 +74,8 @@ impl Default for ScheduleTuning {
             register_rows: None,
             block_scale_log2: [0; 3],
             reduction_vectors: 4,
+            gpu_threads: None,
+            gpu_tile: None,
         }
     }
 }
@@ -78,6 +87,10 @@ impl ScheduleTuning {
     pub const MAX_REDUCTION_VECTORS: usize = 16;
     /// The largest scale of a cache block, either way (a factor of 2^3 = 8).
     pub const MAX_BLOCK_SCALE_LOG2: i8 = 3;
+    /// The group sizes a GPU pass may be given.
+    pub const GPU_THREADS: [u32; 3] = [64, 128, 256];
+    /// The tile sides a tiled GPU product may have.
+    pub const GPU_TILES: [usize; 3] = [16, 64, 128];
 
     /// Accumulators of a reduction with `lanes` elements per vector.
     pub fn reduction_lanes(&self, lanes: usize) -> usize {
@@ -140,6 +153,7 @@ mod tests {
                     register_rows: rows,
                     block_scale_log2: [shift, shift, shift],
                     reduction_vectors: 4,
+                    ..ScheduleTuning::default()
                 };
                 let g = b.tuned(&t);
                 assert!(

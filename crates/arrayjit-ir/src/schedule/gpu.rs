@@ -27,7 +27,9 @@ use std::borrow::Cow;
 use std::fmt;
 
 use super::split_accumulation;
-use super::{Blocking, Contraction, Gemm, Schedule, ScheduleKind, iterations_independent};
+use super::{
+    Blocking, Contraction, Gemm, Schedule, ScheduleKind, ScheduleTuning, iterations_independent,
+};
 use crate::indexing::{AxisIndex, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::ops::{BinOp, TernOp};
@@ -76,6 +78,16 @@ impl GpuLimits {
     pub fn group_threads(&self) -> u32 {
         let cap = self.max_group_invocations.clamp(1, MAX_GROUP_THREADS);
         1 << (31 - cap.leading_zeros())
+    }
+
+    /// [`GpuLimits::group_threads`], or the power of two at most `tuned` (at least 1) where a
+    /// tuning asks for fewer.
+    pub fn tuned_group_threads(&self, tuned: Option<u32>) -> u32 {
+        let most = self.group_threads();
+        match tuned {
+            Some(t) if t >= 1 && t < most => 1 << (31 - t.leading_zeros()),
+            _ => most,
+        }
     }
 
     /// Groups that keep the device busy: two per compute unit, or 256 when the device does
@@ -436,11 +448,20 @@ fn f32_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
 /// that still gives enough groups to keep the device busy, 64 where both sides fill one, else
 /// 16; only sides whose staging fits the device's shared memory. `None` when not even the
 /// smallest fits (or a group of [`TILE_THREADS`] is not allowed).
-fn product_tile(m: usize, n: usize, batch: usize, limits: &GpuLimits) -> Option<usize> {
+fn product_tile(
+    m: usize,
+    n: usize,
+    batch: usize,
+    limits: &GpuLimits,
+    tuned: Option<usize>,
+) -> Option<usize> {
     if limits.max_group_invocations < TILE_THREADS {
         return None;
     }
     let fits = |t: usize| tile_shared_bytes(t) <= limits.max_shared_bytes;
+    if let Some(t) = tuned.filter(|t| ScheduleTuning::GPU_TILES.contains(t) && fits(*t)) {
+        return Some(t);
+    }
     let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
     if fits(128) && m.min(n) >= 128 && groups(128) >= limits.busy_groups() {
         Some(128)
@@ -452,8 +473,8 @@ fn product_tile(m: usize, n: usize, batch: usize, limits: &GpuLimits) -> Option<
 }
 
 /// The GPU pass of one top-level statement on a device of `limits`, with why.
-pub fn gpu_schedule(stmt: &LowLevel, limits: &GpuLimits) -> Schedule {
-    let (pass, why) = plan_pass(stmt, limits);
+pub fn gpu_schedule(stmt: &LowLevel, limits: &GpuLimits, tuning: &ScheduleTuning) -> Schedule {
+    let (pass, why) = plan_pass(stmt, limits, tuning);
     Schedule {
         kind: ScheduleKind::Gpu(pass),
         why,
@@ -463,9 +484,13 @@ pub fn gpu_schedule(stmt: &LowLevel, limits: &GpuLimits) -> Schedule {
 
 /// The GPU pass of one top-level statement on a device of `limits`, and why (what
 /// [`gpu_schedule`] records).
-pub fn plan_pass(stmt: &LowLevel, limits: &GpuLimits) -> (GpuPass, String) {
+pub fn plan_pass(
+    stmt: &LowLevel,
+    limits: &GpuLimits,
+    tuning: &ScheduleTuning,
+) -> (GpuPass, String) {
     let stmt = stmt.unwrapped();
-    let threads = limits.group_threads();
+    let threads = limits.tuned_group_threads(tuning.gpu_threads);
     let groups_allowed = threads >= MIN_GROUP_THREADS;
     match stmt {
         LowLevel::Noop | LowLevel::Comment(_) => (GpuPass::Nothing, "nothing to run".into()),
@@ -482,7 +507,9 @@ pub fn plan_pass(stmt: &LowLevel, limits: &GpuLimits) -> (GpuPass, String) {
                 && gemm.n.extent >= 8
             {
                 let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
-                if let Some(tile) = product_tile(gemm.m.extent, gemm.n.extent, batch, limits) {
+                if let Some(tile) =
+                    product_tile(gemm.m.extent, gemm.n.extent, batch, limits, tuning.gpu_tile)
+                {
                     let groups = (gemm.m.extent.div_ceil(tile)
                         * gemm.n.extent.div_ceil(tile)
                         * batch) as u64;
@@ -493,7 +520,9 @@ pub fn plan_pass(stmt: &LowLevel, limits: &GpuLimits) -> (GpuPass, String) {
                         tile_shared_bytes(tile),
                         limits.max_shared_bytes,
                         (tile / 16) * (tile / 16),
-                        if tile == 128 {
+                        if tuning.gpu_tile == Some(tile) {
+                            format!("{tile}-tiles as the schedule's tuning asks")
+                        } else if tile == 128 {
                             format!(
                                 "128-tiles as they still make {groups} groups, at least {} to \
                                  keep the device busy",
