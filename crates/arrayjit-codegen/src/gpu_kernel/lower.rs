@@ -233,11 +233,7 @@ pub(super) fn print_pass<D: KernelDialect>(
             threads,
         } => {
             let inner = grid_inner(&routine, language, stmt, grid)?;
-            let mut tree = vec![
-                Stmt::If(launch_index().ge(*total), vec![Stmt::Return]),
-                let_mut("aj_r", Ty::Index, launch_index()),
-            ];
-            bind_grid(grid, &mut tree);
+            let mut tree = grid_point(launch_index(), *total, grid);
             tree.push(Stmt::Source(&inner));
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Grid(*total), *threads)
@@ -250,11 +246,7 @@ pub(super) fn print_pass<D: KernelDialect>(
             let inner = grid_inner(&routine, language, stmt, grid)?;
             // One group per grid point: the test depends on the group only, so every
             // invocation of a group that goes on reaches every barrier.
-            let mut tree = vec![
-                Stmt::If(group_index().ge(*total), vec![Stmt::Return]),
-                let_mut("aj_r", Ty::Index, group_index()),
-            ];
-            bind_grid(grid, &mut tree);
+            let mut tree = grid_point(group_index(), *total, grid);
             for (pos, item) in row_items(&inner).into_iter().enumerate() {
                 let scope = match item.role {
                     RowRole::Reduce(r) => reduction(&r, *threads, subgroup),
@@ -309,8 +301,13 @@ pub(super) fn print_pass<D: KernelDialect>(
     }))
 }
 
-/// Binds the grid loops' iterators to the digits of `aj_r` (innermost fastest).
-fn bind_grid(grid: &[GridLoop], tree: &mut Vec<Stmt<'_>>) {
+/// Leaves unless `point` (an invocation's or a group's index) is one of the grid's `total`
+/// points, and binds the grid loops' iterators to its digits (innermost fastest).
+fn grid_point<'a>(point: Expr<'a>, total: u64, grid: &[GridLoop]) -> Vec<Stmt<'a>> {
+    let mut tree = vec![
+        Stmt::If(point.clone().ge(total), vec![Stmt::Return]),
+        let_mut("aj_r", Ty::Index, point),
+    ];
     for (pos, GridLoop { iter, from, to }) in grid.iter().enumerate().rev() {
         tree.push(Stmt::Let {
             name: format!("aj_p{pos}"),
@@ -321,6 +318,7 @@ fn bind_grid(grid: &[GridLoop], tree: &mut Vec<Stmt<'_>>) {
         });
         tree.push(assign(var("aj_r"), var("aj_r") / (to - from)));
     }
+    tree
 }
 
 /// A group of `threads` (a power of two) reduces the loop into its element: strided shares in
