@@ -1,6 +1,6 @@
 //! Buffers that know the precision of their values (the reference's `device_buffer`, a native
 //! buffer with its size and dtype): [`ArrayBuffer`] wraps any backend's buffer with a
-//! [`Prec`], and [`typed`] is the one way the runtime and [`LoweredBackend::alloc_array`]
+//! [`Prec`], and [`typed`] is the one way the runtime and [`DeviceRuntime::alloc_array`]
 //! make them.
 //!
 //! A backend's own code is unchanged by the wrapper: [`DeviceBuffer::as_any`] of an
@@ -8,11 +8,11 @@
 //! type finds it. What the precision buys is checks: [`check_launch`](crate::check_launch)
 //! refuses an argument whose precision differs from the kernel's array, a context refuses an
 //! explicit array of another precision than its node's, and a merge buffer is reused only for
-//! the same precision. Untyped bytes (scratch, raw [`LoweredBackend::alloc_zeroed`] buffers)
+//! the same precision. Untyped bytes (scratch, raw [`DeviceRuntime::alloc_zeroed`] buffers)
 //! answer `None` and are checked by size only.
 //!
-//! [`LoweredBackend::alloc_array`]: crate::LoweredBackend::alloc_array
-//! [`LoweredBackend::alloc_zeroed`]: crate::LoweredBackend::alloc_zeroed
+//! [`DeviceRuntime::alloc_array`]: crate::DeviceRuntime::alloc_array
+//! [`DeviceRuntime::alloc_zeroed`]: crate::DeviceRuntime::alloc_zeroed
 
 use std::any::Any;
 use std::sync::Arc;

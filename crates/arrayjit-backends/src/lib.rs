@@ -1,19 +1,27 @@
 //! arrayjit-backends: the third layer of arrayjit. A lowered backend turns optimized routines
-//! into runnable code for its devices and owns its buffers: [`cc::CcBackend`] compiles C with the
-//! system compiler and runs it on the CPU; `wgpu_backend::WgpuBackend` (cargo feature `wgpu`)
-//! renders WGSL and runs it on a GPU through wgpu; [`missing::MissingBackend`] stands in for a
-//! backend that was not built or cannot run here and answers every call with a typed error.
+//! into runnable code for its devices and owns its buffers: [`cc::CpuBackend`] renders C (the
+//! `cc` backend) or emulated CUDA (`cuda_emu`), compiles it with the system compiler and runs it
+//! on the CPU; `cuda_backend::CudaBackend` (cargo feature `cuda`) renders CUDA C and runs it
+//! through NVRTC and the driver API; `wgpu_backend::WgpuBackend` (cargo feature `wgpu`) renders
+//! WGSL and runs it on a GPU through wgpu; [`missing::MissingBackend`] stands in for a backend
+//! that was not built or cannot run here and answers every call with a typed error.
 //!
 //! # The seam
 //!
 //! Everything above this layer (contexts, routines, host synchronization, merge buffers, pools,
-//! data parallelism) is written once, against these pieces:
+//! data parallelism) is written once, against the parts of a backend (the reference's
+//! `Device_info`, `Renderer`, `Compiler` and `Runtime`):
 //!
-//! - [`LoweredBackend`]: devices and what they are ([`DeviceInfo`], from which schedules are
-//!   chosen), buffers and pools (with the alignment views of a pool need), copies between the
-//!   host and devices and between buffers, [`LoweredBackend::synchronize`] for backends whose
-//!   work is queued, and compilation of optimized routines into a [`CompiledBatch`];
-//!   `check_available` says what to install when the backend cannot run here.
+//! - Device info: [`LoweredBackend::device_info`] says what each device is and can do
+//!   ([`DeviceInfo`], from which schedules are chosen), and [`LoweredBackend::gpu_dialect`]
+//!   the device strings a GPU renderer prints.
+//! - Renderer and compiler: [`LoweredBackend::render_source`] and
+//!   [`LoweredBackend::compile_batch`] turn optimized routines into a [`CompiledBatch`], with
+//!   [`CompileOptions`]; `check_available` says what to install when the backend cannot run
+//!   here. The CPU backends take these from [`cc::CpuKernels`] (C, or emulated CUDA as C++).
+//! - Runtime: [`LoweredBackend::runtime`] is the backend's [`DeviceRuntime`] — buffers and
+//!   pools (bookkept by one [`PoolTable`]), copies between the host and devices and between
+//!   buffers, queues and `synchronize`. Every CPU backend shares [`cpu::CpuRuntime`].
 //! - [`KernelInterface`] (from `arrayjit-codegen`): the one statement of how a kernel is
 //!   called — its buffers in order (arrays, merge buffer, scratch) and its static indices.
 //!   The renderer produces it, the runtime gathers buffers in its order, and [`check_launch`]
@@ -23,8 +31,9 @@
 //!   `Multicore` scheduler; the wgpu backend's queue runs work in submission order under the
 //!   `Sync` scheduler (host reads wait for the queue).
 //!
-//! A new backend is a new implementation of [`LoweredBackend`] (and its [`DeviceBuffer`] and
-//! [`CompiledBatch`]) plus one registry row; the shared conformance corpus checks it against the
+//! A new backend is an implementation of [`LoweredBackend`] and [`DeviceRuntime`] (and its
+//! [`DeviceBuffer`] and [`CompiledBatch`]) plus one registry row; `docs/adding-a-backend.md`
+//! walks through the parts, and the shared conformance corpus checks it against the
 //! interpreter.
 
 #![warn(missing_docs)]
@@ -36,11 +45,14 @@ pub mod array_buffer;
 pub mod buffer;
 pub mod cc;
 pub mod compile_cache;
+pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
 pub mod device_info;
+pub mod device_runtime;
 pub mod missing;
 pub mod notice;
+pub mod pool_table;
 pub mod queue;
 pub mod sanitizer;
 pub mod settings;
@@ -58,6 +70,10 @@ use arrayjit_ir::{Optimized, Result};
 pub use array_buffer::ArrayBuffer;
 pub use buffer::{CpuBuffer, MemoryCounter};
 pub use device_info::{DeviceInfo, DeviceKind};
+pub use device_runtime::{
+    DeviceRuntime, byte_range_end, patch_whole_buffer, read_through_whole_buffer,
+};
+pub use pool_table::{PoolMemory, PoolTable};
 pub use queue::{DeviceQueue, Queue, QueueMarker};
 
 /// A device buffer of some backend.
@@ -69,7 +85,7 @@ pub trait DeviceBuffer: Any + Send + Sync + Debug {
     /// For downcasting to the backend's buffer type.
     fn as_any(&self) -> &dyn Any;
     /// The precision of the values it holds, when it knows (an [`ArrayBuffer`]); `None`: raw
-    /// bytes (scratch, [`LoweredBackend::alloc_zeroed`]).
+    /// bytes (scratch, [`DeviceRuntime::alloc_zeroed`]).
     fn prec(&self) -> Option<arrayjit_ir::Prec> {
         None
     }
@@ -146,19 +162,6 @@ pub fn check_launch<'a, B: DeviceBuffer>(
     Ok(buffers)
 }
 
-/// The end of bytes `offset..offset + len` of a buffer, or an error if they do not lie in it.
-pub fn byte_range_end(buffer: &BufferHandle, offset: usize, len: usize) -> Result<usize> {
-    offset
-        .checked_add(len)
-        .filter(|&end| end <= buffer.size_in_bytes())
-        .ok_or_else(|| arrayjit_ir::Error::IndexOutOfBounds {
-            detail: format!(
-                "bytes {offset}..{offset}+{len} of a buffer of {} bytes",
-                buffer.size_in_bytes()
-            ),
-        })
-}
-
 /// The error for launching kernel `index` of a batch that has `len` kernels.
 pub fn no_such_kernel(index: usize, len: usize) -> arrayjit_ir::Error {
     arrayjit_ir::Error::invalid(format!(
@@ -179,48 +182,6 @@ pub fn launch_dims_not_taken(kernel: &str) -> arrayjit_ir::Error {
 pub fn batch_name(routines: &[&Optimized]) -> String {
     let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
     names.join("+")
-}
-
-/// Copies `src` into bytes `offset..` of `dst` through the whole buffer: read, patched, written
-/// back (for backends that cannot write part of a buffer; the default of
-/// [`LoweredBackend::copy_from_host_range`]).
-///
-/// # Safety
-/// As [`LoweredBackend::copy_from_host`] and [`LoweredBackend::copy_to_host`] on `dst`.
-pub unsafe fn patch_whole_buffer<B: LoweredBackend + ?Sized>(
-    backend: &B,
-    dst: &BufferHandle,
-    offset: usize,
-    src: &[u8],
-    queue: Queue<'_>,
-) -> Result<()> {
-    let end = byte_range_end(dst, offset, src.len())?;
-    let mut all = vec![0u8; dst.size_in_bytes()];
-    // SAFETY: the caller has exclusive access to `dst` (this function's contract).
-    unsafe { backend.copy_to_host(dst, &mut all, queue)? };
-    all[offset..end].copy_from_slice(src);
-    // SAFETY: as above.
-    unsafe { backend.copy_from_host(dst, &all, queue) }
-}
-
-/// Copies bytes `offset..` of `src` into `dst` through the whole buffer (the default of
-/// [`LoweredBackend::copy_to_host_range`]).
-///
-/// # Safety
-/// As [`LoweredBackend::copy_to_host`] on `src`.
-pub unsafe fn read_through_whole_buffer<B: LoweredBackend + ?Sized>(
-    backend: &B,
-    src: &BufferHandle,
-    offset: usize,
-    dst: &mut [u8],
-    queue: Queue<'_>,
-) -> Result<()> {
-    let end = byte_range_end(src, offset, dst.len())?;
-    let mut all = vec![0u8; src.size_in_bytes()];
-    // SAFETY: nothing writes `src` meanwhile (this function's contract).
-    unsafe { backend.copy_to_host(src, &mut all, queue)? };
-    dst.copy_from_slice(&all[offset..end]);
-    Ok(())
 }
 
 /// Code compiled for a backend: one or more kernels from one compilation.
@@ -300,9 +261,9 @@ pub struct CompileOptions {
 }
 
 /// The contract of the lowered layer's data plane: the calls that read or write a buffer's
-/// memory ([`CompiledBatch::launch`], [`LoweredBackend::copy_from_host`],
-/// [`LoweredBackend::copy_to_host`], their `_range` forms, [`LoweredBackend::copy_buffer`],
-/// [`LoweredBackend::memset_zero`]) are `unsafe fn`: backends touch device memory (on the CPU,
+/// memory ([`CompiledBatch::launch`], [`DeviceRuntime::copy_from_host`],
+/// [`DeviceRuntime::copy_to_host`], their `_range` forms, [`DeviceRuntime::copy_buffer`],
+/// [`DeviceRuntime::memset_zero`]) are `unsafe fn`: backends touch device memory (on the CPU,
 /// plain host memory) without locks, so two of these calls racing on one buffer, one of them
 /// writing, is a data race. A caller must order them: while a call writes a buffer (until it
 /// returns, or until its queue's work has finished), nothing else accesses that buffer; while
@@ -316,7 +277,7 @@ pub struct CompileOptions {
 /// ```compile_fail,E0133
 /// use arrayjit_backends::{BufferHandle, LoweredBackend};
 /// fn racy(lowered: &dyn LoweredBackend, array: &BufferHandle) {
-///     lowered.copy_from_host(array, &[0u8; 4], None).unwrap();
+///     lowered.runtime().copy_from_host(array, &[0u8; 4], None).unwrap();
 /// }
 /// ```
 ///
@@ -329,148 +290,16 @@ pub struct CompileOptions {
 pub const DATA_PLANE_CONTRACT: &str = "nothing else accesses a buffer while a call writes it, \
     and nothing writes it while a call reads it";
 
-/// A lowered backend: devices, buffers, copies and compilation. The calls that touch buffer
-/// memory are `unsafe fn`; see [`DATA_PLANE_CONTRACT`].
+/// A lowered backend, composed of parts (see the crate documentation): what its devices are,
+/// how routines are rendered and compiled for them, and its [`DeviceRuntime`] (buffers, pools,
+/// copies), whose calls that touch buffer memory are `unsafe fn` ([`DATA_PLANE_CONTRACT`]).
 pub trait LoweredBackend: Send + Sync + Debug {
     /// The backend's name (e.g. `"cc"`).
     fn name(&self) -> &str;
     /// `Ok` if the backend can run here, or why not.
     fn check_available(&self) -> Result<()>;
-    /// How many devices the backend has (0 when unavailable).
-    fn num_devices(&self) -> usize;
-    /// Allocates a zero-filled buffer on a device.
-    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle>;
-    /// Allocates a zero-filled buffer for `num_elems` values of `prec` on a device (the
-    /// reference's `alloc_zero_init_array`): the buffer knows its precision
-    /// ([`DeviceBuffer::prec`]), and launches and copies check it. Default: an
-    /// [`alloc_zeroed`](LoweredBackend::alloc_zeroed) buffer, typed.
-    fn alloc_array(
-        &self,
-        device: usize,
-        prec: arrayjit_ir::Prec,
-        num_elems: usize,
-    ) -> Result<BufferHandle> {
-        let bytes = num_elems.checked_mul(prec.size_in_bytes()).ok_or_else(|| {
-            arrayjit_ir::Error::invalid(format!(
-                "{num_elems} {} values do not fit in memory",
-                prec.name()
-            ))
-        })?;
-        array_buffer::typed(self.alloc_zeroed(device, bytes)?, prec, "a new array")
-    }
-    /// A queue of the device's own for one runtime stream, if the backend runs work
-    /// asynchronously (see [`queue`]); `None` (the default, every CPU backend): work finishes
-    /// before the call that runs it returns.
-    fn new_queue(&self, device: usize) -> Result<Option<Arc<dyn DeviceQueue>>> {
-        let _ = device;
-        Ok(None)
-    }
-    /// The host array of `tn` used in place as its array on `device` (the reference's
-    /// `use_host_memory`, for unified memory such as the CPU's), if this backend does that;
-    /// `Ok(None)` (the default): arrays are the device's own. The runtime uses it for hosted
-    /// constant and volatile nodes, which devices never write.
-    fn host_memory_buffer(
-        &self,
-        device: usize,
-        tn: &arrayjit_ir::Tnode,
-    ) -> Result<Option<BufferHandle>> {
-        let _ = (device, tn);
-        Ok(None)
-    }
-    /// Copies host bytes into a buffer (sizes must match), on `queue` when given. The bytes
-    /// may be reused as soon as this returns.
-    ///
-    /// # Safety
-    /// Nothing else accesses `dst` until the copy has finished ([`DATA_PLANE_CONTRACT`]).
-    unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>)
-    -> Result<()>;
-    /// Copies a buffer into host bytes (sizes must match), after the work of `queue` when
-    /// given; the bytes hold the values when this returns.
-    ///
-    /// # Safety
-    /// Nothing writes `src` until the copy has finished ([`DATA_PLANE_CONTRACT`]).
-    unsafe fn copy_to_host(
-        &self,
-        src: &BufferHandle,
-        dst: &mut [u8],
-        queue: Queue<'_>,
-    ) -> Result<()>;
-    /// Copies `src` into bytes `offset..offset + src.len()` of a buffer, on `queue` when given
-    /// (a range outside the buffer is an error, and nothing is copied). Default: the whole
-    /// buffer through a temporary: read, patched, written back.
-    ///
-    /// # Safety
-    /// As [`LoweredBackend::copy_from_host`].
-    unsafe fn copy_from_host_range(
-        &self,
-        dst: &BufferHandle,
-        offset: usize,
-        src: &[u8],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        // SAFETY: this method's contract is the helper's.
-        unsafe { patch_whole_buffer(self, dst, offset, src, queue) }
-    }
-    /// Copies bytes `offset..offset + dst.len()` of a buffer into `dst`, after the work of
-    /// `queue` when given (a range outside the buffer is an error, and nothing is copied).
-    /// Default: the whole buffer through a temporary, then the range.
-    ///
-    /// # Safety
-    /// As [`LoweredBackend::copy_to_host`].
-    unsafe fn copy_to_host_range(
-        &self,
-        src: &BufferHandle,
-        offset: usize,
-        dst: &mut [u8],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        // SAFETY: this method's contract is the helper's.
-        unsafe { read_through_whole_buffer(self, src, offset, dst, queue) }
-    }
-    /// Copies one buffer into another of the same size (possibly across devices), on `queue`
-    /// when given.
-    ///
-    /// # Safety
-    /// Until the copy has finished, nothing else accesses `dst` and nothing writes `src`
-    /// ([`DATA_PLANE_CONTRACT`]).
-    unsafe fn copy_buffer(
-        &self,
-        dst: &BufferHandle,
-        src: &BufferHandle,
-        queue: Queue<'_>,
-    ) -> Result<()>;
-    /// Waits until every launch and copy queued on a device, on any queue, has finished (a
-    /// CPU backend runs them before returning, so there is nothing to wait for by default).
-    fn synchronize(&self, device: usize) -> Result<()> {
-        let _ = device;
-        Ok(())
-    }
-    /// Bytes currently allocated for arrays on a device (pools included).
-    fn used_memory(&self, device: usize) -> usize;
-    /// Allocates pool `pool_id` on a device: `size_in_bytes` zeroed bytes aligned to
-    /// `alignment` (a power of two). An id already in use is an error.
-    fn alloc_pool(
-        &self,
-        device: usize,
-        pool_id: usize,
-        size_in_bytes: usize,
-        alignment: usize,
-    ) -> Result<()>;
-    /// [`LoweredBackend::alloc_pool`] for arrays of one memory mode (`Some`), or of several
-    /// (`None`), so a backend can choose the storage (e.g. memory the host can map for hosted
-    /// nodes, private memory for device-only ones, as Metal does). The runtime calls this one;
-    /// the default ignores the mode.
-    fn alloc_pool_for(
-        &self,
-        device: usize,
-        pool_id: usize,
-        size_in_bytes: usize,
-        alignment: usize,
-        mode: Option<arrayjit_ir::MemoryMode>,
-    ) -> Result<()> {
-        let _ = mode;
-        self.alloc_pool(device, pool_id, size_in_bytes, alignment)
-    }
+    /// The backend's runtime: its devices' buffers, pools, queues and copies.
+    fn runtime(&self) -> &dyn DeviceRuntime;
     /// What device `device` is and can do; an error for a device that does not exist (or a
     /// backend that cannot run here).
     fn device_info(&self, device: usize) -> Result<DeviceInfo>;
@@ -501,47 +330,6 @@ pub trait LoweredBackend: Send + Sync + Debug {
         let _ = (key, choice);
         Ok(false)
     }
-    /// The alignment (a power of two) arrays in this backend's pools need, e.g. a GPU's
-    /// storage-binding offset alignment. The runtime plans pools with at least this.
-    fn pool_alignment(&self) -> usize {
-        1
-    }
-    /// Bytes the memory planner leaves unused around every array of a pool on this backend
-    /// (0: arrays packed tight; see [`LoweredBackend::guard_pool`]).
-    fn pool_guard_bytes(&self) -> usize {
-        0
-    }
-    /// Marks the byte ranges `(offset, length)` of a pool that no array uses, so that accesses
-    /// to them are caught where the backend can (the CPU: AddressSanitizer poisoning when its
-    /// runtime is loaded). Returns whether they are checked. Default: not checked.
-    fn guard_pool(&self, device: usize, pool_id: usize, unused: &[(usize, usize)]) -> Result<bool> {
-        let _ = (device, pool_id, unused);
-        Ok(false)
-    }
-    /// Frees a pool; buffers viewing it keep its memory alive until they are dropped.
-    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()>;
-    /// Zeroes `size_in_bytes` at `offset` in a pool.
-    ///
-    /// # Safety
-    /// Nothing else accesses those bytes of the pool (through any view) until this returns
-    /// ([`DATA_PLANE_CONTRACT`]).
-    unsafe fn memset_zero(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<()>;
-    /// A buffer for bytes `offset..offset + size_in_bytes` of a pool.
-    fn pool_view(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<BufferHandle>;
-    /// The live pools of a device: `(pool_id, size_in_bytes)`, by id.
-    fn pools(&self, device: usize) -> Vec<(usize, usize)>;
     /// The source [`LoweredBackend::compile_batch`] would compile for these routines, without
     /// compiling it: equal sources make equal kernels. Default: the routines' loop code (for
     /// backends without a renderer of their own).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrayjit_ir::{Error, Optimized, Result};
 
-use crate::{BufferHandle, CompiledBatch, LoweredBackend, Queue};
+use crate::{BufferHandle, CompiledBatch, DeviceRuntime, LoweredBackend, Queue};
 
 /// A backend that is not available.
 #[derive(Clone, Debug)]
@@ -37,51 +37,26 @@ impl MissingBackend {
 }
 
 impl LoweredBackend for MissingBackend {
+    fn runtime(&self) -> &dyn DeviceRuntime {
+        self
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
+
     fn check_available(&self) -> Result<()> {
         Err(self.error())
     }
-    fn num_devices(&self) -> usize {
-        0
-    }
-    fn alloc_zeroed(&self, _: usize, _: usize) -> Result<BufferHandle> {
-        Err(self.error())
-    }
-    unsafe fn copy_from_host(&self, _: &BufferHandle, _: &[u8], _: Queue<'_>) -> Result<()> {
-        Err(self.error())
-    }
-    unsafe fn copy_to_host(&self, _: &BufferHandle, _: &mut [u8], _: Queue<'_>) -> Result<()> {
-        Err(self.error())
-    }
-    unsafe fn copy_buffer(&self, _: &BufferHandle, _: &BufferHandle, _: Queue<'_>) -> Result<()> {
-        Err(self.error())
-    }
-    fn used_memory(&self, _: usize) -> usize {
-        0
-    }
-    fn alloc_pool(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
-        Err(self.error())
-    }
-    fn free_pool(&self, _: usize, _: usize) -> Result<()> {
-        Err(self.error())
-    }
-    unsafe fn memset_zero(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
-        Err(self.error())
-    }
-    fn pool_view(&self, _: usize, _: usize, _: usize, _: usize) -> Result<BufferHandle> {
-        Err(self.error())
-    }
-    fn pools(&self, _: usize) -> Vec<(usize, usize)> {
-        vec![]
-    }
+
     fn device_info(&self, _: usize) -> Result<crate::DeviceInfo> {
         Err(self.error())
     }
+
     fn compile_batch(&self, _: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }
+
     unsafe fn compile_source(
         &self,
         _: &str,
@@ -89,7 +64,54 @@ impl LoweredBackend for MissingBackend {
     ) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }
+
     fn debug_info(&self) -> String {
         format!("{} (unavailable: {})", self.name, self.reason)
+    }
+}
+
+impl DeviceRuntime for MissingBackend {
+    fn num_devices(&self) -> usize {
+        0
+    }
+
+    fn alloc_zeroed(&self, _: usize, _: usize) -> Result<BufferHandle> {
+        Err(self.error())
+    }
+
+    unsafe fn copy_from_host(&self, _: &BufferHandle, _: &[u8], _: Queue<'_>) -> Result<()> {
+        Err(self.error())
+    }
+
+    unsafe fn copy_to_host(&self, _: &BufferHandle, _: &mut [u8], _: Queue<'_>) -> Result<()> {
+        Err(self.error())
+    }
+
+    unsafe fn copy_buffer(&self, _: &BufferHandle, _: &BufferHandle, _: Queue<'_>) -> Result<()> {
+        Err(self.error())
+    }
+
+    fn used_memory(&self, _: usize) -> usize {
+        0
+    }
+
+    fn alloc_pool(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
+        Err(self.error())
+    }
+
+    fn free_pool(&self, _: usize, _: usize) -> Result<()> {
+        Err(self.error())
+    }
+
+    unsafe fn memset_zero(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
+        Err(self.error())
+    }
+
+    fn pool_view(&self, _: usize, _: usize, _: usize, _: usize) -> Result<BufferHandle> {
+        Err(self.error())
+    }
+
+    fn pools(&self, _: usize) -> Vec<(usize, usize)> {
+        vec![]
     }
 }

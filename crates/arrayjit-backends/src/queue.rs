@@ -2,7 +2,7 @@
 //! markers recorded on it (CUDA events, wgpu submission indices).
 //!
 //! A backend whose devices run work asynchronously hands the runtime one [`DeviceQueue`] per
-//! runtime stream ([`crate::LoweredBackend::new_queue`]); the runtime then enqueues that
+//! runtime stream ([`crate::DeviceRuntime::new_queue`]); the runtime then enqueues that
 //! stream's launches and copies on it (the `queue` argument of [`crate::CompiledBatch::launch`]
 //! and of the copies), records a [`QueueMarker`] for every event it hands out, and waits for
 //! markers where the host or another stream needs the results:

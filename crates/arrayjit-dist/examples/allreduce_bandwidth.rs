@@ -56,7 +56,10 @@ fn main() -> arrayjit_ir::Result<()> {
             group.all_reduce_f32(&mut values, ReduceOp::Sum).unwrap();
         });
         let tn = Tnode::new(Prec::F32, &[elems], &["g"])?;
-        let array = backend.lowered().alloc_array(0, Prec::F32, elems)?;
+        let array = backend
+            .lowered()
+            .runtime()
+            .alloc_array(0, Prec::F32, elems)?;
         let ctx = arrayjit_runtime::Context::with_arrays(
             &stream,
             vec![(tn.clone(), array)],

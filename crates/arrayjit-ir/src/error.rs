@@ -272,7 +272,7 @@ pub enum Error {
     /// explicit array of a node, a copy between arrays).
     #[error(
         "{op}: the buffer holds {found} values but {expected} are needed; allocate it with \
-         LoweredBackend::alloc_array for the node's precision"
+         DeviceRuntime::alloc_array for the node's precision"
     )]
     PrecisionMismatch {
         /// Where the buffer was used.

@@ -177,11 +177,11 @@ impl Backend {
     ) -> Backend {
         crate::observe::trace_from_env();
         static NEXT_DEVICE_UID: AtomicUsize = AtomicUsize::new(0);
-        let n = lowered.num_devices();
+        let n = lowered.runtime().num_devices();
         let schedule = lowered.schedule_settings();
         let pool_alignment = OptimizeSettings::default()
             .pool_alignment
-            .max(lowered.pool_alignment());
+            .max(lowered.runtime().pool_alignment());
         Backend {
             inner: Arc::new(BackendInner {
                 name: name.to_string(),
@@ -252,7 +252,7 @@ impl Backend {
 
     /// Number of devices (0 for an unavailable backend).
     pub fn num_devices(&self) -> usize {
-        self.inner.lowered.num_devices()
+        self.inner.lowered.runtime().num_devices()
     }
 
     /// The optimizer settings used by [`Backend::compile`].
@@ -264,8 +264,20 @@ impl Backend {
             .clone()
     }
 
-    /// Replaces the optimizer settings.
-    pub fn set_optimize_settings(&self, settings: OptimizeSettings) {
+    /// Replaces the optimizer settings, keeping what the backend's devices require: a pool
+    /// alignment below the backend's is raised to it, and GPU limits left out
+    /// (`schedule.gpu: None`, as in `OptimizeSettings::default()`) are the device's, since a GPU
+    /// backend's schedules and renderers need them. GPU limits given are used as given (e.g.
+    /// smaller groups than the device allows); on a CPU backend they are ignored by its
+    /// renderer.
+    pub fn set_optimize_settings(&self, mut settings: OptimizeSettings) {
+        let device = self.inner.lowered.schedule_settings();
+        if settings.schedule.gpu.is_none() {
+            settings.schedule.gpu = device.gpu;
+        }
+        settings.pool_alignment = settings
+            .pool_alignment
+            .max(self.inner.lowered.runtime().pool_alignment());
         *self
             .inner
             .settings

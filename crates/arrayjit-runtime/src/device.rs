@@ -84,7 +84,11 @@ impl Device {
 
     /// Bytes currently allocated for arrays on this device.
     pub fn used_memory(&self) -> usize {
-        self.backend.inner.lowered.used_memory(self.ordinal)
+        self.backend
+            .inner
+            .lowered
+            .runtime()
+            .used_memory(self.ordinal)
     }
 
     /// A readable name, e.g. `"sync_cc:0"`.

@@ -65,7 +65,9 @@ impl Context {
                 stream.schedule(
                     // SAFETY: ordered above as a read of the source and a write of the
                     // destination, and recorded as such below (host_sync rules 2 and 3).
-                    Box::new(move || unsafe { lowered.copy_buffer(&d, &s, q.as_deref()) }),
+                    Box::new(move || unsafe {
+                        lowered.runtime().copy_buffer(&d, &s, q.as_deref())
+                    }),
                     TaskLabel::Copy("device-to-device copy", tn.size_in_bytes()),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);
@@ -98,7 +100,9 @@ impl Context {
                     // SAFETY: ordered above as a read of the source, recorded below; the
                     // destination is the stream's own merge buffer (never another context's
                     // array, see `MergeSlot`), used only by this stream's work in order.
-                    Box::new(move || unsafe { lowered.copy_buffer(&d, &s, q.as_deref()) }),
+                    Box::new(move || unsafe {
+                        lowered.runtime().copy_buffer(&d, &s, q.as_deref())
+                    }),
                     TaskLabel::Copy("copy into the merge buffer", tn.size_in_bytes()),
                 )?;
                 src_entry.record(stream.all_work(), Access::Read);

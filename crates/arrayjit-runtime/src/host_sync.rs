@@ -72,7 +72,11 @@ pub(crate) fn schedule_upload(
         TaskLabel::Copy("copy from host", bytes.len()),
         // SAFETY: `schedule_access` runs this as the array's writer, after its last writer
         // and pending readers and before later accesses (rules 2 and 3).
-        move || unsafe { lowered.copy_from_host(&buffer, &bytes, queue.as_deref()) },
+        move || unsafe {
+            lowered
+                .runtime()
+                .copy_from_host(&buffer, &bytes, queue.as_deref())
+        },
     )
 }
 
@@ -91,7 +95,11 @@ pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Res
             tn.with_host_mut(|nd| {
                 // SAFETY: `schedule_access` runs this as a reader of the array, after its last
                 // writer and before any later writer (rules 2 and 3).
-                unsafe { lowered.copy_to_host(&buffer, nd.as_bytes_mut(), queue.as_deref()) }
+                unsafe {
+                    lowered
+                        .runtime()
+                        .copy_to_host(&buffer, nd.as_bytes_mut(), queue.as_deref())
+                }
             })
         },
     )
@@ -145,7 +153,9 @@ fn host_refresh_hook(
         // reads, and nothing else writes a hosted node's array meanwhile.
         let direct = || {
             tn.with_host_mut(|nd| unsafe {
-                lowered.copy_to_host(&entry.buffer, nd.as_bytes_mut(), None)
+                lowered
+                    .runtime()
+                    .copy_to_host(&entry.buffer, nd.as_bytes_mut(), None)
             })
         };
         match stream.upgrade() {

@@ -99,7 +99,7 @@ impl PoolGuard {
 impl Drop for PoolGuard {
     fn drop(&mut self) {
         for &id in &self.ids {
-            let _ = self.lowered.free_pool(self.device, id);
+            let _ = self.lowered.runtime().free_pool(self.device, id);
         }
     }
 }
@@ -242,7 +242,7 @@ impl Context {
             &items,
             alignment,
             backend.max_pool_bytes(),
-            backend.lowered().pool_guard_bytes(),
+            backend.lowered().runtime().pool_guard_bytes(),
         )?;
         let mut pool_modes: Vec<Option<Option<MemoryMode>>> = vec![None; memory.pool_sizes.len()];
         for tn in &fresh {
@@ -287,7 +287,7 @@ impl Context {
         };
         for (k, &size) in plan.memory.pool_sizes.iter().enumerate() {
             let id = backend.new_pool_id();
-            lowered.alloc_pool_for(
+            lowered.runtime().alloc_pool_for(
                 device.ordinal(),
                 id,
                 size,
@@ -296,7 +296,11 @@ impl Context {
             )?;
             pools.ids.push(id);
             if plan.memory.guard_bytes > 0 {
-                lowered.guard_pool(device.ordinal(), id, &plan.memory.unused_ranges(k))?;
+                lowered.runtime().guard_pool(
+                    device.ordinal(),
+                    id,
+                    &plan.memory.unused_ranges(k),
+                )?;
             }
         }
         let mut arrays = self.inner.arrays.clone();
@@ -319,7 +323,7 @@ impl Context {
                                 slot.offset,
                                 slot.offset + slot.size,
                             ));
-                            Some(lowered.pool_view(
+                            Some(lowered.runtime().pool_view(
                                 device.ordinal(),
                                 pool,
                                 slot.offset,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use arrayjit_backends::LoweredBackend;
-use arrayjit_backends::cc::{CcBackend, CcConfig};
+use arrayjit_backends::cc::{CcConfig, CpuBackend};
 use arrayjit_backends::missing::MissingBackend;
 use arrayjit_ir::Result;
 
@@ -195,17 +195,17 @@ fn cc(config: &RuntimeConfig, share_cores: bool) -> Result<Arc<dyn LoweredBacken
             1
         });
     }
-    Ok(Arc::new(CcBackend::new(c)?))
+    Ok(Arc::new(CpuBackend::new(c)?))
 }
 
-/// The `cuda_emu` lowered backend: the cc machinery compiling the CUDA renderer's kernels as
-/// C++ (`$CXX` or `c++`) under the CUDA emulation; one worker per device.
+/// The `cuda_emu` lowered backend, composed of the CPU runtime, the emulated CUDA renderer
+/// (`EmulatedCudaKernels`) and the host's C++ compiler (`$CXX` or `c++`); one worker per device.
 fn cuda_emulated(config: &RuntimeConfig) -> Result<Arc<dyn LoweredBackend>> {
     let mut c = CcConfig::from_env()?;
     if let Some(n) = config.num_devices {
         c.num_devices = n;
     }
-    Ok(Arc::new(CcBackend::cuda_emulated(
+    Ok(Arc::new(CpuBackend::cuda_emulated(
         c,
         &arrayjit_backends::settings::process_env,
     )?))
@@ -243,12 +243,12 @@ mod tests {
         // (wgpu too, where this build lacks the feature or the machine a Vulkan driver.)
         for name in ["cuda", "metal", "wgpu"] {
             let (lowered, _) = (find(name).unwrap().make)(name, &RuntimeConfig::default()).unwrap();
-            if lowered.num_devices() > 0 {
+            if lowered.runtime().num_devices() > 0 {
                 continue;
             }
             let e = lowered.check_available().unwrap_err().to_string();
             assert!(e.contains(name), "{e}");
-            assert_eq!(lowered.num_devices(), 0);
+            assert_eq!(lowered.runtime().num_devices(), 0);
         }
     }
 }

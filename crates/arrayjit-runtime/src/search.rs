@@ -546,15 +546,15 @@ fn time_kernel(
     let args: Vec<BufferHandle> = kernel
         .buffer_sizes()
         .into_iter()
-        .map(|bytes| lowered.alloc_zeroed(0, bytes))
+        .map(|bytes| lowered.runtime().alloc_zeroed(0, bytes))
         .collect::<Result<_>>()?;
     let statics = vec![0i64; kernel.statics.len()];
     // The first run warms caches and pages and sizes the batches. Launches go on a queue of
     // the device's own where the backend has them (as on a GPU): every timing waits for them.
-    let queue = lowered.new_queue(0)?;
+    let queue = lowered.runtime().new_queue(0)?;
     let sync = || match &queue {
         Some(q) => q.synchronize(),
-        None => lowered.synchronize(0),
+        None => lowered.runtime().synchronize(0),
     };
     let t = Instant::now();
     // SAFETY: the buffers are this function's own, used by one launch at a time in order.

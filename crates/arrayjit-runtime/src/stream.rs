@@ -68,7 +68,7 @@ impl Drop for StreamInner {
             .map(|(id, _)| id);
         let lowered = self.device.backend().lowered();
         for id in merge.into_iter().chain(scratch) {
-            let _ = lowered.free_pool(self.device.ordinal(), id);
+            let _ = lowered.runtime().free_pool(self.device.ordinal(), id);
         }
     }
 }
@@ -92,7 +92,11 @@ impl Stream {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}:stream{id}", device.name());
-        let queue = device.backend().lowered().new_queue(device.ordinal())?;
+        let queue = device
+            .backend()
+            .lowered()
+            .runtime()
+            .new_queue(device.ordinal())?;
         let runner = Runner::new(name, device.backend().scheduler(), queue)?;
         Ok(Stream {
             inner: Arc::new(StreamInner {
@@ -270,9 +274,16 @@ impl Stream {
                 .device()
                 .backend()
                 .lowered()
+                .runtime()
                 .pool_view(self.device().ordinal(), id, 0, bytes)?,
             old => {
-                let alignment = self.device().backend().lowered().pool_alignment().max(64);
+                let alignment = self
+                    .device()
+                    .backend()
+                    .lowered()
+                    .runtime()
+                    .pool_alignment()
+                    .max(64);
                 let mode = MemoryMode::OnDevice(arrayjit_ir::Sharing::PerStream);
                 let capacity = bytes.max(1);
                 let (id, view) =
@@ -323,16 +334,18 @@ impl Stream {
         let lowered = backend.lowered();
         let device = self.device().ordinal();
         let id = backend.new_pool_id();
-        lowered.alloc_pool_for(device, id, bytes, alignment, Some(mode))?;
-        let view = match lowered.pool_view(device, id, 0, view_bytes) {
+        lowered
+            .runtime()
+            .alloc_pool_for(device, id, bytes, alignment, Some(mode))?;
+        let view = match lowered.runtime().pool_view(device, id, 0, view_bytes) {
             Ok(view) => view,
             Err(e) => {
-                let _ = lowered.free_pool(device, id);
+                let _ = lowered.runtime().free_pool(device, id);
                 return Err(e);
             }
         };
         if let Some(old) = old {
-            lowered.free_pool(device, old)?;
+            lowered.runtime().free_pool(device, old)?;
         }
         Ok((id, view))
     }

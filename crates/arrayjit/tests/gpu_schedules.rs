@@ -351,3 +351,42 @@ fn the_search_varies_gpu_tiles_and_groups_on_gpu_backends() {
         check_case(&case, &b).unwrap();
     }
 }
+
+/// Settings built from `OptimizeSettings::default()` (which knows no device) keep the GPU
+/// backend's limits and pool alignment: the device's facts are not dropped by a user tuning
+/// something else, and the routine still runs as GPU passes and agrees with the interpreter.
+#[test]
+fn settings_from_the_defaults_keep_the_devices_gpu_limits() {
+    let mut ran = 0;
+    for b in arrayjit::conformance::all_backends_under_test().unwrap() {
+        let before = b.optimize_settings();
+        let Some(limits) = before.schedule.gpu else {
+            continue;
+        };
+        b.set_optimize_settings(OptimizeSettings {
+            enable_fma: false,
+            pool_alignment: 1,
+            ..OptimizeSettings::default()
+        });
+        let now = b.optimize_settings();
+        assert_eq!(now.schedule.gpu, Some(limits), "{}", b.name());
+        assert!(!now.enable_fma, "{}: the setting given is kept", b.name());
+        let required = b.lowered().runtime().pool_alignment();
+        assert!(now.pool_alignment >= required, "{}", b.name());
+        let (case, ..) = matmul(64).unwrap();
+        check_case(&case, &b).unwrap_or_else(|e| panic!("{}: {e}", b.name()));
+        let code = b.compile("mm64", &case.program, &[]).unwrap();
+        assert!(
+            code.optimized()
+                .schedules
+                .iter()
+                .all(|s| matches!(s.kind, ScheduleKind::Gpu(_))),
+            "{}: {}",
+            b.name(),
+            code.optimized().schedule_report()
+        );
+        b.set_optimize_settings(before);
+        ran += 1;
+    }
+    eprintln!("checked on {ran} GPU backend(s)");
+}

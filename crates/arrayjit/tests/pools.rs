@@ -22,51 +22,60 @@ fn result(dims: &[usize], label: &str) -> Tnode {
 fn backend_pool_interface() {
     let b = arrayjit::backend("sync_cc").unwrap();
     let lowered = b.lowered();
-    let before = lowered.used_memory(0);
-    lowered.alloc_pool(0, 1_000_001, 4096, 128).unwrap();
-    assert_eq!(lowered.used_memory(0), before + 4096);
-    assert!(lowered.pools(0).contains(&(1_000_001, 4096)));
+    let before = lowered.runtime().used_memory(0);
+    lowered
+        .runtime()
+        .alloc_pool(0, 1_000_001, 4096, 128)
+        .unwrap();
+    assert_eq!(lowered.runtime().used_memory(0), before + 4096);
+    assert!(lowered.runtime().pools(0).contains(&(1_000_001, 4096)));
     assert!(
-        lowered.alloc_pool(0, 1_000_001, 16, 64).is_err(),
+        lowered.runtime().alloc_pool(0, 1_000_001, 16, 64).is_err(),
         "duplicate id"
     );
     assert!(
-        lowered.alloc_pool(0, 1_000_002, 16, 48).is_err(),
+        lowered.runtime().alloc_pool(0, 1_000_002, 16, 48).is_err(),
         "alignment not a power of two"
     );
     assert!(
-        lowered.alloc_pool(3, 1_000_003, 16, 64).is_err(),
+        lowered.runtime().alloc_pool(3, 1_000_003, 16, 64).is_err(),
         "no such device"
     );
-    let view = lowered.pool_view(0, 1_000_001, 1024, 256).unwrap();
+    let view = lowered
+        .runtime()
+        .pool_view(0, 1_000_001, 1024, 256)
+        .unwrap();
     // SAFETY: the test's own buffers, one call at a time.
-    unsafe { lowered.copy_from_host(&view, &[7u8; 256], None) }.unwrap();
+    unsafe { lowered.runtime().copy_from_host(&view, &[7u8; 256], None) }.unwrap();
     let mut back = vec![0u8; 256];
     // SAFETY: the test's own buffers, one call at a time.
-    unsafe { lowered.copy_to_host(&view, &mut back, None) }.unwrap();
+    unsafe { lowered.runtime().copy_to_host(&view, &mut back, None) }.unwrap();
     assert_eq!(back, vec![7u8; 256]);
     // SAFETY: the test's own buffers, one call at a time.
-    unsafe { lowered.memset_zero(0, 1_000_001, 1024 + 128, 128) }.unwrap();
+    unsafe { lowered.runtime().memset_zero(0, 1_000_001, 1024 + 128, 128) }.unwrap();
     // SAFETY: the test's own buffers, one call at a time.
-    unsafe { lowered.copy_to_host(&view, &mut back, None) }.unwrap();
+    unsafe { lowered.runtime().copy_to_host(&view, &mut back, None) }.unwrap();
     assert_eq!(&back[..128], &[7u8; 128][..]);
     assert_eq!(&back[128..], &[0u8; 128][..]);
     assert!(
-        lowered.pool_view(0, 1_000_001, 4000, 200).is_err(),
+        lowered
+            .runtime()
+            .pool_view(0, 1_000_001, 4000, 200)
+            .is_err(),
         "view past the end"
     );
     // SAFETY: the test's own buffers, one call at a time.
-    assert!(unsafe { lowered.memset_zero(0, 1_000_001, 4000, 200) }.is_err());
+    assert!(unsafe { lowered.runtime().memset_zero(0, 1_000_001, 4000, 200) }.is_err());
     assert!(
-        lowered.pool_view(0, 42_424_242, 0, 1).is_err(),
+        lowered.runtime().pool_view(0, 42_424_242, 0, 1).is_err(),
         "unknown pool"
     );
-    lowered.free_pool(0, 1_000_001).unwrap();
-    assert!(lowered.free_pool(0, 1_000_001).is_err());
+    lowered.runtime().free_pool(0, 1_000_001).unwrap();
+    assert!(lowered.runtime().free_pool(0, 1_000_001).is_err());
     // The view keeps the memory alive (and counted) until it is dropped.
-    assert_eq!(lowered.used_memory(0), before + 4096);
+    assert_eq!(lowered.runtime().used_memory(0), before + 4096);
     drop(view);
-    assert_eq!(lowered.used_memory(0), before);
+    assert_eq!(lowered.runtime().used_memory(0), before);
 }
 
 #[test]

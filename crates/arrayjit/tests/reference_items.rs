@@ -646,13 +646,13 @@ fn backend_intf_device__make_context_with_explicit_arrays() {
         let a = Tnode::new(Prec::F32, &[3], &["a"]).unwrap();
         a.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test: given")
             .unwrap();
-        let buffer = lowered.alloc_zeroed(0, 12).unwrap();
+        let buffer = lowered.runtime().alloc_zeroed(0, 12).unwrap();
         let bytes: Vec<u8> = [1.0f32, -2.0, 3.0]
             .iter()
             .flat_map(|v| v.to_ne_bytes())
             .collect();
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { lowered.copy_from_host(&buffer, &bytes, None) }.unwrap();
+        unsafe { lowered.runtime().copy_from_host(&buffer, &bytes, None) }.unwrap();
         let y = result("y", 3);
         let ctx = Context::with_arrays(
             &stream,
@@ -672,10 +672,10 @@ fn backend_intf_device__make_context_with_explicit_arrays() {
         assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
         // Refused: a hosted node, a buffer of the wrong size.
         let h = input("h", &[1.0, 2.0, 3.0]);
-        let b = lowered.alloc_zeroed(0, 12).unwrap();
+        let b = lowered.runtime().alloc_zeroed(0, 12).unwrap();
         let empty = arrayjit::ir::OptimizeCtx::empty;
         assert!(Context::with_arrays(&stream, vec![(h, b)], empty()).is_err());
-        let small = lowered.alloc_zeroed(0, 8).unwrap();
+        let small = lowered.runtime().alloc_zeroed(0, 8).unwrap();
         let e = Context::with_arrays(&stream, vec![(a.clone(), small)], empty()).unwrap_err();
         assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
     }
@@ -766,10 +766,10 @@ fn backend_device_common__make_child_with_ctx_arrays() {
         a.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test: given")
             .unwrap();
         let array_of = |values: [f32; 3]| {
-            let buffer = lowered.alloc_zeroed(0, 12).unwrap();
+            let buffer = lowered.runtime().alloc_zeroed(0, 12).unwrap();
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
             // SAFETY: the test's own buffer, before any work uses it.
-            unsafe { lowered.copy_from_host(&buffer, &bytes, None) }.unwrap();
+            unsafe { lowered.runtime().copy_from_host(&buffer, &bytes, None) }.unwrap();
             buffer
         };
         let empty = arrayjit::ir::OptimizeCtx::empty();
@@ -812,7 +812,7 @@ fn backend_device_common__make_child_with_ctx_arrays() {
         let without = parent.make_child_with_arrays(vec![], None, None).unwrap();
         assert!(!without.has(&a));
         // Refused: a wrong size, a hosted node, a merge node other than the parent's.
-        let wrong = lowered.alloc_zeroed(0, 8).unwrap();
+        let wrong = lowered.runtime().alloc_zeroed(0, 8).unwrap();
         let e = parent
             .make_child_with_arrays(vec![(a.clone(), wrong)], None, None)
             .unwrap_err();

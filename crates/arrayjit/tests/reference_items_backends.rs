@@ -100,13 +100,13 @@ fn lowered_backend__compile_source_and_get_kernel() {
         let k = batch.kernel_index("double").unwrap();
         assert_eq!(batch.kernel_index("aj_test_double"), Some(k));
         assert_eq!(batch.kernel_index("missing"), None);
-        let buffer = lowered.alloc_zeroed(0, 16).unwrap();
+        let buffer = lowered.runtime().alloc_zeroed(0, 16).unwrap();
         let values: Vec<u8> = [1.0f32, 2.0, -3.0, 0.5]
             .iter()
             .flat_map(|v| v.to_ne_bytes())
             .collect();
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { lowered.copy_from_host(&buffer, &values, None) }.unwrap();
+        unsafe { lowered.runtime().copy_from_host(&buffer, &values, None) }.unwrap();
         // SAFETY: the test's own buffers, one call at a time.
         unsafe { batch.launch(k, std::slice::from_ref(&buffer), &[], None) }.unwrap();
         // A C kernel runs once per call: it takes no launch dimensions.
@@ -118,14 +118,14 @@ fn lowered_backend__compile_source_and_get_kernel() {
         assert!(e.to_string().contains("no launch dimensions"), "{e}");
         let mut out = vec![0u8; 16];
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { lowered.copy_to_host(&buffer, &mut out, None) }.unwrap();
+        unsafe { lowered.runtime().copy_to_host(&buffer, &mut out, None) }.unwrap();
         let got: Vec<f32> = out
             .chunks(4)
             .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(got, vec![2.0, 4.0, -6.0, 1.0], "{name}");
         // Launch checks: a buffer too small is refused before the kernel runs.
-        let small = lowered.alloc_zeroed(0, 8).unwrap();
+        let small = lowered.runtime().alloc_zeroed(0, 8).unwrap();
         // SAFETY: the test's own buffers, one call at a time.
         assert!(unsafe { batch.launch(k, &[small], &[], None) }.is_err());
         // A compile error is typed and says what failed.
@@ -145,16 +145,16 @@ fn lowered_backend__compile_source_and_get_kernel() {
 /// upload from the host (`(byte offset, bytes)`).
 #[derive(Debug)]
 struct RecordingPools {
-    inner: arrayjit::backends::cc::CcBackend,
+    inner: arrayjit::backends::cc::CpuBackend,
     modes: std::sync::Mutex<Vec<Option<MemoryMode>>>,
     uploads: std::sync::Mutex<Vec<(usize, usize)>>,
 }
 
 impl RecordingPools {
     fn new() -> std::sync::Arc<RecordingPools> {
-        use arrayjit::backends::cc::{CcBackend, CcConfig};
+        use arrayjit::backends::cc::{CcConfig, CpuBackend};
         std::sync::Arc::new(RecordingPools {
-            inner: CcBackend::new(CcConfig::from_env().unwrap()).unwrap(),
+            inner: CpuBackend::new(CcConfig::from_env().unwrap()).unwrap(),
             modes: Default::default(),
             uploads: Default::default(),
         })
@@ -163,22 +163,39 @@ impl RecordingPools {
 
 mod recording {
     use super::RecordingPools;
-    use arrayjit::backends::{BufferHandle, CompiledBatch, DeviceInfo, LoweredBackend, Queue};
+    use arrayjit::backends::{
+        BufferHandle, CompiledBatch, DeviceInfo, DeviceRuntime, LoweredBackend, Queue,
+    };
     use arrayjit::ir::{MemoryMode, Optimized, Result};
     use std::sync::Arc;
 
     impl LoweredBackend for RecordingPools {
+        fn runtime(&self) -> &dyn DeviceRuntime {
+            self
+        }
         fn name(&self) -> &str {
             "recording"
         }
         fn check_available(&self) -> Result<()> {
             self.inner.check_available()
         }
+        fn device_info(&self, device: usize) -> Result<DeviceInfo> {
+            self.inner.device_info(device)
+        }
+        fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+            self.inner.compile_batch(routines)
+        }
+        fn debug_info(&self) -> String {
+            self.inner.debug_info()
+        }
+    }
+
+    impl DeviceRuntime for RecordingPools {
         fn num_devices(&self) -> usize {
-            self.inner.num_devices()
+            self.inner.runtime().num_devices()
         }
         fn alloc_zeroed(&self, device: usize, size: usize) -> Result<BufferHandle> {
-            self.inner.alloc_zeroed(device, size)
+            self.inner.runtime().alloc_zeroed(device, size)
         }
         unsafe fn copy_from_host(
             &self,
@@ -188,7 +205,7 @@ mod recording {
         ) -> Result<()> {
             self.uploads.lock().unwrap().push((0, src.len()));
             // SAFETY: the test's own buffers, one call at a time.
-            unsafe { self.inner.copy_from_host(dst, src, q) }
+            unsafe { self.inner.runtime().copy_from_host(dst, src, q) }
         }
         unsafe fn copy_from_host_range(
             &self,
@@ -199,7 +216,11 @@ mod recording {
         ) -> Result<()> {
             self.uploads.lock().unwrap().push((offset, src.len()));
             // SAFETY: the test's own buffers, one call at a time.
-            unsafe { self.inner.copy_from_host_range(dst, offset, src, q) }
+            unsafe {
+                self.inner
+                    .runtime()
+                    .copy_from_host_range(dst, offset, src, q)
+            }
         }
         unsafe fn copy_to_host(
             &self,
@@ -208,7 +229,7 @@ mod recording {
             q: Queue<'_>,
         ) -> Result<()> {
             // SAFETY: the test's own buffers, one call at a time.
-            unsafe { self.inner.copy_to_host(src, dst, q) }
+            unsafe { self.inner.runtime().copy_to_host(src, dst, q) }
         }
         unsafe fn copy_buffer(
             &self,
@@ -217,13 +238,13 @@ mod recording {
             q: Queue<'_>,
         ) -> Result<()> {
             // SAFETY: the test's own buffers, one call at a time.
-            unsafe { self.inner.copy_buffer(d, s, q) }
+            unsafe { self.inner.runtime().copy_buffer(d, s, q) }
         }
         fn used_memory(&self, device: usize) -> usize {
-            self.inner.used_memory(device)
+            self.inner.runtime().used_memory(device)
         }
         fn alloc_pool(&self, device: usize, id: usize, size: usize, align: usize) -> Result<()> {
-            self.inner.alloc_pool(device, id, size, align)
+            self.inner.runtime().alloc_pool(device, id, size, align)
         }
         fn alloc_pool_for(
             &self,
@@ -234,13 +255,10 @@ mod recording {
             mode: Option<MemoryMode>,
         ) -> Result<()> {
             self.modes.lock().unwrap().push(mode);
-            self.inner.alloc_pool(device, id, size, align)
-        }
-        fn device_info(&self, device: usize) -> Result<DeviceInfo> {
-            self.inner.device_info(device)
+            self.inner.runtime().alloc_pool(device, id, size, align)
         }
         fn free_pool(&self, device: usize, id: usize) -> Result<()> {
-            self.inner.free_pool(device, id)
+            self.inner.runtime().free_pool(device, id)
         }
         unsafe fn memset_zero(
             &self,
@@ -250,7 +268,7 @@ mod recording {
             size: usize,
         ) -> Result<()> {
             // SAFETY: the test's own buffers, one call at a time.
-            unsafe { self.inner.memset_zero(device, id, offset, size) }
+            unsafe { self.inner.runtime().memset_zero(device, id, offset, size) }
         }
         fn pool_view(
             &self,
@@ -259,16 +277,10 @@ mod recording {
             offset: usize,
             size: usize,
         ) -> Result<BufferHandle> {
-            self.inner.pool_view(device, id, offset, size)
+            self.inner.runtime().pool_view(device, id, offset, size)
         }
         fn pools(&self, device: usize) -> Vec<(usize, usize)> {
-            self.inner.pools(device)
-        }
-        fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
-            self.inner.compile_batch(routines)
-        }
-        fn debug_info(&self) -> String {
-            self.inner.debug_info()
+            self.inner.runtime().pools(device)
         }
     }
 }
@@ -307,7 +319,7 @@ fn backend_intf_device__alloc_pool_gets_the_memory_mode() {
 /// asynchronous); `ARRAYJIT_USE_HOST_MEMORY=0` (here `CcConfig::use_host_memory`) turns it off.
 #[test]
 fn lowered_backend__use_host_memory() {
-    use arrayjit::backends::cc::{CcBackend, CcConfig};
+    use arrayjit::backends::cc::{CcConfig, CpuBackend};
     let n = 1 << 22; // 16 MiB of f32
     for name in CPU_BACKENDS {
         let backend = arrayjit::backend(name).unwrap();
@@ -365,7 +377,7 @@ fn lowered_backend__use_host_memory() {
     config.use_host_memory = false;
     let backend = Backend::from_lowered(
         "sync_cc",
-        std::sync::Arc::new(CcBackend::new(config).unwrap()),
+        std::sync::Arc::new(CpuBackend::new(config).unwrap()),
     );
     let device = backend.get_device(0).unwrap();
     let x = input("x", &[1.0, 2.0]);
@@ -611,9 +623,9 @@ fn lowered_backend__buffers_know_their_precision() {
     for name in CPU_BACKENDS {
         let (backend, stream) = backend_and_stream(name);
         let lowered = backend.lowered();
-        let half = lowered.alloc_array(0, Prec::F16, 8).unwrap();
+        let half = lowered.runtime().alloc_array(0, Prec::F16, 8).unwrap();
         assert_eq!((half.prec(), half.size_in_bytes()), (Some(Prec::F16), 16));
-        assert_eq!(lowered.alloc_zeroed(0, 16).unwrap().prec(), None);
+        assert_eq!(lowered.runtime().alloc_zeroed(0, 16).unwrap().prec(), None);
 
         // A routine's arrays know their node's precision.
         let x = Tnode::new(Prec::F64, &[2], &["x"]).unwrap();
@@ -664,7 +676,7 @@ fn lowered_backend__buffers_know_their_precision() {
                 && e.to_string().contains("holds f16 values but f32"),
             "{e}"
         );
-        let single = lowered.alloc_array(0, Prec::F32, 4).unwrap();
+        let single = lowered.runtime().alloc_array(0, Prec::F32, 4).unwrap();
         // SAFETY: the test's own buffers, one call at a time.
         unsafe { batch.launch(0, std::slice::from_ref(&single), &[], None) }.unwrap();
 
@@ -682,7 +694,7 @@ fn lowered_backend__buffers_know_their_precision() {
             "{e}"
         );
         // Raw bytes of the right size take the node's precision.
-        let raw = lowered.alloc_zeroed(0, 16).unwrap();
+        let raw = lowered.runtime().alloc_zeroed(0, 16).unwrap();
         let ctx = Context::with_arrays(
             &stream,
             vec![(a.clone(), raw)],
@@ -745,17 +757,17 @@ fn rune_backend_intf__compile_source_and_launch_with_dims() {
         let batch =
             unsafe { lowered.compile_source(source, std::slice::from_ref(&kernel)) }.unwrap();
         let k = batch.kernel_index("row_sums").unwrap();
-        let xs = lowered.alloc_array(0, Prec::F32, 256).unwrap();
-        let ys = lowered.alloc_array(0, Prec::F32, 4).unwrap();
+        let xs = lowered.runtime().alloc_array(0, Prec::F32, 256).unwrap();
+        let ys = lowered.runtime().alloc_array(0, Prec::F32, 4).unwrap();
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { lowered.copy_from_host(&xs, &bytes, None) }.unwrap();
+        unsafe { lowered.runtime().copy_from_host(&xs, &bytes, None) }.unwrap();
         // SAFETY: the test's own buffers, one call at a time.
         unsafe { batch.launch(k, &[xs.clone(), ys.clone()], &[3], None) }.unwrap();
-        lowered.synchronize(0).unwrap();
+        lowered.runtime().synchronize(0).unwrap();
         let mut out = vec![0u8; 16];
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { lowered.copy_to_host(&ys, &mut out, None) }.unwrap();
+        unsafe { lowered.runtime().copy_to_host(&ys, &mut out, None) }.unwrap();
         let got: Vec<f32> = out
             .chunks(4)
             .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
@@ -934,11 +946,11 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
         let source = if wgsl { ROW_SUMS_WGSL } else { ROW_SUMS_CUDA };
         // SAFETY: the kernel reads 256 floats of x and writes 4 of y, its interface's sizes.
         let batch = unsafe { lowered.compile_source(source, std::slice::from_ref(&sums)) }.unwrap();
-        let xs = lowered.alloc_array(0, Prec::F32, 256).unwrap();
-        let ys = lowered.alloc_array(0, Prec::F32, 4).unwrap();
+        let xs = lowered.runtime().alloc_array(0, Prec::F32, 256).unwrap();
+        let ys = lowered.runtime().alloc_array(0, Prec::F32, 4).unwrap();
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { lowered.copy_from_host(&xs, &bytes, None) }.unwrap();
+        unsafe { lowered.runtime().copy_from_host(&xs, &bytes, None) }.unwrap();
         let launches: Vec<([u32; 3], Option<[u32; 3]>)> = if wgsl {
             // The shader's block is [32, 2, 1]: 4 rows as 4×1 or 2×2 workgroups.
             vec![([128, 2, 1], None), ([64, 4, 1], Some([32, 2, 1]))]
@@ -951,14 +963,14 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
         };
         for (global, local) in launches {
             // SAFETY: the test's own buffers, one call at a time.
-            unsafe { lowered.copy_from_host(&ys, &[0u8; 16], None) }.unwrap();
+            unsafe { lowered.runtime().copy_from_host(&ys, &[0u8; 16], None) }.unwrap();
             let args = [xs.clone(), ys.clone()];
             // SAFETY: as above; the launch covers 4 blocks of 64 threads, what the kernel reads.
             unsafe { batch.launch_with_dims(0, &args, &[2], global, local, None) }.unwrap();
-            lowered.synchronize(0).unwrap();
+            lowered.runtime().synchronize(0).unwrap();
             let mut out = vec![0u8; 16];
             // SAFETY: the test's own buffers, one call at a time.
-            unsafe { lowered.copy_to_host(&ys, &mut out, None) }.unwrap();
+            unsafe { lowered.runtime().copy_to_host(&ys, &mut out, None) }.unwrap();
             assert_eq!(f32s(&out), expected, "{name}: {global:?} in {local:?}");
         }
         let info = backend.get_device(0).unwrap().info().unwrap();
@@ -987,7 +999,7 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
             // SAFETY: the kernel writes z[i] for i < n = 1000, z's size.
             let fill =
                 unsafe { lowered.compile_source(IOTA, std::slice::from_ref(&iota)) }.unwrap();
-            let zs = lowered.alloc_array(0, Prec::F32, 1000).unwrap();
+            let zs = lowered.runtime().alloc_array(0, Prec::F32, 1000).unwrap();
             // SAFETY: the test's own buffer; the launch covers at least 1000 threads.
             unsafe {
                 fill.launch_with_dims(
@@ -1000,10 +1012,10 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
                 )
             }
             .unwrap();
-            lowered.synchronize(0).unwrap();
+            lowered.runtime().synchronize(0).unwrap();
             let mut out = vec![0u8; 4000];
             // SAFETY: the test's own buffer, one call at a time.
-            unsafe { lowered.copy_to_host(&zs, &mut out, None) }.unwrap();
+            unsafe { lowered.runtime().copy_to_host(&zs, &mut out, None) }.unwrap();
             assert_eq!(
                 f32s(&out),
                 (0..1000).map(|i| i as f32).collect::<Vec<_>>(),

@@ -375,7 +375,7 @@ fn item06_configuration_values_are_checked() {
         ..CcConfig::default()
     };
     assert!(matches!(
-        arrayjit::backends::cc::CcBackend::new(config),
+        arrayjit::backends::cc::CpuBackend::new(config),
         Err(Error::InvalidSetting { .. })
     ));
     // The largest queue accepted works.
@@ -405,7 +405,7 @@ fn item21_hosted_constants_are_freed_with_their_nodes() {
     config.use_host_memory = false;
     let b = arrayjit::runtime::Backend::from_lowered(
         "sync_cc",
-        std::sync::Arc::new(arrayjit::backends::cc::CcBackend::new(config).unwrap()),
+        std::sync::Arc::new(arrayjit::backends::cc::CpuBackend::new(config).unwrap()),
     );
     let dev = b.get_device(0).unwrap();
     let stream = dev.new_stream().unwrap();

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use arrayjit::backends::LoweredBackend;
-use arrayjit::backends::cc::{CcBackend, CcConfig};
+use arrayjit::backends::cc::{CcConfig, CpuBackend};
 use arrayjit::ir::optimize::{MemoryPlan, NodeRole, PlanItem};
 use arrayjit::ir::{AxisIndex, LowLevel, Optimized, ScalarExpr, Symbol};
 use arrayjit::prelude::*;
@@ -18,9 +18,9 @@ const CHILD: &str = "ARRAYJIT_SANITIZER_CHILD";
 
 /// In the child process: a pool of two guarded `[4]` f32 arrays, and a kernel writing `a[0..5]`.
 fn write_past_an_array() {
-    let backend = CcBackend::new(CcConfig::from_env().unwrap()).unwrap();
+    let backend = CpuBackend::new(CcConfig::from_env().unwrap()).unwrap();
     assert!(
-        backend.pool_guard_bytes() > 0,
+        backend.runtime().pool_guard_bytes() > 0,
         "run with ARRAYJIT_POOL_GUARD_BYTES"
     );
     let a = Tnode::new(Prec::F32, &[4], &["a"]).unwrap();
@@ -33,11 +33,23 @@ fn write_past_an_array() {
             lifetime: None,
         })
         .collect();
-    let plan = MemoryPlan::pack_guarded(&items, 16, 1 << 20, backend.pool_guard_bytes()).unwrap();
-    backend.alloc_pool(0, 0, plan.pool_sizes[0], 16).unwrap();
-    assert!(backend.guard_pool(0, 0, &plan.unused_ranges(0)).unwrap());
+    let plan = MemoryPlan::pack_guarded(&items, 16, 1 << 20, backend.runtime().pool_guard_bytes())
+        .unwrap();
+    backend
+        .runtime()
+        .alloc_pool(0, 0, plan.pool_sizes[0], 16)
+        .unwrap();
+    assert!(
+        backend
+            .runtime()
+            .guard_pool(0, 0, &plan.unused_ranges(0))
+            .unwrap()
+    );
     let slot = plan.slot(&a).unwrap();
-    let view = backend.pool_view(0, 0, slot.offset, slot.size).unwrap();
+    let view = backend
+        .runtime()
+        .pool_view(0, 0, slot.offset, slot.size)
+        .unwrap();
     let i = Symbol::fresh();
     let code = LowLevel::For {
         index: i,

@@ -10,20 +10,9 @@ use arrayjit_ir::{Error, Result};
 
 use super::compile;
 use crate::buffer::CpuBuffer;
+use crate::cpu::with_host_locks;
 use crate::worker_pool::{ParallelHandle, WorkerPool};
 use crate::{BufferHandle, CompiledBatch, Queue};
-
-/// Runs `f` holding the host locks of the nodes whose host arrays `buffers` use in place, taken
-/// in order of node id (so two launches never wait for each other's locks).
-pub(super) fn with_host_locks<R>(buffers: &[&CpuBuffer], f: impl FnOnce() -> R) -> R {
-    let mut nodes: Vec<&arrayjit_ir::Tnode> =
-        buffers.iter().filter_map(|b| b.host_node()).collect();
-    nodes.sort_by_key(|t| t.id());
-    nodes.dedup_by_key(|t| t.id());
-    let _held: Vec<arrayjit_ir::tnode::HostLock<'_>> =
-        nodes.iter().map(|t| t.host_lock()).collect();
-    f()
-}
 
 /// The signature of every generated C kernel.
 pub(super) type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
@@ -46,6 +35,8 @@ pub(super) enum Entry {
 
 /// A compiled library and its kernels.
 pub struct CcBatch {
+    /// The backend's name, in errors.
+    pub(super) backend: &'static str,
     pub(super) kernels: Vec<KernelInterface>,
     pub(super) source: String,
     pub(super) entries: Vec<Entry>,
@@ -146,7 +137,7 @@ impl CcBatch {
             .kernels
             .get(index)
             .ok_or_else(|| crate::no_such_kernel(index, self.kernels.len()))?;
-        let buffers = crate::check_launch::<CpuBuffer>(k, args, statics, "cc")?;
+        let buffers = crate::check_launch::<CpuBuffer>(k, args, statics, self.backend)?;
         let device = args.first().map_or(0, |b| b.device());
         let mut ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.as_ptr()).collect();
         ptrs.push(std::ptr::null_mut());
@@ -173,7 +164,7 @@ impl CcBatch {
         // Only emulated routines report a status: -1 when their threads' stacks were not had.
         if status != 0 {
             return Err(Error::Runtime {
-                stream: format!("cuda_emu device {device}"),
+                stream: format!("{} device {device}", self.backend),
                 detail: format!(
                     "no memory for the stacks of the emulated threads of {}; free memory or use \
                      a smaller routine",

@@ -1,38 +1,39 @@
-//! The `cc` backend: renders C, compiles it with the system C compiler (`$CC` or `cc`) into a
-//! shared library, loads it with `libloading`, and runs kernels on the CPU over [`CpuBuffer`]s.
-//! Libraries are cached by a hash of (source, compiler, flags, CPU) in a private per-user folder.
+//! The CPU backends ([`CpuBackend`]): a renderer ([`CpuKernels`]), the host compiler and the
+//! shared CPU runtime ([`CpuRuntime`]). The `cc` backend renders C ([`CKernels`]), compiles it
+//! with the system C compiler (`$CC` or `cc`) into a shared library, loads it with
+//! `libloading`, and runs kernels on the CPU over [`CpuBuffer`](crate::CpuBuffer)s. Libraries
+//! are cached by a hash of (source, compiler, flags, CPU) in a private per-user folder.
 //!
-//! The same machinery runs the CUDA renderer's kernels on the CPU ([`CcDialect::CudaEmulated`],
-//! the `cuda_emu` backend): compiled as C++ by `$CXX` or `c++` under an emulation of the CUDA
+//! The same parts run the CUDA renderer's kernels on the CPU ([`EmulatedCudaKernels`], the
+//! `cuda_emu` backend): compiled as C++ by `$CXX` or `c++` under an emulation of the CUDA
 //! execution model ([`arrayjit_codegen::cuda_emulation`]), so the CUDA code path is checked
 //! against the interpreter without a GPU. It is slow (threads are fibers on one core); it is a
 //! checking tool, not a way to run fast.
 
 mod batch;
 mod compile;
+mod kernels;
 mod schedule_store;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use arrayjit_codegen::cuda_emulation::{EMULATION_FLAGS, emulated_source, render_cuda_emulated};
-use arrayjit_codegen::{CSyntax, KernelInterface, SourceKernel, render_program};
+use arrayjit_codegen::cuda_emulation::EMULATION_FLAGS;
+use arrayjit_codegen::{KernelInterface, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Result, trace};
 
 use crate::batch_name;
-
-use crate::buffer::{CpuBuffer, MemoryCounter};
+use crate::cpu::{CpuRuntime, CpuRuntimeConfig};
 use crate::settings;
-use crate::worker_pool::WorkerPool;
-use crate::{BufferHandle, CompileOptions, CompiledBatch, DeviceBuffer, LoweredBackend, Queue};
+use crate::{CompileOptions, CompiledBatch, DeviceRuntime, LoweredBackend};
 
 pub use crate::compile_cache::default_cache_dir;
 pub use batch::CcBatch;
-use batch::{EmulatedDimsFn, EmulatedFn, Entry, KernelFn, with_host_locks};
+use batch::{EmulatedDimsFn, EmulatedFn, Entry, KernelFn};
 pub use compile::{CompileStats, compile_stats};
+pub use kernels::{CKernels, CallingConvention, CpuKernels, CpuProgram, EmulatedCudaKernels};
 
 /// Settings of the `cc` backend. [`CcConfig::from_env`] reads them from the environment
 /// variables named on the fields; a value outside the documented range, or one that does not
@@ -209,70 +210,33 @@ impl CcConfig {
     }
 }
 
-/// What a [`CcBackend`] renders and compiles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CcDialect {
-    /// C for the host compiler: the `cc` backend.
-    C,
-    /// The CUDA renderer's kernels compiled as C++ under an emulation of the CUDA execution
-    /// model: the `cuda_emu` backend.
-    CudaEmulated,
-}
-
-/// The C compiler backend.
-pub struct CcBackend {
+/// A CPU backend: a renderer ([`CpuKernels`]: C for `cc`, emulated CUDA for `cuda_emu`), the
+/// host compiler (the compiler settings of [`CcConfig`]) and the shared CPU runtime
+/// ([`CpuRuntime`]).
+pub struct CpuBackend {
     config: CcConfig,
-    dialect: CcDialect,
-    workers: Arc<Vec<WorkerPool>>,
-    counters: Vec<Arc<MemoryCounter>>,
-    pools: Vec<Mutex<BTreeMap<usize, Arc<CpuBuffer>>>>,
-    syntax: CSyntax,
+    kernels: Box<dyn CpuKernels>,
+    runtime: CpuRuntime,
 }
 
-impl fmt::Debug for CcBackend {
+impl fmt::Debug for CpuBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CcBackend({:?})", self.config)
+        write!(f, "CpuBackend({}, {:?})", self.kernels.name(), self.config)
     }
 }
 
-impl CcBackend {
-    /// A backend with the given settings, or [`Error::InvalidSetting`] if one is out of range
-    /// (see [`CcConfig::validate`]).
-    pub fn new(config: CcConfig) -> Result<CcBackend> {
-        config.validate()?;
-        let counters = (0..config.num_devices)
-            .map(|_| Arc::new(MemoryCounter::default()))
-            .collect();
-        let pools = (0..config.num_devices)
-            .map(|_| Mutex::new(BTreeMap::new()))
-            .collect();
-        let workers = (0..config.num_devices)
-            .map(|d| {
-                WorkerPool::new(
-                    config.workers_per_device.unwrap_or(1),
-                    &format!("arrayjit cpu {d}"),
-                )
-                .map_err(|e| Error::Runtime {
-                    stream: format!("cpu device {d}"),
-                    detail: format!("cannot start the device's worker threads: {e}"),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(CcBackend {
-            workers: Arc::new(workers),
-            config,
-            dialect: CcDialect::C,
-            counters,
-            pools,
-            syntax: CSyntax::c(),
-        })
+impl CpuBackend {
+    /// The `cc` backend (C) with the given settings, or [`Error::InvalidSetting`] if one is out
+    /// of range (see [`CcConfig::validate`]).
+    pub fn new(config: CcConfig) -> Result<CpuBackend> {
+        CpuBackend::compose(config, Box::new(CKernels::default()))
     }
 
-    /// A backend running the CUDA renderer's kernels on the CPU (see the module
+    /// The `cuda_emu` backend, running the CUDA renderer's kernels on the CPU (see the module
     /// documentation): the settings of `config` but the compiler, `$CXX` (through `lookup`) or
     /// `c++`, and its flags, [`EMULATION_FLAGS`] for a shared library. One worker per device:
     /// the emulated blocks run on the caller's thread.
-    pub fn cuda_emulated(mut config: CcConfig, lookup: settings::Lookup<'_>) -> Result<CcBackend> {
+    pub fn cuda_emulated(mut config: CcConfig, lookup: settings::Lookup<'_>) -> Result<CpuBackend> {
         config.compiler = settings::text(lookup, "CXX")?.unwrap_or_else(|| "c++".into());
         config.flags = EMULATION_FLAGS
             .iter()
@@ -280,82 +244,52 @@ impl CcBackend {
             .map(|s| s.to_string())
             .collect();
         config.workers_per_device = Some(1);
-        let mut backend = CcBackend::new(config)?;
-        backend.dialect = CcDialect::CudaEmulated;
-        Ok(backend)
+        CpuBackend::compose(config, Box::new(EmulatedCudaKernels))
     }
 
-    /// What it renders and compiles.
-    pub fn dialect(&self) -> CcDialect {
-        self.dialect
+    /// A CPU backend of the given renderer, compiled by `config`'s compiler, on a new CPU
+    /// runtime of `config`'s devices.
+    pub fn compose(config: CcConfig, kernels: Box<dyn CpuKernels>) -> Result<CpuBackend> {
+        config.validate()?;
+        let runtime = CpuRuntime::new(
+            kernels.name(),
+            &CpuRuntimeConfig {
+                num_devices: config.num_devices,
+                workers_per_device: config.workers_per_device.unwrap_or(1),
+                pool_guard_bytes: config.pool_guard_bytes,
+                use_host_memory: config.use_host_memory,
+            },
+        )?;
+        Ok(CpuBackend {
+            config,
+            kernels,
+            runtime,
+        })
+    }
+
+    /// Its renderer.
+    pub fn kernels(&self) -> &dyn CpuKernels {
+        self.kernels.as_ref()
     }
 
     /// The settings.
     pub fn config(&self) -> &CcConfig {
         &self.config
     }
-
-    fn cpu<'a>(&self, b: &'a BufferHandle) -> Result<&'a CpuBuffer> {
-        b.as_any().downcast_ref::<CpuBuffer>().ok_or_else(|| {
-            Error::invalid(format!("buffer {b:?} does not belong to the cc backend"))
-        })
-    }
-
-    fn pool(&self, device: usize, pool_id: usize) -> Result<Arc<CpuBuffer>> {
-        self.device_check(device)?;
-        self.pools[device]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&pool_id)
-            .cloned()
-            .ok_or_else(|| Error::invalid(format!("device {device} has no pool {pool_id}")))
-    }
-
-    fn device_check(&self, device: usize) -> Result<()> {
-        if device < self.counters.len() {
-            Ok(())
-        } else {
-            Err(Error::NoSuchDevice {
-                backend: "cc".into(),
-                ordinal: device,
-                num_devices: self.counters.len(),
-            })
-        }
-    }
 }
 
-fn size_mismatch(what: &str, a: usize, b: usize) -> Error {
-    Error::ShapeMismatch {
-        op: what.into(),
-        detail: format!("the buffer holds {a} bytes but {b} bytes were given"),
-    }
-}
-
-impl LoweredBackend for CcBackend {
+impl LoweredBackend for CpuBackend {
     fn name(&self) -> &str {
-        match self.dialect {
-            CcDialect::C => "cc",
-            CcDialect::CudaEmulated => "cuda_emu",
-        }
+        self.kernels.name()
     }
 
-    /// The host CPU (detected once per process) with the device's worker threads.
+    fn runtime(&self) -> &dyn DeviceRuntime {
+        &self.runtime
+    }
+
+    /// The host CPU with the device's worker threads, as the renderer's code sees it.
     fn device_info(&self, device: usize) -> Result<crate::DeviceInfo> {
-        static CPU: std::sync::OnceLock<crate::device_info::CpuInfo> = std::sync::OnceLock::new();
-        self.device_check(device)?;
-        let cpu = CPU.get_or_init(crate::device_info::CpuInfo::detect);
-        let workers = self.workers.get(device).map_or(1, WorkerPool::workers);
-        let mut info = crate::DeviceInfo::cpu(cpu, workers);
-        if self.dialect == CcDialect::CudaEmulated {
-            // The CUDA code it runs may assume the block limits the emulation keeps to.
-            use arrayjit_codegen::cuda_emulation as emu;
-            info.name = format!("{} running emulated CUDA blocks", info.name);
-            info.max_local_size = emu::EMULATED_MAX_BLOCK;
-            info.max_local_invocations = emu::EMULATED_MAX_THREADS;
-            info.max_shared_bytes = emu::EMULATED_SHARED_BYTES;
-            info.subgroup_size = emu::EMULATED_WARP_SIZE;
-        }
-        Ok(info)
+        Ok(self.kernels.device_info(self.runtime.device_info(device)?))
     }
 
     /// The compiler, its version and flags, the CPU's model and features, and the worker count.
@@ -367,7 +301,7 @@ impl LoweredBackend for CcBackend {
                 .unwrap_or_default(),
             self.config.flags,
             compile::cpu_identity(),
-            self.workers.first().map_or(1, WorkerPool::workers)
+            self.runtime.workers_per_device()
         )
     }
 
@@ -389,243 +323,34 @@ impl LoweredBackend for CcBackend {
 
     fn check_available(&self) -> Result<()> {
         let found = compile::compiler_identity(&self.config.compiler, self.config.compile_timeout);
-        match (found, self.dialect) {
-            (Ok(_), _) => Ok(()),
-            (Err(e), CcDialect::C) => Err(e),
-            (Err(Error::BackendUnavailable { reason, .. }), CcDialect::CudaEmulated) => {
+        match found {
+            Ok(_) => Ok(()),
+            Err(Error::BackendUnavailable { reason, .. })
+                if self.kernels.how_to_enable(&self.config.compiler).is_some() =>
+            {
                 Err(Error::BackendUnavailable {
-                    backend: "cuda_emu".into(),
+                    backend: self.kernels.name().into(),
                     reason,
-                    how_to_enable: format!(
-                        "install a C++ compiler (e.g. `apt-get install g++`) or point CXX at one \
-                         (the compiler is `{}`)",
-                        self.config.compiler
-                    ),
+                    how_to_enable: self
+                        .kernels
+                        .how_to_enable(&self.config.compiler)
+                        .unwrap_or_default(),
                 })
             }
-            (Err(e), CcDialect::CudaEmulated) => Err(e),
+            Err(e) => Err(e),
         }
-    }
-
-    fn num_devices(&self) -> usize {
-        self.counters.len()
-    }
-
-    fn host_memory_buffer(
-        &self,
-        device: usize,
-        tn: &arrayjit_ir::Tnode,
-    ) -> Result<Option<BufferHandle>> {
-        self.device_check(device)?;
-        if !self.config.use_host_memory {
-            return Ok(None);
-        }
-        Ok(Some(Arc::new(CpuBuffer::host_alias(tn, device)?)))
-    }
-
-    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
-        self.device_check(device)?;
-        Ok(Arc::new(CpuBuffer::zeroed(
-            size_in_bytes,
-            device,
-            self.counters[device].clone(),
-        )?))
-    }
-
-    unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
-        let d = self.cpu(dst)?;
-        if d.size_in_bytes() != src.len() {
-            return Err(size_mismatch(
-                "copy from host",
-                d.size_in_bytes(),
-                src.len(),
-            ));
-        }
-        // SAFETY: the runtime schedules copies and kernels touching an array in an order that
-        // never overlaps a write with another access (the `host_sync` rules).
-        unsafe { d.write(src) }
-    }
-
-    unsafe fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
-        let s = self.cpu(src)?;
-        if s.size_in_bytes() != dst.len() {
-            return Err(size_mismatch("copy to host", s.size_in_bytes(), dst.len()));
-        }
-        // SAFETY: as in `copy_from_host`: no write of `src` runs meanwhile (a host array in
-        // place is read under its node's host lock, so the host does not write it either).
-        with_host_locks(&[s], || dst.copy_from_slice(unsafe { s.bytes() }));
-        Ok(())
-    }
-
-    unsafe fn copy_from_host_range(
-        &self,
-        dst: &BufferHandle,
-        offset: usize,
-        src: &[u8],
-        _: Queue<'_>,
-    ) -> Result<()> {
-        // SAFETY: as in `copy_from_host`.
-        unsafe { self.cpu(dst)?.write_at(offset, src) }
-    }
-
-    unsafe fn copy_to_host_range(
-        &self,
-        src: &BufferHandle,
-        offset: usize,
-        dst: &mut [u8],
-        _: Queue<'_>,
-    ) -> Result<()> {
-        let end = crate::byte_range_end(src, offset, dst.len())?;
-        let s = self.cpu(src)?;
-        // SAFETY: as in `copy_to_host`.
-        with_host_locks(&[s], || {
-            dst.copy_from_slice(&unsafe { s.bytes() }[offset..end])
-        });
-        Ok(())
-    }
-
-    unsafe fn copy_buffer(
-        &self,
-        dst: &BufferHandle,
-        src: &BufferHandle,
-        _: Queue<'_>,
-    ) -> Result<()> {
-        let (d, s) = (self.cpu(dst)?, self.cpu(src)?);
-        if d.size_in_bytes() != s.size_in_bytes() {
-            return Err(size_mismatch(
-                "device to device",
-                d.size_in_bytes(),
-                s.size_in_bytes(),
-            ));
-        }
-        if std::ptr::eq(d.as_ptr(), s.as_ptr()) {
-            // The same memory (one node's host array used in place by both): nothing to copy.
-            return Ok(());
-        }
-        // SAFETY: as in `copy_from_host`; `d` and `s` are distinct arrays (views of one pool
-        // never overlap: the planner places live arrays apart); a host array in place is read
-        // under its node's host lock.
-        with_host_locks(&[s], || unsafe { d.write(s.bytes()) })?;
-        Ok(())
-    }
-
-    fn used_memory(&self, device: usize) -> usize {
-        self.counters.get(device).map_or(0, |c| c.get())
-    }
-
-    fn alloc_pool(
-        &self,
-        device: usize,
-        pool_id: usize,
-        size_in_bytes: usize,
-        alignment: usize,
-    ) -> Result<()> {
-        self.device_check(device)?;
-        if !alignment.is_power_of_two() {
-            return Err(Error::invalid(format!(
-                "pool alignment {alignment} is not a power of two"
-            )));
-        }
-        let mut pools = self.pools[device].lock().unwrap_or_else(|e| e.into_inner());
-        if pools.contains_key(&pool_id) {
-            return Err(Error::invalid(format!(
-                "device {device} already has a pool {pool_id}"
-            )));
-        }
-        let buffer = CpuBuffer::zeroed_aligned(
-            size_in_bytes,
-            alignment,
-            device,
-            self.counters[device].clone(),
-        )?;
-        pools.insert(pool_id, Arc::new(buffer));
-        Ok(())
-    }
-
-    fn pool_guard_bytes(&self) -> usize {
-        self.config.pool_guard_bytes
-    }
-
-    fn guard_pool(&self, device: usize, pool_id: usize, unused: &[(usize, usize)]) -> Result<bool> {
-        let pool = self.pool(device, pool_id)?;
-        let mut checked = false;
-        for &(offset, len) in unused {
-            if offset
-                .checked_add(len)
-                .is_none_or(|end| end > pool.size_in_bytes())
-            {
-                return Err(Error::invalid(format!(
-                    "guard range {offset}+{len} lies outside pool {pool_id} of {} bytes",
-                    pool.size_in_bytes()
-                )));
-            }
-            // SAFETY: the range lies inside the pool's allocation (checked above), and no array
-            // of the plan uses it, so nothing accesses it legitimately; the pool is unpoisoned
-            // before it is freed (`CpuBuffer`'s drop).
-            checked |= unsafe { crate::sanitizer::poison(pool.as_ptr().add(offset), len) };
-        }
-        Ok(checked)
-    }
-
-    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
-        self.device_check(device)?;
-        self.pools[device]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&pool_id)
-            .map(|_| ())
-            .ok_or_else(|| Error::invalid(format!("device {device} has no pool {pool_id} to free")))
-    }
-
-    unsafe fn memset_zero(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<()> {
-        // SAFETY: the runtime zeroes a pool range only when no work uses it.
-        unsafe {
-            self.pool(device, pool_id)?
-                .zero_range(offset, size_in_bytes)
-        }
-    }
-
-    fn pool_view(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<BufferHandle> {
-        let pool = self.pool(device, pool_id)?;
-        Ok(Arc::new(CpuBuffer::view(&pool, offset, size_in_bytes)?))
-    }
-
-    fn pools(&self, device: usize) -> Vec<(usize, usize)> {
-        self.pools.get(device).map_or(vec![], |p| {
-            p.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|(id, b)| (*id, b.size_in_bytes()))
-                .collect()
-        })
     }
 
     fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(match self.dialect {
-            CcDialect::C => render_program(&self.syntax, routines)?.full_source(),
-            CcDialect::CudaEmulated => render_cuda_emulated(routines)?.source,
-        })
+        Ok(self.kernels.render(routines)?.source)
     }
 
     fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
         self.compile_with_config(routines, &self.config)
     }
 
-    /// CUDA for `cuda_emu`; none for C.
     fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
-        (self.dialect == CcDialect::CudaEmulated).then_some(&arrayjit_codegen::gpu_dialect::CUDA)
+        self.kernels.gpu_dialect()
     }
 
     /// The host compiler's flags (`CcConfig::flags`).
@@ -667,17 +392,14 @@ impl LoweredBackend for CcBackend {
     ) -> Result<Arc<dyn CompiledBatch>> {
         let interfaces: Vec<KernelInterface> =
             kernels.iter().map(|k| k.interface.clone()).collect();
-        let source = match self.dialect {
-            CcDialect::C => source.to_string(),
-            // The CUDA kernels, renamed, with entry points that launch them.
-            CcDialect::CudaEmulated => emulated_source(source, kernels)?,
-        };
+        let source = self.kernels.source_for(source, kernels)?;
         let units = [compile::Unit {
             suffix: "",
             source: &source,
         }];
-        // SAFETY: the caller's source exports each kernel with the dialect's signature (this
-        // method's safety contract); for emulated CUDA, the entry points written above do.
+        // SAFETY: the caller's source exports each kernel with the renderer's calling
+        // convention (this method's safety contract); for emulated CUDA, the entry points
+        // `source_for` wrote do.
         unsafe { self.load_batch(&self.config, &units, interfaces, source.clone(), true) }
     }
 
@@ -693,82 +415,38 @@ impl LoweredBackend for CcBackend {
                 .cache_dir
                 .as_ref()
                 .map_or("disabled".into(), |p| p.display().to_string()),
-            self.counters.len(),
-            self.workers.first().map_or(1, WorkerPool::workers)
+            self.runtime.num_devices(),
+            self.runtime.workers_per_device()
         )
     }
 }
 
-impl CcBackend {
-    /// Renders routines in the backend's dialect, compiles them with `config` (its flags) and
-    /// loads them.
+impl CpuBackend {
+    /// Renders routines, compiles them with `config` (its flags) and loads them.
     fn compile_with_config(
         &self,
         routines: &[&Optimized],
         config: &CcConfig,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        if self.dialect == CcDialect::CudaEmulated {
-            return self.compile_emulated(routines, config);
-        }
         let program = {
             let _render = trace::compile_phase("render", &batch_name(routines));
-            render_program(&self.syntax, routines)?
+            self.kernels.render(routines)?
         };
-        let suffixes: Vec<String> = program
+        let units: Vec<compile::Unit> = program
             .units
             .iter()
-            .map(|u| format!("-{}", u.name))
+            .map(|(suffix, source)| compile::Unit { suffix, source })
             .collect();
-        let units: Vec<compile::Unit> = std::iter::once(compile::Unit {
-            suffix: "",
-            source: &program.source,
-        })
-        .chain(
-            program
-                .units
-                .iter()
-                .zip(&suffixes)
-                .map(|(u, suffix)| compile::Unit {
-                    suffix,
-                    source: &u.source,
-                }),
-        )
-        .collect();
-        let source = program.full_source();
-        // SAFETY: every C kernel arrayjit generates has the `KernelFn` signature.
-        unsafe { self.load_batch(config, &units, program.kernels, source, false) }
-    }
-
-    /// Renders the CUDA kernels with their emulation, compiles them as C++ and loads them.
-    fn compile_emulated(
-        &self,
-        routines: &[&Optimized],
-        config: &CcConfig,
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        let program = {
-            let _render = trace::compile_phase("render", &batch_name(routines));
-            render_cuda_emulated(routines)?
-        };
-        let units = [compile::Unit {
-            suffix: "",
-            source: &program.source,
-        }];
-        let kernels = program
-            .kernels
-            .iter()
-            .map(|k| k.interface.clone())
-            .collect();
-        // SAFETY: every emulated entry point has the `EmulatedFn` signature
-        // (`arrayjit_codegen::cuda_emulation`).
-        unsafe { self.load_batch(config, &units, kernels, program.source.clone(), false) }
+        // SAFETY: every kernel arrayjit's renderers generate has their calling convention.
+        unsafe { self.load_batch(config, &units, program.kernels, program.source, false) }
     }
 
     /// Compiles `units` into one library, loads it, and finds every kernel by its symbol with
-    /// the dialect's signature.
+    /// the renderer's calling convention.
     ///
     /// # Safety
-    /// Every kernel's symbol must name a function of the dialect's signature: true of what the
-    /// renderers generate, the caller's contract for source given directly.
+    /// Every kernel's symbol must name a function of the calling convention's signature: true
+    /// of what the renderers generate, the caller's contract for source given directly.
     unsafe fn load_batch(
         &self,
         config: &CcConfig,
@@ -779,12 +457,13 @@ impl CcBackend {
     ) -> Result<Arc<dyn CompiledBatch>> {
         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
         let (library, cache_hit) = compile::compile_and_load(config, units, &names.join("+"))?;
+        let convention = self.kernels.convention();
         // Hand-written emulated CUDA also exports each kernel with its launch taken at call
         // time (`emulated_source`).
         let dims_entries = kernels
             .iter()
             .map(|k| {
-                if !(source_kernels && self.dialect == CcDialect::CudaEmulated) {
+                if !(source_kernels && convention == CallingConvention::EmulatedCuda) {
                     return Ok(None);
                 }
                 let symbol = format!(
@@ -799,21 +478,24 @@ impl CcBackend {
         let entries = kernels
             .iter()
             .map(|k| {
-                // SAFETY: the symbol has the dialect's signature (this function's contract).
-                Ok(match self.dialect {
-                    CcDialect::C => Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? }),
-                    CcDialect::CudaEmulated => {
+                // SAFETY: the symbol has the convention's signature (this function's contract).
+                Ok(match convention {
+                    CallingConvention::C => {
+                        Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? })
+                    }
+                    CallingConvention::EmulatedCuda => {
                         Entry::Emulated(unsafe { library.entry::<EmulatedFn>(&k.symbol)? })
                     }
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Arc::new(CcBatch {
+            backend: self.kernels.name(),
             kernels,
             source,
             entries,
             dims_entries,
-            workers: self.workers.clone(),
+            workers: self.runtime.workers().clone(),
             cache_hit,
             _library: library,
         }))

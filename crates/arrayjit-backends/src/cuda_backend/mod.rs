@@ -13,7 +13,7 @@
 //!   parameters; the scratch buffer holding a routine's local nodes is zeroed on the stream
 //!   before its first pass.
 //! - **Streams and events**: each runtime stream gets a CUDA stream of its own
-//!   ([`crate::LoweredBackend::new_queue`]); markers are CUDA events, and a stream waiting for
+//!   ([`crate::DeviceRuntime::new_queue`]); markers are CUDA events, and a stream waiting for
 //!   another's marker waits on the device (`cuStreamWaitEvent`).
 //! - **Memory**: buffers and pools are `cuMemAlloc` allocations (a pool's views are offsets
 //!   into one); freeing waits for the device first, so work still queued never reads freed
@@ -24,10 +24,11 @@
 mod buffers;
 mod ptx;
 mod queue;
+mod runtime;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrayjit_codegen::cuda::{CudaKernel, CudaPass, CudaProgram, render_cuda};
@@ -41,7 +42,9 @@ use cudarc::driver::{
 };
 
 use crate::device_info::{DeviceInfo, DeviceKind};
-use crate::{BufferHandle, CompileOptions, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
+use crate::{
+    BufferHandle, CompileOptions, CompiledBatch, DeviceRuntime, LoweredBackend, PoolTable, Queue,
+};
 
 pub use buffers::CudaBuffer;
 pub use ptx::{
@@ -161,7 +164,7 @@ fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
 /// The `cuda` lowered backend.
 pub struct CudaBackend {
     gpus: std::result::Result<Vec<Arc<Gpu>>, String>,
-    pools: Mutex<HashMap<(usize, usize), CudaBuffer>>,
+    pools: PoolTable<CudaBuffer>,
 }
 
 impl fmt::Debug for CudaBackend {
@@ -186,7 +189,7 @@ impl CudaBackend {
         static GPUS: OnceLock<std::result::Result<Vec<Arc<Gpu>>, String>> = OnceLock::new();
         CudaBackend {
             gpus: GPUS.get_or_init(open).clone(),
-            pools: Mutex::new(HashMap::new()),
+            pools: PoolTable::new(NAME),
         }
     }
 
@@ -207,10 +210,6 @@ impl CudaBackend {
             ordinal: device,
             num_devices: gpus.len(),
         })
-    }
-
-    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, usize), CudaBuffer>> {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -479,6 +478,10 @@ impl CudaBatch {
 }
 
 impl LoweredBackend for CudaBackend {
+    fn runtime(&self) -> &dyn DeviceRuntime {
+        self
+    }
+
     fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
         Some(&arrayjit_codegen::gpu_dialect::CUDA)
     }
@@ -491,192 +494,8 @@ impl LoweredBackend for CudaBackend {
         self.gpus().map(|_| ())
     }
 
-    fn num_devices(&self) -> usize {
-        self.gpus.as_ref().map_or(0, Vec::len)
-    }
-
     fn device_info(&self, device: usize) -> Result<DeviceInfo> {
         Ok(self.gpu(device)?.info.clone())
-    }
-
-    fn pool_alignment(&self) -> usize {
-        256
-    }
-
-    fn new_queue(&self, device: usize) -> Result<Option<Arc<dyn DeviceQueue>>> {
-        let gpu = self.gpu(device)?.clone();
-        gpu.bind("creating a stream")?;
-        let stream = gpu
-            .ctx
-            .new_stream()
-            .map_err(|e| gpu.driver_error("creating a stream", e))?;
-        Ok(Some(Arc::new(CudaQueue { gpu, stream })))
-    }
-
-    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
-        Ok(Arc::new(CudaBuffer::allocate(
-            self.gpu(device)?,
-            size_in_bytes,
-            256,
-        )?))
-    }
-
-    unsafe fn copy_from_host(
-        &self,
-        dst: &BufferHandle,
-        src: &[u8],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        let d = buffers::of(dst)?;
-        let gpu = self.gpu(d.device_ordinal())?;
-        d.write(gpu, src, queue::stream_for(gpu, queue))
-    }
-
-    unsafe fn copy_to_host(
-        &self,
-        src: &BufferHandle,
-        dst: &mut [u8],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        let s = buffers::of(src)?;
-        let gpu = self.gpu(s.device_ordinal())?;
-        s.read(gpu, dst, queue::stream_for(gpu, queue))
-    }
-
-    unsafe fn copy_from_host_range(
-        &self,
-        dst: &BufferHandle,
-        offset: usize,
-        src: &[u8],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        crate::byte_range_end(dst, offset, src.len())?;
-        let d = buffers::of(dst)?.view(offset, src.len())?;
-        let gpu = self.gpu(d.device_ordinal())?;
-        d.write(gpu, src, queue::stream_for(gpu, queue))
-    }
-
-    unsafe fn copy_to_host_range(
-        &self,
-        src: &BufferHandle,
-        offset: usize,
-        dst: &mut [u8],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        crate::byte_range_end(src, offset, dst.len())?;
-        let s = buffers::of(src)?.view(offset, dst.len())?;
-        let gpu = self.gpu(s.device_ordinal())?;
-        s.read(gpu, dst, queue::stream_for(gpu, queue))
-    }
-
-    unsafe fn copy_buffer(
-        &self,
-        dst: &BufferHandle,
-        src: &BufferHandle,
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        let (d, s) = (buffers::of(dst)?, buffers::of(src)?);
-        if d.size_in_bytes_exact() != s.size_in_bytes_exact() {
-            return Err(Error::ShapeMismatch {
-                op: "device to device".into(),
-                detail: format!(
-                    "destination has {} bytes, source {}",
-                    d.size_in_bytes_exact(),
-                    s.size_in_bytes_exact()
-                ),
-            });
-        }
-        let (gd, gs) = (self.gpu(d.device_ordinal())?, self.gpu(s.device_ordinal())?);
-        if gd.ordinal == gs.ordinal {
-            return d.copy_from(gd, s, queue::stream_for(gd, queue));
-        }
-        // Across devices: through the host.
-        let mut staging = vec![0u8; s.size_in_bytes_exact()];
-        s.read(gs, &mut staging, &gs.default_stream)?;
-        d.write(gd, &staging, queue::stream_for(gd, queue))?;
-        queue::stream_for(gd, queue)
-            .synchronize()
-            .map_err(|e| gd.driver_error("copying between devices", e))
-    }
-
-    fn synchronize(&self, device: usize) -> Result<()> {
-        let gpu = self.gpu(device)?;
-        gpu.bind("waiting for the device")?;
-        gpu.ctx
-            .synchronize()
-            .map_err(|e| gpu.driver_error("waiting for the device", e))
-    }
-
-    fn used_memory(&self, device: usize) -> usize {
-        self.gpu(device)
-            .map_or(0, |g| g.used.load(Ordering::Relaxed))
-    }
-
-    fn alloc_pool(
-        &self,
-        device: usize,
-        pool_id: usize,
-        size_in_bytes: usize,
-        alignment: usize,
-    ) -> Result<()> {
-        let gpu = self.gpu(device)?;
-        let mut pools = self.pools();
-        if pools.contains_key(&(device, pool_id)) {
-            return Err(Error::invalid(format!(
-                "pool {pool_id} already exists on {NAME}:{device}"
-            )));
-        }
-        let pool = CudaBuffer::allocate(gpu, size_in_bytes, alignment)?;
-        pools.insert((device, pool_id), pool);
-        Ok(())
-    }
-
-    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
-        self.pools()
-            .remove(&(device, pool_id))
-            .map(|_| ())
-            .ok_or_else(|| Error::invalid(format!("no pool {pool_id} on {NAME}:{device}")))
-    }
-
-    unsafe fn memset_zero(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<()> {
-        let view = self.pool_view(device, pool_id, offset, size_in_bytes)?;
-        let gpu = self.gpu(device)?;
-        let b = buffers::of(&view)?;
-        b.zero_on(gpu, &gpu.default_stream, size_in_bytes)?;
-        gpu.default_stream
-            .synchronize()
-            .map_err(|e| gpu.driver_error("zeroing pool memory", e))
-    }
-
-    fn pool_view(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<BufferHandle> {
-        let pools = self.pools();
-        let pool = pools
-            .get(&(device, pool_id))
-            .ok_or_else(|| Error::invalid(format!("no pool {pool_id} on {NAME}:{device}")))?;
-        Ok(Arc::new(pool.view(offset, size_in_bytes)?))
-    }
-
-    fn pools(&self, device: usize) -> Vec<(usize, usize)> {
-        let mut out: Vec<(usize, usize)> = self
-            .pools()
-            .iter()
-            .filter(|((d, _), _)| *d == device)
-            .map(|((_, id), b)| (*id, b.size_in_bytes_exact()))
-            .collect();
-        out.sort_unstable();
-        out
     }
 
     fn render_source(&self, routines: &[&Optimized]) -> Result<String> {

@@ -5,7 +5,7 @@
 //! - One device: the adapter wgpu picks (`WGPU_BACKEND`, `WGPU_ADAPTER_NAME` steer it). No
 //!   adapter means the backend is unavailable, with what to install.
 //! - Arrays are storage buffers; a pool is one buffer and its arrays are views at offsets,
-//!   aligned to the device's storage-binding alignment ([`LoweredBackend::pool_alignment`]).
+//!   aligned to the device's storage-binding alignment ([`crate::DeviceRuntime::pool_alignment`]).
 //! - The device's queue is the stream: work runs in submission order. Host copies go through
 //!   staging buffers and wait for the queue; a launch records one compute pass per pass of the
 //!   kernel and submits them.
@@ -16,10 +16,11 @@
 
 mod buffers;
 mod queue;
+mod runtime;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use arrayjit_codegen::gpu_kernel::PassShape;
@@ -29,7 +30,7 @@ use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Result, trace};
 
 use crate::device_info::{DeviceInfo, DeviceKind};
-use crate::{BufferHandle, CompiledBatch, DeviceQueue, LoweredBackend, Queue};
+use crate::{BufferHandle, CompiledBatch, DeviceRuntime, LoweredBackend, PoolTable, Queue};
 
 pub use buffers::WgpuBuffer;
 
@@ -58,7 +59,7 @@ struct Gpu {
 pub struct WgpuBackend {
     gpu: std::result::Result<Arc<Gpu>, String>,
     used: Arc<AtomicUsize>,
-    pools: Mutex<HashMap<usize, WgpuBuffer>>,
+    pools: PoolTable<WgpuBuffer>,
 }
 
 impl fmt::Debug for WgpuBackend {
@@ -81,7 +82,7 @@ impl WgpuBackend {
         WgpuBackend {
             gpu: GPU.get_or_init(|| open().map(Arc::new)).clone(),
             used: Arc::new(AtomicUsize::new(0)),
-            pools: Mutex::new(HashMap::new()),
+            pools: PoolTable::new(NAME),
         }
     }
 
@@ -476,6 +477,10 @@ impl WgpuBatch {
 }
 
 impl LoweredBackend for WgpuBackend {
+    fn runtime(&self) -> &dyn DeviceRuntime {
+        self
+    }
+
     fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
         Some(&arrayjit_codegen::gpu_dialect::WGSL)
     }
@@ -488,160 +493,8 @@ impl LoweredBackend for WgpuBackend {
         self.gpu().map(|_| ())
     }
 
-    fn num_devices(&self) -> usize {
-        usize::from(self.gpu.is_ok())
-    }
-
     fn device_info(&self, device: usize) -> Result<DeviceInfo> {
         Ok(self.device_check(device)?.info.clone())
-    }
-
-    fn pool_alignment(&self) -> usize {
-        self.gpu.as_ref().map_or(1, |g| g.offset_alignment)
-    }
-
-    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
-        let gpu = self.device_check(device)?;
-        Ok(Arc::new(buffers::allocate(gpu, &self.used, size_in_bytes)?))
-    }
-
-    fn new_queue(&self, device: usize) -> Result<Option<Arc<dyn DeviceQueue>>> {
-        let gpu = self.device_check(device)?.clone();
-        Ok(Some(Arc::new(queue::WgpuQueue { gpu })))
-    }
-
-    // Copies go on the device's one queue, in order, whatever the runtime stream.
-    unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
-        let gpu = self.gpu()?;
-        buffers::write(gpu, buffers::of(dst)?, src)
-    }
-
-    unsafe fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
-        let gpu = self.gpu()?;
-        buffers::read(gpu, buffers::of(src)?, dst)
-    }
-
-    /// Directly when the range starts on a word (wgpu copies whole words) and ends on one or
-    /// at the buffer's end; else the default's read, patch, write.
-    unsafe fn copy_from_host_range(
-        &self,
-        dst: &BufferHandle,
-        offset: usize,
-        src: &[u8],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        let end = crate::byte_range_end(dst, offset, src.len())?;
-        let d = buffers::of(dst)?;
-        if buffers::word_aligned(d, offset, end) {
-            return buffers::write(self.gpu()?, &d.view(offset, src.len())?, src);
-        }
-        // SAFETY: this method's contract is the helper's.
-        unsafe { crate::patch_whole_buffer(self, dst, offset, src, queue) }
-    }
-
-    /// Directly when the range starts on a word; else through the whole buffer.
-    unsafe fn copy_to_host_range(
-        &self,
-        src: &BufferHandle,
-        offset: usize,
-        dst: &mut [u8],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        crate::byte_range_end(src, offset, dst.len())?;
-        let s = buffers::of(src)?;
-        if (s.offset + offset).is_multiple_of(4) {
-            return buffers::read(self.gpu()?, &s.view(offset, dst.len())?, dst);
-        }
-        // SAFETY: this method's contract is the helper's.
-        unsafe { crate::read_through_whole_buffer(self, src, offset, dst, queue) }
-    }
-
-    unsafe fn copy_buffer(
-        &self,
-        dst: &BufferHandle,
-        src: &BufferHandle,
-        _: Queue<'_>,
-    ) -> Result<()> {
-        let gpu = self.gpu()?;
-        buffers::copy(gpu, buffers::of(dst)?, buffers::of(src)?)
-    }
-
-    fn synchronize(&self, device: usize) -> Result<()> {
-        let gpu = self.device_check(device)?;
-        gpu.scoped("waiting for the queue", || {
-            gpu.wait("waiting for the queue")
-        })
-    }
-
-    fn used_memory(&self, _device: usize) -> usize {
-        self.used.load(Ordering::Relaxed)
-    }
-
-    fn alloc_pool(
-        &self,
-        device: usize,
-        pool_id: usize,
-        size_in_bytes: usize,
-        alignment: usize,
-    ) -> Result<()> {
-        let gpu = self.device_check(device)?;
-        if !alignment.is_power_of_two() || !alignment.is_multiple_of(gpu.offset_alignment) {
-            return Err(Error::invalid(format!(
-                "pool alignment {alignment} is not a multiple of the device's binding alignment {}",
-                gpu.offset_alignment
-            )));
-        }
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        if pools.contains_key(&pool_id) {
-            return Err(Error::invalid(format!("pool {pool_id} already exists")));
-        }
-        let buffer = buffers::allocate(gpu, &self.used, size_in_bytes)?;
-        pools.insert(pool_id, buffer);
-        Ok(())
-    }
-
-    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
-        self.device_check(device)?;
-        self.pools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&pool_id)
-            .map(|_| ())
-            .ok_or_else(|| Error::invalid(format!("no pool {pool_id}")))
-    }
-
-    unsafe fn memset_zero(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<()> {
-        let gpu = self.device_check(device)?;
-        let view = self.pool_view(device, pool_id, offset, size_in_bytes)?;
-        buffers::zero(gpu, buffers::of(&view)?)
-    }
-
-    fn pool_view(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<BufferHandle> {
-        self.device_check(device)?;
-        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        let pool = pools
-            .get(&pool_id)
-            .ok_or_else(|| Error::invalid(format!("no pool {pool_id}")))?;
-        Ok(Arc::new(pool.view(offset, size_in_bytes)?))
-    }
-
-    fn pools(&self, _device: usize) -> Vec<(usize, usize)> {
-        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out: Vec<(usize, usize)> = pools.iter().map(|(id, b)| (*id, b.size)).collect();
-        out.sort_unstable();
-        out
     }
 
     fn render_source(&self, routines: &[&Optimized]) -> Result<String> {

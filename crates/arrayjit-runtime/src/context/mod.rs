@@ -56,7 +56,11 @@ impl Drop for ContextInner {
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)
         {
-            let _ = device.backend().lowered().free_pool(device.ordinal(), id);
+            let _ = device
+                .backend()
+                .lowered()
+                .runtime()
+                .free_pool(device.ordinal(), id);
         }
     }
 }
@@ -170,6 +174,7 @@ impl Context {
             return Ok(None);
         }
         self.lowered()
+            .runtime()
             .host_memory_buffer(self.inner.stream.device().ordinal(), tn)
     }
 
@@ -357,7 +362,11 @@ impl Context {
             .drain(..)
             .collect();
         for id in ids {
-            device.backend().lowered().free_pool(device.ordinal(), id)?;
+            device
+                .backend()
+                .lowered()
+                .runtime()
+                .free_pool(device.ordinal(), id)?;
         }
         Ok(())
     }
@@ -391,7 +400,7 @@ impl Context {
         }
         let buffer = match buffer {
             Some(b) => typed(b, tn.prec(), &format!("the array of {}", tn.debug_name()))?,
-            None => self.lowered().alloc_array(
+            None => self.lowered().runtime().alloc_array(
                 device.ordinal(),
                 tn.prec(),
                 tn.size_in_bytes() / tn.prec().size_in_bytes(),

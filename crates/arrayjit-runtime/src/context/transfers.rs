@@ -71,6 +71,7 @@ impl ScheduledArray<'_> {
         // SAFETY: as above, nothing writes the array while the task runs.
         unsafe {
             self.lowered
+                .runtime()
                 .copy_to_host(self.buffer, &mut bytes, self.queue)?
         };
         Ok(f(&bytes))
@@ -96,10 +97,15 @@ impl ScheduledArray<'_> {
         // SAFETY (both copies): the task holds write access, as above.
         unsafe {
             self.lowered
+                .runtime()
                 .copy_to_host(self.buffer, &mut bytes, self.queue)?
         };
         f(&mut bytes)?;
-        unsafe { self.lowered.copy_from_host(self.buffer, &bytes, self.queue) }
+        unsafe {
+            self.lowered
+                .runtime()
+                .copy_from_host(self.buffer, &bytes, self.queue)
+        }
     }
 }
 
@@ -276,7 +282,9 @@ impl Context {
                 TaskLabel::Copy("copy part from host", end - start),
                 // SAFETY: run by `schedule_access` as the array's writer (host_sync rule 3).
                 move || unsafe {
-                    lowered.copy_from_host_range(&buffer, start, &bytes, queue.as_deref())
+                    lowered
+                        .runtime()
+                        .copy_from_host_range(&buffer, start, &bytes, queue.as_deref())
                 },
             )?;
         }
@@ -317,7 +325,11 @@ impl Context {
                 node.with_host_mut(|nd| {
                     let dst = &mut nd.as_bytes_mut()[start..end];
                     // SAFETY: run by `schedule_access` as a reader (host_sync rule 2).
-                    unsafe { lowered.copy_to_host_range(&buffer, start, dst, queue.as_deref()) }
+                    unsafe {
+                        lowered
+                            .runtime()
+                            .copy_to_host_range(&buffer, start, dst, queue.as_deref())
+                    }
                 })
             },
         )?;

@@ -44,18 +44,22 @@ fn device_workloads(quick: bool, chain_m: usize) -> Vec<Workload> {
 fn copy_bandwidth(backend: &Backend, bytes: usize) -> Result<f64> {
     let lowered = backend.lowered();
     let (src, dst) = (
-        lowered.alloc_zeroed(0, bytes)?,
-        lowered.alloc_zeroed(0, bytes)?,
+        lowered.runtime().alloc_zeroed(0, bytes)?,
+        lowered.runtime().alloc_zeroed(0, bytes)?,
     );
-    let queue = lowered.new_queue(0)?;
+    let queue = lowered.runtime().new_queue(0)?;
     let t = median_time(
         || {
             // SAFETY: both buffers are this function's own; each copy is waited for before
             // the next.
-            unsafe { lowered.copy_buffer(&dst, &src, queue.as_deref())? };
+            unsafe {
+                lowered
+                    .runtime()
+                    .copy_buffer(&dst, &src, queue.as_deref())?
+            };
             match &queue {
                 Some(q) => q.synchronize(),
-                None => lowered.synchronize(0),
+                None => lowered.runtime().synchronize(0),
             }
         },
         Duration::from_secs(1),

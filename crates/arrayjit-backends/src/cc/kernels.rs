@@ -1,0 +1,161 @@
+//! The renderer part of a CPU backend ([`CpuKernels`]): what source it makes of routines, how
+//! the compiled kernels are entered, and what the device looks like to that code. Two exist:
+//! [`CKernels`] (C, the `cc` backend) and [`EmulatedCudaKernels`] (the CUDA renderer's kernels
+//! under an emulation of the CUDA execution model, the `cuda_emu` backend). A CPU backend is one
+//! of them, the host compiler ([`super::CcConfig`]) and the shared [`crate::cpu::CpuRuntime`].
+
+use std::fmt;
+
+use arrayjit_codegen::cuda_emulation::{self as emu, emulated_source, render_cuda_emulated};
+use arrayjit_codegen::gpu_dialect::GpuDialect;
+use arrayjit_codegen::{CSyntax, KernelInterface, SourceKernel, render_program};
+use arrayjit_ir::{Optimized, Result};
+
+use crate::DeviceInfo;
+
+/// How the compiled kernels of a [`CpuKernels`] are called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallingConvention {
+    /// `void f(uint8_t *const *buffers, const int64_t *statics, const void *workers)`: C
+    /// kernels, splitting their parallel loops on the device's worker pool.
+    C,
+    /// `int f(uint8_t *const *buffers, const int64_t *statics)`, returning 0 or -1 when the
+    /// emulated threads' stacks could not be had; kernels given as source also export a form
+    /// taking the launch at call time
+    /// ([`DIMS_SUFFIX`](arrayjit_codegen::cuda_emulation::DIMS_SUFFIX)).
+    EmulatedCuda,
+}
+
+/// Routines rendered for the host compiler: the units of one library and its kernels.
+#[derive(Clone, Debug)]
+pub struct CpuProgram {
+    /// The translation units, each a file-name suffix (empty for the kernels' own unit, which
+    /// comes first) and its source.
+    pub units: Vec<(String, String)>,
+    /// The kernels, in the order of the routines.
+    pub kernels: Vec<KernelInterface>,
+    /// All the source, for listings and `render_source` (equal sources, equal kernels).
+    pub source: String,
+}
+
+/// The renderer part of a CPU backend.
+pub trait CpuKernels: Send + Sync + fmt::Debug {
+    /// The backend's name (`cc`, `cuda_emu`).
+    fn name(&self) -> &'static str;
+    /// Renders routines into one library's units.
+    fn render(&self, routines: &[&Optimized]) -> Result<CpuProgram>;
+    /// Source given directly (`compile_source`) as the compiler takes it.
+    fn source_for(&self, source: &str, kernels: &[SourceKernel]) -> Result<String>;
+    /// How the compiled kernels are called.
+    fn convention(&self) -> CallingConvention;
+    /// The device as this code sees it, from the host CPU's description. Default: as is.
+    fn device_info(&self, cpu: DeviceInfo) -> DeviceInfo {
+        cpu
+    }
+    /// The GPU dialect the renderer prints, if it prints GPU kernels. Default: none.
+    fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
+        None
+    }
+    /// What to install when the compiler (`compiler`) is missing; `None` (the default): the
+    /// compiler's own message says it.
+    fn how_to_enable(&self, compiler: &str) -> Option<String> {
+        let _ = compiler;
+        None
+    }
+}
+
+/// C for the host compiler: the `cc` backend's renderer.
+#[derive(Clone, Debug)]
+pub struct CKernels {
+    syntax: CSyntax,
+}
+
+impl Default for CKernels {
+    fn default() -> Self {
+        CKernels {
+            syntax: CSyntax::c(),
+        }
+    }
+}
+
+impl CpuKernels for CKernels {
+    fn name(&self) -> &'static str {
+        "cc"
+    }
+
+    fn render(&self, routines: &[&Optimized]) -> Result<CpuProgram> {
+        let program = render_program(&self.syntax, routines)?;
+        let source = program.full_source();
+        let units = std::iter::once((String::new(), program.source))
+            .chain(
+                program
+                    .units
+                    .into_iter()
+                    .map(|u| (format!("-{}", u.name), u.source)),
+            )
+            .collect();
+        Ok(CpuProgram {
+            units,
+            kernels: program.kernels,
+            source,
+        })
+    }
+
+    fn source_for(&self, source: &str, _: &[SourceKernel]) -> Result<String> {
+        Ok(source.to_string())
+    }
+
+    fn convention(&self) -> CallingConvention {
+        CallingConvention::C
+    }
+}
+
+/// The CUDA renderer's kernels compiled as C++ under an emulation of the CUDA execution model
+/// ([`arrayjit_codegen::cuda_emulation`]): the `cuda_emu` backend's renderer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EmulatedCudaKernels;
+
+impl CpuKernels for EmulatedCudaKernels {
+    fn name(&self) -> &'static str {
+        "cuda_emu"
+    }
+
+    fn render(&self, routines: &[&Optimized]) -> Result<CpuProgram> {
+        let program = render_cuda_emulated(routines)?;
+        Ok(CpuProgram {
+            units: vec![(String::new(), program.source.clone())],
+            kernels: program.kernels.into_iter().map(|k| k.interface).collect(),
+            source: program.source,
+        })
+    }
+
+    /// The CUDA kernels, renamed, with entry points that launch them.
+    fn source_for(&self, source: &str, kernels: &[SourceKernel]) -> Result<String> {
+        emulated_source(source, kernels)
+    }
+
+    fn convention(&self) -> CallingConvention {
+        CallingConvention::EmulatedCuda
+    }
+
+    /// The CUDA code it runs may assume the block limits the emulation keeps to.
+    fn device_info(&self, mut info: DeviceInfo) -> DeviceInfo {
+        info.name = format!("{} running emulated CUDA blocks", info.name);
+        info.max_local_size = emu::EMULATED_MAX_BLOCK;
+        info.max_local_invocations = emu::EMULATED_MAX_THREADS;
+        info.max_shared_bytes = emu::EMULATED_SHARED_BYTES;
+        info.subgroup_size = emu::EMULATED_WARP_SIZE;
+        info
+    }
+
+    fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
+        Some(&arrayjit_codegen::gpu_dialect::CUDA)
+    }
+
+    fn how_to_enable(&self, compiler: &str) -> Option<String> {
+        Some(format!(
+            "install a C++ compiler (e.g. `apt-get install g++`) or point CXX at one (the \
+             compiler is `{compiler}`)"
+        ))
+    }
+}

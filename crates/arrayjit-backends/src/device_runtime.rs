@@ -1,0 +1,245 @@
+//! The runtime part of a backend (the reference's `Runtime`): its devices' buffers, pools and
+//! queues, and the copies between the host, buffers and devices. A backend names its runtime
+//! ([`crate::LoweredBackend::runtime`]); the CPU backends share one ([`crate::cpu::CpuRuntime`]).
+
+use std::sync::Arc;
+
+use arrayjit_ir::Result;
+
+use crate::{BufferHandle, DeviceQueue, Queue, array_buffer};
+
+/// A backend's runtime: devices, buffers, pools, queues and copies. The calls that touch buffer
+/// memory are `unsafe fn`; see [`crate::DATA_PLANE_CONTRACT`].
+pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
+    /// How many devices the backend has (0 when unavailable).
+    fn num_devices(&self) -> usize;
+    /// Allocates a zero-filled buffer on a device.
+    fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle>;
+    /// Allocates a zero-filled buffer for `num_elems` values of `prec` on a device (the
+    /// reference's `alloc_zero_init_array`): the buffer knows its precision
+    /// ([`crate::DeviceBuffer::prec`]), and launches and copies check it. Default: an
+    /// [`alloc_zeroed`](DeviceRuntime::alloc_zeroed) buffer, typed.
+    fn alloc_array(
+        &self,
+        device: usize,
+        prec: arrayjit_ir::Prec,
+        num_elems: usize,
+    ) -> Result<BufferHandle> {
+        let bytes = num_elems.checked_mul(prec.size_in_bytes()).ok_or_else(|| {
+            arrayjit_ir::Error::invalid(format!(
+                "{num_elems} {} values do not fit in memory",
+                prec.name()
+            ))
+        })?;
+        array_buffer::typed(self.alloc_zeroed(device, bytes)?, prec, "a new array")
+    }
+    /// A queue of the device's own for one runtime stream, if the backend runs work
+    /// asynchronously (see [`crate::queue`]); `None` (the default, every CPU backend): work finishes
+    /// before the call that runs it returns.
+    fn new_queue(&self, device: usize) -> Result<Option<Arc<dyn DeviceQueue>>> {
+        let _ = device;
+        Ok(None)
+    }
+    /// The host array of `tn` used in place as its array on `device` (the reference's
+    /// `use_host_memory`, for unified memory such as the CPU's), if this backend does that;
+    /// `Ok(None)` (the default): arrays are the device's own. The runtime uses it for hosted
+    /// constant and volatile nodes, which devices never write.
+    fn host_memory_buffer(
+        &self,
+        device: usize,
+        tn: &arrayjit_ir::Tnode,
+    ) -> Result<Option<BufferHandle>> {
+        let _ = (device, tn);
+        Ok(None)
+    }
+    /// Copies host bytes into a buffer (sizes must match), on `queue` when given. The bytes
+    /// may be reused as soon as this returns.
+    ///
+    /// # Safety
+    /// Nothing else accesses `dst` until the copy has finished ([`crate::DATA_PLANE_CONTRACT`]).
+    unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>)
+    -> Result<()>;
+    /// Copies a buffer into host bytes (sizes must match), after the work of `queue` when
+    /// given; the bytes hold the values when this returns.
+    ///
+    /// # Safety
+    /// Nothing writes `src` until the copy has finished ([`crate::DATA_PLANE_CONTRACT`]).
+    unsafe fn copy_to_host(
+        &self,
+        src: &BufferHandle,
+        dst: &mut [u8],
+        queue: Queue<'_>,
+    ) -> Result<()>;
+    /// Copies `src` into bytes `offset..offset + src.len()` of a buffer, on `queue` when given
+    /// (a range outside the buffer is an error, and nothing is copied). Default: the whole
+    /// buffer through a temporary: read, patched, written back.
+    ///
+    /// # Safety
+    /// As [`DeviceRuntime::copy_from_host`].
+    unsafe fn copy_from_host_range(
+        &self,
+        dst: &BufferHandle,
+        offset: usize,
+        src: &[u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        // SAFETY: this method's contract is the helper's.
+        unsafe { patch_whole_buffer(self, dst, offset, src, queue) }
+    }
+    /// Copies bytes `offset..offset + dst.len()` of a buffer into `dst`, after the work of
+    /// `queue` when given (a range outside the buffer is an error, and nothing is copied).
+    /// Default: the whole buffer through a temporary, then the range.
+    ///
+    /// # Safety
+    /// As [`DeviceRuntime::copy_to_host`].
+    unsafe fn copy_to_host_range(
+        &self,
+        src: &BufferHandle,
+        offset: usize,
+        dst: &mut [u8],
+        queue: Queue<'_>,
+    ) -> Result<()> {
+        // SAFETY: this method's contract is the helper's.
+        unsafe { read_through_whole_buffer(self, src, offset, dst, queue) }
+    }
+    /// Copies one buffer into another of the same size (possibly across devices), on `queue`
+    /// when given.
+    ///
+    /// # Safety
+    /// Until the copy has finished, nothing else accesses `dst` and nothing writes `src`
+    /// ([`crate::DATA_PLANE_CONTRACT`]).
+    unsafe fn copy_buffer(
+        &self,
+        dst: &BufferHandle,
+        src: &BufferHandle,
+        queue: Queue<'_>,
+    ) -> Result<()>;
+    /// Waits until every launch and copy queued on a device, on any queue, has finished (a
+    /// CPU backend runs them before returning, so there is nothing to wait for by default).
+    fn synchronize(&self, device: usize) -> Result<()> {
+        let _ = device;
+        Ok(())
+    }
+    /// Bytes currently allocated for arrays on a device (pools included).
+    fn used_memory(&self, device: usize) -> usize;
+    /// Allocates pool `pool_id` on a device: `size_in_bytes` zeroed bytes aligned to
+    /// `alignment` (a power of two). An id already in use is an error.
+    fn alloc_pool(
+        &self,
+        device: usize,
+        pool_id: usize,
+        size_in_bytes: usize,
+        alignment: usize,
+    ) -> Result<()>;
+    /// [`DeviceRuntime::alloc_pool`] for arrays of one memory mode (`Some`), or of several
+    /// (`None`), so a backend can choose the storage (e.g. memory the host can map for hosted
+    /// nodes, private memory for device-only ones, as Metal does). The runtime calls this one;
+    /// the default ignores the mode.
+    fn alloc_pool_for(
+        &self,
+        device: usize,
+        pool_id: usize,
+        size_in_bytes: usize,
+        alignment: usize,
+        mode: Option<arrayjit_ir::MemoryMode>,
+    ) -> Result<()> {
+        let _ = mode;
+        self.alloc_pool(device, pool_id, size_in_bytes, alignment)
+    }
+    /// The alignment (a power of two) arrays in this backend's pools need, e.g. a GPU's
+    /// storage-binding offset alignment. The runtime plans pools with at least this.
+    fn pool_alignment(&self) -> usize {
+        1
+    }
+    /// Bytes the memory planner leaves unused around every array of a pool on this backend
+    /// (0: arrays packed tight; see [`DeviceRuntime::guard_pool`]).
+    fn pool_guard_bytes(&self) -> usize {
+        0
+    }
+    /// Marks the byte ranges `(offset, length)` of a pool that no array uses, so that accesses
+    /// to them are caught where the backend can (the CPU: AddressSanitizer poisoning when its
+    /// runtime is loaded). Returns whether they are checked. Default: not checked.
+    fn guard_pool(&self, device: usize, pool_id: usize, unused: &[(usize, usize)]) -> Result<bool> {
+        let _ = (device, pool_id, unused);
+        Ok(false)
+    }
+    /// Frees a pool; buffers viewing it keep its memory alive until they are dropped.
+    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()>;
+    /// Zeroes `size_in_bytes` at `offset` in a pool.
+    ///
+    /// # Safety
+    /// Nothing else accesses those bytes of the pool (through any view) until this returns
+    /// ([`crate::DATA_PLANE_CONTRACT`]).
+    unsafe fn memset_zero(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<()>;
+    /// A buffer for bytes `offset..offset + size_in_bytes` of a pool.
+    fn pool_view(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<BufferHandle>;
+    /// The live pools of a device: `(pool_id, size_in_bytes)`, by id.
+    fn pools(&self, device: usize) -> Vec<(usize, usize)>;
+}
+
+/// The end of bytes `offset..offset + len` of a buffer, or an error if they do not lie in it.
+pub fn byte_range_end(buffer: &BufferHandle, offset: usize, len: usize) -> Result<usize> {
+    offset
+        .checked_add(len)
+        .filter(|&end| end <= buffer.size_in_bytes())
+        .ok_or_else(|| arrayjit_ir::Error::IndexOutOfBounds {
+            detail: format!(
+                "bytes {offset}..{offset}+{len} of a buffer of {} bytes",
+                buffer.size_in_bytes()
+            ),
+        })
+}
+
+/// Copies `src` into bytes `offset..` of `dst` through the whole buffer: read, patched, written
+/// back (for backends that cannot write part of a buffer; the default of
+/// [`DeviceRuntime::copy_from_host_range`]).
+///
+/// # Safety
+/// As [`DeviceRuntime::copy_from_host`] and [`DeviceRuntime::copy_to_host`] on `dst`.
+pub unsafe fn patch_whole_buffer<R: DeviceRuntime + ?Sized>(
+    runtime: &R,
+    dst: &BufferHandle,
+    offset: usize,
+    src: &[u8],
+    queue: Queue<'_>,
+) -> Result<()> {
+    let end = byte_range_end(dst, offset, src.len())?;
+    let mut all = vec![0u8; dst.size_in_bytes()];
+    // SAFETY: the caller has exclusive access to `dst` (this function's contract).
+    unsafe { runtime.copy_to_host(dst, &mut all, queue)? };
+    all[offset..end].copy_from_slice(src);
+    // SAFETY: as above.
+    unsafe { runtime.copy_from_host(dst, &all, queue) }
+}
+
+/// Copies bytes `offset..` of `src` into `dst` through the whole buffer (the default of
+/// [`DeviceRuntime::copy_to_host_range`]).
+///
+/// # Safety
+/// As [`DeviceRuntime::copy_to_host`] on `src`.
+pub unsafe fn read_through_whole_buffer<R: DeviceRuntime + ?Sized>(
+    runtime: &R,
+    src: &BufferHandle,
+    offset: usize,
+    dst: &mut [u8],
+    queue: Queue<'_>,
+) -> Result<()> {
+    let end = byte_range_end(src, offset, dst.len())?;
+    let mut all = vec![0u8; src.size_in_bytes()];
+    // SAFETY: nothing writes `src` meanwhile (this function's contract).
+    unsafe { runtime.copy_to_host(src, &mut all, queue)? };
+    dst.copy_from_slice(&all[offset..end]);
+    Ok(())
+}
