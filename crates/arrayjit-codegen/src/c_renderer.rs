@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::tnode::sanitize_identifier;
-use arrayjit_ir::{LowLevel, Optimized, Result, StaticSymbol, Tnode};
+use arrayjit_ir::{LowLevel, Optimized, Result, Tnode};
 
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 
@@ -17,59 +17,7 @@ use crate::c_kernel::{
 };
 use crate::c_statements::{KernelScope, StatementFunctions};
 use crate::c_syntax::{self, CSyntax, Helper};
-
-/// The C declaration of the worker-pool handle every kernel receives as its third argument
-/// (layout of `arrayjit_backends::worker_pool::ParallelHandle`).
-pub const PARALLEL_TYPEDEF: &str = "typedef struct aj_par {\n  const void *pool;\n  void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks);\n  int64_t workers;\n} aj_par;\n\n";
-
-/// How to call one rendered kernel: the one statement of the calling convention, produced by
-/// [`KernelInterface::of`] and read by the renderer, the runtime that gathers the buffers, and
-/// the launch check. Buffers go in this order: the arrays (materialized nodes by id), then the
-/// merge buffer if the kernel reads one, then the scratch buffer if it needs one; static
-/// indices are passed as values in the order of `statics`.
-#[derive(Clone, Debug)]
-pub struct KernelInterface {
-    /// The routine's name.
-    pub name: String,
-    /// The C symbol of the kernel.
-    pub symbol: String,
-    /// The arrays passed in `args`, in order (materialized nodes by id).
-    pub args: Vec<Tnode>,
-    /// If set, the merge buffer holding this node is passed after the arrays.
-    pub merge: Option<Tnode>,
-    /// The static symbols passed in `statics`, in order.
-    pub statics: Vec<StaticSymbol>,
-    /// If non-zero, a scratch buffer of at least this many bytes is passed last.
-    pub scratch_bytes: usize,
-}
-
-impl KernelInterface {
-    /// The interface of a routine's kernel, exported as `symbol`.
-    pub fn of(r: &Optimized, symbol: String) -> KernelInterface {
-        KernelInterface {
-            name: r.name.clone(),
-            symbol,
-            args: r.materialized_nodes(),
-            merge: r.merge_node.clone(),
-            statics: r.bindings.clone(),
-            scratch_bytes: r.scratch.total_bytes(),
-        }
-    }
-
-    /// The least size in bytes of every buffer a launch passes, in order.
-    pub fn buffer_sizes(&self) -> Vec<usize> {
-        let mut sizes: Vec<usize> = self
-            .args
-            .iter()
-            .chain(self.merge.iter())
-            .map(|t| t.size_in_bytes())
-            .collect();
-        if self.scratch_bytes > 0 {
-            sizes.push(self.scratch_bytes);
-        }
-        sizes
-    }
-}
+use crate::kernel::{KernelInterface, PARALLEL_TYPEDEF};
 
 /// A rendered C program: the kernels' translation unit, with one kernel per routine, and the
 /// units it calls into (the blocked product helpers), which are the same for every routine of a

@@ -30,10 +30,10 @@ use arrayjit_ir::{
 };
 
 use crate::c_kernel::{KernelRenderer, node_name};
-use crate::c_renderer::KernelInterface;
 use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
 use crate::gpu_dialect::{CUDA as DIALECT, GpuDialect, gpu_pass};
 use crate::gpu_kernel::{self, Barrier, KernelDialect, PassShape, Ty};
+use crate::kernel::KernelInterface;
 
 /// Lines every CUDA file starts with: NVRTC has no standard headers.
 const PRELUDE: &str = "typedef signed char int8_t;

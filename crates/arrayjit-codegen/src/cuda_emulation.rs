@@ -18,7 +18,7 @@ use arrayjit_ir::{Optimized, Result};
 
 use crate::cuda::{CudaProgram, render_with};
 use crate::gpu_kernel::PassShape;
-use crate::source_kernel::check_symbol;
+use crate::kernel::check_symbol;
 use crate::{CSyntax, SourceKernel};
 
 /// The emulation of the CUDA execution model every emulated program starts with.

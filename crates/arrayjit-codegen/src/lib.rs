@@ -1,8 +1,9 @@
 //! arrayjit-codegen: the second layer of arrayjit. Renderers from the optimized loop IR to
 //! source code: C, driven by a table of syntax ([`c_syntax::CSyntax`]) so that other C-like
 //! dialects (CUDA C, and CUDA C emulated on the host by [`cuda_emulation`]) share the renderer;
-//! and WGSL ([`wgsl`]), compute passes for GPUs through
-//! wgpu.
+//! and WGSL ([`wgsl`]), compute passes for GPUs through wgpu. GPU pass shapes are lowered once
+//! into a kernel tree ([`gpu_kernel`]) and printed per dialect; every kernel, rendered or
+//! written by hand, is described by one [`kernel::KernelInterface`].
 
 #![warn(missing_docs)]
 // `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
@@ -19,10 +20,10 @@ pub mod cuda_emulation;
 pub mod gemm;
 pub mod gpu_dialect;
 pub mod gpu_kernel;
-pub mod source_kernel;
+pub mod kernel;
 pub mod wgsl;
 
 pub use c_kernel::CUnit;
-pub use c_renderer::{CProgram, KernelInterface, render_program};
+pub use c_renderer::{CProgram, render_program};
 pub use c_syntax::CSyntax;
-pub use source_kernel::{LaunchDims, SourceKernel};
+pub use kernel::{KernelInterface, LaunchDims, PARALLEL_TYPEDEF, SourceKernel};

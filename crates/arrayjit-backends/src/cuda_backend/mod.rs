@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use arrayjit_codegen::cuda::{CudaKernel, CudaPass, CudaProgram, render_cuda};
 use arrayjit_codegen::gpu_kernel::PassShape;
-use arrayjit_codegen::source_kernel::check_symbol;
+use arrayjit_codegen::kernel::check_symbol;
 use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Prec, Result, trace};
 use cudarc::driver::sys::CUdevice_attribute as Attr;

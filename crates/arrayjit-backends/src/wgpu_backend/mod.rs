@@ -24,7 +24,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use arrayjit_codegen::gpu_kernel::PassShape;
-use arrayjit_codegen::source_kernel::check_symbol;
+use arrayjit_codegen::kernel::check_symbol;
 use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
 use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Result, trace};

@@ -36,8 +36,8 @@ use arrayjit_ir::{
 };
 
 use crate::c_kernel::node_name;
-use crate::c_renderer::KernelInterface;
 use crate::gpu_dialect::WGSL as DIALECT;
+use crate::kernel::KernelInterface;
 
 mod dialect;
 mod ops;

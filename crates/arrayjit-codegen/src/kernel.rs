@@ -1,15 +1,77 @@
-//! Kernels written by hand rather than rendered from routines (the reference's `compile
-//! ~source_code` and `launch_kernel ~global_dims ?local_dims`): what a backend needs besides
-//! the source to call one. [`SourceKernel`] pairs a [`KernelInterface`] (its buffers and static
-//! indices) with the [`LaunchDims`] a GPU launches it with; CPU backends call a kernel once and
-//! ignore them.
+//! The one description of a kernel, whichever backend runs it: [`KernelInterface`] says how a
+//! kernel is called (its buffers in order — arrays, merge buffer, scratch — and its static
+//! indices), [`LaunchDims`] how a GPU launches it, and [`SourceKernel`] pairs the two for
+//! kernels written by hand (the reference's `compile ~source_code` and `launch_kernel
+//! ~global_dims ?local_dims`). Renderers produce interfaces, the runtime gathers buffers in
+//! their order, and `arrayjit_backends::check_launch` checks every launch against them.
 //!
-//! The calling convention each backend expects of the source is stated on
-//! `LoweredBackend::compile_source` in `arrayjit-backends`.
+//! # Calling conventions
+//!
+//! The buffers of an interface reach the kernel as:
+//!
+//! | backend | kernel signature | buffers | static indices | launch |
+//! |---|---|---|---|---|
+//! | `cc` (C) | `void f(void *const *args, const int64_t *statics, const aj_par *par)` | `args[i]`, in interface order | `statics[j]` | called once; `par` is the device's worker pool ([`PARALLEL_TYPEDEF`], the layout of `arrayjit_backends::worker_pool::ParallelHandle`) |
+//! | `cuda`, `cuda_emu` | `extern "C" __global__ void f(T0 *a_0, ..., long long s0, ...)` | one pointer parameter each, in order | one `long long` each, after the buffers | each recorded GPU pass is a kernel of its own (`<symbol>_p<k>`), launched with its grid and block; source kernels with [`LaunchDims`] |
+//! | `wgpu` (WGSL) | an entry point per pass | `@group(0) @binding(i)` | an `array<i32>` at the binding after the last buffer | workgroups; the shader declares `@workgroup_size` |
+//!
+//! `LoweredBackend::compile_source` in `arrayjit-backends` states what hand-written source must
+//! export for each.
 
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, Optimized, Result, StaticSymbol, Tnode};
 
-use crate::KernelInterface;
+/// The C declaration of the worker-pool handle every kernel receives as its third argument
+/// (layout of `arrayjit_backends::worker_pool::ParallelHandle`).
+pub const PARALLEL_TYPEDEF: &str = "typedef struct aj_par {\n  const void *pool;\n  void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks);\n  int64_t workers;\n} aj_par;\n\n";
+
+/// How to call one rendered kernel: the one statement of the calling convention, produced by
+/// [`KernelInterface::of`] and read by the renderer, the runtime that gathers the buffers, and
+/// the launch check. Buffers go in this order: the arrays (materialized nodes by id), then the
+/// merge buffer if the kernel reads one, then the scratch buffer if it needs one; static
+/// indices are passed as values in the order of `statics`.
+#[derive(Clone, Debug)]
+pub struct KernelInterface {
+    /// The routine's name.
+    pub name: String,
+    /// The C symbol of the kernel.
+    pub symbol: String,
+    /// The arrays passed in `args`, in order (materialized nodes by id).
+    pub args: Vec<Tnode>,
+    /// If set, the merge buffer holding this node is passed after the arrays.
+    pub merge: Option<Tnode>,
+    /// The static symbols passed in `statics`, in order.
+    pub statics: Vec<StaticSymbol>,
+    /// If non-zero, a scratch buffer of at least this many bytes is passed last.
+    pub scratch_bytes: usize,
+}
+
+impl KernelInterface {
+    /// The interface of a routine's kernel, exported as `symbol`.
+    pub fn of(r: &Optimized, symbol: String) -> KernelInterface {
+        KernelInterface {
+            name: r.name.clone(),
+            symbol,
+            args: r.materialized_nodes(),
+            merge: r.merge_node.clone(),
+            statics: r.bindings.clone(),
+            scratch_bytes: r.scratch.total_bytes(),
+        }
+    }
+
+    /// The least size in bytes of every buffer a launch passes, in order.
+    pub fn buffer_sizes(&self) -> Vec<usize> {
+        let mut sizes: Vec<usize> = self
+            .args
+            .iter()
+            .chain(self.merge.iter())
+            .map(|t| t.size_in_bytes())
+            .collect();
+        if self.scratch_bytes > 0 {
+            sizes.push(self.scratch_bytes);
+        }
+        sizes
+    }
+}
 
 /// The launch of a GPU kernel: blocks (CUDA) or workgroups (WGSL) in x, y, z, and threads per
 /// block in x, y, z (CUDA; a WGSL shader declares its own `@workgroup_size`).
