@@ -72,6 +72,7 @@ pub fn typed(buffer: BufferHandle, prec: Prec, op: &str) -> Result<BufferHandle>
         None if !buffer.size_in_bytes().is_multiple_of(prec.size_in_bytes()) => {
             Err(Error::ShapeMismatch {
                 op: op.to_string(),
+                shapes: vec![],
                 detail: format!(
                     "a buffer of {} bytes does not hold whole {} values ({} bytes each)",
                     buffer.size_in_bytes(),

@@ -259,6 +259,7 @@ impl CpuBuffer {
         if src.len() != self.size {
             return Err(Error::ShapeMismatch {
                 op: "CpuBuffer::write".into(),
+                shapes: vec![],
                 detail: format!(
                     "the buffer holds {} bytes but {} were given",
                     self.size,

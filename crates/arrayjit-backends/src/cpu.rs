@@ -60,6 +60,7 @@ pub(crate) fn with_host_locks<R>(buffers: &[&CpuBuffer], f: impl FnOnce() -> R) 
 fn size_mismatch(what: &str, a: usize, b: usize) -> Error {
     Error::ShapeMismatch {
         op: what.into(),
+        shapes: vec![],
         detail: format!("the buffer holds {a} bytes but {b} bytes were given"),
     }
 }

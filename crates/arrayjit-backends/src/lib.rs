@@ -132,6 +132,7 @@ pub fn check_launch<'a, B: DeviceBuffer>(
         if buffer.size_in_bytes() < need {
             return Err(Error::ShapeMismatch {
                 op: format!("launching {}", k.name),
+                shapes: vec![],
                 detail: format!(
                     "argument {pos} needs {need} bytes but its buffer has {}",
                     buffer.size_in_bytes()

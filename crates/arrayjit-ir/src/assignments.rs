@@ -248,10 +248,7 @@ impl Assignments {
 }
 
 fn shape_error(op: &str, detail: String) -> Error {
-    Error::ShapeMismatch {
-        op: op.to_string(),
-        detail,
-    }
+    Error::shape_mismatch(op, &[], detail)
 }
 
 /// Checks that each index of an access to `tn` stays inside the node for every value of the
@@ -263,8 +260,9 @@ fn check_access(
     what: &str,
 ) -> Result<()> {
     if idcs.len() != tn.dims().len() {
-        return Err(shape_error(
+        return Err(Error::shape_mismatch(
             what,
+            &[tn.dims()],
             format!(
                 "{} has {} axes (dims {:?}) but is indexed with {} indices",
                 tn.debug_name(),
@@ -328,8 +326,9 @@ fn lower_accum(
         ));
     }
     if p.lhs_dims != lhs.dims() {
-        return Err(shape_error(
+        return Err(Error::shape_mismatch(
             &what,
+            &[&p.lhs_dims, lhs.dims()],
             format!(
                 "projections expect lhs dims {:?} but the node has {:?}",
                 p.lhs_dims,
@@ -364,8 +363,9 @@ fn lower_accum(
         .enumerate()
     {
         if dims.as_slice() != op.node().dims() {
-            return Err(shape_error(
+            return Err(Error::shape_mismatch(
                 &what,
+                &[dims, op.node().dims()],
                 format!(
                     "projections expect operand {k} dims {dims:?} but {} has {:?}",
                     op.node().debug_name(),

@@ -39,7 +39,11 @@ pub enum Error {
     ShapeMismatch {
         /// The operation that found the mismatch.
         op: String,
-        /// Both shapes and what was expected.
+        /// The shapes (dims) that disagree, in the order `detail` names them (e.g. the left
+        /// operand's, then the right's; or the expected, then the given); empty where what
+        /// disagrees is not a shape (sizes in bytes, a spec, an axis number).
+        shapes: Vec<Vec<usize>>,
+        /// What disagrees and what was expected.
         detail: String,
     },
     /// An index lies outside the array it indexes.
@@ -347,6 +351,20 @@ impl Error {
                 source.root_cause()
             }
             other => other,
+        }
+    }
+
+    /// A [`Error::ShapeMismatch`] found by `op` between `shapes` (see the field), said in
+    /// `detail`.
+    pub fn shape_mismatch(
+        op: impl Into<String>,
+        shapes: &[&[usize]],
+        detail: impl Into<String>,
+    ) -> Error {
+        Error::ShapeMismatch {
+            op: op.into(),
+            shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+            detail: detail.into(),
         }
     }
 

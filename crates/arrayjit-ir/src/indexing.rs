@@ -335,6 +335,7 @@ impl Projections {
     ) -> Result<Projections> {
         let bad = |detail: String| Error::ShapeMismatch {
             op: format!("einsum {spec:?}"),
+            shapes: vec![],
             detail,
         };
         let (rhs_spec, lhs_spec) = spec

@@ -91,6 +91,7 @@ fn check_array(tn: &Tnode, nd: &Ndarray) -> Result<()> {
     if nd.dims() != tn.padded_dims() || nd.prec() != tn.prec() {
         return Err(Error::ShapeMismatch {
             op: "interpreter array".into(),
+            shapes: vec![tn.padded_dims().to_vec(), nd.dims().to_vec()],
             detail: format!(
                 "{} is {} {:?} but the array is {} {:?}",
                 tn.debug_name(),

@@ -33,6 +33,7 @@ impl Padding {
         if self.axes.len() != dims.len() {
             return Err(Error::ShapeMismatch {
                 op: "padding".into(),
+                shapes: vec![],
                 detail: format!(
                     "padding has {} axes but dims {dims:?} have {}",
                     self.axes.len(),
@@ -279,6 +280,7 @@ impl Ndarray {
         {
             return Err(Error::ShapeMismatch {
                 op: "Ndarray::with_padding".into(),
+                shapes: vec![self.dims.clone()],
                 detail: format!(
                     "storage dims {:?} cannot hold margins {:?} around at least one element per axis",
                     self.dims, padding.axes
@@ -528,6 +530,7 @@ impl Ndarray {
         if other.prec() != self.prec() || other.dims != self.dims {
             return Err(Error::ShapeMismatch {
                 op: "Ndarray::copy_from".into(),
+                shapes: vec![other.dims.clone(), self.dims.clone()],
                 detail: format!(
                     "source is {} {:?}, destination is {} {:?}",
                     other.prec(),
@@ -545,6 +548,7 @@ impl Ndarray {
 fn size_mismatch(op: &str, dims: &[usize], expected: usize, got: usize) -> Error {
     Error::ShapeMismatch {
         op: op.into(),
+        shapes: vec![dims.to_vec()],
         detail: format!("dims {dims:?} hold {expected} elements but {got} values were given"),
     }
 }

@@ -69,6 +69,7 @@ fn accumulate_into(grad: &arrayjit_ir::Tnode, c: &Tensor, first: bool) -> Result
     if rp > rc {
         return Err(Error::ShapeMismatch {
             op: "backprop".into(),
+            shapes: vec![c.dims().to_vec(), grad.dims().to_vec()],
             detail: format!(
                 "a gradient contribution of shape {:?} cannot flow into {} of shape {:?}",
                 c.dims(),

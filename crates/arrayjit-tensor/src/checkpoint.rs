@@ -166,6 +166,7 @@ pub fn load(params: &[Tensor], path: &Path) -> Result<()> {
         if shape.as_deref() != Some(p.dims()) {
             return Err(Error::ShapeMismatch {
                 op: format!("loading {name}"),
+                shapes: shape.iter().cloned().chain([p.dims().to_vec()]).collect(),
                 detail: format!(
                     "the file holds {dtype} {shape:?}, the parameter is {} {:?}; nothing was loaded",
                     p.prec().name(),

@@ -30,6 +30,7 @@ fn check_axes(op: &str, dims: &[usize], axes: &[usize]) -> Result<()> {
         if a >= dims.len() || seen[a] {
             return Err(Error::ShapeMismatch {
                 op: op.into(),
+                shapes: vec![dims.to_vec()],
                 detail: format!("axes {axes:?} are not distinct axes of shape {dims:?}"),
             });
         }
@@ -44,6 +45,7 @@ impl Tensor {
     pub fn einsum(spec: &str, inputs: &[&Tensor]) -> Result<Tensor> {
         let (lhs, rhs) = parse_spec(spec).ok_or_else(|| Error::ShapeMismatch {
             op: format!("einsum {spec:?}"),
+            shapes: vec![],
             detail: "the spec needs `->`".into(),
         })?;
         match inputs {
@@ -83,6 +85,7 @@ impl Tensor {
             }
             _ => Err(Error::ShapeMismatch {
                 op: format!("einsum {spec:?}"),
+                shapes: vec![],
                 detail: format!("takes one or two tensors, {} were given", inputs.len()),
             }),
         }
@@ -93,6 +96,7 @@ impl Tensor {
         if self.dims().len() != 2 || other.dims().len() != 2 || self.dims()[1] != other.dims()[0] {
             return Err(Error::ShapeMismatch {
                 op: "matmul".into(),
+                shapes: vec![self.dims().to_vec(), other.dims().to_vec()],
                 detail: format!(
                     "{:?} × {:?}: both must be 2-D and the inner sizes must agree",
                     self.dims(),
@@ -173,6 +177,7 @@ impl Tensor {
         if perm.len() != n {
             return Err(Error::ShapeMismatch {
                 op: "transpose".into(),
+                shapes: vec![self.dims().to_vec()],
                 detail: format!("permutation {perm:?} for shape {:?}", self.dims()),
             });
         }
@@ -188,6 +193,7 @@ impl Tensor {
         if dims.iter().product::<usize>() != n {
             return Err(Error::ShapeMismatch {
                 op: "reshape".into(),
+                shapes: vec![self.dims().to_vec(), dims.to_vec()],
                 detail: format!(
                     "{:?} has {n} elements, {dims:?} has {}",
                     self.dims(),
@@ -205,6 +211,7 @@ impl Tensor {
         if axis >= dims.len() || start.checked_add(len).is_none_or(|end| end > dims[axis]) {
             return Err(Error::ShapeMismatch {
                 op: "narrow".into(),
+                shapes: vec![dims.to_vec()],
                 detail: format!(
                     "elements {start}..{} along axis {axis} of shape {dims:?} are out of range",
                     start.saturating_add(len)

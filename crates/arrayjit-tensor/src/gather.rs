@@ -106,6 +106,7 @@ impl Tensor {
         if axis >= dims.len() {
             return Err(Error::ShapeMismatch {
                 op: "take".into(),
+                shapes: vec![dims.to_vec()],
                 detail: format!("axis {axis} is not an axis of shape {dims:?}"),
             });
         }
@@ -165,6 +166,7 @@ impl Tensor {
         if self.dims().len() != 2 {
             return Err(Error::ShapeMismatch {
                 op: "embedding".into(),
+                shapes: vec![self.dims().to_vec()],
                 detail: format!(
                     "the table must be [vocabulary, width], got {:?}",
                     self.dims()

@@ -9,6 +9,7 @@ fn same_shape(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.dims() != b.dims() {
         return Err(Error::ShapeMismatch {
             op: op.into(),
+            shapes: vec![a.dims().to_vec(), b.dims().to_vec()],
             detail: format!(
                 "predictions {:?} and targets {:?} differ",
                 a.dims(),
@@ -65,6 +66,7 @@ pub fn softmax_cross_entropy(logits: &Tensor, one_hot: &Tensor) -> Result<Tensor
     if logits.dims().len() != 2 {
         return Err(Error::ShapeMismatch {
             op: "softmax_cross_entropy".into(),
+            shapes: vec![logits.dims().to_vec()],
             detail: format!("logits must be [batch, classes], got {:?}", logits.dims()),
         });
     }
@@ -98,12 +100,14 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let Some((&classes, lead)) = dims.split_last() else {
         return Err(Error::ShapeMismatch {
             op: "cross_entropy".into(),
+            shapes: vec![],
             detail: "logits must have a class axis".into(),
         });
     };
     if targets.dims() != lead {
         return Err(Error::ShapeMismatch {
             op: "cross_entropy".into(),
+            shapes: vec![lead.to_vec(), targets.dims().to_vec()],
             detail: format!(
                 "logits {dims:?} need targets of shape {lead:?}, got {:?}",
                 targets.dims()

@@ -56,6 +56,7 @@ fn lead_letters(x: &Tensor, op: &str) -> Result<String> {
     if rank == 0 || rank > 12 {
         return Err(Error::ShapeMismatch {
             op: op.into(),
+            shapes: vec![x.dims().to_vec()],
             detail: format!("expected 1 to 12 axes, got shape {:?}", x.dims()),
         });
     }
@@ -66,6 +67,7 @@ fn expect_width(op: &str, x: &Tensor, width: usize) -> Result<()> {
     if x.dims().last() != Some(&width) {
         return Err(Error::ShapeMismatch {
             op: op.into(),
+            shapes: vec![x.dims().to_vec()],
             detail: format!(
                 "the input's last axis must be {width}, got shape {:?}",
                 x.dims()
@@ -219,6 +221,7 @@ impl CausalSelfAttention {
         if dims.len() != 3 || dims[2] != self.query.dims()[0] {
             return Err(Error::ShapeMismatch {
                 op: "attention".into(),
+                shapes: vec![dims.to_vec()],
                 detail: format!(
                     "expected [batch, time, {}], got {dims:?}",
                     self.query.dims()[0]
@@ -506,6 +509,7 @@ impl Gpt {
         if dims.len() != 2 || dims[1] == 0 || dims[1] > c.context {
             return Err(Error::ShapeMismatch {
                 op: "gpt".into(),
+                shapes: vec![dims.to_vec()],
                 detail: format!(
                     "ids must be [batch, time] with 1 <= time <= {}, got {dims:?}",
                     c.context

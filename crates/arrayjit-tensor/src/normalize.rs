@@ -16,6 +16,7 @@ fn row_letters(op: &str, dims: &[usize], axis: usize) -> Result<(String, String)
     if axis >= dims.len() {
         return Err(Error::ShapeMismatch {
             op: op.into(),
+            shapes: vec![dims.to_vec()],
             detail: format!("axis {axis} is not an axis of shape {dims:?}"),
         });
     }
@@ -150,12 +151,14 @@ impl Tensor {
         let Some(&width) = dims.last() else {
             return Err(Error::ShapeMismatch {
                 op: op.into(),
+                shapes: vec![],
                 detail: "a scalar has no row to normalize".into(),
             });
         };
         if gain.dims() != [width] {
             return Err(Error::ShapeMismatch {
                 op: op.into(),
+                shapes: vec![vec![width], gain.dims().to_vec()],
                 detail: format!(
                     "the gain must have the last axis's size [{width}], got {:?}",
                     gain.dims()

@@ -74,6 +74,7 @@ fn pointwise(dst: &Tnode, accum: BinOp, src: &Tensor) -> Result<Assignments> {
     if dst.dims() != src.dims() {
         return Err(Error::ShapeMismatch {
             op: "optimizer update".into(),
+            shapes: vec![dst.dims().to_vec(), src.dims().to_vec()],
             detail: format!(
                 "{} is {:?} but its update is {:?}",
                 dst.debug_name(),

@@ -80,6 +80,7 @@ pub(crate) fn einsum_letters(from: usize, n: usize, op: &str) -> Result<String> 
     if from + n > LETTERS.len() {
         return Err(Error::ShapeMismatch {
             op: op.into(),
+            shapes: vec![],
             detail: format!(
                 "tensors of rank {} are not supported (at most {})",
                 from + n,
@@ -118,6 +119,7 @@ pub fn broadcast_dims(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> 
             _ => {
                 return Err(Error::ShapeMismatch {
                     op: op.to_string(),
+                    shapes: vec![a.to_vec(), b.to_vec()],
                     detail: format!(
                         "shapes {a:?} and {b:?} do not broadcast (axis {k}: {da} vs {db})"
                     ),
@@ -224,6 +226,7 @@ impl Tensor {
         if dims.is_empty() || dims[0] != batch.range {
             return Err(Error::ShapeMismatch {
                 op: "slice".into(),
+                shapes: vec![dims.to_vec()],
                 detail: format!(
                     "slicing {:?} by a batch index with range {}: the first axis must have that size",
                     dims, batch.range
@@ -355,6 +358,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         let bad = |detail: String| Error::ShapeMismatch {
             op: format!("{label} ({spec})"),
+            shapes: vec![],
             detail,
         };
         let (lhs_spec, rhs_specs) =

@@ -345,6 +345,7 @@ impl GptTrainer {
         if got != want {
             return Err(Error::ShapeMismatch {
                 op: format!("gpt {what}"),
+                shapes: vec![w.ids.dims().to_vec()],
                 detail: format!("expected {want} ids ({:?}), got {got}", w.ids.dims()),
             });
         }

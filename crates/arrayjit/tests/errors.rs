@@ -490,3 +490,31 @@ fn an_unusable_cache_folder_means_compiling_without_the_cache() {
     r.run().unwrap();
     assert_eq!(y.get_values().unwrap(), vec![0.0, -1.0, -2.0]);
 }
+
+/// A shape mismatch carries the shapes that disagree as data (in the order its message names
+/// them), so callers need not parse the message.
+#[test]
+fn shape_mismatches_carry_the_shapes_that_disagree() {
+    use arrayjit::tensor::Tensor;
+    let t = |dims: &[usize], label: &str| Tensor::zeros_input(Prec::F32, dims, label).unwrap();
+    let shapes = |e: Error| match e {
+        Error::ShapeMismatch { shapes, .. } => shapes,
+        other => panic!("not a shape mismatch: {other}"),
+    };
+    let (a, b) = (t(&[2, 3], "a"), t(&[4, 5], "b"));
+    assert_eq!(
+        shapes(a.matmul(&b).unwrap_err()),
+        vec![vec![2, 3], vec![4, 5]]
+    );
+    assert_eq!(
+        shapes(a.add(&t(&[4], "c")).unwrap_err()),
+        vec![vec![2, 3], vec![4]]
+    );
+    assert_eq!(
+        shapes(a.reshape(&[7]).unwrap_err()),
+        vec![vec![2, 3], vec![7]]
+    );
+    // Too few values for a host array: its dims.
+    let e = arrayjit::ir::Ndarray::from_f64(Prec::F32, &[2, 2], &[1.0]).unwrap_err();
+    assert_eq!(shapes(e), vec![vec![2, 2]]);
+}

@@ -141,6 +141,7 @@ impl CudaBuffer {
         if self.size != other {
             return Err(Error::ShapeMismatch {
                 op: what.into(),
+                shapes: vec![],
                 detail: format!("the buffer has {} bytes, the host data {other}", self.size),
             });
         }

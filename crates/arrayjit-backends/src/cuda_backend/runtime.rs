@@ -95,6 +95,7 @@ impl DeviceRuntime for CudaBackend {
         if d.size_in_bytes_exact() != s.size_in_bytes_exact() {
             return Err(Error::ShapeMismatch {
                 op: "device to device".into(),
+                shapes: vec![],
                 detail: format!(
                     "destination has {} bytes, source {}",
                     d.size_in_bytes_exact(),

@@ -135,6 +135,7 @@ fn same_size(what: &str, buffer: usize, host: usize) -> Result<()> {
     } else {
         Err(Error::ShapeMismatch {
             op: what.into(),
+            shapes: vec![],
             detail: format!("the buffer has {buffer} bytes and the host array {host}"),
         })
     }

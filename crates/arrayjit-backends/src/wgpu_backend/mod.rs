@@ -518,6 +518,7 @@ impl LoweredBackend for WgpuBackend {
                 if bytes > gpu.max_binding_bytes {
                     return Err(Error::ShapeMismatch {
                         op: format!("compiling {} for {}", r.name, gpu.label()),
+                        shapes: vec![],
                         detail: format!(
                             "{} has {bytes} bytes, more than the {} bytes one storage binding \
                              of this device holds; split it into smaller arrays or use a CPU backend",

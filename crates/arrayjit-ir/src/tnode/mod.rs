@@ -182,6 +182,7 @@ impl Tnode {
         if padding.axes.len() != dims.len() {
             return Err(Error::ShapeMismatch {
                 op: "Tnode::new_padded".into(),
+                shapes: vec![],
                 detail: format!(
                     "padding has {} axes but dims {dims:?} have {}",
                     padding.axes.len(),
@@ -620,6 +621,7 @@ impl Tnode {
         if logical != Some(values.len()) {
             return Err(Error::ShapeMismatch {
                 op: format!("set_values of {}", self.debug_name()),
+                shapes: vec![self.dims().to_vec()],
                 detail: format!(
                     "dims {:?} hold {} elements but {} values were given",
                     self.dims(),

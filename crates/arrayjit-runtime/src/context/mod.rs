@@ -444,6 +444,7 @@ fn explicit_entries(
         if buffer.device() != device || buffer.size_in_bytes() != tn.size_in_bytes() {
             return Err(Error::ShapeMismatch {
                 op: format!("an explicit array of {}", tn.debug_name()),
+                shapes: vec![],
                 detail: format!(
                     "the node needs {} bytes on device {device}; the buffer has {} bytes on \
                          device {}",
