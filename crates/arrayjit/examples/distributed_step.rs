@@ -16,8 +16,8 @@ fn main() -> arrayjit::Result<()> {
     let group = ProcessGroup::mpi()?;
     let backend = arrayjit::default_backend()?; // ARRAYJIT_BACKEND, else sync_cc
     // Every rank holds the same data (the benchmark table's): 16 batches per rank.
-    let data = arrayjit::bench::workloads::mlp_dataset(16 * 256 * group.size())?;
-    let config = arrayjit::bench::workloads::mlp_config();
+    let data = arrayjit::train::mlp_workload::dataset(16 * 256 * group.size())?;
+    let config = arrayjit::train::mlp_workload::config();
     let model = Mlp::new(&[784, 256, 256, 10], 1)?;
     let params: usize = model
         .params()

@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     plotters::style::register_font(
         "sans-serif",
         FontStyle::Normal,
-        include_bytes!("../assets/DejaVuSans.ttf"),
+        include_bytes!("../../arrayjit-cli/assets/DejaVuSans.ttf"),
     )
     .map_err(|_| "the bundled font does not load")?;
     let json: Value = serde_json::from_str(&std::fs::read_to_string(input)?)?;

@@ -15,9 +15,13 @@
 //!   ([`runtime::observe`]);
 //! - [`tensor`] (`arrayjit-tensor`): tensors with broadcasting and autodiff, losses, optimizers,
 //!   datasets, checkpoints;
-//! - [`train`]: an MLP classifier trained with one compiled step (data parallel on request);
-//!   [`conformance`]: the shared corpus every backend is checked with; [`bench`](mod@bench): the
-//!   benchmark table behind `arrayjit bench`.
+//! - [`train`] (`arrayjit-train`): an MLP classifier trained with one compiled step (data
+//!   parallel on request, with gradients all-reduced in [`buckets`]), and the character-level
+//!   [`gpt`] trainer.
+//!
+//! Beside it: `arrayjit-testing`, the shared conformance corpus every backend is checked with,
+//! and `arrayjit-cli`, the `arrayjit` binary (backend info, the demos, the benchmark table) with
+//! its command-line, progress and plotting dependencies.
 //!
 //! # Tensors and gradients
 //!
@@ -119,18 +123,14 @@
 // mode, host array) does not affect map keys.
 #![allow(clippy::mutable_key_type)]
 
-pub mod bench;
-pub mod buckets;
-pub mod conformance;
-pub mod gpt;
-pub mod train;
-
 pub use arrayjit_backends as backends;
 pub use arrayjit_codegen as codegen;
 pub use arrayjit_dist as dist;
 pub use arrayjit_ir as ir;
 pub use arrayjit_runtime as runtime;
 pub use arrayjit_tensor as tensor;
+pub use arrayjit_train as train;
+pub use arrayjit_train::{buckets, gpt};
 
 pub use arrayjit_ir::{Error, Result};
 pub use arrayjit_runtime::{

@@ -77,7 +77,7 @@ const ACTIVATIONS: [Activation; 4] = [
 
 #[test]
 fn activations_match_independent_values_on_every_backend() {
-    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
         let name = backend.name().to_string();
         let info = backend.get_device(0).unwrap().info().unwrap();
         for prec in [Prec::F32, Prec::F64] {

@@ -11,7 +11,7 @@ use arrayjit::prelude::*;
 /// `cuda_emu` where it can run; a skip otherwise (an error when `ARRAYJIT_REQUIRE_BACKENDS`
 /// lists it).
 fn skip_unless_available() -> Option<arrayjit::runtime::Backend> {
-    arrayjit::conformance::backends_under_test(&["cuda_emu"])
+    arrayjit_testing::backends_under_test(&["cuda_emu"])
         .unwrap()
         .pop()
 }

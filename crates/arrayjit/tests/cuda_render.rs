@@ -9,8 +9,8 @@
 use arrayjit::backends::cuda_backend::compile_ptx;
 use arrayjit::codegen::cuda::render_cuda;
 use arrayjit::codegen::gpu_kernel::PassShape;
-use arrayjit::conformance::{all_cases, matmul};
 use arrayjit::ir::{Error, OptimizeSettings, optimize};
+use arrayjit_testing::{all_cases, matmul};
 
 /// A virtual architecture every NVRTC from CUDA 11.8 to 13 compiles for.
 const ARCH: &str = "compute_80";

@@ -1,12 +1,12 @@
 //! The shared differential corpus, run on every available backend and compared with the
 //! interpreter; plus the 256×256 matmul checked against a hand-computed reference.
 
-use arrayjit::conformance::{all_cases, check_case, matmul};
 use arrayjit::runtime::Context;
+use arrayjit_testing::{all_cases, check_case, matmul};
 
 #[test]
 fn corpus_agrees_with_the_interpreter_on_every_available_backend() {
-    let backends = arrayjit::conformance::all_backends_under_test().unwrap();
+    let backends = arrayjit_testing::all_backends_under_test().unwrap();
     assert!(
         backends.iter().any(|b| b.name() == "sync_cc"),
         "sync_cc must be available where tests run"
@@ -78,7 +78,7 @@ fn matmul_256_matches_interpreter_and_hand_computed_reference() {
 fn contraction_cases_are_scheduled_as_blocked_products() {
     use arrayjit::ir::schedule::ScheduleKind;
     let backend = arrayjit::backend("sync_cc").unwrap();
-    for case in arrayjit::conformance::contraction_cases().unwrap() {
+    for case in arrayjit_testing::contraction_cases().unwrap() {
         let code = backend
             .compile(&case.name, &case.program, &case.bindings)
             .unwrap();
@@ -138,7 +138,7 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
 fn fusion_cases_fuse_exactly_the_row_wise_passes() {
     use arrayjit::ir::schedule::ScheduleKind;
     let backend = arrayjit::backend("sync_cc").unwrap();
-    for case in arrayjit::conformance::fusion_cases().unwrap() {
+    for case in arrayjit_testing::fusion_cases().unwrap() {
         let code = backend
             .compile(&case.name, &case.program, &case.bindings)
             .unwrap();

@@ -45,7 +45,7 @@ fn the_interpreter_reports_an_out_of_range_id() {
 
 #[test]
 fn compiled_backends_read_nan_for_out_of_range_ids() {
-    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
         let (program, out) = program();
         let code = backend.compile("bad_ids", &program, &[]).unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();

@@ -29,7 +29,7 @@ fn learns_and_agrees_on_every_backend(c: &TrainerConfig) -> Vec<f64> {
     let data = vocab.encode(TEXT).unwrap();
     let c = *c;
     let mut first_losses = Vec::new();
-    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
         let name = backend.name().to_string();
         let mut trainer = GptTrainer::new(&backend, &c).unwrap();
         let mut losses = Vec::new();

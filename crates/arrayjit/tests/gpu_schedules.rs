@@ -5,9 +5,9 @@
 
 use arrayjit::codegen::cuda::render_cuda;
 use arrayjit::codegen::wgsl::{WgslTarget, render_wgsl};
-use arrayjit::conformance::{all_cases, check_case, matmul};
 use arrayjit::ir::schedule::{GpuLimits, GpuPass, ScheduleKind};
 use arrayjit::ir::{Error, OptimizeSettings, optimize};
+use arrayjit_testing::{all_cases, check_case, matmul};
 
 /// The GPU passes of the matmul case's routine on a device of `limits`.
 fn matmul_passes(n: usize, limits: GpuLimits) -> Vec<GpuPass> {
@@ -142,7 +142,7 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
     };
     let mut ran = 0;
     let mut failures = Vec::new();
-    for b in arrayjit::conformance::all_backends_under_test().unwrap() {
+    for b in arrayjit_testing::all_backends_under_test().unwrap() {
         let settings = b.optimize_settings();
         if settings.schedule.gpu.is_none() {
             continue;
@@ -314,7 +314,7 @@ fn the_tuning_sets_tiles_and_group_sizes_within_the_limits() {
 fn the_search_varies_gpu_tiles_and_groups_on_gpu_backends() {
     use arrayjit::runtime::SearchSettings;
     use std::time::Duration;
-    let backends = arrayjit::conformance::backends_under_test(&["cuda_emu", "wgpu"]).unwrap();
+    let backends = arrayjit_testing::backends_under_test(&["cuda_emu", "wgpu"]).unwrap();
     for b in backends {
         b.set_search_settings(SearchSettings {
             batch_time: Duration::from_millis(1),
@@ -358,7 +358,7 @@ fn the_search_varies_gpu_tiles_and_groups_on_gpu_backends() {
 #[test]
 fn settings_from_the_defaults_keep_the_devices_gpu_limits() {
     let mut ran = 0;
-    for b in arrayjit::conformance::all_backends_under_test().unwrap() {
+    for b in arrayjit_testing::all_backends_under_test().unwrap() {
         let before = b.optimize_settings();
         let Some(limits) = before.schedule.gpu else {
             continue;

@@ -2,8 +2,8 @@
 //! lifetime reuse for scratch locals), per-device constants, finalize, and memory accounting.
 
 use arrayjit::Error;
-use arrayjit::conformance::{check_case, scratch_locals};
 use arrayjit::prelude::*;
+use arrayjit_testing::{check_case, scratch_locals};
 
 fn hosted(dims: &[usize], label: &str, values: &[f64]) -> Tnode {
     let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
@@ -80,7 +80,7 @@ fn backend_pool_interface() {
 
 #[test]
 fn scratch_locals_share_memory_and_agree_with_the_interpreter() {
-    for b in arrayjit::conformance::all_backends_under_test().unwrap() {
+    for b in arrayjit_testing::all_backends_under_test().unwrap() {
         // Loop fusion off: it joins the four passes into one loop, where the temporaries'
         // lifetimes overlap (the corpus checks that program fused).
         b.set_optimize_settings(arrayjit::ir::OptimizeSettings {

@@ -2,8 +2,8 @@
 //! matrix products, transposes, in several precisions) give the interpreter's results on every
 //! available backend. This exercises fusion, local arrays, CSE and the renderer together.
 
-use arrayjit::conformance::{Case, check_case};
 use arrayjit::prelude::*;
+use arrayjit_testing::{Case, check_case};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -149,7 +149,7 @@ proptest! {
         (prec, steps) in arb_prec().prop_flat_map(|p| (Just(p), proptest::collection::vec(arb_step(p.is_float()), 1..6))),
         seed in 0u64..50,
     ) {
-        for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+        for backend in arrayjit_testing::all_backends_under_test().unwrap() {
             let name = backend.name();
             // Programs in a precision the device lacks are the corpus's typed-error check.
             if !backend.get_device(0).unwrap().info().unwrap().supports(prec) {

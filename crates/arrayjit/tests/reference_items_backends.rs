@@ -478,7 +478,7 @@ fn lowered_backend__use_host_memory_under_concurrent_streams() {
 #[test]
 fn lowered_backend__to_host_with_offset_and_partial_size() {
     // wgpu (where a Vulkan driver is) takes the trait's default: the whole buffer, then the part.
-    let gpu = arrayjit::conformance::backends_under_test(&["wgpu"]).unwrap();
+    let gpu = arrayjit_testing::backends_under_test(&["wgpu"]).unwrap();
     for name in CPU_BACKENDS.into_iter().chain(gpu.iter().map(|b| b.name())) {
         let (backend, stream) = backend_and_stream(name);
         let n = 1000;
@@ -522,7 +522,7 @@ fn lowered_backend__to_host_with_offset_and_partial_size() {
 /// next run uploads nothing more and sees the change); a copy lagging wholly stays lagging.
 #[test]
 fn lowered_backend__from_host_with_offset_and_partial_size() {
-    let gpu = arrayjit::conformance::backends_under_test(&["wgpu"]).unwrap();
+    let gpu = arrayjit_testing::backends_under_test(&["wgpu"]).unwrap();
     for name in CPU_BACKENDS.into_iter().chain(gpu.iter().map(|b| b.name())) {
         let (backend, stream) = backend_and_stream(name);
         let n = 100;
@@ -741,8 +741,7 @@ fn rune_backend_intf__compile_source_and_launch_with_dims() {
         .chunks(64)
         .map(|row| row.iter().sum::<f32>() + 3.0)
         .collect();
-    let available =
-        arrayjit::conformance::backends_under_test(&["cuda_emu", "cuda", "wgpu"]).unwrap();
+    let available = arrayjit_testing::backends_under_test(&["cuda_emu", "cuda", "wgpu"]).unwrap();
     let mut ran = vec![];
     for backend in &available {
         let name = backend.name();
@@ -824,7 +823,7 @@ fn rune_backend_intf__compile_source_and_launch_with_dims() {
 #[test]
 fn rune_backend_intf__device_info_limits() {
     use arrayjit::codegen::{KernelInterface, LaunchDims, SourceKernel};
-    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
         let name = backend.name();
         let info = backend.get_device(0).unwrap().info().unwrap();
         let [x, y, z] = info.max_local_size;
@@ -937,9 +936,7 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
             .collect()
     };
     let mut ran = vec![];
-    for backend in
-        arrayjit::conformance::backends_under_test(&["cuda_emu", "cuda", "wgpu"]).unwrap()
-    {
+    for backend in arrayjit_testing::backends_under_test(&["cuda_emu", "cuda", "wgpu"]).unwrap() {
         let name = backend.name();
         let lowered = backend.lowered();
         let wgsl = name == "wgpu";
@@ -1040,7 +1037,7 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
 #[test]
 fn rune_backend_intf__compile_options_per_compile() {
     use arrayjit::backends::CompileOptions;
-    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
         let name = backend.name().to_string();
         let defaults = backend.compile_options();
         assert_eq!(
@@ -1115,8 +1112,8 @@ fn rune_backend_intf__compile_options_per_compile() {
 /// with exactly them; C on CPUs has no dialect.
 #[test]
 fn rune_backend_intf__renderer_device_strings() {
-    let (case, ..) = arrayjit::conformance::matmul(256).unwrap();
-    for backend in arrayjit::conformance::all_backends_under_test().unwrap() {
+    let (case, ..) = arrayjit_testing::matmul(256).unwrap();
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
         let name = backend.name();
         let dialect = backend.lowered().gpu_dialect();
         match name {

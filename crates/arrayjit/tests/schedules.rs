@@ -433,7 +433,7 @@ fn schedules_that_do_not_match_their_code_are_refused() {
 #[test]
 fn a_scratch_slot_outside_the_buffer_is_refused() {
     let backend = arrayjit::backend("sync_cc").unwrap();
-    let case = arrayjit::conformance::scratch_locals().unwrap();
+    let case = arrayjit_testing::scratch_locals().unwrap();
     let code = backend.compile("scratch", &case.program, &[]).unwrap();
     let mut opt = code.optimized().clone();
     assert!(

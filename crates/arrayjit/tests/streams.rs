@@ -155,7 +155,7 @@ fn is_idle_means_no_work_pending_device_included() {
         let name = b.name().to_string();
         let s = b.get_device(0).unwrap().new_stream().unwrap();
         assert!(s.is_idle(), "{name}: a new stream is idle");
-        let (case, ..) = arrayjit::conformance::matmul(256).unwrap();
+        let (case, ..) = arrayjit_testing::matmul(256).unwrap();
         let code = b.compile("matmul", &case.program, &[]).unwrap();
         let r = Context::new(&s).link(&code).unwrap();
         for _ in 0..5 {
@@ -249,14 +249,8 @@ fn add_merge_buffer(acc: &Tnode, g: &Tnode) -> Assignments {
 /// The CPU backends, and `wgpu` and `cuda` where they can run here (their streams enqueue on
 /// device queues: events and waits go through device markers).
 fn backends_with_streams() -> Vec<Backend> {
-    arrayjit::conformance::backends_under_test(&[
-        "sync_cc",
-        "multicore_cc",
-        "cuda_emu",
-        "wgpu",
-        "cuda",
-    ])
-    .unwrap()
+    arrayjit_testing::backends_under_test(&["sync_cc", "multicore_cc", "cuda_emu", "wgpu", "cuda"])
+        .unwrap()
 }
 
 #[test]

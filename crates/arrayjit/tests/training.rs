@@ -11,7 +11,7 @@ mod bigram;
 #[path = "../examples/micrograd.rs"]
 #[allow(dead_code)]
 mod micrograd;
-#[path = "../src/moons.rs"]
+#[path = "../../arrayjit-cli/src/moons.rs"]
 #[allow(dead_code)]
 mod moons;
 
@@ -47,9 +47,7 @@ fn moons_reaches_95_percent_for_seeds_1_2_3_on_both_cpu_backends() {
 /// CPU) train as the CPU does.
 #[test]
 fn moons_reaches_95_percent_on_gpu_renderers_and_follows_the_cpu_losses() {
-    for backend in
-        arrayjit::conformance::backends_under_test(&["wgpu", "cuda", "cuda_emu"]).unwrap()
-    {
+    for backend in arrayjit_testing::backends_under_test(&["wgpu", "cuda", "cuda_emu"]).unwrap() {
         let name = backend.name();
         for seed in [1, 2, 3] {
             let gpu = run(&config(name, seed), |_| {}).unwrap();

@@ -5,8 +5,8 @@
 
 use arrayjit::codegen::gpu_kernel::PassShape;
 use arrayjit::codegen::wgsl::{WgslTarget, render_wgsl};
-use arrayjit::conformance::{all_cases, matmul};
 use arrayjit::ir::{Error, OptimizeSettings, optimize};
+use arrayjit_testing::{all_cases, matmul};
 
 fn validate(source: &str, target: &WgslTarget) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;

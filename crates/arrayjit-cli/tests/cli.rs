@@ -1,10 +1,9 @@
 //! The `arrayjit` command: the README's demo, backend selection by `ARRAYJIT_BACKEND`, and the
 //! error messages a user sees.
 
-#[path = "common/command.rs"]
-mod command;
+mod common;
 
-use command::arrayjit_with_env as arrayjit_env;
+use common::arrayjit_with_env as arrayjit_env;
 use std::process::Command;
 
 fn arrayjit(args: &[&str], backend: Option<&str>) -> (bool, String, String) {

@@ -9,15 +9,15 @@
 //! the same optimization context: the first step waits only for the step's code.
 //!
 //! ```no_run
-//! use arrayjit::gpt::{CharVocab, GptTrainer, TrainerConfig};
-//! # fn main() -> arrayjit::Result<()> {
-//! let text = arrayjit::gpt::SONNETS;
+//! use arrayjit_train::gpt::{CharVocab, GptTrainer, TrainerConfig};
+//! # fn main() -> arrayjit_ir::Result<()> {
+//! let text = arrayjit_train::gpt::SONNETS;
 //! let vocab = CharVocab::from_text(text);
 //! let data = vocab.encode(text)?;
-//! let backend = arrayjit::initialize(None)?;
+//! let backend = arrayjit_runtime::initialize(None)?;
 //! let config = TrainerConfig::small(vocab.len());
 //! let mut trainer = GptTrainer::new(&backend, &config)?;
-//! let (ids, targets) = arrayjit::gpt::batch(&data, config.batch, config.model.context, 0, 1)?;
+//! let (ids, targets) = arrayjit_train::gpt::batch(&data, config.batch, config.model.context, 0, 1)?;
 //! let loss = trainer.train_step(&ids, &targets)?;
 //! # Ok(()) }
 //! ```

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 // of their API this command does not.
 #[allow(dead_code)]
 mod demo;
+// The benchmark table (`arrayjit bench`).
+mod bench;
 #[allow(dead_code)]
 mod moons;
 
@@ -334,7 +336,7 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
             no_peers,
             only,
             search,
-        } => arrayjit::bench::run(&arrayjit::bench::BenchConfig {
+        } => bench::run(&bench::BenchConfig {
             quick,
             python,
             no_peers,

@@ -1,6 +1,13 @@
-//! The shared differential test corpus: programs run on a backend and compared with the
-//! reference interpreter (exact for integers, a relative tolerance for floats). Every backend
-//! runs the same corpus; a new backend is correct when it agrees here.
+//! arrayjit-testing: the shared differential test corpus. Programs run on a backend and are
+//! compared with the reference interpreter (exact for integers, a relative tolerance for
+//! floats). Every backend runs the same corpus; a new backend is correct when it agrees here.
+//! [`all_backends_under_test`] says which backends a test run covers
+//! (`ARRAYJIT_REQUIRE_BACKENDS` names the ones that must not be skipped).
+
+#![warn(missing_docs)]
+// `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
+// mode, host array) does not affect map keys.
+#![allow(clippy::mutable_key_type)]
 
 mod case;
 mod cases;

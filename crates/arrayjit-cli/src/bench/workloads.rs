@@ -6,12 +6,11 @@ use std::time::{Duration, Instant};
 
 use arrayjit_ir::Result;
 use arrayjit_runtime::{Backend, Context};
-use arrayjit_tensor::datasets::Dataset;
 use arrayjit_tensor::losses::softmax;
-use arrayjit_tensor::{Init, Optimizer, Tensor, forward_program};
+use arrayjit_tensor::{Init, Tensor, forward_program};
 
-use crate::gpt::{self, CharVocab, GptTrainer, SONNETS, TrainerConfig};
-use crate::train::{Classifier, LossKind, Mlp, TrainConfig};
+use arrayjit::gpt::{self, CharVocab, GptTrainer, SONNETS, TrainerConfig};
+use arrayjit::train::{Classifier, Mlp, mlp_workload};
 
 /// What a workload's rate is measured in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,40 +216,17 @@ pub fn search_workload(backend: &Backend, name: &str) -> Result<String> {
         .to_string())
 }
 
-/// The data of the table's MLP: `rows` random inputs of 784 features and labels of 10
-/// classes (Philox, seed 3).
-pub fn mlp_dataset(rows: usize) -> Result<Dataset> {
-    let rng = arrayjit_tensor::rng::Philox::new(3, 9);
-    Ok(Dataset {
-        x: rng.uniform_vec(rows * 784, 0.0, 1.0)?,
-        labels: (0..rows)
-            .map(|i| (rng.uniform(1 << 40 | i as u64) * 10.0) as usize % 10)
-            .collect(),
-        features: 784,
-        classes: 10,
-    })
-}
-
-/// The training settings of the table's MLP: batch 256, softmax cross-entropy, plain SGD.
-pub fn mlp_config() -> TrainConfig {
-    TrainConfig::new(
-        1,
-        256,
-        Optimizer::Sgd {
-            lr: 0.01,
-            momentum: 0.0,
-            weight_decay: 0.0,
-        },
-        LossKind::SoftmaxCrossEntropy,
-    )
-}
-
 /// The MLP of the table (784-256-256-10, softmax cross-entropy, SGD) on 4 batches of 256 random
 /// rows, built, compiled and linked; and its number of batches.
 pub fn mlp_classifier(backend: &Backend) -> Result<(Classifier, usize)> {
     let model = Mlp::new(&[784, 256, 256, 10], 1)?;
     Ok((
-        Classifier::new(backend, model, &mlp_dataset(4 * 256)?, &mlp_config())?,
+        Classifier::new(
+            backend,
+            model,
+            &mlp_workload::dataset(4 * 256)?,
+            &mlp_workload::config(),
+        )?,
         4,
     ))
 }

@@ -1,12 +1,16 @@
-//! Training: an MLP model, and a loop that compiles forward + backward + update once, then runs
-//! it per batch with the batch index as a static binding, on any backend by name.
+//! arrayjit-train: training on top of the tensor front end and the runtime (the facade
+//! re-exports it as `arrayjit::train`, with `arrayjit::gpt` and `arrayjit::buckets`). An MLP
+//! model, and a loop that compiles forward + backward + update once, then runs it per batch with
+//! the batch index as a static binding, on any backend by name, data parallel on request
+//! ([`buckets`]: gradients all-reduced in buckets as backprop produces them); and a
+//! character-level GPT trainer ([`gpt`]).
 //!
 //! ```
-//! use arrayjit::tensor::{datasets::moons, Optimizer};
-//! use arrayjit::train::{Classifier, LossKind, Mlp, TrainConfig};
-//! # fn main() -> arrayjit::Result<()> {
+//! use arrayjit_tensor::{datasets::moons, Optimizer};
+//! use arrayjit_train::{Classifier, LossKind, Mlp, TrainConfig};
+//! # fn main() -> arrayjit_ir::Result<()> {
 //! let (train, test) = moons(500, 0.1, 1)?.split(0.8, 1)?;
-//! let backend = arrayjit::initialize(None)?; // ARRAYJIT_BACKEND or sync_cc
+//! let backend = arrayjit_runtime::initialize(None)?; // ARRAYJIT_BACKEND or sync_cc
 //! let config = TrainConfig {
 //!     epochs: 60,
 //!     batch_size: 20,
@@ -23,6 +27,15 @@
 //! # Ok(())
 //! # }
 //! ```
+
+#![warn(missing_docs)]
+// `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
+// mode, host array) does not affect map keys.
+#![allow(clippy::mutable_key_type)]
+
+pub mod buckets;
+pub mod gpt;
+pub mod mlp_workload;
 
 use arrayjit_dist::{ProcessGroup, ReduceOp};
 use arrayjit_ir::{
