@@ -18,7 +18,7 @@
 //! `LoweredBackend::compile_source` in `arrayjit-backends` states what hand-written source must
 //! export for each.
 
-use arrayjit_ir::{Error, Optimized, Result, StaticSymbol, Tnode};
+use arrayjit_ir::{DeviceLimit, Error, Optimized, Result, StaticSymbol, Tnode};
 
 /// The C declaration of the worker-pool handle every kernel receives as its third argument
 /// (layout of `arrayjit_backends::worker_pool::ParallelHandle`).
@@ -126,11 +126,14 @@ impl LaunchDims {
     pub fn check_within(&self, kernel: &str, max_block: [u32; 3], max_threads: u64) -> Result<()> {
         self.check(kernel, max_threads)?;
         if let Some(axis) = (0..3).find(|&a| self.block[a] > max_block[a]) {
-            return Err(Error::invalid(format!(
-                "kernel {kernel} launches blocks of {:?} threads; the device runs at most {} \
-                 along axis {axis} (its largest block is {max_block:?})",
-                self.block, max_block[axis]
-            )));
+            return Err(Error::limit_exceeded(
+                "the device",
+                format!("kernel {kernel}, launched in blocks of {:?},", self.block),
+                DeviceLimit::BlockExtent(axis),
+                u64::from(self.block[axis]),
+                u64::from(max_block[axis]),
+                format!("launch blocks within {max_block:?}"),
+            ));
         }
         Ok(())
     }
@@ -156,11 +159,14 @@ impl LaunchDims {
             )));
         }
         if self.threads_per_block() > max_threads {
-            return Err(Error::invalid(format!(
-                "kernel {kernel} launches blocks of {} threads; the device runs at most \
-                 {max_threads} per block",
-                self.threads_per_block()
-            )));
+            return Err(Error::limit_exceeded(
+                "the device",
+                format!("kernel {kernel}, launched in blocks of {:?},", self.block),
+                DeviceLimit::ThreadsPerBlock,
+                self.threads_per_block(),
+                max_threads,
+                "launch smaller blocks",
+            ));
         }
         Ok(())
     }
@@ -221,7 +227,19 @@ mod tests {
         assert_eq!((d.blocks(), d.threads_per_block()), (8, 128));
         assert!(d.check("k", 1024).is_ok());
         let e = d.check("k", 64).unwrap_err();
-        assert!(e.to_string().contains("blocks of 128 threads"), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::LimitExceeded {
+                    limit: DeviceLimit::ThreadsPerBlock,
+                    needed: 128,
+                    allowed: 64,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("needs 128 threads per block"), "{e}");
         let e = LaunchDims::linear(0, 32).check("k", 1024).unwrap_err();
         assert!(check_symbol("aj_k2").is_ok() && check_symbol("_x").is_ok());
         assert!(check_symbol("2k").is_err() && check_symbol("a-b").is_err());

@@ -286,6 +286,34 @@ pub enum Error {
         /// The buffer's precision.
         found: Prec,
     },
+    /// What a kernel, pass or array needs is more than a device allows (threads per block,
+    /// workgroups per dispatch, bytes in one binding, bindings per pass, shared memory).
+    #[error("{what} needs {needed} {limit}, but {device} allows at most {allowed}; {advice}")]
+    LimitExceeded {
+        /// The device, e.g. `wgpu:0 (llvmpipe)`, or `the device` where the caller does not know
+        /// which.
+        device: String,
+        /// Who needs it: a kernel, a statement of a routine, an array.
+        what: String,
+        /// The limit exceeded.
+        limit: DeviceLimit,
+        /// How much is needed.
+        needed: u64,
+        /// The most the device allows.
+        allowed: u64,
+        /// What to do about it.
+        advice: String,
+    },
+    /// An error with what was being done when it happened (see [`ResultExt::context`]); the
+    /// error itself is the source, and [`Error::root_cause`] reaches it.
+    #[error("{context}: {source}")]
+    Context {
+        /// What was being done, e.g. `loading checkpoint gpt.safetensors`.
+        context: String,
+        /// The error that happened.
+        #[source]
+        source: Box<Error>,
+    },
     /// A runtime failure on a stream or device.
     #[error("runtime error on {stream}: {detail}")]
     Runtime {
@@ -294,6 +322,59 @@ pub enum Error {
         /// What went wrong.
         detail: String,
     },
+}
+
+/// A device limit, as [`Error::LimitExceeded`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeviceLimit {
+    /// Threads (invocations) in one block (workgroup).
+    ThreadsPerBlock,
+    /// Threads of one block along an axis (0 = x, 1 = y, 2 = z).
+    BlockExtent(
+        /// The axis.
+        usize,
+    ),
+    /// Blocks (workgroups) of one launch along an axis.
+    GridExtent(
+        /// The axis.
+        usize,
+    ),
+    /// Bytes of one array bound to a kernel (a storage binding).
+    BindingBytes,
+    /// Arrays (storage buffers) bound to one pass.
+    BindingsPerPass,
+    /// Bytes of shared (workgroup) memory of one block.
+    SharedBytes,
+}
+
+impl std::fmt::Display for DeviceLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceLimit::ThreadsPerBlock => write!(f, "threads per block"),
+            DeviceLimit::BlockExtent(axis) => write!(f, "threads along axis {axis} of a block"),
+            DeviceLimit::GridExtent(axis) => write!(f, "blocks along axis {axis} of a launch"),
+            DeviceLimit::BindingsPerPass => write!(f, "arrays bound to one pass"),
+            DeviceLimit::BindingBytes => write!(f, "bytes in one binding"),
+            DeviceLimit::SharedBytes => write!(f, "bytes of shared memory per block"),
+        }
+    }
+}
+
+/// Context chaining for [`Result`]: says what was being done when an error happened, keeping
+/// the error itself as the source ([`Error::Context`]).
+pub trait ResultExt<T> {
+    /// Wraps an error in [`Error::Context`] with `context()` (called only on failure).
+    fn context<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T>;
+}
+
+impl<T> ResultExt<T> for Result<T> {
+    fn context<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T> {
+        self.map_err(|source| Error::Context {
+            context: context().into(),
+            source: Box::new(source),
+        })
+    }
 }
 
 /// The details of [`Error::MemoryModeConflict`].
@@ -343,14 +424,69 @@ impl Error {
         }
     }
 
-    /// The original error behind a task failure: the own error of the task that failed first,
-    /// through [`Error::TaskFailed`] and [`Error::UpstreamFailed`]; `self` for other errors.
+    /// The original error: the own error of the task that failed first, through
+    /// [`Error::TaskFailed`] and [`Error::UpstreamFailed`], and the error under any
+    /// [`Error::Context`]; `self` for other errors. Match on it to tell kinds of failure apart.
     pub fn root_cause(&self) -> &Error {
         match self {
             Error::TaskFailed { source, .. } | Error::UpstreamFailed { source, .. } => {
                 source.root_cause()
             }
+            Error::Context { source, .. } => source.root_cause(),
             other => other,
+        }
+    }
+
+    /// The contexts the error went through, outermost first ([`Error::Context`], and the
+    /// stream and task of [`Error::TaskFailed`]), e.g. for a log line per step.
+    pub fn contexts(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut e = self;
+        loop {
+            match e {
+                Error::Context { context, source } => {
+                    out.push(context.clone());
+                    e = source;
+                }
+                Error::TaskFailed {
+                    stream,
+                    task,
+                    source,
+                } => {
+                    out.push(format!("task {task} on {stream}"));
+                    e = source;
+                }
+                Error::UpstreamFailed {
+                    origin_stream,
+                    origin_task,
+                    source,
+                    ..
+                } => {
+                    out.push(format!("task {origin_task} on {origin_stream}"));
+                    e = source;
+                }
+                _ => return out,
+            }
+        }
+    }
+
+    /// An [`Error::LimitExceeded`]: `what` needs `needed` of `limit` on `device`, which allows
+    /// `allowed`; `advice` says what to do.
+    pub fn limit_exceeded(
+        device: impl Into<String>,
+        what: impl Into<String>,
+        limit: DeviceLimit,
+        needed: u64,
+        allowed: u64,
+        advice: impl Into<String>,
+    ) -> Error {
+        Error::LimitExceeded {
+            device: device.into(),
+            what: what.into(),
+            limit,
+            needed,
+            allowed,
+            advice: advice.into(),
         }
     }
 
@@ -371,5 +507,77 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(what: impl Into<String>) -> Error {
         Error::InvalidArgument { what: what.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_found() -> Result<()> {
+        Err(Error::NotHosted {
+            node: "w".into(),
+            detail: "reading it".into(),
+        })
+    }
+
+    #[test]
+    fn context_chains_keep_the_error_and_say_what_was_done() {
+        let e = not_found()
+            .context(|| "loading the step")
+            .context(|| format!("training epoch {}", 3))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "training epoch 3: loading the step: tensor node w has no host array: reading it"
+        );
+        assert!(matches!(e.root_cause(), Error::NotHosted { .. }));
+        assert_eq!(e.contexts(), vec!["training epoch 3", "loading the step"]);
+        let source = std::error::Error::source(&e).unwrap().to_string();
+        assert!(source.starts_with("loading the step: "), "{source}");
+        // Under a task failure too.
+        let task = Error::TaskFailed {
+            stream: "cc:0/stream 1".into(),
+            task: "#2 (routine step)".into(),
+            source: std::sync::Arc::new(e),
+        };
+        assert!(matches!(task.root_cause(), Error::NotHosted { .. }));
+        assert_eq!(
+            task.contexts(),
+            vec![
+                "task #2 (routine step) on cc:0/stream 1",
+                "training epoch 3",
+                "loading the step"
+            ]
+        );
+        // Success passes through without calling the context.
+        let ok: Result<u8> = Ok(1);
+        assert_eq!(ok.context(|| -> String { unreachable!() }).unwrap(), 1);
+    }
+
+    #[test]
+    fn limit_errors_carry_the_limit_as_data() {
+        let e = Error::limit_exceeded(
+            "wgpu:0 (llvmpipe)",
+            "kernel k",
+            DeviceLimit::BlockExtent(2),
+            128,
+            64,
+            "launch smaller blocks",
+        );
+        assert_eq!(
+            e.to_string(),
+            "kernel k needs 128 threads along axis 2 of a block, but wgpu:0 (llvmpipe) allows \
+             at most 64; launch smaller blocks"
+        );
+        assert!(matches!(
+            e,
+            Error::LimitExceeded {
+                limit: DeviceLimit::BlockExtent(2),
+                needed: 128,
+                allowed: 64,
+                ..
+            }
+        ));
     }
 }

@@ -3,7 +3,9 @@
 //! through merge buffers (log₂ N rounds of device-to-device copies, each round in parallel);
 //! the update runs once, on shard 0; the new parameters are broadcast back to every shard.
 
-use arrayjit_ir::{AccumRhs, Assignments, BinOp, Error, Operand, Projections, Result, Tnode, UnOp};
+use arrayjit_ir::{
+    AccumRhs, Assignments, BinOp, Error, Operand, Projections, Result, ResultExt, Tnode, UnOp,
+};
 
 use crate::backend::Backend;
 use crate::code::Code;
@@ -76,15 +78,29 @@ impl DataParallel {
             backend.compile_batch(&batch, &[])?
         };
         let mut shards = Vec::with_capacity(streams.len());
-        for stream in streams {
-            let grad = Context::new(stream).link(grad_code)?;
+        for (i, stream) in streams.iter().enumerate() {
+            let shard_context = || {
+                format!(
+                    "linking shard {i} of {} on {}",
+                    streams.len(),
+                    stream.name()
+                )
+            };
+            let grad = Context::new(stream)
+                .link(grad_code)
+                .context(shard_context)?;
             let merges = merge_codes
                 .iter()
                 .map(|c| grad.context().link(c))
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>>>()
+                .context(shard_context)?;
             shards.push(Shard { grad, merges });
         }
-        let update = shards[0].grad.context().link(update_code)?;
+        let update = shards[0]
+            .grad
+            .context()
+            .link(update_code)
+            .context(|| format!("linking the update {} after shard 0", update_code.name()))?;
         Ok(DataParallel {
             shards,
             update,

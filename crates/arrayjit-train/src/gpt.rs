@@ -26,7 +26,9 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use arrayjit_ir::{Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, Tnode};
+use arrayjit_ir::{
+    Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, ResultExt, Tnode,
+};
 use arrayjit_runtime::{Backend, Context, Routine};
 use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};
 use arrayjit_tensor::rng::Philox;
@@ -273,9 +275,12 @@ impl GptTrainer {
             state.push(d.rng.step().clone());
         }
         let started = Instant::now();
-        let code = backend.compile_in(&optimize_ctx, "gpt_train_step", &step, &[])?;
+        let on_backend = || format!("building the GPT training step on {}", backend.name());
+        let code = backend
+            .compile_in(&optimize_ctx, "gpt_train_step", &step, &[])
+            .context(on_backend)?;
         let stream = backend.get_device(0)?.new_stream()?;
-        let train_step = Context::new(&stream).link(&code)?;
+        let train_step = Context::new(&stream).link(&code).context(on_backend)?;
         let eval_loss = LazyRoutine::new("gpt_eval_loss", forward_program(&[&eval.out]));
         let logits = LazyRoutine::new("gpt_logits", forward_program(&[&sample.out]));
         Ok(GptTrainer {
@@ -317,10 +322,12 @@ impl GptTrainer {
             return Ok(r);
         }
         let started = Instant::now();
+        let first_use = || format!("building {} on first use", lazy.name);
         let code = self
             .backend
-            .compile_in(&self.optimize_ctx, lazy.name, &lazy.program, &[])?;
-        let routine = self.train_step.context().link(&code)?;
+            .compile_in(&self.optimize_ctx, lazy.name, &lazy.program, &[])
+            .context(first_use)?;
+        let routine = self.train_step.context().link(&code).context(first_use)?;
         // Another thread may have linked it meanwhile: either routine serves.
         let _ = lazy.routine.set(routine);
         *self

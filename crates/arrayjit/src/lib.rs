@@ -132,7 +132,7 @@ pub use arrayjit_tensor as tensor;
 pub use arrayjit_train as train;
 pub use arrayjit_train::{buckets, gpt};
 
-pub use arrayjit_ir::{Error, Result};
+pub use arrayjit_ir::{DeviceLimit, Error, Result, ResultExt};
 pub use arrayjit_runtime::{
     available_backends, backend, default_backend, initialize, is_initialized,
 };
@@ -154,7 +154,7 @@ pub fn install_logging() {
 pub mod prelude {
     pub use arrayjit_ir::{
         AccumRhs, Assignments, AxisIndex, BinOp, FetchOp, MemoryMode, MemoryType, Ndarray, Operand,
-        Prec, Projections, Sharing, StaticSymbol, TernOp, Tnode, UnOp,
+        Prec, Projections, ResultExt, Sharing, StaticSymbol, TernOp, Tnode, UnOp,
     };
     pub use arrayjit_runtime::{Backend, Context, MergeBufferUse, Routine, Stream};
 }

@@ -134,6 +134,29 @@ fn bad_inputs_are_errors() {
     assert!(err.to_string().contains("outside"), "{err}");
 }
 
+/// A trainer on a backend that cannot run here fails with the backend's own error, chained under
+/// what was being built.
+#[test]
+fn a_trainer_on_an_unavailable_backend_says_what_it_was_building() {
+    let vocab = CharVocab::from_text(TEXT);
+    let metal = arrayjit::backend("metal").unwrap();
+    let err = GptTrainer::new(&metal, &config(vocab.len())).err().unwrap();
+    assert!(
+        matches!(err.root_cause(), arrayjit::Error::BackendUnavailable { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        err.contexts(),
+        vec!["building the GPT training step on metal".to_string()]
+    );
+    let message = err.to_string();
+    assert!(
+        message
+            .starts_with("building the GPT training step on metal: backend metal is unavailable"),
+        "{message}"
+    );
+}
+
 /// The held-out-loss and sampling routines compile on their first use, into the step's context:
 /// before training, the held-out loss of a batch is the loss the first step reports for it.
 #[test]

@@ -150,12 +150,19 @@ fn passes_stay_within_the_binding_limit_or_say_why() {
                 }
                 split += usize::from(kernel.passes.len() > statements);
             }
-            Err(Error::Render { detail, .. }) => {
-                assert!(
-                    detail.contains("storage buffers"),
-                    "{}: {detail}",
+            Err(Error::LimitExceeded {
+                limit,
+                needed,
+                allowed,
+                ..
+            }) => {
+                assert_eq!(
+                    limit,
+                    arrayjit::DeviceLimit::BindingsPerPass,
+                    "{}",
                     case.name
-                )
+                );
+                assert!(needed > allowed && allowed == 8, "{}: {needed}", case.name);
             }
             Err(Error::UnsupportedPrecision { .. }) => {}
             Err(e) => panic!("{}: {e}", case.name),

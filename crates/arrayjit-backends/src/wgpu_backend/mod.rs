@@ -27,7 +27,7 @@ use arrayjit_codegen::gpu_kernel::PassShape;
 use arrayjit_codegen::kernel::check_symbol;
 use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
 use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
-use arrayjit_ir::{Error, Optimized, Result, trace};
+use arrayjit_ir::{DeviceLimit, Error, Optimized, Result, trace};
 
 use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::{BufferHandle, CompiledBatch, DeviceRuntime, LoweredBackend, PoolTable, Queue};
@@ -387,11 +387,14 @@ impl CompiledBatch for WgpuBatch {
         }
         let dims = LaunchDims::covering(global, block)?;
         if let Some(axis) = (0..3).find(|&a| dims.grid[a] > self.gpu.max_groups) {
-            return Err(Error::invalid(format!(
-                "kernel {name} needs {} workgroups along axis {axis}; the device dispatches at \
-                 most {} per axis",
-                dims.grid[axis], self.gpu.max_groups
-            )));
+            return Err(Error::limit_exceeded(
+                self.gpu.label(),
+                format!("kernel {name}, launched over {global:?} threads,"),
+                DeviceLimit::GridExtent(axis),
+                u64::from(dims.grid[axis]),
+                u64::from(self.gpu.max_groups),
+                "launch larger blocks or cover the work in several launches",
+            ));
         }
         // SAFETY: this method's contract.
         unsafe { self.run_kernel(index, args, statics, Some(dims.grid)) }
@@ -516,16 +519,14 @@ impl LoweredBackend for WgpuBackend {
             for n in r.nodes.iter().filter(|n| n.used) {
                 let bytes = n.tn.size_in_bytes() as u64;
                 if bytes > gpu.max_binding_bytes {
-                    return Err(Error::ShapeMismatch {
-                        op: format!("compiling {} for {}", r.name, gpu.label()),
-                        shapes: vec![],
-                        detail: format!(
-                            "{} has {bytes} bytes, more than the {} bytes one storage binding \
-                             of this device holds; split it into smaller arrays or use a CPU backend",
-                            n.tn.debug_name(),
-                            gpu.max_binding_bytes
-                        ),
-                    });
+                    return Err(Error::limit_exceeded(
+                        gpu.label(),
+                        format!("array {} of {}", n.tn.debug_name(), r.name),
+                        DeviceLimit::BindingBytes,
+                        bytes,
+                        gpu.max_binding_bytes,
+                        "split it into smaller arrays or use a CPU backend",
+                    ));
                 }
             }
             // (The renderer refuses precisions the target lacks.)

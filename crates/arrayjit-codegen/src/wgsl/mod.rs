@@ -32,7 +32,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::{
-    AxisIndex, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
+    AxisIndex, DeviceLimit, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp,
+    Tnode,
 };
 
 use crate::c_kernel::node_name;
@@ -302,7 +303,7 @@ fn recorded_tuning(pass: &GpuPass) -> ScheduleTuning {
 /// than the target allows: a loop whose iterations are independent and whose body is a
 /// sequence (loops fused by the optimizer) becomes one loop per statement of the body. That is
 /// legal because each iteration reads only what the same iteration of the earlier statements
-/// wrote. A statement that alone needs too many is an [`Error::Render`].
+/// wrote. A statement that alone needs too many is an [`Error::LimitExceeded`].
 fn split_for_bindings<'a>(
     stmt: Cow<'a, LowLevel>,
     max_bindings: usize,
@@ -336,15 +337,14 @@ fn split_for_bindings<'a>(
         }
         return Ok(());
     }
-    Err(Error::Render {
-        routine: routine.to_string(),
-        language: "WGSL".into(),
-        detail: format!(
-            "a statement uses {} arrays, more than the {max_bindings} storage buffers a pass \
-             may bind on this device",
-            needed - 1
-        ),
-    })
+    Err(Error::limit_exceeded(
+        "the device",
+        format!("a statement of {routine} (with its static indices)"),
+        DeviceLimit::BindingsPerPass,
+        needed as u64,
+        max_bindings as u64,
+        "compute it in smaller statements (fewer arrays each), or use a backend without the limit",
+    ))
 }
 
 struct PassRenderer<'a> {
