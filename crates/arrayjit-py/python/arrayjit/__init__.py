@@ -1,0 +1,105 @@
+"""arrayjit for Python: tensors with NumPy-style broadcasting and reverse-mode autodiff, compiled
+by arrayjit's backends (C on CPU cores, CUDA, WGSL) and run on devices.
+
+    import numpy as np, arrayjit as aj
+    x = aj.tensor(np.random.rand(32, 2).astype(np.float32), label="x")
+    w = aj.param("w", (2, 1), seed=1)
+    loss = ((x @ w) - 1.0).relu().mean()
+    trainer = aj.Trainer(loss, aj.Adam(lr=0.01))
+    for _ in range(100):
+        trainer.step()
+    print(w.numpy())
+
+Building tensors computes nothing: ``compile`` (outputs), ``backward`` (a loss and its
+gradients) and ``Trainer`` (forward, gradients and the optimizer's update) compile the graph on a
+backend; ``Tensor.numpy()`` reads hosted values, ``Tensor.assign()`` sets inputs between runs.
+Every error is an ``ArrayjitError`` subclass carrying the library's message.
+"""
+
+from ._arrayjit import (
+    ArrayjitError,
+    Backend,
+    BackendUnavailableError,
+    CharVocab,
+    CheckpointError,
+    CompileError,
+    DeviceError,
+    GptTrainer,
+    IndexOutOfBoundsError,
+    InvalidArgumentError,
+    IoError,
+    LimitExceededError,
+    MemoryModeError,
+    Optimizer,
+    OutOfMemoryError,
+    PrecisionError,
+    Routine,
+    SettingError,
+    ShapeMismatchError,
+    Tensor,
+    Trainer,
+    Adam,
+    SGD,
+    __version__,
+    backend,
+    backends,
+    backward,
+    compile,
+    cross_entropy,
+    einsum,
+    full,
+    ids,
+    load,
+    moons,
+    mse,
+    param,
+    save,
+    set_ids,
+    softmax_cross_entropy,
+    tensor,
+    where,
+)
+
+__all__ = [
+    "ArrayjitError",
+    "Backend",
+    "BackendUnavailableError",
+    "CharVocab",
+    "CheckpointError",
+    "CompileError",
+    "DeviceError",
+    "GptTrainer",
+    "IndexOutOfBoundsError",
+    "InvalidArgumentError",
+    "IoError",
+    "LimitExceededError",
+    "MemoryModeError",
+    "Optimizer",
+    "OutOfMemoryError",
+    "PrecisionError",
+    "Routine",
+    "SettingError",
+    "ShapeMismatchError",
+    "Tensor",
+    "Trainer",
+    "Adam",
+    "SGD",
+    "__version__",
+    "backend",
+    "backends",
+    "backward",
+    "compile",
+    "cross_entropy",
+    "einsum",
+    "full",
+    "ids",
+    "load",
+    "moons",
+    "mse",
+    "param",
+    "save",
+    "set_ids",
+    "softmax_cross_entropy",
+    "tensor",
+    "where",
+]

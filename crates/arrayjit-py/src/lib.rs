@@ -1,0 +1,52 @@
+//! arrayjit-py: the Python package's native module (`arrayjit._arrayjit`), built as an abi3
+//! wheel by maturin. The Python package (`python/arrayjit/`) wraps it with NumPy conversions
+//! and re-exports it; `python/arrayjit/__init__.pyi` types it. Layers: [`errors`] (a Python
+//! exception per kind of error), [`tensor`] (tensors and operations), [`routine`] (backends,
+//! compiled routines, training, checkpoints), [`gpt`] (the GPT demo's trainer).
+
+#![warn(missing_docs)]
+
+pub mod errors;
+pub mod gpt;
+pub mod routine;
+pub mod tensor;
+
+use pyo3::prelude::*;
+
+/// The native module.
+#[pymodule]
+fn _arrayjit(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<tensor::PyTensor>()?;
+    m.add_class::<routine::PyBackend>()?;
+    m.add_class::<routine::PyRoutine>()?;
+    m.add_class::<routine::PyOptimizer>()?;
+    m.add_class::<routine::PyTrainer>()?;
+    m.add_class::<gpt::PyGptTrainer>()?;
+    m.add_class::<gpt::PyCharVocab>()?;
+    for f in [
+        wrap_pyfunction!(tensor::tensor, m)?,
+        wrap_pyfunction!(tensor::ids, m)?,
+        wrap_pyfunction!(tensor::set_ids, m)?,
+        wrap_pyfunction!(tensor::param, m)?,
+        wrap_pyfunction!(tensor::full, m)?,
+        wrap_pyfunction!(tensor::einsum, m)?,
+        wrap_pyfunction!(tensor::where_, m)?,
+        wrap_pyfunction!(tensor::mse, m)?,
+        wrap_pyfunction!(tensor::cross_entropy, m)?,
+        wrap_pyfunction!(tensor::softmax_cross_entropy, m)?,
+        wrap_pyfunction!(routine::backends, m)?,
+        wrap_pyfunction!(routine::backend, m)?,
+        wrap_pyfunction!(routine::compile, m)?,
+        wrap_pyfunction!(routine::backward, m)?,
+        wrap_pyfunction!(routine::sgd, m)?,
+        wrap_pyfunction!(routine::adam, m)?,
+        wrap_pyfunction!(routine::save, m)?,
+        wrap_pyfunction!(routine::load, m)?,
+        wrap_pyfunction!(gpt::moons, m)?,
+    ] {
+        m.add_function(f)?;
+    }
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! Backends, compiled routines and training from Python: `arrayjit.backends()`,
+//! `arrayjit.backend(name)`, `arrayjit.compile(outputs)` (a forward routine),
+//! `arrayjit.backward(loss)` (forward and gradients, read on the host), `arrayjit.Trainer`
+//! (forward, gradients and the optimizer's update as one compiled step) and checkpoints.
+//! Routines run with the GIL released; loops of steps check for Ctrl-C between steps.
+
+use std::path::PathBuf;
+
+use arrayjit_ir::{Error, Tnode};
+use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_tensor::{Optimizer, Tensor, checkpoint, forward_program, grad_program};
+use pyo3::prelude::*;
+
+use crate::errors::{IntoPy, to_py};
+use crate::tensor::{PyTensor, hosted};
+
+/// A backend (Python: `arrayjit.Backend`).
+#[pyclass(name = "Backend", module = "arrayjit", frozen)]
+#[derive(Clone)]
+pub struct PyBackend {
+    pub(crate) inner: Backend,
+}
+
+#[pymethods]
+impl PyBackend {
+    /// Its name (`sync_cc`, `multicore_cc`, `cuda_emu`, `wgpu`, `cuda`).
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name().to_string()
+    }
+
+    /// How many devices it has.
+    #[getter]
+    fn num_devices(&self) -> usize {
+        self.inner.num_devices()
+    }
+
+    /// Each device's description.
+    fn devices(&self) -> PyResult<Vec<String>> {
+        (0..self.inner.num_devices())
+            .map(|i| self.inner.get_device(i).map(|d| d.name()))
+            .collect::<arrayjit_ir::Result<_>>()
+            .py()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Backend({}, {} device(s))",
+            self.inner.name(),
+            self.inner.num_devices()
+        )
+    }
+}
+
+/// The names of the backends that can run here.
+#[pyfunction]
+pub fn backends() -> Vec<&'static str> {
+    arrayjit_runtime::available_backends()
+}
+
+/// The backend named `name` (`None`: the default, or `ARRAYJIT_BACKEND`).
+#[pyfunction]
+#[pyo3(signature = (name = None))]
+pub fn backend(name: Option<&str>) -> PyResult<PyBackend> {
+    let inner = match name {
+        Some(n) => arrayjit_runtime::backend(n),
+        None => arrayjit_runtime::default_backend(),
+    }
+    .py()?;
+    Ok(PyBackend { inner })
+}
+
+fn resolve(b: Option<PyRef<'_, PyBackend>>) -> PyResult<Backend> {
+    match b {
+        Some(b) => Ok(b.inner.clone()),
+        None => arrayjit_runtime::default_backend().py(),
+    }
+}
+
+/// Compiles `program` on `backend` and links it into a new context on device 0.
+fn compile_and_link(
+    py: Python<'_>,
+    backend: &Backend,
+    name: &str,
+    program: &arrayjit_ir::Assignments,
+) -> PyResult<Routine> {
+    py.detach(|| {
+        let code = backend.compile(name, program, &[])?;
+        let stream = backend.get_device(0)?.new_stream()?;
+        Context::new(&stream).link(&code)
+    })
+    .py()
+}
+
+/// Runs `routine` `steps` times with the GIL released, checking for Ctrl-C between runs (a
+/// `KeyboardInterrupt` leaves the routine usable: the run in progress finishes first).
+fn run_steps(
+    py: Python<'_>,
+    routine: &Routine,
+    steps: usize,
+    after: Option<&Tnode>,
+) -> PyResult<()> {
+    for _ in 0..steps {
+        py.detach(|| routine.run()).py()?;
+        py.check_signals()?;
+    }
+    if let Some(tn) = after {
+        // Waits for the work (with the GIL released) so that errors surface here.
+        py.detach(|| tn.get_values().map(|_| ())).py()?;
+    }
+    Ok(())
+}
+
+/// A compiled routine (Python: `arrayjit.Routine`): `run()` computes its outputs, which are
+/// then read with `Tensor.numpy()`.
+#[pyclass(name = "Routine", module = "arrayjit", frozen)]
+pub struct PyRoutine {
+    routine: Routine,
+    outputs: Vec<Tensor>,
+}
+
+#[pymethods]
+impl PyRoutine {
+    /// Runs it `steps` times (default once), waiting for the results.
+    #[pyo3(signature = (steps = 1))]
+    fn run(&self, py: Python<'_>, steps: usize) -> PyResult<()> {
+        run_steps(
+            py,
+            &self.routine,
+            steps,
+            self.outputs.first().map(|t| t.node()),
+        )
+    }
+
+    /// Its name.
+    #[getter]
+    fn name(&self) -> String {
+        self.routine.name().to_string()
+    }
+}
+
+/// Compiles the computation of `outputs` on `backend` (default: the default backend); the
+/// outputs stay readable on the host after each run.
+#[pyfunction]
+#[pyo3(signature = (outputs, backend = None, name = "forward"))]
+pub fn compile(
+    py: Python<'_>,
+    outputs: Vec<PyTensor>,
+    backend: Option<PyRef<'_, PyBackend>>,
+    name: &str,
+) -> PyResult<PyRoutine> {
+    let backend = resolve(backend)?;
+    let outputs: Vec<Tensor> = outputs.into_iter().map(|t| t.inner).collect();
+    for t in &outputs {
+        hosted(t)?;
+    }
+    let refs: Vec<&Tensor> = outputs.iter().collect();
+    let routine = compile_and_link(py, &backend, name, &forward_program(&refs))?;
+    Ok(PyRoutine { routine, outputs })
+}
+
+/// Compiles the loss and the gradients of every parameter it reaches, all readable on the host
+/// after a run (`Tensor.grad()`); no update.
+#[pyfunction]
+#[pyo3(signature = (loss, backend = None))]
+pub fn backward(
+    py: Python<'_>,
+    loss: PyRef<'_, PyTensor>,
+    backend: Option<PyRef<'_, PyBackend>>,
+) -> PyResult<PyRoutine> {
+    let backend = resolve(backend)?;
+    let grads = grad_program(&loss.inner).py()?;
+    hosted(&loss.inner)?;
+    for p in &grads.params {
+        if let Some(g) = p.grad() {
+            g.update_memory_mode(
+                arrayjit_ir::MemoryMode::Hosted(arrayjit_ir::MemoryType::Nonconstant),
+                "python: a gradient read on the host",
+            )
+            .py()?;
+        }
+    }
+    let routine = compile_and_link(py, &backend, "backward", &grads.program)?;
+    Ok(PyRoutine {
+        routine,
+        outputs: vec![loss.inner.clone()],
+    })
+}
+
+/// An optimizer (Python: `arrayjit.SGD(...)` or `arrayjit.Adam(...)`).
+#[pyclass(name = "Optimizer", module = "arrayjit", frozen)]
+#[derive(Clone)]
+pub struct PyOptimizer {
+    inner: Optimizer,
+}
+
+#[pymethods]
+impl PyOptimizer {
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.inner)
+    }
+}
+
+fn check_rate(lr: f64) -> PyResult<()> {
+    if lr.is_finite() && lr > 0.0 {
+        Ok(())
+    } else {
+        Err(to_py(Error::invalid(format!(
+            "learning rate {lr}: use a finite positive number"
+        ))))
+    }
+}
+
+/// SGD with momentum and weight decay.
+#[pyfunction]
+#[pyo3(name = "SGD", signature = (lr, momentum = 0.0, weight_decay = 0.0))]
+pub fn sgd(lr: f64, momentum: f64, weight_decay: f64) -> PyResult<PyOptimizer> {
+    check_rate(lr)?;
+    Ok(PyOptimizer {
+        inner: Optimizer::Sgd {
+            lr,
+            momentum,
+            weight_decay,
+        },
+    })
+}
+
+/// Adam (AdamW when `weight_decay` > 0: decoupled).
+#[pyfunction]
+#[pyo3(name = "Adam", signature = (lr = 1e-3, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.0))]
+pub fn adam(lr: f64, betas: (f64, f64), eps: f64, weight_decay: f64) -> PyResult<PyOptimizer> {
+    check_rate(lr)?;
+    Ok(PyOptimizer {
+        inner: Optimizer::Adam {
+            lr,
+            beta1: betas.0,
+            beta2: betas.1,
+            eps,
+            weight_decay,
+        },
+    })
+}
+
+/// A training step (Python: `arrayjit.Trainer`): forward, gradients and the optimizer's update
+/// of every parameter the loss reaches, compiled as one routine.
+#[pyclass(name = "Trainer", module = "arrayjit", frozen)]
+pub struct PyTrainer {
+    routine: Routine,
+    loss: Tensor,
+    params: Vec<Tensor>,
+    state: Vec<Tensor>,
+    lr: Tnode,
+}
+
+#[pymethods]
+impl PyTrainer {
+    #[new]
+    #[pyo3(signature = (loss, optimizer, backend = None, clip_norm = None))]
+    fn new(
+        py: Python<'_>,
+        loss: PyRef<'_, PyTensor>,
+        optimizer: PyRef<'_, PyOptimizer>,
+        backend: Option<PyRef<'_, PyBackend>>,
+        clip_norm: Option<f64>,
+    ) -> PyResult<PyTrainer> {
+        let backend = resolve(backend)?;
+        if !loss.inner.dims().iter().all(|&d| d == 1) {
+            return Err(to_py(Error::shape_mismatch(
+                "Trainer",
+                &[loss.inner.dims()],
+                format!(
+                    "the loss must be a scalar but has shape {:?}; reduce it (e.g. .mean())",
+                    loss.inner.dims()
+                ),
+            )));
+        }
+        let grads = grad_program(&loss.inner).py()?;
+        if grads.params.is_empty() {
+            return Err(to_py(Error::invalid(
+                "the loss reaches no parameter: make the weights with arrayjit.param",
+            )));
+        }
+        let update =
+            arrayjit_tensor::update_program_clipped(&optimizer.inner, &grads.params, clip_norm)
+                .py()?;
+        hosted(&loss.inner)?;
+        let step = grads.program.then(update.program.clone());
+        let routine = compile_and_link(py, &backend, "train_step", &step)?;
+        Ok(PyTrainer {
+            routine,
+            loss: loss.inner.clone(),
+            params: grads.params,
+            state: update.state,
+            lr: update.lr,
+        })
+    }
+
+    /// One step; returns the loss (before the update).
+    fn step(&self, py: Python<'_>) -> PyResult<f64> {
+        run_steps(py, &self.routine, 1, None)?;
+        let v = py.detach(|| self.loss.values()).py()?;
+        Ok(v[0])
+    }
+
+    /// `steps` steps (Ctrl-C stops between two); returns the last loss.
+    fn run(&self, py: Python<'_>, steps: usize) -> PyResult<f64> {
+        run_steps(py, &self.routine, steps, None)?;
+        let v = py.detach(|| self.loss.values()).py()?;
+        Ok(v[0])
+    }
+
+    /// The parameters it trains.
+    #[getter]
+    fn params(&self) -> Vec<PyTensor> {
+        self.params.iter().cloned().map(PyTensor::from).collect()
+    }
+
+    /// The learning rate (settable between steps).
+    #[getter]
+    fn get_lr(&self) -> PyResult<f64> {
+        Ok(self.lr.get_values().py()?[0])
+    }
+
+    #[setter]
+    fn set_lr(&self, lr: f64) -> PyResult<()> {
+        check_rate(lr)?;
+        self.lr.set_values(&[lr]).py()
+    }
+
+    /// Saves the parameters and the optimizer's state to a `.safetensors` file.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let all = self.saved();
+        py.detach(|| checkpoint::save(&all, &path)).py()
+    }
+
+    /// Loads what `save` wrote (all or nothing: on an error nothing changes).
+    fn load(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let all = self.saved();
+        py.detach(|| checkpoint::load(&all, &path)).py()
+    }
+}
+
+impl PyTrainer {
+    fn saved(&self) -> Vec<Tensor> {
+        let mut all = self.params.clone();
+        all.extend(self.state.iter().cloned());
+        all
+    }
+}
+
+/// Saves tensors (parameters, hosted) to a `.safetensors` file, each in its own precision.
+#[pyfunction]
+pub fn save(py: Python<'_>, tensors: Vec<PyTensor>, path: PathBuf) -> PyResult<()> {
+    let all: Vec<Tensor> = tensors.into_iter().map(|t| t.inner).collect();
+    py.detach(|| checkpoint::save(&all, &path)).py()
+}
+
+/// Loads a `.safetensors` file into tensors of the same labels and shapes (all or nothing).
+#[pyfunction]
+pub fn load(py: Python<'_>, tensors: Vec<PyTensor>, path: PathBuf) -> PyResult<()> {
+    let all: Vec<Tensor> = tensors.into_iter().map(|t| t.inner).collect();
+    py.detach(|| checkpoint::load(&all, &path)).py()
+}

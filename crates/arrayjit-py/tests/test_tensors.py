@@ -1,0 +1,154 @@
+"""Tensor operations against NumPy on every backend under test, dtypes in and out, and errors."""
+
+import numpy as np
+import pytest
+
+import arrayjit as aj
+from conftest import widest_float
+
+RNG = np.random.default_rng(7)
+
+
+def run(outputs, backend):
+    aj.compile(outputs, backend).run()
+    return [t.numpy() for t in outputs]
+
+
+def test_elementwise_broadcasting_and_reductions_agree_with_numpy(backend):
+    a_np = RNG.standard_normal((4, 3)).astype(np.float32)
+    b_np = RNG.standard_normal((3,)).astype(np.float32)
+    a, b = aj.tensor(a_np, label="a"), aj.tensor(b_np, label="b")
+    outs = [
+        a + b,
+        a - 2.0,
+        3.0 - a,
+        a * b,
+        a / (b.exp() + 1.0),
+        (a * a).sqrt(),
+        a.relu(),
+        a.tanh(),
+        a.sigmoid(),
+        a.maximum(b),
+        a.sum(),
+        a.sum(axis=0),
+        a.mean(axis=-1, keepdims=True),
+        a.max(axis=1),
+        a.softmax(axis=-1),
+        a.transpose(),
+        a.reshape(2, -1),
+        a.narrow(1, 1, 2),
+    ]
+    got = run(outs, backend)
+    e = np.exp(a_np - a_np.max(axis=-1, keepdims=True))
+    want = [
+        a_np + b_np,
+        a_np - 2.0,
+        3.0 - a_np,
+        a_np * b_np,
+        a_np / (np.exp(b_np) + 1.0),
+        np.abs(a_np),
+        np.maximum(a_np, 0),
+        np.tanh(a_np),
+        1 / (1 + np.exp(-a_np)),
+        np.maximum(a_np, b_np),
+        a_np.sum(),
+        a_np.sum(axis=0),
+        a_np.mean(axis=-1, keepdims=True),
+        a_np.max(axis=1),
+        e / e.sum(axis=-1, keepdims=True),
+        a_np.T,
+        a_np.reshape(2, 6),
+        a_np[:, 1:3],
+    ]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == np.shape(w), (i, g.shape, np.shape(w))
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"output {i}")
+
+
+def test_products_and_einsum_agree_with_numpy(backend):
+    a_np = RNG.standard_normal((5, 7))
+    b_np = RNG.standard_normal((7, 3))
+    c_np = RNG.standard_normal((2, 5, 7))
+    dtype, rtol = widest_float(backend)
+    if dtype == "f64":
+        assert aj.tensor(a_np).dtype == "f64", "float64 arrays stay float64"
+    a = aj.tensor(a_np, label="a", dtype=dtype)
+    b = aj.tensor(b_np, label="b", dtype=dtype)
+    c = aj.tensor(c_np, label="c", dtype=dtype)
+    got = run([a @ b, aj.einsum("ik,kj->ij", a, b), aj.einsum("bik,ik->bi", c, a)], backend)
+    a_np, b_np, c_np = a.numpy(), b.numpy(), c.numpy()  # as stored
+    np.testing.assert_allclose(got[0], a_np @ b_np, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(got[1], a_np @ b_np, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(got[2], np.einsum("bik,ik->bi", c_np, a_np), rtol=rtol, atol=rtol)
+    assert got[0].dtype == (np.float64 if dtype == "f64" else np.float32)
+
+
+def test_dtypes_round_trip():
+    half = aj.tensor(np.array([1.5, -2.25], dtype=np.float16))
+    assert half.dtype == "f16" and half.numpy().dtype == np.float16
+    ints = aj.tensor(np.array([[1, 2], [3, 4]], dtype=np.int32))
+    assert ints.dtype == "i32"
+    np.testing.assert_array_equal(ints.numpy(), [[1, 2], [3, 4]])
+    bf = aj.tensor([1.0, 2.0, 3.0], dtype="bf16")
+    assert bf.dtype == "bf16" and bf.numpy().dtype == np.float32
+    from_list = aj.tensor([[1, 2, 3]], dtype="f32")
+    assert from_list.shape == [1, 3] and from_list.numpy().dtype == np.float32
+
+
+def test_inputs_can_be_reassigned_between_runs(backend):
+    x = aj.tensor(np.zeros((2, 2), dtype=np.float32), label="x")
+    y = (x * 2.0).sum()
+    routine = aj.compile([y], backend)
+    for k in range(3):
+        x.assign(np.full((2, 2), k))
+        routine.run()
+        assert y.item() == pytest.approx(8.0 * k)
+
+
+def test_errors_are_typed_and_keep_the_message():
+    a = aj.tensor(np.ones((2, 3), dtype=np.float32))
+    with pytest.raises(aj.ShapeMismatchError, match="inner sizes must agree"):
+        a @ aj.tensor(np.ones((4, 2), dtype=np.float32))
+    with pytest.raises(aj.ShapeMismatchError):
+        a + aj.tensor(np.ones((4,), dtype=np.float32))
+    with pytest.raises(aj.BackendUnavailableError, match="unknown backend"):
+        aj.backend("no_such_backend")
+    with pytest.raises(aj.InvalidArgumentError, match="axis 5 is out of range"):
+        a.sum(axis=5)
+    with pytest.raises(aj.InvalidArgumentError, match="at most one -1"):
+        a.reshape(-1, -1)
+    with pytest.raises(aj.ShapeMismatchError):
+        a.reshape(4, -1)
+    with pytest.raises(aj.ShapeMismatchError, match="has shape"):
+        a.assign(np.ones((3, 2)))
+    with pytest.raises(aj.InvalidArgumentError, match="computed by the graph"):
+        (a * 2.0).assign(np.ones((2, 3)))
+    with pytest.raises(aj.InvalidArgumentError, match="unknown precision|precision"):
+        aj.tensor([1.0], dtype="f13")
+    with pytest.raises(aj.InvalidArgumentError, match="init"):
+        aj.param("w", (2, 2), init="glorot")
+    with pytest.raises(aj.InvalidArgumentError, match="learning rate"):
+        aj.SGD(lr=-1.0)
+    with pytest.raises(aj.ShapeMismatchError, match="one element"):
+        a.item()
+    assert issubclass(aj.ShapeMismatchError, aj.ArrayjitError)
+    assert issubclass(aj.ArrayjitError, Exception)
+
+
+def test_ids_and_embedding_lookups(backend):
+    table_np = RNG.standard_normal((5, 3)).astype(np.float32)
+    table = aj.tensor(table_np, label="table")
+    ids = aj.ids([4, 0, 2, 2], [4], 5, "ids")
+    rows = table.embedding(ids)
+    (got,) = run([rows], backend)
+    np.testing.assert_allclose(got, table_np[[4, 0, 2, 2]])
+    with pytest.raises(aj.IndexOutOfBoundsError):
+        aj.set_ids(ids, [0, 1, 2, 9], 5)
+
+
+def test_a_precision_the_device_lacks_is_a_precision_error():
+    if "wgpu" not in aj.backends():
+        pytest.skip("wgpu is not available here")
+    x = aj.tensor(np.ones(3), label="x64")
+    with pytest.raises(aj.PrecisionError, match="cannot compute in f64"):
+        aj.compile([x * 2.0], aj.backend("wgpu"))
