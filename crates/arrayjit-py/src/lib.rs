@@ -2,12 +2,14 @@
 //! wheel by maturin. The Python package (`python/arrayjit/`) wraps it with NumPy conversions
 //! and re-exports it; `python/arrayjit/__init__.pyi` types it. Layers: [`errors`] (a Python
 //! exception per kind of error), [`tensor`] (tensors and operations), [`routine`] (backends,
-//! compiled routines, training, checkpoints), [`gpt`] (the GPT demo's trainer).
+//! compiled routines, training, checkpoints), [`host`] (NumPy views of host arrays and
+//! copies into them), [`gpt`] (the GPT demo's trainer).
 
 #![warn(missing_docs)]
 
 pub mod errors;
 pub mod gpt;
+pub mod host;
 pub mod routine;
 pub mod tensor;
 

@@ -71,12 +71,16 @@ pub fn read_array(values: &PyReadonlyArrayDyn<'_, f64>) -> (Vec<usize>, Vec<f64>
     (dims, flat)
 }
 
-/// Anything NumPy takes as an array (an ndarray, a list, a number): its dims, values as f64,
-/// and the precision matching its NumPy dtype (`None` for a dtype arrayjit lacks, e.g. bool).
-pub fn read_array_like(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<usize>, Vec<f64>, Option<Prec>)> {
+/// Anything NumPy takes as an array (an ndarray, a list, a number), as a NumPy array: the
+/// array, its dims, and the precision matching its dtype (`None` for a dtype arrayjit lacks,
+/// e.g. bool).
+pub fn as_numpy<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Vec<usize>, Option<Prec>)> {
     let np = obj.py().import("numpy")?;
     let arr = np.call_method1("asarray", (obj,))?;
     let dtype: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
+    let dims: Vec<usize> = arr.getattr("shape")?.extract()?;
     let prec = match dtype.as_str() {
         "float16" => Some(Prec::F16),
         "float32" => Some(Prec::F32),
@@ -89,10 +93,15 @@ pub fn read_array_like(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<usize>, Vec<f64>
         "uint64" => Some(Prec::U64),
         _ => None,
     };
+    Ok((arr, dims, prec))
+}
+
+/// A NumPy array's values as f64, row-major.
+pub fn f64_values(arr: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let np = arr.py().import("numpy")?;
     let f64s = np.call_method1("ascontiguousarray", (arr, "float64"))?;
     let values: PyReadonlyArrayDyn<'_, f64> = f64s.extract()?;
-    let (dims, flat) = read_array(&values);
-    Ok((dims, flat, prec))
+    Ok(read_array(&values).1)
 }
 
 /// The NumPy dtype name a precision reads back as (bf16, which NumPy lacks, as float32).
@@ -256,11 +265,16 @@ impl PyTensor {
         )
     }
 
-    /// The values on the host as a NumPy array of the tensor's shape and dtype (bf16 as
-    /// float32); the runtime brings the host up to date first, waiting for the routine that
-    /// wrote them (with the GIL released). The tensor must be hosted: an input, a parameter,
-    /// or an output of a compiled routine.
-    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// The values on the host as a NumPy array of the tensor's shape and dtype, after the
+    /// routine that wrote them (waited for with the GIL released). By default a read-only view
+    /// of the host array itself, no copy (later refreshes show through it; bf16, which NumPy
+    /// lacks, reads as a float32 copy); `copy=True`: a writable snapshot. The tensor must be
+    /// hosted: an input, a parameter, or an output of a compiled routine.
+    #[pyo3(signature = (copy = false))]
+    fn numpy<'py>(&self, py: Python<'py>, copy: bool) -> PyResult<Bound<'py, PyAny>> {
+        if !copy && let Some(v) = crate::host::view(py, self.inner.node())? {
+            return Ok(v);
+        }
         let t = self.inner.clone();
         let values = py.detach(move || t.values()).py()?;
         to_numpy_as(py, self.inner.dims(), values, self.inner.prec())
@@ -288,7 +302,16 @@ impl PyTensor {
     /// dtype; converted to the tensor's precision); the next routine that reads it uploads
     /// them.
     fn assign(&self, values: &Bound<'_, PyAny>) -> PyResult<()> {
-        let (dims, flat, _) = read_array_like(values)?;
+        if self.inner.kind() == Kind::Computed {
+            return Err(crate::errors::to_py(Error::invalid(format!(
+                "{} is computed by the graph; assign values to inputs and parameters only",
+                self.inner.label()
+            ))));
+        }
+        if crate::host::copy_in(self.inner.node(), values)? {
+            return Ok(());
+        }
+        let (arr, dims, _) = as_numpy(values)?;
         if dims != self.inner.dims() {
             return Err(crate::errors::to_py(Error::shape_mismatch(
                 "assign",
@@ -301,12 +324,7 @@ impl PyTensor {
                 ),
             )));
         }
-        if self.inner.kind() == Kind::Computed {
-            return Err(crate::errors::to_py(Error::invalid(format!(
-                "{} is computed by the graph; assign values to inputs and parameters only",
-                self.inner.label()
-            ))));
-        }
+        let flat = f64_values(&arr)?;
         self.inner.node().set_values(&flat).py()
     }
 
@@ -573,11 +591,19 @@ pub fn hosted(t: &Tensor) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(signature = (values, label = "input", dtype = None))]
 pub fn tensor(values: &Bound<'_, PyAny>, label: &str, dtype: Option<&str>) -> PyResult<PyTensor> {
-    let (dims, flat, own) = read_array_like(values)?;
+    let (arr, dims, own) = as_numpy(values)?;
     let prec = match dtype {
         Some(d) => parse_prec(d)?,
         None => own.unwrap_or(Prec::F32),
     };
+    if own == Some(prec) {
+        // The array's own dtype: one copy of its bytes into the new host array.
+        let t = Tensor::zeros_input(prec, &dims, label).py()?;
+        if crate::host::copy_in(t.node(), &arr)? {
+            return Ok(t.into());
+        }
+    }
+    let flat = f64_values(&arr)?;
     Tensor::input(prec, &dims, label, &flat)
         .py()
         .map(PyTensor::from)

@@ -152,3 +152,43 @@ def test_a_precision_the_device_lacks_is_a_precision_error():
     x = aj.tensor(np.ones(3), label="x64")
     with pytest.raises(aj.PrecisionError, match="cannot compute in f64"):
         aj.compile([x * 2.0], aj.backend("wgpu"))
+
+
+def test_numpy_reads_the_host_array_in_place_and_views_are_read_only(backend):
+    x = aj.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), label="x")
+    view = x.numpy()
+    assert not view.flags.writeable and view.base is not None
+    assert np.shares_memory(view, x.numpy()), "two reads share the host array"
+    with pytest.raises(ValueError):
+        view[0, 0] = 7.0
+    x.assign(np.full((2, 3), 5, dtype=np.float32))  # one memcpy, in place
+    np.testing.assert_array_equal(view, np.full((2, 3), 5.0))
+    snapshot = x.numpy(copy=True)
+    assert snapshot.flags.writeable and not np.shares_memory(snapshot, view)
+    # Outputs: a view of the result; a later run's refresh shows through it.
+    y = x * 2.0
+    routine = aj.compile([y], backend)
+    routine.run()
+    out = y.numpy()
+    np.testing.assert_array_equal(out, np.full((2, 3), 10.0))
+    x.assign(np.ones((2, 3)))  # float64 values, converted to the f32 input
+    routine.run()
+    np.testing.assert_array_equal(y.numpy(), np.full((2, 3), 2.0))
+    np.testing.assert_array_equal(out, np.full((2, 3), 2.0))
+    # The view keeps the node alive after the tensor is gone.
+    del x, y, routine
+    assert out.sum() == 12.0
+
+
+def test_arrays_of_the_nodes_dtype_are_copied_bit_for_bit():
+    values = np.array([1.0 + 2.0 ** -40, np.nan, -0.0, 3.5e300])
+    t = aj.tensor(values)
+    assert t.dtype == "f64"
+    np.testing.assert_array_equal(t.numpy().view(np.uint64), values.view(np.uint64))
+    big = np.array([2 ** 62 + 1, -(2 ** 62) - 3], dtype=np.int64)
+    ints = aj.tensor(big)
+    assert ints.numpy().tolist() == big.tolist(), "int64 beyond 2^53 survives (no float64 trip)"
+    strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+    np.testing.assert_array_equal(aj.tensor(strided).numpy(), strided)
+    half = np.array([0.1, 65504.0], dtype=np.float16)
+    np.testing.assert_array_equal(aj.tensor(half).numpy(), half)

@@ -47,8 +47,10 @@ class Tensor:
     @property
     def ndim(self) -> int: ...
     def __len__(self) -> int: ...
-    def numpy(self) -> np.ndarray:
-        """Hosted values in the tensor's dtype (bf16 as float32), after the writing routine."""
+    def numpy(self, copy: bool = False) -> np.ndarray:
+        """Hosted values after the writing routine: a read-only view of the host array (no copy;
+        later refreshes show through it), or with copy=True a writable snapshot; bf16 reads as a
+        float32 copy."""
     def item(self) -> float: ...
     def assign(self, values: ArrayLike) -> None:
         """New host values for an input or parameter of the same shape."""
