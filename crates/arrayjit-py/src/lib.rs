@@ -3,13 +3,15 @@
 //! and re-exports it; `python/arrayjit/__init__.pyi` types it. Layers: [`errors`] (a Python
 //! exception per kind of error), [`tensor`] (tensors and operations), [`routine`] (backends,
 //! compiled routines, training, checkpoints), [`host`] (NumPy views of host arrays and
-//! copies into them), [`gpt`] (the GPT demo's trainer).
+//! copies into them), [`nn`] (the blocks), [`observe`] (listing, timing and trace switches), [`gpt`] (the GPT demo's trainer).
 
 #![warn(missing_docs)]
 
 pub mod errors;
 pub mod gpt;
 pub mod host;
+pub mod nn;
+pub mod observe;
 pub mod routine;
 pub mod tensor;
 
@@ -19,6 +21,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _arrayjit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
+    nn::register(m)?;
+    observe::register(m)?;
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<routine::PyBackend>()?;
     m.add_class::<routine::PyRoutine>()?;

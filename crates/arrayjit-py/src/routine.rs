@@ -137,6 +137,19 @@ impl PyRoutine {
     fn name(&self) -> String {
         self.routine.name().to_string()
     }
+
+    /// Its runs so far: `runs` scheduled, `timed_runs` timed (see `set_run_timing`), `failed`,
+    /// and their `total_seconds` and `mean_seconds`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = self.routine.stats();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("runs", s.runs)?;
+        d.set_item("timed_runs", s.timed_runs)?;
+        d.set_item("failed", s.failed)?;
+        d.set_item("total_seconds", s.total.as_secs_f64())?;
+        d.set_item("mean_seconds", s.mean.as_secs_f64())?;
+        Ok(d)
+    }
 }
 
 /// Compiles the computation of `outputs` on `backend` (default: the default backend); the

@@ -46,6 +46,7 @@ from ._arrayjit import (
     backward,
     compile,
     cross_entropy,
+    debug_level,
     einsum,
     full,
     ids,
@@ -54,11 +55,16 @@ from ._arrayjit import (
     mse,
     param,
     save,
+    set_debug_level,
     set_ids,
+    set_run_timing,
     softmax_cross_entropy,
+    start_trace,
+    stop_trace,
     tensor,
     where,
 )
+from . import nn
 
 __all__ = [
     "ArrayjitError",
@@ -90,6 +96,7 @@ __all__ = [
     "backward",
     "compile",
     "cross_entropy",
+    "debug_level",
     "einsum",
     "full",
     "ids",
@@ -98,8 +105,13 @@ __all__ = [
     "mse",
     "param",
     "save",
+    "nn",
+    "set_debug_level",
     "set_ids",
+    "set_run_timing",
     "softmax_cross_entropy",
+    "start_trace",
+    "stop_trace",
     "tensor",
     "where",
 ]

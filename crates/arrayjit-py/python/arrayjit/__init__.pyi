@@ -6,6 +6,8 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 import numpy.typing as npt
 
+from . import nn as nn
+
 __version__: str
 
 ArrayLike = npt.ArrayLike
@@ -130,6 +132,8 @@ class Routine:
     def name(self) -> str: ...
     def run(self, steps: int = 1) -> None:
         """Runs with the GIL released; Ctrl-C stops between runs."""
+    def stats(self) -> dict[str, Union[int, float]]:
+        """runs, timed_runs, failed, total_seconds, mean_seconds."""
 
 def compile(outputs: Sequence[Tensor], backend: Optional[Backend] = None, name: str = "forward") -> Routine: ...
 def backward(loss: Tensor, backend: Optional[Backend] = None) -> Routine: ...
@@ -193,3 +197,12 @@ class GptTrainer:
     def generate(self, prompt: Sequence[int], count: int, temperature: float = 1.0, seed: int = 0) -> list[int]: ...
     def save(self, path: StrPath) -> None: ...
     def load(self, path: StrPath) -> int: ...
+
+def set_debug_level(level: Optional[int]) -> None:
+    """0 nothing, 1 a line per compile, 2 also per run, 3 also IR, source and memory modes;
+    None: back to ARRAYJIT_DEBUG."""
+def debug_level() -> int: ...
+def set_run_timing(on: bool) -> None: ...
+def start_trace(max_events: int = 1_000_000) -> None: ...
+def stop_trace(path: Optional[StrPath] = None) -> int:
+    """Stops recording; writes Chrome trace JSON to path; returns the events recorded."""
