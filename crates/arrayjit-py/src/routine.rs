@@ -77,16 +77,18 @@ fn resolve(b: Option<PyRef<'_, PyBackend>>) -> PyResult<Backend> {
     }
 }
 
-/// Compiles `program` on `backend` and links it into a new context on device 0.
+/// Compiles `program` on `backend` and links it into a new context on a new stream of
+/// `device`.
 fn compile_and_link(
     py: Python<'_>,
     backend: &Backend,
+    device: usize,
     name: &str,
     program: &arrayjit_ir::Assignments,
 ) -> PyResult<Routine> {
     py.detach(|| {
+        let stream = backend.get_device(device)?.new_stream()?;
         let code = backend.compile(name, program, &[])?;
-        let stream = backend.get_device(0)?.new_stream()?;
         Context::new(&stream).link(&code)
     })
     .py()
@@ -152,15 +154,16 @@ impl PyRoutine {
     }
 }
 
-/// Compiles the computation of `outputs` on `backend` (default: the default backend); the
-/// outputs stay readable on the host after each run.
+/// Compiles the computation of `outputs` on `backend` (default: the default backend) for
+/// `device`; the outputs stay readable on the host after each run.
 #[pyfunction]
-#[pyo3(signature = (outputs, backend = None, name = "forward"))]
+#[pyo3(signature = (outputs, backend = None, name = "forward", device = 0))]
 pub fn compile(
     py: Python<'_>,
     outputs: Vec<PyTensor>,
     backend: Option<PyRef<'_, PyBackend>>,
     name: &str,
+    device: usize,
 ) -> PyResult<PyRoutine> {
     let backend = resolve(backend)?;
     let outputs: Vec<Tensor> = outputs.into_iter().map(|t| t.inner).collect();
@@ -168,18 +171,19 @@ pub fn compile(
         hosted(t)?;
     }
     let refs: Vec<&Tensor> = outputs.iter().collect();
-    let routine = compile_and_link(py, &backend, name, &forward_program(&refs))?;
+    let routine = compile_and_link(py, &backend, device, name, &forward_program(&refs))?;
     Ok(PyRoutine { routine, outputs })
 }
 
 /// Compiles the loss and the gradients of every parameter it reaches, all readable on the host
 /// after a run (`Tensor.grad()`); no update.
 #[pyfunction]
-#[pyo3(signature = (loss, backend = None))]
+#[pyo3(signature = (loss, backend = None, device = 0))]
 pub fn backward(
     py: Python<'_>,
     loss: PyRef<'_, PyTensor>,
     backend: Option<PyRef<'_, PyBackend>>,
+    device: usize,
 ) -> PyResult<PyRoutine> {
     let backend = resolve(backend)?;
     let grads = grad_program(&loss.inner).py()?;
@@ -193,7 +197,7 @@ pub fn backward(
             .py()?;
         }
     }
-    let routine = compile_and_link(py, &backend, "backward", &grads.program)?;
+    let routine = compile_and_link(py, &backend, device, "backward", &grads.program)?;
     Ok(PyRoutine {
         routine,
         outputs: vec![loss.inner.clone()],
@@ -268,13 +272,14 @@ pub struct PyTrainer {
 #[pymethods]
 impl PyTrainer {
     #[new]
-    #[pyo3(signature = (loss, optimizer, backend = None, clip_norm = None))]
+    #[pyo3(signature = (loss, optimizer, backend = None, clip_norm = None, device = 0))]
     fn new(
         py: Python<'_>,
         loss: PyRef<'_, PyTensor>,
         optimizer: PyRef<'_, PyOptimizer>,
         backend: Option<PyRef<'_, PyBackend>>,
         clip_norm: Option<f64>,
+        device: usize,
     ) -> PyResult<PyTrainer> {
         let backend = resolve(backend)?;
         if !loss.inner.dims().iter().all(|&d| d == 1) {
@@ -294,7 +299,7 @@ impl PyTrainer {
                 .py()?;
         hosted(&loss.inner)?;
         let step = grads.program.then(update.program.clone());
-        let routine = compile_and_link(py, &backend, "train_step", &step)?;
+        let routine = compile_and_link(py, &backend, device, "train_step", &step)?;
         Ok(PyTrainer {
             routine,
             loss: loss.inner.clone(),

@@ -192,3 +192,14 @@ def test_arrays_of_the_nodes_dtype_are_copied_bit_for_bit():
     np.testing.assert_array_equal(aj.tensor(strided).numpy(), strided)
     half = np.array([0.1, 65504.0], dtype=np.float16)
     np.testing.assert_array_equal(aj.tensor(half).numpy(), half)
+
+
+def test_routines_run_on_the_device_asked_for_and_a_missing_one_is_an_error(backend):
+    x = aj.tensor(np.arange(4, dtype=np.float32), label="x")
+    y = x * 2.0
+    last = backend.num_devices - 1
+    aj.compile([y], backend, device=last).run()
+    np.testing.assert_array_equal(y.numpy(), [0.0, 2.0, 4.0, 6.0])
+    assert len(backend.devices()) == backend.num_devices
+    with pytest.raises(aj.BackendUnavailableError, match="no device"):
+        aj.compile([x * 3.0], backend, device=backend.num_devices)
