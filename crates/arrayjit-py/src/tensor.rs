@@ -251,8 +251,13 @@ impl PyTensor {
         self.inner.dims().len()
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.dims().first().copied().unwrap_or(1)
+    /// The size of the first axis (a 0-d tensor has no length, as in NumPy).
+    fn __len__(&self) -> PyResult<usize> {
+        self.inner
+            .dims()
+            .first()
+            .copied()
+            .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("len() of a 0-d tensor"))
     }
 
     fn __repr__(&self) -> String {
@@ -547,11 +552,17 @@ fn reduce(
 /// The dims of a reshape, with one `-1` inferred from the element count.
 fn infer_shape(dims: &[usize], shape: &[isize]) -> PyResult<Vec<usize>> {
     let total: usize = dims.iter().product();
-    let known: usize = shape
+    let known = shape
         .iter()
         .filter(|&&d| d >= 0)
-        .map(|&d| d as usize)
-        .product();
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
+        .ok_or_else(|| {
+            crate::errors::to_py(Error::shape_mismatch(
+                "reshape",
+                &[dims],
+                format!("the shape {shape:?} has more elements than a machine can hold"),
+            ))
+        })?;
     let unknown = shape.iter().filter(|&&d| d < 0).count();
     if unknown > 1 || shape.iter().any(|&d| d < -1) {
         return Err(crate::errors::to_py(Error::invalid(format!(

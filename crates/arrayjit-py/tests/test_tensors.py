@@ -119,6 +119,11 @@ def test_errors_are_typed_and_keep_the_message():
         a.reshape(-1, -1)
     with pytest.raises(aj.ShapeMismatchError):
         a.reshape(4, -1)
+    with pytest.raises(aj.ShapeMismatchError):
+        a.reshape(2 ** 62, 2 ** 62)
+    with pytest.raises(TypeError):
+        len(a.sum())
+    assert len(a) == 2
     with pytest.raises(aj.ShapeMismatchError, match="has shape"):
         a.assign(np.ones((3, 2)))
     with pytest.raises(aj.InvalidArgumentError, match="computed by the graph"):
@@ -203,3 +208,21 @@ def test_routines_run_on_the_device_asked_for_and_a_missing_one_is_an_error(back
     assert len(backend.devices()) == backend.num_devices
     with pytest.raises(aj.BackendUnavailableError, match="no device"):
         aj.compile([x * 3.0], backend, device=backend.num_devices)
+
+
+def test_odd_sizes_are_errors_or_work_never_crashes(backend):
+    with pytest.raises((aj.OutOfMemoryError, aj.InvalidArgumentError, aj.ShapeMismatchError)):
+        aj.param("huge", (2 ** 40, 2 ** 40))
+    with pytest.raises((aj.OutOfMemoryError, aj.InvalidArgumentError, aj.ShapeMismatchError)):
+        aj.full((2 ** 62, 4), 1.0)
+    with pytest.raises((aj.OutOfMemoryError, aj.InvalidArgumentError, aj.ShapeMismatchError)):
+        aj.moons(2 ** 62)
+    with pytest.raises(aj.InvalidArgumentError, match="at least 1"):
+        aj.tensor(np.zeros((0, 3), dtype=np.float32), label="empty")  # no empty axes
+    scalar = aj.tensor(np.float32(2.5), label="scalar")
+    assert scalar.shape == [] and scalar.item() == 2.5
+    y = (scalar * scalar) + 1.0
+    aj.compile([y], backend).run()
+    assert y.item() == pytest.approx(7.25)
+    with pytest.raises(aj.ShapeMismatchError, match="2 values"):
+        aj.ids([1, 2], [3], 5, "ids")  # two ids for three places
