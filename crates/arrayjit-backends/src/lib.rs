@@ -94,6 +94,10 @@ pub trait DeviceBuffer: Any + Send + Sync + Debug {
 /// A shared handle to a device buffer.
 pub type BufferHandle = Arc<dyn DeviceBuffer>;
 
+/// Receives a kernel's time on its device ([`CompiledBatch::launch_timed`]), from whichever
+/// thread learns it.
+pub type DeviceTimeSink = Box<dyn FnOnce(std::time::Duration) + Send>;
+
 /// The checks every launch makes before a kernel runs, from its [`KernelInterface`]: one
 /// buffer per argument, of this backend's buffer type `B` (`backend` names it in errors) and at
 /// least the size the interface needs, and of the precision of its array when the buffer knows
@@ -221,6 +225,28 @@ pub trait CompiledBatch: Send + Sync + Debug {
         statics: &[i64],
         queue: Queue<'_>,
     ) -> Result<()>;
+    /// [`CompiledBatch::launch`], with the kernel's own time on its device given to `sink` once
+    /// the device knows it: a GPU backend reads timestamps the device writes around the
+    /// kernel's passes, usually after this returns (when the queue is next waited for).
+    /// `Ok(true)`: `sink` will be called; `Ok(false)`: this backend does not time its device
+    /// (the default), so the caller times the call itself, which on a CPU backend, whose
+    /// launches finish before they return, is the kernel's time. On an error `sink` is dropped.
+    ///
+    /// # Safety
+    /// As [`CompiledBatch::launch`].
+    unsafe fn launch_timed(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        queue: Queue<'_>,
+        sink: DeviceTimeSink,
+    ) -> Result<bool> {
+        drop(sink);
+        // SAFETY: this method's contract is `launch`'s.
+        unsafe { self.launch(index, args, statics, queue) }?;
+        Ok(false)
+    }
     /// Runs kernel `index` of a batch from [`LoweredBackend::compile_source`] with its launch
     /// chosen now (the reference's `launch_kernel ~global_dims ?local_dims`): `global` threads
     /// per axis in blocks of `local` threads, that is `ceil(global / local)` blocks per axis

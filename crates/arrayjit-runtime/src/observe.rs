@@ -175,6 +175,7 @@ pub struct RoutineStats {
     timed: AtomicU64,
     nanos: AtomicU64,
     failed: AtomicU64,
+    on_device: AtomicU64,
 }
 
 impl RoutineStats {
@@ -195,6 +196,13 @@ impl RoutineStats {
         }
     }
 
+    /// Records a run timed by its device (the kernel's own time there), reported when the
+    /// device knew it.
+    pub(crate) fn record_on_device(&self, took: Duration) {
+        self.record(took, true);
+        self.on_device.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A snapshot.
     pub fn snapshot(&self) -> RunStats {
         let timed = self.timed.load(Ordering::Relaxed);
@@ -203,6 +211,7 @@ impl RoutineStats {
             runs: self.runs.load(Ordering::Relaxed),
             timed_runs: timed,
             failed: self.failed.load(Ordering::Relaxed),
+            device_timed_runs: self.on_device.load(Ordering::Relaxed),
             total: Duration::from_nanos(nanos),
             mean: Duration::from_nanos(nanos / timed.max(1)),
         }
@@ -218,8 +227,12 @@ pub struct RunStats {
     pub timed_runs: u64,
     /// Timed runs whose kernel returned an error.
     pub failed: u64,
-    /// The time of the timed runs in all (on backends with device queues, the time to
-    /// enqueue).
+    /// Of the timed runs, those timed by the device itself: the kernel's time on a GPU, from
+    /// timestamps it wrote (`wgpu` where the device has timestamp queries), counted once the
+    /// host next waits for the device. The others are timed by the host around the launch:
+    /// the kernel's time on CPU backends, the time to enqueue on a GPU without timestamps.
+    pub device_timed_runs: u64,
+    /// The time of the timed runs in all.
     pub total: Duration,
     /// Their mean time.
     pub mean: Duration,
@@ -241,6 +254,14 @@ mod tests {
         let snap = s.snapshot();
         assert_eq!((snap.runs, snap.timed_runs, snap.failed), (3, 2, 1));
         assert_eq!(snap.mean, Duration::from_micros(20));
+        assert_eq!(snap.device_timed_runs, 0);
+        s.record_on_device(Duration::from_micros(50));
+        let snap = s.snapshot();
+        assert_eq!(
+            (snap.timed_runs, snap.device_timed_runs, snap.failed),
+            (3, 1, 1)
+        );
+        assert_eq!(snap.total, Duration::from_micros(90));
         assert_eq!(human_bytes(12), "12 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
     }

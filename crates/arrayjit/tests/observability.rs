@@ -170,10 +170,58 @@ fn a_data_parallel_run_traces_streams_kernels_copies_waits_and_compiles() {
     );
 }
 
-/// Per-routine statistics: runs, and the time of those run while timing was on, from the API.
+/// Per-routine statistics: runs, and the time of those run while timing was on, from the API;
+/// on `wgpu` (where the device has timestamp queries, as lavapipe does) the device's own time.
+/// One test, since the timing switch is global.
 #[test]
 fn routines_count_their_runs_and_time() {
-    let backend = arrayjit::backend("sync_cc").unwrap();
+    routine_stats_on("sync_cc");
+    for backend in arrayjit_testing::backends_under_test(&["wgpu"]).unwrap() {
+        routine_device_time_on(&backend);
+    }
+}
+
+/// Runs timed by the device report the kernel's time there, once the host waits for it.
+fn routine_device_time_on(backend: &Backend) {
+    let x = Tnode::new(Prec::F32, &[1 << 16], &["x"]).unwrap();
+    x.set_values_with(|i| i as f64).unwrap();
+    let y = Tnode::new(Prec::F32, &[1 << 16], &["y"]).unwrap();
+    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "read")
+        .unwrap();
+    let code = backend
+        .compile(
+            "relu_timed",
+            &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
+            &[],
+        )
+        .unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    arrayjit::runtime::set_run_timing(true);
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        routine.run().unwrap();
+    }
+    // Reading the result waits for the queue, which delivers the timestamps.
+    assert_eq!(y.get_values().unwrap()[3], 3.0);
+    let wall = started.elapsed();
+    arrayjit::runtime::set_run_timing(false);
+    let stats = routine.stats();
+    assert_eq!(
+        (stats.runs, stats.timed_runs, stats.failed),
+        (5, 5, 0),
+        "{stats:?}"
+    );
+    assert_eq!(stats.device_timed_runs, 5, "{stats:?}");
+    assert!(
+        stats.total > std::time::Duration::ZERO && stats.total <= wall,
+        "device time {:?} within the wall time {wall:?}",
+        stats.total
+    );
+}
+
+fn routine_stats_on(name: &str) {
+    let backend = arrayjit::backend(name).unwrap();
     let x = Tnode::new(Prec::F32, &[4], &["x"]).unwrap();
     x.set_values(&[1.0, -1.0, 2.0, -2.0]).unwrap();
     let y = Tnode::new(Prec::F32, &[4], &["y"]).unwrap();
@@ -197,5 +245,6 @@ fn routines_count_their_runs_and_time() {
     assert_eq!((stats.runs, stats.failed), (4, 0));
     // The first run was untimed (unless the trace test of this file was recording then).
     assert!(stats.timed_runs >= 3, "{stats:?}");
+    assert_eq!(stats.device_timed_runs, 0, "a CPU backend times the call");
     assert!(stats.total >= stats.mean && stats.mean > std::time::Duration::ZERO);
 }

@@ -17,6 +17,7 @@
 mod buffers;
 mod queue;
 mod runtime;
+mod timestamps;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -30,7 +31,9 @@ use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
 use arrayjit_ir::{DeviceLimit, Error, Optimized, Result, trace};
 
 use crate::device_info::{DeviceInfo, DeviceKind};
-use crate::{BufferHandle, CompiledBatch, DeviceRuntime, LoweredBackend, PoolTable, Queue};
+use crate::{
+    BufferHandle, CompiledBatch, DeviceRuntime, DeviceTimeSink, LoweredBackend, PoolTable, Queue,
+};
 
 pub use buffers::WgpuBuffer;
 
@@ -53,6 +56,9 @@ struct Gpu {
     pipelines: Mutex<HashMap<(String, String), wgpu::ComputePipeline>>,
     /// An error no error scope caught (reported by the next call).
     uncaptured: Arc<Mutex<Option<String>>>,
+    /// Nanoseconds per timestamp tick, when the device writes timestamps in compute passes
+    /// (`TIMESTAMP_QUERY`): timed launches report their device time from them.
+    timestamp_period: Option<f64>,
 }
 
 /// The `wgpu` lowered backend (one device).
@@ -127,7 +133,10 @@ fn open() -> std::result::Result<Gpu, String> {
         ..Default::default()
     }))
     .map_err(|e| format!("no GPU adapter: {e}"))?;
-    let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SHADER_INT64);
+    let features = adapter.features()
+        & (wgpu::Features::SHADER_F16
+            | wgpu::Features::SHADER_INT64
+            | wgpu::Features::TIMESTAMP_QUERY);
     let limits = adapter.limits();
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("arrayjit"),
@@ -176,7 +185,6 @@ fn open() -> std::result::Result<Gpu, String> {
     }
     Ok(Gpu {
         device,
-        queue,
         info,
         target,
         max_groups: limits.max_compute_workgroups_per_dimension.max(1),
@@ -184,6 +192,11 @@ fn open() -> std::result::Result<Gpu, String> {
         max_binding_bytes: limits.max_storage_buffer_binding_size,
         pipelines: Mutex::new(HashMap::new()),
         uncaptured,
+        timestamp_period: features
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+            .then(|| f64::from(queue.get_timestamp_period()))
+            .filter(|p| *p > 0.0),
+        queue,
     })
 }
 
@@ -351,7 +364,19 @@ impl CompiledBatch for WgpuBatch {
         _: Queue<'_>,
     ) -> Result<()> {
         // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, None) }
+        unsafe { self.run_kernel(index, args, statics, None, None) }.map(|_| ())
+    }
+
+    unsafe fn launch_timed(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        _: Queue<'_>,
+        sink: DeviceTimeSink,
+    ) -> Result<bool> {
+        // SAFETY: this method's contract.
+        unsafe { self.run_kernel(index, args, statics, None, Some(sink)) }
     }
 
     unsafe fn launch_with_dims(
@@ -397,7 +422,7 @@ impl CompiledBatch for WgpuBatch {
             ));
         }
         // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, Some(dims.grid)) }
+        unsafe { self.run_kernel(index, args, statics, Some(dims.grid), None) }.map(|_| ())
     }
 }
 
@@ -413,7 +438,8 @@ impl WgpuBatch {
         args: &[BufferHandle],
         statics: &[i64],
         grid_now: Option<[u32; 3]>,
-    ) -> Result<()> {
+        timer: Option<DeviceTimeSink>,
+    ) -> Result<bool> {
         let (k, iface) = match (self.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
             _ => {
@@ -444,7 +470,15 @@ impl WgpuBatch {
             let mut encoder = gpu
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-            for (pass, pipeline) in k.rendered.passes.iter().zip(&k.pipelines) {
+            // Timestamps at the start of the first pass and the end of the last.
+            let timing = match (timer, gpu.timestamp_period) {
+                (Some(sink), Some(period)) if !k.rendered.passes.is_empty() => {
+                    Some((timestamps::Timing::new(&gpu.device), sink, period))
+                }
+                _ => None,
+            };
+            let last = k.rendered.passes.len().saturating_sub(1);
+            for (i, (pass, pipeline)) in k.rendered.passes.iter().zip(&k.pipelines).enumerate() {
                 let layout = pipeline.get_bind_group_layout(0);
                 let entries = pass
                     .bindings
@@ -467,14 +501,23 @@ impl WgpuBatch {
                 let [x, y, z] = grid_now.unwrap_or_else(|| pass.dispatch(gpu.max_groups));
                 let mut cpass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: None,
-                    timestamp_writes: None,
+                    timestamp_writes: timing.as_ref().map(|(t, _, _)| t.writes(i == 0, i == last)),
                 });
                 cpass.set_pipeline(pipeline);
                 cpass.set_bind_group(0, &group, &[]);
                 cpass.dispatch_workgroups(x, y, z);
             }
+            if let Some((t, _, _)) = &timing {
+                t.resolve(&mut encoder);
+            }
             gpu.queue.submit([encoder.finish()]);
-            Ok(())
+            Ok(match timing {
+                Some((t, sink, period)) => {
+                    t.report(period, sink);
+                    true
+                }
+                None => false,
+            })
         })
     }
 }

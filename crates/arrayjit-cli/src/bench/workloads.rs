@@ -189,6 +189,36 @@ pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
     )
 }
 
+/// The mean time of one run of workload `name` on the device itself, where the backend times
+/// its device (GPU timestamps; see `RunStats::device_timed_runs`): `None` for the training
+/// steps (several routines) and on backends whose runs are timed by the host.
+pub fn device_time_workload(backend: &Backend, name: &str) -> Result<Option<Duration>> {
+    if name == MLP || name == GPT {
+        return Ok(None);
+    }
+    let outputs = build(name)?;
+    let refs: Vec<&Tensor> = outputs.iter().collect();
+    let code = backend.compile("bench", &forward_program(&refs), &[])?;
+    let stream = backend.get_device(0)?.new_stream()?;
+    let routine = Context::new(&stream).link(&code)?;
+    // Warm up untimed, then time ten runs.
+    routine.run()?;
+    stream.await_work()?;
+    arrayjit_runtime::set_run_timing(true);
+    let timed = (|| {
+        for _ in 0..10 {
+            routine.run()?;
+        }
+        stream.await_work()
+    })();
+    arrayjit_runtime::set_run_timing(false);
+    timed?;
+    // The device reports its times when the host waits for it.
+    backend.lowered().runtime().synchronize(0)?;
+    let stats = routine.stats();
+    Ok((stats.device_timed_runs > 0).then(|| stats.total / stats.device_timed_runs as u32))
+}
+
 /// Searches the schedules of a workload's routines (the MLP step: its training routine) and
 /// reports the candidates.
 pub fn search_workload(backend: &Backend, name: &str) -> Result<String> {
