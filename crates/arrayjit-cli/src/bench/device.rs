@@ -142,17 +142,32 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
     );
     let bandwidth = copy_bandwidth(&backend, copy_bytes)?;
     let mut ours = Vec::new();
+    let mut refused = Vec::new();
     for w in &list {
         eprintln!("arrayjit {backend_name}: {} ...", w.name);
         let t = Instant::now();
-        let time = workloads::time_workload(&backend, &w.name)?;
+        let time = match workloads::time_workload(&backend, &w.name) {
+            Ok(time) => time,
+            // A workload past a limit of this device (e.g. a binding smaller than the chain's
+            // arrays on a software Vulkan) is left out of the table with the reason.
+            Err(e) if matches!(e.root_cause(), arrayjit_ir::Error::LimitExceeded { .. }) => {
+                eprintln!("  left out: {e}");
+                refused.push(format!("{} left out: {e}", w.name));
+                ours.push(None);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         eprintln!(
             "  {:.3} ms ({:.1} s with setup)",
             time.as_secs_f64() * 1e3,
             t.elapsed().as_secs_f64()
         );
         let on_device = workloads::device_time_workload(&backend, &w.name)?;
-        ours.push((time.as_secs_f64(), on_device.map(|d| d.as_secs_f64())));
+        ours.push(Some((
+            time.as_secs_f64(),
+            on_device.map(|d| d.as_secs_f64()),
+        )));
     }
     let (peer, mut notes) = if config.no_peers {
         (Vec::new(), vec!["PyTorch not run (--no-peers)".to_string()])
@@ -172,7 +187,11 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
         "| workload | arrayjit {backend_name} | on the device | PyTorch CUDA | arrayjit / PyTorch | of copy bandwidth |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|");
-    for (w, &(secs, device_secs)) in list.iter().zip(&ours) {
+    for (w, &(secs, device_secs)) in list
+        .iter()
+        .zip(&ours)
+        .filter_map(|(w, t)| t.as_ref().map(|t| (w, t)))
+    {
         let rate = w.work / secs / 1e9;
         let unit = match w.rate {
             Rate::Flops => "GFLOP/s",
@@ -203,7 +222,7 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
          kernel time from the device's own timestamps (where the backend reads them). Ratios > 1 \
          mean arrayjit is faster."
     );
-    for n in notes.drain(..) {
+    for n in refused.into_iter().chain(notes.drain(..)) {
         let _ = writeln!(out, "note: {n}");
     }
     Ok(out)
