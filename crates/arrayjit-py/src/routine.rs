@@ -141,13 +141,15 @@ impl PyRoutine {
     }
 
     /// Its runs so far: `runs` scheduled, `timed_runs` timed (see `set_run_timing`), `failed`,
-    /// and their `total_seconds` and `mean_seconds`.
+    /// `device_timed_runs` (timed by the device itself: a GPU's timestamps), and their
+    /// `total_seconds` and `mean_seconds`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let s = self.routine.stats();
         let d = pyo3::types::PyDict::new(py);
         d.set_item("runs", s.runs)?;
         d.set_item("timed_runs", s.timed_runs)?;
         d.set_item("failed", s.failed)?;
+        d.set_item("device_timed_runs", s.device_timed_runs)?;
         d.set_item("total_seconds", s.total.as_secs_f64())?;
         d.set_item("mean_seconds", s.mean.as_secs_f64())?;
         Ok(d)

@@ -285,6 +285,22 @@ impl PyTensor {
         to_numpy_as(py, self.inner.dims(), values, self.inner.prec())
     }
 
+    /// NumPy's array protocol (`np.asarray(t)`): the values as `numpy()` gives them, converted
+    /// to `dtype` when given; `copy=True` a snapshot.
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: Option<Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let values = self.numpy(py, copy.unwrap_or(false))?;
+        match dtype {
+            Some(d) => values.call_method1("astype", (d,)),
+            None => Ok(values),
+        }
+    }
+
     /// The value of a one-element tensor as a Python float.
     fn item(&self, py: Python<'_>) -> PyResult<f64> {
         let t = self.inner.clone();

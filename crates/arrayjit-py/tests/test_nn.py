@@ -84,6 +84,7 @@ def test_traces_listing_and_run_statistics(tmp_path, capfd):
     assert aj.stop_trace() == 0, "nothing is recording any more"
     stats = routine.stats()
     assert stats["runs"] == 3 and stats["timed_runs"] == 3 and stats["failed"] == 0
+    assert stats["device_timed_runs"] == 0, "a CPU backend times the call"
     assert stats["total_seconds"] > 0
     aj.set_run_timing(False)
     aj.set_debug_level(1)

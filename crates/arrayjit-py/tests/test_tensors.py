@@ -226,3 +226,15 @@ def test_odd_sizes_are_errors_or_work_never_crashes(backend):
     assert y.item() == pytest.approx(7.25)
     with pytest.raises(aj.ShapeMismatchError, match="2 values"):
         aj.ids([1, 2], [3], 5, "ids")  # two ids for three places
+
+
+def test_numpy_functions_take_tensors_through_the_array_protocol(backend):
+    x_np = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = aj.tensor(x_np, label="x")
+    y = x.exp()
+    aj.compile([y], backend).run()
+    np.testing.assert_allclose(np.asarray(y), np.exp(x_np), rtol=1e-6)
+    assert np.asarray(x, dtype=np.float64).dtype == np.float64
+    assert np.array(x).flags.writeable, "np.array copies"
+    assert np.shares_memory(np.asarray(x), x.numpy()), "np.asarray does not"
+    np.testing.assert_allclose(np.log(y), x_np, rtol=1e-6, atol=1e-6)  # ufuncs read through it

@@ -54,6 +54,7 @@ class Tensor:
         later refreshes show through it), or with copy=True a writable snapshot; bf16 reads as a
         float32 copy."""
     def item(self) -> float: ...
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray: ...
     def assign(self, values: ArrayLike) -> None:
         """New host values for an input or parameter of the same shape."""
     def grad(self) -> Optional[np.ndarray]:
@@ -133,7 +134,7 @@ class Routine:
     def run(self, steps: int = 1) -> None:
         """Runs with the GIL released; Ctrl-C stops between runs."""
     def stats(self) -> dict[str, Union[int, float]]:
-        """runs, timed_runs, failed, total_seconds, mean_seconds."""
+        """runs, timed_runs, failed, device_timed_runs, total_seconds, mean_seconds."""
 
 def compile(
     outputs: Sequence[Tensor], backend: Optional[Backend] = None, name: str = "forward", device: int = 0
