@@ -8,90 +8,51 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::{PyErr, create_exception};
 
-create_exception!(
-    arrayjit,
-    ArrayjitError,
-    PyException,
-    "Base class of every error arrayjit raises."
-);
-create_exception!(
-    arrayjit,
-    InvalidArgumentError,
-    ArrayjitError,
-    "A value passed in is not acceptable (a bad setting, count or name)."
-);
-create_exception!(
-    arrayjit,
-    ShapeMismatchError,
-    ArrayjitError,
-    "Shapes or sizes do not agree."
-);
-create_exception!(
-    arrayjit,
-    IndexOutOfBoundsError,
-    ArrayjitError,
-    "An index (or an id) lies outside what it indexes."
-);
-create_exception!(
-    arrayjit,
-    PrecisionError,
-    ArrayjitError,
-    "A precision that cannot be used here: fixed already, unsupported by the device, or another buffer's."
-);
-create_exception!(
-    arrayjit,
-    MemoryModeError,
-    ArrayjitError,
-    "Contradicting memory-mode requests for a tensor node, or a node without the host array a use needs."
-);
-create_exception!(
-    arrayjit,
-    BackendUnavailableError,
-    ArrayjitError,
-    "A backend or device that is unknown, not built, or cannot run on this machine."
-);
-create_exception!(
-    arrayjit,
-    CompileError,
-    ArrayjitError,
-    "Optimizing, rendering, compiling or loading generated code failed."
-);
-create_exception!(
-    arrayjit,
-    LimitExceededError,
-    ArrayjitError,
-    "What a kernel or array needs is more than the device allows."
-);
-create_exception!(
-    arrayjit,
-    OutOfMemoryError,
-    ArrayjitError,
-    "Memory for what was asked could not be had."
-);
-create_exception!(
-    arrayjit,
-    CheckpointError,
-    ArrayjitError,
-    "A checkpoint file cannot be read into the parameters (nothing was loaded)."
-);
-create_exception!(
-    arrayjit,
-    DeviceError,
-    ArrayjitError,
-    "Work on a stream or device failed (a driver error, a failed or skipped task, a merge-buffer mismatch)."
-);
-create_exception!(
-    arrayjit,
-    SettingError,
-    ArrayjitError,
-    "A setting (environment variable or configuration field) has a value outside its range."
-);
-create_exception!(
-    arrayjit,
-    IoError,
-    ArrayjitError,
-    "Reading or writing a file or folder failed."
-);
+/// Declares the exception classes and [`register`], which adds each to the module: one list,
+/// so no class is declared and left out of the module.
+macro_rules! exceptions {
+    ($($name:ident: $base:ty, $doc:literal;)+) => {
+        $(create_exception!(arrayjit, $name, $base, $doc);)+
+
+        /// Adds the exception classes to the module.
+        pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            let py = m.py();
+            $(m.add(stringify!($name), py.get_type::<$name>())?;)+
+            Ok(())
+        }
+    };
+}
+
+exceptions! {
+    ArrayjitError: PyException,
+        "Base class of every error arrayjit raises.";
+    InvalidArgumentError: ArrayjitError,
+        "A value passed in is not acceptable (a bad setting, count or name).";
+    ShapeMismatchError: ArrayjitError,
+        "Shapes or sizes do not agree.";
+    IndexOutOfBoundsError: ArrayjitError,
+        "An index (or an id) lies outside what it indexes.";
+    PrecisionError: ArrayjitError,
+        "A precision that cannot be used here: fixed already, unsupported by the device, or another buffer's.";
+    MemoryModeError: ArrayjitError,
+        "Contradicting memory-mode requests for a tensor node, or a node without the host array a use needs.";
+    BackendUnavailableError: ArrayjitError,
+        "A backend or device that is unknown, not built, or cannot run on this machine.";
+    CompileError: ArrayjitError,
+        "Optimizing, rendering, compiling or loading generated code failed.";
+    LimitExceededError: ArrayjitError,
+        "What a kernel or array needs is more than the device allows.";
+    OutOfMemoryError: ArrayjitError,
+        "Memory for what was asked could not be had.";
+    CheckpointError: ArrayjitError,
+        "A checkpoint file cannot be read into the parameters (nothing was loaded).";
+    DeviceError: ArrayjitError,
+        "Work on a stream or device failed (a driver error, a failed or skipped task, a merge-buffer mismatch).";
+    SettingError: ArrayjitError,
+        "A setting (environment variable or configuration field) has a value outside its range.";
+    IoError: ArrayjitError,
+        "Reading or writing a file or folder failed.";
+}
 
 /// Converts an arrayjit error into the Python exception of its kind, message unchanged.
 pub fn to_py(e: Error) -> PyErr {
@@ -134,33 +95,4 @@ impl<T> IntoPy<T> for arrayjit_ir::Result<T> {
     fn py(self) -> PyResult<T> {
         self.map_err(to_py)
     }
-}
-
-/// Adds the exception classes to the module.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    m.add("ArrayjitError", py.get_type::<ArrayjitError>())?;
-    m.add(
-        "InvalidArgumentError",
-        py.get_type::<InvalidArgumentError>(),
-    )?;
-    m.add("ShapeMismatchError", py.get_type::<ShapeMismatchError>())?;
-    m.add(
-        "IndexOutOfBoundsError",
-        py.get_type::<IndexOutOfBoundsError>(),
-    )?;
-    m.add("PrecisionError", py.get_type::<PrecisionError>())?;
-    m.add("MemoryModeError", py.get_type::<MemoryModeError>())?;
-    m.add(
-        "BackendUnavailableError",
-        py.get_type::<BackendUnavailableError>(),
-    )?;
-    m.add("CompileError", py.get_type::<CompileError>())?;
-    m.add("LimitExceededError", py.get_type::<LimitExceededError>())?;
-    m.add("OutOfMemoryError", py.get_type::<OutOfMemoryError>())?;
-    m.add("CheckpointError", py.get_type::<CheckpointError>())?;
-    m.add("DeviceError", py.get_type::<DeviceError>())?;
-    m.add("SettingError", py.get_type::<SettingError>())?;
-    m.add("IoError", py.get_type::<IoError>())?;
-    Ok(())
 }

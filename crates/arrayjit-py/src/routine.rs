@@ -12,7 +12,7 @@ use arrayjit_tensor::{Optimizer, Tensor, checkpoint, forward_program, grad_progr
 use pyo3::prelude::*;
 
 use crate::errors::{IntoPy, to_py};
-use crate::tensor::{PyTensor, hosted};
+use crate::tensor::{PyTensor, hosted, hosted_node};
 
 /// A backend (Python: `arrayjit.Backend`).
 #[pyclass(name = "Backend", module = "arrayjit", frozen)]
@@ -192,11 +192,7 @@ pub fn backward(
     hosted(&loss.inner)?;
     for p in &grads.params {
         if let Some(g) = p.grad() {
-            g.update_memory_mode(
-                arrayjit_ir::MemoryMode::Hosted(arrayjit_ir::MemoryType::Nonconstant),
-                "python: a gradient read on the host",
-            )
-            .py()?;
+            hosted_node(g, "python: a gradient read on the host")?;
         }
     }
     let routine = compile_and_link(py, &backend, device, "backward", &grads.program)?;
@@ -313,9 +309,7 @@ impl PyTrainer {
 
     /// One step; returns the loss (before the update).
     fn step(&self, py: Python<'_>) -> PyResult<f64> {
-        run_steps(py, &self.routine, 1, None)?;
-        let v = py.detach(|| self.loss.values()).py()?;
-        Ok(v[0])
+        self.run(py, 1)
     }
 
     /// `steps` steps (Ctrl-C stops between two); returns the last loss.

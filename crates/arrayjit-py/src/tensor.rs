@@ -605,11 +605,12 @@ fn infer_shape(dims: &[usize], shape: &[isize]) -> PyResult<Vec<usize>> {
 
 /// Marks a tensor's node hosted, so its values can be read after a routine runs.
 pub fn hosted(t: &Tensor) -> PyResult<()> {
-    t.node()
-        .update_memory_mode(
-            MemoryMode::Hosted(MemoryType::Nonconstant),
-            "python: read on the host",
-        )
+    hosted_node(t.node(), "python: read on the host")
+}
+
+/// Marks a node hosted, saying why.
+pub fn hosted_node(tn: &arrayjit_ir::Tnode, why: &str) -> PyResult<()> {
+    tn.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), why)
         .py()
 }
 

@@ -41,6 +41,15 @@ impl fmt::Debug for Routine {
     }
 }
 
+/// The `ARRAYJIT_DEBUG >= 2` line of one run: its routine, stream and time (`how`: where it was
+/// timed, or that it failed).
+fn list_run(label: &str, stream: &str, took: std::time::Duration, how: &str) {
+    eprintln!(
+        "arrayjit: ran {label} on {stream}: {:.3} ms{how}",
+        took.as_secs_f64() * 1e3
+    );
+}
+
 impl Routine {
     pub(crate) fn new(context: Context, code: Code) -> Result<Routine> {
         let n = code.optimized.bindings.len();
@@ -202,10 +211,7 @@ impl Routine {
                     Box::new(move |took: std::time::Duration| {
                         stats.record_on_device(took);
                         if let Some(stream) = listing {
-                            eprintln!(
-                                "arrayjit: ran {label} on {stream}: {:.3} ms on the device",
-                                took.as_secs_f64() * 1e3
-                            );
+                            list_run(&label, &stream, took, " on the device");
                         }
                     })
                 };
@@ -217,11 +223,8 @@ impl Routine {
                 let took = started.elapsed();
                 stats.record(took, result.is_ok());
                 if let Some(stream) = listing {
-                    eprintln!(
-                        "arrayjit: ran {label} on {stream}: {:.3} ms{}",
-                        took.as_secs_f64() * 1e3,
-                        if result.is_ok() { "" } else { " (failed)" }
-                    );
+                    let how = if result.is_ok() { "" } else { " (failed)" };
+                    list_run(&label, &stream, took, how);
                 }
                 result.map(|_| ())
             })

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use arrayjit_ir::Result;
-use arrayjit_runtime::{Backend, Context};
+use arrayjit_runtime::{Backend, Context, Routine, Stream};
 use arrayjit_tensor::losses::softmax;
 use arrayjit_tensor::{Init, Tensor, forward_program};
 
@@ -175,11 +175,7 @@ pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
             Duration::from_secs(2),
         );
     }
-    let outputs = build(name)?;
-    let refs: Vec<&Tensor> = outputs.iter().collect();
-    let code = backend.compile("bench", &forward_program(&refs), &[])?;
-    let stream = backend.get_device(0)?.new_stream()?;
-    let routine = Context::new(&stream).link(&code)?;
+    let (stream, routine) = linked(backend, name)?;
     median_time(
         || {
             routine.run()?;
@@ -189,6 +185,17 @@ pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
     )
 }
 
+/// Workload `name` (one forward routine) compiled on `backend` and linked on a new stream of its
+/// device 0.
+fn linked(backend: &Backend, name: &str) -> Result<(Stream, Routine)> {
+    let outputs = build(name)?;
+    let refs: Vec<&Tensor> = outputs.iter().collect();
+    let code = backend.compile("bench", &forward_program(&refs), &[])?;
+    let stream = backend.get_device(0)?.new_stream()?;
+    let routine = Context::new(&stream).link(&code)?;
+    Ok((stream, routine))
+}
+
 /// The mean time of one run of workload `name` on the device itself, where the backend times
 /// its device (GPU timestamps; see `RunStats::device_timed_runs`): `None` for the training
 /// steps (several routines) and on backends whose runs are timed by the host.
@@ -196,11 +203,7 @@ pub fn device_time_workload(backend: &Backend, name: &str) -> Result<Option<Dura
     if name == MLP || name == GPT {
         return Ok(None);
     }
-    let outputs = build(name)?;
-    let refs: Vec<&Tensor> = outputs.iter().collect();
-    let code = backend.compile("bench", &forward_program(&refs), &[])?;
-    let stream = backend.get_device(0)?.new_stream()?;
-    let routine = Context::new(&stream).link(&code)?;
+    let (stream, routine) = linked(backend, name)?;
     // Warm up untimed, then time ten runs.
     routine.run()?;
     stream.await_work()?;
