@@ -236,28 +236,27 @@ fn render_routine(
             local_counter: 0,
             routine: r.name.clone(),
         };
-        let Some((shape, threads, why, body)) =
+        for (shape, threads, why, body) in
             render_pass(&mut k, stmt.unwrapped(), r.schedules.get(i))?
-        else {
-            continue;
-        };
-        let symbol = format!("{stem}_p{}", passes.len());
-        let bounds = if shape == PassShape::Single {
-            String::new()
-        } else {
-            format!("__launch_bounds__({threads}) ")
-        };
-        let _ = writeln!(
-            out,
-            "/* {why} */\n{} void {bounds}{symbol}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  const long long aj_grp = blockIdx.x;\n  const int aj_t = threadIdx.x;\n  (void)aj_g; (void)aj_grp; (void)aj_t;\n{prologue}{body}}}\n",
-            syntax.kernel_prefix
-        );
-        passes.push(CudaPass {
-            symbol,
-            shape,
-            threads,
-            why,
-        });
+        {
+            let symbol = format!("{stem}_p{}", passes.len());
+            let bounds = if shape == PassShape::Single {
+                String::new()
+            } else {
+                format!("__launch_bounds__({threads}) ")
+            };
+            let _ = writeln!(
+                out,
+                "/* {why} */\n{} void {bounds}{symbol}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  const long long aj_grp = blockIdx.x;\n  const int aj_t = threadIdx.x;\n  (void)aj_g; (void)aj_grp; (void)aj_t;\n{prologue}{body}}}\n",
+                syntax.kernel_prefix
+            );
+            passes.push(CudaPass {
+                symbol,
+                shape,
+                threads,
+                why,
+            });
+        }
     }
     Ok(CudaKernel {
         interface,
@@ -266,18 +265,21 @@ fn render_routine(
     })
 }
 
-/// The shape, threads per block, reason and body of the pass of one top-level statement, by
-/// its schedule (`None`: it does nothing): the kernel tree of its pass
+/// The shape, threads per block, reason and body of each kernel of the pass of one top-level
+/// statement, by its schedule (none: it does nothing): the kernel tree of its pass
 /// ([`crate::gpu_kernel`]) printed in CUDA C.
 fn render_pass(
     k: &mut KernelRenderer<'_>,
     stmt: &LowLevel,
     sched: Option<&Schedule>,
-) -> Result<Option<(PassShape, u32, String, String)>> {
+) -> Result<Vec<(PassShape, u32, String, String)>> {
     let pass = gpu_pass(&k.routine, "CUDA C", sched)?;
     let why = sched.map(|s| s.why.clone()).unwrap_or_default();
     let printed = gpu_kernel::print_pass(&mut CudaDialect(k), stmt, pass)?;
-    Ok(printed.map(|p| (p.shape, p.threads, why, p.body)))
+    Ok(printed
+        .into_iter()
+        .map(|p| (p.shape, p.threads, why.clone(), p.body))
+        .collect())
 }
 
 /// The C family's renderer printing a kernel tree in CUDA C.

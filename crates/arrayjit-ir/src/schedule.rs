@@ -751,10 +751,7 @@ fn reduction_schedule(
 /// The schedule of every top-level statement, in order.
 pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedule> {
     if let Some(limits) = &settings.gpu {
-        return stmts
-            .iter()
-            .map(|s| gpu::gpu_schedule(s, limits, &settings.tuning))
-            .collect();
+        return gpu::gpu_schedules(stmts, limits, &settings.tuning);
     }
     let mut cache: HashMap<usize, Blocking> = HashMap::new();
     let mut schedules: Vec<Schedule> = stmts

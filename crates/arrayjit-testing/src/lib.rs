@@ -14,6 +14,7 @@ mod cases;
 mod contractions;
 mod fusion;
 mod gathers;
+mod gpu_shapes;
 mod random;
 mod required;
 
@@ -24,6 +25,7 @@ pub use case::Case;
 pub use cases::{matmul, scratch_locals};
 pub use contractions::contraction_cases;
 pub use fusion::fusion_cases;
+pub use gpu_shapes::gpu_shape_cases;
 pub use required::{
     REQUIRE_BACKENDS_VAR, all_backends_under_test, backends_under_test, parse_required,
     required_backends, skip_backend,
@@ -36,6 +38,7 @@ pub fn all_cases() -> Result<Vec<Case>> {
         .chain(contractions::contraction_cases()?)
         .chain(fusion::fusion_cases()?)
         .chain(gathers::gather_cases()?)
+        .chain(gpu_shapes::gpu_shape_cases()?)
         .chain(random::random_cases()?)
         .collect())
 }

@@ -221,10 +221,25 @@ pub struct GptTrainer {
     pub compile_and_link: Duration,
 }
 
-impl GptTrainer {
-    /// Builds the model and its three routines, compiles the training step and links it on a new
-    /// stream of device 0 (the other two compile on first use).
-    pub fn new(backend: &Backend, config: &TrainerConfig) -> Result<GptTrainer> {
+/// A GPT's three programs, built without a backend: the training step (forward, backprop,
+/// clipped update), the held-out loss and the logits of one window, over one model's
+/// parameters. [`GptTrainer::new`] compiles them; [`GptPrograms::routines`] gives them to
+/// anything else that compiles or plans routines (ahead-of-time compiles, GPU plans).
+pub struct GptPrograms {
+    model: Gpt,
+    train: Window,
+    eval: Window,
+    sample: Window,
+    step: Assignments,
+    eval_program: Assignments,
+    sample_program: Assignments,
+    state: Vec<Tensor>,
+    learning_rate: Tnode,
+}
+
+impl GptPrograms {
+    /// Builds a fresh model of `config` and its programs.
+    pub fn new(config: &TrainerConfig) -> Result<GptPrograms> {
         let c = config.model;
         let model = Gpt::new(c, config.seed)?;
         let dropout = if config.dropout > 0.0 {
@@ -267,36 +282,72 @@ impl GptTrainer {
             config.clip_norm,
         )?;
         let mut step = grads.program.then(update.program.clone());
-        let optimize_ctx = OptimizeCtx::empty();
         let mut state = update.state;
         if let Some(d) = &dropout {
             // After every read of the masks: the next step draws new ones.
             step = step.then(d.rng.advance());
             state.push(d.rng.step().clone());
         }
-        let started = Instant::now();
-        let on_backend = || format!("building the GPT training step on {}", backend.name());
-        let code = backend
-            .compile_in(&optimize_ctx, "gpt_train_step", &step, &[])
-            .context(on_backend)?;
-        let stream = backend.get_device(0)?.new_stream()?;
-        let train_step = Context::new(&stream).link(&code).context(on_backend)?;
-        let eval_loss = LazyRoutine::new("gpt_eval_loss", forward_program(&[&eval.out]));
-        let logits = LazyRoutine::new("gpt_logits", forward_program(&[&sample.out]));
-        Ok(GptTrainer {
-            vocabulary: c.vocabulary,
+        let eval_program = forward_program(&[&eval.out]);
+        let sample_program = forward_program(&[&sample.out]);
+        Ok(GptPrograms {
             model,
-            backend: backend.clone(),
-            optimize_ctx,
             train,
             eval,
             sample,
+            step,
+            eval_program,
+            sample_program,
+            state,
+            learning_rate: update.lr,
+        })
+    }
+
+    /// The routines by name, in the order a trainer compiles them (each in the optimization
+    /// context of the ones before): `gpt_train_step`, `gpt_eval_loss`, `gpt_logits`.
+    pub fn routines(&self) -> [(&'static str, &Assignments); 3] {
+        [
+            ("gpt_train_step", &self.step),
+            ("gpt_eval_loss", &self.eval_program),
+            ("gpt_logits", &self.sample_program),
+        ]
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Gpt {
+        &self.model
+    }
+}
+
+impl GptTrainer {
+    /// Builds the model and its three routines ([`GptPrograms`]), compiles the training step
+    /// and links it on a new stream of device 0 (the other two compile on first use).
+    pub fn new(backend: &Backend, config: &TrainerConfig) -> Result<GptTrainer> {
+        let p = GptPrograms::new(config)?;
+        let optimize_ctx = OptimizeCtx::empty();
+        let started = Instant::now();
+        let on_backend = || format!("building the GPT training step on {}", backend.name());
+        let code = backend
+            .compile_in(&optimize_ctx, "gpt_train_step", &p.step, &[])
+            .context(on_backend)?;
+        let stream = backend.get_device(0)?.new_stream()?;
+        let train_step = Context::new(&stream).link(&code).context(on_backend)?;
+        let eval_loss = LazyRoutine::new("gpt_eval_loss", p.eval_program);
+        let logits = LazyRoutine::new("gpt_logits", p.sample_program);
+        Ok(GptTrainer {
+            vocabulary: config.model.vocabulary,
+            model: p.model,
+            backend: backend.clone(),
+            optimize_ctx,
+            train: p.train,
+            eval: p.eval,
+            sample: p.sample,
             train_step,
             eval_loss,
             logits,
             lazy_compile: Mutex::new(Duration::ZERO),
-            state,
-            learning_rate: update.lr,
+            state: p.state,
+            learning_rate: p.learning_rate,
             steps: 0,
             compile_and_link: started.elapsed(),
         })

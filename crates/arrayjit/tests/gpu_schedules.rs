@@ -37,12 +37,14 @@ fn product_tiles_follow_shared_memory_and_the_device_size() {
         ..GpuLimits::cuda_minimum()
     };
     assert_eq!(tile_of(&matmul_passes(512, cuda)), Some(128));
-    // The same product on a device of 132 units gives only 16 groups of 128: 64-tiles.
+    // The same product on a device of 132 units gives only 16 groups of 128 and 64 of 64,
+    // fewer than two per unit: 16-tiles (1024 groups). At 2048, 64-tiles make 1024 groups.
     let big = GpuLimits {
         compute_units: 132,
         ..GpuLimits::cuda_minimum()
     };
-    assert_eq!(tile_of(&matmul_passes(512, big)), Some(64));
+    assert_eq!(tile_of(&matmul_passes(512, big)), Some(16));
+    assert_eq!(tile_of(&matmul_passes(2048, big)), Some(64));
     // WebGPU's 16 KiB cannot stage a 128-tile (16.5 KiB): 64.
     let portable = GpuLimits {
         compute_units: 8,
@@ -176,7 +178,8 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
                     matches!(
                         s.kind,
                         ScheduleKind::Gpu(
-                            GpuPass::Reduction { threads: 64 } | GpuPass::Rows { threads: 64, .. }
+                            GpuPass::Reduction { threads: 64, .. }
+                                | GpuPass::Rows { threads: 64, .. }
                         )
                     )
                 })
@@ -283,7 +286,8 @@ fn the_tuning_sets_tiles_and_group_sizes_within_the_limits() {
         "{tiles:?}"
     );
     assert!(why.contains("tuning"), "{why}");
-    // 128-tiles do not fit WebGPU's 16 KiB: the heuristic's tile instead.
+    // 128-tiles do not fit WebGPU's 16 KiB: the heuristic's tile instead (16: 64-tiles would
+    // make only 16 groups of a 256 × 256 product).
     assert_eq!(
         tile_of(
             &tuned(GpuLimits::portable(), None, Some(128))
@@ -291,7 +295,7 @@ fn the_tuning_sets_tiles_and_group_sizes_within_the_limits() {
                 .map(|(p, _)| p)
                 .collect::<Vec<_>>()
         ),
-        Some(64)
+        Some(16)
     );
     // Groups of 64 where asked; never more than the device allows.
     let zero_threads = |passes: &[(GpuPass, String)]| {

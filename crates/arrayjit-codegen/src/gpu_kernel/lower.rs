@@ -70,6 +70,7 @@ impl From<u32> for Expr<'_> {
 /// `a op b`, without the additions of 0 and the products by 1 that offsets and strides bring.
 fn folded<'a>(op: Arith, a: Expr<'a>, b: Expr<'a>) -> Expr<'a> {
     match (op, &a, &b) {
+        (Arith::Add, Expr::Int(x), Expr::Int(y)) => Expr::Int(x + y),
         (Arith::Add, _, Expr::Int(0)) | (Arith::Mul | Arith::Div, _, Expr::Int(1)) => a,
         (Arith::Add, Expr::Int(0), _) | (Arith::Mul, Expr::Int(1), _) => b,
         _ => Expr::Arith(op, Box::new(a), Box::new(b)),
@@ -193,8 +194,70 @@ fn render_err<D: KernelDialect>(d: &D, detail: &str) -> Error {
     }
 }
 
-/// Lowers the pass and prints it (see the module's doc for the shapes).
-pub(super) fn print_pass<D: KernelDialect>(
+/// How many kernels a pass launches: none for a pass that does nothing, two for a grid
+/// reduction (its phases), else one.
+pub(super) fn kernel_count(pass: &GpuPass) -> usize {
+    match pass {
+        GpuPass::Nothing => 0,
+        GpuPass::GridReduction { .. } => 2,
+        _ => 1,
+    }
+}
+
+/// Lowers kernel `k` of the pass (see [`kernel_count`]) and prints it (see the module's doc
+/// for the shapes).
+pub(super) fn print_kernel<D: KernelDialect>(
+    d: &mut D,
+    stmt: &LowLevel,
+    pass: &GpuPass,
+    k: usize,
+) -> Result<Option<PrintedPass>> {
+    if let GpuPass::GridReduction {
+        total,
+        groups,
+        chunk,
+        threads,
+        partials,
+        start,
+    } = pass
+    {
+        let r = Accumulation::detect(stmt).ok_or_else(|| {
+            render_err(d, "a grid reduction pass for a statement that is not one")
+        })?;
+        if r.len() != *total {
+            return Err(render_err(
+                d,
+                "a grid reduction pass whose steps are not the statement's",
+            ));
+        }
+        let subgroup = d.syntax().subgroup;
+        let (tree, shape) = match k {
+            0 => (
+                partial_reductions(&r, *chunk, *threads, subgroup, partials),
+                PassShape::Rows(*groups),
+            ),
+            1 => (
+                combined_partials(&r, *groups, *threads, subgroup, partials, *start),
+                PassShape::Reduction,
+            ),
+            _ => return Ok(None),
+        };
+        let mut body = String::new();
+        super::print_stmts(d, &tree, 1, &mut body)?;
+        return Ok(Some(PrintedPass {
+            shape,
+            threads: *threads,
+            body,
+        }));
+    }
+    if k == 0 {
+        print_one(d, stmt, pass)
+    } else {
+        Ok(None)
+    }
+}
+
+fn print_one<D: KernelDialect>(
     d: &mut D,
     stmt: &LowLevel,
     pass: &GpuPass,
@@ -206,7 +269,7 @@ pub(super) fn print_pass<D: KernelDialect>(
     };
     let subgroup = d.syntax().subgroup;
     let (shape, threads) = match pass {
-        GpuPass::Nothing => return Ok(None),
+        GpuPass::Nothing | GpuPass::GridReduction { .. } => return Ok(None),
         GpuPass::Zero { threads, .. } => {
             let LowLevel::ZeroOut(tn) = stmt else {
                 return Err(render_err(d, "a zeroing pass for another statement"));
@@ -249,7 +312,7 @@ pub(super) fn print_pass<D: KernelDialect>(
             let mut tree = grid_point(group_index(), *total, grid);
             for (pos, item) in row_items(&inner).into_iter().enumerate() {
                 let scope = match item.role {
-                    RowRole::Reduce(r) => reduction(&r, *threads, subgroup),
+                    RowRole::Reduce(r) => reduction(&r, *threads, subgroup, None),
                     RowRole::Strided {
                         index,
                         from,
@@ -278,10 +341,10 @@ pub(super) fn print_pass<D: KernelDialect>(
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Rows(*total), *threads)
         }
-        GpuPass::Reduction { threads } => {
+        GpuPass::Reduction { threads, start } => {
             let r = Accumulation::detect(stmt)
                 .ok_or_else(|| render_err(d, "a reduction pass for a statement that is not one"))?;
-            let tree = reduction(&r, *threads, subgroup);
+            let tree = reduction(&r, *threads, subgroup, *start);
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Reduction, *threads)
         }
@@ -321,44 +384,182 @@ fn grid_point<'a>(point: Expr<'a>, total: u64, grid: &[GridLoop]) -> Vec<Stmt<'a
     tree
 }
 
-/// A group of `threads` (a power of two) reduces the loop into its element: strided shares in
-/// loop order, then a fixed tree in shared memory, its last levels by subgroup shuffles where
-/// the dialect has them and the group holds two subgroups.
-fn reduction<'a>(r: &Accumulation<'a>, threads: u32, subgroup: Option<u32>) -> Vec<Stmt<'a>> {
-    let cp = r.tn.prec().compute_prec();
-    let ty = Ty::Compute(cp);
-    let red = format!("aj_red_{}", cp.name());
-    let slot = |i: Expr<'a>| Expr::item(&red, i);
-    let combine = |a: Expr<'a>, b: Expr<'a>| Expr::Combine(r.combine, cp, Box::new(a), Box::new(b));
-    let element = || At::Indices(r.idcs);
-    let store_with = |v: Expr<'a>| {
-        Stmt::If(
-            thread_index().equals(0i64),
-            vec![Stmt::Store(
-                r.tn,
-                element(),
-                combine(Expr::Elem(r.tn, element()), v),
-            )],
-        )
-    };
-    let shuffles = subgroup.filter(|w| threads >= 2 * w);
-    let mut tree = vec![
-        array(&red, ty, threads as usize, true),
-        let_mut("aj_acc", ty, Expr::Lit(cp, r.combine.neutral_element())),
-        bound_to(
+/// The steps of an accumulation from flat step `lo` (an expression) up to `hi`, strided over
+/// the group: `aj_acc = aj_acc ⊕ v(i)`, with the loops' iterators bound to the step's digits
+/// (a single loop's iterator to the step itself, offset by the loop's start).
+fn strided_steps<'a>(r: &Accumulation<'a>, lo: Expr<'a>, hi: Expr<'a>, threads: u32) -> Stmt<'a> {
+    let step = assign(
+        var("aj_acc"),
+        Expr::Step(r.clone(), Box::new(var("aj_acc"))),
+    );
+    match r.loops.as_slice() {
+        [only] => {
+            let from = Expr::Int(only.from);
+            bound_to(
+                range(
+                    "aj_i",
+                    Ty::Index,
+                    thread_index() + lo + from.clone(),
+                    hi + from,
+                    threads as i64,
+                    vec![step],
+                ),
+                only.iter,
+            )
+        }
+        loops => {
+            let mut body = vec![let_mut("aj_rr", Ty::Index, var("aj_i"))];
+            for (pos, GridLoop { iter, from, to }) in loops.iter().enumerate().rev() {
+                body.push(Stmt::Let {
+                    name: format!("aj_d{pos}"),
+                    ty: Ty::Index,
+                    value: Expr::Int(*from) + var("aj_rr") % (to - from),
+                    mutable: false,
+                    binds: Some(*iter),
+                });
+                if pos > 0 {
+                    body.push(assign(var("aj_rr"), var("aj_rr") / (to - from)));
+                }
+            }
+            body.push(step);
             range(
                 "aj_i",
                 Ty::Index,
-                thread_index() + r.from,
-                r.to,
+                thread_index() + lo,
+                hi,
                 threads as i64,
-                vec![assign(
-                    var("aj_acc"),
-                    Expr::Step(*r, Box::new(var("aj_acc"))),
-                )],
+                body,
+            )
+        }
+    }
+}
+
+/// A group of `threads` (a power of two) reduces the accumulation into its element: strided
+/// shares in loop order, then a fixed tree (see [`group_tree`]).
+fn reduction<'a>(
+    r: &Accumulation<'a>,
+    threads: u32,
+    subgroup: Option<u32>,
+    start: Option<f64>,
+) -> Vec<Stmt<'a>> {
+    let cp = r.tn.prec().compute_prec();
+    let steps = strided_steps(r, Expr::Int(0), Expr::from(r.len()), threads);
+    group_tree(
+        cp,
+        r.combine,
+        threads,
+        subgroup,
+        steps,
+        store_into(r, start),
+    )
+}
+
+/// What invocation 0 does with a reduction's result `v`: the element becomes `element ⊕ v`,
+/// or `start ⊕ v` where the element was just set to the constant `start`.
+fn store_into<'a>(r: &Accumulation<'a>, start: Option<f64>) -> impl Fn(Expr<'a>) -> Stmt<'a> {
+    let cp = r.tn.prec().compute_prec();
+    let (tn, op, idcs) = (r.tn, r.combine, r.idcs);
+    move |v| {
+        let before = match start {
+            Some(c) => Expr::Lit(cp, c),
+            None => Expr::Elem(tn, At::Indices(idcs)),
+        };
+        Stmt::Store(
+            tn,
+            At::Indices(idcs),
+            Expr::Combine(op, cp, Box::new(before), Box::new(v)),
+        )
+    }
+}
+
+/// A grid reduction's first phase: group `g` reduces steps `g · chunk` up to `(g + 1) ·
+/// chunk` (or the last step) and stores the result as element `g` of `partials`.
+fn partial_reductions<'a>(
+    r: &Accumulation<'a>,
+    chunk: u64,
+    threads: u32,
+    subgroup: Option<u32>,
+    partials: &'a arrayjit_ir::Tnode,
+) -> Vec<Stmt<'a>> {
+    let cp = r.tn.prec().compute_prec();
+    let total = r.len();
+    let mut tree = vec![
+        let_("aj_lo", Ty::Index, group_index() * chunk),
+        let_(
+            "aj_hi",
+            Ty::Index,
+            Expr::Select(
+                Box::new((var("aj_lo") + chunk).lt(total)),
+                Box::new(var("aj_lo") + chunk),
+                Box::new(Expr::from(total)),
             ),
-            r.iter,
         ),
+    ];
+    let steps = strided_steps(r, var("aj_lo"), var("aj_hi"), threads);
+    tree.extend(group_tree(
+        cp,
+        r.combine,
+        threads,
+        subgroup,
+        steps,
+        move |v| Stmt::Store(partials, At::Flat(Box::new(group_index())), v),
+    ));
+    tree
+}
+
+/// A grid reduction's second phase: one group combines the `groups` partial results in order
+/// (strided shares, then the fixed tree), and the element with the result.
+fn combined_partials<'a>(
+    r: &Accumulation<'a>,
+    groups: u64,
+    threads: u32,
+    subgroup: Option<u32>,
+    partials: &'a arrayjit_ir::Tnode,
+    start: Option<f64>,
+) -> Vec<Stmt<'a>> {
+    let cp = r.tn.prec().compute_prec();
+    let op = r.combine;
+    let steps = range(
+        "aj_i",
+        Ty::Index,
+        thread_index(),
+        groups,
+        threads as i64,
+        vec![assign(
+            var("aj_acc"),
+            Expr::Combine(
+                op,
+                cp,
+                Box::new(var("aj_acc")),
+                Box::new(Expr::Elem(partials, At::Flat(Box::new(var("aj_i"))))),
+            ),
+        )],
+    );
+    group_tree(cp, op, threads, subgroup, steps, store_into(r, start))
+}
+
+/// A group's reduction: `aj_acc` starts at the neutral element, `steps` (run by each
+/// invocation) fill it, then the shares combine in a fixed tree in shared memory, its last
+/// levels by subgroup shuffles where the dialect has them and the group holds two subgroups;
+/// invocation 0 runs `sink` on the result.
+fn group_tree<'a>(
+    cp: Prec,
+    op: arrayjit_ir::BinOp,
+    threads: u32,
+    subgroup: Option<u32>,
+    steps: Stmt<'a>,
+    sink: impl Fn(Expr<'a>) -> Stmt<'a>,
+) -> Vec<Stmt<'a>> {
+    let ty = Ty::Compute(cp);
+    let red = format!("aj_red_{}", cp.name());
+    let slot = |i: Expr<'a>| Expr::item(&red, i);
+    let combine = |a: Expr<'a>, b: Expr<'a>| Expr::Combine(op, cp, Box::new(a), Box::new(b));
+    let store_with = |v: Expr<'a>| Stmt::If(thread_index().equals(0i64), vec![sink(v)]);
+    let shuffles = subgroup.filter(|w| threads >= 2 * w);
+    let mut tree = vec![
+        array(&red, ty, threads as usize, true),
+        let_mut("aj_acc", ty, Expr::Lit(cp, op.neutral_element())),
+        steps,
         assign(slot(thread_index()), var("aj_acc")),
         Stmt::Barrier(Barrier::Shared),
         Stmt::For {

@@ -54,14 +54,34 @@ pub(crate) struct PrintedPass {
     pub body: String,
 }
 
-/// Lowers a statement's recorded GPU pass to the kernel tree and prints it in `d`'s dialect
-/// (`None`: the pass does nothing).
+/// Lowers a statement's recorded GPU pass to the kernel tree and prints its kernels in `d`'s
+/// dialect, in launch order (none: the pass does nothing; two: a grid reduction's phases).
 pub(crate) fn print_pass<D: KernelDialect>(
     d: &mut D,
     stmt: &LowLevel,
     pass: &GpuPass,
+) -> Result<Vec<PrintedPass>> {
+    let mut out = Vec::new();
+    for k in 0..lower::kernel_count(pass) {
+        out.extend(lower::print_kernel(d, stmt, pass, k)?);
+    }
+    Ok(out)
+}
+
+/// How many kernels a pass launches (see [`print_kernel`]).
+pub(crate) fn kernel_count(pass: &GpuPass) -> usize {
+    lower::kernel_count(pass)
+}
+
+/// Kernel `k` of a pass (of [`kernel_count`]) printed in `d`'s dialect, for a dialect that
+/// keeps per-kernel state (the arrays a module binds).
+pub(crate) fn print_kernel<D: KernelDialect>(
+    d: &mut D,
+    stmt: &LowLevel,
+    pass: &GpuPass,
+    k: usize,
 ) -> Result<Option<PrintedPass>> {
-    lower::print_pass(d, stmt, pass)
+    lower::print_kernel(d, stmt, pass, k)
 }
 
 /// The type of a value of the tree.

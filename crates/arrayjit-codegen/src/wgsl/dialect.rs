@@ -31,19 +31,33 @@ impl PassRenderer<'_> {
         let name = self.node(r.tn)?;
         let offset = self.offset(r.tn, r.idcs)?;
         let acc = self.fresh("acc");
-        let i = self.fresh("i");
-        self.symbols.insert(r.iter, i.clone());
+        let mut headers = String::new();
+        let mut closers = String::new();
+        for (k, l) in r.loops.iter().enumerate() {
+            let i = self.fresh("i");
+            let inner = "  ".repeat(depth + k);
+            let _ = writeln!(
+                headers,
+                "{inner}for (var {i}: i32 = {from}; {i} < {to}; {i} = {i} + 1) {{",
+                from = l.from,
+                to = l.to
+            );
+            closers = format!("{inner}}}\n{closers}");
+            self.symbols.insert(l.iter, i);
+        }
+        let steps_depth = depth + r.loops.len();
         let mut prelude = String::new();
-        let part = accumulation_step(self, r, &acc, depth + 1, &mut prelude)?;
-        self.symbols.remove(&r.iter);
+        let part = accumulation_step(self, r, &acc, steps_depth, &mut prelude)?;
+        for l in &r.loops {
+            self.symbols.remove(&l.iter);
+        }
         let load = self.read_elem(&name, &offset, r.tn.prec(), cp);
         let store = self.write_elem(&name, &offset, r.tn.prec(), &acc);
+        let step_pad = "  ".repeat(steps_depth);
         let _ = write!(
             out,
-            "{pad}var {acc}: {t} = {load};\n{pad}for (var {i}: i32 = {from}; {i} < {to}; \
-             {i} = {i} + 1) {{\n{prelude}{pad}  {acc} = {part};\n{pad}}}\n{pad}{store}\n",
-            from = r.from,
-            to = r.to,
+            "{pad}var {acc}: {t} = {load};\n{headers}{prelude}{step_pad}{acc} = {part};\n\
+             {closers}{pad}{store}\n",
         );
         Ok(())
     }

@@ -247,29 +247,30 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
             } else {
                 (recorded, sched.map(|s| s.why.clone()).unwrap_or_default())
             };
-            let mut pass_renderer = PassRenderer {
-                routine: &r.name,
-                nodes: &nodes,
-                merge: merge.as_ref(),
-                statics: r
-                    .bindings
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| (s.symbol, i))
-                    .collect(),
-                statics_binding,
-                symbols: HashMap::new(),
-                used: BTreeSet::new(),
-                uses_merge: false,
-                uses_statics: false,
-                scalars: HashMap::new(),
-                counter: 0,
-                helpers: BTreeSet::new(),
-                shared: BTreeMap::new(),
-                threads: 1,
-            };
-            if let Some(p) = pass_renderer.render(piece, pass, why)? {
-                passes.push(p);
+            // A fresh renderer per kernel: each module binds only the arrays it uses.
+            for k in 0..crate::gpu_kernel::kernel_count(pass) {
+                let mut pass_renderer = PassRenderer {
+                    routine: &r.name,
+                    nodes: &nodes,
+                    merge: merge.as_ref(),
+                    statics: r
+                        .bindings
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| (s.symbol, i))
+                        .collect(),
+                    statics_binding,
+                    symbols: HashMap::new(),
+                    used: BTreeSet::new(),
+                    uses_merge: false,
+                    uses_statics: false,
+                    scalars: HashMap::new(),
+                    counter: 0,
+                    helpers: BTreeSet::new(),
+                    shared: BTreeMap::new(),
+                    threads: 1,
+                };
+                passes.extend(pass_renderer.render(piece, pass, k, why.clone())?);
             }
         }
     }
@@ -288,8 +289,9 @@ fn recorded_tuning(pass: &GpuPass) -> ScheduleTuning {
         GpuPass::Zero { threads, .. }
         | GpuPass::Grid { threads, .. }
         | GpuPass::Rows { threads, .. }
-        | GpuPass::Reduction { threads } => (Some(*threads), None),
+        | GpuPass::Reduction { threads, .. } => (Some(*threads), None),
         GpuPass::Tiles { tile, .. } => (None, Some(*tile)),
+        GpuPass::GridReduction { threads, .. } => (Some(*threads), None),
         GpuPass::Nothing | GpuPass::Single => (None, None),
     };
     ScheduleTuning {
@@ -300,10 +302,10 @@ fn recorded_tuning(pass: &GpuPass) -> ScheduleTuning {
 }
 
 /// Pushes `stmt`, or the passes it splits into, so that no pass binds more storage buffers
-/// than the target allows: a loop whose iterations are independent and whose body is a
-/// sequence (loops fused by the optimizer) becomes one loop per statement of the body. That is
-/// legal because each iteration reads only what the same iteration of the earlier statements
-/// wrote. A statement that alone needs too many is an [`Error::LimitExceeded`].
+/// than the target allows: loops whose iterations are independent around a sequence (loops
+/// fused by the optimizer) become one nest per statement of the sequence
+/// ([`arrayjit_ir::schedule::gpu::distribute_loop`], which says why that is legal). A statement
+/// that alone needs too many is an [`Error::LimitExceeded`].
 fn split_for_bindings<'a>(
     stmt: Cow<'a, LowLevel>,
     max_bindings: usize,
@@ -316,24 +318,9 @@ fn split_for_bindings<'a>(
         out.push(stmt);
         return Ok(());
     }
-    if let LowLevel::For {
-        index,
-        from,
-        to,
-        body,
-    } = &*stmt
-        && let LowLevel::Seq(items) = body.unwrapped()
-        && items.len() > 1
-        && arrayjit_ir::schedule::iterations_independent(body, *index)
-    {
-        for item in items {
-            let part = LowLevel::For {
-                index: *index,
-                from: *from,
-                to: *to,
-                body: Box::new(item.clone()),
-            };
-            split_for_bindings(Cow::Owned(part), max_bindings, routine, out)?;
+    if let Some(pieces) = arrayjit_ir::schedule::gpu::distribute_loop(&stmt) {
+        for piece in pieces {
+            split_for_bindings(Cow::Owned(piece), max_bindings, routine, out)?;
         }
         return Ok(());
     }
@@ -694,10 +681,18 @@ impl PassRenderer<'_> {
         })
     }
 
-    /// Renders the pass of one top-level statement by its schedule (`None` for a statement
-    /// that does nothing): the kernel tree of its pass ([`crate::gpu_kernel`]) printed in WGSL.
-    fn render(&mut self, stmt: &LowLevel, pass: &GpuPass, why: String) -> Result<Option<WgslPass>> {
-        let Some(printed) = crate::gpu_kernel::print_pass(self, stmt.unwrapped(), pass)? else {
+    /// Renders kernel `k` of the pass of one top-level statement by its schedule (`None` for
+    /// a statement that does nothing): the kernel tree of its pass ([`crate::gpu_kernel`])
+    /// printed in WGSL.
+    fn render(
+        &mut self,
+        stmt: &LowLevel,
+        pass: &GpuPass,
+        k: usize,
+        why: String,
+    ) -> Result<Option<WgslPass>> {
+        let Some(printed) = crate::gpu_kernel::print_kernel(self, stmt.unwrapped(), pass, k)?
+        else {
             return Ok(None);
         };
         self.threads = printed.threads;

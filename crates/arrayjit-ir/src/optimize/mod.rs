@@ -180,6 +180,15 @@ impl Optimized {
         out
     }
 
+    /// The routine's GPU plan on a device model: each pass's shape, groups, work and estimated
+    /// time (statements not scheduled for a GPU are listed as running on one invocation).
+    pub fn gpu_plan(
+        &self,
+        device: &crate::schedule::gpu::DeviceModel,
+    ) -> crate::schedule::gpu::GpuPlan {
+        crate::schedule::gpu::GpuPlan::of(&self.name, &self.statements(), &self.schedules, device)
+    }
+
     /// A report of every node's final memory mode and why it was chosen, one per line.
     pub fn memory_report(&self) -> String {
         let mut out = String::new();
@@ -283,18 +292,51 @@ pub fn optimize_low_level_in(
     } else {
         code
     };
+    // On a GPU, reductions inlined into expressions get statements of their own, and nests
+    // fused for the CPU's caches are distributed where their shared loops alone would leave
+    // the device idle.
+    let (code, distributed, gpu_locals) = match &settings.schedule.gpu {
+        Some(limits) => crate::schedule::gpu::restructure(code, limits, &settings.schedule.tuning),
+        None => (code, Vec::new(), Vec::new()),
+    };
     let used: std::collections::HashSet<usize> = code.nodes().iter().map(Tnode::id).collect();
     let mut nodes = roles;
     for r in &mut nodes {
         r.used = used.contains(&r.tn.id());
     }
+    nodes.extend(gpu_locals.into_iter().map(|tn| NodeRole {
+        tn,
+        input: false,
+        written: true,
+        used: true,
+    }));
     nodes.sort_by_key(|r| r.tn.id());
     crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
     let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
     let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
     ctx.record(learned);
     let statements = top_level(&code);
-    let schedules = crate::schedule::schedule(&statements, &settings.schedule);
+    let mut schedules = crate::schedule::schedule(&statements, &settings.schedule);
+    for (s, note) in schedules.iter_mut().zip(&distributed) {
+        if let Some(note) = note {
+            s.why = format!("{note}; {}", s.why);
+        }
+    }
+    // The partial results of grid reductions are local nodes of the routine.
+    for s in &schedules {
+        if let crate::schedule::ScheduleKind::Gpu(crate::schedule::GpuPass::GridReduction {
+            partials,
+            ..
+        }) = &s.kind
+        {
+            nodes.push(NodeRole {
+                tn: partials.clone(),
+                input: false,
+                written: true,
+                used: true,
+            });
+        }
+    }
     let loop_work: u64 = statements
         .iter()
         .zip(&schedules)

@@ -1,0 +1,150 @@
+//! Distribution (loop fission) of fused nests for a GPU: the optimizer fuses sibling loops
+//! for the CPU's caches, nesting several statements under shared outer loops. On a GPU the
+//! shared loops alone would be the pass's grid, so a nest whose shared loops give too few
+//! points to fill the device, around statements that hold more independent work of their own,
+//! becomes one nest per statement: each then gets the grid (or row pass) its own loops allow.
+//!
+//! **Rule.** Distributing loops whose iterations are independent
+//! ([`crate::schedule::iterations_independent`]: every node the body writes is indexed by the
+//! loop's iterator in every access) over the statements of their body never changes a result:
+//! iteration `i` of a later statement reads only slice `i` of what earlier statements wrote,
+//! which the earlier nest has written by then, and nothing a later statement writes is read by
+//! an earlier statement of another iteration.
+
+use super::analysis::{RowItem, grid_loops, grid_total, row_items};
+use super::{GpuLimits, ROW_MIN_WIDTH};
+use crate::indexing::Symbol;
+use crate::low_level::LowLevel;
+use crate::schedule::{ScheduleTuning, iterations_independent};
+
+/// The statements of a nest whose outer loops are independent and whose body (under them) is
+/// a sequence, each under the same loops: `for i { a; b }` → `for i { a }`, `for i { b }`.
+/// `None` for any other statement (see the module's rule for why this is legal).
+pub fn distribute_loop(stmt: &LowLevel) -> Option<Vec<LowLevel>> {
+    let mut loops: Vec<(Symbol, i64, i64)> = Vec::new();
+    let mut cur = stmt.unwrapped();
+    while let LowLevel::For {
+        index,
+        from,
+        to,
+        body,
+    } = cur
+    {
+        if !iterations_independent(body, *index) {
+            break;
+        }
+        loops.push((*index, *from, *to));
+        cur = body.unwrapped();
+    }
+    let LowLevel::Seq(items) = cur else {
+        return None;
+    };
+    let items: Vec<&LowLevel> = items
+        .iter()
+        .filter(|s| !matches!(s, LowLevel::Noop | LowLevel::Comment(_)))
+        .collect();
+    if loops.is_empty() || items.len() < 2 {
+        return None;
+    }
+    Some(
+        items
+            .into_iter()
+            .map(|item| {
+                loops
+                    .iter()
+                    .rev()
+                    .fold(item.clone(), |body, &(index, from, to)| LowLevel::For {
+                        index,
+                        from,
+                        to,
+                        body: Box::new(body),
+                    })
+            })
+            .collect(),
+    )
+}
+
+/// Why a nest should be distributed on a device of `limits`, if it should: its shared loops
+/// give fewer points than fill the device, and a statement under them either runs loops on
+/// one invocation or holds independent loops of its own that a wider grid would spread.
+fn distribution_reason(stmt: &LowLevel, limits: &GpuLimits, threads: u32) -> Option<String> {
+    let (grid, inner) = grid_loops(stmt);
+    if grid.is_empty() || !matches!(inner.unwrapped(), LowLevel::Seq(_)) {
+        return None;
+    }
+    let items = row_items(&inner);
+    let total = grid_total(&grid);
+    let busy = limits.busy_invocations(threads);
+    if items.len() < 2 || total >= busy {
+        return None;
+    }
+    let underused = items.iter().filter(|i| i.underused()).count();
+    if underused == 0 {
+        return None;
+    }
+    let widest = items.iter().map(RowItem::width).max().unwrap_or(1);
+    Some(format!(
+        "distributed from a nest of {} statements under {} shared independent loop(s) of \
+         {total} point(s), fewer than the {busy} invocations that fill the device, where {} \
+         statement(s) hold more independent work of their own{}",
+        items.len(),
+        grid.len(),
+        underused,
+        if widest >= ROW_MIN_WIDTH {
+            ""
+        } else {
+            " (and none is wide enough for a row pass)"
+        }
+    ))
+}
+
+fn distribute_into(
+    stmt: LowLevel,
+    note: Option<String>,
+    limits: &GpuLimits,
+    threads: u32,
+    out: &mut Vec<(LowLevel, Option<String>)>,
+) {
+    if let Some(why) = distribution_reason(&stmt, limits, threads)
+        && let Some(pieces) = distribute_loop(&stmt)
+    {
+        let why = match note {
+            Some(outer) => format!("{outer}; then {why}"),
+            None => why,
+        };
+        for piece in pieces {
+            distribute_into(piece, Some(why.clone()), limits, threads, out);
+        }
+    } else {
+        out.push((stmt, note));
+    }
+}
+
+/// The top-level statements of `code` restructured for a device of `limits`: every nest
+/// distributed where the device calls for it (see the module's doc), then reductions hoisted
+/// out of expressions ([`super::hoist`]); each statement with why it was changed, if it was,
+/// and the local nodes made for hoisted reductions.
+pub fn restructure(
+    code: LowLevel,
+    limits: &GpuLimits,
+    tuning: &ScheduleTuning,
+) -> (LowLevel, Vec<Option<String>>, Vec<crate::tnode::Tnode>) {
+    let stmts = match code {
+        LowLevel::Seq(items) => items,
+        LowLevel::Noop => vec![],
+        s => vec![s],
+    };
+    let threads = limits.tuned_group_threads(tuning.gpu_threads);
+    let mut distributed = Vec::with_capacity(stmts.len());
+    for s in stmts {
+        distribute_into(s, None, limits, threads, &mut distributed);
+    }
+    let (out, made) = super::hoist::hoist_reductions(distributed, limits, threads);
+    let (stmts, notes): (Vec<LowLevel>, Vec<Option<String>>) = out.into_iter().unzip();
+    let code = match stmts.len() {
+        0 => LowLevel::Noop,
+        1 => stmts.into_iter().next().unwrap_or(LowLevel::Noop),
+        _ => LowLevel::Seq(stmts),
+    };
+    (code, notes, made)
+}

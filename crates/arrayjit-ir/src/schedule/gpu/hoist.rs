@@ -1,0 +1,250 @@
+//! Reductions inside expressions, hoisted into statements of their own for a GPU. Inlining
+//! (fusion) leaves a reduction as a local scope inside the expression that uses it: `loss[] :=
+//! (v: { v := 0; for i, j { v := v + x[i, j] } }) * c`. A GPU pass cannot spread such a scope:
+//! the statement around it runs on one invocation (a scalar statement) or one invocation per
+//! grid point, each walking the whole reduction. Here such a scope becomes an accumulation
+//! into a local node of the routine, which the planner runs as a (grid) reduction or as a row
+//! pass's group reduction:
+//!
+//! - in a statement without loops: `t[] := 0; for i, j { t[] := t[] + x[i, j] }; loss[] :=
+//!   t[] * c` (scopes of at least [`HOIST_MIN_STEPS`] steps; the reduction then starts from
+//!   the constant, see [`super::gpu_schedules`]);
+//! - in a statement whose loops are all independent and give fewer points than fill the
+//!   device: the same per point, under the loops (`t` indexed by them), so that each point's
+//!   reduction runs on a group (scopes of at least [`super::ROW_MIN_WIDTH`] steps).
+//!
+//! **Rule.** The local holds what the scope's variable held, step by step, and the
+//! expression reads it where it read the scope: the same values, but for the regrouping the
+//! GPU reductions apply to any accumulation (a fixed tree order). Only scopes of the plain
+//! shape `v := c; loops { v := v ⊕ e }` (⊕ an addition, maximum, minimum or fused
+//! multiply-add, `c` a constant, `e` reading no local variable) are hoisted.
+
+use super::analysis::{grid_loops, grid_total};
+use super::{GpuLimits, ROW_MIN_WIDTH};
+use crate::indexing::{AxisIndex, Symbol};
+use crate::low_level::{LowLevel, ScalarExpr, ScopeId};
+use crate::memory::MemoryMode;
+use crate::ops::{BinOp, TernOp};
+use crate::tnode::Tnode;
+
+/// A scope in a statement without loops is hoisted when it takes at least this many steps (a
+/// warp's worth: one invocation walking it would wait on each load in turn).
+pub const HOIST_MIN_STEPS: u64 = 32;
+
+/// A local scope of the plain accumulating shape.
+struct Scoped<'a> {
+    id: ScopeId,
+    init: f64,
+    loops: Vec<(Symbol, i64, i64)>,
+    value: &'a ScalarExpr,
+}
+
+impl Scoped<'_> {
+    fn steps(&self) -> u64 {
+        self.loops
+            .iter()
+            .map(|&(_, from, to)| (to - from).max(0) as u64)
+            .fold(1, u64::saturating_mul)
+    }
+}
+
+/// Whether an expression reads no local variable and declares no scope.
+fn closed(e: &ScalarExpr) -> bool {
+    let mut ok = true;
+    e.visit_all(&mut |x| {
+        ok &= !matches!(x, ScalarExpr::GetLocal(_) | ScalarExpr::LocalScope { .. });
+    });
+    ok
+}
+
+/// Whether `value` accumulates into local `id`: `id ⊕ e`, `e ⊕ id` or `fma(a, b, id)`.
+fn accumulates(value: &ScalarExpr, id: ScopeId) -> bool {
+    let is_local = |e: &ScalarExpr| matches!(e, ScalarExpr::GetLocal(l) if *l == id);
+    match value {
+        ScalarExpr::Binop(BinOp::Add | BinOp::Max | BinOp::Min, a, b) => {
+            (is_local(a) && closed(b)) || (is_local(b) && closed(a))
+        }
+        ScalarExpr::Ternop(TernOp::Fma, a, b, c) => is_local(c) && closed(a) && closed(b),
+        _ => false,
+    }
+}
+
+fn scoped(e: &ScalarExpr) -> Option<Scoped<'_>> {
+    let ScalarExpr::LocalScope { id, body } = e else {
+        return None;
+    };
+    let (init, nest) = match body.unwrapped() {
+        LowLevel::Seq(items) => match items.as_slice() {
+            [LowLevel::SetLocal(l, ScalarExpr::Constant(c)), nest] if l == id => (*c, nest),
+            _ => return None,
+        },
+        nest => (0.0, nest),
+    };
+    let (loops, inner) = nest.perfect_nest();
+    let LowLevel::SetLocal(l, value) = inner else {
+        return None;
+    };
+    (l == id
+        && !loops.is_empty()
+        && loops.iter().all(|&(_, f, t)| t > f)
+        && accumulates(value, *id))
+    .then_some(Scoped {
+        id: *id,
+        init,
+        loops,
+        value,
+    })
+}
+
+/// The local node of a hoisted reduction: `dims` in precision `prec`.
+fn reduced_node(s: &Scoped<'_>, dims: &[usize]) -> Option<Tnode> {
+    let tn = Tnode::new(s.id.prec, dims, &["gpu_reduced"]).ok()?;
+    tn.update_memory_mode(
+        MemoryMode::Local,
+        "a reduction hoisted out of an expression for a GPU pass",
+    )
+    .ok()?;
+    Some(tn)
+}
+
+/// The scope's statements with its variable stored at `t[idcs]`: the initialization and the
+/// accumulating nest.
+fn hoisted_statements(s: &Scoped<'_>, t: &Tnode, idcs: &[AxisIndex]) -> [LowLevel; 2] {
+    let id = s.id;
+    let value = s.value.clone().map_bottom_up(&mut |e| match e {
+        ScalarExpr::GetLocal(l) if l == id => ScalarExpr::Get(t.clone(), idcs.to_vec()),
+        e => e,
+    });
+    let set = LowLevel::Set {
+        tn: t.clone(),
+        idcs: idcs.to_vec(),
+        value,
+    };
+    let nest = s
+        .loops
+        .iter()
+        .rev()
+        .fold(set, |body, &(index, from, to)| LowLevel::For {
+            index,
+            from,
+            to,
+            body: Box::new(body),
+        });
+    let init = LowLevel::Set {
+        tn: t.clone(),
+        idcs: idcs.to_vec(),
+        value: ScalarExpr::Constant(s.init),
+    };
+    [init, nest]
+}
+
+/// `value` with its scopes of at least `min_steps` steps replaced by reads of new local nodes
+/// of `dims` at `idcs`; the statements computing them go to `before`, the nodes to `made`.
+fn hoist_scopes(
+    value: ScalarExpr,
+    min_steps: u64,
+    dims: &[usize],
+    idcs: &[AxisIndex],
+    before: &mut Vec<LowLevel>,
+    made: &mut Vec<Tnode>,
+) -> ScalarExpr {
+    value.map_bottom_up(&mut |e| {
+        let Some(s) = scoped(&e).filter(|s| s.steps() >= min_steps) else {
+            return e;
+        };
+        let Some(t) = reduced_node(&s, dims) else {
+            return e;
+        };
+        before.extend(hoisted_statements(&s, &t, idcs));
+        made.push(t.clone());
+        ScalarExpr::Get(t, idcs.to_vec())
+    })
+}
+
+/// One top-level statement with its scoped reductions hoisted where the device calls for it
+/// (see the module's doc), and why, if any was.
+fn hoist_statement(
+    stmt: LowLevel,
+    limits: &GpuLimits,
+    threads: u32,
+    made: &mut Vec<Tnode>,
+) -> (Vec<LowLevel>, Option<String>) {
+    if let LowLevel::Set { tn, idcs, value } = stmt.unwrapped() {
+        let mut before = Vec::new();
+        let value = hoist_scopes(value.clone(), HOIST_MIN_STEPS, &[], &[], &mut before, made);
+        if before.is_empty() {
+            return (vec![stmt], None);
+        }
+        let hoisted = before.len() / 2;
+        before.push(LowLevel::Set {
+            tn: tn.clone(),
+            idcs: idcs.clone(),
+            value,
+        });
+        return (
+            before,
+            Some(format!(
+                "{hoisted} reduction(s) of at least {HOIST_MIN_STEPS} steps hoisted out of a \
+                 statement without loops into accumulations of their own"
+            )),
+        );
+    }
+    let (grid, inner) = grid_loops(&stmt);
+    let (loops, _) = stmt.perfect_nest();
+    let total = grid_total(&grid);
+    let LowLevel::Set { tn, idcs, value } = &*inner else {
+        return (vec![stmt], None);
+    };
+    if grid.is_empty() || grid.len() != loops.len() || total >= limits.busy_invocations(threads) {
+        return (vec![stmt], None);
+    }
+    let dims: Vec<usize> = grid.iter().map(|l| l.to.max(0) as usize).collect();
+    let at: Vec<AxisIndex> = grid.iter().map(|l| AxisIndex::Iterator(l.iter)).collect();
+    let mut body = Vec::new();
+    let value = hoist_scopes(value.clone(), ROW_MIN_WIDTH, &dims, &at, &mut body, made);
+    if body.is_empty() {
+        return (vec![stmt], None);
+    }
+    let hoisted = body.len() / 2;
+    body.push(LowLevel::Set {
+        tn: tn.clone(),
+        idcs: idcs.clone(),
+        value,
+    });
+    let nest = grid
+        .iter()
+        .rev()
+        .fold(LowLevel::Seq(body), |body, l| LowLevel::For {
+            index: l.iter,
+            from: l.from,
+            to: l.to,
+            body: Box::new(body),
+        });
+    (
+        vec![nest],
+        Some(format!(
+            "{hoisted} reduction(s) per point of {total} grid point(s) hoisted out of the \
+             expression into accumulations a group can share"
+        )),
+    )
+}
+
+/// The top-level statements of `code` with scoped reductions hoisted (see the module's doc),
+/// each with why, and the local nodes made for them.
+pub fn hoist_reductions(
+    stmts: Vec<(LowLevel, Option<String>)>,
+    limits: &GpuLimits,
+    threads: u32,
+) -> (Vec<(LowLevel, Option<String>)>, Vec<Tnode>) {
+    let mut made = Vec::new();
+    let mut out = Vec::with_capacity(stmts.len());
+    for (s, note) in stmts {
+        let (pieces, why) = hoist_statement(s, limits, threads, &mut made);
+        let why = match (note, why) {
+            (Some(a), Some(b)) => Some(format!("{a}; then {b}")),
+            (a, b) => a.or(b),
+        };
+        out.extend(pieces.into_iter().map(|p| (p, why.clone())));
+    }
+    (out, made)
+}

@@ -1,0 +1,653 @@
+//! GPU passes as schedules: how each top-level statement maps onto a grid of thread groups on a
+//! device that runs groups of invocations (a GPU, or the CUDA emulation), chosen here from the
+//! device's limits ([`GpuLimits`]) and recorded in the routine's schedules with why, so that
+//! every GPU renderer (CUDA, WGSL) follows one decision instead of re-deriving it.
+//!
+//! Before passes are chosen, [`restructure`] re-plans the code the optimizer fused for a CPU:
+//! reductions inlined into expressions become accumulations of their own ([`hoist`]), and a
+//! nest whose shared outer loops give few grid points, around statements that hold more
+//! independent work of their own, is split into one nest per statement
+//! ([`distribute_loop`]).
+//!
+//! A statement becomes one pass:
+//! - **zeroing**: one invocation per element;
+//! - **tiled product**: an `f32` matrix product whose result sides both reach half a tile side,
+//!   in tiles of `tile × tile` results per group of [`TILE_THREADS`] (16 × 16) invocations, the
+//!   factors staged in shared memory 16 deep; the largest tile (128, 64) whose sides both
+//!   fill one and that still gives enough groups to fill the device (two per compute unit),
+//!   else 16, and only tiles whose staging fits its shared memory;
+//! - **rows**: the loops whose iterations are independent as a grid of groups, one per point,
+//!   where the statements under them hold work for a group: a reduction of at least
+//!   [`ROW_REDUCTION_MIN`] steps (at most [`ROW_REDUCTION_MAX_ROWS`] points), or, while the
+//!   points alone cannot fill the device, loops of at least [`ROW_MIN_WIDTH`] iterations. A
+//!   group's reductions combine strided shares in a fixed tree, its independent loops stride
+//!   over the group, and its other statements run on its first invocation; the group is as
+//!   wide as its widest statement needs (a power of two, at least [`MIN_GROUP_THREADS`]);
+//! - **grid**: the loops whose iterations are independent, one invocation per iteration, the
+//!   rest of the nest inside, in program order;
+//! - **reduction**: a nest accumulating into one element, by one group (strided shares, then
+//!   a fixed tree);
+//! - **grid reduction**: such a nest of at least [`GRID_REDUCTION_MIN`] steps, in two phases:
+//!   groups reduce consecutive chunks of the steps into partial results (a local node of the
+//!   routine), then one group combines the partials in order into the element;
+//! - **single**: anything else, on one invocation.
+//!
+//! A pass changes results only by the fixed regrouping of reductions (a tree in a fixed order),
+//! never by timing. The analyses the renderers need to render a pass (the grid's inner
+//! statement, the accumulation, the row items) are in [`analysis`]; [`plan`] lists a routine's
+//! passes with their work and an estimate of their time on a device.
+
+use std::fmt;
+
+use super::{Blocking, Contraction, Gemm, Schedule, ScheduleKind, ScheduleTuning};
+use crate::low_level::{LowLevel, ScalarExpr};
+use crate::memory::MemoryMode;
+use crate::ops::TernOp;
+use crate::prec::Prec;
+use crate::tnode::Tnode;
+
+pub mod analysis;
+mod distribute;
+pub mod hoist;
+pub mod plan;
+
+pub use analysis::{
+    Accumulation, Rest, RowItem, RowRole, grid_loops, grid_total, independent_work,
+    longest_reduction, row_items,
+};
+pub use distribute::{distribute_loop, restructure};
+pub use plan::{DeviceModel, GpuPlan, PlannedPass};
+
+/// What GPU passes may assume of a device: read from its `DeviceInfo` by the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuLimits {
+    /// The most invocations in one group (workgroup, block).
+    pub max_group_invocations: u32,
+    /// Shared (workgroup) memory one group may use, in bytes.
+    pub max_shared_bytes: usize,
+    /// Invocations that run in lock step (warp, subgroup); 0 when unknown.
+    pub subgroup_size: u32,
+    /// Units that run groups in parallel (SMs, compute units); 0 when unknown.
+    pub compute_units: usize,
+}
+
+impl GpuLimits {
+    /// The limits every WebGPU device guarantees (256 invocations per workgroup, 16 KiB of
+    /// workgroup memory), for rendering without a device at hand.
+    pub fn portable() -> GpuLimits {
+        GpuLimits {
+            max_group_invocations: 256,
+            max_shared_bytes: 16 << 10,
+            subgroup_size: 0,
+            compute_units: 0,
+        }
+    }
+
+    /// The limits every CUDA device of compute capability 5.0 or later has (1024 threads per
+    /// block, 48 KiB of static shared memory, warps of 32), for rendering CUDA without a
+    /// device at hand.
+    pub fn cuda_minimum() -> GpuLimits {
+        GpuLimits {
+            max_group_invocations: 1024,
+            max_shared_bytes: 48 << 10,
+            subgroup_size: 32,
+            compute_units: 0,
+        }
+    }
+
+    /// Invocations per group of grid, row and reduction passes: the largest power of two up
+    /// to 256 that the device allows.
+    pub fn group_threads(&self) -> u32 {
+        let cap = self.max_group_invocations.clamp(1, MAX_GROUP_THREADS);
+        1 << (31 - cap.leading_zeros())
+    }
+
+    /// [`GpuLimits::group_threads`], or the power of two at most `tuned` (at least 1) where a
+    /// tuning asks for fewer.
+    pub fn tuned_group_threads(&self, tuned: Option<u32>) -> u32 {
+        let most = self.group_threads();
+        match tuned {
+            Some(t) if t >= 1 && t < most => 1 << (31 - t.leading_zeros()),
+            _ => most,
+        }
+    }
+
+    /// Groups that keep the device busy: two per compute unit, or 256 when the device does
+    /// not say how many units it has.
+    pub fn busy_groups(&self) -> u64 {
+        if self.compute_units > 0 {
+            2 * self.compute_units as u64
+        } else {
+            256
+        }
+    }
+
+    /// Invocations that keep the device busy: [`GpuLimits::busy_groups`] groups of `threads`.
+    pub fn busy_invocations(&self, threads: u32) -> u64 {
+        self.busy_groups() * u64::from(threads.max(1))
+    }
+}
+
+/// The most invocations per group of grid, row and reduction passes.
+pub const MAX_GROUP_THREADS: u32 = 256;
+/// The fewest invocations per group that group reductions and row passes run on (below,
+/// such statements run as grid or single-invocation passes).
+pub const MIN_GROUP_THREADS: u32 = 64;
+/// Invocations of a tiled product's group: 16 × 16.
+pub const TILE_THREADS: u32 = 256;
+/// The depth of the factors' tiles staged in shared memory.
+pub const TILE_DEPTH: usize = 16;
+/// A reduction inside a grid gets a group of its own when it is at least this long ...
+pub const ROW_REDUCTION_MIN: u64 = 256;
+/// ... and there are at most this many grid points (beyond, one invocation per point keeps
+/// every lane busy already).
+pub const ROW_REDUCTION_MAX_ROWS: u64 = 1 << 14;
+/// Statements under a grid too small to fill the device run as a row pass when one of them
+/// offers at least this many invocations' work (a warp's).
+pub const ROW_MIN_WIDTH: u64 = 32;
+/// A reduction into one element of at least this many steps runs over the whole grid in two
+/// phases (one group would take it alone).
+pub const GRID_REDUCTION_MIN: u64 = 1 << 15;
+/// Steps each invocation of a grid reduction's first phase takes at least (fewer groups,
+/// fewer partials to combine).
+pub const GRID_REDUCTION_STEPS_PER_INVOCATION: u64 = 8;
+
+/// Shared memory of a product tile of side `tile`: the left factor's `tile × 16` tile padded
+/// to 17 columns (against bank conflicts) and the right factor's `16 × tile` tile, in `f32`.
+pub fn tile_shared_bytes(tile: usize) -> usize {
+    (tile * (TILE_DEPTH + 1) + TILE_DEPTH * tile) * 4
+}
+
+/// One loop of a pass's grid: its iterator and range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridLoop {
+    /// The loop's iterator.
+    pub iter: crate::indexing::Symbol,
+    /// First iteration.
+    pub from: i64,
+    /// One past the last iteration.
+    pub to: i64,
+}
+
+impl GridLoop {
+    /// Its iterations (0 for an empty range).
+    pub fn extent(&self) -> u64 {
+        (self.to - self.from).max(0) as u64
+    }
+}
+
+/// How one top-level statement runs on a GPU (see the module documentation).
+#[derive(Clone, Debug, PartialEq)]
+pub enum GpuPass {
+    /// Nothing to run (a comment, a no-op).
+    Nothing,
+    /// Zeroing a node of `elements` elements, one invocation each, in groups of `threads`.
+    Zero {
+        /// Elements of the node.
+        elements: u64,
+        /// Invocations per group.
+        threads: u32,
+    },
+    /// A tiled `f32` matrix product: `tile × tile` results per group of [`TILE_THREADS`]
+    /// (`tile / 16` × `tile / 16` per invocation), `groups` groups.
+    Tiles {
+        /// The product.
+        gemm: Gemm,
+        /// It accumulates by fused multiply-add (else multiply, then add).
+        fused: bool,
+        /// Results per side of a group's tile: 16, 64 or 128.
+        tile: usize,
+        /// Groups of the launch: tiles times batch elements.
+        groups: u64,
+    },
+    /// One invocation per iteration of the independent loops `grid` (`total` of them), in
+    /// groups of `threads`, each running the rest of the nest ([`grid_loops`]).
+    Grid {
+        /// The grid's loops, outermost first.
+        grid: Vec<GridLoop>,
+        /// Iterations of the grid.
+        total: u64,
+        /// Invocations per group.
+        threads: u32,
+    },
+    /// One group of `threads` per iteration of the independent loops `grid` (`total` of them),
+    /// running the [`row_items`] of the rest of the nest together.
+    Rows {
+        /// The grid's loops, outermost first.
+        grid: Vec<GridLoop>,
+        /// Iterations of the grid (groups of the launch).
+        total: u64,
+        /// Invocations per group.
+        threads: u32,
+    },
+    /// A nest accumulating into one element ([`Accumulation`]), reduced by one group.
+    Reduction {
+        /// Invocations of the group.
+        threads: u32,
+        /// The element's value before the steps, where the statement before sets it to this
+        /// constant (and runs nothing: see [`gpu_schedules`]); else the element is read.
+        start: Option<f64>,
+    },
+    /// A nest accumulating into one element ([`Accumulation`]) of `total` steps, in two
+    /// launches: `groups` groups of `threads` each reduce `chunk` consecutive steps (the last
+    /// group the rest) into their element of `partials`; then one group of `threads` combines
+    /// the partials in order, and the element with the result.
+    GridReduction {
+        /// Steps of the accumulation.
+        total: u64,
+        /// Groups of the first phase (partial results).
+        groups: u64,
+        /// Steps per group.
+        chunk: u64,
+        /// Invocations per group, in both phases.
+        threads: u32,
+        /// The partial results: a local node of `groups` elements in the element's precision.
+        partials: Tnode,
+        /// As [`GpuPass::Reduction`]'s `start`.
+        start: Option<f64>,
+    },
+    /// Anything else: one invocation.
+    Single,
+}
+
+impl fmt::Display for GpuPass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuPass::Nothing => write!(f, "GPU pass: nothing"),
+            GpuPass::Zero { elements, threads } => {
+                write!(f, "GPU zeroing of {elements} elements, groups of {threads}")
+            }
+            GpuPass::Tiles {
+                gemm, tile, groups, ..
+            } => write!(
+                f,
+                "GPU tiled product M {} N {} K {} ({} batch loop(s)): {tile}×{tile} results per group of {TILE_THREADS}, {groups} groups",
+                gemm.m.extent,
+                gemm.n.extent,
+                gemm.k.extent,
+                gemm.batch.len()
+            ),
+            GpuPass::Grid {
+                grid,
+                total,
+                threads,
+            } => write!(
+                f,
+                "GPU grid of {total} over {} loop(s), groups of {threads}",
+                grid.len()
+            ),
+            GpuPass::Rows {
+                grid,
+                total,
+                threads,
+            } => write!(
+                f,
+                "GPU rows: {total} groups of {threads} over {} loop(s)",
+                grid.len()
+            ),
+            GpuPass::Reduction { threads, .. } => {
+                write!(f, "GPU reduction by one group of {threads}")
+            }
+            GpuPass::GridReduction {
+                total,
+                groups,
+                chunk,
+                threads,
+                ..
+            } => write!(
+                f,
+                "GPU grid reduction of {total} steps: {groups} groups of {threads} reduce {chunk} \
+                 each, then one group combines the partials"
+            ),
+            GpuPass::Single => write!(f, "GPU pass on one invocation"),
+        }
+    }
+}
+
+/// Why the statements under a grid of `total` points run as a row pass, if they should: a
+/// reduction long enough to spread over a group (on a grid small enough to give each point a
+/// group), or, on a grid too small to fill the device, statements wide enough for a group
+/// none of which leaves the group waiting on one invocation's loops.
+fn row_pass_reason(
+    items: &[RowItem<'_>],
+    total: u64,
+    limits: &GpuLimits,
+    threads: u32,
+) -> Option<String> {
+    let longest_reduction = items
+        .iter()
+        .filter_map(|i| match &i.role {
+            RowRole::Reduce(r) => Some(r.len()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    if total <= ROW_REDUCTION_MAX_ROWS && longest_reduction >= ROW_REDUCTION_MIN {
+        return Some(format!(
+            "around reductions of up to {longest_reduction} steps (at least {ROW_REDUCTION_MIN})"
+        ));
+    }
+    let widest = items.iter().map(RowItem::width).max().unwrap_or(0);
+    let busy = limits.busy_invocations(threads);
+    let serial_lead = items
+        .iter()
+        .any(|i| matches!(i.role, RowRole::Lead) && i.underused());
+    (total < busy && widest >= ROW_MIN_WIDTH && !serial_lead).then(|| {
+        format!(
+            "{total} point(s), fewer than the {busy} invocations that fill the device, around \
+             statements of up to {widest} independent steps"
+        )
+    })
+}
+
+/// Invocations of a row pass's groups: the smallest power of two that covers its widest
+/// statement, at least [`MIN_GROUP_THREADS`] and at most `threads`.
+fn row_threads(items: &[RowItem<'_>], threads: u32) -> u32 {
+    let widest = items.iter().map(RowItem::width).max().unwrap_or(1);
+    let want = widest.clamp(1, u64::from(threads)).next_power_of_two() as u32;
+    want.clamp(MIN_GROUP_THREADS.min(threads), threads)
+}
+
+/// A statement that is an `f32` matrix product, with whether it accumulates through a fused
+/// multiply-add.
+fn f32_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
+    let c = Contraction::detect(stmt)?;
+    if c.out.node.prec() != Prec::F32 {
+        return None;
+    }
+    // The blocking is the CPU's and is not used by a tiled pass; any valid one will do.
+    let g = c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3]))?;
+    let (_, inner) = stmt.perfect_nest();
+    let fused = matches!(
+        inner,
+        LowLevel::Set {
+            value: ScalarExpr::Ternop(TernOp::Fma, ..),
+            ..
+        }
+    );
+    Some((g, fused))
+}
+
+/// The tile side of a product of `m × n` results per batch element on a device, and why: the
+/// largest of 128 and 64 whose sides both fill one and which still gives enough groups to keep
+/// the device busy, else 16; only sides whose staging fits the device's shared memory. `None`
+/// when not even the smallest fits (or a group of [`TILE_THREADS`] is not allowed).
+fn product_tile(
+    m: usize,
+    n: usize,
+    batch: usize,
+    limits: &GpuLimits,
+    tuned: Option<usize>,
+) -> Option<(usize, String)> {
+    if limits.max_group_invocations < TILE_THREADS {
+        return None;
+    }
+    let fits = |t: usize| tile_shared_bytes(t) <= limits.max_shared_bytes;
+    if let Some(t) = tuned.filter(|t| ScheduleTuning::GPU_TILES.contains(t) && fits(*t)) {
+        return Some((t, format!("{t}-tiles as the schedule's tuning asks")));
+    }
+    let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
+    let busy = limits.busy_groups();
+    for (t, enough) in [(128, busy), (64, busy)] {
+        if fits(t) && m.min(n) >= t && groups(t) >= enough {
+            return Some((
+                t,
+                format!(
+                    "{t}-tiles as both sides fill one and they still make {} groups, at least \
+                     {enough} to keep the device busy",
+                    groups(t)
+                ),
+            ));
+        }
+    }
+    fits(16).then(|| {
+        let why = if m.min(n) >= 64 {
+            format!(
+                "16-tiles as larger ones would make fewer than {busy} groups (16-tiles: {})",
+                groups(16)
+            )
+        } else {
+            "16-tiles as a side is shorter than 64".to_string()
+        };
+        (16, why)
+    })
+}
+
+/// Invocations per group of a pass of `total` independent invocations: `threads`, or fewer
+/// (a power of two, at least [`MIN_GROUP_THREADS`]) where groups of `threads` would be fewer
+/// than keep the device busy; with what to add to the reason.
+fn spread_threads(total: u64, limits: &GpuLimits, threads: u32) -> (u32, String) {
+    let busy = limits.busy_groups();
+    let mut t = threads;
+    while t > MIN_GROUP_THREADS && total.div_ceil(u64::from(t)) < busy {
+        t /= 2;
+    }
+    if t == threads {
+        (t, String::new())
+    } else {
+        (
+            t,
+            format!(", in groups of {t} so that they make {busy} groups or more where they can"),
+        )
+    }
+}
+
+/// The GPU passes of a routine's top-level statements on a device of `limits` (each as
+/// [`gpu_schedule`]), where a reduction into an element that the statement before sets to a
+/// constant starts from the constant instead: that statement then runs nothing.
+pub fn gpu_schedules(
+    stmts: &[&LowLevel],
+    limits: &GpuLimits,
+    tuning: &ScheduleTuning,
+) -> Vec<Schedule> {
+    let mut schedules: Vec<Schedule> = stmts
+        .iter()
+        .map(|s| gpu_schedule(s, limits, tuning))
+        .collect();
+    for i in 1..stmts.len() {
+        let LowLevel::Set {
+            tn,
+            idcs,
+            value: ScalarExpr::Constant(c),
+        } = stmts[i - 1].unwrapped()
+        else {
+            continue;
+        };
+        let Some(r) = Accumulation::detect(stmts[i].unwrapped()) else {
+            continue;
+        };
+        if r.tn != tn || r.idcs != idcs.as_slice() {
+            continue;
+        }
+        let (before, after) = schedules.split_at_mut(i);
+        if let ScheduleKind::Gpu(
+            GpuPass::Reduction { start, .. } | GpuPass::GridReduction { start, .. },
+        ) = &mut after[0].kind
+        {
+            *start = Some(*c);
+            after[0].why = format!(
+                "{}; it starts from {c}, set by the statement before",
+                after[0].why
+            );
+            before[i - 1] = Schedule {
+                kind: ScheduleKind::Gpu(GpuPass::Nothing),
+                why: "the reduction after it starts from the constant it sets".into(),
+                parallel: None,
+            };
+        }
+    }
+    schedules
+}
+
+/// The GPU pass of one top-level statement on a device of `limits`, with why.
+pub fn gpu_schedule(stmt: &LowLevel, limits: &GpuLimits, tuning: &ScheduleTuning) -> Schedule {
+    let (pass, why) = plan_pass_with(stmt, limits, tuning, true);
+    Schedule {
+        kind: ScheduleKind::Gpu(pass),
+        why,
+        parallel: None,
+    }
+}
+
+/// The GPU pass of one top-level statement on a device of `limits`, and why, for a renderer
+/// that plans pieces of a recorded statement itself: like [`gpu_schedule`], but never a grid
+/// reduction (whose partial results must be a node of the routine, made when the optimizer
+/// plans it); such a statement is reduced by one group.
+pub fn plan_pass(
+    stmt: &LowLevel,
+    limits: &GpuLimits,
+    tuning: &ScheduleTuning,
+) -> (GpuPass, String) {
+    plan_pass_with(stmt, limits, tuning, false)
+}
+
+/// The local node of a grid reduction's `groups` partial results in precision `prec`.
+fn partials_node(prec: Prec, groups: u64) -> Option<Tnode> {
+    let tn = Tnode::new(prec, &[groups as usize], &["gpu_partials"]).ok()?;
+    tn.update_memory_mode(
+        MemoryMode::Local,
+        "the partial results of a GPU grid reduction, read by its second phase",
+    )
+    .ok()?;
+    Some(tn)
+}
+
+fn plan_pass_with(
+    stmt: &LowLevel,
+    limits: &GpuLimits,
+    tuning: &ScheduleTuning,
+    grid_reductions: bool,
+) -> (GpuPass, String) {
+    let stmt = stmt.unwrapped();
+    let threads = limits.tuned_group_threads(tuning.gpu_threads);
+    let groups_allowed = threads >= MIN_GROUP_THREADS;
+    match stmt {
+        LowLevel::Noop | LowLevel::Comment(_) => (GpuPass::Nothing, "nothing to run".into()),
+        LowLevel::ZeroOut(tn) => {
+            let elements = tn.num_elems() as u64;
+            let (threads, smaller) = spread_threads(elements, limits, threads);
+            (
+                GpuPass::Zero { elements, threads },
+                format!("one invocation per element{smaller}"),
+            )
+        }
+        _ => {
+            if let Some((gemm, fused)) = f32_product(stmt)
+                && gemm.m.extent >= 8
+                && gemm.n.extent >= 8
+            {
+                let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
+                if let Some((tile, reason)) =
+                    product_tile(gemm.m.extent, gemm.n.extent, batch, limits, tuning.gpu_tile)
+                {
+                    let groups = (gemm.m.extent.div_ceil(tile)
+                        * gemm.n.extent.div_ceil(tile)
+                        * batch) as u64;
+                    let why = format!(
+                        "an f32 matrix product: factor tiles 16 deep in shared memory ({} of {} \
+                         bytes), {tile} x {tile} results per group ({} per invocation), each \
+                         element summed in the loop's order; {reason}",
+                        tile_shared_bytes(tile),
+                        limits.max_shared_bytes,
+                        (tile / 16) * (tile / 16),
+                    );
+                    return (
+                        GpuPass::Tiles {
+                            gemm,
+                            fused,
+                            tile,
+                            groups,
+                        },
+                        why,
+                    );
+                }
+            }
+            let (grid, inner) = grid_loops(stmt);
+            if !grid.is_empty() {
+                let total = grid_total(&grid);
+                let loops = grid.len();
+                let items = row_items(&inner);
+                if groups_allowed
+                    && let Some(reason) = row_pass_reason(&items, total, limits, threads)
+                {
+                    let threads = row_threads(&items, threads);
+                    return (
+                        GpuPass::Rows {
+                            grid,
+                            total,
+                            threads,
+                        },
+                        format!(
+                            "{loops} independent outer loop(s) {reason}: one group of {threads} \
+                             per iteration; reductions combine strided shares in a fixed tree \
+                             order, independent loops stride over the group, anything else runs \
+                             on its first invocation"
+                        ),
+                    );
+                }
+                let (threads, smaller) = spread_threads(total, limits, threads);
+                return (
+                    GpuPass::Grid {
+                        grid,
+                        total,
+                        threads,
+                    },
+                    format!(
+                        "{loops} independent outer loop(s): one invocation per iteration{smaller}"
+                    ),
+                );
+            }
+            match Accumulation::detect_regroupable(stmt) {
+                Some(r) if groups_allowed => {
+                    let total = r.len();
+                    let per_group = u64::from(threads) * GRID_REDUCTION_STEPS_PER_INVOCATION;
+                    let most_groups = total.div_ceil(per_group).min(limits.busy_groups());
+                    let chunk = total.div_ceil(most_groups.max(1));
+                    let groups = total.div_ceil(chunk.max(1));
+                    if grid_reductions
+                        && total >= GRID_REDUCTION_MIN
+                        && groups >= 2
+                        && let Some(partials) = partials_node(r.tn.prec(), groups)
+                    {
+                        return (
+                            GpuPass::GridReduction {
+                                total,
+                                groups,
+                                chunk,
+                                threads,
+                                partials,
+                                start: None,
+                            },
+                            format!(
+                                "{} loop(s) accumulating {total} steps into one element by {}: \
+                                 {groups} groups of {threads} reduce {chunk} consecutive steps \
+                                 each (strided shares, then a fixed tree) into partial results, \
+                                 then one group combines them in order",
+                                r.loops.len(),
+                                r.combine.name()
+                            ),
+                        );
+                    }
+                    (
+                        GpuPass::Reduction {
+                            threads,
+                            start: None,
+                        },
+                        format!(
+                            "{} loop(s) accumulating {total} steps into one element by {}: one \
+                             group of {threads}, strided shares combined in a fixed tree order",
+                            r.loops.len(),
+                            r.combine.name()
+                        ),
+                    )
+                }
+                _ => (
+                    GpuPass::Single,
+                    "its iterations depend on each other and it is not a reduction into one \
+                     element"
+                        .into(),
+                ),
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Programs for the GPU planner's shapes in the conformance corpus: a sum of squares and a
+//! maximum over two loops into one element, long enough for a two-phase grid reduction; a
+//! mean whose sum is inlined into the scaling (a reduction inside an expression, hoisted into
+//! an accumulation of its own); and softmax over the rows of a batch of heads, fused under the
+//! batch loop (distributed, or run as row passes).
+
+use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, UnOp};
+
+use super::case::{Case, case, output};
+
+fn values(dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
+    let t = Tnode::new(Prec::F32, dims, &[label])?;
+    let n: usize = dims.iter().product();
+    t.set_values(
+        &(0..n)
+            .map(|i| ((i * 53 + seed * 17) % 211) as f64 / 50.0 - 2.0)
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(t)
+}
+
+/// `Σ x²` and `max x` over a `[240, 300]` array (72 000 steps each) into one element.
+fn long_reductions_into_one_element() -> Result<Case> {
+    let x = values(&[240, 300], "x", 1)?;
+    let squares = Tnode::new(Prec::F32, &[240, 300], &["squares"])?;
+    let sum = output(Prec::F32, &[], "sum_of_squares")?;
+    let max = output(Prec::F32, &[], "largest")?;
+    let program = Assignments::pointwise_binop(&squares, BinOp::Mul, &x, &x)
+        .then(Assignments::einsum(
+            "ij->",
+            BinOp::Add,
+            &sum,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(squares)),
+            true,
+        )?)
+        .then(Assignments::einsum(
+            "ij->",
+            BinOp::Max,
+            &max,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(x)),
+            true,
+        )?);
+    Ok(case(
+        "long_reductions_into_one_element",
+        program,
+        vec![sum, max],
+    ))
+}
+
+/// The mean of a `[64, 130]` array: its sum (never stored) scaled by a constant node.
+fn mean_with_an_inlined_sum() -> Result<Case> {
+    let x = values(&[64, 130], "x", 2)?;
+    let total = Tnode::new(Prec::F32, &[], &["total"])?;
+    let scale = Tnode::new(Prec::F32, &[], &["scale"])?;
+    scale.set_values(&[1.0 / (64.0 * 130.0)])?;
+    let mean = output(Prec::F32, &[], "mean")?;
+    let program = Assignments::einsum(
+        "ij->",
+        BinOp::Add,
+        &total,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(x)),
+        true,
+    )?
+    .then(Assignments::pointwise_binop(
+        &mean,
+        BinOp::Mul,
+        &total,
+        &scale,
+    ));
+    Ok(case("mean_with_an_inlined_sum", program, vec![mean]))
+}
+
+/// Softmax over the rows of `[3, 5, 70]` (a batch of heads' rows).
+fn batched_softmax() -> Result<Case> {
+    let x = values(&[3, 5, 70], "x", 3)?;
+    let max = Tnode::new(Prec::F32, &[3, 5], &["row_max"])?;
+    let e = Tnode::new(Prec::F32, &[3, 5, 70], &["e"])?;
+    let total = Tnode::new(Prec::F32, &[3, 5], &["row_sum"])?;
+    let y = output(Prec::F32, &[3, 5, 70], "batched_softmax")?;
+    let program = Assignments::einsum(
+        "bhj->bh",
+        BinOp::Max,
+        &max,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone())),
+        true,
+    )?
+    .then(Assignments::einsum(
+        "bhj,bh->bhj",
+        BinOp::Arg2,
+        &e,
+        AccumRhs::Binop(BinOp::Sub, Operand::Node(x), Operand::Node(max)),
+        false,
+    )?)
+    .then(Assignments::pointwise_unop(&e, UnOp::Exp, &e))
+    .then(Assignments::einsum(
+        "bhj->bh",
+        BinOp::Add,
+        &total,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(e.clone())),
+        true,
+    )?)
+    .then(Assignments::einsum(
+        "bhj,bh->bhj",
+        BinOp::Arg2,
+        &y,
+        AccumRhs::Binop(BinOp::Div, Operand::Node(e), Operand::Node(total)),
+        false,
+    )?);
+    Ok(case("batched_softmax", program, vec![y]))
+}
+
+/// The GPU-shape cases.
+pub fn gpu_shape_cases() -> Result<Vec<Case>> {
+    Ok(vec![
+        long_reductions_into_one_element()?,
+        mean_with_an_inlined_sum()?,
+        batched_softmax()?,
+    ])
+}

@@ -1,0 +1,163 @@
+//! The GPT trainer's GPU plans, read without a device: every routine (step, held-out loss,
+//! sampling) planned for the limits of a 132-SM device keeps the device busy, by the issue's
+//! measures.
+
+use arrayjit::gpt::{GptPrograms, TrainerConfig};
+use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
+use arrayjit::ir::schedule::gpu::{DeviceModel, GpuPlan};
+
+fn gpt_plans(device: &DeviceModel, batch: usize) -> Vec<GpuPlan> {
+    let mut config = TrainerConfig::small(65);
+    config.batch = batch;
+    let programs = GptPrograms::new(&config).expect("programs");
+    let settings = OptimizeSettings::for_gpu(device.limits);
+    let ctx = OptimizeCtx::empty();
+    programs
+        .routines()
+        .iter()
+        .map(|(name, program)| {
+            optimize_in(&ctx, name, &[], program, &settings)
+                .expect("optimized")
+                .gpu_plan(device)
+        })
+        .collect()
+}
+
+/// The measures of a plan that keeps the device busy, for a device of `units` units:
+/// what breaks them, one line per pass.
+fn idle_passes(plan: &GpuPlan, units: u64) -> Vec<String> {
+    let mut bad = Vec::new();
+    for p in &plan.passes {
+        let line = |what: &str| {
+            format!(
+                "{} statement {} ({} × {}): {what}; {}",
+                plan.routine, p.statement, p.groups, p.threads, p.why
+            )
+        };
+        if p.independent > 1 << 16 && p.groups < 2 * units {
+            bad.push(line(&format!(
+                "{} independent iterations on fewer than {} groups",
+                p.independent,
+                2 * units
+            )));
+        }
+        if p.shape == "single" && p.ops > 4096 {
+            bad.push(line(&format!("{} operations on one invocation", p.ops)));
+        }
+        if p.reduced_by_one_group > 1 << 16 {
+            bad.push(line(&format!(
+                "{} steps reduced by one group",
+                p.reduced_by_one_group
+            )));
+        }
+    }
+    bad
+}
+
+/// Every routine of the GPT trainer (step, held-out loss, sampling), at batch 16 and 128,
+/// planned for a 132-SM device: no pass with more than 64K independent iterations runs on
+/// fewer than 2 × 132 groups, no single-invocation pass does more than 4096 operations, and no
+/// reduction of more than 64K steps runs on one group.
+#[test]
+fn gpt_plans_keep_a_132_unit_device_busy() {
+    let device = DeviceModel::h100();
+    assert_eq!(device.limits.compute_units, 132);
+    for batch in [16, 128] {
+        for plan in gpt_plans(&device, batch) {
+            let bad = idle_passes(&plan, 132);
+            assert!(bad.is_empty(), "batch {batch}:\n{}\n\n{plan}", bad.join("\n"));
+            assert!(plan.estimate_us() > 0.0);
+        }
+    }
+}
+
+/// The plan is data: its listing names every pass with its shape and estimate, and the
+/// measures above catch a plan that leaves the device idle (the same step planned as if the
+/// device had 2 units keeps its shared loops as small grids).
+#[test]
+fn a_plan_lists_its_passes_and_the_measures_catch_idle_ones() {
+    let device = DeviceModel::h100();
+    let plans = gpt_plans(&device, 16);
+    let listing = plans[0].to_string();
+    assert!(listing.starts_with("GPU plan of gpt_train_step on NVIDIA H100 SXM (sm_90)"));
+    for shape in ["tiles", "rows", "grid", "reduction", "grid reduction"] {
+        assert!(
+            plans[0].passes.iter().any(|p| p.shape == shape),
+            "no {shape} pass:\n{listing}"
+        );
+    }
+    let small = DeviceModel::from_limits(
+        "a 2-unit device",
+        arrayjit::ir::schedule::GpuLimits {
+            compute_units: 2,
+            ..device.limits
+        },
+    );
+    let idle: usize = gpt_plans(&small, 16)
+        .iter()
+        .map(|p| idle_passes(p, 132).len())
+        .sum();
+    assert!(idle > 0, "a plan for 2 units should leave a 132-unit device idle");
+}
+
+/// The corpus on the GPU backends planned for a 132-unit device (distributed nests, hoisted
+/// reductions, row passes, grid reductions) agrees with the interpreter; the GPU-shape cases
+/// take the shapes they are there for.
+#[test]
+fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
+    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    use arrayjit_testing::{all_cases, check_case};
+    let mut failures = Vec::new();
+    for b in arrayjit_testing::all_backends_under_test().unwrap() {
+        let settings = b.optimize_settings();
+        let Some(limits) = settings.schedule.gpu else {
+            continue;
+        };
+        let info = b.get_device(0).unwrap().info().unwrap();
+        let mut large = settings.clone();
+        large.schedule.gpu = Some(arrayjit::ir::schedule::GpuLimits {
+            compute_units: 132,
+            ..limits
+        });
+        b.set_optimize_settings(large);
+        let mut shapes = std::collections::BTreeSet::new();
+        for case in all_cases().unwrap() {
+            match check_case(&case, &b) {
+                Ok(()) => {}
+                Err(arrayjit::Error::UnsupportedPrecision { prec, .. }) if !info.supports(prec) => {
+                    continue;
+                }
+                Err(e) => failures.push(format!("{} / {}: {e}", b.name(), case.name)),
+            }
+            let code = b
+                .compile(&case.name, &case.program, &case.bindings)
+                .unwrap();
+            for s in &code.optimized().schedules {
+                match &s.kind {
+                    ScheduleKind::Gpu(GpuPass::GridReduction { start, .. }) => {
+                        shapes.insert(format!("grid reduction (start {start:?})"));
+                    }
+                    ScheduleKind::Gpu(GpuPass::Reduction { start: Some(_), .. }) => {
+                        shapes.insert("reduction from a constant".to_string());
+                    }
+                    _ if s.why.contains("distributed") => {
+                        shapes.insert("distributed".to_string());
+                    }
+                    _ if s.why.contains("hoisted") => {
+                        shapes.insert("hoisted".to_string());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        b.set_optimize_settings(settings);
+        for want in ["grid reduction (start None)", "hoisted", "distributed"] {
+            assert!(
+                shapes.contains(want),
+                "{}: no {want} pass in the corpus: {shapes:?}",
+                b.name()
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
