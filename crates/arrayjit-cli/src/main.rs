@@ -111,6 +111,23 @@ enum Command {
     /// Train a character-level GPT on Shakespeare's sonnets (shipped with arrayjit): progress,
     /// train and held-out loss, a generated sample, and a checkpoint that --resume continues.
     Gpt(GptArgs),
+    /// The GPU plan of the GPT trainer's routines for a named device, without the device:
+    /// every pass's shape, groups × threads, work and estimated time.
+    Plan {
+        /// The device model: h100, h200, a100, sm_90 (an H100) or sm_80 (an A100).
+        #[arg(long, default_value = "h100")]
+        device: String,
+        /// Windows per training step.
+        #[arg(long, default_value_t = 16)]
+        batch: usize,
+        /// Only the routines whose name contains this text (gpt_train_step, gpt_eval_loss,
+        /// gpt_logits).
+        #[arg(long, default_value = "")]
+        only: String,
+        /// Print only each routine's summary line, not its passes.
+        #[arg(long)]
+        summary: bool,
+    },
     /// Benchmark table: arrayjit on each CPU backend next to NumPy / PyTorch and the machine's
     /// limits, measured in this run (set up the peers with scripts/setup-bench.sh).
     Bench {
@@ -302,6 +319,41 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     Ok(())
 }
 
+fn plan(device: &str, batch: usize, only: &str, summary: bool) -> arrayjit::Result<()> {
+    use arrayjit::gpt::{CharVocab, GptPrograms, SONNETS, TrainerConfig};
+    use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
+    use arrayjit::ir::schedule::gpu::DeviceModel;
+    let model = DeviceModel::named(device).ok_or_else(|| {
+        arrayjit::Error::invalid(format!(
+            "unknown device model {device:?}: use one of {}",
+            DeviceModel::NAMES.join(", ")
+        ))
+    })?;
+    if batch == 0 {
+        return Err(arrayjit::Error::invalid("--batch must be at least 1"));
+    }
+    let mut config = TrainerConfig::small(CharVocab::from_text(SONNETS).len());
+    config.batch = batch;
+    let programs = GptPrograms::new(&config)?;
+    let settings = OptimizeSettings::for_gpu(model.limits);
+    let ctx = OptimizeCtx::empty();
+    for (name, program) in programs.routines() {
+        // Every routine is optimized, in order, as a trainer does (later ones reuse what the
+        // earlier ones computed); only the chosen ones are printed.
+        let plan = optimize_in(&ctx, name, &[], program, &settings)?.gpu_plan(&model);
+        if !name.contains(only) {
+            continue;
+        }
+        if summary {
+            let text = plan.to_string();
+            println!("{}", text.lines().next().unwrap_or_default());
+        } else {
+            println!("{plan}");
+        }
+    }
+    Ok(())
+}
+
 fn info() -> arrayjit::Result<()> {
     for entry in &arrayjit::runtime::registry::REGISTRY {
         let name = entry.name;
@@ -329,6 +381,12 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
         Command::Moons(args) => moons(cli.backend, args),
         Command::Lowering => demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text)),
         Command::Info => info(),
+        Command::Plan {
+            device,
+            batch,
+            only,
+            summary,
+        } => plan(&device, batch, &only, summary),
         Command::Gpt(args) => gpt(cli.backend, args),
         Command::Bench {
             quick,

@@ -212,3 +212,29 @@ fn the_default_command_takes_flags_and_prints_before_drawing() {
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
 }
+
+#[test]
+fn plan_lists_the_gpt_routines_gpu_passes_without_a_gpu() {
+    let (ok, out, err) = arrayjit(&["plan", "--device", "sm_90", "--only", "step"], None);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("GPU plan of gpt_train_step on NVIDIA H100 SXM (sm_90)"),
+        "{out}"
+    );
+    for column in ["shape", "groups", "threads", "independent", "µs"] {
+        assert!(out.contains(column), "{out}");
+    }
+    assert!(
+        out.contains("grid reduction") && out.contains(" rows "),
+        "{out}"
+    );
+    let (ok, out, err) = arrayjit(&["plan", "--summary", "--device", "a100"], None);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let (ok, _, err) = arrayjit(&["plan", "--device", "tpu"], None);
+    assert!(!ok);
+    assert!(
+        err.contains("unknown device model") && err.contains("h100"),
+        "{err}"
+    );
+}

@@ -431,7 +431,13 @@ impl Backend {
             Some(options) => self.inner.lowered.compile_batch_with(&refs, &options)?,
             None => self.inner.lowered.compile_batch(&refs)?,
         };
-        crate::observe::list_compiled(self.name(), &optimized, batch.as_ref(), started.elapsed())?;
+        crate::observe::list_compiled(
+            self.name(),
+            self.optimize_settings().schedule.gpu,
+            &optimized,
+            batch.as_ref(),
+            started.elapsed(),
+        )?;
         Ok(optimized
             .into_iter()
             .enumerate()

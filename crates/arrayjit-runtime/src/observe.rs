@@ -7,8 +7,9 @@
 //!   the kernels of its batch and the bytes of its arrays;
 //! - `2`: also one line per run with its time (on backends with device queues, the time to
 //!   enqueue: the device runs it later);
-//! - `3`: also, per compiled routine, the optimized loop IR, the generated source and every
-//!   node's memory mode with its reason.
+//! - `3`: also, per compiled routine, the optimized loop IR, the generated source, every
+//!   node's memory mode with its reason and, on a GPU backend, the plan of its passes
+//!   (`arrayjit_ir::schedule::gpu::GpuPlan`: shape, groups × threads, work, estimate).
 //!
 //! Lines go to stderr, each starting with `arrayjit:`.
 
@@ -98,9 +99,10 @@ extern "C" fn write_trace_at_exit() {
 }
 
 /// Lists a compiled batch at the current level: one line per routine (level 1), the loop IR,
-/// source and memory modes (level 3).
+/// source, memory modes and, on a GPU, the plan of passes (level 3).
 pub(crate) fn list_compiled(
     backend: &str,
+    gpu: Option<arrayjit_ir::schedule::GpuLimits>,
     optimized: &[std::sync::Arc<Optimized>],
     batch: &dyn arrayjit_backends::CompiledBatch,
     took: Duration,
@@ -136,6 +138,10 @@ pub(crate) fn list_compiled(
                 o.name,
                 o.memory_report()
             );
+            if let Some(limits) = gpu {
+                let model = arrayjit_ir::schedule::gpu::DeviceModel::from_limits(backend, limits);
+                eprintln!("arrayjit: {}", o.gpu_plan(&model));
+            }
         }
     }
     if level >= 3 {

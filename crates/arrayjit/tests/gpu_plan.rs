@@ -65,7 +65,11 @@ fn gpt_plans_keep_a_132_unit_device_busy() {
     for batch in [16, 128] {
         for plan in gpt_plans(&device, batch) {
             let bad = idle_passes(&plan, 132);
-            assert!(bad.is_empty(), "batch {batch}:\n{}\n\n{plan}", bad.join("\n"));
+            assert!(
+                bad.is_empty(),
+                "batch {batch}:\n{}\n\n{plan}",
+                bad.join("\n")
+            );
             assert!(plan.estimate_us() > 0.0);
         }
     }
@@ -97,7 +101,10 @@ fn a_plan_lists_its_passes_and_the_measures_catch_idle_ones() {
         .iter()
         .map(|p| idle_passes(p, 132).len())
         .sum();
-    assert!(idle > 0, "a plan for 2 units should leave a 132-unit device idle");
+    assert!(
+        idle > 0,
+        "a plan for 2 units should leave a 132-unit device idle"
+    );
 }
 
 /// The corpus on the GPU backends planned for a 132-unit device (distributed nests, hoisted
