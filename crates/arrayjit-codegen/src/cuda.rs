@@ -12,10 +12,12 @@
 //!
 //! A routine optimized without GPU schedules (for a CPU) is a render error that says so.
 //!
-//! Every kernel takes the interface's buffers in order as typed pointers (arrays, merge
-//! buffer, then the scratch buffer holding the routine's local nodes), then the static indices
-//! as `long long` values — kernel parameters by value, never a host pointer. The scratch is
-//! zeroed before the first pass (a local starts at zero, as on the CPU).
+//! Every kernel takes the interface's buffers that its code uses, in the interface's order, as
+//! typed pointers (arrays, merge buffer, then the scratch buffer holding the routine's local
+//! nodes, of which it declares only the slices it uses), then the static indices it uses as
+//! `long long` values — kernel parameters by value, never a host pointer; [`CudaPass::buffers`]
+//! and [`CudaPass::statics`] say which. The scratch is zeroed before the first pass (a local
+//! starts at zero, as on the CPU).
 //!
 //! NVRTC compiles without the standard headers: the file starts with the fixed-width integer
 //! types and the float constants the C family's helpers use.
@@ -23,7 +25,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::Schedule;
+use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
     AxisIndex, BinOp, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
@@ -89,6 +91,11 @@ pub struct CudaPass {
     pub threads: u32,
     /// Why this shape.
     pub why: String,
+    /// The buffers it takes, as positions in its kernel's buffer list (arrays, merge buffer,
+    /// scratch), in order: only those its code uses.
+    pub buffers: Vec<usize>,
+    /// The static indices it takes, as positions in its kernel's statics, in order.
+    pub statics: Vec<usize>,
 }
 
 impl CudaPass {
@@ -180,7 +187,7 @@ fn render_routine(
         scratch += n.tn.size_in_bytes().div_ceil(16) * 16;
     }
     interface.scratch_bytes = scratch;
-    // Parameters and the prologue binding names, shared by every pass.
+    // Each buffer's parameter, in the interface's order; a pass declares those it uses.
     let mut params = Vec::new();
     let mut buffer_types = Vec::new();
     let mut nodes: HashMap<Tnode, String> = HashMap::new();
@@ -200,32 +207,46 @@ fn render_routine(
         ));
         (m, name)
     });
-    let mut prologue = String::new();
+    let mut local_lines = HashMap::new();
     if scratch > 0 {
         buffer_types.push("unsigned char *".into());
         params.push(format!("unsigned char *{} aj_scratch", syntax.restrict));
         for (pos, (tn, offset)) in locals.iter().enumerate() {
             let name = format!("{}_l{pos}", node_name(tn, interface.args.len() + 1));
             let t = c_storage_type(tn.prec());
-            let _ = writeln!(
-                prologue,
-                "  {t} *const {name} = ({t} *)(aj_scratch + {offset});"
+            local_lines.insert(
+                tn.id(),
+                format!("  {t} *const {name} = ({t} *)(aj_scratch + {offset});\n"),
             );
             nodes.insert(tn.clone(), name);
         }
     }
     let mut symbols = HashMap::new();
+    let mut static_params = Vec::new();
     for (pos, s) in r.bindings.iter().enumerate() {
-        params.push(format!("const long long s{pos}"));
+        static_params.push(format!("const long long s{pos}"));
         symbols.insert(s.symbol, format!("s{pos}"));
     }
-    let signature = params.join(", ");
     let stmts: Vec<&LowLevel> = match &r.code {
         LowLevel::Seq(items) => items.iter().collect(),
         s => vec![s],
     };
     let mut passes = Vec::new();
     for (i, stmt) in stmts.into_iter().enumerate() {
+        let sched = r.schedules.get(i);
+        let binding = PassBinding::of(stmt, sched, &interface, &locals, r);
+        let mut signature: Vec<&str> = binding
+            .buffers
+            .iter()
+            .map(|&b| params[b].as_str())
+            .collect();
+        signature.extend(binding.statics.iter().map(|&j| static_params[j].as_str()));
+        let signature = signature.join(", ");
+        let prologue: String = locals
+            .iter()
+            .filter(|(tn, _)| binding.locals.contains(&tn.id()))
+            .filter_map(|(tn, _)| local_lines.get(&tn.id()).map(String::as_str))
+            .collect();
         let mut k = KernelRenderer {
             helpers: &mut *helpers,
             nodes: nodes.clone(),
@@ -236,9 +257,7 @@ fn render_routine(
             local_counter: 0,
             routine: r.name.clone(),
         };
-        for (shape, threads, why, body) in
-            render_pass(&mut k, stmt.unwrapped(), r.schedules.get(i))?
-        {
+        for (shape, threads, why, body) in render_pass(&mut k, stmt.unwrapped(), sched)? {
             let symbol = format!("{stem}_p{}", passes.len());
             let bounds = if shape == PassShape::Single {
                 String::new()
@@ -255,6 +274,8 @@ fn render_routine(
                 shape,
                 threads,
                 why,
+                buffers: binding.buffers.clone(),
+                statics: binding.statics.clone(),
             });
         }
     }
@@ -263,6 +284,72 @@ fn render_routine(
         passes,
         buffer_types,
     })
+}
+
+/// What one statement's kernels bind: the buffers (positions in the interface's order: arrays,
+/// merge buffer, scratch) and static indices (positions in the interface's statics) its code
+/// uses, and the local nodes whose scratch slices it declares.
+struct PassBinding {
+    buffers: Vec<usize>,
+    statics: Vec<usize>,
+    locals: std::collections::HashSet<usize>,
+}
+
+impl PassBinding {
+    fn of(
+        stmt: &LowLevel,
+        sched: Option<&Schedule>,
+        interface: &KernelInterface,
+        locals: &[(Tnode, usize)],
+        r: &Optimized,
+    ) -> PassBinding {
+        let mut used: std::collections::HashSet<usize> =
+            stmt.nodes().iter().map(Tnode::id).collect();
+        if let Some(Schedule {
+            kind: ScheduleKind::Gpu(GpuPass::GridReduction { partials, .. }),
+            ..
+        }) = sched
+        {
+            used.insert(partials.id());
+        }
+        let mut reads_merge = false;
+        stmt.visit_exprs(&mut |e| reads_merge |= matches!(e, ScalarExpr::GetMerge(..)));
+        let mut buffers: Vec<usize> = interface
+            .args
+            .iter()
+            .enumerate()
+            .filter(|(_, tn)| used.contains(&tn.id()))
+            .map(|(pos, _)| pos)
+            .collect();
+        let mut next = interface.args.len();
+        if interface.merge.is_some() {
+            if reads_merge {
+                buffers.push(next);
+            }
+            next += 1;
+        }
+        let locals: std::collections::HashSet<usize> = locals
+            .iter()
+            .map(|(tn, _)| tn.id())
+            .filter(|id| used.contains(id))
+            .collect();
+        if interface.scratch_bytes > 0 && !locals.is_empty() {
+            buffers.push(next);
+        }
+        let symbols = stmt.index_symbols();
+        let statics = r
+            .bindings
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| symbols.contains(&s.symbol))
+            .map(|(pos, _)| pos)
+            .collect();
+        PassBinding {
+            buffers,
+            statics,
+            locals,
+        }
+    }
 }
 
 /// The shape, threads per block, reason and body of each kernel of the pass of one top-level

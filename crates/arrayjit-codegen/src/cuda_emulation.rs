@@ -68,13 +68,18 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
     for k in &program.kernels {
         let statics = k.interface.statics.len();
         for p in &k.passes {
-            let mut args: Vec<String> = k
-                .buffer_types
+            // The buffers and static indices the pass takes, by their positions.
+            let mut args: Vec<String> = p
+                .buffers
                 .iter()
-                .enumerate()
-                .map(|(i, t)| format!("({t})aj_b[{i}]"))
+                .filter_map(|&i| k.buffer_types.get(i).map(|t| format!("({t})aj_b[{i}]")))
                 .collect();
-            args.extend((0..statics).map(|i| format!("aj_s[{i}]")));
+            args.extend(
+                p.statics
+                    .iter()
+                    .filter(|&&j| j < statics)
+                    .map(|j| format!("aj_s[{j}]")),
+            );
             let _ = writeln!(
                 launchers,
                 "static void {0}_thunk(void *const *aj_b, const long long *aj_s) {{\n  \

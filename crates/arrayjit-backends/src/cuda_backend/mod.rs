@@ -319,7 +319,7 @@ impl CudaBatch {
         &self,
         gpu: &Gpu,
         kernel: &CudaKernel,
-        passes: &[(LaunchDims, &CudaFunction)],
+        passes: &[(LaunchDims, &CudaPass, &CudaFunction)],
         buffers: &[&CudaBuffer],
         statics: &[i64],
         stream: &Arc<CudaStream>,
@@ -332,12 +332,14 @@ impl CudaBatch {
         {
             scratch.zero_on(gpu, stream, kernel.interface.scratch_bytes)?;
         }
-        for (dims, f) in passes {
+        for (dims, pass, f) in passes {
+            // Each pass takes the buffers and static indices its code uses (checked when the
+            // kernel was rendered: positions within the interface's).
             let mut builder = stream.launch_builder(f);
-            for p in &ptrs {
+            for p in pass.buffers.iter().filter_map(|&b| ptrs.get(b)) {
                 builder.arg(p);
             }
-            for s in statics {
+            for s in pass.statics.iter().filter_map(|&j| statics.get(j)) {
                 builder.arg(s);
             }
             let config = LaunchConfig {
@@ -456,11 +458,11 @@ impl CudaBatch {
         })?;
         let loaded = self.loaded(gpu)?;
         // Each pass with its launch (a hand-written kernel's one pass may take it now).
-        let passes: Vec<(LaunchDims, &CudaFunction)> = kernel
+        let passes: Vec<(LaunchDims, &CudaPass, &CudaFunction)> = kernel
             .passes
             .iter()
             .zip(&loaded.functions[index])
-            .map(|(p, f)| (dims_now.unwrap_or_else(|| p.launch()), f))
+            .map(|(p, f)| (dims_now.unwrap_or_else(|| p.launch()), p, f))
             .collect();
         match queue.and_then(|q| q.as_any().downcast_ref::<CudaQueue>()) {
             Some(q) if q.gpu.ordinal == device => {
@@ -561,6 +563,8 @@ impl LoweredBackend for CudaBackend {
                         shape: PassShape::Given(k.launch),
                         threads: k.launch.threads_per_block() as u32,
                         why: "hand-written, launched as given".into(),
+                        buffers: (0..k.interface.buffer_sizes().len()).collect(),
+                        statics: (0..k.interface.statics.len()).collect(),
                     }],
                     buffer_types: vec![],
                 })

@@ -418,8 +418,10 @@ fn product_tile(
 /// than keep the device busy; with what to add to the reason.
 fn spread_threads(total: u64, limits: &GpuLimits, threads: u32) -> (u32, String) {
     let busy = limits.busy_groups();
+    let groups = |t: u32| total.div_ceil(u64::from(t));
     let mut t = threads;
-    while t > MIN_GROUP_THREADS && total.div_ceil(u64::from(t)) < busy {
+    // Halving helps only while it makes more groups (a tiny pass keeps one group).
+    while t > MIN_GROUP_THREADS && groups(t) < busy && groups(t / 2) > groups(t) {
         t /= 2;
     }
     if t == threads {
@@ -427,7 +429,11 @@ fn spread_threads(total: u64, limits: &GpuLimits, threads: u32) -> (u32, String)
     } else {
         (
             t,
-            format!(", in groups of {t} so that they make {busy} groups or more where they can"),
+            format!(
+                ", in groups of {t}: groups of {threads} would make {} of the {busy} that keep \
+                 the device busy",
+                groups(threads)
+            ),
         )
     }
 }
