@@ -127,6 +127,10 @@ enum Command {
         /// Print only each routine's summary line, not its passes.
         #[arg(long)]
         summary: bool,
+        /// Also compile the routines to CUBIN for the device's architecture with NVRTC (no GPU
+        /// needed), cold (an empty cache) and then cached, and print how long each took.
+        #[arg(long)]
+        compile: bool,
     },
     /// Benchmark table: arrayjit on each CPU backend next to NumPy / PyTorch and the machine's
     /// limits, measured in this run (set up the peers with scripts/setup-bench.sh).
@@ -319,7 +323,13 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     Ok(())
 }
 
-fn plan(device: &str, batch: usize, only: &str, summary: bool) -> arrayjit::Result<()> {
+fn plan(
+    device: &str,
+    batch: usize,
+    only: &str,
+    summary: bool,
+    compile: bool,
+) -> arrayjit::Result<()> {
     use arrayjit::gpt::{CharVocab, GptPrograms, SONNETS, TrainerConfig};
     use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
     use arrayjit::ir::schedule::gpu::DeviceModel;
@@ -337,10 +347,14 @@ fn plan(device: &str, batch: usize, only: &str, summary: bool) -> arrayjit::Resu
     let programs = GptPrograms::new(&config)?;
     let settings = OptimizeSettings::for_gpu(model.limits);
     let ctx = OptimizeCtx::empty();
+    let mut chosen = Vec::new();
     for (name, program) in programs.routines() {
         // Every routine is optimized, in order, as a trainer does (later ones reuse what the
         // earlier ones computed); only the chosen ones are printed.
-        let plan = optimize_in(&ctx, name, &[], program, &settings)?.gpu_plan(&model);
+        let started = std::time::Instant::now();
+        let optimized = optimize_in(&ctx, name, &[], program, &settings)?;
+        let optimize = started.elapsed();
+        let plan = optimized.gpu_plan(&model);
         if !name.contains(only) {
             continue;
         }
@@ -350,8 +364,65 @@ fn plan(device: &str, batch: usize, only: &str, summary: bool) -> arrayjit::Resu
         } else {
             println!("{plan}");
         }
+        chosen.push((optimized, optimize));
+    }
+    if compile {
+        let arch = model.arch.clone().unwrap_or_else(|| "sm_90".to_string());
+        compile_ahead_of_time(&chosen, &arch)?;
     }
     Ok(())
+}
+
+/// Compiles routines to CUBIN for `arch` twice: into an empty cache (cold), then through a new
+/// cache over the same folder (what a later process finds), printing both.
+#[cfg(feature = "cuda")]
+fn compile_ahead_of_time(
+    chosen: &[(arrayjit::ir::Optimized, std::time::Duration)],
+    arch: &str,
+) -> arrayjit::Result<()> {
+    use arrayjit::backends::cuda_backend::PtxCache;
+    use arrayjit::backends::cuda_backend::aot::{compile_ahead_of_time_with, default_units};
+    let dir = tempfile::tempdir().map_err(|e| {
+        arrayjit::Error::invalid(format!("no temporary folder for a cold compile cache: {e}"))
+    })?;
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    for (run, what) in [(0, "cold"), (1, "cached")] {
+        let cache = PtxCache::new(Some(dir.path()));
+        for (optimized, optimize) in chosen {
+            let p = compile_ahead_of_time_with(&[optimized], arch, default_units(), &cache)?;
+            let optimize_ms = if run == 0 {
+                format!("optimize {:.0} ms, ", optimize.as_secs_f64() * 1e3)
+            } else {
+                String::new()
+            };
+            println!(
+                "{} for {arch} ({what}): {optimize_ms}render {:.0} ms, NVRTC {:.0} ms on {threads} \
+                 thread(s): {} unit(s), {} compiled now, {} KiB of CUBIN, {} kernel(s), {} KiB \
+                 of CUDA C",
+                optimized.name,
+                p.render.as_secs_f64() * 1e3,
+                p.compile.as_secs_f64() * 1e3,
+                p.units.len(),
+                p.compiled_units(),
+                p.cubin_bytes() / 1024,
+                p.program.functions.len(),
+                p.program.source.len() / 1024
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn compile_ahead_of_time(
+    _: &[(arrayjit::ir::Optimized, std::time::Duration)],
+    _: &str,
+) -> arrayjit::Result<()> {
+    Err(arrayjit::Error::BackendUnavailable {
+        backend: "cuda".into(),
+        reason: "this build leaves out the cuda feature".into(),
+        how_to_enable: "build arrayjit with `--features cuda` (on by default)".into(),
+    })
 }
 
 fn info() -> arrayjit::Result<()> {
@@ -386,7 +457,8 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
             batch,
             only,
             summary,
-        } => plan(&device, batch, &only, summary),
+            compile,
+        } => plan(&device, batch, &only, summary, compile),
         Command::Gpt(args) => gpt(cli.backend, args),
         Command::Bench {
             quick,

@@ -208,3 +208,81 @@ fn nvrtc_compiles_with_the_options_given_and_caches_per_options() {
         .unwrap_err();
     assert!(matches!(e, Error::Render { .. }), "{e}");
 }
+
+/// Ahead of time, without a GPU: the whole corpus as one program and the GPT trainer's step
+/// (planned for an H100) compile to CUBIN in parallel units for sm_80 and sm_90; the units are
+/// ELF images defining every kernel; a later process reads them from the disk cache; an
+/// architecture that is not a real one is refused.
+#[test]
+fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
+    use arrayjit::backends::cuda_backend::aot::compile_ahead_of_time_with;
+    use arrayjit::backends::cuda_backend::{PtxCache, PtxOrigin};
+    use arrayjit::gpt::{GptPrograms, TrainerConfig};
+    use arrayjit::ir::schedule::gpu::DeviceModel;
+    let corpus: Vec<_> = all_cases()
+        .unwrap()
+        .iter()
+        .map(|case| {
+            optimize(
+                &case.name,
+                &case.bindings,
+                &case.program,
+                &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum()),
+            )
+            .unwrap()
+        })
+        .collect();
+    let h100 = DeviceModel::h100();
+    let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
+    let (name, step) = programs.routines()[0];
+    let step = optimize(name, &[], step, &OptimizeSettings::for_gpu(h100.limits)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = PtxCache::new(Some(dir.path()));
+    let corpus_refs: Vec<_> = corpus.iter().collect();
+    let mut jobs = vec![
+        ("corpus", corpus_refs.clone(), "sm_80"),
+        ("corpus", corpus_refs, "sm_90"),
+    ];
+    jobs.push(("gpt step", vec![&step], "sm_90"));
+    for (what, routines, arch) in &jobs {
+        let p = match compile_ahead_of_time_with(routines, arch, 4, &cache) {
+            Ok(p) => p,
+            Err(Error::BackendUnavailable { reason, .. }) => {
+                eprintln!("skipped: {reason}");
+                return;
+            }
+            Err(e) => panic!("{what} for {arch}: {e}"),
+        };
+        assert!(
+            p.units.len() > 1 && p.units.len() <= 4,
+            "{what}: {} units",
+            p.units.len()
+        );
+        let defined: usize = p.units.iter().map(|u| u.symbols.len()).sum();
+        assert_eq!(
+            defined,
+            p.program.functions.len(),
+            "{what}: every kernel in one unit"
+        );
+        for u in &p.units {
+            assert!(
+                u.cubin.starts_with(b"\x7fELF"),
+                "{what} for {arch}: not an ELF image"
+            );
+            assert_eq!(u.origin, PtxOrigin::Compiled);
+        }
+        eprintln!(
+            "{what} for {arch}: {} kernels, render {:?}, NVRTC {:?} in {} units",
+            p.program.functions.len(),
+            p.render,
+            p.compile,
+            p.units.len()
+        );
+    }
+    // A later process: every unit from the disk cache.
+    let later = PtxCache::new(Some(dir.path()));
+    let again = compile_ahead_of_time_with(&[&step], "sm_90", 4, &later).unwrap();
+    assert!(again.units.iter().all(|u| u.origin == PtxOrigin::Disk));
+    let e = compile_ahead_of_time_with(&[&step], "compute_90", 4, &later).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+}

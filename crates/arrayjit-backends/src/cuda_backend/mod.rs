@@ -6,10 +6,11 @@
 //!   [`Error::BackendUnavailable`] saying what to install.
 //! - **Devices**: one per GPU, each on its primary context; [`DeviceInfo`] from the driver's
 //!   attributes (multiprocessors, threads and shared memory per block, warp size, memory).
-//! - **Code**: routines render to CUDA C ([`arrayjit_codegen::cuda`]), NVRTC compiles them
-//!   for the device's architecture with `--fmad=false` (no contraction the IR did not ask
-//!   for), and the PTX is cached in memory and on disk ([`PtxCache`], in the compile cache
-//!   folder). Static indices are kernel
+//! - **Code**: routines render to CUDA C ([`arrayjit_codegen::cuda`]), split into units that
+//!   NVRTC compiles in parallel straight to CUBIN for the device's architecture ([`aot`]) with
+//!   `--fmad=false` (no contraction the IR did not ask for), so loading a module compiles
+//!   nothing; each unit is cached in memory and on disk ([`PtxCache`], in the compile cache
+//!   folder). Hand-written source is one unit. Static indices are kernel
 //!   parameters; the scratch buffer holding a routine's local nodes is zeroed on the stream
 //!   before its first pass.
 //! - **Streams and events**: each runtime stream gets a CUDA stream of its own
@@ -21,6 +22,7 @@
 //! - **Errors**: every driver or NVRTC failure is an [`Error::Driver`] naming the device and
 //!   the action, with cudarc's error as its source.
 
+pub mod aot;
 mod buffers;
 mod ptx;
 mod queue;
@@ -227,7 +229,7 @@ pub struct CudaBatch {
 }
 
 struct Loaded {
-    _module: Arc<CudaModule>,
+    _modules: Vec<Arc<CudaModule>>,
     functions: Vec<Vec<CudaFunction>>,
 }
 
@@ -259,8 +261,14 @@ impl CudaBatch {
             .collect();
         let name = names.join("+");
         let mut phase = trace::compile_phase("compile", &name);
-        let (_, origin) = compile_ptx_with_options(&program.source, &gpus[0].arch, &flags)?;
-        let cache_hit = origin != PtxOrigin::Compiled;
+        let units = aot::compile_units(
+            &program,
+            &gpus[0].arch,
+            &flags,
+            aot::default_units(),
+            ptx::process_cache(),
+        )?;
+        let cache_hit = units.iter().all(|u| u.origin != PtxOrigin::Compiled);
         if let (Some(p), true) = (phase.as_mut(), cache_hit) {
             p.rename(format!("cache hit {name}"));
         }
@@ -285,13 +293,45 @@ impl CudaBatch {
         if let Some(l) = loaded.get(&gpu.ordinal) {
             return Ok(l.clone());
         }
-        let (ptx, _) = compile_ptx_with_options(&self.program.source, &gpu.arch, &self.flags)?;
+        // The same units as the compile (cached), for this device's architecture.
+        let units = aot::compile_units(
+            &self.program,
+            &gpu.arch,
+            &self.flags,
+            aot::default_units(),
+            ptx::process_cache(),
+        )?;
         let _load = trace::compile_phase("load", &format!("{} on {}", self.names(), gpu.label()));
         gpu.bind("loading a module")?;
-        let module = gpu
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-            .map_err(|e| gpu.driver_error("loading a module", e))?;
+        let mut modules = Vec::with_capacity(units.len());
+        let mut module_of: HashMap<&str, usize> = HashMap::new();
+        let sources = self.program.units(aot::default_units());
+        for (i, unit) in units.iter().enumerate() {
+            let module = match gpu
+                .ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(unit.cubin.clone()))
+            {
+                Ok(m) => m,
+                // A driver older than NVRTC may refuse its CUBIN: the unit's PTX then, which
+                // the driver compiles itself.
+                Err(cubin_error) => {
+                    tracing::warn!(
+                        "{} on {}: the driver refused NVRTC's CUBIN ({cubin_error}); loading PTX",
+                        self.names(),
+                        gpu.label()
+                    );
+                    let source = sources.get(i).map_or("", |(src, _)| src.as_str());
+                    let (ptx, _) = compile_ptx_with_options(source, &gpu.arch, &self.flags)?;
+                    gpu.ctx
+                        .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+                        .map_err(|e| gpu.driver_error("loading a module", e))?
+                }
+            };
+            modules.push(module);
+            for sym in &unit.symbols {
+                module_of.insert(sym.as_str(), i);
+            }
+        }
         let functions = self
             .program
             .kernels
@@ -300,6 +340,16 @@ impl CudaBatch {
                 k.passes
                     .iter()
                     .map(|p| {
+                        let module = module_of
+                            .get(p.symbol.as_str())
+                            .and_then(|&i| modules.get(i))
+                            .ok_or_else(|| {
+                                Error::invalid(format!(
+                                    "kernel {} is in no compiled unit of {}",
+                                    p.symbol,
+                                    self.names()
+                                ))
+                            })?;
                         module
                             .load_function(&p.symbol)
                             .map_err(|e| gpu.driver_error("loading a kernel", e))
@@ -308,7 +358,7 @@ impl CudaBatch {
             })
             .collect::<Result<Vec<_>>>()?;
         let l = Arc::new(Loaded {
-            _module: module,
+            _modules: modules,
             functions,
         });
         loaded.insert(gpu.ordinal, l.clone());
@@ -573,6 +623,8 @@ impl LoweredBackend for CudaBackend {
         let program = CudaProgram {
             source: source.to_string(),
             kernels,
+            prelude: String::new(),
+            functions: Vec::new(),
         };
         CudaBatch::compiled(gpus, program, default_nvrtc_flags())
     }

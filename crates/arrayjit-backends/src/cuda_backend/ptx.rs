@@ -1,8 +1,13 @@
 //! NVRTC compiles, cached: in memory for the process, and on disk in the compile cache's `ptx`
-//! folder ([`crate::compile_cache`]: private, sealed files keyed by a hash of the source, the
-//! architecture, NVRTC's version and the options), so a program compiled once is not compiled
-//! again by a later process. A damaged or foreign cache file is refused with a warning and the
-//! program compiled anew; a cache that cannot be used only costs compile time.
+//! folder ([`crate::compile_cache`]: private, sealed files keyed by a hash of what is made —
+//! PTX or CUBIN —, the source, the architecture, NVRTC's version and the options), so a program
+//! compiled once is not compiled again by a later process. A damaged or foreign cache file is
+//! refused with a warning and the program compiled anew; a cache that cannot be used only costs
+//! compile time.
+//!
+//! CUBIN ([`PtxCache::compile_cubin`]) is machine code for one real architecture (`sm_90`),
+//! which the driver loads without compiling anything; NVRTC makes it without a GPU, so a
+//! routine can be compiled ahead of time for a named architecture (see [`super::aot`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,7 +33,7 @@ pub enum PtxOrigin {
 #[derive(Debug)]
 pub struct PtxCache {
     dir: Option<PathBuf>,
-    memory: Mutex<HashMap<String, String>>,
+    memory: Mutex<HashMap<String, Vec<u8>>>,
 }
 
 impl PtxCache {
@@ -67,6 +72,41 @@ impl PtxCache {
         arch: &str,
         flags: &[String],
     ) -> Result<(String, PtxOrigin)> {
+        let (bytes, origin) = self.cached(Output::Ptx, source, arch, flags)?;
+        let ptx = String::from_utf8(bytes).map_err(|_| Error::Render {
+            routine: "a CUDA program".into(),
+            language: "CUDA C".into(),
+            detail: format!("NVRTC's PTX for {arch} is not text"),
+        })?;
+        Ok((ptx, origin))
+    }
+
+    /// The CUBIN of `source` for the real architecture `arch` (`sm_80`, `sm_90`: machine code
+    /// the driver loads as it is), compiled by NVRTC with `flags` unless this cache holds it,
+    /// and where it came from. Needs only NVRTC, no GPU. An architecture that is not `sm_XY`
+    /// is an [`Error::InvalidArgument`]; a compile error an [`Error::Render`] with NVRTC's log.
+    pub fn compile_cubin(
+        &self,
+        source: &str,
+        arch: &str,
+        flags: &[String],
+    ) -> Result<(Vec<u8>, PtxOrigin)> {
+        let digits = arch.strip_prefix("sm_").unwrap_or_default();
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(Error::invalid(format!(
+                "CUBIN is made for a real architecture such as sm_80 or sm_90, not {arch:?}"
+            )));
+        }
+        self.cached(Output::Cubin, source, arch, flags)
+    }
+
+    fn cached(
+        &self,
+        output: Output,
+        source: &str,
+        arch: &str,
+        flags: &[String],
+    ) -> Result<(Vec<u8>, PtxOrigin)> {
         // SAFETY: this only tries to open the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(Error::BackendUnavailable {
@@ -75,51 +115,115 @@ impl PtxCache {
                 how_to_enable: HOW_TO_ENABLE.into(),
             });
         }
-        let key = cache_key(source, arch, flags);
+        let key = cache_key(output, source, arch, flags);
         let memory = || self.memory.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(ptx) = memory().get(&key) {
-            return Ok((ptx.clone(), PtxOrigin::Memory));
+        if let Some(code) = memory().get(&key) {
+            return Ok((code.clone(), PtxOrigin::Memory));
         }
         let file = self.dir.as_ref().and_then(|dir| match private_dir(dir) {
-            Ok(()) => Some(dir.join(format!("{key}.ptx"))),
+            Ok(()) => Some(dir.join(format!("{key}.{}", output.extension()))),
             Err(e) => {
                 crate::notice::warn_user(&format!("compiling CUDA without the disk cache: {e}"));
                 None
             }
         });
         if let Some(path) = &file {
-            match read_verified(path, &key).map(String::from_utf8) {
-                Ok(Ok(ptx)) => {
-                    memory().insert(key, ptx.clone());
-                    return Ok((ptx, PtxOrigin::Disk));
+            match read_verified(path, &key) {
+                Ok(code) => {
+                    memory().insert(key, code.clone());
+                    return Ok((code, PtxOrigin::Disk));
                 }
-                Ok(Err(_)) => tracing::warn!("{} is not text; compiling anew", path.display()),
                 Err(why) if std::fs::symlink_metadata(path).is_ok() => {
                     tracing::warn!("not using {}: {why}; compiling anew", path.display())
                 }
                 Err(_) => {}
             }
         }
-        let options = cudarc::nvrtc::CompileOptions {
-            options: std::iter::once(format!("--gpu-architecture={arch}"))
-                .chain(flags.iter().cloned())
-                .collect(),
-            ..Default::default()
-        };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, options)
-            .map_err(|e| Error::Render {
-                routine: "a CUDA program".into(),
-                language: "CUDA C".into(),
-                detail: format!("NVRTC failed for {arch}: {e:?}"),
-            })?
-            .to_src();
+        let code = nvrtc(output, source, arch, flags)?;
         if let Some(path) = &file
-            && let Err(e) = write_sealed(path, &key, ptx.as_bytes())
+            && let Err(e) = write_sealed(path, &key, &code)
         {
             tracing::warn!("cannot add {} to the compile cache: {e}", path.display());
         }
-        memory().insert(key, ptx.clone());
-        Ok((ptx, PtxOrigin::Compiled))
+        memory().insert(key, code.clone());
+        Ok((code, PtxOrigin::Compiled))
+    }
+}
+
+/// What NVRTC is asked to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Output {
+    /// PTX (text, compiled by the driver when loaded).
+    Ptx,
+    /// CUBIN (machine code for one architecture).
+    Cubin,
+}
+
+impl Output {
+    fn extension(self) -> &'static str {
+        match self {
+            Output::Ptx => "ptx",
+            Output::Cubin => "cubin",
+        }
+    }
+}
+
+/// Runs NVRTC on `source` for `arch` with `flags`.
+fn nvrtc(output: Output, source: &str, arch: &str, flags: &[String]) -> Result<Vec<u8>> {
+    use cudarc::nvrtc::{result, sys};
+    let failed = |detail: String| Error::Render {
+        routine: "a CUDA program".into(),
+        language: "CUDA C".into(),
+        detail: format!("NVRTC failed for {arch}: {detail}"),
+    };
+    let src =
+        std::ffi::CString::new(source).map_err(|_| failed("the source holds a NUL byte".into()))?;
+    let prog = result::create_program(&src, None).map_err(|e| failed(format!("{e:?}")))?;
+    let options: Vec<String> = std::iter::once(format!("--gpu-architecture={arch}"))
+        .chain(flags.iter().cloned())
+        .collect();
+    // SAFETY: `prog` was created above and is destroyed once, below; the buffers passed to
+    // NVRTC are as large as it says they must be.
+    unsafe {
+        let made = match result::compile_program(prog, &options) {
+            Err(e) => {
+                let log = result::get_program_log(prog)
+                    .map(|l| {
+                        let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                        String::from_utf8_lossy(&bytes)
+                            .trim_end_matches('\0')
+                            .to_string()
+                    })
+                    .unwrap_or_default();
+                Err(failed(format!("{e:?}\n{log}")))
+            }
+            Ok(()) => match output {
+                Output::Ptx => result::get_ptx(prog)
+                    .map(|p| {
+                        let mut bytes: Vec<u8> = p.iter().map(|&c| c as u8).collect();
+                        while bytes.last() == Some(&0) {
+                            bytes.pop();
+                        }
+                        bytes
+                    })
+                    .map_err(|e| failed(format!("{e:?}"))),
+                Output::Cubin => {
+                    let mut size = 0usize;
+                    match sys::nvrtcGetCUBINSize(prog, &mut size).result() {
+                        Err(e) => Err(failed(format!("{e:?}"))),
+                        Ok(()) => {
+                            let mut cubin = vec![0u8; size];
+                            sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast())
+                                .result()
+                                .map(|()| cubin)
+                                .map_err(|e| failed(format!("{e:?}")))
+                        }
+                    }
+                }
+            },
+        };
+        let _ = result::destroy_program(prog);
+        made
     }
 }
 
@@ -140,11 +244,16 @@ pub fn default_nvrtc_flags() -> Vec<String> {
     vec!["--fmad=false".to_string()]
 }
 
-/// The hash naming a program's PTX: source, architecture, compiler version and options.
-fn cache_key(source: &str, arch: &str, flags: &[String]) -> String {
+/// The hash naming a program's PTX or CUBIN: what is made, source, architecture, compiler
+/// version and options.
+fn cache_key(output: Output, source: &str, arch: &str, flags: &[String]) -> String {
     let mut h = blake3::Hasher::new();
     let flags = flags.join(" ");
-    for part in ["ptx-v1", source, arch, nvrtc_version(), &flags] {
+    let kind = match output {
+        Output::Ptx => "ptx-v1",
+        Output::Cubin => "cubin-v1",
+    };
+    for part in [kind, source, arch, nvrtc_version(), &flags] {
         h.update(part.as_bytes());
         h.update(&[0]);
     }
@@ -170,8 +279,11 @@ pub fn compile_ptx_with_options(
     arch: &str,
     flags: &[String],
 ) -> Result<(String, PtxOrigin)> {
+    process_cache().compile_with(source, arch, flags)
+}
+
+/// The process's cache ([`PtxCache::from_env`]), shared by every compile.
+pub(crate) fn process_cache() -> &'static PtxCache {
     static CACHE: OnceLock<PtxCache> = OnceLock::new();
-    CACHE
-        .get_or_init(PtxCache::from_env)
-        .compile_with(source, arch, flags)
+    CACHE.get_or_init(PtxCache::from_env)
 }
