@@ -12,12 +12,13 @@
 //!
 //! A routine optimized without GPU schedules (for a CPU) is a render error that says so.
 //!
-//! Every kernel takes the interface's buffers that its code uses, in the interface's order, as
-//! typed pointers (arrays, merge buffer, then the scratch buffer holding the routine's local
-//! nodes, of which it declares only the slices it uses), then the static indices it uses as
-//! `long long` values — kernel parameters by value, never a host pointer; [`CudaPass::buffers`]
-//! and [`CudaPass::statics`] say which. The scratch is zeroed before the first pass (a local
-//! starts at zero, as on the CPU).
+//! Every kernel takes, as typed pointers, the arrays its code uses (in the interface's order),
+//! the merge buffer if it reads it, and the slice of the scratch buffer of each local node it
+//! uses, then the static indices it uses as `long long` values — kernel parameters by value,
+//! never a host pointer; [`CudaPass::args`] and [`CudaPass::statics`] say which. Parameters are
+//! named by position (`b0`, `b1`, ...), so passes running the same statement over other arrays
+//! of the same shapes (a model's layers) print the same function, which the program holds once.
+//! The scratch is zeroed before the first pass (a local starts at zero, as on the CPU).
 //!
 //! NVRTC compiles without the standard headers: the file starts with the fixed-width integer
 //! types and the float constants the C family's helpers use.
@@ -31,7 +32,7 @@ use arrayjit_ir::{
     AxisIndex, BinOp, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
 };
 
-use crate::c_kernel::{KernelRenderer, node_name};
+use crate::c_kernel::KernelRenderer;
 use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
 use crate::gpu_dialect::{CUDA as DIALECT, GpuDialect, gpu_pass};
 use crate::gpu_kernel::{self, Barrier, KernelDialect, PassShape, Ty};
@@ -91,9 +92,10 @@ pub struct CudaPass {
     pub threads: u32,
     /// Why this shape.
     pub why: String,
-    /// The buffers it takes, as positions in its kernel's buffer list (arrays, merge buffer,
-    /// scratch), in order: only those its code uses.
-    pub buffers: Vec<usize>,
+    /// Its pointer parameters, in order: the position of a buffer in its kernel's buffer list
+    /// (arrays, merge buffer, scratch) and a byte offset into it (a local node's slice of the
+    /// scratch; 0 for the others). Only the arrays, merge buffer and locals its code uses.
+    pub args: Vec<(usize, usize)>,
     /// The static indices it takes, as positions in its kernel's statics, in order.
     pub statics: Vec<usize>,
 }
@@ -145,20 +147,39 @@ pub struct CudaProgram {
     pub kernels: Vec<CudaKernel>,
     /// What every unit of the program starts with: the fixed-width types, the helpers.
     pub prelude: String,
-    /// Each pass's `__global__` function, in the order of the kernels' passes.
+    /// The `__global__` functions, in the order of the kernels' passes; passes whose code is
+    /// the same (the same statement over other arrays of the same shapes, e.g. a model's
+    /// layers) share one.
     pub functions: Vec<String>,
+    /// The symbol each function defines.
+    pub function_symbols: Vec<String>,
 }
+
+/// The functions of a program being rendered, each once.
+#[derive(Default)]
+struct Functions {
+    texts: Vec<String>,
+    symbols: Vec<String>,
+    /// The symbol of each function, by its text with [`SYMBOL_PLACEHOLDER`] for its name.
+    by_text: HashMap<String, String>,
+}
+
+/// What stands for a function's name while it is compared with the others.
+const SYMBOL_PLACEHOLDER: &str = "@aj_symbol@";
 
 impl CudaProgram {
     /// The program split into at most `units` files that compile independently (each the
     /// prelude and a run of consecutive functions of about equal size), with the symbols each
     /// defines. A program without functions is one unit.
     pub fn units(&self, units: usize) -> Vec<(String, Vec<String>)> {
-        let symbols: Vec<&str> = self
-            .kernels
-            .iter()
-            .flat_map(|k| k.passes.iter().map(|p| p.symbol.as_str()))
-            .collect();
+        let symbols: Vec<&str> = if self.functions.is_empty() {
+            self.kernels
+                .iter()
+                .flat_map(|k| k.passes.iter().map(|p| p.symbol.as_str()))
+                .collect()
+        } else {
+            self.function_symbols.iter().map(String::as_str).collect()
+        };
         if self.functions.is_empty() || symbols.len() != self.functions.len() {
             return vec![(
                 self.source.clone(),
@@ -192,7 +213,7 @@ pub fn render_cuda(routines: &[&Optimized]) -> Result<CudaProgram> {
 /// Renders routines into one file in a CUDA dialect (`syntax.includes` opens the file).
 pub(crate) fn render_with(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CudaProgram> {
     let mut helpers = BTreeSet::new();
-    let mut functions = Vec::new();
+    let mut functions = Functions::default();
     let mut kernels = Vec::new();
     for (index, r) in routines.iter().enumerate() {
         let stem = format!("aj{index}_{}", sanitize_identifier(&r.name));
@@ -204,6 +225,11 @@ pub(crate) fn render_with(syntax: &CSyntax, routines: &[&Optimized]) -> Result<C
             &mut functions,
         )?);
     }
+    let Functions {
+        texts: functions,
+        symbols: function_symbols,
+        ..
+    } = functions;
     let mut prelude = String::from("/* Generated by arrayjit. */\n");
     for inc in &syntax.includes {
         let _ = writeln!(prelude, "{inc}");
@@ -218,6 +244,7 @@ pub(crate) fn render_with(syntax: &CSyntax, routines: &[&Optimized]) -> Result<C
         kernels,
         prelude,
         functions,
+        function_symbols,
     })
 }
 
@@ -226,7 +253,7 @@ fn render_routine(
     stem: &str,
     syntax: &CSyntax,
     helpers: &mut BTreeSet<Helper>,
-    functions: &mut Vec<String>,
+    functions: &mut Functions,
 ) -> Result<CudaKernel> {
     let mut interface = KernelInterface::of(r, stem.to_string());
     // Every local node lives in the scratch buffer, 16-byte aligned.
@@ -237,45 +264,18 @@ fn render_routine(
         scratch += n.tn.size_in_bytes().div_ceil(16) * 16;
     }
     interface.scratch_bytes = scratch;
-    // Each buffer's parameter, in the interface's order; a pass declares those it uses.
-    let mut params = Vec::new();
-    let mut buffer_types = Vec::new();
-    let mut nodes: HashMap<Tnode, String> = HashMap::new();
-    for (pos, tn) in interface.args.iter().enumerate() {
-        let name = node_name(tn, pos);
-        buffer_types.push(format!("{} *", c_storage_type(tn.prec())));
-        params.push(format!("{}{} {name}", buffer_types[pos], syntax.restrict));
-        nodes.insert(tn.clone(), name);
-    }
+    // Each buffer's pointer type, in the interface's order; a pass declares those it uses.
+    let mut buffer_types: Vec<String> = interface
+        .args
+        .iter()
+        .map(|tn| format!("{} *", c_storage_type(tn.prec())))
+        .collect();
     let merge = interface.merge.clone().map(|m| {
-        let name = format!("merge_{}", node_name(&m, interface.args.len()));
         buffer_types.push(format!("const {} *", c_storage_type(m.prec())));
-        params.push(format!(
-            "{}{} {name}",
-            buffer_types.last().map_or("", String::as_str),
-            syntax.restrict
-        ));
-        (m, name)
+        (m, "aj_merge".to_string())
     });
-    let mut local_lines = HashMap::new();
     if scratch > 0 {
         buffer_types.push("unsigned char *".into());
-        params.push(format!("unsigned char *{} aj_scratch", syntax.restrict));
-        for (pos, (tn, offset)) in locals.iter().enumerate() {
-            let name = format!("{}_l{pos}", node_name(tn, interface.args.len() + 1));
-            let t = c_storage_type(tn.prec());
-            local_lines.insert(
-                tn.id(),
-                format!("  {t} *const {name} = ({t} *)(aj_scratch + {offset});\n"),
-            );
-            nodes.insert(tn.clone(), name);
-        }
-    }
-    let mut symbols = HashMap::new();
-    let mut static_params = Vec::new();
-    for (pos, s) in r.bindings.iter().enumerate() {
-        static_params.push(format!("const long long s{pos}"));
-        symbols.insert(s.symbol, format!("s{pos}"));
     }
     let stmts: Vec<&LowLevel> = match &r.code {
         LowLevel::Seq(items) => items.iter().collect(),
@@ -285,48 +285,75 @@ fn render_routine(
     for (i, stmt) in stmts.into_iter().enumerate() {
         let sched = r.schedules.get(i);
         let binding = PassBinding::of(stmt, sched, &interface, &locals, r);
-        let mut signature: Vec<&str> = binding
-            .buffers
-            .iter()
-            .map(|&b| params[b].as_str())
-            .collect();
-        signature.extend(binding.statics.iter().map(|&j| static_params[j].as_str()));
+        // Names by position in the pass, so that the same statement over other arrays of the
+        // same shapes prints the same function.
+        let mut pass_nodes: HashMap<Tnode, String> = HashMap::new();
+        let mut signature = Vec::new();
+        let mut pass_merge = None;
+        for (k, (b, _, tn)) in binding.args.iter().enumerate() {
+            match tn {
+                Some(tn) => {
+                    let ty = format!("{} *", c_storage_type(tn.prec()));
+                    let name = format!("b{k}");
+                    signature.push(format!("{ty}{} {name}", syntax.restrict));
+                    pass_nodes.insert(tn.clone(), name);
+                }
+                None => {
+                    let ty = buffer_types.get(*b).map_or("const void *", String::as_str);
+                    signature.push(format!("{ty}{} aj_merge", syntax.restrict));
+                    pass_merge = merge.clone();
+                }
+            }
+        }
+        let prologue = "";
+        let mut pass_symbols = HashMap::new();
+        for (k, &j) in binding.statics.iter().enumerate() {
+            signature.push(format!("const long long s{k}"));
+            if let Some(st) = r.bindings.get(j) {
+                pass_symbols.insert(st.symbol, format!("s{k}"));
+            }
+        }
         let signature = signature.join(", ");
-        let prologue: String = locals
-            .iter()
-            .filter(|(tn, _)| binding.locals.contains(&tn.id()))
-            .filter_map(|(tn, _)| local_lines.get(&tn.id()).map(String::as_str))
-            .collect();
         let mut k = KernelRenderer {
             helpers: &mut *helpers,
-            nodes: nodes.clone(),
-            merge: merge.clone(),
-            symbols: symbols.clone(),
+            nodes: pass_nodes,
+            merge: pass_merge,
+            symbols: pass_symbols,
             loop_counter: 0,
             locals: HashMap::new(),
             local_counter: 0,
             routine: r.name.clone(),
         };
         for (shape, threads, why, body) in render_pass(&mut k, stmt.unwrapped(), sched)? {
-            let symbol = format!("{stem}_p{}", passes.len());
             let bounds = if shape == PassShape::Single {
                 String::new()
             } else {
                 format!("__launch_bounds__({threads}) ")
             };
-            let mut out = String::new();
+            let mut text = String::new();
             let _ = writeln!(
-                out,
-                "/* {why} */\n{} void {bounds}{symbol}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  const long long aj_grp = blockIdx.x;\n  const int aj_t = threadIdx.x;\n  (void)aj_g; (void)aj_grp; (void)aj_t;\n{prologue}{body}}}\n",
+                text,
+                "/* {why} */\n{} void {bounds}{SYMBOL_PLACEHOLDER}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  const long long aj_grp = blockIdx.x;\n  const int aj_t = threadIdx.x;\n  (void)aj_g; (void)aj_grp; (void)aj_t;\n{prologue}{body}}}\n",
                 syntax.kernel_prefix
             );
-            functions.push(out);
+            let symbol = match functions.by_text.get(&text) {
+                Some(existing) => existing.clone(),
+                None => {
+                    let symbol = format!("{stem}_p{}", passes.len());
+                    functions
+                        .texts
+                        .push(text.replace(SYMBOL_PLACEHOLDER, &symbol));
+                    functions.symbols.push(symbol.clone());
+                    functions.by_text.insert(text, symbol.clone());
+                    symbol
+                }
+            };
             passes.push(CudaPass {
                 symbol,
                 shape,
                 threads,
                 why,
-                buffers: binding.buffers.clone(),
+                args: binding.args.iter().map(|&(b, o, _)| (b, o)).collect(),
                 statics: binding.statics.clone(),
             });
         }
@@ -342,9 +369,10 @@ fn render_routine(
 /// merge buffer, scratch) and static indices (positions in the interface's statics) its code
 /// uses, and the local nodes whose scratch slices it declares.
 struct PassBinding {
-    buffers: Vec<usize>,
+    /// Each pointer parameter: the buffer's position, a byte offset into it, and the node it
+    /// holds (none for the merge buffer).
+    args: Vec<(usize, usize, Option<Tnode>)>,
     statics: Vec<usize>,
-    locals: std::collections::HashSet<usize>,
 }
 
 impl PassBinding {
@@ -366,28 +394,27 @@ impl PassBinding {
         }
         let mut reads_merge = false;
         stmt.visit_exprs(&mut |e| reads_merge |= matches!(e, ScalarExpr::GetMerge(..)));
-        let mut buffers: Vec<usize> = interface
+        let mut args: Vec<(usize, usize, Option<Tnode>)> = interface
             .args
             .iter()
             .enumerate()
             .filter(|(_, tn)| used.contains(&tn.id()))
-            .map(|(pos, _)| pos)
+            .map(|(pos, tn)| (pos, 0, Some(tn.clone())))
             .collect();
         let mut next = interface.args.len();
         if interface.merge.is_some() {
             if reads_merge {
-                buffers.push(next);
+                args.push((next, 0, None));
             }
             next += 1;
         }
-        let locals: std::collections::HashSet<usize> = locals
-            .iter()
-            .map(|(tn, _)| tn.id())
-            .filter(|id| used.contains(id))
-            .collect();
-        if interface.scratch_bytes > 0 && !locals.is_empty() {
-            buffers.push(next);
-        }
+        // Each local the pass uses: its slice of the scratch buffer.
+        args.extend(
+            locals
+                .iter()
+                .filter(|(tn, _)| used.contains(&tn.id()))
+                .map(|(tn, offset)| (next, *offset, Some(tn.clone()))),
+        );
         let symbols = stmt.index_symbols();
         let statics = r
             .bindings
@@ -396,11 +423,7 @@ impl PassBinding {
             .filter(|(_, s)| symbols.contains(&s.symbol))
             .map(|(pos, _)| pos)
             .collect();
-        PassBinding {
-            buffers,
-            statics,
-            locals,
-        }
+        PassBinding { args, statics }
     }
 }
 

@@ -63,16 +63,21 @@ fn uses_barriers(shape: &PassShape) -> bool {
 /// the module documentation). `kernels` are those of the CUDA program, in the routines' order.
 pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
     let mut program = render_with(&emulated_syntax(), routines)?;
-    let mut launchers =
-        String::from("\n/* Entry points: the passes of each routine, in order. */\n");
+    let mut launchers = String::from(
+        "\n/* Entry points: the passes of each routine, in order. A pass's pointer argument is \
+         a buffer at a byte offset, converted to the parameter's type. */\n\
+         struct aj_arg {\n  unsigned char *p;\n  template <class T> operator T *() const { return (T *)p; }\n};\n",
+    );
     for k in &program.kernels {
         let statics = k.interface.statics.len();
-        for p in &k.passes {
+        // One thunk per pass (passes may share a function): named after the pass's position.
+        for (pos, p) in k.passes.iter().enumerate() {
             // The buffers and static indices the pass takes, by their positions.
             let mut args: Vec<String> = p
-                .buffers
+                .args
                 .iter()
-                .filter_map(|&i| k.buffer_types.get(i).map(|t| format!("({t})aj_b[{i}]")))
+                .filter(|&&(i, _)| i < k.buffer_types.len())
+                .map(|&(i, offset)| format!("aj_arg{{(unsigned char *)aj_b[{i}] + {offset}}}"))
                 .collect();
             args.extend(
                 p.statics
@@ -82,8 +87,9 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
             );
             let _ = writeln!(
                 launchers,
-                "static void {0}_thunk(void *const *aj_b, const long long *aj_s) {{\n  \
-                 (void)aj_b; (void)aj_s;\n  {0}({1});\n}}",
+                "static void {0}_t{pos}(void *const *aj_b, const long long *aj_s) {{\n  \
+                 (void)aj_b; (void)aj_s;\n  {1}({2});\n}}",
+                k.interface.symbol,
                 p.symbol,
                 args.join(", ")
             );
@@ -101,12 +107,12 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
                 k.interface.scratch_bytes
             );
         }
-        for p in &k.passes {
+        for (pos, p) in k.passes.iter().enumerate() {
             let (blocks, threads) = p.launch_dims();
             let _ = writeln!(
                 launchers,
-                "  if (aj_launch({}_thunk, aj_b, aj_s, {blocks}u, {threads}u, {})) return -1;",
-                p.symbol,
+                "  if (aj_launch({}_t{pos}, aj_b, aj_s, {blocks}u, {threads}u, {})) return -1;",
+                k.interface.symbol,
                 i32::from(uses_barriers(&p.shape))
             );
         }

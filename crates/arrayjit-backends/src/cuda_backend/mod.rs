@@ -383,10 +383,16 @@ impl CudaBatch {
             scratch.zero_on(gpu, stream, kernel.interface.scratch_bytes)?;
         }
         for (dims, pass, f) in passes {
-            // Each pass takes the buffers and static indices its code uses (checked when the
-            // kernel was rendered: positions within the interface's).
+            // Each pass takes the buffers (at byte offsets: a local's slice of the scratch)
+            // and static indices its code uses (positions within the interface's, made when
+            // the kernel was rendered).
+            let args: Vec<u64> = pass
+                .args
+                .iter()
+                .filter_map(|&(b, offset)| ptrs.get(b).map(|p| p + offset as u64))
+                .collect();
             let mut builder = stream.launch_builder(f);
-            for p in pass.buffers.iter().filter_map(|&b| ptrs.get(b)) {
+            for p in &args {
                 builder.arg(p);
             }
             for s in pass.statics.iter().filter_map(|&j| statics.get(j)) {
@@ -613,7 +619,9 @@ impl LoweredBackend for CudaBackend {
                         shape: PassShape::Given(k.launch),
                         threads: k.launch.threads_per_block() as u32,
                         why: "hand-written, launched as given".into(),
-                        buffers: (0..k.interface.buffer_sizes().len()).collect(),
+                        args: (0..k.interface.buffer_sizes().len())
+                            .map(|b| (b, 0))
+                            .collect(),
                         statics: (0..k.interface.statics.len()).collect(),
                     }],
                     buffer_types: vec![],
@@ -625,6 +633,7 @@ impl LoweredBackend for CudaBackend {
             kernels,
             prelude: String::new(),
             functions: Vec::new(),
+            function_symbols: Vec::new(),
         };
         CudaBatch::compiled(gpus, program, default_nvrtc_flags())
     }
