@@ -1,12 +1,15 @@
 # Device peer for `arrayjit bench --backend <gpu backend>`: PyTorch on CUDA for the same
 # workloads, timed the same way (one warm-up, then the median of repeated runs, each waiting
-# for the device). Products run in f32 with TF32 off (cuBLAS's exact-f32 kernels). Prints one
-# JSON object per line: {"lib": "torch-cuda", "workload": "matmul 4096", "seconds": 0.01}
-import argparse, json, statistics, time
+# for the device). Products run in f32 with TF32 off (cuBLAS's exact-f32 kernels). The GPT
+# training step is gpt_torch.py's model and optimizer (the same as `arrayjit gpt`) on CUDA in
+# fp32, eager and under torch.compile. Prints one JSON object per line:
+# {"lib": "torch-cuda", "workload": "matmul 4096", "seconds": 0.01}
+import argparse, json, os, statistics, sys, time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--sizes", default="1024,2048,4096")
 parser.add_argument("--chain-m", type=int, default=256)
+parser.add_argument("--gpt-batches", default="16,128")
 args = parser.parse_args()
 
 try:
@@ -49,3 +52,15 @@ with torch.no_grad():
     n = args.chain_m << 20
     a, b, c, d = (torch.rand(n, device=dev) * 2 - 1 for _ in range(4))
     emit(f"chain relu(a*b+c)*d {args.chain_m}M", lambda: torch.relu(a * b + c) * d)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+for batch in [int(s) for s in args.gpt_batches.split(",") if s]:
+    try:
+        from gpt_torch import training_step
+
+        model, step = training_step(1, device="cuda", batch=batch)
+        emit(f"GPT step d128 L2 b{batch}", lambda: step(model))
+        compiled = torch.compile(model)
+        emit(f"GPT step d128 L2 b{batch} torch.compile", lambda: step(compiled))
+    except Exception as e:  # a peer that cannot run is a note, not the end of the table
+        print(json.dumps({"error": f"PyTorch GPT step b{batch}: {e}"}), flush=True)

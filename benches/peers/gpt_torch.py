@@ -72,7 +72,7 @@ class Gpt(nn.Module):
 
     def forward(self, ids, targets):
         t = ids.shape[1]
-        x = self.tokens(ids) + self.positions(torch.arange(t))
+        x = self.tokens(ids) + self.positions(torch.arange(t, device=ids.device))
         for block in self.blocks:
             x = block(x)
         logits = self.norm(x) @ self.tokens.weight.t()
@@ -195,16 +195,17 @@ def check(path, steps):
         print(f"torch step {step + 1}: train loss {loss.item():.6f}, held-out loss {held_out_loss():.6f}")
 
 
-def training_step(threads, seed=1):
-    """The model, optimizer and one fixed batch at `threads` threads, and a function taking one
-    training step (zero grads, forward, backward, clip, AdamW) that returns the loss."""
-    vocabulary, context, batch = 62, 64, 16
+def training_step(threads, seed=1, device="cpu", batch=16):
+    """The model, optimizer and one fixed batch at `threads` threads on `device`, and a function
+    taking one training step (zero grads, forward, backward, clip, AdamW) that returns the
+    loss."""
+    vocabulary, context = 62, 64
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    model = Gpt(vocabulary, context, 128, 4, 2, 512)
+    model = Gpt(vocabulary, context, 128, 4, 2, 512).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
-    ids = torch.randint(0, vocabulary, (batch, context))
-    targets = torch.randint(0, vocabulary, (batch, context))
+    ids = torch.randint(0, vocabulary, (batch, context), device=device)
+    targets = torch.randint(0, vocabulary, (batch, context), device=device)
 
     def step(m=model):
         opt.zero_grad(set_to_none=True)

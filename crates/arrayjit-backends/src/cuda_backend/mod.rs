@@ -16,6 +16,11 @@
 //! - **Streams and events**: each runtime stream gets a CUDA stream of its own
 //!   ([`crate::DeviceRuntime::new_queue`]); markers are CUDA events, and a stream waiting for
 //!   another's marker waits on the device (`cuStreamWaitEvent`).
+//! - **Launches**: a routine's passes are captured once as a CUDA graph per stream and
+//!   replayed by later runs with the same arguments (`graphs`: one launch a run; plain
+//!   launches where graphs are unavailable or `ARRAYJIT_CUDA_GRAPHS=0`). A timed launch
+//!   ([`CompiledBatch::launch_timed`]) records CUDA events around its passes and reports the
+//!   device time between them once the stream is next waited for.
 //! - **Memory**: buffers and pools are `cuMemAlloc` allocations (a pool's views are offsets
 //!   into one); freeing waits for the device first, so work still queued never reads freed
 //!   memory. Copies between devices go through the host.
@@ -24,6 +29,7 @@
 
 pub mod aot;
 mod buffers;
+mod graphs;
 mod ptx;
 mod queue;
 mod runtime;
@@ -45,7 +51,8 @@ use cudarc::driver::{
 
 use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::{
-    BufferHandle, CompileOptions, CompiledBatch, DeviceRuntime, LoweredBackend, PoolTable, Queue,
+    BufferHandle, CompileOptions, CompiledBatch, DeviceRuntime, DeviceTimeSink, LoweredBackend,
+    PoolTable, Queue,
 };
 
 pub use buffers::CudaBuffer;
@@ -53,7 +60,7 @@ pub use ptx::{
     PtxCache, PtxOrigin, compile_ptx, compile_ptx_with_options, compile_ptx_with_origin,
     default_nvrtc_flags,
 };
-use queue::CudaQueue;
+use queue::{CudaQueue, PendingTiming};
 
 const NAME: &str = "cuda";
 
@@ -226,6 +233,8 @@ pub struct CudaBatch {
     cache_hit: bool,
     /// The NVRTC options the PTX is compiled with (for each device's architecture).
     flags: Vec<String>,
+    /// Each kernel's passes captured as a CUDA graph, per device and stream.
+    graphs: graphs::GraphCache,
 }
 
 struct Loaded {
@@ -285,6 +294,7 @@ impl CudaBatch {
             loaded: Mutex::new(HashMap::new()),
             cache_hit,
             flags,
+            graphs: graphs::GraphCache::default(),
         }))
     }
 
@@ -433,7 +443,21 @@ impl CompiledBatch for CudaBatch {
         queue: Queue<'_>,
     ) -> Result<()> {
         // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, queue, None) }
+        unsafe { self.run_kernel(index, args, statics, queue, None, None) }
+    }
+
+    /// Timed by CUDA events recorded on the stream before and after the launch's passes: the
+    /// sink gets the device time once both are done (when the stream is next waited for).
+    unsafe fn launch_timed(
+        &self,
+        index: usize,
+        args: &[BufferHandle],
+        statics: &[i64],
+        queue: Queue<'_>,
+        sink: DeviceTimeSink,
+    ) -> Result<bool> {
+        // SAFETY: this method's contract.
+        unsafe { self.run_kernel(index, args, statics, queue, None, Some(sink)) }.map(|()| true)
     }
 
     unsafe fn launch_with_dims(
@@ -474,7 +498,7 @@ impl CompiledBatch for CudaBatch {
             u64::from(info.max_local_invocations),
         )?;
         // SAFETY: this method's contract; the launch is within the device's limits.
-        unsafe { self.run_kernel(index, args, statics, queue, Some(dims)) }
+        unsafe { self.run_kernel(index, args, statics, queue, Some(dims), None) }
     }
 }
 
@@ -491,6 +515,7 @@ impl CudaBatch {
         statics: &[i64],
         queue: Queue<'_>,
         dims_now: Option<LaunchDims>,
+        timer: Option<DeviceTimeSink>,
     ) -> Result<()> {
         let (kernel, iface) = match (self.program.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
@@ -522,14 +547,44 @@ impl CudaBatch {
             .collect();
         match queue.and_then(|q| q.as_any().downcast_ref::<CudaQueue>()) {
             Some(q) if q.gpu.ordinal == device => {
-                self.launch_passes(gpu, kernel, &passes, &buffers, statics, &q.stream)
+                let start = match &timer {
+                    Some(_) => Some(PendingTiming::start(gpu, &q.stream)?),
+                    None => None,
+                };
+                // The graph is kept for these exact arguments and launches.
+                let mut key: Vec<u64> = buffers.iter().map(|b| b.device_ptr()).collect();
+                key.extend(statics.iter().map(|&s| s as u64));
+                for (d, ..) in &passes {
+                    key.extend(d.grid.iter().chain(&d.block).map(|&x| u64::from(x)));
+                }
+                self.graphs.run(index, gpu, &q.stream, key, || {
+                    self.launch_passes(gpu, kernel, &passes, &buffers, statics, &q.stream)
+                })?;
+                if let (Some(start), Some(sink)) = (start, timer) {
+                    q.add_timing(PendingTiming::finish(gpu, &q.stream, start, sink)?);
+                }
+                Ok(())
             }
             _ => {
                 let stream = &gpu.default_stream;
+                let start = match &timer {
+                    Some(_) => Some(PendingTiming::start(gpu, stream)?),
+                    None => None,
+                };
                 self.launch_passes(gpu, kernel, &passes, &buffers, statics, stream)?;
+                let timing = match (start, timer) {
+                    (Some(start), Some(sink)) => {
+                        Some(PendingTiming::finish(gpu, stream, start, sink)?)
+                    }
+                    _ => None,
+                };
                 stream
                     .synchronize()
-                    .map_err(|e| gpu.driver_error(&format!("running {}", iface.name), e))
+                    .map_err(|e| gpu.driver_error(&format!("running {}", iface.name), e))?;
+                if let Some(t) = timing {
+                    t.report();
+                }
+                Ok(())
             }
         }
     }

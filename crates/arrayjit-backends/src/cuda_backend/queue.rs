@@ -1,20 +1,99 @@
-//! CUDA streams as the runtime streams' device queues, and CUDA events as their markers.
+//! CUDA streams as the runtime streams' device queues, and CUDA events as their markers. A
+//! timed launch records a timing event before and after its passes; the device time between
+//! them reaches the launch's sink once both have completed: when the stream is next waited for,
+//! or at a later timed launch on it that finds them done.
 
 use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arrayjit_ir::Result;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use super::Gpu;
+use crate::DeviceTimeSink;
 use crate::queue::{DeviceQueue, Queue, QueueMarker};
 
 /// A runtime stream's CUDA stream.
 pub(super) struct CudaQueue {
     pub(super) gpu: Arc<Gpu>,
     pub(super) stream: Arc<CudaStream>,
+    /// Timed launches whose events have not been read yet, oldest first.
+    pub(super) timings: Mutex<Vec<PendingTiming>>,
+}
+
+/// The events around one timed launch, and where its device time goes.
+pub(super) struct PendingTiming {
+    pub(super) start: CudaEvent,
+    pub(super) end: CudaEvent,
+    pub(super) sink: DeviceTimeSink,
+}
+
+impl PendingTiming {
+    /// Records the start event of a timed launch on `stream`.
+    pub(super) fn start(gpu: &Gpu, stream: &CudaStream) -> Result<CudaEvent> {
+        stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| gpu.driver_error("recording a timing event", e))
+    }
+
+    /// Records the end event after the launch's passes.
+    pub(super) fn finish(
+        gpu: &Gpu,
+        stream: &CudaStream,
+        start: CudaEvent,
+        sink: DeviceTimeSink,
+    ) -> Result<PendingTiming> {
+        let end = stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| gpu.driver_error("recording a timing event", e))?;
+        Ok(PendingTiming { start, end, sink })
+    }
+
+    /// Gives the sink the time between the events (waiting for them); a failed read drops it:
+    /// the run stays untimed.
+    pub(super) fn report(self) {
+        if let Ok(ms) = self.start.elapsed_ms(&self.end) {
+            (self.sink)(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3));
+        }
+    }
+}
+
+impl CudaQueue {
+    /// A queue on `stream`.
+    pub(super) fn new(gpu: Arc<Gpu>, stream: Arc<CudaStream>) -> CudaQueue {
+        CudaQueue {
+            gpu,
+            stream,
+            timings: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps a timed launch's events until they can be read; reports those already done.
+    pub(super) fn add_timing(&self, t: PendingTiming) {
+        let mut pending = self.timings.lock().unwrap_or_else(|p| p.into_inner());
+        pending.push(t);
+        let done = pending
+            .iter()
+            .take_while(|t| t.end.try_is_complete().unwrap_or(false))
+            .count();
+        let ready: Vec<PendingTiming> = pending.drain(..done).collect();
+        drop(pending);
+        ready.into_iter().for_each(PendingTiming::report);
+    }
+
+    /// Reports every pending timing (their events are done once the stream is).
+    fn report_all(&self) {
+        let ready: Vec<PendingTiming> = self
+            .timings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        ready.into_iter().for_each(PendingTiming::report);
+    }
 }
 
 impl fmt::Debug for CudaQueue {
@@ -76,7 +155,9 @@ impl DeviceQueue for CudaQueue {
         self.gpu.bind("waiting for a stream")?;
         self.stream
             .synchronize()
-            .map_err(|e| self.gpu.driver_error("waiting for a stream", e))
+            .map_err(|e| self.gpu.driver_error("waiting for a stream", e))?;
+        self.report_all();
+        Ok(())
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -26,7 +26,7 @@ impl DeviceRuntime for CudaBackend {
             .ctx
             .new_stream()
             .map_err(|e| gpu.driver_error("creating a stream", e))?;
-        Ok(Some(Arc::new(CudaQueue { gpu, stream })))
+        Ok(Some(Arc::new(CudaQueue::new(gpu, stream))))
     }
 
     fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {

@@ -1,7 +1,10 @@
-//! `arrayjit bench --backend <gpu backend>`: f32 matrix products and the elementwise chain
-//! `relu(a*b+c)*d` on the backend's device 0, next to the device's own copy bandwidth (a
-//! device-to-device copy through the same backend: the memory limit the chain can reach) and,
-//! when installed, PyTorch on CUDA (cuBLAS for the products, TF32 off), all in one run.
+//! `arrayjit bench --backend <gpu backend>`: f32 matrix products, the elementwise chain
+//! `relu(a*b+c)*d` and the GPT demo's training step (batch 16 and 128) on the backend's device
+//! 0, next to the device's own copy bandwidth (a device-to-device copy through the same
+//! backend: the memory limit the chain can reach) and, when installed, PyTorch on CUDA (cuBLAS
+//! for the products, TF32 off; the same GPT and optimizer, eager and `torch.compile`), all in
+//! one run; and the GPT step's build time (compile and link) the first time in the process and
+//! again (cached).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -36,7 +39,32 @@ fn device_workloads(quick: bool, chain_m: usize) -> Vec<Workload> {
         work: 5.0 * 4.0 * n,
         rate: Rate::Bytes,
     });
+    for batch in GPT_BATCHES {
+        let mut config = workloads::gpt_config();
+        config.batch = batch;
+        out.push(Workload {
+            name: workloads::gpt_name(batch),
+            work: config.step_flops(),
+            rate: Rate::Flops,
+        });
+    }
     out
+}
+
+/// The GPT step's batches in the device table.
+const GPT_BATCHES: [usize; 2] = [16, 128];
+
+/// The GPT step's build (optimize, compile, link) on `backend` the first time in this process
+/// (from source unless the disk cache holds it) and again (cached), for the notes.
+fn gpt_build_times(backend: &Backend) -> Result<String> {
+    let first = workloads::gpt_trainer(backend)?.0.compile_and_link;
+    let again = workloads::gpt_trainer(backend)?.0.compile_and_link;
+    Ok(format!(
+        "GPT step b16 built (optimize, compile, link) in {:.2} s the first time in this process \
+         (compiled from source unless the disk cache held it), {:.0} ms again (cached)",
+        first.as_secs_f64(),
+        again.as_secs_f64() * 1e3
+    ))
 }
 
 /// The copy bandwidth of device 0 through the backend: read plus written bytes per second of
@@ -79,6 +107,10 @@ fn torch_peer(
         .iter()
         .filter_map(|w| w.name.strip_prefix("matmul ").map(str::to_string))
         .collect();
+    let batches: Vec<String> = list
+        .iter()
+        .filter_map(|w| workloads::gpt_batch(&w.name).map(|b| b.to_string()))
+        .collect();
     let python = python(config);
     let out = Command::new(&python)
         .arg(&script)
@@ -87,6 +119,8 @@ fn torch_peer(
             &sizes.join(","),
             "--chain-m",
             &chain_m.to_string(),
+            "--gpt-batches",
+            &batches.join(","),
         ])
         .output();
     let mut times = Vec::new();
@@ -169,6 +203,11 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
             on_device.map(|d| d.as_secs_f64()),
         )));
     }
+    let build = if list.iter().any(|w| workloads::gpt_batch(&w.name).is_some()) {
+        Some(gpt_build_times(&backend)?)
+    } else {
+        None
+    };
     let (peer, mut notes) = if config.no_peers {
         (Vec::new(), vec!["PyTorch not run (--no-peers)".to_string()])
     } else {
@@ -222,7 +261,23 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
          kernel time from the device's own timestamps (where the backend reads them). Ratios > 1 \
          mean arrayjit is faster."
     );
-    for n in refused.into_iter().chain(notes.drain(..)) {
+    // torch.compile's GPT steps, beside the eager ones in the table.
+    for (w, (secs, _)) in list
+        .iter()
+        .zip(&ours)
+        .filter_map(|(w, t)| t.as_ref().map(|t| (w, t)))
+        .filter(|(w, _)| workloads::gpt_batch(&w.name).is_some())
+    {
+        let compiled = format!("{} torch.compile", w.name);
+        if let Some((_, s)) = peer.iter().find(|(n, _)| *n == compiled) {
+            notes.push(format!(
+                "{compiled}: {:.3} ms; arrayjit / torch.compile = {:.2}×",
+                s * 1e3,
+                s / secs
+            ));
+        }
+    }
+    for n in refused.into_iter().chain(build).chain(notes.drain(..)) {
         let _ = writeln!(out, "note: {n}");
     }
     Ok(out)

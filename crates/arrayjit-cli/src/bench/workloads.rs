@@ -103,9 +103,28 @@ pub fn gpt_config() -> TrainerConfig {
     TrainerConfig::small(CharVocab::from_text(SONNETS).len())
 }
 
+/// The name of the GPT step's row at `batch` windows (the CPU table's [`GPT`] at 16).
+pub fn gpt_name(batch: usize) -> String {
+    format!("GPT step d128 L2 b{batch}")
+}
+
+/// The batch of a GPT step's row name, if `name` is one.
+pub fn gpt_batch(name: &str) -> Option<usize> {
+    name.strip_prefix("GPT step d128 L2 b")?.parse().ok()
+}
+
 /// The table's GPT, built, compiled and linked on `backend`, and one batch of the sonnets.
 pub fn gpt_trainer(backend: &Backend) -> Result<(GptTrainer, Vec<usize>, Vec<usize>)> {
-    let config = gpt_config();
+    gpt_trainer_with(backend, gpt_config().batch)
+}
+
+/// [`gpt_trainer`] at `batch` windows a step.
+pub fn gpt_trainer_with(
+    backend: &Backend,
+    batch: usize,
+) -> Result<(GptTrainer, Vec<usize>, Vec<usize>)> {
+    let mut config = gpt_config();
+    config.batch = batch;
     let data = CharVocab::from_text(SONNETS).encode(SONNETS)?;
     let (ids, targets) = gpt::batch(&data, config.batch, config.model.context, 0, 1)?;
     Ok((GptTrainer::new(backend, &config)?, ids, targets))
@@ -168,8 +187,8 @@ pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
         )?;
         return Ok(per_epoch / batches as u32);
     }
-    if name == GPT {
-        let (mut trainer, ids, targets) = gpt_trainer(backend)?;
+    if let Some(batch) = gpt_batch(name) {
+        let (mut trainer, ids, targets) = gpt_trainer_with(backend, batch)?;
         return median_time(
             || trainer.train_step(&ids, &targets).map(|_| ()),
             Duration::from_secs(2),
@@ -200,7 +219,7 @@ fn linked(backend: &Backend, name: &str) -> Result<(Stream, Routine)> {
 /// its device (GPU timestamps; see `RunStats::device_timed_runs`): `None` for the training
 /// steps (several routines) and on backends whose runs are timed by the host.
 pub fn device_time_workload(backend: &Backend, name: &str) -> Result<Option<Duration>> {
-    if name == MLP || name == GPT {
+    if name == MLP || gpt_batch(name).is_some() {
         return Ok(None);
     }
     let (stream, routine) = linked(backend, name)?;

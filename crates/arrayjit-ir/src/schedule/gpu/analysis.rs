@@ -9,7 +9,7 @@ use super::GridLoop;
 use crate::indexing::{AxisIndex, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::ops::BinOp;
-use crate::schedule::{iterations_independent, nest_iterations, split_accumulation};
+use crate::schedule::{iterations_independent, split_accumulation};
 use crate::tnode::Tnode;
 
 /// The grid of a statement: the loops whose iterations are independent, outermost first, and
@@ -298,9 +298,18 @@ pub fn longest_reduction(stmt: &LowLevel) -> u64 {
     }
     /// A local scope's steps: the loops around its assignments, all reducing into it.
     fn scopes(value: &ScalarExpr, best: &mut u64) {
+        fn steps(s: &LowLevel) -> u64 {
+            match s {
+                LowLevel::For { from, to, body, .. } => {
+                    ((to - from).max(0) as u64).saturating_mul(steps(body))
+                }
+                LowLevel::Seq(items) => items.iter().map(steps).max().unwrap_or(1),
+                _ => 1,
+            }
+        }
         value.visit_all(&mut |e| {
             if let ScalarExpr::LocalScope { body, .. } = e {
-                *best = (*best).max(nest_iterations(body));
+                *best = (*best).max(steps(body));
             }
         });
     }

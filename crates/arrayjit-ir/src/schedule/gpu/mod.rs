@@ -657,3 +657,6 @@ fn plan_pass_with(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
