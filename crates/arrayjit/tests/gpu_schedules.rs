@@ -297,19 +297,29 @@ fn the_tuning_sets_tiles_and_group_sizes_within_the_limits() {
         ),
         Some(16)
     );
-    // Groups of 64 where asked; never more than the device allows.
-    let zero_threads = |passes: &[(GpuPass, String)]| {
-        passes.iter().find_map(|(p, _)| match p {
-            GpuPass::Zero { threads, .. } => Some(*threads),
+    // Groups of 64 where asked; never more than the device allows (a pointwise pass over 64K
+    // elements, which groups of 256 still cover with 256 groups).
+    let grid_threads = |limits: GpuLimits, gpu_threads| {
+        let x = arrayjit::ir::Tnode::new(arrayjit::ir::Prec::F32, &[1 << 16], &["x"]).unwrap();
+        let y = arrayjit::ir::Tnode::new(arrayjit::ir::Prec::F32, &[1 << 16], &["y"]).unwrap();
+        let program = arrayjit::ir::Assignments::pointwise_unop(&y, arrayjit::ir::UnOp::Relu, &x);
+        let mut settings = OptimizeSettings::for_gpu(limits);
+        settings.schedule.tuning = ScheduleTuning {
+            gpu_threads,
+            ..ScheduleTuning::default()
+        };
+        let opt = optimize("relu", &[], &program, &settings).unwrap();
+        opt.schedules.iter().find_map(|s| match &s.kind {
+            ScheduleKind::Gpu(GpuPass::Grid { threads, .. }) => Some(*threads),
             _ => None,
         })
     };
-    assert_eq!(zero_threads(&tuned(cuda, Some(64), None)), Some(64));
+    assert_eq!(grid_threads(cuda, Some(64)), Some(64));
     let small = GpuLimits {
         max_group_invocations: 128,
         ..cuda
     };
-    assert_eq!(zero_threads(&tuned(small, Some(256), None)), Some(128));
+    assert_eq!(grid_threads(small, Some(256)), Some(128));
 }
 
 /// On a GPU backend the schedule search varies the tile and the group size (not the CPU's

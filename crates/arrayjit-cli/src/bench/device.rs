@@ -175,6 +175,15 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
         copy_bytes >> 20
     );
     let bandwidth = copy_bandwidth(&backend, copy_bytes)?;
+    // First, so that its first build is the process's first (where the step cannot be built
+    // here, its rows are left out below, and the note says why).
+    let build = list
+        .iter()
+        .any(|w| workloads::gpt_batch(&w.name).is_some())
+        .then(|| {
+            gpt_build_times(&backend)
+                .unwrap_or_else(|e| format!("GPT step build time not measured: {e}"))
+        });
     let mut ours = Vec::new();
     let mut refused = Vec::new();
     for w in &list {
@@ -203,11 +212,6 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
             on_device.map(|d| d.as_secs_f64()),
         )));
     }
-    let build = if list.iter().any(|w| workloads::gpt_batch(&w.name).is_some()) {
-        Some(gpt_build_times(&backend)?)
-    } else {
-        None
-    };
     let (peer, mut notes) = if config.no_peers {
         (Vec::new(), vec!["PyTorch not run (--no-peers)".to_string()])
     } else {

@@ -681,10 +681,13 @@ fn tiled<'a>(g: &'a Gemm, fused: bool, t: usize) -> Option<(u64, Vec<Stmt<'a>>)>
     };
     let mut start = position();
     start.push(assign(acc(), zero()));
-    start.push(Stmt::If(
-        in_c(),
-        vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
-    ));
+    // From the element's value, unless the product overwrites it (its zeroing absorbed).
+    if !g.overwrite {
+        start.push(Stmt::If(
+            in_c(),
+            vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
+        ));
+    }
     let mut load = vec![
         let_("aj_e", Ty::Int, thread_index() + var("aj_q") * TILE_THREADS),
         let_("aj_ar", Ty::Index, var("aj_tm") * t + var("aj_e") / D),

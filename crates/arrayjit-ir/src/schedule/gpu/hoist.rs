@@ -6,12 +6,15 @@
 //! into a local node of the routine, which the planner runs as a (grid) reduction or as a row
 //! pass's group reduction:
 //!
-//! - in a statement without loops: `t[] := 0; for i, j { t[] := t[] + x[i, j] }; loss[] :=
-//!   t[] * c` (scopes of at least [`HOIST_MIN_STEPS`] steps; the reduction then starts from
+//! - in a statement without loops: `t[0] := 0; for i, j { t[0] := t[0] + x[i, j] }; loss[] :=
+//!   t[0] * c` (scopes of at least [`HOIST_MIN_STEPS`] steps; the reduction then starts from
 //!   the constant, see [`super::gpu_schedules`]);
 //! - in a statement whose loops are all independent and give fewer points than fill the
 //!   device: the same per point, under the loops (`t` indexed by them), so that each point's
 //!   reduction runs on a group (scopes of at least [`super::ROW_MIN_WIDTH`] steps).
+//!
+//! The scopes of one statement share one local node, a slot each along its last axis, so the
+//! statement reads one array however many reductions it holds (a gradient norm sums dozens).
 //!
 //! **Rule.** The local holds what the scope's variable held, step by step, and the
 //! expression reads it where it read the scope: the same values, but for the regrouping the
@@ -96,9 +99,9 @@ fn scoped(e: &ScalarExpr) -> Option<Scoped<'_>> {
     })
 }
 
-/// The local node of a hoisted reduction: `dims` in precision `prec`.
-fn reduced_node(s: &Scoped<'_>, dims: &[usize]) -> Option<Tnode> {
-    let tn = Tnode::new(s.id.prec, dims, &["gpu_reduced"]).ok()?;
+/// The local node of a statement's hoisted reductions: `dims` in precision `prec`.
+fn reduced_node(prec: crate::prec::Prec, dims: &[usize]) -> Option<Tnode> {
+    let tn = Tnode::new(prec, dims, &["gpu_reduced"]).ok()?;
     tn.update_memory_mode(
         MemoryMode::Local,
         "a reduction hoisted out of an expression for a GPU pass",
@@ -138,8 +141,10 @@ fn hoisted_statements(s: &Scoped<'_>, t: &Tnode, idcs: &[AxisIndex]) -> [LowLeve
     [init, nest]
 }
 
-/// `value` with its scopes of at least `min_steps` steps replaced by reads of new local nodes
-/// of `dims` at `idcs`; the statements computing them go to `before`, the nodes to `made`.
+/// `value` with its scopes of at least `min_steps` steps replaced by reads of one new local
+/// node of `dims` and one more axis, a slot per scope (at `idcs` and the slot), so that the
+/// statement reads one array however many reductions it holds; the statements computing them
+/// go to `before`, the node to `made`.
 fn hoist_scopes(
     value: ScalarExpr,
     min_steps: u64,
@@ -148,17 +153,41 @@ fn hoist_scopes(
     before: &mut Vec<LowLevel>,
     made: &mut Vec<Tnode>,
 ) -> ScalarExpr {
-    value.map_bottom_up(&mut |e| {
-        let Some(s) = scoped(&e).filter(|s| s.steps() >= min_steps) else {
+    fn qualifies(e: &ScalarExpr, min_steps: u64) -> Option<Scoped<'_>> {
+        scoped(e).filter(|s| s.steps() >= min_steps)
+    }
+    // Bottom-up, as the replacement below goes: scopes inside scopes' bodies are not seen.
+    let mut scopes = Vec::new();
+    let value = value.map_bottom_up(&mut |e| {
+        if let Some(s) = qualifies(&e, min_steps) {
+            scopes.push(s.id.prec);
+        }
+        e
+    });
+    let Some(&prec) = scopes.first() else {
+        return value;
+    };
+    if scopes.iter().any(|&p| p != prec) {
+        return value;
+    }
+    let mut all_dims = dims.to_vec();
+    all_dims.push(scopes.len());
+    let Some(t) = reduced_node(prec, &all_dims) else {
+        return value;
+    };
+    let mut slot = 0i64;
+    let value = value.map_bottom_up(&mut |e| {
+        let Some(s) = qualifies(&e, min_steps) else {
             return e;
         };
-        let Some(t) = reduced_node(&s, dims) else {
-            return e;
-        };
-        before.extend(hoisted_statements(&s, &t, idcs));
-        made.push(t.clone());
-        ScalarExpr::Get(t, idcs.to_vec())
-    })
+        let mut at = idcs.to_vec();
+        at.push(AxisIndex::Fixed(slot));
+        slot += 1;
+        before.extend(hoisted_statements(&s, &t, &at));
+        ScalarExpr::Get(t.clone(), at)
+    });
+    made.push(t);
+    value
 }
 
 /// One top-level statement with its scoped reductions hoisted where the device calls for it

@@ -440,7 +440,9 @@ fn spread_threads(total: u64, limits: &GpuLimits, threads: u32) -> (u32, String)
 
 /// The GPU passes of a routine's top-level statements on a device of `limits` (each as
 /// [`gpu_schedule`]), where a reduction into an element that the statement before sets to a
-/// constant starts from the constant instead: that statement then runs nothing.
+/// constant starts from the constant instead, and a tiled product that writes every element of
+/// the node the statement before zeroes starts from zero (`Gemm::overwrite`): that statement
+/// then runs nothing.
 pub fn gpu_schedules(
     stmts: &[&LowLevel],
     limits: &GpuLimits,
@@ -451,6 +453,32 @@ pub fn gpu_schedules(
         .map(|s| gpu_schedule(s, limits, tuning))
         .collect();
     for i in 1..stmts.len() {
+        // A zeroing right before a tiled product that writes every element of the same node:
+        // the product starts its sums from zero instead of reading the node.
+        if let (LowLevel::ZeroOut(zeroed), ScheduleKind::Gpu(GpuPass::Tiles { gemm, .. })) =
+            (stmts[i - 1].unwrapped(), &schedules[i].kind)
+            && *zeroed == gemm.out
+            && gemm.covers_out
+            && matches!(
+                schedules[i - 1].kind,
+                ScheduleKind::Gpu(GpuPass::Zero { .. })
+            )
+        {
+            let (before, after) = schedules.split_at_mut(i);
+            if let ScheduleKind::Gpu(GpuPass::Tiles { gemm, .. }) = &mut after[0].kind {
+                gemm.overwrite = true;
+            }
+            after[0].why = format!(
+                "{}; its sums start from zero, as the zeroing before it asks",
+                after[0].why
+            );
+            before[i - 1] = Schedule {
+                kind: ScheduleKind::Gpu(GpuPass::Nothing),
+                why: "the tiled product after it writes every element from zero".into(),
+                parallel: None,
+            };
+            continue;
+        }
         let LowLevel::Set {
             tn,
             idcs,
