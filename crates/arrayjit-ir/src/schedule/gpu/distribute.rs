@@ -140,11 +140,61 @@ pub fn restructure(
         distribute_into(s, None, limits, threads, &mut distributed);
     }
     let (out, made) = super::hoist::hoist_reductions(distributed, limits, threads);
-    let (stmts, notes): (Vec<LowLevel>, Vec<Option<String>>) = out.into_iter().unzip();
+    let (stmts, notes): (Vec<LowLevel>, Vec<Option<String>>) =
+        merge_scalar_runs(out).into_iter().unzip();
     let code = match stmts.len() {
         0 => LowLevel::Noop,
         1 => stmts.into_iter().next().unwrap_or(LowLevel::Noop),
         _ => LowLevel::Seq(stmts),
     };
     (code, notes, made)
+}
+
+/// Whether a statement is one assignment without loops (none in its value either): one
+/// invocation runs it in a few operations.
+fn is_scalar(stmt: &LowLevel) -> bool {
+    match stmt.unwrapped() {
+        LowLevel::Set { value, .. } => {
+            let mut scoped = false;
+            value.visit_all(&mut |e| {
+                scoped |= matches!(e, crate::low_level::ScalarExpr::LocalScope { .. })
+            });
+            !scoped
+        }
+        _ => false,
+    }
+}
+
+/// Runs of consecutive assignments without loops (an optimizer's scalar factors, computed
+/// between the passes that use them) become one statement, a loop of one iteration around
+/// them, so that one pass runs them in order instead of a launch each.
+fn merge_scalar_runs(stmts: Vec<(LowLevel, Option<String>)>) -> Vec<(LowLevel, Option<String>)> {
+    let mut out: Vec<(LowLevel, Option<String>)> = Vec::with_capacity(stmts.len());
+    let mut run: Vec<LowLevel> = Vec::new();
+    let flush = |run: &mut Vec<LowLevel>, out: &mut Vec<(LowLevel, Option<String>)>| match run.len()
+    {
+        0 => {}
+        1 => out.push((run.remove(0), None)),
+        n => out.push((
+            LowLevel::For {
+                index: Symbol::fresh(),
+                from: 0,
+                to: 1,
+                body: Box::new(LowLevel::Seq(std::mem::take(run))),
+            },
+            Some(format!(
+                "{n} consecutive assignments without loops run together, in order"
+            )),
+        )),
+    };
+    for (s, note) in stmts {
+        if note.is_none() && is_scalar(&s) {
+            run.push(s);
+        } else {
+            flush(&mut run, &mut out);
+            out.push((s, note));
+        }
+    }
+    flush(&mut run, &mut out);
+    out
 }
