@@ -43,6 +43,9 @@ pub(crate) struct KernelRenderer<'a> {
     /// `locals`, which also holds accumulator lanes that come and go.
     pub(crate) local_counter: usize,
     pub(crate) routine: String,
+    /// Nodes whose name points at the one element the kernel uses (every access is at the same
+    /// constant indices): their offset is 0.
+    pub(crate) element_views: std::collections::HashSet<usize>,
 }
 
 /// A comment with user text made harmless.
@@ -106,6 +109,9 @@ impl KernelRenderer<'_> {
 
     /// The flat storage offset of a logical index.
     pub(crate) fn offset(&self, tn: &Tnode, idcs: &[AxisIndex]) -> Result<String> {
+        if self.element_views.contains(&tn.id()) {
+            return Ok("0".into());
+        }
         self.affine(&tn.flat_index(idcs))
     }
 

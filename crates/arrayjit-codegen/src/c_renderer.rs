@@ -127,6 +127,7 @@ fn render_kernel(
         locals: HashMap::new(),
         local_counter: 0,
         routine: r.name.clone(),
+        element_views: Default::default(),
     };
     let mut out = String::new();
     let mut vars: Vec<(String, String)> = Vec::new();

@@ -323,6 +323,7 @@ fn render_routine(
             locals: HashMap::new(),
             local_counter: 0,
             routine: r.name.clone(),
+            element_views: binding.views.clone(),
         };
         for (shape, threads, why, body) in render_pass(&mut k, stmt.unwrapped(), sched)? {
             let bounds = if shape == PassShape::Single {
@@ -373,6 +374,8 @@ struct PassBinding {
     /// holds (none for the merge buffer).
     args: Vec<(usize, usize, Option<Tnode>)>,
     statics: Vec<usize>,
+    /// Locals bound at their one element (their accesses render at offset 0).
+    views: std::collections::HashSet<usize>,
 }
 
 impl PassBinding {
@@ -408,13 +411,29 @@ impl PassBinding {
             }
             next += 1;
         }
-        // Each local the pass uses: its slice of the scratch buffer.
-        args.extend(
-            locals
-                .iter()
-                .filter(|(tn, _)| used.contains(&tn.id()))
-                .map(|(tn, offset)| (next, *offset, Some(tn.clone()))),
-        );
+        // Each local the pass uses: its slice of the scratch buffer, or the one element of it
+        // that every access reads or writes (so that passes on other elements print the same).
+        let mut views = std::collections::HashSet::new();
+        for (tn, offset) in locals.iter().filter(|(tn, _)| used.contains(&tn.id())) {
+            let element = match sched {
+                Some(Schedule {
+                    kind: ScheduleKind::Gpu(GpuPass::GridReduction { partials, .. }),
+                    ..
+                }) if partials == tn => None,
+                _ => single_element(stmt, tn),
+            };
+            match element {
+                Some(e) => {
+                    views.insert(tn.id());
+                    args.push((
+                        next,
+                        offset + e * tn.prec().size_in_bytes(),
+                        Some(tn.clone()),
+                    ));
+                }
+                None => args.push((next, *offset, Some(tn.clone()))),
+            }
+        }
         let symbols = stmt.index_symbols();
         let statics = r
             .bindings
@@ -423,7 +442,44 @@ impl PassBinding {
             .filter(|(_, s)| symbols.contains(&s.symbol))
             .map(|(pos, _)| pos)
             .collect();
-        PassBinding { args, statics }
+        PassBinding {
+            args,
+            statics,
+            views,
+        }
+    }
+}
+
+/// The element of `tn` that every access of `stmt` reads or writes, where they all use the
+/// same constant indices.
+fn single_element(stmt: &LowLevel, tn: &Tnode) -> Option<usize> {
+    let mut at: Option<Vec<AxisIndex>> = None;
+    let mut same = true;
+    let mut see = |idcs: &[AxisIndex]| match &at {
+        Some(a) => same &= a.as_slice() == idcs,
+        None => at = Some(idcs.to_vec()),
+    };
+    stmt.visit(&mut |s| {
+        if let LowLevel::Set { tn: t, idcs, .. } = s
+            && t == tn
+        {
+            see(idcs);
+        }
+    });
+    stmt.visit_exprs(&mut |e| {
+        if let ScalarExpr::Get(t, idcs) | ScalarExpr::GetMerge(t, idcs) = e
+            && t == tn
+        {
+            see(idcs);
+        }
+    });
+    let at = at.filter(|_| same)?;
+    if !at.iter().all(|i| matches!(i, AxisIndex::Fixed(_))) {
+        return None;
+    }
+    match tn.flat_index(&at) {
+        AxisIndex::Fixed(e) => usize::try_from(e).ok(),
+        _ => None,
     }
 }
 

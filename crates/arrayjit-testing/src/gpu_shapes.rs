@@ -1,8 +1,8 @@
 //! Programs for the GPU planner's shapes in the conformance corpus: a sum of squares and a
 //! maximum over two loops into one element, long enough for a two-phase grid reduction; a
 //! mean whose sum is inlined into the scaling (a reduction inside an expression, hoisted into
-//! an accumulation of its own); and softmax over the rows of a batch of heads, fused under the
-//! batch loop (distributed, or run as row passes).
+//! an accumulation of its own), and two such sums in one expression; and softmax over the rows
+//! of a batch of heads, fused under the batch loop (distributed, or run as row passes).
 
 use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, UnOp};
 
@@ -70,6 +70,43 @@ fn mean_with_an_inlined_sum() -> Result<Case> {
     Ok(case("mean_with_an_inlined_sum", program, vec![mean]))
 }
 
+/// `Σ x · a + Σ y · b` of two arrays of different shapes: two sums inlined into one expression
+/// (hoisted into two slots of one local node).
+fn two_inlined_sums() -> Result<Case> {
+    let x = values(&[40, 70], "x", 4)?;
+    let y = values(&[3, 500], "y", 5)?;
+    let (sx, sy) = (
+        Tnode::new(Prec::F32, &[], &["sx"])?,
+        Tnode::new(Prec::F32, &[], &["sy"])?,
+    );
+    let (a, b) = (
+        Tnode::new(Prec::F32, &[], &["a"])?,
+        Tnode::new(Prec::F32, &[], &["b"])?,
+    );
+    a.set_values(&[0.25])?;
+    b.set_values(&[-1.5])?;
+    let (ax, by) = (
+        Tnode::new(Prec::F32, &[], &["ax"])?,
+        Tnode::new(Prec::F32, &[], &["by"])?,
+    );
+    let total = output(Prec::F32, &[], "weighted_total")?;
+    let sum = |t: &Tnode, x: Tnode| {
+        Assignments::einsum(
+            "ij->",
+            BinOp::Add,
+            t,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(x)),
+            true,
+        )
+    };
+    let program = sum(&sx, x)?
+        .then(sum(&sy, y)?)
+        .then(Assignments::pointwise_binop(&ax, BinOp::Mul, &sx, &a))
+        .then(Assignments::pointwise_binop(&by, BinOp::Mul, &sy, &b))
+        .then(Assignments::pointwise_binop(&total, BinOp::Add, &ax, &by));
+    Ok(case("two_inlined_sums", program, vec![total]))
+}
+
 /// Softmax over the rows of `[3, 5, 70]` (a batch of heads' rows).
 fn batched_softmax() -> Result<Case> {
     let x = values(&[3, 5, 70], "x", 3)?;
@@ -114,6 +151,7 @@ pub fn gpu_shape_cases() -> Result<Vec<Case>> {
     Ok(vec![
         long_reductions_into_one_element()?,
         mean_with_an_inlined_sum()?,
+        two_inlined_sums()?,
         batched_softmax()?,
     ])
 }
