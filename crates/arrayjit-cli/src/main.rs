@@ -2,6 +2,7 @@
 //! small program, lists backends and devices, and runs the benchmark table. `--trace FILE`
 //! records a timeline of any of them for Perfetto.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,6 +16,7 @@ mod bench;
 mod moons;
 
 use clap::parser::ValueSource;
+
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -358,11 +360,15 @@ fn plan(
         if !name.contains(only) {
             continue;
         }
-        if summary {
-            let text = plan.to_string();
-            println!("{}", text.lines().next().unwrap_or_default());
+        let text = plan.to_string();
+        let shown = if summary {
+            text.lines().next().unwrap_or_default()
         } else {
-            println!("{plan}");
+            text.as_str()
+        };
+        // A closed pipe (`| head`) ends the listing quietly.
+        if writeln!(std::io::stdout(), "{shown}").is_err() {
+            return Ok(());
         }
         chosen.push((optimized, optimize));
     }
