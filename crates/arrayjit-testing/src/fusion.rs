@@ -26,20 +26,33 @@ fn fractions(prec: Prec, dims: &[usize], label: &str, seed: usize) -> Result<Tno
 /// `softmax(x)` over the rows of `x` (`[rows, len]`), as four passes.
 fn softmax_rows(prec: Prec, rows: usize, len: usize, k: usize) -> Result<(Assignments, Tnode)> {
     let x = fractions(prec, &[rows, len], "x", k)?;
-    let max = Tnode::new(prec, &[rows], &["row_max"])?;
-    let shifted = Tnode::new(prec, &[rows, len], &["shifted"])?;
-    let e = Tnode::new(prec, &[rows, len], &["e"])?;
-    let total = Tnode::new(prec, &[rows], &["row_sum"])?;
-    let y = output(prec, &[rows, len], &format!("softmax{k}"))?;
+    softmax_over_last_axis(x, &format!("softmax{k}"))
+}
+
+/// `softmax(x)` over the last axis of `x` (its other axes are the rows), as four passes
+/// (maximum, shifted exponentials, sum, division), into a hosted result labelled `label`.
+pub(crate) fn softmax_over_last_axis(x: Tnode, label: &str) -> Result<(Assignments, Tnode)> {
+    let prec = x.prec();
+    let dims = x.dims().to_vec();
+    let rows = &dims[..dims.len().saturating_sub(1)];
+    // Einsum specs: one letter per row axis (a, b, ...), then j for the last axis.
+    let row_axes: String = (0..rows.len()).map(|i| (b'a' + i as u8) as char).collect();
+    let reduce = format!("{row_axes}j->{row_axes}");
+    let broadcast = format!("{row_axes}j,{row_axes}->{row_axes}j");
+    let max = Tnode::new(prec, rows, &["row_max"])?;
+    let shifted = Tnode::new(prec, &dims, &["shifted"])?;
+    let e = Tnode::new(prec, &dims, &["e"])?;
+    let total = Tnode::new(prec, rows, &["row_sum"])?;
+    let y = output(prec, &dims, label)?;
     let program = Assignments::einsum(
-        "ij->i",
+        &reduce,
         BinOp::Max,
         &max,
         AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone())),
         true,
     )?
     .then(Assignments::einsum(
-        "ij,i->ij",
+        &broadcast,
         BinOp::Arg2,
         &shifted,
         AccumRhs::Binop(BinOp::Sub, Operand::Node(x), Operand::Node(max)),
@@ -47,14 +60,14 @@ fn softmax_rows(prec: Prec, rows: usize, len: usize, k: usize) -> Result<(Assign
     )?)
     .then(Assignments::pointwise_unop(&e, UnOp::Exp, &shifted))
     .then(Assignments::einsum(
-        "ij->i",
+        &reduce,
         BinOp::Add,
         &total,
         AccumRhs::Unop(UnOp::Identity, Operand::Node(e.clone())),
         true,
     )?)
     .then(Assignments::einsum(
-        "ij,i->ij",
+        &broadcast,
         BinOp::Arg2,
         &y,
         AccumRhs::Binop(BinOp::Div, Operand::Node(e), Operand::Node(total)),

@@ -110,39 +110,7 @@ fn two_inlined_sums() -> Result<Case> {
 /// Softmax over the rows of `[3, 5, 70]` (a batch of heads' rows).
 fn batched_softmax() -> Result<Case> {
     let x = values(&[3, 5, 70], "x", 3)?;
-    let max = Tnode::new(Prec::F32, &[3, 5], &["row_max"])?;
-    let e = Tnode::new(Prec::F32, &[3, 5, 70], &["e"])?;
-    let total = Tnode::new(Prec::F32, &[3, 5], &["row_sum"])?;
-    let y = output(Prec::F32, &[3, 5, 70], "batched_softmax")?;
-    let program = Assignments::einsum(
-        "bhj->bh",
-        BinOp::Max,
-        &max,
-        AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone())),
-        true,
-    )?
-    .then(Assignments::einsum(
-        "bhj,bh->bhj",
-        BinOp::Arg2,
-        &e,
-        AccumRhs::Binop(BinOp::Sub, Operand::Node(x), Operand::Node(max)),
-        false,
-    )?)
-    .then(Assignments::pointwise_unop(&e, UnOp::Exp, &e))
-    .then(Assignments::einsum(
-        "bhj->bh",
-        BinOp::Add,
-        &total,
-        AccumRhs::Unop(UnOp::Identity, Operand::Node(e.clone())),
-        true,
-    )?)
-    .then(Assignments::einsum(
-        "bhj,bh->bhj",
-        BinOp::Arg2,
-        &y,
-        AccumRhs::Binop(BinOp::Div, Operand::Node(e), Operand::Node(total)),
-        false,
-    )?);
+    let (program, y) = super::fusion::softmax_over_last_axis(x, "batched_softmax")?;
     Ok(case("batched_softmax", program, vec![y]))
 }
 

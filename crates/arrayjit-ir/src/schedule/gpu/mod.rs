@@ -464,19 +464,15 @@ pub fn gpu_schedules(
                 ScheduleKind::Gpu(GpuPass::Zero { .. })
             )
         {
-            let (before, after) = schedules.split_at_mut(i);
-            if let ScheduleKind::Gpu(GpuPass::Tiles { gemm, .. }) = &mut after[0].kind {
+            if let ScheduleKind::Gpu(GpuPass::Tiles { gemm, .. }) = &mut schedules[i].kind {
                 gemm.overwrite = true;
             }
-            after[0].why = format!(
-                "{}; its sums start from zero, as the zeroing before it asks",
-                after[0].why
+            absorb(
+                &mut schedules,
+                i,
+                "its sums start from zero, as the zeroing before it asks",
+                "the tiled product after it writes every element from zero",
             );
-            before[i - 1] = Schedule {
-                kind: ScheduleKind::Gpu(GpuPass::Nothing),
-                why: "the tiled product after it writes every element from zero".into(),
-                parallel: None,
-            };
             continue;
         }
         let LowLevel::Set {
@@ -493,24 +489,30 @@ pub fn gpu_schedules(
         if r.tn != tn || r.idcs != idcs.as_slice() {
             continue;
         }
-        let (before, after) = schedules.split_at_mut(i);
         if let ScheduleKind::Gpu(
             GpuPass::Reduction { start, .. } | GpuPass::GridReduction { start, .. },
-        ) = &mut after[0].kind
+        ) = &mut schedules[i].kind
         {
             *start = Some(*c);
-            after[0].why = format!(
-                "{}; it starts from {c}, set by the statement before",
-                after[0].why
+            absorb(
+                &mut schedules,
+                i,
+                &format!("it starts from {c}, set by the statement before"),
+                "the reduction after it starts from the constant it sets",
             );
-            before[i - 1] = Schedule {
-                kind: ScheduleKind::Gpu(GpuPass::Nothing),
-                why: "the reduction after it starts from the constant it sets".into(),
-                parallel: None,
-            };
         }
     }
     schedules
+}
+
+/// Statement `i - 1`'s work is done by statement `i`: it runs nothing, and both say why.
+fn absorb(schedules: &mut [Schedule], i: usize, taken: &str, given: &str) {
+    schedules[i].why = format!("{}; {taken}", schedules[i].why);
+    schedules[i - 1] = Schedule {
+        kind: ScheduleKind::Gpu(GpuPass::Nothing),
+        why: given.to_string(),
+        parallel: None,
+    };
 }
 
 /// The GPU pass of one top-level statement on a device of `limits`, with why.
