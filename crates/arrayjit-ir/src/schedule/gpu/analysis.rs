@@ -45,7 +45,14 @@ pub fn grid_loops(stmt: &LowLevel) -> (Vec<GridLoop>, Cow<'_, LowLevel>) {
         }
         return (grid, rest);
     }
-    let mut grid = Vec::new();
+    let (grid, inner) = independent_prefix(stmt);
+    (grid, Cow::Borrowed(inner))
+}
+
+/// The outermost loops of a statement whose iterations are independent (and not empty), each
+/// directly inside the one before, and the statement under them.
+pub(super) fn independent_prefix(stmt: &LowLevel) -> (Vec<GridLoop>, &LowLevel) {
+    let mut loops = Vec::new();
     let mut cur = stmt;
     while let LowLevel::For {
         index,
@@ -57,14 +64,14 @@ pub fn grid_loops(stmt: &LowLevel) -> (Vec<GridLoop>, Cow<'_, LowLevel>) {
         if to <= from || !iterations_independent(body, *index) {
             break;
         }
-        grid.push(GridLoop {
+        loops.push(GridLoop {
             iter: *index,
             from: *from,
             to: *to,
         });
         cur = body.unwrapped();
     }
-    (grid, Cow::Borrowed(cur))
+    (loops, cur)
 }
 
 /// Iterations of a grid: the product of its loops' extents.

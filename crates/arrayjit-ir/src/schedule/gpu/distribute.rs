@@ -11,31 +11,17 @@
 //! which the earlier nest has written by then, and nothing a later statement writes is read by
 //! an earlier statement of another iteration.
 
-use super::analysis::{RowItem, grid_loops, grid_total, row_items};
+use super::analysis::{RowItem, grid_loops, grid_total, independent_prefix, row_items};
 use super::{GpuLimits, ROW_MIN_WIDTH};
 use crate::indexing::Symbol;
 use crate::low_level::LowLevel;
-use crate::schedule::{ScheduleTuning, iterations_independent};
+use crate::schedule::ScheduleTuning;
 
 /// The statements of a nest whose outer loops are independent and whose body (under them) is
 /// a sequence, each under the same loops: `for i { a; b }` → `for i { a }`, `for i { b }`.
 /// `None` for any other statement (see the module's rule for why this is legal).
 pub fn distribute_loop(stmt: &LowLevel) -> Option<Vec<LowLevel>> {
-    let mut loops: Vec<(Symbol, i64, i64)> = Vec::new();
-    let mut cur = stmt.unwrapped();
-    while let LowLevel::For {
-        index,
-        from,
-        to,
-        body,
-    } = cur
-    {
-        if !iterations_independent(body, *index) {
-            break;
-        }
-        loops.push((*index, *from, *to));
-        cur = body.unwrapped();
-    }
+    let (loops, cur) = independent_prefix(stmt.unwrapped());
     let LowLevel::Seq(items) = cur else {
         return None;
     };
@@ -53,10 +39,10 @@ pub fn distribute_loop(stmt: &LowLevel) -> Option<Vec<LowLevel>> {
                 loops
                     .iter()
                     .rev()
-                    .fold(item.clone(), |body, &(index, from, to)| LowLevel::For {
-                        index,
-                        from,
-                        to,
+                    .fold(item.clone(), |body, l| LowLevel::For {
+                        index: l.iter,
+                        from: l.from,
+                        to: l.to,
                         body: Box::new(body),
                     })
             })
