@@ -47,6 +47,10 @@ pub struct DeviceInfo {
     pub memory_bytes: u64,
     /// Precisions kernels on the device may compute in.
     pub precisions: Vec<Prec>,
+    /// The device multiplies warp-level matrix fragments (NVIDIA tensor cores through
+    /// `mma.sync`, compute capability 8.0 or later; the CUDA emulation): see
+    /// [`GpuLimits::matrix_units`].
+    pub matrix_units: bool,
 }
 
 impl DeviceInfo {
@@ -65,6 +69,7 @@ impl DeviceInfo {
             cache_bytes: cpu.cache_bytes,
             memory_bytes: host_memory_bytes(),
             precisions: Prec::ALL.to_vec(),
+            matrix_units: false,
         }
     }
 
@@ -105,6 +110,7 @@ impl DeviceInfo {
             max_shared_bytes: self.max_shared_bytes,
             subgroup_size: u32::try_from(self.subgroup_size).unwrap_or(0),
             compute_units: self.compute_units,
+            matrix_units: self.matrix_units,
         });
         ScheduleSettings {
             gpu,

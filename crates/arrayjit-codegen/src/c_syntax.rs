@@ -90,6 +90,9 @@ pub enum Helper {
     Bin(BinOp, Prec),
     /// The random op's uniform value (`arrayjit_ir::random::device_uniform`), as `float`.
     PhiloxUniform,
+    /// CUDA's matrix-unit operations (`ldmatrix`, `mma.sync`, TF32 rounding) as inline PTX,
+    /// for NVRTC; the CUDA emulation's header defines its own (warp-collective) versions.
+    MatrixUnits,
 }
 
 fn int_limits(p: Prec) -> (String, String) {
@@ -507,6 +510,7 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
   return (uint16_t)(x >> 16);
 }}"
         ),
+        Helper::MatrixUnits => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", matrix_units(pre)),
         // Philox4x32-10 (the rounds of `arrayjit_ir::random::Philox::block_with`); 24 bits of
         // the first word scaled to [0, 1), exact in float.
         Helper::PhiloxUniform => format!(
@@ -592,4 +596,53 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
             )
         }
     }
+}
+
+/// The matrix-unit operations of the CUDA kernels as inline PTX (sm_80 and later): fragment
+/// loads from shared memory (`ldmatrix .x4`, plain and transposed), `m16n8k16` products of
+/// `bf16` and `f16` fragments and `m16n8k8` products of TF32 ones, accumulating into four
+/// `f32` values, and `f32` to TF32 rounding (to nearest, ties away from zero).
+fn matrix_units(pre: &str) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{pre} uint32_t aj_shared_address(const void *p) {{
+  uint32_t a;
+  asm(\"{{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }}\" : \"=r\"(a) : \"l\"(p));
+  return a;
+}}
+"
+    ));
+    for (name, trans) in [("aj_ldmatrix_x4", ""), ("aj_ldmatrix_x4_trans", ".trans")] {
+        out.push_str(&format!(
+            "{pre} void {name}(uint32_t *r, const void *p) {{
+  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{%0, %1, %2, %3}}, [%4];\"
+               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(aj_shared_address(p)));
+}}
+"
+        ));
+    }
+    for (kind, shape) in [
+        ("bf16", "m16n8k16"),
+        ("f16", "m16n8k16"),
+        ("tf32", "m16n8k8"),
+    ] {
+        out.push_str(&format!(
+            "{pre} void aj_mma_{kind}(float *d, const uint32_t *a, const uint32_t *b) {{
+  asm volatile(\"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32 {{%0, %1, %2, %3}}, \"
+               \"{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\"
+               : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])
+               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));
+}}
+"
+        ));
+    }
+    out.push_str(&format!(
+        "{pre} uint32_t aj_tf32(float f) {{
+  uint32_t r;
+  asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : \"f\"(f));
+  return r;
+}}
+"
+    ));
+    out
 }

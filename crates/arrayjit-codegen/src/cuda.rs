@@ -29,13 +29,13 @@ use std::fmt::Write as _;
 use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
-    AxisIndex, BinOp, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
+    AxisIndex, BinOp, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
 };
 
 use crate::c_kernel::KernelRenderer;
 use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
 use crate::gpu_dialect::{CUDA as DIALECT, GpuDialect, gpu_pass};
-use crate::gpu_kernel::{self, Barrier, KernelDialect, PassShape, Ty};
+use crate::gpu_kernel::{self, Barrier, KernelDialect, MatrixOp, PassShape, Ty};
 use crate::kernel::KernelInterface;
 
 /// Lines every CUDA file starts with: NVRTC has no standard headers.
@@ -517,6 +517,8 @@ impl KernelDialect for CudaDialect<'_, '_> {
             Ty::Int => "int",
             Ty::Index => "long long",
             Ty::Compute(p) => c_compute_type(p.compute_prec()),
+            Ty::Word => "uint32_t",
+            Ty::Half => "uint16_t",
         }
     }
 
@@ -538,8 +540,9 @@ impl KernelDialect for CudaDialect<'_, '_> {
     }
 
     fn shared_array(&mut self, name: &str, ty: Ty, len: usize) -> Result<Option<String>> {
+        // 16-byte aligned: fragment loads read 16-byte rows.
         Ok(Some(DIALECT.shared_array(
-            self.ty(ty),
+            &format!("__align__(16) {}", self.ty(ty)),
             name,
             &len.to_string(),
         )))
@@ -636,5 +639,34 @@ impl KernelDialect for CudaDialect<'_, '_> {
 
     fn ir_stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
         self.0.stmt(s, depth, out)
+    }
+
+    fn bits(&mut self, name: &str, offset: &str) -> String {
+        format!("{name}[{offset}]")
+    }
+
+    fn tf32(&mut self, value: &str) -> Result<String> {
+        self.0.helpers.insert(Helper::MatrixUnits);
+        Ok(format!("aj_tf32({value})"))
+    }
+
+    fn matrix(&mut self, op: &MatrixOp<'_>, places: &[String]) -> Result<String> {
+        self.0.helpers.insert(Helper::MatrixUnits);
+        Ok(match (op, places) {
+            (MatrixOp::Load { trans, .. }, [words, row]) => format!(
+                "aj_ldmatrix_x4{}(&{words}, &{row});",
+                if *trans { "_trans" } else { "" }
+            ),
+            (MatrixOp::Multiply { kind, .. }, [acc, a, b]) => {
+                format!("aj_mma_{}(&{acc}, &{a}, &{b});", kind.name())
+            }
+            _ => {
+                return Err(Error::Render {
+                    routine: self.0.routine.clone(),
+                    language: "CUDA C".into(),
+                    detail: "a matrix operation with the wrong number of operands".into(),
+                });
+            }
+        })
     }
 }

@@ -12,8 +12,15 @@
  * - Warp shuffles exchange values through a per-block table, between two yields, so every lane
  *   of the warp has written before any reads.
  *
+ * - Matrix-unit operations (`ldmatrix`, `mma.sync`) are warp collectives on the same table:
+ *   each lane publishes its operands (a row address, its fragment words), and after every lane
+ *   of the warp has, each computes its own results from the lanes that hold them, in the
+ *   fragment layouts of the PTX ISA. A fragment product adds its terms in the order of `k`
+ *   (the hardware's order is its own: results agree to f32 rounding of the sums).
+ *
  * Floats follow the host's IEEE arithmetic without contraction (compiled with
  * -ffp-contract=off, as NVRTC runs with --fmad=false). */
+#define AJ_CUDA_EMULATION 1
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -25,7 +32,8 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static thread_local
 #define __restrict__ __restrict
 
@@ -57,7 +65,8 @@ struct aj_block {
   aj_fiber *fibers;
   unsigned current;
   unsigned threads;
-  unsigned long long *exchange; /* one slot per thread, for warp shuffles */
+  unsigned long long *exchange; /* one slot per thread for warp shuffles, then four per thread
+                                   for matrix operations */
   aj_thunk thunk;
   void *const *args;
   const long long *statics;
@@ -106,6 +115,118 @@ static inline T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
   return result;
 }
 
+/* The running lane's four matrix-operation slots, the warp's first lane, and the lane. */
+static inline unsigned long long *aj_matrix_slots(unsigned *base, unsigned *lane) {
+  aj_block *b = aj_running_block;
+  unsigned linear = b->current;
+  *lane = linear % 32u;
+  *base = linear - *lane;
+  return b->exchange + b->threads;
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane 8i + r gives row r of matrix i;
+ * word i of each lane is row lane / 4 of matrix i, elements 2 (lane % 4) and the next (the
+ * lower one in the low half); transposed, column lane / 4, rows 2 (lane % 4) and the next. */
+static inline void aj_ldmatrix_any(uint32_t *r, const void *p, int trans) {
+  unsigned base, lane;
+  unsigned long long *x = aj_matrix_slots(&base, &lane);
+  x[4 * (base + lane)] = (unsigned long long)(uintptr_t)p;
+  aj_yield(AJ_AT_WARP); /* every lane has given its row */
+  for (unsigned i = 0; i < 4; ++i) {
+    const uint16_t *row0, *row1;
+    unsigned c0, c1;
+    if (!trans) {
+      row0 = row1 = (const uint16_t *)(uintptr_t)x[4 * (base + 8 * i + lane / 4)];
+      c0 = 2 * (lane % 4);
+      c1 = c0 + 1;
+    } else {
+      row0 = (const uint16_t *)(uintptr_t)x[4 * (base + 8 * i + 2 * (lane % 4))];
+      row1 = (const uint16_t *)(uintptr_t)x[4 * (base + 8 * i + 2 * (lane % 4) + 1)];
+      c0 = c1 = lane / 4;
+    }
+    r[i] = (uint32_t)row0[c0] | ((uint32_t)row1[c1] << 16);
+  }
+  aj_yield(AJ_AT_WARP); /* every lane has read */
+}
+static inline void aj_ldmatrix_x4(uint32_t *r, const void *p) { aj_ldmatrix_any(r, p, 0); }
+static inline void aj_ldmatrix_x4_trans(uint32_t *r, const void *p) { aj_ldmatrix_any(r, p, 1); }
+
+static inline float aj_emu_bits_to_float(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* The value of a 16-bit element: bf16 (kind 0) or IEEE half (kind 1). */
+static inline float aj_emu_half(uint32_t h, int kind) {
+  if (kind == 0) return aj_emu_bits_to_float(h << 16);
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+  if (exp == 0x1fu) bits = sign | 0x7f800000u | (mant << 13);
+  else if (exp != 0) bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  else if (mant == 0) bits = sign;
+  else {
+    uint32_t e = 0;
+    while (!(mant & 0x400u)) { mant <<= 1; e++; }
+    bits = sign | ((113u - e) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  return aj_emu_bits_to_float(bits);
+}
+
+/* mma.sync.aligned.{m16n8k16 (kind 0: bf16, 1: f16), m16n8k8 (kind 2: tf32)}.row.col.f32:
+ * d[0..4] += A · B on the warp's fragments. Lane l (group g = l / 4, t = l % 4) holds
+ * - 16-bit A: words (row g, k 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8), two elements each;
+ *   B: words (k 2t, col g), (2t + 8, g);
+ * - TF32 A: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B: (t, g), (t + 4, g);
+ * - D: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). */
+static inline void aj_mma_any(float *d, const uint32_t *a, const uint32_t *b, int kind) {
+  unsigned base, lane;
+  unsigned long long *x = aj_matrix_slots(&base, &lane);
+  unsigned long long *mine = x + 4 * (base + lane);
+  mine[0] = (unsigned long long)a[0] | ((unsigned long long)a[1] << 32);
+  mine[1] = (unsigned long long)a[2] | ((unsigned long long)a[3] << 32);
+  mine[2] = (unsigned long long)b[0] | ((unsigned long long)b[1] << 32);
+  aj_yield(AJ_AT_WARP); /* every lane has given its fragments */
+  unsigned depth = kind == 2 ? 8u : 16u;
+  float out[4];
+  for (unsigned e = 0; e < 4; ++e) {
+    unsigned row = lane / 4 + 8 * (e / 2), col = 2 * (lane % 4) + e % 2;
+    float acc = d[e];
+    for (unsigned k = 0; k < depth; ++k) {
+      float av, bv;
+      if (kind == 2) {
+        unsigned aw = (k >= 4 ? 2u : 0u) + (row >= 8 ? 1u : 0u), bw = k >= 4 ? 1u : 0u;
+        unsigned long long *al = x + 4 * (base + (row % 8) * 4 + k % 4);
+        unsigned long long *bl = x + 4 * (base + col * 4 + k % 4);
+        av = aj_emu_bits_to_float((uint32_t)(al[aw / 2] >> (32 * (aw % 2))));
+        bv = aj_emu_bits_to_float((uint32_t)(bl[2] >> (32 * bw)));
+      } else {
+        unsigned aw = (k >= 8 ? 2u : 0u) + (row >= 8 ? 1u : 0u), bw = k >= 8 ? 1u : 0u;
+        unsigned long long *al = x + 4 * (base + (row % 8) * 4 + (k % 8) / 2);
+        unsigned long long *bl = x + 4 * (base + col * 4 + (k % 8) / 2);
+        uint32_t aword = (uint32_t)(al[aw / 2] >> (32 * (aw % 2)));
+        uint32_t bword = (uint32_t)(bl[2] >> (32 * bw));
+        av = aj_emu_half((aword >> (16 * (k % 2))) & 0xffffu, kind);
+        bv = aj_emu_half((bword >> (16 * (k % 2))) & 0xffffu, kind);
+      }
+      acc = acc + av * bv;
+    }
+    out[e] = acc;
+  }
+  aj_yield(AJ_AT_WARP); /* every lane has read */
+  for (unsigned e = 0; e < 4; ++e) d[e] = out[e];
+}
+static inline void aj_mma_bf16(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 0); }
+static inline void aj_mma_f16(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 1); }
+static inline void aj_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 2); }
+
+/* cvt.rna.tf32.f32: to 10 mantissa bits, to nearest, ties away from zero. */
+static inline uint32_t aj_tf32(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7f800000u) == 0x7f800000u) return x; /* infinities and NaNs as they are */
+  return (x + 0x1000u) & 0xffffe000u;
+}
+
 /* Bytes of each fiber's stack, and the guard page below it. */
 static const size_t AJ_STACK_BYTES = 256 * 1024;
 
@@ -144,7 +265,7 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t each = AJ_STACK_BYTES + page;
   size_t bytes = each * threads + sizeof(aj_fiber) * threads +
-                 sizeof(unsigned long long) * threads + page;
+                 sizeof(unsigned long long) * 5 * threads + page;
   unsigned char *memory =
       (unsigned char *)mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return -1;

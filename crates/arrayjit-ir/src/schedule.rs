@@ -377,6 +377,17 @@ impl Contraction {
     /// be unpadded; the result's iterators must be distinct; every loop iterator must index the
     /// result or both factors (an iterator reducing one factor alone is not a contraction).
     pub fn detect(stmt: &LowLevel) -> Option<Contraction> {
+        Contraction::detect_with(stmt, false)
+    }
+
+    /// Recognizes a contraction-shaped statement as [`Contraction::detect`] does, but also one
+    /// whose factors share a 16-bit float precision (`bf16`, `f16`) and whose result is in it
+    /// or in `f32`: the products a GPU's matrix units multiply.
+    pub fn detect_for_matrix_units(stmt: &LowLevel) -> Option<Contraction> {
+        Contraction::detect_with(stmt, true)
+    }
+
+    fn detect_with(stmt: &LowLevel, half_factors: bool) -> Option<Contraction> {
         let (nest, s) = stmt.perfect_nest();
         let loops = nest
             .into_iter()
@@ -410,16 +421,30 @@ impl Contraction {
             lhs,
             rhs,
         };
-        c.well_formed().then_some(c)
+        c.well_formed(half_factors).then_some(c)
     }
 
-    fn well_formed(&self) -> bool {
-        let prec = self.out.node.prec();
+    /// Whether the nodes' precisions fit a product: one float precision (`f32`, `f64`), or
+    /// where `half_factors`, factors of one 16-bit float precision into a result of it or
+    /// `f32`.
+    fn precisions_fit(&self, half_factors: bool) -> bool {
+        let (out, lhs, rhs) = (
+            self.out.node.prec(),
+            self.lhs.node.prec(),
+            self.rhs.node.prec(),
+        );
+        let uniform = lhs == out && rhs == out;
+        (uniform && matches!(out, Prec::F32 | Prec::F64))
+            || (half_factors
+                && lhs == rhs
+                && matches!(lhs, Prec::Bf16 | Prec::F16)
+                && (out == lhs || out == Prec::F32))
+    }
+
+    fn well_formed(&self, half_factors: bool) -> bool {
         let nodes = [&self.out, &self.lhs, &self.rhs];
-        if !matches!(prec, Prec::F32 | Prec::F64)
-            || nodes
-                .iter()
-                .any(|a| a.node.prec() != prec || a.node.padding().is_some())
+        if !self.precisions_fit(half_factors)
+            || nodes.iter().any(|a| a.node.padding().is_some())
             || self.lhs.node == self.out.node
             || self.rhs.node == self.out.node
         {
@@ -527,7 +552,7 @@ impl Contraction {
         }
         let k = k_groups.into_iter().next()?;
         Some(Gemm {
-            prec: self.out.node.prec(),
+            prec: self.lhs.node.prec(),
             out: self.out.node.clone(),
             lhs: self.lhs.node.clone(),
             rhs: self.rhs.node.clone(),
@@ -561,7 +586,9 @@ pub struct Dim {
 /// over general strides.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gemm {
-    /// The precision of all three nodes.
+    /// The factors' precision: that of the result too, except in a product for a GPU's matrix
+    /// units ([`Contraction::detect_for_matrix_units`]), whose 16-bit factors may accumulate
+    /// into an `f32` result.
     pub prec: Prec,
     /// The result.
     pub out: Tnode,
@@ -665,6 +692,10 @@ pub struct ScheduleSettings {
     /// Then every statement gets a GPU pass ([`ScheduleKind::Gpu`]) chosen from them, and the
     /// CPU settings above do not apply. `None`: a CPU.
     pub gpu: Option<GpuLimits>,
+    /// `f32` matrix products may run on a GPU's matrix units as TF32: inputs rounded to 10
+    /// mantissa bits, about 3 decimal digits (as PyTorch's `allow_tf32`). Off by default:
+    /// `f32` products are then exact `f32` products. Backends read `ARRAYJIT_ALLOW_TF32`.
+    pub allow_tf32: bool,
 }
 
 impl Default for ScheduleSettings {
@@ -680,6 +711,7 @@ impl Default for ScheduleSettings {
             light_kernel_iterations: 1 << 20,
             tuning: ScheduleTuning::default(),
             gpu: None,
+            allow_tf32: false,
         }
     }
 }
@@ -751,7 +783,7 @@ fn reduction_schedule(
 /// The schedule of every top-level statement, in order.
 pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedule> {
     if let Some(limits) = &settings.gpu {
-        return gpu::gpu_schedules(stmts, limits, &settings.tuning);
+        return gpu::gpu_schedules(stmts, limits, &settings.tuning, settings.allow_tf32);
     }
     let mut cache: HashMap<usize, Blocking> = HashMap::new();
     let mut schedules: Vec<Schedule> = stmts

@@ -148,6 +148,8 @@ pub(crate) struct BackendInner {
     pub search: Mutex<(Option<bool>, SearchSettings)>,
     /// Compile options other than the lowered backend's defaults, if set.
     pub compile_options: Mutex<Option<CompileOptions>>,
+    /// TF32 products on matrix units: allowed or not (`None`: `ARRAYJIT_ALLOW_TF32`).
+    pub allow_tf32: Mutex<Option<bool>>,
 }
 
 /// A backend: a lowered backend with a scheduler (`Sync` or `Multicore`).
@@ -200,6 +202,7 @@ impl Backend {
                 max_pool_bytes: AtomicUsize::new(1 << 30),
                 search: Mutex::new((None, SearchSettings::default())),
                 compile_options: Mutex::new(None),
+                allow_tf32: Mutex::new(None),
             }),
         }
     }
@@ -377,7 +380,7 @@ impl Backend {
         bindings: &[StaticSymbol],
     ) -> Result<Vec<Code>> {
         self.check_available()?;
-        let settings = self.optimize_settings();
+        let settings = self.compile_settings()?;
         let search = self.schedule_search_enabled()?;
         let optimized = routines
             .iter()
@@ -450,6 +453,39 @@ impl Backend {
             .collect())
     }
 
+    /// Allows or forbids `f32` matrix products on a GPU's matrix units as TF32 (inputs rounded
+    /// to 10 mantissa bits, as PyTorch's `allow_tf32`) for later compiles; `None` (the
+    /// default) follows `ARRAYJIT_ALLOW_TF32` (a yes/no setting, off when unset). Optimizer
+    /// settings that allow it ([`arrayjit_ir::schedule::ScheduleSettings::allow_tf32`]) allow it
+    /// unless this forbids it.
+    pub fn set_allow_tf32(&self, allow: Option<bool>) {
+        *self
+            .inner
+            .allow_tf32
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = allow;
+    }
+
+    /// The optimizer settings compiles use: [`Backend::optimize_settings`] with TF32 allowed as
+    /// [`Backend::set_allow_tf32`] says (an invalid `ARRAYJIT_ALLOW_TF32` is an
+    /// [`Error::InvalidSetting`]).
+    pub fn compile_settings(&self) -> Result<OptimizeSettings> {
+        let mut settings = self.optimize_settings();
+        let chosen = *self
+            .inner
+            .allow_tf32
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        settings.schedule.allow_tf32 = match chosen {
+            Some(allow) => allow,
+            None => {
+                settings.schedule.allow_tf32
+                    || settings::flag(&settings::process_env, "ARRAYJIT_ALLOW_TF32", false)?
+            }
+        };
+        Ok(settings)
+    }
+
     /// Turns the schedule search on or off for [`Backend::compile`]; `None` (the default)
     /// follows `ARRAYJIT_SEARCH` (a yes/no setting, off when unset).
     pub fn set_schedule_search(&self, on: Option<bool>) {
@@ -506,7 +542,7 @@ impl Backend {
         bindings: &[StaticSymbol],
     ) -> Result<SearchReport> {
         self.check_available()?;
-        let settings = self.optimize_settings();
+        let settings = self.compile_settings()?;
         let heuristic = optimize(name, bindings, assignments, &settings)?;
         search::search(
             self.inner.lowered.as_ref(),

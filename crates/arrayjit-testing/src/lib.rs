@@ -15,6 +15,7 @@ mod contractions;
 mod fusion;
 mod gathers;
 mod gpu_shapes;
+mod matrix_products;
 mod random;
 mod required;
 
@@ -26,6 +27,7 @@ pub use cases::{matmul, scratch_locals};
 pub use contractions::contraction_cases;
 pub use fusion::fusion_cases;
 pub use gpu_shapes::gpu_shape_cases;
+pub use matrix_products::matrix_product_cases;
 pub use required::{
     REQUIRE_BACKENDS_VAR, all_backends_under_test, backends_under_test, parse_required,
     required_backends, skip_backend,
@@ -39,6 +41,7 @@ pub fn all_cases() -> Result<Vec<Case>> {
         .chain(fusion::fusion_cases()?)
         .chain(gathers::gather_cases()?)
         .chain(gpu_shapes::gpu_shape_cases()?)
+        .chain(matrix_products::matrix_product_cases()?)
         .chain(random::random_cases()?)
         .collect())
 }

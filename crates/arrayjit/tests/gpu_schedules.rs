@@ -135,12 +135,14 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
         max_shared_bytes: 48 << 10,
         subgroup_size: 32,
         compute_units: 0,
+        matrix_units: false,
     };
     let small_shared = GpuLimits {
         max_group_invocations: 256,
         max_shared_bytes: 4096,
         subgroup_size: 32,
         compute_units: 0,
+        matrix_units: false,
     };
     let mut ran = 0;
     let mut failures = Vec::new();
@@ -242,8 +244,8 @@ fn a_row_pass_reduces_in_two_element_types_on_the_group() {
         ),
         (
             &cuda,
-            "__shared__ float aj_red_f32[256];",
-            "__shared__ int32_t aj_red_i32[256];",
+            "__shared__ __align__(16) float aj_red_f32[256];",
+            "__shared__ __align__(16) int32_t aj_red_i32[256];",
         ),
     ] {
         assert!(source.contains(f32_array), "{source}");

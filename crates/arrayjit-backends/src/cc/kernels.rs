@@ -145,6 +145,8 @@ impl CpuKernels for EmulatedCudaKernels {
         info.max_local_invocations = emu::EMULATED_MAX_THREADS;
         info.max_shared_bytes = emu::EMULATED_SHARED_BYTES;
         info.subgroup_size = emu::EMULATED_WARP_SIZE;
+        // The emulation header implements `ldmatrix` and `mma.sync` as warp collectives.
+        info.matrix_units = true;
         info
     }
 

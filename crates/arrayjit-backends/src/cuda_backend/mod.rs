@@ -154,6 +154,7 @@ fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
                 cache_bytes: [0, 0, attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as usize],
                 memory_bytes: ctx.total_mem().unwrap_or(0) as u64,
                 precisions: Prec::ALL.to_vec(),
+                matrix_units: major >= 8,
             };
             let default_stream = ctx
                 .new_stream()

@@ -179,6 +179,7 @@ fn open() -> std::result::Result<Gpu, String> {
         cache_bytes: [0; 3],
         memory_bytes: 0,
         precisions: target.precisions(),
+        matrix_units: false,
     };
     if let Some(limits) = info.schedule_settings().gpu {
         target.limits = limits;

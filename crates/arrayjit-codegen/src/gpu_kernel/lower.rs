@@ -17,173 +17,18 @@
 //!   nest.
 //! - **One invocation**: anything else.
 
-use std::ops::{Add, Div, Mul, Rem, Sub};
-
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::{
     Accumulation, GpuPass, GridLoop, RowRole, TILE_DEPTH, TILE_THREADS, row_items,
 };
 use arrayjit_ir::{Error, LowLevel, Prec, Result};
 
+use super::build::{
+    array, assign, bound_to, group_index, launch_index, let_, let_mut, range, thread_index,
+    unrolled, var,
+};
 use super::{Arith, At, Barrier, Expr, KernelDialect, PassShape, PrintedPass, Stmt, Ty};
 use crate::gpu_dialect::grid_inner;
-
-fn var(name: &str) -> Expr<'static> {
-    Expr::Var(name.to_string())
-}
-
-/// The invocation's index in the launch, its group's, and its index in the group.
-fn launch_index() -> Expr<'static> {
-    var("aj_g")
-}
-fn group_index() -> Expr<'static> {
-    var("aj_grp")
-}
-fn thread_index() -> Expr<'static> {
-    var("aj_t")
-}
-
-impl From<i64> for Expr<'_> {
-    fn from(v: i64) -> Self {
-        Expr::Int(v)
-    }
-}
-
-impl From<usize> for Expr<'_> {
-    fn from(v: usize) -> Self {
-        Expr::Int(v as i64)
-    }
-}
-
-impl From<u64> for Expr<'_> {
-    fn from(v: u64) -> Self {
-        Expr::Int(v as i64)
-    }
-}
-
-impl From<u32> for Expr<'_> {
-    fn from(v: u32) -> Self {
-        Expr::Int(v as i64)
-    }
-}
-
-/// `a op b`, without the additions of 0 and the products by 1 that offsets and strides bring.
-fn folded<'a>(op: Arith, a: Expr<'a>, b: Expr<'a>) -> Expr<'a> {
-    match (op, &a, &b) {
-        (Arith::Add, Expr::Int(x), Expr::Int(y)) => Expr::Int(x + y),
-        (Arith::Add, _, Expr::Int(0)) | (Arith::Mul | Arith::Div, _, Expr::Int(1)) => a,
-        (Arith::Add, Expr::Int(0), _) | (Arith::Mul, Expr::Int(1), _) => b,
-        _ => Expr::Arith(op, Box::new(a), Box::new(b)),
-    }
-}
-
-macro_rules! arith_op {
-    ($trait:ident, $method:ident, $op:expr) => {
-        impl<'a, T: Into<Expr<'a>>> $trait<T> for Expr<'a> {
-            type Output = Expr<'a>;
-            fn $method(self, other: T) -> Expr<'a> {
-                folded($op, self, other.into())
-            }
-        }
-    };
-}
-arith_op!(Add, add, Arith::Add);
-arith_op!(Sub, sub, Arith::Sub);
-arith_op!(Mul, mul, Arith::Mul);
-arith_op!(Div, div, Arith::Div);
-arith_op!(Rem, rem, Arith::Rem);
-
-impl<'a> Expr<'a> {
-    fn cmp(self, op: Arith, other: impl Into<Expr<'a>>) -> Expr<'a> {
-        Expr::Arith(op, Box::new(self), Box::new(other.into()))
-    }
-    fn lt(self, other: impl Into<Expr<'a>>) -> Expr<'a> {
-        self.cmp(Arith::Lt, other)
-    }
-    fn ge(self, other: impl Into<Expr<'a>>) -> Expr<'a> {
-        self.cmp(Arith::Ge, other)
-    }
-    fn equals(self, other: impl Into<Expr<'a>>) -> Expr<'a> {
-        self.cmp(Arith::Eq, other)
-    }
-    fn and(self, other: Expr<'a>) -> Expr<'a> {
-        self.cmp(Arith::And, other)
-    }
-    fn item(array: &str, index: Expr<'a>) -> Expr<'a> {
-        Expr::Item(array.to_string(), Box::new(index))
-    }
-}
-
-fn let_<'a>(name: &str, ty: Ty, value: Expr<'a>) -> Stmt<'a> {
-    Stmt::Let {
-        name: name.into(),
-        ty,
-        value,
-        mutable: false,
-        binds: None,
-    }
-}
-
-fn let_mut<'a>(name: &str, ty: Ty, value: Expr<'a>) -> Stmt<'a> {
-    Stmt::Let {
-        name: name.into(),
-        ty,
-        value,
-        mutable: true,
-        binds: None,
-    }
-}
-
-fn assign<'a>(place: Expr<'a>, value: impl Into<Expr<'a>>) -> Stmt<'a> {
-    Stmt::Assign(place, value.into())
-}
-
-fn array(name: &str, ty: Ty, len: usize, shared: bool) -> Stmt<'static> {
-    Stmt::Array {
-        name: name.into(),
-        ty,
-        len,
-        shared,
-    }
-}
-
-/// `for (var = from; var < to; var += step)`.
-fn range<'a>(
-    name: &str,
-    ty: Ty,
-    from: impl Into<Expr<'a>>,
-    to: impl Into<Expr<'a>>,
-    step: i64,
-    body: Vec<Stmt<'a>>,
-) -> Stmt<'a> {
-    Stmt::For {
-        var: name.into(),
-        ty,
-        from: from.into(),
-        cond: var(name).lt(to),
-        next: var(name) + step,
-        unroll: false,
-        binds: None,
-        body,
-    }
-}
-
-/// `for (var = 0; var < n; ++var)`, unrolled.
-fn unrolled<'a>(name: &str, n: usize, body: Vec<Stmt<'a>>) -> Stmt<'a> {
-    let mut l = range(name, Ty::Int, 0i64, n, 1, body);
-    if let Stmt::For { unroll, .. } = &mut l {
-        *unroll = true;
-    }
-    l
-}
-
-/// A loop whose variable stands for an IR iterator in its body.
-fn bound_to(mut l: Stmt<'_>, sym: arrayjit_ir::Symbol) -> Stmt<'_> {
-    if let Stmt::For { binds, .. } = &mut l {
-        *binds = Some(sym);
-    }
-    l
-}
 
 fn render_err<D: KernelDialect>(d: &D, detail: &str) -> Error {
     let (routine, language) = d.routine();
@@ -289,6 +134,15 @@ fn print_one<D: KernelDialect>(
                 .ok_or_else(|| render_err(d, "a product with more tiles than a launch holds"))?;
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Tiles(groups), TILE_THREADS)
+        }
+        GpuPass::MatrixTiles {
+            gemm,
+            layout,
+            groups,
+        } => {
+            let tree = super::matrix::matrix_tiled(gemm, layout, *groups);
+            super::print_stmts(d, &tree, 1, &mut body)?;
+            (PassShape::Tiles(*groups), layout.threads())
         }
         GpuPass::Grid {
             grid,
@@ -615,6 +469,35 @@ fn group_tree<'a>(
     tree
 }
 
+/// The start of a tiled product's group: leave if past the last tile, then the tile's
+/// position (`aj_tm`, `aj_tn`: its row and column among the tiles of side `t`) and the batch
+/// element's offset in the result and each factor.
+pub(super) fn group_tile<'a>(
+    g: &Gemm,
+    t: usize,
+    groups: u64,
+) -> (Vec<Stmt<'a>>, [Expr<'static>; 3]) {
+    let (tiles_m, tiles_n) = (g.m.extent.div_ceil(t), g.n.extent.div_ceil(t));
+    let mut tree = vec![
+        Stmt::If(group_index().ge(groups), vec![Stmt::Return]),
+        let_("aj_tn", Ty::Index, group_index() % tiles_n),
+        let_("aj_tm", Ty::Index, (group_index() / tiles_n) % tiles_m),
+        let_mut("aj_bt", Ty::Index, group_index() / (tiles_n * tiles_m)),
+    ];
+    let mut offsets: [Expr<'static>; 3] = [Expr::Int(0), Expr::Int(0), Expr::Int(0)];
+    for (d, dim) in g.batch.iter().enumerate().rev() {
+        let b = format!("aj_b{d}");
+        tree.push(let_(&b, Ty::Index, var("aj_bt") % dim.extent));
+        tree.push(assign(var("aj_bt"), var("aj_bt") / dim.extent));
+        for (o, stride) in offsets.iter_mut().zip(dim.strides) {
+            if stride != 0 {
+                *o = o.clone() + var(&b) * stride;
+            }
+        }
+    }
+    (tree, offsets)
+}
+
 /// The tiled product: the number of groups and the tree (`None`: more groups than a launch
 /// of 32-bit group indices holds).
 fn tiled<'a>(g: &'a Gemm, fused: bool, t: usize) -> Option<(u64, Vec<Stmt<'a>>)> {
@@ -630,24 +513,7 @@ fn tiled<'a>(g: &'a Gemm, fused: bool, t: usize) -> Option<(u64, Vec<Stmt<'a>>)>
     if groups > u32::MAX as u64 {
         return None;
     }
-    let mut tree = vec![
-        Stmt::If(group_index().ge(groups), vec![Stmt::Return]),
-        let_("aj_tn", Ty::Index, group_index() % tiles_n),
-        let_("aj_tm", Ty::Index, (group_index() / tiles_n) % tiles_m),
-        let_mut("aj_bt", Ty::Index, group_index() / (tiles_n * tiles_m)),
-    ];
-    // The batch element's offset in the output and in each factor.
-    let mut offsets: [Expr<'_>; 3] = [Expr::Int(0), Expr::Int(0), Expr::Int(0)];
-    for (d, dim) in g.batch.iter().enumerate().rev() {
-        let b = format!("aj_b{d}");
-        tree.push(let_(&b, Ty::Index, var("aj_bt") % dim.extent));
-        tree.push(assign(var("aj_bt"), var("aj_bt") / dim.extent));
-        for (o, stride) in offsets.iter_mut().zip(dim.strides) {
-            if stride != 0 {
-                *o = o.clone() + var(&b) * stride;
-            }
-        }
-    }
+    let (mut tree, offsets) = group_tile(g, t, groups);
     let [oc, oa, ob] = offsets;
     // Element (row, col) of a matrix whose rows and columns have these strides.
     let flat = |base: &Expr<'static>, row: &str, rs: usize, col: &str, cs: usize| {

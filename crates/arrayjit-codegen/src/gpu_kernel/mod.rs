@@ -15,12 +15,14 @@
 //! - global elements are read and written only under a bounds test (never a `select` that
 //!   evaluates both sides).
 
+mod build;
 mod lower;
+mod matrix;
 
 use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::GpuPass;
-use arrayjit_ir::schedule::gpu::{Accumulation, Rest};
+use arrayjit_ir::schedule::gpu::{Accumulation, MatrixKind, Rest};
 use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode};
 
 use crate::gpu_dialect::GpuDialect;
@@ -93,6 +95,10 @@ pub(crate) enum Ty {
     Index,
     /// Values of this precision's compute precision.
     Compute(Prec),
+    /// A 32-bit word of a matrix fragment: two 16-bit factor elements, or one TF32 element.
+    Word,
+    /// A 16-bit factor element as stored (its bits), staged for the matrix units.
+    Half,
 }
 
 /// A binary operation on integers (and the comparisons).
@@ -166,6 +172,39 @@ pub(crate) enum Expr<'a> {
     Step(Accumulation<'a>, Box<Expr<'a>>),
     /// The value of the lane `offset` further down the subgroup.
     ShuffleDown(Box<Expr<'a>>, Box<Expr<'a>>),
+    /// A global element's storage bits (a 16-bit factor element staged for the matrix units).
+    Bits(&'a Tnode, At<'a>),
+    /// An `f32` value rounded to TF32, as the word a matrix fragment holds.
+    Tf32(Box<Expr<'a>>),
+}
+
+/// An operation of a warp on matrix fragments ([`arrayjit_ir::schedule::gpu::matrix`]): every
+/// lane of the warp takes part.
+pub(crate) enum MatrixOp<'a> {
+    /// Four 8 × 8 matrices of 16-bit elements from a shared array into four fragment words
+    /// (`ldmatrix .x4`): each lane gives the offset of one row (lanes 8·i to 8·i + 7 those of
+    /// matrix i) and receives word i of matrix i's row `lane / 4`, elements `2 (lane % 4)`
+    /// and the next; `trans` transposes each matrix.
+    Load {
+        /// The first of the four words: an item of a word array.
+        words: Expr<'a>,
+        /// The lane's row: an item of the shared array.
+        row: Expr<'a>,
+        /// Transpose each matrix.
+        trans: bool,
+    },
+    /// `acc += a · b` on one `m16n8` fragment: four `f32` accumulators, four words of the
+    /// left factor and two of the right (items, each the first of its run).
+    Multiply {
+        /// The fragment kind.
+        kind: MatrixKind,
+        /// The first accumulator.
+        acc: Expr<'a>,
+        /// The left factor's first word.
+        a: Expr<'a>,
+        /// The right factor's first word.
+        b: Expr<'a>,
+    },
 }
 
 /// Which memory a barrier orders, besides stopping every invocation of the group.
@@ -222,6 +261,8 @@ pub(crate) enum Stmt<'a> {
     Barrier(Barrier),
     /// An IR statement, rendered by the dialect with the bindings in scope.
     Source(&'a LowLevel),
+    /// A warp's operation on matrix fragments.
+    Matrix(MatrixOp<'a>),
 }
 
 /// What a GPU dialect supplies to print the kernel tree: its syntax, and the rendering of the
@@ -285,6 +326,14 @@ pub(crate) trait KernelDialect {
     ) -> Result<String>;
     /// An IR statement.
     fn ir_stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()>;
+    /// Element `offset` of array `name` as its storage bits.
+    fn bits(&mut self, name: &str, offset: &str) -> String;
+    /// An `f32` value rounded to a TF32 fragment word (an error where the dialect has no
+    /// matrix units).
+    fn tf32(&mut self, value: &str) -> Result<String>;
+    /// The statement of a warp's matrix operation, given its operands as places (an error
+    /// where the dialect has no matrix units).
+    fn matrix(&mut self, op: &MatrixOp<'_>, places: &[String]) -> Result<String>;
 }
 
 /// `acc ⊕ v(i)` (or `fma(a, b, acc)`) of an accumulation, in the element's compute precision,
@@ -428,6 +477,18 @@ fn print_stmt<D: KernelDialect>(
             let _ = writeln!(out, "{pad}{}", d.barrier(*b));
         }
         Stmt::Source(stmt) => d.ir_stmt(stmt, depth, out)?,
+        Stmt::Matrix(op) => {
+            let operands: Vec<&Expr<'_>> = match op {
+                MatrixOp::Load { words, row, .. } => vec![words, row],
+                MatrixOp::Multiply { acc, a, b, .. } => vec![acc, a, b],
+            };
+            let places = operands
+                .into_iter()
+                .map(|e| print_expr(d, e, depth, &mut prelude))
+                .collect::<Result<Vec<_>>>()?;
+            out.push_str(&prelude);
+            let _ = writeln!(out, "{pad}{}", d.matrix(op, &places)?);
+        }
     }
     Ok(())
 }
@@ -515,6 +576,15 @@ fn print_expr<D: KernelDialect>(
                 print_expr(d, s, depth, prelude)?,
             );
             d.shuffle_down(&v, &s)
+        }
+        Expr::Bits(tn, at) => {
+            let name = d.node(tn)?;
+            let offset = print_at(d, tn, at, depth, prelude)?;
+            d.bits(&name, &offset)
+        }
+        Expr::Tf32(v) => {
+            let v = print_bare(d, v, depth, prelude)?;
+            d.tf32(&v)?
         }
     })
 }

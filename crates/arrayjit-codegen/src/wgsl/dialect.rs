@@ -12,7 +12,7 @@ use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, Result, ScalarExpr, Symbol, 
 use super::PassRenderer;
 use super::ops::{compute_type, literal, narrow, packing};
 use crate::gpu_dialect::{GpuDialect, WGSL as DIALECT};
-use crate::gpu_kernel::{Barrier, KernelDialect, Ty, accumulation_step};
+use crate::gpu_kernel::{Barrier, KernelDialect, MatrixOp, Ty, accumulation_step};
 
 impl PassRenderer<'_> {
     /// A loop accumulating into one element, with the element held in a register: loaded
@@ -76,6 +76,8 @@ impl KernelDialect for PassRenderer<'_> {
         match ty {
             Ty::Int | Ty::Index => "i32",
             Ty::Compute(p) => compute_type(p),
+            // Never printed: WGSL has no matrix-unit passes (`matrix` refuses them).
+            Ty::Word | Ty::Half => "u32",
         }
     }
 
@@ -207,4 +209,21 @@ impl KernelDialect for PassRenderer<'_> {
     fn ir_stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
         self.stmt(s, depth, out)
     }
+
+    fn bits(&mut self, name: &str, offset: &str) -> String {
+        format!("{name}[{offset}]")
+    }
+
+    fn tf32(&mut self, _: &str) -> Result<String> {
+        Err(self.err(NO_MATRIX_UNITS.to_string()))
+    }
+
+    fn matrix(&mut self, _: &MatrixOp<'_>, _: &[String]) -> Result<String> {
+        Err(self.err(NO_MATRIX_UNITS.to_string()))
+    }
 }
+
+/// Why WGSL refuses a matrix-unit pass.
+const NO_MATRIX_UNITS: &str = "WGSL has no matrix-unit (tensor core) operations: plan the \
+     routine with the wgpu device's limits, which have no matrix units, so its products run as \
+     f32 tiles or grids";

@@ -291,6 +291,7 @@ fn recorded_tuning(pass: &GpuPass) -> ScheduleTuning {
         | GpuPass::Rows { threads, .. }
         | GpuPass::Reduction { threads, .. } => (Some(*threads), None),
         GpuPass::Tiles { tile, .. } => (None, Some(*tile)),
+        GpuPass::MatrixTiles { layout, .. } => (None, Some(layout.tile)),
         GpuPass::GridReduction { threads, .. } => (Some(*threads), None),
         GpuPass::Nothing | GpuPass::Single => (None, None),
     };

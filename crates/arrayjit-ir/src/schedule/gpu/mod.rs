@@ -49,6 +49,7 @@ use crate::tnode::Tnode;
 pub mod analysis;
 mod distribute;
 pub mod hoist;
+pub mod matrix;
 pub mod plan;
 
 pub use analysis::{
@@ -56,6 +57,7 @@ pub use analysis::{
     longest_reduction, row_items,
 };
 pub use distribute::{distribute_loop, restructure};
+pub use matrix::{MatrixKind, MatrixTile};
 pub use plan::{DeviceModel, GpuPlan, PlannedPass};
 
 /// What GPU passes may assume of a device: read from its `DeviceInfo` by the backend.
@@ -69,6 +71,10 @@ pub struct GpuLimits {
     pub subgroup_size: u32,
     /// Units that run groups in parallel (SMs, compute units); 0 when unknown.
     pub compute_units: usize,
+    /// The device multiplies warp-level matrix fragments (`mma.sync` and `ldmatrix`: NVIDIA
+    /// tensor cores of compute capability 8.0 or later, or the CUDA emulation), so products of
+    /// 16-bit factors (and `f32` ones as TF32, where allowed) run on them ([`matrix`]).
+    pub matrix_units: bool,
 }
 
 impl GpuLimits {
@@ -80,6 +86,7 @@ impl GpuLimits {
             max_shared_bytes: 16 << 10,
             subgroup_size: 0,
             compute_units: 0,
+            matrix_units: false,
         }
     }
 
@@ -92,7 +99,23 @@ impl GpuLimits {
             max_shared_bytes: 48 << 10,
             subgroup_size: 32,
             compute_units: 0,
+            matrix_units: false,
         }
+    }
+
+    /// The limits of CUDA devices of architecture `sm_XY` (compute capability X.Y) beyond
+    /// [`GpuLimits::cuda_minimum`]: matrix units from `sm_80`. `None` for a name that is not
+    /// `sm_` and a number.
+    pub fn cuda_arch(arch: &str) -> Option<GpuLimits> {
+        let cc: u32 = arch
+            .strip_prefix("sm_")?
+            .trim_end_matches('a')
+            .parse()
+            .ok()?;
+        Some(GpuLimits {
+            matrix_units: cc >= 80,
+            ..GpuLimits::cuda_minimum()
+        })
     }
 
     /// Invocations per group of grid, row and reduction passes: the largest power of two up
@@ -200,6 +223,16 @@ pub enum GpuPass {
         /// Groups of the launch: tiles times batch elements.
         groups: u64,
     },
+    /// A matrix product on the device's matrix units ([`matrix`]): `tile × tile` results per
+    /// group of warps ([`MatrixTile`]), `groups` groups, accumulating in `f32` registers.
+    MatrixTiles {
+        /// The product.
+        gemm: Gemm,
+        /// The group's layout and the fragments' kind.
+        layout: MatrixTile,
+        /// Groups of the launch: tiles times batch elements.
+        groups: u64,
+    },
     /// One invocation per iteration of the independent loops `grid` (`total` of them), in
     /// groups of `threads`, each running the rest of the nest ([`grid_loops`]).
     Grid {
@@ -267,6 +300,23 @@ impl fmt::Display for GpuPass {
                 gemm.k.extent,
                 gemm.batch.len()
             ),
+            GpuPass::MatrixTiles {
+                gemm,
+                layout,
+                groups,
+            } => write!(
+                f,
+                "GPU {} matrix-unit product M {} N {} K {} ({} batch loop(s)): {}×{} results per \
+                 group of {}, {groups} groups",
+                layout.kind,
+                gemm.m.extent,
+                gemm.n.extent,
+                gemm.k.extent,
+                gemm.batch.len(),
+                layout.tile,
+                layout.tile,
+                layout.threads()
+            ),
             GpuPass::Grid {
                 grid,
                 total,
@@ -302,6 +352,94 @@ impl fmt::Display for GpuPass {
             GpuPass::Single => write!(f, "GPU pass on one invocation"),
         }
     }
+}
+
+impl GpuPass {
+    /// The product of a tiled pass (on the `f32` lanes or the matrix units).
+    pub fn tiled_product(&self) -> Option<&Gemm> {
+        match self {
+            GpuPass::Tiles { gemm, .. } | GpuPass::MatrixTiles { gemm, .. } => Some(gemm),
+            _ => None,
+        }
+    }
+}
+
+/// A statement that is a matrix product the device's matrix units multiply ([`matrix`]): 16-bit
+/// factors, or `f32` ones where TF32 is allowed; both result sides at least a fragment's (16),
+/// the tile the largest of [`matrix::MATRIX_TILES`] whose sides both fill one and that still
+/// gives two groups per compute unit (else 64), or the tuning's, where its staging fits.
+fn matrix_product(
+    stmt: &LowLevel,
+    limits: &GpuLimits,
+    tuning: &ScheduleTuning,
+    allow_tf32: bool,
+) -> Option<(GpuPass, String)> {
+    let c = Contraction::detect_for_matrix_units(stmt)?;
+    let kind = MatrixKind::for_factors(c.lhs.node.prec(), allow_tf32)?;
+    let gemm = c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3]))?;
+    let (m, n) = (gemm.m.extent, gemm.n.extent);
+    if m < matrix::FRAGMENT_ROWS || n < matrix::FRAGMENT_ROWS {
+        return None;
+    }
+    let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
+    let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
+    let fits = |t: usize| {
+        let layout = MatrixTile { tile: t, kind };
+        layout.shared_bytes() <= limits.max_shared_bytes
+            && layout.threads() <= limits.max_group_invocations
+    };
+    let busy = limits.busy_groups();
+    let (tile, reason) = match tuning.gpu_tile {
+        Some(t) if matrix::MATRIX_TILES.contains(&t) && fits(t) => {
+            (t, format!("{t}-tiles as the schedule's tuning asks"))
+        }
+        _ if fits(128) && m.min(n) >= 128 && groups(128) >= busy => (
+            128,
+            format!(
+                "128-tiles as both sides fill one and they still make {} groups, at least \
+                 {busy} to keep the device busy",
+                groups(128)
+            ),
+        ),
+        _ if fits(64) => (
+            64,
+            if m.min(n) >= 128 {
+                format!(
+                    "64-tiles as 128-tiles would make fewer than {busy} groups (64-tiles: {})",
+                    groups(64)
+                )
+            } else {
+                "64-tiles as a side is shorter than 128".to_string()
+            },
+        ),
+        _ => return None,
+    };
+    let layout = MatrixTile { tile, kind };
+    let (fm, fn_) = layout.fragments();
+    let (wr, wc) = layout.warp_grid();
+    let precision = match kind {
+        MatrixKind::Tf32 => "f32 factors rounded to TF32 (allowed by the settings)".to_string(),
+        _ => format!("{kind} factors"),
+    };
+    let why = format!(
+        "a matrix product of {precision} on the matrix units: m16n8k{} fragments accumulating \
+         in f32 registers, {tile} x {tile} results per group of {wr} x {wc} warps ({fm} x {fn_} \
+         fragments each), factor tiles {} deep staged twice in shared memory ({} of {} bytes); \
+         {reason}",
+        kind.fragment_depth(),
+        layout.depth(),
+        layout.shared_bytes(),
+        limits.max_shared_bytes
+    );
+    let groups = groups(tile);
+    (groups <= u64::from(u32::MAX)).then_some((
+        GpuPass::MatrixTiles {
+            gemm,
+            layout,
+            groups,
+        },
+        why,
+    ))
 }
 
 /// Why the statements under a grid of `total` points run as a row pass, if they should: a
@@ -447,16 +585,18 @@ pub fn gpu_schedules(
     stmts: &[&LowLevel],
     limits: &GpuLimits,
     tuning: &ScheduleTuning,
+    allow_tf32: bool,
 ) -> Vec<Schedule> {
     let mut schedules: Vec<Schedule> = stmts
         .iter()
-        .map(|s| gpu_schedule(s, limits, tuning))
+        .map(|s| gpu_schedule(s, limits, tuning, allow_tf32))
         .collect();
     for i in 1..stmts.len() {
         // A zeroing right before a tiled product that writes every element of the same node:
         // the product starts its sums from zero instead of reading the node.
-        if let (LowLevel::ZeroOut(zeroed), ScheduleKind::Gpu(GpuPass::Tiles { gemm, .. })) =
+        if let (LowLevel::ZeroOut(zeroed), ScheduleKind::Gpu(pass)) =
             (stmts[i - 1].unwrapped(), &schedules[i].kind)
+            && let Some(gemm) = pass.tiled_product()
             && *zeroed == gemm.out
             && gemm.covers_out
             && matches!(
@@ -464,7 +604,10 @@ pub fn gpu_schedules(
                 ScheduleKind::Gpu(GpuPass::Zero { .. })
             )
         {
-            if let ScheduleKind::Gpu(GpuPass::Tiles { gemm, .. }) = &mut schedules[i].kind {
+            if let ScheduleKind::Gpu(
+                GpuPass::Tiles { gemm, .. } | GpuPass::MatrixTiles { gemm, .. },
+            ) = &mut schedules[i].kind
+            {
                 gemm.overwrite = true;
             }
             absorb(
@@ -515,9 +658,15 @@ fn absorb(schedules: &mut [Schedule], i: usize, taken: &str, given: &str) {
     };
 }
 
-/// The GPU pass of one top-level statement on a device of `limits`, with why.
-pub fn gpu_schedule(stmt: &LowLevel, limits: &GpuLimits, tuning: &ScheduleTuning) -> Schedule {
-    let (pass, why) = plan_pass_with(stmt, limits, tuning, true);
+/// The GPU pass of one top-level statement on a device of `limits`, with why; `f32` products
+/// run on matrix units as TF32 only where `allow_tf32` ([`matrix`]).
+pub fn gpu_schedule(
+    stmt: &LowLevel,
+    limits: &GpuLimits,
+    tuning: &ScheduleTuning,
+    allow_tf32: bool,
+) -> Schedule {
+    let (pass, why) = plan_pass_with(stmt, limits, tuning, true, allow_tf32);
     Schedule {
         kind: ScheduleKind::Gpu(pass),
         why,
@@ -528,13 +677,14 @@ pub fn gpu_schedule(stmt: &LowLevel, limits: &GpuLimits, tuning: &ScheduleTuning
 /// The GPU pass of one top-level statement on a device of `limits`, and why, for a renderer
 /// that plans pieces of a recorded statement itself: like [`gpu_schedule`], but never a grid
 /// reduction (whose partial results must be a node of the routine, made when the optimizer
-/// plans it); such a statement is reduced by one group.
+/// plans it); such a statement is reduced by one group. `f32` products stay exact (no TF32):
+/// the renderers that plan pieces (WGSL) have no matrix units.
 pub fn plan_pass(
     stmt: &LowLevel,
     limits: &GpuLimits,
     tuning: &ScheduleTuning,
 ) -> (GpuPass, String) {
-    plan_pass_with(stmt, limits, tuning, false)
+    plan_pass_with(stmt, limits, tuning, false, false)
 }
 
 /// The local node of a grid reduction's `groups` partial results in precision `prec`.
@@ -553,6 +703,7 @@ fn plan_pass_with(
     limits: &GpuLimits,
     tuning: &ScheduleTuning,
     grid_reductions: bool,
+    allow_tf32: bool,
 ) -> (GpuPass, String) {
     let stmt = stmt.unwrapped();
     let threads = limits.tuned_group_threads(tuning.gpu_threads);
@@ -568,6 +719,11 @@ fn plan_pass_with(
             )
         }
         _ => {
+            if limits.matrix_units
+                && let Some((pass, why)) = matrix_product(stmt, limits, tuning, allow_tf32)
+            {
+                return (pass, why);
+            }
             if let Some((gemm, fused)) = f32_product(stmt)
                 && gemm.m.extent >= 8
                 && gemm.n.extent >= 8

@@ -9,7 +9,8 @@
 //! (units · 512))), ops / P · 4 / clock)` plus one launch each: work spreads over the lanes it
 //! can occupy, memory reaches its bandwidth only with enough invocations in flight, and each
 //! invocation's share runs as a chain of at least 4 cycles an operation. Products count two
-//! operations per lane and cycle (fused multiply-adds). It is a floor, for comparing passes
+//! operations per lane and cycle (fused multiply-adds); products on matrix units count the
+//! units' rate ([`DeviceModel::matrix_ops_per_unit_cycle`]) spread over the lanes. It is a floor, for comparing passes
 //! and plans, not a promise.
 
 use std::collections::HashSet;
@@ -39,6 +40,9 @@ pub struct DeviceModel {
     pub memory_bytes_per_s: f64,
     /// Cost of one launch in microseconds.
     pub launch_us: f64,
+    /// Operations per cycle of one compute unit's matrix units on 16-bit factors (dense; half
+    /// of it for TF32); 0 without matrix units.
+    pub matrix_ops_per_unit_cycle: f64,
 }
 
 impl DeviceModel {
@@ -51,11 +55,15 @@ impl DeviceModel {
                 max_shared_bytes: 48 << 10,
                 subgroup_size: 32,
                 compute_units: sms,
+                matrix_units: true,
             },
             clock_ghz,
             f32_lanes_per_unit: if arch == "sm_80" { 64 } else { 128 },
             memory_bytes_per_s: bandwidth_tb_s * 1e12,
             launch_us: 2.5,
+            // Dense 16-bit tensor-core rate: 4096 operations per SM and cycle on sm_90
+            // (989 TFLOP/s on an H100 SXM), 2048 on sm_80 (312 TFLOP/s on an A100).
+            matrix_ops_per_unit_cycle: if arch == "sm_80" { 2048.0 } else { 4096.0 },
         }
     }
 
@@ -109,7 +117,8 @@ impl DeviceModel {
 pub struct PlannedPass {
     /// The top-level statement it runs.
     pub statement: usize,
-    /// Its shape: `zero`, `tiles`, `grid`, `rows`, `reduction`, `grid reduction`, `single`.
+    /// Its shape: `zero`, `tiles`, `matrix tiles`, `grid`, `rows`, `reduction`, `grid
+    /// reduction`, `single`.
     pub shape: &'static str,
     /// Launches (2 for a grid reduction).
     pub launches: u32,
@@ -199,6 +208,17 @@ impl GpuPlan {
                     super::TILE_THREADS,
                     gemm.k.extent as u64,
                 ),
+                GpuPass::MatrixTiles {
+                    gemm,
+                    layout,
+                    groups,
+                } => (
+                    "matrix tiles",
+                    1,
+                    *groups,
+                    layout.threads(),
+                    gemm.k.extent as u64,
+                ),
                 GpuPass::Grid { total, threads, .. } => {
                     let (_, inner) = grid_loops(stmt);
                     (
@@ -259,7 +279,7 @@ impl GpuPlan {
                 estimate_us: 0.0,
                 why: sched.why.clone(),
             };
-            planned.estimate_us = estimate_us(&planned, is_product(stmt, &pass), device);
+            planned.estimate_us = estimate_us(&planned, rate(stmt, &pass, device), device);
             passes.push(planned);
         }
         GpuPlan {
@@ -280,16 +300,31 @@ impl GpuPlan {
     }
 }
 
-/// Whether a pass runs on fused multiply-adds (two operations per lane and cycle).
-fn is_product(stmt: &LowLevel, pass: &GpuPass) -> bool {
-    matches!(pass, GpuPass::Tiles { .. })
-        || matches!(
+/// Operations per lane and cycle a pass runs at: two on fused multiply-adds, the matrix units'
+/// rate spread over the `f32` lanes for a matrix-unit product, else one.
+fn rate(stmt: &LowLevel, pass: &GpuPass, device: &DeviceModel) -> f64 {
+    let lanes = f64::from(device.f32_lanes_per_unit.max(1));
+    match pass {
+        GpuPass::MatrixTiles { layout, .. } if device.matrix_ops_per_unit_cycle > 0.0 => {
+            let per_unit = match layout.kind {
+                super::MatrixKind::Tf32 => device.matrix_ops_per_unit_cycle / 2.0,
+                _ => device.matrix_ops_per_unit_cycle,
+            };
+            per_unit / lanes
+        }
+        GpuPass::Tiles { .. } | GpuPass::MatrixTiles { .. } => 2.0,
+        _ if matches!(
             stmt.perfect_nest().1,
             LowLevel::Set {
                 value: ScalarExpr::Ternop(..),
                 ..
             }
-        )
+        ) =>
+        {
+            2.0
+        }
+        _ => 1.0,
+    }
 }
 
 /// Cycles one invocation takes per operation of its share at least (issue and dependency
@@ -297,10 +332,9 @@ fn is_product(stmt: &LowLevel, pass: &GpuPass) -> bool {
 const SERIAL_CYCLES_PER_OP: f64 = 4.0;
 
 /// The estimate of the module's doc.
-fn estimate_us(p: &PlannedPass, product: bool, device: &DeviceModel) -> f64 {
+fn estimate_us(p: &PlannedPass, per_cycle: f64, device: &DeviceModel) -> f64 {
     let invocations = p.invocations().max(1) as f64;
     let lanes = device.units() * f64::from(device.f32_lanes_per_unit.max(1));
-    let per_cycle = if product { 2.0 } else { 1.0 };
     let compute_s = p.ops as f64 / (invocations.min(lanes) * per_cycle * device.clock_ghz * 1e9);
     let in_flight = (invocations / (device.units() * 512.0)).min(1.0);
     let memory_s = p.bytes as f64 / (device.memory_bytes_per_s * in_flight);

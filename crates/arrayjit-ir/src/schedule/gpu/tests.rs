@@ -86,7 +86,7 @@ fn a_scoped_sum_in_a_scalar_statement_becomes_a_grid_reduction() {
     );
     let acc = Accumulation::detect(stmts[1]).expect("an accumulation over two loops");
     assert_eq!((acc.loops.len(), acc.len()), (2, 120_000));
-    let schedules = gpu_schedules(&stmts, &h100(), &ScheduleTuning::default());
+    let schedules = gpu_schedules(&stmts, &h100(), &ScheduleTuning::default(), false);
     let pass = |k: usize| match &schedules[k].kind {
         ScheduleKind::Gpu(p) => p.clone(),
         other => panic!("{other:?}"),

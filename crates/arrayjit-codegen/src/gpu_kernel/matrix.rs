@@ -1,0 +1,338 @@
+//! The matrix-unit product ([`GpuPass::MatrixTiles`]) as a kernel tree: each group computes a
+//! `tile × tile` block of results with warps of `m16n8` fragments
+//! ([`arrayjit_ir::schedule::gpu::matrix`] says which and why).
+//!
+//! - **Staging.** Each factor's tile (`tile` rows or columns by `depth` of `k`) is copied to
+//!   shared memory by all invocations, neighbouring invocations reading neighbouring elements
+//!   of the factor's contiguous axis (coalesced) and keeping that axis contiguous in shared
+//!   memory, each row padded by 16 bytes. Elements outside the factor are zero. 16-bit
+//!   factors are copied as their bits; `f32` factors are rounded to TF32 words.
+//! - **Double buffering.** Two buffers: while the warps multiply one, the invocations fill the
+//!   other with the next tile; one barrier per step orders both.
+//! - **Fragments.** 16-bit fragments load by `ldmatrix` (transposed where the factor's `k` is
+//!   not its contiguous axis); TF32 fragments load word by word at the positions the PTX ISA
+//!   gives `m16n8k8`'s lanes.
+//! - **Results** start from zero where the product overwrites them (its zeroing absorbed),
+//!   else from their values, accumulate in `f32` registers, and are stored (rounded to the
+//!   result's precision) once, under bounds tests.
+
+use arrayjit_ir::schedule::Gemm;
+use arrayjit_ir::schedule::gpu::matrix::{FRAGMENT_COLS, FRAGMENT_ROWS, WARP_LANES};
+use arrayjit_ir::schedule::gpu::{MatrixKind, MatrixTile};
+use arrayjit_ir::{Prec, Tnode};
+
+use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
+use super::lower::group_tile;
+use super::{At, Barrier, Expr, MatrixOp, Stmt, Ty};
+
+/// One factor's staging: which axis of its tile is contiguous in shared memory.
+struct Staging<'a> {
+    /// The factor.
+    tn: &'a Tnode,
+    /// Its shared array (two buffers).
+    shared: &'static str,
+    /// The batch element's offset in the factor.
+    base: Expr<'static>,
+    /// Extent and stride of its result-side axis (rows of the left factor, columns of the
+    /// right).
+    side: (usize, usize),
+    /// Stride of its `k` axis.
+    k_stride: usize,
+    /// The tile's origin on the result-side axis (`aj_tm · tile` or `aj_tn · tile`).
+    origin: Expr<'static>,
+    /// `k` is the contiguous axis of the staged tile (else the result side is).
+    k_inner: bool,
+}
+
+impl<'a> Staging<'a> {
+    /// Elements of one staged row: the contiguous axis's extent plus the padding.
+    fn pitch(&self, l: &MatrixTile) -> usize {
+        let inner = if self.k_inner { l.depth() } else { l.tile };
+        inner + l.padding()
+    }
+
+    /// The item of buffer `buf` at tile position (`side`, `k`).
+    fn at(&self, l: &MatrixTile, buf: Expr<'a>, side: Expr<'a>, k: Expr<'a>) -> Expr<'a> {
+        let (row, col) = if self.k_inner { (side, k) } else { (k, side) };
+        Expr::item(
+            self.shared,
+            buf * l.staged_elements() + row * self.pitch(l) + col,
+        )
+    }
+
+    /// The statements that copy the tile of `k` from `aj_k0` into buffer `buf`.
+    fn copy(&self, l: &MatrixTile, g_k: usize, buf: Expr<'static>) -> Vec<Stmt<'a>> {
+        let (d, t) = (l.depth(), l.tile);
+        let inner = if self.k_inner { d } else { t };
+        let per_invocation = (t * d).div_ceil(l.threads() as usize);
+        let (side_extent, side_stride) = self.side;
+        let word = if l.kind == MatrixKind::Tf32 {
+            Ty::Word
+        } else {
+            Ty::Half
+        };
+        let (side_pos, k_pos) = if self.k_inner {
+            (var("aj_eo"), var("aj_ei"))
+        } else {
+            (var("aj_ei"), var("aj_eo"))
+        };
+        let at = At::Flat(Box::new(
+            self.base.clone() + var("aj_es") * side_stride + var("aj_ek") * self.k_stride,
+        ));
+        let value = match l.kind {
+            MatrixKind::Tf32 => Expr::Tf32(Box::new(Expr::Elem(self.tn, at))),
+            _ => Expr::Bits(self.tn, at),
+        };
+        let body = vec![
+            let_("aj_e", Ty::Int, thread_index() + var("aj_q") * l.threads()),
+            let_("aj_ei", Ty::Int, var("aj_e") % inner),
+            let_("aj_eo", Ty::Int, var("aj_e") / inner),
+            let_("aj_es", Ty::Index, self.origin.clone() + side_pos.clone()),
+            let_("aj_ek", Ty::Index, var("aj_k0") + k_pos.clone()),
+            let_mut("aj_v", word, Expr::Int(0)),
+            Stmt::If(
+                var("aj_es").lt(side_extent).and(var("aj_ek").lt(g_k)),
+                vec![assign(var("aj_v"), value)],
+            ),
+            assign(self.at(l, buf, side_pos, k_pos), var("aj_v")),
+        ];
+        vec![unrolled("aj_q", per_invocation, body)]
+    }
+}
+
+/// The matrix-unit product: the tree (see the module documentation). `groups` are those the
+/// schedule recorded.
+pub(super) fn matrix_tiled<'a>(g: &'a Gemm, l: &MatrixTile, groups: u64) -> Vec<Stmt<'a>> {
+    let (t, d) = (l.tile, l.depth());
+    let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
+    let (fm, fn_) = l.fragments();
+    let (_, warps_n) = l.warp_grid();
+    let (wr, wc) = (l.warp_rows(), l.warp_cols());
+    let f32 = Ty::Compute(Prec::F32);
+    let word = if l.kind == MatrixKind::Tf32 {
+        Ty::Word
+    } else {
+        Ty::Half
+    };
+    let (mut tree, [oc, oa, ob]) = group_tile(g, t, groups);
+    let a = Staging {
+        tn: &g.lhs,
+        shared: "aj_sa",
+        base: oa,
+        side: (m, g.m.strides[1]),
+        k_stride: g.k.strides[1],
+        origin: var("aj_tm") * t,
+        k_inner: g.k.strides[1] <= g.m.strides[1],
+    };
+    let b = Staging {
+        tn: &g.rhs,
+        shared: "aj_sb",
+        base: ob,
+        side: (n, g.n.strides[2]),
+        k_stride: g.k.strides[2],
+        origin: var("aj_tn") * t,
+        k_inner: g.k.strides[2] <= g.n.strides[2],
+    };
+    let steps = kk.div_ceil(d);
+    tree.extend([
+        array("aj_sa", word, 2 * l.staged_elements(), true),
+        array("aj_sb", word, 2 * l.staged_elements(), true),
+        let_("aj_lane", Ty::Int, thread_index() % WARP_LANES),
+        let_("aj_wm", Ty::Int, (thread_index() / WARP_LANES) / warps_n),
+        let_("aj_wn", Ty::Int, (thread_index() / WARP_LANES) % warps_n),
+        // The lane's group of four and its place in it (`groupID`, `threadID_in_group`).
+        let_("aj_gq", Ty::Int, var("aj_lane") / 4i64),
+        let_("aj_tq", Ty::Int, var("aj_lane") % 4i64),
+        array("aj_acc", f32, l.accumulators(), false),
+        array("aj_fa", Ty::Word, fm * 4, false),
+        array("aj_fb", Ty::Word, fn_ * 2, false),
+    ]);
+    // Accumulator `r` of fragment (aj_i, aj_j): its result element and whether it exists.
+    let acc = || {
+        Expr::item(
+            "aj_acc",
+            (var("aj_i") * fn_ + var("aj_j")) * 4i64 + var("aj_r"),
+        )
+    };
+    let position = || {
+        vec![
+            let_(
+                "aj_row",
+                Ty::Index,
+                var("aj_tm") * t
+                    + var("aj_wm") * wr
+                    + var("aj_i") * FRAGMENT_ROWS
+                    + var("aj_gq")
+                    + (var("aj_r") / 2i64) * 8i64,
+            ),
+            let_(
+                "aj_col",
+                Ty::Index,
+                var("aj_tn") * t
+                    + var("aj_wn") * wc
+                    + var("aj_j") * FRAGMENT_COLS
+                    + var("aj_tq") * 2i64
+                    + var("aj_r") % 2i64,
+            ),
+        ]
+    };
+    let in_c = || var("aj_row").lt(m).and(var("aj_col").lt(n));
+    let c_at = || {
+        At::Flat(Box::new(
+            oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0],
+        ))
+    };
+    let each_accumulator = |body| {
+        unrolled(
+            "aj_i",
+            fm,
+            vec![unrolled("aj_j", fn_, vec![unrolled("aj_r", 4, body)])],
+        )
+    };
+    let mut start = position();
+    start.push(assign(acc(), Expr::Lit(Prec::F32, 0.0)));
+    if !g.overwrite {
+        start.push(Stmt::If(
+            in_c(),
+            vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
+        ));
+    }
+    tree.push(each_accumulator(start));
+    // The first tile into buffer 0.
+    tree.push(let_("aj_k0", Ty::Index, Expr::Int(0)));
+    let mut first = a.copy(l, kk, Expr::Int(0));
+    first.extend(b.copy(l, kk, Expr::Int(0)));
+    tree.push(Stmt::Block(first));
+    tree.push(Stmt::Barrier(Barrier::Shared));
+    // Each step: fill the other buffer with the next tile, multiply this one, then wait.
+    let mut next = vec![let_("aj_k0", Ty::Index, (var("aj_s") + 1i64) * d)];
+    let other = (var("aj_s") + 1i64) % 2i64;
+    next.extend(a.copy(l, kk, other.clone()));
+    next.extend(b.copy(l, kk, other));
+    let mut step = vec![
+        Stmt::If((var("aj_s") + 1i64).lt(steps), next),
+        let_("aj_buf", Ty::Int, var("aj_s") % 2i64),
+    ];
+    step.push(unrolled(
+        "aj_kf",
+        d / l.kind.fragment_depth(),
+        multiply(l, &a, &b),
+    ));
+    step.push(Stmt::Barrier(Barrier::Shared));
+    tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
+    let mut finish = position();
+    finish.push(Stmt::If(in_c(), vec![Stmt::Store(&g.out, c_at(), acc())]));
+    tree.push(each_accumulator(finish));
+    tree
+}
+
+/// One fragment depth (`aj_kf`) of a step: the warp's fragments of both factors from buffer
+/// `aj_buf`, then every fragment product.
+fn multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> Vec<Stmt<'a>> {
+    let (fm, fn_) = l.fragments();
+    let (wr, wc) = (l.warp_rows(), l.warp_cols());
+    let fd = l.kind.fragment_depth();
+    let k0 = || var("aj_kf") * fd;
+    let buf = || var("aj_buf");
+    let row_of = |i: &str| var("aj_wm") * wr + var(i) * FRAGMENT_ROWS;
+    let col_of = |j: &str| var("aj_wn") * wc + var(j) * FRAGMENT_COLS;
+    let mut out = Vec::new();
+    match l.kind {
+        MatrixKind::Bf16 | MatrixKind::F16 => {
+            // Lane `l` gives a row of matrix `l / 8`: row `l % 8` of it.
+            let lane_row = || var("aj_lane") % 8i64;
+            let sel_lo = || (var("aj_lane") / 8i64) % 2i64;
+            let sel_hi = || var("aj_lane") / 16i64;
+            // Left factor: matrices (rows +0, k +0), (rows +8, k +0), (rows +0, k +8),
+            // (rows +8, k +8) are words 0 to 3 of the `m16k16` fragment.
+            let a_row = a.at(
+                l,
+                buf(),
+                row_of("aj_i") + sel_lo() * 8i64 + lane_row_if(a.k_inner, lane_row()),
+                k0() + sel_hi() * 8i64 + lane_row_if(!a.k_inner, lane_row()),
+            );
+            out.push(unrolled(
+                "aj_i",
+                fm,
+                vec![Stmt::Matrix(MatrixOp::Load {
+                    words: Expr::item("aj_fa", var("aj_i") * 4i64),
+                    row: a_row,
+                    trans: !a.k_inner,
+                })],
+            ));
+            // Right factor, two column fragments at a time: matrices (cols +0, k +0),
+            // (cols +0, k +8), (cols +8, k +0), (cols +8, k +8) are words 0, 1 of fragment
+            // `aj_j` and 0, 1 of `aj_j + 1`.
+            let b_row = b.at(
+                l,
+                buf(),
+                col_of("aj_j") + sel_hi() * 8i64 + lane_row_if(b.k_inner, lane_row()),
+                k0() + sel_lo() * 8i64 + lane_row_if(!b.k_inner, lane_row()),
+            );
+            out.push(Stmt::For {
+                var: "aj_j".into(),
+                ty: Ty::Int,
+                from: Expr::Int(0),
+                cond: var("aj_j").lt(fn_),
+                next: var("aj_j") + 2i64,
+                unroll: true,
+                binds: None,
+                body: vec![Stmt::Matrix(MatrixOp::Load {
+                    words: Expr::item("aj_fb", var("aj_j") * 2i64),
+                    row: b_row,
+                    trans: !b.k_inner,
+                })],
+            });
+        }
+        MatrixKind::Tf32 => {
+            // `m16n8k8`: word w of the left fragment is (row g + 8 (w % 2), k t + 4 (w / 2)),
+            // word w of the right one (k t + 4 w, column g).
+            let g = || var("aj_gq");
+            let tq = || var("aj_tq");
+            let a_words = (0..4i64)
+                .map(|w| {
+                    assign(
+                        Expr::item("aj_fa", var("aj_i") * 4i64 + w),
+                        a.at(
+                            l,
+                            buf(),
+                            row_of("aj_i") + g() + (w % 2) * 8,
+                            k0() + tq() + (w / 2) * 4,
+                        ),
+                    )
+                })
+                .collect();
+            out.push(unrolled("aj_i", fm, a_words));
+            let b_words = (0..2i64)
+                .map(|w| {
+                    assign(
+                        Expr::item("aj_fb", var("aj_j") * 2i64 + w),
+                        b.at(l, buf(), col_of("aj_j") + g(), k0() + tq() + w * 4),
+                    )
+                })
+                .collect();
+            out.push(unrolled("aj_j", fn_, b_words));
+        }
+    }
+    out.push(unrolled(
+        "aj_i",
+        fm,
+        vec![unrolled(
+            "aj_j",
+            fn_,
+            vec![Stmt::Matrix(MatrixOp::Multiply {
+                kind: l.kind,
+                acc: Expr::item("aj_acc", (var("aj_i") * fn_ + var("aj_j")) * 4i64),
+                a: Expr::item("aj_fa", var("aj_i") * 4i64),
+                b: Expr::item("aj_fb", var("aj_j") * 2i64),
+            })],
+        )],
+    ));
+    out
+}
+
+/// The lane's row within its 8 × 8 matrix, on the staged axis that is the matrix's row: the
+/// contiguous axis's other one. `on_this_axis` says whether this axis is it.
+fn lane_row_if(on_this_axis: bool, lane_row: Expr<'static>) -> Expr<'static> {
+    if on_this_axis { lane_row } else { Expr::Int(0) }
+}

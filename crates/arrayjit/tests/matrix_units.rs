@@ -1,0 +1,211 @@
+//! Products on matrix units (tensor cores), checked without a GPU: every variant — `bf16`,
+//! `f16` and TF32 fragments, 64- and 128-tiles, plain and transposed fragment loads — is
+//! planned as a matrix-unit pass where the device has matrix units and runs on `cuda_emu`
+//! (whose header implements `ldmatrix` and `mma.sync` as warp collectives) in agreement with
+//! the interpreter; TF32 is used only when allowed, and rounds as TF32 does; NVRTC compiles
+//! every variant for sm_80 and sm_90 where it is installed.
+
+use arrayjit::backends::cuda_backend::compile_ptx;
+use arrayjit::codegen::cuda::render_cuda;
+use arrayjit::ir::schedule::gpu::{GpuLimits, MatrixKind};
+use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+use arrayjit::ir::{
+    AccumRhs, Assignments, BinOp, Error, Operand, OptimizeSettings, Prec, Tnode, optimize,
+};
+use arrayjit::runtime::{Backend, Context};
+use arrayjit_testing::{Case, check_case, matrix_product_cases};
+
+/// The matrix-unit passes of a routine's schedules: (kind, tile).
+fn matrix_passes(schedules: &[arrayjit::ir::schedule::Schedule]) -> Vec<(MatrixKind, usize)> {
+    schedules
+        .iter()
+        .filter_map(|s| match &s.kind {
+            ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. }) => {
+                Some((layout.kind, layout.tile))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `cuda_emu` backend, where this machine has a C++ compiler.
+fn cuda_emu() -> Option<Backend> {
+    arrayjit_testing::all_backends_under_test()
+        .unwrap()
+        .into_iter()
+        .find(|b| b.name() == "cuda_emu")
+}
+
+/// `b`'s settings with the GPU tile tuned to `tile` and TF32 allowed or not.
+fn tuned(b: &Backend, tile: Option<usize>, allow_tf32: bool) -> OptimizeSettings {
+    let mut s = b.optimize_settings();
+    s.schedule.tuning.gpu_tile = tile;
+    s.schedule.allow_tf32 = allow_tf32;
+    s
+}
+
+/// `c = a · b` of `f32` `[m, k] · [k, n]` with the values given.
+fn f32_product(m: usize, k: usize, n: usize, a: &[f64], b: &[f64]) -> (Case, Tnode) {
+    let at = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
+    let bt = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
+    at.set_values(a).unwrap();
+    bt.set_values(b).unwrap();
+    let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
+    c.update_memory_mode(
+        arrayjit::ir::MemoryMode::Hosted(arrayjit::ir::MemoryType::Nonconstant),
+        "compared",
+    )
+    .unwrap();
+    let program = Assignments::einsum(
+        "mk,kn->mn",
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(at), Operand::Node(bt)),
+        true,
+    )
+    .unwrap();
+    (
+        Case {
+            name: format!("f32_product_{m}x{k}x{n}"),
+            program,
+            bindings: vec![],
+            runs: vec![],
+            results: vec![c.clone()],
+        },
+        c,
+    )
+}
+
+#[test]
+fn sixteen_bit_products_run_on_emulated_matrix_units_in_both_tiles() {
+    let Some(b) = cuda_emu() else {
+        eprintln!("skipped: cuda_emu is not available here");
+        return;
+    };
+    for tile in [64, 128] {
+        b.set_optimize_settings(tuned(&b, Some(tile), false));
+        for case in matrix_product_cases().unwrap() {
+            let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            let passes = matrix_passes(&code.optimized().schedules);
+            assert_eq!(passes.len(), 1, "{}: {passes:?}", case.name);
+            assert_eq!(passes[0].1, tile, "{}", case.name);
+            check_case(&case, &b).unwrap_or_else(|e| panic!("{tile}-tiles: {e}"));
+        }
+    }
+}
+
+#[test]
+fn tf32_runs_only_where_allowed_and_rounds_as_tf32() {
+    let Some(b) = cuda_emu() else {
+        eprintln!("skipped: cuda_emu is not available here");
+        return;
+    };
+    // Values exact in TF32 (multiples of 1/8 up to 2): the product agrees with the loop nest.
+    let (m, k, n) = (40, 52, 36);
+    let a: Vec<f64> = (0..m * k)
+        .map(|i| ((i * 5 % 33) as f64 - 16.0) / 8.0)
+        .collect();
+    let bv: Vec<f64> = (0..k * n)
+        .map(|i| ((i * 3 % 29) as f64 - 14.0) / 8.0)
+        .collect();
+    for (allow, want) in [(false, None), (true, Some(MatrixKind::Tf32))] {
+        b.set_optimize_settings(tuned(&b, None, allow));
+        let (case, _) = f32_product(m, k, n, &a, &bv);
+        let code = b.compile(&case.name, &case.program, &[]).unwrap();
+        let passes = matrix_passes(&code.optimized().schedules);
+        assert_eq!(passes.first().map(|p| p.0), want, "allow_tf32 {allow}");
+        check_case(&case, &b).unwrap_or_else(|e| panic!("allow_tf32 {allow}: {e}"));
+    }
+    // 1 + 2^-12 is not a TF32 value: TF32 rounds it to 1 (10 mantissa bits), f32 keeps it.
+    let x = 1.0 + 2f64.powi(-12);
+    let sum_of = |allow: bool| {
+        b.set_optimize_settings(tuned(&b, None, allow));
+        let (case, c) = f32_product(16, 16, 16, &vec![x; 256], &vec![1.0; 256]);
+        let code = b.compile(&case.name, &case.program, &[]).unwrap();
+        let stream = b.get_device(0).unwrap().new_stream().unwrap();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        routine.run().unwrap();
+        routine.context().to_host(&c).unwrap();
+        c.host_array().unwrap().to_vec_f64().unwrap()[0]
+    };
+    assert_eq!(sum_of(false), 16.0 * (x as f32) as f64);
+    assert_eq!(sum_of(true), 16.0);
+    // The backend's own switch overrides the settings (and ARRAYJIT_ALLOW_TF32).
+    b.set_allow_tf32(Some(false));
+    let settings = tuned(&b, None, true);
+    b.set_optimize_settings(settings);
+    assert!(!b.compile_settings().unwrap().schedule.allow_tf32);
+    b.set_allow_tf32(None);
+}
+
+/// Every variant renders for a device with matrix units (sm_80 limits) and compiles with NVRTC
+/// for sm_80 and sm_90; a device without them keeps the products off the matrix units.
+#[test]
+fn every_matrix_variant_compiles_with_nvrtc_for_sm_80_and_sm_90() {
+    let sm80 = GpuLimits::cuda_arch("sm_80").unwrap();
+    assert!(sm80.matrix_units);
+    assert!(!GpuLimits::cuda_arch("sm_75").unwrap().matrix_units);
+    assert!(GpuLimits::cuda_arch("sm_90a").unwrap().matrix_units);
+    assert!(GpuLimits::cuda_arch("compute_80").is_none());
+    let mut sources = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for tile in [64, 128] {
+        for allow_tf32 in [false, true] {
+            let mut settings = OptimizeSettings::for_gpu(sm80);
+            settings.schedule.tuning.gpu_tile = Some(tile);
+            settings.schedule.allow_tf32 = allow_tf32;
+            let mut cases = matrix_product_cases().unwrap();
+            let (f32_case, _) = f32_product(70, 44, 66, &[0.5; 70 * 44], &[0.25; 44 * 66]);
+            cases.push(f32_case);
+            for case in cases {
+                let opt = optimize(&case.name, &case.bindings, &case.program, &settings).unwrap();
+                for (kind, t) in matrix_passes(&opt.schedules) {
+                    seen.insert((format!("{kind}"), t));
+                }
+                let program = render_cuda(&[&opt]).unwrap();
+                sources.push((
+                    format!("{} {tile} tf32 {allow_tf32}", case.name),
+                    program.source,
+                ));
+            }
+        }
+    }
+    let want: std::collections::BTreeSet<_> = ["bf16", "f16", "tf32"]
+        .iter()
+        .flat_map(|k| [64, 128].map(|t| (k.to_string(), t)))
+        .collect();
+    assert_eq!(seen, want);
+    // Without matrix units the 16-bit products are not matrix passes.
+    let case = &matrix_product_cases().unwrap()[0];
+    let opt = optimize(
+        &case.name,
+        &case.bindings,
+        &case.program,
+        &OptimizeSettings::for_gpu(GpuLimits::cuda_minimum()),
+    )
+    .unwrap();
+    assert!(matrix_passes(&opt.schedules).is_empty());
+    assert!(
+        sources
+            .iter()
+            .any(|(_, s)| s.contains("aj_ldmatrix_x4_trans("))
+    );
+    assert!(sources.iter().any(|(_, s)| s.contains("aj_mma_tf32(")));
+    for arch in ["compute_80", "compute_90"] {
+        for (name, source) in &sources {
+            match compile_ptx(source, arch) {
+                // The exact f32 product (TF32 not allowed) stays on the f32 lanes.
+                Ok(ptx) => assert_eq!(
+                    ptx.contains("mma.sync.aligned"),
+                    source.contains("aj_mma_"),
+                    "{name} for {arch}"
+                ),
+                Err(Error::BackendUnavailable { reason, .. }) => {
+                    eprintln!("skipped the NVRTC compiles: {reason}");
+                    return;
+                }
+                Err(e) => panic!("{name} for {arch}: {e}\n{source}"),
+            }
+        }
+    }
+}
