@@ -598,8 +598,10 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
     }
 }
 
-/// The matrix-unit operations of the CUDA kernels as inline PTX (sm_80 and later): fragment
-/// loads from shared memory (`ldmatrix .x4`, plain and transposed), `m16n8k16` products of
+/// The matrix-unit operations of the CUDA kernels as inline PTX (sm_80 and later): 16-byte
+/// asynchronous copies to shared memory (`cp.async`, zero-filling where the source does not
+/// exist) and the wait for them, fragment loads from shared memory (`ldmatrix .x4`, plain and
+/// transposed), `m16n8k16` products of
 /// `bf16` and `f16` fragments and `m16n8k8` products of TF32 ones, accumulating into four
 /// `f32` values, and `f32` to TF32 rounding (to nearest, ties away from zero).
 fn matrix_units(pre: &str) -> String {
@@ -636,6 +638,16 @@ fn matrix_units(pre: &str) -> String {
 "
         ));
     }
+    out.push_str(&format!(
+        "{pre} void aj_copy_async16(void *dst, const void *src, int valid) {{
+  asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\"
+               :: \"r\"(aj_shared_address(dst)), \"l\"(src), \"r\"(valid ? 16 : 0) : \"memory\");
+}}
+{pre} void aj_wait_copies(void) {{
+  asm volatile(\"cp.async.commit_group;\\n\\tcp.async.wait_group 0;\" ::: \"memory\");
+}}
+"
+    ));
     out.push_str(&format!(
         "{pre} uint32_t aj_tf32(float f) {{
   uint32_t r;

@@ -26,6 +26,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
+use arrayjit_ir::schedule::gpu::TILE_GROUPS_PER_UNIT;
 use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
@@ -326,10 +327,13 @@ fn render_routine(
             element_views: binding.views.clone(),
         };
         for (shape, threads, why, body) in render_pass(&mut k, stmt.unwrapped(), sched)? {
-            let bounds = if shape == PassShape::Single {
-                String::new()
-            } else {
-                format!("__launch_bounds__({threads}) ")
+            // Tiled products cap their registers so that two groups share an SM.
+            let bounds = match shape {
+                PassShape::Single => String::new(),
+                PassShape::Tiles(_) => {
+                    format!("__launch_bounds__({threads}, {TILE_GROUPS_PER_UNIT}) ")
+                }
+                _ => format!("__launch_bounds__({threads}) "),
             };
             let mut text = String::new();
             let _ = writeln!(
@@ -660,6 +664,10 @@ impl KernelDialect for CudaDialect<'_, '_> {
             (MatrixOp::Multiply { kind, .. }, [acc, a, b]) => {
                 format!("aj_mma_{}(&{acc}, &{a}, &{b});", kind.name())
             }
+            (MatrixOp::CopyAsync { .. }, [dst, src, valid]) => {
+                format!("aj_copy_async16(&{dst}, &{src}, {valid});")
+            }
+            (MatrixOp::WaitCopies, []) => "aj_wait_copies();".to_string(),
             _ => {
                 return Err(Error::Render {
                     routine: self.0.routine.clone(),

@@ -219,6 +219,14 @@ static inline void aj_mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
 static inline void aj_mma_f16(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 1); }
 static inline void aj_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 2); }
 
+/* cp.async.cg.shared.global with 16 bytes (or none, zero-filled): done at once; the wait has
+ * nothing left to wait for. */
+static inline void aj_copy_async16(void *dst, const void *src, int valid) {
+  if (valid) memcpy(dst, src, 16);
+  else memset(dst, 0, 16);
+}
+static inline void aj_wait_copies(void) {}
+
 /* cvt.rna.tf32.f32: to 10 mantissa bits, to nearest, ties away from zero. */
 static inline uint32_t aj_tf32(float f) {
   uint32_t x;

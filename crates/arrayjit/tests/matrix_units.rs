@@ -7,7 +7,7 @@
 
 use arrayjit::backends::cuda_backend::compile_ptx;
 use arrayjit::codegen::cuda::render_cuda;
-use arrayjit::ir::schedule::gpu::{GpuLimits, MatrixKind};
+use arrayjit::ir::schedule::gpu::{GpuLimits, MatrixKind, MatrixTile};
 use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
 use arrayjit::ir::{
     AccumRhs, Assignments, BinOp, Error, Operand, OptimizeSettings, Prec, Tnode, optimize,
@@ -17,12 +17,18 @@ use arrayjit_testing::{Case, check_case, matrix_product_cases};
 
 /// The matrix-unit passes of a routine's schedules: (kind, tile).
 fn matrix_passes(schedules: &[arrayjit::ir::schedule::Schedule]) -> Vec<(MatrixKind, usize)> {
+    layouts(schedules)
+        .iter()
+        .map(|l| (l.kind, l.tile))
+        .collect()
+}
+
+/// The layouts of the matrix-unit passes of a routine's schedules.
+fn layouts(schedules: &[arrayjit::ir::schedule::Schedule]) -> Vec<MatrixTile> {
     schedules
         .iter()
         .filter_map(|s| match &s.kind {
-            ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. }) => {
-                Some((layout.kind, layout.tile))
-            }
+            ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. }) => Some(*layout),
             _ => None,
         })
         .collect()
@@ -82,16 +88,24 @@ fn sixteen_bit_products_run_on_emulated_matrix_units_in_both_tiles() {
         eprintln!("skipped: cuda_emu is not available here");
         return;
     };
+    let mut copies = std::collections::BTreeSet::new();
     for tile in [64, 128] {
         b.set_optimize_settings(tuned(&b, Some(tile), false));
         for case in matrix_product_cases().unwrap() {
             let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            copies.extend(
+                layouts(&code.optimized().schedules)
+                    .iter()
+                    .flat_map(|l| l.async_copy),
+            );
             let passes = matrix_passes(&code.optimized().schedules);
             assert_eq!(passes.len(), 1, "{}: {passes:?}", case.name);
             assert_eq!(passes[0].1, tile, "{}", case.name);
             check_case(&case, &b).unwrap_or_else(|e| panic!("{tile}-tiles: {e}"));
         }
     }
+    // Factors copied asynchronously and element by element both ran.
+    assert_eq!(copies.len(), 2);
 }
 
 #[test]
@@ -191,6 +205,7 @@ fn every_matrix_variant_compiles_with_nvrtc_for_sm_80_and_sm_90() {
             .any(|(_, s)| s.contains("aj_ldmatrix_x4_trans("))
     );
     assert!(sources.iter().any(|(_, s)| s.contains("aj_mma_tf32(")));
+    assert!(sources.iter().any(|(_, s)| s.contains("aj_copy_async16(")));
     for arch in ["compute_80", "compute_90"] {
         for (name, source) in &sources {
             match compile_ptx(source, arch) {
@@ -206,6 +221,86 @@ fn every_matrix_variant_compiles_with_nvrtc_for_sm_80_and_sm_90() {
                 }
                 Err(e) => panic!("{name} for {arch}: {e}\n{source}"),
             }
+        }
+    }
+}
+
+/// Occupancy read from ptxas's report (NVRTC only, no GPU): the `f32` tiled product and the
+/// matrix-unit products of a 4096 × 4096 product — 128-tiles on a 132-SM device — keep their
+/// registers within what lets two groups share an SM, without spilling, on sm_80 and sm_90.
+#[test]
+fn tiled_products_fit_two_groups_per_sm_without_spills() {
+    use arrayjit::backends::cuda_backend::resources::kernel_resources;
+    let n = 4096;
+    let mut limits = GpuLimits::cuda_arch("sm_80").unwrap();
+    limits.compute_units = 132;
+    let variants = [
+        (Prec::F32, false),
+        (Prec::F32, true),
+        (Prec::Bf16, false),
+        (Prec::F16, false),
+    ];
+    for (prec, allow_tf32) in variants {
+        let nodes: Vec<Tnode> = ["a", "b", "c"]
+            .iter()
+            .map(|l| Tnode::new(prec, &[n, n], &[l]).unwrap())
+            .collect();
+        let program = Assignments::einsum(
+            "mk,kn->mn",
+            BinOp::Add,
+            &nodes[2],
+            AccumRhs::Binop(
+                BinOp::Mul,
+                Operand::Node(nodes[0].clone()),
+                Operand::Node(nodes[1].clone()),
+            ),
+            true,
+        )
+        .unwrap();
+        let mut settings = OptimizeSettings::for_gpu(limits);
+        settings.schedule.allow_tf32 = allow_tf32;
+        let opt = optimize("mm", &[], &program, &settings).unwrap();
+        let tiles: Vec<_> = opt
+            .schedules
+            .iter()
+            .filter_map(|s| match &s.kind {
+                ScheduleKind::Gpu(GpuPass::Tiles { tile, .. }) => Some((*tile, 256)),
+                ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. }) => {
+                    Some((layout.tile, layout.threads()))
+                }
+                _ => None,
+            })
+            .collect();
+        let [(tile, threads)] = tiles[..] else {
+            panic!("{prec} tf32 {allow_tf32}: {}", opt.schedule_report());
+        };
+        assert_eq!(tile, 128, "{prec}");
+        let source = render_cuda(&[&opt]).unwrap().source;
+        for arch in ["sm_80", "sm_90"] {
+            let kernels = match kernel_resources(&source, arch) {
+                Ok(k) => k,
+                Err(Error::BackendUnavailable { reason, .. }) => {
+                    eprintln!("skipped: {reason}");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(kernels.len(), 1, "{kernels:?}");
+            let k = &kernels[0];
+            assert!(
+                k.registers > 0 && k.spill_bytes == 0,
+                "{prec} {arch}: {k:?}"
+            );
+            assert!(
+                k.blocks_per_sm(arch, threads) >= 2,
+                "{prec} tf32 {allow_tf32} {arch}: {k:?}"
+            );
+            eprintln!(
+                "{prec} (tf32 {allow_tf32}) {arch}: {} registers, {} B shared, {} blocks/SM",
+                k.registers,
+                k.shared_bytes,
+                k.blocks_per_sm(arch, threads)
+            );
         }
     }
 }

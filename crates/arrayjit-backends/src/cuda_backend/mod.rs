@@ -32,6 +32,7 @@ mod buffers;
 mod graphs;
 mod ptx;
 mod queue;
+pub mod resources;
 mod runtime;
 
 use std::collections::HashMap;

@@ -152,7 +152,7 @@ impl PtxCache {
 
 /// What NVRTC is asked to make.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Output {
+pub(crate) enum Output {
     /// PTX (text, compiled by the driver when loaded).
     Ptx,
     /// CUBIN (machine code for one architecture).
@@ -170,6 +170,16 @@ impl Output {
 
 /// Runs NVRTC on `source` for `arch` with `flags`.
 fn nvrtc(output: Output, source: &str, arch: &str, flags: &[String]) -> Result<Vec<u8>> {
+    nvrtc_with_log(output, source, arch, flags).map(|(code, _)| code)
+}
+
+/// [`nvrtc`], with NVRTC's log of a successful compile (ptxas's report, where asked for).
+pub(crate) fn nvrtc_with_log(
+    output: Output,
+    source: &str,
+    arch: &str,
+    flags: &[String],
+) -> Result<(Vec<u8>, String)> {
     use cudarc::nvrtc::{result, sys};
     let failed = |detail: String| Error::Render {
         routine: "a CUDA program".into(),
@@ -185,18 +195,18 @@ fn nvrtc(output: Output, source: &str, arch: &str, flags: &[String]) -> Result<V
     // SAFETY: `prog` was created above and is destroyed once, below; the buffers passed to
     // NVRTC are as large as it says they must be.
     unsafe {
+        let log = || {
+            result::get_program_log(prog)
+                .map(|l| {
+                    let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                    String::from_utf8_lossy(&bytes)
+                        .trim_end_matches('\0')
+                        .to_string()
+                })
+                .unwrap_or_default()
+        };
         let made = match result::compile_program(prog, &options) {
-            Err(e) => {
-                let log = result::get_program_log(prog)
-                    .map(|l| {
-                        let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
-                        String::from_utf8_lossy(&bytes)
-                            .trim_end_matches('\0')
-                            .to_string()
-                    })
-                    .unwrap_or_default();
-                Err(failed(format!("{e:?}\n{log}")))
-            }
+            Err(e) => Err(failed(format!("{e:?}\n{}", log()))),
             Ok(()) => match output {
                 Output::Ptx => result::get_ptx(prog)
                     .map(|p| {
@@ -222,6 +232,7 @@ fn nvrtc(output: Output, source: &str, arch: &str, flags: &[String]) -> Result<V
                 }
             },
         };
+        let made = made.map(|code| (code, log()));
         let _ = result::destroy_program(prog);
         made
     }

@@ -6,9 +6,12 @@
 //!   shared memory by all invocations, neighbouring invocations reading neighbouring elements
 //!   of the factor's contiguous axis (coalesced) and keeping that axis contiguous in shared
 //!   memory, each row padded by 16 bytes. Elements outside the factor are zero. 16-bit
-//!   factors are copied as their bits; `f32` factors are rounded to TF32 words.
+//!   factors are copied as their bits, `f32` ones as they are (rounded to TF32 as fragments
+//!   load): by 16-byte asynchronous copies where the factor's rows are whole 16-byte runs,
+//!   else element by element.
 //! - **Double buffering.** Two buffers: while the warps multiply one, the invocations fill the
-//!   other with the next tile; one barrier per step orders both.
+//!   other with the next tile; each step ends by waiting for its invocation's asynchronous
+//!   copies and one barrier, which orders both.
 //! - **Fragments.** 16-bit fragments load by `ldmatrix` (transposed where the factor's `k` is
 //!   not its contiguous axis); TF32 fragments load word by word at the positions the PTX ISA
 //!   gives `m16n8k8`'s lanes.
@@ -42,6 +45,8 @@ struct Staging<'a> {
     origin: Expr<'static>,
     /// `k` is the contiguous axis of the staged tile (else the result side is).
     k_inner: bool,
+    /// Copied by 16-byte asynchronous copies.
+    async_copy: bool,
 }
 
 impl<'a> Staging<'a> {
@@ -60,42 +65,65 @@ impl<'a> Staging<'a> {
         )
     }
 
-    /// The statements that copy the tile of `k` from `aj_k0` into buffer `buf`.
+    /// The statements that copy the tile of `k` from `aj_k0` into buffer `buf`: by 16-byte
+    /// asynchronous copies where `l` says so for this factor, else element by element.
     fn copy(&self, l: &MatrixTile, g_k: usize, buf: Expr<'static>) -> Vec<Stmt<'a>> {
         let (d, t) = (l.depth(), l.tile);
         let inner = if self.k_inner { d } else { t };
-        let per_invocation = (t * d).div_ceil(l.threads() as usize);
-        let (side_extent, side_stride) = self.side;
-        let word = if l.kind == MatrixKind::Tf32 {
-            Ty::Word
+        // Elements each invocation moves at a time.
+        let run = if self.async_copy {
+            l.copy_elements()
         } else {
-            Ty::Half
+            1
         };
+        let per_invocation = (t * d).div_ceil(run * l.threads() as usize);
+        let (side_extent, side_stride) = self.side;
         let (side_pos, k_pos) = if self.k_inner {
             (var("aj_eo"), var("aj_ei"))
         } else {
             (var("aj_ei"), var("aj_eo"))
         };
-        let at = At::Flat(Box::new(
-            self.base.clone() + var("aj_es") * side_stride + var("aj_ek") * self.k_stride,
-        ));
-        let value = match l.kind {
-            MatrixKind::Tf32 => Expr::Tf32(Box::new(Expr::Elem(self.tn, at))),
-            _ => Expr::Bits(self.tn, at),
-        };
-        let body = vec![
+        let offset =
+            || self.base.clone() + var("aj_es") * side_stride + var("aj_ek") * self.k_stride;
+        let exists = || var("aj_es").lt(side_extent).and(var("aj_ek").lt(g_k));
+        let mut body = vec![
             let_("aj_e", Ty::Int, thread_index() + var("aj_q") * l.threads()),
-            let_("aj_ei", Ty::Int, var("aj_e") % inner),
-            let_("aj_eo", Ty::Int, var("aj_e") / inner),
+            let_("aj_ei", Ty::Int, (var("aj_e") % (inner / run)) * run),
+            let_("aj_eo", Ty::Int, var("aj_e") / (inner / run)),
             let_("aj_es", Ty::Index, self.origin.clone() + side_pos.clone()),
             let_("aj_ek", Ty::Index, var("aj_k0") + k_pos.clone()),
-            let_mut("aj_v", word, Expr::Int(0)),
-            Stmt::If(
-                var("aj_es").lt(side_extent).and(var("aj_ek").lt(g_k)),
-                vec![assign(var("aj_v"), value)],
-            ),
-            assign(self.at(l, buf, side_pos, k_pos), var("aj_v")),
         ];
+        let dst = self.at(l, buf, side_pos, k_pos);
+        if self.async_copy {
+            // Past the factor's end nothing is read (and the address is the first element's).
+            let src = Expr::Select(
+                Box::new(exists()),
+                Box::new(offset()),
+                Box::new(Expr::Int(0)),
+            );
+            body.push(Stmt::Matrix(MatrixOp::CopyAsync {
+                dst,
+                src: Expr::Bits(self.tn, At::Flat(Box::new(src))),
+                valid: exists(),
+            }));
+        } else {
+            let (ty, value) = match l.kind {
+                MatrixKind::Tf32 => (
+                    Ty::Compute(Prec::F32),
+                    Expr::Elem(self.tn, At::Flat(Box::new(offset()))),
+                ),
+                _ => (Ty::Half, Expr::Bits(self.tn, At::Flat(Box::new(offset())))),
+            };
+            let zero = match l.kind {
+                MatrixKind::Tf32 => Expr::Lit(Prec::F32, 0.0),
+                _ => Expr::Int(0),
+            };
+            body.extend([
+                let_mut("aj_v", ty, zero),
+                Stmt::If(exists(), vec![assign(var("aj_v"), value)]),
+                assign(dst, var("aj_v")),
+            ]);
+        }
         vec![unrolled("aj_q", per_invocation, body)]
     }
 }
@@ -109,8 +137,9 @@ pub(super) fn matrix_tiled<'a>(g: &'a Gemm, l: &MatrixTile, groups: u64) -> Vec<
     let (_, warps_n) = l.warp_grid();
     let (wr, wc) = (l.warp_rows(), l.warp_cols());
     let f32 = Ty::Compute(Prec::F32);
-    let word = if l.kind == MatrixKind::Tf32 {
-        Ty::Word
+    // TF32 factors are staged as they are (f32) and rounded as fragments load.
+    let staged = if l.kind == MatrixKind::Tf32 {
+        Ty::Compute(Prec::F32)
     } else {
         Ty::Half
     };
@@ -122,7 +151,8 @@ pub(super) fn matrix_tiled<'a>(g: &'a Gemm, l: &MatrixTile, groups: u64) -> Vec<
         side: (m, g.m.strides[1]),
         k_stride: g.k.strides[1],
         origin: var("aj_tm") * t,
-        k_inner: g.k.strides[1] <= g.m.strides[1],
+        k_inner: MatrixTile::k_contiguous(g, 1),
+        async_copy: l.async_copy[0],
     };
     let b = Staging {
         tn: &g.rhs,
@@ -131,12 +161,13 @@ pub(super) fn matrix_tiled<'a>(g: &'a Gemm, l: &MatrixTile, groups: u64) -> Vec<
         side: (n, g.n.strides[2]),
         k_stride: g.k.strides[2],
         origin: var("aj_tn") * t,
-        k_inner: g.k.strides[2] <= g.n.strides[2],
+        k_inner: MatrixTile::k_contiguous(g, 2),
+        async_copy: l.async_copy[1],
     };
     let steps = kk.div_ceil(d);
     tree.extend([
-        array("aj_sa", word, 2 * l.staged_elements(), true),
-        array("aj_sb", word, 2 * l.staged_elements(), true),
+        array("aj_sa", staged, 2 * l.staged_elements(), true),
+        array("aj_sb", staged, 2 * l.staged_elements(), true),
         let_("aj_lane", Ty::Int, thread_index() % WARP_LANES),
         let_("aj_wm", Ty::Int, (thread_index() / WARP_LANES) / warps_n),
         let_("aj_wn", Ty::Int, (thread_index() / WARP_LANES) % warps_n),
@@ -203,6 +234,10 @@ pub(super) fn matrix_tiled<'a>(g: &'a Gemm, l: &MatrixTile, groups: u64) -> Vec<
     let mut first = a.copy(l, kk, Expr::Int(0));
     first.extend(b.copy(l, kk, Expr::Int(0)));
     tree.push(Stmt::Block(first));
+    let any_async = l.async_copy.contains(&true);
+    if any_async {
+        tree.push(Stmt::Matrix(MatrixOp::WaitCopies));
+    }
     tree.push(Stmt::Barrier(Barrier::Shared));
     // Each step: fill the other buffer with the next tile, multiply this one, then wait.
     let mut next = vec![let_("aj_k0", Ty::Index, (var("aj_s") + 1i64) * d)];
@@ -218,6 +253,9 @@ pub(super) fn matrix_tiled<'a>(g: &'a Gemm, l: &MatrixTile, groups: u64) -> Vec<
         d / l.kind.fragment_depth(),
         multiply(l, &a, &b),
     ));
+    if any_async {
+        step.push(Stmt::Matrix(MatrixOp::WaitCopies));
+    }
     step.push(Stmt::Barrier(Barrier::Shared));
     tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
     let mut finish = position();
@@ -293,12 +331,12 @@ fn multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> Vec<Stmt<'a
                 .map(|w| {
                     assign(
                         Expr::item("aj_fa", var("aj_i") * 4i64 + w),
-                        a.at(
+                        Expr::Tf32(Box::new(a.at(
                             l,
                             buf(),
                             row_of("aj_i") + g() + (w % 2) * 8,
                             k0() + tq() + (w / 2) * 4,
-                        ),
+                        ))),
                     )
                 })
                 .collect();
@@ -307,7 +345,12 @@ fn multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> Vec<Stmt<'a
                 .map(|w| {
                     assign(
                         Expr::item("aj_fb", var("aj_j") * 2i64 + w),
-                        b.at(l, buf(), col_of("aj_j") + g(), k0() + tq() + w * 4),
+                        Expr::Tf32(Box::new(b.at(
+                            l,
+                            buf(),
+                            col_of("aj_j") + g(),
+                            k0() + tq() + w * 4,
+                        ))),
                     )
                 })
                 .collect();

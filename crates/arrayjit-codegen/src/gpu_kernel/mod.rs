@@ -193,6 +193,19 @@ pub(crate) enum MatrixOp<'a> {
         /// Transpose each matrix.
         trans: bool,
     },
+    /// Copies 16 bytes from a global array to a shared one without waiting (`cp.async`), or
+    /// zeroes them where `valid` is false (nothing is read then).
+    CopyAsync {
+        /// The first shared element: an item of the shared array.
+        dst: Expr<'a>,
+        /// The first global element ([`Expr::Bits`]).
+        src: Expr<'a>,
+        /// Whether the source elements exist.
+        valid: Expr<'a>,
+    },
+    /// Waits for this invocation's asynchronous copies (a barrier then publishes them to the
+    /// group).
+    WaitCopies,
     /// `acc += a · b` on one `m16n8` fragment: four `f32` accumulators, four words of the
     /// left factor and two of the right (items, each the first of its run).
     Multiply {
@@ -481,6 +494,8 @@ fn print_stmt<D: KernelDialect>(
             let operands: Vec<&Expr<'_>> = match op {
                 MatrixOp::Load { words, row, .. } => vec![words, row],
                 MatrixOp::Multiply { acc, a, b, .. } => vec![acc, a, b],
+                MatrixOp::CopyAsync { dst, src, valid } => vec![dst, src, valid],
+                MatrixOp::WaitCopies => vec![],
             };
             let places = operands
                 .into_iter()

@@ -14,6 +14,13 @@
 //!   adds in the order of `k`. Results therefore agree with the loop nest to `f32` rounding of
 //!   the sums, not bit for bit, and never depend on timing.
 //!
+//! **Copies.** A factor whose staged rows are whole 16-byte runs of it — its contiguous axis
+//! (stride 1) is the staged tile's, and that axis's extent, its other strides and its batch
+//! strides are multiples of 16 bytes — is copied by asynchronous 16-byte copies (`cp.async`,
+//! zero-filled past its end), which bypass registers and overlap the multiplication of the
+//! other buffer; any other factor element by element. This relies on every array starting on
+//! a 16-byte boundary, as the `cuda` backend's pools (256-byte aligned) ensure.
+//!
 //! **Layout.** A group computes a `tile × tile` block of results (64 or 128 a side) with
 //! [`MatrixTile::warps`] warps of 32 lanes, each owning a `warp_rows × warp_cols` part of the
 //! block as `16 × 8` fragments. The factors' tiles are staged `depth` deep in shared memory
@@ -23,6 +30,7 @@
 use std::fmt;
 
 use crate::prec::Prec;
+use crate::schedule::Gemm;
 
 /// The element type a matrix-unit product multiplies in, and its fragment shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -104,9 +112,51 @@ pub struct MatrixTile {
     pub tile: usize,
     /// The fragment kind.
     pub kind: MatrixKind,
+    /// Whether the left and the right factor's tiles are copied by asynchronous 16-byte
+    /// copies ([`MatrixTile::async_copy_fits`]), else element by element.
+    pub async_copy: [bool; 2],
 }
 
 impl MatrixTile {
+    /// The layout of `tile`-tiles of `kind` for `gemm`, each factor copied asynchronously
+    /// where it fits.
+    pub fn new(gemm: &Gemm, tile: usize, kind: MatrixKind) -> MatrixTile {
+        let mut t = MatrixTile {
+            tile,
+            kind,
+            async_copy: [false; 2],
+        };
+        t.async_copy = [1, 2].map(|f| t.async_copy_fits(gemm, f));
+        t
+    }
+
+    /// Whether factor `f` (1: left, 2: right, as in [`super::super::Dim::strides`]) has `k`
+    /// as the contiguous axis of its staged tile: its `k` stride is the smaller one.
+    pub fn k_contiguous(gemm: &Gemm, f: usize) -> bool {
+        let side = if f == 1 { &gemm.m } else { &gemm.n };
+        gemm.k.strides[f] <= side.strides[f]
+    }
+
+    /// Elements of one 16-byte copy.
+    pub fn copy_elements(&self) -> usize {
+        16 / self.kind.element_bytes()
+    }
+
+    /// Whether factor `f`'s staged rows are whole 16-byte runs of it (see the module doc).
+    pub fn async_copy_fits(&self, gemm: &Gemm, f: usize) -> bool {
+        let c = self.copy_elements();
+        let side = if f == 1 { &gemm.m } else { &gemm.n };
+        let (inner, outer) = if MatrixTile::k_contiguous(gemm, f) {
+            (&gemm.k, side)
+        } else {
+            (side, &gemm.k)
+        };
+        inner.strides[f] == 1
+            && inner.extent.is_multiple_of(c)
+            && outer.strides[f].is_multiple_of(c)
+            && gemm.batch.iter().all(|b| b.strides[f].is_multiple_of(c))
+            && (self.tile * self.depth()).is_multiple_of(c * self.threads() as usize)
+    }
     /// Warps along the rows and the columns of the tile: 2 × 4 for 128-tiles (8 warps), 2 × 2
     /// for 64-tiles (4 warps).
     pub fn warp_grid(&self) -> (usize, usize) {
@@ -180,7 +230,11 @@ mod tests {
     fn tiles_cover_their_warps_with_whole_fragments() {
         for kind in [MatrixKind::Bf16, MatrixKind::F16, MatrixKind::Tf32] {
             for tile in MATRIX_TILES {
-                let t = MatrixTile { tile, kind };
+                let t = MatrixTile {
+                    tile,
+                    kind,
+                    async_copy: [false; 2],
+                };
                 let (fm, fn_) = t.fragments();
                 assert_eq!(fm * FRAGMENT_ROWS * t.warp_grid().0, tile);
                 assert_eq!(fn_ * FRAGMENT_COLS * t.warp_grid().1, tile);
@@ -194,6 +248,7 @@ mod tests {
         let big = MatrixTile {
             tile: 128,
             kind: MatrixKind::Bf16,
+            async_copy: [true; 2],
         };
         assert_eq!((big.threads(), big.accumulators()), (256, 64));
         assert_eq!(big.shared_bytes(), 2 * 2 * 128 * 40 * 2);

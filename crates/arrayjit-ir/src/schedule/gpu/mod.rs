@@ -15,7 +15,11 @@
 //!   in tiles of `tile × tile` results per group of [`TILE_THREADS`] (16 × 16) invocations, the
 //!   factors staged in shared memory 16 deep; the largest tile (128, 64) whose sides both
 //!   fill one and that still gives enough groups to fill the device (two per compute unit),
-//!   else 16, and only tiles whose staging fits its shared memory;
+//!   else 16, and only tiles whose staging fits its shared
+//!   memory; registers are capped so that [`TILE_GROUPS_PER_UNIT`] groups share a unit;
+//! - **matrix-unit product**: a product of 16-bit factors (or of `f32` ones as TF32, where
+//!   allowed) on a device with matrix units, in 64- or 128-tiles of warps multiplying
+//!   fragments ([`matrix`]);
 //! - **rows**: the loops whose iterations are independent as a grid of groups, one per point,
 //!   where the statements under them hold work for a group: a reduction of at least
 //!   [`ROW_REDUCTION_MIN`] steps (at most [`ROW_REDUCTION_MAX_ROWS`] points), or, while the
@@ -160,6 +164,11 @@ pub const MIN_GROUP_THREADS: u32 = 64;
 pub const TILE_THREADS: u32 = 256;
 /// The depth of the factors' tiles staged in shared memory.
 pub const TILE_DEPTH: usize = 16;
+/// Groups of a tiled product (on the `f32` lanes or the matrix units) that share a compute
+/// unit at least: renderers ask the compiler to keep each invocation's registers within a
+/// share that allows it (CUDA's `__launch_bounds__` minimum blocks), so one group's barriers
+/// and loads overlap another's arithmetic.
+pub const TILE_GROUPS_PER_UNIT: u32 = 2;
 /// A reduction inside a grid gets a group of its own when it is at least this long ...
 pub const ROW_REDUCTION_MIN: u64 = 256;
 /// ... and there are at most this many grid points (beyond, one invocation per point keeps
@@ -384,7 +393,7 @@ fn matrix_product(
     let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
     let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
     let fits = |t: usize| {
-        let layout = MatrixTile { tile: t, kind };
+        let layout = MatrixTile::new(&gemm, t, kind);
         layout.shared_bytes() <= limits.max_shared_bytes
             && layout.threads() <= limits.max_group_invocations
     };
@@ -414,18 +423,33 @@ fn matrix_product(
         ),
         _ => return None,
     };
-    let layout = MatrixTile { tile, kind };
+    let layout = MatrixTile::new(&gemm, tile, kind);
     let (fm, fn_) = layout.fragments();
     let (wr, wc) = layout.warp_grid();
     let precision = match kind {
         MatrixKind::Tf32 => "f32 factors rounded to TF32 (allowed by the settings)".to_string(),
         _ => format!("{kind} factors"),
     };
+    let copies = match layout.async_copy {
+        [true, true] => "both factors copied by 16-byte asynchronous copies",
+        [true, false] => {
+            "the left factor copied by 16-byte asynchronous copies, the right \
+                          element by element"
+        }
+        [false, true] => {
+            "the right factor copied by 16-byte asynchronous copies, the left \
+                          element by element"
+        }
+        [false, false] => {
+            "both factors copied element by element (their rows are not whole \
+                           16-byte runs)"
+        }
+    };
     let why = format!(
         "a matrix product of {precision} on the matrix units: m16n8k{} fragments accumulating \
          in f32 registers, {tile} x {tile} results per group of {wr} x {wc} warps ({fm} x {fn_} \
-         fragments each), factor tiles {} deep staged twice in shared memory ({} of {} bytes); \
-         {reason}",
+         fragments each), factor tiles {} deep staged twice in shared memory ({} of {} bytes), \
+         {copies}; {reason}",
         kind.fragment_depth(),
         layout.depth(),
         layout.shared_bytes(),
