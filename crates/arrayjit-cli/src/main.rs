@@ -66,6 +66,34 @@ struct MoonsArgs {
     distributed: bool,
 }
 
+/// The flags of `arrayjit plan`.
+#[derive(Args, Clone)]
+struct PlanArgs {
+    /// The device model: h100, h200, a100, sm_90 (an H100) or sm_80 (an A100).
+    #[arg(long, default_value = "h100")]
+    device: String,
+    /// Windows per training step.
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Only the routines whose name contains this text (gpt_train_step, gpt_eval_loss,
+    /// gpt_logits).
+    #[arg(long, default_value = "")]
+    only: String,
+    /// Print only each routine's summary line, not its passes.
+    #[arg(long)]
+    summary: bool,
+    /// Also compile the routines to CUBIN for the device's architecture with NVRTC (no GPU
+    /// needed), cold (an empty cache) and then cached, and print how long each took.
+    #[arg(long)]
+    compile: bool,
+    /// Precision of the model's matrix products: `f32`, or `bf16` (on the matrix units).
+    #[arg(long, default_value = "f32")]
+    precision: arrayjit::tensor::Precision,
+    /// Let f32 matrix products run on the matrix units as TF32.
+    #[arg(long)]
+    allow_tf32: bool,
+}
+
 /// The flags of the GPT demo.
 #[derive(Args, Clone)]
 struct GptArgs {
@@ -85,6 +113,10 @@ struct GptArgs {
     /// each block's outputs); 0 trains without dropout.
     #[arg(long, default_value_t = 0.0)]
     dropout: f64,
+    /// Precision of the matrix products: `f32`, or `bf16` (operands rounded to bf16,
+    /// accumulating in f32, everything else f32; on a GPU they run on its matrix units).
+    #[arg(long, default_value = "f32")]
+    precision: arrayjit::tensor::Precision,
     /// Steps between held-out evaluations.
     #[arg(long, default_value_t = 100)]
     eval_every: u64,
@@ -115,25 +147,7 @@ enum Command {
     Gpt(GptArgs),
     /// The GPU plan of the GPT trainer's routines for a named device, without the device:
     /// every pass's shape, groups × threads, work and estimated time.
-    Plan {
-        /// The device model: h100, h200, a100, sm_90 (an H100) or sm_80 (an A100).
-        #[arg(long, default_value = "h100")]
-        device: String,
-        /// Windows per training step.
-        #[arg(long, default_value_t = 16)]
-        batch: usize,
-        /// Only the routines whose name contains this text (gpt_train_step, gpt_eval_loss,
-        /// gpt_logits).
-        #[arg(long, default_value = "")]
-        only: String,
-        /// Print only each routine's summary line, not its passes.
-        #[arg(long)]
-        summary: bool,
-        /// Also compile the routines to CUBIN for the device's architecture with NVRTC (no GPU
-        /// needed), cold (an empty cache) and then cached, and print how long each took.
-        #[arg(long)]
-        compile: bool,
-    },
+    Plan(PlanArgs),
     /// Benchmark table: arrayjit on each CPU backend next to NumPy / PyTorch and the machine's
     /// limits, measured in this run (set up the peers with scripts/setup-bench.sh).
     Bench {
@@ -238,20 +252,22 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     config.batch = args.batch;
     config.seed = args.seed;
     config.dropout = args.dropout;
+    config.model.precision = args.precision;
     if let arrayjit::tensor::Optimizer::Adam { lr, .. } = &mut config.optimizer {
         *lr = args.lr;
     }
     let t = config.model.context;
     let mut trainer = GptTrainer::new(&backend, &config)?;
     println!(
-        "GPT on {}: {} parameters (context {t}, width {}, {} heads, {} layers, MLP {}), \
-         vocabulary {} characters; build + compile of the step {:.0} ms",
+        "GPT on {}: {} parameters (context {t}, width {}, {} heads, {} layers, MLP {}, {} \
+         products), vocabulary {} characters; build + compile of the step {:.0} ms",
         backend.name(),
         trainer.model().parameter_count(),
         config.model.width,
         config.model.heads,
         config.model.layers,
         config.model.hidden,
+        config.model.precision,
         vocab.len(),
         trainer.compile_and_link.as_secs_f64() * 1e3
     );
@@ -325,17 +341,20 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     Ok(())
 }
 
-fn plan(
-    device: &str,
-    batch: usize,
-    only: &str,
-    summary: bool,
-    compile: bool,
-) -> arrayjit::Result<()> {
+fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
     use arrayjit::gpt::{CharVocab, GptPrograms, SONNETS, TrainerConfig};
+    let PlanArgs {
+        device,
+        batch,
+        only,
+        summary,
+        compile,
+        precision,
+        allow_tf32,
+    } = args.clone();
     use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
     use arrayjit::ir::schedule::gpu::DeviceModel;
-    let model = DeviceModel::named(device).ok_or_else(|| {
+    let model = DeviceModel::named(&device).ok_or_else(|| {
         arrayjit::Error::invalid(format!(
             "unknown device model {device:?}: use one of {}",
             DeviceModel::NAMES.join(", ")
@@ -346,8 +365,10 @@ fn plan(
     }
     let mut config = TrainerConfig::small(CharVocab::from_text(SONNETS).len());
     config.batch = batch;
+    config.model.precision = precision;
     let programs = GptPrograms::new(&config)?;
-    let settings = OptimizeSettings::for_gpu(model.limits);
+    let mut settings = OptimizeSettings::for_gpu(model.limits);
+    settings.schedule.allow_tf32 = allow_tf32;
     let ctx = OptimizeCtx::empty();
     let mut chosen = Vec::new();
     for (name, program) in programs.routines() {
@@ -357,7 +378,7 @@ fn plan(
         let optimized = optimize_in(&ctx, name, &[], program, &settings)?;
         let optimize = started.elapsed();
         let plan = optimized.gpu_plan(&model);
-        if !name.contains(only) {
+        if !name.contains(only.as_str()) {
             continue;
         }
         let text = plan.to_string();
@@ -458,13 +479,7 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
         Command::Moons(args) => moons(cli.backend, args),
         Command::Lowering => demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text)),
         Command::Info => info(),
-        Command::Plan {
-            device,
-            batch,
-            only,
-            summary,
-            compile,
-        } => plan(&device, batch, &only, summary, compile),
+        Command::Plan(args) => plan(&args),
         Command::Gpt(args) => gpt(cli.backend, args),
         Command::Bench {
             quick,

@@ -4,8 +4,10 @@
  *
  * - A pass without barriers runs its threads one after the other.
  * - A pass with barriers (`__syncthreads`, warp shuffles) runs its block's threads as fibers
- *   (ucontext) on their own guarded stacks: each runs until its next barrier, and a barrier
- *   releases when every thread of the block that has not returned reaches it, as on a GPU.
+ *   on their own guarded stacks (kept from launch to launch): each runs until its next
+ *   barrier, and a barrier releases when every thread of the block that has not returned
+ *   reaches it, as on a GPU. Fibers switch by swapping stack pointers on x86-64, by ucontext
+ *   elsewhere.
  * - `__shared__` memory is per block: thread-local static storage that the block's fibers
  *   share (blocks of one launch run one after another; launches on other threads have their
  *   own).
@@ -55,13 +57,45 @@ typedef void (*aj_thunk)(void *const *args, const long long *statics);
 
 enum aj_fiber_state { AJ_RUNS = 0, AJ_AT_BARRIER = 1, AJ_AT_WARP = 2, AJ_RETURNED = 3 };
 
+/* Switching fibers. On x86-64, a switch saves the callee-saved registers and the floating-point
+ * control words on the fiber's own stack and swaps stack pointers (no system call); elsewhere
+ * it is ucontext's swapcontext, which also saves the signal mask (a system call per switch). */
+#if defined(__x86_64__)
+#define AJ_FAST_SWITCH 1
+/* aj_fiber_switch(save, to): stores the current stack pointer in *save and resumes the fiber
+ * (or scheduler) whose stack pointer is `to`. */
+extern "C" void aj_fiber_switch(void **save, void *to) __attribute__((visibility("hidden")));
+__asm__(".text\n"
+        ".globl aj_fiber_switch\n"
+        ".hidden aj_fiber_switch\n"
+        ".type aj_fiber_switch, @function\n"
+        "aj_fiber_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size aj_fiber_switch, .-aj_fiber_switch\n");
+#else
+#define AJ_FAST_SWITCH 0
+#endif
+
 struct aj_fiber {
+#if AJ_FAST_SWITCH
+  void *sp;
+#else
   ucontext_t context;
+#endif
   int state;
 };
 
 struct aj_block {
+#if AJ_FAST_SWITCH
+  void *scheduler_sp;
+#else
   ucontext_t scheduler;
+#endif
   aj_fiber *fibers;
   unsigned current;
   unsigned threads;
@@ -75,18 +109,63 @@ struct aj_block {
 /* The block whose fibers run on this thread (null while a pass without barriers runs). */
 static thread_local aj_block *aj_running_block = 0;
 
+/* From the running fiber back to the scheduler. */
+static inline void aj_to_scheduler(aj_block *b, aj_fiber *f) {
+#if AJ_FAST_SWITCH
+  aj_fiber_switch(&f->sp, b->scheduler_sp);
+#else
+  swapcontext(&f->context, &b->scheduler);
+#endif
+}
+
+/* From the scheduler to fiber `f`. */
+static inline void aj_to_fiber(aj_block *b, aj_fiber *f) {
+#if AJ_FAST_SWITCH
+  aj_fiber_switch(&b->scheduler_sp, f->sp);
+#else
+  swapcontext(&b->scheduler, &f->context);
+#endif
+}
+
 static void aj_fiber_main(void) {
   aj_block *b = aj_running_block;
   b->thunk(b->args, b->statics);
   b->fibers[b->current].state = AJ_RETURNED;
-  /* Returning resumes `uc_link`, the scheduler. */
+#if AJ_FAST_SWITCH
+  aj_to_scheduler(b, &b->fibers[b->current]);
+  __builtin_trap(); /* a returned fiber is never resumed */
+#endif
+  /* (ucontext) Returning resumes `uc_link`, the scheduler. */
+}
+
+/* Makes `f` start at aj_fiber_main on the stack [stack, stack + size) (16-byte aligned top). */
+static inline void aj_fiber_start(aj_block *b, aj_fiber *f, unsigned char *stack, size_t size) {
+#if AJ_FAST_SWITCH
+  (void)b;
+  unsigned long long *top = (unsigned long long *)((uintptr_t)(stack + size) & ~(uintptr_t)15);
+  /* As aj_fiber_switch leaves a stack: control words, r15..r12, rbx, rbp, then the address it
+   * returns to; above it a null return address for aj_fiber_main (entered as if called). */
+  unsigned int control[2] = {0, 0};
+  __asm__ volatile("stmxcsr %0\n  fnstcw %1" : "=m"(control[0]), "=m"(control[1]));
+  top[-1] = 0;
+  top[-2] = (unsigned long long)(uintptr_t)&aj_fiber_main;
+  for (int r = 3; r <= 8; ++r) top[-r] = 0;
+  memcpy(&top[-9], control, 8);
+  f->sp = &top[-9];
+#else
+  getcontext(&f->context);
+  f->context.uc_stack.ss_sp = stack;
+  f->context.uc_stack.ss_size = size;
+  f->context.uc_link = &b->scheduler;
+  makecontext(&f->context, aj_fiber_main, 0);
+#endif
 }
 
 static inline void aj_yield(int state) {
   aj_block *b = aj_running_block;
   aj_fiber *f = &b->fibers[b->current];
   f->state = state;
-  swapcontext(&f->context, &b->scheduler);
+  aj_to_scheduler(b, f);
 }
 
 static inline void __syncthreads(void) {
@@ -238,6 +317,43 @@ static inline uint32_t aj_tf32(float f) {
 /* Bytes of each fiber's stack, and the guard page below it. */
 static const size_t AJ_STACK_BYTES = 256 * 1024;
 
+/* The memory of a launch's fibers on this thread — each thread's guard page and stack, then
+ * the fibers and the exchange table — kept from launch to launch and grown when a launch has
+ * more threads (guard pages are protected once, when it is made). Null when it cannot be
+ * allocated. */
+struct aj_fiber_pool {
+  unsigned char *memory = 0;
+  size_t bytes = 0;
+  unsigned threads = 0;
+  ~aj_fiber_pool() {
+    if (memory) munmap(memory, bytes);
+  }
+};
+static thread_local aj_fiber_pool aj_pool;
+
+static unsigned char *aj_fiber_memory(unsigned threads, size_t page) {
+  if (aj_pool.memory && aj_pool.threads >= threads) return aj_pool.memory;
+  if (aj_pool.memory) munmap(aj_pool.memory, aj_pool.bytes);
+  aj_pool.memory = 0;
+  size_t each = AJ_STACK_BYTES + page;
+  size_t bytes = each * threads + sizeof(aj_fiber) * threads +
+                 sizeof(unsigned long long) * 5 * threads + page;
+  unsigned char *memory =
+      (unsigned char *)mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return 0;
+  for (unsigned t = 0; t < threads; ++t) {
+    /* A stack overflow faults on the guard page instead of corrupting a neighbour. */
+    if (mprotect(memory + each * t, page, PROT_NONE) != 0) {
+      munmap(memory, bytes);
+      return 0;
+    }
+  }
+  aj_pool.memory = memory;
+  aj_pool.bytes = bytes;
+  aj_pool.threads = threads;
+  return memory;
+}
+
 /* Sets threadIdx from a thread's linear index in its block (x fastest). */
 static inline void aj_set_thread(unsigned t) {
   threadIdx.x = t % blockDim.x;
@@ -272,17 +388,11 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
   }
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t each = AJ_STACK_BYTES + page;
-  size_t bytes = each * threads + sizeof(aj_fiber) * threads +
-                 sizeof(unsigned long long) * 5 * threads + page;
-  unsigned char *memory =
-      (unsigned char *)mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return -1;
+  unsigned char *memory = aj_fiber_memory(threads, page);
+  if (!memory) return -1;
   int status = 0;
-  for (unsigned t = 0; t < threads; ++t) {
-    /* A stack overflow faults on the guard page instead of corrupting a neighbour. */
-    if (mprotect(memory + each * t, page, PROT_NONE) != 0) status = -1;
-  }
-  aj_fiber *fibers = (aj_fiber *)(memory + each * threads);
+  /* After every stack of the pool (which may hold more threads than this launch). */
+  aj_fiber *fibers = (aj_fiber *)(memory + each * aj_pool.threads);
   unsigned long long *exchange = (unsigned long long *)(fibers + threads);
   aj_block block;
   block.fibers = fibers;
@@ -297,11 +407,7 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
     aj_set_block(g);
     for (unsigned t = 0; t < threads; ++t) {
       aj_fiber *f = &fibers[t];
-      getcontext(&f->context);
-      f->context.uc_stack.ss_sp = memory + each * t + page;
-      f->context.uc_stack.ss_size = AJ_STACK_BYTES;
-      f->context.uc_link = &block.scheduler;
-      makecontext(&f->context, aj_fiber_main, 0);
+      aj_fiber_start(&block, f, memory + each * t + page, AJ_STACK_BYTES);
       f->state = AJ_RUNS;
     }
     for (;;) {
@@ -310,7 +416,7 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
         if (fibers[t].state != AJ_RUNS) continue;
         block.current = t;
         aj_set_thread(t);
-        swapcontext(&block.scheduler, &fibers[t].context);
+        aj_to_fiber(&block, &fibers[t]);
       }
       /* Warp exchanges release at once; a block barrier once nothing else is pending. */
       int warps = 0, waiting = 0;
@@ -325,7 +431,6 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
     }
   }
   aj_running_block = outer;
-  munmap(memory, bytes);
   return status;
 }
 

@@ -372,6 +372,24 @@ fn get(e: &ScalarExpr) -> Option<Access> {
     }
 }
 
+/// The contraction `stmt` is, where the schedule runs it as a matrix product (blocked on a
+/// CPU, tiled on a GPU): contractions are enabled, it has at least
+/// [`ScheduleSettings::min_contraction_flops`], and its precisions suit the device — `f32` or
+/// `f64` throughout, or on a GPU with matrix units also 16-bit factors
+/// ([`Contraction::detect_for_matrix_units`]). The optimizer keeps such a node as an array
+/// (never inlined into its consumer) and such a nest out of loop fusion.
+pub fn scheduled_product(stmt: &LowLevel, settings: &ScheduleSettings) -> Option<Contraction> {
+    if !settings.enable_contractions {
+        return None;
+    }
+    let c = if settings.gpu.is_some_and(|g| g.matrix_units) {
+        Contraction::detect_for_matrix_units(stmt)
+    } else {
+        Contraction::detect(stmt)
+    }?;
+    (c.flops() >= settings.min_contraction_flops).then_some(c)
+}
+
 impl Contraction {
     /// Recognizes a contraction-shaped statement. Nodes must share one floating precision and
     /// be unpadded; the result's iterators must be distinct; every loop iterator must index the

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use arrayjit_ir::Error;
-use arrayjit_tensor::Optimizer;
 use arrayjit_tensor::nn::{Gelu, GptConfig};
+use arrayjit_tensor::{Optimizer, Precision};
 use arrayjit_train::gpt::{CharVocab, GptTrainer, TrainerConfig};
 use numpy::{PyArray1, PyArray2, ToPyArray};
 use pyo3::prelude::*;
@@ -70,11 +70,13 @@ impl PyGptTrainer {
 
 #[pymethods]
 impl PyGptTrainer {
-    /// A GPT over `vocabulary` ids, its training step compiled on `backend`.
+    /// A GPT over `vocabulary` ids, its training step compiled on `backend`; `precision` is
+    /// `"f32"` or `"bf16"` (matrix products of `bf16` operands accumulating in `f32`, the
+    /// rest `f32`: on a GPU they run on its matrix units).
     #[new]
     #[pyo3(signature = (vocabulary, backend = None, context = 64, width = 128, heads = 4, layers = 2,
                         hidden = 512, batch = 16, lr = 3e-3, weight_decay = 0.01, clip_norm = Some(1.0),
-                        dropout = 0.0, seed = 1))]
+                        dropout = 0.0, seed = 1, precision = "f32"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -91,7 +93,9 @@ impl PyGptTrainer {
         clip_norm: Option<f64>,
         dropout: f64,
         seed: u64,
+        precision: &str,
     ) -> PyResult<PyGptTrainer> {
+        let precision: Precision = precision.parse().py()?;
         let backend = match backend {
             Some(b) => b.inner.clone(),
             None => arrayjit_runtime::default_backend().py()?,
@@ -105,6 +109,7 @@ impl PyGptTrainer {
                 layers,
                 hidden,
                 gelu: Gelu::Tanh,
+                precision,
             },
             batch,
             optimizer: Optimizer::Adam {

@@ -260,10 +260,11 @@ pub struct PyGpt {
 
 #[pymethods]
 impl PyGpt {
-    /// GPT-2's initialization, drawn from `seed`.
+    /// GPT-2's initialization, drawn from `seed`; matrix products in `precision` (`"f32"`,
+    /// or `"bf16"` operands accumulating in `f32`).
     #[new]
     #[pyo3(signature = (vocabulary, context = 64, width = 128, heads = 4, layers = 2, hidden = 512,
-                        gelu = "tanh", seed = 1))]
+                        gelu = "tanh", seed = 1, precision = "f32"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         vocabulary: usize,
@@ -274,6 +275,7 @@ impl PyGpt {
         hidden: usize,
         gelu: &str,
         seed: u64,
+        precision: &str,
     ) -> PyResult<PyGpt> {
         let config = GptConfig {
             vocabulary,
@@ -283,6 +285,9 @@ impl PyGpt {
             layers,
             hidden,
             gelu: self::gelu(gelu)?,
+            precision: precision
+                .parse::<arrayjit_tensor::Precision>()
+                .map_err(to_py)?,
         };
         Ok(PyGpt {
             inner: Gpt::new(config, seed).py()?,

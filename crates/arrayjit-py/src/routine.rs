@@ -43,6 +43,14 @@ impl PyBackend {
             .py()
     }
 
+    /// Allows (`True`) or forbids (`False`) f32 matrix products on a GPU's matrix units as
+    /// TF32 for later compiles; `None` follows `ARRAYJIT_ALLOW_TF32` (off when unset), as
+    /// PyTorch's `torch.backends.cuda.matmul.allow_tf32`.
+    #[pyo3(signature = (allow = None))]
+    fn set_allow_tf32(&self, allow: Option<bool>) {
+        self.inner.set_allow_tf32(allow);
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Backend({}, {} device(s))",

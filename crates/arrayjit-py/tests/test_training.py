@@ -141,3 +141,25 @@ def test_a_tiny_gpt_trains_and_samples_from_python(tmp_path):
     path = str(tmp_path / "gpt.safetensors")
     trainer.save(path)
     assert trainer.load(path) == 40
+
+
+def test_a_tiny_gpt_trains_in_bf16_products_close_to_f32():
+    text = "to be or not to be, that is the question; whether tis nobler in the mind"
+    vocab = aj.CharVocab(text)
+    data = vocab.encode(text)
+    curves = {}
+    for precision in ["f32", "bf16"]:
+        trainer = aj.GptTrainer(
+            len(vocab), context=8, width=16, heads=2, layers=1, hidden=32, batch=4,
+            precision=precision,
+        )
+        losses = []
+        for step in range(30):
+            ids, targets = trainer.batch(data, step, 3)
+            losses.append(trainer.train_step(ids.ravel().tolist(), targets.ravel().tolist()))
+        curves[precision] = losses
+    assert np.max(np.abs(np.array(curves["f32"]) - np.array(curves["bf16"]))) < 0.1
+    with pytest.raises(aj.SettingError):
+        aj.GptTrainer(len(vocab), context=8, width=16, heads=2, layers=1, hidden=32, precision="f8")
+    aj.backend("sync_cc").set_allow_tf32(True)
+    aj.backend("sync_cc").set_allow_tf32(None)

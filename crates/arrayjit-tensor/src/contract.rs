@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrayjit_ir::{BinOp, Error, Result, UnOp};
+use arrayjit_ir::{BinOp, Error, Prec, Result, UnOp};
 
 use crate::tensor::{Rhs, Tensor, parse_spec};
 
@@ -65,30 +65,79 @@ impl Tensor {
                     })),
                 )
             }
-            [a, b] => {
-                let (ra, rb) = (rhs[0].clone(), rhs[1].clone());
-                let lhs2 = lhs.clone();
-                Tensor::einsum_op(
-                    spec,
-                    Rhs::Bin(BinOp::Mul),
-                    &[a, b],
-                    BinOp::Add,
-                    true,
-                    "einsum",
-                    Some(Arc::new(move |out, g| {
-                        let (a, b) = (&out.parents()[0], &out.parents()[1]);
-                        let ga = contract_into(&lhs2, g, &rb, b, &ra, a.dims())?;
-                        let gb = contract_into(&ra, a, &lhs2, g, &rb, b.dims())?;
-                        Ok(vec![Some(ga), Some(gb)])
-                    })),
-                )
-            }
+            [a, b] => Tensor::product_in(spec, a, b, None),
             _ => Err(Error::ShapeMismatch {
                 op: format!("einsum {spec:?}"),
                 shapes: vec![],
                 detail: format!("takes one or two tensors, {} were given", inputs.len()),
             }),
         }
+    }
+
+    /// The einsum of the product of two tensors, the result in precision `prec` (`None`:
+    /// theirs promoted). Factors of one 16-bit float precision into an `f32` result
+    /// accumulate in `f32` (on a GPU's matrix units). For 16-bit factors the incoming gradient
+    /// is cast to their precision first and the gradient products accumulate in the result's
+    /// precision, so the backward products of 16-bit factors are 16-bit products too.
+    pub fn product_in(spec: &str, a: &Tensor, b: &Tensor, prec: Option<Prec>) -> Result<Tensor> {
+        let (lhs, rhs) = parse_spec(spec).ok_or_else(|| Error::ShapeMismatch {
+            op: format!("einsum {spec:?}"),
+            shapes: vec![],
+            detail: "the spec needs `->`".into(),
+        })?;
+        if rhs.len() != 2 {
+            return Err(Error::ShapeMismatch {
+                op: format!("einsum {spec:?}"),
+                shapes: vec![],
+                detail: format!("a product takes two operands, the spec names {}", rhs.len()),
+            });
+        }
+        let (ra, rb) = (rhs[0].clone(), rhs[1].clone());
+        Tensor::einsum_op_in(
+            spec,
+            Rhs::Bin(BinOp::Mul),
+            &[a, b],
+            BinOp::Add,
+            true,
+            "einsum",
+            Some(Arc::new(move |out, g| {
+                let (a, b) = (&out.parents()[0], &out.parents()[1]);
+                // 16-bit factors: the gradient is cast to their precision and the gradient
+                // products accumulate as the forward one does (in the result's precision).
+                let half = a.prec() == b.prec() && matches!(a.prec(), Prec::Bf16 | Prec::F16);
+                let (g, acc) = if half {
+                    (g.cast(a.prec())?, Some(out.prec()))
+                } else {
+                    (g.clone(), None)
+                };
+                let ga = contract_into(&lhs, &g, &rb, b, &ra, a.dims(), acc)?;
+                let gb = contract_into(&ra, a, &lhs, &g, &rb, b.dims(), acc)?;
+                Ok(vec![Some(ga), Some(gb)])
+            })),
+            prec,
+        )
+    }
+
+    /// The same values in precision `prec` (rounded to nearest, ties to even, when narrower);
+    /// the gradient is cast back to this tensor's precision. The tensor itself where it is in
+    /// `prec` already.
+    pub fn cast(&self, prec: Prec) -> Result<Tensor> {
+        if prec == self.prec() {
+            return Ok(self.clone());
+        }
+        let l = letters(self.dims().len());
+        Tensor::einsum_op_in(
+            &format!("{l}->{l}"),
+            Rhs::Un(UnOp::Identity),
+            &[self],
+            BinOp::Arg2,
+            false,
+            &format!("{}_as_{}", self.label(), prec.name()),
+            Some(Arc::new(move |out, g| {
+                Ok(vec![Some(g.cast(out.parents()[0].prec())?)])
+            })),
+            Some(prec),
+        )
     }
 
     /// Matrix product of 2-D tensors (`[m, k] × [k, n] → [m, n]`).
@@ -237,8 +286,9 @@ fn broadcast_to(xs: &str, x: &Tensor, to: &str, dims: &[usize]) -> Result<Tensor
     )
 }
 
-/// `out[P] = Σ x[X] * y[Y]` with shape `dims` for `P`; letters of `P` in neither `X` nor `Y`
-/// (summed away in the forward pass) are filled by broadcasting.
+/// `out[P] = Σ x[X] * y[Y]` with shape `dims` for `P`, in precision `prec` (`None`: the
+/// factors' promoted); letters of `P` in neither `X` nor `Y` (summed away in the forward pass)
+/// are filled by broadcasting.
 fn contract_into(
     xs: &str,
     x: &Tensor,
@@ -246,12 +296,13 @@ fn contract_into(
     y: &Tensor,
     p: &str,
     dims: &[usize],
+    prec: Option<Prec>,
 ) -> Result<Tensor> {
     let present: String = p
         .chars()
         .filter(|c| xs.contains(*c) || ys.contains(*c))
         .collect();
-    let partial = Tensor::einsum_op(
+    let partial = Tensor::einsum_op_in(
         &format!("{xs},{ys}->{present}"),
         Rhs::Bin(BinOp::Mul),
         &[x, y],
@@ -259,6 +310,7 @@ fn contract_into(
         true,
         "einsum_grad",
         None,
+        prec,
     )?;
     if present.len() == p.len() {
         Ok(partial)

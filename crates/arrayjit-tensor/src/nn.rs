@@ -14,6 +14,7 @@ use arrayjit_ir::{Error, Prec, Result};
 
 use crate::init::Init;
 use crate::losses;
+use crate::precision::Precision;
 use crate::rng::RandomStream;
 use crate::tensor::Tensor;
 
@@ -84,6 +85,8 @@ pub struct Linear {
     pub weight: Tensor,
     /// `[outputs]`, if the layer has a bias.
     pub bias: Option<Tensor>,
+    /// The precision its product multiplies in (`f32` unless set).
+    pub precision: Precision,
 }
 
 impl Linear {
@@ -106,14 +109,20 @@ impl Linear {
         } else {
             None
         };
-        Ok(Linear { weight, bias })
+        Ok(Linear {
+            weight,
+            bias,
+            precision: Precision::F32,
+        })
     }
 
     /// `[..., inputs] → [..., outputs]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         expect_width("linear", x, self.weight.dims()[0])?;
         let l = lead_letters(x, "linear")?;
-        let y = Tensor::einsum(&format!("{l}x,xy->{l}y"), &[x, &self.weight])?;
+        let y = self
+            .precision
+            .product(&format!("{l}x,xy->{l}y"), x, &self.weight)?;
         match &self.bias {
             Some(b) => y.add(b),
             None => Ok(y),
@@ -163,6 +172,8 @@ pub struct CausalSelfAttention {
     pub output: Tensor,
     /// `[width]` biases of the query, key, value and output projections.
     pub biases: [Tensor; 4],
+    /// The precision its products multiply in (`f32` unless set).
+    pub precision: Precision,
 }
 
 impl CausalSelfAttention {
@@ -206,6 +217,7 @@ impl CausalSelfAttention {
             value,
             output,
             biases,
+            precision: Precision::F32,
         })
     }
 
@@ -229,20 +241,23 @@ impl CausalSelfAttention {
             });
         }
         let (time, hw) = (dims[1], self.query.dims()[2]);
-        let project = |w: &Tensor, b: &Tensor| -> Result<Tensor> {
-            Tensor::einsum("btd,dhe->bthe", &[x, w])?.add(b)
-        };
+        let p = self.precision;
+        let project =
+            |w: &Tensor, b: &Tensor| -> Result<Tensor> { p.product("btd,dhe->bthe", x, w)?.add(b) };
         let q = project(&self.query, &self.biases[0])?;
         let k = project(&self.key, &self.biases[1])?;
         let v = project(&self.value, &self.biases[2])?;
-        let scores =
-            Tensor::einsum("bthe,bshe->bhts", &[&q, &k])?.scale(1.0 / (hw as f64).sqrt())?;
+        let scores = p
+            .product("bthe,bshe->bhts", &q, &k)?
+            .scale(1.0 / (hw as f64).sqrt())?;
         let future = Tensor::causal_mask(x.prec(), time)?;
         let hidden = Tensor::full(x.prec(), &[], -1e9)?;
         let weights = Tensor::where_(&future, &hidden, &scores)?.softmax(3)?;
         let weights = Dropout::maybe(dropout, &weights)?;
-        let mixed = Tensor::einsum("bhts,bshe->bthe", &[&weights, &v])?;
-        let out = Tensor::einsum("bthe,hed->btd", &[&mixed, &self.output])?.add(&self.biases[3])?;
+        let mixed = p.product("bhts,bshe->bthe", &weights, &v)?;
+        let out = p
+            .product("bthe,hed->btd", &mixed, &self.output)?
+            .add(&self.biases[3])?;
         Dropout::maybe(dropout, &out)
     }
 
@@ -395,6 +410,8 @@ pub struct GptConfig {
     pub hidden: usize,
     /// The MLP's activation.
     pub gelu: Gelu,
+    /// The precision of its matrix products ([`Precision`]).
+    pub precision: Precision,
 }
 
 impl GptConfig {
@@ -409,6 +426,7 @@ impl GptConfig {
             layers: 2,
             hidden: 512,
             gelu: Gelu::Exact,
+            precision: Precision::F32,
         }
     }
 }
@@ -449,7 +467,7 @@ impl Gpt {
         let mut blocks = Vec::new();
         for l in 0..c.layers {
             let label = format!("block{l}");
-            blocks.push(DecoderBlock {
+            let mut block = DecoderBlock {
                 norm1: LayerNorm::new(&mut f, &format!("{label}.norm1"), c.width)?,
                 attention: CausalSelfAttention::new(
                     &mut f,
@@ -469,7 +487,11 @@ impl Gpt {
                     out_scale,
                     c.gelu,
                 )?,
-            });
+            };
+            block.attention.precision = c.precision;
+            block.mlp.up.precision = c.precision;
+            block.mlp.down.precision = c.precision;
+            blocks.push(block);
         }
         let final_norm = LayerNorm::new(&mut f, "final_norm", c.width)?;
         Ok(Gpt {
@@ -533,7 +555,8 @@ impl Gpt {
             x = block.forward_with(&x, dropout)?;
         }
         let x = self.final_norm.forward(&x)?;
-        Tensor::einsum("btd,vd->btv", &[&x, &self.token_embedding])
+        c.precision
+            .product("btd,vd->btv", &x, &self.token_embedding)
     }
 
     /// The mean cross-entropy of predicting `targets` `[batch, time]` from `ids`.

@@ -356,6 +356,31 @@ impl Tensor {
         label: &str,
         backward: Option<BackwardFn>,
     ) -> Result<Tensor> {
+        Tensor::einsum_op_in(
+            spec,
+            rhs,
+            inputs,
+            accum,
+            initialize_neutral,
+            label,
+            backward,
+            None,
+        )
+    }
+
+    /// [`Tensor::einsum_op`] with the result in precision `prec` (`None`: the inputs'
+    /// precisions promoted): a cast, or a product of 16-bit factors accumulated in `f32`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn einsum_op_in(
+        spec: &str,
+        rhs: Rhs,
+        inputs: &[&Tensor],
+        accum: BinOp,
+        initialize_neutral: bool,
+        label: &str,
+        backward: Option<BackwardFn>,
+        prec: Option<Prec>,
+    ) -> Result<Tensor> {
         let bad = |detail: String| Error::ShapeMismatch {
             op: format!("{label} ({spec})"),
             shapes: vec![],
@@ -396,11 +421,13 @@ impl Tensor {
                 extent.ok_or_else(|| bad(format!("result axis {c:?} appears in no operand")))?,
             );
         }
-        let prec = inputs
-            .iter()
-            .map(|t| t.prec())
-            .reduce(Prec::promote)
-            .unwrap_or(Prec::F32);
+        let prec = prec.unwrap_or_else(|| {
+            inputs
+                .iter()
+                .map(|t| t.prec())
+                .reduce(Prec::promote)
+                .unwrap_or(Prec::F32)
+        });
         let value = Tnode::new(prec, &dims, &[label])?;
         let input_dims: Vec<&[usize]> = inputs.iter().map(|t| t.dims()).collect();
         let projections = Projections::einsum(spec, &dims, &input_dims)?;

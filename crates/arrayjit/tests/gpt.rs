@@ -18,6 +18,7 @@ fn config(vocabulary: usize) -> TrainerConfig {
         layers: 1,
         hidden: 32,
         gelu: Gelu::Tanh,
+        precision: arrayjit::tensor::Precision::F32,
     };
     c.batch = 4;
     c

@@ -1,5 +1,6 @@
 //! Products on matrix units (tensor cores), checked without a GPU: every variant — `bf16`,
-//! `f16` and TF32 fragments, 64- and 128-tiles, plain and transposed fragment loads — is
+//! `f16` and TF32 fragments, 32-, 64- and 128-tiles, plain and transposed fragment loads,
+//! asynchronous and element-by-element copies — is
 //! planned as a matrix-unit pass where the device has matrix units and runs on `cuda_emu`
 //! (whose header implements `ldmatrix` and `mma.sync` as warp collectives) in agreement with
 //! the interpreter; TF32 is used only when allowed, and rounds as TF32 does; NVRTC compiles
@@ -83,13 +84,13 @@ fn f32_product(m: usize, k: usize, n: usize, a: &[f64], b: &[f64]) -> (Case, Tno
 }
 
 #[test]
-fn sixteen_bit_products_run_on_emulated_matrix_units_in_both_tiles() {
+fn sixteen_bit_products_run_on_emulated_matrix_units_in_every_tile() {
     let Some(b) = cuda_emu() else {
         eprintln!("skipped: cuda_emu is not available here");
         return;
     };
     let mut copies = std::collections::BTreeSet::new();
-    for tile in [64, 128] {
+    for tile in [32, 64, 128] {
         b.set_optimize_settings(tuned(&b, Some(tile), false));
         for case in matrix_product_cases().unwrap() {
             let code = b.compile(&case.name, &case.program, &[]).unwrap();
@@ -163,7 +164,7 @@ fn every_matrix_variant_compiles_with_nvrtc_for_sm_80_and_sm_90() {
     assert!(GpuLimits::cuda_arch("compute_80").is_none());
     let mut sources = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    for tile in [64, 128] {
+    for tile in [32, 64, 128] {
         for allow_tf32 in [false, true] {
             let mut settings = OptimizeSettings::for_gpu(sm80);
             settings.schedule.tuning.gpu_tile = Some(tile);
@@ -186,7 +187,7 @@ fn every_matrix_variant_compiles_with_nvrtc_for_sm_80_and_sm_90() {
     }
     let want: std::collections::BTreeSet<_> = ["bf16", "f16", "tf32"]
         .iter()
-        .flat_map(|k| [64, 128].map(|t| (k.to_string(), t)))
+        .flat_map(|k| [32, 64, 128].map(|t| (k.to_string(), t)))
         .collect();
     assert_eq!(seen, want);
     // Without matrix units the 16-bit products are not matrix passes.

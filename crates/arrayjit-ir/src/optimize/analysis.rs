@@ -304,9 +304,7 @@ fn plain_copy_source(s: &LowLevel, tn: &Tnode) -> Option<(Tnode, bool)> {
 
 /// Whether the schedule would run `s` as a blocked matrix product.
 fn is_blocked_product(s: &LowLevel, settings: &OptimizeSettings) -> bool {
-    settings.schedule.enable_contractions
-        && crate::schedule::Contraction::detect(s)
-            .is_some_and(|c| c.flops() >= settings.schedule.min_contraction_flops)
+    crate::schedule::scheduled_product(s, &settings.schedule).is_some()
 }
 
 /// Whether a perfect nest of `loops` around a write at `idcs` writes each element of a node of
@@ -412,18 +410,13 @@ fn contraction_blocker(
     stmts: &[LowLevel],
     settings: &OptimizeSettings,
 ) -> Option<String> {
-    if !settings.schedule.enable_contractions {
-        return None;
-    }
     n.write_stmts.iter().find_map(|&w| {
-        let c = crate::schedule::Contraction::detect(&stmts[w])?;
-        (c.flops() >= settings.schedule.min_contraction_flops).then(|| {
-            format!(
-                "it is a contraction of {:.0} FLOP, computed by a blocked matrix product rather \
-                 than recomputed inside its consumer",
-                c.flops()
-            )
-        })
+        let c = crate::schedule::scheduled_product(&stmts[w], &settings.schedule)?;
+        Some(format!(
+            "it is a contraction of {:.0} FLOP, computed by a blocked matrix product rather \
+             than recomputed inside its consumer",
+            c.flops()
+        ))
     })
 }
 

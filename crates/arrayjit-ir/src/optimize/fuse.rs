@@ -11,7 +11,7 @@
 
 use crate::indexing::AxisIndex;
 use crate::low_level::LowLevel;
-use crate::schedule::{Contraction, ScheduleSettings, iterations_independent};
+use crate::schedule::{ScheduleSettings, iterations_independent};
 
 /// Fuses the fusable runs of consecutive top-level loops of `code`.
 pub(super) fn fuse_sibling_loops(code: LowLevel, settings: &ScheduleSettings) -> LowLevel {
@@ -94,8 +94,7 @@ fn fused(
 
 /// Whether the scheduler would run `stmt` as a blocked contraction.
 fn is_blocked_contraction(stmt: &LowLevel, settings: &ScheduleSettings) -> bool {
-    settings.enable_contractions
-        && Contraction::detect(stmt).is_some_and(|c| c.flops() >= settings.min_contraction_flops)
+    crate::schedule::scheduled_product(stmt, settings).is_some()
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@
 //! other buffer; any other factor element by element. This relies on every array starting on
 //! a 16-byte boundary, as the `cuda` backend's pools (256-byte aligned) ensure.
 //!
-//! **Layout.** A group computes a `tile × tile` block of results (64 or 128 a side) with
+//! **Layout.** A group computes a `tile × tile` block of results (32, 64 or 128 a side) with
 //! [`MatrixTile::warps`] warps of 32 lanes, each owning a `warp_rows × warp_cols` part of the
 //! block as `16 × 8` fragments. The factors' tiles are staged `depth` deep in shared memory
 //! in two buffers (the next tile loads while the current one multiplies), each row padded by
@@ -96,7 +96,7 @@ impl fmt::Display for MatrixKind {
 }
 
 /// The tile sides a matrix-unit product may have.
-pub const MATRIX_TILES: [usize; 2] = [64, 128];
+pub const MATRIX_TILES: [usize; 3] = [32, 64, 128];
 
 /// Rows of one fragment (`m16`).
 pub const FRAGMENT_ROWS: usize = 16;
@@ -158,7 +158,7 @@ impl MatrixTile {
             && (self.tile * self.depth()).is_multiple_of(c * self.threads() as usize)
     }
     /// Warps along the rows and the columns of the tile: 2 × 4 for 128-tiles (8 warps), 2 × 2
-    /// for 64-tiles (4 warps).
+    /// for 64- and 32-tiles (4 warps).
     pub fn warp_grid(&self) -> (usize, usize) {
         if self.tile >= 128 { (2, 4) } else { (2, 2) }
     }

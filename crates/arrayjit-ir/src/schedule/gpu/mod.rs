@@ -18,7 +18,7 @@
 //!   else 16, and only tiles whose staging fits its shared
 //!   memory; registers are capped so that [`TILE_GROUPS_PER_UNIT`] groups share a unit;
 //! - **matrix-unit product**: a product of 16-bit factors (or of `f32` ones as TF32, where
-//!   allowed) on a device with matrix units, in 64- or 128-tiles of warps multiplying
+//!   allowed) on a device with matrix units, in 32-, 64- or 128-tiles of warps multiplying
 //!   fragments ([`matrix`]);
 //! - **rows**: the loops whose iterations are independent as a grid of groups, one per point,
 //!   where the statements under them hold work for a group: a reduction of at least
@@ -376,7 +376,7 @@ impl GpuPass {
 /// A statement that is a matrix product the device's matrix units multiply ([`matrix`]): 16-bit
 /// factors, or `f32` ones where TF32 is allowed; both result sides at least a fragment's (16),
 /// the tile the largest of [`matrix::MATRIX_TILES`] whose sides both fill one and that still
-/// gives two groups per compute unit (else 64), or the tuning's, where its staging fits.
+/// gives two groups per compute unit (else 32), or the tuning's, where its staging fits.
 fn matrix_product(
     stmt: &LowLevel,
     limits: &GpuLimits,
@@ -398,30 +398,34 @@ fn matrix_product(
             && layout.threads() <= limits.max_group_invocations
     };
     let busy = limits.busy_groups();
-    let (tile, reason) = match tuning.gpu_tile {
-        Some(t) if matrix::MATRIX_TILES.contains(&t) && fits(t) => {
-            (t, format!("{t}-tiles as the schedule's tuning asks"))
-        }
-        _ if fits(128) && m.min(n) >= 128 && groups(128) >= busy => (
-            128,
+    let tuned = tuning
+        .gpu_tile
+        .filter(|t| matrix::MATRIX_TILES.contains(t) && fits(*t));
+    let larger = [128, 64]
+        .into_iter()
+        .find(|&t| fits(t) && m.min(n) >= t && groups(t) >= busy);
+    let (tile, reason) = match (tuned, larger) {
+        (Some(t), _) => (t, format!("{t}-tiles as the schedule's tuning asks")),
+        (None, Some(t)) => (
+            t,
             format!(
-                "128-tiles as both sides fill one and they still make {} groups, at least \
+                "{t}-tiles as both sides fill one and they still make {} groups, at least \
                  {busy} to keep the device busy",
-                groups(128)
+                groups(t)
             ),
         ),
-        _ if fits(64) => (
-            64,
-            if m.min(n) >= 128 {
+        (None, None) if fits(32) => (
+            32,
+            if m.min(n) >= 64 {
                 format!(
-                    "64-tiles as 128-tiles would make fewer than {busy} groups (64-tiles: {})",
-                    groups(64)
+                    "32-tiles as larger ones would make fewer than {busy} groups (32-tiles: {})",
+                    groups(32)
                 )
             } else {
-                "64-tiles as a side is shorter than 128".to_string()
+                "32-tiles as a side is shorter than 64".to_string()
             },
         ),
-        _ => return None,
+        (None, None) => return None,
     };
     let layout = MatrixTile::new(&gemm, tile, kind);
     let (fm, fn_) = layout.fragments();

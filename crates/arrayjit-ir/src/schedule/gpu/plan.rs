@@ -8,7 +8,8 @@
 //! invocations takes `max(ops / (min(P, lanes) · clock), bytes / (bandwidth · min(1, P /
 //! (units · 512))), ops / P · 4 / clock)` plus one launch each: work spreads over the lanes it
 //! can occupy, memory reaches its bandwidth only with enough invocations in flight, and each
-//! invocation's share runs as a chain of at least 4 cycles an operation. Products count two
+//! invocation's share runs as a chain of at least 4 cycles an operation (divided by the
+//! rate's excess over two operations a cycle on matrix units). Products count two
 //! operations per lane and cycle (fused multiply-adds); products on matrix units count the
 //! units' rate ([`DeviceModel::matrix_ops_per_unit_cycle`]) spread over the lanes. It is a floor, for comparing passes
 //! and plans, not a promise.
@@ -338,8 +339,10 @@ fn estimate_us(p: &PlannedPass, per_cycle: f64, device: &DeviceModel) -> f64 {
     let compute_s = p.ops as f64 / (invocations.min(lanes) * per_cycle * device.clock_ghz * 1e9);
     let in_flight = (invocations / (device.units() * 512.0)).min(1.0);
     let memory_s = p.bytes as f64 / (device.memory_bytes_per_s * in_flight);
-    // One invocation's share runs as a chain: a few cycles per operation at least.
-    let serial_s = p.ops as f64 / invocations * SERIAL_CYCLES_PER_OP / (device.clock_ghz * 1e9);
+    // One invocation's share runs as a chain: a few cycles per operation at least (fewer on
+    // matrix units, whose instructions each do many operations).
+    let chain = SERIAL_CYCLES_PER_OP / (per_cycle / 2.0).max(1.0);
+    let serial_s = p.ops as f64 / invocations * chain / (device.clock_ghz * 1e9);
     compute_s.max(memory_s).max(serial_s) * 1e6 + f64::from(p.launches) * device.launch_us
 }
 
