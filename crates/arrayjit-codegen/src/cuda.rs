@@ -390,6 +390,22 @@ impl PassBinding {
         locals: &[(Tnode, usize)],
         r: &Optimized,
     ) -> PassBinding {
+        // A product's epilogue runs in its pass: the pass uses what both statements use.
+        let with_epilogue;
+        let stmt = match sched.map(|s| &s.kind) {
+            Some(ScheduleKind::Gpu(
+                GpuPass::Tiles {
+                    epilogue: Some(e), ..
+                }
+                | GpuPass::MatrixTiles {
+                    epilogue: Some(e), ..
+                },
+            )) => {
+                with_epilogue = LowLevel::Seq(vec![stmt.clone(), e.stmt.clone()]);
+                &with_epilogue
+            }
+            _ => stmt,
+        };
         let mut used: std::collections::HashSet<usize> =
             stmt.nodes().iter().map(Tnode::id).collect();
         if let Some(Schedule {

@@ -4,12 +4,17 @@
 //! multiple of the staging depth, factors whose contiguous axis is `k` or the result side (the
 //! plain and the transposed fragment loads), and batch loops.
 //!
+//! Also products followed by a pointwise statement over their result, which GPU plans run in
+//! the product's epilogue: a bias and a ReLU after an `f32` product and after a `bf16` one, and
+//! a statement that reads another element of the result (which must not be moved into the
+//! product: a group would read an element another group has not stored yet).
+//!
 //! The factors' values are small multiples of ½ (or whole numbers) whose products and partial
 //! sums are exact in the result's precision, so every order of summation — the loop nest's,
 //! rounding at each step, and the matrix units', in `f32` — gives the same bits, and a result
 //! that differs shows a wrong layout, not a rounding.
 
-use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode};
+use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, UnOp};
 
 use super::case::{Case, case, output};
 
@@ -97,6 +102,50 @@ fn bf16_large_product() -> Result<Case> {
     ))
 }
 
+/// `relu(a · b + bias)` over the columns, the product in `prec` factors into an `f32` result.
+fn product_bias_relu(prec: Prec, name: &str) -> Result<Case> {
+    let (m, k, n) = (70, 40, 90);
+    let a = factor(prec, &[m, k], "a", 9, 2, 0.5)?;
+    let b = factor(prec, &[k, n], "b", 10, 2, 0.5)?;
+    let bias = factor(Prec::F32, &[n], "bias", 11, 8, 0.5)?;
+    let c = Tnode::new(Prec::F32, &[m, n], &["c"])?;
+    let biased = Tnode::new(Prec::F32, &[m, n], &["biased"])?;
+    let y = output(Prec::F32, &[m, n], "y")?;
+    let program = product("mk,kn->mn", &c, &a, &b)?
+        .then(Assignments::einsum(
+            "mn,n->mn",
+            BinOp::Arg2,
+            &biased,
+            AccumRhs::Binop(BinOp::Add, Operand::Node(c), Operand::Node(bias)),
+            false,
+        )?)
+        .then(Assignments::einsum(
+            "mn->mn",
+            BinOp::Arg2,
+            &y,
+            AccumRhs::Unop(UnOp::Relu, Operand::Node(biased)),
+            false,
+        )?);
+    Ok(case(name, program, vec![y]))
+}
+
+/// `c - cᵀ` of a square product: reads another element of the product's result.
+fn product_minus_its_transpose() -> Result<Case> {
+    let n = 48;
+    let a = factor(Prec::F32, &[n, n], "a", 12, 3, 0.5)?;
+    let b = factor(Prec::F32, &[n, n], "b", 13, 3, 0.5)?;
+    let c = Tnode::new(Prec::F32, &[n, n], &["c"])?;
+    let y = output(Prec::F32, &[n, n], "y")?;
+    let program = product("ik,kj->ij", &c, &a, &b)?.then(Assignments::einsum(
+        "ij,ji->ij",
+        BinOp::Arg2,
+        &y,
+        AccumRhs::Binop(BinOp::Sub, Operand::Node(c.clone()), Operand::Node(c)),
+        false,
+    )?);
+    Ok(case("product_minus_its_transpose", program, vec![y]))
+}
+
 /// The cases of this family.
 pub fn matrix_product_cases() -> Result<Vec<Case>> {
     Ok(vec![
@@ -104,5 +153,8 @@ pub fn matrix_product_cases() -> Result<Vec<Case>> {
         f16_transposed_factors()?,
         bf16_batch_into_f32()?,
         bf16_large_product()?,
+        product_bias_relu(Prec::F32, "f32_product_bias_relu")?,
+        product_bias_relu(Prec::Bf16, "bf16_product_bias_relu")?,
+        product_minus_its_transpose()?,
     ])
 }

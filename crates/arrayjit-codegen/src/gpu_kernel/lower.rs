@@ -19,9 +19,9 @@
 
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::{
-    Accumulation, GpuPass, GridLoop, RowRole, TILE_DEPTH, TILE_THREADS, row_items,
+    Accumulation, Epilogue, GpuPass, GridLoop, RowRole, TILE_DEPTH, TILE_THREADS, row_items,
 };
-use arrayjit_ir::{Error, LowLevel, Prec, Result};
+use arrayjit_ir::{Error, LowLevel, Prec, Result, Tnode};
 
 use super::build::{
     array, assign, bound_to, group_index, launch_index, let_, let_mut, range, thread_index,
@@ -128,9 +128,13 @@ fn print_one<D: KernelDialect>(
             (PassShape::Zero(n), *threads)
         }
         GpuPass::Tiles {
-            gemm, fused, tile, ..
+            gemm,
+            fused,
+            tile,
+            epilogue,
+            ..
         } => {
-            let (groups, tree) = tiled(gemm, *fused, *tile)
+            let (groups, tree) = tiled(gemm, *fused, *tile, epilogue.as_ref())
                 .ok_or_else(|| render_err(d, "a product with more tiles than a launch holds"))?;
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Tiles(groups), TILE_THREADS)
@@ -139,8 +143,9 @@ fn print_one<D: KernelDialect>(
             gemm,
             layout,
             groups,
+            epilogue,
         } => {
-            let tree = super::matrix::matrix_tiled(gemm, layout, *groups);
+            let tree = super::matrix::matrix_tiled(gemm, layout, *groups, epilogue.as_ref());
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Tiles(*groups), layout.threads())
         }
@@ -469,6 +474,29 @@ fn group_tree<'a>(
     tree
 }
 
+/// A product's epilogue for the result element at flat offset `flat` of `out`, just stored:
+/// the epilogue's iterators bound to the element's index on each axis, then its assignment.
+pub(super) fn epilogue_stmts<'a>(
+    e: &'a Epilogue,
+    out: &Tnode,
+    flat: Expr<'static>,
+) -> Vec<Stmt<'a>> {
+    let dims = out.dims();
+    let mut stmts = vec![let_("aj_ef", Ty::Index, flat)];
+    for (k, &sym) in e.iters.iter().enumerate() {
+        let stride: usize = dims[k + 1..].iter().product();
+        stmts.push(Stmt::Let {
+            name: format!("aj_ex{k}"),
+            ty: Ty::Index,
+            value: (var("aj_ef") / stride) % dims[k],
+            mutable: false,
+            binds: Some(sym),
+        });
+    }
+    stmts.push(Stmt::Source(&e.stmt));
+    stmts
+}
+
 /// The start of a tiled product's group: leave if past the last tile, then the tile's
 /// position (`aj_tm`, `aj_tn`: its row and column among the tiles of side `t`) and the batch
 /// element's offset in the result and each factor.
@@ -500,7 +528,12 @@ pub(super) fn group_tile<'a>(
 
 /// The tiled product: the number of groups and the tree (`None`: more groups than a launch
 /// of 32-bit group indices holds).
-fn tiled<'a>(g: &'a Gemm, fused: bool, t: usize) -> Option<(u64, Vec<Stmt<'a>>)> {
+fn tiled<'a>(
+    g: &'a Gemm,
+    fused: bool,
+    t: usize,
+    epilogue: Option<&'a Epilogue>,
+) -> Option<(u64, Vec<Stmt<'a>>)> {
     const D: usize = TILE_DEPTH;
     let f32 = Ty::Compute(Prec::F32);
     let zero = || Expr::Lit(Prec::F32, 0.0);
@@ -614,7 +647,15 @@ fn tiled<'a>(g: &'a Gemm, fused: bool, t: usize) -> Option<(u64, Vec<Stmt<'a>>)>
         )]),
     ];
     let mut finish = position();
-    finish.push(Stmt::If(in_c(), vec![Stmt::Store(&g.out, c_at(), acc())]));
+    let mut store = vec![Stmt::Store(&g.out, c_at(), acc())];
+    if let Some(e) = epilogue {
+        store.extend(epilogue_stmts(
+            e,
+            &g.out,
+            oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0],
+        ));
+    }
+    finish.push(Stmt::If(in_c(), store));
     tree.extend([
         array("aj_ta", f32, t * (D + 1), true),
         array("aj_tb", f32, D * t, true),

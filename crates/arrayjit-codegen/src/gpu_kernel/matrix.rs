@@ -17,15 +17,16 @@
 //!   gives `m16n8k8`'s lanes.
 //! - **Results** start from zero where the product overwrites them (its zeroing absorbed),
 //!   else from their values, accumulate in `f32` registers, and are stored (rounded to the
-//!   result's precision) once, under bounds tests.
+//!   result's precision) once, under bounds tests; then the product's epilogue, if it has
+//!   one, runs on each stored element.
 
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::matrix::{FRAGMENT_COLS, FRAGMENT_ROWS, WARP_LANES};
-use arrayjit_ir::schedule::gpu::{MatrixKind, MatrixTile};
+use arrayjit_ir::schedule::gpu::{Epilogue, MatrixKind, MatrixTile};
 use arrayjit_ir::{Prec, Tnode};
 
 use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
-use super::lower::group_tile;
+use super::lower::{epilogue_stmts, group_tile};
 use super::{At, Barrier, Expr, MatrixOp, Stmt, Ty};
 
 /// One factor's staging: which axis of its tile is contiguous in shared memory.
@@ -130,7 +131,12 @@ impl<'a> Staging<'a> {
 
 /// The matrix-unit product: the tree (see the module documentation). `groups` are those the
 /// schedule recorded.
-pub(super) fn matrix_tiled<'a>(g: &'a Gemm, l: &MatrixTile, groups: u64) -> Vec<Stmt<'a>> {
+pub(super) fn matrix_tiled<'a>(
+    g: &'a Gemm,
+    l: &MatrixTile,
+    groups: u64,
+    epilogue: Option<&'a Epilogue>,
+) -> Vec<Stmt<'a>> {
     let (t, d) = (l.tile, l.depth());
     let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
     let (fm, fn_) = l.fragments();
@@ -259,7 +265,15 @@ pub(super) fn matrix_tiled<'a>(g: &'a Gemm, l: &MatrixTile, groups: u64) -> Vec<
     step.push(Stmt::Barrier(Barrier::Shared));
     tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
     let mut finish = position();
-    finish.push(Stmt::If(in_c(), vec![Stmt::Store(&g.out, c_at(), acc())]));
+    let mut store = vec![Stmt::Store(&g.out, c_at(), acc())];
+    if let Some(e) = epilogue {
+        store.extend(epilogue_stmts(
+            e,
+            &g.out,
+            oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0],
+        ));
+    }
+    finish.push(Stmt::If(in_c(), store));
     tree.push(each_accumulator(finish));
     tree
 }

@@ -44,8 +44,8 @@ mod dialect;
 mod ops;
 
 use crate::gpu_kernel::PassShape;
-use arrayjit_ir::schedule::ScheduleTuning;
 use arrayjit_ir::schedule::gpu::{Accumulation, GpuLimits, GpuPass, plan_pass};
+use arrayjit_ir::schedule::{ScheduleKind, ScheduleTuning};
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
 };
@@ -226,9 +226,42 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
     }
     let statics_binding = (!r.bindings.is_empty()).then_some(binding);
     let mut passes = Vec::new();
-    for (i, stmt) in r.statements().into_iter().enumerate() {
+    let statements = r.statements();
+    // A product whose epilogue would bind more arrays than a pass may: the product runs
+    // without it, and the epilogue's statement as a pass of its own.
+    let mut without_epilogue: HashMap<usize, (GpuPass, String)> = HashMap::new();
+    for (i, sched) in r.schedules.iter().enumerate() {
+        if let ScheduleKind::Gpu(pass) = &sched.kind
+            && let Some(product) = strip_epilogue(pass)
+            && let Some(stmt) = statements.get(i)
+            && let Some(next) = statements.get(i + 1)
+        {
+            let mut nodes: BTreeSet<Tnode> = stmt.nodes().into_iter().collect();
+            nodes.extend(next.nodes());
+            if nodes.len() + 1 > target.max_bindings {
+                let why = format!(
+                    "{} ({} arrays with its epilogue: more than a pass binds, so the epilogue \
+                     runs as a pass of its own)",
+                    sched.why,
+                    nodes.len()
+                );
+                without_epilogue.insert(i, (product, why));
+                without_epilogue.insert(
+                    i + 1,
+                    plan_pass(next, &target.limits, &recorded_tuning(pass)),
+                );
+            }
+        }
+    }
+    for (i, stmt) in statements.into_iter().enumerate() {
         let sched = r.schedules.get(i);
-        let recorded = crate::gpu_dialect::gpu_pass(&r.name, "WGSL", sched)?;
+        let (recorded, recorded_why) = match without_epilogue.get(&i) {
+            Some((pass, why)) => (pass, why.clone()),
+            None => (
+                crate::gpu_dialect::gpu_pass(&r.name, "WGSL", sched)?,
+                sched.map(|s| s.why.clone()).unwrap_or_default(),
+            ),
+        };
         let mut pieces = Vec::new();
         split_for_bindings(
             Cow::Borrowed(stmt),
@@ -245,7 +278,7 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
                 planned = plan_pass(piece, &target.limits, &recorded_tuning(recorded));
                 (&planned.0, planned.1.clone())
             } else {
-                (recorded, sched.map(|s| s.why.clone()).unwrap_or_default())
+                (recorded, recorded_why.clone())
             };
             // A fresh renderer per kernel: each module binds only the arrays it uses.
             for k in 0..crate::gpu_kernel::kernel_count(pass) {
@@ -280,6 +313,20 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
         statics_binding,
         passes,
     })
+}
+
+/// A tiled product's pass without its epilogue, if it has one.
+fn strip_epilogue(pass: &GpuPass) -> Option<GpuPass> {
+    let mut product = pass.clone();
+    match &mut product {
+        GpuPass::Tiles { epilogue, .. } | GpuPass::MatrixTiles { epilogue, .. }
+            if epilogue.is_some() =>
+        {
+            *epilogue = None;
+            Some(product)
+        }
+        _ => None,
+    }
 }
 
 /// The tuning a recorded pass was planned with, as far as it shows (its group size and tile),

@@ -231,6 +231,8 @@ pub enum GpuPass {
         tile: usize,
         /// Groups of the launch: tiles times batch elements.
         groups: u64,
+        /// The pointwise statement after it, run on each result as it is stored.
+        epilogue: Option<Epilogue>,
     },
     /// A matrix product on the device's matrix units ([`matrix`]): `tile × tile` results per
     /// group of warps ([`MatrixTile`]), `groups` groups, accumulating in `f32` registers.
@@ -241,6 +243,8 @@ pub enum GpuPass {
         layout: MatrixTile,
         /// Groups of the launch: tiles times batch elements.
         groups: u64,
+        /// The pointwise statement after it, run on each result as it is stored.
+        epilogue: Option<Epilogue>,
     },
     /// One invocation per iteration of the independent loops `grid` (`total` of them), in
     /// groups of `threads`, each running the rest of the nest ([`grid_loops`]).
@@ -313,6 +317,7 @@ impl fmt::Display for GpuPass {
                 gemm,
                 layout,
                 groups,
+                ..
             } => write!(
                 f,
                 "GPU {} matrix-unit product M {} N {} K {} ({} batch loop(s)): {}×{} results per \
@@ -360,6 +365,61 @@ impl fmt::Display for GpuPass {
             ),
             GpuPass::Single => write!(f, "GPU pass on one invocation"),
         }
+    }
+}
+
+/// A pointwise statement over a tiled product's result, run in the product's epilogue: for
+/// each element the product stores, `stmt` (the statement's innermost assignment) with
+/// `iters` — its loops' iterators, one per axis of the product's result, in axis order —
+/// bound to the element's indices. Its statement then runs nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Epilogue {
+    /// The iterators of the statement's loops, one per axis of the result.
+    pub iters: Vec<crate::indexing::Symbol>,
+    /// The assignment run per element.
+    pub stmt: LowLevel,
+}
+
+impl Epilogue {
+    /// `next` as the epilogue of a product into `gemm.out`, where it can be: a perfect nest
+    /// with one loop over each whole axis of the result, in axis order, around one assignment
+    /// to a node of the result's shape at those iterators, that reads the result only at the
+    /// same element, reads its own target only there, and neither writes nor reads the
+    /// product's factors (so moving it into the product's groups changes nothing it reads).
+    pub fn of(gemm: &Gemm, next: &LowLevel) -> Option<Epilogue> {
+        use crate::indexing::AxisIndex;
+        let (nest, inner) = next.perfect_nest();
+        let LowLevel::Set { tn, idcs, value } = inner else {
+            return None;
+        };
+        let dims = gemm.out.dims();
+        let whole = nest.len() == dims.len()
+            && nest
+                .iter()
+                .zip(dims)
+                .all(|(&(_, from, to), &d)| from == 0 && to == d as i64);
+        let iters: Vec<_> = nest.iter().map(|&(s, ..)| s).collect();
+        let at_element: Vec<AxisIndex> = iters.iter().map(|&s| AxisIndex::Iterator(s)).collect();
+        if !whole || tn.dims() != dims || *idcs != at_element {
+            return None;
+        }
+        if *tn == gemm.lhs || *tn == gemm.rhs || value.reads(&gemm.lhs) || value.reads(&gemm.rhs) {
+            return None;
+        }
+        let mut pointwise = true;
+        value.visit_all(&mut |e| match e {
+            ScalarExpr::Get(t, at) | ScalarExpr::GetMerge(t, at)
+                if (*t == gemm.out || t == tn) && *at != at_element =>
+            {
+                pointwise = false
+            }
+            ScalarExpr::LocalScope { .. } | ScalarExpr::GetMerge(..) => pointwise = false,
+            _ => {}
+        });
+        pointwise.then(|| Epilogue {
+            iters,
+            stmt: inner.clone(),
+        })
     }
 }
 
@@ -465,6 +525,7 @@ fn matrix_product(
             gemm,
             layout,
             groups,
+            epilogue: None,
         },
         why,
     ))
@@ -673,6 +734,29 @@ pub fn gpu_schedules(
             );
         }
     }
+    // A pointwise statement right after a tiled product, over its result, runs in the
+    // product's epilogue.
+    for i in 1..stmts.len() {
+        if !matches!(schedules[i].kind, ScheduleKind::Gpu(GpuPass::Grid { .. })) {
+            continue;
+        }
+        let ScheduleKind::Gpu(
+            GpuPass::Tiles { gemm, epilogue, .. } | GpuPass::MatrixTiles { gemm, epilogue, .. },
+        ) = &mut schedules[i - 1].kind
+        else {
+            continue;
+        };
+        if let Some(e) = Epilogue::of(gemm, stmts[i].unwrapped()) {
+            *epilogue = Some(e);
+            let taken = "then the pointwise statement after it on each result (its epilogue)";
+            schedules[i - 1].why = format!("{}; {taken}", schedules[i - 1].why);
+            schedules[i] = Schedule {
+                kind: ScheduleKind::Gpu(GpuPass::Nothing),
+                why: "runs in the epilogue of the tiled product before it".into(),
+                parallel: None,
+            };
+        }
+    }
     schedules
 }
 
@@ -777,6 +861,7 @@ fn plan_pass_with(
                             fused,
                             tile,
                             groups,
+                            epilogue: None,
                         },
                         why,
                     );

@@ -213,6 +213,7 @@ impl GpuPlan {
                     gemm,
                     layout,
                     groups,
+                    ..
                 } => (
                     "matrix tiles",
                     1,
