@@ -195,10 +195,11 @@ def check(path, steps):
         print(f"torch step {step + 1}: train loss {loss.item():.6f}, held-out loss {held_out_loss():.6f}")
 
 
-def training_step(threads, seed=1, device="cpu", batch=16):
+def training_step(threads, seed=1, device="cpu", batch=16, autocast=None):
     """The model, optimizer and one fixed batch at `threads` threads on `device`, and a function
     taking one training step (zero grads, forward, backward, clip, AdamW) that returns the
-    loss."""
+    loss; `autocast` (a dtype such as torch.bfloat16) runs the forward under autocast, as
+    `arrayjit gpt --precision bf16` multiplies its products in bf16."""
     vocabulary, context = 62, 64
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -209,7 +210,11 @@ def training_step(threads, seed=1, device="cpu", batch=16):
 
     def step(m=model):
         opt.zero_grad(set_to_none=True)
-        loss = m(ids, targets)
+        if autocast is None:
+            loss = m(ids, targets)
+        else:
+            with torch.autocast(device_type=device, dtype=autocast):
+                loss = m(ids, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

@@ -1,10 +1,11 @@
-//! `arrayjit bench --backend <gpu backend>`: f32 matrix products, the elementwise chain
-//! `relu(a*b+c)*d` and the GPT demo's training step (batch 16 and 128) on the backend's device
-//! 0, next to the device's own copy bandwidth (a device-to-device copy through the same
-//! backend: the memory limit the chain can reach) and, when installed, PyTorch on CUDA (cuBLAS
-//! for the products, TF32 off; the same GPT and optimizer, eager and `torch.compile`), all in
-//! one run; and the GPT step's build time (compile and link) the first time in the process and
-//! again (cached).
+//! `arrayjit bench --backend <gpu backend>`: matrix products (f32, TF32 allowed, bf16), the
+//! elementwise chain `relu(a*b+c)*d` and the GPT demo's training step (batch 16 and 128, in
+//! f32 and in bf16 products) on the backend's device 0, next to the device's own copy
+//! bandwidth (a device-to-device copy through the same backend: the memory limit the chain can
+//! reach) and, when installed, PyTorch on CUDA (cuBLAS for the products: TF32 off for f32, on
+//! for TF32, bf16 tensors for bf16; the same GPT and optimizer, eager and `torch.compile`, and
+//! eager under bf16 autocast), all in one run; and the GPT step's build time (compile and
+//! link) the first time in the process and again (cached).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -17,22 +18,22 @@ use arrayjit_runtime::Backend;
 use super::workloads::{self, Rate, Workload, median_time};
 use super::{BenchConfig, PeerLine, parse_peer_line, python};
 
-/// The workloads: products of 1024 to 4096 (2048 when quick) and the chain over `chain_m`
-/// million floats.
+/// The workloads: products of 1024 to 8192 (2048 when quick) in f32, as TF32 and in bf16, the
+/// chain over `chain_m` million floats, and the GPT step in f32 and in bf16 products.
 fn device_workloads(quick: bool, chain_m: usize) -> Vec<Workload> {
     let sizes: &[usize] = if quick {
         &[1024, 2048]
     } else {
-        &[1024, 2048, 4096]
+        &[1024, 2048, 4096, 8192]
     };
-    let mut out: Vec<Workload> = sizes
-        .iter()
-        .map(|&n| Workload {
-            name: format!("matmul {n}"),
+    let mut out: Vec<Workload> = Vec::new();
+    for kind in ["", "tf32 ", "bf16 "] {
+        out.extend(sizes.iter().map(|&n| Workload {
+            name: format!("matmul {kind}{n}"),
             work: 2.0 * (n * n * n) as f64,
             rate: Rate::Flops,
-        })
-        .collect();
+        }));
+    }
     let n = (chain_m << 20) as f64;
     out.push(Workload {
         name: workloads::chain_name(chain_m),
@@ -42,11 +43,13 @@ fn device_workloads(quick: bool, chain_m: usize) -> Vec<Workload> {
     for batch in GPT_BATCHES {
         let mut config = workloads::gpt_config();
         config.batch = batch;
-        out.push(Workload {
-            name: workloads::gpt_name(batch),
-            work: config.step_flops(),
-            rate: Rate::Flops,
-        });
+        for name in [workloads::gpt_name(batch), workloads::gpt_bf16_name(batch)] {
+            out.push(Workload {
+                name,
+                work: config.step_flops(),
+                rate: Rate::Flops,
+            });
+        }
     }
     out
 }
@@ -103,14 +106,30 @@ fn torch_peer(
 ) -> (Vec<(String, f64)>, Vec<String>) {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/peers/bench_device_peers.py");
-    let sizes: Vec<String> = list
-        .iter()
-        .filter_map(|w| w.name.strip_prefix("matmul ").map(str::to_string))
-        .collect();
-    let batches: Vec<String> = list
-        .iter()
-        .filter_map(|w| workloads::gpt_batch(&w.name).map(|b| b.to_string()))
-        .collect();
+    // Each size and batch once; the kinds of product and the bf16 steps as the rows ask.
+    let mut sizes: Vec<String> = Vec::new();
+    for rest in list.iter().filter_map(|w| w.name.strip_prefix("matmul ")) {
+        let size = rest.rsplit(' ').next().unwrap_or(rest).to_string();
+        if !sizes.contains(&size) {
+            sizes.push(size);
+        }
+    }
+    let mut kinds = Vec::new();
+    for w in list.iter().filter_map(|w| w.name.strip_prefix("matmul ")) {
+        let kind = w.split_once(' ').map_or("f32", |(k, _)| k);
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    let mut batches: Vec<String> = Vec::new();
+    for batch in list.iter().filter_map(|w| workloads::gpt_batch(&w.name)) {
+        if !batches.contains(&batch.to_string()) {
+            batches.push(batch.to_string());
+        }
+    }
+    let gpt_bf16 = list.iter().any(|w| {
+        workloads::gpt_row(&w.name).is_some_and(|(_, p)| p != arrayjit_tensor::Precision::F32)
+    });
     let python = python(config);
     let out = Command::new(&python)
         .arg(&script)
@@ -121,7 +140,10 @@ fn torch_peer(
             &chain_m.to_string(),
             "--gpt-batches",
             &batches.join(","),
+            "--kinds",
+            &kinds.join(","),
         ])
+        .args(gpt_bf16.then_some("--gpt-bf16"))
         .output();
     let mut times = Vec::new();
     let mut notes = Vec::new();
@@ -192,8 +214,15 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
         let time = match workloads::time_workload(&backend, &w.name) {
             Ok(time) => time,
             // A workload past a limit of this device (e.g. a binding smaller than the chain's
-            // arrays on a software Vulkan) is left out of the table with the reason.
-            Err(e) if matches!(e.root_cause(), arrayjit_ir::Error::LimitExceeded { .. }) => {
+            // arrays on a software Vulkan) or in a precision it lacks (bf16 on wgpu) is left
+            // out of the table with the reason.
+            Err(e)
+                if matches!(
+                    e.root_cause(),
+                    arrayjit_ir::Error::LimitExceeded { .. }
+                        | arrayjit_ir::Error::UnsupportedPrecision { .. }
+                ) =>
+            {
                 eprintln!("  left out: {e}");
                 refused.push(format!("{} left out: {e}", w.name));
                 ours.push(None);

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use arrayjit_ir::Result;
+use arrayjit_ir::{Prec, Result};
 use arrayjit_runtime::{Backend, Context, Routine, Stream};
 use arrayjit_tensor::losses::softmax;
-use arrayjit_tensor::{Init, Tensor, forward_program};
+use arrayjit_tensor::{Init, Precision, Tensor, forward_program};
 
 use arrayjit::gpt::{self, CharVocab, GptTrainer, SONNETS, TrainerConfig};
 use arrayjit::train::{Classifier, Mlp, mlp_workload};
@@ -108,23 +108,41 @@ pub fn gpt_name(batch: usize) -> String {
     format!("GPT step d128 L2 b{batch}")
 }
 
-/// The batch of a GPT step's row name, if `name` is one.
+/// The batch of a GPT step's row name, if `name` is one (`... b16`, or `... b16 bf16` for
+/// the step in bf16 products).
 pub fn gpt_batch(name: &str) -> Option<usize> {
-    name.strip_prefix("GPT step d128 L2 b")?.parse().ok()
+    gpt_row(name).map(|(batch, _)| batch)
+}
+
+/// The batch and precision of a GPT step's row name, if `name` is one.
+pub fn gpt_row(name: &str) -> Option<(usize, Precision)> {
+    let rest = name.strip_prefix("GPT step d128 L2 b")?;
+    let (batch, precision) = match rest.split_once(' ') {
+        Some((batch, precision)) => (batch, precision.parse().ok()?),
+        None => (rest, Precision::F32),
+    };
+    Some((batch.parse().ok()?, precision))
+}
+
+/// The name of the GPT step's row at `batch` windows in bf16 products.
+pub fn gpt_bf16_name(batch: usize) -> String {
+    format!("{} bf16", gpt_name(batch))
 }
 
 /// The table's GPT, built, compiled and linked on `backend`, and one batch of the sonnets.
 pub fn gpt_trainer(backend: &Backend) -> Result<(GptTrainer, Vec<usize>, Vec<usize>)> {
-    gpt_trainer_with(backend, gpt_config().batch)
+    gpt_trainer_with(backend, gpt_config().batch, Precision::F32)
 }
 
-/// [`gpt_trainer`] at `batch` windows a step.
+/// [`gpt_trainer`] at `batch` windows a step, its products in `precision`.
 pub fn gpt_trainer_with(
     backend: &Backend,
     batch: usize,
+    precision: Precision,
 ) -> Result<(GptTrainer, Vec<usize>, Vec<usize>)> {
     let mut config = gpt_config();
     config.batch = batch;
+    config.model.precision = precision;
     let data = CharVocab::from_text(SONNETS).encode(SONNETS)?;
     let (ids, targets) = gpt::batch(&data, config.batch, config.model.context, 0, 1)?;
     Ok((GptTrainer::new(backend, &config)?, ids, targets))
@@ -132,11 +150,26 @@ pub fn gpt_trainer_with(
 
 /// The tensors a workload computes (all but the MLP step, which trains a classifier).
 fn build(name: &str) -> Result<Vec<Tensor>> {
-    if let Some(n) = name.strip_prefix("matmul ") {
+    if let Some(rest) = name.strip_prefix("matmul ") {
+        // `matmul N`, `matmul tf32 N` (f32 factors, TF32 allowed where linked) or
+        // `matmul bf16 N` (bf16 factors and result).
+        let (prec, n) = match rest.split_once(' ') {
+            Some(("bf16", n)) => (Prec::Bf16, n),
+            Some((_, n)) => (Prec::F32, n),
+            None => (Prec::F32, rest),
+        };
         let n: usize = n.parse().unwrap_or(512);
-        let a = input("a", &[n, n], 1)?;
-        let b = input("b", &[n, n], 2)?;
-        return Ok(vec![a.matmul(&b)?]);
+        let factor = |label: &str, stream: u32| {
+            Tensor::param_with_prec(
+                label,
+                prec,
+                &[n, n],
+                Init::Uniform { lo: -1.0, hi: 1.0 },
+                7,
+                stream,
+            )
+        };
+        return Ok(vec![factor("a", 1)?.matmul(&factor("b", 2)?)?]);
     }
     if let Some(m) = name
         .strip_prefix("chain relu(a*b+c)*d ")
@@ -187,8 +220,8 @@ pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
         )?;
         return Ok(per_epoch / batches as u32);
     }
-    if let Some(batch) = gpt_batch(name) {
-        let (mut trainer, ids, targets) = gpt_trainer_with(backend, batch)?;
+    if let Some((batch, precision)) = gpt_row(name) {
+        let (mut trainer, ids, targets) = gpt_trainer_with(backend, batch, precision)?;
         return median_time(
             || trainer.train_step(&ids, &targets).map(|_| ()),
             Duration::from_secs(2),
@@ -209,7 +242,16 @@ pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
 fn linked(backend: &Backend, name: &str) -> Result<(Stream, Routine)> {
     let outputs = build(name)?;
     let refs: Vec<&Tensor> = outputs.iter().collect();
-    let code = backend.compile("bench", &forward_program(&refs), &[])?;
+    // TF32 rows compile with TF32 allowed; the backend then follows ARRAYJIT_ALLOW_TF32 again.
+    let tf32 = name.starts_with("matmul tf32 ");
+    if tf32 {
+        backend.set_allow_tf32(Some(true));
+    }
+    let code = backend.compile("bench", &forward_program(&refs), &[]);
+    if tf32 {
+        backend.set_allow_tf32(None);
+    }
+    let code = code?;
     let stream = backend.get_device(0)?.new_stream()?;
     let routine = Context::new(&stream).link(&code)?;
     Ok((stream, routine))
