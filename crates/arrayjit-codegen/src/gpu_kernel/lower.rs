@@ -474,6 +474,23 @@ fn group_tree<'a>(
     tree
 }
 
+/// Stores `value` as the result element (`aj_row`, `aj_col`) of a tiled product whose batch
+/// element starts at `oc`, where it exists, then runs the product's epilogue on it.
+pub(super) fn store_result<'a>(
+    g: &'a Gemm,
+    oc: &Expr<'static>,
+    value: Expr<'a>,
+    epilogue: Option<&'a Epilogue>,
+) -> Stmt<'a> {
+    let flat = oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0];
+    let mut store = vec![Stmt::Store(&g.out, At::Flat(Box::new(flat.clone())), value)];
+    if let Some(e) = epilogue {
+        store.extend(epilogue_stmts(e, &g.out, flat));
+    }
+    let exists = var("aj_row").lt(g.m.extent).and(var("aj_col").lt(g.n.extent));
+    Stmt::If(exists, store)
+}
+
 /// A product's epilogue for the result element at flat offset `flat` of `out`, just stored:
 /// the epilogue's iterators bound to the element's index on each axis, then its assignment.
 pub(super) fn epilogue_stmts<'a>(
@@ -647,15 +664,7 @@ fn tiled<'a>(
         )]),
     ];
     let mut finish = position();
-    let mut store = vec![Stmt::Store(&g.out, c_at(), acc())];
-    if let Some(e) = epilogue {
-        store.extend(epilogue_stmts(
-            e,
-            &g.out,
-            oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0],
-        ));
-    }
-    finish.push(Stmt::If(in_c(), store));
+    finish.push(store_result(g, &oc, acc(), epilogue));
     tree.extend([
         array("aj_ta", f32, t * (D + 1), true),
         array("aj_tb", f32, D * t, true),

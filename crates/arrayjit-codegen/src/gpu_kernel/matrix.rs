@@ -26,7 +26,7 @@ use arrayjit_ir::schedule::gpu::{Epilogue, MatrixKind, MatrixTile};
 use arrayjit_ir::{Prec, Tnode};
 
 use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
-use super::lower::{epilogue_stmts, group_tile};
+use super::lower::{group_tile, store_result};
 use super::{At, Barrier, Expr, MatrixOp, Stmt, Ty};
 
 /// One factor's staging: which axis of its tile is contiguous in shared memory.
@@ -51,6 +51,26 @@ struct Staging<'a> {
 }
 
 impl<'a> Staging<'a> {
+    /// The staging of factor `f` of `g` (1: left, 2: right) whose batch element starts at
+    /// `base`.
+    fn of(g: &'a Gemm, l: &MatrixTile, f: usize, base: Expr<'static>) -> Staging<'a> {
+        let (tn, shared, side, tile_var) = if f == 1 {
+            (&g.lhs, "aj_sa", &g.m, "aj_tm")
+        } else {
+            (&g.rhs, "aj_sb", &g.n, "aj_tn")
+        };
+        Staging {
+            tn,
+            shared,
+            base,
+            side: (side.extent, side.strides[f]),
+            k_stride: g.k.strides[f],
+            origin: var(tile_var) * l.tile,
+            k_inner: MatrixTile::k_contiguous(g, f),
+            async_copy: l.async_copy[f - 1],
+        }
+    }
+
     /// Elements of one staged row: the contiguous axis's extent plus the padding.
     fn pitch(&self, l: &MatrixTile) -> usize {
         let inner = if self.k_inner { l.depth() } else { l.tile };
@@ -150,26 +170,8 @@ pub(super) fn matrix_tiled<'a>(
         Ty::Half
     };
     let (mut tree, [oc, oa, ob]) = group_tile(g, t, groups);
-    let a = Staging {
-        tn: &g.lhs,
-        shared: "aj_sa",
-        base: oa,
-        side: (m, g.m.strides[1]),
-        k_stride: g.k.strides[1],
-        origin: var("aj_tm") * t,
-        k_inner: MatrixTile::k_contiguous(g, 1),
-        async_copy: l.async_copy[0],
-    };
-    let b = Staging {
-        tn: &g.rhs,
-        shared: "aj_sb",
-        base: ob,
-        side: (n, g.n.strides[2]),
-        k_stride: g.k.strides[2],
-        origin: var("aj_tn") * t,
-        k_inner: MatrixTile::k_contiguous(g, 2),
-        async_copy: l.async_copy[1],
-    };
+    let a = Staging::of(g, l, 1, oa);
+    let b = Staging::of(g, l, 2, ob);
     let steps = kk.div_ceil(d);
     tree.extend([
         array("aj_sa", staged, 2 * l.staged_elements(), true),
@@ -265,15 +267,7 @@ pub(super) fn matrix_tiled<'a>(
     step.push(Stmt::Barrier(Barrier::Shared));
     tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
     let mut finish = position();
-    let mut store = vec![Stmt::Store(&g.out, c_at(), acc())];
-    if let Some(e) = epilogue {
-        store.extend(epilogue_stmts(
-            e,
-            &g.out,
-            oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0],
-        ));
-    }
-    finish.push(Stmt::If(in_c(), store));
+    finish.push(store_result(g, &oc, acc(), epilogue));
     tree.push(each_accumulator(finish));
     tree
 }
