@@ -487,7 +487,9 @@ pub(super) fn store_result<'a>(
     if let Some(e) = epilogue {
         store.extend(epilogue_stmts(e, &g.out, flat));
     }
-    let exists = var("aj_row").lt(g.m.extent).and(var("aj_col").lt(g.n.extent));
+    let exists = var("aj_row")
+        .lt(g.m.extent)
+        .and(var("aj_col").lt(g.n.extent));
     Stmt::If(exists, store)
 }
 

@@ -189,3 +189,138 @@ fn a_fused_nest_under_a_small_loop_is_distributed_where_the_device_calls_for_it(
     );
     assert!(distribute_loop(&dependent).is_none());
 }
+
+/// `c[i, j] += a[i, k] · b[k, j]` over `m × k × n`, in the factors' precision `prec` into a
+/// result of precision `out`.
+fn product(m: usize, k: usize, n: usize, prec: Prec, out: Prec) -> (LowLevel, [Tnode; 3]) {
+    let a = Tnode::new(prec, &[m, k], &["a"]).unwrap();
+    let b = Tnode::new(prec, &[k, n], &["b"]).unwrap();
+    let c = Tnode::new(out, &[m, n], &["c"]).unwrap();
+    let (i, j, l) = (Symbol::fresh(), Symbol::fresh(), Symbol::fresh());
+    let stmt = for_(
+        i,
+        m as i64,
+        for_(
+            j,
+            n as i64,
+            for_(
+                l,
+                k as i64,
+                set(
+                    &c,
+                    &[i, j],
+                    ScalarExpr::binop(
+                        BinOp::Add,
+                        get(&c, &[i, j]),
+                        ScalarExpr::binop(BinOp::Mul, get(&a, &[i, l]), get(&b, &[l, j])),
+                    ),
+                ),
+            ),
+        ),
+    );
+    (stmt, [a, b, c])
+}
+
+/// `y[i, j] := op(c[i', j'], bias[j])` over `c`'s shape, reading `c` at `(i, j)` or, when
+/// `transposed`, at `(j, i)`.
+fn pointwise_after(c: &Tnode, transposed: bool) -> (LowLevel, Tnode) {
+    let dims = c.dims().to_vec();
+    let y = node("y", &dims);
+    let bias = node("bias", &[dims[1]]);
+    let (i, j) = (Symbol::fresh(), Symbol::fresh());
+    let read = if transposed { [j, i] } else { [i, j] };
+    let stmt = for_(
+        i,
+        dims[0] as i64,
+        for_(
+            j,
+            dims[1] as i64,
+            set(
+                &y,
+                &[i, j],
+                ScalarExpr::binop(BinOp::Add, get(c, &read), get(&bias, &[j])),
+            ),
+        ),
+    );
+    (stmt, y)
+}
+
+/// A pointwise statement over a tiled product's result becomes its epilogue (and runs
+/// nothing); one that reads another element of the result, or writes a factor, does not.
+#[test]
+fn pointwise_statements_after_tiled_products_become_their_epilogues() {
+    let (mm, [_, _, c]) = product(256, 64, 256, Prec::F32, Prec::F32);
+    for (transposed, expected) in [(false, true), (true, false)] {
+        let (after, y) = pointwise_after(&c, transposed);
+        let stmts = [&mm, &after];
+        let s = gpu_schedules(&stmts, &h100(), &ScheduleTuning::default(), false);
+        match &s[0].kind {
+            ScheduleKind::Gpu(GpuPass::Tiles { epilogue, .. }) => {
+                assert_eq!(epilogue.is_some(), expected, "{}", s[0].why);
+                if let Some(e) = epilogue {
+                    assert_eq!(e.iters.len(), 2);
+                    assert!(matches!(&e.stmt, LowLevel::Set { tn, .. } if *tn == y));
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+        let absorbed = matches!(s[1].kind, ScheduleKind::Gpu(GpuPass::Nothing));
+        assert_eq!(absorbed, expected, "{}", s[1].why);
+    }
+    // A statement writing a factor of the product (of the result's shape) is no epilogue.
+    let (square, [a, _, c]) = product(128, 128, 128, Prec::F32, Prec::F32);
+    let ScheduleKind::Gpu(GpuPass::Tiles { gemm, .. }) =
+        gpu_schedule(&square, &h100(), &ScheduleTuning::default(), false).kind
+    else {
+        panic!("not tiled");
+    };
+    let (i, j) = (Symbol::fresh(), Symbol::fresh());
+    let into_factor = for_(i, 128, for_(j, 128, set(&a, &[i, j], get(&c, &[i, j]))));
+    assert!(Epilogue::of(&gemm, &into_factor).is_none());
+    let (fine, _) = pointwise_after(&c, false);
+    assert!(Epilogue::of(&gemm, &fine).is_some());
+}
+
+/// Products of 16-bit factors (into their precision or f32) run on matrix units where the
+/// device has them, f32 ones only where TF32 is allowed; tiles shrink to keep the device busy.
+#[test]
+fn matrix_units_take_sixteen_bit_products_and_tf32_only_when_allowed() {
+    let plan = |prec: Prec, out: Prec, allow_tf32: bool, limits: GpuLimits, m: usize| {
+        let (stmt, _) = product(m, 64, m, prec, out);
+        gpu_schedule(&stmt, &limits, &ScheduleTuning::default(), allow_tf32).kind
+    };
+    let layout = |kind: ScheduleKind| match kind {
+        ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. }) => Some((layout.kind, layout.tile)),
+        _ => None,
+    };
+    let h100 = h100();
+    assert!(h100.matrix_units);
+    assert_eq!(
+        layout(plan(Prec::Bf16, Prec::Bf16, false, h100, 4096)),
+        Some((MatrixKind::Bf16, 128))
+    );
+    assert_eq!(
+        layout(plan(Prec::F16, Prec::F32, false, h100, 4096)),
+        Some((MatrixKind::F16, 128))
+    );
+    // 1024²: 64 groups of 128-tiles, 256 of 64-tiles: fewer than 2 × 132; 32-tiles give 1024.
+    assert_eq!(
+        layout(plan(Prec::Bf16, Prec::Bf16, false, h100, 1024)),
+        Some((MatrixKind::Bf16, 32))
+    );
+    assert_eq!(layout(plan(Prec::F32, Prec::F32, false, h100, 4096)), None);
+    assert_eq!(
+        layout(plan(Prec::F32, Prec::F32, true, h100, 4096)),
+        Some((MatrixKind::Tf32, 128))
+    );
+    // No matrix units: no matrix-unit pass, whatever is allowed.
+    let plain = GpuLimits {
+        matrix_units: false,
+        ..h100
+    };
+    assert_eq!(
+        layout(plan(Prec::Bf16, Prec::Bf16, true, plain, 4096)),
+        None
+    );
+    assert_eq!(layout(plan(Prec::F32, Prec::F32, true, plain, 4096)), None);
+}
