@@ -242,6 +242,8 @@ impl CausalSelfAttention {
         }
         let (time, hw) = (dims[1], self.query.dims()[2]);
         let p = self.precision;
+        // The input is cast once for the three projections.
+        let x = &p.operand(x)?;
         let project =
             |w: &Tensor, b: &Tensor| -> Result<Tensor> { p.product("btd,dhe->bthe", x, w)?.add(b) };
         let q = project(&self.query, &self.biases[0])?;

@@ -46,6 +46,16 @@ impl Precision {
         }
     }
 
+    /// `x` as an operand of this policy's products: itself in `f32`; cast to `bf16` (and kept
+    /// as an array) for `bf16` products. A tensor several products read is cast once this
+    /// way: a product of an operand already in `bf16` does not cast it again.
+    pub fn operand(self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Precision::F32 => Ok(x.clone()),
+            Precision::Bf16Products => operand(x),
+        }
+    }
+
     /// Its name: `f32` or `bf16`.
     pub fn name(self) -> &'static str {
         match self {
