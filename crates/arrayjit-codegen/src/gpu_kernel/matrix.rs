@@ -128,24 +128,27 @@ impl<'a> Staging<'a> {
                 valid: exists(),
             }));
         } else {
-            let (ty, value) = match l.kind {
-                MatrixKind::Tf32 => (
-                    Ty::Compute(Prec::F32),
-                    Expr::Elem(self.tn, At::Flat(Box::new(offset()))),
-                ),
-                _ => (Ty::Half, Expr::Bits(self.tn, At::Flat(Box::new(offset())))),
-            };
-            let zero = match l.kind {
-                MatrixKind::Tf32 => Expr::Lit(Prec::F32, 0.0),
-                _ => Expr::Int(0),
+            let at = At::Flat(Box::new(offset()));
+            let (value, zero) = match l.kind {
+                MatrixKind::Tf32 => (Expr::Elem(self.tn, at), Expr::Lit(Prec::F32, 0.0)),
+                _ => (Expr::Bits(self.tn, at), Expr::Int(0)),
             };
             body.extend([
-                let_mut("aj_v", ty, zero),
+                let_mut("aj_v", staged_ty(l.kind), zero),
                 Stmt::If(exists(), vec![assign(var("aj_v"), value)]),
                 assign(dst, var("aj_v")),
             ]);
         }
         vec![unrolled("aj_q", per_invocation, body)]
+    }
+}
+
+/// The type of a staged factor element: the bits of a 16-bit one; an `f32` one as it is
+/// (rounded to TF32 as fragments load).
+fn staged_ty(kind: MatrixKind) -> Ty {
+    match kind {
+        MatrixKind::Tf32 => Ty::Compute(Prec::F32),
+        MatrixKind::Bf16 | MatrixKind::F16 => Ty::Half,
     }
 }
 
@@ -163,12 +166,7 @@ pub(super) fn matrix_tiled<'a>(
     let (_, warps_n) = l.warp_grid();
     let (wr, wc) = (l.warp_rows(), l.warp_cols());
     let f32 = Ty::Compute(Prec::F32);
-    // TF32 factors are staged as they are (f32) and rounded as fragments load.
-    let staged = if l.kind == MatrixKind::Tf32 {
-        Ty::Compute(Prec::F32)
-    } else {
-        Ty::Half
-    };
+    let staged = staged_ty(l.kind);
     let (mut tree, [oc, oa, ob]) = group_tile(g, t, groups);
     let a = Staging::of(g, l, 1, oa);
     let b = Staging::of(g, l, 2, ob);
