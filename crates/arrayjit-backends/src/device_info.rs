@@ -51,6 +51,9 @@ pub struct DeviceInfo {
     /// `mma.sync`, compute capability 8.0 or later; the CUDA emulation): see
     /// [`GpuLimits::matrix_units`].
     pub matrix_units: bool,
+    /// The device multiplies warpgroup-wide fragments from shared memory (`wgmma`, sm_90; the
+    /// CUDA emulation): see [`GpuLimits::warpgroup_mma`].
+    pub warpgroup_mma: bool,
 }
 
 impl DeviceInfo {
@@ -70,6 +73,7 @@ impl DeviceInfo {
             memory_bytes: host_memory_bytes(),
             precisions: Prec::ALL.to_vec(),
             matrix_units: false,
+            warpgroup_mma: false,
         }
     }
 
@@ -111,6 +115,7 @@ impl DeviceInfo {
             subgroup_size: u32::try_from(self.subgroup_size).unwrap_or(0),
             compute_units: self.compute_units,
             matrix_units: self.matrix_units,
+            warpgroup_mma: self.warpgroup_mma,
         });
         ScheduleSettings {
             gpu,

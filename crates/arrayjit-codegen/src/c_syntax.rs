@@ -93,6 +93,9 @@ pub enum Helper {
     /// CUDA's matrix-unit operations (`ldmatrix`, `mma.sync`, TF32 rounding) as inline PTX,
     /// for NVRTC; the CUDA emulation's header defines its own (warp-collective) versions.
     MatrixUnits,
+    /// CUDA's 128-bit loads of four `f32` elements (`aj_load4`); the CUDA emulation copies
+    /// the bytes.
+    VectorLoads,
 }
 
 fn int_limits(p: Prec) -> (String, String) {
@@ -511,6 +514,16 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
 }}"
         ),
         Helper::MatrixUnits => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", matrix_units(pre)),
+        Helper::VectorLoads => format!(
+            "#ifdef AJ_CUDA_EMULATION
+{pre} void aj_load4(float *d, const float *s) {{ memcpy(d, s, 16); }}
+#else
+{pre} void aj_load4(float *d, const float *s) {{
+  const float4 v = *(const float4 *)s;
+  d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
+}}
+#endif"
+        ),
         // Philox4x32-10 (the rounds of `arrayjit_ir::random::Philox::block_with`); 24 bits of
         // the first word scaled to [0, 1), exact in float.
         Helper::PhiloxUniform => format!(
@@ -643,9 +656,10 @@ fn matrix_units(pre: &str) -> String {
   asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\"
                :: \"r\"(aj_shared_address(dst)), \"l\"(src), \"r\"(valid ? 16 : 0) : \"memory\");
 }}
-{pre} void aj_wait_copies(void) {{
-  asm volatile(\"cp.async.commit_group;\\n\\tcp.async.wait_group 0;\" ::: \"memory\");
+{pre} void aj_commit_copies(void) {{
+  asm volatile(\"cp.async.commit_group;\" ::: \"memory\");
 }}
+#define aj_wait_copies(pending) asm volatile(\"cp.async.wait_group \" #pending \";\" ::: \"memory\")
 "
     ));
     out.push_str(&format!(

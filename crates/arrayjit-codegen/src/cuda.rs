@@ -665,6 +665,20 @@ impl KernelDialect for CudaDialect<'_, '_> {
         format!("{name}[{offset}]")
     }
 
+    fn load_vector(
+        &mut self,
+        place: &str,
+        name: &str,
+        offset: &str,
+        stored: Prec,
+        lanes: usize,
+    ) -> Option<String> {
+        (stored == Prec::F32 && lanes == 4).then(|| {
+            self.0.helpers.insert(Helper::VectorLoads);
+            format!("aj_load4(&{place}, {name} + ({offset}));")
+        })
+    }
+
     fn tf32(&mut self, value: &str) -> Result<String> {
         self.0.helpers.insert(Helper::MatrixUnits);
         Ok(format!("aj_tf32({value})"))
@@ -683,7 +697,8 @@ impl KernelDialect for CudaDialect<'_, '_> {
             (MatrixOp::CopyAsync { .. }, [dst, src, valid]) => {
                 format!("aj_copy_async16(&{dst}, &{src}, {valid});")
             }
-            (MatrixOp::WaitCopies, []) => "aj_wait_copies();".to_string(),
+            (MatrixOp::CommitCopies, []) => "aj_commit_copies();".to_string(),
+            (MatrixOp::WaitCopies { pending }, []) => format!("aj_wait_copies({pending});"),
             _ => {
                 return Err(Error::Render {
                     routine: self.0.routine.clone(),

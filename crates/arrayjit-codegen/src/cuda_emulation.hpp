@@ -19,11 +19,14 @@
  *   of the warp has, each computes its own results from the lanes that hold them, in the
  *   fragment layouts of the PTX ISA. A fragment product adds its terms in the order of `k`
  *   (the hardware's order is its own: results agree to f32 rounding of the sums).
+ * - Asynchronous copies (`cp.async`) land when a `cp.async.wait_group` requires them, not
+ *   before, so a pipeline that reads a buffer too early fails here as on a GPU.
  *
  * Floats follow the host's IEEE arithmetic without contraction (compiled with
  * -ffp-contract=off, as NVRTC runs with --fmad=false). */
 #define AJ_CUDA_EMULATION 1
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <ucontext.h>
@@ -298,13 +301,71 @@ static inline void aj_mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
 static inline void aj_mma_f16(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 1); }
 static inline void aj_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 2); }
 
-/* cp.async.cg.shared.global with 16 bytes (or none, zero-filled): done at once; the wait has
- * nothing left to wait for. */
-static inline void aj_copy_async16(void *dst, const void *src, int valid) {
-  if (valid) memcpy(dst, src, 16);
-  else memset(dst, 0, 16);
+/* cp.async.cg.shared.global with 16 bytes (or none, zero-filled), commit_group and
+ * wait_group, as the PTX ISA orders them: a copy lands only when a wait_group says its group
+ * must have (or, past AJ_COPIES_IN_FLIGHT copies of one thread, the oldest lands early), so a
+ * kernel that reads a buffer before waiting for it reads stale data here too. Each thread of
+ * a block has its queue, indexed by its linear index in the block. */
+enum { AJ_COPIES_IN_FLIGHT = 32, AJ_MAX_BLOCK_THREADS = 1024 };
+struct aj_async_copy {
+  void *dst;
+  const void *src;
+  int valid;
+  unsigned group;
+};
+struct aj_copy_queue {
+  unsigned committed, count;
+  aj_async_copy copies[AJ_COPIES_IN_FLIGHT];
+};
+struct aj_copy_queues {
+  aj_copy_queue *queues = 0;
+  ~aj_copy_queues() { free(queues); }
+};
+static thread_local aj_copy_queues aj_copies;
+
+static inline void aj_land(const aj_async_copy *c) {
+  if (c->valid) memcpy(c->dst, c->src, 16);
+  else memset(c->dst, 0, 16);
 }
-static inline void aj_wait_copies(void) {}
+/* The running thread's queue (null where it cannot be allocated: copies then land at once). */
+static inline aj_copy_queue *aj_my_copies(void) {
+  if (!aj_copies.queues)
+    aj_copies.queues = (aj_copy_queue *)calloc(AJ_MAX_BLOCK_THREADS, sizeof(aj_copy_queue));
+  if (!aj_copies.queues) return 0;
+  aj_block *b = aj_running_block;
+  return &aj_copies.queues[b ? b->current % AJ_MAX_BLOCK_THREADS : 0];
+}
+static inline void aj_copy_async16(void *dst, const void *src, int valid) {
+  aj_async_copy c = {dst, src, valid, 0};
+  aj_copy_queue *q = aj_my_copies();
+  if (!q) {
+    aj_land(&c);
+    return;
+  }
+  if (q->count == AJ_COPIES_IN_FLIGHT) {
+    aj_land(&q->copies[0]);
+    memmove(q->copies, q->copies + 1, (AJ_COPIES_IN_FLIGHT - 1) * sizeof(aj_async_copy));
+    q->count--;
+  }
+  c.group = q->committed;
+  q->copies[q->count++] = c;
+}
+static inline void aj_commit_copies(void) {
+  aj_copy_queue *q = aj_my_copies();
+  if (q) q->committed++;
+}
+/* Lands every copy of a committed group older than the `pending` most recent ones. */
+static inline void aj_wait_copies(unsigned pending) {
+  aj_copy_queue *q = aj_my_copies();
+  if (!q) return;
+  unsigned keep = 0;
+  for (unsigned i = 0; i < q->count; ++i) {
+    aj_async_copy *c = &q->copies[i];
+    if (c->group < q->committed && q->committed - c->group > pending) aj_land(c);
+    else q->copies[keep++] = *c;
+  }
+  q->count = keep;
+}
 
 /* cvt.rna.tf32.f32: to 10 mantissa bits, to nearest, ties away from zero. */
 static inline uint32_t aj_tf32(float f) {

@@ -18,6 +18,7 @@ mod gpu_shapes;
 mod matrix_products;
 mod random;
 mod required;
+mod simt_products;
 
 use arrayjit_ir::{Error, InterpEnv, Prec, Result};
 use arrayjit_runtime::{Backend, Context};
@@ -32,6 +33,7 @@ pub use required::{
     REQUIRE_BACKENDS_VAR, all_backends_under_test, backends_under_test, parse_required,
     required_backends, skip_backend,
 };
+pub use simt_products::simt_product_cases;
 
 /// Every case of the corpus, freshly built (cases consume their initial host values).
 pub fn all_cases() -> Result<Vec<Case>> {
@@ -42,6 +44,7 @@ pub fn all_cases() -> Result<Vec<Case>> {
         .chain(gathers::gather_cases()?)
         .chain(gpu_shapes::gpu_shape_cases()?)
         .chain(matrix_products::matrix_product_cases()?)
+        .chain(simt_products::simt_product_cases()?)
         .chain(random::random_cases()?)
         .collect())
 }

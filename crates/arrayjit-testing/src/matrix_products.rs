@@ -19,7 +19,7 @@ use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, Un
 use super::case::{Case, case, output};
 
 /// A factor of `dims` with values from `{-step·r, …, step·r}`, a pattern varied by `seed`.
-fn factor(
+pub(crate) fn factor(
     prec: Prec,
     dims: &[usize],
     label: &str,
@@ -39,7 +39,7 @@ fn factor(
 }
 
 /// `out = Σ_k lhs · rhs` by the einsum `spec`.
-fn product(spec: &str, out: &Tnode, lhs: &Tnode, rhs: &Tnode) -> Result<Assignments> {
+pub(crate) fn product(spec: &str, out: &Tnode, lhs: &Tnode, rhs: &Tnode) -> Result<Assignments> {
     Assignments::einsum(
         spec,
         BinOp::Add,

@@ -78,9 +78,18 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
                 .any(|p| matches!(p.shape, PassShape::Tiles(_))),
             "{passes:?}"
         );
+        let layout = opt.schedules.iter().find_map(|s| match &s.kind {
+            arrayjit::ir::schedule::ScheduleKind::Gpu(arrayjit::ir::schedule::GpuPass::Tiles {
+                layout,
+                ..
+            }) => Some(*layout),
+            _ => None,
+        });
+        assert_eq!(layout.map(|l| l.tile), Some(tile), "matmul {n}");
+        let staged = layout.unwrap().stages * layout.unwrap().staged_elements();
         assert!(
-            p.source.contains(&format!("aj_ta[{}]", tile * 17)),
-            "matmul {n}: not {tile}-tiles"
+            p.source.contains(&format!("aj_ta[{staged}]")),
+            "matmul {n}: the source does not stage {tile}-tiles"
         );
         sources.push((format!("matmul_{n}"), p.source));
     }

@@ -24,7 +24,7 @@ fn matmul_passes(n: usize, limits: GpuLimits) -> Vec<GpuPass> {
 
 fn tile_of(passes: &[GpuPass]) -> Option<usize> {
     passes.iter().find_map(|p| match p {
-        GpuPass::Tiles { tile, .. } => Some(*tile),
+        GpuPass::Tiles { layout, .. } => Some(layout.tile),
         _ => None,
     })
 }
@@ -45,12 +45,25 @@ fn product_tiles_follow_shared_memory_and_the_device_size() {
     };
     assert_eq!(tile_of(&matmul_passes(512, big)), Some(16));
     assert_eq!(tile_of(&matmul_passes(2048, big)), Some(64));
-    // WebGPU's 16 KiB cannot stage a 128-tile (16.5 KiB): 64.
+    // WebGPU's 16 KiB stage one buffer of a 128-tile (8.25 KiB), not two (16.5 KiB).
     let portable = GpuLimits {
         compute_units: 8,
         ..GpuLimits::portable()
     };
-    assert_eq!(tile_of(&matmul_passes(512, portable)), Some(64));
+    let passes = matmul_passes(512, portable);
+    assert_eq!(tile_of(&passes), Some(128));
+    assert!(
+        passes
+            .iter()
+            .any(|p| matches!(p, GpuPass::Tiles { layout, .. } if layout.stages == 1)),
+        "{passes:?}"
+    );
+    // 48 KiB take two.
+    assert!(
+        matmul_passes(512, cuda)
+            .iter()
+            .any(|p| matches!(p, GpuPass::Tiles { layout, .. } if layout.stages == 2))
+    );
     // 4 KiB stages only 16-tiles; 2 KiB none: the product runs as a grid.
     let small = |bytes| GpuLimits {
         max_shared_bytes: bytes,
@@ -136,6 +149,7 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
         subgroup_size: 32,
         compute_units: 0,
         matrix_units: false,
+        warpgroup_mma: false,
     };
     let small_shared = GpuLimits {
         max_group_invocations: 256,
@@ -143,6 +157,7 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
         subgroup_size: 32,
         compute_units: 0,
         matrix_units: false,
+        warpgroup_mma: false,
     };
     let mut ran = 0;
     let mut failures = Vec::new();
@@ -198,7 +213,7 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
             code.optimized()
                 .schedules
                 .iter()
-                .any(|s| matches!(s.kind, ScheduleKind::Gpu(GpuPass::Tiles { tile: 16, .. }))),
+                .any(|s| matches!(s.kind, ScheduleKind::Gpu(GpuPass::Tiles { layout, .. }) if layout.tile == 16)),
             "{}",
             code.optimized().schedule_report()
         );
@@ -284,15 +299,18 @@ fn the_tuning_sets_tiles_and_group_sizes_within_the_limits() {
         .find(|(p, _)| matches!(p, GpuPass::Tiles { .. }))
         .unwrap();
     assert!(
-        matches!(tiles, GpuPass::Tiles { tile: 16, .. }),
+        matches!(tiles, GpuPass::Tiles { layout, .. } if layout.tile == 16),
         "{tiles:?}"
     );
     assert!(why.contains("tuning"), "{why}");
-    // 128-tiles do not fit WebGPU's 16 KiB: the heuristic's tile instead (16: 64-tiles would
-    // make only 16 groups of a 256 × 256 product).
+    // 128-tiles do not fit 4 KiB: the heuristic's tile instead (16, the only one that fits).
+    let small = GpuLimits {
+        max_shared_bytes: 4096,
+        ..GpuLimits::portable()
+    };
     assert_eq!(
         tile_of(
-            &tuned(GpuLimits::portable(), None, Some(128))
+            &tuned(small, None, Some(128))
                 .into_iter()
                 .map(|(p, _)| p)
                 .collect::<Vec<_>>()

@@ -272,7 +272,7 @@ fn tiled_products_fit_two_groups_per_sm_without_spills() {
             .schedules
             .iter()
             .filter_map(|s| match &s.kind {
-                ScheduleKind::Gpu(GpuPass::Tiles { tile, .. }) => Some((*tile, 256)),
+                ScheduleKind::Gpu(GpuPass::Tiles { layout, .. }) => Some((layout.tile, 256)),
                 ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. }) => {
                     Some((layout.tile, layout.threads()))
                 }
@@ -284,6 +284,35 @@ fn tiled_products_fit_two_groups_per_sm_without_spills() {
         };
         assert_eq!(tile, 128, "{prec}");
         let source = render_cuda(&[&opt]).unwrap().source;
+        if prec != Prec::F32 {
+            // Three buffers of 16-bit factors: one depth waited for, one left in flight.
+            match compile_ptx(&source, "sm_80") {
+                Ok(ptx) => assert!(ptx.contains("cp.async.wait_group 1;"), "{ptx}"),
+                Err(Error::BackendUnavailable { reason, .. }) => {
+                    eprintln!("skipped: {reason}");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        if prec == Prec::F32 && !allow_tf32 {
+            // The SIMT tiles read both factors by 128-bit global loads and their runs of
+            // four by 128-bit shared loads.
+            match compile_ptx(&source, "sm_80") {
+                Ok(ptx) => {
+                    assert!(ptx.contains("ld.shared.v4.f32"), "{ptx}");
+                    assert!(
+                        ptx.contains(".global.nc.v4.f32") || ptx.contains("ld.global.v4.f32"),
+                        "{ptx}"
+                    );
+                }
+                Err(Error::BackendUnavailable { reason, .. }) => {
+                    eprintln!("skipped: {reason}");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
         for arch in ["sm_80", "sm_90"] {
             let kernels = match kernel_resources(&source, arch) {
                 Ok(k) => k,

@@ -145,8 +145,10 @@ impl CpuKernels for EmulatedCudaKernels {
         info.max_local_invocations = emu::EMULATED_MAX_THREADS;
         info.max_shared_bytes = emu::EMULATED_SHARED_BYTES;
         info.subgroup_size = emu::EMULATED_WARP_SIZE;
-        // The emulation header implements `ldmatrix` and `mma.sync` as warp collectives.
+        // The emulation header implements `ldmatrix` and `mma.sync` as warp collectives, and
+        // `wgmma.mma_async` from its shared-memory operands.
         info.matrix_units = true;
+        info.warpgroup_mma = false;
         info
     }
 

@@ -156,13 +156,18 @@ fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
                 memory_bytes: ctx.total_mem().unwrap_or(0) as u64,
                 precisions: Prec::ALL.to_vec(),
                 matrix_units: major >= 8,
+                warpgroup_mma: false,
             };
             let default_stream = ctx
                 .new_stream()
                 .map_err(|e| format!("device {ordinal}: {e}"))?;
             Ok(Arc::new(Gpu {
                 ordinal,
-                arch: format!("sm_{major}{minor}"),
+                // sm_90's warpgroup matrix operations are arch-specific features (`sm_90a`).
+                arch: format!(
+                    "sm_{major}{minor}{}",
+                    if (major, minor) == (9, 0) { "a" } else { "" }
+                ),
                 ctx,
                 info,
                 used: Arc::new(AtomicUsize::new(0)),

@@ -180,6 +180,7 @@ fn open() -> std::result::Result<Gpu, String> {
         memory_bytes: 0,
         precisions: target.precisions(),
         matrix_units: false,
+        warpgroup_mma: false,
     };
     if let Some(limits) = info.schedule_settings().gpu {
         target.limits = limits;

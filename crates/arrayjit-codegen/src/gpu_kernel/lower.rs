@@ -19,13 +19,12 @@
 
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::{
-    Accumulation, Epilogue, GpuPass, GridLoop, RowRole, TILE_DEPTH, TILE_THREADS, row_items,
+    Accumulation, Epilogue, GpuPass, GridLoop, RowRole, TILE_THREADS, row_items,
 };
 use arrayjit_ir::{Error, LowLevel, Prec, Result, Tnode};
 
 use super::build::{
-    array, assign, bound_to, group_index, launch_index, let_, let_mut, range, thread_index,
-    unrolled, var,
+    array, assign, bound_to, group_index, launch_index, let_, let_mut, range, thread_index, var,
 };
 use super::{Arith, At, Barrier, Expr, KernelDialect, PassShape, PrintedPass, Stmt, Ty};
 use crate::gpu_dialect::grid_inner;
@@ -130,12 +129,14 @@ fn print_one<D: KernelDialect>(
         GpuPass::Tiles {
             gemm,
             fused,
-            tile,
+            layout,
             epilogue,
             ..
         } => {
-            let (groups, tree) = tiled(gemm, *fused, *tile, epilogue.as_ref())
-                .ok_or_else(|| render_err(d, "a product with more tiles than a launch holds"))?;
+            let (groups, tree) = super::simt::simt_tiled(gemm, *fused, layout, epilogue.as_ref())
+                .ok_or_else(|| {
+                render_err(d, "a product with more tiles than a launch holds")
+            })?;
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Tiles(groups), TILE_THREADS)
         }
@@ -543,161 +544,4 @@ pub(super) fn group_tile<'a>(
         }
     }
     (tree, offsets)
-}
-
-/// The tiled product: the number of groups and the tree (`None`: more groups than a launch
-/// of 32-bit group indices holds).
-fn tiled<'a>(
-    g: &'a Gemm,
-    fused: bool,
-    t: usize,
-    epilogue: Option<&'a Epilogue>,
-) -> Option<(u64, Vec<Stmt<'a>>)> {
-    const D: usize = TILE_DEPTH;
-    let f32 = Ty::Compute(Prec::F32);
-    let zero = || Expr::Lit(Prec::F32, 0.0);
-    let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
-    // Each invocation holds `r × r` results of the `t × t` tile, strided by the tile depth.
-    let r = t / D;
-    let (tiles_m, tiles_n) = (m.div_ceil(t), n.div_ceil(t));
-    let batch: usize = g.batch.iter().map(|d| d.extent).product();
-    let groups = (tiles_m * tiles_n * batch) as u64;
-    if groups > u32::MAX as u64 {
-        return None;
-    }
-    let (mut tree, offsets) = group_tile(g, t, groups);
-    let [oc, oa, ob] = offsets;
-    // Element (row, col) of a matrix whose rows and columns have these strides.
-    let flat = |base: &Expr<'static>, row: &str, rs: usize, col: &str, cs: usize| {
-        At::Flat(Box::new(base.clone() + var(row) * rs + var(col) * cs))
-    };
-    let c_at = || flat(&oc, "aj_row", g.m.strides[0], "aj_col", g.n.strides[0]);
-    let acc = || Expr::item("aj_acc", var("aj_i") * r + var("aj_j"));
-    // The result element of register (aj_i, aj_j), and whether it exists.
-    let position = || {
-        vec![
-            let_(
-                "aj_row",
-                Ty::Index,
-                var("aj_tm") * t + var("aj_ty") + var("aj_i") * D,
-            ),
-            let_(
-                "aj_col",
-                Ty::Index,
-                var("aj_tn") * t + var("aj_tx") + var("aj_j") * D,
-            ),
-        ]
-    };
-    let in_c = || var("aj_row").lt(m).and(var("aj_col").lt(n));
-    let registers = |body: Vec<Stmt<'a>>| unrolled("aj_i", r, vec![unrolled("aj_j", r, body)]);
-    // Loads one factor element into `name` (zero outside the factor).
-    let staged = |name: &str, cond: Expr<'static>, tn, at| {
-        vec![
-            let_mut(name, f32, zero()),
-            Stmt::If(cond, vec![assign(var(name), Expr::Elem(tn, at))]),
-        ]
-    };
-    let mut start = position();
-    start.push(assign(acc(), zero()));
-    // From the element's value, unless the product overwrites it (its zeroing absorbed).
-    if !g.overwrite {
-        start.push(Stmt::If(
-            in_c(),
-            vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
-        ));
-    }
-    let mut load = vec![
-        let_("aj_e", Ty::Int, thread_index() + var("aj_q") * TILE_THREADS),
-        let_("aj_ar", Ty::Index, var("aj_tm") * t + var("aj_e") / D),
-        let_("aj_ak", Ty::Index, var("aj_k0") + var("aj_e") % D),
-    ];
-    load.extend(staged(
-        "aj_va",
-        var("aj_ar").lt(m).and(var("aj_ak").lt(kk)),
-        &g.lhs,
-        flat(&oa, "aj_ar", g.m.strides[1], "aj_ak", g.k.strides[1]),
-    ));
-    load.push(assign(
-        Expr::item("aj_ta", (var("aj_e") / D) * (D + 1) + var("aj_e") % D),
-        var("aj_va"),
-    ));
-    load.extend([
-        let_("aj_bk", Ty::Index, var("aj_k0") + var("aj_e") / t),
-        let_("aj_bc", Ty::Index, var("aj_tn") * t + var("aj_e") % t),
-    ]);
-    load.extend(staged(
-        "aj_vb",
-        var("aj_bk").lt(kk).and(var("aj_bc").lt(n)),
-        &g.rhs,
-        flat(&ob, "aj_bk", g.k.strides[2], "aj_bc", g.n.strides[2]),
-    ));
-    load.push(assign(Expr::item("aj_tb", var("aj_e")), var("aj_vb")));
-    let depth_left = var("aj_k") - var("aj_k0");
-    let step = vec![
-        array("aj_x", f32, r, false),
-        array("aj_y", f32, r, false),
-        unrolled(
-            "aj_i",
-            r,
-            vec![assign(
-                Expr::item("aj_x", var("aj_i")),
-                Expr::item(
-                    "aj_ta",
-                    (var("aj_ty") + var("aj_i") * D) * (D + 1) + var("aj_kk"),
-                ),
-            )],
-        ),
-        unrolled(
-            "aj_j",
-            r,
-            vec![assign(
-                Expr::item("aj_y", var("aj_j")),
-                Expr::item("aj_tb", var("aj_kk") * t + var("aj_tx") + var("aj_j") * D),
-            )],
-        ),
-        registers(vec![assign(
-            acc(),
-            Expr::MulAdd {
-                fused,
-                acc: Box::new(acc()),
-                x: Box::new(Expr::item("aj_x", var("aj_i"))),
-                y: Box::new(Expr::item("aj_y", var("aj_j"))),
-            },
-        )]),
-    ];
-    let mut finish = position();
-    finish.push(store_result(g, &oc, acc(), epilogue));
-    tree.extend([
-        array("aj_ta", f32, t * (D + 1), true),
-        array("aj_tb", f32, D * t, true),
-        let_("aj_tx", Ty::Int, thread_index() % D),
-        let_("aj_ty", Ty::Int, thread_index() / D),
-        let_("aj_k", Ty::Index, Expr::from(kk)),
-        array("aj_acc", f32, r * r, false),
-        registers(start),
-        range(
-            "aj_k0",
-            Ty::Index,
-            0i64,
-            kk,
-            D as i64,
-            vec![
-                unrolled("aj_q", r, load),
-                Stmt::Barrier(Barrier::Shared),
-                let_(
-                    "aj_kn",
-                    Ty::Index,
-                    Expr::Select(
-                        Box::new(depth_left.clone().lt(D)),
-                        Box::new(depth_left),
-                        Box::new(Expr::from(D)),
-                    ),
-                ),
-                range("aj_kk", Ty::Int, 0i64, var("aj_kn"), 1, step),
-                Stmt::Barrier(Barrier::Shared),
-            ],
-        ),
-        registers(finish),
-    ]);
-    Some((groups, tree))
 }

@@ -5,13 +5,16 @@
 //! - **Staging.** Each factor's tile (`tile` rows or columns by `depth` of `k`) is copied to
 //!   shared memory by all invocations, neighbouring invocations reading neighbouring elements
 //!   of the factor's contiguous axis (coalesced) and keeping that axis contiguous in shared
-//!   memory, each row padded by 16 bytes. Elements outside the factor are zero. 16-bit
+//!   memory, each row's 16-byte chunks swizzled (TF32 rows padded). Elements outside the
+//!   factor are zero. 16-bit
 //!   factors are copied as their bits, `f32` ones as they are (rounded to TF32 as fragments
 //!   load): by 16-byte asynchronous copies where the factor's rows are whole 16-byte runs,
 //!   else element by element.
-//! - **Double buffering.** Two buffers: while the warps multiply one, the invocations fill the
-//!   other with the next tile; each step ends by waiting for its invocation's asynchronous
-//!   copies and one barrier, which orders both.
+//! - **Pipeline.** `stages` buffers: the copies of the first `stages - 1` depths are issued
+//!   before the loop, one committed group each; each step waits until its depth's group has
+//!   landed (`stages - 2` stay in flight), passes one barrier, issues (and commits) the
+//!   copies of the depth `stages - 1` ahead into the buffer the previous step multiplied,
+//!   then multiplies its own.
 //! - **Fragments.** 16-bit fragments load by `ldmatrix` (transposed where the factor's `k` is
 //!   not its contiguous axis); TF32 fragments load word by word at the positions the PTX ISA
 //!   gives `m16n8k8`'s lanes.
@@ -27,7 +30,7 @@ use arrayjit_ir::{Prec, Tnode};
 
 use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
 use super::lower::{group_tile, store_result};
-use super::{At, Barrier, Expr, MatrixOp, Stmt, Ty};
+use super::{Arith, At, Barrier, Expr, MatrixOp, Stmt, Ty};
 
 /// One factor's staging: which axis of its tile is contiguous in shared memory.
 struct Staging<'a> {
@@ -71,15 +74,29 @@ impl<'a> Staging<'a> {
         }
     }
 
-    /// Elements of one staged row: the contiguous axis's extent plus the padding.
-    fn pitch(&self, l: &MatrixTile) -> usize {
-        let inner = if self.k_inner { l.depth() } else { l.tile };
-        inner + l.padding()
+    /// Elements of one staged row: the contiguous axis's extent.
+    fn inner(&self, l: &MatrixTile) -> usize {
+        if self.k_inner { l.depth() } else { l.tile }
     }
 
-    /// The item of buffer `buf` at tile position (`side`, `k`).
+    /// Elements from one staged row to the next: the row and its padding.
+    fn pitch(&self, l: &MatrixTile) -> usize {
+        self.inner(l) + l.padding()
+    }
+
+    /// The item of buffer `buf` at tile position (`side`, `k`): its row's 16-byte chunks
+    /// swizzled ([`MatrixTile::swizzle`]).
     fn at(&self, l: &MatrixTile, buf: Expr<'a>, side: Expr<'a>, k: Expr<'a>) -> Expr<'a> {
         let (row, col) = if self.k_inner { (side, k) } else { (k, side) };
+        let inner = self.inner(l);
+        let (rows, chunks) = l.swizzle(inner);
+        let ce = l.copy_elements();
+        let col = if chunks > 1 {
+            let chunk = (col.clone() / ce).cmp(Arith::Xor, (row.clone() / rows) % chunks);
+            chunk * ce + col % ce
+        } else {
+            col
+        };
         Expr::item(
             self.shared,
             buf * l.staged_elements() + row * self.pitch(l) + col,
@@ -90,7 +107,7 @@ impl<'a> Staging<'a> {
     /// asynchronous copies where `l` says so for this factor, else element by element.
     fn copy(&self, l: &MatrixTile, g_k: usize, buf: Expr<'static>) -> Vec<Stmt<'a>> {
         let (d, t) = (l.depth(), l.tile);
-        let inner = if self.k_inner { d } else { t };
+        let inner = self.inner(l);
         // Elements each invocation moves at a time.
         let run = if self.async_copy {
             l.copy_elements()
@@ -172,8 +189,8 @@ pub(super) fn matrix_tiled<'a>(
     let b = Staging::of(g, l, 2, ob);
     let steps = kk.div_ceil(d);
     tree.extend([
-        array("aj_sa", staged, 2 * l.staged_elements(), true),
-        array("aj_sb", staged, 2 * l.staged_elements(), true),
+        array("aj_sa", staged, l.stages * l.staged_elements(), true),
+        array("aj_sb", staged, l.stages * l.staged_elements(), true),
         let_("aj_lane", Ty::Int, thread_index() % WARP_LANES),
         let_("aj_wm", Ty::Int, (thread_index() / WARP_LANES) / warps_n),
         let_("aj_wn", Ty::Int, (thread_index() / WARP_LANES) % warps_n),
@@ -235,35 +252,51 @@ pub(super) fn matrix_tiled<'a>(
         ));
     }
     tree.push(each_accumulator(start));
-    // The first tile into buffer 0.
-    tree.push(let_("aj_k0", Ty::Index, Expr::Int(0)));
-    let mut first = a.copy(l, kk, Expr::Int(0));
-    first.extend(b.copy(l, kk, Expr::Int(0)));
-    tree.push(Stmt::Block(first));
+    // The first `stages - 1` depths in flight, one group of copies each (empty past the
+    // last depth, so that the waits count the same however short `k` is).
+    let stages = l.stages;
     let any_async = l.async_copy.contains(&true);
-    if any_async {
-        tree.push(Stmt::Matrix(MatrixOp::WaitCopies));
+    let commit = || Stmt::Matrix(MatrixOp::CommitCopies);
+    for s in 0..stages - 1 {
+        if s < steps {
+            let mut first = vec![let_("aj_k0", Ty::Index, Expr::from(s * d))];
+            first.extend(a.copy(l, kk, Expr::from(s)));
+            first.extend(b.copy(l, kk, Expr::from(s)));
+            tree.push(Stmt::Block(first));
+        }
+        if any_async {
+            tree.push(commit());
+        }
     }
-    tree.push(Stmt::Barrier(Barrier::Shared));
-    // Each step: fill the other buffer with the next tile, multiply this one, then wait.
-    let mut next = vec![let_("aj_k0", Ty::Index, (var("aj_s") + 1i64) * d)];
-    let other = (var("aj_s") + 1i64) % 2i64;
-    next.extend(a.copy(l, kk, other.clone()));
-    next.extend(b.copy(l, kk, other));
-    let mut step = vec![
-        Stmt::If((var("aj_s") + 1i64).lt(steps), next),
-        let_("aj_buf", Ty::Int, var("aj_s") % 2i64),
-    ];
+    // Each step: wait for this depth's copies (the later ones stay in flight), one barrier
+    // (every invocation has also finished multiplying the buffer about to be refilled), the
+    // copies of the depth `stages - 1` ahead, then multiply this one.
+    let mut step = Vec::new();
+    if any_async {
+        step.push(Stmt::Matrix(MatrixOp::WaitCopies {
+            pending: stages - 2,
+        }));
+    }
+    step.push(Stmt::Barrier(Barrier::Shared));
+    let ahead = || var("aj_s") + (stages as i64 - 1);
+    let mut next = vec![let_("aj_k0", Ty::Index, ahead() * d)];
+    next.extend(a.copy(l, kk, ahead() % stages));
+    next.extend(b.copy(l, kk, ahead() % stages));
+    step.push(Stmt::If(ahead().lt(steps), next));
+    if any_async {
+        // Always a group, empty near the end, so that the waits count the same.
+        step.push(commit());
+    }
+    step.push(let_("aj_buf", Ty::Int, var("aj_s") % stages));
     step.push(unrolled(
         "aj_kf",
         d / l.kind.fragment_depth(),
         multiply(l, &a, &b),
     ));
-    if any_async {
-        step.push(Stmt::Matrix(MatrixOp::WaitCopies));
-    }
-    step.push(Stmt::Barrier(Barrier::Shared));
     tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
+    if any_async {
+        tree.push(Stmt::Matrix(MatrixOp::WaitCopies { pending: 0 }));
+    }
     let mut finish = position();
     finish.push(store_result(g, &oc, acc(), epilogue));
     tree.push(each_accumulator(finish));

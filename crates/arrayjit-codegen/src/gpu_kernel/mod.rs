@@ -18,6 +18,7 @@
 mod build;
 mod lower;
 mod matrix;
+mod simt;
 
 use std::fmt::Write as _;
 
@@ -114,6 +115,8 @@ pub(crate) enum Arith {
     Eq,
     Ne,
     And,
+    /// Bitwise exclusive or (of non-negative counters).
+    Xor,
 }
 
 impl Arith {
@@ -129,6 +132,7 @@ impl Arith {
             Arith::Eq => "==",
             Arith::Ne => "!=",
             Arith::And => "&&",
+            Arith::Xor => "^",
         }
     }
 }
@@ -203,9 +207,16 @@ pub(crate) enum MatrixOp<'a> {
         /// Whether the source elements exist.
         valid: Expr<'a>,
     },
-    /// Waits for this invocation's asynchronous copies (a barrier then publishes them to the
-    /// group).
-    WaitCopies,
+    /// Closes this invocation's asynchronous copies issued since the last commit into a group
+    /// (`cp.async.commit_group`).
+    CommitCopies,
+    /// Waits until at most `pending` of this invocation's most recent committed groups of
+    /// copies are still in flight (`cp.async.wait_group`); a barrier then publishes the landed
+    /// copies to the group.
+    WaitCopies {
+        /// Groups that may stay in flight.
+        pending: usize,
+    },
     /// `acc += a · b` on one `m16n8` fragment: four `f32` accumulators, four words of the
     /// left factor and two of the right (items, each the first of its run).
     Multiply {
@@ -276,6 +287,22 @@ pub(crate) enum Stmt<'a> {
     Source(&'a LowLevel),
     /// A warp's operation on matrix fragments.
     Matrix(MatrixOp<'a>),
+    /// Reads `lanes` neighbouring elements of a global array from flat `offset` (a multiple
+    /// of `lanes` within the array, whose start is 16-byte aligned) into items `first`,
+    /// `first + 1`, … of a local array: one wide load where the dialect has it (CUDA's
+    /// 128-bit loads of `f32`), else one load per element.
+    LoadVector {
+        /// The local array.
+        array: String,
+        /// Its first item read into.
+        first: Expr<'a>,
+        /// The global array.
+        src: &'a Tnode,
+        /// The first element's flat offset.
+        offset: Expr<'a>,
+        /// Elements read.
+        lanes: usize,
+    },
 }
 
 /// What a GPU dialect supplies to print the kernel tree: its syntax, and the rendering of the
@@ -339,6 +366,20 @@ pub(crate) trait KernelDialect {
     ) -> Result<String>;
     /// An IR statement.
     fn ir_stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()>;
+    /// The statement reading `lanes` elements of array `name` (stored in `stored`) from
+    /// `offset` into the local items from `place` on, as one wide load; `None` where the
+    /// dialect has none for them (the tree then reads element by element).
+    fn load_vector(
+        &mut self,
+        place: &str,
+        name: &str,
+        offset: &str,
+        stored: Prec,
+        lanes: usize,
+    ) -> Option<String> {
+        let _ = (place, name, offset, stored, lanes);
+        None
+    }
     /// Element `offset` of array `name` as its storage bits.
     fn bits(&mut self, name: &str, offset: &str) -> String;
     /// An `f32` value rounded to a TF32 fragment word (an error where the dialect has no
@@ -495,7 +536,7 @@ fn print_stmt<D: KernelDialect>(
                 MatrixOp::Load { words, row, .. } => vec![words, row],
                 MatrixOp::Multiply { acc, a, b, .. } => vec![acc, a, b],
                 MatrixOp::CopyAsync { dst, src, valid } => vec![dst, src, valid],
-                MatrixOp::WaitCopies => vec![],
+                MatrixOp::CommitCopies | MatrixOp::WaitCopies { .. } => vec![],
             };
             let places = operands
                 .into_iter()
@@ -503,6 +544,32 @@ fn print_stmt<D: KernelDialect>(
                 .collect::<Result<Vec<_>>>()?;
             out.push_str(&prelude);
             let _ = writeln!(out, "{pad}{}", d.matrix(op, &places)?);
+        }
+        Stmt::LoadVector {
+            array,
+            first,
+            src,
+            offset,
+            lanes,
+        } => {
+            let place = print_expr(d, &Expr::item(array, first.clone()), depth, &mut prelude)?;
+            let name = d.node(src)?;
+            let at = print_bare(d, offset, depth, &mut prelude)?;
+            out.push_str(&prelude);
+            match d.load_vector(&place, &name, &at, src.prec(), *lanes) {
+                Some(load) => {
+                    let _ = writeln!(out, "{pad}{load}");
+                }
+                None => {
+                    for c in 0..*lanes {
+                        let each = Stmt::Assign(
+                            Expr::item(array, first.clone() + c),
+                            Expr::Elem(src, At::Flat(Box::new(offset.clone() + c))),
+                        );
+                        print_stmt(d, &each, depth, out)?;
+                    }
+                }
+            }
         }
     }
     Ok(())

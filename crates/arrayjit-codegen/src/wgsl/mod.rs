@@ -337,7 +337,7 @@ fn recorded_tuning(pass: &GpuPass) -> ScheduleTuning {
         | GpuPass::Grid { threads, .. }
         | GpuPass::Rows { threads, .. }
         | GpuPass::Reduction { threads, .. } => (Some(*threads), None),
-        GpuPass::Tiles { tile, .. } => (None, Some(*tile)),
+        GpuPass::Tiles { layout, .. } => (None, Some(layout.tile)),
         GpuPass::MatrixTiles { layout, .. } => (None, Some(layout.tile)),
         GpuPass::GridReduction { threads, .. } => (Some(*threads), None),
         GpuPass::Nothing | GpuPass::Single => (None, None),

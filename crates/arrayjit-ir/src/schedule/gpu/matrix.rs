@@ -23,9 +23,32 @@
 //!
 //! **Layout.** A group computes a `tile × tile` block of results (32, 64 or 128 a side) with
 //! [`MatrixTile::warps`] warps of 32 lanes, each owning a `warp_rows × warp_cols` part of the
-//! block as `16 × 8` fragments. The factors' tiles are staged `depth` deep in shared memory
-//! in two buffers (the next tile loads while the current one multiplies), each row padded by
-//! 16 bytes so the eight rows a fragment load reads fall in different banks.
+//! block as `16 × 8` fragments.
+//!
+//! **Pipeline.** The factors' tiles are staged `depth` deep in shared memory in
+//! [`MatrixTile::stages`] buffers (up to [`MAX_MATRIX_STAGES`], as many as the device's shared
+//! memory holds, at least 2): the copies of the next `stages - 1` depths are in flight while
+//! one multiplies. Each step waits until its depth's copies have landed (leaving the later
+//! ones in flight), passes one barrier, issues the copies of the depth `stages - 1` ahead
+//! into the buffer the previous step multiplied, and multiplies.
+//!
+//! **Warpgroups** (sm_90). Where the device has them, 64- and 128-tiles of 16-bit factors
+//! are multiplied by `wgmma.mma_async` (`m64nNk16`, `N` the tile): each warpgroup (4 warps)
+//! computes 64 rows of the tile from the staged tiles in shared memory, addressed by matrix
+//! descriptors, without loading fragments into registers. The staged tiles are then in the
+//! instruction's canonical layouts: a factor whose contiguous axis is `k` as rows of 64 bytes
+//! (`depth` = 32 elements) swizzled in 512-byte atoms (the 64-byte swizzle; 8-row groups 512
+//! bytes apart); one whose contiguous axis is the result side as blocks of 64 elements, each
+//! `depth` rows of 128 bytes swizzled in 1024-byte atoms (the 128-byte swizzle; 8-row groups
+//! 1024 bytes apart, blocks `depth · 128` bytes apart), the descriptor's transpose bit set.
+//! Each step fences the staged copies for the asynchronous proxy before its barrier, then
+//! issues one `wgmma` per 16 of depth and waits for them.
+//!
+//! **Swizzle.** Staged rows of 16-bit factors are not padded: each row's 16-byte chunks are
+//! permuted by an XOR with the row's position among the rows that share a 128-byte line group
+//! ([`MatrixTile::swizzle`]), so the 8 rows a fragment load (`ldmatrix`) reads at one chunk
+//! fall in 8 different groups of banks, and every 16-byte copy still lands whole. TF32 rows
+//! are padded by 16 bytes instead (their fragments load word by word).
 
 use std::fmt;
 
@@ -98,12 +121,20 @@ impl fmt::Display for MatrixKind {
 /// The tile sides a matrix-unit product may have.
 pub const MATRIX_TILES: [usize; 3] = [32, 64, 128];
 
+/// The most buffers of a matrix-unit product's staged tiles.
+pub const MAX_MATRIX_STAGES: usize = 4;
+
 /// Rows of one fragment (`m16`).
 pub const FRAGMENT_ROWS: usize = 16;
 /// Columns of one fragment (`n8`).
 pub const FRAGMENT_COLS: usize = 8;
 /// Lanes of a warp.
 pub const WARP_LANES: usize = 32;
+/// Rows of results of one warpgroup's fragment (`m64`), and the result-side elements of one
+/// staged block of a factor whose contiguous axis is the result side (128 bytes).
+pub const WARPGROUP_ROWS: usize = 64;
+/// Lanes of a warpgroup (four warps).
+pub const WARPGROUP_LANES: usize = 128;
 
 /// How a group of a matrix-unit product is laid out: its tile over warps, and its staging.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,26 +146,48 @@ pub struct MatrixTile {
     /// Whether the left and the right factor's tiles are copied by asynchronous 16-byte
     /// copies ([`MatrixTile::async_copy_fits`]), else element by element.
     pub async_copy: [bool; 2],
+    /// Buffers of the staged tiles (2 to [`MAX_MATRIX_STAGES`]).
+    pub stages: usize,
+    /// Warpgroups multiply (`wgmma.mma_async`, sm_90): each of `tile / 64` warpgroups of 128
+    /// lanes computes 64 rows × `tile` columns straight from the staged tiles, which then
+    /// follow the instruction's canonical layouts (see the module documentation); else warps
+    /// multiply `m16n8` fragments (`mma.sync`).
+    pub warpgroups: bool,
 }
 
 impl MatrixTile {
     /// The layout of `tile`-tiles of `kind` for `gemm`, each factor copied asynchronously
-    /// where it fits.
-    pub fn new(gemm: &Gemm, tile: usize, kind: MatrixKind) -> MatrixTile {
+    /// where it fits, with as many buffers as `max_shared_bytes` holds (up to
+    /// [`MAX_MATRIX_STAGES`]), multiplied by warpgroups where the device has them
+    /// (`warpgroup_mma`), the factors are 16-bit and the tile is 64 or 128; `None` where not
+    /// even two buffers fit.
+    pub fn new(
+        gemm: &Gemm,
+        tile: usize,
+        kind: MatrixKind,
+        max_shared_bytes: usize,
+        warpgroup_mma: bool,
+    ) -> Option<MatrixTile> {
         let mut t = MatrixTile {
             tile,
             kind,
             async_copy: [false; 2],
+            stages: 2,
+            warpgroups: warpgroup_mma
+                && kind != MatrixKind::Tf32
+                && tile.is_multiple_of(WARPGROUP_ROWS),
         };
+        t.stages = (2..=MAX_MATRIX_STAGES)
+            .rev()
+            .find(|&s| s * t.stage_bytes() <= max_shared_bytes)?;
         t.async_copy = [1, 2].map(|f| t.async_copy_fits(gemm, f));
-        t
+        Some(t)
     }
 
     /// Whether factor `f` (1: left, 2: right, as in [`super::super::Dim::strides`]) has `k`
     /// as the contiguous axis of its staged tile: its `k` stride is the smaller one.
     pub fn k_contiguous(gemm: &Gemm, f: usize) -> bool {
-        let side = if f == 1 { &gemm.m } else { &gemm.n };
-        gemm.k.strides[f] <= side.strides[f]
+        super::simt::k_contiguous(gemm, f)
     }
 
     /// Elements of one 16-byte copy.
@@ -169,9 +222,23 @@ impl MatrixTile {
         r * c
     }
 
-    /// Invocations of a group.
+    /// Invocations of a group: its warps, or its `tile / 64` warpgroups.
     pub fn threads(&self) -> u32 {
-        (self.warps() * WARP_LANES) as u32
+        if self.warpgroups {
+            (self.tile / WARPGROUP_ROWS * WARPGROUP_LANES) as u32
+        } else {
+            (self.warps() * WARP_LANES) as u32
+        }
+    }
+
+    /// Elements of one staged row where the result side is the contiguous axis: the tile's
+    /// side, or blocks of 64 (128 bytes) for warpgroups, the tile's blocks one after another.
+    pub fn side_block(&self) -> usize {
+        if self.warpgroups {
+            WARPGROUP_ROWS
+        } else {
+            self.tile
+        }
     }
 
     /// Rows of results of one warp.
@@ -198,25 +265,51 @@ impl MatrixTile {
         2 * self.kind.fragment_depth()
     }
 
-    /// Elements of padding at the end of each staged row: 16 bytes.
+    /// Elements of padding after each staged row: none for 16-bit factors (their rows are
+    /// swizzled), 16 bytes for TF32 (see [`MatrixTile::swizzle`]).
     pub fn padding(&self) -> usize {
-        16 / self.kind.element_bytes()
+        match self.kind {
+            MatrixKind::Tf32 => 16 / self.kind.element_bytes(),
+            MatrixKind::Bf16 | MatrixKind::F16 => 0,
+        }
     }
 
-    /// Elements of one staged factor tile (`tile × depth`, rows padded), whichever of its
-    /// two axes is contiguous.
+    /// Elements of one staged factor tile (`tile × depth`, rows padded), whichever of its two
+    /// axes is contiguous.
     pub fn staged_elements(&self) -> usize {
         let (d, t, p) = (self.depth(), self.tile, self.padding());
         (t * (d + p)).max(d * (t + p))
     }
 
-    /// Shared memory of a group: two buffers of both factors' tiles.
+    /// Shared memory of one buffer of both factors' tiles.
+    pub fn stage_bytes(&self) -> usize {
+        2 * self.staged_elements() * self.kind.element_bytes()
+    }
+
+    /// Shared memory of a group: its buffers of both factors' tiles.
     pub fn shared_bytes(&self) -> usize {
-        2 * 2 * self.staged_elements() * self.kind.element_bytes()
+        self.stages * self.stage_bytes()
+    }
+
+    /// The swizzle of staged rows of `inner` elements: chunk `c` (16 bytes) of row `r` is
+    /// stored as chunk `c ^ ((r / rows) % chunks)`, given as (`rows`, `chunks`): `rows` rows
+    /// share a 128-byte line group, whose `chunks` chunks are permuted. TF32 rows are not
+    /// swizzled (`(1, 1)`) but padded: their fragments load word by word, where swizzled
+    /// addresses cost the 128-tile registers it does not have (ptxas spills them).
+    pub fn swizzle(&self, inner: usize) -> (usize, usize) {
+        if self.kind == MatrixKind::Tf32 {
+            return (1, 1);
+        }
+        let chunks = (inner * self.kind.element_bytes() / 16).max(1);
+        ((8 / chunks).max(1), chunks.min(8))
     }
 
     /// `f32` accumulators each invocation holds.
     pub fn accumulators(&self) -> usize {
+        if self.warpgroups {
+            // 64 × tile results over a warpgroup's 128 lanes.
+            return self.tile / 2;
+        }
         let (fm, fn_) = self.fragments();
         fm * fn_ * 4
     }
@@ -226,32 +319,93 @@ impl MatrixTile {
 mod tests {
     use super::*;
 
+    /// A `bf16` `[n, n] · [n, n]` product's `Gemm`.
+    fn square_gemm(n: usize) -> Gemm {
+        use crate::{AccumRhs, Assignments, BinOp, Operand, Tnode};
+        let t = |l: &str| Tnode::new(Prec::Bf16, &[n, n], &[l]).unwrap();
+        let (a, b, c) = (t("a"), t("b"), t("c"));
+        let program = Assignments::einsum(
+            "mk,kn->mn",
+            BinOp::Add,
+            &c,
+            AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+            true,
+        )
+        .unwrap();
+        let lowered = program.lower(&[]).unwrap();
+        let crate::LowLevel::Seq(items) = &lowered else {
+            panic!("{lowered:?}")
+        };
+        items
+            .iter()
+            .find_map(crate::schedule::Contraction::detect_for_matrix_units)
+            .and_then(|c| c.gemm(crate::schedule::Blocking::for_cpu(4, 16, 4, [0; 3])))
+            .unwrap()
+    }
+
     #[test]
     fn tiles_cover_their_warps_with_whole_fragments() {
         for kind in [MatrixKind::Bf16, MatrixKind::F16, MatrixKind::Tf32] {
             for tile in MATRIX_TILES {
-                let t = MatrixTile {
-                    tile,
-                    kind,
-                    async_copy: [false; 2],
-                };
+                let t = MatrixTile::new(&square_gemm(tile), tile, kind, 48 << 10, false).unwrap();
                 let (fm, fn_) = t.fragments();
                 assert_eq!(fm * FRAGMENT_ROWS * t.warp_grid().0, tile);
                 assert_eq!(fn_ * FRAGMENT_COLS * t.warp_grid().1, tile);
                 // Fragment loads take the columns' fragments two at a time.
                 assert_eq!(fn_ % 2, 0);
                 assert!(t.shared_bytes() <= 48 << 10, "{t:?}");
-                // Staged rows start on 16-byte boundaries.
-                assert_eq!(((t.depth() + t.padding()) * kind.element_bytes()) % 16, 0);
+                assert!(
+                    t.stages >= if kind == MatrixKind::Tf32 { 2 } else { 3 },
+                    "{t:?}"
+                );
+                // Whichever axis is contiguous, the 8 rows an `ldmatrix` reads at one chunk
+                // fall in 8 different bank groups of 16 bytes, and rows are whole chunks.
+                for inner in [t.depth(), tile] {
+                    let bytes = (inner + t.padding()) * kind.element_bytes();
+                    assert_eq!(bytes % 16, 0);
+                    let (rows, chunks) = t.swizzle(inner);
+                    if kind == MatrixKind::Tf32 {
+                        // Padded rows: 8 rows at one chunk start 16 bytes apart, mod 128.
+                        assert_eq!((bytes / 16) % 2, 1, "{t:?}");
+                        continue;
+                    }
+                    for first in (0..tile.min(t.depth())).step_by(8) {
+                        for c in 0..bytes / 16 {
+                            let groups: std::collections::BTreeSet<usize> = (first..first + 8)
+                                .map(|r| (r * bytes / 16 + (c ^ ((r / rows) % chunks))) % 8)
+                                .collect();
+                            assert_eq!(groups.len(), 8, "{t:?} inner {inner} chunk {c}");
+                        }
+                    }
+                }
             }
         }
-        let big = MatrixTile {
-            tile: 128,
-            kind: MatrixKind::Bf16,
-            async_copy: [true; 2],
-        };
+        let big =
+            MatrixTile::new(&square_gemm(128), 128, MatrixKind::Bf16, 48 << 10, false).unwrap();
         assert_eq!((big.threads(), big.accumulators()), (256, 64));
-        assert_eq!(big.shared_bytes(), 2 * 2 * 128 * 40 * 2);
+        // Three buffers of 16 KiB fill 48 KiB; 64 KiB would take four; 24 KiB not two.
+        assert_eq!((big.stages, big.shared_bytes()), (3, 3 * 2 * 128 * 32 * 2));
+        let more =
+            MatrixTile::new(&square_gemm(128), 128, MatrixKind::Bf16, 64 << 10, false).unwrap();
+        assert_eq!(more.stages, 4);
+        assert!(
+            MatrixTile::new(&square_gemm(128), 128, MatrixKind::Bf16, 24 << 10, false).is_none()
+        );
+        // Warpgroups: two for a 128-tile (64 rows each), one for a 64-tile, none for 32-tiles
+        // or TF32; each lane holds half a row of the tile.
+        let wg =
+            |tile, kind| MatrixTile::new(&square_gemm(tile), tile, kind, 48 << 10, true).unwrap();
+        let w128 = wg(128, MatrixKind::Bf16);
+        assert!(w128.warpgroups);
+        assert_eq!(
+            (w128.threads(), w128.accumulators(), w128.side_block()),
+            (256, 64, 64)
+        );
+        assert_eq!(w128.stages, 3);
+        let w64 = wg(64, MatrixKind::F16);
+        assert_eq!((w64.threads(), w64.accumulators()), (128, 32));
+        assert!(!wg(32, MatrixKind::Bf16).warpgroups);
+        assert!(!wg(128, MatrixKind::Tf32).warpgroups);
     }
 
     #[test]

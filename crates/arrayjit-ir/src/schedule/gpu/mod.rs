@@ -13,10 +13,11 @@
 //! - **zeroing**: one invocation per element;
 //! - **tiled product**: an `f32` matrix product whose result sides both reach half a tile side,
 //!   in tiles of `tile × tile` results per group of [`TILE_THREADS`] (16 × 16) invocations, the
-//!   factors staged in shared memory 16 deep; the largest tile (128, 64) whose sides both
-//!   fill one and that still gives enough groups to fill the device (two per compute unit),
-//!   else 16, and only tiles whose staging fits its shared
-//!   memory; registers are capped so that [`TILE_GROUPS_PER_UNIT`] groups share a unit;
+//!   factors staged in shared memory 16 deep, double-buffered where that fits, and read by
+//!   128-bit loads where their strides allow ([`simt`]); the largest tile (128, 64) whose
+//!   sides both fill one and that still gives enough groups to fill the device (two per
+//!   compute unit), else 16, and only tiles whose staging fits its shared memory; registers
+//!   are capped so that [`TILE_GROUPS_PER_UNIT`] groups share a unit;
 //! - **matrix-unit product**: a product of 16-bit factors (or of `f32` ones as TF32, where
 //!   allowed) on a device with matrix units, in 32-, 64- or 128-tiles of warps multiplying
 //!   fragments ([`matrix`]);
@@ -55,6 +56,7 @@ mod distribute;
 pub mod hoist;
 pub mod matrix;
 pub mod plan;
+pub mod simt;
 
 pub use analysis::{
     Accumulation, Rest, RowItem, RowRole, grid_loops, grid_total, independent_work,
@@ -63,6 +65,7 @@ pub use analysis::{
 pub use distribute::{distribute_loop, restructure};
 pub use matrix::{MatrixKind, MatrixTile};
 pub use plan::{DeviceModel, GpuPlan, PlannedPass};
+pub use simt::SimtTile;
 
 /// What GPU passes may assume of a device: read from its `DeviceInfo` by the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +82,10 @@ pub struct GpuLimits {
     /// tensor cores of compute capability 8.0 or later, or the CUDA emulation), so products of
     /// 16-bit factors (and `f32` ones as TF32, where allowed) run on them ([`matrix`]).
     pub matrix_units: bool,
+    /// The device also multiplies warpgroup-wide fragments straight from shared memory
+    /// (`wgmma.mma_async`: NVIDIA sm_90, compiled as `sm_90a`; the CUDA emulation), so the
+    /// larger matrix-unit tiles of 16-bit factors use them ([`matrix`]).
+    pub warpgroup_mma: bool,
 }
 
 impl GpuLimits {
@@ -91,6 +98,7 @@ impl GpuLimits {
             subgroup_size: 0,
             compute_units: 0,
             matrix_units: false,
+            warpgroup_mma: false,
         }
     }
 
@@ -104,12 +112,14 @@ impl GpuLimits {
             subgroup_size: 32,
             compute_units: 0,
             matrix_units: false,
+            warpgroup_mma: false,
         }
     }
 
-    /// The limits of CUDA devices of architecture `sm_XY` (compute capability X.Y) beyond
-    /// [`GpuLimits::cuda_minimum`]: matrix units from `sm_80`. `None` for a name that is not
-    /// `sm_` and a number.
+    /// The limits of CUDA devices of architecture `sm_XY` (compute capability X.Y, with or
+    /// without the `a` of arch-specific features) beyond [`GpuLimits::cuda_minimum`]: matrix
+    /// units from `sm_80`, warpgroup matrix operations on `sm_90` (whose kernels then compile
+    /// as `sm_90a`). `None` for a name that is not `sm_` and a number.
     pub fn cuda_arch(arch: &str) -> Option<GpuLimits> {
         let cc: u32 = arch
             .strip_prefix("sm_")?
@@ -118,6 +128,7 @@ impl GpuLimits {
             .ok()?;
         Some(GpuLimits {
             matrix_units: cc >= 80,
+            warpgroup_mma: false,
             ..GpuLimits::cuda_minimum()
         })
     }
@@ -162,7 +173,8 @@ pub const MAX_GROUP_THREADS: u32 = 256;
 pub const MIN_GROUP_THREADS: u32 = 64;
 /// Invocations of a tiled product's group: 16 × 16.
 pub const TILE_THREADS: u32 = 256;
-/// The depth of the factors' tiles staged in shared memory.
+/// The depth of the factors' tiles staged in shared memory (8 for 128-tiles:
+/// [`SimtTile::depth`]).
 pub const TILE_DEPTH: usize = 16;
 /// Groups of a tiled product (on the `f32` lanes or the matrix units) that share a compute
 /// unit at least: renderers ask the compiler to keep each invocation's registers within a
@@ -183,12 +195,6 @@ pub const GRID_REDUCTION_MIN: u64 = 1 << 15;
 /// Steps each invocation of a grid reduction's first phase takes at least (fewer groups,
 /// fewer partials to combine).
 pub const GRID_REDUCTION_STEPS_PER_INVOCATION: u64 = 8;
-
-/// Shared memory of a product tile of side `tile`: the left factor's `tile × 16` tile padded
-/// to 17 columns (against bank conflicts) and the right factor's `16 × tile` tile, in `f32`.
-pub fn tile_shared_bytes(tile: usize) -> usize {
-    (tile * (TILE_DEPTH + 1) + TILE_DEPTH * tile) * 4
-}
 
 /// One loop of a pass's grid: its iterator and range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,14 +227,14 @@ pub enum GpuPass {
         threads: u32,
     },
     /// A tiled `f32` matrix product: `tile × tile` results per group of [`TILE_THREADS`]
-    /// (`tile / 16` × `tile / 16` per invocation), `groups` groups.
+    /// (`tile / 16` × `tile / 16` per invocation), `groups` groups ([`simt`]).
     Tiles {
         /// The product.
         gemm: Gemm,
         /// It accumulates by fused multiply-add (else multiply, then add).
         fused: bool,
-        /// Results per side of a group's tile: 16, 64 or 128.
-        tile: usize,
+        /// The group's layout: its tile (16, 64 or 128 a side), buffers and loads.
+        layout: SimtTile,
         /// Groups of the launch: tiles times batch elements.
         groups: u64,
         /// The pointwise statement after it, run on each result as it is stored.
@@ -304,14 +310,19 @@ impl fmt::Display for GpuPass {
                 write!(f, "GPU zeroing of {elements} elements, groups of {threads}")
             }
             GpuPass::Tiles {
-                gemm, tile, groups, ..
+                gemm,
+                layout,
+                groups,
+                ..
             } => write!(
                 f,
-                "GPU tiled product M {} N {} K {} ({} batch loop(s)): {tile}×{tile} results per group of {TILE_THREADS}, {groups} groups",
+                "GPU tiled product M {} N {} K {} ({} batch loop(s)): {t}×{t} results per group of \
+                 {TILE_THREADS}, {groups} groups",
                 gemm.m.extent,
                 gemm.n.extent,
                 gemm.k.extent,
-                gemm.batch.len()
+                gemm.batch.len(),
+                t = layout.tile,
             ),
             GpuPass::MatrixTiles {
                 gemm,
@@ -452,10 +463,17 @@ fn matrix_product(
     }
     let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
     let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
+    let layout_of = |t: usize| {
+        MatrixTile::new(
+            &gemm,
+            t,
+            kind,
+            limits.max_shared_bytes,
+            limits.warpgroup_mma,
+        )
+    };
     let fits = |t: usize| {
-        let layout = MatrixTile::new(&gemm, t, kind);
-        layout.shared_bytes() <= limits.max_shared_bytes
-            && layout.threads() <= limits.max_group_invocations
+        layout_of(t).is_some_and(|layout| layout.threads() <= limits.max_group_invocations)
     };
     let busy = limits.busy_groups();
     let tuned = tuning
@@ -487,7 +505,7 @@ fn matrix_product(
         ),
         (None, None) => return None,
     };
-    let layout = MatrixTile::new(&gemm, tile, kind);
+    let layout = layout_of(tile)?;
     let (fm, fn_) = layout.fragments();
     let (wr, wc) = layout.warp_grid();
     let precision = match kind {
@@ -509,13 +527,24 @@ fn matrix_product(
                            16-byte runs)"
         }
     };
+    let units = if layout.warpgroups {
+        format!(
+            "m64n{tile}k16 warpgroup fragments (wgmma) read from shared memory, accumulating in \
+             f32 registers, {tile} x {tile} results per group of {} warpgroups",
+            tile / matrix::WARPGROUP_ROWS
+        )
+    } else {
+        format!(
+            "m16n8k{} fragments accumulating in f32 registers, {tile} x {tile} results per \
+             group of {wr} x {wc} warps ({fm} x {fn_} fragments each)",
+            kind.fragment_depth()
+        )
+    };
     let why = format!(
-        "a matrix product of {precision} on the matrix units: m16n8k{} fragments accumulating \
-         in f32 registers, {tile} x {tile} results per group of {wr} x {wc} warps ({fm} x {fn_} \
-         fragments each), factor tiles {} deep staged twice in shared memory ({} of {} bytes), \
-         {copies}; {reason}",
-        kind.fragment_depth(),
+        "a matrix product of {precision} on the matrix units: {units}, factor tiles {} deep in \
+         {} buffers of shared memory ({} of {} bytes, rows swizzled), {copies}; {reason}",
         layout.depth(),
+        layout.stages,
         layout.shared_bytes(),
         limits.max_shared_bytes
     );
@@ -609,7 +638,7 @@ fn product_tile(
     if limits.max_group_invocations < TILE_THREADS {
         return None;
     }
-    let fits = |t: usize| tile_shared_bytes(t) <= limits.max_shared_bytes;
+    let fits = |t: usize| SimtTile::bytes(t, 1) <= limits.max_shared_bytes;
     if let Some(t) = tuned.filter(|t| ScheduleTuning::GPU_TILES.contains(t) && fits(*t)) {
         return Some((t, format!("{t}-tiles as the schedule's tuning asks")));
     }
@@ -843,23 +872,23 @@ fn plan_pass_with(
                 let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
                 if let Some((tile, reason)) =
                     product_tile(gemm.m.extent, gemm.n.extent, batch, limits, tuning.gpu_tile)
+                    && let Some(layout) = SimtTile::new(&gemm, tile, limits.max_shared_bytes)
                 {
                     let groups = (gemm.m.extent.div_ceil(tile)
                         * gemm.n.extent.div_ceil(tile)
                         * batch) as u64;
                     let why = format!(
-                        "an f32 matrix product: factor tiles 16 deep in shared memory ({} of {} \
-                         bytes), {tile} x {tile} results per group ({} per invocation), each \
-                         element summed in the loop's order; {reason}",
-                        tile_shared_bytes(tile),
+                        "an f32 matrix product: {layout}; {} of {} bytes of shared memory, \
+                         {tile} x {tile} results per group, each element summed in the loop's \
+                         order; {reason}",
+                        layout.shared_bytes(),
                         limits.max_shared_bytes,
-                        (tile / 16) * (tile / 16),
                     );
                     return (
                         GpuPass::Tiles {
                             gemm,
                             fused,
-                            tile,
+                            layout,
                             groups,
                             epilogue: None,
                         },

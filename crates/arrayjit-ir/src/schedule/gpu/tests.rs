@@ -316,6 +316,7 @@ fn matrix_units_take_sixteen_bit_products_and_tf32_only_when_allowed() {
     // No matrix units: no matrix-unit pass, whatever is allowed.
     let plain = GpuLimits {
         matrix_units: false,
+        warpgroup_mma: false,
         ..h100
     };
     assert_eq!(

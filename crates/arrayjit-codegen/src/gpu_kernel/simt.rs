@@ -1,0 +1,330 @@
+//! The `f32` tiled product ([`GpuPass::Tiles`](arrayjit_ir::schedule::GpuPass::Tiles)) as a
+//! kernel tree, in the layout [`arrayjit_ir::schedule::gpu::simt`] decides and explains:
+//!
+//! - **Staging.** Each factor's `depth × tile` tile is stored `[k][side]` in shared memory
+//!   (rows padded); invocations read the factor along its contiguous axis, by 128-bit loads
+//!   ([`Stmt::LoadVector`]) where the layout says so, else element by element, into
+//!   registers, then store the registers into the staged tile.
+//! - **Steps.** Double-buffered: the first depth is staged before the loop; each step loads
+//!   the next depth into registers, multiplies the current buffer, stores the registers into
+//!   the other buffer, and ends with one barrier. Single-buffered: load, store, barrier,
+//!   multiply, barrier.
+//! - **Multiplying** one `k` reads the invocation's runs of both factors (whole runs of 4:
+//!   one 128-bit shared load each, where the compiler proves the alignment the layout gives)
+//!   and updates every register; the `k` loop is unrolled where the depth is whole.
+//! - **Results** start from zero where the product overwrites them (its zeroing absorbed),
+//!   else from their values, and are stored once, under bounds tests; then the product's
+//!   epilogue, if it has one, runs on each stored element.
+
+use arrayjit_ir::schedule::Gemm;
+use arrayjit_ir::schedule::gpu::simt::k_contiguous;
+use arrayjit_ir::schedule::gpu::{Epilogue, SimtTile, TILE_THREADS};
+use arrayjit_ir::{Prec, Tnode};
+
+use super::build::{array, assign, let_, range, thread_index, unrolled, var};
+use super::lower::{group_tile, store_result};
+use super::{At, Barrier, Expr, Stmt, Ty};
+
+/// Elements of one 128-bit factor load.
+const LANES: usize = arrayjit_ir::schedule::gpu::simt::RESULT_RUN;
+
+/// One factor's staging.
+struct Staging<'a> {
+    /// The factor.
+    tn: &'a Tnode,
+    /// Its shared array (all buffers) and its registers for one depth.
+    shared: &'static str,
+    registers: &'static str,
+    /// The batch element's offset in the factor.
+    base: Expr<'static>,
+    /// Extent and stride of its result-side axis (rows of the left factor, columns of the
+    /// right).
+    side: (usize, usize),
+    /// Stride of its `k` axis.
+    k_stride: usize,
+    /// The tile's origin on the result-side axis (`aj_tm · tile` or `aj_tn · tile`).
+    origin: Expr<'static>,
+    /// Invocations read it along `k` (else along its result side).
+    k_inner: bool,
+    /// Elements each load reads: 4 (a 128-bit load) or 1.
+    lanes: usize,
+}
+
+impl<'a> Staging<'a> {
+    /// The staging of factor `f` of `g` (1: left, 2: right) whose batch element starts at
+    /// `base`.
+    fn of(g: &'a Gemm, l: &SimtTile, f: usize, base: Expr<'static>) -> Staging<'a> {
+        let (tn, shared, registers, side, tile_var) = if f == 1 {
+            (&g.lhs, "aj_ta", "aj_pa", &g.m, "aj_tm")
+        } else {
+            (&g.rhs, "aj_tb", "aj_pb", &g.n, "aj_tn")
+        };
+        Staging {
+            tn,
+            shared,
+            registers,
+            base,
+            side: (side.extent, side.strides[f]),
+            k_stride: g.k.strides[f],
+            origin: var(tile_var) * l.tile,
+            k_inner: k_contiguous(g, f),
+            lanes: if l.vector[f - 1] { LANES } else { 1 },
+        }
+    }
+
+    /// The item of buffer `buf` at tile position (`k`, `side`).
+    fn at(&self, l: &SimtTile, buf: Expr<'a>, k: Expr<'a>, side: Expr<'a>) -> Expr<'a> {
+        Expr::item(
+            self.shared,
+            buf * l.staged_elements() + k * l.pitch() + side,
+        )
+    }
+
+    /// Loads of one depth: `aj_q` of them per invocation, each of `lanes` elements.
+    fn loads(&self, l: &SimtTile) -> usize {
+        l.loads_per_invocation() / self.lanes
+    }
+
+    /// The tile position (`aj_sk`, `aj_ss`) of load `aj_q` of this invocation: neighbouring
+    /// invocations take neighbouring runs of the factor's contiguous axis.
+    fn position(&self, l: &SimtTile) -> Vec<Stmt<'a>> {
+        let inner = if self.k_inner { l.depth() } else { l.tile } / self.lanes;
+        let (k, side) = if self.k_inner {
+            ((var("aj_e") % inner) * self.lanes, var("aj_e") / inner)
+        } else {
+            (var("aj_e") / inner, (var("aj_e") % inner) * self.lanes)
+        };
+        vec![
+            let_("aj_e", Ty::Int, thread_index() + var("aj_q") * TILE_THREADS),
+            let_("aj_sk", Ty::Int, k),
+            let_("aj_ss", Ty::Int, side),
+        ]
+    }
+
+    /// The statements reading the depth from `k0` into this factor's registers (zero outside
+    /// the factor; a 128-bit load is whole or none, as the extents are multiples of 4).
+    fn load(&self, l: &SimtTile, kk: usize, k0: Expr<'static>) -> Stmt<'a> {
+        let (side_extent, side_stride) = self.side;
+        let mut body = self.position(l);
+        body.extend([
+            let_("aj_gs", Ty::Index, self.origin.clone() + var("aj_ss")),
+            let_("aj_gk", Ty::Index, k0 + var("aj_sk")),
+        ]);
+        let exists = var("aj_gs").lt(side_extent).and(var("aj_gk").lt(kk));
+        let offset = self.base.clone() + var("aj_gs") * side_stride + var("aj_gk") * self.k_stride;
+        let first = var("aj_q") * self.lanes;
+        let load = if self.lanes > 1 {
+            Stmt::LoadVector {
+                array: self.registers.to_string(),
+                first: first.clone(),
+                src: self.tn,
+                offset,
+                lanes: self.lanes,
+            }
+        } else {
+            assign(
+                Expr::item(self.registers, first.clone()),
+                Expr::Elem(self.tn, At::Flat(Box::new(offset))),
+            )
+        };
+        body.push(unrolled(
+            "aj_c",
+            self.lanes,
+            vec![assign(
+                Expr::item(self.registers, first + var("aj_c")),
+                Expr::Lit(Prec::F32, 0.0),
+            )],
+        ));
+        body.push(Stmt::If(exists, vec![load]));
+        unrolled("aj_q", self.loads(l), body)
+    }
+
+    /// The statements storing this factor's registers into buffer `buf`.
+    fn stash(&self, l: &SimtTile, buf: Expr<'static>) -> Stmt<'a> {
+        let mut body = self.position(l);
+        let (k, side) = if self.k_inner {
+            (var("aj_sk") + var("aj_c"), var("aj_ss"))
+        } else {
+            (var("aj_sk"), var("aj_ss") + var("aj_c"))
+        };
+        body.push(unrolled(
+            "aj_c",
+            self.lanes,
+            vec![assign(
+                self.at(l, buf, k, side),
+                Expr::item(self.registers, var("aj_q") * self.lanes + var("aj_c")),
+            )],
+        ));
+        unrolled("aj_q", self.loads(l), body)
+    }
+}
+
+/// Result `i` of an invocation along a side, relative to the tile: lane `lane`'s runs of
+/// `run`, 16 · `run` apart.
+fn in_tile(lane: &str, i: &str, l: &SimtTile) -> Expr<'static> {
+    let w = l.run();
+    if w == l.per_side() {
+        var(lane) * w + var(i)
+    } else {
+        var(lane) * w + var(i) % w + (var(i) / w) * (16 * w)
+    }
+}
+
+/// The tiled `f32` product: the number of groups and the tree (`None`: more groups than a
+/// launch of 32-bit group indices holds).
+pub(super) fn simt_tiled<'a>(
+    g: &'a Gemm,
+    fused: bool,
+    l: &SimtTile,
+    epilogue: Option<&'a Epilogue>,
+) -> Option<(u64, Vec<Stmt<'a>>)> {
+    let d = l.depth();
+    let f32 = Ty::Compute(Prec::F32);
+    let t = l.tile;
+    let r = l.per_side();
+    let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
+    let batch: usize = g.batch.iter().map(|d| d.extent).product();
+    let groups = (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
+    if groups > u32::MAX as u64 {
+        return None;
+    }
+    let (mut tree, [oc, oa, ob]) = group_tile(g, t, groups);
+    let a = Staging::of(g, l, 1, oa);
+    let b = Staging::of(g, l, 2, ob);
+    let c_at = || {
+        At::Flat(Box::new(
+            oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0],
+        ))
+    };
+    let acc = || Expr::item("aj_acc", var("aj_i") * r + var("aj_j"));
+    // The result element of register (aj_i, aj_j).
+    let position = || {
+        vec![
+            let_(
+                "aj_row",
+                Ty::Index,
+                var("aj_tm") * t + in_tile("aj_ty", "aj_i", l),
+            ),
+            let_(
+                "aj_col",
+                Ty::Index,
+                var("aj_tn") * t + in_tile("aj_tx", "aj_j", l),
+            ),
+        ]
+    };
+    let in_c = || var("aj_row").lt(m).and(var("aj_col").lt(n));
+    let registers = |body: Vec<Stmt<'a>>| unrolled("aj_i", r, vec![unrolled("aj_j", r, body)]);
+    let mut start = position();
+    start.push(assign(acc(), Expr::Lit(Prec::F32, 0.0)));
+    // From the element's value, unless the product overwrites it (its zeroing absorbed).
+    if !g.overwrite {
+        start.push(Stmt::If(
+            in_c(),
+            vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
+        ));
+    }
+    // One `k` (`aj_kk`) of buffer `aj_buf`: the invocation's runs of both factors, then every
+    // register.
+    let one_k = || {
+        vec![
+            array("aj_x", f32, r, false),
+            array("aj_y", f32, r, false),
+            unrolled(
+                "aj_i",
+                r,
+                vec![assign(
+                    Expr::item("aj_x", var("aj_i")),
+                    a.at(l, var("aj_buf"), var("aj_kk"), in_tile("aj_ty", "aj_i", l)),
+                )],
+            ),
+            unrolled(
+                "aj_j",
+                r,
+                vec![assign(
+                    Expr::item("aj_y", var("aj_j")),
+                    b.at(l, var("aj_buf"), var("aj_kk"), in_tile("aj_tx", "aj_j", l)),
+                )],
+            ),
+            registers(vec![assign(
+                acc(),
+                Expr::MulAdd {
+                    fused,
+                    acc: Box::new(acc()),
+                    x: Box::new(Expr::item("aj_x", var("aj_i"))),
+                    y: Box::new(Expr::item("aj_y", var("aj_j"))),
+                },
+            )]),
+        ]
+    };
+    // The depth from `aj_k0`: unrolled where it is whole.
+    let multiply = || {
+        let whole = unrolled("aj_kk", d, one_k());
+        if kk.is_multiple_of(d) {
+            whole
+        } else {
+            let left = var("aj_k") - var("aj_k0");
+            let partial = range("aj_kk", Ty::Int, 0i64, left.clone(), 1, one_k());
+            Stmt::Block(vec![
+                Stmt::If(left.clone().ge(d), vec![whole]),
+                Stmt::If(left.lt(d), vec![partial]),
+            ])
+        }
+    };
+    let steps = kk.div_ceil(d);
+    tree.extend([
+        array("aj_ta", f32, l.stages * l.staged_elements(), true),
+        array("aj_tb", f32, l.stages * l.staged_elements(), true),
+        let_("aj_tx", Ty::Int, thread_index() % 16i64),
+        let_("aj_ty", Ty::Int, thread_index() / 16i64),
+        let_("aj_k", Ty::Index, Expr::from(kk)),
+        array("aj_acc", f32, r * r, false),
+        array("aj_pa", f32, l.loads_per_invocation(), false),
+        array("aj_pb", f32, l.loads_per_invocation(), false),
+        registers(start),
+    ]);
+    let depth_of = |s: Expr<'static>| s * d;
+    if l.stages > 1 {
+        // The first depth into buffer 0, then: load the next, multiply, store, one barrier.
+        tree.extend([
+            a.load(l, kk, Expr::Int(0)),
+            b.load(l, kk, Expr::Int(0)),
+            a.stash(l, Expr::Int(0)),
+            b.stash(l, Expr::Int(0)),
+            Stmt::Barrier(Barrier::Shared),
+        ]);
+        let next = || (var("aj_s") + 1i64).lt(steps);
+        let other = || (var("aj_s") + 1i64) % 2i64;
+        let step = vec![
+            let_("aj_buf", Ty::Int, var("aj_s") % 2i64),
+            let_("aj_k0", Ty::Index, depth_of(var("aj_s"))),
+            Stmt::If(
+                next(),
+                vec![
+                    a.load(l, kk, depth_of(var("aj_s") + 1i64)),
+                    b.load(l, kk, depth_of(var("aj_s") + 1i64)),
+                ],
+            ),
+            multiply(),
+            Stmt::If(next(), vec![a.stash(l, other()), b.stash(l, other())]),
+            Stmt::Barrier(Barrier::Shared),
+        ];
+        tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
+    } else {
+        let step = vec![
+            let_("aj_buf", Ty::Int, Expr::Int(0)),
+            let_("aj_k0", Ty::Index, depth_of(var("aj_s"))),
+            a.load(l, kk, var("aj_k0")),
+            b.load(l, kk, var("aj_k0")),
+            a.stash(l, Expr::Int(0)),
+            b.stash(l, Expr::Int(0)),
+            Stmt::Barrier(Barrier::Shared),
+            multiply(),
+            Stmt::Barrier(Barrier::Shared),
+        ];
+        tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
+    }
+    let mut finish = position();
+    finish.push(store_result(g, &oc, acc(), epilogue));
+    tree.push(registers(finish));
+    Some((groups, tree))
+}
