@@ -4,7 +4,7 @@
 #
 #   cargo build --release -p arrayjit-cli
 #   cargo test --release -p arrayjit --no-run --test differential --test gpt --test bf16_training \
-#     --test matrix_units 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
+#     --test matrix_units --test simt_tiles 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
 #   mkdir -p .gpu && cp target/release/arrayjit $(cat /tmp/tests) .gpu/ && strip .gpu/* && xz -T0 -9 .gpu/*
 #
 # then run `bash scripts/gpu-check.sh` on the device machine with `.gpu` carried (it is ignored by
@@ -25,9 +25,10 @@ for f in "$bin"/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
 chmod +x "$bin"/* 2>/dev/null
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || true
 
-echo "== correctness on cuda: the corpus (with the matrix-unit cases), the GPT trainer, bf16 training"
+echo "== correctness on cuda: the corpus (with the matrix-unit cases), the GPT trainer, bf16 training,"
+echo "   every matrix-unit variant (warps and, on sm_90, warpgroups) and every f32 SIMT variant"
 export ARRAYJIT_REQUIRE_BACKENDS=sync_cc,cuda
-for t in differential gpt bf16_training matrix_units; do
+for t in differential gpt bf16_training matrix_units simt_tiles; do
   exe=$(ls "$bin"/${t}-* 2>/dev/null | head -1)
   [ -n "$exe" ] && timeout 240 "$exe" --test-threads 2 2>&1 | grep -E "test result|FAILED|panicked|cuda" | head -20
 done

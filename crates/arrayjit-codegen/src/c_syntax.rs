@@ -96,6 +96,39 @@ pub enum Helper {
     /// CUDA's 128-bit loads of four `f32` elements (`aj_load4`); the CUDA emulation copies
     /// the bytes.
     VectorLoads,
+    /// sm_90's warpgroup operations besides the product: the async-proxy fence, `wgmma`'s
+    /// fence, commit and wait, and shared-memory matrix descriptors; the CUDA emulation's
+    /// header defines its own.
+    Warpgroup,
+    /// One warpgroup product `m64nNk16` of 16-bit factors (`wgmma.mma_async`) with the
+    /// factors' layouts (result side contiguous, else `k`), as a function of the
+    /// accumulators and the factors' first staged elements.
+    Wgmma {
+        /// The factors' kind (`bf16`, `f16`).
+        kind: &'static str,
+        /// Columns (`N`).
+        n: usize,
+        /// The left and right factors are staged with the result side contiguous.
+        side_major: [bool; 2],
+    },
+}
+
+impl Helper {
+    /// The name of a helper that is one function (its call sites name it).
+    pub fn function_name(&self) -> String {
+        match self {
+            Helper::Wgmma {
+                kind,
+                n,
+                side_major,
+            } => format!(
+                "aj_wgmma_{kind}_m64n{n}k16_{}{}",
+                ["k", "s"][usize::from(side_major[0])],
+                ["k", "s"][usize::from(side_major[1])]
+            ),
+            other => format!("{other:?}"),
+        }
+    }
 }
 
 fn int_limits(p: Prec) -> (String, String) {
@@ -514,6 +547,8 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
 }}"
         ),
         Helper::MatrixUnits => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", matrix_units(pre)),
+        Helper::Warpgroup => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", warpgroup(pre)),
+        Helper::Wgmma { .. } => wgmma(pre, h),
         Helper::VectorLoads => format!(
             "#ifdef AJ_CUDA_EMULATION
 {pre} void aj_load4(float *d, const float *s) {{ memcpy(d, s, 16); }}
@@ -617,6 +652,78 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
 /// transposed), `m16n8k16` products of
 /// `bf16` and `f16` fragments and `m16n8k8` products of TF32 ones, accumulating into four
 /// `f32` values, and `f32` to TF32 rounding (to nearest, ties away from zero).
+/// sm_90's warpgroup operations besides the product (`Helper::Warpgroup`), as inline PTX:
+/// the async-proxy fence, `wgmma.fence`, `wgmma.commit_group`, `wgmma.wait_group` (a macro:
+/// its count is an immediate) and the shared-memory matrix descriptor (start address,
+/// leading and stride byte offsets in 16-byte units, swizzle mode in the top two bits).
+fn warpgroup(pre: &str) -> String {
+    format!(
+        "{pre} void aj_fence_async_proxy(void) {{
+  asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
+}}
+{pre} void aj_wgmma_fence(void) {{
+  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");
+}}
+{pre} void aj_wgmma_commit(void) {{
+  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");
+}}
+#define aj_wgmma_wait(pending) asm volatile(\"wgmma.wait_group.sync.aligned \" #pending \";\" ::: \"memory\")
+{pre} uint64_t aj_wgmma_desc(const void *p, uint32_t lbo, uint32_t sbo, uint32_t swizzle) {{
+  return (uint64_t)((aj_shared_address(p) & 0x3ffffu) >> 4) |
+         ((uint64_t)((lbo & 0x3ffffu) >> 4) << 16) |
+         ((uint64_t)((sbo & 0x3ffffu) >> 4) << 32) | ((uint64_t)swizzle << 62);
+}}
+"
+    )
+}
+
+/// One warpgroup product (`Helper::Wgmma`): the factors' descriptors for their canonical
+/// layouts as `arrayjit_ir::schedule::gpu::matrix` stages them — `k` contiguous: 64-byte rows
+/// (depth 32), 8-row groups 512 bytes apart, the 64-byte swizzle; result side contiguous:
+/// 128-byte rows of 64 elements, 8-row groups 1024 bytes apart, blocks of 64 elements
+/// 4096 bytes (32 rows) apart, the 128-byte swizzle and the transpose bit — then
+/// `wgmma.mma_async` accumulating into `N / 2` registers. The CUDA emulation computes the
+/// same from the same layouts (`aj_emu_wgmma`).
+fn wgmma(pre: &str, h: Helper) -> String {
+    let Helper::Wgmma {
+        kind,
+        n,
+        side_major,
+    } = h
+    else {
+        return String::new();
+    };
+    let name = h.function_name();
+    let kind_code = if kind == "bf16" { 0 } else { 1 };
+    let (ta, tb) = (u8::from(side_major[0]), u8::from(side_major[1]));
+    let desc = |side: bool| {
+        if side { "4096, 1024, 1" } else { "16, 512, 2" }
+    };
+    let regs = n / 2;
+    let outputs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let operands: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    format!(
+        "#ifdef AJ_CUDA_EMULATION
+{pre} void {name}(float *d, const void *a, const void *b) {{ aj_emu_wgmma(d, a, b, {kind_code}, {n}, {ta}, {tb}); }}
+#else
+{pre} void {name}(float *d, const void *a, const void *b) {{
+  const uint64_t da = aj_wgmma_desc(a, {}), db = aj_wgmma_desc(b, {});
+  asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; \"
+               \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{}}}, %{}, %{}, p, 1, 1, {ta}, {tb}; }}\"
+               : {}
+               : \"l\"(da), \"l\"(db), \"r\"(1) : \"memory\");
+}}
+#endif",
+        desc(side_major[0]),
+        desc(side_major[1]),
+        regs + 2,
+        outputs.join(", "),
+        regs,
+        regs + 1,
+        operands.join(", "),
+    )
+}
+
 fn matrix_units(pre: &str) -> String {
     let mut out = String::new();
     out.push_str(&format!(

@@ -560,9 +560,16 @@ impl KernelDialect for CudaDialect<'_, '_> {
     }
 
     fn shared_array(&mut self, name: &str, ty: Ty, len: usize) -> Result<Option<String>> {
-        // 16-byte aligned: fragment loads read 16-byte rows.
+        // 16-byte aligned: fragment loads and 128-bit loads read 16-byte runs; staged 16-bit
+        // factor tiles of whole KiB on a KiB boundary: the swizzles of warpgroup products act
+        // on address bits up to 1 KiB.
+        let align = if ty == Ty::Half && (len * 2).is_multiple_of(1024) {
+            1024
+        } else {
+            16
+        };
         Ok(Some(DIALECT.shared_array(
-            &format!("__align__(16) {}", self.ty(ty)),
+            &format!("__align__({align}) {}", self.ty(ty)),
             name,
             &len.to_string(),
         )))
@@ -686,6 +693,16 @@ impl KernelDialect for CudaDialect<'_, '_> {
 
     fn matrix(&mut self, op: &MatrixOp<'_>, places: &[String]) -> Result<String> {
         self.0.helpers.insert(Helper::MatrixUnits);
+        if matches!(
+            op,
+            MatrixOp::FenceAsyncProxy
+                | MatrixOp::WarpgroupFence
+                | MatrixOp::WarpgroupMultiply { .. }
+                | MatrixOp::WarpgroupCommit
+                | MatrixOp::WarpgroupWait { .. }
+        ) {
+            self.0.helpers.insert(Helper::Warpgroup);
+        }
         Ok(match (op, places) {
             (MatrixOp::Load { trans, .. }, [words, row]) => format!(
                 "aj_ldmatrix_x4{}(&{words}, &{row});",
@@ -698,6 +715,27 @@ impl KernelDialect for CudaDialect<'_, '_> {
                 format!("aj_copy_async16(&{dst}, &{src}, {valid});")
             }
             (MatrixOp::CommitCopies, []) => "aj_commit_copies();".to_string(),
+            (MatrixOp::FenceAsyncProxy, []) => "aj_fence_async_proxy();".to_string(),
+            (MatrixOp::WarpgroupFence, []) => "aj_wgmma_fence();".to_string(),
+            (MatrixOp::WarpgroupCommit, []) => "aj_wgmma_commit();".to_string(),
+            (MatrixOp::WarpgroupWait { pending }, []) => format!("aj_wgmma_wait({pending});"),
+            (
+                MatrixOp::WarpgroupMultiply {
+                    kind,
+                    n,
+                    side_major,
+                    ..
+                },
+                [acc, a, b],
+            ) => {
+                let helper = Helper::Wgmma {
+                    kind: kind.name(),
+                    n: *n,
+                    side_major: *side_major,
+                };
+                self.0.helpers.insert(helper);
+                format!("{}(&{acc}, &{a}, &{b});", helper.function_name())
+            }
             (MatrixOp::WaitCopies { pending }, []) => format!("aj_wait_copies({pending});"),
             _ => {
                 return Err(Error::Render {

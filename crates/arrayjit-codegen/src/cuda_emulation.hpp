@@ -301,6 +301,52 @@ static inline void aj_mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
 static inline void aj_mma_f16(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 1); }
 static inline void aj_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 2); }
 
+/* Warpgroup products (wgmma.mma_async.m64nNk16, sm_90) of 16-bit factors read from shared
+ * memory: each lane computes its own accumulators (lane l of warp w of the warpgroup holds,
+ * for r < N/2, row 16w + l/4 + 8((r/2)%2), column 8(r/4) + 2(l%4) + r%2), from the factors'
+ * canonical layouts decoded from their first elements as the descriptors the CUDA code builds
+ * describe them: `k` contiguous: 64-byte rows, 8-row groups 512 bytes apart, the 64-byte swizzle
+ * (address bits 4-5 ^= bits 7-8); result side contiguous: 128-byte rows of 64 elements, 8-row
+ * groups 1024 bytes apart, 64-element blocks 4096 bytes apart, the 128-byte swizzle (bits 4-6
+ * ^= bits 7-9). The swizzles act on addresses, as the hardware's do: staged arrays start on
+ * 1 KiB boundaries. Fences, commits and waits have nothing to order here: a product is done when
+ * it returns (the kernels wait for each group before touching its accumulators or buffers). */
+static inline void aj_fence_async_proxy(void) {}
+static inline void aj_wgmma_fence(void) {}
+static inline void aj_wgmma_commit(void) {}
+static inline void aj_wgmma_wait(unsigned pending) { (void)pending; }
+
+/* The bits of element (mn, k) of a warpgroup factor whose first staged element is at `p`. */
+static inline uint32_t aj_wgmma_element(const void *p, int side_major, unsigned mn, unsigned k) {
+  uintptr_t a = (uintptr_t)p;
+  if (!side_major) {
+    a += (mn % 8) * 64 + (mn / 8) * 512 + k * 2;
+    a ^= ((a >> 7) & 3u) << 4;
+  } else {
+    a += (mn % 64) * 2 + (mn / 64) * 4096 + (k % 8) * 128 + (k / 8) * 1024;
+    a ^= ((a >> 7) & 7u) << 4;
+  }
+  uint16_t h;
+  memcpy(&h, (const void *)a, 2);
+  return h;
+}
+
+static inline void aj_emu_wgmma(float *d, const void *a, const void *b, int kind, unsigned n,
+                                int a_side_major, int b_side_major) {
+  aj_block *blk = aj_running_block;
+  unsigned linear = blk ? blk->current : 0;
+  unsigned lane = linear % 32u, warp = (linear % 128u) / 32u;
+  for (unsigned r = 0; r < n / 2; ++r) {
+    unsigned row = 16 * warp + lane / 4 + 8 * ((r / 2) % 2);
+    unsigned col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+    float acc = d[r];
+    for (unsigned k = 0; k < 16; ++k)
+      acc = acc + aj_emu_half(aj_wgmma_element(a, a_side_major, row, k), kind) *
+                      aj_emu_half(aj_wgmma_element(b, b_side_major, col, k), kind);
+    d[r] = acc;
+  }
+}
+
 /* cp.async.cg.shared.global with 16 bytes (or none, zero-filled), commit_group and
  * wait_group, as the PTX ISA orders them: a copy lands only when a wait_group says its group
  * must have (or, past AJ_COPIES_IN_FLIGHT copies of one thread, the oldest lands early), so a

@@ -1,10 +1,11 @@
 //! Products on matrix units (tensor cores), checked without a GPU: every variant — `bf16`,
 //! `f16` and TF32 fragments, 32-, 64- and 128-tiles, plain and transposed fragment loads,
-//! asynchronous and element-by-element copies — is
+//! asynchronous and element-by-element copies, warps (`mma.sync`) and warpgroups (`wgmma`) — is
 //! planned as a matrix-unit pass where the device has matrix units and runs on `cuda_emu`
-//! (whose header implements `ldmatrix` and `mma.sync` as warp collectives) in agreement with
-//! the interpreter; TF32 is used only when allowed, and rounds as TF32 does; NVRTC compiles
-//! every variant for sm_80 and sm_90 where it is installed.
+//! (whose header implements `ldmatrix` and `mma.sync` as warp collectives and `wgmma` from the
+//! canonical layouts), and on `cuda` where a GPU is there, in agreement with the interpreter;
+//! TF32 is used only when allowed, and rounds as TF32 does; NVRTC compiles every variant for
+//! sm_80 and sm_90 (`sm_90a` for warpgroups) where it is installed.
 
 use arrayjit::backends::cuda_backend::compile_ptx;
 use arrayjit::codegen::cuda::render_cuda;
@@ -83,15 +84,54 @@ fn f32_product(m: usize, k: usize, n: usize, a: &[f64], b: &[f64]) -> (Case, Tno
     )
 }
 
+/// The backends here whose devices have matrix units (`cuda_emu`; `cuda` on a GPU of sm_80 or
+/// later).
+fn with_matrix_units() -> Vec<Backend> {
+    arrayjit_testing::all_backends_under_test()
+        .unwrap()
+        .into_iter()
+        .filter(|b| {
+            b.optimize_settings()
+                .schedule
+                .gpu
+                .is_some_and(|g| g.matrix_units)
+        })
+        .collect()
+}
+
 #[test]
-fn sixteen_bit_products_run_on_emulated_matrix_units_in_every_tile() {
-    let Some(b) = cuda_emu() else {
-        eprintln!("skipped: cuda_emu is not available here");
-        return;
-    };
+fn sixteen_bit_products_run_on_matrix_units_in_every_tile() {
+    let backends = with_matrix_units();
+    if backends.is_empty() {
+        eprintln!("skipped: no backend with matrix units here");
+    }
+    for b in backends {
+        sixteen_bit_products_in_every_tile(&b);
+    }
+}
+
+/// Every 16-bit case of the corpus in 32-, 64- and 128-tiles on `b`, on warps and (where the
+/// device has them) on warpgroups, with both kinds of copies.
+fn sixteen_bit_products_in_every_tile(b: &Backend) {
+    let original = b.optimize_settings();
     let mut copies = std::collections::BTreeSet::new();
-    for tile in [32, 64, 128] {
-        b.set_optimize_settings(tuned(&b, Some(tile), false));
+    let mut warpgroups = std::collections::BTreeSet::new();
+    let has_warpgroups = original.schedule.gpu.is_some_and(|g| g.warpgroup_mma);
+    for (tile, on_warpgroups) in [
+        (32, false),
+        (64, false),
+        (128, false),
+        (64, true),
+        (128, true),
+    ] {
+        if on_warpgroups && !has_warpgroups {
+            continue;
+        }
+        let mut settings = tuned(b, Some(tile), false);
+        if let Some(g) = settings.schedule.gpu.as_mut() {
+            g.warpgroup_mma = on_warpgroups;
+        }
+        b.set_optimize_settings(settings);
         for case in matrix_product_cases().unwrap() {
             let code = b.compile(&case.name, &case.program, &[]).unwrap();
             copies.extend(
@@ -109,11 +149,24 @@ fn sixteen_bit_products_run_on_emulated_matrix_units_in_every_tile() {
                 case.name
             );
             assert!(passes.iter().all(|p| p.1 == tile), "{}", case.name);
-            check_case(&case, &b).unwrap_or_else(|e| panic!("{tile}-tiles: {e}"));
+            warpgroups.extend(
+                layouts(&code.optimized().schedules)
+                    .iter()
+                    .map(|l| l.warpgroups),
+            );
+            check_case(&case, b).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {tile}-tiles (warpgroups {on_warpgroups}): {e}",
+                    b.name()
+                )
+            });
         }
     }
-    // Factors copied asynchronously and element by element both ran.
+    b.set_optimize_settings(original);
+    // Factors copied asynchronously and element by element both ran, and warpgroups where
+    // the device has them.
     assert_eq!(copies.len(), 2);
+    assert_eq!(warpgroups.len(), if has_warpgroups { 2 } else { 1 });
 }
 
 #[test]
@@ -401,4 +454,65 @@ fn pointwise_statements_after_products_run_in_their_epilogue() {
         }
     }
     eprintln!("ran {ran} epilogue cases");
+}
+
+/// On sm_90 the 64- and 128-tiles of 16-bit factors run on warpgroups (`wgmma.mma_async`),
+/// in every layout of the factors (either axis contiguous in each): NVRTC compiles them for
+/// `sm_90a`, and ptxas keeps the 128-tiles within two groups per SM without spilling. (The
+/// same kernels run on `cuda_emu`, whose header decodes the factors' canonical layouts, in
+/// `sixteen_bit_products_run_on_emulated_matrix_units_in_every_tile`.)
+#[test]
+fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
+    use arrayjit::backends::cuda_backend::resources::kernel_resources;
+    let mut limits = GpuLimits::cuda_arch("sm_90").unwrap();
+    assert!(limits.warpgroup_mma && !GpuLimits::cuda_arch("sm_80").unwrap().warpgroup_mma);
+    limits.compute_units = 132;
+    for spec in ["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "km,nk->mn"] {
+        for (prec, n) in [(Prec::Bf16, 4096), (Prec::F16, 1024)] {
+            let node = |l: &str| Tnode::new(prec, &[n, n], &[l]).unwrap();
+            let (a, b) = (node("a"), node("b"));
+            let c = Tnode::new(Prec::F32, &[n, n], &["c"]).unwrap();
+            let program = Assignments::einsum(
+                spec,
+                BinOp::Add,
+                &c,
+                AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+                true,
+            )
+            .unwrap();
+            // 4096: 128-tiles on 132 SMs; 1024 asks for 64-tiles (32 would be chosen).
+            let mut settings = OptimizeSettings::for_gpu(limits);
+            settings.schedule.tuning.gpu_tile = (n == 1024).then_some(64);
+            let opt = optimize("mm", &[], &program, &settings).unwrap();
+            let [layout] = layouts(&opt.schedules)[..] else {
+                panic!("{spec}: {}", opt.schedule_report());
+            };
+            assert!(layout.warpgroups, "{spec} {prec}: {layout:?}");
+            let source = render_cuda(&[&opt]).unwrap().source;
+            let ptx = match compile_ptx(&source, "sm_90a") {
+                Ok(ptx) => ptx,
+                Err(Error::BackendUnavailable { reason, .. }) => {
+                    eprintln!("skipped: {reason}");
+                    return;
+                }
+                Err(e) => panic!("{spec} {prec}: {e}"),
+            };
+            assert!(ptx.contains("wgmma.mma_async"), "{spec}");
+            let kernels = kernel_resources(&source, "sm_90a").unwrap();
+            let k = &kernels[0];
+            assert_eq!(k.spill_bytes, 0, "{spec} {prec}: {k:?}");
+            assert!(
+                k.blocks_per_sm("sm_90a", layout.threads()) >= 2,
+                "{spec} {prec}: {k:?}"
+            );
+            eprintln!(
+                "{spec} {prec} {}-tiles, {} buffers: {} registers, {} B shared, {} blocks/SM",
+                layout.tile,
+                layout.stages,
+                k.registers,
+                k.shared_bytes,
+                k.blocks_per_sm("sm_90a", layout.threads())
+            );
+        }
+    }
 }

@@ -1,9 +1,9 @@
 //! The GPU's tiled `f32` product ([`arrayjit::ir::schedule::gpu::simt`]) in every variant —
 //! 16-, 64- and 128-tiles, one and two buffers, factors read by 128-bit loads and element by
 //! element, along `k` and along the result side — agrees with the interpreter on every GPU
-//! backend here (`cuda_emu`, `wgpu`), and on `cuda_emu` bit for bit with values whose sums
-//! round: the tiles keep the optimized loop's order of summation (fused multiply-adds in the
-//! order of `k`).
+//! backend here (`cuda_emu`, `wgpu`, `cuda`), and on `cuda_emu` and `cuda` bit for bit with
+//! values whose sums round: the tiles keep the optimized loop's order of summation (fused
+//! multiply-adds in the order of `k`).
 
 use std::collections::BTreeSet;
 
@@ -129,15 +129,22 @@ fn rounding_product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
 }
 
 #[test]
-fn simt_tiles_keep_the_bits_of_the_loop_on_cuda_emu() {
-    let Some(b) = arrayjit_testing::all_backends_under_test()
+fn simt_tiles_keep_the_bits_of_the_loop_on_cuda() {
+    let backends: Vec<_> = arrayjit_testing::all_backends_under_test()
         .unwrap()
         .into_iter()
-        .find(|b| b.name() == "cuda_emu")
-    else {
-        eprintln!("skipped: cuda_emu is not available here");
-        return;
-    };
+        .filter(|b| b.name() == "cuda_emu" || b.name() == "cuda")
+        .collect();
+    if backends.is_empty() {
+        eprintln!("skipped: neither cuda_emu nor cuda is available here");
+    }
+    for b in backends {
+        same_bits_in_every_tile(&b);
+    }
+}
+
+/// The rounding product in 16-, 64- and 128-tiles on `b`, bit for bit against the loop.
+fn same_bits_in_every_tile(b: &arrayjit::runtime::Backend) {
     let (m, k, n) = (140, 200, 132);
     let (av, bv) = (rounding_values(m * k, 0.3), rounding_values(k * n, 1.1));
     // The optimized loop nest: each element from zero, fused multiply-adds in the order of
@@ -155,8 +162,9 @@ fn simt_tiles_keep_the_bits_of_the_loop_on_cuda_emu() {
     };
     let want = summed(&|| Box::new(0..k));
     assert_ne!(want, summed(&|| Box::new((0..k).rev())));
+    let original = b.optimize_settings();
     for tile in [16, 64, 128] {
-        b.set_optimize_settings(settings(&b.optimize_settings(), tile, false).unwrap());
+        b.set_optimize_settings(settings(&original, tile, false).unwrap());
         let (program, c) = rounding_product(m, k, n);
         let code = b.compile("rounding", &program, &[]).unwrap();
         let fused = code.optimized().schedules.iter().any(|s| {
@@ -177,6 +185,12 @@ fn simt_tiles_keep_the_bits_of_the_loop_on_cuda_emu() {
             .map(|&g| (g as f32).to_bits())
             .collect();
         let differ = want.iter().zip(&got).filter(|(w, g)| w != g).count();
-        assert_eq!(differ, 0, "{tile}-tiles: {differ} elements differ in bits");
+        assert_eq!(
+            differ,
+            0,
+            "{}: {tile}-tiles: {differ} elements differ in bits",
+            b.name()
+        );
     }
+    b.set_optimize_settings(original);
 }

@@ -148,7 +148,7 @@ impl CpuKernels for EmulatedCudaKernels {
         // The emulation header implements `ldmatrix` and `mma.sync` as warp collectives, and
         // `wgmma.mma_async` from its shared-memory operands.
         info.matrix_units = true;
-        info.warpgroup_mma = false;
+        info.warpgroup_mma = true;
         info
     }
 

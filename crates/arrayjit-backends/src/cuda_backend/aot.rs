@@ -128,13 +128,15 @@ pub fn compile_ahead_of_time_with(
     units: usize,
     cache: &PtxCache,
 ) -> Result<CubinProgram> {
+    // `sm_90` compiles as `sm_90a`, whose warpgroup products its kernels may use.
+    let arch = super::feature_arch(arch);
     let started = Instant::now();
     let program = render_cuda(routines)?;
     let render = started.elapsed();
     let started = Instant::now();
-    let units = compile_units(&program, arch, &default_nvrtc_flags(), units, cache)?;
+    let units = compile_units(&program, &arch, &default_nvrtc_flags(), units, cache)?;
     Ok(CubinProgram {
-        arch: arch.to_string(),
+        arch,
         program,
         units,
         render,

@@ -59,7 +59,7 @@ use crate::{
 pub use buffers::CudaBuffer;
 pub use ptx::{
     PtxCache, PtxOrigin, compile_ptx, compile_ptx_with_options, compile_ptx_with_origin,
-    default_nvrtc_flags,
+    default_nvrtc_flags, feature_arch,
 };
 use queue::{CudaQueue, PendingTiming};
 
@@ -156,18 +156,14 @@ fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
                 memory_bytes: ctx.total_mem().unwrap_or(0) as u64,
                 precisions: Prec::ALL.to_vec(),
                 matrix_units: major >= 8,
-                warpgroup_mma: false,
+                warpgroup_mma: (major, minor) == (9, 0),
             };
             let default_stream = ctx
                 .new_stream()
                 .map_err(|e| format!("device {ordinal}: {e}"))?;
             Ok(Arc::new(Gpu {
                 ordinal,
-                // sm_90's warpgroup matrix operations are arch-specific features (`sm_90a`).
-                arch: format!(
-                    "sm_{major}{minor}{}",
-                    if (major, minor) == (9, 0) { "a" } else { "" }
-                ),
+                arch: feature_arch(&format!("sm_{major}{minor}")),
                 ctx,
                 info,
                 used: Arc::new(AtomicUsize::new(0)),

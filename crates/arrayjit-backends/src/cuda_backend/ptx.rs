@@ -271,6 +271,17 @@ fn cache_key(output: Output, source: &str, arch: &str, flags: &[String]) -> Stri
     h.finalize().to_hex().to_string()
 }
 
+/// The architecture NVRTC compiles for on a device of real architecture `arch`: `sm_90a` for
+/// `sm_90`, whose warpgroup matrix operations (`wgmma`) are arch-specific features (code for
+/// `sm_90a` runs only on sm_90 devices), else `arch` itself.
+pub fn feature_arch(arch: &str) -> String {
+    if arch == "sm_90" {
+        "sm_90a".to_string()
+    } else {
+        arch.to_string()
+    }
+}
+
 /// Compiles CUDA C to PTX for `arch` (`sm_90`, or a virtual `compute_XY`) with NVRTC, as the
 /// backend does (`--fmad=false`), through the process's [`PtxCache`] in the environment's
 /// compile cache folder. Needs only libnvrtc, no GPU: CI uses it to check every rendered

@@ -15,6 +15,11 @@
 //!   landed (`stages - 2` stay in flight), passes one barrier, issues (and commits) the
 //!   copies of the depth `stages - 1` ahead into the buffer the previous step multiplied,
 //!   then multiplies its own.
+//! - **Warpgroups** (sm_90, where the layout says so): no fragments in registers; each step
+//!   fences the staged tiles for the asynchronous proxy before its barrier, then each
+//!   warpgroup issues one `wgmma.mma_async` (`m64nNk16`) per 16 of depth on its 64 rows of the
+//!   left factor and every column of the right, read from the staged tiles in their
+//!   canonical layouts, commits them and waits for them.
 //! - **Fragments.** 16-bit fragments load by `ldmatrix` (transposed where the factor's `k` is
 //!   not its contiguous axis); TF32 fragments load word by word at the positions the PTX ISA
 //!   gives `m16n8k8`'s lanes.
@@ -24,7 +29,9 @@
 //!   one, runs on each stored element.
 
 use arrayjit_ir::schedule::Gemm;
-use arrayjit_ir::schedule::gpu::matrix::{FRAGMENT_COLS, FRAGMENT_ROWS, WARP_LANES};
+use arrayjit_ir::schedule::gpu::matrix::{
+    FRAGMENT_COLS, FRAGMENT_ROWS, WARP_LANES, WARPGROUP_LANES, WARPGROUP_ROWS,
+};
 use arrayjit_ir::schedule::gpu::{Epilogue, MatrixKind, MatrixTile};
 use arrayjit_ir::{Prec, Tnode};
 
@@ -79,17 +86,36 @@ impl<'a> Staging<'a> {
         if self.k_inner { l.depth() } else { l.tile }
     }
 
+    /// Elements of one staged row as laid out: the contiguous axis's extent, or one block of
+    /// it where the result side is contiguous and the tile is staged in blocks
+    /// ([`MatrixTile::side_block`]).
+    fn row_len(&self, l: &MatrixTile) -> usize {
+        if self.k_inner {
+            l.depth()
+        } else {
+            l.side_block()
+        }
+    }
+
     /// Elements from one staged row to the next: the row and its padding.
     fn pitch(&self, l: &MatrixTile) -> usize {
-        self.inner(l) + l.padding()
+        self.row_len(l) + l.padding()
     }
 
     /// The item of buffer `buf` at tile position (`side`, `k`): its row's 16-byte chunks
     /// swizzled ([`MatrixTile::swizzle`]).
     fn at(&self, l: &MatrixTile, buf: Expr<'a>, side: Expr<'a>, k: Expr<'a>) -> Expr<'a> {
-        let (row, col) = if self.k_inner { (side, k) } else { (k, side) };
-        let inner = self.inner(l);
-        let (rows, chunks) = l.swizzle(inner);
+        let block = l.side_block();
+        let (row, col, first) = if self.k_inner {
+            (side, k, buf * l.staged_elements())
+        } else if block < l.tile {
+            // Blocks of `block` result-side elements, each `depth` rows, one after another.
+            let start = buf * l.staged_elements() + (side.clone() / block) * (l.depth() * block);
+            (k, side % block, start)
+        } else {
+            (k, side, buf * l.staged_elements())
+        };
+        let (rows, chunks) = l.swizzle(self.row_len(l));
         let ce = l.copy_elements();
         let col = if chunks > 1 {
             let chunk = (col.clone() / ce).cmp(Arith::Xor, (row.clone() / rows) % chunks);
@@ -97,10 +123,7 @@ impl<'a> Staging<'a> {
         } else {
             col
         };
-        Expr::item(
-            self.shared,
-            buf * l.staged_elements() + row * self.pitch(l) + col,
-        )
+        Expr::item(self.shared, first + row * self.pitch(l) + col)
     }
 
     /// The statements that copy the tile of `k` from `aj_k0` into buffer `buf`: by 16-byte
@@ -192,42 +215,62 @@ pub(super) fn matrix_tiled<'a>(
         array("aj_sa", staged, l.stages * l.staged_elements(), true),
         array("aj_sb", staged, l.stages * l.staged_elements(), true),
         let_("aj_lane", Ty::Int, thread_index() % WARP_LANES),
-        let_("aj_wm", Ty::Int, (thread_index() / WARP_LANES) / warps_n),
-        let_("aj_wn", Ty::Int, (thread_index() / WARP_LANES) % warps_n),
         // The lane's group of four and its place in it (`groupID`, `threadID_in_group`).
         let_("aj_gq", Ty::Int, var("aj_lane") / 4i64),
         let_("aj_tq", Ty::Int, var("aj_lane") % 4i64),
         array("aj_acc", f32, l.accumulators(), false),
-        array("aj_fa", Ty::Word, fm * 4, false),
-        array("aj_fb", Ty::Word, fn_ * 2, false),
     ]);
-    // Accumulator `r` of fragment (aj_i, aj_j): its result element and whether it exists.
+    if l.warpgroups {
+        // The warpgroup (64 rows each) and the warp within it (16 rows each).
+        tree.extend([
+            let_("aj_wg", Ty::Int, thread_index() / WARPGROUP_LANES),
+            let_("aj_w4", Ty::Int, (thread_index() / WARP_LANES) % 4i64),
+        ]);
+    } else {
+        tree.extend([
+            let_("aj_wm", Ty::Int, (thread_index() / WARP_LANES) / warps_n),
+            let_("aj_wn", Ty::Int, (thread_index() / WARP_LANES) % warps_n),
+            array("aj_fa", Ty::Word, fm * 4, false),
+            array("aj_fb", Ty::Word, fn_ * 2, false),
+        ]);
+    }
+    // Accumulator `aj_r` (of fragment (aj_i, aj_j) on warps): its result element and whether
+    // it exists. A warpgroup lane's accumulator `r` is at row 16 · warp + g + 8 ((r / 2) % 2)
+    // of its warpgroup's 64, column 8 (r / 4) + 2 t + r % 2.
     let acc = || {
-        Expr::item(
-            "aj_acc",
-            (var("aj_i") * fn_ + var("aj_j")) * 4i64 + var("aj_r"),
-        )
+        if l.warpgroups {
+            Expr::item("aj_acc", var("aj_r"))
+        } else {
+            Expr::item(
+                "aj_acc",
+                (var("aj_i") * fn_ + var("aj_j")) * 4i64 + var("aj_r"),
+            )
+        }
     };
     let position = || {
-        vec![
-            let_(
-                "aj_row",
-                Ty::Index,
-                var("aj_tm") * t
-                    + var("aj_wm") * wr
+        let (row, col) = if l.warpgroups {
+            (
+                var("aj_wg") * WARPGROUP_ROWS
+                    + var("aj_w4") * 16i64
+                    + var("aj_gq")
+                    + ((var("aj_r") / 2i64) % 2i64) * 8i64,
+                (var("aj_r") / 4i64) * 8i64 + var("aj_tq") * 2i64 + var("aj_r") % 2i64,
+            )
+        } else {
+            (
+                var("aj_wm") * wr
                     + var("aj_i") * FRAGMENT_ROWS
                     + var("aj_gq")
                     + (var("aj_r") / 2i64) * 8i64,
-            ),
-            let_(
-                "aj_col",
-                Ty::Index,
-                var("aj_tn") * t
-                    + var("aj_wn") * wc
+                var("aj_wn") * wc
                     + var("aj_j") * FRAGMENT_COLS
                     + var("aj_tq") * 2i64
                     + var("aj_r") % 2i64,
-            ),
+            )
+        };
+        vec![
+            let_("aj_row", Ty::Index, var("aj_tm") * t + row),
+            let_("aj_col", Ty::Index, var("aj_tn") * t + col),
         ]
     };
     let in_c = || var("aj_row").lt(m).and(var("aj_col").lt(n));
@@ -237,11 +280,15 @@ pub(super) fn matrix_tiled<'a>(
         ))
     };
     let each_accumulator = |body| {
-        unrolled(
-            "aj_i",
-            fm,
-            vec![unrolled("aj_j", fn_, vec![unrolled("aj_r", 4, body)])],
-        )
+        if l.warpgroups {
+            unrolled("aj_r", l.accumulators(), body)
+        } else {
+            unrolled(
+                "aj_i",
+                fm,
+                vec![unrolled("aj_j", fn_, vec![unrolled("aj_r", 4, body)])],
+            )
+        }
     };
     let mut start = position();
     start.push(assign(acc(), Expr::Lit(Prec::F32, 0.0)));
@@ -277,6 +324,11 @@ pub(super) fn matrix_tiled<'a>(
             pending: stages - 2,
         }));
     }
+    if l.warpgroups {
+        // Warpgroup products read shared memory through the asynchronous proxy: what this
+        // invocation copied or stored there is fenced for it before the barrier publishes it.
+        step.push(Stmt::Matrix(MatrixOp::FenceAsyncProxy));
+    }
     step.push(Stmt::Barrier(Barrier::Shared));
     let ahead = || var("aj_s") + (stages as i64 - 1);
     let mut next = vec![let_("aj_k0", Ty::Index, ahead() * d)];
@@ -288,11 +340,15 @@ pub(super) fn matrix_tiled<'a>(
         step.push(commit());
     }
     step.push(let_("aj_buf", Ty::Int, var("aj_s") % stages));
-    step.push(unrolled(
-        "aj_kf",
-        d / l.kind.fragment_depth(),
-        multiply(l, &a, &b),
-    ));
+    if l.warpgroups {
+        step.extend(warpgroup_multiply(l, &a, &b));
+    } else {
+        step.push(unrolled(
+            "aj_kf",
+            d / l.kind.fragment_depth(),
+            multiply(l, &a, &b),
+        ));
+    }
     tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
     if any_async {
         tree.push(Stmt::Matrix(MatrixOp::WaitCopies { pending: 0 }));
@@ -301,6 +357,28 @@ pub(super) fn matrix_tiled<'a>(
     finish.push(store_result(g, &oc, acc(), epilogue));
     tree.push(each_accumulator(finish));
     tree
+}
+
+/// The products of a step on warpgroups: fence the accumulators, one `m64nNk16` product per
+/// 16 of depth from buffer `aj_buf` (the warpgroup's 64 rows of the left factor, every column
+/// of the right), commit them and wait for them.
+fn warpgroup_multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> Vec<Stmt<'a>> {
+    let fd = l.kind.fragment_depth();
+    let k0 = || var("aj_kf") * fd;
+    let product = Stmt::Matrix(MatrixOp::WarpgroupMultiply {
+        kind: l.kind,
+        n: l.tile,
+        side_major: [!a.k_inner, !b.k_inner],
+        acc: Expr::item("aj_acc", Expr::Int(0)),
+        a: a.at(l, var("aj_buf"), var("aj_wg") * WARPGROUP_ROWS, k0()),
+        b: b.at(l, var("aj_buf"), Expr::Int(0), k0()),
+    });
+    vec![
+        Stmt::Matrix(MatrixOp::WarpgroupFence),
+        unrolled("aj_kf", l.depth() / fd, vec![product]),
+        Stmt::Matrix(MatrixOp::WarpgroupCommit),
+        Stmt::Matrix(MatrixOp::WarpgroupWait { pending: 0 }),
+    ]
 }
 
 /// One fragment depth (`aj_kf`) of a step: the warp's fragments of both factors from buffer

@@ -217,6 +217,39 @@ pub(crate) enum MatrixOp<'a> {
         /// Groups that may stay in flight.
         pending: usize,
     },
+    /// Makes this invocation's writes to shared memory (copies and stores) visible to the
+    /// asynchronous proxy that warpgroup products read through
+    /// (`fence.proxy.async.shared::cta`); a barrier then publishes them to the group.
+    FenceAsyncProxy,
+    /// Orders the warpgroup's accumulator registers before its products (`wgmma.fence`).
+    WarpgroupFence,
+    /// `acc += a · b` for one warpgroup, `m64nNk16` (`wgmma.mma_async`): `n / 2` `f32`
+    /// accumulators per lane, both factors read from shared memory in their canonical
+    /// layouts, described from their first elements.
+    WarpgroupMultiply {
+        /// The factors' kind (16-bit).
+        kind: MatrixKind,
+        /// Columns of the product (`N`).
+        n: usize,
+        /// Whether the left and the right factor are staged with the result side contiguous
+        /// (the descriptor's transpose bits), else with `k` contiguous.
+        side_major: [bool; 2],
+        /// The first accumulator.
+        acc: Expr<'a>,
+        /// The left factor's first element (its 64 rows).
+        a: Expr<'a>,
+        /// The right factor's first element.
+        b: Expr<'a>,
+    },
+    /// Closes the warpgroup's products issued since the last commit into a group
+    /// (`wgmma.commit_group`).
+    WarpgroupCommit,
+    /// Waits until at most `pending` of the warpgroup's groups of products are in flight
+    /// (`wgmma.wait_group`).
+    WarpgroupWait {
+        /// Groups that may stay in flight.
+        pending: usize,
+    },
     /// `acc += a · b` on one `m16n8` fragment: four `f32` accumulators, four words of the
     /// left factor and two of the right (items, each the first of its run).
     Multiply {
@@ -536,7 +569,13 @@ fn print_stmt<D: KernelDialect>(
                 MatrixOp::Load { words, row, .. } => vec![words, row],
                 MatrixOp::Multiply { acc, a, b, .. } => vec![acc, a, b],
                 MatrixOp::CopyAsync { dst, src, valid } => vec![dst, src, valid],
-                MatrixOp::CommitCopies | MatrixOp::WaitCopies { .. } => vec![],
+                MatrixOp::WarpgroupMultiply { acc, a, b, .. } => vec![acc, a, b],
+                MatrixOp::CommitCopies
+                | MatrixOp::WaitCopies { .. }
+                | MatrixOp::FenceAsyncProxy
+                | MatrixOp::WarpgroupFence
+                | MatrixOp::WarpgroupCommit
+                | MatrixOp::WarpgroupWait { .. } => vec![],
             };
             let places = operands
                 .into_iter()

@@ -128,7 +128,7 @@ impl GpuLimits {
             .ok()?;
         Some(GpuLimits {
             matrix_units: cc >= 80,
-            warpgroup_mma: false,
+            warpgroup_mma: cc == 90,
             ..GpuLimits::cuda_minimum()
         })
     }

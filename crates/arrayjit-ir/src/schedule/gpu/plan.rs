@@ -57,7 +57,7 @@ impl DeviceModel {
                 subgroup_size: 32,
                 compute_units: sms,
                 matrix_units: true,
-                warpgroup_mma: false,
+                warpgroup_mma: arch == "sm_90",
             },
             clock_ghz,
             f32_lanes_per_unit: if arch == "sm_80" { 64 } else { 128 },
