@@ -617,8 +617,8 @@ mod tests {
             (&format!("{good} reduction_vectors=2"), "twice"),
             (&format!("{good} speed=11"), "unknown field"),
             (
-                &good.replace("gpu_tile=auto", "gpu_tile=32"),
-                "one of [16, 64, 128]",
+                &good.replace("gpu_tile=auto", "gpu_tile=48"),
+                "one of [16, 32, 64, 128]",
             ),
             (
                 &good.replace("gpu_threads=auto", "gpu_threads=0"),

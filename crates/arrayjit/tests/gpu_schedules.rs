@@ -37,14 +37,17 @@ fn product_tiles_follow_shared_memory_and_the_device_size() {
         ..GpuLimits::cuda_minimum()
     };
     assert_eq!(tile_of(&matmul_passes(512, cuda)), Some(128));
-    // The same product on a device of 132 units gives only 16 groups of 128 and 64 of 64,
-    // fewer than two per unit: 16-tiles (1024 groups). At 2048, 64-tiles make 1024 groups.
+    // The same product on a device of 132 units gives only 16 groups of 128, 64 of 64 and 256
+    // of 32, fewer than two per unit: 16-tiles (1024 groups). At 2048, 64-tiles make 1024 groups.
     let big = GpuLimits {
         compute_units: 132,
         ..GpuLimits::cuda_minimum()
     };
     assert_eq!(tile_of(&matmul_passes(512, big)), Some(16));
     assert_eq!(tile_of(&matmul_passes(2048, big)), Some(64));
+    // At 1024, 64-tiles make 256 groups (under two per unit): 32-tiles (1024 groups, four
+    // results per invocation) rather than 16-tiles (one).
+    assert_eq!(tile_of(&matmul_passes(1024, big)), Some(32));
     // WebGPU's 16 KiB stage one buffer of a 128-tile (8.25 KiB), not two (16.5 KiB).
     let portable = GpuLimits {
         compute_units: 8,

@@ -1,5 +1,5 @@
 //! The GPU's tiled `f32` product ([`arrayjit::ir::schedule::gpu::simt`]) in every variant —
-//! 16-, 64- and 128-tiles, one and two buffers, factors read by 128-bit loads and element by
+//! 16-, 32-, 64- and 128-tiles, one and two buffers, factors read by 128-bit loads and element by
 //! element, along `k` and along the result side — agrees with the interpreter on every GPU
 //! backend here (`cuda_emu`, `wgpu`, `cuda`), and on `cuda_emu` and `cuda` bit for bit with
 //! values whose sums round: the tiles keep the optimized loop's order of summation (fused
@@ -44,7 +44,7 @@ fn every_simt_variant_agrees_with_the_interpreter() {
     for b in arrayjit_testing::all_backends_under_test().unwrap() {
         let original = b.optimize_settings();
         let mut seen = BTreeSet::new();
-        for tile in [16, 64, 128] {
+        for tile in [16, 32, 64, 128] {
             for one_buffer in [false, true] {
                 let Some(s) = settings(&original, tile, one_buffer) else {
                     continue;
@@ -73,7 +73,7 @@ fn every_simt_variant_agrees_with_the_interpreter() {
         ran += 1;
         eprintln!("{}: {seen:?}", b.name());
         // Every tile in both pipelines; 128-bit loads on and off on both factors.
-        for tile in [16, 64, 128] {
+        for tile in [16, 32, 64, 128] {
             for stages in [1, 2] {
                 assert!(
                     seen.iter().any(|s| s.0 == tile && s.1 == stages),
@@ -143,7 +143,7 @@ fn simt_tiles_keep_the_bits_of_the_loop_on_cuda() {
     }
 }
 
-/// The rounding product in 16-, 64- and 128-tiles on `b`, bit for bit against the loop.
+/// The rounding product in 16-, 32-, 64- and 128-tiles on `b`, bit for bit against the loop.
 fn same_bits_in_every_tile(b: &arrayjit::runtime::Backend) {
     let (m, k, n) = (140, 200, 132);
     let (av, bv) = (rounding_values(m * k, 0.3), rounding_values(k * n, 1.1));
@@ -163,7 +163,7 @@ fn same_bits_in_every_tile(b: &arrayjit::runtime::Backend) {
     let want = summed(&|| Box::new(0..k));
     assert_ne!(want, summed(&|| Box::new((0..k).rev())));
     let original = b.optimize_settings();
-    for tile in [16, 64, 128] {
+    for tile in [16, 32, 64, 128] {
         b.set_optimize_settings(settings(&original, tile, false).unwrap());
         let (program, c) = rounding_product(m, k, n);
         let code = b.compile("rounding", &program, &[]).unwrap();

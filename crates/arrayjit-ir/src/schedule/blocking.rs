@@ -90,7 +90,7 @@ impl ScheduleTuning {
     /// The group sizes a GPU pass may be given.
     pub const GPU_THREADS: [u32; 3] = [64, 128, 256];
     /// The tile sides a tiled GPU product may have.
-    pub const GPU_TILES: [usize; 3] = [16, 64, 128];
+    pub const GPU_TILES: [usize; 4] = [16, 32, 64, 128];
 
     /// Accumulators of a reduction with `lanes` elements per vector.
     pub fn reduction_lanes(&self, lanes: usize) -> usize {

@@ -14,7 +14,7 @@
 //! - **tiled product**: an `f32` matrix product whose result sides both reach half a tile side,
 //!   in tiles of `tile × tile` results per group of [`TILE_THREADS`] (16 × 16) invocations, the
 //!   factors staged in shared memory 16 deep, double-buffered where that fits, and read by
-//!   128-bit loads where their strides allow ([`simt`]); the largest tile (128, 64) whose
+//!   128-bit loads where their strides allow ([`simt`]); the largest tile (128, 64, 32) whose
 //!   sides both fill one and that still gives enough groups to fill the device (two per
 //!   compute unit), else 16, and only tiles whose staging fits its shared memory; registers
 //!   are capped so that [`TILE_GROUPS_PER_UNIT`] groups share a unit;
@@ -233,7 +233,7 @@ pub enum GpuPass {
         gemm: Gemm,
         /// It accumulates by fused multiply-add (else multiply, then add).
         fused: bool,
-        /// The group's layout: its tile (16, 64 or 128 a side), buffers and loads.
+        /// The group's layout: its tile (16, 32, 64 or 128 a side), buffers and loads.
         layout: SimtTile,
         /// Groups of the launch: tiles times batch elements.
         groups: u64,
@@ -625,8 +625,8 @@ fn f32_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
 }
 
 /// The tile side of a product of `m × n` results per batch element on a device, and why: the
-/// largest of 128 and 64 whose sides both fill one and which still gives enough groups to keep
-/// the device busy, else 16; only sides whose staging fits the device's shared memory. `None`
+/// largest of 128, 64 and 32 whose sides both fill one and which still gives enough groups to
+/// keep the device busy, else 16; only sides whose staging fits the device's shared memory. `None`
 /// when not even the smallest fits (or a group of [`TILE_THREADS`] is not allowed).
 fn product_tile(
     m: usize,
@@ -644,7 +644,7 @@ fn product_tile(
     }
     let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
     let busy = limits.busy_groups();
-    for (t, enough) in [(128, busy), (64, busy)] {
+    for (t, enough) in [(128, busy), (64, busy), (32, busy)] {
         if fits(t) && m.min(n) >= t && groups(t) >= enough {
             return Some((
                 t,

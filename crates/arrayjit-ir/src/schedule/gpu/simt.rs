@@ -46,7 +46,7 @@ pub const SIMT_STAGES: usize = 2;
 /// How a group of an `f32` tiled product is laid out (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SimtTile {
-    /// Results per side of the group's tile: 16, 64 or 128.
+    /// Results per side of the group's tile: 16, 32, 64 or 128.
     pub tile: usize,
     /// Buffers of the staged factor tiles: 2 (loads overlap arithmetic) or 1.
     pub stages: usize,
@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn runs_cover_the_tile_once() {
-        for tile in [16, 64, 128] {
+        for tile in [16, 32, 64, 128] {
             let t = SimtTile {
                 tile,
                 stages: 2,
