@@ -693,14 +693,7 @@ impl KernelDialect for CudaDialect<'_, '_> {
 
     fn matrix(&mut self, op: &MatrixOp<'_>, places: &[String]) -> Result<String> {
         self.0.helpers.insert(Helper::MatrixUnits);
-        if matches!(
-            op,
-            MatrixOp::FenceAsyncProxy
-                | MatrixOp::WarpgroupFence
-                | MatrixOp::WarpgroupMultiply { .. }
-                | MatrixOp::WarpgroupCommit
-                | MatrixOp::WarpgroupWait { .. }
-        ) {
+        if op.is_warpgroup() {
             self.0.helpers.insert(Helper::Warpgroup);
         }
         Ok(match (op, places) {

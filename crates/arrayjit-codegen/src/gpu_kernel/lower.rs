@@ -517,6 +517,50 @@ pub(super) fn epilogue_stmts<'a>(
     stmts
 }
 
+/// One factor of a tiled product as a group stages it: where its batch element starts, its
+/// result-side axis and `k` axis, the group's tile origin on the result side, and whether `k`
+/// is the axis its group reads along (its contiguous one).
+pub(super) struct Factor<'a> {
+    /// The factor.
+    pub tn: &'a Tnode,
+    /// The batch element's offset in the factor.
+    pub base: Expr<'static>,
+    /// Extent and stride of its result-side axis (rows of the left factor, columns of the
+    /// right).
+    pub side: (usize, usize),
+    /// Stride of its `k` axis.
+    pub k_stride: usize,
+    /// The tile's origin on the result-side axis (`aj_tm · tile` or `aj_tn · tile`).
+    pub origin: Expr<'static>,
+    /// `k` is its contiguous axis (else the result side is).
+    pub k_inner: bool,
+}
+
+impl<'a> Factor<'a> {
+    /// Factor `f` of `g` (1: left, 2: right) in `tile`-tiles, its batch element at `base`.
+    pub fn of(g: &'a Gemm, tile: usize, f: usize, base: Expr<'static>) -> Factor<'a> {
+        let (tn, side, tile_var) = if f == 1 {
+            (&g.lhs, &g.m, "aj_tm")
+        } else {
+            (&g.rhs, &g.n, "aj_tn")
+        };
+        Factor {
+            tn,
+            base,
+            side: (side.extent, side.strides[f]),
+            k_stride: g.k.strides[f],
+            origin: var(tile_var) * tile,
+            k_inner: arrayjit_ir::schedule::gpu::simt::k_contiguous(g, f),
+        }
+    }
+
+    /// The flat offset of its element at result-side position `side` and `k` position `k`
+    /// (both within the whole factor).
+    pub fn offset(&self, side: Expr<'static>, k: Expr<'static>) -> Expr<'static> {
+        self.base.clone() + side * self.side.1 + k * self.k_stride
+    }
+}
+
 /// The start of a tiled product's group: leave if past the last tile, then the tile's
 /// position (`aj_tm`, `aj_tn`: its row and column among the tiles of side `t`) and the batch
 /// element's offset in the result and each factor.

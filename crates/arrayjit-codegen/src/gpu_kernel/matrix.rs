@@ -28,55 +28,42 @@
 //!   result's precision) once, under bounds tests; then the product's epilogue, if it has
 //!   one, runs on each stored element.
 
+use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::matrix::{
     FRAGMENT_COLS, FRAGMENT_ROWS, WARP_LANES, WARPGROUP_LANES, WARPGROUP_ROWS,
 };
 use arrayjit_ir::schedule::gpu::{Epilogue, MatrixKind, MatrixTile};
-use arrayjit_ir::{Prec, Tnode};
 
 use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
-use super::lower::{group_tile, store_result};
+use super::lower::{Factor, group_tile, store_result};
 use super::{Arith, At, Barrier, Expr, MatrixOp, Stmt, Ty};
 
-/// One factor's staging: which axis of its tile is contiguous in shared memory.
+/// One factor's staging: which axis of its tile is contiguous in shared memory (the
+/// factor's own contiguous axis), and how it is copied.
 struct Staging<'a> {
     /// The factor.
-    tn: &'a Tnode,
-    /// Its shared array (two buffers).
+    factor: Factor<'a>,
+    /// Its shared array (all buffers).
     shared: &'static str,
-    /// The batch element's offset in the factor.
-    base: Expr<'static>,
-    /// Extent and stride of its result-side axis (rows of the left factor, columns of the
-    /// right).
-    side: (usize, usize),
-    /// Stride of its `k` axis.
-    k_stride: usize,
-    /// The tile's origin on the result-side axis (`aj_tm · tile` or `aj_tn · tile`).
-    origin: Expr<'static>,
-    /// `k` is the contiguous axis of the staged tile (else the result side is).
-    k_inner: bool,
     /// Copied by 16-byte asynchronous copies.
     async_copy: bool,
+}
+
+impl<'a> std::ops::Deref for Staging<'a> {
+    type Target = Factor<'a>;
+    fn deref(&self) -> &Factor<'a> {
+        &self.factor
+    }
 }
 
 impl<'a> Staging<'a> {
     /// The staging of factor `f` of `g` (1: left, 2: right) whose batch element starts at
     /// `base`.
     fn of(g: &'a Gemm, l: &MatrixTile, f: usize, base: Expr<'static>) -> Staging<'a> {
-        let (tn, shared, side, tile_var) = if f == 1 {
-            (&g.lhs, "aj_sa", &g.m, "aj_tm")
-        } else {
-            (&g.rhs, "aj_sb", &g.n, "aj_tn")
-        };
         Staging {
-            tn,
-            shared,
-            base,
-            side: (side.extent, side.strides[f]),
-            k_stride: g.k.strides[f],
-            origin: var(tile_var) * l.tile,
-            k_inner: MatrixTile::k_contiguous(g, f),
+            factor: Factor::of(g, l.tile, f, base),
+            shared: if f == 1 { "aj_sa" } else { "aj_sb" },
             async_copy: l.async_copy[f - 1],
         }
     }
@@ -138,14 +125,13 @@ impl<'a> Staging<'a> {
             1
         };
         let per_invocation = (t * d).div_ceil(run * l.threads() as usize);
-        let (side_extent, side_stride) = self.side;
+        let side_extent = self.side.0;
         let (side_pos, k_pos) = if self.k_inner {
             (var("aj_eo"), var("aj_ei"))
         } else {
             (var("aj_ei"), var("aj_eo"))
         };
-        let offset =
-            || self.base.clone() + var("aj_es") * side_stride + var("aj_ek") * self.k_stride;
+        let offset = || self.offset(var("aj_es"), var("aj_ek"));
         let exists = || var("aj_es").lt(side_extent).and(var("aj_ek").lt(g_k));
         let mut body = vec![
             let_("aj_e", Ty::Int, thread_index() + var("aj_q") * l.threads()),

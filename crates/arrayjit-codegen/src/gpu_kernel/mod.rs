@@ -264,6 +264,20 @@ pub(crate) enum MatrixOp<'a> {
     },
 }
 
+impl MatrixOp<'_> {
+    /// An operation of sm_90's warpgroups (or of their asynchronous proxy).
+    pub(crate) fn is_warpgroup(&self) -> bool {
+        matches!(
+            self,
+            MatrixOp::FenceAsyncProxy
+                | MatrixOp::WarpgroupFence
+                | MatrixOp::WarpgroupMultiply { .. }
+                | MatrixOp::WarpgroupCommit
+                | MatrixOp::WarpgroupWait { .. }
+        )
+    }
+}
+
 /// Which memory a barrier orders, besides stopping every invocation of the group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Barrier {

@@ -16,13 +16,12 @@
 //!   else from their values, and are stored once, under bounds tests; then the product's
 //!   epilogue, if it has one, runs on each stored element.
 
+use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Gemm;
-use arrayjit_ir::schedule::gpu::simt::k_contiguous;
 use arrayjit_ir::schedule::gpu::{Epilogue, SimtTile, TILE_THREADS};
-use arrayjit_ir::{Prec, Tnode};
 
 use super::build::{array, assign, let_, range, thread_index, unrolled, var};
-use super::lower::{group_tile, store_result};
+use super::lower::{Factor, group_tile, store_result};
 use super::{At, Barrier, Expr, Stmt, Ty};
 
 /// Elements of one 128-bit factor load.
@@ -31,43 +30,34 @@ const LANES: usize = arrayjit_ir::schedule::gpu::simt::RESULT_RUN;
 /// One factor's staging.
 struct Staging<'a> {
     /// The factor.
-    tn: &'a Tnode,
+    factor: Factor<'a>,
     /// Its shared array (all buffers) and its registers for one depth.
     shared: &'static str,
     registers: &'static str,
-    /// The batch element's offset in the factor.
-    base: Expr<'static>,
-    /// Extent and stride of its result-side axis (rows of the left factor, columns of the
-    /// right).
-    side: (usize, usize),
-    /// Stride of its `k` axis.
-    k_stride: usize,
-    /// The tile's origin on the result-side axis (`aj_tm · tile` or `aj_tn · tile`).
-    origin: Expr<'static>,
-    /// Invocations read it along `k` (else along its result side).
-    k_inner: bool,
     /// Elements each load reads: 4 (a 128-bit load) or 1.
     lanes: usize,
+}
+
+impl<'a> std::ops::Deref for Staging<'a> {
+    type Target = Factor<'a>;
+    fn deref(&self) -> &Factor<'a> {
+        &self.factor
+    }
 }
 
 impl<'a> Staging<'a> {
     /// The staging of factor `f` of `g` (1: left, 2: right) whose batch element starts at
     /// `base`.
     fn of(g: &'a Gemm, l: &SimtTile, f: usize, base: Expr<'static>) -> Staging<'a> {
-        let (tn, shared, registers, side, tile_var) = if f == 1 {
-            (&g.lhs, "aj_ta", "aj_pa", &g.m, "aj_tm")
+        let (shared, registers) = if f == 1 {
+            ("aj_ta", "aj_pa")
         } else {
-            (&g.rhs, "aj_tb", "aj_pb", &g.n, "aj_tn")
+            ("aj_tb", "aj_pb")
         };
         Staging {
-            tn,
+            factor: Factor::of(g, l.tile, f, base),
             shared,
             registers,
-            base,
-            side: (side.extent, side.strides[f]),
-            k_stride: g.k.strides[f],
-            origin: var(tile_var) * l.tile,
-            k_inner: k_contiguous(g, f),
             lanes: if l.vector[f - 1] { LANES } else { 1 },
         }
     }
@@ -104,14 +94,13 @@ impl<'a> Staging<'a> {
     /// The statements reading the depth from `k0` into this factor's registers (zero outside
     /// the factor; a 128-bit load is whole or none, as the extents are multiples of 4).
     fn load(&self, l: &SimtTile, kk: usize, k0: Expr<'static>) -> Stmt<'a> {
-        let (side_extent, side_stride) = self.side;
         let mut body = self.position(l);
         body.extend([
             let_("aj_gs", Ty::Index, self.origin.clone() + var("aj_ss")),
             let_("aj_gk", Ty::Index, k0 + var("aj_sk")),
         ]);
-        let exists = var("aj_gs").lt(side_extent).and(var("aj_gk").lt(kk));
-        let offset = self.base.clone() + var("aj_gs") * side_stride + var("aj_gk") * self.k_stride;
+        let exists = var("aj_gs").lt(self.side.0).and(var("aj_gk").lt(kk));
+        let offset = self.offset(var("aj_gs"), var("aj_gk"));
         let first = var("aj_q") * self.lanes;
         let load = if self.lanes > 1 {
             Stmt::LoadVector {
