@@ -65,7 +65,9 @@ pub struct OptimizeSettings {
     /// Eliminate common subexpressions within a statement.
     pub enable_cse: bool,
     /// Fuse consecutive top-level loops over the same range whose iterations touch disjoint
-    /// slices (row-wise passes become one pass); see `fuse`.
+    /// slices (row-wise passes become one pass); see `fuse`. On a GPU, also merge consecutive
+    /// pointwise nests of the same loops into one pass
+    /// ([`crate::schedule::gpu::merged_pointwise`]).
     pub enable_loop_fusion: bool,
     /// What schedules may use (the device's vector width, registers and caches) and when a
     /// contraction becomes a blocked matrix product.
@@ -296,7 +298,12 @@ pub fn optimize_low_level_in(
     // fused for the CPU's caches are distributed where their shared loops alone would leave
     // the device idle.
     let (code, distributed, gpu_locals) = match &settings.schedule.gpu {
-        Some(limits) => crate::schedule::gpu::restructure(code, limits, &settings.schedule.tuning),
+        Some(limits) => crate::schedule::gpu::restructure(
+            code,
+            limits,
+            &settings.schedule.tuning,
+            settings.enable_loop_fusion,
+        ),
         None => (code, Vec::new(), Vec::new()),
     };
     let used: std::collections::HashSet<usize> = code.nodes().iter().map(Tnode::id).collect();

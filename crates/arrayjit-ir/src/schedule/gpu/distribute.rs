@@ -4,6 +4,11 @@
 //! points to fill the device, around statements that hold more independent work of their own,
 //! becomes one nest per statement: each then gets the grid (or row pass) its own loops allow.
 //!
+//! The converse runs after it ([`merge_pointwise_runs`]): consecutive statements that are
+//! nests of the same loops around straight-line assignments (a normalization, then the cast of
+//! its result) become one nest, so one pass computes both per grid point instead of a launch
+//! each, where the merged loops' iterations stay independent (by the same rule).
+//!
 //! **Rule.** Distributing loops whose iterations are independent
 //! ([`crate::schedule::iterations_independent`]: every node the body writes is indexed by the
 //! loop's iterator in every access) over the statements of their body never changes a result:
@@ -108,12 +113,14 @@ fn distribute_into(
 
 /// The top-level statements of `code` restructured for a device of `limits`: every nest
 /// distributed where the device calls for it (see the module's doc), then reductions hoisted
-/// out of expressions ([`super::hoist`]); each statement with why it was changed, if it was,
-/// and the local nodes made for hoisted reductions.
+/// out of expressions ([`super::hoist`]), then (where `merge_pointwise`, the optimizer's loop
+/// fusion setting) consecutive pointwise nests of the same loops merged; each statement with
+/// why it was changed, if it was, and the local nodes made for hoisted reductions.
 pub fn restructure(
     code: LowLevel,
     limits: &GpuLimits,
     tuning: &ScheduleTuning,
+    merge_pointwise: bool,
 ) -> (LowLevel, Vec<Option<String>>, Vec<crate::tnode::Tnode>) {
     let stmts = match code {
         LowLevel::Seq(items) => items,
@@ -126,6 +133,11 @@ pub fn restructure(
         distribute_into(s, None, limits, threads, &mut distributed);
     }
     let (out, made) = super::hoist::hoist_reductions(distributed, limits, threads);
+    let out = if merge_pointwise {
+        merge_pointwise_runs(out)
+    } else {
+        out
+    };
     let (stmts, notes): (Vec<LowLevel>, Vec<Option<String>>) =
         merge_scalar_runs(out).into_iter().unzip();
     let code = match stmts.len() {
@@ -183,4 +195,100 @@ fn merge_scalar_runs(stmts: Vec<(LowLevel, Option<String>)>) -> Vec<(LowLevel, O
     }
     flush(&mut run, &mut out);
     out
+}
+
+/// Whether a statement is straight-line work: assignments (or a sequence of them) whose values
+/// hold no loops of their own.
+fn straight_line(stmt: &LowLevel) -> bool {
+    match stmt {
+        LowLevel::Seq(items) => items.iter().all(straight_line),
+        LowLevel::Noop | LowLevel::Comment(_) => true,
+        LowLevel::Set { .. } => is_scalar(stmt),
+        _ => false,
+    }
+}
+
+/// `a` then `b` as one nest, where both are nests of the same loops (same ranges, in order)
+/// around straight-line assignments and the merged loops' iterations are still independent
+/// ([`crate::schedule::iterations_independent`]): then each grid point's `b` reads of what
+/// `a` writes only the element `a` wrote at that point, and `a` reads nothing `b` writes at
+/// another point, so running both per point keeps every result. `None` otherwise.
+pub fn merged_pointwise(a: &LowLevel, b: &LowLevel) -> Option<LowLevel> {
+    let (loops_a, body_a) = a.unwrapped().perfect_nest();
+    let (loops_b, body_b) = b.unwrapped().perfect_nest();
+    let same_ranges = loops_a.len() == loops_b.len()
+        && loops_a
+            .iter()
+            .zip(&loops_b)
+            .all(|(x, y)| (x.1, x.2) == (y.1, y.2));
+    if loops_a.is_empty() || !same_ranges || !straight_line(body_a) || !straight_line(body_b) {
+        return None;
+    }
+    let body_b = loops_a
+        .iter()
+        .zip(&loops_b)
+        .fold(body_b.clone(), |body, (x, y)| {
+            body.substitute(y.0, &crate::indexing::AxisIndex::Iterator(x.0))
+        });
+    let mut items = Vec::new();
+    for body in [body_a.clone(), body_b] {
+        match body {
+            LowLevel::Seq(inner) => items.extend(inner),
+            other => items.push(other),
+        }
+    }
+    let body = LowLevel::Seq(items);
+    if !loops_a
+        .iter()
+        .all(|l| crate::schedule::iterations_independent(&body, l.0))
+    {
+        return None;
+    }
+    Some(
+        loops_a
+            .iter()
+            .rev()
+            .fold(body, |body, &(index, from, to)| LowLevel::For {
+                index,
+                from,
+                to,
+                body: Box::new(body),
+            }),
+    )
+}
+
+/// Runs of consecutive statements that [`merged_pointwise`] merges become one statement each,
+/// with why.
+fn merge_pointwise_runs(stmts: Vec<(LowLevel, Option<String>)>) -> Vec<(LowLevel, Option<String>)> {
+    let mut out: Vec<(LowLevel, Option<String>, usize)> = Vec::with_capacity(stmts.len());
+    for (s, note) in stmts {
+        if let Some((last, last_note, count)) = out.last_mut()
+            && let Some(m) = merged_pointwise(last, &s)
+        {
+            *last = m;
+            *count += 1;
+            if last_note.is_none() {
+                *last_note = note;
+            }
+            continue;
+        }
+        out.push((s, note, 1));
+    }
+    out.into_iter()
+        .map(|(s, note, count)| {
+            if count == 1 {
+                return (s, note);
+            }
+            let merged = format!(
+                "{count} consecutive nests of the same loops around straight-line assignments \
+                 merged into one (each grid point runs them in order; their iterations stay \
+                 independent)"
+            );
+            let note = match note {
+                Some(n) => format!("{n}; then {merged}"),
+                None => merged,
+            };
+            (s, Some(note))
+        })
+        .collect()
 }

@@ -62,7 +62,7 @@ pub use analysis::{
     Accumulation, Rest, RowItem, RowRole, grid_loops, grid_total, independent_work,
     longest_reduction, row_items,
 };
-pub use distribute::{distribute_loop, restructure};
+pub use distribute::{distribute_loop, merged_pointwise, restructure};
 pub use matrix::{MatrixKind, MatrixTile};
 pub use plan::{DeviceModel, GpuPlan, PlannedPass};
 pub use simt::SimtTile;

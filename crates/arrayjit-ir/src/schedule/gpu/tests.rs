@@ -71,7 +71,7 @@ fn a_scoped_sum_in_a_scalar_statement_becomes_a_grid_reduction() {
     );
     assert!(analysis::operations(&stmt) >= 120_000);
     assert_eq!(longest_reduction(&stmt), 120_000);
-    let (code, notes, made) = restructure(stmt, &h100(), &ScheduleTuning::default());
+    let (code, notes, made) = restructure(stmt, &h100(), &ScheduleTuning::default(), true);
     assert_eq!(made.len(), 1);
     assert!(made[0].is_local());
     let stmts: Vec<&LowLevel> = match &code {
@@ -149,7 +149,8 @@ fn a_fused_nest_under_a_small_loop_is_distributed_where_the_device_calls_for_it(
     );
     let pieces = distribute_loop(&fused).expect("independent outer loop over a sequence");
     assert_eq!(pieces.len(), 2);
-    let (code, notes, _) = restructure(fused.clone(), &h100(), &ScheduleTuning::default());
+    // Without merging (loop fusion off), two nests.
+    let (code, notes, _) = restructure(fused.clone(), &h100(), &ScheduleTuning::default(), false);
     let LowLevel::Seq(items) = &code else {
         panic!("not distributed: {code}");
     };
@@ -163,13 +164,23 @@ fn a_fused_nest_under_a_small_loop_is_distributed_where_the_device_calls_for_it(
         let (grid, _) = grid_loops(item);
         assert_eq!(grid_total(&grid), 4 * 8 * 64);
     }
+    // With it, the two pointwise pieces merge back into one nest of all three loops: one pass
+    // whose grid covers them all.
+    let (code, notes, _) = restructure(fused.clone(), &h100(), &ScheduleTuning::default(), true);
+    assert!(matches!(code, LowLevel::For { .. }), "{code}");
+    assert_eq!(grid_total(&grid_loops(&code).0), 4 * 8 * 64);
+    let why = notes[0].as_deref().unwrap_or_default();
+    assert!(
+        why.contains("distributed") && why.contains("merged"),
+        "{why}"
+    );
     // Four groups of one invocation keep a 1-unit device with groups of one busy: whole.
     let tiny = GpuLimits {
         max_group_invocations: 1,
         compute_units: 1,
         ..h100()
     };
-    let (kept, _, _) = restructure(fused, &tiny, &ScheduleTuning::default());
+    let (kept, _, _) = restructure(fused, &tiny, &ScheduleTuning::default(), true);
     assert!(matches!(kept, LowLevel::For { .. }), "{kept}");
     // s[] accumulates across iterations: the loop is not independent.
     let s = node("s", &[]);
@@ -324,4 +335,71 @@ fn matrix_units_take_sixteen_bit_products_and_tf32_only_when_allowed() {
         None
     );
     assert_eq!(layout(plan(Prec::F32, Prec::F32, true, plain, 4096)), None);
+}
+
+/// Consecutive nests of the same loops around straight-line assignments merge into one pass
+/// where each grid point's later statement reads only what the earlier one wrote at that point
+/// (normalize, then cast); a read of another point (a transpose), other ranges, or a loop in
+/// a body keep them apart. The merged nest computes what the two did, on the interpreter.
+#[test]
+fn pointwise_nests_of_the_same_loops_merge_into_one_pass() {
+    let x = node("x", &[8, 8]);
+    let y = node("y", &[8, 8]);
+    let z = node("z", &[8, 8]);
+    x.set_values(&(0..64).map(f64::from).collect::<Vec<_>>())
+        .unwrap();
+    let nest = |out: &Tnode, from: &Tnode, transposed: bool, to: i64| {
+        let (i, j) = (Symbol::fresh(), Symbol::fresh());
+        let read = if transposed { [j, i] } else { [i, j] };
+        for_(
+            i,
+            to,
+            for_(
+                j,
+                8,
+                set(
+                    out,
+                    &[i, j],
+                    ScalarExpr::Binop(
+                        BinOp::Add,
+                        Box::new(get(from, &read)),
+                        Box::new(ScalarExpr::Constant(1.0)),
+                    ),
+                ),
+            ),
+        )
+    };
+    // y = x + 1; z = y + 1: one nest.
+    let (a, b) = (nest(&y, &x, false, 8), nest(&z, &y, false, 8));
+    let merged = merged_pointwise(&a, &b).expect("merged");
+    let (loops, body) = merged.perfect_nest();
+    assert_eq!(loops.len(), 2);
+    assert!(matches!(body, LowLevel::Seq(items) if items.len() == 2));
+    let limits = h100();
+    let (code, notes, _) = restructure(
+        LowLevel::Seq(vec![a.clone(), b.clone()]),
+        &limits,
+        &ScheduleTuning::default(),
+        true,
+    );
+    assert!(
+        !matches!(&code, LowLevel::Seq(items) if items.len() > 1),
+        "{code:?}"
+    );
+    assert!(notes[0].as_deref().is_some_and(|n| n.contains("merged")));
+    let mut env = crate::InterpEnv::from_host_arrays(&code);
+    env.run(&code, &[]).unwrap();
+    let got = env.array(&z).unwrap().to_vec_f64().unwrap();
+    assert_eq!(got, (0..64).map(|v| f64::from(v) + 2.0).collect::<Vec<_>>());
+    // z reading y transposed needs every point of y first; other ranges; a loop in a body.
+    assert!(merged_pointwise(&a, &nest(&z, &y, true, 8)).is_none());
+    assert!(merged_pointwise(&a, &nest(&z, &y, false, 4)).is_none());
+    let k = Symbol::fresh();
+    let (i, j) = (Symbol::fresh(), Symbol::fresh());
+    let with_loop = for_(
+        i,
+        8,
+        for_(j, 8, for_(k, 8, set(&z, &[i, j], get(&y, &[i, k])))),
+    );
+    assert!(merged_pointwise(&a, &with_loop).is_none());
 }
