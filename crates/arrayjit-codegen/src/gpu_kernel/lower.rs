@@ -9,12 +9,13 @@
 //! - **Group reduction**: strided shares combined in loop order, then a fixed tree in shared
 //!   memory; where the dialect has subgroup shuffles, the tree's last levels run by shuffles
 //!   within the first subgroup, combining the same pairs (so the bits are the same).
-//! - **Tiled product**: `tile × tile` results per group of 16 × 16 invocations (`tile / 16`
-//!   squared each, strided by 16 so that neighbouring invocations touch neighbouring
-//!   addresses), staging 16-deep tiles of both factors in shared memory (the left one padded
-//!   to 17 columns against bank conflicts); each element starts from its value and adds its
-//!   products in the order of `k`, fused where the statement fuses them: the bits of the loop
-//!   nest.
+//! - **Tiled product** (`super::simt`): `tile × tile` results per group of 16 × 16
+//!   invocations (`tile / 16` squared each, in runs of 4 neighbours), both factors staged
+//!   `[k][side]` in shared memory, double-buffered where that fits, read by 128-bit loads where
+//!   their strides allow; each element starts from its value and adds its products in the
+//!   order of `k`, fused where the statement fuses them: the bits of the loop nest.
+//! - **Matrix-unit product** (`super::matrix`): warps of `mma.sync` fragments, or sm_90's
+//!   warpgroups, over a pipeline of staged tiles.
 //! - **One invocation**: anything else.
 
 use arrayjit_ir::schedule::Gemm;
