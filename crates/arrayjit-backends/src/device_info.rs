@@ -54,6 +54,9 @@ pub struct DeviceInfo {
     /// The device multiplies warpgroup-wide fragments from shared memory (`wgmma`, sm_90; the
     /// CUDA emulation): see [`GpuLimits::warpgroup_mma`].
     pub warpgroup_mma: bool,
+    /// The most parameters (buffers and static indices) one launch of passes run together may
+    /// take (see [`GpuLimits::joined_launch_parameters`]); 0: every pass launches alone.
+    pub joined_launch_parameters: usize,
 }
 
 impl DeviceInfo {
@@ -74,6 +77,7 @@ impl DeviceInfo {
             precisions: Prec::ALL.to_vec(),
             matrix_units: false,
             warpgroup_mma: false,
+            joined_launch_parameters: 0,
         }
     }
 
@@ -116,6 +120,7 @@ impl DeviceInfo {
             compute_units: self.compute_units,
             matrix_units: self.matrix_units,
             warpgroup_mma: self.warpgroup_mma,
+            joined_launch_parameters: self.joined_launch_parameters,
         });
         ScheduleSettings {
             gpu,

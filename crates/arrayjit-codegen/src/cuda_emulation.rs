@@ -55,7 +55,10 @@ fn emulated_syntax() -> CSyntax {
 fn uses_barriers(shape: &PassShape) -> bool {
     matches!(
         shape,
-        PassShape::Tiles(_) | PassShape::Rows(_) | PassShape::Reduction
+        PassShape::Tiles(_)
+            | PassShape::Rows(_)
+            | PassShape::Reduction
+            | PassShape::Joined { barriers: true, .. }
     )
 }
 

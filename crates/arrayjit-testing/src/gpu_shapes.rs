@@ -2,9 +2,12 @@
 //! maximum over two loops into one element, long enough for a two-phase grid reduction; a
 //! mean whose sum is inlined into the scaling (a reduction inside an expression, hoisted into
 //! an accumulation of its own), and two such sums in one expression; and softmax over the rows
-//! of a batch of heads, fused under the batch loop (distributed, or run as row passes).
+//! of a batch of heads, fused under the batch loop (distributed, or run as row passes); small
+//! independent passes that a GPU plan joins into one launch.
 
-use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result, Tnode, UnOp};
+use arrayjit_ir::{
+    AccumRhs, Assignments, BinOp, FetchOp, Operand, Prec, Result, StaticSymbol, Tnode, UnOp,
+};
 
 use super::case::{Case, case, output};
 
@@ -114,6 +117,64 @@ fn batched_softmax() -> Result<Case> {
     Ok(case("batched_softmax", program, vec![y]))
 }
 
+/// Small passes that leave a GPU idle and touch nothing the others write, so that a GPU plan
+/// runs them side by side in one launch: a sum and a maximum into one element (a group
+/// each), row sums of 6 rows (a group per row), a scaling (a grid), a slice picked by a static
+/// index added into a running sum, and statements that read their results (after them).
+fn joined_small_passes() -> Result<Case> {
+    let m = values(&[6, 300], "m", 4)?;
+    let v = values(&[300], "v", 5)?;
+    let data = values(&[4, 40], "data", 6)?;
+    let total = output(Prec::F32, &[], "total")?;
+    let largest = output(Prec::F32, &[], "largest")?;
+    let rows = output(Prec::F32, &[6], "row_sums")?;
+    let doubled = output(Prec::F32, &[300], "doubled")?;
+    let batch = StaticSymbol::new("batch", 4);
+    let slice = Tnode::new(Prec::F32, &[40], &["slice"])?;
+    let running = values(&[40], "running", 7)?;
+    let shifted = output(Prec::F32, &[300], "shifted")?;
+    let sum = |spec: &str, op, out: &Tnode, of: &Tnode| {
+        Assignments::einsum(
+            spec,
+            op,
+            out,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(of.clone())),
+            true,
+        )
+    };
+    let program = sum("ij->", BinOp::Add, &total, &m)?
+        .then(sum("i->", BinOp::Max, &largest, &v)?)
+        .then(sum("ij->i", BinOp::Add, &rows, &m)?)
+        .then(Assignments::pointwise_binop(&doubled, BinOp::Add, &v, &v))
+        .then(Assignments::Fetch {
+            array: slice.clone(),
+            op: FetchOp::Slice {
+                batch: batch.clone(),
+                sliced: data,
+            },
+        })
+        .then(Assignments::einsum(
+            "i->i",
+            BinOp::Add,
+            &running,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(slice)),
+            false,
+        )?)
+        .then(Assignments::pointwise_binop(
+            &shifted,
+            BinOp::Mul,
+            &doubled,
+            &v,
+        ));
+    Ok(Case {
+        name: "joined_small_passes".into(),
+        program,
+        bindings: vec![batch],
+        runs: vec![vec![2], vec![0], vec![3]],
+        results: vec![total, largest, rows, doubled, running, shifted],
+    })
+}
+
 /// The GPU-shape cases.
 pub fn gpu_shape_cases() -> Result<Vec<Case>> {
     Ok(vec![
@@ -121,5 +182,6 @@ pub fn gpu_shape_cases() -> Result<Vec<Case>> {
         mean_with_an_inlined_sum()?,
         two_inlined_sums()?,
         batched_softmax()?,
+        joined_small_passes()?,
     ])
 }

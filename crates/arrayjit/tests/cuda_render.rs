@@ -54,8 +54,12 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
         .iter()
         .filter(|s| matches!(s, PassShape::Rows(_)))
         .count();
+    let joined = shapes
+        .iter()
+        .filter(|s| matches!(s, PassShape::Joined { .. }))
+        .count();
     assert!(
-        tiled > 0 && reductions > 0 && grids > 0 && rows > 0,
+        tiled > 0 && reductions > 0 && grids > 0 && rows > 0 && joined > 0,
         "{shapes:?}"
     );
     // The products of the differential test (128), of 1024 and of the device bench (2048) are
@@ -294,4 +298,62 @@ fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
     assert!(again.units.iter().all(|u| u.origin == PtxOrigin::Disk));
     let e = compile_ahead_of_time_with(&[&step], "compute_90", 4, &later).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+}
+
+/// Small passes that touch nothing the others write run side by side in one launch: the
+/// corpus's `joined_small_passes` (two zeroings, a sum and a maximum into one element, row
+/// sums, a scaling, a picked slice, then a statement reading the scaling) makes 8 passes that
+/// run in at most 3 launches, blocks numbered across their parts; the passes with barriers
+/// (reductions, rows) share one block size. On a device that joins nothing (WebGPU's budget),
+/// every pass launches alone, in program order.
+#[test]
+fn independent_small_passes_run_as_one_launch() {
+    let case = all_cases()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name == "joined_small_passes")
+        .unwrap();
+    let limits = arrayjit::ir::schedule::GpuLimits::cuda_minimum();
+    let opt = optimize(
+        &case.name,
+        &case.bindings,
+        &case.program,
+        &OptimizeSettings::for_gpu(limits),
+    )
+    .unwrap();
+    let plan = opt.gpu_plan(&arrayjit::ir::schedule::gpu::DeviceModel::h100());
+    assert_eq!(plan.passes.len(), 8, "{plan}");
+    assert!(plan.launches() <= 3, "{plan}");
+    assert!(!opt.joined.is_empty());
+    for j in &opt.joined {
+        assert!(j.statements.len() >= 2 && j.threads == 256, "{j:?}");
+    }
+    let program = render_cuda(&[&opt]).unwrap();
+    let passes = &program.kernels[0].passes;
+    assert_eq!(passes.len() as u32, plan.launches(), "{passes:?}");
+    let joined: Vec<_> = passes
+        .iter()
+        .filter(|p| matches!(p.shape, PassShape::Joined { .. }))
+        .collect();
+    assert_eq!(joined.len(), opt.joined.len(), "{passes:?}");
+    assert!(
+        joined
+            .iter()
+            .any(|p| matches!(p.shape, PassShape::Joined { barriers: true, .. }))
+    );
+    assert!(program.source.contains("aj_launch_grp"));
+    let alone = OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits {
+        joined_launch_parameters: 0,
+        ..limits
+    });
+    let opt = optimize(&case.name, &case.bindings, &case.program, &alone).unwrap();
+    assert!(opt.joined.is_empty());
+    let program = render_cuda(&[&opt]).unwrap();
+    assert_eq!(program.kernels[0].passes.len(), 8);
+    assert!(
+        !program.kernels[0]
+            .passes
+            .iter()
+            .any(|p| matches!(p.shape, PassShape::Joined { .. }))
+    );
 }

@@ -153,6 +153,7 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
         compute_units: 0,
         matrix_units: false,
         warpgroup_mma: false,
+        joined_launch_parameters: 0,
     };
     let small_shared = GpuLimits {
         max_group_invocations: 256,
@@ -161,6 +162,7 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
         compute_units: 0,
         matrix_units: false,
         warpgroup_mma: false,
+        joined_launch_parameters: 0,
     };
     let mut ran = 0;
     let mut failures = Vec::new();
@@ -426,4 +428,57 @@ fn settings_from_the_defaults_keep_the_devices_gpu_limits() {
         ran += 1;
     }
     eprintln!("checked on {ran} GPU backend(s)");
+}
+
+/// Passes joined into one launch compute the same bits as passes launched alone, in program
+/// order: the corpus cases whose GPU plans join passes (small reductions, rows, grids,
+/// zeroings, a static index) give identical results with and without joining on every GPU
+/// backend under test that joins.
+#[test]
+fn joined_launches_compute_the_bits_of_passes_launched_alone() {
+    let mut compared = 0;
+    for b in arrayjit_testing::all_backends_under_test().unwrap() {
+        let settings = b.optimize_settings();
+        let Some(limits) = settings.schedule.gpu else {
+            continue;
+        };
+        if limits.joined_launch_parameters == 0 {
+            continue;
+        }
+        let run = |joined: usize| -> Vec<(String, Vec<u64>)> {
+            b.set_optimize_settings(OptimizeSettings {
+                schedule: arrayjit::ir::schedule::ScheduleSettings {
+                    gpu: Some(GpuLimits {
+                        joined_launch_parameters: joined,
+                        ..limits
+                    }),
+                    ..settings.schedule.clone()
+                },
+                ..settings.clone()
+            });
+            let mut out = Vec::new();
+            for case in all_cases().unwrap().into_iter().filter(|c| {
+                ["joined_small_passes", "reductions", "long_row_reductions"]
+                    .contains(&c.name.as_str())
+            }) {
+                check_case(&case, &b).unwrap_or_else(|e| panic!("{}: {e}", b.name()));
+                for r in &case.results {
+                    let bits = r
+                        .get_values()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    out.push((format!("{} / {}", case.name, r.label().join("_")), bits));
+                }
+            }
+            out
+        };
+        let alone = run(0);
+        let together = run(limits.joined_launch_parameters);
+        assert_eq!(alone, together, "{}", b.name());
+        b.set_optimize_settings(settings);
+        compared += 1;
+    }
+    println!("compared on {compared} backend(s)");
 }

@@ -74,6 +74,7 @@ fn write_past_an_array() {
         merge_node: None,
         scratch: MemoryPlan::default(),
         schedules: vec![],
+        joined: vec![],
         light_kernel: false,
     };
     a.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test")

@@ -149,6 +149,8 @@ impl CpuKernels for EmulatedCudaKernels {
         // `wgmma.mma_async` from its shared-memory operands.
         info.matrix_units = true;
         info.warpgroup_mma = true;
+        // Passes that leave the device idle run together, as on `cuda`.
+        info.joined_launch_parameters = arrayjit_ir::schedule::gpu::CUDA_JOINED_LAUNCH_PARAMETERS;
         info
     }
 

@@ -181,6 +181,8 @@ fn open() -> std::result::Result<Gpu, String> {
         precisions: target.precisions(),
         matrix_units: false,
         warpgroup_mma: false,
+        // Few storage buffers bind per shader: passes launch alone.
+        joined_launch_parameters: 0,
     };
     if let Some(limits) = info.schedule_settings().gpu {
         target.limits = limits;

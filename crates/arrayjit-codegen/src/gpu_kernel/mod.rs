@@ -45,6 +45,14 @@ pub enum PassShape {
     Single,
     /// A hand-written kernel's launch, as given ([`crate::SourceKernel`]).
     Given(crate::LaunchDims),
+    /// This many groups running the passes of several statements side by side
+    /// ([`arrayjit_ir::schedule::gpu::join`]); `barriers`: a part synchronizes its group.
+    Joined {
+        /// Groups of the launch, every part's together.
+        groups: u64,
+        /// A part waits at barriers (so every invocation of its group must run).
+        barriers: bool,
+    },
 }
 
 /// A pass's body printed in a dialect, with how to launch it.

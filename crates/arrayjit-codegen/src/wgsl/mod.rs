@@ -121,7 +121,9 @@ impl WgslPass {
         match self.shape {
             PassShape::Grid(n) | PassShape::Zero(n) => n,
             PassShape::Reduction => self.threads as u64,
-            PassShape::Tiles(groups) | PassShape::Rows(groups) => groups * self.threads as u64,
+            PassShape::Tiles(groups)
+            | PassShape::Rows(groups)
+            | PassShape::Joined { groups, .. } => groups * self.threads as u64,
             PassShape::Single => 1,
             PassShape::Given(d) => d.blocks() * d.threads_per_block(),
         }

@@ -125,6 +125,9 @@ pub struct Optimized {
     pub scratch: MemoryPlan,
     /// How each top-level statement of `code` runs (one per statement, in order), with why.
     pub schedules: Vec<Schedule>,
+    /// On a GPU, the runs of consecutive passes that may run together as one launch
+    /// ([`crate::schedule::gpu::join`]); renderers that launch every pass alone may ignore it.
+    pub joined: Vec<crate::schedule::gpu::JoinedLaunch>,
     /// Whether the kernel's own loops are light enough (see
     /// `ScheduleSettings::light_kernel_iterations`) to compile with moderate optimization.
     pub light_kernel: bool,
@@ -188,7 +191,13 @@ impl Optimized {
         &self,
         device: &crate::schedule::gpu::DeviceModel,
     ) -> crate::schedule::gpu::GpuPlan {
-        crate::schedule::gpu::GpuPlan::of(&self.name, &self.statements(), &self.schedules, device)
+        crate::schedule::gpu::GpuPlan::of(
+            &self.name,
+            &self.statements(),
+            &self.schedules,
+            &self.joined,
+            device,
+        )
     }
 
     /// A report of every node's final memory mode and why it was chosen, one per line.
@@ -320,15 +329,23 @@ pub fn optimize_low_level_in(
     nodes.sort_by_key(|r| r.tn.id());
     crate::verify::check_bounds(&code, bindings).inspect_err(|_| restore())?;
     let merge_node = find_merge_node(name, &code).inspect_err(|_| restore())?;
-    let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
-    ctx.record(learned);
-    let statements = top_level(&code);
-    let mut schedules = crate::schedule::schedule(&statements, &settings.schedule);
+    let mut schedules = crate::schedule::schedule(&top_level(&code), &settings.schedule);
     for (s, note) in schedules.iter_mut().zip(&distributed) {
         if let Some(note) = note {
             s.why = format!("{note}; {}", s.why);
         }
     }
+    // On a GPU that runs independent passes together, passes go in the order of their
+    // dependence levels, so that independent ones are neighbours.
+    let (code, schedules) = match &settings.schedule.gpu {
+        Some(limits) if limits.joined_launch_parameters > 0 => {
+            in_leveled_order(code, schedules, limits)
+        }
+        _ => (code, schedules),
+    };
+    let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
+    ctx.record(learned);
+    let statements = top_level(&code);
     // The partial results of grid reductions are local nodes of the routine.
     for s in &schedules {
         if let crate::schedule::ScheduleKind::Gpu(crate::schedule::GpuPass::GridReduction {
@@ -344,6 +361,10 @@ pub fn optimize_low_level_in(
             });
         }
     }
+    let joined = match &settings.schedule.gpu {
+        Some(limits) => crate::schedule::gpu::joined_launches(&statements, &schedules, limits),
+        None => Vec::new(),
+    };
     let loop_work: u64 = statements
         .iter()
         .zip(&schedules)
@@ -366,8 +387,57 @@ pub fn optimize_low_level_in(
         merge_node,
         scratch,
         schedules,
+        joined,
         light_kernel,
     })
+}
+
+/// The code's top-level statements and their schedules in the order of dependence levels
+/// ([`crate::schedule::gpu::join::leveled_order`]), passes as early or as late as they may
+/// run, whichever makes fewer launches on a device of `limits` (the code's own order where
+/// neither does).
+fn in_leveled_order(
+    code: LowLevel,
+    schedules: Vec<Schedule>,
+    limits: &crate::schedule::GpuLimits,
+) -> (LowLevel, Vec<Schedule>) {
+    use crate::schedule::gpu::join::{Placement, joined_launches, leveled_order};
+    let launches = |order: &[usize]| {
+        let stmts = top_level(&code);
+        let stmts: Vec<&LowLevel> = order.iter().map(|&i| stmts[i]).collect();
+        let scheds: Vec<Schedule> = order.iter().map(|&i| schedules[i].clone()).collect();
+        let joined: usize = joined_launches(&stmts, &scheds, limits)
+            .iter()
+            .map(|j| j.statements.len() - 1)
+            .sum();
+        order.len() - joined
+    };
+    let mut best: Vec<usize> = (0..schedules.len()).collect();
+    let mut fewest = launches(&best);
+    for placement in [Placement::Earliest, Placement::Latest] {
+        let order = leveled_order(&top_level(&code), &schedules, placement);
+        let n = launches(&order);
+        if n < fewest {
+            (best, fewest) = (order, n);
+        }
+    }
+    if best.iter().enumerate().all(|(k, &i)| k == i) {
+        return (code, schedules);
+    }
+    let LowLevel::Seq(items) = code else {
+        return (code, schedules);
+    };
+    let mut items: Vec<Option<LowLevel>> = items.into_iter().map(Some).collect();
+    let mut scheds: Vec<Option<Schedule>> = schedules.into_iter().map(Some).collect();
+    let mut out_items = Vec::with_capacity(items.len());
+    let mut out_scheds = Vec::with_capacity(items.len());
+    for i in best {
+        if let (Some(item), Some(sched)) = (items[i].take(), scheds[i].take()) {
+            out_items.push(item);
+            out_scheds.push(sched);
+        }
+    }
+    (LowLevel::Seq(out_items), out_scheds)
 }
 
 /// The top-level statements of code.

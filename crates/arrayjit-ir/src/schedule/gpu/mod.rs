@@ -37,6 +37,10 @@
 //!   routine), then one group combines the partials in order into the element;
 //! - **single**: anything else, on one invocation.
 //!
+//! Passes too small to fill the device, whose statements touch nothing the others write, run
+//! side by side as one launch where the device allows it ([`join`]; the passes first go in
+//! the order of their dependence levels, so that independent ones are neighbours).
+//!
 //! A pass changes results only by the fixed regrouping of reductions (a tree in a fixed order),
 //! never by timing. The analyses the renderers need to render a pass (the grid's inner
 //! statement, the accumulation, the row items) are in [`analysis`]; [`plan`] lists a routine's
@@ -54,6 +58,7 @@ use crate::tnode::Tnode;
 pub mod analysis;
 mod distribute;
 pub mod hoist;
+pub mod join;
 pub mod matrix;
 pub mod plan;
 pub mod simt;
@@ -63,6 +68,7 @@ pub use analysis::{
     longest_reduction, row_items,
 };
 pub use distribute::{distribute_loop, merged_pointwise, restructure};
+pub use join::{JoinedLaunch, joined_launches};
 pub use matrix::{MatrixKind, MatrixTile};
 pub use plan::{DeviceModel, GpuPlan, PlannedPass};
 pub use simt::SimtTile;
@@ -86,7 +92,14 @@ pub struct GpuLimits {
     /// (`wgmma.mma_async`: NVIDIA sm_90, compiled as `sm_90a`; the CUDA emulation), so the
     /// larger matrix-unit tiles of 16-bit factors use them ([`matrix`]).
     pub warpgroup_mma: bool,
+    /// The most parameters (buffers and static indices) one launch may take for passes run
+    /// together ([`join`]); 0: every pass launches on its own.
+    pub joined_launch_parameters: usize,
 }
+
+/// Parameters a joined CUDA launch may take: 2 KiB of pointers and indices, half of what a
+/// kernel's parameters may hold.
+pub const CUDA_JOINED_LAUNCH_PARAMETERS: usize = 256;
 
 impl GpuLimits {
     /// The limits every WebGPU device guarantees (256 invocations per workgroup, 16 KiB of
@@ -99,6 +112,7 @@ impl GpuLimits {
             compute_units: 0,
             matrix_units: false,
             warpgroup_mma: false,
+            joined_launch_parameters: 0,
         }
     }
 
@@ -113,6 +127,7 @@ impl GpuLimits {
             compute_units: 0,
             matrix_units: false,
             warpgroup_mma: false,
+            joined_launch_parameters: CUDA_JOINED_LAUNCH_PARAMETERS,
         }
     }
 

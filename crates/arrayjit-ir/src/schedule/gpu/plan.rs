@@ -13,6 +13,11 @@
 //! operations per lane and cycle (fused multiply-adds); products on matrix units count the
 //! units' rate ([`DeviceModel::matrix_ops_per_unit_cycle`]) spread over the lanes. It is a floor, for comparing passes
 //! and plans, not a promise.
+//!
+//! Passes joined into one launch ([`super::join`]) share it: the first part carries the
+//! launch and the estimate of the whole — each part's time without its launch, weighted by
+//! its share of the groups that keep the device busy, summed, and at least the longest part's
+//! — the others are listed with no launch of their own.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -20,7 +25,7 @@ use std::fmt;
 use super::analysis::{
     Accumulation, grid_loops, independent_work, longest_reduction, operations, row_items,
 };
-use super::{GpuLimits, GpuPass, RowRole};
+use super::{GpuLimits, GpuPass, JoinedLaunch, RowRole};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::schedule::{Schedule, ScheduleKind};
 
@@ -58,6 +63,7 @@ impl DeviceModel {
                 compute_units: sms,
                 matrix_units: true,
                 warpgroup_mma: arch == "sm_90",
+                joined_launch_parameters: super::CUDA_JOINED_LAUNCH_PARAMETERS,
             },
             clock_ghz,
             f32_lanes_per_unit: if arch == "sm_80" { 64 } else { 128 },
@@ -122,8 +128,11 @@ pub struct PlannedPass {
     /// Its shape: `zero`, `tiles`, `matrix tiles`, `grid`, `rows`, `reduction`, `grid
     /// reduction`, `single`.
     pub shape: &'static str,
-    /// Launches (2 for a grid reduction).
+    /// Launches (2 for a grid reduction; 1 for the first part of a joined launch, 0 for its
+    /// other parts).
     pub launches: u32,
+    /// The statement whose launch runs this pass with others ([`super::join`]), if any.
+    pub joined_into: Option<usize>,
     /// Groups of its (largest) launch.
     pub groups: u64,
     /// Invocations per group.
@@ -185,6 +194,7 @@ impl GpuPlan {
         routine: &str,
         statements: &[&LowLevel],
         schedules: &[Schedule],
+        joined: &[JoinedLaunch],
         device: &DeviceModel,
     ) -> GpuPlan {
         let mut passes = Vec::new();
@@ -272,6 +282,7 @@ impl GpuPlan {
                 statement: k,
                 shape,
                 launches,
+                joined_into: None,
                 groups,
                 threads,
                 independent: independent_work(stmt),
@@ -284,6 +295,9 @@ impl GpuPlan {
             };
             planned.estimate_us = estimate_us(&planned, rate(stmt, &pass, device), device);
             passes.push(planned);
+        }
+        for launch in joined {
+            join_estimates(&mut passes, launch, device);
         }
         GpuPlan {
             routine: routine.to_string(),
@@ -333,6 +347,38 @@ fn rate(stmt: &LowLevel, pass: &GpuPass, device: &DeviceModel) -> f64 {
 /// Cycles one invocation takes per operation of its share at least (issue and dependency
 /// latency of a chain of loads and arithmetic).
 const SERIAL_CYCLES_PER_OP: f64 = 4.0;
+
+/// Passes of a joined launch: the first part carries the launch and the estimate of the whole
+/// (each part's time without its launch, spread over the device by its share of the groups
+/// that keep it busy, and at least the longest part's), the others none.
+fn join_estimates(passes: &mut [PlannedPass], launch: &JoinedLaunch, device: &DeviceModel) {
+    let busy = device.limits.busy_groups().max(1) as f64;
+    let mut parts: Vec<&mut PlannedPass> = passes
+        .iter_mut()
+        .filter(|p| launch.statements.contains(&p.statement))
+        .collect();
+    let Some(first) = parts.first().map(|p| p.statement) else {
+        return;
+    };
+    let mut longest: f64 = 0.0;
+    let mut spread = 0.0;
+    for p in parts.iter_mut() {
+        let own = (p.estimate_us - f64::from(p.launches) * device.launch_us).max(0.0);
+        longest = longest.max(own);
+        spread += own * (p.groups as f64 / busy).min(1.0);
+        p.launches = 0;
+        p.estimate_us = 0.0;
+        p.joined_into = Some(first);
+        if p.statement != first {
+            p.why = format!("{}; runs in the launch of statement {first}", p.why);
+        }
+    }
+    if let Some(lead) = parts.first_mut() {
+        lead.launches = 1;
+        lead.estimate_us = longest.max(spread) + device.launch_us;
+        lead.why = format!("{}; {}", lead.why, launch.why);
+    }
+}
 
 /// The estimate of the module's doc.
 fn estimate_us(p: &PlannedPass, per_cycle: f64, device: &DeviceModel) -> f64 {

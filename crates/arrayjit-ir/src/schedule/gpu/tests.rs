@@ -403,3 +403,147 @@ fn pointwise_nests_of_the_same_loops_merge_into_one_pass() {
     );
     assert!(merged_pointwise(&a, &with_loop).is_none());
 }
+
+/// Sums into two elements of one node run side by side (they touch different elements), the
+/// statement adding them up after; a sum reading the other's element does not join it. The
+/// zeroings their passes do move with them.
+#[test]
+fn independent_small_passes_join_and_dependent_ones_do_not() {
+    let (x, y) = (node("x", &[500]), node("y", &[500]));
+    let acc = node("acc", &[2]);
+    let z = node("z", &[]);
+    let at = |e: i64| vec![AxisIndex::Fixed(e)];
+    let zero = |e: i64| LowLevel::Set {
+        tn: acc.clone(),
+        idcs: at(e),
+        value: ScalarExpr::Constant(0.0),
+    };
+    let sum = |e: i64, of: &Tnode, plus: Option<i64>| {
+        let i = Symbol::fresh();
+        let mut value = ScalarExpr::binop(
+            BinOp::Add,
+            ScalarExpr::Get(acc.clone(), at(e)),
+            get(of, &[i]),
+        );
+        if let Some(o) = plus {
+            value = ScalarExpr::binop(BinOp::Add, value, ScalarExpr::Get(acc.clone(), at(o)));
+        }
+        for_(
+            i,
+            500,
+            LowLevel::Set {
+                tn: acc.clone(),
+                idcs: at(e),
+                value,
+            },
+        )
+    };
+    let total = LowLevel::Set {
+        tn: z.clone(),
+        idcs: vec![],
+        value: ScalarExpr::binop(
+            BinOp::Add,
+            ScalarExpr::Get(acc.clone(), at(0)),
+            ScalarExpr::Get(acc.clone(), at(1)),
+        ),
+    };
+    let limits = h100();
+    let joins = |stmts: &[LowLevel]| {
+        let refs: Vec<&LowLevel> = stmts.iter().collect();
+        let schedules = gpu_schedules(&refs, &limits, &ScheduleTuning::default(), false);
+        joined_launches(&refs, &schedules, &limits)
+    };
+    let code = [
+        zero(0),
+        sum(0, &x, None),
+        zero(1),
+        sum(1, &y, None),
+        total.clone(),
+    ];
+    let found = joins(&code);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].statements, vec![1, 3]);
+    assert_eq!(found[0].threads, 256);
+    // The second sum reads the first's element: it runs after it (its zeroing, a pass of its
+    // own now, touches another element and may join the first sum).
+    let code = [
+        zero(0),
+        sum(0, &x, None),
+        zero(1),
+        sum(1, &y, Some(0)),
+        total,
+    ];
+    let found = joins(&code);
+    assert!(
+        found.iter().all(|j| !j.statements.contains(&3)),
+        "{found:?}"
+    );
+    // No budget, no joining.
+    let refs: Vec<&LowLevel> = code.iter().collect();
+    let schedules = gpu_schedules(&refs, &limits, &ScheduleTuning::default(), false);
+    let none = GpuLimits {
+        joined_launch_parameters: 0,
+        ..limits
+    };
+    assert!(joined_launches(&refs, &schedules, &none).is_empty());
+}
+
+/// `p = x + 1; q = Σ p; r = y + 1; s = Σ r`: as early as possible, the two scalings come first
+/// and the two sums after them (two launches instead of three); as late as possible, the
+/// scaling of `x` waits until just before its sum. Zeroings stay right before the sums that
+/// start from them.
+#[test]
+fn passes_go_in_the_order_of_their_dependence_levels() {
+    let (x, y) = (node("x", &[500]), node("y", &[500]));
+    let (p, r) = (node("p", &[500]), node("r", &[500]));
+    let (q, s) = (node("q", &[]), node("s", &[]));
+    let scale = |out: &Tnode, of: &Tnode| {
+        let i = Symbol::fresh();
+        for_(
+            i,
+            500,
+            set(
+                out,
+                &[i],
+                ScalarExpr::binop(BinOp::Add, get(of, &[i]), ScalarExpr::Constant(1.0)),
+            ),
+        )
+    };
+    let sum = |out: &Tnode, of: &Tnode| {
+        let i = Symbol::fresh();
+        for_(
+            i,
+            500,
+            set(
+                out,
+                &[],
+                ScalarExpr::binop(BinOp::Add, get(out, &[]), get(of, &[i])),
+            ),
+        )
+    };
+    let zero = |out: &Tnode| set(out, &[], ScalarExpr::Constant(0.0));
+    let code = [
+        scale(&p, &x),
+        zero(&q),
+        sum(&q, &p),
+        scale(&r, &y),
+        zero(&s),
+        sum(&s, &r),
+    ];
+    let refs: Vec<&LowLevel> = code.iter().collect();
+    let limits = h100();
+    let schedules = gpu_schedules(&refs, &limits, &ScheduleTuning::default(), false);
+    let earliest = join::leveled_order(&refs, &schedules, join::Placement::Earliest);
+    assert_eq!(earliest, vec![0, 3, 1, 2, 4, 5]);
+    let latest = join::leveled_order(&refs, &schedules, join::Placement::Latest);
+    assert_eq!(latest, vec![0, 3, 1, 2, 4, 5]);
+    let reordered: Vec<&LowLevel> = earliest.iter().map(|&i| refs[i]).collect();
+    let scheds: Vec<Schedule> = earliest.iter().map(|&i| schedules[i].clone()).collect();
+    let found = joined_launches(&reordered, &scheds, &limits);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].statements, vec![0, 1]);
+    assert_eq!(found[1].statements, vec![3, 5]);
+    // In program order, only the first sum and the second scaling meet.
+    let found = joined_launches(&refs, &schedules, &limits);
+    assert_eq!(found.len(), 1, "{found:?}");
+}

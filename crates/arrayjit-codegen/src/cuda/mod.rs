@@ -10,6 +10,10 @@
 //! levels of a block reduction by warp shuffles. NVRTC runs with `--fmad=false`: no
 //! contraction the IR did not ask for.
 //!
+//! Passes the plan joins ([`arrayjit_ir::schedule::gpu::join`]) are one `__global__` function
+//! whose blocks are numbered across the parts (`joined`): each part's body as it would be
+//! alone, its parameters named after the part (`p0_b0`, `p1_s0`).
+//!
 //! A routine optimized without GPU schedules (for a CPU) is a render error that says so.
 //!
 //! Every kernel takes, as typed pointers, the arrays its code uses (in the interface's order),
@@ -26,8 +30,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::gpu::TILE_GROUPS_PER_UNIT;
-use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
+use arrayjit_ir::schedule::Schedule;
+use arrayjit_ir::schedule::gpu::{JoinedLaunch, TILE_GROUPS_PER_UNIT};
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
     AxisIndex, BinOp, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
@@ -38,6 +42,11 @@ use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
 use crate::gpu_dialect::{CUDA as DIALECT, GpuDialect, gpu_pass};
 use crate::gpu_kernel::{self, Barrier, KernelDialect, MatrixOp, PassShape, Ty};
 use crate::kernel::KernelInterface;
+
+mod joined;
+mod statement;
+
+use statement::RoutineContext;
 
 /// Lines every CUDA file starts with: NVRTC has no standard headers.
 const PRELUDE: &str = "typedef signed char int8_t;
@@ -108,7 +117,9 @@ impl CudaPass {
         match self.shape {
             PassShape::Single => (1, 1),
             PassShape::Reduction => (1, t),
-            PassShape::Tiles(blocks) | PassShape::Rows(blocks) => (blocks.max(1) as u32, t),
+            PassShape::Tiles(blocks)
+            | PassShape::Rows(blocks)
+            | PassShape::Joined { groups: blocks, .. } => (blocks.max(1) as u32, t),
             PassShape::Grid(n) | PassShape::Zero(n) => (n.div_ceil(t as u64).max(1) as u32, t),
             PassShape::Given(d) => (d.grid[0], d.block[0]),
         }
@@ -166,7 +177,7 @@ struct Functions {
 }
 
 /// What stands for a function's name while it is compared with the others.
-const SYMBOL_PLACEHOLDER: &str = "@aj_symbol@";
+pub(crate) const SYMBOL_PLACEHOLDER: &str = "@aj_symbol@";
 
 impl CudaProgram {
     /// The program split into at most `units` files that compile independently (each the
@@ -282,51 +293,42 @@ fn render_routine(
         LowLevel::Seq(items) => items.iter().collect(),
         s => vec![s],
     };
+    let cx = RoutineContext {
+        r,
+        interface: &interface,
+        locals: &locals,
+        buffer_types: &buffer_types,
+        merge,
+        syntax,
+    };
+    // Statements whose passes run in a joined launch, by the launch's first part.
+    let joins: HashMap<usize, &JoinedLaunch> = r
+        .joined
+        .iter()
+        .filter_map(|j| j.statements.first().map(|&first| (first, j)))
+        .collect();
+    let joined_parts: std::collections::HashSet<usize> = r
+        .joined
+        .iter()
+        .flat_map(|j| j.statements.iter().copied())
+        .collect();
     let mut passes = Vec::new();
-    for (i, stmt) in stmts.into_iter().enumerate() {
-        let sched = r.schedules.get(i);
-        let binding = PassBinding::of(stmt, sched, &interface, &locals, r);
-        // Names by position in the pass, so that the same statement over other arrays of the
-        // same shapes prints the same function.
-        let mut pass_nodes: HashMap<Tnode, String> = HashMap::new();
-        let mut signature = Vec::new();
-        let mut pass_merge = None;
-        for (k, (b, _, tn)) in binding.args.iter().enumerate() {
-            match tn {
-                Some(tn) => {
-                    let ty = format!("{} *", c_storage_type(tn.prec()));
-                    let name = format!("b{k}");
-                    signature.push(format!("{ty}{} {name}", syntax.restrict));
-                    pass_nodes.insert(tn.clone(), name);
-                }
-                None => {
-                    let ty = buffer_types.get(*b).map_or("const void *", String::as_str);
-                    signature.push(format!("{ty}{} aj_merge", syntax.restrict));
-                    pass_merge = merge.clone();
-                }
-            }
+    for (i, &stmt) in stmts.iter().enumerate() {
+        if let Some(join) = joins.get(&i) {
+            let pass = joined::render_joined(&cx, &stmts, join, helpers)?;
+            let symbol = functions.add(pass.text, stem, passes.len());
+            passes.push(CudaPass {
+                symbol,
+                ..pass.pass
+            });
+            continue;
         }
-        let prologue = "";
-        let mut pass_symbols = HashMap::new();
-        for (k, &j) in binding.statics.iter().enumerate() {
-            signature.push(format!("const long long s{k}"));
-            if let Some(st) = r.bindings.get(j) {
-                pass_symbols.insert(st.symbol, format!("s{k}"));
-            }
+        if joined_parts.contains(&i) {
+            continue;
         }
-        let signature = signature.join(", ");
-        let mut k = KernelRenderer {
-            helpers: &mut *helpers,
-            nodes: pass_nodes,
-            merge: pass_merge,
-            symbols: pass_symbols,
-            loop_counter: 0,
-            locals: HashMap::new(),
-            local_counter: 0,
-            routine: r.name.clone(),
-            element_views: binding.views.clone(),
-        };
-        for (shape, threads, why, body) in render_pass(&mut k, stmt.unwrapped(), sched)? {
+        let part = cx.render_statement(i, stmt, helpers, "", None)?;
+        let signature = [part.buffer_params, part.static_params].concat().join(", ");
+        for (shape, threads, why, body) in part.kernels {
             // Tiled products cap their registers so that two groups share an SM.
             let bounds = match shape {
                 PassShape::Single => String::new(),
@@ -338,28 +340,17 @@ fn render_routine(
             let mut text = String::new();
             let _ = writeln!(
                 text,
-                "/* {why} */\n{} void {bounds}{SYMBOL_PLACEHOLDER}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  const long long aj_grp = blockIdx.x;\n  const int aj_t = threadIdx.x;\n  (void)aj_g; (void)aj_grp; (void)aj_t;\n{prologue}{body}}}\n",
+                "/* {why} */\n{} void {bounds}{SYMBOL_PLACEHOLDER}({signature}) {{\n  const long long aj_g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  const long long aj_grp = blockIdx.x;\n  const int aj_t = threadIdx.x;\n  (void)aj_g; (void)aj_grp; (void)aj_t;\n{body}}}\n",
                 syntax.kernel_prefix
             );
-            let symbol = match functions.by_text.get(&text) {
-                Some(existing) => existing.clone(),
-                None => {
-                    let symbol = format!("{stem}_p{}", passes.len());
-                    functions
-                        .texts
-                        .push(text.replace(SYMBOL_PLACEHOLDER, &symbol));
-                    functions.symbols.push(symbol.clone());
-                    functions.by_text.insert(text, symbol.clone());
-                    symbol
-                }
-            };
+            let symbol = functions.add(text, stem, passes.len());
             passes.push(CudaPass {
                 symbol,
                 shape,
                 threads,
                 why,
-                args: binding.args.iter().map(|&(b, o, _)| (b, o)).collect(),
-                statics: binding.statics.clone(),
+                args: part.args.clone(),
+                statics: part.statics.clone(),
             });
         }
     }
@@ -370,158 +361,47 @@ fn render_routine(
     })
 }
 
-/// What one statement's kernels bind: the buffers (positions in the interface's order: arrays,
-/// merge buffer, scratch) and static indices (positions in the interface's statics) its code
-/// uses, and the local nodes whose scratch slices it declares.
-struct PassBinding {
-    /// Each pointer parameter: the buffer's position, a byte offset into it, and the node it
-    /// holds (none for the merge buffer).
-    args: Vec<(usize, usize, Option<Tnode>)>,
-    statics: Vec<usize>,
-    /// Locals bound at their one element (their accesses render at offset 0).
-    views: std::collections::HashSet<usize>,
-}
-
-impl PassBinding {
-    fn of(
-        stmt: &LowLevel,
-        sched: Option<&Schedule>,
-        interface: &KernelInterface,
-        locals: &[(Tnode, usize)],
-        r: &Optimized,
-    ) -> PassBinding {
-        // A product's epilogue runs in its pass: the pass uses what both statements use.
-        let with_epilogue;
-        let stmt = match sched.map(|s| &s.kind) {
-            Some(ScheduleKind::Gpu(
-                GpuPass::Tiles {
-                    epilogue: Some(e), ..
-                }
-                | GpuPass::MatrixTiles {
-                    epilogue: Some(e), ..
-                },
-            )) => {
-                with_epilogue = LowLevel::Seq(vec![stmt.clone(), e.stmt.clone()]);
-                &with_epilogue
-            }
-            _ => stmt,
-        };
-        let mut used: std::collections::HashSet<usize> =
-            stmt.nodes().iter().map(Tnode::id).collect();
-        if let Some(Schedule {
-            kind: ScheduleKind::Gpu(GpuPass::GridReduction { partials, .. }),
-            ..
-        }) = sched
-        {
-            used.insert(partials.id());
+impl Functions {
+    /// The symbol of a function with this text (its name [`SYMBOL_PLACEHOLDER`]): the one
+    /// already held, or a new one named after the routine's stem and the pass's position.
+    fn add(&mut self, text: String, stem: &str, position: usize) -> String {
+        if let Some(existing) = self.by_text.get(&text) {
+            return existing.clone();
         }
-        let mut reads_merge = false;
-        stmt.visit_exprs(&mut |e| reads_merge |= matches!(e, ScalarExpr::GetMerge(..)));
-        let mut args: Vec<(usize, usize, Option<Tnode>)> = interface
-            .args
-            .iter()
-            .enumerate()
-            .filter(|(_, tn)| used.contains(&tn.id()))
-            .map(|(pos, tn)| (pos, 0, Some(tn.clone())))
-            .collect();
-        let mut next = interface.args.len();
-        if interface.merge.is_some() {
-            if reads_merge {
-                args.push((next, 0, None));
-            }
-            next += 1;
-        }
-        // Each local the pass uses: its slice of the scratch buffer, or the one element of it
-        // that every access reads or writes (so that passes on other elements print the same).
-        let mut views = std::collections::HashSet::new();
-        for (tn, offset) in locals.iter().filter(|(tn, _)| used.contains(&tn.id())) {
-            let element = match sched {
-                Some(Schedule {
-                    kind: ScheduleKind::Gpu(GpuPass::GridReduction { partials, .. }),
-                    ..
-                }) if partials == tn => None,
-                _ => single_element(stmt, tn),
-            };
-            match element {
-                Some(e) => {
-                    views.insert(tn.id());
-                    args.push((
-                        next,
-                        offset + e * tn.prec().size_in_bytes(),
-                        Some(tn.clone()),
-                    ));
-                }
-                None => args.push((next, *offset, Some(tn.clone()))),
-            }
-        }
-        let symbols = stmt.index_symbols();
-        let statics = r
-            .bindings
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| symbols.contains(&s.symbol))
-            .map(|(pos, _)| pos)
-            .collect();
-        PassBinding {
-            args,
-            statics,
-            views,
-        }
-    }
-}
-
-/// The element of `tn` that every access of `stmt` reads or writes, where they all use the
-/// same constant indices.
-fn single_element(stmt: &LowLevel, tn: &Tnode) -> Option<usize> {
-    let mut at: Option<Vec<AxisIndex>> = None;
-    let mut same = true;
-    let mut see = |idcs: &[AxisIndex]| match &at {
-        Some(a) => same &= a.as_slice() == idcs,
-        None => at = Some(idcs.to_vec()),
-    };
-    stmt.visit(&mut |s| {
-        if let LowLevel::Set { tn: t, idcs, .. } = s
-            && t == tn
-        {
-            see(idcs);
-        }
-    });
-    stmt.visit_exprs(&mut |e| {
-        if let ScalarExpr::Get(t, idcs) | ScalarExpr::GetMerge(t, idcs) = e
-            && t == tn
-        {
-            see(idcs);
-        }
-    });
-    let at = at.filter(|_| same)?;
-    if !at.iter().all(|i| matches!(i, AxisIndex::Fixed(_))) {
-        return None;
-    }
-    match tn.flat_index(&at) {
-        AxisIndex::Fixed(e) => usize::try_from(e).ok(),
-        _ => None,
+        let symbol = format!("{stem}_p{position}");
+        self.texts.push(text.replace(SYMBOL_PLACEHOLDER, &symbol));
+        self.symbols.push(symbol.clone());
+        self.by_text.insert(text, symbol.clone());
+        symbol
     }
 }
 
 /// The shape, threads per block, reason and body of each kernel of the pass of one top-level
 /// statement, by its schedule (none: it does nothing): the kernel tree of its pass
 /// ([`crate::gpu_kernel`]) printed in CUDA C.
-fn render_pass(
+pub(super) fn render_pass(
     k: &mut KernelRenderer<'_>,
     stmt: &LowLevel,
     sched: Option<&Schedule>,
+    shared: Option<&mut SharedArrays>,
 ) -> Result<Vec<(PassShape, u32, String, String)>> {
     let pass = gpu_pass(&k.routine, "CUDA C", sched)?;
     let why = sched.map(|s| s.why.clone()).unwrap_or_default();
-    let printed = gpu_kernel::print_pass(&mut CudaDialect(k), stmt, pass)?;
+    let printed = gpu_kernel::print_pass(&mut CudaDialect(k, shared), stmt, pass)?;
     Ok(printed
         .into_iter()
         .map(|p| (p.shape, p.threads, why.clone(), p.body))
         .collect())
 }
 
-/// The C family's renderer printing a kernel tree in CUDA C.
-struct CudaDialect<'k, 'a>(&'k mut KernelRenderer<'a>);
+/// Shared arrays a joined launch declares once, at its top (its parts run in different
+/// blocks, so they may use the same memory): each array's declared type and the most
+/// elements a part asks for, by name.
+pub(crate) type SharedArrays = std::collections::BTreeMap<String, (String, usize)>;
+
+/// The C family's renderer printing a kernel tree in CUDA C, collecting shared arrays into
+/// the second field where given.
+struct CudaDialect<'k, 'a>(&'k mut KernelRenderer<'a>, Option<&'k mut SharedArrays>);
 
 impl KernelDialect for CudaDialect<'_, '_> {
     fn syntax(&self) -> &'static GpuDialect {
@@ -568,11 +448,13 @@ impl KernelDialect for CudaDialect<'_, '_> {
         } else {
             16
         };
-        Ok(Some(DIALECT.shared_array(
-            &format!("__align__({align}) {}", self.ty(ty)),
-            name,
-            &len.to_string(),
-        )))
+        let ty = format!("__align__({align}) {}", self.ty(ty));
+        if let Some(collected) = self.1.as_deref_mut() {
+            let entry = collected.entry(name.to_string()).or_insert((ty, 0));
+            entry.1 = entry.1.max(len);
+            return Ok(None);
+        }
+        Ok(Some(DIALECT.shared_array(&ty, name, &len.to_string())))
     }
 
     fn for_header(&self, var: &str, ty: Ty, from: &str, cond: &str, next: &str) -> String {
