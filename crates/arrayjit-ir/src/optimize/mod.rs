@@ -393,32 +393,35 @@ pub fn optimize_low_level_in(
 }
 
 /// The code's top-level statements and their schedules in the order of dependence levels
-/// ([`crate::schedule::gpu::join::leveled_order`]), passes as early or as late as they may
-/// run, whichever makes fewer launches on a device of `limits` (the code's own order where
-/// neither does).
+/// ([`crate::schedule::gpu::join::leveled_order`]), whichever placement's plan is estimated
+/// fastest on a device of `limits` (the code's own order where none is faster).
 fn in_leveled_order(
     code: LowLevel,
     schedules: Vec<Schedule>,
     limits: &crate::schedule::GpuLimits,
 ) -> (LowLevel, Vec<Schedule>) {
     use crate::schedule::gpu::join::{Placement, joined_launches, leveled_order};
-    let launches = |order: &[usize]| {
+    // Each order's plan estimated on a model of the device (an H100's speeds scaled to its
+    // compute units): joined passes save launches and run side by side.
+    let model = crate::schedule::gpu::DeviceModel::from_limits("the device", *limits);
+    let estimate = |order: &[usize]| {
         let stmts = top_level(&code);
         let stmts: Vec<&LowLevel> = order.iter().map(|&i| stmts[i]).collect();
         let scheds: Vec<Schedule> = order.iter().map(|&i| schedules[i].clone()).collect();
-        let joined: usize = joined_launches(&stmts, &scheds, limits)
-            .iter()
-            .map(|j| j.statements.len() - 1)
-            .sum();
-        order.len() - joined
+        let joined = joined_launches(&stmts, &scheds, limits);
+        crate::schedule::gpu::GpuPlan::of("", &stmts, &scheds, &joined, &model).estimate_us()
     };
     let mut best: Vec<usize> = (0..schedules.len()).collect();
-    let mut fewest = launches(&best);
-    for placement in [Placement::Earliest, Placement::Latest] {
+    let mut fastest = estimate(&best);
+    for placement in [
+        Placement::Earliest,
+        Placement::Latest,
+        Placement::SourcesFirst,
+    ] {
         let order = leveled_order(&top_level(&code), &schedules, placement);
-        let n = launches(&order);
-        if n < fewest {
-            (best, fewest) = (order, n);
+        let us = estimate(&order);
+        if us < fastest {
+            (best, fastest) = (order, us);
         }
     }
     if best.iter().enumerate().all(|(k, &i)| k == i) {

@@ -2,14 +2,17 @@
 //! touch no node the others write become the parts of one launch ([`JoinedLaunch`]).
 //!
 //! A routine's tail is often a long run of tiny passes: an optimizer's per-parameter norms
-//! (one group each), its updates of small parameters, single-invocation bookkeeping. Alone,
-//! each pays a launch and occupies one or a few compute units while the rest of the device
-//! waits. Joined, their groups are numbered one after the other in one launch: every group
-//! runs the part its number falls in, so the parts run side by side.
+//! (one group each), its updates of small parameters, single-invocation bookkeeping; a
+//! small model's step is mostly passes that take about as long as their launch. Alone, each
+//! pays a launch and the tiny ones occupy one or a few compute units while the rest of the
+//! device waits. Joined, their groups are numbered one after the other in one launch: every
+//! group runs the part its number falls in, so the parts run side by side.
 //!
 //! Rules:
 //! - **What joins**: zeroing, grid, rows, group-reduction and single-invocation passes whose
-//!   own launch makes fewer groups than keep the device busy ([`GpuLimits::busy_groups`]).
+//!   own launch makes fewer than [`JOIN_MAX_WAVES`] times the groups that keep the device busy
+//!   ([`GpuLimits::busy_groups`]): for those, a launch of their own is a large part of their
+//!   time (a pass of a few waves takes about as long as its launch).
 //!   Products (their staging and registers are tuned to their own launch) and grid reductions
 //!   (two phases) run alone.
 //! - **Independence**: a part joins only if it writes no node that the parts before it in the
@@ -29,8 +32,9 @@
 //!   writes, or writes what it touches), in program order among those of one level — so that
 //!   independent passes far apart in the program (an optimizer's steps for each parameter)
 //!   become neighbours; or, counted from the end, each runs right before the first pass that
-//!   depends on it ([`Placement`]). The optimizer takes whichever of the two orders makes
-//!   fewer launches (the program's own order where neither makes fewer). A statement whose
+//!   depends on it, or those that depend on nothing first and the others as late as possible
+//!   ([`Placement`]). The optimizer takes whichever order's plan is estimated fastest on a
+//!   model of the device ([`super::plan`]; the program's own order where none is faster). A statement whose
 //!   work another's pass does (a zeroing the next product or reduction starts from, an
 //!   epilogue the product before runs) moves with it. A launch covers consecutive statements
 //!   of the order.
@@ -143,6 +147,10 @@ impl Footprint {
     }
 }
 
+/// A pass joins others only while its own launch makes fewer than this many times the groups
+/// that keep the device busy: beyond, its launch is a small part of its time.
+pub const JOIN_MAX_WAVES: u64 = 8;
+
 /// Consecutive passes run by one launch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinedLaunch {
@@ -218,8 +226,8 @@ impl Gathering {
             })
             .sum();
         let why = format!(
-            "{} passes that alone leave the device idle, touching no node another writes, run side \
-             by side as one launch of {groups} group(s) of {threads}",
+            "{} passes touching no node another writes run side by side as one launch of {groups} \
+             group(s) of {threads}",
             self.statements.len()
         );
         out.push(JoinedLaunch {
@@ -293,6 +301,10 @@ pub enum Placement {
     /// Right before the first pass that depends on it (an optimizer's per-parameter norms
     /// all just before the norm that adds them up).
     Latest,
+    /// Passes that depend on no earlier pass first (a forward pass's weight casts), the others
+    /// as late as possible. A valid order too: nothing precedes such a pass, and every pass
+    /// after one comes at least a level later.
+    SourcesFirst,
 }
 
 /// An order of dependence levels (see the module's doc) of a routine's top-level statements
@@ -332,9 +344,8 @@ pub fn leveled_order(
     if !pending.is_empty() {
         units.push(pending);
     }
-    // Each unit's level: one past the latest level that wrote a part of a node it touches, or
-    // touched a part of a node it writes — counted from the start (as early as possible) or,
-    // going backwards, from the end (as late as possible).
+    // Each unit's level counted from the start (as early as possible) and, going backwards,
+    // from the end (as late as possible).
     let footprints: Vec<Footprint> = units
         .iter()
         .map(|unit| {
@@ -345,13 +356,36 @@ pub fn leveled_order(
             f
         })
         .collect();
+    let from_start = levels(&footprints, 0..units.len());
+    let from_end = levels(&footprints, (0..units.len()).rev());
+    let deepest = from_end.iter().copied().max().unwrap_or(0);
+    let mut keyed: Vec<(usize, usize)> = (0..units.len())
+        .map(|u| {
+            let latest = deepest - from_end[u];
+            let key = match placement {
+                Placement::Earliest => from_start[u],
+                Placement::Latest => latest,
+                // A pass that depends on none may run first, with the others of its kind.
+                Placement::SourcesFirst if from_start[u] == 0 => 0,
+                Placement::SourcesFirst => latest + 1,
+            };
+            (key, u)
+        })
+        .collect();
+    // Program order within a level.
+    keyed.sort();
+    keyed
+        .into_iter()
+        .flat_map(|(_, u)| units[u].iter().copied())
+        .collect()
+}
+
+/// Each unit's level, visiting them in `visit` order: one past the latest level that wrote a
+/// part of a node it touches, or touched a part of a node it writes (0 where none did).
+fn levels(footprints: &[Footprint], visit: impl Iterator<Item = usize>) -> Vec<usize> {
     let mut writes = Levels::default();
     let mut touches = Levels::default();
-    let mut leveled: Vec<(usize, usize)> = Vec::with_capacity(units.len());
-    let visit: Vec<usize> = match placement {
-        Placement::Earliest => (0..units.len()).collect(),
-        Placement::Latest => (0..units.len()).rev().collect(),
-    };
+    let mut out = vec![0; footprints.len()];
     for u in visit {
         let f = &footprints[u];
         let after = f
@@ -371,17 +405,9 @@ pub fn leveled_order(
         for (id, p) in &f.touched {
             touches.record(*id, p, level);
         }
-        leveled.push((level, u));
+        out[u] = level;
     }
-    match placement {
-        Placement::Earliest => leveled.sort(),
-        // The deepest level from the end runs first; program order within a level.
-        Placement::Latest => leveled.sort_by_key(|&(level, u)| (std::cmp::Reverse(level), u)),
-    }
-    leveled
-        .into_iter()
-        .flat_map(|(_, u)| units[u].iter().copied())
-        .collect()
+    out
 }
 
 /// The launches that join consecutive passes of a routine (see the module's doc), given its
@@ -415,7 +441,7 @@ pub fn joined_launches(
         }
         let footprint = std::mem::take(&mut pending);
         let requires = joinable(pass);
-        let small = JoinedLaunch::part_groups(pass, own_threads(pass)) < busy;
+        let small = JoinedLaunch::part_groups(pass, own_threads(pass)) < busy * JOIN_MAX_WAVES;
         let Some(requires) = requires.filter(|_| small) else {
             std::mem::take(&mut open).close(&mut out, schedules);
             continue;

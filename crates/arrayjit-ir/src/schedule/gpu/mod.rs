@@ -37,8 +37,8 @@
 //!   routine), then one group combines the partials in order into the element;
 //! - **single**: anything else, on one invocation.
 //!
-//! Passes too small to fill the device, whose statements touch nothing the others write, run
-//! side by side as one launch where the device allows it ([`join`]; the passes first go in
+//! Passes that take about as long as their launch, whose statements touch nothing the others
+//! write, run side by side as one launch where the device allows it ([`join`]; the passes first go in
 //! the order of their dependence levels, so that independent ones are neighbours).
 //!
 //! A pass changes results only by the fixed regrouping of reductions (a tree in a fixed order),

@@ -488,15 +488,17 @@ fn independent_small_passes_join_and_dependent_ones_do_not() {
     assert!(joined_launches(&refs, &schedules, &none).is_empty());
 }
 
-/// `p = x + 1; q = Σ p; r = y + 1; s = Σ r`: as early as possible, the two scalings come first
-/// and the two sums after them (two launches instead of three); as late as possible, the
-/// scaling of `x` waits until just before its sum. Zeroings stay right before the sums that
-/// start from them.
+/// `p = x + 1; q = Σ p; r = y + 1; s = Σ r; t = q + s; u = y + 1; v = p + 1`: as early as
+/// possible, the scalings of `x` and `y` and `u` come first, then the sums with `v`, then `t`;
+/// as late as possible, `u` and `v` wait until the end; sources first puts `u` at the front and
+/// `v` at the end. Zeroings stay right before the sums that start from them. In program order
+/// fewer passes meet than in the order of levels.
 #[test]
 fn passes_go_in_the_order_of_their_dependence_levels() {
     let (x, y) = (node("x", &[500]), node("y", &[500]));
     let (p, r) = (node("p", &[500]), node("r", &[500]));
-    let (q, s) = (node("q", &[]), node("s", &[]));
+    let (u, v) = (node("u", &[500]), node("v", &[500]));
+    let (q, s, t) = (node("q", &[]), node("s", &[]), node("t", &[]));
     let scale = |out: &Tnode, of: &Tnode| {
         let i = Symbol::fresh();
         for_(
@@ -529,21 +531,43 @@ fn passes_go_in_the_order_of_their_dependence_levels() {
         scale(&r, &y),
         zero(&s),
         sum(&s, &r),
+        set(
+            &t,
+            &[],
+            ScalarExpr::binop(BinOp::Add, get(&q, &[]), get(&s, &[])),
+        ),
+        scale(&u, &y),
+        scale(&v, &p),
     ];
     let refs: Vec<&LowLevel> = code.iter().collect();
     let limits = h100();
     let schedules = gpu_schedules(&refs, &limits, &ScheduleTuning::default(), false);
-    let earliest = join::leveled_order(&refs, &schedules, join::Placement::Earliest);
-    assert_eq!(earliest, vec![0, 3, 1, 2, 4, 5]);
-    let latest = join::leveled_order(&refs, &schedules, join::Placement::Latest);
-    assert_eq!(latest, vec![0, 3, 1, 2, 4, 5]);
-    let reordered: Vec<&LowLevel> = earliest.iter().map(|&i| refs[i]).collect();
-    let scheds: Vec<Schedule> = earliest.iter().map(|&i| schedules[i].clone()).collect();
-    let found = joined_launches(&reordered, &scheds, &limits);
-    assert_eq!(found.len(), 2, "{found:?}");
-    assert_eq!(found[0].statements, vec![0, 1]);
-    assert_eq!(found[1].statements, vec![3, 5]);
-    // In program order, only the first sum and the second scaling meet.
-    let found = joined_launches(&refs, &schedules, &limits);
-    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(matches!(
+        schedules[1].kind,
+        ScheduleKind::Gpu(GpuPass::Nothing)
+    ));
+    let order = |placement| join::leveled_order(&refs, &schedules, placement);
+    let earliest = order(join::Placement::Earliest);
+    assert_eq!(earliest, vec![0, 3, 7, 1, 2, 4, 5, 8, 6]);
+    assert_eq!(
+        order(join::Placement::Latest),
+        vec![0, 3, 1, 2, 4, 5, 6, 7, 8]
+    );
+    assert_eq!(
+        order(join::Placement::SourcesFirst),
+        vec![0, 3, 7, 1, 2, 4, 5, 6, 8]
+    );
+    let launches = |order: &[usize]| {
+        let stmts: Vec<&LowLevel> = order.iter().map(|&i| refs[i]).collect();
+        let scheds: Vec<Schedule> = order.iter().map(|&i| schedules[i].clone()).collect();
+        let joined = joined_launches(&stmts, &scheds, &limits);
+        let passes = scheds
+            .iter()
+            .filter(|s| !matches!(s.kind, ScheduleKind::Gpu(GpuPass::Nothing)))
+            .count();
+        passes - joined.iter().map(|j| j.statements.len() - 1).sum::<usize>()
+    };
+    // As early as possible: {p, r, u}, {q, s, v}, {t}.
+    assert_eq!(launches(&earliest), 3);
+    assert!(launches(&(0..code.len()).collect::<Vec<_>>()) > 3);
 }
