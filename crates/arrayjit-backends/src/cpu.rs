@@ -209,8 +209,8 @@ impl DeviceRuntime for CpuRuntime {
     ) -> Result<()> {
         let end = crate::byte_range_end(src, offset, dst.len())?;
         let s = self.cpu(src)?;
-        // SAFETY: as in `copy_to_host`.
         with_host_locks(&[s], || {
+            // SAFETY: as in `copy_to_host`.
             dst.copy_from_slice(&unsafe { s.bytes() }[offset..end])
         });
         Ok(())

@@ -51,8 +51,8 @@ pub fn asan_loaded() -> bool {
 /// until they are unpoisoned (or the allocation is freed).
 pub unsafe fn poison(ptr: *const u8, len: usize) -> bool {
     match asan() {
-        // SAFETY: as the caller promises.
         Some(a) => {
+            // SAFETY: as the caller promises.
             unsafe { (a.poison)(ptr.cast(), len) };
             true
         }

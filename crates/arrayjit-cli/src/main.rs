@@ -2,6 +2,10 @@
 //! small program, lists backends and devices, and runs the benchmark table. `--trace FILE`
 //! records a timeline of any of them for Perfetto.
 
+// Production code documents every unsafe block and never unwraps (tests may).
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -18,6 +18,9 @@
 //!   thread (a stream's worker) may issue collectives; ranks must issue them in the same order.
 
 #![warn(missing_docs)]
+// Production code documents every unsafe block and never unwraps (tests may).
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod engine;
 mod group;

@@ -7,6 +7,9 @@
 // `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
 // mode, host array) does not affect map keys.
 #![allow(clippy::mutable_key_type)]
+// Production code documents every unsafe block and never unwraps (tests may).
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod assignments;
 pub mod error;

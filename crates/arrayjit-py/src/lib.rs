@@ -6,6 +6,9 @@
 //! copies into them), [`nn`] (the blocks), [`observe`] (listing, timing and trace switches), [`gpt`] (the GPT demo's trainer).
 
 #![warn(missing_docs)]
+// Production code documents every unsafe block and never unwraps (tests may).
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod errors;
 pub mod gpt;

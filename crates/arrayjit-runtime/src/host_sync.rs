@@ -147,11 +147,12 @@ fn host_refresh_hook(
         let Some(tn) = entry.node() else {
             return Ok(());
         };
-        // SAFETY (for each call below): it runs when the copy's writer has finished (waited
+        // Each call below runs when the copy's writer has finished (waited
         // for below, or inside the writer's own stream after it), and a later writer of the
         // array waits for this refresh: the node's prepare-read hook runs before the host
         // reads, and nothing else writes a hosted node's array meanwhile.
         let direct = || {
+            // SAFETY: ordered as the comment above says.
             tn.with_host_mut(|nd| unsafe {
                 lowered
                     .runtime()

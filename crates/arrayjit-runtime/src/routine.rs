@@ -194,7 +194,7 @@ impl Routine {
             args.push(scratch);
         }
         let (batch, index, queue) = (self.code.batch.clone(), self.code.index, stream.queue());
-        // SAFETY (both launches below): every argument was ordered above (`order`: after the
+        // Both launches below are sound: every argument was ordered above (`order`: after the
         // array's last writer and, for a write, its pending readers) and is recorded below as
         // read or written by this run, so later accesses wait for it (host_sync rules 2 and
         // 3); a streamed merge buffer is ordered as a read of its source; the stream's own
@@ -215,6 +215,7 @@ impl Routine {
                         }
                     })
                 };
+                // SAFETY: the arguments are ordered as the comment above says.
                 let result =
                     unsafe { batch.launch_timed(index, &args, &statics, queue.as_deref(), sink) };
                 if result.as_ref().is_ok_and(|&on_device| on_device) {
@@ -230,6 +231,7 @@ impl Routine {
             })
         } else {
             // Untimed: no clock reads.
+            // SAFETY: the arguments are ordered as the comment above says.
             Box::new(move || unsafe { batch.launch(index, &args, &statics, queue.as_deref()) })
         };
         stream.schedule(task, TaskLabel::Named("routine", self.label.clone()))?;

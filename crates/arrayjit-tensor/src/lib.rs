@@ -7,6 +7,9 @@
 #![warn(missing_docs)]
 // `Tnode` hashes and orders by its id, which never changes.
 #![allow(clippy::mutable_key_type)]
+// Production code documents every unsafe block and never unwraps (tests may).
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod activations;
 pub mod autodiff;

@@ -154,11 +154,19 @@ impl CcBatch {
         // Host arrays used in place are read under their nodes' host locks while the kernel
         // runs, so the host cannot change them meanwhile.
         let status = with_host_locks(&buffers, || match (with_dims, self.entries[index]) {
-            (Some((f, dims)), _) => unsafe { f(ptrs.as_ptr(), statics.as_ptr(), dims.as_ptr()) },
+            (Some((f, dims)), _) => {
+                // SAFETY: (this call and the two below) the entry points take the kernel's
+                // buffer and static arrays, checked against its interface above
+                // (`check_launch`), which outlive the call; `dims` holds the launch's six
+                // dimensions.
+                unsafe { f(ptrs.as_ptr(), statics.as_ptr(), dims.as_ptr()) }
+            }
             (None, Entry::C(f)) => {
+                // SAFETY: as above; `par` is the device's worker pool or null (run inline).
                 unsafe { f(ptrs.as_ptr(), statics.as_ptr(), par) };
                 0
             }
+            // SAFETY: as above.
             (None, Entry::Emulated(f)) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
         });
         // Only emulated routines report a status: -1 when their threads' stacks were not had.

@@ -478,12 +478,14 @@ impl CpuBackend {
         let entries = kernels
             .iter()
             .map(|k| {
-                // SAFETY: the symbol has the convention's signature (this function's contract).
                 Ok(match convention {
                     CallingConvention::C => {
+                        // SAFETY: the symbol has the convention's signature (this function's
+                        // contract).
                         Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? })
                     }
                     CallingConvention::EmulatedCuda => {
+                        // SAFETY: as above.
                         Entry::Emulated(unsafe { library.entry::<EmulatedFn>(&k.symbol)? })
                     }
                 })

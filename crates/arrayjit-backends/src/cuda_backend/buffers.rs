@@ -99,6 +99,7 @@ impl CudaBuffer {
             bytes,
         });
         gpu.used.fetch_add(bytes, Ordering::Relaxed);
+        // SAFETY: `ptr` is the allocation of `bytes` just made on this device's context.
         unsafe { cu::memset_d8_sync(ptr, 0, bytes) }.map_err(|e| gpu.driver_error(&action, e))?;
         let align = alignment.max(1) as u64;
         let offset = (ptr.div_ceil(align) * align - ptr) as usize;

@@ -94,13 +94,14 @@ impl ScheduledArray<'_> {
             return f(bytes);
         }
         let mut bytes = vec![0u8; self.buffer.size_in_bytes()];
-        // SAFETY (both copies): the task holds write access, as above.
+        // SAFETY: the task holds write access, as above.
         unsafe {
             self.lowered
                 .runtime()
                 .copy_to_host(self.buffer, &mut bytes, self.queue)?
         };
         f(&mut bytes)?;
+        // SAFETY: as for the copy to the host.
         unsafe {
             self.lowered
                 .runtime()
