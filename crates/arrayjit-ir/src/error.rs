@@ -123,6 +123,22 @@ pub enum Error {
         /// What needed the host array and what to do.
         detail: String,
     },
+    /// A host write of a hosted constant whose values devices already hold: constants never
+    /// change after their initialization.
+    #[error(
+        "tensor node {node} is a hosted constant (because: {provenance}) that devices already \
+         hold; {op} would change it after its initialization: set its values before the first \
+         routine reading it runs, or make it hosted nonconstant (or volatile) to change it from \
+         the host"
+    )]
+    ConstantChanged {
+        /// The node's debug name.
+        node: String,
+        /// Why the node is constant.
+        provenance: String,
+        /// The write refused (`set_values`, `set_value`, ...).
+        op: String,
+    },
     /// The optimizer cannot honour a request (e.g. a node required to be virtual cannot be inlined).
     #[error("cannot optimize {routine}: {detail}")]
     Optimization {

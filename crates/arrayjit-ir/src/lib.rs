@@ -41,4 +41,4 @@ pub use optimize::{
     optimize_low_level_in,
 };
 pub use prec::Prec;
-pub use tnode::Tnode;
+pub use tnode::{DelayedPrec, Tnode};

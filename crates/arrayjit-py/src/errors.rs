@@ -66,9 +66,10 @@ pub fn to_py(e: Error) -> PyErr {
         Error::PrecisionFixed { .. }
         | Error::UnsupportedPrecision { .. }
         | Error::PrecisionMismatch { .. } => PrecisionError::new_err(message),
-        Error::MemoryModeConflict(_) | Error::NotHosted { .. } | Error::NodeNotInContext { .. } => {
-            MemoryModeError::new_err(message)
-        }
+        Error::MemoryModeConflict(_)
+        | Error::ConstantChanged { .. }
+        | Error::NotHosted { .. }
+        | Error::NodeNotInContext { .. } => MemoryModeError::new_err(message),
         Error::UnknownBackend { .. }
         | Error::BackendUnavailable { .. }
         | Error::NoSuchDevice { .. } => BackendUnavailableError::new_err(message),

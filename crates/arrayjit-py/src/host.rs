@@ -130,6 +130,7 @@ pub fn copy_in(tn: &Tnode, values: &Bound<'_, PyAny>) -> PyResult<bool> {
             }
         };
         let bytes: &[u8] = bytemuck::cast_slice(slice);
+        tn.check_host_writable("set_values").py()?;
         tn.prepare_read().py()?;
         let copied = tn
             .with_host_mut(|host| {

@@ -137,6 +137,46 @@ fn tnode__memory_type_constant_is_never_written_on_devices() {
     }
 }
 
+/// `ocannl-ir-tnode.txt`, `Constant`: "never changes after initialization". Its host values
+/// may be set (and set again) until a device holds them; after a routine read it, every host
+/// write (`set_values`, `set_value`, `set_values_with`) is a typed `ConstantChanged` naming the
+/// node, why it is constant and the write, and changes nothing on the host or the device.
+#[test]
+fn tnode__hosted_constant_host_writes_end_at_initialization() {
+    for name in CPU_BACKENDS {
+        let backend = arrayjit::backend(name).unwrap();
+        let c = input("c", &[1.0, 2.0]);
+        c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
+            .unwrap();
+        c.set_values(&[3.0, 4.0]).unwrap();
+        c.set_value(&[0], 5.0).unwrap();
+        let y = result("y", 2);
+        let code = backend
+            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &c), &[])
+            .unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let ctx = Context::new(&stream).link(&code).unwrap();
+        ctx.run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![-5.0, -4.0], "{name}");
+        for e in [
+            c.set_values(&[7.0, 8.0]).unwrap_err(),
+            c.set_value(&[1], 7.0).unwrap_err(),
+            c.set_values_with(|_| 7.0).unwrap_err(),
+        ] {
+            let text = e.to_string();
+            assert!(
+                matches!(&e, arrayjit::Error::ConstantChanged { node, provenance, .. }
+                    if node.contains('c') && provenance == "test: weights"),
+                "{name}: {text}"
+            );
+            assert!(text.contains("set_value"), "{text}");
+        }
+        assert_eq!(c.get_values().unwrap(), vec![5.0, 4.0], "{name}");
+        ctx.run().unwrap();
+        assert_eq!(y.get_values().unwrap(), vec![-5.0, -4.0], "{name}");
+    }
+}
+
 /// `ocannl-ir-tnode.txt`, `delayed_prec` and `update_prec`: a node's precision can be decided
 /// after it is made, until its first use fixes it; later requests for another precision are a
 /// typed error naming both, and change nothing.
@@ -176,6 +216,26 @@ fn tnode__delayed_prec_and_update_prec() {
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         Context::new(&stream).link(&code).unwrap().run().unwrap();
         assert_eq!(y.get_values().unwrap(), vec![-1.5, 2.25, -3.0], "{name}");
+    }
+    // `delayed_prec` as text: printed and read back (`sexp_of_delayed_prec`,
+    // `delayed_prec_of_sexp`); anything else is a typed error listing the forms.
+    use arrayjit::ir::DelayedPrec;
+    for d in [
+        DelayedPrec::Specified(Prec::Bf16),
+        DelayedPrec::Default(Prec::F32),
+    ] {
+        assert_eq!(d.to_string().parse::<DelayedPrec>().unwrap(), d);
+    }
+    assert_eq!(
+        "  Default   F64 ".parse::<DelayedPrec>().unwrap(),
+        DelayedPrec::Default(Prec::F64)
+    );
+    for bad in ["", "default", "f33", "later f32", "default f32 f64"] {
+        let e = bad.parse::<DelayedPrec>().unwrap_err();
+        assert!(
+            matches!(e, arrayjit::Error::InvalidArgument { .. }) && e.to_string().contains("f32"),
+            "{bad:?}: {e}"
+        );
     }
 }
 
@@ -327,6 +387,12 @@ fn tnode__backend_info_update_code_name_and_log_debug_info() {
             debug.contains(&y.header()) && debug.contains("host array") && debug.contains(&info),
             "{debug}"
         );
+        // The device wrote y: a host refresh is pending until the host reads it.
+        assert!(y.prepare_read_pending(), "{name}");
+        assert!(debug.contains("host refresh is pending"), "{debug}");
+        assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0], "{name}");
+        assert!(!y.prepare_read_pending(), "{name}");
+        assert!(!y.debug_info().contains("pending"), "{}", y.debug_info());
         // Logged at the level asked for, and only there.
         let (logged, _) = capture_logs(tracing::Level::INFO, || {
             y.log_debug_info(tracing::Level::INFO);
@@ -508,14 +574,27 @@ fn tnode__known_queries_force_and_update_memory_sharing() {
     c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
         .unwrap();
     assert!(c.known_constant() && c.potentially_cross_stream());
-    assert!(
-        c.update_memory_sharing(Sharing::PerStream, "test: no")
-            .is_err()
-    );
+    // Both keep their modes whatever sharing is asked (the reference "preserves the memory
+    // mode"): devices never write them.
+    for sharing in [Sharing::PerStream, Sharing::SharedCrossStreams] {
+        c.update_memory_sharing(sharing, "test: kept").unwrap();
+        assert_eq!(
+            c.memory_mode().unwrap().mode,
+            MemoryMode::Hosted(MemoryType::Constant)
+        );
+        assert_eq!(c.memory_mode().unwrap().provenance, "test: weights");
+    }
     let v = node("v");
     v.update_memory_mode(MemoryMode::Hosted(MemoryType::Volatile), "test: fed")
         .unwrap();
     assert!(v.known_volatile() && v.known_non_cross_stream());
+    for sharing in [Sharing::PerStream, Sharing::SharedCrossStreams] {
+        v.update_memory_sharing(sharing, "test: kept").unwrap();
+        assert_eq!(
+            v.memory_mode().unwrap().mode,
+            MemoryMode::Hosted(MemoryType::Volatile)
+        );
+    }
     // Local nodes have nothing to share.
     let l = node("l");
     l.update_memory_mode(MemoryMode::Local, "test: scratch")

@@ -19,6 +19,44 @@ pub enum DelayedPrec {
     Default(Prec),
 }
 
+impl std::fmt::Display for DelayedPrec {
+    /// `f32` for a specified precision, `default f32` for a default one: the form
+    /// [`DelayedPrec::from_str`](std::str::FromStr) reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DelayedPrec::Specified(p) => write!(f, "{p}"),
+            DelayedPrec::Default(p) => write!(f, "default {p}"),
+        }
+    }
+}
+
+impl std::str::FromStr for DelayedPrec {
+    type Err = Error;
+
+    /// Reads what `Display` prints (`f32`, `default f32`; any case, any spacing); anything else
+    /// is an [`Error::InvalidArgument`] listing the forms and precisions.
+    fn from_str(text: &str) -> Result<DelayedPrec> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let (default, name) = match words.as_slice() {
+            [name] => (false, *name),
+            [d, name] if d.eq_ignore_ascii_case("default") => (true, *name),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{text:?} is not a delayed precision; expected a precision (\"f32\") or \
+                     \"default\" and one (\"default f32\")"
+                )));
+            }
+        };
+        let p = Prec::parse(name)
+            .map_err(|e| Error::invalid(format!("{text:?} is not a delayed precision: {e}")))?;
+        Ok(if default {
+            DelayedPrec::Default(p)
+        } else {
+            DelayedPrec::Specified(p)
+        })
+    }
+}
+
 impl Tnode {
     /// A node whose precision is `default` unless [`Tnode::update_prec`] asks for another
     /// before it is first used: a front end can make nodes before it knows the precision a

@@ -54,6 +54,12 @@ impl Tnode {
             },
             self.code_name()
         );
+        if self.prepare_read_pending() {
+            let _ = write!(
+                out,
+                "\n  a host refresh is pending: it runs before the host next reads or writes"
+            );
+        }
         let info = self.backend_info();
         if !info.is_empty() {
             let _ = write!(out, "\n  backend: {info}");

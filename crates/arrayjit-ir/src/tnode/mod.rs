@@ -509,6 +509,12 @@ impl Tnode {
         lock(&self.0.host_sync).prepare_read = Some(hook);
     }
 
+    /// Whether a host refresh is pending (installed by [`Tnode::set_prepare_read`], not yet run
+    /// by [`Tnode::prepare_read`]).
+    pub fn prepare_read_pending(&self) -> bool {
+        lock(&self.0.host_sync).prepare_read.is_some()
+    }
+
     /// Runs the pending host synchronisation, if any: after this the host array holds the
     /// latest values. Called by every user-facing read and write of host values.
     pub fn prepare_read(&self) -> Result<()> {
@@ -630,6 +636,7 @@ impl Tnode {
                 ),
             });
         }
+        self.check_host_writable("set_values")?;
         self.prepare_read()?;
         self.with_host_mut(|nd| nd.set_all_f64(values))?;
         self.mark_changed_on_host();
@@ -640,6 +647,7 @@ impl Tnode {
     /// a vector of all values: a parameter's initializer fills its host array in place. An
     /// array too large for the machine is an [`Error::OutOfMemory`], and nothing changes.
     pub fn set_values_with(&self, value: impl FnMut(usize) -> f64) -> Result<()> {
+        self.check_host_writable("set_values_with")?;
         self.prepare_read()?;
         self.with_host_mut(|nd| {
             nd.set_all_with(value);
@@ -647,6 +655,25 @@ impl Tnode {
         })?;
         self.mark_changed_on_host();
         Ok(())
+    }
+
+    /// `Ok` unless the node is a hosted constant that a device copy already holds
+    /// ([`Error::ConstantChanged`], naming `op`): a constant's host values may be set until its
+    /// first device copy is made from them (its initialization), never after.
+    pub fn check_host_writable(&self, op: &str) -> Result<()> {
+        match self.memory_mode() {
+            Some(m)
+                if m.mode == MemoryMode::Hosted(MemoryType::Constant)
+                    && !self.copies_not_lagging_host().is_empty() =>
+            {
+                Err(Error::ConstantChanged {
+                    node: self.debug_name(),
+                    provenance: m.provenance,
+                    op: op.to_string(),
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// All logical values (row-major) from the host array.
@@ -676,6 +703,7 @@ impl Tnode {
     /// Sets one logical element on the host.
     pub fn set_value(&self, idx: &[usize], x: f64) -> Result<()> {
         let at = self.storage_index(idx)?;
+        self.check_host_writable("set_value")?;
         self.prepare_read()?;
         self.with_host_mut(|nd| nd.set(&at, x))?;
         // Row-major position in the stored array: copies lag in this element only.

@@ -90,15 +90,18 @@ impl Tnode {
     }
 
     /// Sets whether the node's device arrays are shared across streams, keeping the rest of its
-    /// mode: `OnDevice(_)` and `Hosted(ChangedOnDevices(_))` take `sharing`; `Hosted(Nonconstant)`
-    /// (or plain `Hosted`) becomes `Hosted(ChangedOnDevices(sharing))`; a mode that does not
-    /// say yet where the node lives (undecided, never virtual, device only, materialized)
-    /// becomes `OnDevice(sharing)`. A mode that has no device arrays of its own to share
-    /// (virtual, local, hosted constant or volatile), or another sharing already decided, is an
+    /// mode (as the reference's `update_memory_sharing`): `OnDevice(_)` and
+    /// `Hosted(ChangedOnDevices(_))` take `sharing`; `Hosted(Nonconstant)` (or plain `Hosted`)
+    /// becomes `Hosted(ChangedOnDevices(sharing))`; a mode that does not say yet where the node
+    /// lives (undecided, never virtual, device only, materialized) becomes
+    /// `OnDevice(sharing)`. A hosted constant or volatile node keeps its mode: devices never
+    /// write it, so its arrays are the same values whichever streams hold them. A mode with no
+    /// device arrays (virtual, local), or another sharing already decided, is an
     /// [`crate::Error::MemoryModeConflict`] naming both requests.
     pub fn update_memory_sharing(&self, sharing: Sharing, provenance: &str) -> Result<()> {
         use MemoryMode::*;
         let target = match self.decided_mode() {
+            Some(Hosted(MemoryType::Constant | MemoryType::Volatile)) => return Ok(()),
             Some(Hosted(MemoryType::Unset | MemoryType::Nonconstant))
             | Some(Hosted(MemoryType::ChangedOnDevices(_))) => {
                 Hosted(MemoryType::ChangedOnDevices(sharing))
