@@ -432,6 +432,29 @@ pub trait LoweredBackend: Send + Sync + Debug {
             self.name()
         )))
     }
+    /// [`LoweredBackend::compile_source`] with `options` instead of the default ones (the
+    /// reference's `Compiler.compile ~options` for source given directly), checked as
+    /// [`LoweredBackend::compile_batch_with`] checks them. Default: the default options compile
+    /// as usual; any other is an error saying the backend takes none.
+    ///
+    /// # Safety
+    /// As [`LoweredBackend::compile_source`].
+    unsafe fn compile_source_with(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        if *options == self.default_compile_options() {
+            // SAFETY: the caller's contract is this method's.
+            return unsafe { self.compile_source(source, kernels) };
+        }
+        Err(arrayjit_ir::Error::invalid(format!(
+            "backend {} takes no compile options yet (given {:?}); compile with its defaults",
+            self.name(),
+            options.flags
+        )))
+    }
     /// Backend-specific debug information.
     fn debug_info(&self) -> String;
 }

@@ -40,7 +40,7 @@ pub use backend::{
 };
 pub use code::Code;
 pub use config::{MAX_POOL_BYTES_RANGE, QUEUE_CAPACITY_RANGE, RuntimeConfig, Strategy};
-pub use context::{ArrayAccess, Context, ScheduledArray};
+pub use context::{ArrayAccess, ChildMergeNode, Context, ScheduledArray};
 pub use data_parallel::DataParallel;
 pub use device::Device;
 pub use device_transfer::MergeBufferUse;

@@ -5,6 +5,7 @@
 #![allow(non_snake_case)] // `<document>__<item>`: the double underscore separates the two.
 
 use arrayjit::prelude::*;
+use arrayjit::runtime::ChildMergeNode;
 
 #[path = "common/reference.rs"]
 #[allow(dead_code)]
@@ -513,7 +514,10 @@ fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines()
         let fresh = Context::new(&stream);
         fresh.compile("first", &first, &[]).unwrap();
         let forgetful = fresh
-            .make_child(Some(arrayjit::ir::OptimizeCtx::empty()), None)
+            .make_child(
+                Some(arrayjit::ir::OptimizeCtx::empty()),
+                ChildMergeNode::Inherit,
+            )
             .unwrap();
         let e = forgetful.compile("second", &second, &[]).unwrap_err();
         assert!(
@@ -859,7 +863,7 @@ fn backend_device_common__make_child_with_ctx_arrays() {
         )
         .unwrap();
         // No arrays given: the parent's.
-        let same = parent.make_child(None, None).unwrap();
+        let same = parent.make_child(None, ChildMergeNode::Inherit).unwrap();
         assert!(
             same.parent()
                 .is_some_and(|p| p.describe() == parent.describe())
@@ -867,7 +871,11 @@ fn backend_device_common__make_child_with_ctx_arrays() {
         assert_eq!(same.copy_id(&a).unwrap(), parent.copy_id(&a).unwrap());
         // Arrays given: exactly those, on the same stream.
         let child = parent
-            .make_child_with_arrays(vec![(a.clone(), array_of([-4.0, 5.0, -6.0]))], None, None)
+            .make_child_with_arrays(
+                vec![(a.clone(), array_of([-4.0, 5.0, -6.0]))],
+                None,
+                ChildMergeNode::Inherit,
+            )
             .unwrap();
         assert!(
             child
@@ -888,25 +896,39 @@ fn backend_device_common__make_child_with_ctx_arrays() {
         assert_eq!(y.get_values().unwrap(), vec![0.0, 5.0, 0.0], "{name}");
         parent.link(&code).unwrap().run().unwrap();
         assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
-        let without = parent.make_child_with_arrays(vec![], None, None).unwrap();
+        let without = parent
+            .make_child_with_arrays(vec![], None, ChildMergeNode::Inherit)
+            .unwrap();
         assert!(!without.has(&a));
-        // Refused: a wrong size, a hosted node, a merge node other than the parent's.
+        // Refused: a wrong size, a hosted node.
         let wrong = lowered.runtime().alloc_zeroed(0, 8).unwrap();
         let e = parent
-            .make_child_with_arrays(vec![(a.clone(), wrong)], None, None)
+            .make_child_with_arrays(vec![(a.clone(), wrong)], None, ChildMergeNode::Inherit)
             .unwrap_err();
         assert!(matches!(e, arrayjit::Error::ShapeMismatch { .. }), "{e}");
         let hosted = input("h", &[1.0, 2.0, 3.0]);
         let e = parent
-            .make_child_with_arrays(vec![(hosted, array_of([0.0; 3]))], None, None)
+            .make_child_with_arrays(
+                vec![(hosted, array_of([0.0; 3]))],
+                None,
+                ChildMergeNode::Inherit,
+            )
             .unwrap_err();
         assert!(e.to_string().contains("hosted"), "{e}");
+        // The merge-buffer node: inherited, set to another, or cleared.
         let (g, other) = (input("g", &[0.0]), input("other", &[0.0]));
-        let merging = parent.make_child(None, Some(g)).unwrap();
-        let e = merging
-            .make_child_with_arrays(vec![], None, Some(other))
-            .unwrap_err();
-        assert!(matches!(e, arrayjit::Error::MergeBuffer { .. }), "{e}");
+        let merging = parent
+            .make_child(None, ChildMergeNode::Node(g.clone()))
+            .unwrap();
+        assert_eq!(merging.merge_node(), Some(&g));
+        let inherits = merging.make_child(None, ChildMergeNode::Inherit).unwrap();
+        assert_eq!(inherits.merge_node(), Some(&g));
+        let switched = merging
+            .make_child_with_arrays(vec![], None, ChildMergeNode::Node(other.clone()))
+            .unwrap();
+        assert_eq!(switched.merge_node(), Some(&other));
+        let cleared = merging.make_child(None, ChildMergeNode::Nothing).unwrap();
+        assert_eq!(cleared.merge_node(), None);
     }
 }
 

@@ -129,9 +129,43 @@ fn lowered_backend__compile_source_and_get_kernel() {
         // SAFETY: the test's own buffers, one call at a time.
         assert!(unsafe { batch.launch(k, &[small], &[], None) }.is_err());
         // A compile error is typed and says what failed.
-        let e = unsafe { lowered.compile_source("this is not C", &[SourceKernel::cpu(interface)]) }
-            .unwrap_err();
+        // SAFETY: refused before anything runs.
+        let e = unsafe {
+            lowered.compile_source("this is not C", &[SourceKernel::cpu(interface.clone())])
+        }
+        .unwrap_err();
         assert!(matches!(e, arrayjit::Error::CompileFailed(_)), "{e}");
+        // With options (`Compiler.compile ~options`): the host compiler's flags, here without
+        // optimization and with a macro the source reads; flags that cannot make a shared
+        // library are refused before anything is compiled.
+        let mut flags = lowered.default_compile_options().flags;
+        flags.extend(["-O0".to_string(), "-DAJ_FACTOR=3.0f".to_string()]);
+        let options = arrayjit::backends::CompileOptions { flags };
+        let scaled = source.replace("2.0f", "AJ_FACTOR");
+        // SAFETY: as above.
+        let batch = unsafe {
+            lowered.compile_source_with(&scaled, &[SourceKernel::cpu(interface.clone())], &options)
+        }
+        .unwrap();
+        let k = batch.kernel_index("double").unwrap();
+        // SAFETY: the test's own buffers, one call at a time.
+        unsafe { batch.launch(k, std::slice::from_ref(&buffer), &[], None) }.unwrap();
+        // SAFETY: as above.
+        unsafe { lowered.runtime().copy_to_host(&buffer, &mut out, None) }.unwrap();
+        let got: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, vec![6.0, 12.0, -18.0, 3.0], "{name}");
+        let no_library = arrayjit::backends::CompileOptions {
+            flags: vec!["-O1".into()],
+        };
+        // SAFETY: refused before anything runs.
+        let e = unsafe {
+            lowered.compile_source_with(source, &[SourceKernel::cpu(interface)], &no_library)
+        }
+        .unwrap_err();
+        assert!(e.to_string().contains("-shared"), "{name}: {e}");
     }
     let metal = arrayjit::backend("metal").unwrap();
     let e = unsafe { metal.lowered().compile_source("", &[]) }.unwrap_err();

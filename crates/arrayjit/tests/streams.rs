@@ -315,6 +315,19 @@ fn a_hosted_node_changed_on_one_device_reaches_another_through_the_host() {
     // Device 1 lags: its run first pulls w to the host from device 0, then uploads it.
     r1.run().unwrap();
     assert_eq!(y.get_values().unwrap(), vec![-1.0, -4.0]);
+    // A host write of the node devices change (a deliberate difference from the reference's
+    // "changes on host only via to_host"): both devices' copies lag and reload.
+    w.set_values(&[3.0, 5.0]).unwrap();
+    r1.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-3.0, -5.0]);
+    w.set_value(&[1], 6.0).unwrap();
+    r1.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-3.0, -6.0]);
+    // Device 0 writes it again; device 1 pulls the new values through the host.
+    r0.run().unwrap();
+    r1.run().unwrap();
+    assert_eq!(y.get_values().unwrap(), vec![-1.0, -4.0]);
+    assert_eq!(w.get_values().unwrap(), vec![1.0, 4.0]);
 }
 
 #[test]
@@ -372,6 +385,43 @@ fn device_to_device_on(b: &Backend) {
         .unwrap();
     let got = acc.get_values().unwrap();
     assert!((got[0] - 2.0 * expected[0]).abs() < 1e-5, "{got:?}");
+    // Into the destination's own array (`No`): a context without one is a typed error naming
+    // the node; one with its own array gets the source's values.
+    let err = dst
+        .context()
+        .device_to_device(&g, MergeBufferUse::No, src.context())
+        .unwrap_err();
+    assert!(
+        matches!(err, arrayjit::Error::NodeNotInContext { .. }) && err.to_string().contains('g'),
+        "{err}"
+    );
+    let out = hosted_output(&[4], "out");
+    let reader = b
+        .compile(
+            "read_g",
+            &Assignments::pointwise_unop(&out, UnOp::Identity, &g),
+            &[],
+        )
+        .unwrap();
+    // The destination's own g, written first with other values (-x).
+    let other_values = b
+        .compile(
+            "negate",
+            &Assignments::pointwise_unop(&g, UnOp::Neg, &x),
+            &[],
+        )
+        .unwrap();
+    let negated = Context::new(&s2).link(&other_values).unwrap();
+    negated.run().unwrap();
+    let own = negated.context().link(&reader).unwrap();
+    own.context()
+        .device_to_device(&g, MergeBufferUse::No, src.context())
+        .unwrap();
+    own.run().unwrap();
+    let got = out.get_values().unwrap();
+    for (e, g) in expected.iter().zip(&got) {
+        assert!((e - g).abs() < 1e-5, "{expected:?} vs {got:?}");
+    }
 }
 
 /// Regression (issue 22, defect 1): a `Copy` into a stream's merge buffer after a

@@ -367,21 +367,7 @@ impl LoweredBackend for CpuBackend {
         routines: &[&Optimized],
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        if let Some(missing) = ["-shared", "-fPIC"]
-            .into_iter()
-            .find(|f| !options.flags.iter().any(|g| g == f))
-        {
-            return Err(Error::invalid(format!(
-                "compile options {:?} lack {missing}: the {} backend loads a shared library, so \
-                 its flags must keep -shared and -fPIC (start from default_compile_options)",
-                options.flags,
-                self.name()
-            )));
-        }
-        let config = CcConfig {
-            flags: options.flags.clone(),
-            ..self.config.clone()
-        };
+        let config = self.config_with(options)?;
         self.compile_with_config(routines, &config)
     }
 
@@ -390,6 +376,17 @@ impl LoweredBackend for CpuBackend {
         source: &str,
         kernels: &[SourceKernel],
     ) -> Result<Arc<dyn CompiledBatch>> {
+        // SAFETY: this method's contract.
+        unsafe { self.compile_source_with(source, kernels, &self.default_compile_options()) }
+    }
+
+    unsafe fn compile_source_with(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let config = self.config_with(options)?;
         let interfaces: Vec<KernelInterface> =
             kernels.iter().map(|k| k.interface.clone()).collect();
         let source = self.kernels.source_for(source, kernels)?;
@@ -400,7 +397,7 @@ impl LoweredBackend for CpuBackend {
         // SAFETY: the caller's source exports each kernel with the renderer's calling
         // convention (this method's safety contract); for emulated CUDA, the entry points
         // `source_for` wrote do.
-        unsafe { self.load_batch(&self.config, &units, interfaces, source.clone(), true) }
+        unsafe { self.load_batch(&config, &units, interfaces, source.clone(), true) }
     }
 
     fn debug_info(&self) -> String {
@@ -422,6 +419,27 @@ impl LoweredBackend for CpuBackend {
 }
 
 impl CpuBackend {
+    /// This backend's configuration with the host compiler flags of `options`: they must still
+    /// make a loadable shared library (`-shared` and `-fPIC`), else an error and nothing is
+    /// compiled.
+    fn config_with(&self, options: &CompileOptions) -> Result<CcConfig> {
+        if let Some(missing) = ["-shared", "-fPIC"]
+            .into_iter()
+            .find(|f| !options.flags.iter().any(|g| g == f))
+        {
+            return Err(Error::invalid(format!(
+                "compile options {:?} lack {missing}: the {} backend loads a shared library, so \
+                 its flags must keep -shared and -fPIC (start from default_compile_options)",
+                options.flags,
+                self.name()
+            )));
+        }
+        Ok(CcConfig {
+            flags: options.flags.clone(),
+            ..self.config.clone()
+        })
+    }
+
     /// Renders routines, compiles them with `config` (its flags) and loads them.
     fn compile_with_config(
         &self,

@@ -174,6 +174,22 @@ fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
         .collect()
 }
 
+/// `Ok` unless NVRTC options choose an architecture: the backend compiles for each device's
+/// own.
+fn check_nvrtc_options(options: &CompileOptions) -> Result<()> {
+    match options
+        .flags
+        .iter()
+        .find(|f| f.starts_with("--gpu-architecture") || f.starts_with("-arch"))
+    {
+        Some(arch) => Err(Error::invalid(format!(
+            "compile option {arch}: the cuda backend compiles for each device's own \
+             architecture; leave it out"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The `cuda` lowered backend.
 pub struct CudaBackend {
     gpus: std::result::Result<Vec<Arc<Gpu>>, String>,
@@ -637,16 +653,7 @@ impl LoweredBackend for CudaBackend {
         routines: &[&Optimized],
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        if let Some(arch) = options
-            .flags
-            .iter()
-            .find(|f| f.starts_with("--gpu-architecture") || f.starts_with("-arch"))
-        {
-            return Err(Error::invalid(format!(
-                "compile option {arch}: the cuda backend compiles for each device's own \
-                 architecture; leave it out"
-            )));
-        }
+        check_nvrtc_options(options)?;
         let gpus = self.gpus()?.to_vec();
         let program = {
             let _render = trace::compile_phase("render", &crate::batch_name(routines));
@@ -660,6 +667,17 @@ impl LoweredBackend for CudaBackend {
         source: &str,
         kernels: &[SourceKernel],
     ) -> Result<Arc<dyn CompiledBatch>> {
+        // SAFETY: this method's contract.
+        unsafe { self.compile_source_with(source, kernels, &self.default_compile_options()) }
+    }
+
+    unsafe fn compile_source_with(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        check_nvrtc_options(options)?;
         let gpus = self.gpus()?.to_vec();
         let info = self.device_info(0)?;
         let kernels = kernels
@@ -694,7 +712,7 @@ impl LoweredBackend for CudaBackend {
             functions: Vec::new(),
             function_symbols: Vec::new(),
         };
-        CudaBatch::compiled(gpus, program, default_nvrtc_flags())
+        CudaBatch::compiled(gpus, program, options.flags.clone())
     }
 
     fn debug_info(&self) -> String {

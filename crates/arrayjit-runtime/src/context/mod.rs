@@ -119,6 +119,19 @@ fn is_device_constant(tn: &Tnode) -> bool {
     tn.memory_mode().map(|m| m.mode) == Some(MemoryMode::Hosted(MemoryType::Constant))
 }
 
+/// Which node a child context's code reads from its stream's merge buffer
+/// ([`Context::make_child`]; the reference's `?merge_buffer_node`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ChildMergeNode {
+    /// The parent's (none where the parent has none).
+    #[default]
+    Inherit,
+    /// This node, whatever the parent reads.
+    Node(Tnode),
+    /// None: the child's code reads no merge buffer until a routine linked into it does.
+    Nothing,
+}
+
 impl Context {
     /// A root context (no arrays) on `stream`, with an empty optimize context.
     pub fn new(stream: &Stream) -> Context {
@@ -202,27 +215,30 @@ impl Context {
     }
 
     /// A child context of this one holding the same arrays (the reference's `make_child`),
-    /// with another optimize context or merge-buffer node where given. A merge node other than
-    /// the one this context's code reads is an [`Error::MergeBuffer`].
+    /// with another optimize context where given and the merge-buffer node `merge_node` says:
+    /// this context's, another, or none. A child reading another node than its parent is safe:
+    /// every run checks that the stream's merge buffer holds the node its routine reads
+    /// ([`Error::MergeBuffer`] otherwise), and copies into the merge buffer check the
+    /// context's node.
     pub fn make_child(
         &self,
         optimize_ctx: Option<OptimizeCtx>,
-        merge_node: Option<Tnode>,
+        merge_node: ChildMergeNode,
     ) -> Result<Context> {
         self.child_with(self.inner.arrays.clone(), optimize_ctx, merge_node)
     }
 
     /// A child context of this one holding exactly the given device arrays instead of this
-    /// context's (the reference's `make_child ?ctx_arrays`), with another optimize context or
-    /// merge-buffer node where given. The arrays are checked as [`Context::with_arrays`] checks
-    /// them (the stream's device, the node's size and precision, no hosted or cross-stream
-    /// nodes, one per node); a merge node other than this context's is an
-    /// [`Error::MergeBuffer`]. On any error no context is made.
+    /// context's (the reference's `make_child ?ctx_arrays`), with another optimize context and
+    /// merge-buffer node as in [`Context::make_child`]. The arrays are checked as
+    /// [`Context::with_arrays`] checks them (the stream's device, the node's size and
+    /// precision, no hosted or cross-stream nodes, one per node). On any error no context is
+    /// made.
     pub fn make_child_with_arrays(
         &self,
         arrays: Vec<(Tnode, BufferHandle)>,
         optimize_ctx: Option<OptimizeCtx>,
-        merge_node: Option<Tnode>,
+        merge_node: ChildMergeNode,
     ) -> Result<Context> {
         let entries = explicit_entries(&self.inner.stream, arrays)?;
         self.child_with(entries, optimize_ctx, merge_node)
@@ -232,20 +248,12 @@ impl Context {
         &self,
         arrays: BTreeMap<Tnode, Arc<ArrayEntry>>,
         optimize_ctx: Option<OptimizeCtx>,
-        merge_node: Option<Tnode>,
+        merge_node: ChildMergeNode,
     ) -> Result<Context> {
-        let merge = match (&self.inner.merge_node, merge_node) {
-            (Some(have), Some(want)) if *have != want => {
-                return Err(Error::MergeBuffer {
-                    detail: format!(
-                        "{} reads the merge buffer as {}; a child cannot read it as {}",
-                        self.describe(),
-                        have.debug_name(),
-                        want.debug_name()
-                    ),
-                });
-            }
-            (have, want) => want.or_else(|| have.clone()),
+        let merge = match merge_node {
+            ChildMergeNode::Inherit => self.inner.merge_node.clone(),
+            ChildMergeNode::Node(tn) => Some(tn),
+            ChildMergeNode::Nothing => None,
         };
         let optimize_ctx = optimize_ctx.unwrap_or_else(|| self.inner.optimize_ctx.clone());
         Ok(self.child(arrays, merge, vec![], None, optimize_ctx))
