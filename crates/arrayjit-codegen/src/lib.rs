@@ -1,5 +1,5 @@
 //! arrayjit-codegen: the second layer of arrayjit. Renderers from the optimized loop IR to
-//! source code: C, driven by a table of syntax ([`c_syntax::CSyntax`]) so that other C-like
+//! source code: C, driven by a table of syntax ([`c::syntax::CSyntax`]) so that other C-like
 //! dialects (CUDA C, and CUDA C emulated on the host by [`cuda_emulation`]) share the renderer;
 //! and WGSL ([`wgsl`]), compute passes for GPUs through wgpu. GPU pass shapes are lowered once
 //! into a kernel tree ([`gpu_kernel`]) and printed per dialect; every kernel, rendered or
@@ -13,20 +13,15 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-mod c_kernel;
-pub mod c_renderer;
-mod c_schedules;
-mod c_statements;
-pub mod c_syntax;
+pub mod c;
 pub mod cuda;
 pub mod cuda_emulation;
-pub mod gemm;
 pub mod gpu_dialect;
 pub mod gpu_kernel;
 pub mod kernel;
 pub mod wgsl;
 
-pub use c_kernel::CUnit;
-pub use c_renderer::{CProgram, render_program};
-pub use c_syntax::CSyntax;
+pub use c::kernel::CUnit;
+pub use c::renderer::{CProgram, render_program};
+pub use c::syntax::CSyntax;
 pub use kernel::{KernelInterface, LaunchDims, PARALLEL_TYPEDEF, SourceKernel};

@@ -18,7 +18,7 @@ use arrayjit_ir::{Error, LowLevel, Result};
 
 use super::statement::RoutineContext;
 use super::{CudaPass, SharedArrays};
-use crate::c_syntax::Helper;
+use crate::c::syntax::Helper;
 use crate::gpu_dialect::CUDA as DIALECT;
 use crate::gpu_kernel::PassShape;
 

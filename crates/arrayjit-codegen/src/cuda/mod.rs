@@ -37,8 +37,8 @@ use arrayjit_ir::{
     AxisIndex, BinOp, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
 };
 
-use crate::c_kernel::KernelRenderer;
-use crate::c_syntax::{self, CSyntax, Helper, c_compute_type, c_storage_type};
+use crate::c::kernel::KernelRenderer;
+use crate::c::syntax::{self as c_syntax, CSyntax, Helper, c_compute_type, c_storage_type};
 use crate::gpu_dialect::{CUDA as DIALECT, GpuDialect, gpu_pass};
 use crate::gpu_kernel::{self, Barrier, KernelDialect, MatrixOp, PassShape, Ty};
 use crate::kernel::KernelInterface;

@@ -7,8 +7,8 @@ use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
 use arrayjit_ir::{AxisIndex, LowLevel, Optimized, Result, ScalarExpr, Tnode};
 
 use super::{SharedArrays, render_pass};
-use crate::c_kernel::KernelRenderer;
-use crate::c_syntax::{CSyntax, Helper, c_storage_type};
+use crate::c::kernel::KernelRenderer;
+use crate::c::syntax::{CSyntax, Helper, c_storage_type};
 use crate::gpu_kernel::PassShape;
 use crate::kernel::KernelInterface;
 

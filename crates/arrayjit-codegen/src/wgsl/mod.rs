@@ -36,7 +36,7 @@ use arrayjit_ir::{
     Tnode,
 };
 
-use crate::c_kernel::node_name;
+use crate::c::kernel::node_name;
 use crate::gpu_dialect::WGSL as DIALECT;
 use crate::kernel::KernelInterface;
 

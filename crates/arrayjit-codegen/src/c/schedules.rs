@@ -1,17 +1,17 @@
 //! Rendering of the schedules of `arrayjit_ir::schedule` to C: blocked contractions as calls
-//! of the product helper (`crate::gemm`), nests split over the device's workers as chunk
+//! of the product helper (`crate::c::gemm`), nests split over the device's workers as chunk
 //! functions, and reductions over several accumulators.
 
-use crate::c_syntax::c_compute_type;
+use crate::c::syntax::c_compute_type;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::{Gemm, ReductionPlan, Schedule, ScheduleKind};
 use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbol, Tnode};
 
-use crate::c_kernel::{KernelRenderer, comment};
-use crate::c_syntax::{self, CSyntax};
-use crate::gemm;
+use crate::c::gemm;
+use crate::c::kernel::{KernelRenderer, comment};
+use crate::c::syntax::{self as c_syntax, CSyntax};
 
 /// Where a statement function's outlined functions go: chunk functions run by the device's
 /// workers and the statements of fused loops. Each takes the statement function's arrays and

@@ -7,8 +7,8 @@
 //! Reduction order is fixed by the blocking: for each element, the `kc`-deep blocks are summed
 //! in order, each block sequentially. Results depend only on the schedule, never on timing.
 
-use crate::c_kernel::{LIGHT_BEGIN, OPTIMIZE_END};
-use crate::c_syntax::c_storage_type;
+use crate::c::kernel::{LIGHT_BEGIN, OPTIMIZE_END};
+use crate::c::syntax::c_storage_type;
 use std::fmt::Write as _;
 
 use arrayjit_ir::Prec;

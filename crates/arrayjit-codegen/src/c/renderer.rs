@@ -3,7 +3,7 @@
 //! file, and names that depend only on the program (so the same program gives byte-identical
 //! source).
 
-use crate::c_syntax::c_storage_type;
+use crate::c::syntax::c_storage_type;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
@@ -12,11 +12,11 @@ use arrayjit_ir::{LowLevel, Optimized, Result, Tnode};
 
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 
-use crate::c_kernel::{
+use crate::c::kernel::{
     CUnit, DISPATCH_BEGIN, KernelRenderer, OPTIMIZE_END, StableName, comment, node_name,
 };
-use crate::c_statements::{KernelScope, StatementFunctions};
-use crate::c_syntax::{self, CSyntax, Helper};
+use crate::c::statements::{KernelScope, StatementFunctions};
+use crate::c::syntax::{self as c_syntax, CSyntax, Helper};
 use crate::kernel::{KernelInterface, PARALLEL_TYPEDEF};
 
 /// A rendered C program: the kernels' translation unit, with one kernel per routine, and the
@@ -33,7 +33,7 @@ pub struct CProgram {
 }
 
 /// Renders the routines into C: the kernels' unit, and, for a large program, units holding its
-/// statement functions (see `crate::c_statements`) besides the product helpers' units.
+/// statement functions (see `crate::c::statements`) besides the product helpers' units.
 pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProgram> {
     let mut helpers = BTreeSet::new();
     // Product helpers by name: their prototype and their unit's definition.
@@ -114,7 +114,7 @@ fn render_kernel(
     products: &mut BTreeMap<String, (String, String)>,
     functions: &mut StatementFunctions,
 ) -> Result<(String, KernelInterface)> {
-    crate::c_schedules::check_schedules(r)?;
+    crate::c::schedules::check_schedules(r)?;
     let interface = KernelInterface::of(r, symbol.to_string());
     let args = interface.args.clone();
     let locals = r.local_nodes();
@@ -138,7 +138,7 @@ fn render_kernel(
         format!("{} ", syntax.kernel_prefix)
     };
     if syntax.optimize_pragmas {
-        // The kernel calls its statement functions (see `crate::c_statements`) and does no
+        // The kernel calls its statement functions (see `crate::c::statements`) and does no
         // loop work of its own.
         let _ = writeln!(out, "{DISPATCH_BEGIN}");
     }
@@ -248,7 +248,7 @@ fn render_kernel(
         vars.push((format!("{t} *"), name.clone()));
         k.nodes.insert(tn.clone(), name);
     }
-    // Each statement runs as a function of its own (see `crate::c_statements`).
+    // Each statement runs as a function of its own (see `crate::c::statements`).
     let scope = KernelScope {
         statics: &statics,
         light: r.light_kernel && syntax.optimize_pragmas,

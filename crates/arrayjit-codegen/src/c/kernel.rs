@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{AxisIndex, Error, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode};
 
-use crate::c_syntax::{self, Helper, c_compute_type};
+use crate::c::syntax::{self as c_syntax, Helper, c_compute_type};
 
 /// Compile the following functions with moderate optimization (GCC; other compilers ignore it).
 pub(crate) const LIGHT_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O2\")\n#endif";

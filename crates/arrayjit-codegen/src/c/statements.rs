@@ -19,9 +19,9 @@ use std::fmt::Write as _;
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 use arrayjit_ir::{LowLevel, Result};
 
-use crate::c_kernel::{CUnit, KernelRenderer, LIGHT_BEGIN, OPTIMIZE_END};
-use crate::c_schedules::Outlining;
-use crate::c_syntax::{self, CSyntax, Helper, c_storage_type};
+use crate::c::kernel::{CUnit, KernelRenderer, LIGHT_BEGIN, OPTIMIZE_END};
+use crate::c::schedules::Outlining;
+use crate::c::syntax::{self as c_syntax, CSyntax, Helper, c_storage_type};
 
 /// The placeholder name a statement function is rendered under, replaced by its hashed name.
 const PLACEHOLDER: &str = "AJ_STMT_FN";

@@ -1,0 +1,17 @@
+//! The C family's renderer: routines rendered as C (and, through the syntax table
+//! [`syntax::CSyntax`], the C-like dialects — CUDA C and the CUDA emulation share its
+//! statement and expression rendering).
+//!
+//! - [`renderer`]: a routine as a C program (its kernel, statement functions, product units);
+//! - `kernel`: the statement and expression renderer every C-like dialect shares;
+//! - `statements`: each top-level statement as a function of its own;
+//! - `schedules`: the CPU schedules in C (blocked products, parallel chunks, reductions);
+//! - [`syntax`]: the syntax table and the helpers (conversions, loads, stores, operators);
+//! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls.
+
+pub mod gemm;
+pub(crate) mod kernel;
+pub mod renderer;
+pub(crate) mod schedules;
+pub(crate) mod statements;
+pub mod syntax;
