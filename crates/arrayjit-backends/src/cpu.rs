@@ -289,9 +289,8 @@ impl DeviceRuntime for CpuRuntime {
         Ok(checked)
     }
 
-    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
-        self.device_check(device)?;
-        self.pools.remove(device, pool_id)
+    fn pool_table(&self) -> Option<&dyn crate::pool_table::Pools> {
+        Some(&self.pools)
     }
 
     unsafe fn memset_zero(
@@ -306,20 +305,5 @@ impl DeviceRuntime for CpuRuntime {
             self.pool(device, pool_id)?
                 .zero_range(offset, size_in_bytes)
         }
-    }
-
-    fn pool_view(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<BufferHandle> {
-        self.device_check(device)?;
-        self.pools.view(device, pool_id, offset, size_in_bytes)
-    }
-
-    fn pools(&self, device: usize) -> Vec<(usize, usize)> {
-        self.pools.list(device)
     }
 }

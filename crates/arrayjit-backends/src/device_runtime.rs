@@ -163,8 +163,16 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
         let _ = (device, pool_id, unused);
         Ok(false)
     }
-    /// Frees a pool; buffers viewing it keep its memory alive until they are dropped.
-    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()>;
+    /// The runtime's pool table, which the default `free_pool`, `pool_view` and `pools` use;
+    /// `None` (the default) for a runtime that implements those itself.
+    fn pool_table(&self) -> Option<&dyn crate::pool_table::Pools> {
+        None
+    }
+    /// Frees a pool; buffers viewing it keep its memory alive until they are dropped. Default:
+    /// through [`DeviceRuntime::pool_table`], after checking the device.
+    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
+        table_for(self, device)?.remove(device, pool_id)
+    }
     /// Zeroes `size_in_bytes` at `offset` in a pool.
     ///
     /// # Safety
@@ -177,16 +185,44 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
         offset: usize,
         size_in_bytes: usize,
     ) -> Result<()>;
-    /// A buffer for bytes `offset..offset + size_in_bytes` of a pool.
+    /// A buffer for bytes `offset..offset + size_in_bytes` of a pool. Default: through
+    /// [`DeviceRuntime::pool_table`], after checking the device.
     fn pool_view(
         &self,
         device: usize,
         pool_id: usize,
         offset: usize,
         size_in_bytes: usize,
-    ) -> Result<BufferHandle>;
-    /// The live pools of a device: `(pool_id, size_in_bytes)`, by id.
-    fn pools(&self, device: usize) -> Vec<(usize, usize)>;
+    ) -> Result<BufferHandle> {
+        table_for(self, device)?.view(device, pool_id, offset, size_in_bytes)
+    }
+    /// The live pools of a device: `(pool_id, size_in_bytes)`, by id. Default: through
+    /// [`DeviceRuntime::pool_table`] (none without one).
+    fn pools(&self, device: usize) -> Vec<(usize, usize)> {
+        self.pool_table().map_or_else(Vec::new, |t| t.list(device))
+    }
+}
+
+/// The runtime's pool table for work on `device`: an error for a device it does not have, or
+/// a runtime without a table.
+fn table_for<R: DeviceRuntime + ?Sized>(
+    runtime: &R,
+    device: usize,
+) -> Result<&dyn crate::pool_table::Pools> {
+    let table = runtime.pool_table().ok_or_else(|| {
+        arrayjit_ir::Error::invalid(
+            "this runtime keeps no pool table: it must implement free_pool, pool_view and pools \
+             itself (or return its PoolTable from pool_table)",
+        )
+    })?;
+    if device >= runtime.num_devices() {
+        return Err(arrayjit_ir::Error::NoSuchDevice {
+            backend: table.backend().into(),
+            ordinal: device,
+            num_devices: runtime.num_devices(),
+        });
+    }
+    Ok(table)
 }
 
 /// The end of bytes `offset..offset + len` of a buffer, or an error if they do not lie in it.

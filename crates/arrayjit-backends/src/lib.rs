@@ -76,7 +76,7 @@ pub use device_info::{DeviceInfo, DeviceKind};
 pub use device_runtime::{
     DeviceRuntime, byte_range_end, patch_whole_buffer, read_through_whole_buffer,
 };
-pub use pool_table::{PoolMemory, PoolTable};
+pub use pool_table::{PoolMemory, PoolTable, Pools};
 pub use queue::{DeviceQueue, Queue, QueueMarker};
 
 /// A device buffer of some backend.

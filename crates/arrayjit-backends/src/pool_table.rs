@@ -29,6 +29,50 @@ pub trait PoolMemory: Send + Sync {
     fn view(&self, offset: usize, size_in_bytes: usize) -> Result<BufferHandle>;
 }
 
+/// A backend's pool table, whatever memory its pools hold: what [`crate::DeviceRuntime`]'s
+/// default pool methods (`free_pool`, `pool_view`, `pools`) work on, so that each runtime
+/// keeps the bookkeeping once ([`crate::DeviceRuntime::pool_table`]).
+pub trait Pools: Send + Sync {
+    /// The backend's name (for errors).
+    fn backend(&self) -> &'static str;
+    /// See [`PoolTable::view`].
+    fn view(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<BufferHandle>;
+    /// See [`PoolTable::remove`].
+    fn remove(&self, device: usize, pool_id: usize) -> Result<()>;
+    /// See [`PoolTable::list`].
+    fn list(&self, device: usize) -> Vec<(usize, usize)>;
+}
+
+impl<P: PoolMemory> Pools for PoolTable<P> {
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    fn view(
+        &self,
+        device: usize,
+        pool_id: usize,
+        offset: usize,
+        size_in_bytes: usize,
+    ) -> Result<BufferHandle> {
+        PoolTable::view(self, device, pool_id, offset, size_in_bytes)
+    }
+
+    fn remove(&self, device: usize, pool_id: usize) -> Result<()> {
+        PoolTable::remove(self, device, pool_id)
+    }
+
+    fn list(&self, device: usize) -> Vec<(usize, usize)> {
+        PoolTable::list(self, device)
+    }
+}
+
 /// The live pools of every device of one backend.
 pub struct PoolTable<P> {
     backend: &'static str,

@@ -70,6 +70,21 @@ fn backend_pool_interface() {
         lowered.runtime().pool_view(0, 42_424_242, 0, 1).is_err(),
         "unknown pool"
     );
+    // A device the backend does not have: the same typed error from every runtime.
+    let devices = lowered.runtime().num_devices();
+    for e in [
+        lowered.runtime().free_pool(devices, 1_000_001).unwrap_err(),
+        lowered
+            .runtime()
+            .pool_view(devices, 1_000_001, 0, 1)
+            .unwrap_err(),
+    ] {
+        assert!(
+            matches!(e, arrayjit::Error::NoSuchDevice { ordinal, .. } if ordinal == devices),
+            "{e}"
+        );
+    }
+    assert!(lowered.runtime().pools(devices).is_empty());
     lowered.runtime().free_pool(0, 1_000_001).unwrap();
     assert!(lowered.runtime().free_pool(0, 1_000_001).is_err());
     // The view keeps the memory alive (and counted) until it is dropped.

@@ -143,8 +143,8 @@ impl DeviceRuntime for CudaBackend {
             })
     }
 
-    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
-        self.pools.remove(device, pool_id)
+    fn pool_table(&self) -> Option<&dyn crate::pool_table::Pools> {
+        Some(&self.pools)
     }
 
     unsafe fn memset_zero(
@@ -161,20 +161,6 @@ impl DeviceRuntime for CudaBackend {
         gpu.default_stream
             .synchronize()
             .map_err(|e| gpu.driver_error("zeroing pool memory", e))
-    }
-
-    fn pool_view(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<BufferHandle> {
-        self.pools.view(device, pool_id, offset, size_in_bytes)
-    }
-
-    fn pools(&self, device: usize) -> Vec<(usize, usize)> {
-        self.pools.list(device)
     }
 }
 

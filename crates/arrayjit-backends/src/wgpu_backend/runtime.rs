@@ -115,9 +115,8 @@ impl DeviceRuntime for WgpuBackend {
             })
     }
 
-    fn free_pool(&self, device: usize, pool_id: usize) -> Result<()> {
-        self.device_check(device)?;
-        self.pools.remove(device, pool_id)
+    fn pool_table(&self) -> Option<&dyn crate::pool_table::Pools> {
+        Some(&self.pools)
     }
 
     unsafe fn memset_zero(
@@ -130,21 +129,6 @@ impl DeviceRuntime for WgpuBackend {
         let gpu = self.device_check(device)?;
         let view = self.pool_view(device, pool_id, offset, size_in_bytes)?;
         buffers::zero(gpu, buffers::of(&view)?)
-    }
-
-    fn pool_view(
-        &self,
-        device: usize,
-        pool_id: usize,
-        offset: usize,
-        size_in_bytes: usize,
-    ) -> Result<BufferHandle> {
-        self.device_check(device)?;
-        self.pools.view(device, pool_id, offset, size_in_bytes)
-    }
-
-    fn pools(&self, device: usize) -> Vec<(usize, usize)> {
-        self.pools.list(device)
     }
 }
 
