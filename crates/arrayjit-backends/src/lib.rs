@@ -48,6 +48,7 @@ pub mod array_buffer;
 pub mod buffer;
 pub mod cc;
 pub mod compile_cache;
+pub mod compiled_batch;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
@@ -72,6 +73,7 @@ use arrayjit_ir::{Optimized, Result};
 
 pub use array_buffer::ArrayBuffer;
 pub use buffer::{CpuBuffer, MemoryCounter};
+pub use compiled_batch::{CompiledBatch, LaunchAt, LaunchRequest};
 pub use device_info::{DeviceInfo, DeviceKind};
 pub use device_runtime::{
     DeviceRuntime, byte_range_end, patch_whole_buffer, read_through_whole_buffer,
@@ -97,7 +99,7 @@ pub trait DeviceBuffer: Any + Send + Sync + Debug {
 /// A shared handle to a device buffer.
 pub type BufferHandle = Arc<dyn DeviceBuffer>;
 
-/// Receives a kernel's time on its device ([`CompiledBatch::launch_timed`]), from whichever
+/// Receives a kernel's time on its device ([`LaunchRequest::timed`]), from whichever
 /// thread learns it.
 pub type DeviceTimeSink = Box<dyn FnOnce(std::time::Duration) + Send>;
 
@@ -178,7 +180,7 @@ pub fn no_such_kernel(index: usize, len: usize) -> arrayjit_ir::Error {
 }
 
 /// The error for launch dimensions given at launch time to kernel `kernel`, compiled from
-/// assignments (see [`CompiledBatch::launch_with_dims`]).
+/// assignments (see [`LaunchRequest::with_dims`]).
 pub fn launch_dims_not_taken(kernel: &str) -> arrayjit_ir::Error {
     arrayjit_ir::Error::invalid(format!(
         "kernel {kernel} was compiled from assignments and launches as its schedule says; \
@@ -190,94 +192,6 @@ pub fn launch_dims_not_taken(kernel: &str) -> arrayjit_ir::Error {
 pub fn batch_name(routines: &[&Optimized]) -> String {
     let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
     names.join("+")
-}
-
-/// Code compiled for a backend: one or more kernels from one compilation.
-pub trait CompiledBatch: Send + Sync + Debug {
-    /// The kernels and how to call them.
-    fn kernels(&self) -> &[KernelInterface];
-    /// The generated source code.
-    fn source(&self) -> &str;
-    /// Whether the compiled code came from the compile cache (`Some(true)`), was compiled
-    /// (`Some(false)`), or the backend does not say (`None`, the default).
-    fn cache_hit(&self) -> Option<bool> {
-        None
-    }
-    /// The index of the kernel named `name` (its interface's name or symbol), for
-    /// [`CompiledBatch::launch`].
-    fn kernel_index(&self, name: &str) -> Option<usize> {
-        self.kernels()
-            .iter()
-            .position(|k| k.name == name || k.symbol == name)
-    }
-    /// Runs kernel `index` with one buffer per array argument (and the merge buffer last, if
-    /// the kernel reads one) and the static indices' values: enqueued on `queue` when given
-    /// (see [`queue`]), else finished before returning. Buffer sizes and static ranges are
-    /// checked first; a mismatch is an error, never an out-of-bounds access.
-    ///
-    /// # Safety
-    /// The kernel reads and writes the buffers' memory without locks. While it runs (until it
-    /// returns, or until the work of `queue` has finished), nothing else may write a buffer it
-    /// reads, or access a buffer it writes (see [`DATA_PLANE_CONTRACT`]). The runtime meets
-    /// this by ordering every access to an array with events (`arrayjit_runtime`'s
-    /// `host_sync` rules); code outside it must order its accesses itself.
-    unsafe fn launch(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        queue: Queue<'_>,
-    ) -> Result<()>;
-    /// [`CompiledBatch::launch`], with the kernel's own time on its device given to `sink` once
-    /// the device knows it: a GPU backend reads timestamps the device writes around the
-    /// kernel's passes, usually after this returns (when the queue is next waited for).
-    /// `Ok(true)`: `sink` will be called; `Ok(false)`: this backend does not time its device
-    /// (the default), so the caller times the call itself, which on a CPU backend, whose
-    /// launches finish before they return, is the kernel's time. On an error `sink` is dropped.
-    ///
-    /// # Safety
-    /// As [`CompiledBatch::launch`].
-    unsafe fn launch_timed(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        queue: Queue<'_>,
-        sink: DeviceTimeSink,
-    ) -> Result<bool> {
-        drop(sink);
-        // SAFETY: this method's contract is `launch`'s.
-        unsafe { self.launch(index, args, statics, queue) }?;
-        Ok(false)
-    }
-    /// Runs kernel `index` of a batch from [`LoweredBackend::compile_source`] with its launch
-    /// chosen now (the reference's `launch_kernel ~global_dims ?local_dims`): `global` threads
-    /// per axis in blocks of `local` threads, that is `ceil(global / local)` blocks per axis
-    /// ([`arrayjit_codegen::LaunchDims::covering`]; the kernel skips the threads past `global`). With `local =
-    /// None` the backend picks the block: `cuda` and `cuda_emu` up to 256 threads along x
-    /// within the device's limits ([`arrayjit_codegen::LaunchDims::default_block`]); `wgpu` the shader's
-    /// `@workgroup_size`, which a given block must equal. A block past the device's limits is
-    /// an error before anything runs. Default: an error saying the backend takes its launches
-    /// only from `compile_source` (or, on CPU backends running C, takes none).
-    ///
-    /// # Safety
-    /// As [`CompiledBatch::launch`].
-    unsafe fn launch_with_dims(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        global: [u32; 3],
-        local: Option<[u32; 3]>,
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        let _ = (index, args, statics, global, local, queue);
-        Err(arrayjit_ir::Error::invalid(
-            "this batch takes no launch dimensions at launch time: a CPU kernel in C runs once \
-             per call, and routines compiled from assignments launch as their schedule says; \
-             compile GPU source with compile_source on cuda, cuda_emu or wgpu",
-        ))
-    }
 }
 
 /// Options of one compilation (the reference's `Compiler.compile_options`), starting from a
@@ -314,7 +228,7 @@ pub struct CompileOptions {
 /// ```compile_fail,E0133
 /// use arrayjit_backends::{BufferHandle, CompiledBatch};
 /// fn racy(batch: &dyn CompiledBatch, array: BufferHandle) {
-///     batch.launch(0, &[array], &[], None).unwrap();
+///     batch.launch(arrayjit_backends::LaunchRequest::new(0, &[array], &[])).unwrap();
 /// }
 /// ```
 pub const DATA_PLANE_CONTRACT: &str = "nothing else accesses a buffer while a call writes it, \

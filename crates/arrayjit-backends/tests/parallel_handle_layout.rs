@@ -7,9 +7,9 @@
 use std::mem::{offset_of, size_of};
 use std::sync::Arc;
 
-use arrayjit_backends::LoweredBackend;
 use arrayjit_backends::cc::{CcConfig, CpuBackend};
 use arrayjit_backends::worker_pool::ParallelHandle;
+use arrayjit_backends::{LaunchRequest, LoweredBackend};
 use arrayjit_codegen::{KernelInterface, PARALLEL_TYPEDEF, SourceKernel};
 use arrayjit_ir::{Prec, Tnode};
 
@@ -57,7 +57,7 @@ fn the_c_aj_par_struct_matches_parallel_handle() {
     let buffer = backend.runtime().alloc_array(0, Prec::I64, OUT).unwrap();
     assert_eq!(buffer.size_in_bytes(), OUT * 8);
     // SAFETY: the buffer is this test's alone, and the launch finishes before it returns.
-    unsafe { batch.launch(0, &[Arc::clone(&buffer)], &[], None) }.unwrap();
+    unsafe { batch.launch(LaunchRequest::new(0, &[Arc::clone(&buffer)], &[])) }.unwrap();
     let mut bytes = vec![0u8; OUT * 8];
     // SAFETY: as above.
     unsafe { backend.runtime().copy_to_host(&buffer, &mut bytes, None) }.unwrap();

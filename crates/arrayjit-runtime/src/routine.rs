@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use arrayjit_backends::BufferHandle;
+use arrayjit_backends::{BufferHandle, LaunchRequest};
 use arrayjit_ir::{Error, Result, StaticSymbol, Tnode};
 
 use crate::array_entry::{Access, ArrayEntry};
@@ -215,9 +215,11 @@ impl Routine {
                         }
                     })
                 };
+                let request = LaunchRequest::new(index, &args, &statics)
+                    .on(queue.as_deref())
+                    .timed(sink);
                 // SAFETY: the arguments are ordered as the comment above says.
-                let result =
-                    unsafe { batch.launch_timed(index, &args, &statics, queue.as_deref(), sink) };
+                let result = unsafe { batch.launch(request) };
                 if result.as_ref().is_ok_and(|&on_device| on_device) {
                     return Ok(());
                 }
@@ -231,8 +233,11 @@ impl Routine {
             })
         } else {
             // Untimed: no clock reads.
-            // SAFETY: the arguments are ordered as the comment above says.
-            Box::new(move || unsafe { batch.launch(index, &args, &statics, queue.as_deref()) })
+            Box::new(move || {
+                let request = LaunchRequest::new(index, &args, &statics).on(queue.as_deref());
+                // SAFETY: the arguments are ordered as the comment above says.
+                unsafe { batch.launch(request) }.map(|_| ())
+            })
         };
         stream.schedule(task, TaskLabel::Named("routine", self.label.clone()))?;
         let done = stream.all_work();

@@ -29,7 +29,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use arrayjit_backends::{BufferHandle, CompiledBatch, LoweredBackend};
+use arrayjit_backends::{BufferHandle, CompiledBatch, LaunchRequest, LoweredBackend};
 use arrayjit_ir::schedule::ScheduleTuning;
 use arrayjit_ir::{
     Assignments, Error, OptimizeSettings, Optimized, Result, StaticSymbol, optimize,
@@ -558,7 +558,7 @@ fn time_kernel(
     };
     let t = Instant::now();
     // SAFETY: the buffers are this function's own, used by one launch at a time in order.
-    unsafe { batch.launch(0, &args, &statics, queue.as_deref())? };
+    unsafe { batch.launch(LaunchRequest::new(0, &args, &statics).on(queue.as_deref()))? };
     sync()?;
     let first = t.elapsed().as_secs_f64().max(1e-9);
     let reps = ((settings.batch_time.as_secs_f64() / first).ceil() as usize).clamp(1, 100_000);
@@ -567,7 +567,7 @@ fn time_kernel(
         let t = Instant::now();
         for _ in 0..reps {
             // SAFETY: as above; the queue runs the launches in order.
-            unsafe { batch.launch(0, &args, &statics, queue.as_deref())? };
+            unsafe { batch.launch(LaunchRequest::new(0, &args, &statics).on(queue.as_deref()))? };
         }
         sync()?;
         best = best.min(t.elapsed().as_secs_f64() / reps as f64);

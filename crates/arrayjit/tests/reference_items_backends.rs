@@ -5,6 +5,7 @@
 
 #![allow(non_snake_case)] // `<document>__<item>`: the double underscore separates the two.
 
+use arrayjit::backends::LaunchRequest;
 use arrayjit::prelude::*;
 
 #[path = "common/reference.rs"]
@@ -108,11 +109,14 @@ fn lowered_backend__compile_source_and_get_kernel() {
         // SAFETY: the test's own buffers, one call at a time.
         unsafe { lowered.runtime().copy_from_host(&buffer, &values, None) }.unwrap();
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { batch.launch(k, std::slice::from_ref(&buffer), &[], None) }.unwrap();
+        unsafe { batch.launch(LaunchRequest::new(k, std::slice::from_ref(&buffer), &[])) }.unwrap();
         // A C kernel runs once per call: it takes no launch dimensions.
         // SAFETY: as above (refused before it runs).
         let e = unsafe {
-            batch.launch_with_dims(k, std::slice::from_ref(&buffer), &[], [4, 1, 1], None, None)
+            batch.launch(
+                LaunchRequest::new(k, std::slice::from_ref(&buffer), &[])
+                    .with_dims([4, 1, 1], None),
+            )
         }
         .unwrap_err();
         assert!(e.to_string().contains("no launch dimensions"), "{e}");
@@ -127,7 +131,7 @@ fn lowered_backend__compile_source_and_get_kernel() {
         // Launch checks: a buffer too small is refused before the kernel runs.
         let small = lowered.runtime().alloc_zeroed(0, 8).unwrap();
         // SAFETY: the test's own buffers, one call at a time.
-        assert!(unsafe { batch.launch(k, &[small], &[], None) }.is_err());
+        assert!(unsafe { batch.launch(LaunchRequest::new(k, &[small], &[])) }.is_err());
         // A compile error is typed and says what failed.
         // SAFETY: refused before anything runs.
         let e = unsafe {
@@ -149,7 +153,7 @@ fn lowered_backend__compile_source_and_get_kernel() {
         .unwrap();
         let k = batch.kernel_index("double").unwrap();
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { batch.launch(k, std::slice::from_ref(&buffer), &[], None) }.unwrap();
+        unsafe { batch.launch(LaunchRequest::new(k, std::slice::from_ref(&buffer), &[])) }.unwrap();
         // SAFETY: as above.
         unsafe { lowered.runtime().copy_to_host(&buffer, &mut out, None) }.unwrap();
         let got: Vec<f32> = out
@@ -703,7 +707,8 @@ fn lowered_backend__buffers_know_their_precision() {
             unsafe { lowered.compile_source(source, &[SourceKernel::cpu(interface.clone())]) }
                 .unwrap();
         // SAFETY: the test's own buffers, one call at a time.
-        let e = unsafe { batch.launch(0, std::slice::from_ref(&half), &[], None) }.unwrap_err();
+        let e = unsafe { batch.launch(LaunchRequest::new(0, std::slice::from_ref(&half), &[])) }
+            .unwrap_err();
         assert!(
             matches!(e, arrayjit::Error::PrecisionMismatch { .. })
                 && e.to_string().contains("argument 0 of zero")
@@ -712,7 +717,7 @@ fn lowered_backend__buffers_know_their_precision() {
         );
         let single = lowered.runtime().alloc_array(0, Prec::F32, 4).unwrap();
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { batch.launch(0, std::slice::from_ref(&single), &[], None) }.unwrap();
+        unsafe { batch.launch(LaunchRequest::new(0, std::slice::from_ref(&single), &[])) }.unwrap();
 
         // An explicit array of another precision than its node's is refused.
         let a = Tnode::new(Prec::F32, &[4], &["a"]).unwrap();
@@ -796,7 +801,7 @@ fn rune_backend_intf__compile_source_and_launch_with_dims() {
         // SAFETY: the test's own buffers, one call at a time.
         unsafe { lowered.runtime().copy_from_host(&xs, &bytes, None) }.unwrap();
         // SAFETY: the test's own buffers, one call at a time.
-        unsafe { batch.launch(k, &[xs.clone(), ys.clone()], &[3], None) }.unwrap();
+        unsafe { batch.launch(LaunchRequest::new(k, &[xs.clone(), ys.clone()], &[3])) }.unwrap();
         lowered.runtime().synchronize(0).unwrap();
         let mut out = vec![0u8; 16];
         // SAFETY: the test's own buffers, one call at a time.
@@ -808,7 +813,7 @@ fn rune_backend_intf__compile_source_and_launch_with_dims() {
         assert_eq!(got, expected, "{name}");
         // A static index outside its range is refused before the kernel runs.
         // SAFETY: the test's own buffers, one call at a time.
-        let e = unsafe { batch.launch(k, &[xs, ys], &[10], None) }.unwrap_err();
+        let e = unsafe { batch.launch(LaunchRequest::new(k, &[xs, ys], &[10])) }.unwrap_err();
         assert!(
             matches!(e, arrayjit::Error::StaticIndex { .. }),
             "{name}: {e}"
@@ -997,7 +1002,8 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
             unsafe { lowered.runtime().copy_from_host(&ys, &[0u8; 16], None) }.unwrap();
             let args = [xs.clone(), ys.clone()];
             // SAFETY: as above; the launch covers 4 blocks of 64 threads, what the kernel reads.
-            unsafe { batch.launch_with_dims(0, &args, &[2], global, local, None) }.unwrap();
+            unsafe { batch.launch(LaunchRequest::new(0, &args, &[2]).with_dims(global, local)) }
+                .unwrap();
             lowered.runtime().synchronize(0).unwrap();
             let mut out = vec![0u8; 16];
             // SAFETY: the test's own buffers, one call at a time.
@@ -1008,7 +1014,9 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
         let refused = |global: [u32; 3], local: Option<[u32; 3]>| {
             // SAFETY: refused before anything runs.
             unsafe {
-                batch.launch_with_dims(0, &[xs.clone(), ys.clone()], &[2], global, local, None)
+                batch.launch(
+                    LaunchRequest::new(0, &[xs.clone(), ys.clone()], &[2]).with_dims(global, local),
+                )
             }
             .unwrap_err()
         };
@@ -1056,13 +1064,9 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
             let zs = lowered.runtime().alloc_array(0, Prec::F32, 1000).unwrap();
             // SAFETY: the test's own buffer; the launch covers at least 1000 threads.
             unsafe {
-                fill.launch_with_dims(
-                    0,
-                    std::slice::from_ref(&zs),
-                    &[1000],
-                    [1000, 1, 1],
-                    None,
-                    None,
+                fill.launch(
+                    LaunchRequest::new(0, std::slice::from_ref(&zs), &[1000])
+                        .with_dims([1000, 1, 1], None),
                 )
             }
             .unwrap();

@@ -8,8 +8,8 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use arrayjit::backends::LoweredBackend;
 use arrayjit::backends::cc::{CcConfig, CpuBackend};
+use arrayjit::backends::{LaunchRequest, LoweredBackend};
 use arrayjit::ir::optimize::{MemoryPlan, NodeRole, PlanItem};
 use arrayjit::ir::{AxisIndex, LowLevel, Optimized, ScalarExpr, Symbol};
 use arrayjit::prelude::*;
@@ -81,7 +81,7 @@ fn write_past_an_array() {
         .unwrap();
     let batch = backend.compile_batch(&[&optimized]).unwrap();
     // SAFETY: the test's own buffers, one call at a time.
-    let _ = unsafe { batch.launch(0, &[Arc::clone(&view)], &[], None) };
+    let _ = unsafe { batch.launch(LaunchRequest::new(0, &[Arc::clone(&view)], &[])) };
     println!("the write past the array was not caught");
 }
 

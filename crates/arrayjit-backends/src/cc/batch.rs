@@ -12,7 +12,7 @@ use super::compile;
 use crate::buffer::CpuBuffer;
 use crate::cpu::with_host_locks;
 use crate::worker_pool::{ParallelHandle, WorkerPool};
-use crate::{BufferHandle, CompiledBatch, Queue};
+use crate::{BufferHandle, CompiledBatch, LaunchAt, LaunchRequest};
 
 /// The signature of every generated C kernel.
 pub(super) type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
@@ -68,28 +68,41 @@ impl CompiledBatch for CcBatch {
         Some(self.cache_hit)
     }
 
-    unsafe fn launch(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        _: Queue<'_>,
-    ) -> Result<()> {
-        // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, None) }
+    unsafe fn launch(&self, request: LaunchRequest<'_>) -> Result<bool> {
+        // A CPU launch finishes before it returns: the caller times it (the sink is dropped).
+        let LaunchRequest {
+            kernel,
+            buffers,
+            statics,
+            dims,
+            ..
+        } = request;
+        match dims {
+            // SAFETY: this method's contract.
+            None => unsafe { self.run_kernel(kernel, buffers, statics, None) }?,
+            // SAFETY: this method's contract.
+            Some(at) => unsafe { self.launch_given(kernel, buffers, statics, at) }?,
+        }
+        Ok(false)
     }
+}
 
-    unsafe fn launch_with_dims(
+impl CcBatch {
+    /// A hand-written emulated CUDA kernel with its launch chosen now (see
+    /// [`CompiledBatch::launch`]).
+    ///
+    /// # Safety
+    /// As [`CompiledBatch::launch`].
+    unsafe fn launch_given(
         &self,
         index: usize,
         args: &[BufferHandle],
         statics: &[i64],
-        global: [u32; 3],
-        local: Option<[u32; 3]>,
-        _: Queue<'_>,
+        at: LaunchAt,
     ) -> Result<()> {
         use arrayjit_codegen::LaunchDims;
         use arrayjit_codegen::cuda_emulation as emu;
+        let LaunchAt { global, local } = at;
         let name = self.kernels.get(index).map_or("?", |k| k.name.as_str());
         let Some(entry) = self.dims_entries.get(index).copied().flatten() else {
             return Err(Error::invalid(format!(
@@ -118,9 +131,7 @@ impl CompiledBatch for CcBatch {
             )
         }
     }
-}
 
-impl CcBatch {
     /// Checks a launch and runs kernel `index` on the caller's thread: through its own entry
     /// point, or through `with_dims`' entry point with that launch (grid, then block).
     ///

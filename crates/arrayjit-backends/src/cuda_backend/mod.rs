@@ -19,7 +19,7 @@
 //! - **Launches**: a routine's passes are captured once as a CUDA graph per stream and
 //!   replayed by later runs with the same arguments (`graphs`: one launch a run; plain
 //!   launches where graphs are unavailable or `ARRAYJIT_CUDA_GRAPHS=0`). A timed launch
-//!   ([`CompiledBatch::launch_timed`]) records CUDA events around its passes and reports the
+//!   ([`crate::LaunchRequest::timed`]) records CUDA events around its passes and reports the
 //!   device time between them once the stream is next waited for.
 //! - **Memory**: buffers and pools are `cuMemAlloc` allocations (a pool's views are offsets
 //!   into one); freeing waits for the device first, so work still queued never reads freed
@@ -52,8 +52,8 @@ use cudarc::driver::{
 
 use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::{
-    BufferHandle, CompileOptions, CompiledBatch, DeviceRuntime, DeviceTimeSink, LoweredBackend,
-    PoolTable, Queue,
+    BufferHandle, CompileOptions, CompiledBatch, DeviceRuntime, DeviceTimeSink, LaunchAt,
+    LaunchRequest, LoweredBackend, PoolTable, Queue,
 };
 
 pub use buffers::CudaBuffer;
@@ -455,40 +455,32 @@ impl CompiledBatch for CudaBatch {
         Some(self.cache_hit)
     }
 
-    unsafe fn launch(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        queue: Queue<'_>,
-    ) -> Result<()> {
-        // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, queue, None, None) }
+    /// A timed launch records CUDA events on the stream before and after the launch's passes:
+    /// the sink gets the device time once both are done (when the stream is next waited for).
+    unsafe fn launch(&self, request: LaunchRequest<'_>) -> Result<bool> {
+        let LaunchRequest {
+            kernel,
+            buffers,
+            statics,
+            queue,
+            dims,
+            timer,
+        } = request;
+        let timed = timer.is_some();
+        let dims_now = match dims {
+            Some(at) => Some(self.launch_now(kernel, buffers, at)?),
+            None => None,
+        };
+        // SAFETY: this method's contract; a launch chosen now is within the device's limits.
+        unsafe { self.run_kernel(kernel, buffers, statics, queue, dims_now, timer) }?;
+        Ok(timed)
     }
+}
 
-    /// Timed by CUDA events recorded on the stream before and after the launch's passes: the
-    /// sink gets the device time once both are done (when the stream is next waited for).
-    unsafe fn launch_timed(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        queue: Queue<'_>,
-        sink: DeviceTimeSink,
-    ) -> Result<bool> {
-        // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, queue, None, Some(sink)) }.map(|()| true)
-    }
-
-    unsafe fn launch_with_dims(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        global: [u32; 3],
-        local: Option<[u32; 3]>,
-        queue: Queue<'_>,
-    ) -> Result<()> {
+impl CudaBatch {
+    /// The launch of hand-written kernel `index` chosen now (see [`CompiledBatch::launch`]),
+    /// checked against its device's limits; an error for a kernel rendered from a routine.
+    fn launch_now(&self, index: usize, args: &[BufferHandle], at: LaunchAt) -> Result<LaunchDims> {
         let Some(kernel) = self.program.kernels.get(index) else {
             return Err(crate::no_such_kernel(index, self.interfaces.len()));
         };
@@ -509,20 +501,18 @@ impl CompiledBatch for CudaBatch {
                 num_devices: self.gpus.len(),
             })?
             .info;
-        let block = local
-            .unwrap_or_else(|| LaunchDims::default_block(global, 256, info.max_local_invocations));
-        let dims = LaunchDims::covering(global, block)?;
+        let block = at.local.unwrap_or_else(|| {
+            LaunchDims::default_block(at.global, 256, info.max_local_invocations)
+        });
+        let dims = LaunchDims::covering(at.global, block)?;
         dims.check_within(
             name,
             info.max_local_size,
             u64::from(info.max_local_invocations),
         )?;
-        // SAFETY: this method's contract; the launch is within the device's limits.
-        unsafe { self.run_kernel(index, args, statics, queue, Some(dims), None) }
+        Ok(dims)
     }
-}
 
-impl CudaBatch {
     /// Checks a launch and enqueues kernel `index` (on `queue`, or on the device's default
     /// stream, waited for), with its passes' launches or, for a hand-written kernel, `dims_now`.
     ///

@@ -32,7 +32,8 @@ use arrayjit_ir::{DeviceLimit, Error, Optimized, Result, trace};
 
 use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::{
-    BufferHandle, CompiledBatch, DeviceRuntime, DeviceTimeSink, LoweredBackend, PoolTable, Queue,
+    BufferHandle, CompiledBatch, DeviceRuntime, DeviceTimeSink, LaunchAt, LaunchRequest,
+    LoweredBackend, PoolTable,
 };
 
 pub use buffers::WgpuBuffer;
@@ -359,39 +360,32 @@ impl CompiledBatch for WgpuBatch {
         &self.source
     }
 
-    unsafe fn launch(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        // The device has one queue: every launch goes on it, in order.
-        _: Queue<'_>,
-    ) -> Result<()> {
+    /// The device has one queue: every launch goes on it, in order (the request's queue is
+    /// not needed). A timed launch reads timestamps the device writes around its passes.
+    unsafe fn launch(&self, request: LaunchRequest<'_>) -> Result<bool> {
+        let LaunchRequest {
+            kernel,
+            buffers,
+            statics,
+            dims,
+            timer,
+            ..
+        } = request;
+        let grid_now = match dims {
+            Some(at) => Some(self.launch_now(kernel, at)?),
+            None => None,
+        };
         // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, None, None) }.map(|_| ())
+        unsafe { self.run_kernel(kernel, buffers, statics, grid_now, timer) }
     }
+}
 
-    unsafe fn launch_timed(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        _: Queue<'_>,
-        sink: DeviceTimeSink,
-    ) -> Result<bool> {
-        // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, None, Some(sink)) }
-    }
-
-    unsafe fn launch_with_dims(
-        &self,
-        index: usize,
-        args: &[BufferHandle],
-        statics: &[i64],
-        global: [u32; 3],
-        local: Option<[u32; 3]>,
-        _: Queue<'_>,
-    ) -> Result<()> {
+impl WgpuBatch {
+    /// The workgroups of hand-written kernel `index` launched over `at` now (see
+    /// [`CompiledBatch::launch`]): its block must be the shader's `@workgroup_size`; an error
+    /// for a kernel rendered from a routine or a grid past the device's limits.
+    fn launch_now(&self, index: usize, at: LaunchAt) -> Result<[u32; 3]> {
+        let LaunchAt { global, local } = at;
         let Some(k) = self.kernels.get(index) else {
             return Err(crate::no_such_kernel(index, self.kernels.len()));
         };
@@ -425,12 +419,9 @@ impl CompiledBatch for WgpuBatch {
                 "launch larger blocks or cover the work in several launches",
             ));
         }
-        // SAFETY: this method's contract.
-        unsafe { self.run_kernel(index, args, statics, Some(dims.grid), None) }.map(|_| ())
+        Ok(dims.grid)
     }
-}
 
-impl WgpuBatch {
     /// Checks a launch and submits kernel `index`'s passes, dispatched as they say or, for a
     /// hand-written kernel, as `grid_now` workgroups.
     ///
