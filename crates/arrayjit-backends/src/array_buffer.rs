@@ -5,21 +5,21 @@
 //!
 //! A backend's own code is unchanged by the wrapper: [`DeviceBuffer::as_any`] of an
 //! [`ArrayBuffer`] is its inner buffer's, so a backend downcasting an argument to its buffer
-//! type finds it. What the precision buys is checks: [`check_launch`](crate::check_launch)
+//! type finds it. What the precision buys is checks: [`check_launch`](crate::launch_check::check_launch)
 //! refuses an argument whose precision differs from the kernel's array, a context refuses an
 //! explicit array of another precision than its node's, and a merge buffer is reused only for
 //! the same precision. Untyped bytes (scratch, raw [`DeviceRuntime::alloc_zeroed`] buffers)
 //! answer `None` and are checked by size only.
 //!
-//! [`DeviceRuntime::alloc_array`]: crate::DeviceRuntime::alloc_array
-//! [`DeviceRuntime::alloc_zeroed`]: crate::DeviceRuntime::alloc_zeroed
+//! [`DeviceRuntime::alloc_array`]: crate::device_runtime::DeviceRuntime::alloc_array
+//! [`DeviceRuntime::alloc_zeroed`]: crate::device_runtime::DeviceRuntime::alloc_zeroed
 
 use std::any::Any;
 use std::sync::Arc;
 
 use arrayjit_ir::{Error, Prec, Result};
 
-use crate::{BufferHandle, DeviceBuffer};
+use crate::device_buffer::{BufferHandle, DeviceBuffer};
 
 /// A device buffer holding values of one precision: a backend's buffer and the [`Prec`] of
 /// its elements. Made by [`typed`]; sized in whole elements.
@@ -104,7 +104,7 @@ pub fn check_prec(buffer: &BufferHandle, prec: Prec, op: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::CpuBuffer;
+    use crate::buffer::CpuBuffer;
 
     fn cpu(bytes: usize) -> BufferHandle {
         Arc::new(CpuBuffer::zeroed(bytes, 0, Arc::default()).unwrap())

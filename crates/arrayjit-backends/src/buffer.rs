@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrayjit_ir::{Error, Result};
 
-use crate::DeviceBuffer;
+use crate::device_buffer::DeviceBuffer;
 
 /// Counts the bytes allocated on one device.
 #[derive(Debug, Default)]

@@ -7,7 +7,12 @@ use std::fmt::Debug;
 use arrayjit_codegen::KernelInterface;
 use arrayjit_ir::Result;
 
-use crate::{BufferHandle, DeviceTimeSink, Queue};
+use crate::device_buffer::BufferHandle;
+use crate::queue::Queue;
+
+/// Receives a kernel's time on its device ([`LaunchRequest::timed`]), from whichever
+/// thread learns it.
+pub type DeviceTimeSink = Box<dyn FnOnce(std::time::Duration) + Send>;
 
 /// Launch dimensions chosen at launch time (the reference's `launch_kernel ~global_dims
 /// ?local_dims`), for kernels compiled from source given directly.
@@ -110,7 +115,7 @@ pub trait CompiledBatch: Send + Sync + Debug {
     /// error, never an out-of-bounds access.
     ///
     /// - **Dimensions chosen now** ([`LaunchRequest::dims`]) are taken only by kernels from
-    ///   [`crate::LoweredBackend::compile_source`] on `cuda`, `cuda_emu` and `wgpu`; a block
+    ///   [`crate::lowered_backend::LoweredBackend::compile_source`] on `cuda`, `cuda_emu` and `wgpu`; a block
     ///   past the device's limits is an error before anything runs. Elsewhere they are an
     ///   error saying so (a C kernel runs once per call; routines launch as their schedule
     ///   says).
@@ -124,7 +129,7 @@ pub trait CompiledBatch: Send + Sync + Debug {
     /// # Safety
     /// The kernel reads and writes the buffers' memory without locks. While it runs (until it
     /// returns, or until the work of the queue has finished), nothing else may write a buffer
-    /// it reads, or access a buffer it writes (see [`crate::DATA_PLANE_CONTRACT`]). The
+    /// it reads, or access a buffer it writes (see [`crate::lowered_backend::DATA_PLANE_CONTRACT`]). The
     /// runtime meets this by ordering every access to an array with events
     /// (`arrayjit_runtime`'s `host_sync` rules); code outside it must order its accesses
     /// itself.

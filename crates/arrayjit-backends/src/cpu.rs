@@ -8,8 +8,12 @@ use std::sync::Arc;
 use arrayjit_ir::{Error, Result};
 
 use crate::buffer::{CpuBuffer, MemoryCounter};
+use crate::device_buffer::{BufferHandle, DeviceBuffer};
+use crate::device_info::DeviceInfo;
+use crate::device_runtime::DeviceRuntime;
+use crate::pool_table::{PoolMemory, PoolTable};
+use crate::queue::Queue;
 use crate::worker_pool::WorkerPool;
-use crate::{BufferHandle, DeviceBuffer, DeviceInfo, DeviceRuntime, PoolMemory, PoolTable, Queue};
 
 /// The settings of a [`CpuRuntime`] (from the backend's `CcConfig`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,7 +211,7 @@ impl DeviceRuntime for CpuRuntime {
         dst: &mut [u8],
         _: Queue<'_>,
     ) -> Result<()> {
-        let end = crate::byte_range_end(src, offset, dst.len())?;
+        let end = crate::device_runtime::byte_range_end(src, offset, dst.len())?;
         let s = self.cpu(src)?;
         with_host_locks(&[s], || {
             // SAFETY: as in `copy_to_host`.

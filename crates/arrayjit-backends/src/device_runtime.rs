@@ -1,15 +1,17 @@
 //! The runtime part of a backend (the reference's `Runtime`): its devices' buffers, pools and
 //! queues, and the copies between the host, buffers and devices. A backend names its runtime
-//! ([`crate::LoweredBackend::runtime`]); the CPU backends share one ([`crate::cpu::CpuRuntime`]).
+//! ([`crate::lowered_backend::LoweredBackend::runtime`]); the CPU backends share one ([`crate::cpu::CpuRuntime`]).
 
 use std::sync::Arc;
 
 use arrayjit_ir::Result;
 
-use crate::{BufferHandle, DeviceQueue, Queue, array_buffer};
+use crate::array_buffer;
+use crate::device_buffer::BufferHandle;
+use crate::queue::{DeviceQueue, Queue};
 
 /// A backend's runtime: devices, buffers, pools, queues and copies. The calls that touch buffer
-/// memory are `unsafe fn`; see [`crate::DATA_PLANE_CONTRACT`].
+/// memory are `unsafe fn`; see [`crate::lowered_backend::DATA_PLANE_CONTRACT`].
 pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
     /// How many devices the backend has (0 when unavailable).
     fn num_devices(&self) -> usize;
@@ -17,7 +19,7 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
     fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle>;
     /// Allocates a zero-filled buffer for `num_elems` values of `prec` on a device (the
     /// reference's `alloc_zero_init_array`): the buffer knows its precision
-    /// ([`crate::DeviceBuffer::prec`]), and launches and copies check it. Default: an
+    /// ([`crate::device_buffer::DeviceBuffer::prec`]), and launches and copies check it. Default: an
     /// [`alloc_zeroed`](DeviceRuntime::alloc_zeroed) buffer, typed.
     fn alloc_array(
         &self,
@@ -56,14 +58,14 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
     /// may be reused as soon as this returns.
     ///
     /// # Safety
-    /// Nothing else accesses `dst` until the copy has finished ([`crate::DATA_PLANE_CONTRACT`]).
+    /// Nothing else accesses `dst` until the copy has finished ([`crate::lowered_backend::DATA_PLANE_CONTRACT`]).
     unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], queue: Queue<'_>)
     -> Result<()>;
     /// Copies a buffer into host bytes (sizes must match), after the work of `queue` when
     /// given; the bytes hold the values when this returns.
     ///
     /// # Safety
-    /// Nothing writes `src` until the copy has finished ([`crate::DATA_PLANE_CONTRACT`]).
+    /// Nothing writes `src` until the copy has finished ([`crate::lowered_backend::DATA_PLANE_CONTRACT`]).
     unsafe fn copy_to_host(
         &self,
         src: &BufferHandle,
@@ -107,7 +109,7 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
     ///
     /// # Safety
     /// Until the copy has finished, nothing else accesses `dst` and nothing writes `src`
-    /// ([`crate::DATA_PLANE_CONTRACT`]).
+    /// ([`crate::lowered_backend::DATA_PLANE_CONTRACT`]).
     unsafe fn copy_buffer(
         &self,
         dst: &BufferHandle,
@@ -177,7 +179,7 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
     ///
     /// # Safety
     /// Nothing else accesses those bytes of the pool (through any view) until this returns
-    /// ([`crate::DATA_PLANE_CONTRACT`]).
+    /// ([`crate::lowered_backend::DATA_PLANE_CONTRACT`]).
     unsafe fn memset_zero(
         &self,
         device: usize,

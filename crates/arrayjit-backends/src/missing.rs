@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use arrayjit_ir::{Error, Optimized, Result};
 
-use crate::{BufferHandle, CompiledBatch, DeviceRuntime, LoweredBackend, Queue};
+use crate::compiled_batch::CompiledBatch;
+use crate::device_buffer::BufferHandle;
+use crate::device_runtime::DeviceRuntime;
+use crate::lowered_backend::LoweredBackend;
+use crate::queue::Queue;
 
 /// A backend that is not available.
 #[derive(Clone, Debug)]
@@ -49,7 +53,7 @@ impl LoweredBackend for MissingBackend {
         Err(self.error())
     }
 
-    fn device_info(&self, _: usize) -> Result<crate::DeviceInfo> {
+    fn device_info(&self, _: usize) -> Result<crate::device_info::DeviceInfo> {
         Err(self.error())
     }
 

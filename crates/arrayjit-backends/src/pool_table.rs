@@ -18,7 +18,7 @@ use std::sync::Mutex;
 
 use arrayjit_ir::{Error, Result};
 
-use crate::BufferHandle;
+use crate::device_buffer::BufferHandle;
 
 /// The memory of one pool, as a runtime holds it.
 pub trait PoolMemory: Send + Sync {
@@ -29,9 +29,9 @@ pub trait PoolMemory: Send + Sync {
     fn view(&self, offset: usize, size_in_bytes: usize) -> Result<BufferHandle>;
 }
 
-/// A backend's pool table, whatever memory its pools hold: what [`crate::DeviceRuntime`]'s
+/// A backend's pool table, whatever memory its pools hold: what [`crate::device_runtime::DeviceRuntime`]'s
 /// default pool methods (`free_pool`, `pool_view`, `pools`) work on, so that each runtime
-/// keeps the bookkeeping once ([`crate::DeviceRuntime::pool_table`]).
+/// keeps the bookkeeping once ([`crate::device_runtime::DeviceRuntime::pool_table`]).
 pub trait Pools: Send + Sync {
     /// The backend's name (for errors).
     fn backend(&self) -> &'static str;
@@ -181,7 +181,7 @@ impl<P: PoolMemory> PoolTable<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CpuBuffer, MemoryCounter};
+    use crate::buffer::{CpuBuffer, MemoryCounter};
     use std::sync::Arc;
 
     #[test]

@@ -2,15 +2,15 @@
 //! markers recorded on it (CUDA events, wgpu submission indices).
 //!
 //! A backend whose devices run work asynchronously hands the runtime one [`DeviceQueue`] per
-//! runtime stream ([`crate::DeviceRuntime::new_queue`]); the runtime then enqueues that
-//! stream's launches and copies on it (the `queue` argument of [`crate::CompiledBatch::launch`]
+//! runtime stream ([`crate::device_runtime::DeviceRuntime::new_queue`]); the runtime then enqueues that
+//! stream's launches and copies on it (the `queue` argument of [`crate::compiled_batch::CompiledBatch::launch`]
 //! and of the copies), records a [`QueueMarker`] for every event it hands out, and waits for
 //! markers where the host or another stream needs the results:
 //!
 //! - enqueueing returns as soon as the work is queued; an error *at enqueue time* (a refused
 //!   launch, a bad argument) is the task's error, as on the CPU;
 //! - a failure the device reports later (a faulting kernel, a lost device) surfaces when the
-//!   runtime synchronizes the queue or a marker: [`crate::DeviceQueue::synchronize`] and
+//!   runtime synchronizes the queue or a marker: [`crate::queue::DeviceQueue::synchronize`] and
 //!   [`QueueMarker::synchronize`] return it;
 //! - a stream waiting for another stream's event asks its own queue to wait for the marker
 //!   on the device ([`DeviceQueue::wait_for`]), without blocking the host; a queue that cannot

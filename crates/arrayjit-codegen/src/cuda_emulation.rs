@@ -16,10 +16,11 @@ use std::fmt::Write as _;
 
 use arrayjit_ir::{Optimized, Result};
 
+use crate::c::syntax::CSyntax;
 use crate::cuda::{CudaProgram, render_with};
 use crate::gpu_kernel::PassShape;
+use crate::kernel::SourceKernel;
 use crate::kernel::check_symbol;
-use crate::{CSyntax, SourceKernel};
 
 /// The emulation of the CUDA execution model every emulated program starts with.
 pub const EMULATION_HEADER: &str = include_str!("cuda_emulation.hpp");
@@ -128,7 +129,7 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
 /// Hand-written CUDA kernels as one C++ file for the host compiler: the emulation header, the
 /// source with each kernel renamed (`<symbol>__aj_kernel`), then one exported entry point per
 /// kernel, named by its symbol, that zeroes the scratch buffer and launches the kernel with its
-/// [`LaunchDims`](crate::LaunchDims) (as fibers: hand-written code may synchronize), and a
+/// [`LaunchDims`](crate::kernel::LaunchDims) (as fibers: hand-written code may synchronize), and a
 /// second one, `<symbol>`[`DIMS_SUFFIX`], taking the launch at call time. Each
 /// pointer parameter of a kernel takes the next buffer of its interface, each integer parameter
 /// the next static index. The source must not include CUDA headers: the emulation header

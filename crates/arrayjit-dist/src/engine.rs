@@ -1,5 +1,5 @@
 //! The engines behind a process group: one process, or MPI (cargo feature `mpi`). An engine
-//! reduces and broadcasts typed elements in place; [`crate::ProcessGroup`] handles precisions
+//! reduces and broadcasts typed elements in place; [`crate::group::ProcessGroup`] handles precisions
 //! MPI lacks and the stream work.
 
 use arrayjit_ir::{Prec, Result};

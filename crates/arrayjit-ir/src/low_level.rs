@@ -92,7 +92,7 @@ pub enum ScalarExpr {
     /// A data-dependent read (a gather): binds `symbol` to the value of `index`, truncated
     /// toward zero, and evaluates `read`, whose indices use `symbol` as a loop iterator over
     /// `0..extent`. An index outside `0 <= index < extent` (NaN included) reads nothing: the
-    /// interpreter reports [`crate::Error::IndexOutOfBounds`], and compiled code yields NaN
+    /// interpreter reports [`crate::error::Error::IndexOutOfBounds`], and compiled code yields NaN
     /// (zero in integer precisions) without touching memory.
     Gather {
         /// The symbol bound to the index inside `read`.

@@ -6,13 +6,13 @@
 //! Two uses, with disjoint counters:
 //! - host-side draws ([`Philox::block`], [`Philox::uniform`], [`Philox::normal`]): parameter
 //!   initialization and data, counter `(position, stream, HOST_WORD)`;
-//! - the IR's random op ([`crate::ScalarExpr::Random`], [`device_uniform`]): uniform values
+//! - the IR's random op ([`crate::low_level::ScalarExpr::Random`], [`device_uniform`]): uniform values
 //!   computed inside routines (dropout masks), counter `(position, stream, step)`, where the
 //!   step is read from a node at run time so each training step draws fresh values.
 //!
 //! [`device_uniform`] is the definition every renderer's generated code reproduces bit for bit.
 
-use crate::Result;
+use crate::error::Result;
 use crate::fallible::try_collect;
 
 /// Philox4x32 with 10 rounds, keyed by a seed and a stream id.
@@ -25,7 +25,7 @@ pub struct Philox {
 /// The last counter word of host-side draws (device draws put the step there).
 pub const HOST_WORD: u32 = 0x4172_7261;
 
-/// The value of the IR's random op ([`crate::ScalarExpr::Random`]): a uniform value in `[0, 1)`
+/// The value of the IR's random op ([`crate::low_level::ScalarExpr::Random`]): a uniform value in `[0, 1)`
 /// with 24 random bits (exact in every float precision from `f32` up), from the first word of
 /// Philox4x32-10 keyed by `seed` at counter `(index, stream, step)`.
 pub fn device_uniform(seed: u64, stream: u32, index: u64, step: u32) -> f64 {
@@ -85,7 +85,7 @@ impl Philox {
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
     }
 
-    /// `n` uniform values in `[lo, hi)` (an [`crate::Error::OutOfMemory`] if `n` cannot be held).
+    /// `n` uniform values in `[lo, hi)` (an [`crate::error::Error::OutOfMemory`] if `n` cannot be held).
     pub fn uniform_vec(&self, n: usize, lo: f64, hi: f64) -> Result<Vec<f64>> {
         try_collect(
             n,
@@ -95,7 +95,7 @@ impl Philox {
     }
 
     /// `n` normal values with the given mean and standard deviation (an
-    /// [`crate::Error::OutOfMemory`] if `n` cannot be held).
+    /// [`crate::error::Error::OutOfMemory`] if `n` cannot be held).
     pub fn normal_vec(&self, n: usize, mean: f64, std: f64) -> Result<Vec<f64>> {
         try_collect(
             n,

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static STATE: Mutex<Option<Recorder>> = Mutex::new(None);

@@ -324,7 +324,7 @@ impl Backend {
     }
 
     /// Optimizes and compiles one routine in an optimize context (usually a context's,
-    /// [`crate::Context::optimize_ctx`]): virtual nodes that routines compiled earlier in it
+    /// [`crate::context::Context::optimize_ctx`]): virtual nodes that routines compiled earlier in it
     /// computed are inlined here too, instead of failing for want of an array (see
     /// [`OptimizeCtx`]).
     pub fn compile_in(

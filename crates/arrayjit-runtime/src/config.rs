@@ -3,7 +3,7 @@
 
 use arrayjit_ir::Result;
 
-/// How a backend spreads work, steering [`crate::Device::suggested_num_streams`].
+/// How a backend spreads work, steering [`crate::device::Device::suggested_num_streams`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Strategy {
     /// Devices run in parallel; one stream per device.
@@ -15,7 +15,7 @@ pub enum Strategy {
     MostParallelStreams,
 }
 
-/// Settings for [`crate::backend_with_config`]. A field outside its documented range is an
+/// Settings for [`crate::backend::backend_with_config`]. A field outside its documented range is an
 /// [`arrayjit_ir::Error::InvalidSetting`] when the backend is made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeConfig {

@@ -161,7 +161,7 @@ fn human_bytes(bytes: usize) -> String {
 
 static RUN_TIMING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Turns the timing of every routine run on or off for the process ([`crate::Routine::stats`]).
+/// Turns the timing of every routine run on or off for the process ([`crate::routine::Routine::stats`]).
 /// Runs are also timed while a trace is recorded or `ARRAYJIT_DEBUG` is 2 or more. Off by
 /// default: an untimed run costs no clock reads.
 pub fn set_run_timing(on: bool) {
@@ -224,7 +224,7 @@ impl RoutineStats {
     }
 }
 
-/// A routine's runs so far ([`crate::Routine::stats`]).
+/// A routine's runs so far ([`crate::routine::Routine::stats`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunStats {
     /// Runs scheduled.

@@ -19,7 +19,7 @@
 //!   valid for any routine (stored numbers are clamped where they are used), so a damaged or
 //!   stale stored choice can cost speed, never correctness. One that does not parse is
 //!   ignored (with a warning) and searched again.
-//! - Compiling with search on ([`crate::Backend::set_schedule_search`], or `ARRAYJIT_SEARCH=1`) uses
+//! - Compiling with search on ([`crate::backend::Backend::set_schedule_search`], or `ARRAYJIT_SEARCH=1`) uses
 //!   the stored choice of each routine, searching first where none is stored. With search off
 //!   (the default), stored choices are not consulted: results never change behind the user's
 //!   back because some earlier process searched.

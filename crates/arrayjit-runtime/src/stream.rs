@@ -14,11 +14,11 @@ use crate::scheduler::{Event, Runner, SchedulerKind, Task, TaskLabel};
 
 /// A stream's merge buffer. Rules:
 /// 1. `current` is what code reading `merge` reads: a node and the buffer holding it.
-/// 2. A [`crate::MergeBufferUse::Copy`] copies into `own`, the stream's own buffer: a view of
+/// 2. A [`crate::device_transfer::MergeBufferUse::Copy`] copies into `own`, the stream's own buffer: a view of
 ///    the stream's merge pool, reused for any node that fits in it (the reference's
 ///    `alloc_buffer ?old_buffer`), else a larger pool replaces it. `own` is never another
 ///    context's array.
-/// 3. A [`crate::MergeBufferUse::StreamingFor`] points `current` at the source context's
+/// 3. A [`crate::device_transfer::MergeBufferUse::StreamingFor`] points `current` at the source context's
 ///    array without copying and keeps that array's entry in `streamed_from`; every run that
 ///    reads the streamed buffer is ordered after the source's last write and recorded as its
 ///    reader, like a run reading the array directly. It leaves `own` alone, so a later copy

@@ -9,8 +9,9 @@ use arrayjit_backends::{BufferHandle, CpuBuffer, MemoryCounter};
 use arrayjit_ir::{Error, Prec, Result, Tnode};
 
 use crate::array_entry::{Access, ArrayEntry, SharedArrays};
+use crate::backend::backend_with_config;
+use crate::config::RuntimeConfig;
 use crate::scheduler::{Event, Runner, SchedulerKind, TaskLabel};
-use crate::{RuntimeConfig, backend_with_config};
 
 const KINDS: [SchedulerKind; 2] = [
     SchedulerKind::Sync,
@@ -115,13 +116,13 @@ fn buffer(bytes: usize) -> BufferHandle {
 
 #[test]
 fn a_write_clears_the_readers_and_a_stream_keeps_one_reader_event() {
-    let b = crate::backend("multicore_cc").unwrap();
+    let b = crate::backend::backend("multicore_cc").unwrap();
     let dev = b.get_device(0).unwrap();
     let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
     let tn = Tnode::new(Prec::F32, &[4], &["a"]).unwrap();
     let entry = ArrayEntry::new(tn.clone(), buffer(16), false);
     let log = Arc::new(Mutex::new(Vec::new()));
-    let step = |s: &crate::Stream, access: Access, name: &'static str| {
+    let step = |s: &crate::stream::Stream, access: Access, name: &'static str| {
         let log = log.clone();
         entry
             .schedule_access(s, access, TaskLabel::Fixed(name), move || {
@@ -150,7 +151,7 @@ fn a_write_clears_the_readers_and_a_stream_keeps_one_reader_event() {
 
 #[test]
 fn a_failed_writer_fails_the_readers_on_other_streams() {
-    let b = crate::backend("multicore_cc").unwrap();
+    let b = crate::backend::backend("multicore_cc").unwrap();
     let dev = b.get_device(0).unwrap();
     let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
     let tn = Tnode::new(Prec::F32, &[4], &["a"]).unwrap();
@@ -248,7 +249,7 @@ fn devices_describe_themselves_from_their_backend() {
         info.vector_bytes / 4
     );
     // A placeholder backend has no device to describe.
-    let missing = crate::backend("cuda").unwrap();
+    let missing = crate::backend::backend("cuda").unwrap();
     assert!(matches!(
         missing.lowered().device_info(0),
         Err(Error::BackendUnavailable { .. })

@@ -129,13 +129,20 @@ mod tests {
             "x",
             Prec::F32,
             &[1, 2],
-            crate::Init::Constant(1.0 + 2f64.powi(-9)),
+            crate::init::Init::Constant(1.0 + 2f64.powi(-9)),
             0,
             0,
         )
         .unwrap();
-        let w = Tensor::param_with_prec("w", Prec::F32, &[2, 1], crate::Init::Constant(3.0), 0, 1)
-            .unwrap();
+        let w = Tensor::param_with_prec(
+            "w",
+            Prec::F32,
+            &[2, 1],
+            crate::init::Init::Constant(3.0),
+            0,
+            1,
+        )
+        .unwrap();
         let y = Precision::Bf16Products
             .product("ik,kj->ij", &x, &w)
             .unwrap();
@@ -155,7 +162,9 @@ mod tests {
         assert_eq!(x.grad().unwrap().prec(), Prec::F32);
         // F32 keeps the exact values.
         let y32 = Precision::F32.product("ik,kj->ij", &x, &w).unwrap();
-        let code = crate::forward_program(&[&y32]).lower(&[]).unwrap();
+        let code = crate::autodiff::forward_program(&[&y32])
+            .lower(&[])
+            .unwrap();
         let mut env = InterpEnv::from_host_arrays(&code);
         env.run(&code, &[]).unwrap();
         let v = env.array(y32.node()).unwrap().to_vec_f64().unwrap()[0];

@@ -151,7 +151,7 @@ mod tests {
     /// materialized; with the default size it stays one bucket.
     #[test]
     fn backprop_splits_where_gradients_complete() {
-        let model = crate::Mlp::new(&[2, 16, 16, 1], 1).unwrap();
+        let model = crate::classifier::Mlp::new(&[2, 16, 16, 1], 1).unwrap();
         let x = arrayjit_tensor::Tensor::input(arrayjit_ir::Prec::F32, &[4, 2], "x", &[0.5; 8])
             .unwrap();
         let loss = model.forward(&x).unwrap().sum(&[0, 1]).unwrap();

@@ -6,7 +6,7 @@ use arrayjit_ir::Result;
 use arrayjit_tensor::Optimizer;
 use arrayjit_tensor::datasets::Dataset;
 
-use crate::{LossKind, TrainConfig};
+use crate::classifier::{LossKind, TrainConfig};
 
 /// The data of the table's MLP: `rows` random inputs of 784 features and labels of 10
 /// classes (Philox, seed 3).

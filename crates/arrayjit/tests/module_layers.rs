@@ -158,3 +158,85 @@ fn the_import_scan_sees_paths_and_lists_and_skips_comments() {
     .collect();
     assert_eq!(circles(&graph), vec![vec!["a", "b", "c"]]);
 }
+
+/// The names a source file reaches through `crate::` that are not modules of its crate:
+/// items of the crate's front (`lib.rs`) imported back. Comments are skipped; `crate::{a::B}`
+/// lists count each item's first segment.
+fn front_imports(source: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let code: String = source
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = BTreeSet::new();
+    for (pos, _) in code.match_indices("crate::") {
+        // `$crate::` in macros and `arrayjit_crate::` are other paths.
+        if pos > 0
+            && code[..pos]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+        {
+            continue;
+        }
+        let rest = &code[pos + "crate::".len()..];
+        let names: Vec<String> = match rest.strip_prefix('{') {
+            Some(list) => list[..list.find('}').unwrap_or(list.len())]
+                .split(',')
+                .map(|i| ident(i.trim()))
+                .filter(|n| !n.is_empty() && n != "self")
+                .collect(),
+            None => vec![ident(rest)],
+        };
+        found.extend(names.into_iter().filter(|n| !modules.contains(n)));
+    }
+    found
+}
+
+/// No module of any crate imports its crate's front back: every `crate::` path names a module
+/// (`crate::device_buffer::BufferHandle`), never an item `lib.rs` re-exports
+/// (`crate::BufferHandle`), so the front stays only a front and a reader finds each item where
+/// it is defined.
+#[test]
+fn no_module_imports_its_crate_front() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut report = Vec::new();
+    for krate in std::fs::read_dir(&crates).unwrap().flatten() {
+        let src = krate.path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(&src, f)).collect();
+        for file in &files {
+            if module_of(&src, file).is_none() {
+                continue;
+            }
+            let source = std::fs::read_to_string(file).unwrap();
+            let back = front_imports(&source, &modules);
+            if !back.is_empty() {
+                report.push(format!("{}: crate::{back:?}", file.display()));
+            }
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "imports of a crate's front:\n{}",
+        report.join("\n")
+    );
+}
+
+#[test]
+fn the_front_scan_sees_items_and_lists_but_not_modules() {
+    let modules: BTreeSet<String> = ["buffer", "queue"].iter().map(|s| s.to_string()).collect();
+    let source = "use crate::buffer::CpuBuffer;\nuse crate::{queue::Queue, Handle};\n\
+                  // crate::Commented\nfn f() -> crate::Other { $crate::Macro }\n";
+    let found: Vec<String> = front_imports(source, &modules).into_iter().collect();
+    assert_eq!(found, vec!["Handle".to_string(), "Other".to_string()]);
+}

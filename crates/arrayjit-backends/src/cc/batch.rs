@@ -10,9 +10,10 @@ use arrayjit_ir::{Error, Result};
 
 use super::compile;
 use crate::buffer::CpuBuffer;
+use crate::compiled_batch::{CompiledBatch, LaunchAt, LaunchRequest};
 use crate::cpu::with_host_locks;
+use crate::device_buffer::BufferHandle;
 use crate::worker_pool::{ParallelHandle, WorkerPool};
-use crate::{BufferHandle, CompiledBatch, LaunchAt, LaunchRequest};
 
 /// The signature of every generated C kernel.
 pub(super) type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
@@ -147,8 +148,9 @@ impl CcBatch {
         let k = self
             .kernels
             .get(index)
-            .ok_or_else(|| crate::no_such_kernel(index, self.kernels.len()))?;
-        let buffers = crate::check_launch::<CpuBuffer>(k, args, statics, self.backend)?;
+            .ok_or_else(|| crate::launch_check::no_such_kernel(index, self.kernels.len()))?;
+        let buffers =
+            crate::launch_check::check_launch::<CpuBuffer>(k, args, statics, self.backend)?;
         let device = args.first().map_or(0, |b| b.device());
         let mut ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.as_ptr()).collect();
         ptrs.push(std::ptr::null_mut());

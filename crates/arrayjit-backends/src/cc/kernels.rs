@@ -11,7 +11,7 @@ use arrayjit_codegen::gpu_dialect::GpuDialect;
 use arrayjit_codegen::{CSyntax, KernelInterface, SourceKernel, render_program};
 use arrayjit_ir::{Optimized, Result};
 
-use crate::DeviceInfo;
+use crate::device_info::DeviceInfo;
 
 /// How the compiled kernels of a [`CpuKernels`] are called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The CPU backends ([`CpuBackend`]): a renderer ([`CpuKernels`]), the host compiler and the
 //! shared CPU runtime ([`CpuRuntime`]). The `cc` backend renders C ([`CKernels`]), compiles it
 //! with the system C compiler (`$CC` or `cc`) into a shared library, loads it with
-//! `libloading`, and runs kernels on the CPU over [`CpuBuffer`](crate::CpuBuffer)s. Libraries
+//! `libloading`, and runs kernels on the CPU over [`CpuBuffer`](crate::buffer::CpuBuffer)s. Libraries
 //! are cached by a hash of (source, compiler, flags, CPU) in a private per-user folder.
 //!
 //! The same parts run the CUDA renderer's kernels on the CPU ([`EmulatedCudaKernels`], the
@@ -24,10 +24,12 @@ use arrayjit_codegen::cuda_emulation::EMULATION_FLAGS;
 use arrayjit_codegen::{KernelInterface, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Result, trace};
 
-use crate::batch_name;
+use crate::compiled_batch::CompiledBatch;
 use crate::cpu::{CpuRuntime, CpuRuntimeConfig};
+use crate::device_runtime::DeviceRuntime;
+use crate::lowered_backend::batch_name;
+use crate::lowered_backend::{CompileOptions, LoweredBackend};
 use crate::settings;
-use crate::{CompileOptions, CompiledBatch, DeviceRuntime, LoweredBackend};
 
 pub use crate::compile_cache::default_cache_dir;
 pub use batch::CcBatch;
@@ -288,7 +290,7 @@ impl LoweredBackend for CpuBackend {
     }
 
     /// The host CPU with the device's worker threads, as the renderer's code sees it.
-    fn device_info(&self, device: usize) -> Result<crate::DeviceInfo> {
+    fn device_info(&self, device: usize) -> Result<crate::device_info::DeviceInfo> {
         Ok(self.kernels.device_info(self.runtime.device_info(device)?))
     }
 

@@ -11,7 +11,7 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys::CUdeviceptr;
 
 use super::{Gpu, NAME};
-use crate::{BufferHandle, DeviceBuffer};
+use crate::device_buffer::{BufferHandle, DeviceBuffer};
 
 /// One `cuMemAlloc` allocation.
 struct Allocation {

@@ -14,12 +14,12 @@
 //!   parameters; the scratch buffer holding a routine's local nodes is zeroed on the stream
 //!   before its first pass.
 //! - **Streams and events**: each runtime stream gets a CUDA stream of its own
-//!   ([`crate::DeviceRuntime::new_queue`]); markers are CUDA events, and a stream waiting for
+//!   ([`crate::device_runtime::DeviceRuntime::new_queue`]); markers are CUDA events, and a stream waiting for
 //!   another's marker waits on the device (`cuStreamWaitEvent`).
 //! - **Launches**: a routine's passes are captured once as a CUDA graph per stream and
 //!   replayed by later runs with the same arguments (`graphs`: one launch a run; plain
 //!   launches where graphs are unavailable or `ARRAYJIT_CUDA_GRAPHS=0`). A timed launch
-//!   ([`crate::LaunchRequest::timed`]) records CUDA events around its passes and reports the
+//!   ([`crate::compiled_batch::LaunchRequest::timed`]) records CUDA events around its passes and reports the
 //!   device time between them once the stream is next waited for.
 //! - **Memory**: buffers and pools are `cuMemAlloc` allocations (a pool's views are offsets
 //!   into one); freeing waits for the device first, so work still queued never reads freed
@@ -50,11 +50,13 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
 };
 
+use crate::compiled_batch::{CompiledBatch, DeviceTimeSink, LaunchAt, LaunchRequest};
+use crate::device_buffer::BufferHandle;
 use crate::device_info::{DeviceInfo, DeviceKind};
-use crate::{
-    BufferHandle, CompileOptions, CompiledBatch, DeviceRuntime, DeviceTimeSink, LaunchAt,
-    LaunchRequest, LoweredBackend, PoolTable, Queue,
-};
+use crate::device_runtime::DeviceRuntime;
+use crate::lowered_backend::{CompileOptions, LoweredBackend};
+use crate::pool_table::PoolTable;
+use crate::queue::Queue;
 
 pub use buffers::CudaBuffer;
 pub use ptx::{
@@ -482,11 +484,14 @@ impl CudaBatch {
     /// checked against its device's limits; an error for a kernel rendered from a routine.
     fn launch_now(&self, index: usize, args: &[BufferHandle], at: LaunchAt) -> Result<LaunchDims> {
         let Some(kernel) = self.program.kernels.get(index) else {
-            return Err(crate::no_such_kernel(index, self.interfaces.len()));
+            return Err(crate::launch_check::no_such_kernel(
+                index,
+                self.interfaces.len(),
+            ));
         };
         let name = &kernel.interface.name;
         if !matches!(kernel.passes.as_slice(), [p] if matches!(p.shape, PassShape::Given(_))) {
-            return Err(crate::launch_dims_not_taken(name));
+            return Err(crate::launch_check::launch_dims_not_taken(name));
         }
         let device = args
             .first()
@@ -530,10 +535,13 @@ impl CudaBatch {
         let (kernel, iface) = match (self.program.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
             _ => {
-                return Err(crate::no_such_kernel(index, self.interfaces.len()));
+                return Err(crate::launch_check::no_such_kernel(
+                    index,
+                    self.interfaces.len(),
+                ));
             }
         };
-        let buffers = crate::check_launch::<CudaBuffer>(iface, args, statics, NAME)?;
+        let buffers = crate::launch_check::check_launch::<CudaBuffer>(iface, args, statics, NAME)?;
         let device = buffers.first().map_or(0, |b| b.device_ordinal());
         if let Some(b) = buffers.iter().find(|b| b.device_ordinal() != device) {
             return Err(Error::invalid(format!(
@@ -646,7 +654,8 @@ impl LoweredBackend for CudaBackend {
         check_nvrtc_options(options)?;
         let gpus = self.gpus()?.to_vec();
         let program = {
-            let _render = trace::compile_phase("render", &crate::batch_name(routines));
+            let _render =
+                trace::compile_phase("render", &crate::lowered_backend::batch_name(routines));
             render_cuda(routines)?
         };
         CudaBatch::compiled(gpus, program, options.flags.clone())

@@ -13,7 +13,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use super::Gpu;
-use crate::DeviceTimeSink;
+use crate::compiled_batch::DeviceTimeSink;
 use crate::queue::{DeviceQueue, Queue, QueueMarker};
 
 /// A runtime stream's CUDA stream.

@@ -8,7 +8,10 @@ use arrayjit_ir::{Error, Result};
 use super::CudaBackend;
 use super::buffers::{self, CudaBuffer};
 use super::queue::{self, CudaQueue};
-use crate::{BufferHandle, DeviceQueue, DeviceRuntime, PoolMemory, Queue};
+use crate::device_buffer::BufferHandle;
+use crate::device_runtime::DeviceRuntime;
+use crate::pool_table::PoolMemory;
+use crate::queue::{DeviceQueue, Queue};
 
 impl DeviceRuntime for CudaBackend {
     fn num_devices(&self) -> usize {
@@ -66,7 +69,7 @@ impl DeviceRuntime for CudaBackend {
         src: &[u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        crate::byte_range_end(dst, offset, src.len())?;
+        crate::device_runtime::byte_range_end(dst, offset, src.len())?;
         let d = buffers::of(dst)?.view(offset, src.len())?;
         let gpu = self.gpu(d.device_ordinal())?;
         d.write(gpu, src, queue::stream_for(gpu, queue))
@@ -79,7 +82,7 @@ impl DeviceRuntime for CudaBackend {
         dst: &mut [u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        crate::byte_range_end(src, offset, dst.len())?;
+        crate::device_runtime::byte_range_end(src, offset, dst.len())?;
         let s = buffers::of(src)?.view(offset, dst.len())?;
         let gpu = self.gpu(s.device_ordinal())?;
         s.read(gpu, dst, queue::stream_for(gpu, queue))

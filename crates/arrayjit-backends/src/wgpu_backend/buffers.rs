@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use arrayjit_ir::{Error, Result};
 
 use super::Gpu;
-use crate::{BufferHandle, DeviceBuffer};
+use crate::device_buffer::{BufferHandle, DeviceBuffer};
 
 /// Bytes wgpu copies at a time.
 const WORD: usize = 4;

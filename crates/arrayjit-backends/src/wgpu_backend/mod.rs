@@ -5,7 +5,7 @@
 //! - One device: the adapter wgpu picks (`WGPU_BACKEND`, `WGPU_ADAPTER_NAME` steer it). No
 //!   adapter means the backend is unavailable, with what to install.
 //! - Arrays are storage buffers; a pool is one buffer and its arrays are views at offsets,
-//!   aligned to the device's storage-binding alignment ([`crate::DeviceRuntime::pool_alignment`]).
+//!   aligned to the device's storage-binding alignment ([`crate::device_runtime::DeviceRuntime::pool_alignment`]).
 //! - The device's queue is the stream: work runs in submission order. Host copies go through
 //!   staging buffers and wait for the queue; a launch records one compute pass per pass of the
 //!   kernel and submits them.
@@ -30,11 +30,12 @@ use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, WgslTarget, render_wgsl};
 use arrayjit_codegen::{KernelInterface, LaunchDims, SourceKernel};
 use arrayjit_ir::{DeviceLimit, Error, Optimized, Result, trace};
 
+use crate::compiled_batch::{CompiledBatch, DeviceTimeSink, LaunchAt, LaunchRequest};
+use crate::device_buffer::BufferHandle;
 use crate::device_info::{DeviceInfo, DeviceKind};
-use crate::{
-    BufferHandle, CompiledBatch, DeviceRuntime, DeviceTimeSink, LaunchAt, LaunchRequest,
-    LoweredBackend, PoolTable,
-};
+use crate::device_runtime::DeviceRuntime;
+use crate::lowered_backend::LoweredBackend;
+use crate::pool_table::PoolTable;
 
 pub use buffers::WgpuBuffer;
 
@@ -387,7 +388,10 @@ impl WgpuBatch {
     fn launch_now(&self, index: usize, at: LaunchAt) -> Result<[u32; 3]> {
         let LaunchAt { global, local } = at;
         let Some(k) = self.kernels.get(index) else {
-            return Err(crate::no_such_kernel(index, self.kernels.len()));
+            return Err(crate::launch_check::no_such_kernel(
+                index,
+                self.kernels.len(),
+            ));
         };
         let name = &self.interfaces[index].name;
         // A hand-written shader's block is its @workgroup_size (checked at compile_source).
@@ -399,7 +403,7 @@ impl WgpuBatch {
             _ => [0; 3],
         };
         if workgroup == [0; 3] {
-            return Err(crate::launch_dims_not_taken(name));
+            return Err(crate::launch_check::launch_dims_not_taken(name));
         }
         let block = local.unwrap_or(workgroup);
         if block != workgroup {
@@ -438,10 +442,13 @@ impl WgpuBatch {
         let (k, iface) = match (self.kernels.get(index), self.interfaces.get(index)) {
             (Some(k), Some(i)) => (k, i),
             _ => {
-                return Err(crate::no_such_kernel(index, self.kernels.len()));
+                return Err(crate::launch_check::no_such_kernel(
+                    index,
+                    self.kernels.len(),
+                ));
             }
         };
-        let buffers = crate::check_launch::<WgpuBuffer>(iface, args, statics, NAME)?;
+        let buffers = crate::launch_check::check_launch::<WgpuBuffer>(iface, args, statics, NAME)?;
         let mut bound: HashMap<u32, &WgpuBuffer> = (0u32..).zip(buffers).collect();
         let mut words = Vec::with_capacity(statics.len());
         for (s, &v) in iface.statics.iter().zip(statics) {

@@ -7,7 +7,10 @@ use arrayjit_ir::{Error, Result};
 
 use super::buffers::{self, WgpuBuffer};
 use super::{WgpuBackend, queue};
-use crate::{BufferHandle, DeviceQueue, DeviceRuntime, PoolMemory, Queue};
+use crate::device_buffer::BufferHandle;
+use crate::device_runtime::DeviceRuntime;
+use crate::pool_table::PoolMemory;
+use crate::queue::{DeviceQueue, Queue};
 
 impl DeviceRuntime for WgpuBackend {
     fn num_devices(&self) -> usize {
@@ -48,13 +51,13 @@ impl DeviceRuntime for WgpuBackend {
         src: &[u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        let end = crate::byte_range_end(dst, offset, src.len())?;
+        let end = crate::device_runtime::byte_range_end(dst, offset, src.len())?;
         let d = buffers::of(dst)?;
         if buffers::word_aligned(d, offset, end) {
             return buffers::write(self.gpu()?, &d.view(offset, src.len())?, src);
         }
         // SAFETY: this method's contract is the helper's.
-        unsafe { crate::patch_whole_buffer(self, dst, offset, src, queue) }
+        unsafe { crate::device_runtime::patch_whole_buffer(self, dst, offset, src, queue) }
     }
 
     /// Directly when the range starts on a word; else through the whole buffer.
@@ -65,13 +68,13 @@ impl DeviceRuntime for WgpuBackend {
         dst: &mut [u8],
         queue: Queue<'_>,
     ) -> Result<()> {
-        crate::byte_range_end(src, offset, dst.len())?;
+        crate::device_runtime::byte_range_end(src, offset, dst.len())?;
         let s = buffers::of(src)?;
         if (s.offset + offset).is_multiple_of(4) {
             return buffers::read(self.gpu()?, &s.view(offset, dst.len())?, dst);
         }
         // SAFETY: this method's contract is the helper's.
-        unsafe { crate::read_through_whole_buffer(self, src, offset, dst, queue) }
+        unsafe { crate::device_runtime::read_through_whole_buffer(self, src, offset, dst, queue) }
     }
 
     unsafe fn copy_buffer(

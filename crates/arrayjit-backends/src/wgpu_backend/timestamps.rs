@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::DeviceTimeSink;
+use crate::compiled_batch::DeviceTimeSink;
 
 /// The query set and buffers of one timed launch.
 pub(super) struct Timing {

@@ -127,12 +127,12 @@ impl CudaPass {
 
     /// Its launch in three dimensions: [`CudaPass::launch_dims`] in x for rendered passes, a
     /// hand-written kernel's as given.
-    pub fn launch(&self) -> crate::LaunchDims {
+    pub fn launch(&self) -> crate::kernel::LaunchDims {
         match self.shape {
             PassShape::Given(d) => d,
             _ => {
                 let (blocks, threads) = self.launch_dims();
-                crate::LaunchDims::linear(blocks, threads)
+                crate::kernel::LaunchDims::linear(blocks, threads)
             }
         }
     }

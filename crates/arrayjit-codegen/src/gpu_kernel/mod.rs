@@ -43,8 +43,8 @@ pub enum PassShape {
     Zero(u64),
     /// One invocation for the whole statement.
     Single,
-    /// A hand-written kernel's launch, as given ([`crate::SourceKernel`]).
-    Given(crate::LaunchDims),
+    /// A hand-written kernel's launch, as given ([`crate::kernel::SourceKernel`]).
+    Given(crate::kernel::LaunchDims),
     /// This many groups running the passes of several statements side by side
     /// ([`arrayjit_ir::schedule::gpu::join`]); `barriers`: a part synchronizes its group.
     Joined {

@@ -97,7 +97,7 @@ impl Tnode {
     /// `OnDevice(sharing)`. A hosted constant or volatile node keeps its mode: devices never
     /// write it, so its arrays are the same values whichever streams hold them. A mode with no
     /// device arrays (virtual, local), or another sharing already decided, is an
-    /// [`crate::Error::MemoryModeConflict`] naming both requests.
+    /// [`crate::error::Error::MemoryModeConflict`] naming both requests.
     pub fn update_memory_sharing(&self, sharing: Sharing, provenance: &str) -> Result<()> {
         use MemoryMode::*;
         let target = match self.decided_mode() {

@@ -198,7 +198,7 @@ impl Context {
     }
 
     /// Optimizes and compiles a routine in this context's optimize context (see
-    /// [`crate::Backend::compile_in`]): it may read virtual nodes that routines compiled here
+    /// [`crate::backend::Backend::compile_in`]): it may read virtual nodes that routines compiled here
     /// before computed.
     pub fn compile(
         &self,

@@ -321,7 +321,9 @@ mod tests {
 
     /// A `bf16` `[n, n] · [n, n]` product's `Gemm`.
     fn square_gemm(n: usize) -> Gemm {
-        use crate::{AccumRhs, Assignments, BinOp, Operand, Tnode};
+        use crate::assignments::{AccumRhs, Assignments, Operand};
+        use crate::ops::BinOp;
+        use crate::tnode::Tnode;
         let t = |l: &str| Tnode::new(Prec::Bf16, &[n, n], &[l]).unwrap();
         let (a, b, c) = (t("a"), t("b"), t("c"));
         let program = Assignments::einsum(
@@ -333,7 +335,7 @@ mod tests {
         )
         .unwrap();
         let lowered = program.lower(&[]).unwrap();
-        let crate::LowLevel::Seq(items) = &lowered else {
+        let crate::low_level::LowLevel::Seq(items) = &lowered else {
             panic!("{lowered:?}")
         };
         items

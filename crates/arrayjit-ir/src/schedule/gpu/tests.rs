@@ -387,7 +387,7 @@ fn pointwise_nests_of_the_same_loops_merge_into_one_pass() {
         "{code:?}"
     );
     assert!(notes[0].as_deref().is_some_and(|n| n.contains("merged")));
-    let mut env = crate::InterpEnv::from_host_arrays(&code);
+    let mut env = crate::interpret::InterpEnv::from_host_arrays(&code);
     env.run(&code, &[]).unwrap();
     let got = env.array(&z).unwrap().to_vec_f64().unwrap();
     assert_eq!(got, (0..64).map(|v| f64::from(v) + 2.0).collect::<Vec<_>>());
