@@ -153,7 +153,7 @@ pub trait LoweredBackend: Send + Sync + Debug {
     ///   `array<i32>` at the binding after the last buffer; the grid is the workgroup count
     ///   (the shader declares its `@workgroup_size`).
     ///
-    /// Default: an error saying the backend does not take source directly.
+    /// Default: [`LoweredBackend::compile_source_with`] with the default options.
     ///
     /// # Safety
     /// The source runs as native code: it must export every kernel with the calling
@@ -164,16 +164,14 @@ pub trait LoweredBackend: Send + Sync + Debug {
         source: &str,
         kernels: &[SourceKernel],
     ) -> Result<Arc<dyn CompiledBatch>> {
-        let _ = (source, kernels);
-        Err(arrayjit_ir::Error::invalid(format!(
-            "backend {} does not compile source given directly; use cc, cuda_emu, cuda or wgpu",
-            self.name()
-        )))
+        // SAFETY: this method's contract is `compile_source_with`'s.
+        unsafe { self.compile_source_with(source, kernels, &self.default_compile_options()) }
     }
     /// [`LoweredBackend::compile_source`] with `options` instead of the default ones (the
     /// reference's `Compiler.compile ~options` for source given directly), checked as
-    /// [`LoweredBackend::compile_batch_with`] checks them. Default: the default options compile
-    /// as usual; any other is an error saying the backend takes none.
+    /// [`LoweredBackend::compile_batch_with`] checks them. `compile_source` calls it with the
+    /// defaults, so a backend that takes source implements this one. Default: an error saying
+    /// the backend does not take source directly.
     ///
     /// # Safety
     /// As [`LoweredBackend::compile_source`].
@@ -183,14 +181,10 @@ pub trait LoweredBackend: Send + Sync + Debug {
         kernels: &[SourceKernel],
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        if *options == self.default_compile_options() {
-            // SAFETY: the caller's contract is this method's.
-            return unsafe { self.compile_source(source, kernels) };
-        }
+        let _ = (source, kernels, options);
         Err(arrayjit_ir::Error::invalid(format!(
-            "backend {} takes no compile options yet (given {:?}); compile with its defaults",
-            self.name(),
-            options.flags
+            "backend {} does not compile source given directly; use cc, cuda_emu, cuda or wgpu",
+            self.name()
         )))
     }
     /// Backend-specific debug information.

@@ -61,10 +61,11 @@ impl LoweredBackend for MissingBackend {
         Err(self.error())
     }
 
-    unsafe fn compile_source(
+    unsafe fn compile_source_with(
         &self,
         _: &str,
         _: &[arrayjit_codegen::SourceKernel],
+        _: &crate::lowered_backend::CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }

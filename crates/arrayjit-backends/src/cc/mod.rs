@@ -373,15 +373,6 @@ impl LoweredBackend for CpuBackend {
         self.compile_with_config(routines, &config)
     }
 
-    unsafe fn compile_source(
-        &self,
-        source: &str,
-        kernels: &[SourceKernel],
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        // SAFETY: this method's contract.
-        unsafe { self.compile_source_with(source, kernels, &self.default_compile_options()) }
-    }
-
     unsafe fn compile_source_with(
         &self,
         source: &str,

@@ -34,7 +34,7 @@ use crate::compiled_batch::{CompiledBatch, DeviceTimeSink, LaunchAt, LaunchReque
 use crate::device_buffer::BufferHandle;
 use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::device_runtime::DeviceRuntime;
-use crate::lowered_backend::LoweredBackend;
+use crate::lowered_backend::{CompileOptions, LoweredBackend};
 use crate::pool_table::PoolTable;
 
 pub use buffers::WgpuBuffer;
@@ -613,11 +613,20 @@ impl LoweredBackend for WgpuBackend {
         }))
     }
 
-    unsafe fn compile_source(
+    /// WGSL goes to the driver as it is: only the default (empty) options.
+    unsafe fn compile_source_with(
         &self,
         source: &str,
         kernels: &[SourceKernel],
+        options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
+        if *options != self.default_compile_options() {
+            return Err(Error::invalid(format!(
+                "backend {NAME} takes no compile options (given {:?}): WGSL goes to the driver \
+                 as it is",
+                options.flags
+            )));
+        }
         let gpu = self.gpu()?.clone();
         let mut compiled = Vec::new();
         for k in kernels {
