@@ -757,8 +757,8 @@ mod tests {
         // SAFETY: the test's own buffers, one call at a time.
         unsafe { b.copy_to_host(&buf, &mut back, None) }.unwrap();
         assert_eq!(back, [1, 2, 3, 4, 5, 6]);
-        // SAFETY: the test's own buffers, one call at a time.
         assert!(matches!(
+            // SAFETY: the test's own buffers, one call at a time.
             unsafe { b.copy_from_host(&buf, &[0; 5], None) },
             Err(Error::ShapeMismatch { .. })
         ));
