@@ -400,7 +400,7 @@ fn in_leveled_order(
     schedules: Vec<Schedule>,
     limits: &crate::schedule::GpuLimits,
 ) -> (LowLevel, Vec<Schedule>) {
-    use crate::schedule::gpu::join::{Placement, joined_launches, leveled_order};
+    use crate::schedule::gpu::join::{Placement, joined_launches, leveled_orders};
     // Each order's plan estimated on a model of the device (an H100's speeds scaled to its
     // compute units): joined passes save launches and run side by side.
     let model = crate::schedule::gpu::DeviceModel::from_limits("the device", *limits);
@@ -413,12 +413,12 @@ fn in_leveled_order(
     };
     let mut best: Vec<usize> = (0..schedules.len()).collect();
     let mut fastest = estimate(&best);
-    for placement in [
+    let placements = [
         Placement::Earliest,
         Placement::Latest,
         Placement::SourcesFirst,
-    ] {
-        let order = leveled_order(&top_level(&code), &schedules, placement);
+    ];
+    for order in leveled_orders(&top_level(&code), &schedules, &placements) {
         let us = estimate(&order);
         if us < fastest {
             (best, fastest) = (order, us);

@@ -75,6 +75,16 @@ impl Part {
     }
 }
 
+/// Records that part `p` of node `id` is accessed, beside what `map` already holds of it.
+fn note(map: &mut HashMap<usize, Part>, id: usize, p: &Part) {
+    match map.get_mut(&id) {
+        Some(q) => q.add(p),
+        None => {
+            map.insert(id, p.clone());
+        }
+    }
+}
+
 /// What statements touch (read or write) and write, node by node.
 #[derive(Clone, Debug, Default)]
 struct Footprint {
@@ -92,14 +102,6 @@ impl Footprint {
                 _ => Part::Whole,
             }
         };
-        fn note(map: &mut HashMap<usize, Part>, id: usize, p: &Part) {
-            match map.get_mut(&id) {
-                Some(q) => q.add(p),
-                None => {
-                    map.insert(id, p.clone());
-                }
-            }
-        }
         stmt.visit(&mut |s| match s {
             LowLevel::Set { tn, idcs, .. } => {
                 let p = part(tn, idcs);
@@ -126,12 +128,7 @@ impl Footprint {
             (&mut self.written, &other.written),
         ] {
             for (id, p) in from {
-                match map.get_mut(id) {
-                    Some(q) => q.add(p),
-                    None => {
-                        map.insert(*id, p.clone());
-                    }
-                }
+                note(map, *id, p);
             }
         }
     }
@@ -315,13 +312,24 @@ pub fn leveled_order(
     schedules: &[Schedule],
     placement: Placement,
 ) -> Vec<usize> {
+    leveled_orders(statements, schedules, &[placement])
+        .pop()
+        .unwrap_or_else(|| (0..statements.len()).collect())
+}
+
+/// [`leveled_order`] for each of `placements`, in order, from one analysis of the statements.
+pub fn leveled_orders(
+    statements: &[&LowLevel],
+    schedules: &[Schedule],
+    placements: &[Placement],
+) -> Vec<Vec<usize>> {
     let identity: Vec<usize> = (0..statements.len()).collect();
     if schedules.len() != statements.len()
         || schedules
             .iter()
             .any(|s| !matches!(s.kind, ScheduleKind::Gpu(_)))
     {
-        return identity;
+        return vec![identity; placements.len()];
     }
     // Units that move together: a pass with the statements whose work it does.
     let mut units: Vec<Vec<usize>> = Vec::new();
@@ -359,24 +367,30 @@ pub fn leveled_order(
     let from_start = levels(&footprints, 0..units.len());
     let from_end = levels(&footprints, (0..units.len()).rev());
     let deepest = from_end.iter().copied().max().unwrap_or(0);
-    let mut keyed: Vec<(usize, usize)> = (0..units.len())
-        .map(|u| {
-            let latest = deepest - from_end[u];
-            let key = match placement {
-                Placement::Earliest => from_start[u],
-                Placement::Latest => latest,
-                // A pass that depends on none may run first, with the others of its kind.
-                Placement::SourcesFirst if from_start[u] == 0 => 0,
-                Placement::SourcesFirst => latest + 1,
-            };
-            (key, u)
+    placements
+        .iter()
+        .map(|placement| {
+            let mut keyed: Vec<(usize, usize)> = (0..units.len())
+                .map(|u| {
+                    let latest = deepest - from_end[u];
+                    let key = match placement {
+                        Placement::Earliest => from_start[u],
+                        Placement::Latest => latest,
+                        // A pass that depends on none may run first, with the others of its
+                        // kind.
+                        Placement::SourcesFirst if from_start[u] == 0 => 0,
+                        Placement::SourcesFirst => latest + 1,
+                    };
+                    (key, u)
+                })
+                .collect();
+            // Program order within a level.
+            keyed.sort();
+            keyed
+                .into_iter()
+                .flat_map(|(_, u)| units[u].iter().copied())
+                .collect()
         })
-        .collect();
-    // Program order within a level.
-    keyed.sort();
-    keyed
-        .into_iter()
-        .flat_map(|(_, u)| units[u].iter().copied())
         .collect()
 }
 
