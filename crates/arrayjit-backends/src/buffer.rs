@@ -75,13 +75,16 @@ impl CpuBuffer {
         counter: Arc<MemoryCounter>,
     ) -> Result<CpuBuffer> {
         let alignment = alignment.max(CPU_BUFFER_ALIGNMENT);
-        let invalid = |e: &dyn fmt::Display| {
-            Error::invalid(format!(
-                "cannot allocate {size} bytes aligned to {alignment}: {e}"
-            ))
+        let invalid = |e: &dyn fmt::Display| Error::OutOfMemory {
+            what: format!("a buffer aligned to {alignment} ({e})"),
+            bytes: size,
         };
         if !alignment.is_power_of_two() {
-            return Err(invalid(&"the alignment is not a power of two"));
+            return Err(Error::BadValue {
+                what: "buffer alignment".into(),
+                value: alignment.to_string(),
+                expected: "a power of two".into(),
+            });
         }
         // Allocated at the allocator's natural alignment with room to align by hand, so that the
         // allocator can hand out fresh zero pages (calloc of a large block maps them, untouched)
@@ -150,11 +153,10 @@ impl CpuBuffer {
 
     fn refuse_host_write(&self, what: &str) -> Result<()> {
         match self.host_node() {
-            Some(tn) => Err(Error::invalid(format!(
-                "{what} {}'s device array, which is its host array used in place: change the \
-                 host values instead (set_values)",
-                tn.debug_name()
-            ))),
+            Some(tn) => Err(Error::HostArrayInPlace {
+                node: tn.debug_name(),
+                action: what.into(),
+            }),
             None => Ok(()),
         }
     }

@@ -51,12 +51,15 @@ pub(crate) fn private_dir(dir: &Path) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if meta.uid() != uid {
-        return Err(Error::invalid(format!(
-            "the compile cache {} belongs to user {} but this process runs as {uid}; refusing to load \
-             libraries from it (set ARRAYJIT_CACHE_DIR to a folder of your own)",
-            dir.display(),
-            meta.uid()
-        )));
+        return Err(Error::InvalidSetting {
+            setting: "ARRAYJIT_CACHE_DIR".into(),
+            value: dir.display().to_string(),
+            expected: format!(
+                "a folder of this user's own: it belongs to user {} but this process runs as \
+                 {uid}, so no library is loaded from it",
+                meta.uid()
+            ),
+        });
     }
     if meta.permissions().mode() & 0o077 != 0 {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))

@@ -116,12 +116,12 @@ impl CpuRuntime {
 
     /// The buffer as a [`CpuBuffer`], or an error naming the backend.
     fn cpu<'a>(&self, b: &'a BufferHandle) -> Result<&'a CpuBuffer> {
-        b.as_any().downcast_ref::<CpuBuffer>().ok_or_else(|| {
-            Error::invalid(format!(
-                "buffer {b:?} does not belong to the {} backend",
-                self.backend
-            ))
-        })
+        b.as_any()
+            .downcast_ref::<CpuBuffer>()
+            .ok_or_else(|| Error::ForeignBuffer {
+                what: format!("buffer {b:?}"),
+                backend: self.backend.into(),
+            })
     }
 
     fn pool(&self, device: usize, pool_id: usize) -> Result<Arc<CpuBuffer>> {
@@ -280,10 +280,12 @@ impl DeviceRuntime for CpuRuntime {
                 .checked_add(len)
                 .is_none_or(|end| end > pool.size_in_bytes())
             {
-                return Err(Error::invalid(format!(
-                    "guard range {offset}+{len} lies outside pool {pool_id} of {} bytes",
-                    pool.size_in_bytes()
-                )));
+                return Err(Error::IndexOutOfBounds {
+                    detail: format!(
+                        "guard range {offset}+{len} lies outside pool {pool_id} of {} bytes",
+                        pool.size_in_bytes()
+                    ),
+                });
             }
             // SAFETY: the range lies inside the pool's allocation (checked above), and no array
             // of the plan uses it, so nothing accesses it legitimately; the pool is unpoisoned

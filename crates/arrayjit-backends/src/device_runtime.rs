@@ -28,10 +28,10 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
         num_elems: usize,
     ) -> Result<BufferHandle> {
         let bytes = num_elems.checked_mul(prec.size_in_bytes()).ok_or_else(|| {
-            arrayjit_ir::Error::invalid(format!(
-                "{num_elems} {} values do not fit in memory",
-                prec.name()
-            ))
+            arrayjit_ir::Error::OutOfMemory {
+                what: format!("{num_elems} {} values", prec.name()),
+                bytes: usize::MAX,
+            }
         })?;
         array_buffer::typed(self.alloc_zeroed(device, bytes)?, prec, "a new array")
     }

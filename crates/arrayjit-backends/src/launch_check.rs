@@ -27,21 +27,22 @@ pub fn check_launch<'a, B: DeviceBuffer>(
         .map(|t| t.prec())
         .collect();
     if args.len() != expected.len() {
-        return Err(Error::invalid(format!(
-            "kernel {} takes {} buffers but {} were given",
-            k.name,
-            expected.len(),
-            args.len()
-        )));
+        return Err(Error::WrongArgumentCount {
+            kernel: k.name.clone(),
+            what: "buffers".into(),
+            expected: expected.len(),
+            given: args.len(),
+        });
     }
     let mut buffers = Vec::with_capacity(args.len());
     for (pos, (b, &need)) in args.iter().zip(&expected).enumerate() {
-        let buffer = b.as_any().downcast_ref::<B>().ok_or_else(|| {
-            Error::invalid(format!(
-                "argument {pos} of {} is not a {backend} buffer",
-                k.name
-            ))
-        })?;
+        let buffer = b
+            .as_any()
+            .downcast_ref::<B>()
+            .ok_or_else(|| Error::ForeignBuffer {
+                what: format!("argument {pos} of {}", k.name),
+                backend: backend.into(),
+            })?;
         if buffer.size_in_bytes() < need {
             return Err(Error::ShapeMismatch {
                 op: format!("launching {}", k.name),
@@ -58,12 +59,12 @@ pub fn check_launch<'a, B: DeviceBuffer>(
         buffers.push(buffer);
     }
     if statics.len() != k.statics.len() {
-        return Err(Error::invalid(format!(
-            "kernel {} takes {} static indices but {} were given",
-            k.name,
-            k.statics.len(),
-            statics.len()
-        )));
+        return Err(Error::WrongArgumentCount {
+            kernel: k.name.clone(),
+            what: "static indices".into(),
+            expected: k.statics.len(),
+            given: statics.len(),
+        });
     }
     for (s, &v) in k.statics.iter().zip(statics) {
         if v < 0 || v >= s.range as i64 {
@@ -78,18 +79,19 @@ pub fn check_launch<'a, B: DeviceBuffer>(
 
 /// The error for launching kernel `index` of a batch that has `len` kernels.
 pub fn no_such_kernel(index: usize, len: usize) -> arrayjit_ir::Error {
-    arrayjit_ir::Error::invalid(format!(
-        "kernel index {index} but the batch has {len}; find kernels with kernel_index"
-    ))
+    arrayjit_ir::Error::NoSuchKernel { index, len }
 }
 
 /// The error for launch dimensions given at launch time to kernel `kernel`, compiled from
 /// assignments (see [`crate::compiled_batch::LaunchRequest::with_dims`]).
 pub fn launch_dims_not_taken(kernel: &str) -> arrayjit_ir::Error {
-    arrayjit_ir::Error::invalid(format!(
-        "kernel {kernel} was compiled from assignments and launches as its schedule says; \
-         launch dimensions at launch time are for compile_source kernels"
-    ))
+    arrayjit_ir::Error::Unsupported {
+        backend: "this batch".into(),
+        what: format!(
+            "launch dimensions at launch time for kernel {kernel}, compiled from assignments (it launches as its schedule says)"
+        ),
+        instead: "give launch dimensions only to compile_source kernels".into(),
+    }
 }
 
 #[cfg(test)]
@@ -127,13 +129,19 @@ mod tests {
             2
         );
         let e = check_launch::<CpuBuffer>(&k, &ok[..1], &[2], "cc").unwrap_err();
-        assert!(e.to_string().contains("takes 2 buffers but 1"), "{e}");
+        assert!(
+            matches!(&e, Error::WrongArgumentCount { what, expected: 2, given: 1, .. } if what == "buffers"),
+            "{e}"
+        );
         let e = check_launch::<CpuBuffer>(&k, &[cpu(12), cpu(8)], &[2], "cc").unwrap_err();
         assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
         let e = check_launch::<CpuBuffer>(&k, &ok, &[3], "cc").unwrap_err();
         assert!(matches!(e, Error::StaticIndex { .. }), "{e}");
         let e = check_launch::<CpuBuffer>(&k, &ok, &[], "cc").unwrap_err();
-        assert!(e.to_string().contains("static indices"), "{e}");
+        assert!(
+            matches!(&e, Error::WrongArgumentCount { what, expected: 1, given: 0, .. } if what == "static indices"),
+            "{e}"
+        );
         // Another backend's buffer type is refused by name.
         #[derive(Debug)]
         struct Other;
@@ -150,6 +158,10 @@ mod tests {
         }
         let other: [BufferHandle; 2] = [Arc::new(Other), cpu(8)];
         let e = check_launch::<CpuBuffer>(&k, &other, &[0], "cc").unwrap_err();
+        assert!(
+            matches!(&e, Error::ForeignBuffer { backend, .. } if backend == "cc"),
+            "{e}"
+        );
         assert!(e.to_string().contains("not a cc buffer"), "{e}");
     }
 }

@@ -1,31 +1,26 @@
-//! The lowered backend ([`LoweredBackend`]): what its devices are, how routines are rendered and
-//! compiled for them ([`CompileOptions`]), and its runtime; and the contract of the data plane
+//! The lowered backend ([`LoweredBackend`]): one backend composed of its four parts
+//! ([`BackendParts`]: devices, renderer, compiler, runtime), and the contract of the data plane
 //! its unsafe calls follow ([`DATA_PLANE_CONTRACT`]).
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use arrayjit_codegen::SourceKernel;
+use arrayjit_codegen::gpu_dialect::GpuDialect;
+use arrayjit_ir::schedule::ScheduleSettings;
 use arrayjit_ir::{Optimized, Result};
 
 use crate::compiled_batch::CompiledBatch;
+use crate::compiler::{CompileOptions, Compiler};
 use crate::device_info::DeviceInfo;
 use crate::device_runtime::DeviceRuntime;
+use crate::devices::Devices;
+use crate::renderer::Renderer;
 
 /// The name of a batch of routines in traces and listings: their names joined by `+`.
 pub fn batch_name(routines: &[&Optimized]) -> String {
     let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
     names.join("+")
-}
-
-/// Options of one compilation (the reference's `Compiler.compile_options`), starting from a
-/// backend's [`LoweredBackend::default_compile_options`] (its `default_options`): for `cc` and
-/// `cuda_emu`, the host compiler's flags (by default `CcConfig::flags`, e.g. from
-/// `ARRAYJIT_CC_FLAGS`); the other backends take none yet. Compiled code is cached per options.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct CompileOptions {
-    /// The compiler's flags, in order.
-    pub flags: Vec<String>,
 }
 
 /// The contract of the lowered layer's data plane: the calls that read or write a buffer's
@@ -44,7 +39,7 @@ pub struct CompileOptions {
 ///
 /// ```compile_fail,E0133
 /// use arrayjit_backends::{BufferHandle, LoweredBackend};
-/// fn racy(lowered: &dyn LoweredBackend, array: &BufferHandle) {
+/// fn racy(lowered: &LoweredBackend, array: &BufferHandle) {
 ///     lowered.runtime().copy_from_host(array, &[0u8; 4], None).unwrap();
 /// }
 /// ```
@@ -58,88 +53,135 @@ pub struct CompileOptions {
 pub const DATA_PLANE_CONTRACT: &str = "nothing else accesses a buffer while a call writes it, \
     and nothing writes it while a call reads it";
 
-/// A lowered backend, composed of parts (see the crate documentation): what its devices are,
-/// how routines are rendered and compiled for them, and its [`DeviceRuntime`] (buffers, pools,
-/// copies), whose calls that touch buffer memory are `unsafe fn` ([`DATA_PLANE_CONTRACT`]).
-pub trait LoweredBackend: Send + Sync + Debug {
+/// The four parts of a backend (the reference's `Device_info`, `Renderer`, `Compiler` and
+/// `Runtime`), each its own object. Parts of one backend may share state behind them (the
+/// CUDA compiler and runtime share the opened GPUs), and one object may serve as several
+/// parts (the placeholder of a missing backend answers as all four).
+#[derive(Clone, Debug)]
+pub struct BackendParts {
+    /// What the devices are and whether the backend can run here.
+    pub devices: Arc<dyn Devices>,
+    /// How routines are printed.
+    pub renderer: Arc<dyn Renderer>,
+    /// How printed routines (or source given directly) become a [`CompiledBatch`].
+    pub compiler: Arc<dyn Compiler>,
+    /// Buffers, pools, queues and copies; its calls that touch buffer memory are `unsafe fn`
+    /// ([`DATA_PLANE_CONTRACT`]).
+    pub runtime: Arc<dyn DeviceRuntime>,
+}
+
+/// A lowered backend: a name and its four [`BackendParts`]. Everything above this layer
+/// (contexts, routines, host synchronization, merge buffers, pools) is written against it; the
+/// methods below are the parts' own, for callers that need not know which part answers.
+#[derive(Clone, Debug)]
+pub struct LoweredBackend {
+    name: String,
+    parts: BackendParts,
+}
+
+impl LoweredBackend {
+    /// Backend `name`, composed of `parts`.
+    pub fn compose(name: impl Into<String>, parts: BackendParts) -> LoweredBackend {
+        LoweredBackend {
+            name: name.into(),
+            parts,
+        }
+    }
+
     /// The backend's name (e.g. `"cc"`).
-    fn name(&self) -> &str;
-    /// `Ok` if the backend can run here, or why not.
-    fn check_available(&self) -> Result<()>;
-    /// The backend's runtime: its devices' buffers, pools, queues and copies.
-    fn runtime(&self) -> &dyn DeviceRuntime;
-    /// What device `device` is and can do; an error for a device that does not exist (or a
-    /// backend that cannot run here).
-    fn device_info(&self, device: usize) -> Result<DeviceInfo>;
-    /// What the optimizer's schedules may assume of this backend's devices (vector width,
-    /// registers, caches): from device 0's [`DeviceInfo`], or the portable defaults of
-    /// [`ScheduleSettings`](arrayjit_ir::schedule::ScheduleSettings) when there is none.
-    fn schedule_settings(&self) -> arrayjit_ir::schedule::ScheduleSettings {
-        self.device_info(0)
-            .map(|d| d.schedule_settings())
-            .unwrap_or_default()
+    pub fn name(&self) -> &str {
+        &self.name
     }
-    /// What the run time of a schedule on this backend depends on (device model, compiler and
-    /// its flags, worker count): the schedule search keys the choices it stores with it.
-    /// Default: [`LoweredBackend::debug_info`].
-    fn machine_identity(&self) -> String {
-        self.debug_info()
+
+    /// Its four parts.
+    pub fn parts(&self) -> &BackendParts {
+        &self.parts
     }
-    /// The schedule choice stored under `key` (a hexadecimal hash) by
-    /// [`LoweredBackend::store_schedule_choice`]; `Ok(None)` when none is stored, `Err` with
-    /// why when a stored one cannot be read. Default: nothing is ever stored.
-    fn load_schedule_choice(&self, key: &str) -> std::result::Result<Option<String>, String> {
-        let _ = key;
-        Ok(None)
+
+    /// Its device-info part.
+    pub fn devices(&self) -> &dyn Devices {
+        self.parts.devices.as_ref()
     }
-    /// Stores a schedule choice (one line of text) under `key`, next to the backend's compile
-    /// cache; returns whether it was stored (`false`: the backend keeps no cache).
-    fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
-        let _ = (key, choice);
-        Ok(false)
+
+    /// Its renderer.
+    pub fn renderer(&self) -> &dyn Renderer {
+        self.parts.renderer.as_ref()
     }
-    /// The source [`LoweredBackend::compile_batch`] would compile for these routines, without
-    /// compiling it: equal sources make equal kernels. Default: the routines' loop code (for
-    /// backends without a renderer of their own).
-    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(routines.iter().map(|r| format!("{}\n", r.code)).collect())
+
+    /// Its compiler.
+    pub fn compiler(&self) -> &dyn Compiler {
+        self.parts.compiler.as_ref()
     }
-    /// Compiles routines together (one library, one compilation).
-    fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>>;
-    /// The GPU dialect this backend's kernels are printed in (`cuda`, `cuda_emu`: CUDA; `wgpu`:
-    /// WGSL), whose device strings the renderer uses (the reference's
-    /// `Device_info.renderer_float4_str`, `renderer_smem_prefix`, `renderer_barrier_str`);
-    /// `None` (the default) for C on CPUs.
-    fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
-        None
+
+    /// Its runtime: the devices' buffers, pools, queues and copies.
+    pub fn runtime(&self) -> &dyn DeviceRuntime {
+        self.parts.runtime.as_ref()
     }
-    /// The options [`LoweredBackend::compile_batch`] compiles with (the reference's
-    /// `Compiler.default_options`). Default: none.
-    fn default_compile_options(&self) -> CompileOptions {
-        CompileOptions::default()
+
+    /// `Ok` if the backend can run here, or why not ([`Devices::check_available`]).
+    pub fn check_available(&self) -> Result<()> {
+        self.devices().check_available()
     }
+
+    /// What device `device` is and can do ([`Devices::device_info`]).
+    pub fn device_info(&self, device: usize) -> Result<DeviceInfo> {
+        self.devices().device_info(device)
+    }
+
+    /// What the optimizer's schedules may assume of the devices
+    /// ([`Devices::schedule_settings`]).
+    pub fn schedule_settings(&self) -> ScheduleSettings {
+        self.devices().schedule_settings()
+    }
+
+    /// What the run time of a schedule depends on ([`Devices::machine_identity`]).
+    pub fn machine_identity(&self) -> String {
+        self.devices().machine_identity()
+    }
+
+    /// One line on the backend ([`Devices::debug_info`]).
+    pub fn debug_info(&self) -> String {
+        self.devices().debug_info()
+    }
+
+    /// The GPU dialect the renderer prints ([`Renderer::gpu_dialect`]).
+    pub fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
+        self.renderer().gpu_dialect()
+    }
+
+    /// The source [`LoweredBackend::compile_batch`] would compile for these routines
+    /// ([`Renderer::render_source`]).
+    pub fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
+        self.renderer().render_source(routines)
+    }
+
+    /// The options [`LoweredBackend::compile_batch`] compiles with
+    /// ([`Compiler::default_options`]).
+    pub fn default_compile_options(&self) -> CompileOptions {
+        self.compiler().default_options()
+    }
+
+    /// Compiles routines together (one library, one compilation) with the default options.
+    pub fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+        self.compile_batch_with(routines, &self.default_compile_options())
+    }
+
     /// [`LoweredBackend::compile_batch`] with `options` instead of the default ones (the
-    /// reference's `Compiler.compile ~options`). Default: the default options compile as
-    /// usual; any other is an error saying the backend takes none.
-    fn compile_batch_with(
+    /// reference's `Compiler.compile ~options`; [`Compiler::compile`]).
+    pub fn compile_batch_with(
         &self,
         routines: &[&Optimized],
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        if *options == self.default_compile_options() {
-            return self.compile_batch(routines);
-        }
-        Err(arrayjit_ir::Error::invalid(format!(
-            "backend {} takes no compile options yet (given {:?}); compile with its defaults",
-            self.name(),
-            options.flags
-        )))
+        self.compiler().compile(routines, options)
     }
-    /// Compiles source given directly, in the backend's language (the reference's `compile
-    /// ~source_code` and `get_kernel`): for tools and tests that drive a backend's kernels
-    /// themselves. Each [`SourceKernel`] names its exported symbol, its buffers and static
-    /// indices ([`KernelInterface`](arrayjit_codegen::KernelInterface)) and, on GPUs, its launch; launches are checked against the
-    /// interfaces as for compiled routines, and the batch finds a kernel by name or symbol
+
+    /// Compiles source given directly, in the backend's language, with the default options
+    /// (the reference's `compile ~source_code` and `get_kernel`): for tools and tests that
+    /// drive a backend's kernels themselves. Each [`SourceKernel`] names its exported symbol,
+    /// its buffers and static indices ([`KernelInterface`](arrayjit_codegen::KernelInterface))
+    /// and, on GPUs, its launch; launches are checked against the interfaces as for compiled
+    /// routines, and the batch finds a kernel by name or symbol
     /// ([`CompiledBatch::kernel_index`]). The calling convention per backend:
     ///
     /// - `cc` (C): `void f(uint8_t *const *buffers, const int64_t *statics, const void
@@ -153,13 +195,9 @@ pub trait LoweredBackend: Send + Sync + Debug {
     ///   `array<i32>` at the binding after the last buffer; the grid is the workgroup count
     ///   (the shader declares its `@workgroup_size`).
     ///
-    /// Default: [`LoweredBackend::compile_source_with`] with the default options.
-    ///
     /// # Safety
-    /// The source runs as native code: it must export every kernel with the calling
-    /// convention's signature, and a kernel must touch only the bytes its interface gives each
-    /// buffer. Nothing can check what hand-written code does.
-    unsafe fn compile_source(
+    /// As [`Compiler::compile_source`]: the source runs as native code.
+    pub unsafe fn compile_source(
         &self,
         source: &str,
         kernels: &[SourceKernel],
@@ -167,26 +205,28 @@ pub trait LoweredBackend: Send + Sync + Debug {
         // SAFETY: this method's contract is `compile_source_with`'s.
         unsafe { self.compile_source_with(source, kernels, &self.default_compile_options()) }
     }
-    /// [`LoweredBackend::compile_source`] with `options` instead of the default ones (the
-    /// reference's `Compiler.compile ~options` for source given directly), checked as
-    /// [`LoweredBackend::compile_batch_with`] checks them. `compile_source` calls it with the
-    /// defaults, so a backend that takes source implements this one. Default: an error saying
-    /// the backend does not take source directly.
+
+    /// [`LoweredBackend::compile_source`] with `options` instead of the default ones.
     ///
     /// # Safety
-    /// As [`LoweredBackend::compile_source`].
-    unsafe fn compile_source_with(
+    /// As [`Compiler::compile_source`].
+    pub unsafe fn compile_source_with(
         &self,
         source: &str,
         kernels: &[SourceKernel],
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        let _ = (source, kernels, options);
-        Err(arrayjit_ir::Error::invalid(format!(
-            "backend {} does not compile source given directly; use cc, cuda_emu, cuda or wgpu",
-            self.name()
-        )))
+        // SAFETY: this method's contract is the compiler's.
+        unsafe { self.compiler().compile_source(source, kernels, options) }
     }
-    /// Backend-specific debug information.
-    fn debug_info(&self) -> String;
+
+    /// The schedule choice stored under `key` ([`Compiler::load_schedule_choice`]).
+    pub fn load_schedule_choice(&self, key: &str) -> std::result::Result<Option<String>, String> {
+        self.compiler().load_schedule_choice(key)
+    }
+
+    /// Stores a schedule choice ([`Compiler::store_schedule_choice`]).
+    pub fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
+        self.compiler().store_schedule_choice(key, choice)
+    }
 }

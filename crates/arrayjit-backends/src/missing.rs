@@ -1,16 +1,34 @@
 //! The placeholder for a backend that was not built (cargo feature off) or cannot run here
 //! (library or driver absent): it has zero devices, and every call returns
-//! [`Error::BackendUnavailable`] naming the backend and what would enable it.
+//! [`Error::BackendUnavailable`] naming the backend and what would enable it. One placeholder
+//! object answers as all four parts of the backend ([`backend`]).
 
 use std::sync::Arc;
 
 use arrayjit_ir::{Error, Optimized, Result};
 
 use crate::compiled_batch::CompiledBatch;
+use crate::compiler::{CompileOptions, Compiler};
 use crate::device_buffer::BufferHandle;
 use crate::device_runtime::DeviceRuntime;
-use crate::lowered_backend::LoweredBackend;
+use crate::devices::Devices;
+use crate::lowered_backend::{BackendParts, LoweredBackend};
 use crate::queue::Queue;
+use crate::renderer::Renderer;
+
+/// Backend `name` as a placeholder (see [`MissingBackend::new`]), its four parts one object.
+pub fn backend(name: &str, reason: &str, how_to_enable: &str) -> LoweredBackend {
+    let missing = Arc::new(MissingBackend::new(name, reason, how_to_enable));
+    LoweredBackend::compose(
+        name,
+        BackendParts {
+            devices: missing.clone(),
+            renderer: missing.clone(),
+            compiler: missing.clone(),
+            runtime: missing,
+        },
+    )
+}
 
 /// A backend that is not available.
 #[derive(Clone, Debug)]
@@ -40,15 +58,7 @@ impl MissingBackend {
     }
 }
 
-impl LoweredBackend for MissingBackend {
-    fn runtime(&self) -> &dyn DeviceRuntime {
-        self
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
+impl Devices for MissingBackend {
     fn check_available(&self) -> Result<()> {
         Err(self.error())
     }
@@ -57,21 +67,29 @@ impl LoweredBackend for MissingBackend {
         Err(self.error())
     }
 
-    fn compile_batch(&self, _: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
+    fn debug_info(&self) -> String {
+        format!("{} (unavailable: {})", self.name, self.reason)
+    }
+}
+
+impl Renderer for MissingBackend {
+    fn render_source(&self, _: &[&Optimized]) -> Result<String> {
+        Err(self.error())
+    }
+}
+
+impl Compiler for MissingBackend {
+    fn compile(&self, _: &[&Optimized], _: &CompileOptions) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }
 
-    unsafe fn compile_source_with(
+    unsafe fn compile_source(
         &self,
         _: &str,
         _: &[arrayjit_codegen::SourceKernel],
-        _: &crate::lowered_backend::CompileOptions,
+        _: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
-    }
-
-    fn debug_info(&self) -> String {
-        format!("{} (unavailable: {})", self.name, self.reason)
     }
 }
 

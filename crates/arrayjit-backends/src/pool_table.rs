@@ -101,11 +101,11 @@ impl<P: PoolMemory> PoolTable<P> {
     }
 
     fn missing(&self, device: usize, pool_id: usize) -> Error {
-        Error::invalid(format!(
-            "{}:{device} has no pool {pool_id}; pools are made by linking a context and freed \
-             with it",
-            self.backend
-        ))
+        Error::NoSuchPool {
+            backend: self.backend.into(),
+            device,
+            pool_id,
+        }
     }
 
     /// Makes pool `pool_id` on `device` with `allocate` (given the size and alignment), unless
@@ -119,16 +119,19 @@ impl<P: PoolMemory> PoolTable<P> {
         allocate: impl FnOnce(usize, usize) -> Result<P>,
     ) -> Result<()> {
         if !alignment.is_power_of_two() {
-            return Err(Error::invalid(format!(
-                "pool alignment {alignment} is not a power of two"
-            )));
+            return Err(Error::BadValue {
+                what: "pool alignment".into(),
+                value: alignment.to_string(),
+                expected: "a power of two".into(),
+            });
         }
         let mut pools = self.lock();
         if pools.contains_key(&(device, pool_id)) {
-            return Err(Error::invalid(format!(
-                "{}:{device} already has a pool {pool_id}",
-                self.backend
-            )));
+            return Err(Error::PoolIdTaken {
+                backend: self.backend.into(),
+                device,
+                pool_id,
+            });
         }
         let pool = allocate(size_in_bytes, alignment)?;
         pools.insert((device, pool_id), pool);
@@ -199,9 +202,22 @@ mod tests {
         table.insert_with(0, 1, 64, 16, alloc).unwrap();
         table.insert_with(1, 1, 32, 16, alloc).unwrap();
         let e = table.insert_with(0, 1, 8, 16, alloc).unwrap_err();
-        assert!(e.to_string().contains("cc:0 already has a pool 1"), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::PoolIdTaken {
+                    device: 0,
+                    pool_id: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = table.insert_with(0, 2, 8, 3, alloc).unwrap_err();
-        assert!(e.to_string().contains("not a power of two"), "{e}");
+        assert!(
+            matches!(&e, Error::BadValue { what, value, .. } if what == "pool alignment" && value == "3"),
+            "{e}"
+        );
         assert_eq!(table.list(0), vec![(1, 64)]);
         assert_eq!(table.list(1), vec![(1, 32)]);
         let view = table.view(0, 1, 16, 32).unwrap();
@@ -209,6 +225,17 @@ mod tests {
         assert!(table.view(0, 1, 48, 32).is_err(), "a view past the pool");
         table.remove(0, 1).unwrap();
         let e = table.remove(0, 1).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::NoSuchPool {
+                    device: 0,
+                    pool_id: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert!(e.to_string().contains("cc:0 has no pool 1"), "{e}");
         assert!(table.view(0, 1, 0, 8).is_err());
         // The view keeps the freed pool's memory alive.

@@ -7,9 +7,9 @@
 use std::mem::{offset_of, size_of};
 use std::sync::Arc;
 
-use arrayjit_backends::cc::{CcConfig, CpuBackend};
+use arrayjit_backends::LaunchRequest;
+use arrayjit_backends::cc::{self, CcConfig};
 use arrayjit_backends::worker_pool::ParallelHandle;
-use arrayjit_backends::{LaunchRequest, LoweredBackend};
 use arrayjit_codegen::{KernelInterface, PARALLEL_TYPEDEF, SourceKernel};
 use arrayjit_ir::{Prec, Tnode};
 
@@ -36,7 +36,7 @@ fn the_c_aj_par_struct_matches_parallel_handle() {
     let mut config = CcConfig::from_env().unwrap();
     config.workers_per_device = Some(3);
     config.cache_dir = None;
-    let backend = CpuBackend::new(config).unwrap();
+    let backend = cc::backend(config).unwrap();
     if let Err(e) = backend.check_available() {
         eprintln!("skipped: {e}");
         return;

@@ -358,11 +358,10 @@ fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
     } = args.clone();
     use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
     use arrayjit::ir::schedule::gpu::DeviceModel;
-    let model = DeviceModel::named(&device).ok_or_else(|| {
-        arrayjit::Error::invalid(format!(
-            "unknown device model {device:?}: use one of {}",
-            DeviceModel::NAMES.join(", ")
-        ))
+    let model = DeviceModel::named(&device).ok_or_else(|| arrayjit::Error::BadValue {
+        what: "device model".into(),
+        value: device.clone(),
+        expected: format!("one of {}", DeviceModel::NAMES.join(", ")),
     })?;
     if batch == 0 {
         return Err(arrayjit::Error::invalid("--batch must be at least 1"));
@@ -414,7 +413,7 @@ fn compile_ahead_of_time(
     use arrayjit::backends::cuda_backend::PtxCache;
     use arrayjit::backends::cuda_backend::aot::{compile_ahead_of_time_with, default_units};
     let dir = tempfile::tempdir().map_err(|e| {
-        arrayjit::Error::invalid(format!("no temporary folder for a cold compile cache: {e}"))
+        arrayjit::Error::io("making a temporary folder for a cold compile cache", e)
     })?;
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     for (run, what) in [(0, "cold"), (1, "cached")] {

@@ -116,12 +116,15 @@ pub fn check_config(config: &MoonsConfig) -> Result<()> {
     let needed = BATCH_SIZE * config.shards * processes;
     if train_points < needed || config.samples <= train_points {
         let least = (needed as f64 / 0.8).ceil() as usize + 1;
-        return Err(Error::invalid(format!(
-            "{} samples give {train_points} training points; {} shard(s) need at least {needed} \
-             (a batch of {BATCH_SIZE} each) and held-out points: use --samples {least} or more",
-            config.samples,
-            config.shards * processes
-        )));
+        return Err(Error::BadValue {
+            what: "--samples".into(),
+            value: config.samples.to_string(),
+            expected: format!(
+                "{least} or more: {train_points} training points, and {} shard(s) need at least \
+                 {needed} (a batch of {BATCH_SIZE} each) and held-out points",
+                config.shards * processes
+            ),
+        });
     }
     Ok(())
 }
@@ -200,24 +203,32 @@ pub fn check_picture_path(path: &Path) -> Result<()> {
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
     if !matches!(ext.as_deref(), Some("png" | "bmp")) {
-        return Err(Error::invalid(format!(
-            "cannot write the picture {shown}: its name must end in .png or .bmp"
-        )));
+        return Err(Error::BadValue {
+            what: "picture path".into(),
+            value: shown.to_string(),
+            expected: "a file name ending in .png or .bmp".into(),
+        });
     }
     if path.is_dir() {
-        return Err(Error::invalid(format!(
-            "cannot write the picture {shown}: it is a folder; name a file in it"
-        )));
+        return Err(Error::BadValue {
+            what: "picture path".into(),
+            value: shown.to_string(),
+            expected: "a file, not a folder (name a file in it)".into(),
+        });
     }
     let folder = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     if !folder.is_dir() {
-        return Err(Error::invalid(format!(
-            "cannot write the picture {shown}: the folder {} does not exist",
-            folder.display()
-        )));
+        return Err(Error::BadValue {
+            what: "picture path".into(),
+            value: shown.to_string(),
+            expected: format!(
+                "a file in a folder that exists ({} does not)",
+                folder.display()
+            ),
+        });
     }
     let probe = folder.join(format!(".arrayjit-write-check-{}", std::process::id()));
     match std::fs::OpenOptions::new()
@@ -229,10 +240,10 @@ pub fn check_picture_path(path: &Path) -> Result<()> {
             let _ = std::fs::remove_file(&probe);
             Ok(())
         }
-        Err(e) => Err(Error::invalid(format!(
-            "cannot write the picture {shown}: the folder {} is not writable ({e})",
-            folder.display()
-        ))),
+        Err(e) => Err(Error::io(
+            format!("checking that the folder of the picture {shown} is writable"),
+            e,
+        )),
     }
 }
 

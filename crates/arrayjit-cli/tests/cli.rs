@@ -147,14 +147,17 @@ fn a_bad_picture_path_is_refused_before_training() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-folder").join("m.png");
     let cases = [
-        (missing.to_str().unwrap().to_string(), "does not exist"),
+        (
+            missing.to_str().unwrap().to_string(),
+            "a folder that exists",
+        ),
         (
             dir.path().join("m.txt").to_str().unwrap().to_string(),
-            "must end in .png or .bmp",
+            "ending in .png or .bmp",
         ),
         (
             dir.path().to_str().unwrap().to_string(),
-            "must end in .png or .bmp",
+            "ending in .png or .bmp",
         ),
     ];
     for (path, why) in &cases {
@@ -162,14 +165,14 @@ fn a_bad_picture_path_is_refused_before_training() {
         assert!(!ok, "{path}");
         assert!(!out.contains("held-out"), "{path}: trained anyway: {out}");
         assert!(
-            err.contains(&format!("cannot write the picture {path}")) && err.contains(why),
+            err.contains(&format!("picture path = {path} is not valid")) && err.contains(why),
             "{err}"
         );
     }
     let folder_png = dir.path().join("folder.png");
     std::fs::create_dir(&folder_png).unwrap();
     let (ok, _, err) = arrayjit_env(&["--output", folder_png.to_str().unwrap()], &[]);
-    assert!(!ok && err.contains("it is a folder"), "{err}");
+    assert!(!ok && err.contains("not a folder"), "{err}");
 }
 
 /// `--epochs 0`, `--shards 0` and too few samples are refused with the real limits.
@@ -183,7 +186,10 @@ fn flags_out_of_range_are_refused_with_their_limits() {
     let (ok, _, err) = arrayjit_env(&["--shards", "0", "--output", png], &[]);
     assert!(!ok && err.contains("--shards must be at least 1"), "{err}");
     let (ok, _, err) = arrayjit_env(&["--samples", "20", "--output", png], &[]);
-    assert!(!ok && err.contains("use --samples 26 or more"), "{err}");
+    assert!(
+        !ok && err.contains("--samples = 20 is not valid: 26 or more"),
+        "{err}"
+    );
     let (ok, _, err) = arrayjit_env(&["--samples", "60", "--shards", "3", "--output", png], &[]);
     assert!(!ok && err.contains("3 shard(s) need at least 60"), "{err}");
     // The smallest accepted run trains.
@@ -234,7 +240,7 @@ fn plan_lists_the_gpt_routines_gpu_passes_without_a_gpu() {
     let (ok, _, err) = arrayjit(&["plan", "--device", "tpu"], None);
     assert!(!ok);
     assert!(
-        err.contains("unknown device model") && err.contains("h100"),
+        err.contains("device model = tpu is not valid") && err.contains("h100"),
         "{err}"
     );
 }

@@ -104,10 +104,11 @@ impl LaunchDims {
     /// block. A zero anywhere is an error.
     pub fn covering(global: [u32; 3], block: [u32; 3]) -> Result<LaunchDims> {
         if global.contains(&0) || block.contains(&0) {
-            return Err(Error::invalid(format!(
-                "a launch of {global:?} threads in blocks of {block:?}: every dimension must be \
-                 at least 1"
-            )));
+            return Err(Error::BadValue {
+                what: "launch dimensions".into(),
+                value: format!("{global:?} threads in blocks of {block:?}"),
+                expected: "every dimension at least 1".into(),
+            });
         }
         Ok(LaunchDims {
             grid: [0, 1, 2].map(|a| global[a].div_ceil(block[a])),
@@ -152,11 +153,11 @@ impl LaunchDims {
     /// else an error naming the kernel.
     pub fn check(&self, kernel: &str, max_threads: u64) -> Result<()> {
         if self.grid.contains(&0) || self.block.contains(&0) {
-            return Err(Error::invalid(format!(
-                "kernel {kernel} launches {:?} blocks of {:?} threads: every dimension must be \
-                 at least 1",
-                self.grid, self.block
-            )));
+            return Err(Error::BadValue {
+                what: format!("launch of kernel {kernel}"),
+                value: format!("{:?} blocks of {:?} threads", self.grid, self.block),
+                expected: "every dimension at least 1".into(),
+            });
         }
         if self.threads_per_block() > max_threads {
             return Err(Error::limit_exceeded(
@@ -207,10 +208,12 @@ pub fn check_symbol(symbol: &str) -> Result<()> {
     if starts_well && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
         Ok(())
     } else {
-        Err(Error::invalid(format!(
-            "kernel symbol {symbol:?} is not an identifier (ASCII letters, digits and _, not \
-             starting with a digit)"
-        )))
+        Err(Error::BadValue {
+            what: "kernel symbol".into(),
+            value: symbol.into(),
+            expected: "an identifier (ASCII letters, digits and _, not starting with a digit)"
+                .into(),
+        })
     }
 }
 

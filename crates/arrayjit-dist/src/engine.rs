@@ -265,10 +265,11 @@ pub(crate) mod mpi_engine {
                 Prec::U64 => sum_into::<u64>(&world, state, bytes),
                 Prec::F32 => sum_into::<f32>(&world, state, bytes),
                 Prec::F64 => sum_into::<f64>(&world, state, bytes),
-                Prec::F16 | Prec::Bf16 => Err(Error::invalid(format!(
-                    "MPI has no {} type: widen to f32 first",
-                    prec.name()
-                ))),
+                Prec::F16 | Prec::Bf16 => Err(Error::Unsupported {
+                    backend: "MPI".into(),
+                    what: format!("sums of {} values (it has no such type)", prec.name()),
+                    instead: "widen them to f32 first".into(),
+                }),
             })
         }
         fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()> {

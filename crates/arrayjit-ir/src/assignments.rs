@@ -526,10 +526,11 @@ fn lower_fetch(
                 ));
             }
             if !array.prec().is_float() {
-                return Err(Error::invalid(format!(
-                    "{what}: random uniform values need a float precision, not {}",
-                    array.prec().name()
-                )));
+                return Err(Error::BadValue {
+                    what: format!("{what}: the precision of random uniform values"),
+                    value: array.prec().name().into(),
+                    expected: "a float precision".into(),
+                });
             }
             let step_value =
                 ScalarExpr::Get(step.clone(), vec![AxisIndex::Fixed(0); step.dims().len()]);
@@ -556,10 +557,14 @@ fn lower_fetch(
                 ));
             }
             if n > MAX_EMBEDDED_ELEMENTS {
-                return Err(Error::invalid(format!(
-                    "{what}: {n} values are too many to embed in code (limit {MAX_EMBEDDED_ELEMENTS}); \
-                     set them on the host with Tnode::set_values instead"
-                )));
+                return Err(Error::BadValue {
+                    what: format!("{what}: values embedded in code"),
+                    value: n.to_string(),
+                    expected: format!(
+                        "at most {MAX_EMBEDDED_ELEMENTS}; set more on the host with \
+                         Tnode::set_values"
+                    ),
+                });
             }
             let mut sets = Vec::with_capacity(n);
             for (flat, &v) in values.iter().enumerate() {

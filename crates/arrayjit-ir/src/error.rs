@@ -237,6 +237,177 @@ pub enum Error {
         /// What is accepted, with the default.
         expected: String,
     },
+    /// A value given for a named parameter is not one it accepts (a learning rate, a mode
+    /// name, an alignment, text that should parse as a precision or memory mode).
+    #[error("{what} = {value} is not valid: {expected}")]
+    BadValue {
+        /// The parameter or what the value is for (e.g. "learning rate").
+        what: String,
+        /// The value given, as the caller wrote it.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+    /// An axis number outside a tensor's axes.
+    #[error("axis {axis} of {what} is out of range: it has {rank} axes")]
+    BadAxis {
+        /// The tensor or operation.
+        what: String,
+        /// The axis given (negative axes count from the end where accepted).
+        axis: i64,
+        /// How many axes there are.
+        rank: usize,
+    },
+    /// Dims with a zero: every axis of a tensor node needs at least one element.
+    #[error(
+        "tensor node {node:?}: dims {dims:?} have a zero at axis {axis}; every dim must be at least 1"
+    )]
+    EmptyDims {
+        /// The node's label.
+        node: String,
+        /// The dims given.
+        dims: Vec<usize>,
+        /// The first axis of size zero.
+        axis: usize,
+    },
+    /// A pool id that no pool of the device has (pools are made by linking a context and
+    /// freed with it).
+    #[error(
+        "{backend}:{device} has no pool {pool_id}; pools are made by linking a context and freed with it"
+    )]
+    NoSuchPool {
+        /// The backend.
+        backend: String,
+        /// The device ordinal.
+        device: usize,
+        /// The pool id asked for.
+        pool_id: usize,
+    },
+    /// A pool id already in use on the device.
+    #[error("{backend}:{device} already has a pool {pool_id}; free it first or use another id")]
+    PoolIdTaken {
+        /// The backend.
+        backend: String,
+        /// The device ordinal.
+        device: usize,
+        /// The pool id asked for.
+        pool_id: usize,
+    },
+    /// A launch given the wrong number of buffers or static indices for its kernel.
+    #[error("kernel {kernel} takes {expected} {what} but {given} were given")]
+    WrongArgumentCount {
+        /// The kernel (its routine's name).
+        kernel: String,
+        /// `buffers` or `static indices`.
+        what: String,
+        /// How many the kernel's interface has.
+        expected: usize,
+        /// How many the launch gave.
+        given: usize,
+    },
+    /// A buffer of another backend (or of no backend's array) given where one of this
+    /// backend's is needed.
+    #[error("{what} is not a {backend} buffer; allocate it on that backend")]
+    ForeignBuffer {
+        /// Which argument or buffer.
+        what: String,
+        /// The backend that needs its own buffer.
+        backend: String,
+    },
+    /// A kernel index outside a compiled batch.
+    #[error("kernel index {index} but the batch has {len}; find kernels with kernel_index")]
+    NoSuchKernel {
+        /// The index given.
+        index: usize,
+        /// How many kernels the batch has.
+        len: usize,
+    },
+    /// A write to the device array of a node that is its host array used in place (hosted
+    /// constant or volatile nodes on unified memory): the node changes only on the host.
+    #[error(
+        "{action} {node}: its device array is its host array used in place, so it changes only \
+         on the host; set its values there (ARRAYJIT_USE_HOST_MEMORY=0 gives it a device array \
+         of its own)"
+    )]
+    HostArrayInPlace {
+        /// The node's debug name.
+        node: String,
+        /// What was attempted (e.g. "copying into").
+        action: String,
+    },
+    /// A part of a device copy was asked for while that copy lags the host.
+    #[error(
+        "{context}'s copy of {node} lags the host (the host or another copy changed it since); \
+         copy part of a copy that holds the latest values, or use to_host"
+    )]
+    StaleCopy {
+        /// The node's debug name.
+        node: String,
+        /// The context holding the lagging copy.
+        context: String,
+    },
+    /// Code compiled for one backend linked into a context of another.
+    #[error(
+        "code compiled for backend {code_backend} cannot be linked into a context of {context_backend}; compile it for that backend"
+    )]
+    WrongBackend {
+        /// The backend the code was compiled for.
+        code_backend: String,
+        /// The context's backend.
+        context_backend: String,
+    },
+    /// A routine writes a node that its memory mode or sharing does not let devices write.
+    #[error("routine {routine} writes {node}, {reason}")]
+    WriteRefused {
+        /// The routine.
+        routine: String,
+        /// The node's debug name.
+        node: String,
+        /// Why the write is refused and what to change.
+        reason: String,
+    },
+    /// A node that has no gradient where one is needed (it does not depend on a parameter,
+    /// or the gradient program was not built or does not compute it).
+    #[error("{node} has no gradient: {detail}")]
+    NoGradient {
+        /// The node's debug name.
+        node: String,
+        /// Why, and what to do.
+        detail: String,
+    },
+    /// Code reads a tensor node that the arrays it runs over do not hold (the interpreter's
+    /// environment, a merge buffer holding another node).
+    #[error("{holder} holds no array for tensor node {node}{detail}")]
+    MissingNode {
+        /// The node's debug name.
+        node: String,
+        /// What was to hold it (e.g. "the interpreter").
+        holder: String,
+        /// More on what it holds instead (empty, or starting with "; ").
+        detail: String,
+    },
+    /// Work asked of one stream or device that must run on another (the stream of a
+    /// routine it streams a merge buffer for, the device a context's arrays live on).
+    #[error("{what} runs on {stream}, which is not {expected}")]
+    WrongStream {
+        /// The work (e.g. "streaming into context c for routine r").
+        what: String,
+        /// The stream it would run on.
+        stream: String,
+        /// Where it must run.
+        expected: String,
+    },
+    /// A backend was asked for something it does not do (e.g. compile options on a backend
+    /// that takes none, or source given directly to one without a compiler for it).
+    #[error("backend {backend} does not support {what}; {instead}")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+        /// What was asked of it.
+        what: String,
+        /// What to do instead.
+        instead: String,
+    },
     /// Memory for something the caller asked for could not be had: the size is more than the
     /// machine can hold (or than an allocation may be).
     #[error(

@@ -57,12 +57,13 @@ impl InterpEnv {
 
     /// The logical values of a node's array.
     pub fn values(&self, tn: &Tnode) -> Result<Vec<f64>> {
-        self.array(tn).map(Ndarray::to_vec_f64).ok_or_else(|| {
-            Error::invalid(format!(
-                "the interpreter holds no array for {}",
-                tn.debug_name()
-            ))
-        })?
+        self.array(tn)
+            .map(Ndarray::to_vec_f64)
+            .ok_or_else(|| Error::MissingNode {
+                node: tn.debug_name(),
+                holder: "the interpreter".into(),
+                detail: String::new(),
+            })?
     }
 
     fn array_mut(&mut self, tn: &Tnode) -> Result<&mut Ndarray> {
@@ -246,17 +247,18 @@ impl State<'_> {
                 match &self.env.merge {
                     Some((m, nd)) if m == tn => nd.get_scalar(pos).convert(cp),
                     Some((m, _)) => {
-                        return Err(Error::invalid(format!(
-                            "the code reads the merge buffer as {} but it holds {}",
-                            tn.debug_name(),
-                            m.debug_name()
-                        )));
+                        return Err(Error::MissingNode {
+                            node: tn.debug_name(),
+                            holder: "the merge buffer".into(),
+                            detail: format!("; it holds {}", m.debug_name()),
+                        });
                     }
                     None => {
-                        return Err(Error::invalid(format!(
-                            "the code reads the merge buffer as {} but no merge buffer is set",
-                            tn.debug_name()
-                        )));
+                        return Err(Error::MissingNode {
+                            node: tn.debug_name(),
+                            holder: "the merge buffer".into(),
+                            detail: "; no merge buffer is set".into(),
+                        });
                     }
                 }
             }

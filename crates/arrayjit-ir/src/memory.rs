@@ -263,12 +263,15 @@ fn parse_named<T: Copy + fmt::Display + fmt::Debug>(
         .find(|v| name_words(&v.to_string()) == words || name_words(&format!("{v:?}")) == words)
         .ok_or_else(|| {
             let names: Vec<String> = all.iter().map(|v| format!("{v:?}")).collect();
-            Error::invalid(format!(
-                "{text:?} is not a {what}; expected one of {} (or their displayed forms, e.g. \
-                 \"{}\")",
-                names.join(", "),
-                all[all.len() - 1]
-            ))
+            Error::BadValue {
+                what: what.into(),
+                value: text.into(),
+                expected: format!(
+                    "one of {} (or their displayed forms, e.g. \"{}\")",
+                    names.join(", "),
+                    all[all.len() - 1]
+                ),
+            }
         })
 }
 
@@ -376,7 +379,11 @@ mod tests {
             MemoryType::Volatile
         );
         let err = "hosted sometimes".parse::<MemoryMode>().unwrap_err();
-        assert!(err.to_string().contains("not a memory mode"), "{err}");
+        assert!(
+            matches!(&err, Error::BadValue { what, value, .. }
+                if what == "memory mode" && value == "hosted sometimes"),
+            "{err}"
+        );
         assert!("".parse::<Sharing>().is_err());
     }
 

@@ -41,11 +41,9 @@ impl Padding {
                 ),
             });
         }
-        let too_big = || {
-            Error::invalid(format!(
-                "padding {:?} around dims {dims:?} is too large: padded sizes must fit in memory",
-                self.axes
-            ))
+        let too_big = || Error::OutOfMemory {
+            what: format!("an array of dims {dims:?} with padding {:?}", self.axes),
+            bytes: usize::MAX,
         };
         let padded: Vec<usize> = dims
             .iter()
@@ -188,7 +186,10 @@ pub struct Ndarray {
 fn checked_num_elems(dims: &[usize]) -> Result<usize> {
     dims.iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid(format!("dims {dims:?} have too many elements")))
+        .ok_or_else(|| Error::OutOfMemory {
+            what: format!("an array of dims {dims:?}"),
+            bytes: usize::MAX,
+        })
 }
 
 impl Ndarray {
@@ -267,9 +268,11 @@ impl Ndarray {
             if *p == padding {
                 return Ok(self);
             }
-            return Err(Error::invalid(format!(
-                "the array already has padding {p:?}, not {padding:?}"
-            )));
+            return Err(Error::BadValue {
+                what: "padding".into(),
+                value: format!("{padding:?}"),
+                expected: format!("the array's own padding {p:?}"),
+            });
         }
         if padding.axes.len() != self.dims.len()
             || padding

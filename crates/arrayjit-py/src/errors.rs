@@ -52,15 +52,34 @@ exceptions! {
         "A setting (environment variable or configuration field) has a value outside its range.";
     IoError: ArrayjitError,
         "Reading or writing a file or folder failed.";
+    BadValueError: InvalidArgumentError,
+        "A value given for a named parameter is not one it accepts (the message lists what is).";
+    AxisError: InvalidArgumentError,
+        "An axis outside a tensor's axes, or dims with an axis of size zero.";
+    UnsupportedError: ArrayjitError,
+        "A backend was asked for something it does not do (compile options, source given directly).";
+    PoolError: DeviceError,
+        "A device pool id that does not exist, or one already taken.";
+    LaunchError: DeviceError,
+        "A kernel launch given the wrong number of buffers or static indices, another backend's buffer, or a kernel index outside its batch.";
 }
 
 /// Converts an arrayjit error into the Python exception of its kind, message unchanged.
 pub fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e.root_cause() {
-        Error::InvalidArgument { .. } | Error::StaticIndex { .. } => {
+        Error::InvalidArgument { .. } | Error::StaticIndex { .. } | Error::WrongBackend { .. } => {
             InvalidArgumentError::new_err(message)
         }
+        Error::BadValue { .. } => BadValueError::new_err(message),
+        Error::BadAxis { .. } | Error::EmptyDims { .. } => AxisError::new_err(message),
+        Error::Unsupported { .. } => UnsupportedError::new_err(message),
+        Error::NoSuchPool { .. } | Error::PoolIdTaken { .. } => PoolError::new_err(message),
+        Error::NoGradient { .. } => InvalidArgumentError::new_err(message),
+        Error::MissingNode { .. } => MemoryModeError::new_err(message),
+        Error::WrongArgumentCount { .. }
+        | Error::ForeignBuffer { .. }
+        | Error::NoSuchKernel { .. } => LaunchError::new_err(message),
         Error::ShapeMismatch { .. } => ShapeMismatchError::new_err(message),
         Error::IndexOutOfBounds { .. } => IndexOutOfBoundsError::new_err(message),
         Error::PrecisionFixed { .. }
@@ -69,7 +88,10 @@ pub fn to_py(e: Error) -> PyErr {
         Error::MemoryModeConflict(_)
         | Error::ConstantChanged { .. }
         | Error::NotHosted { .. }
-        | Error::NodeNotInContext { .. } => MemoryModeError::new_err(message),
+        | Error::NodeNotInContext { .. }
+        | Error::HostArrayInPlace { .. }
+        | Error::StaleCopy { .. }
+        | Error::WriteRefused { .. } => MemoryModeError::new_err(message),
         Error::UnknownBackend { .. }
         | Error::BackendUnavailable { .. }
         | Error::NoSuchDevice { .. } => BackendUnavailableError::new_err(message),

@@ -31,9 +31,11 @@ fn gelu(name: &str) -> PyResult<Gelu> {
     match name {
         "none" | "exact" => Ok(Gelu::Exact),
         "tanh" => Ok(Gelu::Tanh),
-        other => Err(to_py(Error::invalid(format!(
-            "gelu {other:?}: use \"exact\" or \"tanh\""
-        )))),
+        other => Err(to_py(Error::BadValue {
+            what: "gelu".into(),
+            value: other.into(),
+            expected: "\"exact\" (or \"none\") or \"tanh\"".into(),
+        })),
     }
 }
 

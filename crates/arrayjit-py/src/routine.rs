@@ -228,9 +228,11 @@ fn check_rate(lr: f64) -> PyResult<()> {
     if lr.is_finite() && lr > 0.0 {
         Ok(())
     } else {
-        Err(to_py(Error::invalid(format!(
-            "learning rate {lr}: use a finite positive number"
-        ))))
+        Err(to_py(Error::BadValue {
+            what: "learning rate".into(),
+            value: lr.to_string(),
+            expected: "a finite positive number".into(),
+        }))
     }
 }
 

@@ -184,9 +184,11 @@ fn axes(t: &Tensor, axis: Option<Vec<isize>>) -> PyResult<Vec<usize>> {
 fn axis_of(rank: usize, a: isize) -> PyResult<usize> {
     let r = rank as isize;
     if a < -r || a >= r {
-        return Err(crate::errors::to_py(Error::invalid(format!(
-            "axis {a} is out of range for a tensor of {rank} axes"
-        ))));
+        return Err(crate::errors::to_py(Error::BadAxis {
+            what: "the tensor".into(),
+            axis: a as i64,
+            rank,
+        }));
     }
     Ok(if a < 0 { (a + r) as usize } else { a as usize })
 }
@@ -467,9 +469,11 @@ impl PyTensor {
         match approximate {
             "none" => unary(self, Tensor::gelu),
             "tanh" => unary(self, Tensor::gelu_tanh),
-            other => Err(crate::errors::to_py(Error::invalid(format!(
-                "gelu approximate={other:?}: use \"none\" or \"tanh\""
-            )))),
+            other => Err(crate::errors::to_py(Error::BadValue {
+                what: "gelu approximate".into(),
+                value: other.into(),
+                expected: "\"none\" or \"tanh\"".into(),
+            })),
         }
     }
     /// x · sigmoid(x).
@@ -581,9 +585,11 @@ fn infer_shape(dims: &[usize], shape: &[isize]) -> PyResult<Vec<usize>> {
         })?;
     let unknown = shape.iter().filter(|&&d| d < 0).count();
     if unknown > 1 || shape.iter().any(|&d| d < -1) {
-        return Err(crate::errors::to_py(Error::invalid(format!(
-            "reshape to {shape:?}: at most one -1, and no other negative size"
-        ))));
+        return Err(crate::errors::to_py(Error::BadValue {
+            what: "reshape shape".into(),
+            value: format!("{shape:?}"),
+            expected: "sizes of at least 1, and at most one -1 (inferred)".into(),
+        }));
     }
     shape
         .iter()
@@ -685,10 +691,13 @@ pub enum InitSpec {
 impl InitSpec {
     fn to_init(&self) -> PyResult<Init> {
         let bad = |what: &str| {
-            crate::errors::to_py(Error::invalid(format!(
-                "init {what}: use \"zeros\", \"kaiming_uniform\", \"kaiming_normal\", \
-                 (\"constant\", v), (\"uniform\", lo, hi) or (\"normal\", mean, std)"
-            )))
+            crate::errors::to_py(Error::BadValue {
+                what: "init".into(),
+                value: what.into(),
+                expected: "\"zeros\", \"kaiming_uniform\", \"kaiming_normal\", (\"constant\", v), \
+                           (\"uniform\", lo, hi) or (\"normal\", mean, std)"
+                    .into(),
+            })
         };
         Ok(match self {
             InitSpec::Name(n) => match n.as_str() {

@@ -132,7 +132,7 @@ pub fn available_backends() -> Vec<&'static str> {
 
 pub(crate) struct BackendInner {
     pub name: String,
-    pub lowered: Arc<dyn LoweredBackend>,
+    pub lowered: Arc<LoweredBackend>,
     pub settings: Mutex<OptimizeSettings>,
     pub scheduler: SchedulerKind,
     pub strategy: Strategy,
@@ -166,14 +166,14 @@ impl fmt::Debug for Backend {
 
 impl Backend {
     /// Wraps a lowered backend under a name, with the `Sync` scheduler.
-    pub fn from_lowered(name: &str, lowered: Arc<dyn LoweredBackend>) -> Backend {
+    pub fn from_lowered(name: &str, lowered: Arc<LoweredBackend>) -> Backend {
         Backend::with_scheduler(name, lowered, SchedulerKind::Sync, Strategy::default())
     }
 
     /// Wraps a lowered backend under a name with a scheduler and strategy.
     pub fn with_scheduler(
         name: &str,
-        lowered: Arc<dyn LoweredBackend>,
+        lowered: Arc<LoweredBackend>,
         scheduler: SchedulerKind,
         strategy: Strategy,
     ) -> Backend {
@@ -244,7 +244,7 @@ impl Backend {
     }
 
     /// The lowered backend underneath.
-    pub fn lowered(&self) -> &Arc<dyn LoweredBackend> {
+    pub fn lowered(&self) -> &Arc<LoweredBackend> {
         &self.inner.lowered
     }
 

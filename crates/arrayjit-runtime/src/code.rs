@@ -41,13 +41,12 @@ impl Code {
 
     /// How to call the kernel: its buffers in order, its static indices.
     pub fn interface(&self) -> Result<&KernelInterface> {
-        self.batch.kernels().get(self.index).ok_or_else(|| {
-            Error::invalid(format!(
-                "routine {} is kernel {} of a batch of {}",
-                self.name(),
-                self.index,
-                self.batch.kernels().len()
-            ))
-        })
+        self.batch
+            .kernels()
+            .get(self.index)
+            .ok_or_else(|| Error::NoSuchKernel {
+                index: self.index,
+                len: self.batch.kernels().len(),
+            })
     }
 }

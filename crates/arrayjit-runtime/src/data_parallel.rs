@@ -47,11 +47,13 @@ impl DataParallel {
         }
         let written = grad_code.optimized().outputs();
         if let Some(g) = grads.iter().find(|g| !written.contains(g)) {
-            return Err(Error::invalid(format!(
-                "{} is listed as a gradient but routine {} does not compute it on the device",
-                g.debug_name(),
-                grad_code.name()
-            )));
+            return Err(Error::NoGradient {
+                node: g.debug_name(),
+                detail: format!(
+                    "it is listed as a gradient but routine {} does not compute it on the device",
+                    grad_code.name()
+                ),
+            });
         }
         let merge_programs: Vec<Assignments> = grads
             .iter()

@@ -51,13 +51,10 @@ impl Context {
                     return Ok(());
                 }
                 if dst.is_host_in_place() {
-                    return Err(Error::invalid(format!(
-                        "{} uses the host array of {} in place, so the node changes only on the \
-                         host: set its values there (ARRAYJIT_USE_HOST_MEMORY=0 gives it a device \
-                         array of its own)",
-                        self.describe(),
-                        tn.debug_name()
-                    )));
+                    return Err(Error::HostArrayInPlace {
+                        node: tn.debug_name(),
+                        action: format!("copying into {}'s array of", self.describe()),
+                    });
                 }
                 src_entry.order(stream, Access::Read)?;
                 dst.order(stream, Access::Write)?;
@@ -114,11 +111,14 @@ impl Context {
             }
             MergeBufferUse::StreamingFor(routine) => {
                 if !routine.context().stream().same_as(stream) {
-                    return Err(Error::invalid(format!(
-                        "streaming into {} for routine {}, which runs on another stream",
-                        self.describe(),
-                        routine.name()
-                    )));
+                    return Err(Error::WrongStream {
+                        what: format!("routine {}", routine.name()),
+                        stream: routine.context().stream().name(),
+                        expected: format!(
+                            "the stream of {}, which streams its merge buffer",
+                            self.describe()
+                        ),
+                    });
                 }
                 // The run orders itself after the source's writer and records its read (see
                 // `MergeSlot`).

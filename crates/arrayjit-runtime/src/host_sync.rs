@@ -140,7 +140,7 @@ pub(crate) fn device_changed_hosted(stream: &Stream, entry: &Arc<ArrayEntry>) {
 fn host_refresh_hook(
     stream: Weak<StreamInner>,
     entry: Arc<ArrayEntry>,
-    lowered: Arc<dyn LoweredBackend>,
+    lowered: Arc<LoweredBackend>,
 ) -> arrayjit_ir::tnode::HostHook {
     Box::new(move || {
         // The hook runs on the node's behalf, so the node is alive.

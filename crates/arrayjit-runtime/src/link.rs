@@ -30,13 +30,16 @@ fn shared_written_elsewhere(routine: &str, tn: &Tnode) -> Error {
     let why = tn
         .memory_mode()
         .map_or_else(String::new, |m| format!(" (because: {})", m.provenance));
-    Error::invalid(format!(
-        "routine {routine} writes {}, which is shared across streams{why} and already written \
-         from another stream; shared nodes may be written from one stream only (request \
-         per-stream sharing, `update_memory_sharing(Sharing::PerStream, ..)`, before linking to \
-         write it from several)",
-        tn.debug_name()
-    ))
+    Error::WriteRefused {
+        routine: routine.into(),
+        node: tn.debug_name(),
+        reason: format!(
+            "which is shared across streams{why} and already written from another stream; shared \
+             nodes may be written from one stream only (request per-stream sharing, \
+             `update_memory_sharing(Sharing::PerStream, ..)`, before linking to write it from \
+             several)"
+        ),
+    }
 }
 
 /// Whether the node's memory mode leaves open whether its device arrays are shared across
@@ -84,7 +87,7 @@ struct LinkPlan {
 /// Pools allocated by a link in progress: freed when dropped, unless the link completes and
 /// hands them to its context ([`PoolGuard::keep`]).
 struct PoolGuard {
-    lowered: Arc<dyn LoweredBackend>,
+    lowered: Arc<LoweredBackend>,
     device: usize,
     ids: Vec<usize>,
 }
@@ -152,10 +155,10 @@ impl Context {
         let stream = &self.inner.stream;
         let backend_name = stream.device().backend().name();
         if code.backend_name != backend_name {
-            return Err(Error::invalid(format!(
-                "code compiled for backend {} cannot be linked into a context of {backend_name}",
-                code.backend_name
-            )));
+            return Err(Error::WrongBackend {
+                code_backend: code.backend_name.clone(),
+                context_backend: backend_name.into(),
+            });
         }
         let opt = code.optimized();
         let merge_node = match (&self.inner.merge_node, &opt.merge_node) {
@@ -180,12 +183,14 @@ impl Context {
         // Whether or not this context holds them already.
         for tn in &outputs {
             if let Some(why) = changed_only_from_host(tn) {
-                return Err(Error::invalid(format!(
-                    "routine {} writes {}, whose memory mode is {why}; write it on the host and \
-                     copy it with from_host, or make it hosted nonconstant to compute it on devices",
-                    opt.name,
-                    tn.debug_name(),
-                )));
+                return Err(Error::WriteRefused {
+                    routine: opt.name.clone(),
+                    node: tn.debug_name(),
+                    reason: format!(
+                        "whose memory mode is {why}; write it on the host and copy it with \
+                         from_host, or make it hosted nonconstant to compute it on devices"
+                    ),
+                });
             }
         }
         let my_stream = stream.inner.id;

@@ -1,21 +1,21 @@
 //! The backend registry: one row per backend name, saying how to make its lowered backend and
 //! which scheduler runs its streams. Adding a backend is one new row here (and its lowered
 //! backend in `arrayjit-backends`); a backend that this build lacks or that cannot run here is a
-//! row whose lowered backend is a [`MissingBackend`] placeholder, so its name is still known and
+//! row whose lowered backend is a [`missing`] placeholder, so its name is still known and
 //! every call explains how to enable it.
 
 use std::sync::Arc;
 
-use arrayjit_backends::LoweredBackend;
-use arrayjit_backends::cc::{CcConfig, CpuBackend};
-use arrayjit_backends::missing::MissingBackend;
+use arrayjit_backends::cc::{self, CcConfig};
+use arrayjit_backends::missing;
+use arrayjit_backends::{LoweredBackend, built};
 use arrayjit_ir::Result;
 
 use crate::config::RuntimeConfig;
 use crate::scheduler::SchedulerKind;
 
 /// A lowered backend and the scheduler its streams use.
-pub(crate) type Made = (Arc<dyn LoweredBackend>, SchedulerKind);
+pub(crate) type Made = (Arc<LoweredBackend>, SchedulerKind);
 
 /// One backend of the registry.
 pub struct BackendEntry {
@@ -49,7 +49,7 @@ const ROWS: [BackendEntry; 6] = [
         aliases: &["cc"],
         summary: "C compiled by the system compiler, run on the caller's thread",
         on_cpu: true,
-        make: |_, config| Ok((cc(config, false)?, SchedulerKind::Sync)),
+        make: |_, config| Ok((cpu_backend(config, false)?, SchedulerKind::Sync)),
     },
     BackendEntry {
         name: "multicore_cc",
@@ -58,7 +58,7 @@ const ROWS: [BackendEntry; 6] = [
         on_cpu: true,
         make: |_, config| {
             Ok((
-                cc(config, true)?,
+                cpu_backend(config, true)?,
                 SchedulerKind::Multicore {
                     queue_capacity: config.queue_capacity,
                 },
@@ -123,63 +123,39 @@ pub fn find(name: &str) -> Option<&'static BackendEntry> {
     REGISTRY.iter().find(|e| e.answers_to(name))
 }
 
-#[cfg(feature = "cuda")]
-const CUDA_SUMMARY: &str = "CUDA C compiled by NVRTC, run on NVIDIA GPUs on CUDA streams";
-#[cfg(not(feature = "cuda"))]
-const CUDA_SUMMARY: &str = "NVIDIA GPUs (not in this build: cargo feature `cuda`)";
+const CUDA_SUMMARY: &str = if built::CUDA {
+    "CUDA C compiled by NVRTC, run on NVIDIA GPUs on CUDA streams"
+} else {
+    "NVIDIA GPUs (not in this build: cargo feature `cuda`)"
+};
 
-#[cfg(feature = "cuda")]
+/// The `cuda` backend, or (in a build without it) its placeholder.
 fn make_cuda(_: &str, _: &RuntimeConfig) -> Result<Made> {
-    Ok((
-        Arc::new(arrayjit_backends::cuda_backend::CudaBackend::new()),
-        SchedulerKind::Sync,
-    ))
+    Ok((Arc::new(built::cuda()), SchedulerKind::Sync))
 }
 
-#[cfg(not(feature = "cuda"))]
-fn make_cuda(name: &str, _: &RuntimeConfig) -> Result<Made> {
-    missing(
-        name,
-        "this build of arrayjit has no CUDA backend",
-        "build with the cargo feature `cuda` (on by default in the `arrayjit` crate) and install \
-         the NVIDIA driver and NVRTC",
-    )
-}
+const WGPU_SUMMARY: &str = if built::WGPU {
+    "WGSL compute passes on a GPU through wgpu (Vulkan; lavapipe on CPUs)"
+} else {
+    "GPUs through wgpu (not in this build: cargo feature `wgpu`)"
+};
 
-#[cfg(feature = "wgpu")]
-const WGPU_SUMMARY: &str = "WGSL compute passes on a GPU through wgpu (Vulkan; lavapipe on CPUs)";
-#[cfg(not(feature = "wgpu"))]
-const WGPU_SUMMARY: &str = "GPUs through wgpu (not in this build: cargo feature `wgpu`)";
-
-#[cfg(feature = "wgpu")]
+/// The `wgpu` backend, or (in a build without it) its placeholder.
 fn make_wgpu(_: &str, _: &RuntimeConfig) -> Result<Made> {
-    Ok((
-        Arc::new(arrayjit_backends::wgpu_backend::WgpuBackend::new()),
-        SchedulerKind::Sync,
-    ))
-}
-
-#[cfg(not(feature = "wgpu"))]
-fn make_wgpu(name: &str, _: &RuntimeConfig) -> Result<Made> {
-    missing(
-        name,
-        "this build of arrayjit has no wgpu backend",
-        "build with the cargo feature `wgpu` (e.g. `cargo run --features wgpu`) and install a \
-         Vulkan driver",
-    )
+    Ok((Arc::new(built::wgpu()), SchedulerKind::Sync))
 }
 
 /// The placeholder row of a backend this build lacks.
 fn missing(name: &str, reason: &str, how_to_enable: &str) -> Result<Made> {
     Ok((
-        Arc::new(MissingBackend::new(name, reason, how_to_enable)),
+        Arc::new(missing::backend(name, reason, how_to_enable)),
         SchedulerKind::Sync,
     ))
 }
 
 /// A cc lowered backend for the configuration; with `share_cores`, each device gets its share
 /// of the cores as workers (else one worker: the caller's thread runs the work).
-fn cc(config: &RuntimeConfig, share_cores: bool) -> Result<Arc<dyn LoweredBackend>> {
+fn cpu_backend(config: &RuntimeConfig, share_cores: bool) -> Result<Arc<LoweredBackend>> {
     let mut c = CcConfig::from_env()?;
     if let Some(n) = config.num_devices {
         c.num_devices = n;
@@ -195,17 +171,17 @@ fn cc(config: &RuntimeConfig, share_cores: bool) -> Result<Arc<dyn LoweredBacken
             1
         });
     }
-    Ok(Arc::new(CpuBackend::new(c)?))
+    Ok(Arc::new(cc::backend(c)?))
 }
 
 /// The `cuda_emu` lowered backend, composed of the CPU runtime, the emulated CUDA renderer
 /// (`EmulatedCudaKernels`) and the host's C++ compiler (`$CXX` or `c++`); one worker per device.
-fn cuda_emulated(config: &RuntimeConfig) -> Result<Arc<dyn LoweredBackend>> {
+fn cuda_emulated(config: &RuntimeConfig) -> Result<Arc<LoweredBackend>> {
     let mut c = CcConfig::from_env()?;
     if let Some(n) = config.num_devices {
         c.num_devices = n;
     }
-    Ok(Arc::new(CpuBackend::cuda_emulated(
+    Ok(Arc::new(cc::emulated_cuda_backend(
         c,
         &arrayjit_backends::settings::process_env,
     )?))

@@ -278,7 +278,7 @@ impl fmt::Display for SearchReport {
 /// The key a routine's choice is stored under: a hash of the machine and of the source the
 /// backend renders for the routine as the heuristics optimize it (renderers name loop indices
 /// canonically, so the same program gives the same key in every process).
-pub(crate) fn routine_key(lowered: &dyn LoweredBackend, heuristic: &Optimized) -> Result<String> {
+pub(crate) fn routine_key(lowered: &LoweredBackend, heuristic: &Optimized) -> Result<String> {
     let mut h = blake3::Hasher::new();
     for part in [
         "arrayjit schedule choice v1",
@@ -381,7 +381,7 @@ struct Timed {
 /// backend has a cache). `base` holds the backend's settings (its choice is the heuristics)
 /// and `heuristic` the routine optimized with them.
 pub(crate) fn search(
-    lowered: &dyn LoweredBackend,
+    lowered: &LoweredBackend,
     (name, assignments, bindings): (&str, &Assignments, &[StaticSymbol]),
     base: &OptimizeSettings,
     heuristic: &Optimized,
@@ -494,7 +494,7 @@ fn unstored() -> &'static Mutex<HashMap<String, ScheduleChoice>> {
 /// The stored choice for a routine optimized by the heuristics, if one is stored and valid
 /// (or was found in this process by a backend without a store).
 pub(crate) fn stored_choice(
-    lowered: &dyn LoweredBackend,
+    lowered: &LoweredBackend,
     heuristic: &Optimized,
 ) -> Option<ScheduleChoice> {
     let key = match routine_key(lowered, heuristic) {
@@ -535,7 +535,7 @@ pub(crate) fn stored_choice(
 
 /// Seconds per launch of the batch's first kernel: the fastest of `batches` timing batches.
 fn time_kernel(
-    lowered: &dyn LoweredBackend,
+    lowered: &LoweredBackend,
     batch: &dyn CompiledBatch,
     settings: &SearchSettings,
 ) -> Result<f64> {

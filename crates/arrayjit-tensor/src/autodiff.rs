@@ -94,10 +94,10 @@ fn accumulate_into(grad: &arrayjit_ir::Tnode, c: &Tensor, first: bool) -> Result
 /// loss is summed).
 pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
     if !loss.requires_grad() {
-        return Err(Error::invalid(format!(
-            "{} does not depend on any parameter, so it has no gradient",
-            loss.node().debug_name()
-        )));
+        return Err(Error::NoGradient {
+            node: loss.node().debug_name(),
+            detail: "it does not depend on any parameter".into(),
+        });
     }
     let order = topological_order(&[loss]);
     let mut stmts = Vec::new();

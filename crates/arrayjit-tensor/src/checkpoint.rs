@@ -21,10 +21,11 @@ fn names(params: &[Tensor]) -> Result<Vec<String>> {
     let mut sorted = names.clone();
     sorted.sort();
     if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Error::invalid(format!(
-            "two parameters are labelled {:?}; checkpoints need unique labels",
-            w[0]
-        )));
+        return Err(Error::BadValue {
+            what: "parameter label".into(),
+            value: w[0].to_string(),
+            expected: "labels unique among the checkpoint's parameters".into(),
+        });
     }
     Ok(names)
 }
@@ -101,11 +102,18 @@ pub fn save(params: &[Tensor], path: &Path) -> Result<()> {
         .map(|(name, dtype, bytes, dims)| {
             TensorView::new(*dtype, dims.clone(), bytes)
                 .map(|v| (name.clone(), v))
-                .map_err(|e| Error::invalid(format!("parameter {name}: {e}")))
+                .map_err(|e| Error::Checkpoint {
+                    path: path.display().to_string(),
+                    detail: format!("parameter {name}: {e}"),
+                })
         })
         .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path)
-        .map_err(|e| Error::invalid(format!("writing {}: {e}", path.display())))
+    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path).map_err(|e| {
+        Error::Checkpoint {
+            path: path.display().to_string(),
+            detail: format!("writing it: {e}"),
+        }
+    })
 }
 
 /// Largest header accepted (the safetensors format's own limit).

@@ -58,9 +58,11 @@ impl Dataset {
     /// A shuffled split into `(train, test)` with `train_fraction` of the rows in `train`.
     pub fn split(&self, train_fraction: f64, seed: u64) -> Result<(Dataset, Dataset)> {
         if !(0.0..=1.0).contains(&train_fraction) {
-            return Err(Error::invalid(format!(
-                "train fraction {train_fraction} is not between 0 and 1"
-            )));
+            return Err(Error::BadValue {
+                what: "train fraction".into(),
+                value: train_fraction.to_string(),
+                expected: "a number between 0 and 1".into(),
+            });
         }
         let rng = Philox::new(seed, 0x5eed);
         let mut order: Vec<usize> = (0..self.len()).collect();
@@ -90,10 +92,11 @@ impl Dataset {
     /// the remainder is dropped.
     pub fn batches(&self, batch_size: usize) -> Result<(usize, Vec<f64>)> {
         if batch_size == 0 || batch_size > self.len() {
-            return Err(Error::invalid(format!(
-                "batch size {batch_size} for a dataset of {} rows",
-                self.len()
-            )));
+            return Err(Error::BadValue {
+                what: "batch size".into(),
+                value: batch_size.to_string(),
+                expected: format!("1 to the dataset's {} rows", self.len()),
+            });
         }
         let n = self.len() / batch_size;
         let used = &self.x[..n * batch_size * self.features];
@@ -109,7 +112,10 @@ fn checked_size(name: &str, factors: &[usize]) -> Result<usize> {
     factors
         .iter()
         .try_fold(1usize, |acc, &f| acc.checked_mul(f))
-        .ok_or_else(|| Error::invalid(format!("{name}: {factors:?} is too many values to hold")))
+        .ok_or_else(|| Error::OutOfMemory {
+            what: format!("{name}: {factors:?} values"),
+            bytes: usize::MAX,
+        })
 }
 
 /// Empty storage for `rows` rows of `features` values and their labels, allocated fallibly.
@@ -262,7 +268,7 @@ mod tests {
         ));
         assert!(matches!(
             bars_and_crosses(1 << 40, 1 << 20, 0.1, 1),
-            Err(Error::InvalidArgument { .. })
+            Err(Error::OutOfMemory { .. })
         ));
         assert!(spirals(usize::MAX, 2, 0.0, 1).is_err());
     }

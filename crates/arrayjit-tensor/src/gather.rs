@@ -27,9 +27,11 @@ fn check_ids(label: &str, ids: &[usize], upper: usize) -> Result<()> {
         });
     }
     if upper > 1 << 24 {
-        return Err(Error::invalid(format!(
-            "{label}: ids up to {upper} are not exact in f32 arithmetic (at most 2^24)"
-        )));
+        return Err(Error::BadValue {
+            what: format!("{label}: the table size"),
+            value: upper.to_string(),
+            expected: "at most 2^24 rows (ids must be exact in f32 arithmetic)".into(),
+        });
     }
     Ok(())
 }

@@ -60,7 +60,10 @@ impl Init {
         let n = dims
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| Error::invalid(format!("dims {dims:?} have too many elements")))?;
+            .ok_or_else(|| Error::OutOfMemory {
+                what: format!("initial values of dims {dims:?}"),
+                bytes: usize::MAX,
+            })?;
         try_collect(
             n,
             (0..n).map(|i| self.value_at(dims, seed, stream, i)),

@@ -188,9 +188,11 @@ impl CausalSelfAttention {
         out_scale: f64,
     ) -> Result<CausalSelfAttention> {
         if heads == 0 || !width.is_multiple_of(heads) {
-            return Err(Error::invalid(format!(
-                "{label}: width {width} does not split into {heads} heads"
-            )));
+            return Err(Error::BadValue {
+                what: format!("{label}: heads"),
+                value: heads.to_string(),
+                expected: format!("a divisor of the width {width}"),
+            });
         }
         let hw = width / heads;
         let normal = |s| Init::Normal { mean: 0.0, std: s };
@@ -285,9 +287,11 @@ impl Dropout {
     /// `dropout_step`).
     pub fn new(p: f64, seed: u64) -> Result<Dropout> {
         if !(0.0..=1.0).contains(&p) {
-            return Err(Error::invalid(format!(
-                "dropout probability {p} is outside [0, 1]"
-            )));
+            return Err(Error::BadValue {
+                what: "dropout probability".into(),
+                value: p.to_string(),
+                expected: "a number in [0, 1]".into(),
+            });
         }
         Ok(Dropout {
             p,
@@ -456,9 +460,11 @@ impl Gpt {
     pub fn new(config: GptConfig, seed: u64) -> Result<Gpt> {
         let c = config;
         if c.vocabulary == 0 || c.context == 0 || c.width == 0 || c.layers == 0 || c.hidden == 0 {
-            return Err(Error::invalid(format!(
-                "a GPT needs every size positive, got {c:?}"
-            )));
+            return Err(Error::BadValue {
+                what: "GPT configuration".into(),
+                value: format!("{c:?}"),
+                expected: "every size positive".into(),
+            });
         }
         let mut f = ParamFactory::new(seed);
         let std = 0.02;

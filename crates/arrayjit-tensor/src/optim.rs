@@ -109,9 +109,11 @@ pub fn update_program_clipped(
     if let Some(m) = max_norm
         && !(m > 0.0 && m.is_finite())
     {
-        return Err(Error::invalid(format!(
-            "gradient clipping needs a positive finite norm, got {m}"
-        )));
+        return Err(Error::BadValue {
+            what: "gradient clipping norm".into(),
+            value: m.to_string(),
+            expected: "a positive finite number".into(),
+        });
     }
     let lr = Tensor::input(Prec::F32, &[], "learning_rate", &[opt.lr()])?;
     let mut state_tensors: Vec<Tensor> = Vec::new();
@@ -131,12 +133,12 @@ pub fn update_program_clipped(
     let grads = params
         .iter()
         .map(|p| {
-            p.grad().map(Tensor::from_node).ok_or_else(|| {
-                Error::invalid(format!(
-                    "parameter {} has no gradient; build the gradient program first",
-                    p.node().debug_name()
-                ))
-            })
+            p.grad()
+                .map(Tensor::from_node)
+                .ok_or_else(|| Error::NoGradient {
+                    node: p.node().debug_name(),
+                    detail: "build the gradient program first".into(),
+                })
         })
         .collect::<Result<Vec<_>>>()?;
     let clip = match max_norm {

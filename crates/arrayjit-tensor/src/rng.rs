@@ -82,17 +82,19 @@ impl RandomStream {
     /// call and for every step. No gradient flows through it.
     pub fn uniform(&self, prec: Prec, dims: &[usize]) -> Result<Tensor> {
         if !prec.is_float() {
-            return Err(Error::invalid(format!(
-                "random uniform values need a float precision, not {}",
-                prec.name()
-            )));
+            return Err(Error::BadValue {
+                what: "precision of random uniform values".into(),
+                value: prec.name().into(),
+                expected: "a float precision".into(),
+            });
         }
         let draw = self.draws.fetch_add(1, Ordering::Relaxed);
         if draw >= FIRST_ROUTINE_STREAM {
-            return Err(Error::invalid(format!(
-                "random stream with seed {}: more than {FIRST_ROUTINE_STREAM} draws; make a new stream",
-                self.seed
-            )));
+            return Err(Error::BadValue {
+                what: format!("draws of the random stream with seed {}", self.seed),
+                value: (u64::from(draw) + 1).to_string(),
+                expected: format!("at most {FIRST_ROUTINE_STREAM}; make a new stream"),
+            });
         }
         let tn = Tnode::new(prec, dims, &[&format!("uniform{draw}")])?;
         let fill = Assignments::Fetch {
@@ -114,9 +116,11 @@ impl Tensor {
     /// must be in `[0, 1]`; `p == 0` returns the tensor unchanged, `p == 1` zeros.
     pub fn dropout(&self, p: f64, rng: &RandomStream) -> Result<Tensor> {
         if !(0.0..=1.0).contains(&p) {
-            return Err(Error::invalid(format!(
-                "dropout probability {p} is outside [0, 1]"
-            )));
+            return Err(Error::BadValue {
+                what: "dropout probability".into(),
+                value: p.to_string(),
+                expected: "a number in [0, 1]".into(),
+            });
         }
         if p == 0.0 {
             return Ok(self.clone());

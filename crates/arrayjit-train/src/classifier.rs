@@ -295,11 +295,11 @@ impl Classifier {
         bucket_bytes: usize,
     ) -> Result<Classifier> {
         if config.shards > 1 {
-            return Err(Error::invalid(format!(
-                "{} shards per process with training across processes: use one shard per \
-                 process (start more processes instead)",
-                config.shards
-            )));
+            return Err(Error::BadValue {
+                what: "shards per process with training across processes".into(),
+                value: config.shards.to_string(),
+                expected: "1 (start more processes instead)".into(),
+            });
         }
         Classifier::build(backend, model, train, config, Some((group, bucket_bytes)))
     }
@@ -312,10 +312,11 @@ impl Classifier {
         group: Option<(&ProcessGroup, usize)>,
     ) -> Result<Classifier> {
         if config.loss == LossKind::Hinge && train.classes != 2 {
-            return Err(Error::invalid(format!(
-                "the hinge loss needs two classes, the dataset has {}",
-                train.classes
-            )));
+            return Err(Error::BadValue {
+                what: "classes of the dataset for the hinge loss".into(),
+                value: train.classes.to_string(),
+                expected: "2 (use the softmax cross-entropy loss for more)".into(),
+            });
         }
         let (batches, xs) = train.batches(config.batch_size)?;
         let bs = config.batch_size;
@@ -347,11 +348,14 @@ impl Classifier {
             None => config.shards.max(1),
         };
         if batches < shards {
-            return Err(Error::invalid(format!(
-                "{shards} shards or processes need at least {shards} batches of {bs}; the \
-                 training set has {} rows ({batches} batches)",
-                train.len()
-            )));
+            return Err(Error::BadValue {
+                what: format!("batches of {bs} in a training set of {} rows", train.len()),
+                value: batches.to_string(),
+                expected: format!(
+                    "at least one per shard or process ({shards}): use smaller batches or fewer \
+                     shards"
+                ),
+            });
         }
         let compile_started = std::time::Instant::now();
         let engine = if let Some((group, bucket_bytes)) = group {

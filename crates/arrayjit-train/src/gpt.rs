@@ -66,8 +66,10 @@ impl CharVocab {
     pub fn encode(&self, text: &str) -> Result<Vec<usize>> {
         text.chars()
             .map(|c| {
-                self.chars.binary_search(&c).map_err(|_| {
-                    Error::invalid(format!("character {c:?} is not in the vocabulary"))
+                self.chars.binary_search(&c).map_err(|_| Error::BadValue {
+                    what: "character".into(),
+                    value: format!("{c:?}"),
+                    expected: "one of the vocabulary's".into(),
                 })
             })
             .collect()
@@ -92,11 +94,14 @@ pub fn batch(
     seed: u64,
 ) -> Result<(Vec<usize>, Vec<usize>)> {
     if data.len() <= context {
-        return Err(Error::invalid(format!(
-            "a text of {} ids has no window of {} ids",
-            data.len(),
-            context + 1
-        )));
+        return Err(Error::BadValue {
+            what: "text length in ids".into(),
+            value: data.len().to_string(),
+            expected: format!(
+                "more than the context ({context}): a window needs {} ids",
+                context + 1
+            ),
+        });
     }
     let rng = Philox::new(seed, 0x6774);
     let starts = data.len() - context;

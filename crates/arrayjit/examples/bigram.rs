@@ -158,10 +158,12 @@ impl Bigram {
 
 /// `rows × columns` values of a one-hot table, or an error when the product overflows.
 fn one_hot_size(rows: usize, columns: usize) -> Result<usize> {
-    rows.checked_mul(columns).ok_or_else(|| {
-        Error::invalid(format!(
-            "a table of {rows} × {columns} values is too large; use a text with fewer distinct characters"
-        ))
+    rows.checked_mul(columns).ok_or_else(|| Error::OutOfMemory {
+        what: format!(
+            "a one-hot table of {rows} × {columns} values (use a text with fewer distinct \
+                 characters)"
+        ),
+        bytes: usize::MAX,
     })
 }
 

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrayjit::Error;
-use arrayjit::backends::cc::{CcConfig, CpuBackend};
+use arrayjit::backends::cc::{self, CcConfig};
 use arrayjit::prelude::*;
 
 fn cc_backend(config: CcConfig) -> Backend {
-    Backend::from_lowered("sync_cc", Arc::new(CpuBackend::new(config).unwrap()))
+    Backend::from_lowered("sync_cc", Arc::new(cc::backend(config).unwrap()))
 }
 
 fn config_in(dir: &Path) -> CcConfig {

@@ -4,8 +4,7 @@
 //! tiles (128 × 128 per block, rendered only for products with 256 such tiles or more), and
 //! the error when no C++ compiler is there.
 
-use arrayjit::backends::LoweredBackend;
-use arrayjit::backends::cc::{CcConfig, CpuBackend};
+use arrayjit::backends::cc::{self, CcConfig};
 use arrayjit::prelude::*;
 
 /// `cuda_emu` where it can run; a skip otherwise (an error when `ARRAYJIT_REQUIRE_BACKENDS`
@@ -67,7 +66,7 @@ fn the_128_tiles_compute_the_product() {
 #[test]
 fn without_a_cpp_compiler_cuda_emu_says_what_to_install() {
     let lookup = |name: &str| (name == "CXX").then(|| "/nonexistent/c++".into());
-    let backend = CpuBackend::cuda_emulated(CcConfig::default(), &lookup).unwrap();
+    let backend = cc::emulated_cuda_backend(CcConfig::default(), &lookup).unwrap();
     assert_eq!(backend.name(), "cuda_emu");
     let e = backend.check_available().unwrap_err();
     let text = e.to_string();

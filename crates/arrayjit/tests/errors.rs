@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use arrayjit::Error;
-use arrayjit::backends::cc::{CcConfig, CpuBackend};
+use arrayjit::backends::cc::{self, CcConfig};
 use arrayjit::prelude::*;
 use arrayjit::runtime::Backend;
 
@@ -220,7 +220,7 @@ fn static_indices_are_checked() {
 }
 
 fn cc_backend(config: CcConfig) -> Backend {
-    Backend::from_lowered("sync_cc", Arc::new(CpuBackend::new(config).unwrap()))
+    Backend::from_lowered("sync_cc", Arc::new(cc::backend(config).unwrap()))
 }
 
 #[test]

@@ -8,8 +8,8 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use arrayjit::backends::cc::{CcConfig, CpuBackend};
-use arrayjit::backends::{LaunchRequest, LoweredBackend};
+use arrayjit::backends::LaunchRequest;
+use arrayjit::backends::cc::{self, CcConfig};
 use arrayjit::ir::optimize::{MemoryPlan, NodeRole, PlanItem};
 use arrayjit::ir::{AxisIndex, LowLevel, Optimized, ScalarExpr, Symbol};
 use arrayjit::prelude::*;
@@ -18,7 +18,7 @@ const CHILD: &str = "ARRAYJIT_SANITIZER_CHILD";
 
 /// In the child process: a pool of two guarded `[4]` f32 arrays, and a kernel writing `a[0..5]`.
 fn write_past_an_array() {
-    let backend = CpuBackend::new(CcConfig::from_env().unwrap()).unwrap();
+    let backend = cc::backend(CcConfig::from_env().unwrap()).unwrap();
     assert!(
         backend.runtime().pool_guard_bytes() > 0,
         "run with ARRAYJIT_POOL_GUARD_BYTES"

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrayjit::backends::cc::{CcConfig, CpuBackend};
+use arrayjit::backends::cc::{self, CcConfig};
 use arrayjit::ir::schedule::{ScheduleKind, ScheduleTuning};
 use arrayjit::prelude::*;
 use arrayjit::runtime::{
@@ -455,7 +455,7 @@ fn a_scratch_slot_outside_the_buffer_is_refused() {
 fn searching_backend(cache: &std::path::Path) -> Backend {
     let mut config = CcConfig::from_env().unwrap();
     config.cache_dir = Some(cache.to_path_buf());
-    let b = Backend::from_lowered("sync_cc", Arc::new(CpuBackend::new(config).unwrap()));
+    let b = Backend::from_lowered("sync_cc", Arc::new(cc::backend(config).unwrap()));
     b.set_search_settings(SearchSettings {
         batch_time: Duration::from_millis(1),
         batches: 1,

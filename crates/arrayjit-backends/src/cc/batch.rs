@@ -106,11 +106,13 @@ impl CcBatch {
         let LaunchAt { global, local } = at;
         let name = self.kernels.get(index).map_or("?", |k| k.name.as_str());
         let Some(entry) = self.dims_entries.get(index).copied().flatten() else {
-            return Err(Error::invalid(format!(
-                "kernel {name} takes no launch dimensions at launch time: cc runs C kernels \
-                 once per call, and cuda_emu takes them for hand-written CUDA \
-                 (compile_source) only"
-            )));
+            return Err(Error::Unsupported {
+                backend: self.backend.into(),
+                what: format!("launch dimensions at launch time for kernel {name}"),
+                instead: "give them only to hand-written CUDA on cuda_emu (compile_source); cc \
+                          runs C kernels once per call"
+                    .into(),
+            });
         };
         let block = local
             .unwrap_or_else(|| LaunchDims::default_block(global, 256, emu::EMULATED_MAX_THREADS));

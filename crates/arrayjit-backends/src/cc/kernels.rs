@@ -1,10 +1,9 @@
-//! The renderer part of a CPU backend ([`CpuKernels`]): what source it makes of routines, how
-//! the compiled kernels are entered, and what the device looks like to that code. Two exist:
-//! [`CKernels`] (C, the `cc` backend) and [`EmulatedCudaKernels`] (the CUDA renderer's kernels
-//! under an emulation of the CUDA execution model, the `cuda_emu` backend). A CPU backend is one
-//! of them, the host compiler ([`super::CcConfig`]) and the shared [`crate::cpu::CpuRuntime`].
-
-use std::fmt;
+//! The renderer part of a CPU backend ([`CpuKernels`], a [`Renderer`]): what source it makes of
+//! routines, how the compiled kernels are entered, and what the device looks like to that code.
+//! Two exist: [`CKernels`] (C, the `cc` backend) and [`EmulatedCudaKernels`] (the CUDA
+//! renderer's kernels under an emulation of the CUDA execution model, the `cuda_emu` backend).
+//! A CPU backend is one of them, the host compiler ([`super::CcCompiler`]), its devices
+//! ([`super::CpuDevices`]) and the shared [`crate::cpu::CpuRuntime`].
 
 use arrayjit_codegen::cuda_emulation::{self as emu, emulated_source, render_cuda_emulated};
 use arrayjit_codegen::gpu_dialect::GpuDialect;
@@ -12,6 +11,7 @@ use arrayjit_codegen::{CSyntax, KernelInterface, SourceKernel, render_program};
 use arrayjit_ir::{Optimized, Result};
 
 use crate::device_info::DeviceInfo;
+use crate::renderer::Renderer;
 
 /// How the compiled kernels of a [`CpuKernels`] are called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,8 +38,8 @@ pub struct CpuProgram {
     pub source: String,
 }
 
-/// The renderer part of a CPU backend.
-pub trait CpuKernels: Send + Sync + fmt::Debug {
+/// The renderer part of a CPU backend: a [`Renderer`] whose program the host compiler builds.
+pub trait CpuKernels: Renderer {
     /// The backend's name (`cc`, `cuda_emu`).
     fn name(&self) -> &'static str;
     /// Renders routines into one library's units.
@@ -51,10 +51,6 @@ pub trait CpuKernels: Send + Sync + fmt::Debug {
     /// The device as this code sees it, from the host CPU's description. Default: as is.
     fn device_info(&self, cpu: DeviceInfo) -> DeviceInfo {
         cpu
-    }
-    /// The GPU dialect the renderer prints, if it prints GPU kernels. Default: none.
-    fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
-        None
     }
     /// What to install when the compiler (`compiler`) is missing; `None` (the default): the
     /// compiler's own message says it.
@@ -75,6 +71,12 @@ impl Default for CKernels {
         CKernels {
             syntax: CSyntax::c(),
         }
+    }
+}
+
+impl Renderer for CKernels {
+    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
+        Ok(self.render(routines)?.source)
     }
 }
 
@@ -115,6 +117,16 @@ impl CpuKernels for CKernels {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EmulatedCudaKernels;
 
+impl Renderer for EmulatedCudaKernels {
+    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
+        Ok(self.render(routines)?.source)
+    }
+
+    fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
+        Some(&arrayjit_codegen::gpu_dialect::CUDA)
+    }
+}
+
 impl CpuKernels for EmulatedCudaKernels {
     fn name(&self) -> &'static str {
         "cuda_emu"
@@ -152,10 +164,6 @@ impl CpuKernels for EmulatedCudaKernels {
         // Passes that leave the device idle run together, as on `cuda`.
         info.joined_launch_parameters = arrayjit_ir::schedule::gpu::CUDA_JOINED_LAUNCH_PARAMETERS;
         info
-    }
-
-    fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
-        Some(&arrayjit_codegen::gpu_dialect::CUDA)
     }
 
     fn how_to_enable(&self, compiler: &str) -> Option<String> {

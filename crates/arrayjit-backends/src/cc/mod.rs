@@ -1,5 +1,6 @@
-//! The CPU backends ([`CpuBackend`]): a renderer ([`CpuKernels`]), the host compiler and the
-//! shared CPU runtime ([`CpuRuntime`]). The `cc` backend renders C ([`CKernels`]), compiles it
+//! The CPU backends ([`backend`], [`emulated_cuda_backend`]), each composed of four parts: its
+//! devices ([`CpuDevices`]), a renderer ([`CpuKernels`]), the host compiler ([`CcCompiler`]) and
+//! the shared CPU runtime ([`CpuRuntime`]). The `cc` backend renders C ([`CKernels`]), compiles it
 //! with the system C compiler (`$CC` or `cc`) into a shared library, loads it with
 //! `libloading`, and runs kernels on the CPU over [`CpuBuffer`](crate::buffer::CpuBuffer)s. Libraries
 //! are cached by a hash of (source, compiler, flags, CPU) in a private per-user folder.
@@ -12,29 +13,27 @@
 
 mod batch;
 mod compile;
+mod compiler;
+mod devices;
 mod kernels;
 mod schedule_store;
 
-use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrayjit_codegen::cuda_emulation::EMULATION_FLAGS;
-use arrayjit_codegen::{KernelInterface, SourceKernel};
-use arrayjit_ir::{Error, Optimized, Result, trace};
+use arrayjit_ir::{Error, Result};
 
-use crate::compiled_batch::CompiledBatch;
 use crate::cpu::{CpuRuntime, CpuRuntimeConfig};
-use crate::device_runtime::DeviceRuntime;
-use crate::lowered_backend::batch_name;
-use crate::lowered_backend::{CompileOptions, LoweredBackend};
+use crate::lowered_backend::{BackendParts, LoweredBackend};
 use crate::settings;
 
 pub use crate::compile_cache::default_cache_dir;
 pub use batch::CcBatch;
-use batch::{EmulatedDimsFn, EmulatedFn, Entry, KernelFn};
 pub use compile::{CompileStats, compile_stats};
+pub use compiler::CcCompiler;
+pub use devices::CpuDevices;
 pub use kernels::{CKernels, CallingConvention, CpuKernels, CpuProgram, EmulatedCudaKernels};
 
 /// Settings of the `cc` backend. [`CcConfig::from_env`] reads them from the environment
@@ -212,305 +211,64 @@ impl CcConfig {
     }
 }
 
-/// A CPU backend: a renderer ([`CpuKernels`]: C for `cc`, emulated CUDA for `cuda_emu`), the
-/// host compiler (the compiler settings of [`CcConfig`]) and the shared CPU runtime
-/// ([`CpuRuntime`]).
-pub struct CpuBackend {
-    config: CcConfig,
-    kernels: Box<dyn CpuKernels>,
-    runtime: CpuRuntime,
+/// The `cc` backend (C) with the given settings, or [`Error::InvalidSetting`] if one is out of
+/// range (see [`CcConfig::validate`]).
+pub fn backend(config: CcConfig) -> Result<LoweredBackend> {
+    compose(config, Arc::new(CKernels::default()))
 }
 
-impl fmt::Debug for CpuBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CpuBackend({}, {:?})", self.kernels.name(), self.config)
-    }
+/// The `cuda_emu` backend, running the CUDA renderer's kernels on the CPU (see the module
+/// documentation): the settings of `config` but the compiler, `$CXX` (through `lookup`) or
+/// `c++`, and its flags, [`EMULATION_FLAGS`] for a shared library. One worker per device: the
+/// emulated blocks run on the caller's thread.
+pub fn emulated_cuda_backend(
+    mut config: CcConfig,
+    lookup: settings::Lookup<'_>,
+) -> Result<LoweredBackend> {
+    config.compiler = settings::text(lookup, "CXX")?.unwrap_or_else(|| "c++".into());
+    config.flags = EMULATION_FLAGS
+        .iter()
+        .chain(&["-fPIC", "-shared"])
+        .map(|s| s.to_string())
+        .collect();
+    config.workers_per_device = Some(1);
+    compose(config, Arc::new(EmulatedCudaKernels))
 }
 
-impl CpuBackend {
-    /// The `cc` backend (C) with the given settings, or [`Error::InvalidSetting`] if one is out
-    /// of range (see [`CcConfig::validate`]).
-    pub fn new(config: CcConfig) -> Result<CpuBackend> {
-        CpuBackend::compose(config, Box::new(CKernels::default()))
-    }
+/// A CPU backend of the given renderer, compiled by `config`'s compiler, on a new CPU runtime
+/// of `config`'s devices.
+pub fn compose(config: CcConfig, kernels: Arc<dyn CpuKernels>) -> Result<LoweredBackend> {
+    Ok(LoweredBackend::compose(
+        kernels.name(),
+        parts(config, kernels)?,
+    ))
+}
 
-    /// The `cuda_emu` backend, running the CUDA renderer's kernels on the CPU (see the module
-    /// documentation): the settings of `config` but the compiler, `$CXX` (through `lookup`) or
-    /// `c++`, and its flags, [`EMULATION_FLAGS`] for a shared library. One worker per device:
-    /// the emulated blocks run on the caller's thread.
-    pub fn cuda_emulated(mut config: CcConfig, lookup: settings::Lookup<'_>) -> Result<CpuBackend> {
-        config.compiler = settings::text(lookup, "CXX")?.unwrap_or_else(|| "c++".into());
-        config.flags = EMULATION_FLAGS
-            .iter()
-            .chain(&["-fPIC", "-shared"])
-            .map(|s| s.to_string())
-            .collect();
-        config.workers_per_device = Some(1);
-        CpuBackend::compose(config, Box::new(EmulatedCudaKernels))
-    }
-
-    /// A CPU backend of the given renderer, compiled by `config`'s compiler, on a new CPU
-    /// runtime of `config`'s devices.
-    pub fn compose(config: CcConfig, kernels: Box<dyn CpuKernels>) -> Result<CpuBackend> {
-        config.validate()?;
-        let runtime = CpuRuntime::new(
-            kernels.name(),
-            &CpuRuntimeConfig {
-                num_devices: config.num_devices,
-                workers_per_device: config.workers_per_device.unwrap_or(1),
-                pool_guard_bytes: config.pool_guard_bytes,
-                use_host_memory: config.use_host_memory,
-            },
-        )?;
-        Ok(CpuBackend {
+/// The four parts of a CPU backend of the given renderer (see [`compose`]), for callers that
+/// replace one (a test recording a runtime's calls, say).
+pub fn parts(config: CcConfig, kernels: Arc<dyn CpuKernels>) -> Result<BackendParts> {
+    config.validate()?;
+    let runtime = Arc::new(CpuRuntime::new(
+        kernels.name(),
+        &CpuRuntimeConfig {
+            num_devices: config.num_devices,
+            workers_per_device: config.workers_per_device.unwrap_or(1),
+            pool_guard_bytes: config.pool_guard_bytes,
+            use_host_memory: config.use_host_memory,
+        },
+    )?);
+    Ok(BackendParts {
+        devices: Arc::new(CpuDevices::new(
+            config.clone(),
+            kernels.clone(),
+            runtime.clone(),
+        )),
+        compiler: Arc::new(CcCompiler::new(
             config,
-            kernels,
-            runtime,
-        })
-    }
-
-    /// Its renderer.
-    pub fn kernels(&self) -> &dyn CpuKernels {
-        self.kernels.as_ref()
-    }
-
-    /// The settings.
-    pub fn config(&self) -> &CcConfig {
-        &self.config
-    }
-}
-
-impl LoweredBackend for CpuBackend {
-    fn name(&self) -> &str {
-        self.kernels.name()
-    }
-
-    fn runtime(&self) -> &dyn DeviceRuntime {
-        &self.runtime
-    }
-
-    /// The host CPU with the device's worker threads, as the renderer's code sees it.
-    fn device_info(&self, device: usize) -> Result<crate::device_info::DeviceInfo> {
-        Ok(self.kernels.device_info(self.runtime.device_info(device)?))
-    }
-
-    /// The compiler, its version and flags, the CPU's model and features, and the worker count.
-    fn machine_identity(&self) -> String {
-        format!(
-            "cc `{}` ({}) flags {:?} on {} with {} worker(s)",
-            self.config.compiler,
-            compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
-                .unwrap_or_default(),
-            self.config.flags,
-            compile::cpu_identity(),
-            self.runtime.workers_per_device()
-        )
-    }
-
-    fn load_schedule_choice(&self, key: &str) -> std::result::Result<Option<String>, String> {
-        match &self.config.cache_dir {
-            Some(dir) => schedule_store::load(&schedule_store::folder(dir), key),
-            None => Ok(None),
-        }
-    }
-
-    fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
-        match &self.config.cache_dir {
-            Some(dir) => {
-                schedule_store::store(&schedule_store::folder(dir), key, choice).map(|()| true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    fn check_available(&self) -> Result<()> {
-        let found = compile::compiler_identity(&self.config.compiler, self.config.compile_timeout);
-        match found {
-            Ok(_) => Ok(()),
-            Err(Error::BackendUnavailable { reason, .. })
-                if self.kernels.how_to_enable(&self.config.compiler).is_some() =>
-            {
-                Err(Error::BackendUnavailable {
-                    backend: self.kernels.name().into(),
-                    reason,
-                    how_to_enable: self
-                        .kernels
-                        .how_to_enable(&self.config.compiler)
-                        .unwrap_or_default(),
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(self.kernels.render(routines)?.source)
-    }
-
-    fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
-        self.compile_with_config(routines, &self.config)
-    }
-
-    fn gpu_dialect(&self) -> Option<&'static arrayjit_codegen::gpu_dialect::GpuDialect> {
-        self.kernels.gpu_dialect()
-    }
-
-    /// The host compiler's flags (`CcConfig::flags`).
-    fn default_compile_options(&self) -> CompileOptions {
-        CompileOptions {
-            flags: self.config.flags.clone(),
-        }
-    }
-
-    /// Compiles with the given host compiler flags instead of `CcConfig::flags`: they must
-    /// still make a loadable shared library (`-shared` and `-fPIC`), else nothing is compiled.
-    fn compile_batch_with(
-        &self,
-        routines: &[&Optimized],
-        options: &CompileOptions,
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        let config = self.config_with(options)?;
-        self.compile_with_config(routines, &config)
-    }
-
-    unsafe fn compile_source_with(
-        &self,
-        source: &str,
-        kernels: &[SourceKernel],
-        options: &CompileOptions,
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        let config = self.config_with(options)?;
-        let interfaces: Vec<KernelInterface> =
-            kernels.iter().map(|k| k.interface.clone()).collect();
-        let source = self.kernels.source_for(source, kernels)?;
-        let units = [compile::Unit {
-            suffix: "",
-            source: &source,
-        }];
-        // SAFETY: the caller's source exports each kernel with the renderer's calling
-        // convention (this method's safety contract); for emulated CUDA, the entry points
-        // `source_for` wrote do.
-        unsafe { self.load_batch(&config, &units, interfaces, source.clone(), true) }
-    }
-
-    fn debug_info(&self) -> String {
-        format!(
-            "{} backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s) of {} worker(s)",
-            self.name(),
-            self.config.compiler,
-            compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
-                .unwrap_or_else(|e| e.to_string()),
-            self.config.flags,
-            self.config
-                .cache_dir
-                .as_ref()
-                .map_or("disabled".into(), |p| p.display().to_string()),
-            self.runtime.num_devices(),
-            self.runtime.workers_per_device()
-        )
-    }
-}
-
-impl CpuBackend {
-    /// This backend's configuration with the host compiler flags of `options`: they must still
-    /// make a loadable shared library (`-shared` and `-fPIC`), else an error and nothing is
-    /// compiled.
-    fn config_with(&self, options: &CompileOptions) -> Result<CcConfig> {
-        if let Some(missing) = ["-shared", "-fPIC"]
-            .into_iter()
-            .find(|f| !options.flags.iter().any(|g| g == f))
-        {
-            return Err(Error::invalid(format!(
-                "compile options {:?} lack {missing}: the {} backend loads a shared library, so \
-                 its flags must keep -shared and -fPIC (start from default_compile_options)",
-                options.flags,
-                self.name()
-            )));
-        }
-        Ok(CcConfig {
-            flags: options.flags.clone(),
-            ..self.config.clone()
-        })
-    }
-
-    /// Renders routines, compiles them with `config` (its flags) and loads them.
-    fn compile_with_config(
-        &self,
-        routines: &[&Optimized],
-        config: &CcConfig,
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        let program = {
-            let _render = trace::compile_phase("render", &batch_name(routines));
-            self.kernels.render(routines)?
-        };
-        let units: Vec<compile::Unit> = program
-            .units
-            .iter()
-            .map(|(suffix, source)| compile::Unit { suffix, source })
-            .collect();
-        // SAFETY: every kernel arrayjit's renderers generate has their calling convention.
-        unsafe { self.load_batch(config, &units, program.kernels, program.source, false) }
-    }
-
-    /// Compiles `units` into one library, loads it, and finds every kernel by its symbol with
-    /// the renderer's calling convention.
-    ///
-    /// # Safety
-    /// Every kernel's symbol must name a function of the calling convention's signature: true
-    /// of what the renderers generate, the caller's contract for source given directly.
-    unsafe fn load_batch(
-        &self,
-        config: &CcConfig,
-        units: &[compile::Unit],
-        kernels: Vec<KernelInterface>,
-        source: String,
-        source_kernels: bool,
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-        let (library, cache_hit) = compile::compile_and_load(config, units, &names.join("+"))?;
-        let convention = self.kernels.convention();
-        // Hand-written emulated CUDA also exports each kernel with its launch taken at call
-        // time (`emulated_source`).
-        let dims_entries = kernels
-            .iter()
-            .map(|k| {
-                if !(source_kernels && convention == CallingConvention::EmulatedCuda) {
-                    return Ok(None);
-                }
-                let symbol = format!(
-                    "{}{}",
-                    k.symbol,
-                    arrayjit_codegen::cuda_emulation::DIMS_SUFFIX
-                );
-                // SAFETY: `emulated_source` wrote this entry point with that signature.
-                Ok(Some(unsafe { library.entry::<EmulatedDimsFn>(&symbol)? }))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let entries = kernels
-            .iter()
-            .map(|k| {
-                Ok(match convention {
-                    CallingConvention::C => {
-                        // SAFETY: the symbol has the convention's signature (this function's
-                        // contract).
-                        Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? })
-                    }
-                    CallingConvention::EmulatedCuda => {
-                        // SAFETY: as above.
-                        Entry::Emulated(unsafe { library.entry::<EmulatedFn>(&k.symbol)? })
-                    }
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Arc::new(CcBatch {
-            backend: self.kernels.name(),
-            kernels,
-            source,
-            entries,
-            dims_entries,
-            workers: self.runtime.workers().clone(),
-            cache_hit,
-            _library: library,
-        }))
-    }
+            kernels.clone(),
+            runtime.workers().clone(),
+        )),
+        renderer: kernels,
+        runtime,
+    })
 }

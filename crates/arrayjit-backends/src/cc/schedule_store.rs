@@ -62,7 +62,11 @@ pub(super) fn load(dir: &Path, key: &str) -> std::result::Result<Option<String>,
 /// (readers see the old choice or the new one, never a part).
 pub(super) fn store(dir: &Path, key: &str, choice: &str) -> Result<()> {
     if !valid_key(key) {
-        return Err(Error::invalid(format!("`{key}` is not a schedule key")));
+        return Err(Error::BadValue {
+            what: "schedule key".into(),
+            value: key.into(),
+            expected: "a hexadecimal hash".into(),
+        });
     }
     private_dir(dir)?;
     let path = dir.join(format!("{key}.txt"));

@@ -10,7 +10,8 @@ use cudarc::driver::CudaStream;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::CUdeviceptr;
 
-use super::{Gpu, NAME};
+use super::NAME;
+use super::devices::Gpu;
 use crate::device_buffer::{BufferHandle, DeviceBuffer};
 
 /// One `cuMemAlloc` allocation.
@@ -74,7 +75,10 @@ impl DeviceBuffer for CudaBuffer {
 pub(super) fn of(b: &BufferHandle) -> Result<&CudaBuffer> {
     b.as_any()
         .downcast_ref::<CudaBuffer>()
-        .ok_or_else(|| Error::invalid(format!("a buffer of another backend passed to {NAME}")))
+        .ok_or_else(|| Error::ForeignBuffer {
+            what: "a buffer passed to it".into(),
+            backend: NAME.into(),
+        })
 }
 
 impl CudaBuffer {
@@ -113,10 +117,12 @@ impl CudaBuffer {
     /// Bytes `offset..offset + size` of this buffer (a pool).
     pub(super) fn view(&self, offset: usize, size: usize) -> Result<CudaBuffer> {
         if offset.checked_add(size).is_none_or(|end| end > self.size) {
-            return Err(Error::invalid(format!(
-                "a view of {size} bytes at {offset} does not fit in a pool of {} bytes",
-                self.size
-            )));
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "a view of {size} bytes at {offset} does not fit in a pool of {} bytes",
+                    self.size
+                ),
+            });
         }
         Ok(CudaBuffer {
             alloc: self.alloc.clone(),

@@ -19,7 +19,7 @@ use arrayjit_ir::Result;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
 
-use super::Gpu;
+use super::devices::Gpu;
 
 /// A captured graph. `CudaGraph` holds raw driver handles; the driver requires calls on one
 /// graph to be serialized, which the cache's mutex does.

@@ -93,9 +93,11 @@ impl PtxCache {
     ) -> Result<(Vec<u8>, PtxOrigin)> {
         let digits = arch.strip_prefix("sm_").unwrap_or_default();
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            return Err(Error::invalid(format!(
-                "CUBIN is made for a real architecture such as sm_80 or sm_90, not {arch:?}"
-            )));
+            return Err(Error::BadValue {
+                what: "CUBIN architecture".into(),
+                value: arch.into(),
+                expected: "a real architecture such as sm_80 or sm_90".into(),
+            });
         }
         self.cached(Output::Cubin, source, arch, flags)
     }

@@ -12,7 +12,7 @@ use arrayjit_ir::Result;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream};
 
-use super::Gpu;
+use super::devices::Gpu;
 use crate::compiled_batch::DeviceTimeSink;
 use crate::queue::{DeviceQueue, Queue, QueueMarker};
 

@@ -71,10 +71,11 @@ pub fn kernel_resources(source: &str, arch: &str) -> Result<Vec<KernelResources>
         });
     }
     if !arch.starts_with("sm_") {
-        return Err(Error::invalid(format!(
-            "kernel resources are read for a real architecture such as sm_80 or sm_90, not \
-             {arch:?}"
-        )));
+        return Err(Error::BadValue {
+            what: "architecture for kernel resources".into(),
+            value: arch.into(),
+            expected: "a real architecture such as sm_80 or sm_90".into(),
+        });
     }
     let mut flags = default_nvrtc_flags();
     flags.push("--ptxas-options=-v".into());

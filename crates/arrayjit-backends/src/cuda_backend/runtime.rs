@@ -5,17 +5,38 @@ use std::sync::atomic::Ordering;
 
 use arrayjit_ir::{Error, Result};
 
-use super::CudaBackend;
 use super::buffers::{self, CudaBuffer};
+use super::devices::{CudaDevices, Gpu};
 use super::queue::{self, CudaQueue};
 use crate::device_buffer::BufferHandle;
 use crate::device_runtime::DeviceRuntime;
-use crate::pool_table::PoolMemory;
+use crate::pool_table::{PoolMemory, PoolTable};
 use crate::queue::{DeviceQueue, Queue};
 
-impl DeviceRuntime for CudaBackend {
+/// The runtime part of the `cuda` backend: buffers and pools in device memory, streams.
+#[derive(Debug)]
+pub struct CudaRuntime {
+    devices: Arc<CudaDevices>,
+    pools: PoolTable<CudaBuffer>,
+}
+
+impl CudaRuntime {
+    /// The runtime of `devices`' GPUs.
+    pub fn new(devices: Arc<CudaDevices>) -> CudaRuntime {
+        CudaRuntime {
+            devices,
+            pools: PoolTable::new(super::NAME),
+        }
+    }
+
+    fn gpu(&self, device: usize) -> Result<&Arc<Gpu>> {
+        self.devices.gpu(device)
+    }
+}
+
+impl DeviceRuntime for CudaRuntime {
     fn num_devices(&self) -> usize {
-        self.gpus.as_ref().map_or(0, Vec::len)
+        self.devices.count()
     }
 
     fn pool_alignment(&self) -> usize {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrayjit_ir::{Error, Result};
 
-use super::Gpu;
+use super::devices::Gpu;
 use crate::device_buffer::{BufferHandle, DeviceBuffer};
 
 /// Bytes wgpu copies at a time.
@@ -100,7 +100,10 @@ pub(super) fn of(handle: &BufferHandle) -> Result<&WgpuBuffer> {
     handle
         .as_any()
         .downcast_ref::<WgpuBuffer>()
-        .ok_or_else(|| Error::invalid("a buffer of another backend was given to wgpu"))
+        .ok_or_else(|| Error::ForeignBuffer {
+            what: "a buffer given to it".into(),
+            backend: super::NAME.into(),
+        })
 }
 
 /// A new zero-filled buffer of at least `size` bytes (wgpu zero-initializes buffers).

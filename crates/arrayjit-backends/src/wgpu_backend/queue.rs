@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrayjit_ir::Result;
 
-use super::Gpu;
+use super::devices::Gpu;
 use crate::queue::{DeviceQueue, QueueMarker};
 
 /// A runtime stream's handle on the device's queue.

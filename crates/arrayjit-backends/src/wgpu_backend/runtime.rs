@@ -6,24 +6,55 @@ use std::sync::atomic::Ordering;
 use arrayjit_ir::{Error, Result};
 
 use super::buffers::{self, WgpuBuffer};
-use super::{WgpuBackend, queue};
+use super::devices::{Gpu, WgpuDevices};
+use super::queue;
 use crate::device_buffer::BufferHandle;
 use crate::device_runtime::DeviceRuntime;
-use crate::pool_table::PoolMemory;
+use crate::pool_table::{PoolMemory, PoolTable};
 use crate::queue::{DeviceQueue, Queue};
 
-impl DeviceRuntime for WgpuBackend {
+/// The runtime part of the `wgpu` backend: storage buffers (a pool is one buffer, its arrays
+/// views at offsets) and the device's queue.
+#[derive(Debug)]
+pub struct WgpuRuntime {
+    devices: Arc<WgpuDevices>,
+    pools: PoolTable<WgpuBuffer>,
+}
+
+impl WgpuRuntime {
+    /// The runtime of `devices`' device.
+    pub fn new(devices: Arc<WgpuDevices>) -> WgpuRuntime {
+        WgpuRuntime {
+            devices,
+            pools: PoolTable::new(super::NAME),
+        }
+    }
+
+    fn gpu(&self) -> Result<&Arc<Gpu>> {
+        self.devices.gpu()
+    }
+
+    fn device_check(&self, device: usize) -> Result<&Arc<Gpu>> {
+        self.devices.device_check(device)
+    }
+}
+
+impl DeviceRuntime for WgpuRuntime {
     fn num_devices(&self) -> usize {
-        usize::from(self.gpu.is_ok())
+        usize::from(self.devices.is_open())
     }
 
     fn pool_alignment(&self) -> usize {
-        self.gpu.as_ref().map_or(1, |g| g.offset_alignment)
+        self.gpu().map_or(1, |g| g.offset_alignment)
     }
 
     fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
         let gpu = self.device_check(device)?;
-        Ok(Arc::new(buffers::allocate(gpu, &self.used, size_in_bytes)?))
+        Ok(Arc::new(buffers::allocate(
+            gpu,
+            &self.devices.used,
+            size_in_bytes,
+        )?))
     }
 
     fn new_queue(&self, device: usize) -> Result<Option<Arc<dyn DeviceQueue>>> {
@@ -95,7 +126,7 @@ impl DeviceRuntime for WgpuBackend {
     }
 
     fn used_memory(&self, _device: usize) -> usize {
-        self.used.load(Ordering::Relaxed)
+        self.devices.used.load(Ordering::Relaxed)
     }
 
     fn alloc_pool(
@@ -107,14 +138,18 @@ impl DeviceRuntime for WgpuBackend {
     ) -> Result<()> {
         let gpu = self.device_check(device)?;
         if !alignment.is_power_of_two() || !alignment.is_multiple_of(gpu.offset_alignment) {
-            return Err(Error::invalid(format!(
-                "pool alignment {alignment} is not a multiple of the device's binding alignment {}",
-                gpu.offset_alignment
-            )));
+            return Err(Error::BadValue {
+                what: "pool alignment".into(),
+                value: alignment.to_string(),
+                expected: format!(
+                    "a power of two and a multiple of the device's binding alignment {}",
+                    gpu.offset_alignment
+                ),
+            });
         }
         self.pools
             .insert_with(device, pool_id, size_in_bytes, alignment, |size, _| {
-                buffers::allocate(gpu, &self.used, size)
+                buffers::allocate(gpu, &self.devices.used, size)
             })
     }
 

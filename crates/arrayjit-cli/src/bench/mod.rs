@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrayjit_backends::cc::{CcConfig, CpuBackend};
+use arrayjit_backends::cc::{self, CcConfig};
 use arrayjit_backends::device_info::CpuInfo;
 use arrayjit_ir::Result;
 use arrayjit_runtime::Backend;
@@ -98,7 +98,7 @@ fn compile_latency(step: &str) -> Result<(String, Duration, Duration)> {
     let _ = std::fs::remove_dir_all(&dir);
     let mut config = CcConfig::from_env()?;
     config.cache_dir = Some(dir.clone());
-    let backend = Backend::from_lowered("sync_cc", Arc::new(CpuBackend::new(config)?));
+    let backend = Backend::from_lowered("sync_cc", Arc::new(cc::backend(config)?));
     let time = || -> Result<Duration> {
         Ok(if step == GPT {
             workloads::gpt_trainer(&backend)?.0.compile_and_link

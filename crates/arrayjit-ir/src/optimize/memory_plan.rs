@@ -80,9 +80,11 @@ impl MemoryPlan {
     ) -> Result<MemoryPlan> {
         let alignment = alignment.max(1);
         if !alignment.is_power_of_two() {
-            return Err(Error::invalid(format!(
-                "pool alignment {alignment} is not a power of two"
-            )));
+            return Err(Error::BadValue {
+                what: "pool alignment".into(),
+                value: alignment.to_string(),
+                expected: "a power of two".into(),
+            });
         }
         let mut order: Vec<&PlanItem> = items.iter().collect();
         order.sort_by(|a, b| b.size.cmp(&a.size).then(a.node.id().cmp(&b.node.id())));

@@ -2,7 +2,7 @@
 //! `update_prec`), and nodes made over host arrays that already exist (`create_from_padded`,
 //! `create_with_reshape`): the array is moved into the node, never copied.
 
-use super::{Tnode, lock};
+use super::{Tnode, check_dims, lock};
 use crate::error::{Error, Result};
 use crate::memory::MemoryMode;
 use crate::memory::MemoryType;
@@ -41,14 +41,19 @@ impl std::str::FromStr for DelayedPrec {
             [name] => (false, *name),
             [d, name] if d.eq_ignore_ascii_case("default") => (true, *name),
             _ => {
-                return Err(Error::invalid(format!(
-                    "{text:?} is not a delayed precision; expected a precision (\"f32\") or \
-                     \"default\" and one (\"default f32\")"
-                )));
+                return Err(Error::BadValue {
+                    what: "delayed precision".into(),
+                    value: text.into(),
+                    expected: "a precision (\"f32\") or \"default\" and one (\"default f32\")"
+                        .into(),
+                });
             }
         };
-        let p = Prec::parse(name)
-            .map_err(|e| Error::invalid(format!("{text:?} is not a delayed precision: {e}")))?;
+        let p = Prec::parse(name).map_err(|e| Error::BadValue {
+            what: "delayed precision".into(),
+            value: text.into(),
+            expected: e.to_string(),
+        })?;
         Ok(if default {
             DelayedPrec::Default(p)
         } else {
@@ -94,10 +99,10 @@ impl Tnode {
             .checked_mul(prec.size_in_bytes())
             .is_some_and(|b| b <= isize::MAX as usize);
         if !fits {
-            return Err(Error::invalid(format!(
-                "{} has too many elements to store in {prec}",
-                self.debug_name()
-            )));
+            return Err(Error::OutOfMemory {
+                what: format!("the values of {} in {prec}", self.debug_name()),
+                bytes: usize::MAX,
+            });
         }
         *pending = (prec, provenance);
         Ok(())
@@ -147,11 +152,7 @@ impl Tnode {
             Some(p) => p.padded_dims(dims)?,
             None => dims.to_vec(),
         };
-        if let Some(axis) = dims.iter().position(|&d| d == 0) {
-            return Err(Error::invalid(format!(
-                "tensor node {label:?}: dims {dims:?} have a zero at axis {axis}; every dim must be at least 1"
-            )));
-        }
+        check_dims(label, dims)?;
         let nd = base.reshaped(&storage_dims)?;
         Tnode::from_padded_host_array(nd, padding, label)
     }
@@ -167,11 +168,7 @@ impl Tnode {
         padding: Padding,
         label: &[&str],
     ) -> Result<Tnode> {
-        if let Some(axis) = dims.iter().position(|&d| d == 0) {
-            return Err(Error::invalid(format!(
-                "tensor node {label:?}: dims {dims:?} have a zero at axis {axis}; every dim must be at least 1"
-            )));
-        }
+        check_dims(label, dims)?;
         let nd = base.reshaped(dims)?.into_padded(padding)?;
         Tnode::from_padded_host_array(nd, None, label)
     }

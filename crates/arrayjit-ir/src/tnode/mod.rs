@@ -53,6 +53,19 @@ pub struct HostLock<'a>(#[allow(dead_code)] RwLockReadGuard<'a, Option<Ndarray>>
 /// array may alias it (see [`Tnode::with_host`]). Reads go through `Deref` to the [`Ndarray`].
 pub struct HostArrayMut<'a>(&'a mut Ndarray);
 
+/// `Ok` unless `dims` has an axis of size zero ([`Error::EmptyDims`], naming the node by its
+/// label).
+pub(crate) fn check_dims(label: &[&str], dims: &[usize]) -> Result<()> {
+    match dims.iter().position(|&d| d == 0) {
+        Some(axis) => Err(Error::EmptyDims {
+            node: label.join("."),
+            dims: dims.to_vec(),
+            axis,
+        }),
+        None => Ok(()),
+    }
+}
+
 impl std::ops::Deref for HostArrayMut<'_> {
     type Target = Ndarray;
     fn deref(&self) -> &Ndarray {
@@ -215,11 +228,7 @@ impl Tnode {
             DelayedPrec::Specified(p) => (Some(p), p, "given when the node was made"),
             DelayedPrec::Default(p) => (None, p, "the node's default, fixed by its first use"),
         };
-        if let Some(axis) = dims.iter().position(|&d| d == 0) {
-            return Err(Error::invalid(format!(
-                "tensor node {label:?}: dims {dims:?} have a zero at axis {axis}; every dim must be at least 1"
-            )));
-        }
+        check_dims(label, dims)?;
         let padded: Vec<usize> = match &padding {
             Some(p) => p.padded_dims(dims)?,
             None => dims.to_vec(),
@@ -230,9 +239,10 @@ impl Tnode {
             .and_then(|n| n.checked_mul(fixed.unwrap_or(Prec::F64).size_in_bytes()))
             .filter(|&b| b <= isize::MAX as usize);
         if elems.is_none() {
-            return Err(Error::invalid(format!(
-                "tensor node {label:?}: dims {dims:?} are too large to store"
-            )));
+            return Err(Error::OutOfMemory {
+                what: format!("tensor node {label:?} of dims {dims:?}"),
+                bytes: usize::MAX,
+            });
         }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let prec = OnceLock::new();
@@ -750,10 +760,14 @@ impl Tnode {
     fn points(&self, coord_axis: Option<usize>, coords: &[usize]) -> Result<Vec<Vec<f64>>> {
         let dims = self.dims().to_vec();
         if dims.is_empty() {
-            return Err(Error::invalid(format!(
-                "points of {}: a scalar has no coordinate axis",
-                self.debug_name()
-            )));
+            return Err(Error::BadAxis {
+                what: format!(
+                    "the points of scalar {} (they need a coordinate axis)",
+                    self.debug_name()
+                ),
+                axis: 0,
+                rank: 0,
+            });
         }
         let axis = coord_axis.unwrap_or(dims.len() - 1);
         if axis >= dims.len() || coords.iter().any(|&c| c >= dims[axis]) {

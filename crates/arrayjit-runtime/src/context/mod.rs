@@ -325,7 +325,7 @@ impl Context {
             })
     }
 
-    pub(crate) fn lowered(&self) -> Arc<dyn LoweredBackend> {
+    pub(crate) fn lowered(&self) -> Arc<LoweredBackend> {
         self.inner.stream.device().backend().lowered().clone()
     }
 
@@ -443,11 +443,13 @@ fn explicit_entries(
     let mut entries = BTreeMap::new();
     for (tn, buffer) in arrays {
         if tn.has_host_array() || tn.is_hosted() || is_shared_across_streams(&tn) {
-            return Err(Error::invalid(format!(
-                "{} is hosted or shared across streams: give it values with set_values and \
-                     from_host instead of an explicit array",
-                tn.debug_name()
-            )));
+            return Err(Error::BadValue {
+                what: "node given an explicit array".into(),
+                value: tn.debug_name(),
+                expected: "a node neither hosted nor shared across streams (give those values \
+                           with set_values and from_host)"
+                    .into(),
+            });
         }
         if buffer.device() != device || buffer.size_in_bytes() != tn.size_in_bytes() {
             return Err(Error::ShapeMismatch {
@@ -463,10 +465,11 @@ fn explicit_entries(
             });
         }
         if entries.contains_key(&tn) {
-            return Err(Error::invalid(format!(
-                "{} is given two explicit arrays",
-                tn.debug_name()
-            )));
+            return Err(Error::BadValue {
+                what: "node given an explicit array".into(),
+                value: tn.debug_name(),
+                expected: "each node at most once".into(),
+            });
         }
         let buffer = typed(
             buffer,

@@ -31,7 +31,7 @@ pub enum ArrayAccess {
 /// host copy (read after the stream's earlier device work, written back on its queue).
 pub struct ScheduledArray<'a> {
     buffer: &'a BufferHandle,
-    lowered: &'a Arc<dyn LoweredBackend>,
+    lowered: &'a Arc<LoweredBackend>,
     access: ArrayAccess,
     queue: Option<&'a dyn arrayjit_backends::DeviceQueue>,
 }
@@ -148,21 +148,18 @@ impl Context {
         if !Arc::ptr_eq(here.backend().lowered(), on.device().backend().lowered())
             || here.ordinal() != on.device().ordinal()
         {
-            return Err(Error::invalid(format!(
-                "{label} of {} runs on {}, which is not on the device of {}",
-                tn.debug_name(),
-                on.name(),
-                self.describe()
-            )));
+            return Err(Error::WrongStream {
+                what: format!("{label} of {}", tn.debug_name()),
+                stream: on.name(),
+                expected: format!("on the device of {}", self.describe()),
+            });
         }
         let writes = access != ArrayAccess::Read;
         if writes && entry.is_host_in_place() {
-            return Err(Error::invalid(format!(
-                "{label} would write {}, whose host array {} uses in place; it changes only on \
-                 the host",
-                tn.debug_name(),
-                self.describe()
-            )));
+            return Err(Error::HostArrayInPlace {
+                node: tn.debug_name(),
+                action: format!("{label} on {} would write", self.describe()),
+            });
         }
         let ordered = match access {
             ArrayAccess::Read => Access::Read,
@@ -303,12 +300,10 @@ impl Context {
         let entry = self.entry(tn)?.clone();
         check_elems(tn, &elems)?;
         if !tn.copy_not_lagging(entry.uid) {
-            return Err(Error::invalid(format!(
-                "{}'s copy of {} lags the host (the host or another copy changed it since); copy \
-                 part of a copy that holds the latest values, or use to_host",
-                self.describe(),
-                tn.debug_name()
-            )));
+            return Err(Error::StaleCopy {
+                node: tn.debug_name(),
+                context: self.describe(),
+            });
         }
         if entry.is_host_in_place() {
             return Ok(());

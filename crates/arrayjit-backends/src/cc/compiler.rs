@@ -1,0 +1,205 @@
+//! The compiler part of a CPU backend ([`CcCompiler`]): renders routines with the backend's
+//! [`CpuKernels`], compiles them with the host compiler into one shared library (cached by a
+//! hash of source, compiler, flags and CPU), loads it and finds each kernel by its symbol.
+//! Schedule choices are stored beside the compile cache.
+
+use std::sync::Arc;
+
+use arrayjit_codegen::{KernelInterface, SourceKernel};
+use arrayjit_ir::{Error, Optimized, Result, trace};
+
+use super::batch::{CcBatch, EmulatedDimsFn, EmulatedFn, Entry, KernelFn};
+use super::kernels::{CallingConvention, CpuKernels};
+use super::{CcConfig, compile, schedule_store};
+use crate::compiled_batch::CompiledBatch;
+use crate::compiler::{CompileOptions, Compiler};
+use crate::lowered_backend::batch_name;
+use crate::worker_pool::WorkerPool;
+
+/// The host compiler of a CPU backend.
+#[derive(Debug)]
+pub struct CcCompiler {
+    config: CcConfig,
+    kernels: Arc<dyn CpuKernels>,
+    workers: Arc<Vec<WorkerPool>>,
+}
+
+impl CcCompiler {
+    /// Compiles what `kernels` renders with `config`'s compiler; the batches run on `workers`
+    /// (one pool per device).
+    pub fn new(
+        config: CcConfig,
+        kernels: Arc<dyn CpuKernels>,
+        workers: Arc<Vec<WorkerPool>>,
+    ) -> CcCompiler {
+        CcCompiler {
+            config,
+            kernels,
+            workers,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CcConfig {
+        &self.config
+    }
+}
+
+impl Compiler for CcCompiler {
+    /// The host compiler's flags (`CcConfig::flags`).
+    fn default_options(&self) -> CompileOptions {
+        CompileOptions {
+            flags: self.config.flags.clone(),
+        }
+    }
+
+    /// Compiles with the given host compiler flags instead of `CcConfig::flags`: they must
+    /// still make a loadable shared library (`-shared` and `-fPIC`), else nothing is compiled.
+    fn compile(
+        &self,
+        routines: &[&Optimized],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let config = self.config_with(options)?;
+        let program = {
+            let _render = trace::compile_phase("render", &batch_name(routines));
+            self.kernels.render(routines)?
+        };
+        let units: Vec<compile::Unit> = program
+            .units
+            .iter()
+            .map(|(suffix, source)| compile::Unit { suffix, source })
+            .collect();
+        // SAFETY: every kernel arrayjit's renderers generate has their calling convention.
+        unsafe { self.load_batch(&config, &units, program.kernels, program.source, false) }
+    }
+
+    unsafe fn compile_source(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let config = self.config_with(options)?;
+        let interfaces: Vec<KernelInterface> =
+            kernels.iter().map(|k| k.interface.clone()).collect();
+        let source = self.kernels.source_for(source, kernels)?;
+        let units = [compile::Unit {
+            suffix: "",
+            source: &source,
+        }];
+        // SAFETY: the caller's source exports each kernel with the renderer's calling
+        // convention (this method's safety contract); for emulated CUDA, the entry points
+        // `source_for` wrote do.
+        unsafe { self.load_batch(&config, &units, interfaces, source.clone(), true) }
+    }
+
+    fn load_schedule_choice(&self, key: &str) -> std::result::Result<Option<String>, String> {
+        match &self.config.cache_dir {
+            Some(dir) => schedule_store::load(&schedule_store::folder(dir), key),
+            None => Ok(None),
+        }
+    }
+
+    fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
+        match &self.config.cache_dir {
+            Some(dir) => {
+                schedule_store::store(&schedule_store::folder(dir), key, choice).map(|()| true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+impl CcCompiler {
+    /// The configuration with the host compiler flags of `options`: they must still make a
+    /// loadable shared library (`-shared` and `-fPIC`), else an [`Error::InvalidSetting`] and
+    /// nothing is compiled.
+    /// The configuration's own flags are taken as they are (`CcConfig::validate` checked what
+    /// it could; a compiler that then writes no library says so when loading).
+    fn config_with(&self, options: &CompileOptions) -> Result<CcConfig> {
+        if options.flags == self.config.flags {
+            return Ok(self.config.clone());
+        }
+        if let Some(missing) = ["-shared", "-fPIC"]
+            .into_iter()
+            .find(|f| !options.flags.iter().any(|g| g == f))
+        {
+            return Err(Error::InvalidSetting {
+                setting: "compile options".into(),
+                value: options.flags.join(" "),
+                expected: format!(
+                    "flags with {missing}: the {} backend loads a shared library, so its flags \
+                     must keep -shared and -fPIC (start from default_compile_options)",
+                    self.kernels.name()
+                ),
+            });
+        }
+        Ok(CcConfig {
+            flags: options.flags.clone(),
+            ..self.config.clone()
+        })
+    }
+
+    /// Compiles `units` into one library, loads it, and finds every kernel by its symbol with
+    /// the renderer's calling convention.
+    ///
+    /// # Safety
+    /// Every kernel's symbol must name a function of the calling convention's signature: true
+    /// of what the renderers generate, the caller's contract for source given directly.
+    unsafe fn load_batch(
+        &self,
+        config: &CcConfig,
+        units: &[compile::Unit],
+        kernels: Vec<KernelInterface>,
+        source: String,
+        source_kernels: bool,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+        let (library, cache_hit) = compile::compile_and_load(config, units, &names.join("+"))?;
+        let convention = self.kernels.convention();
+        // Hand-written emulated CUDA also exports each kernel with its launch taken at call
+        // time (`emulated_source`).
+        let dims_entries = kernels
+            .iter()
+            .map(|k| {
+                if !(source_kernels && convention == CallingConvention::EmulatedCuda) {
+                    return Ok(None);
+                }
+                let symbol = format!(
+                    "{}{}",
+                    k.symbol,
+                    arrayjit_codegen::cuda_emulation::DIMS_SUFFIX
+                );
+                // SAFETY: `emulated_source` wrote this entry point with that signature.
+                Ok(Some(unsafe { library.entry::<EmulatedDimsFn>(&symbol)? }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let entries = kernels
+            .iter()
+            .map(|k| {
+                Ok(match convention {
+                    CallingConvention::C => {
+                        // SAFETY: the symbol has the convention's signature (this function's
+                        // contract).
+                        Entry::C(unsafe { library.entry::<KernelFn>(&k.symbol)? })
+                    }
+                    CallingConvention::EmulatedCuda => {
+                        // SAFETY: as above.
+                        Entry::Emulated(unsafe { library.entry::<EmulatedFn>(&k.symbol)? })
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(CcBatch {
+            backend: self.kernels.name(),
+            kernels,
+            source,
+            entries,
+            dims_entries,
+            workers: self.workers.clone(),
+            cache_hit,
+            _library: library,
+        }))
+    }
+}

@@ -1,0 +1,97 @@
+//! The compiler part of a backend ([`Compiler`], the reference's `Compiler`): routines (or
+//! source given directly) to a [`CompiledBatch`], with [`CompileOptions`]; and the store of
+//! schedule choices that lives beside its compile cache.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrayjit_codegen::SourceKernel;
+use arrayjit_ir::{Error, Optimized, Result};
+
+use crate::compiled_batch::CompiledBatch;
+
+/// Options of one compilation (the reference's `Compiler.compile_options`), starting from a
+/// compiler's [`Compiler::default_options`] (its `default_options`): for `cc` and `cuda_emu`,
+/// the host compiler's flags (by default `CcConfig::flags`, e.g. from `ARRAYJIT_CC_FLAGS`); for
+/// `cuda`, NVRTC's; `wgpu` takes none. Compiled code is cached per options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    /// The compiler's flags, in order.
+    pub flags: Vec<String>,
+}
+
+/// How a backend compiles. One of the four parts a
+/// [`LoweredBackend`](crate::lowered_backend::LoweredBackend) is composed of; it renders
+/// routines through the backend's [`Renderer`](crate::renderer::Renderer) and makes batches
+/// that launch on the backend's [`DeviceRuntime`](crate::device_runtime::DeviceRuntime)
+/// buffers.
+pub trait Compiler: Send + Sync + Debug {
+    /// The options [`Compiler::compile`] is given by default (the reference's
+    /// `Compiler.default_options`). Default: none.
+    fn default_options(&self) -> CompileOptions {
+        CompileOptions::default()
+    }
+    /// Compiles routines together (one library, one compilation) with `options`; options the
+    /// compiler cannot take are an error before anything is compiled (see
+    /// [`refuse_options_unless_default`]).
+    fn compile(
+        &self,
+        routines: &[&Optimized],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>>;
+    /// Compiles source given directly, in the backend's language (the reference's `compile
+    /// ~source_code` and `get_kernel`); see
+    /// [`LoweredBackend::compile_source`](crate::lowered_backend::LoweredBackend::compile_source)
+    /// for each backend's calling convention. A compiler that takes no source returns
+    /// [`refuse_source`].
+    ///
+    /// # Safety
+    /// The source runs as native code: it must export every kernel with the calling
+    /// convention's signature, and a kernel must touch only the bytes its interface gives each
+    /// buffer. Nothing can check what hand-written code does.
+    unsafe fn compile_source(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>>;
+    /// The schedule choice stored under `key` (a hexadecimal hash) by
+    /// [`Compiler::store_schedule_choice`]; `Ok(None)` when none is stored, `Err` with why
+    /// when a stored one cannot be read. Default: nothing is ever stored.
+    fn load_schedule_choice(&self, key: &str) -> std::result::Result<Option<String>, String> {
+        let _ = key;
+        Ok(None)
+    }
+    /// Stores a schedule choice (one line of text) under `key`, next to the compile cache;
+    /// returns whether it was stored (`false`: the compiler keeps no cache).
+    fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
+        let _ = (key, choice);
+        Ok(false)
+    }
+}
+
+/// `Ok` when `options` are `default` (the only ones backend `backend` takes), else
+/// [`Error::Unsupported`] naming the options.
+pub fn refuse_options_unless_default(
+    backend: &str,
+    options: &CompileOptions,
+    default: &CompileOptions,
+) -> Result<()> {
+    if options == default {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        backend: backend.into(),
+        what: format!("compile options (given {:?})", options.flags),
+        instead: "compile with its default options".into(),
+    })
+}
+
+/// The [`Error::Unsupported`] of a compiler that takes no source given directly.
+pub fn refuse_source(backend: &str) -> Error {
+    Error::Unsupported {
+        backend: backend.into(),
+        what: "source given directly".into(),
+        instead: "use cc, cuda_emu, cuda or wgpu for hand-written kernels".into(),
+    }
+}

@@ -1,0 +1,190 @@
+//! The device-info part of the `cuda` backend ([`CudaDevices`]): the machine's GPUs, opened
+//! once per process on their primary contexts, with what the driver says of each.
+
+use std::fmt;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, OnceLock};
+
+use arrayjit_ir::{Error, Prec, Result};
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::{CudaContext, CudaStream};
+
+use super::{HOW_TO_ENABLE, NAME, feature_arch};
+use crate::device_info::{DeviceInfo, DeviceKind};
+use crate::devices::Devices;
+
+/// One GPU.
+pub(crate) struct Gpu {
+    pub(crate) ordinal: usize,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) info: DeviceInfo,
+    /// `sm_XY`.
+    pub(crate) arch: String,
+    pub(crate) used: Arc<AtomicUsize>,
+    /// For host reads and writes outside any runtime stream.
+    pub(crate) default_stream: Arc<CudaStream>,
+}
+
+impl Gpu {
+    pub(crate) fn label(&self) -> String {
+        format!("{NAME}:{} ({})", self.ordinal, self.info.name)
+    }
+
+    pub(crate) fn driver_error(
+        &self,
+        action: &str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Driver {
+            device: self.label(),
+            action: action.to_string(),
+            source: Box::new(e),
+        }
+    }
+
+    /// Makes the device's context current on this thread (driver calls need it).
+    pub(crate) fn bind(&self, action: &str) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.driver_error(action, e))
+    }
+}
+
+/// Whether libcuda and libnvrtc can be loaded (cudarc panics when it needs one that cannot).
+fn libraries_present() -> std::result::Result<(), String> {
+    // SAFETY: these only try to open the libraries.
+    let (cuda, nvrtc) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::nvrtc::sys::is_culib_present(),
+        )
+    };
+    match (cuda, nvrtc) {
+        (true, true) => Ok(()),
+        (false, _) => Err("the CUDA driver library (libcuda.so) was not found".into()),
+        (true, false) => Err("NVRTC (libnvrtc.so) was not found".into()),
+    }
+}
+
+fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
+    libraries_present()?;
+    let count = CudaContext::device_count().map_err(|e| format!("the CUDA driver: {e}"))?;
+    if count <= 0 {
+        return Err("the CUDA driver sees no GPU".into());
+    }
+    (0..count as usize)
+        .map(|ordinal| {
+            let ctx = CudaContext::new(ordinal).map_err(|e| format!("device {ordinal}: {e}"))?;
+            // Ordering is the runtime's: no implicit waits on cudarc's own slices.
+            // SAFETY: this backend never hands cudarc-tracked slices to kernels.
+            unsafe { ctx.disable_event_tracking() };
+            let attr = |a| ctx.attribute(a).unwrap_or(0).max(0);
+            let (major, minor) = ctx.compute_capability().unwrap_or((0, 0));
+            let info = DeviceInfo {
+                name: ctx.name().unwrap_or_else(|_| "NVIDIA GPU".into()),
+                kind: DeviceKind::Gpu,
+                compute_units: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) as usize,
+                max_local_size: [
+                    attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X) as u32,
+                    attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y) as u32,
+                    attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z) as u32,
+                ],
+                max_local_invocations: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK) as u32,
+                max_shared_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)
+                    as usize,
+                subgroup_size: attr(Attr::CU_DEVICE_ATTRIBUTE_WARP_SIZE) as usize,
+                vector_bytes: 16,
+                vector_registers: 0,
+                cache_bytes: [0, 0, attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as usize],
+                memory_bytes: ctx.total_mem().unwrap_or(0) as u64,
+                precisions: Prec::ALL.to_vec(),
+                matrix_units: major >= 8,
+                warpgroup_mma: (major, minor) == (9, 0),
+                joined_launch_parameters: arrayjit_ir::schedule::gpu::CUDA_JOINED_LAUNCH_PARAMETERS,
+            };
+            let default_stream = ctx
+                .new_stream()
+                .map_err(|e| format!("device {ordinal}: {e}"))?;
+            Ok(Arc::new(Gpu {
+                ordinal,
+                arch: feature_arch(&format!("sm_{major}{minor}")),
+                ctx,
+                info,
+                used: Arc::new(AtomicUsize::new(0)),
+                default_stream,
+            }))
+        })
+        .collect()
+}
+
+/// The GPUs of the `cuda` backend, or why there are none.
+pub struct CudaDevices {
+    gpus: std::result::Result<Vec<Arc<Gpu>>, String>,
+}
+
+impl fmt::Debug for CudaDevices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.gpus {
+            Ok(g) => write!(f, "CudaDevices({} device(s))", g.len()),
+            Err(e) => write!(f, "CudaDevices(unavailable: {e})"),
+        }
+    }
+}
+
+impl CudaDevices {
+    /// The machine's GPUs, opened once per process. Never fails: without the libraries or a
+    /// GPU, every call says what is missing ([`Devices::check_available`]).
+    pub fn opened() -> CudaDevices {
+        static GPUS: OnceLock<std::result::Result<Vec<Arc<Gpu>>, String>> = OnceLock::new();
+        CudaDevices {
+            gpus: GPUS.get_or_init(open).clone(),
+        }
+    }
+
+    /// How many GPUs there are (0 when the backend cannot run).
+    pub fn count(&self) -> usize {
+        self.gpus.as_ref().map_or(0, Vec::len)
+    }
+
+    pub(crate) fn gpus(&self) -> Result<&[Arc<Gpu>]> {
+        self.gpus
+            .as_deref()
+            .map_err(|reason| Error::BackendUnavailable {
+                backend: NAME.into(),
+                reason: reason.clone(),
+                how_to_enable: HOW_TO_ENABLE.into(),
+            })
+    }
+
+    pub(crate) fn gpu(&self, device: usize) -> Result<&Arc<Gpu>> {
+        let gpus = self.gpus()?;
+        gpus.get(device).ok_or_else(|| Error::NoSuchDevice {
+            backend: NAME.into(),
+            ordinal: device,
+            num_devices: gpus.len(),
+        })
+    }
+}
+
+impl Devices for CudaDevices {
+    fn check_available(&self) -> Result<()> {
+        self.gpus().map(|_| ())
+    }
+
+    fn device_info(&self, device: usize) -> Result<DeviceInfo> {
+        Ok(self.gpu(device)?.info.clone())
+    }
+
+    fn debug_info(&self) -> String {
+        match &self.gpus {
+            Ok(gpus) => {
+                let names: Vec<String> = gpus
+                    .iter()
+                    .map(|g| format!("{} {}", g.label(), g.arch))
+                    .collect();
+                format!("cuda backend: {}", names.join(", "))
+            }
+            Err(e) => format!("cuda backend: unavailable ({e})"),
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The compiler part of the `wgpu` backend ([`WgpuCompiler`]): WGSL (rendered, or given
+//! directly) made into the device's compute pipelines, cached by source and entry point. It
+//! takes no compile options: WGSL goes to the driver as it is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrayjit_codegen::SourceKernel;
+use arrayjit_codegen::gpu_kernel::PassShape;
+use arrayjit_codegen::kernel::check_symbol;
+use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, render_wgsl};
+use arrayjit_ir::{DeviceLimit, Error, Optimized, Result, trace};
+
+use super::NAME;
+use super::batch::{Kernel, WgpuBatch};
+use super::buffers;
+use super::devices::{Gpu, WgpuDevices};
+use crate::compiled_batch::CompiledBatch;
+use crate::compiler::{CompileOptions, Compiler, refuse_options_unless_default};
+
+/// Pipelines for the backend's device.
+#[derive(Debug)]
+pub struct WgpuCompiler {
+    devices: Arc<WgpuDevices>,
+}
+
+impl WgpuCompiler {
+    /// Compiles for `devices`' device.
+    pub fn new(devices: Arc<WgpuDevices>) -> WgpuCompiler {
+        WgpuCompiler { devices }
+    }
+}
+
+impl Compiler for WgpuCompiler {
+    fn compile(
+        &self,
+        routines: &[&Optimized],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        refuse_options_unless_default(NAME, options, &CompileOptions::default())?;
+        let gpu = self.devices.gpu()?.clone();
+        let mut kernels = Vec::new();
+        let mut interfaces = Vec::new();
+        let mut source = String::new();
+        for r in routines {
+            // An array larger than one binding cannot be used by a pass: say so before running.
+            for n in r.nodes.iter().filter(|n| n.used) {
+                let bytes = n.tn.size_in_bytes() as u64;
+                if bytes > gpu.max_binding_bytes {
+                    return Err(Error::limit_exceeded(
+                        gpu.label(),
+                        format!("array {} of {}", n.tn.debug_name(), r.name),
+                        DeviceLimit::BindingBytes,
+                        bytes,
+                        gpu.max_binding_bytes,
+                        "split it into smaller arrays or use a CPU backend",
+                    ));
+                }
+            }
+            // (The renderer refuses precisions the target lacks.)
+            let rendered = {
+                let _render = trace::compile_phase("render", &r.name);
+                render_wgsl(r, &gpu.target)?
+            };
+            source.push_str(&rendered.full_source());
+            let pipelines = {
+                let _compile = trace::compile_phase("compile", &r.name);
+                rendered
+                    .passes
+                    .iter()
+                    .map(|p| gpu.pipeline(p))
+                    .collect::<Result<Vec<_>>>()?
+            };
+            let locals = rendered
+                .locals
+                .iter()
+                .map(|(tn, b)| {
+                    Ok((
+                        *b,
+                        buffers::allocate(&gpu, &self.devices.used, tn.size_in_bytes())?,
+                    ))
+                })
+                .collect::<Result<HashMap<_, _>>>()?;
+            let statics = match rendered.statics_binding {
+                Some(_) => Some(buffers::allocate(
+                    &gpu,
+                    &self.devices.used,
+                    4 * r.bindings.len(),
+                )?),
+                None => None,
+            };
+            interfaces.push(rendered.interface.clone());
+            kernels.push(Kernel {
+                rendered,
+                pipelines,
+                locals,
+                statics,
+            });
+        }
+        Ok(Arc::new(WgpuBatch {
+            gpu,
+            interfaces,
+            kernels,
+            source,
+        }))
+    }
+
+    /// WGSL goes to the driver as it is: only the default (empty) options.
+    unsafe fn compile_source(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+        options: &CompileOptions,
+    ) -> Result<Arc<dyn CompiledBatch>> {
+        refuse_options_unless_default(NAME, options, &CompileOptions::default())?;
+        let gpu = self.devices.gpu()?.clone();
+        let mut compiled = Vec::new();
+        for k in kernels {
+            let iface = &k.interface;
+            check_symbol(&iface.symbol)?;
+            // The shader declares its workgroup size, which the launch's block must be (a
+            // shader's indexing depends on it); the grid is the workgroup count.
+            k.launch
+                .check(&iface.name, u64::from(gpu.info.max_local_invocations))?;
+            let buffers = iface.buffer_sizes().len() as u32;
+            let statics_binding = (!iface.statics.is_empty()).then_some(buffers);
+            let (bindings, workgroup_size) = source_bindings(&gpu, source, &iface.symbol)?;
+            if workgroup_size != k.launch.block {
+                return Err(Error::shape_mismatch(
+                    format!(
+                        "compiling kernel {} (entry point {})",
+                        iface.name, iface.symbol
+                    ),
+                    &[
+                        &k.launch.block.map(|d| d as usize),
+                        &workgroup_size.map(|d| d as usize),
+                    ],
+                    "the launch's block (first) must be the shader's @workgroup_size (second)",
+                ));
+            }
+            let known = buffers + u32::from(statics_binding.is_some());
+            if let Some(b) = bindings.iter().find(|&&b| b >= known) {
+                return Err(Error::BadValue {
+                    what: format!("binding of entry point {}", iface.symbol),
+                    value: b.to_string(),
+                    expected: format!(
+                        "one of kernel {}'s bindings 0..{known} (its buffers, then its static \
+                         indices)",
+                        iface.name
+                    ),
+                });
+            }
+            let pass = WgslPass {
+                source: source.to_string(),
+                shape: PassShape::Given(k.launch),
+                threads: k.launch.threads_per_block() as u32,
+                bindings,
+                why: "hand-written, dispatched as given".into(),
+                entry_point: iface.symbol.clone(),
+            };
+            let pipelines = vec![gpu.pipeline(&pass)?];
+            let statics = match statics_binding {
+                Some(_) => Some(buffers::allocate(
+                    &gpu,
+                    &self.devices.used,
+                    4 * iface.statics.len(),
+                )?),
+                None => None,
+            };
+            compiled.push((
+                iface.clone(),
+                Kernel {
+                    rendered: WgslKernel {
+                        interface: iface.clone(),
+                        locals: vec![],
+                        statics_binding,
+                        passes: vec![pass],
+                    },
+                    pipelines,
+                    locals: HashMap::new(),
+                    statics,
+                },
+            ));
+        }
+        let (interfaces, kernels) = compiled.into_iter().unzip();
+        Ok(Arc::new(WgpuBatch {
+            gpu,
+            interfaces,
+            kernels,
+            source: source.to_string(),
+        }))
+    }
+}
+
+/// What a hand-written WGSL entry point uses: the bindings of group 0 that entry point `entry`
+/// of a WGSL module uses, ascending (a pipeline's automatic layout holds exactly these), and
+/// the `@workgroup_size` it declares. A module that does not parse or validate, or lacks the
+/// entry point, is an error saying why.
+fn source_bindings(gpu: &Gpu, source: &str, entry: &str) -> Result<(Vec<u32>, [u32; 3])> {
+    let action = format!("reading the WGSL of entry point {entry}");
+    let module = naga::front::wgsl::parse_str(source)
+        .map_err(|e| gpu.driver_error(&action, e.emit_to_string(source).into()))?;
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .map_err(|e| gpu.driver_error(&action, e.emit_to_string(source).into()))?;
+    let index = module
+        .entry_points
+        .iter()
+        .position(|e| e.name == entry)
+        .ok_or_else(|| {
+            let names: Vec<&str> = module
+                .entry_points
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect();
+            Error::BadValue {
+                what: "WGSL entry point".into(),
+                value: entry.into(),
+                expected: format!("one the source has: {names:?}"),
+            }
+        })?;
+    let uses = info.get_entry_point(index);
+    let mut bindings: Vec<u32> = module
+        .global_variables
+        .iter()
+        .filter(|(handle, _)| !uses[*handle].is_empty())
+        .filter_map(|(_, var)| var.binding.as_ref())
+        .filter(|b| b.group == 0)
+        .map(|b| b.binding)
+        .collect();
+    bindings.sort_unstable();
+    bindings.dedup();
+    Ok((bindings, module.entry_points[index].workgroup_size))
+}
