@@ -8,9 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use arrayjit_backends::BufferHandle;
+use arrayjit_ir::Result;
 use arrayjit_ir::Tnode;
 use arrayjit_ir::tnode::WeakTnode;
 
+use crate::node_sync::node_sync;
 use crate::scheduler::Event;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -34,7 +36,7 @@ pub(crate) struct ArrayEntry {
     /// For an array that is its node's host array used in place: the guard the node runs
     /// before host writes (waiting for the work reading this array). Devices never write such
     /// arrays, and the host never needs copying into or out of them.
-    host_guard: Option<arrayjit_ir::tnode::HostWriteGuard>,
+    host_guard: Option<crate::node_sync::HostWriteGuard>,
 }
 
 #[derive(Default)]
@@ -92,18 +94,19 @@ impl ArrayEntry {
     /// An array that is the node's host array used in place (`buffer`, from the backend's
     /// `host_memory_buffer`): it holds the host's values by construction, and host writes
     /// wait for the work scheduled to read it.
-    pub fn host_in_place(node: Tnode, buffer: BufferHandle) -> Arc<ArrayEntry> {
+    pub fn host_in_place(node: Tnode, buffer: BufferHandle) -> Result<Arc<ArrayEntry>> {
         let uid = next_copy_uid();
-        Arc::new_cyclic(|weak: &Weak<ArrayEntry>| {
+        let sync = node_sync(&node)?;
+        Ok(Arc::new_cyclic(|weak: &Weak<ArrayEntry>| {
             let weak = weak.clone();
-            let guard: arrayjit_ir::tnode::HostWriteGuard = Arc::new(move || {
+            let guard: crate::node_sync::HostWriteGuard = Arc::new(move || {
                 if let Some(e) = weak.upgrade() {
                     e.wait_for_accesses();
                 }
                 Ok(())
             });
-            node.add_host_write_guard(&guard);
-            node.mark_copy_up_to_date(uid);
+            sync.add_host_write_guard(&guard);
+            sync.mark_copy_up_to_date(uid);
             ArrayEntry {
                 uid,
                 node: node.downgrade(),
@@ -113,7 +116,7 @@ impl ArrayEntry {
                 accesses: Mutex::new(Accesses::default()),
                 host_guard: Some(guard),
             }
-        })
+        }))
     }
 
     /// Whether this array is its node's host array used in place.
@@ -197,8 +200,8 @@ impl SharedArrays {
     }
 
     /// Makes `entry` the device's shared array of its node, owned by the node.
-    pub fn insert(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) {
-        tn.attach(entry.clone());
+    pub fn insert(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) -> Result<()> {
+        node_sync(tn)?.attach(entry.clone());
         let mut by_node = lock(&self.by_node);
         by_node.insert(tn.id(), Arc::downgrade(entry));
         // Entries of dropped nodes are swept when the index has doubled since the last sweep,
@@ -207,6 +210,7 @@ impl SharedArrays {
             by_node.retain(|_, e| e.strong_count() > 0);
             self.swept_at.store(by_node.len(), Ordering::Relaxed);
         }
+        Ok(())
     }
 
     /// Size of the index, freed entries included (for tests of the sweep).

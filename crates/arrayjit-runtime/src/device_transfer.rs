@@ -9,6 +9,7 @@ use arrayjit_ir::{Error, Result, Tnode};
 
 use crate::array_entry::Access;
 use crate::context::Context;
+use crate::node_sync::node_sync;
 use crate::routine::Routine;
 use crate::scheduler::TaskLabel;
 use crate::stream::MergeContents;
@@ -70,8 +71,8 @@ impl Context {
                 src_entry.record(stream.all_work(), Access::Read);
                 dst.record(stream.all_work(), Access::Write);
                 // A copy of a hosted node's latest values is itself up to date.
-                if tn.copy_not_lagging(src_entry.uid) {
-                    tn.mark_copy_up_to_date(dst.uid);
+                if node_sync(tn)?.copy_not_lagging(src_entry.uid) {
+                    node_sync(tn)?.mark_copy_up_to_date(dst.uid);
                 }
             }
             MergeBufferUse::Copy => {

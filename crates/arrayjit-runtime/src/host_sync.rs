@@ -1,5 +1,8 @@
 //! Host and device synchronisation: the one rule set for device copies (arrays) of nodes,
-//! their writers and readers, and refreshes of host arrays.
+//! their writers and readers, and refreshes of host arrays. The records these rules keep per
+//! node (which copies are current, the pending refresh, the host write guards) are
+//! [`crate::node_sync::NodeSync`], which the node reaches only through its `DeviceCopies`
+//! seam: the IR says when the host reads or writes, the runtime decides what that means.
 //!
 //! Rules:
 //! 1. Every array records the event of its **last writer** and the events of its **pending
@@ -26,6 +29,7 @@ use arrayjit_backends::LoweredBackend;
 use arrayjit_ir::Result;
 
 use crate::array_entry::{Access, ArrayEntry};
+use crate::node_sync::node_sync;
 use crate::scheduler::TaskLabel;
 use crate::stream::{Stream, StreamInner};
 
@@ -114,24 +118,26 @@ pub(crate) fn refresh_host_from(stream: &Stream, entry: &Arc<ArrayEntry>) -> Res
     schedule_download(stream, entry)?;
     stream.await_work()?;
     if let Some(tn) = entry.node() {
-        tn.host_refreshed_from(entry.uid);
+        node_sync(&tn)?.host_refreshed_from(entry.uid);
     }
     Ok(())
 }
 
 /// Rule 4: after scheduling a write of a hosted node's copy on `stream`, the copy alone holds
 /// the latest values and the host gets a pending refresh from it.
-pub(crate) fn device_changed_hosted(stream: &Stream, entry: &Arc<ArrayEntry>) {
+pub(crate) fn device_changed_hosted(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
     let Some(tn) = entry.node() else {
-        return;
+        return Ok(());
     };
-    tn.mark_changed_in_copy(entry.uid);
+    let sync = node_sync(&tn)?;
+    sync.mark_changed_in_copy(entry.uid);
     let lowered = stream.device().backend().lowered().clone();
-    tn.set_prepare_read(host_refresh_hook(
+    sync.set_prepare_read(host_refresh_hook(
         stream.downgrade(),
         entry.clone(),
         lowered,
     ));
+    Ok(())
 }
 
 /// The pending refresh of rule 4: wait for the copy's writer (failing with its failure), then
@@ -141,7 +147,7 @@ fn host_refresh_hook(
     stream: Weak<StreamInner>,
     entry: Arc<ArrayEntry>,
     lowered: Arc<LoweredBackend>,
-) -> arrayjit_ir::tnode::HostHook {
+) -> crate::node_sync::HostHook {
     Box::new(move || {
         // The hook runs on the node's behalf, so the node is alive.
         let Some(tn) = entry.node() else {
@@ -177,7 +183,7 @@ fn host_refresh_hook(
                 direct()?;
             }
         }
-        tn.mark_copy_up_to_date(entry.uid);
+        node_sync(&tn)?.mark_copy_up_to_date(entry.uid);
         Ok(())
     })
 }

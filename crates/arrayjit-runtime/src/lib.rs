@@ -25,6 +25,7 @@ mod device;
 mod device_transfer;
 mod host_sync;
 mod link;
+pub mod node_sync;
 pub mod observe;
 pub mod registry;
 mod routine;
@@ -44,6 +45,7 @@ pub use context::{ArrayAccess, ChildMergeNode, Context, ScheduledArray};
 pub use data_parallel::DataParallel;
 pub use device::Device;
 pub use device_transfer::MergeBufferUse;
+pub use node_sync::{NodeSync, node_sync};
 pub use observe::{
     RunStats, debug_level, set_debug_level, set_run_timing, start_trace, stop_trace,
 };

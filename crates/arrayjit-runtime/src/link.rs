@@ -24,6 +24,7 @@ use arrayjit_ir::{Error, MemoryMode, MemoryType, Optimized, Result, Sharing, Tno
 use crate::array_entry::{ArrayEntry, SharingCandidate};
 use crate::code::Code;
 use crate::context::{Context, changed_only_from_host, is_shared_across_streams};
+use crate::node_sync::node_sync;
 use crate::routine::Routine;
 
 fn shared_written_elsewhere(routine: &str, tn: &Tnode) -> Error {
@@ -320,7 +321,7 @@ impl Context {
                     let view = match plan.memory.slot(&tn) {
                         Some(slot) => {
                             let pool = pools.ids[slot.pool];
-                            tn.set_backend_info(format!(
+                            node_sync(&tn)?.set_note(format!(
                                 "{}: linked by routine {} on {}: bytes {}..{} of pool {pool}",
                                 backend.name(),
                                 opt.name,
@@ -391,7 +392,7 @@ impl Context {
                 ),
             )?;
             entry.shared.store(true, Ordering::Relaxed);
-            device.shared_arrays().insert(tn, entry);
+            device.shared_arrays().insert(tn, entry)?;
             device.shared_arrays().withdraw(tn);
         }
         for tn in plan.outputs.iter().filter(|tn| sharing_undecided(tn)) {

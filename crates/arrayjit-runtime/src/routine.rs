@@ -11,6 +11,7 @@ use crate::array_entry::{Access, ArrayEntry};
 use crate::code::Code;
 use crate::context::Context;
 use crate::host_sync::device_changed_hosted;
+use crate::node_sync::node_sync;
 use crate::observe::{self, RoutineStats, RunStats};
 use crate::scheduler::TaskLabel;
 
@@ -150,7 +151,8 @@ impl Routine {
             let tn = &arg.node;
             // A copy lagging the host, or whose last write failed (e.g. a skipped upload), is
             // refreshed from the host (which fails in turn if the host awaits that copy).
-            let stale = !tn.copy_not_lagging(arg.entry.uid) || arg.entry.writer_failed();
+            let stale =
+                !node_sync(tn)?.copy_not_lagging(arg.entry.uid) || arg.entry.writer_failed();
             if arg.input && tn.has_host_array() && stale {
                 self.refresh_from_host(tn, &arg.entry)?;
             }
@@ -248,7 +250,7 @@ impl Routine {
             arg.entry
                 .record(done.clone(), Access::of(arg.input, arg.output));
             if arg.output && arg.node.is_hosted() {
-                device_changed_hosted(stream, &arg.entry);
+                device_changed_hosted(stream, &arg.entry)?;
             }
         }
         Ok(())
@@ -259,7 +261,7 @@ impl Routine {
     /// write did not fail, else the whole array.
     fn refresh_from_host(&self, tn: &Tnode, entry: &ArrayEntry) -> Result<()> {
         if !entry.writer_failed()
-            && let Some(ranges) = tn.copy_lagging_ranges(entry.uid)
+            && let Some(ranges) = node_sync(tn)?.copy_lagging_ranges(entry.uid)
         {
             let lagging: usize = ranges.iter().map(|(s, e)| e - s).sum();
             if !ranges.is_empty() && lagging <= tn.num_elems() / 2 {

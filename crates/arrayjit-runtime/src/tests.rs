@@ -177,14 +177,14 @@ fn shared_arrays_live_with_their_node_and_the_index_is_swept() {
     let shared = SharedArrays::default();
     let keep = Tnode::new(Prec::F32, &[4], &["keep"]).unwrap();
     let kept = ArrayEntry::new(keep.clone(), buffer(16), true);
-    shared.insert(&keep, &kept);
+    shared.insert(&keep, &kept).unwrap();
     drop(kept);
     // Held by the node alone.
     assert!(shared.get(&keep).is_some());
     for k in 0..200 {
         let tn = Tnode::new(Prec::F32, &[4], &[&format!("t{k}")]).unwrap();
         let e = ArrayEntry::new(tn.clone(), buffer(16), true);
-        shared.insert(&tn, &e);
+        shared.insert(&tn, &e).unwrap();
         assert!(shared.get(&tn).is_some());
     }
     assert_eq!(shared.live(), 1);

@@ -380,7 +380,7 @@ fn tnode__backend_info_update_code_name_and_log_debug_info() {
         assert!(!code.source().contains("DROP */"), "{name}");
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         Context::new(&stream).link(&code).unwrap().run().unwrap();
-        let info = y.backend_info();
+        let info = arrayjit::runtime::node_sync(&y).unwrap().note();
         assert!(
             info.contains("routine neg") && info.contains("pool"),
             "{name}: {info}"
@@ -391,10 +391,20 @@ fn tnode__backend_info_update_code_name_and_log_debug_info() {
             "{debug}"
         );
         // The device wrote y: a host refresh is pending until the host reads it.
-        assert!(y.prepare_read_pending(), "{name}");
+        assert!(
+            arrayjit::runtime::node_sync(&y)
+                .unwrap()
+                .prepare_read_pending(),
+            "{name}"
+        );
         assert!(debug.contains("host refresh is pending"), "{debug}");
         assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0], "{name}");
-        assert!(!y.prepare_read_pending(), "{name}");
+        assert!(
+            !arrayjit::runtime::node_sync(&y)
+                .unwrap()
+                .prepare_read_pending(),
+            "{name}"
+        );
         assert!(!y.debug_info().contains("pending"), "{}", y.debug_info());
         // Logged at the level asked for, and only there.
         let (logged, _) = capture_logs(tracing::Level::INFO, || {

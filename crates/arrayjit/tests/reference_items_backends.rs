@@ -372,9 +372,12 @@ fn lowered_backend__use_host_memory() {
         // Only y got device memory.
         assert_eq!(device.used_memory() - before, 4 * n, "{name}");
         assert!(
-            x.backend_info().contains("in place"),
+            arrayjit::runtime::node_sync(&x)
+                .unwrap()
+                .note()
+                .contains("in place"),
             "{}",
-            x.backend_info()
+            arrayjit::runtime::node_sync(&x).unwrap().note()
         );
         routine.run().unwrap();
         // The host write waits for the run scheduled before it: y sees the old values.
@@ -566,22 +569,46 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();
         let copy = routine.context().copy_id(&x).unwrap();
-        assert!(x.copy_not_lagging(copy));
+        assert!(
+            arrayjit::runtime::node_sync(&x)
+                .unwrap()
+                .copy_not_lagging(copy)
+        );
         // Two elements change on the host: the copy lags there only.
         x.set_value(&[5], 100.0).unwrap();
         x.set_value(&[7], 200.0).unwrap();
-        assert_eq!(x.copy_lagging_ranges(copy), Some(vec![(5, 6), (7, 8)]));
+        assert_eq!(
+            arrayjit::runtime::node_sync(&x)
+                .unwrap()
+                .copy_lagging_ranges(copy),
+            Some(vec![(5, 6), (7, 8)])
+        );
         routine.context().from_host_range(&x, 5..6).unwrap();
-        assert!(!x.copy_not_lagging(copy), "{name}: element 7 still lags");
+        assert!(
+            !arrayjit::runtime::node_sync(&x)
+                .unwrap()
+                .copy_not_lagging(copy),
+            "{name}: element 7 still lags"
+        );
         routine.context().from_host_range(&x, 7..8).unwrap();
-        assert!(x.copy_not_lagging(copy), "{name}");
+        assert!(
+            arrayjit::runtime::node_sync(&x)
+                .unwrap()
+                .copy_not_lagging(copy),
+            "{name}"
+        );
         routine.run().unwrap();
         let got = y.get_values().unwrap();
         assert_eq!((got[5], got[6], got[7]), (200.0, 12.0, 400.0), "{name}");
         // A whole-array change: a part does not make the copy current.
         x.set_values_with(|_| 1.0).unwrap();
         routine.context().from_host_range(&x, 0..10).unwrap();
-        assert!(!x.copy_not_lagging(copy), "{name}");
+        assert!(
+            !arrayjit::runtime::node_sync(&x)
+                .unwrap()
+                .copy_not_lagging(copy),
+            "{name}"
+        );
         routine.run().unwrap();
         assert!(y.get_values().unwrap().iter().all(|&v| v == 2.0), "{name}");
         // Out of range.

@@ -3,8 +3,8 @@
 //!
 //! - **Availability**: libcuda and libnvrtc are looked up *before* any call (cudarc panics on
 //!   a missing library); a missing one, or a driver with no device, makes every call a
-//!   [`Error::BackendUnavailable`] saying what to install.
-//! - **Devices**: one per GPU, each on its primary context; [`DeviceInfo`] from the driver's
+//!   [`Error::BackendUnavailable`](arrayjit_ir::Error::BackendUnavailable) saying what to install.
+//! - **Devices**: one per GPU, each on its primary context; [`DeviceInfo`](crate::device_info::DeviceInfo) from the driver's
 //!   attributes (multiprocessors, threads and shared memory per block, warp size, memory).
 //! - **Code**: routines render to CUDA C ([`arrayjit_codegen::cuda`]), split into units that
 //!   NVRTC compiles in parallel straight to CUBIN for the device's architecture ([`aot`]) with
@@ -24,7 +24,7 @@
 //! - **Memory**: buffers and pools are `cuMemAlloc` allocations (a pool's views are offsets
 //!   into one); freeing waits for the device first, so work still queued never reads freed
 //!   memory. Copies between devices go through the host.
-//! - **Errors**: every driver or NVRTC failure is an [`Error::Driver`] naming the device and
+//! - **Errors**: every driver or NVRTC failure is an [`Error::Driver`](arrayjit_ir::Error::Driver) naming the device and
 //!   the action, with cudarc's error as its source.
 
 pub mod aot;

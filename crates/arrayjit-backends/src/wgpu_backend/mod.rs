@@ -10,7 +10,7 @@
 //!   staging buffers and wait for the queue; a launch records one compute pass per pass of the
 //!   kernel and submits them.
 //! - Every driver error (validation, out of memory, a lost device, a shader the driver refuses)
-//!   is caught in an error scope and returned as [`Error::Driver`] with the driver's error as
+//!   is caught in an error scope and returned as [`Error::Driver`](arrayjit_ir::Error::Driver) with the driver's error as
 //!   its source; an error that escapes a scope is kept and returned by the next call.
 //! - Compiled pipelines are cached in memory by their WGSL source and entry point.
 

@@ -1,23 +1,12 @@
-//! What a node says of itself beyond its header: a backend's notes on it, a code name chosen
-//! by the user (still sanitized), its debug information, and the headers of every live node in
-//! the registry.
+//! What a node says of itself beyond its header: a code name chosen by the user (still
+//! sanitized), its debug information (with what the runtime says of its device copies), and
+//! the headers of every live node in the registry.
 
 use std::fmt::Write as _;
 
 use super::{Tnode, lock, registry, sanitize_identifier};
 
 impl Tnode {
-    /// What a backend or the runtime noted about the node (e.g. where its last linked array
-    /// lives), empty if nothing.
-    pub fn backend_info(&self) -> String {
-        lock(&self.0.backend_info).clone()
-    }
-
-    /// Replaces the backend's note on the node.
-    pub fn set_backend_info(&self, info: impl Into<String>) {
-        *lock(&self.0.backend_info) = info.into();
-    }
-
     /// Names the node `name` in generated code instead of its label: sanitized into a C
     /// identifier fragment (renderers add a position, [`Tnode::code_name`] the id, so it stays
     /// unique and can never inject anything). A name with nothing left after sanitizing goes
@@ -33,8 +22,9 @@ impl Tnode {
     }
 
     /// Everything known of the node, one item per line: its header (precision, dims, memory
-    /// mode and why), whether it has a host array, which device copies hold its latest values,
-    /// whether its precision is fixed, its code name and the backend's note.
+    /// mode and why), whether it has a host array, whether its precision is fixed, its code
+    /// name, and what the runtime says of its device copies (which hold the latest values, a
+    /// pending host refresh, where a linked array lives).
     pub fn debug_info(&self) -> String {
         let mut out = self.header();
         let host = if self.has_host_array() {
@@ -44,9 +34,7 @@ impl Tnode {
         };
         let _ = write!(
             out,
-            "\n  {host}; device copies holding the latest values: {:?}\n  precision {}; code \
-             name {}",
-            self.copies_not_lagging_host(),
+            "\n  {host}; precision {}; code name {}",
             if self.prec_is_fixed() {
                 "fixed"
             } else {
@@ -54,15 +42,13 @@ impl Tnode {
             },
             self.code_name()
         );
-        if self.prepare_read_pending() {
-            let _ = write!(
-                out,
-                "\n  a host refresh is pending: it runs before the host next reads or writes"
-            );
-        }
-        let info = self.backend_info();
-        if !info.is_empty() {
-            let _ = write!(out, "\n  backend: {info}");
+        match self.device_copies() {
+            Some(copies) => {
+                for line in copies.describe() {
+                    let _ = write!(out, "\n  {line}");
+                }
+            }
+            None => out.push_str("\n  no device copies"),
         }
         out
     }

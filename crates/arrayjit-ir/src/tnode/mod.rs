@@ -1,18 +1,20 @@
 //! Tensor nodes (`Tnode`): identity, label, precision, dims, padding, memory mode with
 //! provenance, the host array, a C-safe code name, and the global registry. Nodes over existing
 //! host arrays and precisions decided later are in `creation`; what a node says of itself
-//! (debug logs, backend notes, the registry's headers) in `info`; the reference's named
-//! questions about memory modes in `modes`.
+//! (debug logs, the registry's headers) in `info`; the reference's named questions about
+//! memory modes in `modes`. Which device copies hold the latest values is the runtime's
+//! business, behind the one seam of `device_copies` ([`DeviceCopies`]): the node only tells
+//! it when the host reads or writes.
 
 mod creation;
+mod device_copies;
 mod info;
-mod lagging;
 mod modes;
 
 pub use creation::DelayedPrec;
+pub use device_copies::DeviceCopies;
 
-use std::any::Any;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,27 +26,6 @@ use crate::ndarray::{Ndarray, Padding};
 use crate::prec::Prec;
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
-
-/// A deferred host-side synchronisation installed by the runtime, e.g. "wait for the device that
-/// computed this node and copy it to the host".
-pub type HostHook = Box<dyn Fn() -> Result<()> + Send>;
-
-/// Host/device synchronisation state of a hosted node.
-#[derive(Default)]
-struct HostSync {
-    /// Device copies (arrays, by the runtime's unique ids) holding the latest values: they read
-    /// the latest host values, or computed the latest values themselves. This refines a set of
-    /// devices: streams of one device may hold separate copies of a node.
-    copies_not_lagging_host: BTreeSet<usize>,
-    /// For copies in `copies_not_lagging_host`: storage-element ranges `[start, end)` the host
-    /// changed since (by `set_value`); a copy with any is lagging in those elements only.
-    dirty: std::collections::BTreeMap<usize, Vec<(usize, usize)>>,
-    /// Runs before the host array is read or written.
-    prepare_read: Option<HostHook>,
-    /// Run before every write of the host array (see [`Tnode::add_host_write_guard`]); held
-    /// weakly: the device array a guard protects owns it.
-    write_guards: Vec<Weak<dyn Fn() -> Result<()> + Send + Sync>>,
-}
 
 /// The node's host lock, held (see [`Tnode::host_lock`]).
 pub struct HostLock<'a>(#[allow(dead_code)] RwLockReadGuard<'a, Option<Ndarray>>);
@@ -95,11 +76,6 @@ impl HostArrayMut<'_> {
     }
 }
 
-/// A check the runtime installs on a node whose host array a device array aliases: it waits
-/// for the device work scheduled to read that array, so a host write never changes values that
-/// work was scheduled to see.
-pub type HostWriteGuard = Arc<dyn Fn() -> Result<()> + Send + Sync>;
-
 /// The registry of live nodes by id; entries hold weak references, so they do not keep nodes
 /// alive.
 fn registry() -> MutexGuard<'static, HashMap<usize, Weak<TnodeInner>>> {
@@ -126,15 +102,13 @@ struct TnodeInner {
     left_padding: Vec<usize>,
     /// The name the user chose for generated code ([`Tnode::update_code_name`]), sanitized.
     chosen_code_name: Mutex<Option<String>>,
-    /// What a backend noted about the node (free text, for debugging).
-    backend_info: Mutex<String>,
     memory_mode: Mutex<Option<ModeWithProvenance>>,
     /// The host array: read-locked by host reads and by kernels reading it in place (which
     /// may overlap), write-locked by host writes.
     host: RwLock<Option<Ndarray>>,
-    host_sync: Mutex<HostSync>,
-    /// Resources that live exactly as long as the node (see [`Tnode::attach`]).
-    attachments: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
+    /// The device copies the runtime keeps of the node, once it makes one (see
+    /// [`DeviceCopies`]).
+    device_copies: OnceLock<Arc<dyn DeviceCopies>>,
 }
 
 impl Drop for TnodeInner {
@@ -262,11 +236,9 @@ impl Tnode {
             padding,
             padded_dims: padded,
             chosen_code_name: Mutex::new(None),
-            backend_info: Mutex::new(String::new()),
             memory_mode: Mutex::new(None),
             host: RwLock::new(host),
-            host_sync: Mutex::new(HostSync::default()),
-            attachments: Mutex::new(Vec::new()),
+            device_copies: OnceLock::new(),
         });
         registry().insert(id, Arc::downgrade(&inner));
         Ok(Tnode(inner))
@@ -277,13 +249,19 @@ impl Tnode {
         WeakTnode(Arc::downgrade(&self.0))
     }
 
-    /// Keeps `resource` alive exactly as long as the node: it is dropped when the last handle
-    /// to the node is. The runtime attaches the device copies that belong to the node itself
-    /// rather than to a context (a constant shared by every stream of a device), so they are
-    /// freed when the node is gone. A resource must not hold the node strongly (use
-    /// [`Tnode::downgrade`]), or neither is ever freed.
-    pub fn attach(&self, resource: Arc<dyn Any + Send + Sync>) {
-        lock(&self.0.attachments).push(resource);
+    /// The device copies the runtime keeps of the node, if it made any.
+    pub fn device_copies(&self) -> Option<&Arc<dyn DeviceCopies>> {
+        self.0.device_copies.get()
+    }
+
+    /// The node's device copies, installing `make()`'s when there are none yet (the runtime
+    /// does, when it makes the first copy). What is installed lives exactly as long as the
+    /// node, so it must not hold the node strongly (use [`Tnode::downgrade`]).
+    pub fn device_copies_or_install(
+        &self,
+        make: impl FnOnce() -> Arc<dyn DeviceCopies>,
+    ) -> &Arc<dyn DeviceCopies> {
+        self.0.device_copies.get_or_init(make)
     }
 
     /// Finds a live node by id.
@@ -513,34 +491,13 @@ impl Tnode {
         self.memory_mode().is_some_and(|m| pred(m.mode))
     }
 
-    /// Installs the hook that brings the host array up to date before the host reads or writes
-    /// it (replacing an earlier one). The runtime installs it when a device changes the node.
-    pub fn set_prepare_read(&self, hook: HostHook) {
-        lock(&self.0.host_sync).prepare_read = Some(hook);
-    }
-
-    /// Whether a host refresh is pending (installed by [`Tnode::set_prepare_read`], not yet run
-    /// by [`Tnode::prepare_read`]).
-    pub fn prepare_read_pending(&self) -> bool {
-        lock(&self.0.host_sync).prepare_read.is_some()
-    }
-
     /// Runs the pending host synchronisation, if any: after this the host array holds the
     /// latest values. Called by every user-facing read and write of host values.
     pub fn prepare_read(&self) -> Result<()> {
-        let hook = lock(&self.0.host_sync).prepare_read.take();
-        let Some(h) = hook else {
-            return Ok(());
-        };
-        let result = h();
-        if result.is_err() {
-            // Keep it for a retry, unless a newer hook was installed meanwhile.
-            let mut sync = lock(&self.0.host_sync);
-            if sync.prepare_read.is_none() {
-                sync.prepare_read = Some(h);
-            }
+        match self.device_copies() {
+            Some(copies) => copies.before_host_access(),
+            None => Ok(()),
         }
-        result
     }
 
     /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if
@@ -552,13 +509,8 @@ impl Tnode {
     ) -> Result<R> {
         // Device work that reads the host array in place finishes first (outside the host
         // lock, which that work takes while it runs).
-        let guards: Vec<HostWriteGuard> = {
-            let mut sync = lock(&self.0.host_sync);
-            sync.write_guards.retain(|g| g.strong_count() > 0);
-            sync.write_guards.iter().filter_map(Weak::upgrade).collect()
-        };
-        for g in guards {
-            g()?;
+        if let Some(copies) = self.device_copies() {
+            copies.before_host_write()?;
         }
         let mut host = self.0.host.write().unwrap_or_else(|e| e.into_inner());
         if host.is_none() {
@@ -587,15 +539,6 @@ impl Tnode {
     /// holds it while a kernel or copy reads the array.
     pub fn host_lock(&self) -> HostLock<'_> {
         HostLock(self.host_read())
-    }
-
-    /// Installs a guard run before every later write of the host array (a device array that
-    /// uses the host array in place waits there for the work reading it). The node holds it
-    /// weakly: it runs as long as its owner (the device array) keeps it.
-    pub fn add_host_write_guard(&self, guard: &HostWriteGuard) {
-        let mut sync = lock(&self.0.host_sync);
-        sync.write_guards.retain(|g| g.strong_count() > 0);
-        sync.write_guards.push(Arc::downgrade(guard));
     }
 
     /// Runs `f` on the host array if it exists, without synchronising with devices (see
@@ -667,6 +610,15 @@ impl Tnode {
         Ok(())
     }
 
+    /// Records that the host changed the node's values (all of them): every device copy lags.
+    /// The setters call it; a caller writing the host array itself (through
+    /// [`Tnode::with_host_mut`]) calls it after.
+    pub fn mark_changed_on_host(&self) {
+        if let Some(copies) = self.device_copies() {
+            copies.host_changed(None);
+        }
+    }
+
     /// `Ok` unless the node is a hosted constant that a device copy already holds
     /// ([`Error::ConstantChanged`], naming `op`): a constant's host values may be set until its
     /// first device copy is made from them (its initialization), never after.
@@ -674,7 +626,7 @@ impl Tnode {
         match self.memory_mode() {
             Some(m)
                 if m.mode == MemoryMode::Hosted(MemoryType::Constant)
-                    && !self.copies_not_lagging_host().is_empty() =>
+                    && self.device_copies().is_some_and(|c| c.hold_values()) =>
             {
                 Err(Error::ConstantChanged {
                     node: self.debug_name(),
@@ -721,7 +673,9 @@ impl Tnode {
             .iter()
             .zip(self.padded_dims())
             .fold(0usize, |acc, (&i, &d)| acc * d + i);
-        self.mark_changed_on_host_range(pos, pos + 1);
+        if let Some(copies) = self.device_copies() {
+            copies.host_changed(Some((pos, pos + 1)));
+        }
         Ok(())
     }
 

@@ -25,6 +25,7 @@ use arrayjit_ir::{
 use crate::array_entry::ArrayEntry;
 use crate::code::Code;
 use crate::host_sync::schedule_upload;
+use crate::node_sync::node_sync;
 use crate::scheduler::Event;
 use crate::stream::Stream;
 
@@ -295,7 +296,7 @@ impl Context {
     }
 
     /// The unique id of this context's copy of the node (see
-    /// [`Tnode::copies_not_lagging_host`]).
+    /// [`crate::NodeSync::copies_not_lagging_host`]).
     pub fn copy_id(&self, tn: &Tnode) -> Result<usize> {
         Ok(self.entry(tn)?.uid)
     }
@@ -390,7 +391,7 @@ impl Context {
         let device = self.inner.stream.device();
         if let Some(b) = self.host_in_place_buffer(tn)? {
             // `use_host_memory`: a constant or volatile node's host array serves as its array.
-            tn.set_backend_info(format!(
+            node_sync(tn)?.set_note(format!(
                 "{}: its host array, used in place on {}",
                 device.backend().name(),
                 self.inner.stream.name()
@@ -400,7 +401,7 @@ impl Context {
                 tn.prec(),
                 &format!("the host array of {}", tn.debug_name()),
             )?;
-            return Ok(ArrayEntry::host_in_place(tn.clone(), b));
+            return ArrayEntry::host_in_place(tn.clone(), b);
         }
         let shared = is_shared_across_streams(tn);
         if shared && let Some(e) = device.shared_arrays().get(tn) {
@@ -419,14 +420,14 @@ impl Context {
             tn.prepare_read()?;
             if let Some(bytes) = tn.with_host(|nd| nd.as_bytes().to_vec()) {
                 schedule_upload(&self.inner.stream, &entry, bytes)?;
-                tn.mark_copy_up_to_date(entry.uid);
+                node_sync(tn)?.mark_copy_up_to_date(entry.uid);
             }
         } else if let Some(p) = tn.padding().filter(|p| p.value != 0.0) {
             let nd = arrayjit_ir::Ndarray::zeros_padded(tn.prec(), tn.dims(), p.clone())?;
             schedule_upload(&self.inner.stream, &entry, nd.as_bytes().to_vec())?;
         }
         if shared {
-            device.shared_arrays().insert(tn, &entry);
+            device.shared_arrays().insert(tn, &entry)?;
         }
         Ok(entry)
     }

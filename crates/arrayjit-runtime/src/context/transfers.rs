@@ -11,6 +11,7 @@ use arrayjit_ir::{Error, Result, Tnode};
 use super::Context;
 use crate::array_entry::{Access, ArrayEntry};
 use crate::host_sync::{refresh_host_from, schedule_upload};
+use crate::node_sync::node_sync;
 use crate::scheduler::TaskLabel;
 use crate::stream::Stream;
 
@@ -181,7 +182,7 @@ impl Context {
             },
         )?;
         if writes && tn.is_hosted() {
-            crate::host_sync::device_changed_hosted(on, &entry);
+            crate::host_sync::device_changed_hosted(on, &entry)?;
         }
         Ok(())
     }
@@ -215,7 +216,7 @@ impl Context {
     fn upload(&self, tn: &Tnode, entry: &Arc<ArrayEntry>) -> Result<()> {
         if entry.is_host_in_place() {
             // The array is the host array: it already holds the host's values.
-            tn.mark_copy_up_to_date(entry.uid);
+            node_sync(tn)?.mark_copy_up_to_date(entry.uid);
             return Ok(());
         }
         tn.prepare_read()?;
@@ -228,7 +229,7 @@ impl Context {
                         .into(),
             })?;
         schedule_upload(&self.inner.stream, entry, bytes)?;
-        tn.mark_copy_up_to_date(entry.uid);
+        node_sync(tn)?.mark_copy_up_to_date(entry.uid);
         Ok(())
     }
 
@@ -286,7 +287,7 @@ impl Context {
                 },
             )?;
         }
-        tn.mark_range_up_to_date(entry.uid, elems.start, elems.end);
+        node_sync(tn)?.mark_range_up_to_date(entry.uid, elems.start, elems.end);
         Ok(())
     }
 
@@ -299,7 +300,7 @@ impl Context {
     pub fn to_host_range(&self, tn: &Tnode, elems: std::ops::Range<usize>) -> Result<()> {
         let entry = self.entry(tn)?.clone();
         check_elems(tn, &elems)?;
-        if !tn.copy_not_lagging(entry.uid) {
+        if !node_sync(tn)?.copy_not_lagging(entry.uid) {
             return Err(Error::StaleCopy {
                 node: tn.debug_name(),
                 context: self.describe(),
