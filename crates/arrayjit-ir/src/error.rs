@@ -575,11 +575,11 @@ pub struct ModeConflict {
     /// The node's debug name.
     pub node: String,
     /// The mode the node already has.
-    pub old: String,
+    pub old: crate::memory::MemoryMode,
     /// Why it has that mode.
     pub old_provenance: String,
     /// The mode that was requested.
-    pub new: String,
+    pub new: crate::memory::MemoryMode,
     /// Why it was requested.
     pub new_provenance: String,
 }
@@ -600,6 +600,66 @@ pub struct CompileFailure {
     pub source_path: String,
     /// The compiler's standard error.
     pub stderr: String,
+}
+
+/// One diagnostic of a compiler's output ([`CompileFailure::diagnostics`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The file (or `<command-line>`, `cc1`) the compiler names.
+    pub file: String,
+    /// The line, when the compiler gives one.
+    pub line: Option<u32>,
+    /// The column, when the compiler gives one.
+    pub column: Option<u32>,
+    /// `error`, `fatal error`, `warning` or `note`.
+    pub severity: String,
+    /// The message.
+    pub message: String,
+}
+
+impl CompileFailure {
+    /// The compiler's diagnostics, parsed from its standard error in the form gcc and clang
+    /// print (`file:line:column: severity: message`, with the line and column optional); lines
+    /// of another form (source excerpts, carets, "In function" headers) are left out.
+    pub fn diagnostics(&self) -> Vec<Diagnostic> {
+        self.stderr.lines().filter_map(parse_diagnostic).collect()
+    }
+}
+
+/// A `file[:line[:column]]: severity: message` line.
+fn parse_diagnostic(line: &str) -> Option<Diagnostic> {
+    const SEVERITIES: [&str; 4] = ["fatal error", "error", "warning", "note"];
+    let (at, severity, message) = SEVERITIES.iter().find_map(|sev| {
+        let marker = format!(": {sev}: ");
+        line.find(&marker)
+            .map(|i| (&line[..i], *sev, &line[i + marker.len()..]))
+    })?;
+    let mut parts = at.rsplitn(3, ':');
+    let last = parts.next()?;
+    let (file, line_no, column) = match (last.parse::<u32>(), parts.next(), parts.next()) {
+        (Ok(col), Some(l), Some(file)) if l.parse::<u32>().is_ok() => {
+            (file, l.parse().ok(), Some(col))
+        }
+        (Ok(l), Some(file), None) => (file, Some(l), None),
+        (Ok(l), Some(mid), Some(head)) => {
+            // `file:with:colons:line` — only the last number is the line.
+            return Some(Diagnostic {
+                file: format!("{head}:{mid}"),
+                line: Some(l),
+                column: None,
+                severity: severity.into(),
+                message: message.into(),
+            });
+        }
+        _ => (at, None, None),
+    };
+    Some(Diagnostic {
+        file: file.into(),
+        line: line_no,
+        column,
+        severity: severity.into(),
+        message: message.into(),
+    })
 }
 
 impl Error {
@@ -740,6 +800,41 @@ mod tests {
         // Success passes through without calling the context.
         let ok: Result<u8> = Ok(1);
         assert_eq!(ok.context(|| -> String { unreachable!() }).unwrap(), 1);
+    }
+
+    #[test]
+    fn compiler_diagnostics_are_parsed_from_gcc_and_clang_output() {
+        let failure = CompileFailure {
+            routine: "r".into(),
+            command: "cc".into(),
+            status: "1".into(),
+            source_path: "/tmp/k.c".into(),
+            stderr: "/tmp/k.c: In function 'aj0_r':\n\
+                     /tmp/k.c:12:5: error: 'x' undeclared (first use in this function)\n   \
+                     12 |     x = 1;\n      |     ^\n\
+                     /tmp/k.c:3: warning: unused variable\n\
+                     <command-line>: fatal error: missing.h: No such file or directory\n\
+                     cc1: note: some note"
+                .into(),
+        };
+        let d = failure.diagnostics();
+        assert_eq!(d.len(), 4, "{d:?}");
+        assert_eq!(
+            d[0],
+            Diagnostic {
+                file: "/tmp/k.c".into(),
+                line: Some(12),
+                column: Some(5),
+                severity: "error".into(),
+                message: "'x' undeclared (first use in this function)".into(),
+            }
+        );
+        assert_eq!((d[1].line, d[1].column), (Some(3), None));
+        assert_eq!(d[1].severity, "warning");
+        assert_eq!(d[2].file, "<command-line>");
+        assert_eq!(d[2].severity, "fatal error");
+        assert_eq!(d[2].line, None);
+        assert_eq!(d[3].severity, "note");
     }
 
     #[test]

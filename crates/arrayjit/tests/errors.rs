@@ -83,7 +83,12 @@ fn memory_mode_contradiction_is_reported_with_both_reasons() {
         .unwrap();
     let err = t.set_values(&[1.0, 2.0, 3.0]).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, Error::MemoryModeConflict(_)));
+    let Error::MemoryModeConflict(conflict) = &err else {
+        panic!("expected a mode conflict, got {err}")
+    };
+    assert_eq!(conflict.old, MemoryMode::Virtual, "{msg}");
+    assert!(matches!(conflict.new, MemoryMode::Hosted(_)), "{msg}");
+    assert_eq!(conflict.old_provenance, "user: fuse it");
     assert!(
         msg.contains("user: fuse it") && msg.contains("host"),
         "{msg}"
@@ -248,6 +253,14 @@ fn compile_failure_reports_stderr_and_keeps_the_source() {
     };
     let (stderr, source_path) = (&failure.stderr, &failure.source_path);
     assert!(stderr.contains("arrayjit-missing-header"), "{stderr}");
+    // The same, as parsed diagnostics: one fatal error naming the header.
+    let diagnostics = failure.diagnostics();
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.severity.contains("error") && d.message.contains("arrayjit-missing-header")),
+        "{diagnostics:?} from {stderr}"
+    );
     let kept = std::fs::read_to_string(source_path).unwrap();
     assert!(kept.contains("aj0_doomed"), "{kept}");
 }

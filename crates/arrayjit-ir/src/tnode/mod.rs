@@ -442,9 +442,9 @@ impl Tnode {
                 }
                 None => Err(Error::MemoryModeConflict(Box::new(ModeConflict {
                     node: self.debug_name(),
-                    old: old.mode.to_string(),
+                    old: old.mode,
                     old_provenance: old.provenance.clone(),
-                    new: mode.to_string(),
+                    new: mode,
                     new_provenance: provenance,
                 }))),
             },
