@@ -574,12 +574,13 @@ impl<T> ResultExt<T> for Result<T> {
 pub struct ModeConflict {
     /// The node's debug name.
     pub node: String,
-    /// The mode the node already has.
-    pub old: crate::memory::MemoryMode,
+    /// The mode the node already has (as `MemoryMode` displays it; parse it back with
+    /// `str::parse`).
+    pub old: String,
     /// Why it has that mode.
     pub old_provenance: String,
-    /// The mode that was requested.
-    pub new: crate::memory::MemoryMode,
+    /// The mode that was requested (as `MemoryMode` displays it).
+    pub new: String,
     /// Why it was requested.
     pub new_provenance: String,
 }

@@ -86,8 +86,14 @@ fn memory_mode_contradiction_is_reported_with_both_reasons() {
     let Error::MemoryModeConflict(conflict) = &err else {
         panic!("expected a mode conflict, got {err}")
     };
-    assert_eq!(conflict.old, MemoryMode::Virtual, "{msg}");
-    assert!(matches!(conflict.new, MemoryMode::Hosted(_)), "{msg}");
+    assert_eq!(
+        conflict.old.parse::<MemoryMode>().unwrap(),
+        MemoryMode::Virtual
+    );
+    assert!(matches!(
+        conflict.new.parse::<MemoryMode>().unwrap(),
+        MemoryMode::Hosted(_)
+    ));
     assert_eq!(conflict.old_provenance, "user: fuse it");
     assert!(
         msg.contains("user: fuse it") && msg.contains("host"),

@@ -442,9 +442,9 @@ impl Tnode {
                 }
                 None => Err(Error::MemoryModeConflict(Box::new(ModeConflict {
                     node: self.debug_name(),
-                    old: old.mode,
+                    old: old.mode.to_string(),
                     old_provenance: old.provenance.clone(),
-                    new: mode,
+                    new: mode.to_string(),
                     new_provenance: provenance,
                 }))),
             },
