@@ -82,11 +82,12 @@ pub fn no_such_kernel(index: usize, len: usize) -> arrayjit_ir::Error {
     arrayjit_ir::Error::NoSuchKernel { index, len }
 }
 
-/// The error for launch dimensions given at launch time to kernel `kernel`, compiled from
-/// assignments (see [`crate::compiled_batch::LaunchRequest::with_dims`]).
-pub fn launch_dims_not_taken(kernel: &str) -> arrayjit_ir::Error {
+/// The error for launch dimensions given at launch time to kernel `kernel` of backend
+/// `backend`, compiled from assignments (see
+/// [`crate::compiled_batch::LaunchRequest::with_dims`]).
+pub fn launch_dims_not_taken(backend: &str, kernel: &str) -> arrayjit_ir::Error {
     arrayjit_ir::Error::Unsupported {
-        backend: "this batch".into(),
+        backend: backend.into(),
         what: format!(
             "launch dimensions at launch time for kernel {kernel}, compiled from assignments (it launches as its schedule says)"
         ),

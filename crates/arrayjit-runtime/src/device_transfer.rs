@@ -71,8 +71,9 @@ impl Context {
                 src_entry.record(stream.all_work(), Access::Read);
                 dst.record(stream.all_work(), Access::Write);
                 // A copy of a hosted node's latest values is itself up to date.
-                if node_sync(tn)?.copy_not_lagging(src_entry.uid) {
-                    node_sync(tn)?.mark_copy_up_to_date(dst.uid);
+                let sync = node_sync(tn)?;
+                if sync.copy_not_lagging(src_entry.uid) {
+                    sync.mark_copy_up_to_date(dst.uid);
                 }
             }
             MergeBufferUse::Copy => {

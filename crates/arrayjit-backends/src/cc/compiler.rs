@@ -3,6 +3,7 @@
 //! hash of source, compiler, flags and CPU), loads it and finds each kernel by its symbol.
 //! Schedule choices are stored beside the compile cache.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrayjit_codegen::{KernelInterface, SourceKernel};
@@ -117,9 +118,9 @@ impl CcCompiler {
     /// nothing is compiled.
     /// The configuration's own flags are taken as they are (`CcConfig::validate` checked what
     /// it could; a compiler that then writes no library says so when loading).
-    fn config_with(&self, options: &CompileOptions) -> Result<CcConfig> {
+    fn config_with(&self, options: &CompileOptions) -> Result<Cow<'_, CcConfig>> {
         if options.flags == self.config.flags {
-            return Ok(self.config.clone());
+            return Ok(Cow::Borrowed(&self.config));
         }
         if let Some(missing) = ["-shared", "-fPIC"]
             .into_iter()
@@ -135,10 +136,10 @@ impl CcCompiler {
                 ),
             });
         }
-        Ok(CcConfig {
+        Ok(Cow::Owned(CcConfig {
             flags: options.flags.clone(),
             ..self.config.clone()
-        })
+        }))
     }
 
     /// Compiles `units` into one library, loads it, and finds every kernel by its symbol with

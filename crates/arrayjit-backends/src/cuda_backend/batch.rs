@@ -266,7 +266,7 @@ impl CudaBatch {
         };
         let name = &kernel.interface.name;
         if !matches!(kernel.passes.as_slice(), [p] if matches!(p.shape, PassShape::Given(_))) {
-            return Err(crate::launch_check::launch_dims_not_taken(name));
+            return Err(crate::launch_check::launch_dims_not_taken(NAME, name));
         }
         let device = args
             .first()

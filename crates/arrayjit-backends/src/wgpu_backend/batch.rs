@@ -91,7 +91,7 @@ impl WgpuBatch {
             _ => [0; 3],
         };
         if workgroup == [0; 3] {
-            return Err(crate::launch_check::launch_dims_not_taken(name));
+            return Err(crate::launch_check::launch_dims_not_taken(NAME, name));
         }
         let block = local.unwrap_or(workgroup);
         if block != workgroup {
