@@ -126,7 +126,8 @@ impl CpuBuffer {
     /// nothing may write it but the host.
     pub fn host_alias(tn: &arrayjit_ir::Tnode, device: usize) -> Result<CpuBuffer> {
         let (ptr, size) = tn
-            .with_host(|nd| {
+            .host()
+            .with(|nd| {
                 let bytes = nd.as_bytes();
                 (bytes.as_ptr() as *mut u8, bytes.len())
             })

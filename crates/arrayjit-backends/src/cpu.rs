@@ -57,7 +57,7 @@ pub(crate) fn with_host_locks<R>(buffers: &[&CpuBuffer], f: impl FnOnce() -> R) 
     nodes.sort_by_key(|t| t.id());
     nodes.dedup_by_key(|t| t.id());
     let _held: Vec<arrayjit_ir::tnode::HostLock<'_>> =
-        nodes.iter().map(|t| t.host_lock()).collect();
+        nodes.iter().map(|t| t.host().lock()).collect();
     f()
 }
 

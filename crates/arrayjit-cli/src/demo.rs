@@ -36,13 +36,13 @@ pub fn run(backend_name: Option<&str>) -> Result<DemoReport> {
     let w = Tnode::new(Prec::F32, &[rows, cols], &["w"])?;
     let x = Tnode::new(Prec::F32, &[cols], &["x"])?;
     let b = Tnode::new(Prec::F32, &[rows], &["b"])?;
-    w.set_values(
+    w.host().set_values(
         &(0..rows * cols)
             .map(|i| (i as f64 - 5.0) * 0.25)
             .collect::<Vec<_>>(),
     )?;
-    x.set_values(&[1.0, -2.0, 0.5])?;
-    b.set_values(&[0.5, -0.25, 1.0, 0.0])?;
+    x.host().set_values(&[1.0, -2.0, 0.5])?;
+    b.host().set_values(&[0.5, -0.25, 1.0, 0.0])?;
     let wx = Tnode::new(Prec::F32, &[rows], &["w", "x"])?;
     let pre = Tnode::new(Prec::F32, &[rows], &["pre_activation"])?;
     let y = Tnode::new(Prec::F32, &[rows], &["y"])?;
@@ -100,8 +100,8 @@ pub fn run(backend_name: Option<&str>) -> Result<DemoReport> {
     routine.run()?;
     routine.context().to_host(&y)?;
     routine.context().to_host(&s)?;
-    let yv = y.get_values()?;
-    let sv = s.get_values()?[0];
+    let yv = y.host().get_values()?;
+    let sv = s.host().get_values()?[0];
 
     let mut text = String::new();
     let _ = writeln!(
@@ -111,9 +111,9 @@ pub fn run(backend_name: Option<&str>) -> Result<DemoReport> {
         stream.name()
     );
     for (name, t) in [("w", &w), ("x", &x), ("b", &b)] {
-        let _ = writeln!(text, "\ninput {name} = {}", t.host_array()?);
+        let _ = writeln!(text, "\ninput {name} = {}", t.host().array()?);
     }
-    let _ = writeln!(text, "\ny = relu(w . x + b) = {}", y.host_array()?);
+    let _ = writeln!(text, "\ny = relu(w . x + b) = {}", y.host().array()?);
     let _ = writeln!(text, "sum_of_squares = {sv}");
     let agrees = yv
         .iter()

@@ -10,7 +10,7 @@ use arrayjit_ir::{
 fn input(prec: Prec, dims: &[usize], label: &str) -> Tnode {
     let t = Tnode::new(prec, dims, &[label]).unwrap();
     let n: usize = dims.iter().product();
-    t.set_values(&vec![1.0; n]).unwrap();
+    t.host().set_values(&vec![1.0; n]).unwrap();
     t
 }
 
@@ -238,7 +238,7 @@ fn common_subexpressions_are_computed_once() {
 #[test]
 fn labels_cannot_inject_code() {
     let x = Tnode::new(Prec::F32, &[2], &["x */ system(\"rm -rf /\"); /*"]).unwrap();
-    x.set_values(&[1.0, 2.0]).unwrap();
+    x.host().set_values(&[1.0, 2.0]).unwrap();
     let y = output(Prec::F32, &[2], "y\n#include <evil.h>");
     let p = Assignments::BlockComment(
         "comment */ evil(); /*".into(),

@@ -287,8 +287,8 @@ impl ProcessGroup {
     pub fn check_identical(&self, nodes: &[Tnode]) -> Result<()> {
         let mut hasher = blake3::Hasher::new();
         for tn in nodes {
-            tn.prepare_read()?;
-            let hashed = tn.with_host(|nd| {
+            tn.host().prepare_read()?;
+            let hashed = tn.host().with(|nd| {
                 hasher.update(nd.as_bytes());
             });
             if hashed.is_none() {

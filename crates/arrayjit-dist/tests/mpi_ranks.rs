@@ -74,10 +74,10 @@ fn collectives_in_every_precision() {
     g.barrier().unwrap();
     // Same values on both ranks: the check passes; different ones: both ranks are told.
     let same = Tnode::new(Prec::F32, &[3], &["same"]).unwrap();
-    same.set_values(&[1.0, 2.0, 3.0]).unwrap();
+    same.host().set_values(&[1.0, 2.0, 3.0]).unwrap();
     g.check_identical(std::slice::from_ref(&same)).unwrap();
     let mine = Tnode::new(Prec::F32, &[3], &["mine"]).unwrap();
-    mine.set_values(&[r, 2.0, 3.0]).unwrap();
+    mine.host().set_values(&[r, 2.0, 3.0]).unwrap();
     let e = g.check_identical(&[same, mine]).unwrap_err();
     assert!(
         e.to_string()
@@ -104,7 +104,7 @@ fn an_all_reduce_is_stream_work_ordered_by_events() {
     let r = g.rank() as f64;
     let n = 1000;
     let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
-    x.set_values_with(|k| k as f64 * (r + 1.0)).unwrap();
+    x.host().set_values_with(|k| k as f64 * (r + 1.0)).unwrap();
     let grad = Tnode::new(Prec::F32, &[n], &["grad"]).unwrap();
     let y = Tnode::new(Prec::F32, &[n], &["y"]).unwrap();
     for t in [&grad, &y] {
@@ -141,8 +141,8 @@ fn an_all_reduce_is_stream_work_ordered_by_events() {
     s_compute.await_work().unwrap();
     s_comm.await_work().unwrap();
     // x·1 + x·2 = 3k on both ranks; y = 2·grad.
-    let grad_values = grad.get_values().unwrap();
-    let y_values = y.get_values().unwrap();
+    let grad_values = grad.host().get_values().unwrap();
+    let y_values = y.host().get_values().unwrap();
     for k in [0, 1, 499, 999] {
         assert_eq!(grad_values[k], 3.0 * k as f64, "grad[{k}]");
         assert_eq!(y_values[k], 6.0 * k as f64, "y[{k}]");

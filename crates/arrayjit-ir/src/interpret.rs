@@ -29,7 +29,7 @@ impl InterpEnv {
     pub fn from_host_arrays(code: &LowLevel) -> InterpEnv {
         let mut env = InterpEnv::new();
         for tn in code.nodes() {
-            if let Some(nd) = tn.with_host(Clone::clone) {
+            if let Some(nd) = tn.host().with(Clone::clone) {
                 env.arrays.insert(tn, nd);
             }
         }

@@ -76,9 +76,10 @@ macro_rules! with_numpy_element {
 /// where NumPy lacks the precision or the array has padding (rule 4).
 pub fn view<'py>(py: Python<'py>, tn: &Tnode) -> PyResult<Option<Bound<'py, PyAny>>> {
     let node = tn.clone();
-    py.detach(move || node.prepare_read()).py()?;
-    let Some((plain, address)) =
-        tn.with_host(|nd| (nd.padding().is_none(), nd.as_bytes().as_ptr() as usize))
+    py.detach(move || node.host().prepare_read()).py()?;
+    let Some((plain, address)) = tn
+        .host()
+        .with(|nd| (nd.padding().is_none(), nd.as_bytes().as_ptr() as usize))
     else {
         return Err(to_py(Error::NotHosted {
             node: tn.debug_name(),
@@ -130,10 +131,10 @@ pub fn copy_in(tn: &Tnode, values: &Bound<'_, PyAny>) -> PyResult<bool> {
             }
         };
         let bytes: &[u8] = bytemuck::cast_slice(slice);
-        tn.check_host_writable("set_values").py()?;
-        tn.prepare_read().py()?;
+        tn.host().check_writable("set_values").py()?;
+        tn.host().prepare_read().py()?;
         let copied = tn
-            .with_host_mut(|host| {
+            .host().with_mut(|host| {
                 if host.padding().is_some() || host.as_bytes_mut().len() != bytes.len() {
                     return Ok(false);
                 }
@@ -142,7 +143,7 @@ pub fn copy_in(tn: &Tnode, values: &Bound<'_, PyAny>) -> PyResult<bool> {
             })
             .py()?;
         if copied {
-            tn.mark_changed_on_host();
+            tn.host().mark_changed();
         }
         Ok(copied)
     } else {

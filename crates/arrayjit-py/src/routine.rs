@@ -116,7 +116,7 @@ fn run_steps(
     }
     if let Some(tn) = after {
         // Waits for the work (with the GIL released) so that errors surface here.
-        py.detach(|| tn.get_values().map(|_| ())).py()?;
+        py.detach(|| tn.host().get_values().map(|_| ())).py()?;
     }
     Ok(())
 }
@@ -338,13 +338,13 @@ impl PyTrainer {
     /// The learning rate (settable between steps).
     #[getter]
     fn get_lr(&self) -> PyResult<f64> {
-        Ok(self.lr.get_values().py()?[0])
+        Ok(self.lr.host().get_values().py()?[0])
     }
 
     #[setter]
     fn set_lr(&self, lr: f64) -> PyResult<()> {
         check_rate(lr)?;
-        self.lr.set_values(&[lr]).py()
+        self.lr.host().set_values(&[lr]).py()
     }
 
     /// Saves the parameters and the optimizer's state to a `.safetensors` file.

@@ -348,7 +348,7 @@ impl PyTensor {
             )));
         }
         let flat = f64_values(&arr)?;
-        self.inner.node().set_values(&flat).py()
+        self.inner.node().host().set_values(&flat).py()
     }
 
     /// The gradient's values as a NumPy array, after a routine from `arrayjit.backward` ran;
@@ -357,7 +357,7 @@ impl PyTensor {
         let Some(g) = self.inner.grad().cloned() else {
             return Ok(None);
         };
-        if !g.is_hosted() {
+        if !g.modes().is_hosted() {
             return Err(crate::errors::to_py(Error::NotHosted {
                 node: g.debug_name(),
                 detail: "the gradient was not computed by arrayjit.backward (a training \
@@ -365,7 +365,7 @@ impl PyTensor {
                     .into(),
             }));
         }
-        let values = py.detach(move || g.get_values()).py()?;
+        let values = py.detach(move || g.host().get_values()).py()?;
         Ok(Some(to_numpy_as(
             py,
             self.inner.dims(),

@@ -62,7 +62,7 @@ fn sharing_undecided(tn: &Tnode) -> bool {
 /// Whether a routine with these inputs and outputs only reads the node, a hosted node whose
 /// sharing is undecided: its array may be offered to, or taken from, another stream.
 fn read_only_shareable(tn: &Tnode, inputs: &[Tnode], outputs: &[Tnode]) -> bool {
-    inputs.contains(tn) && !outputs.contains(tn) && tn.has_host_array() && sharing_undecided(tn)
+    inputs.contains(tn) && !outputs.contains(tn) && tn.host().exists() && sharing_undecided(tn)
 }
 
 /// A context's arrays by node.
@@ -201,7 +201,7 @@ impl Context {
             if self.inner.arrays.contains_key(&tn) {
                 continue;
             }
-            if inputs.contains(&tn) && !tn.has_host_array() && !is_shared_across_streams(&tn) {
+            if inputs.contains(&tn) && !tn.host().exists() && !is_shared_across_streams(&tn) {
                 return Err(Error::NodeNotInContext {
                     node: tn.debug_name(),
                     context: self.describe(),
@@ -380,7 +380,7 @@ impl Context {
             );
         }
         for (tn, (entry, offer)) in &plan.promoted {
-            tn.update_memory_sharing(
+            tn.modes().update_sharing(
                 Sharing::SharedCrossStreams,
                 &format!(
                     "runtime: read by routine {} on {} and by routine {} on {}, written by \
@@ -396,7 +396,7 @@ impl Context {
             device.shared_arrays().withdraw(tn);
         }
         for tn in plan.outputs.iter().filter(|tn| sharing_undecided(tn)) {
-            tn.update_memory_sharing(
+            tn.modes().update_sharing(
                 Sharing::PerStream,
                 &format!(
                     "runtime: routine {} writes it on {}",

@@ -276,20 +276,20 @@ mod tests {
     #[test]
     fn host_writes_make_copies_lag_wholly_or_in_ranges() {
         let tn = Tnode::new(Prec::F32, &[10], &["x"]).unwrap();
-        tn.set_values(&[0.0; 10]).unwrap();
+        tn.host().set_values(&[0.0; 10]).unwrap();
         let sync = node_sync(&tn).unwrap();
         sync.mark_copy_up_to_date(1);
         sync.mark_copy_up_to_date(2);
         assert_eq!(sync.copies_not_lagging_host(), vec![1, 2]);
         assert!(tn.debug_info().contains("latest values: [1, 2]"));
         // One element on the host: both copies lag there only.
-        tn.set_value(&[3], 1.0).unwrap();
+        tn.host().set_value(&[3], 1.0).unwrap();
         assert_eq!(sync.copy_lagging_ranges(1), Some(vec![(3, 4)]));
         assert!(!sync.copy_not_lagging(2));
         sync.mark_range_up_to_date(1, 3, 4);
         assert!(sync.copy_not_lagging(1));
         // Every value: every copy lags wholly.
-        tn.set_values(&[2.0; 10]).unwrap();
+        tn.host().set_values(&[2.0; 10]).unwrap();
         assert_eq!(sync.copy_lagging_ranges(1), None);
         // A device write: that copy alone is current.
         sync.mark_changed_in_copy(2);
@@ -300,7 +300,7 @@ mod tests {
     fn a_failed_refresh_stays_pending_and_guards_run_before_host_writes() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let tn = Tnode::new(Prec::F32, &[2], &["y"]).unwrap();
-        tn.set_values(&[1.0, 2.0]).unwrap();
+        tn.host().set_values(&[1.0, 2.0]).unwrap();
         let sync = node_sync(&tn).unwrap();
         let tries = Arc::new(AtomicUsize::new(0));
         let t = tries.clone();
@@ -311,9 +311,9 @@ mod tests {
                 Ok(())
             }
         }));
-        assert!(tn.get_values().is_err());
+        assert!(tn.host().get_values().is_err());
         assert!(sync.prepare_read_pending(), "kept for a retry");
-        assert_eq!(tn.get_values().unwrap(), vec![1.0, 2.0]);
+        assert_eq!(tn.host().get_values().unwrap(), vec![1.0, 2.0]);
         assert!(!sync.prepare_read_pending());
         let runs = Arc::new(AtomicUsize::new(0));
         let r = runs.clone();
@@ -322,10 +322,10 @@ mod tests {
             Ok(())
         });
         sync.add_host_write_guard(&guard);
-        tn.set_value(&[0], 5.0).unwrap();
+        tn.host().set_value(&[0], 5.0).unwrap();
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         drop(guard);
-        tn.set_value(&[0], 6.0).unwrap();
+        tn.host().set_value(&[0], 6.0).unwrap();
         assert_eq!(
             runs.load(Ordering::SeqCst),
             1,

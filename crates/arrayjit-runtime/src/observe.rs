@@ -121,7 +121,7 @@ pub(crate) fn list_compiled(
         let arrays: Vec<_> = o
             .nodes
             .iter()
-            .filter(|r| r.used && r.tn.is_materialized())
+            .filter(|r| r.used && r.tn.modes().is_materialized())
             .collect();
         let bytes: usize = arrays.iter().map(|r| r.tn.size_in_bytes()).sum();
         eprintln!(

@@ -153,7 +153,7 @@ impl Routine {
             // refreshed from the host (which fails in turn if the host awaits that copy).
             let stale =
                 !node_sync(tn)?.copy_not_lagging(arg.entry.uid) || arg.entry.writer_failed();
-            if arg.input && tn.has_host_array() && stale {
+            if arg.input && tn.host().exists() && stale {
                 self.refresh_from_host(tn, &arg.entry)?;
             }
             arg.entry.order(stream, Access::of(arg.input, arg.output))?;
@@ -249,7 +249,7 @@ impl Routine {
         for arg in &self.args {
             arg.entry
                 .record(done.clone(), Access::of(arg.input, arg.output));
-            if arg.output && arg.node.is_hosted() {
+            if arg.output && arg.node.modes().is_hosted() {
                 device_changed_hosted(stream, &arg.entry)?;
             }
         }
@@ -257,7 +257,7 @@ impl Routine {
     }
 
     /// Brings a copy lagging the host up to date before a run: only the elements the host
-    /// changed (`Tnode::set_value`) when they are at most half of the array and the copy's last
+    /// changed (`HostValues::set_value`) when they are at most half of the array and the copy's last
     /// write did not fail, else the whole array.
     fn refresh_from_host(&self, tn: &Tnode, entry: &ArrayEntry) -> Result<()> {
         if !entry.writer_failed()

@@ -213,10 +213,10 @@ pub fn load(params: &[Tensor], path: &Path) -> Result<()> {
     }
     // Bring every host array up to date first, so that the writes below cannot fail halfway.
     for (p, ..) in &plan {
-        p.node().prepare_read()?;
+        p.node().host().prepare_read()?;
     }
     for ((p, ..), v) in plan.iter().zip(values) {
-        p.node().set_values(&v)?;
+        p.node().host().set_values(&v)?;
     }
     Ok(())
 }

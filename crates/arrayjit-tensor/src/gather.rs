@@ -41,7 +41,8 @@ impl Tensor {
     pub fn ids(dims: &[usize], label: &str, ids: &[usize], upper: usize) -> Result<Tensor> {
         check_ids(label, ids, upper)?;
         let tn = Tnode::new(Prec::I32, dims, &[label])?;
-        tn.set_values(&ids.iter().map(|&i| i as f64).collect::<Vec<_>>())?;
+        tn.host()
+            .set_values(&ids.iter().map(|&i| i as f64).collect::<Vec<_>>())?;
         tn.update_memory_mode(
             MemoryMode::Hosted(MemoryType::Nonconstant),
             "tensor: ids set on the host, changed between steps",
@@ -54,6 +55,7 @@ impl Tensor {
     pub fn set_ids(&self, ids: &[usize], upper: usize) -> Result<()> {
         check_ids(&self.label(), ids, upper)?;
         self.node()
+            .host()
             .set_values(&ids.iter().map(|&i| i as f64).collect::<Vec<_>>())
     }
 

@@ -158,7 +158,7 @@ impl Tensor {
     /// Data set on the host (hosted, no gradient).
     pub fn input(prec: Prec, dims: &[usize], label: &str, values: &[f64]) -> Result<Tensor> {
         let tn = Tnode::new(prec, dims, &[label])?;
-        tn.set_values(values)?;
+        tn.host().set_values(values)?;
         Ok(Tensor::leaf(tn, Kind::Input, false, Assignments::Noop))
     }
 
@@ -166,7 +166,7 @@ impl Tensor {
     /// of values.
     pub fn zeros_input(prec: Prec, dims: &[usize], label: &str) -> Result<Tensor> {
         let tn = Tnode::new(prec, dims, &[label])?;
-        tn.set_values_with(|_| 0.0)?;
+        tn.host().set_values_with(|_| 0.0)?;
         Ok(Tensor::leaf(tn, Kind::Input, false, Assignments::Noop))
     }
 
@@ -196,7 +196,8 @@ impl Tensor {
             MemoryMode::Hosted(MemoryType::Nonconstant),
             "tensor: a parameter, changed by training and read on the host",
         )?;
-        tn.set_values_with(|i| init.value_at(dims, seed, stream, i))?;
+        tn.host()
+            .set_values_with(|i| init.value_at(dims, seed, stream, i))?;
         Ok(Tensor::leaf(tn, Kind::Parameter, true, Assignments::Noop))
     }
 
@@ -328,7 +329,7 @@ impl Tensor {
 
     /// The values on the host (the runtime brings them up to date first).
     pub fn values(&self) -> Result<Vec<f64>> {
-        self.0.value.get_values()
+        self.0.value.host().get_values()
     }
 
     /// The same values without gradient flow.

@@ -10,8 +10,8 @@ fn item22_checkpoint_loading_is_all_or_nothing() {
     let path = dir.path().join("ck.safetensors");
     let a = Tensor::param("a", &[2], Init::Zeros, 1, 0).unwrap();
     let w = Tensor::param("w", &[2, 2], Init::Zeros, 1, 1).unwrap();
-    a.node().set_values(&[1.0, 2.0]).unwrap();
-    w.node().set_values(&[3.0, 4.0, 5.0, 6.0]).unwrap();
+    a.node().host().set_values(&[1.0, 2.0]).unwrap();
+    w.node().host().set_values(&[3.0, 4.0, 5.0, 6.0]).unwrap();
     checkpoint::save(&[a.clone(), w.clone()], &path).unwrap();
     // Load into parameters where `a` matches but `w` has another shape: nothing changes.
     let a2 = Tensor::param("a", &[2], Init::Zeros, 1, 0).unwrap();
@@ -19,7 +19,7 @@ fn item22_checkpoint_loading_is_all_or_nothing() {
     let err = checkpoint::load(&[a2.clone(), w2.clone()], &path).unwrap_err();
     assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
     assert_eq!(
-        a2.node().get_values().unwrap(),
+        a2.node().host().get_values().unwrap(),
         vec![0.0, 0.0],
         "a was overwritten"
     );
@@ -27,7 +27,10 @@ fn item22_checkpoint_loading_is_all_or_nothing() {
     let a3 = Tensor::param("a", &[2], Init::Zeros, 1, 0).unwrap();
     let w3 = Tensor::param("w", &[2, 2], Init::Zeros, 1, 1).unwrap();
     checkpoint::load(&[a3.clone(), w3.clone()], &path).unwrap();
-    assert_eq!(w3.node().get_values().unwrap(), vec![3.0, 4.0, 5.0, 6.0]);
+    assert_eq!(
+        w3.node().host().get_values().unwrap(),
+        vec![3.0, 4.0, 5.0, 6.0]
+    );
     // A huge sparse file with a bad header is refused after reading its header alone.
     let sparse = dir.path().join("sparse.safetensors");
     let f = std::fs::File::create(&sparse).unwrap();
@@ -55,9 +58,9 @@ fn item22_checkpoint_loading_is_all_or_nothing() {
     let bytes = std::fs::read(&path).unwrap();
     let cut = dir.path().join("cut.safetensors");
     std::fs::write(&cut, &bytes[..bytes.len() - 4]).unwrap();
-    let before = a3.node().get_values().unwrap();
+    let before = a3.node().host().get_values().unwrap();
     assert!(checkpoint::load(&[a3.clone(), w3.clone()], &cut).is_err());
-    assert_eq!(a3.node().get_values().unwrap(), before);
+    assert_eq!(a3.node().host().get_values().unwrap(), before);
 }
 
 /// Parameters of f16, bf16, f32 and f64 are saved in their own precision and load back bit for
@@ -83,7 +86,7 @@ fn checkpoints_keep_each_parameters_precision() {
                 )
                 .unwrap();
                 if init {
-                    t.node().set_values(&values).unwrap();
+                    t.node().host().set_values(&values).unwrap();
                 }
                 t
             })

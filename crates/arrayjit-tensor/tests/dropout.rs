@@ -40,7 +40,7 @@ fn the_gradient_flows_through_the_same_mask() {
     let x =
         Tensor::param_with_prec("x", Prec::F64, &[n], arrayjit_tensor::Init::Zeros, 0, 0).unwrap();
     let xs: Vec<f64> = (0..n).map(|i| 0.5 + i as f64 * 0.01).collect();
-    x.node().set_values(&xs).unwrap();
+    x.node().host().set_values(&xs).unwrap();
     let ws: Vec<f64> = (0..n).map(|i| (i % 7) as f64 - 3.0).collect();
     let w = Tensor::input(Prec::F64, &[n], "w", &ws).unwrap();
     let y = x.dropout(0.5, &rng).unwrap();

@@ -7,7 +7,7 @@ use arrayjit_tensor::{Init, Tensor, forward_program, grad_program};
 
 fn param(label: &str, dims: &[usize], values: &[f64]) -> Tensor {
     let t = Tensor::param_with_prec(label, Prec::F64, dims, Init::Zeros, 0, 0).unwrap();
-    t.node().set_values(values).unwrap();
+    t.node().host().set_values(values).unwrap();
     t
 }
 
@@ -40,17 +40,17 @@ fn check(name: &str, params: &[&Tensor], out: Result<Tensor>) {
     let fwd = forward_program(&[&loss]).lower(&[]).unwrap();
     for p in params {
         let analytic = env.values(p.grad().expect("gradient node")).unwrap();
-        let base = p.node().get_values().unwrap();
+        let base = p.node().host().get_values().unwrap();
         for i in 0..base.len() {
             let eps = 1e-6 * (1.0 + base[i].abs());
             let mut v = base.clone();
             v[i] = base[i] + eps;
-            p.node().set_values(&v).unwrap();
+            p.node().host().set_values(&v).unwrap();
             let up = run_scalar(&fwd, loss.node());
             v[i] = base[i] - eps;
-            p.node().set_values(&v).unwrap();
+            p.node().host().set_values(&v).unwrap();
             let down = run_scalar(&fwd, loss.node());
-            p.node().set_values(&base).unwrap();
+            p.node().host().set_values(&base).unwrap();
             let numeric = (up - down) / (2.0 * eps);
             assert!(
                 (numeric - analytic[i]).abs() <= 1e-5 * (1.0 + numeric.abs()),

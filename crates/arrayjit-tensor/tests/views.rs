@@ -9,6 +9,7 @@ fn iota(dims: &[usize]) -> Tensor {
     let n: usize = dims.iter().product();
     let t = Tensor::param_with_prec("x", Prec::F64, dims, Init::Zeros, 0, 0).unwrap();
     t.node()
+        .host()
         .set_values(&(0..n).map(|i| i as f64).collect::<Vec<_>>())
         .unwrap();
     t
@@ -75,8 +76,12 @@ fn splits_are_views_and_a_merge_is_one_copy() {
         &OptimizeSettings::default(),
     )
     .unwrap();
-    assert!(split.node().known_virtual(), "{}", opt.memory_report());
-    assert!(!e.node().known_virtual(), "{}", opt.memory_report());
+    assert!(
+        split.node().modes().known_virtual(),
+        "{}",
+        opt.memory_report()
+    );
+    assert!(!e.node().modes().known_virtual(), "{}", opt.memory_report());
     let got = values(&opt.code, y.node());
     let v = 0.5f32.exp() as f64;
     assert!(
@@ -97,7 +102,11 @@ fn splits_are_views_and_a_merge_is_one_copy() {
         &OptimizeSettings::default(),
     )
     .unwrap();
-    assert!(merged.node().known_virtual(), "{}", opt.memory_report());
+    assert!(
+        merged.node().modes().known_virtual(),
+        "{}",
+        opt.memory_report()
+    );
     let report = opt.memory_report();
     assert!(report.contains("merged"), "{report}");
     let statements = match &opt.code {
@@ -164,8 +173,16 @@ fn slices_and_transposes_are_views() {
         &OptimizeSettings::default(),
     )
     .unwrap();
-    assert!(window.node().known_virtual(), "{}", opt.memory_report());
-    assert!(transposed.node().known_virtual(), "{}", opt.memory_report());
+    assert!(
+        window.node().modes().known_virtual(),
+        "{}",
+        opt.memory_report()
+    );
+    assert!(
+        transposed.node().modes().known_virtual(),
+        "{}",
+        opt.memory_report()
+    );
     let v = (0.5f32.exp() as f64).powi(2);
     for t in [&y, &z] {
         let got = values(&opt.code, t.node());

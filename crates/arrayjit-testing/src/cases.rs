@@ -9,7 +9,7 @@ use super::case::{Case, case, output};
 
 fn input(prec: Prec, dims: &[usize], label: &str, values: &[f64]) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;
-    t.set_values(values)?;
+    t.host().set_values(values)?;
     Ok(t)
 }
 
@@ -269,7 +269,7 @@ fn padding_conv1d() -> Result<Case> {
         value: 0.0,
     };
     let x = Tnode::new_padded(Prec::F32, &[n], pad, &["x_padded"])?;
-    x.set_values(&spread(n, -1.0, 2.0))?;
+    x.host().set_values(&spread(n, -1.0, 2.0))?;
     let w = input(Prec::F32, &[3], "kernel", &[0.25, 0.5, -1.0])?;
     let y = output(Prec::F32, &[n], "conv")?;
     let (i, k) = (Symbol::fresh(), Symbol::fresh());

@@ -25,7 +25,7 @@ fn fractions(n: usize, seed: usize) -> Vec<f64> {
 fn input(prec: Prec, dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;
     let n = dims.iter().product();
-    t.set_values(&if prec == Prec::F64 {
+    t.host().set_values(&if prec == Prec::F64 {
         fractions(n, seed)
     } else {
         small_integers(n, seed)
@@ -132,16 +132,17 @@ fn max_min_with_nan() -> Result<Case> {
     let nan = f64::NAN;
     for prec in [Prec::F32, Prec::F64] {
         let x = Tnode::new(prec, &[6], &["x"])?;
-        x.set_values(&[nan, 1.0, f64::NEG_INFINITY, 2.0, nan, -0.5])?;
+        x.host()
+            .set_values(&[nan, 1.0, f64::NEG_INFINITY, 2.0, nan, -0.5])?;
         let y = Tnode::new(prec, &[6], &["y"])?;
-        y.set_values(&[3.0, nan, nan, -1.0, nan, -0.25])?;
+        y.host().set_values(&[3.0, nan, nan, -1.0, nan, -0.25])?;
         for op in [BinOp::Max, BinOp::Min] {
             let r = output(prec, &[6], "r")?;
             program = program.then(Assignments::pointwise_binop(&r, op, &x, &y));
             results.push(r);
         }
         let long = Tnode::new(prec, &[2, 300], &["long"])?;
-        long.set_values(
+        long.host().set_values(
             &(0..600)
                 .map(|i| {
                     if i % 7 == 3 {

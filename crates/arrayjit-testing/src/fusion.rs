@@ -15,7 +15,7 @@ use super::case::{Case, case, output};
 fn fractions(prec: Prec, dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;
     let n: usize = dims.iter().product();
-    t.set_values(
+    t.host().set_values(
         &(0..n)
             .map(|i| ((i * 37 + seed * 11) % 101) as f64 / 12.5 - 4.0)
             .collect::<Vec<_>>(),
@@ -107,7 +107,7 @@ fn cross_row_passes() -> Result<Case> {
     let n = 33;
     let x = fractions(Prec::F32, &[n, n], "x", 5)?;
     let two = Tnode::new(Prec::F32, &[n, n], &["two"])?;
-    two.set_values(&vec![2.0; n * n])?;
+    two.host().set_values(&vec![2.0; n * n])?;
     let a = output(Prec::F32, &[n, n], "a")?;
     let cols = output(Prec::F32, &[n], "column_sums")?;
     let t = output(Prec::F32, &[n, n], "transposed")?;
@@ -221,7 +221,7 @@ fn fused_row_sums_in_two_precisions() -> Result<Case> {
     let (rows, len) = (6, 300);
     let x = fractions(Prec::F32, &[rows, len], "x", 7)?;
     let counts = Tnode::new(Prec::I32, &[rows, len], &["counts"])?;
-    counts.set_values(
+    counts.host().set_values(
         &(0..rows * len)
             .map(|i| ((i * 29) % 23) as f64 - 11.0)
             .collect::<Vec<_>>(),

@@ -12,7 +12,7 @@ use super::case::{Case, case, output};
 fn values(prec: Prec, dims: &[usize], label: &str, f: impl Fn(usize) -> f64) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;
     let n: usize = dims.iter().product();
-    t.set_values(&(0..n).map(f).collect::<Vec<_>>())?;
+    t.host().set_values(&(0..n).map(f).collect::<Vec<_>>())?;
     Ok(t)
 }
 
@@ -91,7 +91,7 @@ fn batched_ids() -> Result<Case> {
     let ids = Tnode::new(Prec::F32, &[4], &["batch_ids"])?;
     let rows = Tnode::new(Prec::F32, &[4, 2], &["rows"])?;
     let total = output(Prec::F32, &[2], "total")?;
-    total.set_values(&[0.0, 0.0])?;
+    total.host().set_values(&[0.0, 0.0])?;
     let program = Assignments::Fetch {
         array: ids.clone(),
         op: FetchOp::Slice {

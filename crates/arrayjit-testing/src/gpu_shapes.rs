@@ -14,7 +14,7 @@ use super::case::{Case, case, output};
 fn values(dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
     let t = Tnode::new(Prec::F32, dims, &[label])?;
     let n: usize = dims.iter().product();
-    t.set_values(
+    t.host().set_values(
         &(0..n)
             .map(|i| ((i * 53 + seed * 17) % 211) as f64 / 50.0 - 2.0)
             .collect::<Vec<_>>(),
@@ -55,7 +55,7 @@ fn mean_with_an_inlined_sum() -> Result<Case> {
     let x = values(&[64, 130], "x", 2)?;
     let total = Tnode::new(Prec::F32, &[], &["total"])?;
     let scale = Tnode::new(Prec::F32, &[], &["scale"])?;
-    scale.set_values(&[1.0 / (64.0 * 130.0)])?;
+    scale.host().set_values(&[1.0 / (64.0 * 130.0)])?;
     let mean = output(Prec::F32, &[], "mean")?;
     let program = Assignments::einsum(
         "ij->",
@@ -86,8 +86,8 @@ fn two_inlined_sums() -> Result<Case> {
         Tnode::new(Prec::F32, &[], &["a"])?,
         Tnode::new(Prec::F32, &[], &["b"])?,
     );
-    a.set_values(&[0.25])?;
-    b.set_values(&[-1.5])?;
+    a.host().set_values(&[0.25])?;
+    b.host().set_values(&[-1.5])?;
     let (ax, by) = (
         Tnode::new(Prec::F32, &[], &["ax"])?,
         Tnode::new(Prec::F32, &[], &["by"])?,

@@ -105,7 +105,7 @@ pub fn check_case(case: &Case, backend: &Backend) -> Result<()> {
                 format!("{} was never computed", tn),
             )
         })?;
-        let got = tn.host_array()?;
+        let got = tn.host().array()?;
         if tn.prec().is_integer() {
             if want.as_bytes() != got.as_bytes() {
                 return Err(mismatch(

@@ -30,7 +30,7 @@ pub(crate) fn factor(
     let t = Tnode::new(prec, dims, &[label])?;
     let n: usize = dims.iter().product();
     let span = (2 * r + 1) as usize;
-    t.set_values(
+    t.host().set_values(
         &(0..n)
             .map(|i| (((i * 7 + seed * 13 + i / 5) % span) as i64 - r) as f64 * step)
             .collect::<Vec<_>>(),

@@ -35,9 +35,10 @@ fn random_draws() -> Result<Case> {
     let dims = [4, 300];
     let n: usize = dims.iter().product();
     let step = output(Prec::U32, &[], "step")?;
-    step.set_values(&[5.0])?;
+    step.host().set_values(&[5.0])?;
     let x = Tnode::new(Prec::F32, &dims, &["x"])?;
-    x.set_values(&(0..n).map(|i| (i % 17) as f64 - 8.0).collect::<Vec<_>>())?;
+    x.host()
+        .set_values(&(0..n).map(|i| (i % 17) as f64 - 8.0).collect::<Vec<_>>())?;
     let uniform_f32 = output(Prec::F32, &dims, "uniform_f32")?;
     let uniform_f16 = output(Prec::F16, &[9], "uniform_f16")?;
     let after = output(Prec::F32, &[2, 3], "uniform_after_advance")?;
@@ -103,7 +104,7 @@ fn random_draws() -> Result<Case> {
 /// backend has `f64`).
 fn random_f64() -> Result<Case> {
     let step = Tnode::new(Prec::U32, &[], &["step"])?;
-    step.set_values(&[u32::MAX as f64])?;
+    step.host().set_values(&[u32::MAX as f64])?;
     let uniform = output(Prec::F64, &[7, 3], "uniform_f64")?;
     Ok(case(
         "random_f64",

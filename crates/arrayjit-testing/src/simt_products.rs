@@ -58,7 +58,7 @@ fn batch_accumulating() -> Result<Case> {
     let a = factor(Prec::F32, &[3, 40, 20], "a", 27, 2, 0.5)?;
     let b = factor(Prec::F32, &[3, 20, 36], "b", 28, 2, 0.5)?;
     let c = output(Prec::F32, &[3, 40, 36], "c")?;
-    c.set_values(
+    c.host().set_values(
         &(0..3 * 40 * 36)
             .map(|i| ((i % 9) as f64 - 4.0) * 0.5)
             .collect::<Vec<_>>(),

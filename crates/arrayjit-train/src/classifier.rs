@@ -462,7 +462,7 @@ impl Classifier {
 
     /// One pass over the batches; returns the mean batch loss.
     pub fn epoch(&self, epoch: usize) -> Result<EpochStats> {
-        self.epoch_loss.node().set_values(&[0.0])?;
+        self.epoch_loss.node().host().set_values(&[0.0])?;
         match &self.engine {
             Engine::Single(step) => {
                 for b in 0..self.batches {

@@ -55,7 +55,11 @@ pub fn run(backend: Option<&str>) -> Result<(f64, f64, f64)> {
             let stream = backend.get_device(0)?.new_stream()?;
             let routine = arrayjit_runtime::Context::new(&stream).link(&code)?;
             routine.run()?;
-            Ok((g.values()?[0], ga.get_values()?[0], gb.get_values()?[0]))
+            Ok((
+                g.values()?[0],
+                ga.host().get_values()?[0],
+                gb.host().get_values()?[0],
+            ))
         }
     }
 }

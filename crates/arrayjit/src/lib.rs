@@ -44,7 +44,7 @@
 //! let routine = Context::new(&stream).link(&code)?;
 //! routine.run()?;
 //! assert_eq!(loss.values()?, vec![1.0]);                 // (0.5 + 1 - 0.5)² = 1
-//! assert_eq!(grad.get_values()?, vec![2.0, 4.0, -2.0]);  // 2 · 1 · x
+//! assert_eq!(grad.host().get_values()?, vec![2.0, 4.0, -2.0]);  // 2 · 1 · x
 //! # Ok(()) }
 //! ```
 //!
@@ -88,7 +88,7 @@
 //! use arrayjit::prelude::*;
 //! # fn main() -> arrayjit::Result<()> {
 //! let x = Tnode::new(Prec::F32, &[4], &["x"])?;
-//! x.set_values(&[1.0, -2.0, 3.0, -4.0])?;                 // a hosted input
+//! x.host().set_values(&[1.0, -2.0, 3.0, -4.0])?;                 // a hosted input
 //! let y = Tnode::new(Prec::F32, &[4], &["y"])?;
 //! y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "result")?;
 //! let backend = arrayjit::backend("multicore_cc")?;      // one worker thread per stream
@@ -97,15 +97,15 @@
 //! let (s1, s2) = (device.new_stream()?, device.new_stream()?);
 //! let r1 = Context::new(&s1).link(&code)?;
 //! r1.run()?;                                             // queued on s1
-//! x.set_value(&[1], 5.0)?;                               // waits for r1's read of x
+//! x.host().set_value(&[1], 5.0)?;                               // waits for r1's read of x
 //! r1.run()?;                                             // uploads x[1] only, then runs
-//! assert_eq!(y.get_values()?, vec![1.0, 5.0, 3.0, 0.0]); // waits for s1, copies y back
+//! assert_eq!(y.host().get_values()?, vec![1.0, 5.0, 3.0, 0.0]); // waits for s1, copies y back
 //! // Another stream's context takes y from s1's context, after s1's write of it.
 //! let ctx2 = Context::new(&s2).init_from_host(&x)?;
 //! let r2 = ctx2.link(&code)?;
 //! r2.context().device_to_device(&y, MergeBufferUse::No, r1.context())?;
 //! r1.context().to_host_range(&y, 1..2)?;                 // part of an array
-//! assert_eq!(y.get_value(&[1])?, 5.0);
+//! assert_eq!(y.host().get_value(&[1])?, 5.0);
 //! println!("relu ran {} times", r1.stats().runs);
 //! # Ok(()) }
 //! ```

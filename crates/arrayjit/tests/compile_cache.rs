@@ -26,14 +26,14 @@ fn config_in(dir: &Path) -> CcConfig {
 /// Compiles and runs `y = op(x)` for x = [0, 1, 2, 3]; returns y.
 fn run_unop(b: &Backend, name: &str, op: UnOp) -> Result<Vec<f64>, Error> {
     let x = Tnode::new(Prec::F32, &[4], &["x"])?;
-    x.set_values(&[0.0, 1.0, 2.0, 3.0])?;
+    x.host().set_values(&[0.0, 1.0, 2.0, 3.0])?;
     let y = Tnode::new(Prec::F32, &[4], &["y"])?;
     y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")?;
     let code = b.compile(name, &Assignments::pointwise_unop(&y, op, &x), &[])?;
     let stream = b.get_device(0)?.new_stream()?;
     let r = Context::new(&stream).link(&code)?;
     r.run()?;
-    y.get_values()
+    y.host().get_values()
 }
 
 fn libraries(cache: &Path) -> Vec<PathBuf> {
@@ -261,7 +261,7 @@ fn item17_unusable_folders_fall_back_and_failed_builds_are_cleaned_up() {
 fn item18_kernel_symbols_are_unique_by_construction() {
     let b = arrayjit::backend("sync_cc").unwrap();
     let x = Tnode::new(Prec::F32, &[2], &["x"]).unwrap();
-    x.set_values(&[1.0, -2.0]).unwrap();
+    x.host().set_values(&[1.0, -2.0]).unwrap();
     let outs: Vec<Tnode> = (0..4)
         .map(|i| {
             let y = Tnode::new(Prec::F32, &[2], &[&format!("y{i}")]).unwrap();
@@ -288,7 +288,7 @@ fn item18_kernel_symbols_are_unique_by_construction() {
     }
     let want = [[-1.0, 2.0], [1.0, 2.0], [1.0, 0.0], [1.0, -2.0]];
     for (y, w) in outs.iter().zip(want) {
-        assert_eq!(y.get_values().unwrap(), w);
+        assert_eq!(y.host().get_values().unwrap(), w);
     }
 }
 

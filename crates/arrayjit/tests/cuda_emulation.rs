@@ -26,9 +26,9 @@ fn the_128_tiles_compute_the_product() {
     let a_vals: Vec<f64> = (0..m * k).map(|p| ((p * 7) % 13) as f64 - 6.0).collect();
     let b_vals: Vec<f64> = (0..k * n).map(|p| ((p * 5) % 11) as f64 - 5.0).collect();
     let a = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
-    a.set_values(&a_vals).unwrap();
+    a.host().set_values(&a_vals).unwrap();
     let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
-    b.set_values(&b_vals).unwrap();
+    b.host().set_values(&b_vals).unwrap();
     let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
     c.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
         .unwrap();
@@ -53,7 +53,7 @@ fn the_128_tiles_compute_the_product() {
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     routine.run().unwrap();
-    let got = c.get_values().unwrap();
+    let got = c.host().get_values().unwrap();
     // Small integers: every partial sum is exact in f32, whatever the order.
     for i in (0..m).step_by(97) {
         for j in 0..n {

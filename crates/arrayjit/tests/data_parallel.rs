@@ -39,7 +39,7 @@ fn node(dims: &[usize], label: &str) -> Tnode {
 
 fn hosted(dims: &[usize], label: &str, values: &[f64]) -> Tnode {
     let t = node(dims, label);
-    t.set_values(values).unwrap();
+    t.host().set_values(values).unwrap();
     t
 }
 
@@ -173,8 +173,8 @@ fn single_device(steps: usize) -> Vec<f64> {
         rg.run().unwrap();
         ru.run().unwrap();
     }
-    let mut w = w1.get_values().unwrap();
-    w.extend(w2.get_values().unwrap());
+    let mut w = w1.host().get_values().unwrap();
+    w.extend(w2.host().get_values().unwrap());
     w
 }
 
@@ -257,8 +257,8 @@ fn data_parallel(
     }
     dp.await_all().unwrap();
     let device_bytes = (0..2).map(|d| b.get_device(d).unwrap().used_memory()).sum();
-    let mut params = w1.get_values().unwrap();
-    params.extend(w2.get_values().unwrap());
+    let mut params = w1.host().get_values().unwrap();
+    params.extend(w2.host().get_values().unwrap());
     let plan = &grad.optimized().scratch;
     println!("{plan}");
     Report {

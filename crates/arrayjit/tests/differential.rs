@@ -47,7 +47,10 @@ fn corpus_agrees_with_the_interpreter_on_every_available_backend() {
 fn matmul_256_matches_interpreter_and_hand_computed_reference() {
     let n = 256;
     let (case, a, b, c) = matmul(n).unwrap();
-    let (av, bv) = (a.get_values().unwrap(), b.get_values().unwrap());
+    let (av, bv) = (
+        a.host().get_values().unwrap(),
+        b.host().get_values().unwrap(),
+    );
     let mut expected = vec![0.0f64; n * n];
     for i in 0..n {
         for k in 0..n {
@@ -61,14 +64,14 @@ fn matmul_256_matches_interpreter_and_hand_computed_reference() {
     // Against the interpreter (exact here: integer-valued f32 products and sums).
     check_case(&case, &backend).unwrap();
     // Against the hand-computed reference.
-    assert_eq!(c.get_values().unwrap(), expected);
+    assert_eq!(c.host().get_values().unwrap(), expected);
     // And once more from a fresh context, to see the linked routine is reusable.
     let code = backend.compile("matmul_again", &case.program, &[]).unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     routine.run().unwrap();
     routine.context().to_host(&c).unwrap();
-    assert_eq!(c.get_values().unwrap(), expected);
+    assert_eq!(c.host().get_values().unwrap(), expected);
 }
 
 /// The large contraction cases really run as blocked products on the CPU backends (so the

@@ -11,7 +11,8 @@ use arrayjit::runtime::Backend;
 fn hosted_input(dims: &[usize], label: &str) -> Tnode {
     let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
     let n: usize = dims.iter().product();
-    t.set_values(&(0..n).map(|i| i as f64).collect::<Vec<_>>())
+    t.host()
+        .set_values(&(0..n).map(|i| i as f64).collect::<Vec<_>>())
         .unwrap();
     t
 }
@@ -81,7 +82,7 @@ fn memory_mode_contradiction_is_reported_with_both_reasons() {
     let t = Tnode::new(Prec::F32, &[3], &["t"]).unwrap();
     t.update_memory_mode(MemoryMode::Virtual, "user: fuse it")
         .unwrap();
-    let err = t.set_values(&[1.0, 2.0, 3.0]).unwrap_err();
+    let err = t.host().set_values(&[1.0, 2.0, 3.0]).unwrap_err();
     let msg = err.to_string();
     let Error::MemoryModeConflict(conflict) = &err else {
         panic!("expected a mode conflict, got {err}")
@@ -100,8 +101,8 @@ fn memory_mode_contradiction_is_reported_with_both_reasons() {
         "{msg}"
     );
     // Nothing changed.
-    assert!(t.known_virtual());
-    assert!(!t.has_host_array());
+    assert!(t.modes().known_virtual());
+    assert!(!t.host().exists());
 }
 
 #[test]
@@ -142,21 +143,21 @@ fn linking_code_that_needs_a_node_the_context_lacks() {
     r1.run().unwrap();
     r2.run().unwrap();
     r2.context().to_host(&y).unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![0.0, 0.0, 0.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![0.0, 0.0, 0.0]);
     assert!(r2.context().parent().is_some());
 }
 
 #[test]
 fn wrong_size_host_arrays_are_rejected() {
     let t = Tnode::new(Prec::F32, &[2, 3], &["t"]).unwrap();
-    let err = t.set_values(&[1.0; 5]).unwrap_err();
+    let err = t.host().set_values(&[1.0; 5]).unwrap_err();
     assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
     assert!(
         err.to_string().contains('6') && err.to_string().contains('5'),
         "{err}"
     );
     assert!(matches!(
-        t.set_value(&[2, 0], 1.0),
+        t.host().set_value(&[2, 0], 1.0),
         Err(Error::IndexOutOfBounds { .. })
     ));
     assert!(matches!(
@@ -227,7 +228,7 @@ fn static_indices_are_checked() {
     routine.set_static(&batch, 3).unwrap();
     routine.run().unwrap();
     routine.context().to_host(&row).unwrap();
-    assert_eq!(row.get_values().unwrap(), vec![6.0, 7.0]);
+    assert_eq!(row.host().get_values().unwrap(), vec![6.0, 7.0]);
 }
 
 fn cc_backend(config: CcConfig) -> Backend {
@@ -303,7 +304,7 @@ fn cache_hits_skip_the_compiler_and_build_files_are_kept() {
         let r = Context::new(&stream).link(&code).unwrap();
         r.run().unwrap();
         r.context().to_host(&y).unwrap();
-        y.get_values().unwrap()
+        y.host().get_values().unwrap()
     };
     let before = arrayjit::backends::cc::compile_stats();
     let first = run();
@@ -334,7 +335,7 @@ fn labels_with_c_metacharacters_compile_and_run() {
         &["x\"); exit(1); //", "*/ #define float int"],
     )
     .unwrap();
-    x.set_values(&[1.0, -2.0, 3.0]).unwrap();
+    x.host().set_values(&[1.0, -2.0, 3.0]).unwrap();
     let y = Tnode::new(Prec::F32, &[3], &["y\n#error boom"]).unwrap();
     y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")
         .unwrap();
@@ -352,7 +353,7 @@ fn labels_with_c_metacharacters_compile_and_run() {
     let r = Context::new(&stream).link(&code).unwrap();
     r.run().unwrap();
     r.context().to_host(&y).unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-1.0, 2.0, -3.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-1.0, 2.0, -3.0]);
 }
 
 #[test]
@@ -387,7 +388,7 @@ fn merge_buffer_reads_need_a_copy_first() {
         .unwrap();
     dst.run().unwrap();
     dst.context().to_host(&total).unwrap();
-    assert_eq!(total.get_values().unwrap(), vec![0.0, 2.0, 4.0]);
+    assert_eq!(total.host().get_values().unwrap(), vec![0.0, 2.0, 4.0]);
 }
 
 #[test]
@@ -436,8 +437,14 @@ fn compile_batch_puts_routines_in_one_library() {
     r2.run().unwrap();
     r2.context().to_host(&double).unwrap();
     r2.context().to_host(&square).unwrap();
-    assert_eq!(double.get_values().unwrap(), vec![0.0, 2.0, 4.0, 6.0]);
-    assert_eq!(square.get_values().unwrap(), vec![0.0, 1.0, 4.0, 9.0]);
+    assert_eq!(
+        double.host().get_values().unwrap(),
+        vec![0.0, 2.0, 4.0, 6.0]
+    );
+    assert_eq!(
+        square.host().get_values().unwrap(),
+        vec![0.0, 1.0, 4.0, 9.0]
+    );
 }
 
 #[test]
@@ -450,11 +457,11 @@ fn host_writes_reach_the_device_with_from_host() {
         .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let r = Context::new(&stream).link(&code).unwrap();
-    x.set_values(&[5.0, 6.0, 7.0]).unwrap();
+    x.host().set_values(&[5.0, 6.0, 7.0]).unwrap();
     r.context().from_host(&x).unwrap();
     r.run().unwrap();
     r.context().to_host(&y).unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-5.0, -6.0, -7.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-5.0, -6.0, -7.0]);
     // A node the context does not hold cannot be transferred.
     let other = hosted_input(&[3], "other");
     assert!(matches!(
@@ -507,7 +514,7 @@ fn an_unusable_cache_folder_means_compiling_without_the_cache() {
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let r = Context::new(&stream).link(&code).unwrap();
     r.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![0.0, -1.0, -2.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![0.0, -1.0, -2.0]);
 }
 
 /// A shape mismatch carries the shapes that disagree as data (in the order its message names

@@ -179,8 +179,8 @@ fn item09_results_of_failed_work_are_errors_until_recomputed() {
         .unwrap();
     let r = Context::new(&s).link(&code).unwrap();
     r.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0]);
-    x.set_values(&[-5.0, 6.0, -7.0]).unwrap();
+    assert_eq!(y.host().get_values().unwrap(), vec![1.0, 0.0, 3.0]);
+    x.host().set_values(&[-5.0, 6.0, -7.0]).unwrap();
     let (release, gate) = channel::<()>();
     s.schedule_task(move || {
         gate.recv().ok();
@@ -193,12 +193,12 @@ fn item09_results_of_failed_work_are_errors_until_recomputed() {
     // The failure was reported, but y was never recomputed: reading it is an error, every
     // time, rather than the stale [1, 0, 3].
     for _ in 0..2 {
-        let err = y.get_values().unwrap_err();
+        let err = y.host().get_values().unwrap_err();
         assert!(err.to_string().contains("upstream broke"), "{err}");
     }
     // Recomputing it makes it readable again.
     r.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![0.0, 6.0, 0.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![0.0, 6.0, 0.0]);
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn item10_a_writer_waits_for_pending_readers_on_other_streams() {
     })
     .unwrap();
     reader.run().unwrap();
-    x.set_values(&[10.0, 20.0, 30.0, 40.0]).unwrap();
+    x.host().set_values(&[10.0, 20.0, 30.0, 40.0]).unwrap();
     writer.run().unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(
@@ -250,7 +250,10 @@ fn item10_a_writer_waits_for_pending_readers_on_other_streams() {
     release.send(()).unwrap();
     sb.await_work().unwrap();
     sa.await_work().unwrap();
-    assert_eq!(out.get_values().unwrap(), vec![-1.0, -2.0, -3.0, -4.0]);
+    assert_eq!(
+        out.host().get_values().unwrap(),
+        vec![-1.0, -2.0, -3.0, -4.0]
+    );
 }
 
 #[test]
@@ -266,12 +269,12 @@ fn item11_to_host_reads_the_copy_asked_for() {
     let ra = Context::new(&sa).link(&code).unwrap();
     let rb = Context::new(&sb).link(&code).unwrap();
     ra.run().unwrap();
-    x.set_values(&[5.0, 6.0]).unwrap();
+    x.host().set_values(&[5.0, 6.0]).unwrap();
     rb.run().unwrap();
     ra.context().to_host(&y).unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-1.0, -2.0]);
     rb.context().to_host(&y).unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-5.0, -6.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-5.0, -6.0]);
 }
 
 #[test]

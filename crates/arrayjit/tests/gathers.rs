@@ -10,12 +10,15 @@ use arrayjit::runtime::Context;
 fn program() -> (Assignments, Tnode) {
     let table = Tnode::new(Prec::F32, &[4, 2], &["table"]).unwrap();
     table
+        .host()
         .set_values(&[10.0, 11.0, 20.0, 21.0, 30.0, 31.0, 40.0, 41.0])
         .unwrap();
     let raw = Tnode::new(Prec::F32, &[5], &["raw"]).unwrap();
-    raw.set_values(&[-1.0, 4.0, f64::NAN, 3e9, 1.0]).unwrap();
+    raw.host()
+        .set_values(&[-1.0, 4.0, f64::NAN, 3e9, 1.0])
+        .unwrap();
     let zero = Tnode::new(Prec::F32, &[5], &["zero"]).unwrap();
-    zero.set_values(&[0.0; 5]).unwrap();
+    zero.host().set_values(&[0.0; 5]).unwrap();
     let ids = Tnode::new(Prec::F32, &[5], &["ids"]).unwrap();
     let out = Tnode::new(Prec::F32, &[5, 2], &["out"]).unwrap();
     out.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")
@@ -52,7 +55,7 @@ fn compiled_backends_read_nan_for_out_of_range_ids() {
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();
         routine.context().to_host(&out).unwrap();
-        let got = out.get_values().unwrap();
+        let got = out.host().get_values().unwrap();
         let name = backend.name();
         assert!(
             got[..8].iter().all(|v| v.is_nan()),

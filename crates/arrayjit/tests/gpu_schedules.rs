@@ -464,6 +464,7 @@ fn joined_launches_compute_the_bits_of_passes_launched_alone() {
                 check_case(&case, &b).unwrap_or_else(|e| panic!("{}: {e}", b.name()));
                 for r in &case.results {
                     let bits = r
+                        .host()
                         .get_values()
                         .unwrap()
                         .iter()

@@ -86,9 +86,9 @@ proptest! {
         let config = RuntimeConfig { num_devices: Some(2), ..RuntimeConfig::default() };
         let b = backend_with_config("multicore_cc", &config).unwrap();
         let v = Tnode::new(Prec::F64, &[2], &["v"]).unwrap();
-        v.set_values(&[0.0, 0.0]).unwrap();
+        v.host().set_values(&[0.0, 0.0]).unwrap();
         let one = Tnode::new(Prec::F64, &[2], &["one"]).unwrap();
-        one.set_values(&[1.0, 1.0]).unwrap();
+        one.host().set_values(&[1.0, 1.0]).unwrap();
         one.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: constant").unwrap();
         let prog = Assignments::pointwise_binop(&v, BinOp::Add, &v, &v)
             .then(Assignments::pointwise_binop(&v, BinOp::Add, &v, &one));
@@ -111,11 +111,11 @@ proptest! {
                 Op::Run(i) => routines[i].run().unwrap(),
                 Op::ToHost(i) => routines[i].context().to_host(&v).unwrap(),
                 Op::HostRead => {
-                    let got = v.get_values().unwrap();
+                    let got = v.host().get_values().unwrap();
                     let want = expected.unwrap();
                     prop_assert_eq!(got, vec![want, want], "after {:?}", ops);
                 }
-                Op::HostWrite(x) => v.set_values(&[f64::from(x); 2]).unwrap(),
+                Op::HostWrite(x) => v.host().set_values(&[f64::from(x); 2]).unwrap(),
             }
         }
     }

@@ -23,7 +23,8 @@ fn symmetric_bit_patterns(top: f32) -> Vec<f32> {
 /// routine `routine` (not libm's).
 fn run_f32_unop(name: &str, op: UnOp, routine: &str, xs: &[f32]) -> Vec<f64> {
     let x = Tnode::new(Prec::F32, &[xs.len()], &["x"]).unwrap();
-    x.set_values(&xs.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())
+    x.host()
+        .set_values(&xs.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())
         .unwrap();
     let y = Tnode::new(Prec::F32, &[xs.len()], &["y"]).unwrap();
     y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
@@ -38,7 +39,7 @@ fn run_f32_unop(name: &str, op: UnOp, routine: &str, xs: &[f32]) -> Vec<f64> {
     );
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     Context::new(&stream).link(&code).unwrap().run().unwrap();
-    y.get_values().unwrap()
+    y.host().get_values().unwrap()
 }
 
 /// Inputs: evenly spaced bit patterns over [-105, 105] (so every binade, subnormal results and

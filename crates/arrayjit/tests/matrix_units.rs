@@ -56,8 +56,8 @@ fn tuned(b: &Backend, tile: Option<usize>, allow_tf32: bool) -> OptimizeSettings
 fn f32_product(m: usize, k: usize, n: usize, a: &[f64], b: &[f64]) -> (Case, Tnode) {
     let at = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
     let bt = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
-    at.set_values(a).unwrap();
-    bt.set_values(b).unwrap();
+    at.host().set_values(a).unwrap();
+    bt.host().set_values(b).unwrap();
     let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
     c.update_memory_mode(
         arrayjit::ir::MemoryMode::Hosted(arrayjit::ir::MemoryType::Nonconstant),
@@ -201,7 +201,7 @@ fn tf32_runs_only_where_allowed_and_rounds_as_tf32() {
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();
         routine.context().to_host(&c).unwrap();
-        c.host_array().unwrap().to_vec_f64().unwrap()[0]
+        c.host().array().unwrap().to_vec_f64().unwrap()[0]
     };
     assert_eq!(sum_of(false), 16.0 * (x as f32) as f64);
     assert_eq!(sum_of(true), 16.0);

@@ -184,7 +184,7 @@ fn routines_count_their_runs_and_time() {
 /// Runs timed by the device report the kernel's time there, once the host waits for it.
 fn routine_device_time_on(backend: &Backend) {
     let x = Tnode::new(Prec::F32, &[1 << 16], &["x"]).unwrap();
-    x.set_values_with(|i| i as f64).unwrap();
+    x.host().set_values_with(|i| i as f64).unwrap();
     let y = Tnode::new(Prec::F32, &[1 << 16], &["y"]).unwrap();
     y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "read")
         .unwrap();
@@ -203,7 +203,7 @@ fn routine_device_time_on(backend: &Backend) {
         routine.run().unwrap();
     }
     // Reading the result waits for the queue, which delivers the timestamps.
-    assert_eq!(y.get_values().unwrap()[3], 3.0);
+    assert_eq!(y.host().get_values().unwrap()[3], 3.0);
     let wall = started.elapsed();
     arrayjit::runtime::set_run_timing(false);
     let stats = routine.stats();
@@ -223,7 +223,7 @@ fn routine_device_time_on(backend: &Backend) {
 fn routine_stats_on(name: &str) {
     let backend = arrayjit::backend(name).unwrap();
     let x = Tnode::new(Prec::F32, &[4], &["x"]).unwrap();
-    x.set_values(&[1.0, -1.0, 2.0, -2.0]).unwrap();
+    x.host().set_values(&[1.0, -1.0, 2.0, -2.0]).unwrap();
     let y = Tnode::new(Prec::F32, &[4], &["y"]).unwrap();
     let code = backend
         .compile(

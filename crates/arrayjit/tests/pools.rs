@@ -7,7 +7,7 @@ use arrayjit_testing::{check_case, scratch_locals};
 
 fn hosted(dims: &[usize], label: &str, values: &[f64]) -> Tnode {
     let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
-    t.set_values(values).unwrap();
+    t.host().set_values(values).unwrap();
     t
 }
 
@@ -132,7 +132,7 @@ fn link_time_plans_are_deterministic_and_printable() {
         let stream = b.get_device(0).unwrap().new_stream().unwrap();
         let r = Context::new(&stream).link(&code).unwrap();
         r.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![5.0; 3]);
+        assert_eq!(y.host().get_values().unwrap(), vec![5.0; 3]);
         r.context().memory_plan().unwrap().to_string()
     };
     let (a, b) = (plan_text(), plan_text());
@@ -155,7 +155,7 @@ fn finalize_returns_a_contexts_memory() {
     let stream = dev.new_stream().unwrap();
     let r = Context::new(&stream).link(&code).unwrap();
     r.run().unwrap();
-    assert_eq!(y.get_values().unwrap()[999], -1.0);
+    assert_eq!(y.host().get_values().unwrap()[999], -1.0);
     let plan_bytes = r.context().memory_plan().unwrap().total_bytes();
     assert_eq!(dev.used_memory(), before + plan_bytes);
     r.context().finalize().unwrap();
@@ -201,7 +201,7 @@ fn constants_are_shared_per_device_and_never_written() {
     );
     r1.run().unwrap();
     r2.run().unwrap();
-    assert_eq!(y.get_values().unwrap()[0], 6.0);
+    assert_eq!(y.host().get_values().unwrap()[0], 6.0);
     let write = b
         .compile(
             "overwrite",

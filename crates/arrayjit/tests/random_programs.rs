@@ -63,7 +63,7 @@ fn build(prec: Prec, n: usize, steps: &[Step], seed: u64) -> Case {
             .map(|v| if prec.is_integer() { v.round() } else { v })
             .map(|v| if prec == Prec::U8 { v.abs() } else { v })
             .collect();
-        t.set_values(&vals).unwrap();
+        t.host().set_values(&vals).unwrap();
         t
     };
     let mut nodes = vec![input("in0", 1), input("in1", 3)];

@@ -4,6 +4,7 @@
 
 #![allow(non_snake_case)] // `<document>__<item>`: the double underscore separates the two.
 
+use arrayjit::ir::tnode;
 use arrayjit::prelude::*;
 use arrayjit::runtime::ChildMergeNode;
 
@@ -51,7 +52,11 @@ fn tnode__memory_type_nonconstant_refines_to_changed_on_devices_when_written() {
         assert_eq!(mode(&x), MemoryMode::Hosted(MemoryType::Nonconstant));
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         Context::new(&stream).link(&code).unwrap().run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![1.0, 0.0, 3.0],
+            "{name}"
+        );
         // Asking for the abstract type again is already satisfied.
         y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: again")
             .unwrap();
@@ -87,11 +92,19 @@ fn tnode__memory_type_volatile_changes_only_from_the_host() {
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let routine = Context::new(&stream).link(&read).unwrap();
         routine.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
-        x.set_values(&[-1.0, 5.0, 0.5]).unwrap();
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![1.0, 0.0, 3.0],
+            "{name}"
+        );
+        x.host().set_values(&[-1.0, 5.0, 0.5]).unwrap();
         routine.context().from_host(&x).unwrap();
         routine.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![0.0, 5.0, 0.5], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![0.0, 5.0, 0.5],
+            "{name}"
+        );
         // A routine writing it.
         let z = input("z", &[1.0, 1.0, 1.0]);
         let write = backend
@@ -108,7 +121,11 @@ fn tnode__memory_type_volatile_changes_only_from_the_host() {
         );
         // Nothing changed: the first routine still runs.
         routine.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![0.0, 5.0, 0.5], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![0.0, 5.0, 0.5],
+            "{name}"
+        );
     }
 }
 
@@ -149,8 +166,8 @@ fn tnode__hosted_constant_host_writes_end_at_initialization() {
         let c = input("c", &[1.0, 2.0]);
         c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
             .unwrap();
-        c.set_values(&[3.0, 4.0]).unwrap();
-        c.set_value(&[0], 5.0).unwrap();
+        c.host().set_values(&[3.0, 4.0]).unwrap();
+        c.host().set_value(&[0], 5.0).unwrap();
         let y = result("y", 2);
         let code = backend
             .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &c), &[])
@@ -158,11 +175,11 @@ fn tnode__hosted_constant_host_writes_end_at_initialization() {
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let ctx = Context::new(&stream).link(&code).unwrap();
         ctx.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![-5.0, -4.0], "{name}");
+        assert_eq!(y.host().get_values().unwrap(), vec![-5.0, -4.0], "{name}");
         for e in [
-            c.set_values(&[7.0, 8.0]).unwrap_err(),
-            c.set_value(&[1], 7.0).unwrap_err(),
-            c.set_values_with(|_| 7.0).unwrap_err(),
+            c.host().set_values(&[7.0, 8.0]).unwrap_err(),
+            c.host().set_value(&[1], 7.0).unwrap_err(),
+            c.host().set_values_with(|_| 7.0).unwrap_err(),
         ] {
             let text = e.to_string();
             assert!(
@@ -172,9 +189,9 @@ fn tnode__hosted_constant_host_writes_end_at_initialization() {
             );
             assert!(text.contains("set_value"), "{text}");
         }
-        assert_eq!(c.get_values().unwrap(), vec![5.0, 4.0], "{name}");
+        assert_eq!(c.host().get_values().unwrap(), vec![5.0, 4.0], "{name}");
         ctx.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![-5.0, -4.0], "{name}");
+        assert_eq!(y.host().get_values().unwrap(), vec![-5.0, -4.0], "{name}");
     }
 }
 
@@ -190,7 +207,7 @@ fn tnode__delayed_prec_and_update_prec() {
         x.update_prec(Prec::F16, "test: first thought").unwrap();
         x.update_prec(Prec::F64, "test: the model computes in f64")
             .unwrap();
-        x.set_values(&[1.5, -2.25, 3.0]).unwrap(); // first use: fixed
+        x.host().set_values(&[1.5, -2.25, 3.0]).unwrap(); // first use: fixed
         assert!(x.prec_is_fixed());
         assert_eq!(x.prec(), Prec::F64);
         assert_eq!(x.size_in_bytes(), 24);
@@ -216,7 +233,11 @@ fn tnode__delayed_prec_and_update_prec() {
         assert!(y.update_prec(Prec::F64, "test: after compiling").is_err());
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         Context::new(&stream).link(&code).unwrap().run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![-1.5, 2.25, -3.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![-1.5, 2.25, -3.0],
+            "{name}"
+        );
     }
     // `delayed_prec` as text: printed and read back (`sexp_of_delayed_prec`,
     // `delayed_prec_of_sexp`); anything else is a typed error listing the forms.
@@ -260,15 +281,19 @@ fn tnode__create_from_padded() {
         assert_eq!(x.dims(), &[3]);
         assert_eq!(x.padded_dims(), &[5]);
         assert_eq!(x.padding(), Some(&padding));
-        assert!(x.is_hosted());
-        assert_eq!(x.get_values().unwrap(), vec![1.0, 2.0, 3.0]);
+        assert!(x.modes().is_hosted());
+        assert_eq!(x.host().get_values().unwrap(), vec![1.0, 2.0, 3.0]);
         let y = result("y", 3);
         let code = backend
             .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         Context::new(&stream).link(&code).unwrap().run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0, -3.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![-1.0, -2.0, -3.0],
+            "{name}"
+        );
         // Margins that leave no element are refused.
         let small = Ndarray::from_f64(Prec::F32, &[2], &[0.0, 0.0]).unwrap();
         assert!(Tnode::from_padded_host_array(small, Some(padding.clone()), &["z"]).is_err());
@@ -296,12 +321,12 @@ fn tnode__create_with_reshape() {
             .unwrap();
             let code = backend.compile(label, &sum, &[]).unwrap();
             Context::new(&stream).link(&code).unwrap().run().unwrap();
-            r.get_values().unwrap()
+            r.host().get_values().unwrap()
         };
         let base = Ndarray::from_f64(Prec::F32, &[6], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
         let m = Tnode::from_reshaped_host_array(base, &[2, 3], None, &["m"]).unwrap();
         assert_eq!(m.dims(), &[2, 3]);
-        assert_eq!(m.get_value(&[1, 0]).unwrap(), 4.0);
+        assert_eq!(m.host().get_value(&[1, 0]).unwrap(), 4.0);
         assert_eq!(row_sums(m, "row_sums"), vec![6.0, 15.0], "{name}");
         let base = Ndarray::from_f64(Prec::F32, &[6], &[0.0; 6]).unwrap();
         let e = Tnode::from_reshaped_host_array(base, &[4, 2], None, &["bad"]).unwrap_err();
@@ -320,9 +345,13 @@ fn tnode__create_with_reshape() {
             .unwrap();
         assert_eq!(p.dims(), &[2, 3]);
         assert_eq!(p.padded_dims(), &[3, 4]);
-        assert_eq!(p.get_values().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(
+            p.host().get_values().unwrap(),
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
         let stored: Vec<f32> = p
-            .with_host(|nd| {
+            .host()
+            .with(|nd| {
                 nd.as_bytes()
                     .chunks(4)
                     .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
@@ -345,7 +374,7 @@ fn tnode__create_with_reshape() {
             value: 0.0,
         };
         let q = Tnode::from_reshaped_unpadded_host_array(base, &[2], one_axis, &["q"]).unwrap();
-        let bytes = q.with_host(|nd| nd.as_bytes()[8..16].to_vec()).unwrap();
+        let bytes = q.host().with(|nd| nd.as_bytes()[8..16].to_vec()).unwrap();
         assert_eq!(i64::from_ne_bytes(bytes.try_into().unwrap()), big);
         // A count that does not match the dims, or padding of the wrong rank: errors.
         let base = Ndarray::from_f64(Prec::F32, &[5], &[0.0; 5]).unwrap();
@@ -398,7 +427,7 @@ fn tnode__backend_info_update_code_name_and_log_debug_info() {
             "{name}"
         );
         assert!(debug.contains("host refresh is pending"), "{debug}");
-        assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0], "{name}");
+        assert_eq!(y.host().get_values().unwrap(), vec![-1.0, -2.0], "{name}");
         assert!(
             !arrayjit::runtime::node_sync(&y)
                 .unwrap()
@@ -453,26 +482,26 @@ fn tnode__print_accessible_headers() {
     let a = input("registry_probe_a", &[1.0]);
     let b = input("registry_probe_b", &[2.0]);
     let ours = |t: &Tnode| t.label().iter().any(|l| l.starts_with("registry_probe"));
-    let headers = Tnode::accessible_headers(ours);
+    let headers = tnode::accessible_headers(ours);
     assert_eq!(headers, vec![a.header(), b.header()]);
     drop(b);
-    assert_eq!(Tnode::accessible_headers(ours), vec![a.header()]);
+    assert_eq!(tnode::accessible_headers(ours), vec![a.header()]);
     let mut printed = Vec::new();
-    Tnode::write_accessible_headers(&mut printed, ours).unwrap();
+    tnode::write_accessible_headers(&mut printed, ours).unwrap();
     assert_eq!(
         String::from_utf8(printed).unwrap(),
         format!("{}\n", a.header())
     );
     let (logged, _) = capture_logs(tracing::Level::DEBUG, || {
-        Tnode::log_accessible_headers(ours, tracing::Level::DEBUG)
+        tnode::log_accessible_headers(ours, tracing::Level::DEBUG)
     });
     assert_eq!(logged.lines().count(), 1, "{logged}");
     assert!(logged.contains(&a.header()), "{logged}");
     let (quiet, _) = capture_logs(tracing::Level::INFO, || {
-        Tnode::log_accessible_headers(ours, tracing::Level::DEBUG)
+        tnode::log_accessible_headers(ours, tracing::Level::DEBUG)
     });
     assert!(quiet.is_empty(), "{quiet}");
-    Tnode::print_accessible_headers(ours);
+    tnode::print_accessible_headers(ours);
 }
 
 /// `ocannl-backend-intf-device.txt`, `optimize_ctx` / `empty_optimize_ctx` / `make_context
@@ -516,8 +545,16 @@ fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines()
         );
         let r2 = r1.context().link(&code2).unwrap();
         r2.run().unwrap();
-        assert_eq!(y1.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
-        assert_eq!(y2.get_values().unwrap(), vec![-1.0, 0.0, -3.0], "{name}");
+        assert_eq!(
+            y1.host().get_values().unwrap(),
+            vec![1.0, 0.0, 3.0],
+            "{name}"
+        );
+        assert_eq!(
+            y2.host().get_values().unwrap(),
+            vec![-1.0, 0.0, -3.0],
+            "{name}"
+        );
         // A context made with that optimize context knows it too.
         let other = Context::with_optimize_ctx(&stream, root.optimize_ctx().clone());
         assert!(other.compile("second_again", &second, &[]).is_ok());
@@ -547,27 +584,33 @@ fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines()
 fn tnode__known_queries_force_and_update_memory_sharing() {
     let node = |label: &str| Tnode::new(Prec::F32, &[2], &[label]).unwrap();
     let undecided = node("u");
-    assert!(undecided.potentially_cross_stream() && !undecided.known_non_cross_stream());
-    assert!(!undecided.known_constant() && !undecided.known_not_materialized());
+    assert!(
+        undecided.modes().potentially_cross_stream() && !undecided.modes().known_non_cross_stream()
+    );
+    assert!(!undecided.modes().known_constant() && !undecided.modes().known_not_materialized());
     // Forcing settles the most local mode: virtual.
-    assert!(undecided.is_virtual_force("test: force").unwrap());
-    assert!(undecided.known_not_materialized() && undecided.known_non_cross_stream());
+    assert!(undecided.modes().is_virtual_force("test: force").unwrap());
+    assert!(
+        undecided.modes().known_not_materialized() && undecided.modes().known_non_cross_stream()
+    );
     let m = node("m");
     m.update_memory_mode(MemoryMode::Materialized, "test: keep it")
         .unwrap();
-    assert!(m.is_materialized_force("test: force").unwrap());
+    assert!(m.modes().is_materialized_force("test: force").unwrap());
     assert_eq!(
         m.memory_mode().unwrap().mode,
         MemoryMode::OnDevice(Sharing::Unset)
     );
-    assert!(!m.is_hosted_force("test: force").unwrap());
-    assert!(m.potentially_cross_stream());
-    m.update_memory_sharing(Sharing::PerStream, "test: one per stream")
+    assert!(!m.modes().is_hosted_force("test: force").unwrap());
+    assert!(m.modes().potentially_cross_stream());
+    m.modes()
+        .update_sharing(Sharing::PerStream, "test: one per stream")
         .unwrap();
-    assert!(m.known_non_cross_stream());
+    assert!(m.modes().known_non_cross_stream());
     // Another sharing now contradicts it, naming both requests.
     let e = m
-        .update_memory_sharing(Sharing::SharedCrossStreams, "test: shared after all")
+        .modes()
+        .update_sharing(Sharing::SharedCrossStreams, "test: shared after all")
         .unwrap_err()
         .to_string();
     assert!(
@@ -578,22 +621,23 @@ fn tnode__known_queries_force_and_update_memory_sharing() {
     let h = node("h");
     h.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
         .unwrap();
-    h.update_memory_sharing(Sharing::SharedCrossStreams, "test: shared")
+    h.modes()
+        .update_sharing(Sharing::SharedCrossStreams, "test: shared")
         .unwrap();
     assert_eq!(
         h.memory_mode().unwrap().mode,
         MemoryMode::Hosted(MemoryType::ChangedOnDevices(Sharing::SharedCrossStreams))
     );
-    assert!(h.potentially_cross_stream());
+    assert!(h.modes().potentially_cross_stream());
     // Constant and volatile.
     let c = node("c");
     c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
         .unwrap();
-    assert!(c.known_constant() && c.potentially_cross_stream());
+    assert!(c.modes().known_constant() && c.modes().potentially_cross_stream());
     // Both keep their modes whatever sharing is asked (the reference "preserves the memory
     // mode"): devices never write them.
     for sharing in [Sharing::PerStream, Sharing::SharedCrossStreams] {
-        c.update_memory_sharing(sharing, "test: kept").unwrap();
+        c.modes().update_sharing(sharing, "test: kept").unwrap();
         assert_eq!(
             c.memory_mode().unwrap().mode,
             MemoryMode::Hosted(MemoryType::Constant)
@@ -603,9 +647,9 @@ fn tnode__known_queries_force_and_update_memory_sharing() {
     let v = node("v");
     v.update_memory_mode(MemoryMode::Hosted(MemoryType::Volatile), "test: fed")
         .unwrap();
-    assert!(v.known_volatile() && v.known_non_cross_stream());
+    assert!(v.modes().known_volatile() && v.modes().known_non_cross_stream());
     for sharing in [Sharing::PerStream, Sharing::SharedCrossStreams] {
-        v.update_memory_sharing(sharing, "test: kept").unwrap();
+        v.modes().update_sharing(sharing, "test: kept").unwrap();
         assert_eq!(
             v.memory_mode().unwrap().mode,
             MemoryMode::Hosted(MemoryType::Volatile)
@@ -616,7 +660,8 @@ fn tnode__known_queries_force_and_update_memory_sharing() {
     l.update_memory_mode(MemoryMode::Local, "test: scratch")
         .unwrap();
     assert!(
-        l.update_memory_sharing(Sharing::SharedCrossStreams, "test: no")
+        l.modes()
+            .update_sharing(Sharing::SharedCrossStreams, "test: no")
             .is_err()
     );
 }
@@ -682,15 +727,31 @@ fn tnode__sharing_inferred_across_streams() {
         );
         r1.run().unwrap();
         r2.run().unwrap();
-        assert_eq!(y1.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
-        assert_eq!(y2.get_values().unwrap(), vec![-1.0, 2.0, -3.0], "{name}");
+        assert_eq!(
+            y1.host().get_values().unwrap(),
+            vec![1.0, 0.0, 3.0],
+            "{name}"
+        );
+        assert_eq!(
+            y2.host().get_values().unwrap(),
+            vec![-1.0, 2.0, -3.0],
+            "{name}"
+        );
         // New host values reach both streams through the one array.
-        x.set_values(&[-1.0, 4.0, 0.0]).unwrap();
+        x.host().set_values(&[-1.0, 4.0, 0.0]).unwrap();
         r1.context().from_host(&x).unwrap();
         r1.run().unwrap();
         r2.run().unwrap();
-        assert_eq!(y1.get_values().unwrap(), vec![0.0, 4.0, 0.0], "{name}");
-        assert_eq!(y2.get_values().unwrap(), vec![1.0, -4.0, 0.0], "{name}");
+        assert_eq!(
+            y1.host().get_values().unwrap(),
+            vec![0.0, 4.0, 0.0],
+            "{name}"
+        );
+        assert_eq!(
+            y2.host().get_values().unwrap(),
+            vec![1.0, -4.0, 0.0],
+            "{name}"
+        );
         // Within one device, moving the shared node between the streams copies nothing: no
         // task (copy or wait) is scheduled on either stream.
         let before = (
@@ -719,7 +780,8 @@ fn tnode__sharing_inferred_across_streams() {
             "{name}"
         );
         let e = y1
-            .update_memory_sharing(Sharing::SharedCrossStreams, "test: share the result")
+            .modes()
+            .update_sharing(Sharing::SharedCrossStreams, "test: share the result")
             .unwrap_err()
             .to_string();
         assert!(
@@ -764,7 +826,11 @@ fn backend_intf_device__make_context_with_explicit_arrays() {
             )
             .unwrap();
         ctx.link(&code).unwrap().run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![1.0, 0.0, 3.0],
+            "{name}"
+        );
         // Refused: a hosted node, a buffer of the wrong size.
         let h = input("h", &[1.0, 2.0, 3.0]);
         let b = lowered.runtime().alloc_zeroed(0, 12).unwrap();
@@ -822,7 +888,7 @@ fn backend_any_common__initialize_is_process_wide() {
     writer.run().unwrap();
     let reader = Context::new(&db.new_stream().unwrap()).link(&read).unwrap();
     reader.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![1.0, 2.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![1.0, 2.0]);
     assert_eq!(
         writer.context().copy_id(&table).unwrap(),
         reader.context().copy_id(&table).unwrap()
@@ -905,9 +971,17 @@ fn backend_device_common__make_child_with_ctx_arrays() {
             )
             .unwrap();
         child.link(&code).unwrap().run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![0.0, 5.0, 0.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![0.0, 5.0, 0.0],
+            "{name}"
+        );
         parent.link(&code).unwrap().run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![1.0, 0.0, 3.0],
+            "{name}"
+        );
         let without = parent
             .make_child_with_arrays(vec![], None, ChildMergeNode::Inherit)
             .unwrap();
@@ -953,38 +1027,38 @@ fn tnode__points_1d_and_2d() {
     let values: Vec<f64> = (0..12).map(f64::from).collect();
     let t = input("pts", &values);
     let t3 = Tnode::new(Prec::F32, &[2, 3, 2], &["pts3"]).unwrap();
-    t3.set_values(&values).unwrap();
+    t3.host().set_values(&values).unwrap();
     // element (i, c, k) is 6i + 2c + k.
     assert_eq!(
-        t3.points_1d(Some(1), 2).unwrap(),
+        t3.host().points_1d(Some(1), 2).unwrap(),
         vec![4.0, 5.0, 10.0, 11.0]
     );
     assert_eq!(
-        t3.points_2d(Some(1), 0, 2).unwrap(),
+        t3.host().points_2d(Some(1), 0, 2).unwrap(),
         vec![(0.0, 4.0), (1.0, 5.0), (6.0, 10.0), (7.0, 11.0)]
     );
     // The default coordinate axis is the last.
     assert_eq!(
-        t3.points_2d(None, 1, 0).unwrap(),
+        t3.host().points_2d(None, 1, 0).unwrap(),
         (0..6)
             .map(|p| (2.0 * p as f64 + 1.0, 2.0 * p as f64))
             .collect::<Vec<_>>()
     );
-    assert_eq!(t.points_1d(None, 5).unwrap(), vec![5.0]);
+    assert_eq!(t.host().points_1d(None, 5).unwrap(), vec![5.0]);
     for e in [
-        t3.points_1d(Some(3), 0).unwrap_err(),
-        t3.points_1d(Some(1), 3).unwrap_err(),
-        t3.points_2d(None, 0, 2).unwrap_err(),
+        t3.host().points_1d(Some(3), 0).unwrap_err(),
+        t3.host().points_1d(Some(1), 3).unwrap_err(),
+        t3.host().points_2d(None, 0, 2).unwrap_err(),
     ] {
         assert!(matches!(e, arrayjit::Error::IndexOutOfBounds { .. }), "{e}");
     }
     let scalar = Tnode::new(Prec::F32, &[], &["s"]).unwrap();
-    scalar.set_values(&[1.0]).unwrap();
-    assert!(scalar.points_1d(None, 0).is_err());
+    scalar.host().set_values(&[1.0]).unwrap();
+    assert!(scalar.host().points_1d(None, 0).is_err());
     // A node without values: NotHosted, not a panic.
     let empty = Tnode::new(Prec::F32, &[2, 2], &["e"]).unwrap();
     assert!(matches!(
-        empty.points_1d(None, 0),
+        empty.host().points_1d(None, 0),
         Err(arrayjit::Error::NotHosted { .. })
     ));
 }
@@ -1014,7 +1088,7 @@ fn tnode__known_non_virtual_and_known_virtual() {
     ];
     for (mode, non_virtual, virtual_) in cases {
         let t = node(mode);
-        assert_eq!(t.known_non_virtual(), non_virtual, "{mode:?}");
-        assert_eq!(t.known_virtual(), virtual_, "{mode:?}");
+        assert_eq!(t.modes().known_non_virtual(), non_virtual, "{mode:?}");
+        assert_eq!(t.modes().known_virtual(), virtual_, "{mode:?}");
     }
 }

@@ -45,7 +45,7 @@ fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
         assert!(last.has(&a) && last.has(&y));
         routines[0].as_ref().unwrap().run().unwrap();
         routines[2].as_ref().unwrap().run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![0.0, 2.0], "{name}");
+        assert_eq!(y.host().get_values().unwrap(), vec![0.0, 2.0], "{name}");
         // A batch whose second link fails (it writes a hosted constant) frees what the first
         // link allocated.
         let c = input("c", &[0.0, 0.0]);
@@ -353,7 +353,7 @@ fn lowered_backend__use_host_memory() {
         let device = backend.get_device(0).unwrap();
         let stream = device.new_stream().unwrap();
         let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
-        x.set_values_with(|k| (k % 7) as f64).unwrap();
+        x.host().set_values_with(|k| (k % 7) as f64).unwrap();
         x.update_memory_mode(
             MemoryMode::Hosted(MemoryType::Volatile),
             "test: fed by the host",
@@ -381,8 +381,8 @@ fn lowered_backend__use_host_memory() {
         );
         routine.run().unwrap();
         // The host write waits for the run scheduled before it: y sees the old values.
-        x.set_values_with(|_| -1.0).unwrap();
-        let got = y.get_values().unwrap();
+        x.host().set_values_with(|_| -1.0).unwrap();
+        let got = y.host().get_values().unwrap();
         assert!(
             got.iter()
                 .enumerate()
@@ -391,7 +391,10 @@ fn lowered_backend__use_host_memory() {
         );
         // The next run sees the new values, with no from_host.
         routine.run().unwrap();
-        assert!(y.get_values().unwrap().iter().all(|&v| v == -2.0), "{name}");
+        assert!(
+            y.host().get_values().unwrap().iter().all(|&v| v == -2.0),
+            "{name}"
+        );
         // Between two streams, moving the node copies nothing (both use the host array).
         let other = Context::new(&device.new_stream().unwrap())
             .init_from_host(&x)
@@ -400,7 +403,7 @@ fn lowered_backend__use_host_memory() {
             .device_to_device(&x, MergeBufferUse::No, routine.context())
             .unwrap();
         routine.context().to_host(&x).unwrap();
-        assert_eq!(x.get_value(&[3]).unwrap(), -1.0);
+        assert_eq!(x.host().get_value(&[3]).unwrap(), -1.0);
     }
     // Off: x gets a device array of its own.
     let mut config = CcConfig::from_env().unwrap();
@@ -421,7 +424,7 @@ fn lowered_backend__use_host_memory() {
         .unwrap();
     assert!(device.used_memory() - before >= 16);
     r.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-1.0, -2.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-1.0, -2.0]);
 }
 
 /// `use_host_memory` with host writes made by a task of the reading stream itself: the write
@@ -445,11 +448,11 @@ fn lowered_backend__use_host_memory_host_write_inside_a_task() {
     routine.run().unwrap();
     let x2 = x.clone();
     stream
-        .schedule_task(move || x2.set_values(&[5.0, 6.0]))
+        .schedule_task(move || x2.host().set_values(&[5.0, 6.0]))
         .unwrap();
     routine.run().unwrap();
     stream.await_work().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-5.0, -6.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-5.0, -6.0]);
 }
 
 /// `use_host_memory` under load: two streams read one in-place host array while the host
@@ -461,7 +464,7 @@ fn lowered_backend__use_host_memory_under_concurrent_streams() {
     let device = backend.get_device(0).unwrap();
     let n = 1 << 16;
     let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
-    x.set_values_with(|_| 0.0).unwrap();
+    x.host().set_values_with(|_| 0.0).unwrap();
     x.update_memory_mode(
         MemoryMode::Hosted(MemoryType::Volatile),
         "test: fed by the host",
@@ -484,12 +487,12 @@ fn lowered_backend__use_host_memory_under_concurrent_streams() {
         .link(&copy(&y2, "copy2"))
         .unwrap();
     for k in 1..=200 {
-        x.set_values_with(|_| k as f64).unwrap();
+        x.host().set_values_with(|_| k as f64).unwrap();
         r1.run().unwrap();
         r2.run().unwrap();
         if k % 20 == 0 {
             for y in [&y1, &y2] {
-                let v = y.get_values().unwrap();
+                let v = y.host().get_values().unwrap();
                 assert!(
                     v.iter().all(|&e| e == k as f64),
                     "version {k}: {:?}",
@@ -511,7 +514,7 @@ fn lowered_backend__to_host_with_offset_and_partial_size() {
         let (backend, stream) = backend_and_stream(name);
         let n = 1000;
         let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
-        x.set_values_with(|k| k as f64).unwrap();
+        x.host().set_values_with(|k| k as f64).unwrap();
         let y = result("y", n);
         let code = backend
             .compile(
@@ -525,7 +528,8 @@ fn lowered_backend__to_host_with_offset_and_partial_size() {
         routine.context().to_host_range(&y, 10..20).unwrap();
         // Read the host array as it is (no refresh): only elements 10..20 came over.
         let raw = y
-            .with_host(|nd| nd.to_vec_f64())
+            .host()
+            .with(|nd| nd.to_vec_f64())
             .expect("to_host_range makes the host array")
             .unwrap();
         assert_eq!(raw[9], 0.0, "{name}");
@@ -535,12 +539,12 @@ fn lowered_backend__to_host_with_offset_and_partial_size() {
         );
         assert_eq!(raw[20], 0.0, "{name}");
         // The full refresh is still pending: reading the values brings the rest.
-        assert_eq!(y.get_values().unwrap()[999], 1998.0, "{name}");
+        assert_eq!(y.host().get_values().unwrap()[999], 1998.0, "{name}");
         // Out of range.
         let e = routine.context().to_host_range(&y, 990..1001).unwrap_err();
         assert!(matches!(e, arrayjit::Error::IndexOutOfBounds { .. }), "{e}");
         // The host changed y: the device copy lags, so a part of it would be stale.
-        y.set_value(&[0], 5.0).unwrap();
+        y.host().set_value(&[0], 5.0).unwrap();
         assert!(routine.context().to_host_range(&y, 0..1).is_err(), "{name}");
     }
 }
@@ -555,7 +559,7 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
         let (backend, stream) = backend_and_stream(name);
         let n = 100;
         let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
-        x.set_values_with(|k| k as f64).unwrap();
+        x.host().set_values_with(|k| k as f64).unwrap();
         x.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: data")
             .unwrap();
         let y = result("y", n);
@@ -575,8 +579,8 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
                 .copy_not_lagging(copy)
         );
         // Two elements change on the host: the copy lags there only.
-        x.set_value(&[5], 100.0).unwrap();
-        x.set_value(&[7], 200.0).unwrap();
+        x.host().set_value(&[5], 100.0).unwrap();
+        x.host().set_value(&[7], 200.0).unwrap();
         assert_eq!(
             arrayjit::runtime::node_sync(&x)
                 .unwrap()
@@ -598,10 +602,10 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
             "{name}"
         );
         routine.run().unwrap();
-        let got = y.get_values().unwrap();
+        let got = y.host().get_values().unwrap();
         assert_eq!((got[5], got[6], got[7]), (200.0, 12.0, 400.0), "{name}");
         // A whole-array change: a part does not make the copy current.
-        x.set_values_with(|_| 1.0).unwrap();
+        x.host().set_values_with(|_| 1.0).unwrap();
         routine.context().from_host_range(&x, 0..10).unwrap();
         assert!(
             !arrayjit::runtime::node_sync(&x)
@@ -610,7 +614,10 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
             "{name}"
         );
         routine.run().unwrap();
-        assert!(y.get_values().unwrap().iter().all(|&v| v == 2.0), "{name}");
+        assert!(
+            y.host().get_values().unwrap().iter().all(|&v| v == 2.0),
+            "{name}"
+        );
         // Out of range.
         let e = routine.context().from_host_range(&x, 95..101).unwrap_err();
         assert!(matches!(e, arrayjit::Error::IndexOutOfBounds { .. }), "{e}");
@@ -627,7 +634,7 @@ fn tnode__run_uploads_only_the_lagging_elements() {
     let backend = Backend::from_lowered("recording", lowered);
     let n = 1000;
     let x = Tnode::new(Prec::F32, &[n], &["x"]).unwrap();
-    x.set_values_with(|k| k as f64).unwrap();
+    x.host().set_values_with(|k| k as f64).unwrap();
     x.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: data")
         .unwrap();
     let y = result("y", n);
@@ -642,12 +649,12 @@ fn tnode__run_uploads_only_the_lagging_elements() {
         assert_eq!(got, expected);
     };
     uploads(&[(0, 4 * n)]);
-    x.set_value(&[10], 5.5).unwrap();
-    x.set_value(&[11], 6.5).unwrap();
-    x.set_value(&[900], -1.0).unwrap();
+    x.host().set_value(&[10], 5.5).unwrap();
+    x.host().set_value(&[11], 6.5).unwrap();
+    x.host().set_value(&[900], -1.0).unwrap();
     routine.run().unwrap();
     uploads(&[(40, 8), (3600, 4)]);
-    let got = y.get_values().unwrap();
+    let got = y.host().get_values().unwrap();
     assert_eq!(
         (got[10], got[11], got[12], got[900]),
         (-5.5, -6.5, -12.0, 1.0)
@@ -657,11 +664,11 @@ fn tnode__run_uploads_only_the_lagging_elements() {
     uploads(&[]);
     // More than half of the array: the whole of it, once.
     for k in 0..600 {
-        x.set_value(&[k], 1.0).unwrap();
+        x.host().set_value(&[k], 1.0).unwrap();
     }
     routine.run().unwrap();
     uploads(&[(0, 4 * n)]);
-    assert_eq!(y.get_values().unwrap()[599], -1.0);
+    assert_eq!(y.host().get_values().unwrap()[599], -1.0);
 }
 
 /// `rune-backend-intf.txt`, `device_buffer` (a native buffer with its size and dtype) and
@@ -681,7 +688,7 @@ fn lowered_backend__buffers_know_their_precision() {
 
         // A routine's arrays know their node's precision.
         let x = Tnode::new(Prec::F64, &[2], &["x"]).unwrap();
-        x.set_values(&[1.0, -1.0]).unwrap();
+        x.host().set_values(&[1.0, -1.0]).unwrap();
         let y = Tnode::new(Prec::F16, &[2], &["y"]).unwrap();
         y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
             .unwrap();
@@ -698,7 +705,7 @@ fn lowered_backend__buffers_know_their_precision() {
         let linked = routine.context();
         assert_eq!(linked.array(&x).unwrap().prec(), Some(Prec::F64), "{name}");
         assert_eq!(linked.array(&y).unwrap().prec(), Some(Prec::F16), "{name}");
-        assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0], "{name}");
+        assert_eq!(y.host().get_values().unwrap(), vec![1.0, 0.0], "{name}");
 
         // A kernel of f32 arrays refuses an f16 buffer of the right size, by name.
         let v = Tnode::new(Prec::F32, &[4], &["v"]).unwrap();
@@ -1144,7 +1151,11 @@ fn rune_backend_intf__compile_options_per_compile() {
         let run = |code: &arrayjit::runtime::Code| {
             let stream = backend.get_device(0).unwrap().new_stream().unwrap();
             Context::new(&stream).link(code).unwrap().run().unwrap();
-            assert_eq!(y.get_values().unwrap(), vec![1.0, 0.0, 3.0], "{name}");
+            assert_eq!(
+                y.host().get_values().unwrap(),
+                vec![1.0, 0.0, 3.0],
+                "{name}"
+            );
         };
         let host_compiled = name.ends_with("_cc") || name == "cuda_emu";
         if host_compiled {

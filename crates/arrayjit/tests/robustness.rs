@@ -183,7 +183,7 @@ fn item03_kernel_stack_is_budgeted_in_total() {
         let locals: usize = opt
             .nodes
             .iter()
-            .filter(|r| r.used && r.tn.is_local())
+            .filter(|r| r.used && r.tn.modes().is_local())
             .map(|r| r.tn.size_in_bytes())
             .sum();
         assert!(locals >= 48 * 16384, "{locals}");
@@ -199,7 +199,7 @@ fn item03_kernel_stack_is_budgeted_in_total() {
                 let stream = b.get_device(0).unwrap().new_stream().unwrap();
                 let r = Context::new(&stream).link(&code).unwrap();
                 r.run().unwrap();
-                y.get_values().unwrap()
+                y.host().get_values().unwrap()
             })
             .unwrap();
         let got = handle.join().unwrap();
@@ -441,7 +441,10 @@ fn item21_hosted_constants_are_freed_with_their_nodes() {
     assert_eq!(dev.shared_array_count(), 200);
     drop((routine, ctx, code));
     // The code held the last handles to the constants.
-    assert!(ids.iter().all(|&id| Tnode::find(id).is_none()));
+    assert!(
+        ids.iter()
+            .all(|&id| arrayjit::ir::tnode::find(id).is_none())
+    );
     let left = dev.used_memory() - baseline;
     assert!(
         left <= 4096,
@@ -477,5 +480,8 @@ fn item21_hosted_constants_are_freed_with_their_nodes() {
     let r = Context::new(&stream).link(&read).unwrap();
     r.run().unwrap();
     stream.await_work().unwrap();
-    assert_eq!(out.get_values().unwrap(), vec![0.0, -1.0, -2.0, -3.0]);
+    assert_eq!(
+        out.host().get_values().unwrap(),
+        vec![0.0, -1.0, -2.0, -3.0]
+    );
 }

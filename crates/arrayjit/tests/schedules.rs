@@ -25,9 +25,9 @@ fn values(len: usize, seed: usize) -> Vec<f64> {
 /// `c = a · b` for `[m, k] × [k, n]` with fractional values (so summation order matters).
 fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
     let a = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
-    a.set_values(&values(m * k, 1)).unwrap();
+    a.host().set_values(&values(m * k, 1)).unwrap();
     let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
-    b.set_values(&values(k * n, 2)).unwrap();
+    b.host().set_values(&values(k * n, 2)).unwrap();
     let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
     c.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
         .unwrap();
@@ -74,7 +74,8 @@ fn run_with_workers(backend_name: &str, workers: usize) -> Vec<u32> {
     let routine = Context::new(&stream).link(&code).unwrap();
     routine.run().unwrap();
     stream.await_work().unwrap();
-    c.get_values()
+    c.host()
+        .get_values()
         .unwrap()
         .iter()
         .map(|&v| (v as f32).to_bits())
@@ -142,12 +143,13 @@ fn the_worker_count_is_a_checked_setting() {
 fn split_nests() -> (Assignments, Vec<Tnode>, Tnode) {
     let (rows, cols) = (601, 517);
     let x = Tnode::new(Prec::F32, &[rows, cols], &["x"]).unwrap();
-    x.set_values(
-        &(0..rows * cols)
-            .map(|i| ((i * 7919) % 1000) as f64 / 333.0 - 1.5)
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
+    x.host()
+        .set_values(
+            &(0..rows * cols)
+                .map(|i| ((i * 7919) % 1000) as f64 / 333.0 - 1.5)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
     let y = Tnode::new(Prec::F32, &[rows, cols], &["y"]).unwrap();
     let row_sum = Tnode::new(Prec::F32, &[rows], &["row_sum"]).unwrap();
     for t in [&y, &row_sum] {
@@ -200,7 +202,7 @@ fn split_loops_agree_with_the_interpreter_for_any_worker_count() {
         stream.await_work().unwrap();
         let mut bits = Vec::new();
         for r in &results {
-            let (want, got) = (env.values(r).unwrap(), r.get_values().unwrap());
+            let (want, got) = (env.values(r).unwrap(), r.host().get_values().unwrap());
             for (w, g) in want.iter().zip(&got) {
                 assert!(
                     (w - g).abs() <= 2e-5 * (1.0 + w.abs()),
@@ -235,14 +237,16 @@ fn split_full_reductions_are_exact_and_independent_of_workers() {
         ("sync_cc", 4),
     ] {
         let ints = Tnode::new(Prec::F32, &[n], &["ints"]).unwrap();
-        ints.set_values(
-            &(0..n)
-                .map(|i| ((i * 37) % 11) as f64 - 5.0)
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
+        ints.host()
+            .set_values(
+                &(0..n)
+                    .map(|i| ((i * 37) % 11) as f64 - 5.0)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
         let fracs = Tnode::new(Prec::F32, &[n], &["fracs"]).unwrap();
         fracs
+            .host()
             .set_values(
                 &(0..n)
                     .map(|i| ((i * 7919) % 1000) as f64 / 777.0 - 0.6)
@@ -305,12 +309,12 @@ fn split_full_reductions_are_exact_and_independent_of_workers() {
         routine.run().unwrap();
         stream.await_work().unwrap();
         let exact: f64 = (0..n).map(|i| ((i * 37) % 11) as f64 - 5.0).sum();
-        assert_eq!(outs[0].get_values().unwrap(), vec![exact]);
+        assert_eq!(outs[0].host().get_values().unwrap(), vec![exact]);
         let max = (0..n)
             .map(|i| (((i * 7919) % 1000) as f64 / 777.0 - 0.6) as f32)
             .fold(f32::NEG_INFINITY, f32::max);
-        assert_eq!(outs[2].get_values().unwrap(), vec![max as f64]);
-        let bits = vec![(outs[1].get_values().unwrap()[0] as f32).to_bits()];
+        assert_eq!(outs[2].host().get_values().unwrap(), vec![max as f64]);
+        let bits = vec![(outs[1].host().get_values().unwrap()[0] as f32).to_bits()];
         match &bits_seen {
             None => bits_seen = Some(bits),
             Some(b) => assert_eq!(b, &bits, "{backend_name} with {workers} workers"),
@@ -326,7 +330,8 @@ fn short_rows_are_reduced_over_vector_accumulators() {
     let (rows, len) = (300, 64);
     let x = Tnode::new(Prec::F32, &[rows, len], &["x"]).unwrap();
     let value = |i: usize| ((i * 37) % 11) as f64 - 5.0;
-    x.set_values(&(0..rows * len).map(value).collect::<Vec<_>>())
+    x.host()
+        .set_values(&(0..rows * len).map(value).collect::<Vec<_>>())
         .unwrap();
     let out = |label: &str| {
         let t = Tnode::new(Prec::F32, &[rows], &[label]).unwrap();
@@ -373,11 +378,11 @@ fn short_rows_are_reduced_over_vector_accumulators() {
         stream.await_work().unwrap();
         let row = |r: usize| (r * len..(r + 1) * len).map(value);
         assert_eq!(
-            sums.get_values().unwrap(),
+            sums.host().get_values().unwrap(),
             (0..rows).map(|r| row(r).sum()).collect::<Vec<f64>>()
         );
         assert_eq!(
-            maxima.get_values().unwrap(),
+            maxima.host().get_values().unwrap(),
             (0..rows)
                 .map(|r| row(r).fold(f64::NEG_INFINITY, f64::max))
                 .collect::<Vec<f64>>()
@@ -471,7 +476,7 @@ fn run(b: &Backend, program: &Assignments, c: &Tnode) -> (Vec<f64>, Code) {
     let routine = Context::new(&stream).link(&code).unwrap();
     routine.run().unwrap();
     stream.await_work().unwrap();
-    (c.get_values().unwrap(), code)
+    (c.host().get_values().unwrap(), code)
 }
 
 fn assert_close(got: &[f64], expected: &[f64]) {
@@ -588,7 +593,7 @@ fn routines_without_knobs_compile_once() {
     let dir = tempfile::tempdir().unwrap();
     let b = searching_backend(dir.path());
     let x = Tnode::new(Prec::F32, &[1000], &["x"]).unwrap();
-    x.set_values(&values(1000, 3)).unwrap();
+    x.host().set_values(&values(1000, 3)).unwrap();
     let y = Tnode::new(Prec::F32, &[1000], &["y"]).unwrap();
     y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
         .unwrap();

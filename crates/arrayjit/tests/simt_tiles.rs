@@ -109,7 +109,7 @@ fn rounding_product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
             .iter()
             .map(|&v| v.into())
             .collect();
-        t.set_values(&values).unwrap();
+        t.host().set_values(&values).unwrap();
         t
     };
     let a = node(&[m, k], "a", 0.3);
@@ -177,7 +177,8 @@ fn same_bits_in_every_tile(b: &arrayjit::runtime::Backend) {
         routine.run().unwrap();
         routine.context().to_host(&c).unwrap();
         let got: Vec<u32> = c
-            .host_array()
+            .host()
+            .array()
             .unwrap()
             .to_vec_f64()
             .unwrap()

@@ -270,9 +270,13 @@ fn hosted_results_reach_the_host_when_read_and_host_writes_reach_devices() {
         let r = Context::new(&stream).link(&code).unwrap();
         r.run().unwrap();
         // No explicit to_host: reading waits for the device and transfers.
-        assert_eq!(y.get_values().unwrap(), vec![2.0, 4.0, 6.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![2.0, 4.0, 6.0],
+            "{name}"
+        );
         // Writing the input on the host makes the device reload it before the next run.
-        x.set_values(&[10.0, 20.0, 30.0]).unwrap();
+        x.host().set_values(&[10.0, 20.0, 30.0]).unwrap();
         assert!(
             arrayjit::runtime::node_sync(&x)
                 .unwrap()
@@ -280,7 +284,11 @@ fn hosted_results_reach_the_host_when_read_and_host_writes_reach_devices() {
                 .is_empty()
         );
         r.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![20.0, 40.0, 60.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![20.0, 40.0, 60.0],
+            "{name}"
+        );
         assert_eq!(
             arrayjit::runtime::node_sync(&x)
                 .unwrap()
@@ -321,20 +329,20 @@ fn a_hosted_node_changed_on_one_device_reaches_another_through_the_host() {
     r0.run().unwrap();
     // Device 1 lags: its run first pulls w to the host from device 0, then uploads it.
     r1.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-1.0, -4.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-1.0, -4.0]);
     // A host write of the node devices change (a deliberate difference from the reference's
     // "changes on host only via to_host"): both devices' copies lag and reload.
-    w.set_values(&[3.0, 5.0]).unwrap();
+    w.host().set_values(&[3.0, 5.0]).unwrap();
     r1.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-3.0, -5.0]);
-    w.set_value(&[1], 6.0).unwrap();
+    assert_eq!(y.host().get_values().unwrap(), vec![-3.0, -5.0]);
+    w.host().set_value(&[1], 6.0).unwrap();
     r1.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-3.0, -6.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-3.0, -6.0]);
     // Device 0 writes it again; device 1 pulls the new values through the host.
     r0.run().unwrap();
     r1.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-1.0, -4.0]);
-    assert_eq!(w.get_values().unwrap(), vec![1.0, 4.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-1.0, -4.0]);
+    assert_eq!(w.host().get_values().unwrap(), vec![1.0, 4.0]);
 }
 
 #[test]
@@ -376,7 +384,7 @@ fn device_to_device_on(b: &Backend) {
         .unwrap();
     dst.run().unwrap();
     let expected: Vec<f64> = [1f32, 2., 3., 4.].iter().map(|v| v.exp() as f64).collect();
-    let got = acc.get_values().unwrap();
+    let got = acc.host().get_values().unwrap();
     for (e, g) in expected.iter().zip(&got) {
         assert!((e - g).abs() < 1e-5, "{expected:?} vs {got:?}");
     }
@@ -390,7 +398,7 @@ fn device_to_device_on(b: &Backend) {
     dst.context()
         .device_to_device(&g, MergeBufferUse::StreamingFor(&dst), src.context())
         .unwrap();
-    let got = acc.get_values().unwrap();
+    let got = acc.host().get_values().unwrap();
     assert!((got[0] - 2.0 * expected[0]).abs() < 1e-5, "{got:?}");
     // Into the destination's own array (`No`): a context without one is a typed error naming
     // the node; one with its own array gets the source's values.
@@ -425,7 +433,7 @@ fn device_to_device_on(b: &Backend) {
         .device_to_device(&g, MergeBufferUse::No, src.context())
         .unwrap();
     own.run().unwrap();
-    let got = out.get_values().unwrap();
+    let got = out.host().get_values().unwrap();
     for (e, g) in expected.iter().zip(&got) {
         assert!((e - g).abs() < 1e-5, "{expected:?} vs {got:?}");
     }
@@ -476,7 +484,7 @@ fn a_copy_after_streaming_never_writes_the_streamed_source() {
         assert!(!s2.debug_info().contains("streamed"), "{}", s2.debug_info());
         cons.run().unwrap();
         assert_eq!(
-            acc.get_values().unwrap(),
+            acc.host().get_values().unwrap(),
             vec![-9.0, -18.0, -27.0, -36.0],
             "{name}: streamed A, then copied C"
         );
@@ -484,7 +492,7 @@ fn a_copy_after_streaming_never_writes_the_streamed_source() {
         let read_a = ra.context().link(&read_g).unwrap();
         read_a.run().unwrap();
         assert_eq!(
-            out.get_values().unwrap(),
+            out.host().get_values().unwrap(),
             vec![1.0, 2.0, 3.0, 4.0],
             "{name}: A's array was overwritten through the merge buffer"
         );
@@ -520,7 +528,7 @@ fn runs_reading_a_streamed_merge_buffer_wait_for_the_source_writer() {
             .device_to_device(&g, MergeBufferUse::StreamingFor(&cons), src.context())
             .unwrap();
         // The source recomputes g after a delay; the next run of the consumer must see it.
-        x.set_values(&[10.0, 20.0]).unwrap();
+        x.host().set_values(&[10.0, 20.0]).unwrap();
         s1.schedule_task(|| {
             std::thread::sleep(Duration::from_millis(30));
             Ok(())
@@ -528,7 +536,7 @@ fn runs_reading_a_streamed_merge_buffer_wait_for_the_source_writer() {
         .unwrap();
         src.run().unwrap();
         cons.run().unwrap();
-        assert_eq!(acc.get_values().unwrap(), vec![22.0, 44.0], "{name}");
+        assert_eq!(acc.host().get_values().unwrap(), vec![22.0, 44.0], "{name}");
     }
 }
 
@@ -630,7 +638,11 @@ fn tasks_on_an_array_read_and_update_it_in_order() {
             })
             .unwrap();
         rr.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![-3.0, -6.0, -9.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![-3.0, -6.0, -9.0],
+            "{name}"
+        );
         assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.0, 3.0], "{name}");
         // A read-only task that tries to change the array fails, and the array is unchanged.
         // (A Sync stream reports the failure at once, others when awaited.)
@@ -649,7 +661,11 @@ fn tasks_on_an_array_read_and_update_it_in_order() {
             "{name}: {err}"
         );
         rr.run().unwrap();
-        assert_eq!(y.get_values().unwrap(), vec![-3.0, -6.0, -9.0], "{name}");
+        assert_eq!(
+            y.host().get_values().unwrap(),
+            vec![-3.0, -6.0, -9.0],
+            "{name}"
+        );
     }
 }
 
@@ -693,24 +709,24 @@ fn the_merge_buffer_is_reused_when_large_enough() {
             dst.run().unwrap();
         };
         copy(&g4, &src4, &dst4);
-        assert_eq!(acc4.get_values().unwrap(), vec![1.5; 4], "{name}");
+        assert_eq!(acc4.host().get_values().unwrap(), vec![1.5; 4], "{name}");
         let used = dev.used_memory();
         copy(&g2, &src2, &dst2);
-        assert_eq!(acc2.get_values().unwrap(), vec![1.5; 2], "{name}");
+        assert_eq!(acc2.host().get_values().unwrap(), vec![1.5; 2], "{name}");
         assert_eq!(
             dev.used_memory(),
             used,
             "{name}: a smaller node reuses the buffer"
         );
         copy(&g4, &src4, &dst4);
-        assert_eq!(acc4.get_values().unwrap(), vec![3.0; 4], "{name}");
+        assert_eq!(acc4.host().get_values().unwrap(), vec![3.0; 4], "{name}");
         assert_eq!(dev.used_memory(), used, "{name}");
         copy(&g8, &src8, &dst8);
-        assert_eq!(acc8.get_values().unwrap(), vec![1.5; 8], "{name}");
+        assert_eq!(acc8.host().get_values().unwrap(), vec![1.5; 8], "{name}");
         s2.await_work().unwrap();
         let grown = dev.used_memory();
         copy(&g2, &src2, &dst2);
-        assert_eq!(acc2.get_values().unwrap(), vec![3.0; 2], "{name}");
+        assert_eq!(acc2.host().get_values().unwrap(), vec![3.0; 2], "{name}");
         assert_eq!(
             dev.used_memory(),
             grown,
@@ -817,7 +833,7 @@ fn shared_nodes_may_be_written_from_one_stream_only() {
     // Another stream reads the same array (no copy) after the writer.
     let r2 = Context::new(&s2).link(&read).unwrap();
     r2.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![1.0, 2.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![1.0, 2.0]);
     // But may not write it.
     let err = Context::new(&s2).link(&fill).unwrap_err();
     assert!(err.to_string().contains("shared across streams"), "{err}");
@@ -854,7 +870,7 @@ fn per_stream_copies_of_a_hosted_node_on_one_device_stay_consistent() {
     r1.run().unwrap();
     // Stream 2's copy lags although it is on the same device: it is refreshed before the run.
     r2.run().unwrap();
-    assert_eq!(y.get_values().unwrap(), vec![-2.0, -4.0]);
+    assert_eq!(y.host().get_values().unwrap(), vec![-2.0, -4.0]);
 }
 
 #[test]
@@ -876,7 +892,7 @@ fn init_from_host_puts_a_hosted_node_in_a_child_context() {
         .unwrap();
     let r = child.link(&code).unwrap();
     r.run().unwrap();
-    assert_eq!(y.get_values().unwrap()[0], 2.0);
+    assert_eq!(y.host().get_values().unwrap()[0], 2.0);
     let not_hosted = Tnode::new(Prec::F32, &[3], &["nh"]).unwrap();
     assert!(matches!(
         ctx.init_from_host(&not_hosted),
@@ -903,7 +919,7 @@ fn a_task_reading_its_own_streams_results_does_not_deadlock() {
     let (y2, seen2, s2) = (y.clone(), seen.clone(), s.clone());
     s.schedule_task(move || {
         // Reading the hosted result inside a later task of the same stream copies directly.
-        seen2.lock().unwrap().extend(y2.get_values()?);
+        seen2.lock().unwrap().extend(y2.host().get_values()?);
         // Awaiting one's own stream is an error, not a hang.
         assert!(s2.await_work().is_err());
         Ok(())

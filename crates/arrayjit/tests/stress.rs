@@ -77,9 +77,10 @@ fn run(backend_name: &str, ops: &[Op]) -> Vec<i64> {
     )
     .unwrap();
     let three = Tnode::new(Prec::I64, &[], &["three"]).unwrap();
-    three.set_values(&[3.0]).unwrap();
+    three.host().set_values(&[3.0]).unwrap();
     let ks = Tnode::new(Prec::I64, &[16], &["ks"]).unwrap();
-    ks.set_values(&(0..16).map(f64::from).collect::<Vec<_>>())
+    ks.host()
+        .set_values(&(0..16).map(f64::from).collect::<Vec<_>>())
         .unwrap();
     let k_index = StaticSymbol::new("k", 16);
     let k = Tnode::new(Prec::I64, &[], &["k"]).unwrap();
@@ -177,7 +178,7 @@ fn run(backend_name: &str, ops: &[Op]) -> Vec<i64> {
         .map(|p| {
             p.export.run().unwrap();
             p.export.context().stream().await_work().unwrap();
-            match p.out.host_array().unwrap().storage() {
+            match p.out.host().array().unwrap().storage() {
                 arrayjit::ir::ndarray::Storage::I64(v) => v[0],
                 other => panic!("expected i64 storage, got {other:?}"),
             }

@@ -271,7 +271,7 @@ fn render_routine(
     // Every local node lives in the scratch buffer, 16-byte aligned.
     let mut locals = Vec::new();
     let mut scratch = 0usize;
-    for n in r.nodes.iter().filter(|n| n.used && n.tn.is_local()) {
+    for n in r.nodes.iter().filter(|n| n.used && n.tn.modes().is_local()) {
         locals.push((n.tn.clone(), scratch));
         scratch += n.tn.size_in_bytes().div_ceil(16) * 16;
     }

@@ -219,7 +219,7 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
     let all_locals = r
         .nodes
         .iter()
-        .filter(|n| n.used && n.tn.is_local())
+        .filter(|n| n.used && n.tn.modes().is_local())
         .map(|n| n.tn.clone());
     for tn in all_locals {
         nodes.insert(tn.clone(), (node_name(&tn, binding as usize), binding));

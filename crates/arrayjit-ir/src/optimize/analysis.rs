@@ -386,7 +386,7 @@ pub(super) fn copies_to_inline(
                 None => break,
             }
         }
-        if root.known_virtual() {
+        if root.modes().known_virtual() {
             continue;
         }
         inlined.insert(info.tn.id());

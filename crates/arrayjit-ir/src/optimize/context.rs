@@ -89,7 +89,9 @@ impl OptimizeCtx {
             .map(|t| t.id())
             .collect();
         let wanted = |t: &Tnode| {
-            !written.contains(&t.id()) && t.known_virtual() && c.by_node.contains_key(&t.id())
+            !written.contains(&t.id())
+                && t.modes().known_virtual()
+                && c.by_node.contains_key(&t.id())
         };
         let mut queue: Vec<Tnode> = stmts.iter().flat_map(reads).filter(wanted).collect();
         let mut added: Vec<Tnode> = Vec::new();

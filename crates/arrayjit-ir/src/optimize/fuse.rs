@@ -133,7 +133,8 @@ mod tests {
 
     fn node(label: &str, n: usize) -> Tnode {
         let t = Tnode::new(Prec::F32, &[n, n], &[label]).unwrap();
-        t.set_values(&(0..n * n).map(|v| v as f64).collect::<Vec<_>>())
+        t.host()
+            .set_values(&(0..n * n).map(|v| v as f64).collect::<Vec<_>>())
             .unwrap();
         t
     }

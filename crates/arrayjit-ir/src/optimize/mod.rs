@@ -138,7 +138,7 @@ impl Optimized {
     pub fn materialized_nodes(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.used && r.tn.is_materialized())
+            .filter(|r| r.used && r.tn.modes().is_materialized())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -147,7 +147,7 @@ impl Optimized {
     pub fn local_nodes(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.used && r.tn.is_local() && self.scratch.slot(&r.tn).is_none())
+            .filter(|r| r.used && r.tn.modes().is_local() && self.scratch.slot(&r.tn).is_none())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -157,7 +157,7 @@ impl Optimized {
     pub fn inputs(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.used && r.input && r.tn.is_materialized())
+            .filter(|r| r.used && r.input && r.tn.modes().is_materialized())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -166,7 +166,7 @@ impl Optimized {
     pub fn outputs(&self) -> Vec<Tnode> {
         self.nodes
             .iter()
-            .filter(|r| r.used && r.written && r.tn.is_materialized())
+            .filter(|r| r.used && r.written && r.tn.modes().is_materialized())
             .map(|r| r.tn.clone())
             .collect()
     }
@@ -476,7 +476,7 @@ fn plan_scratch(
     let mut on_stack = 0usize;
     let items: Vec<PlanItem> = nodes
         .iter()
-        .filter(|r| r.used && r.tn.is_local())
+        .filter(|r| r.used && r.tn.modes().is_local())
         .filter(|r| {
             let size = r.tn.size_in_bytes();
             let fits = size <= settings.stack_threshold_bytes
@@ -548,7 +548,7 @@ fn decide_memory_modes(
     // A node that cannot be inlined is never virtual; if it was requested virtual, that is an
     // error saying why.
     let refuse = |tn: &Tnode, why: String| -> Result<()> {
-        if tn.known_virtual() {
+        if tn.modes().known_virtual() {
             return Err(optimization_error(format!(
                 "{} was requested to be virtual but cannot be inlined: {why}",
                 tn.debug_name()
@@ -575,7 +575,7 @@ fn decide_memory_modes(
             && !inlined_copies.contains(&tn.id())
             // The visit limit weighs recomputation against memory; a node requested virtual
             // (a dropout mask recomputed from its counter) has made that choice.
-            && !tn.known_virtual()
+            && !tn.modes().known_virtual()
         {
             Some(format!(
                 "an element is read {} times (more than virtualize_max_visits = {})",

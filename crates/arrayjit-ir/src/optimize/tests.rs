@@ -17,7 +17,8 @@ use super::{OptimizeSettings, optimize};
 fn hosted(prec: Prec, dims: &[usize], label: &str, values: impl Fn(usize) -> f64) -> Tnode {
     let t = Tnode::new(prec, dims, &[label]).unwrap();
     let n: usize = dims.iter().product();
-    t.set_values(&(0..n).map(values).collect::<Vec<_>>())
+    t.host()
+        .set_values(&(0..n).map(values).collect::<Vec<_>>())
         .unwrap();
     t
 }
@@ -74,7 +75,7 @@ fn relu_of_affine_fuses_into_one_loop() {
     let (a, [w, x, b, wx, pre, y]) = mlp_layer();
     let opt = optimize("layer", &[], &a, &OptimizeSettings::default()).unwrap();
     assert!(
-        wx.known_virtual() && pre.known_virtual(),
+        wx.modes().known_virtual() && pre.modes().known_virtual(),
         "{}",
         opt.memory_report()
     );
@@ -90,9 +91,9 @@ fn relu_of_affine_fuses_into_one_loop() {
     let mut env = InterpEnv::from_host_arrays(&opt.code);
     env.run(&opt.code, &[]).unwrap();
     let (wv, xv, bv) = (
-        w.get_values().unwrap(),
-        x.get_values().unwrap(),
-        b.get_values().unwrap(),
+        w.host().get_values().unwrap(),
+        x.host().get_values().unwrap(),
+        b.host().get_values().unwrap(),
     );
     let expected: Vec<f64> = (0..3)
         .map(|i| {
@@ -114,7 +115,7 @@ fn broadcast_reads_keep_a_node_local() {
     assert_eq!(mode.mode, MemoryMode::Local);
     assert!(mode.provenance.contains("read"), "{mode}");
     assert!(opt.local_nodes().contains(&e));
-    assert!(y.is_materialized());
+    assert!(y.modes().is_materialized());
 }
 
 /// A plain copy read many times per element is inlined (its readers read what it copies), and
@@ -145,9 +146,9 @@ fn plain_copies_are_inlined_and_their_source_is_computed_once() {
             .then(copy)
             .then(outer(&y, BinOp::Mul, &c, &c));
         let opt = optimize("copy", &[], &a, &OptimizeSettings::default()).unwrap();
-        assert!(c.known_virtual(), "{}", opt.memory_report());
+        assert!(c.modes().known_virtual(), "{}", opt.memory_report());
         let kept = e.memory_mode().unwrap();
-        assert!(!e.known_virtual(), "{}", opt.memory_report());
+        assert!(!e.modes().known_virtual(), "{}", opt.memory_report());
         assert!(kept.provenance.contains("plain copy"), "{kept}");
         assert_eq!(top_level_statements(&opt.code), 2, "{}", opt.code);
         let mut env = InterpEnv::from_host_arrays(&opt.code);
@@ -189,7 +190,7 @@ fn a_virtual_request_accepts_recomputation() {
         .unwrap();
     let a = Assignments::pointwise_unop(&s, UnOp::Sqrt, &x).then(outer(&y, BinOp::Add, &s, &x));
     let opt = optimize("recompute", &[], &a, &OptimizeSettings::default()).unwrap();
-    assert!(s.known_virtual(), "{}", opt.memory_report());
+    assert!(s.modes().known_virtual(), "{}", opt.memory_report());
     assert_eq!(top_level_statements(&opt.code), 1, "{}", opt.code);
     let mut env = InterpEnv::from_host_arrays(&opt.code);
     env.run(&opt.code, &[]).unwrap();
@@ -394,9 +395,9 @@ fn a_failed_optimization_changes_no_memory_mode() {
 #[test]
 fn huge_host_arrays_fail_cleanly() {
     let t = Tnode::new(Prec::F64, &[1 << 20, 1 << 20, 1 << 10], &["huge"]).unwrap();
-    assert!(t.set_values(&[]).is_err());
-    assert!(!t.has_host_array());
-    assert!(t.mode_is_unspecified());
+    assert!(t.host().set_values(&[]).is_err());
+    assert!(!t.host().exists());
+    assert!(t.modes().is_unspecified());
 }
 
 #[test]
@@ -437,7 +438,10 @@ fn item04_inlining_respects_the_expression_size_budget() {
         ..Default::default()
     };
     let opt = optimize("chain", &[], &prog, &settings).unwrap();
-    let split: Vec<&Tnode> = chain.iter().filter(|t| !t.known_virtual()).collect();
+    let split: Vec<&Tnode> = chain
+        .iter()
+        .filter(|t| !t.modes().known_virtual())
+        .collect();
     // Every node but the result would fit alone; the chain is cut every few dozen nodes.
     assert!(split.len() > 200 / 64, "{} nodes kept", split.len());
     assert!(split.len() < 200 / 4, "{} nodes kept", split.len());
@@ -525,7 +529,7 @@ fn a_batch_slice_read_by_products_is_not_inlined_into_them() {
     .then(product("ik,kj->ij", &y, &xb, &w))
     .then(product("ki,kj->ij", &g, &xb, &y));
     let opt = optimize("batch", &[batch], &a, &OptimizeSettings::default()).unwrap();
-    assert!(!xb.known_virtual(), "{}", opt.memory_report());
+    assert!(!xb.modes().known_virtual(), "{}", opt.memory_report());
     let products = opt
         .schedules
         .iter()

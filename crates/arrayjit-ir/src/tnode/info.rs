@@ -1,10 +1,9 @@
 //! What a node says of itself beyond its header: a code name chosen by the user (still
-//! sanitized), its debug information (with what the runtime says of its device copies), and
-//! the headers of every live node in the registry.
+//! sanitized) and its debug information (with what the runtime says of its device copies).
 
 use std::fmt::Write as _;
 
-use super::{Tnode, lock, registry, sanitize_identifier};
+use super::{Tnode, lock, sanitize_identifier};
 
 impl Tnode {
     /// Names the node `name` in generated code instead of its label: sanitized into a C
@@ -27,7 +26,7 @@ impl Tnode {
     /// pending host refresh, where a linked array lives).
     pub fn debug_info(&self) -> String {
         let mut out = self.header();
-        let host = if self.has_host_array() {
+        let host = if self.host().exists() {
             "a host array"
         } else {
             "no host array"
@@ -59,50 +58,10 @@ impl Tnode {
     pub fn log_debug_info(&self, level: tracing::Level) {
         log_at(level, || self.debug_info());
     }
-
-    /// The headers of every live node that `pred` accepts, by id.
-    pub fn accessible_headers(pred: impl Fn(&Tnode) -> bool) -> Vec<String> {
-        let mut nodes: Vec<Tnode> = registry()
-            .values()
-            .filter_map(|w| w.upgrade().map(Tnode))
-            .collect();
-        nodes.sort_by_key(Tnode::id);
-        nodes
-            .iter()
-            .filter(|t| pred(t))
-            .map(Tnode::header)
-            .collect()
-    }
-
-    /// Prints [`Tnode::accessible_headers`] of every live node `pred` accepts, one per line,
-    /// on standard output.
-    pub fn print_accessible_headers(pred: impl Fn(&Tnode) -> bool) {
-        let _ = Tnode::write_accessible_headers(&mut std::io::stdout().lock(), pred);
-    }
-
-    /// Writes [`Tnode::accessible_headers`] of every live node `pred` accepts to `out`, one per
-    /// line (what [`Tnode::print_accessible_headers`] prints).
-    pub fn write_accessible_headers(
-        out: &mut impl std::io::Write,
-        pred: impl Fn(&Tnode) -> bool,
-    ) -> std::io::Result<()> {
-        for h in Tnode::accessible_headers(pred) {
-            writeln!(out, "{h}")?;
-        }
-        Ok(())
-    }
-
-    /// Logs [`Tnode::accessible_headers`] of every live node `pred` accepts at `level`, one
-    /// event per node (target `arrayjit::tnode`).
-    pub fn log_accessible_headers(pred: impl Fn(&Tnode) -> bool, level: tracing::Level) {
-        for h in Tnode::accessible_headers(pred) {
-            log_at(level, || h);
-        }
-    }
 }
 
 /// Emits `text()` at `level` (target `arrayjit::tnode`), building it only if enabled.
-fn log_at(level: tracing::Level, text: impl FnOnce() -> String) {
+pub(super) fn log_at(level: tracing::Level, text: impl FnOnce() -> String) {
     use tracing::Level;
     macro_rules! at {
         ($lvl:expr) => {

@@ -8,31 +8,33 @@
 
 mod creation;
 mod device_copies;
+mod host;
 mod info;
 mod modes;
+mod registry;
 
 pub use creation::DelayedPrec;
 pub use device_copies::DeviceCopies;
+pub use host::{HostArrayMut, HostLock, HostValues};
+pub use modes::Modes;
+pub use registry::{
+    accessible_headers, find, log_accessible_headers, num_registered, print_accessible_headers,
+    write_accessible_headers,
+};
 
-use std::collections::HashMap;
+use registry::registry;
+
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 
 use crate::error::{Error, ModeConflict, Result};
-use crate::memory::{MemoryMode, MemoryType, ModeWithProvenance};
+use crate::memory::{MemoryMode, ModeWithProvenance};
 use crate::ndarray::{Ndarray, Padding};
 use crate::prec::Prec;
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
-
-/// The node's host lock, held (see [`Tnode::host_lock`]).
-pub struct HostLock<'a>(#[allow(dead_code)] RwLockReadGuard<'a, Option<Ndarray>>);
-
-/// A node's host array, for changes in place only: it is never moved or replaced, so a device
-/// array may alias it (see [`Tnode::with_host`]). Reads go through `Deref` to the [`Ndarray`].
-pub struct HostArrayMut<'a>(&'a mut Ndarray);
 
 /// `Ok` unless `dims` has an axis of size zero ([`Error::EmptyDims`], naming the node by its
 /// label).
@@ -45,42 +47,6 @@ pub(crate) fn check_dims(label: &[&str], dims: &[usize]) -> Result<()> {
         }),
         None => Ok(()),
     }
-}
-
-impl std::ops::Deref for HostArrayMut<'_> {
-    type Target = Ndarray;
-    fn deref(&self) -> &Ndarray {
-        self.0
-    }
-}
-
-impl HostArrayMut<'_> {
-    /// The bytes of the storage, padding margins included (see [`Ndarray::as_bytes_mut`]).
-    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
-        self.0.as_bytes_mut()
-    }
-
-    /// Sets every logical value (see [`Ndarray::set_all_f64`]).
-    pub fn set_all_f64(&mut self, values: &[f64]) -> Result<()> {
-        self.0.set_all_f64(values)
-    }
-
-    /// Sets logical element `k` to `value(k)` for every `k` (see [`Ndarray::set_all_with`]).
-    pub fn set_all_with(&mut self, value: impl FnMut(usize) -> f64) {
-        self.0.set_all_with(value)
-    }
-
-    /// Sets one logical element (see [`Ndarray::set`]).
-    pub fn set(&mut self, idx: &[usize], x: f64) -> Result<()> {
-        self.0.set(idx, x)
-    }
-}
-
-/// The registry of live nodes by id; entries hold weak references, so they do not keep nodes
-/// alive.
-fn registry() -> MutexGuard<'static, HashMap<usize, Weak<TnodeInner>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<usize, Weak<TnodeInner>>>> = OnceLock::new();
-    lock(REGISTRY.get_or_init(Default::default))
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (the data here is
@@ -262,16 +228,6 @@ impl Tnode {
         make: impl FnOnce() -> Arc<dyn DeviceCopies>,
     ) -> &Arc<dyn DeviceCopies> {
         self.0.device_copies.get_or_init(make)
-    }
-
-    /// Finds a live node by id.
-    pub fn find(id: usize) -> Option<Tnode> {
-        registry().get(&id).and_then(Weak::upgrade).map(Tnode)
-    }
-
-    /// Number of live nodes in the registry.
-    pub fn num_registered() -> usize {
-        registry().values().filter(|w| w.strong_count() > 0).count()
     }
 
     /// The unique id.
@@ -456,298 +412,6 @@ impl Tnode {
     pub(crate) fn restore_memory_mode(&self, saved: Option<ModeWithProvenance>) {
         *lock(&self.0.memory_mode) = saved;
     }
-
-    /// Whether the node is decided to be virtual.
-    pub fn known_virtual(&self) -> bool {
-        self.mode_is(|m| m == MemoryMode::Virtual)
-    }
-
-    /// Whether the node is decided never to be virtual.
-    pub fn known_non_virtual(&self) -> bool {
-        self.mode_is(|m| !MemoryMode::Virtual.covers(m) && !m.covers(MemoryMode::Virtual))
-    }
-
-    /// Whether the node's mode says it has a host array.
-    pub fn is_hosted(&self) -> bool {
-        self.mode_is(MemoryMode::is_hosted)
-    }
-
-    /// Whether the node is decided to be kernel-local.
-    pub fn is_local(&self) -> bool {
-        self.mode_is(|m| m == MemoryMode::Local)
-    }
-
-    /// Whether the node is persisted in contexts (on devices).
-    pub fn is_materialized(&self) -> bool {
-        self.mode_is(MemoryMode::is_materialized)
-    }
-
-    /// Whether the node's mode is undecided.
-    pub fn mode_is_unspecified(&self) -> bool {
-        self.memory_mode().is_none()
-    }
-
-    fn mode_is(&self, pred: impl Fn(MemoryMode) -> bool) -> bool {
-        self.memory_mode().is_some_and(|m| pred(m.mode))
-    }
-
-    /// Runs the pending host synchronisation, if any: after this the host array holds the
-    /// latest values. Called by every user-facing read and write of host values.
-    pub fn prepare_read(&self) -> Result<()> {
-        match self.device_copies() {
-            Some(copies) => copies.before_host_access(),
-            None => Ok(()),
-        }
-    }
-
-    /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if
-    /// needed; does not synchronise with devices (the user-facing setters do). Creating it requests a hosted memory mode; a node decided to be virtual, local or
-    /// device-only gets a [`Error::MemoryModeConflict`].
-    pub fn with_host_mut<R>(
-        &self,
-        f: impl FnOnce(&mut HostArrayMut<'_>) -> Result<R>,
-    ) -> Result<R> {
-        // Device work that reads the host array in place finishes first (outside the host
-        // lock, which that work takes while it runs).
-        if let Some(copies) = self.device_copies() {
-            copies.before_host_write()?;
-        }
-        let mut host = self.0.host.write().unwrap_or_else(|e| e.into_inner());
-        if host.is_none() {
-            // Allocate first: if that fails, the memory mode stays as it was.
-            let nd = match &self.0.padding {
-                Some(p) => Ndarray::zeros_padded(self.prec(), self.dims(), p.clone())?,
-                None => Ndarray::zeros(self.prec(), self.dims())?,
-            };
-            self.update_memory_mode(
-                MemoryMode::Hosted(MemoryType::Unset),
-                "user: values were set or read on the host",
-            )?;
-            *host = Some(nd);
-        }
-        f(&mut HostArrayMut(
-            host.as_mut().expect("host array was just created"),
-        ))
-    }
-
-    fn host_read(&self) -> RwLockReadGuard<'_, Option<Ndarray>> {
-        self.0.host.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Holds the node's host lock for reading until the guard is dropped: the host array is
-    /// not written meanwhile (other readers may overlap). A backend reading the host array in place (`use_host_memory`)
-    /// holds it while a kernel or copy reads the array.
-    pub fn host_lock(&self) -> HostLock<'_> {
-        HostLock(self.host_read())
-    }
-
-    /// Runs `f` on the host array if it exists, without synchronising with devices (see
-    /// [`Tnode::prepare_read`]). The host array, once made, is never moved or replaced (every
-    /// change is in place), so a device array may alias it; `f` runs under the node's host
-    /// lock, which kernels reading such an alias hold while they run.
-    pub fn with_host<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Option<R> {
-        self.host_read().as_ref().map(f)
-    }
-
-    /// Whether the host array exists.
-    pub fn has_host_array(&self) -> bool {
-        self.host_read().is_some()
-    }
-
-    /// A copy of the host array, or [`Error::NotHosted`].
-    pub fn host_array(&self) -> Result<Ndarray> {
-        self.prepare_read()?;
-        self.with_host(Clone::clone)
-            .ok_or_else(|| self.not_hosted("reading the host array"))
-    }
-
-    fn not_hosted(&self, what: &str) -> Error {
-        Error::NotHosted {
-            node: self.debug_name(),
-            detail: format!(
-                "{what} needs one; set the node's values first or make it hosted and copy it with to_host"
-            ),
-        }
-    }
-
-    /// Sets all logical values (row-major) on the host.
-    pub fn set_values(&self, values: &[f64]) -> Result<()> {
-        // Checked before the host array is allocated, so a wrong count allocates nothing.
-        let logical = self
-            .dims()
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d));
-        if logical != Some(values.len()) {
-            return Err(Error::ShapeMismatch {
-                op: format!("set_values of {}", self.debug_name()),
-                shapes: vec![self.dims().to_vec()],
-                detail: format!(
-                    "dims {:?} hold {} elements but {} values were given",
-                    self.dims(),
-                    logical.map_or("too many".to_string(), |n| n.to_string()),
-                    values.len()
-                ),
-            });
-        }
-        self.check_host_writable("set_values")?;
-        self.prepare_read()?;
-        self.with_host_mut(|nd| nd.set_all_f64(values))?;
-        self.mark_changed_on_host();
-        Ok(())
-    }
-
-    /// Sets logical element `k` (row-major) to `value(k)` on the host for every `k`, without
-    /// a vector of all values: a parameter's initializer fills its host array in place. An
-    /// array too large for the machine is an [`Error::OutOfMemory`], and nothing changes.
-    pub fn set_values_with(&self, value: impl FnMut(usize) -> f64) -> Result<()> {
-        self.check_host_writable("set_values_with")?;
-        self.prepare_read()?;
-        self.with_host_mut(|nd| {
-            nd.set_all_with(value);
-            Ok(())
-        })?;
-        self.mark_changed_on_host();
-        Ok(())
-    }
-
-    /// Records that the host changed the node's values (all of them): every device copy lags.
-    /// The setters call it; a caller writing the host array itself (through
-    /// [`Tnode::with_host_mut`]) calls it after.
-    pub fn mark_changed_on_host(&self) {
-        if let Some(copies) = self.device_copies() {
-            copies.host_changed(None);
-        }
-    }
-
-    /// `Ok` unless the node is a hosted constant that a device copy already holds
-    /// ([`Error::ConstantChanged`], naming `op`): a constant's host values may be set until its
-    /// first device copy is made from them (its initialization), never after.
-    pub fn check_host_writable(&self, op: &str) -> Result<()> {
-        match self.memory_mode() {
-            Some(m)
-                if m.mode == MemoryMode::Hosted(MemoryType::Constant)
-                    && self.device_copies().is_some_and(|c| c.hold_values()) =>
-            {
-                Err(Error::ConstantChanged {
-                    node: self.debug_name(),
-                    provenance: m.provenance,
-                    op: op.to_string(),
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// All logical values (row-major) from the host array.
-    pub fn get_values(&self) -> Result<Vec<f64>> {
-        self.prepare_read()?;
-        self.with_host(Ndarray::to_vec_f64)
-            .ok_or_else(|| self.not_hosted("get_values"))?
-    }
-
-    fn storage_index(&self, idx: &[usize]) -> Result<Vec<usize>> {
-        if idx.len() != self.dims().len() || idx.iter().zip(self.dims()).any(|(i, d)| i >= d) {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "index {idx:?} is outside tensor node {} with dims {:?}",
-                    self.debug_name(),
-                    self.dims()
-                ),
-            });
-        }
-        Ok(idx
-            .iter()
-            .zip(self.left_padding())
-            .map(|(i, &l)| i + l)
-            .collect())
-    }
-
-    /// Sets one logical element on the host.
-    pub fn set_value(&self, idx: &[usize], x: f64) -> Result<()> {
-        let at = self.storage_index(idx)?;
-        self.check_host_writable("set_value")?;
-        self.prepare_read()?;
-        self.with_host_mut(|nd| nd.set(&at, x))?;
-        // Row-major position in the stored array: copies lag in this element only.
-        let pos = at
-            .iter()
-            .zip(self.padded_dims())
-            .fold(0usize, |acc, (&i, &d)| acc * d + i);
-        if let Some(copies) = self.device_copies() {
-            copies.host_changed(Some((pos, pos + 1)));
-        }
-        Ok(())
-    }
-
-    /// One logical element from the host array.
-    pub fn get_value(&self, idx: &[usize]) -> Result<f64> {
-        let at = self.storage_index(idx)?;
-        self.prepare_read()?;
-        self.with_host(|nd| nd.get(&at))
-            .ok_or_else(|| self.not_hosted("get_value"))?
-    }
-
-    /// Treats axis `coord_axis` (default: the last) as coordinates and every other index as a
-    /// point; returns coordinate `xdim` of every point, in row-major order.
-    pub fn points_1d(&self, coord_axis: Option<usize>, xdim: usize) -> Result<Vec<f64>> {
-        Ok(self
-            .points(coord_axis, &[xdim])?
-            .into_iter()
-            .map(|p| p[0])
-            .collect())
-    }
-
-    /// Like [`Tnode::points_1d`] with two coordinates per point.
-    pub fn points_2d(
-        &self,
-        coord_axis: Option<usize>,
-        xdim: usize,
-        ydim: usize,
-    ) -> Result<Vec<(f64, f64)>> {
-        Ok(self
-            .points(coord_axis, &[xdim, ydim])?
-            .into_iter()
-            .map(|p| (p[0], p[1]))
-            .collect())
-    }
-
-    fn points(&self, coord_axis: Option<usize>, coords: &[usize]) -> Result<Vec<Vec<f64>>> {
-        let dims = self.dims().to_vec();
-        if dims.is_empty() {
-            return Err(Error::BadAxis {
-                what: format!(
-                    "the points of scalar {} (they need a coordinate axis)",
-                    self.debug_name()
-                ),
-                axis: 0,
-                rank: 0,
-            });
-        }
-        let axis = coord_axis.unwrap_or(dims.len() - 1);
-        if axis >= dims.len() || coords.iter().any(|&c| c >= dims[axis]) {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "points of {}: coordinate axis {axis} / coordinates {coords:?} do not fit dims {dims:?}",
-                    self.debug_name()
-                ),
-            });
-        }
-        let values = self.get_values()?;
-        let inner: usize = dims[axis + 1..].iter().product();
-        let outer: usize = dims[..axis].iter().product();
-        let mut out = Vec::with_capacity(outer * inner);
-        for o in 0..outer {
-            for i in 0..inner {
-                out.push(
-                    coords
-                        .iter()
-                        .map(|&c| values[(o * dims[axis] + c) * inner + i])
-                        .collect(),
-                );
-            }
-        }
-        Ok(out)
-    }
 }
 
 impl PartialEq for Tnode {
@@ -806,9 +470,9 @@ mod tests {
     fn registry_finds_live_nodes_only() {
         let t = Tnode::new(Prec::F32, &[1], &["reg"]).unwrap();
         let id = t.id();
-        assert_eq!(Tnode::find(id).unwrap(), t);
+        assert_eq!(find(id).unwrap(), t);
         drop(t);
-        assert!(Tnode::find(id).is_none());
+        assert!(find(id).is_none());
     }
 
     #[test]
@@ -849,16 +513,18 @@ mod tests {
             value: 9.0,
         };
         let t = Tnode::new_padded(Prec::F64, &[3, 2], pad, &["pts"]).unwrap();
-        t.set_values(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
-        assert!(t.is_hosted());
-        assert_eq!(t.get_value(&[0, 1]).unwrap(), 2.0);
-        assert_eq!(t.host_array().unwrap().get(&[0, 0]).unwrap(), 9.0);
+        t.host()
+            .set_values(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+            .unwrap();
+        assert!(t.modes().is_hosted());
+        assert_eq!(t.host().get_value(&[0, 1]).unwrap(), 2.0);
+        assert_eq!(t.host().array().unwrap().get(&[0, 0]).unwrap(), 9.0);
         assert_eq!(
-            t.points_2d(None, 0, 1).unwrap(),
+            t.host().points_2d(None, 0, 1).unwrap(),
             vec![(1.0, 2.0), (3.0, 4.0), (5.0, 6.0)]
         );
-        assert_eq!(t.points_1d(Some(0), 2).unwrap(), vec![5.0, 6.0]);
-        assert!(t.get_value(&[3, 0]).is_err());
+        assert_eq!(t.host().points_1d(Some(0), 2).unwrap(), vec![5.0, 6.0]);
+        assert!(t.host().get_value(&[3, 0]).is_err());
         assert_eq!(t.dims_to_string(true), "0:3+1+0 x 1:2");
     }
 
@@ -867,10 +533,10 @@ mod tests {
         let t = Tnode::new(Prec::F32, &[2], &["v"]).unwrap();
         t.update_memory_mode(MemoryMode::Virtual, "test").unwrap();
         assert!(matches!(
-            t.set_values(&[1.0, 2.0]),
+            t.host().set_values(&[1.0, 2.0]),
             Err(Error::MemoryModeConflict(_))
         ));
-        assert!(!t.has_host_array());
+        assert!(!t.host().exists());
         assert!(Tnode::new(Prec::F32, &[2, 0], &["z"]).is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! Questions about a node's memory mode that the reference asks by name (`known_*`,
 //! `potentially_cross_stream`, the `*_force` forms that settle an undecided mode first) and the
-//! update of its cross-stream sharing alone (`update_memory_sharing`).
+//! update of its cross-stream sharing alone (`update_sharing`), all reached through
+//! [`Tnode::modes`]. The mode itself, and the one update every decision goes through, stay
+//! the node's ([`Tnode::memory_mode`], [`Tnode::update_memory_mode`]).
 
 use super::Tnode;
 use crate::error::Result;
@@ -13,9 +15,57 @@ const SHARED_MODES: [MemoryMode; 3] = [
     MemoryMode::Hosted(MemoryType::Constant),
 ];
 
+/// A node's memory mode, asked about and settled by the reference's named questions
+/// ([`Tnode::modes`]). The answers read the mode at the time of the call.
+#[derive(Clone, Copy)]
+pub struct Modes<'a> {
+    node: &'a Tnode,
+}
+
 impl Tnode {
+    /// The questions about the node's memory mode (see [`Modes`]).
+    pub fn modes(&self) -> Modes<'_> {
+        Modes { node: self }
+    }
+}
+
+impl Modes<'_> {
+    /// Whether the node is decided to be virtual.
+    pub fn known_virtual(&self) -> bool {
+        self.mode_is(|m| m == MemoryMode::Virtual)
+    }
+
+    /// Whether the node is decided never to be virtual.
+    pub fn known_non_virtual(&self) -> bool {
+        self.mode_is(|m| !MemoryMode::Virtual.covers(m) && !m.covers(MemoryMode::Virtual))
+    }
+
+    /// Whether the node's mode says it has a host array.
+    pub fn is_hosted(&self) -> bool {
+        self.mode_is(MemoryMode::is_hosted)
+    }
+
+    /// Whether the node is decided to be kernel-local.
+    pub fn is_local(&self) -> bool {
+        self.mode_is(|m| m == MemoryMode::Local)
+    }
+
+    /// Whether the node is persisted in contexts (on devices).
+    pub fn is_materialized(&self) -> bool {
+        self.mode_is(MemoryMode::is_materialized)
+    }
+
+    /// Whether the node's mode is undecided.
+    pub fn is_unspecified(&self) -> bool {
+        self.node.memory_mode().is_none()
+    }
+
+    fn mode_is(&self, pred: impl Fn(MemoryMode) -> bool) -> bool {
+        self.node.memory_mode().is_some_and(|m| pred(m.mode))
+    }
+
     fn decided_mode(&self) -> Option<MemoryMode> {
-        self.memory_mode().map(|m| m.mode)
+        self.node.memory_mode().map(|m| m.mode)
     }
 
     /// Whether the node is decided to have no array that persists across runs (virtual or
@@ -52,7 +102,7 @@ impl Tnode {
     }
 
     /// Whether the node is decided never to be shared across streams (the opposite of
-    /// [`Tnode::potentially_cross_stream`]).
+    /// [`Modes::potentially_cross_stream`]).
     pub fn known_non_cross_stream(&self) -> bool {
         !self.potentially_cross_stream()
     }
@@ -60,9 +110,11 @@ impl Tnode {
     /// Settles an undecided or abstract mode to the most local one it allows (undecided:
     /// virtual; see [`MemoryMode::most_local`]), keeping sharing unset, with `provenance`.
     pub fn default_to_most_local(&self, provenance: &str) -> Result<()> {
-        match self.memory_mode() {
-            None => self.update_memory_mode(MemoryMode::Virtual, provenance),
-            Some(m) if m.mode.most_local() != m.mode => self.update_memory_mode(
+        match self.node.memory_mode() {
+            None => self
+                .node
+                .update_memory_mode(MemoryMode::Virtual, provenance),
+            Some(m) if m.mode.most_local() != m.mode => self.node.update_memory_mode(
                 m.mode.most_local(),
                 format!("{}; {provenance}", m.provenance),
             ),
@@ -98,7 +150,7 @@ impl Tnode {
     /// write it, so its arrays are the same values whichever streams hold them. A mode with no
     /// device arrays (virtual, local), or another sharing already decided, is an
     /// [`crate::error::Error::MemoryModeConflict`] naming both requests.
-    pub fn update_memory_sharing(&self, sharing: Sharing, provenance: &str) -> Result<()> {
+    pub fn update_sharing(&self, sharing: Sharing, provenance: &str) -> Result<()> {
         use MemoryMode::*;
         let target = match self.decided_mode() {
             Some(Hosted(MemoryType::Constant | MemoryType::Volatile)) => return Ok(()),
@@ -108,6 +160,6 @@ impl Tnode {
             }
             _ => OnDevice(sharing),
         };
-        self.update_memory_mode(target, provenance)
+        self.node.update_memory_mode(target, provenance)
     }
 }

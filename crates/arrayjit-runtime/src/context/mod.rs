@@ -184,7 +184,7 @@ impl Context {
     /// The node's host array as its array on this stream's device, if it is used in place (a
     /// hosted constant or volatile node with a host array, on a backend that does that).
     pub(crate) fn host_in_place_buffer(&self, tn: &Tnode) -> Result<Option<BufferHandle>> {
-        if changed_only_from_host(tn).is_none() || !tn.has_host_array() {
+        if changed_only_from_host(tn).is_none() || !tn.host().exists() {
             return Ok(None);
         }
         self.lowered()
@@ -416,9 +416,9 @@ impl Context {
             )?,
         };
         let entry = ArrayEntry::new(tn.clone(), buffer, shared);
-        if tn.has_host_array() {
-            tn.prepare_read()?;
-            if let Some(bytes) = tn.with_host(|nd| nd.as_bytes().to_vec()) {
+        if tn.host().exists() {
+            tn.host().prepare_read()?;
+            if let Some(bytes) = tn.host().with(|nd| nd.as_bytes().to_vec()) {
                 schedule_upload(&self.inner.stream, &entry, bytes)?;
                 node_sync(tn)?.mark_copy_up_to_date(entry.uid);
             }
@@ -443,7 +443,7 @@ fn explicit_entries(
     let device = stream.device().ordinal();
     let mut entries = BTreeMap::new();
     for (tn, buffer) in arrays {
-        if tn.has_host_array() || tn.is_hosted() || is_shared_across_streams(&tn) {
+        if tn.host().exists() || tn.modes().is_hosted() || is_shared_across_streams(&tn) {
             return Err(Error::BadValue {
                 what: "node given an explicit array".into(),
                 value: tn.debug_name(),

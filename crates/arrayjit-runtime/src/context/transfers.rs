@@ -181,7 +181,7 @@ impl Context {
                 })
             },
         )?;
-        if writes && tn.is_hosted() {
+        if writes && tn.modes().is_hosted() {
             crate::host_sync::device_changed_hosted(on, &entry)?;
         }
         Ok(())
@@ -190,7 +190,7 @@ impl Context {
     /// A child context that also holds an array for `tn`, initialized from its host array (which
     /// must exist).
     pub fn init_from_host(&self, tn: &Tnode) -> Result<Context> {
-        if !tn.has_host_array() {
+        if !tn.host().exists() {
             return Err(Error::NotHosted {
                 node: tn.debug_name(),
                 detail: "init_from_host copies the host array to the device; set the node's values first"
@@ -219,15 +219,16 @@ impl Context {
             node_sync(tn)?.mark_copy_up_to_date(entry.uid);
             return Ok(());
         }
-        tn.prepare_read()?;
-        let bytes = tn
-            .with_host(|nd| nd.as_bytes().to_vec())
-            .ok_or_else(|| Error::NotHosted {
-                node: tn.debug_name(),
-                detail:
-                    "from_host copies the host array to the device; set the node's values first"
-                        .into(),
-            })?;
+        tn.host().prepare_read()?;
+        let bytes =
+            tn.host()
+                .with(|nd| nd.as_bytes().to_vec())
+                .ok_or_else(|| Error::NotHosted {
+                    node: tn.debug_name(),
+                    detail:
+                        "from_host copies the host array to the device; set the node's values first"
+                            .into(),
+                })?;
         schedule_upload(&self.inner.stream, entry, bytes)?;
         node_sync(tn)?.mark_copy_up_to_date(entry.uid);
         Ok(())
@@ -260,11 +261,12 @@ impl Context {
     pub fn from_host_range(&self, tn: &Tnode, elems: std::ops::Range<usize>) -> Result<()> {
         let entry = self.entry(tn)?.clone();
         check_elems(tn, &elems)?;
-        tn.prepare_read()?;
+        tn.host().prepare_read()?;
         let size = tn.prec().size_in_bytes();
         let (start, end) = (elems.start * size, elems.end * size);
         let bytes = tn
-            .with_host(|nd| nd.as_bytes()[start..end].to_vec())
+            .host()
+            .with(|nd| nd.as_bytes()[start..end].to_vec())
             .ok_or_else(|| Error::NotHosted {
                 node: tn.debug_name(),
                 detail:
@@ -319,7 +321,7 @@ impl Context {
             Access::Read,
             TaskLabel::Copy("copy part to host", end - start),
             move || {
-                node.with_host_mut(|nd| {
+                node.host().with_mut(|nd| {
                     let dst = &mut nd.as_bytes_mut()[start..end];
                     // SAFETY: run by `schedule_access` as a reader (host_sync rule 2).
                     unsafe {

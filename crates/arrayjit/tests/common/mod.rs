@@ -5,7 +5,7 @@ use arrayjit::prelude::*;
 /// An f32 node with host values `values`.
 pub fn hosted_input(dims: &[usize], label: &str, values: &[f64]) -> Tnode {
     let t = Tnode::new(Prec::F32, dims, &[label]).unwrap();
-    t.set_values(values).unwrap();
+    t.host().set_values(values).unwrap();
     t
 }
 

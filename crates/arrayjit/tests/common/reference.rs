@@ -7,7 +7,7 @@ pub const CPU_BACKENDS: [&str; 2] = ["sync_cc", "multicore_cc"];
 
 pub fn input(label: &str, values: &[f64]) -> Tnode {
     let t = Tnode::new(Prec::F32, &[values.len()], &[label]).unwrap();
-    t.set_values(values).unwrap();
+    t.host().set_values(values).unwrap();
     t
 }
 

@@ -73,7 +73,7 @@ fn a_scoped_sum_in_a_scalar_statement_becomes_a_grid_reduction() {
     assert_eq!(longest_reduction(&stmt), 120_000);
     let (code, notes, made) = restructure(stmt, &h100(), &ScheduleTuning::default(), true);
     assert_eq!(made.len(), 1);
-    assert!(made[0].is_local());
+    assert!(made[0].modes().is_local());
     let stmts: Vec<&LowLevel> = match &code {
         LowLevel::Seq(items) => items.iter().collect(),
         s => vec![s],
@@ -346,7 +346,8 @@ fn pointwise_nests_of_the_same_loops_merge_into_one_pass() {
     let x = node("x", &[8, 8]);
     let y = node("y", &[8, 8]);
     let z = node("z", &[8, 8]);
-    x.set_values(&(0..64).map(f64::from).collect::<Vec<_>>())
+    x.host()
+        .set_values(&(0..64).map(f64::from).collect::<Vec<_>>())
         .unwrap();
     let nest = |out: &Tnode, from: &Tnode, transposed: bool, to: i64| {
         let (i, j) = (Symbol::fresh(), Symbol::fresh());

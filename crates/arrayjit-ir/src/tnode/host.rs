@@ -1,0 +1,324 @@
+//! A node's host array and the values in it: reading and writing them from the host
+//! (`set_values`, `get_values`, single elements, points for plots), the host lock that backends
+//! reading the array in place hold, and the checks every host write passes (a hosted constant
+//! already on a device refuses; device copies are told what changed). All of it is reached
+//! through [`Tnode::host`], which returns the node's [`HostValues`].
+
+use std::sync::RwLockReadGuard;
+
+use super::Tnode;
+use crate::error::{Error, Result};
+use crate::memory::{MemoryMode, MemoryType};
+use crate::ndarray::Ndarray;
+
+/// The node's host lock, held (see [`HostValues::lock`]).
+pub struct HostLock<'a>(#[allow(dead_code)] RwLockReadGuard<'a, Option<Ndarray>>);
+
+/// A node's host array, for changes in place only: it is never moved or replaced, so a device
+/// array may alias it (see [`HostValues::with`]). Reads go through `Deref` to the [`Ndarray`].
+pub struct HostArrayMut<'a>(&'a mut Ndarray);
+
+impl std::ops::Deref for HostArrayMut<'_> {
+    type Target = Ndarray;
+    fn deref(&self) -> &Ndarray {
+        self.0
+    }
+}
+
+impl HostArrayMut<'_> {
+    /// The bytes of the storage, padding margins included (see [`Ndarray::as_bytes_mut`]).
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.0.as_bytes_mut()
+    }
+
+    /// Sets every logical value (see [`Ndarray::set_all_f64`]).
+    pub fn set_all_f64(&mut self, values: &[f64]) -> Result<()> {
+        self.0.set_all_f64(values)
+    }
+
+    /// Sets logical element `k` to `value(k)` for every `k` (see [`Ndarray::set_all_with`]).
+    pub fn set_all_with(&mut self, value: impl FnMut(usize) -> f64) {
+        self.0.set_all_with(value)
+    }
+
+    /// Sets one logical element (see [`Ndarray::set`]).
+    pub fn set(&mut self, idx: &[usize], x: f64) -> Result<()> {
+        self.0.set(idx, x)
+    }
+}
+
+/// The host side of a node ([`Tnode::host`]): its host array, the values in it, and the host
+/// lock. Every user-facing read first runs the pending device-to-host refresh
+/// ([`HostValues::prepare_read`]); every write first checks the node may change
+/// ([`HostValues::check_writable`]) and then tells the device copies what lags.
+#[derive(Clone, Copy)]
+pub struct HostValues<'a> {
+    node: &'a Tnode,
+}
+
+impl Tnode {
+    /// The node's host array and values (see [`HostValues`]).
+    pub fn host(&self) -> HostValues<'_> {
+        HostValues { node: self }
+    }
+}
+
+impl<'a> HostValues<'a> {
+    /// Runs the pending host synchronisation, if any: after this the host array holds the
+    /// latest values. Called by every user-facing read and write of host values.
+    pub fn prepare_read(&self) -> Result<()> {
+        match self.node.device_copies() {
+            Some(copies) => copies.before_host_access(),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if
+    /// needed; does not synchronise with devices (the user-facing setters do). Creating it
+    /// requests a hosted memory mode; a node decided to be virtual, local or device-only gets a [`Error::MemoryModeConflict`].
+    pub fn with_mut<R>(&self, f: impl FnOnce(&mut HostArrayMut<'_>) -> Result<R>) -> Result<R> {
+        // Device work that reads the host array in place finishes first (outside the host
+        // lock, which that work takes while it runs).
+        if let Some(copies) = self.node.device_copies() {
+            copies.before_host_write()?;
+        }
+        let mut host = self.node.0.host.write().unwrap_or_else(|e| e.into_inner());
+        if host.is_none() {
+            // Allocate first: if that fails, the memory mode stays as it was.
+            let nd = match &self.node.0.padding {
+                Some(p) => Ndarray::zeros_padded(self.node.prec(), self.node.dims(), p.clone())?,
+                None => Ndarray::zeros(self.node.prec(), self.node.dims())?,
+            };
+            self.node.update_memory_mode(
+                MemoryMode::Hosted(MemoryType::Unset),
+                "user: values were set or read on the host",
+            )?;
+            *host = Some(nd);
+        }
+        f(&mut HostArrayMut(
+            host.as_mut().expect("host array was just created"),
+        ))
+    }
+
+    fn read_guard(&self) -> RwLockReadGuard<'a, Option<Ndarray>> {
+        self.node.0.host.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds the node's host lock for reading until the guard is dropped: the host array is
+    /// not written meanwhile (other readers may overlap). A backend reading the host array in place (`use_host_memory`)
+    /// holds it while a kernel or copy reads the array.
+    pub fn lock(&self) -> HostLock<'a> {
+        HostLock(self.read_guard())
+    }
+
+    /// Runs `f` on the host array if it exists, without synchronising with devices (see
+    /// [`HostValues::prepare_read`]). The host array, once made, is never moved or replaced (every
+    /// change is in place), so a device array may alias it; `f` runs under the node's host
+    /// lock, which kernels reading such an alias hold while they run.
+    pub fn with<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Option<R> {
+        self.read_guard().as_ref().map(f)
+    }
+
+    /// Whether the host array exists.
+    pub fn exists(&self) -> bool {
+        self.read_guard().is_some()
+    }
+
+    /// A copy of the host array, or [`Error::NotHosted`].
+    pub fn array(&self) -> Result<Ndarray> {
+        self.prepare_read()?;
+        self.with(Clone::clone)
+            .ok_or_else(|| self.not_hosted("reading the host array"))
+    }
+
+    fn not_hosted(&self, what: &str) -> Error {
+        Error::NotHosted {
+            node: self.node.debug_name(),
+            detail: format!(
+                "{what} needs one; set the node's values first or make it hosted and copy it with to_host"
+            ),
+        }
+    }
+
+    /// Sets all logical values (row-major) on the host.
+    pub fn set_values(&self, values: &[f64]) -> Result<()> {
+        // Checked before the host array is allocated, so a wrong count allocates nothing.
+        let logical = self
+            .node
+            .dims()
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d));
+        if logical != Some(values.len()) {
+            return Err(Error::ShapeMismatch {
+                op: format!("set_values of {}", self.node.debug_name()),
+                shapes: vec![self.node.dims().to_vec()],
+                detail: format!(
+                    "dims {:?} hold {} elements but {} values were given",
+                    self.node.dims(),
+                    logical.map_or("too many".to_string(), |n| n.to_string()),
+                    values.len()
+                ),
+            });
+        }
+        self.check_writable("set_values")?;
+        self.prepare_read()?;
+        self.with_mut(|nd| nd.set_all_f64(values))?;
+        self.mark_changed();
+        Ok(())
+    }
+
+    /// Sets logical element `k` (row-major) to `value(k)` on the host for every `k`, without
+    /// a vector of all values: a parameter's initializer fills its host array in place. An
+    /// array too large for the machine is an [`Error::OutOfMemory`], and nothing changes.
+    pub fn set_values_with(&self, value: impl FnMut(usize) -> f64) -> Result<()> {
+        self.check_writable("set_values_with")?;
+        self.prepare_read()?;
+        self.with_mut(|nd| {
+            nd.set_all_with(value);
+            Ok(())
+        })?;
+        self.mark_changed();
+        Ok(())
+    }
+
+    /// Records that the host changed the node's values (all of them): every device copy lags.
+    /// The setters call it; a caller writing the host array itself (through
+    /// [`HostValues::with_mut`]) calls it after.
+    pub fn mark_changed(&self) {
+        if let Some(copies) = self.node.device_copies() {
+            copies.host_changed(None);
+        }
+    }
+
+    /// `Ok` unless the node is a hosted constant that a device copy already holds
+    /// ([`Error::ConstantChanged`], naming `op`): a constant's host values may be set until its
+    /// first device copy is made from them (its initialization), never after.
+    pub fn check_writable(&self, op: &str) -> Result<()> {
+        match self.node.memory_mode() {
+            Some(m)
+                if m.mode == MemoryMode::Hosted(MemoryType::Constant)
+                    && self.node.device_copies().is_some_and(|c| c.hold_values()) =>
+            {
+                Err(Error::ConstantChanged {
+                    node: self.node.debug_name(),
+                    provenance: m.provenance,
+                    op: op.to_string(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// All logical values (row-major) from the host array.
+    pub fn get_values(&self) -> Result<Vec<f64>> {
+        self.prepare_read()?;
+        self.with(Ndarray::to_vec_f64)
+            .ok_or_else(|| self.not_hosted("get_values"))?
+    }
+
+    fn storage_index(&self, idx: &[usize]) -> Result<Vec<usize>> {
+        if idx.len() != self.node.dims().len()
+            || idx.iter().zip(self.node.dims()).any(|(i, d)| i >= d)
+        {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "index {idx:?} is outside tensor node {} with dims {:?}",
+                    self.node.debug_name(),
+                    self.node.dims()
+                ),
+            });
+        }
+        Ok(idx
+            .iter()
+            .zip(self.node.left_padding())
+            .map(|(i, &l)| i + l)
+            .collect())
+    }
+
+    /// Sets one logical element on the host.
+    pub fn set_value(&self, idx: &[usize], x: f64) -> Result<()> {
+        let at = self.storage_index(idx)?;
+        self.check_writable("set_value")?;
+        self.prepare_read()?;
+        self.with_mut(|nd| nd.set(&at, x))?;
+        // Row-major position in the stored array: copies lag in this element only.
+        let pos = at
+            .iter()
+            .zip(self.node.padded_dims())
+            .fold(0usize, |acc, (&i, &d)| acc * d + i);
+        if let Some(copies) = self.node.device_copies() {
+            copies.host_changed(Some((pos, pos + 1)));
+        }
+        Ok(())
+    }
+
+    /// One logical element from the host array.
+    pub fn get_value(&self, idx: &[usize]) -> Result<f64> {
+        let at = self.storage_index(idx)?;
+        self.prepare_read()?;
+        self.with(|nd| nd.get(&at))
+            .ok_or_else(|| self.not_hosted("get_value"))?
+    }
+
+    /// Treats axis `coord_axis` (default: the last) as coordinates and every other index as a
+    /// point; returns coordinate `xdim` of every point, in row-major order.
+    pub fn points_1d(&self, coord_axis: Option<usize>, xdim: usize) -> Result<Vec<f64>> {
+        Ok(self
+            .points(coord_axis, &[xdim])?
+            .into_iter()
+            .map(|p| p[0])
+            .collect())
+    }
+
+    /// Like [`HostValues::points_1d`] with two coordinates per point.
+    pub fn points_2d(
+        &self,
+        coord_axis: Option<usize>,
+        xdim: usize,
+        ydim: usize,
+    ) -> Result<Vec<(f64, f64)>> {
+        Ok(self
+            .points(coord_axis, &[xdim, ydim])?
+            .into_iter()
+            .map(|p| (p[0], p[1]))
+            .collect())
+    }
+
+    fn points(&self, coord_axis: Option<usize>, coords: &[usize]) -> Result<Vec<Vec<f64>>> {
+        let dims = self.node.dims().to_vec();
+        if dims.is_empty() {
+            return Err(Error::BadAxis {
+                what: format!(
+                    "the points of scalar {} (they need a coordinate axis)",
+                    self.node.debug_name()
+                ),
+                axis: 0,
+                rank: 0,
+            });
+        }
+        let axis = coord_axis.unwrap_or(dims.len() - 1);
+        if axis >= dims.len() || coords.iter().any(|&c| c >= dims[axis]) {
+            return Err(Error::IndexOutOfBounds {
+                detail: format!(
+                    "points of {}: coordinate axis {axis} / coordinates {coords:?} do not fit dims {dims:?}",
+                    self.node.debug_name()
+                ),
+            });
+        }
+        let values = self.get_values()?;
+        let inner: usize = dims[axis + 1..].iter().product();
+        let outer: usize = dims[..axis].iter().product();
+        let mut out = Vec::with_capacity(outer * inner);
+        for o in 0..outer {
+            for i in 0..inner {
+                out.push(
+                    coords
+                        .iter()
+                        .map(|&c| values[(o * dims[axis] + c) * inner + i])
+                        .collect(),
+                );
+            }
+        }
+        Ok(out)
+    }
+}
