@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result};
 
 use crate::device_buffer::DeviceBuffer;
 
@@ -164,14 +164,8 @@ impl CpuBuffer {
 
     /// A view of bytes `offset..offset + size` of `pool`.
     pub fn view(pool: &Arc<CpuBuffer>, offset: usize, size: usize) -> Result<CpuBuffer> {
-        if offset.checked_add(size).is_none_or(|end| end > pool.size) {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "a view of {size} bytes at offset {offset} does not fit a pool of {} bytes",
-                    pool.size
-                ),
-            });
-        }
+        OutOfBounds::range_end(offset, size, pool.size, RangeUnit::Bytes)
+            .map_err(|problem| Error::out_of_bounds("a pool (making a view of it)", problem))?;
         // SAFETY: `offset + size <= pool.size`, so the pointer stays inside the allocation.
         let ptr = unsafe { NonNull::new_unchecked(pool.ptr.as_ptr().add(offset)) };
         Ok(CpuBuffer {
@@ -192,14 +186,8 @@ impl CpuBuffer {
     /// The runtime ensures this by ordering every access of an array with stream events.
     pub unsafe fn zero_range(&self, offset: usize, size: usize) -> Result<()> {
         self.refuse_host_write("zeroing")?;
-        if offset.checked_add(size).is_none_or(|end| end > self.size) {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "zeroing {size} bytes at {offset} in a buffer of {} bytes",
-                    self.size
-                ),
-            });
-        }
+        OutOfBounds::range_end(offset, size, self.size, RangeUnit::Bytes)
+            .map_err(|problem| Error::out_of_bounds("a buffer (zeroing it)", problem))?;
         // SAFETY: the range is inside the buffer (checked above); exclusive access is the
         // caller's contract.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), 0, size) };
@@ -230,18 +218,8 @@ impl CpuBuffer {
     /// As for [`CpuBuffer::write`].
     pub unsafe fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.refuse_host_write("writing")?;
-        let fits = offset
-            .checked_add(src.len())
-            .is_some_and(|end| end <= self.size);
-        if !fits {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "writing {} bytes at {offset} in a buffer of {} bytes",
-                    src.len(),
-                    self.size
-                ),
-            });
-        }
+        OutOfBounds::range_end(offset, src.len(), self.size, RangeUnit::Bytes)
+            .map_err(|problem| Error::out_of_bounds("a buffer (writing it)", problem))?;
         // SAFETY: the range is inside the buffer (checked above); exclusive access and no
         // overlap are the caller's contract.
         unsafe {

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result};
 
 use crate::buffer::{CpuBuffer, MemoryCounter};
 use crate::device_buffer::{BufferHandle, DeviceBuffer};
@@ -79,9 +79,9 @@ impl CpuRuntime {
         let workers = (0..config.num_devices)
             .map(|d| {
                 WorkerPool::new(config.workers_per_device, &format!("arrayjit cpu {d}")).map_err(
-                    |e| Error::Runtime {
-                        stream: format!("{backend} device {d}"),
-                        detail: format!("cannot start the device's worker threads: {e}"),
+                    |source| Error::ThreadSpawn {
+                        thread: format!("the worker threads of {backend} device {d}"),
+                        source,
                     },
                 )
             })
@@ -276,17 +276,13 @@ impl DeviceRuntime for CpuRuntime {
         let pool = self.pool(device, pool_id)?;
         let mut checked = false;
         for &(offset, len) in unused {
-            if offset
-                .checked_add(len)
-                .is_none_or(|end| end > pool.size_in_bytes())
-            {
-                return Err(Error::IndexOutOfBounds {
-                    detail: format!(
-                        "guard range {offset}+{len} lies outside pool {pool_id} of {} bytes",
-                        pool.size_in_bytes()
-                    ),
-                });
-            }
+            OutOfBounds::range_end(offset, len, pool.size_in_bytes(), RangeUnit::Bytes).map_err(
+                |problem| Error::IndexOutOfBounds {
+                    array: format!("pool {pool_id}"),
+                    problem,
+                    during: "poisoning the guard bytes between its arrays".into(),
+                },
+            )?;
             // SAFETY: the range lies inside the pool's allocation (checked above), and no array
             // of the plan uses it, so nothing accesses it legitimately; the pool is unpoisoned
             // before it is freed (`CpuBuffer`'s drop).

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use arrayjit_ir::Result;
+use arrayjit_ir::{OutOfBounds, RangeUnit, Result};
 
 use crate::array_buffer;
 use crate::device_buffer::BufferHandle;
@@ -229,15 +229,8 @@ fn table_for<R: DeviceRuntime + ?Sized>(
 
 /// The end of bytes `offset..offset + len` of a buffer, or an error if they do not lie in it.
 pub fn byte_range_end(buffer: &BufferHandle, offset: usize, len: usize) -> Result<usize> {
-    offset
-        .checked_add(len)
-        .filter(|&end| end <= buffer.size_in_bytes())
-        .ok_or_else(|| arrayjit_ir::Error::IndexOutOfBounds {
-            detail: format!(
-                "bytes {offset}..{offset}+{len} of a buffer of {} bytes",
-                buffer.size_in_bytes()
-            ),
-        })
+    OutOfBounds::range_end(offset, len, buffer.size_in_bytes(), RangeUnit::Bytes)
+        .map_err(|problem| arrayjit_ir::Error::out_of_bounds("a device buffer", problem))
 }
 
 /// Copies `src` into bytes `offset..` of `dst` through the whole buffer: read, patched, written

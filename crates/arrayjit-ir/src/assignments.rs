@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, OutOfBounds, Result};
 use crate::indexing::{AxisIndex, Projections, StaticSymbol, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::ops::{BinOp, TernOp, UnOp};
@@ -283,14 +283,15 @@ fn check_access(
             .map_err(|e| e.into_error(&tn.debug_name(), what))?;
         if lo < -left || hi > d as i64 - 1 + right {
             return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "{what}: axis {axis} of {} takes indices {lo}..={hi} but the node allows {}..={} \
-                     (dims {:?}, padding {left}+{right})",
-                    tn.debug_name(),
-                    -left,
-                    d as i64 - 1 + right,
-                    tn.dims()
-                ),
+                array: tn.debug_name(),
+                problem: OutOfBounds::Axis {
+                    axis,
+                    lo,
+                    hi,
+                    min: -left,
+                    max: d as i64 - 1 + right,
+                },
+                during: what.to_string(),
             });
         }
     }

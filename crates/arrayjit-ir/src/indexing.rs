@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, OutOfBounds, Result};
 
 static NEXT_SYMBOL: AtomicUsize = AtomicUsize::new(1);
 
@@ -222,10 +222,9 @@ impl RangeError {
                 ),
             },
             RangeError::Overflow { index } => Error::IndexOutOfBounds {
-                detail: format!(
-                    "{context}: index {index} of {node} overflows 64-bit arithmetic for some \
-                     values of its symbols; use coefficients and offsets that fit the node's dims"
-                ),
+                array: node.to_string(),
+                problem: OutOfBounds::Overflow { index },
+                during: context.to_string(),
             },
         }
     }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, OutOfBounds, Result};
 use crate::indexing::{AxisIndex, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::ndarray::Ndarray;
@@ -117,24 +117,28 @@ pub fn flat_position(tn: &Tnode, idx: &[i64]) -> Result<usize> {
     let dims = tn.padded_dims();
     let left = tn.left_padding();
     if idx.len() != dims.len() {
-        return Err(Error::IndexOutOfBounds {
-            detail: format!(
-                "{} has {} axes but was indexed with {idx:?}",
-                tn.debug_name(),
-                dims.len()
-            ),
-        });
+        return Err(Error::out_of_bounds(
+            tn.debug_name(),
+            OutOfBounds::Rank {
+                given: idx.len(),
+                rank: dims.len(),
+            },
+        ));
     }
     let mut flat = 0usize;
     for (a, ((&i, &d), &l)) in idx.iter().zip(dims).zip(left).enumerate() {
         let p = i + l as i64;
         if p < 0 || p >= d as i64 {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "{} at logical index {idx:?}: axis {a} is outside the stored dims {dims:?}",
-                    tn.debug_name()
-                ),
-            });
+            return Err(Error::out_of_bounds(
+                tn.debug_name(),
+                OutOfBounds::Axis {
+                    axis: a,
+                    lo: i,
+                    hi: i,
+                    min: -(l as i64),
+                    max: d as i64 - 1 - l as i64,
+                },
+            ));
         }
         flat = flat * d + p as usize;
     }
@@ -277,12 +281,14 @@ impl State<'_> {
                     Scalar::I(i) => i as f64,
                 };
                 if !(value >= 0.0 && value < *extent as f64) {
-                    return Err(Error::IndexOutOfBounds {
-                        detail: format!(
-                            "a gather read index {value}, outside 0..{extent} (an id out of \
-                             range for the table it selects from)"
-                        ),
-                    });
+                    return Err(Error::out_of_bounds(
+                        "a gather's table",
+                        OutOfBounds::Id {
+                            id: value,
+                            position: None,
+                            table: *extent,
+                        },
+                    ));
                 }
                 let previous = self.symbols.insert(*symbol, value as i64);
                 let result = self.expr(read, prec);

@@ -29,7 +29,7 @@ pub mod trace;
 pub mod verify;
 
 pub use assignments::{AccumRhs, Assignments, FetchOp, Operand};
-pub use error::{DeviceLimit, Error, Result, ResultExt};
+pub use error::{DeviceLimit, Error, OutOfBounds, RangeUnit, Result, ResultExt};
 pub use indexing::{AxisIndex, Projections, StaticSymbol, Symbol};
 pub use interpret::InterpEnv;
 pub use low_level::{LowLevel, ScalarExpr, ScopeId};

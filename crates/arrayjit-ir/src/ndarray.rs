@@ -5,7 +5,7 @@ use std::fmt;
 
 use half::{bf16, f16};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, OutOfBounds, Result};
 use crate::prec::Prec;
 
 /// Padding of one axis: how many elements sit before and after the logical data.
@@ -351,40 +351,26 @@ impl Ndarray {
 
     /// Flat position of a multi-index over the storage dims, checked.
     pub fn flat_index(&self, idx: &[usize]) -> Result<usize> {
-        if idx.len() != self.dims.len() {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "index {idx:?} has {} axes but the array has dims {:?}",
-                    idx.len(),
-                    self.dims
-                ),
-            });
+        if let Some(problem) = OutOfBounds::check_index(idx, &self.dims) {
+            return Err(Error::out_of_bounds("an array", problem));
         }
-        let mut flat = 0;
-        for (axis, (&i, &d)) in idx.iter().zip(&self.dims).enumerate() {
-            if i >= d {
-                return Err(Error::IndexOutOfBounds {
-                    detail: format!(
-                        "index {idx:?}: axis {axis} is {i} but must be below {d} (dims {:?})",
-                        self.dims
-                    ),
-                });
-            }
-            flat = flat * d + i;
-        }
-        Ok(flat)
+        Ok(idx
+            .iter()
+            .zip(&self.dims)
+            .fold(0, |flat, (&i, &d)| flat * d + i))
     }
 
     fn check_flat(&self, i: usize) -> Result<()> {
         if i < self.num_elems() {
             Ok(())
         } else {
-            Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "flat index {i} but the array has {} elements",
-                    self.num_elems()
-                ),
-            })
+            Err(Error::out_of_bounds(
+                "an array",
+                OutOfBounds::Element {
+                    index: i,
+                    len: self.num_elems(),
+                },
+            ))
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, OutOfBounds, Result};
 use crate::indexing::{AxisIndex, StaticSymbol, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::tnode::Tnode;
@@ -27,14 +27,13 @@ pub fn check_bounds(code: &LowLevel, statics: &[StaticSymbol]) -> Result<()> {
 fn access(tn: &Tnode, idcs: &[AxisIndex], ranges: &HashMap<Symbol, (i64, i64)>) -> Result<()> {
     let dims = tn.dims();
     if idcs.len() != dims.len() {
-        return Err(Error::IndexOutOfBounds {
-            detail: format!(
-                "{} has {} axes but is accessed with {} indices",
-                tn.debug_name(),
-                dims.len(),
-                idcs.len()
-            ),
-        });
+        return Err(Error::out_of_bounds(
+            tn.debug_name(),
+            OutOfBounds::Rank {
+                given: idcs.len(),
+                rank: dims.len(),
+            },
+        ));
     }
     let pads = tn.padding().map(|p| p.axes.clone());
     for (a, idx) in idcs.iter().enumerate() {
@@ -47,12 +46,15 @@ fn access(tn: &Tnode, idcs: &[AxisIndex], ranges: &HashMap<Symbol, (i64, i64)>) 
             .unwrap_or((0, 0));
         if lo < -left || hi > dims[a] as i64 - 1 + right {
             return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "axis {a} of {} is accessed at {lo}..={hi} (index {idx}) but allows {}..={}",
-                    tn.debug_name(),
-                    -left,
-                    dims[a] as i64 - 1 + right
-                ),
+                array: tn.debug_name(),
+                problem: OutOfBounds::Axis {
+                    axis: a,
+                    lo,
+                    hi,
+                    min: -left,
+                    max: dims[a] as i64 - 1 + right,
+                },
+                during: "checking the optimized code".into(),
             });
         }
     }

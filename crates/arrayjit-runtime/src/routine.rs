@@ -188,10 +188,9 @@ impl Routine {
         if interface.scratch_bytes > 0 {
             let scratch = stream.scratch().ok_or_else(|| Error::Runtime {
                 stream: stream.name(),
-                detail: format!(
-                    "routine {} needs a scratch pool but the stream has none",
-                    self.name()
-                ),
+                detail: "the routine needs a scratch pool but the stream has none (a defect of \
+                         arrayjit: linking gives every stream that runs such a routine one)"
+                    .into(),
             })?;
             args.push(scratch);
         }

@@ -381,9 +381,9 @@ impl Runner {
                             worker_shared.run_next(task, label);
                         }
                     })
-                    .map_err(|e| Error::Runtime {
-                        stream: name.clone(),
-                        detail: format!("cannot start the stream's worker thread: {e}"),
+                    .map_err(|source| Error::ThreadSpawn {
+                        thread: format!("the worker thread of {name}"),
+                        source,
                     })?;
                 Ok(Runner {
                     shared,
@@ -441,9 +441,8 @@ impl Runner {
                 let from_worker = self.shared.worker.get() == Some(&thread::current().id());
                 let number = || lock(&self.shared.progress).scheduled += 1;
                 if tasks.push(task, label, from_worker, number).is_err() {
-                    return Err(Error::Runtime {
+                    return Err(Error::StreamClosed {
                         stream: self.shared.name.clone(),
-                        detail: "the stream is shutting down".into(),
                     });
                 }
                 Ok(())
@@ -484,11 +483,9 @@ impl Runner {
     /// Waits for all work scheduled so far; returns a kept error.
     pub fn await_work(&self) -> Result<()> {
         if self.inside_task() {
-            return Err(Error::Runtime {
+            return Err(Error::SelfWait {
                 stream: self.shared.name.clone(),
-                detail: "a task of this stream waited for the stream itself, which would never \
-                         finish; wait from another thread or stream"
-                    .into(),
+                position: None,
             });
         }
         self.all_work().wait();
@@ -643,14 +640,9 @@ impl Event {
         if let Some(s) = &self.stream
             && !s.wait_until(self.seq)
         {
-            return Err(Error::Runtime {
+            return Err(Error::SelfWait {
                 stream: s.name.clone(),
-                detail: format!(
-                    "a task of this stream waited for its position #{}, scheduled after the task \
-                     itself, which cannot run before the task ends; wait from another thread or \
-                     stream",
-                    self.seq
-                ),
+                position: Some(self.seq),
             });
         }
         if let Some(e) = self.failure() {

@@ -12,19 +12,21 @@
 use std::sync::Arc;
 
 use arrayjit_ir::{
-    Assignments, BinOp, Error, FetchOp, MemoryMode, MemoryType, Prec, Result, Tnode,
+    Assignments, BinOp, Error, FetchOp, MemoryMode, MemoryType, OutOfBounds, Prec, Result, Tnode,
 };
 
 use crate::tensor::{Rhs, Tensor, einsum_letters};
 
 fn check_ids(label: &str, ids: &[usize], upper: usize) -> Result<()> {
     if let Some((pos, id)) = ids.iter().enumerate().find(|(_, id)| **id >= upper) {
-        return Err(Error::IndexOutOfBounds {
-            detail: format!(
-                "id {id} at position {pos} of {label} is outside 0..{upper}; ids must index \
-                 the table they select from"
-            ),
-        });
+        return Err(Error::out_of_bounds(
+            label,
+            OutOfBounds::Id {
+                id: *id as f64,
+                position: Some(pos),
+                table: upper,
+            },
+        ));
     }
     if upper > 1 << 24 {
         return Err(Error::BadValue {

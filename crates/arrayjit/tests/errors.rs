@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrayjit::Error;
 use arrayjit::backends::cc::{self, CcConfig};
+use arrayjit::ir::OutOfBounds;
 use arrayjit::prelude::*;
 use arrayjit::runtime::Backend;
 
@@ -158,7 +159,23 @@ fn wrong_size_host_arrays_are_rejected() {
     );
     assert!(matches!(
         t.host().set_value(&[2, 0], 1.0),
-        Err(Error::IndexOutOfBounds { .. })
+        Err(Error::IndexOutOfBounds {
+            problem: OutOfBounds::Axis {
+                axis: 0,
+                lo: 2,
+                hi: 2,
+                min: 0,
+                max: 1
+            },
+            ..
+        })
+    ));
+    assert!(matches!(
+        t.host().get_value(&[1]),
+        Err(Error::IndexOutOfBounds {
+            problem: OutOfBounds::Rank { given: 1, rank: 2 },
+            ..
+        })
     ));
     assert!(matches!(
         Ndarray::from_f64(Prec::F32, &[2], &[1.0]),
@@ -197,7 +214,18 @@ fn bad_shapes_in_assignments_are_typed_errors() {
         .unwrap()
         .compile("shifted", &prog, &[])
         .unwrap_err();
-    assert!(matches!(err, Error::IndexOutOfBounds { .. }), "{err}");
+    // The shifted read takes x at 1..=3; x allows 0..=2.
+    assert!(
+        matches!(
+            &err,
+            Error::IndexOutOfBounds {
+                problem: OutOfBounds::Axis { axis: 0, lo: 1, hi: 3, min: 0, max: 2 },
+                array,
+                ..
+            } if array.starts_with("x#")
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -282,9 +282,10 @@ fn item24_task_errors_keep_their_cause() {
     let b = multicore();
     let s = b.get_device(0).unwrap().new_stream().unwrap();
     s.schedule_task(|| {
-        Err(Error::IndexOutOfBounds {
-            detail: "typed".into(),
-        })
+        Err(Error::out_of_bounds(
+            "typed",
+            arrayjit::ir::OutOfBounds::Element { index: 3, len: 2 },
+        ))
     })
     .unwrap();
     let err = s.await_work().unwrap_err();

@@ -18,7 +18,7 @@ use arrayjit::backends::{
 };
 use arrayjit::codegen::{KernelInterface, SourceKernel};
 use arrayjit::ir::interpret::InterpEnv;
-use arrayjit::ir::{Error, Ndarray, Optimized, Result, Tnode};
+use arrayjit::ir::{Error, Ndarray, Optimized, OutOfBounds, RangeUnit, Result, Tnode};
 use arrayjit::runtime::Backend;
 
 const NAME: &str = "skeleton";
@@ -69,12 +69,9 @@ impl SkeletonBuffer {
 
     /// Bytes `offset..offset + n` of the window, in the shared memory, or a typed error.
     fn range(&self, offset: usize, n: usize) -> Result<std::ops::Range<usize>> {
-        match offset.checked_add(n) {
-            Some(end) if end <= self.len => Ok(self.offset + offset..self.offset + end),
-            _ => Err(Error::IndexOutOfBounds {
-                detail: format!("bytes {offset}..+{n} of a buffer of {} bytes", self.len),
-            }),
-        }
+        let end = OutOfBounds::range_end(offset, n, self.len, RangeUnit::Bytes)
+            .map_err(|problem| Error::out_of_bounds("a skeleton buffer", problem))?;
+        Ok(self.offset + offset..self.offset + end)
     }
 
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result};
 use cudarc::driver::CudaStream;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::CUdeviceptr;
@@ -116,14 +116,8 @@ impl CudaBuffer {
 
     /// Bytes `offset..offset + size` of this buffer (a pool).
     pub(super) fn view(&self, offset: usize, size: usize) -> Result<CudaBuffer> {
-        if offset.checked_add(size).is_none_or(|end| end > self.size) {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "a view of {size} bytes at {offset} does not fit in a pool of {} bytes",
-                    self.size
-                ),
-            });
-        }
+        OutOfBounds::range_end(offset, size, self.size, RangeUnit::Bytes)
+            .map_err(|problem| Error::out_of_bounds("a pool (making a view of it)", problem))?;
         Ok(CudaBuffer {
             alloc: self.alloc.clone(),
             offset: self.offset + offset,

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result};
 
 use super::devices::Gpu;
 use crate::device_buffer::{BufferHandle, DeviceBuffer};
@@ -67,15 +67,8 @@ impl DeviceBuffer for WgpuBuffer {
 impl WgpuBuffer {
     /// Bytes `offset..offset + size` of this buffer, as a buffer of their own.
     pub(super) fn view(&self, offset: usize, size: usize) -> Result<WgpuBuffer> {
-        let end = offset.checked_add(size).filter(|&e| e <= self.size);
-        if end.is_none() {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "a view of {size} bytes at {offset} does not fit a pool of {} bytes",
-                    self.size
-                ),
-            });
-        }
+        OutOfBounds::range_end(offset, size, self.size, RangeUnit::Bytes)
+            .map_err(|problem| Error::out_of_bounds("a pool (making a view of it)", problem))?;
         Ok(WgpuBuffer {
             allocation: self.allocation.clone(),
             offset: self.offset + offset,

@@ -7,7 +7,7 @@
 use std::sync::RwLockReadGuard;
 
 use super::Tnode;
-use crate::error::{Error, Result};
+use crate::error::{Error, OutOfBounds, Result};
 use crate::memory::{MemoryMode, MemoryType};
 use crate::ndarray::Ndarray;
 
@@ -217,16 +217,8 @@ impl<'a> HostValues<'a> {
     }
 
     fn storage_index(&self, idx: &[usize]) -> Result<Vec<usize>> {
-        if idx.len() != self.node.dims().len()
-            || idx.iter().zip(self.node.dims()).any(|(i, d)| i >= d)
-        {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "index {idx:?} is outside tensor node {} with dims {:?}",
-                    self.node.debug_name(),
-                    self.node.dims()
-                ),
-            });
+        if let Some(problem) = OutOfBounds::check_index(idx, self.node.dims()) {
+            return Err(Error::out_of_bounds(self.node.debug_name(), problem));
         }
         Ok(idx
             .iter()
@@ -286,24 +278,26 @@ impl<'a> HostValues<'a> {
 
     fn points(&self, coord_axis: Option<usize>, coords: &[usize]) -> Result<Vec<Vec<f64>>> {
         let dims = self.node.dims().to_vec();
-        if dims.is_empty() {
+        // A scalar has no coordinate axis: axis 0 of a node of 0 axes.
+        let axis = coord_axis.unwrap_or(dims.len().saturating_sub(1));
+        if axis >= dims.len() {
             return Err(Error::BadAxis {
-                what: format!(
-                    "the points of scalar {} (they need a coordinate axis)",
-                    self.node.debug_name()
-                ),
-                axis: 0,
-                rank: 0,
+                what: self.node.debug_name(),
+                axis: i64::try_from(axis).unwrap_or(i64::MAX),
+                rank: dims.len(),
             });
         }
-        let axis = coord_axis.unwrap_or(dims.len() - 1);
-        if axis >= dims.len() || coords.iter().any(|&c| c >= dims[axis]) {
-            return Err(Error::IndexOutOfBounds {
-                detail: format!(
-                    "points of {}: coordinate axis {axis} / coordinates {coords:?} do not fit dims {dims:?}",
-                    self.node.debug_name()
-                ),
-            });
+        if let Some(&c) = coords.iter().find(|&&c| c >= dims[axis]) {
+            return Err(Error::out_of_bounds(
+                self.node.debug_name(),
+                OutOfBounds::Axis {
+                    axis,
+                    lo: c as i64,
+                    hi: c as i64,
+                    min: 0,
+                    max: dims[axis] as i64 - 1,
+                },
+            ));
         }
         let values = self.get_values()?;
         let inner: usize = dims[axis + 1..].iter().product();

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use arrayjit_backends::{BufferHandle, DeviceBuffer as _, LoweredBackend};
-use arrayjit_ir::{Error, Result, Tnode};
+use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result, Tnode};
 
 use super::Context;
 use crate::array_entry::{Access, ArrayEntry};
@@ -114,15 +114,15 @@ impl ScheduledArray<'_> {
 /// An error unless `elems` is a range of the node's stored elements.
 fn check_elems(tn: &Tnode, elems: &std::ops::Range<usize>) -> Result<()> {
     if elems.start > elems.end || elems.end > tn.num_elems() {
-        return Err(Error::IndexOutOfBounds {
-            detail: format!(
-                "elements {}..{} of {}, which stores {}",
-                elems.start,
-                elems.end,
-                tn.debug_name(),
-                tn.num_elems()
-            ),
-        });
+        return Err(Error::out_of_bounds(
+            tn.debug_name(),
+            OutOfBounds::Range {
+                start: elems.start,
+                end: elems.end,
+                size: tn.num_elems(),
+                unit: RangeUnit::Elements,
+            },
+        ));
     }
     Ok(())
 }

@@ -1,5 +1,9 @@
 //! The one error type of arrayjit, shared by every layer, and its `Result` alias.
 
+mod bounds;
+
+pub use bounds::{OutOfBounds, RangeUnit};
+
 use thiserror::Error;
 
 use crate::prec::{Prec, UnknownPrecision};
@@ -19,6 +23,15 @@ fn prec_list(precs: &[Prec]) -> String {
         .map(|p| p.name())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `"{during}: "`, or nothing when `during` is empty.
+fn during_prefix(during: &str) -> String {
+    if during.is_empty() {
+        String::new()
+    } else {
+        format!("{during}: ")
+    }
 }
 
 /// `Result` with [`enum@Error`] as the error type.
@@ -46,11 +59,16 @@ pub enum Error {
         /// What disagrees and what was expected.
         detail: String,
     },
-    /// An index lies outside the array it indexes.
-    #[error("index out of bounds: {detail}")]
+    /// An index lies outside the array, buffer or table it indexes.
+    #[error("index out of bounds: {}{array}: {problem}", during_prefix(.during))]
     IndexOutOfBounds {
-        /// Which index, which array, and its valid range.
-        detail: String,
+        /// What was indexed: a node's or array's name, a buffer, a pool.
+        array: String,
+        /// Which index, and what exists.
+        problem: OutOfBounds,
+        /// What was being done, where the array alone does not say (e.g. the assignment
+        /// being lowered); empty otherwise.
+        during: String,
     },
     /// A node's precision was asked to change after it was fixed by its first use.
     #[error(
@@ -501,6 +519,34 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A thread the runtime needs could not be started (the system's limit on threads or
+    /// memory was reached).
+    #[error("cannot start {thread}: {source}; free threads or memory, or use fewer streams")]
+    ThreadSpawn {
+        /// Which thread(s): a stream's worker, a device's worker pool.
+        thread: String,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A task of a stream waited for work of its own stream that cannot run before the task
+    /// ends (a deadlock refused).
+    #[error(
+        "a task of {stream} waited for {}, which cannot run before the task ends; wait from another thread or stream",
+        match .position { Some(p) => format!("the stream's position #{p}"), None => "the stream itself".to_string() }
+    )]
+    SelfWait {
+        /// The stream.
+        stream: String,
+        /// The position waited for, scheduled after the task (`None`: all of the stream's work).
+        position: Option<u64>,
+    },
+    /// Work was scheduled on a stream that is shutting down.
+    #[error("{stream} is shutting down and takes no more work")]
+    StreamClosed {
+        /// The stream.
+        stream: String,
+    },
     /// A runtime failure on a stream or device.
     #[error("runtime error on {stream}: {detail}")]
     Runtime {
@@ -749,6 +795,15 @@ impl Error {
             op: op.into(),
             shapes: shapes.iter().map(|s| s.to_vec()).collect(),
             detail: detail.into(),
+        }
+    }
+
+    /// An [`Error::IndexOutOfBounds`] of `array`, with nothing said of what was being done.
+    pub fn out_of_bounds(array: impl Into<String>, problem: OutOfBounds) -> Error {
+        Error::IndexOutOfBounds {
+            array: array.into(),
+            problem,
+            during: String::new(),
         }
     }
 
