@@ -61,14 +61,6 @@ pub(crate) fn with_host_locks<R>(buffers: &[&CpuBuffer], f: impl FnOnce() -> R) 
     f()
 }
 
-fn size_mismatch(what: &str, a: usize, b: usize) -> Error {
-    Error::ShapeMismatch {
-        op: what.into(),
-        shapes: vec![],
-        detail: format!("the buffer holds {a} bytes but {b} bytes were given"),
-    }
-}
-
 impl CpuRuntime {
     /// The runtime of backend `backend` (named in errors and thread names), starting each
     /// device's worker threads.
@@ -170,13 +162,12 @@ impl DeviceRuntime for CpuRuntime {
 
     unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
         let d = self.cpu(dst)?;
-        if d.size_in_bytes() != src.len() {
-            return Err(size_mismatch(
-                "copy from host",
-                d.size_in_bytes(),
-                src.len(),
-            ));
-        }
+        Error::check_same_size(
+            "copying from the host",
+            d.size_in_bytes(),
+            src.len(),
+            RangeUnit::Bytes,
+        )?;
         // SAFETY: the runtime schedules copies and kernels touching an array in an order that
         // never overlaps a write with another access (the `host_sync` rules).
         unsafe { d.write(src) }
@@ -184,9 +175,12 @@ impl DeviceRuntime for CpuRuntime {
 
     unsafe fn copy_to_host(&self, src: &BufferHandle, dst: &mut [u8], _: Queue<'_>) -> Result<()> {
         let s = self.cpu(src)?;
-        if s.size_in_bytes() != dst.len() {
-            return Err(size_mismatch("copy to host", s.size_in_bytes(), dst.len()));
-        }
+        Error::check_same_size(
+            "copying to the host",
+            s.size_in_bytes(),
+            dst.len(),
+            RangeUnit::Bytes,
+        )?;
         // SAFETY: as in `copy_from_host`: no write of `src` runs meanwhile (a host array in
         // place is read under its node's host lock, so the host does not write it either).
         with_host_locks(&[s], || dst.copy_from_slice(unsafe { s.bytes() }));
@@ -227,13 +221,12 @@ impl DeviceRuntime for CpuRuntime {
         _: Queue<'_>,
     ) -> Result<()> {
         let (d, s) = (self.cpu(dst)?, self.cpu(src)?);
-        if d.size_in_bytes() != s.size_in_bytes() {
-            return Err(size_mismatch(
-                "device to device",
-                d.size_in_bytes(),
-                s.size_in_bytes(),
-            ));
-        }
+        Error::check_same_size(
+            "copying device to device",
+            d.size_in_bytes(),
+            s.size_in_bytes(),
+            RangeUnit::Bytes,
+        )?;
         if std::ptr::eq(d.as_ptr(), s.as_ptr()) {
             // The same memory (one node's host array used in place by both): nothing to copy.
             return Ok(());

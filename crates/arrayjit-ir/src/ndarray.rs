@@ -5,7 +5,7 @@ use std::fmt;
 
 use half::{bf16, f16};
 
-use crate::error::{Error, OutOfBounds, Result};
+use crate::error::{Error, OutOfBounds, RangeUnit, Result};
 use crate::prec::Prec;
 
 /// Padding of one axis: how many elements sit before and after the logical data.
@@ -228,7 +228,7 @@ impl Ndarray {
     pub fn from_f32(dims: &[usize], values: &[f32]) -> Result<Ndarray> {
         let n = checked_num_elems(dims)?;
         if n != values.len() {
-            return Err(size_mismatch("Ndarray::from_f32", dims, n, values.len()));
+            return Err(size_mismatch("Ndarray::from_f32", n, values.len()));
         }
         Ok(Ndarray {
             storage: Storage::F32(values.to_vec()),
@@ -251,7 +251,7 @@ impl Ndarray {
         let n = checked_num_elems(dims)?;
         let have = checked_num_elems(&self.dims)?;
         if n != have {
-            return Err(size_mismatch("Ndarray::reshaped", dims, n, have));
+            return Err(size_mismatch("Ndarray::reshaped", n, have));
         }
         Ok(Ndarray {
             dims: dims.to_vec(),
@@ -482,12 +482,7 @@ impl Ndarray {
     fn check_value_count(&self, got: usize) -> Result<()> {
         let n = self.num_logical_elems();
         if n != got {
-            return Err(size_mismatch(
-                "Ndarray::set_all",
-                &self.logical_dims(),
-                n,
-                got,
-            ));
+            return Err(size_mismatch("Ndarray::set_all", n, got));
         }
         Ok(())
     }
@@ -534,11 +529,12 @@ impl Ndarray {
     }
 }
 
-fn size_mismatch(op: &str, dims: &[usize], expected: usize, got: usize) -> Error {
-    Error::ShapeMismatch {
+fn size_mismatch(op: &str, expected: usize, got: usize) -> Error {
+    Error::SizeMismatch {
         op: op.into(),
-        shapes: vec![dims.to_vec()],
-        detail: format!("dims {dims:?} hold {expected} elements but {got} values were given"),
+        expected,
+        given: got,
+        unit: RangeUnit::Elements,
     }
 }
 
@@ -728,7 +724,11 @@ mod tests {
         let mut nd = Ndarray::zeros(Prec::F64, &[2, 2]).unwrap();
         assert!(matches!(
             nd.set_all_f64(&[1.0; 3]),
-            Err(Error::ShapeMismatch { .. })
+            Err(Error::SizeMismatch {
+                expected: 4,
+                given: 3,
+                ..
+            })
         ));
         assert!(Ndarray::from_f32(&[2], &[1.0; 3]).is_err());
     }

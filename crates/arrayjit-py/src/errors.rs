@@ -80,7 +80,9 @@ pub fn to_py(e: Error) -> PyErr {
         Error::WrongArgumentCount { .. }
         | Error::ForeignBuffer { .. }
         | Error::NoSuchKernel { .. } => LaunchError::new_err(message),
-        Error::ShapeMismatch { .. } => ShapeMismatchError::new_err(message),
+        Error::ShapeMismatch { .. } | Error::SizeMismatch { .. } => {
+            ShapeMismatchError::new_err(message)
+        }
         Error::IndexOutOfBounds { .. } => IndexOutOfBoundsError::new_err(message),
         Error::PrecisionFixed { .. }
         | Error::UnsupportedPrecision { .. }

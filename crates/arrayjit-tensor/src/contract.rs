@@ -27,11 +27,18 @@ fn reduction_letters(op: &str, dims: &[usize], axes: &[usize]) -> Result<(String
 fn check_axes(op: &str, dims: &[usize], axes: &[usize]) -> Result<()> {
     let mut seen = vec![false; dims.len()];
     for &a in axes {
-        if a >= dims.len() || seen[a] {
+        if a >= dims.len() {
+            return Err(Error::BadAxis {
+                what: op.into(),
+                axis: i64::try_from(a).unwrap_or(i64::MAX),
+                rank: dims.len(),
+            });
+        }
+        if seen[a] {
             return Err(Error::ShapeMismatch {
                 op: op.into(),
                 shapes: vec![dims.to_vec()],
-                detail: format!("axes {axes:?} are not distinct axes of shape {dims:?}"),
+                detail: "an axis is named twice; name each axis once".into(),
             });
         }
         seen[a] = true;

@@ -110,10 +110,10 @@ impl Tensor {
     pub fn take(&self, ids: &Tensor, axis: usize) -> Result<Tensor> {
         let dims = self.dims();
         if axis >= dims.len() {
-            return Err(Error::ShapeMismatch {
-                op: "take".into(),
-                shapes: vec![dims.to_vec()],
-                detail: format!("axis {axis} is not an axis of shape {dims:?}"),
+            return Err(Error::BadAxis {
+                what: "take".into(),
+                axis: i64::try_from(axis).unwrap_or(i64::MAX),
+                rank: dims.len(),
             });
         }
         if ids.requires_grad() {

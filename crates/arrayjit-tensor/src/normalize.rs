@@ -14,10 +14,10 @@ use crate::tensor::{BackwardFn, Rhs, Tensor, einsum_letters};
 /// The letters of a tensor of rank `rank`, and those left after removing `axis`.
 fn row_letters(op: &str, dims: &[usize], axis: usize) -> Result<(String, String)> {
     if axis >= dims.len() {
-        return Err(Error::ShapeMismatch {
-            op: op.into(),
-            shapes: vec![dims.to_vec()],
-            detail: format!("axis {axis} is not an axis of shape {dims:?}"),
+        return Err(Error::BadAxis {
+            what: op.into(),
+            axis: i64::try_from(axis).unwrap_or(i64::MAX),
+            rank: dims.len(),
         });
     }
     let all = einsum_letters(0, dims.len(), op)?;

@@ -139,14 +139,7 @@ impl CudaBuffer {
     }
 
     fn same_size(&self, what: &str, other: usize) -> Result<()> {
-        if self.size != other {
-            return Err(Error::ShapeMismatch {
-                op: what.into(),
-                shapes: vec![],
-                detail: format!("the buffer has {} bytes, the host data {other}", self.size),
-            });
-        }
-        Ok(())
+        Error::check_same_size(what, self.size, other, RangeUnit::Bytes)
     }
 
     /// Copies host bytes in (queued on `stream`; the bytes may be reused on return: pageable

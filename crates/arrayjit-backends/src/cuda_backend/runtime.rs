@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, RangeUnit, Result};
 
 use super::buffers::{self, CudaBuffer};
 use super::devices::{CudaDevices, Gpu};
@@ -116,17 +116,12 @@ impl DeviceRuntime for CudaRuntime {
         queue: Queue<'_>,
     ) -> Result<()> {
         let (d, s) = (buffers::of(dst)?, buffers::of(src)?);
-        if d.size_in_bytes_exact() != s.size_in_bytes_exact() {
-            return Err(Error::ShapeMismatch {
-                op: "device to device".into(),
-                shapes: vec![],
-                detail: format!(
-                    "destination has {} bytes, source {}",
-                    d.size_in_bytes_exact(),
-                    s.size_in_bytes_exact()
-                ),
-            });
-        }
+        Error::check_same_size(
+            "copying device to device",
+            d.size_in_bytes_exact(),
+            s.size_in_bytes_exact(),
+            RangeUnit::Bytes,
+        )?;
         let (gd, gs) = (self.gpu(d.device_ordinal())?, self.gpu(s.device_ordinal())?);
         if gd.ordinal == gs.ordinal {
             return d.copy_from(gd, s, queue::stream_for(gd, queue));

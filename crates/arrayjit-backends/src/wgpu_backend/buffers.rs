@@ -126,15 +126,7 @@ pub(super) fn allocate(gpu: &Gpu, used: &Arc<AtomicUsize>, size: usize) -> Resul
 }
 
 fn same_size(what: &str, buffer: usize, host: usize) -> Result<()> {
-    if buffer == host {
-        Ok(())
-    } else {
-        Err(Error::ShapeMismatch {
-            op: what.into(),
-            shapes: vec![],
-            detail: format!("the buffer has {buffer} bytes and the host array {host}"),
-        })
-    }
+    Error::check_same_size(what, buffer, host, RangeUnit::Bytes)
 }
 
 /// Whether bytes `start..end` of `b` can be written on their own: wgpu writes whole words

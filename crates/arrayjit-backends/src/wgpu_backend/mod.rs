@@ -114,7 +114,11 @@ mod tests {
         assert!(matches!(
             // SAFETY: the test's own buffers, one call at a time.
             unsafe { b.copy_from_host(&buf, &[0; 5], None) },
-            Err(Error::ShapeMismatch { .. })
+            Err(Error::SizeMismatch {
+                expected: 6,
+                given: 5,
+                ..
+            })
         ));
         // Ranges: on words (direct), ending at the buffer's odd end (direct), inside a word
         // (through the whole buffer); neighbours keep their bytes.

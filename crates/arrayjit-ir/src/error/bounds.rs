@@ -65,13 +65,22 @@ pub enum OutOfBounds {
     },
 }
 
-/// What the numbers of [`OutOfBounds::Range`] count.
+/// What the numbers of [`OutOfBounds::Range`] (and of a size mismatch) count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RangeUnit {
     /// Bytes of a buffer or pool.
     Bytes,
     /// Elements of an array.
     Elements,
+}
+
+impl fmt::Display for RangeUnit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RangeUnit::Bytes => "bytes",
+            RangeUnit::Elements => "elements",
+        })
+    }
 }
 
 impl OutOfBounds {
@@ -151,13 +160,7 @@ impl fmt::Display for OutOfBounds {
                 end,
                 size,
                 unit,
-            } => {
-                let unit = match unit {
-                    RangeUnit::Bytes => "bytes",
-                    RangeUnit::Elements => "elements",
-                };
-                write!(f, "{unit} {start}..{end} of {size} {unit}")
-            }
+            } => write!(f, "{unit} {start}..{end} of {size} {unit}"),
             OutOfBounds::Id {
                 id,
                 position,

@@ -59,6 +59,19 @@ pub enum Error {
         /// What disagrees and what was expected.
         detail: String,
     },
+    /// Two amounts that must match do not: the bytes of a buffer and of the data copied into
+    /// it, the elements of an array and the values given for it.
+    #[error("{op}: {given} {unit} given where {expected} are needed")]
+    SizeMismatch {
+        /// What was being done (e.g. `copying to the device`, `set_values of x#3`).
+        op: String,
+        /// The amount needed.
+        expected: usize,
+        /// The amount given.
+        given: usize,
+        /// What the amounts count.
+        unit: RangeUnit,
+    },
     /// An index lies outside the array, buffer or table it indexes.
     #[error("index out of bounds: {}{array}: {problem}", during_prefix(.during))]
     IndexOutOfBounds {
@@ -795,6 +808,26 @@ impl Error {
             op: op.into(),
             shapes: shapes.iter().map(|s| s.to_vec()).collect(),
             detail: detail.into(),
+        }
+    }
+
+    /// `Ok` when `given == expected`, else the [`Error::SizeMismatch`] of `op` (the one check
+    /// of every copy between buffers and host data).
+    pub fn check_same_size(
+        op: impl Into<String>,
+        expected: usize,
+        given: usize,
+        unit: RangeUnit,
+    ) -> Result<()> {
+        if given == expected {
+            Ok(())
+        } else {
+            Err(Error::SizeMismatch {
+                op: op.into(),
+                expected,
+                given,
+                unit,
+            })
         }
     }
 

@@ -7,7 +7,7 @@
 use std::sync::RwLockReadGuard;
 
 use super::Tnode;
-use crate::error::{Error, OutOfBounds, Result};
+use crate::error::{Error, OutOfBounds, RangeUnit, Result};
 use crate::memory::{MemoryMode, MemoryType};
 use crate::ndarray::Ndarray;
 
@@ -149,15 +149,11 @@ impl<'a> HostValues<'a> {
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d));
         if logical != Some(values.len()) {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::SizeMismatch {
                 op: format!("set_values of {}", self.node.debug_name()),
-                shapes: vec![self.node.dims().to_vec()],
-                detail: format!(
-                    "dims {:?} hold {} elements but {} values were given",
-                    self.node.dims(),
-                    logical.map_or("too many".to_string(), |n| n.to_string()),
-                    values.len()
-                ),
+                expected: logical.unwrap_or(usize::MAX),
+                given: values.len(),
+                unit: RangeUnit::Elements,
             });
         }
         self.check_writable("set_values")?;
