@@ -8,6 +8,8 @@ use half::{bf16, f16};
 use crate::error::{Error, OutOfBounds, RangeUnit, Result};
 use crate::prec::Prec;
 
+mod fill;
+
 /// Padding of one axis: how many elements sit before and after the logical data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct AxisPadding {
@@ -96,20 +98,20 @@ macro_rules! with_storage {
 impl Storage {
     /// `n` zeros, or an error (not an abort) if the memory cannot be had.
     fn zeros(prec: Prec, n: usize) -> Result<Storage> {
-        fn filled<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
-            crate::fallible::try_vec_filled(n, zero, || format!("a host array of {n} elements"))
+        fn zeroed<T: bytemuck::Zeroable>(n: usize) -> Result<Vec<T>> {
+            crate::fallible::try_vec_zeroed(n, || format!("a host array of {n} elements"))
         }
         Ok(match prec {
-            Prec::U8 => Storage::U8(filled(n, 0)?),
-            Prec::U16 => Storage::U16(filled(n, 0)?),
-            Prec::I32 => Storage::I32(filled(n, 0)?),
-            Prec::U32 => Storage::U32(filled(n, 0)?),
-            Prec::I64 => Storage::I64(filled(n, 0)?),
-            Prec::U64 => Storage::U64(filled(n, 0)?),
-            Prec::F16 => Storage::F16(filled(n, f16::ZERO)?),
-            Prec::Bf16 => Storage::Bf16(filled(n, bf16::ZERO)?),
-            Prec::F32 => Storage::F32(filled(n, 0.0)?),
-            Prec::F64 => Storage::F64(filled(n, 0.0)?),
+            Prec::U8 => Storage::U8(zeroed(n)?),
+            Prec::U16 => Storage::U16(zeroed(n)?),
+            Prec::I32 => Storage::I32(zeroed(n)?),
+            Prec::U32 => Storage::U32(zeroed(n)?),
+            Prec::I64 => Storage::I64(zeroed(n)?),
+            Prec::U64 => Storage::U64(zeroed(n)?),
+            Prec::F16 => Storage::F16(zeroed(n)?),
+            Prec::Bf16 => Storage::Bf16(zeroed(n)?),
+            Prec::F32 => Storage::F32(zeroed(n)?),
+            Prec::F64 => Storage::F64(zeroed(n)?),
         })
     }
 

@@ -85,6 +85,29 @@ impl Philox {
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
     }
 
+    /// Four standard normal values from the four words of block `n`: two Box–Muller pairs,
+    /// the cosine and the sine of each (one logarithm and one `sin_cos` per two values). Lane
+    /// `k` is the value at position `4n + k` of [`Philox::normal_at`].
+    pub fn normals4(&self, n: u64) -> [f64; 4] {
+        let b = self.block(n);
+        let pair = |w0: u32, w1: u32| {
+            let u1 = (w0 as f64 + 1.0) / 4_294_967_297.0;
+            let u2 = w1 as f64 / 4_294_967_296.0;
+            let r = (-2.0 * u1.ln()).sqrt();
+            let (sin, cos) = (std::f64::consts::TAU * u2).sin_cos();
+            (r * cos, r * sin)
+        };
+        let (a, b1) = pair(b[0], b[1]);
+        let (c, d) = pair(b[2], b[3]);
+        [a, b1, c, d]
+    }
+
+    /// A standard normal value at position `i`, four to a block ([`Philox::normals4`]): the
+    /// draws of parameter initializers, which fill arrays block by block.
+    pub fn normal_at(&self, i: u64) -> f64 {
+        self.normals4(i / 4)[(i % 4) as usize]
+    }
+
     /// `n` uniform values in `[lo, hi)` (an [`crate::error::Error::OutOfMemory`] if `n` cannot be held).
     pub fn uniform_vec(&self, n: usize, lo: f64, hi: f64) -> Result<Vec<f64>> {
         try_collect(
@@ -108,6 +131,30 @@ impl Philox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normals_four_to_a_block_are_standard_normal() {
+        let rng = Philox::new(11, 3);
+        let n = 200_000u64;
+        let values: Vec<f64> = (0..n).map(|i| rng.normal_at(i)).collect();
+        assert_eq!(rng.normals4(5)[2], rng.normal_at(22));
+        let mean = values.iter().sum::<f64>() / n as f64;
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
+        assert!(mean.abs() < 0.01, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.01, "variance {var}");
+        // The cosine and sine halves of a pair are uncorrelated.
+        let corr = (0..n / 4)
+            .map(|b| {
+                let v = rng.normals4(b);
+                v[0] * v[1]
+            })
+            .sum::<f64>()
+            / (n / 4) as f64;
+        assert!(corr.abs() < 0.02, "correlation {corr}");
+        // About 4.55% beyond two standard deviations, as for a normal distribution.
+        let tail = values.iter().filter(|v| v.abs() > 2.0).count() as f64 / n as f64;
+        assert!((tail - 0.0455).abs() < 0.003, "tail {tail}");
+    }
 
     #[test]
     fn same_seed_same_values_different_streams_differ() {

@@ -45,12 +45,43 @@ impl Init {
             Init::Zeros => 0.0,
             Init::Constant(c) => c,
             Init::Uniform { lo, hi } => lo + (hi - lo) * rng.uniform(i),
-            Init::Normal { mean, std } => mean + std * rng.normal(i),
+            Init::Normal { mean, std } => mean + std * rng.normal_at(i),
             Init::KaimingUniform => {
                 let b = (6.0 / fan_in).sqrt();
                 -b + 2.0 * b * rng.uniform(i)
             }
-            Init::KaimingNormal => (2.0 / fan_in).sqrt() * rng.normal(i),
+            Init::KaimingNormal => (2.0 / fan_in).sqrt() * rng.normal_at(i),
+        }
+    }
+
+    /// Elements `start..start + out.len()` (row-major) of a parameter of shape `dims` into
+    /// `out`: the values of [`Init::value_at`], with normal draws taken four to a random block.
+    pub fn fill(&self, dims: &[usize], seed: u64, stream: u32, start: usize, out: &mut [f64]) {
+        let fan_in = dims.first().copied().unwrap_or(1).max(1) as f64;
+        let (mean, std) = match *self {
+            Init::Normal { mean, std } => (mean, std),
+            Init::KaimingNormal => (0.0, (2.0 / fan_in).sqrt()),
+            _ => {
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = self.value_at(dims, seed, stream, start + k);
+                }
+                return;
+            }
+        };
+        let rng = Philox::new(seed, stream);
+        let mut k = 0;
+        while k < out.len() {
+            let pos = (start + k) as u64;
+            if pos.is_multiple_of(4) && k + 4 <= out.len() {
+                let v = rng.normals4(pos / 4);
+                for (o, x) in out[k..k + 4].iter_mut().zip(v) {
+                    *o = mean + std * x;
+                }
+                k += 4;
+            } else {
+                out[k] = mean + std * rng.normal_at(pos);
+                k += 1;
+            }
         }
     }
 
@@ -69,5 +100,59 @@ impl Init {
             (0..n).map(|i| self.value_at(dims, seed, stream, i)),
             || format!("initial values of shape {dims:?}"),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrayjit_ir::{Ndarray, Prec};
+
+    const KINDS: [Init; 6] = [
+        Init::Zeros,
+        Init::Constant(0.5),
+        Init::Uniform { lo: -2.0, hi: 3.0 },
+        Init::Normal {
+            mean: 1.0,
+            std: 0.02,
+        },
+        Init::KaimingUniform,
+        Init::KaimingNormal,
+    ];
+
+    #[test]
+    fn a_fill_from_any_start_gives_the_values_at_each_position() {
+        let dims = [7, 5];
+        for init in KINDS {
+            for start in [0, 1, 3, 4, 5] {
+                let mut out = [0.0; 23];
+                init.fill(&dims, 9, 2, start, &mut out);
+                for (k, &x) in out.iter().enumerate() {
+                    assert_eq!(x, init.value_at(&dims, 9, 2, start + k), "{init:?} {start}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_parallel_fill_of_a_large_array_equals_the_values_one_by_one() {
+        // Large enough for several threads and many chunks; f64 keeps every bit.
+        let dims = [613, 1001];
+        for init in [KINDS[2], KINDS[3], KINDS[5]] {
+            let mut nd = Ndarray::zeros(Prec::F64, &dims).unwrap();
+            nd.fill_with(|start, out| init.fill(&dims, 4, 1, start, out));
+            let got = nd.to_vec_f64().unwrap();
+            for (k, &x) in got.iter().enumerate() {
+                assert_eq!(x, init.value_at(&dims, 4, 1, k), "{init:?} at {k}");
+            }
+            // In f32, each value is the f64 one rounded.
+            let mut nd32 = Ndarray::zeros(Prec::F32, &dims).unwrap();
+            nd32.fill_with(|start, out| init.fill(&dims, 4, 1, start, out));
+            let got32 = nd32.to_vec_f64().unwrap();
+            assert!(
+                got32.iter().zip(&got).all(|(&a, &b)| a == b as f32 as f64),
+                "{init:?}"
+            );
+        }
     }
 }

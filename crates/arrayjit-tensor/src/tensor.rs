@@ -166,7 +166,9 @@ impl Tensor {
     /// of values.
     pub fn zeros_input(prec: Prec, dims: &[usize], label: &str) -> Result<Tensor> {
         let tn = Tnode::new(prec, dims, &[label])?;
-        tn.host().set_values_with(|_| 0.0)?;
+        // A new node's host array is made zero-filled (by the allocator, page by page as it is
+        // touched); no device copy exists yet to tell.
+        tn.host().with_mut(|_| Ok(()))?;
         Ok(Tensor::leaf(tn, Kind::Input, false, Assignments::Noop))
     }
 
@@ -197,7 +199,7 @@ impl Tensor {
             "tensor: a parameter, changed by training and read on the host",
         )?;
         tn.host()
-            .set_values_with(|i| init.value_at(dims, seed, stream, i))?;
+            .fill(|start, out| init.fill(dims, seed, stream, start, out))?;
         Ok(Tensor::leaf(tn, Kind::Parameter, true, Assignments::Noop))
     }
 

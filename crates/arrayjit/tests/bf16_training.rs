@@ -4,24 +4,26 @@
 //! same model trained in `f32` on the same backend, and learns as much.
 //!
 //! **Tolerance.** The two runs see the same batches; `bf16` operands carry relative errors up
-//! to 2^-9, and over 300 AdamW steps the trajectories drift apart by that rounding. At every
-//! step `|loss_bf16 − loss_f32| ≤ 0.25`, the means over each 25 steps within 0.06, and the means
-//! of the last 50 steps within 0.03. Measured (2026-11-27): largest step difference 0.095 on the
-//! CPU backends and 0.114 on `cuda_emu`, of a 25-step mean 0.036 and 0.041, last 50 steps
-//! 2.4535 (f32) vs 2.4463 (bf16).
+//! to 2^-9, and over 300 AdamW steps the trajectories drift apart by that rounding, by an
+//! amount that depends on the realization: measured on `sync_cc` (2026-11-27) with parameter
+//! seeds 1 to 8, the largest step difference ranged 0.010–0.219, the largest difference of
+//! 25-step means 0.001–0.130, and of the last 50 steps' means 0.0002–0.030. The tolerances
+//! hold that spread with a margin: at every step `|loss_bf16 − loss_f32| ≤ 0.3`, the means
+//! over each 25 steps within 0.15, and the means of the last 50 steps within 0.04. (An earlier
+//! statement of 0.25 / 0.06 / 0.03 was fitted to one seed's 0.095 / 0.036 / 0.007.)
 
 use arrayjit::gpt::{CharVocab, GptTrainer, SONNETS, TrainerConfig, batch};
 use arrayjit::tensor::Precision;
 use arrayjit::tensor::nn::{Gelu, GptConfig};
 
 /// Per-step tolerance between the two curves.
-const STEP_TOLERANCE: f64 = 0.25;
+const STEP_TOLERANCE: f64 = 0.3;
 /// Steps of a window whose means are compared ...
 const WINDOW: usize = 25;
 /// ... within this tolerance.
-const WINDOW_TOLERANCE: f64 = 0.06;
+const WINDOW_TOLERANCE: f64 = 0.15;
 /// Tolerance between the means of the last 50 steps.
-const LATE_TOLERANCE: f64 = 0.03;
+const LATE_TOLERANCE: f64 = 0.04;
 const STEPS: u64 = 300;
 
 fn config(vocabulary: usize, precision: Precision) -> TrainerConfig {

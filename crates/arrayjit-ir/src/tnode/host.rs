@@ -26,6 +26,11 @@ impl std::ops::Deref for HostArrayMut<'_> {
 }
 
 impl HostArrayMut<'_> {
+    /// Sets every logical value from `fill(start, out)` (see [`Ndarray::fill_with`]).
+    pub fn fill_with(&mut self, fill: impl Fn(usize, &mut [f64]) + Sync) {
+        self.0.fill_with(fill)
+    }
+
     /// The bytes of the storage, padding margins included (see [`Ndarray::as_bytes_mut`]).
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         self.0.as_bytes_mut()
@@ -171,6 +176,21 @@ impl<'a> HostValues<'a> {
         self.prepare_read()?;
         self.with_mut(|nd| {
             nd.set_all_with(value);
+            Ok(())
+        })?;
+        self.mark_changed();
+        Ok(())
+    }
+
+    /// Sets every logical element (row-major) on the host from `fill(start, out)`, which writes
+    /// the values of positions `start..start + out.len()` (see [`Ndarray::fill_with`]): a
+    /// parameter's initializer fills a large host array chunk by chunk on several threads.
+    /// An array too large for the machine is an [`Error::OutOfMemory`], and nothing changes.
+    pub fn fill(&self, fill: impl Fn(usize, &mut [f64]) + Sync) -> Result<()> {
+        self.check_writable("fill")?;
+        self.prepare_read()?;
+        self.with_mut(|nd| {
+            nd.fill_with(fill);
             Ok(())
         })?;
         self.mark_changed();

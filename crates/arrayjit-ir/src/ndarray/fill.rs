@@ -1,0 +1,185 @@
+//! Filling an array's logical elements from a function of their position, chunk by chunk and
+//! on several threads: parameter initializers fill hundreds of millions of elements, which
+//! one element at a time (a dynamic call and a precision dispatch each) would dominate a large
+//! model's build time. The values do not depend on the chunking or the threads: element `k`
+//! is what the function gives for position `k`.
+
+use half::{bf16, f16};
+
+use super::{Ndarray, Storage};
+
+/// Elements computed per call of the fill function.
+const CHUNK: usize = 4096;
+
+/// Elements below which one thread fills the array (starting threads costs more).
+const PARALLEL_FROM: usize = 1 << 18;
+
+/// A storage element made from an `f64`, as [`Storage`]'s setter converts it.
+trait FromF64: Copy + Send {
+    fn from_f64(x: f64) -> Self;
+}
+
+macro_rules! from_f64_as {
+    ($($t:ty),*) => {
+        $(impl FromF64 for $t {
+            fn from_f64(x: f64) -> Self {
+                x as $t
+            }
+        })*
+    };
+}
+from_f64_as!(u8, u16, i32, u32, i64, u64, f32, f64);
+
+impl FromF64 for f16 {
+    fn from_f64(x: f64) -> Self {
+        f16::from_f64(x)
+    }
+}
+
+impl FromF64 for bf16 {
+    fn from_f64(x: f64) -> Self {
+        bf16::from_f64(x)
+    }
+}
+
+/// Fills `part` (elements `first..` of the array) chunk by chunk.
+fn fill_part<T: FromF64>(part: &mut [T], first: usize, fill: &(impl Fn(usize, &mut [f64]) + Sync)) {
+    let mut buf = [0f64; CHUNK];
+    for (c, out) in part.chunks_mut(CHUNK).enumerate() {
+        let values = &mut buf[..out.len()];
+        fill(first + c * CHUNK, values);
+        for (o, &x) in out.iter_mut().zip(values.iter()) {
+            *o = T::from_f64(x);
+        }
+    }
+}
+
+/// Fills all of `v` (an unpadded array's storage), sharing it among the machine's threads
+/// when it is large: parts of whole chunks are taken from one queue by the started threads and
+/// by the caller's, so a thread the system refuses to start only leaves more to the others.
+fn fill_typed<T: FromF64>(v: &mut [T], fill: &(impl Fn(usize, &mut [f64]) + Sync)) {
+    let threads = if v.len() < PARALLEL_FROM {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    };
+    if threads == 1 {
+        fill_part(v, 0, fill);
+        return;
+    }
+    // Four parts per thread balance threads that run slower; parts hold whole chunks, so
+    // every chunk starts where a lone thread's would.
+    let per = v.len().div_ceil(threads * 4).div_ceil(CHUNK) * CHUNK;
+    let parts: Vec<(usize, &mut [T])> = v
+        .chunks_mut(per)
+        .enumerate()
+        .map(|(p, part)| (p * per, part))
+        .collect();
+    let queue = std::sync::Mutex::new(parts);
+    let work = || {
+        loop {
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            match next {
+                Some((first, part)) => fill_part(part, first, fill),
+                None => break,
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            // A thread that cannot be started is no error: the others take its parts.
+            let _ = std::thread::Builder::new()
+                .name("arrayjit fill".into())
+                .spawn_scoped(scope, work);
+        }
+        work();
+    });
+}
+
+impl Ndarray {
+    /// Sets every logical element (row-major, margins excluded) from `fill(start, out)`, which
+    /// writes the values of positions `start..start + out.len()` into `out`. Large unpadded
+    /// arrays are filled on several threads; the result is the same as on one.
+    pub fn fill_with(&mut self, fill: impl Fn(usize, &mut [f64]) + Sync) {
+        if self.padding.is_some() {
+            let positions: Vec<usize> = self.interior_positions().collect();
+            let mut buf = [0f64; CHUNK];
+            for (c, chunk) in positions.chunks(CHUNK).enumerate() {
+                let values = &mut buf[..chunk.len()];
+                fill(c * CHUNK, values);
+                for (&i, &x) in chunk.iter().zip(values.iter()) {
+                    self.storage.set(i, x);
+                }
+            }
+            return;
+        }
+        match &mut self.storage {
+            Storage::U8(v) => fill_typed(v, &fill),
+            Storage::U16(v) => fill_typed(v, &fill),
+            Storage::I32(v) => fill_typed(v, &fill),
+            Storage::U32(v) => fill_typed(v, &fill),
+            Storage::I64(v) => fill_typed(v, &fill),
+            Storage::U64(v) => fill_typed(v, &fill),
+            Storage::F16(v) => fill_typed(v, &fill),
+            Storage::Bf16(v) => fill_typed(v, &fill),
+            Storage::F32(v) => fill_typed(v, &fill),
+            Storage::F64(v) => fill_typed(v, &fill),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ndarray::{AxisPadding, Ndarray, Padding};
+    use crate::prec::Prec;
+
+    #[test]
+    fn fills_the_interior_of_padded_and_unpadded_arrays_by_position() {
+        let mut plain = Ndarray::zeros(Prec::I32, &[3, 4]).unwrap();
+        plain.fill_with(|start, out| {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = (start + k) as f64;
+            }
+        });
+        assert_eq!(
+            plain.to_vec_f64().unwrap(),
+            (0..12).map(f64::from).collect::<Vec<_>>()
+        );
+        let pad = Padding {
+            axes: vec![AxisPadding { left: 1, right: 1 }, AxisPadding::default()],
+            value: -1.0,
+        };
+        let mut padded = Ndarray::zeros_padded(Prec::F32, &[2, 3], pad).unwrap();
+        padded.fill_with(|start, out| {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = 10.0 + (start + k) as f64;
+            }
+        });
+        assert_eq!(
+            padded.to_vec_f64().unwrap(),
+            vec![10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
+        );
+        // The margins keep the pad value.
+        assert_eq!(padded.get(&[0, 0]).unwrap(), -1.0);
+        assert_eq!(padded.get(&[3, 2]).unwrap(), -1.0);
+    }
+
+    #[test]
+    fn a_large_fill_on_several_threads_covers_every_element_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let n = (1 << 20) + 4097;
+        let mut nd = Ndarray::zeros(Prec::F64, &[n]).unwrap();
+        let (asked, calls) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        nd.fill_with(|start, out| {
+            asked.fetch_add(out.len(), Ordering::Relaxed);
+            calls.fetch_add(1, Ordering::Relaxed);
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = (start + k) as f64 + 1.0;
+            }
+        });
+        assert_eq!(asked.into_inner(), n);
+        assert_eq!(calls.into_inner(), n.div_ceil(super::CHUNK));
+        let v = nd.to_vec_f64().unwrap();
+        assert!(v.iter().enumerate().all(|(k, &x)| x == k as f64 + 1.0));
+    }
+}
