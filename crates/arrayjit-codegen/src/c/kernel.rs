@@ -13,11 +13,13 @@ use crate::c::syntax::{self as c_syntax, Helper, c_compute_type};
 
 /// Compile the following functions with moderate optimization (GCC; other compilers ignore it).
 pub(crate) const LIGHT_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O2\")\n#endif";
-/// Compile the following functions, which only call others and compute addresses, with light
-/// optimization (GCC; other compilers ignore it): a kernel makes hundreds of calls with
-/// hundreds of pointers live, whose register allocation at `-O2` costs more compile time than
-/// its run time is worth.
-pub(crate) const DISPATCH_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O1\")\n#endif";
+/// Compile the following functions, which only call others, clear locals and compute
+/// addresses, without optimization (GCC; other compilers ignore it): a kernel makes hundreds to
+/// thousands of calls with as many pointers live, whose register allocation costs more compile
+/// time than the calls' run time is worth. (Measured on the 12-layer, width-768 GPT step with
+/// gcc 12 on the 2-core VM: its 1682 calls compile in 1.0 s at `O1`, 0.27 s at `O0`; the step
+/// itself takes seconds, the calls microseconds.)
+pub(crate) const DISPATCH_BEGIN: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n#pragma GCC optimize (\"O0\")\n#endif";
 /// Ends [`LIGHT_BEGIN`] or [`DISPATCH_BEGIN`].
 pub(crate) const OPTIMIZE_END: &str =
     "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif";
