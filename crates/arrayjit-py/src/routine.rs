@@ -160,6 +160,11 @@ impl PyRoutine {
         d.set_item("device_timed_runs", s.device_timed_runs)?;
         d.set_item("total_seconds", s.total.as_secs_f64())?;
         d.set_item("mean_seconds", s.mean.as_secs_f64())?;
+        d.set_item("peak_memory_bytes", s.memory.peak())?;
+        d.set_item("array_bytes", s.memory.arrays)?;
+        d.set_item("new_pool_bytes", s.memory.new_pools)?;
+        d.set_item("scratch_bytes", s.memory.scratch)?;
+        d.set_item("host_bytes", s.memory.host)?;
         Ok(d)
     }
 }

@@ -86,6 +86,11 @@ def test_traces_listing_and_run_statistics(tmp_path, capfd):
     assert stats["runs"] == 3 and stats["timed_runs"] == 3 and stats["failed"] == 0
     assert stats["device_timed_runs"] == 0, "a CPU backend times the call"
     assert stats["total_seconds"] > 0
+    # x (4 f32) and y (1 f32) on the device and, both hosted, on the host.
+    assert stats["array_bytes"] >= 20 and stats["host_bytes"] >= 20, stats
+    assert stats["peak_memory_bytes"] == (
+        stats["array_bytes"] + stats["scratch_bytes"] + stats["host_bytes"]
+    )
     aj.set_run_timing(False)
     aj.set_debug_level(1)
     assert aj.debug_level() == 1

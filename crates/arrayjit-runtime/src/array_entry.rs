@@ -79,6 +79,11 @@ fn next_copy_uid() -> usize {
 }
 
 impl ArrayEntry {
+    /// Whether the array is its node's host array used in place (no memory of its own).
+    pub(crate) fn uses_host_memory(&self) -> bool {
+        self.host_guard.is_some()
+    }
+
     pub fn new(node: Tnode, buffer: BufferHandle, shared: bool) -> Arc<ArrayEntry> {
         Arc::new(ArrayEntry {
             uid: next_copy_uid(),

@@ -47,7 +47,7 @@ pub use device::Device;
 pub use device_transfer::MergeBufferUse;
 pub use node_sync::{NodeSync, node_sync};
 pub use observe::{
-    RunStats, debug_level, set_debug_level, set_run_timing, start_trace, stop_trace,
+    RoutineMemory, RunStats, debug_level, set_debug_level, set_run_timing, start_trace, stop_trace,
 };
 pub use routine::Routine;
 pub use scheduler::{Event, SchedulerKind};

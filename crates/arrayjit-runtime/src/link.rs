@@ -117,6 +117,11 @@ impl Context {
     /// allocates nothing and changes no memory mode (see the module's steps).
     pub fn link(&self, code: &Code) -> Result<Routine> {
         let plan = self.plan_link(code)?;
+        let new_pool_bytes = plan
+            .memory
+            .pool_sizes
+            .iter()
+            .fold(0usize, |a, &b| a.saturating_add(b));
         let (arrays, pools) = self.apply_link(code.optimized(), &plan)?;
         let memory = (!plan.memory.slots.is_empty()).then_some(plan.memory);
         Routine::new(
@@ -128,6 +133,7 @@ impl Context {
                 self.inner.optimize_ctx.clone(),
             ),
             code.clone(),
+            new_pool_bytes,
         )
     }
 

@@ -4,7 +4,9 @@
 //!
 //! `ARRAYJIT_DEBUG` (a whole number, 0 when unset):
 //! - `1`: one line per compiled routine: its name, the backend, cache hit or compile time,
-//!   the kernels of its batch and the bytes of its arrays;
+//!   the kernels of its batch and the bytes of its arrays; and one per linked routine: its
+//!   stream and the memory it holds ([`RoutineMemory`]: device arrays, the pools its link
+//!   allocated, scratch, host arrays, the peak);
 //! - `2`: also one line per run with its time (on backends with device queues, the time to
 //!   enqueue: the device runs it later);
 //! - `3`: also, per compiled routine, the optimized loop IR, the generated source, every
@@ -220,11 +222,63 @@ impl RoutineStats {
             device_timed_runs: self.on_device.load(Ordering::Relaxed),
             total: Duration::from_nanos(nanos),
             mean: Duration::from_nanos(nanos / timed.max(1)),
+            memory: RoutineMemory::default(),
         }
     }
 }
 
-/// A routine's runs so far ([`crate::routine::Routine::stats`]).
+/// The memory a routine holds while it runs, in bytes, as its link laid it out
+/// ([`RunStats::memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoutineMemory {
+    /// The device arrays its kernels take (parameters, inputs, outputs, optimizer state and
+    /// the other nodes kept between runs), whichever link allocated them.
+    pub arrays: usize,
+    /// Of [`RoutineMemory::arrays`], the bytes of the pools its own link allocated (the arrays
+    /// new to its context; the others came from the contexts it was linked under).
+    pub new_pools: usize,
+    /// The stream's scratch its kernels' local nodes take while it runs.
+    pub scratch: usize,
+    /// The host arrays of the hosted nodes it uses (made or still to be made at their first
+    /// read on the host), apart from those a device array uses in place (counted once, in
+    /// [`RoutineMemory::arrays`]).
+    pub host: usize,
+}
+
+impl RoutineMemory {
+    /// Everything the routine holds at its peak: its device arrays, the scratch and the host
+    /// arrays. (On the CPU backends a device array and its node's host array are two copies
+    /// in the same memory; both are counted, as both exist.)
+    pub fn peak(&self) -> usize {
+        self.arrays
+            .saturating_add(self.scratch)
+            .saturating_add(self.host)
+    }
+}
+
+impl std::fmt::Display for RoutineMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "peak memory {}: device arrays {} (of which {} in pools of this link), scratch {}, \
+             host arrays {}",
+            human_bytes(self.peak()),
+            human_bytes(self.arrays),
+            human_bytes(self.new_pools),
+            human_bytes(self.scratch),
+            human_bytes(self.host)
+        )
+    }
+}
+
+/// The `ARRAYJIT_DEBUG >= 1` line of a link: the routine, where, and its memory.
+pub(crate) fn list_linked(routine: &str, stream: &str, memory: &RoutineMemory) {
+    if debug_level().is_ok_and(|l| l >= 1) {
+        eprintln!("arrayjit: linked {routine} on {stream}: {memory}");
+    }
+}
+
+/// A routine's runs so far and the memory it holds ([`crate::routine::Routine::stats`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunStats {
     /// Runs scheduled.
@@ -242,6 +296,8 @@ pub struct RunStats {
     pub total: Duration,
     /// Their mean time.
     pub mean: Duration,
+    /// The memory the routine holds while it runs (from its link; the same for every run).
+    pub memory: RoutineMemory,
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::code::Code;
 use crate::context::Context;
 use crate::host_sync::device_changed_hosted;
 use crate::node_sync::node_sync;
-use crate::observe::{self, RoutineStats, RunStats};
+use crate::observe::{self, RoutineMemory, RoutineStats, RunStats};
 use crate::scheduler::TaskLabel;
 
 /// Code linked into a context: run it with [`Routine::run`] after binding its static indices.
@@ -26,6 +26,8 @@ pub struct Routine {
     label: Arc<str>,
     /// Its runs so far.
     stats: Arc<RoutineStats>,
+    /// The memory it holds while it runs.
+    memory: RoutineMemory,
 }
 
 /// One array argument of the kernel and how the routine uses it.
@@ -52,7 +54,9 @@ fn list_run(label: &str, stream: &str, took: std::time::Duration, how: &str) {
 }
 
 impl Routine {
-    pub(crate) fn new(context: Context, code: Code) -> Result<Routine> {
+    /// The routine of `code` linked into `context`, whose link allocated pools of
+    /// `new_pool_bytes` in all.
+    pub(crate) fn new(context: Context, code: Code, new_pool_bytes: usize) -> Result<Routine> {
         let n = code.optimized.bindings.len();
         let (inputs, outputs) = (code.optimized.inputs(), code.optimized.outputs());
         // The arrays in the kernel's own argument order.
@@ -70,8 +74,26 @@ impl Routine {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut memory = RoutineMemory {
+            new_pools: new_pool_bytes,
+            scratch: code.interface()?.scratch_bytes,
+            ..RoutineMemory::default()
+        };
+        for arg in &args {
+            memory.arrays = memory
+                .arrays
+                .saturating_add(arg.entry.buffer.size_in_bytes());
+            // A hosted node has (or gets, at its first read on the host) a host array of its
+            // stored size, unless its device array is that host array.
+            let hosted = arg.node.host().exists() || arg.node.modes().is_hosted();
+            if hosted && !arg.entry.uses_host_memory() {
+                memory.host = memory.host.saturating_add(arg.node.size_in_bytes());
+            }
+        }
+        observe::list_linked(code.name(), &context.stream().name(), &memory);
         Ok(Routine {
             label: Arc::from(code.name()),
+            memory,
             context,
             code,
             statics: Mutex::new(vec![None; n]),
@@ -84,7 +106,10 @@ impl Routine {
     /// are timed while [`crate::observe::set_run_timing`] is on, a trace is recorded, or
     /// `ARRAYJIT_DEBUG` is 2 or more; on backends with device queues, the time to enqueue).
     pub fn stats(&self) -> RunStats {
-        self.stats.snapshot()
+        RunStats {
+            memory: self.memory,
+            ..self.stats.snapshot()
+        }
     }
 
     /// The routine's name.

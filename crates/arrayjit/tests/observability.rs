@@ -248,3 +248,50 @@ fn routine_stats_on(name: &str) {
     assert_eq!(stats.device_timed_runs, 0, "a CPU backend times the call");
     assert!(stats.total >= stats.mean && stats.mean > std::time::Duration::ZERO);
 }
+
+/// A routine's stats say the memory it holds: its device arrays (and which its own link
+/// allocated), the scratch and the host arrays, and their sum as the peak; on every backend.
+#[test]
+fn routines_report_the_memory_they_hold() {
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
+        let name = backend.name().to_string();
+        let hosted = |label: &str| {
+            let t = Tnode::new(Prec::F32, &[1000], &[label]).unwrap();
+            t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")
+                .unwrap();
+            t
+        };
+        let (x, y, z) = (hosted("x"), hosted("y"), hosted("z"));
+        x.host().set_values(&[1.0; 1000]).unwrap();
+        let first = backend
+            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .unwrap();
+        let second = backend
+            .compile(
+                "relu",
+                &Assignments::pointwise_unop(&z, UnOp::Relu, &y),
+                &[],
+            )
+            .unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let r1 = Context::new(&stream).link(&first).unwrap();
+        let m1 = r1.stats().memory;
+        // x and y, 4000 bytes each, on the device and on the host; both new to the context.
+        assert_eq!((m1.arrays, m1.host), (8000, 8000), "{name}: {m1:?}");
+        assert!(m1.new_pools >= 8000, "{name}: {m1:?}");
+        assert_eq!(m1.peak(), m1.arrays + m1.scratch + m1.host, "{name}");
+        // The second routine, linked under the first, finds y there: its link allocates z only.
+        let r2 = r1.context().link(&second).unwrap();
+        let m2 = r2.stats().memory;
+        assert_eq!((m2.arrays, m2.host), (8000, 8000), "{name}: {m2:?}");
+        assert!(
+            (4000..8000).contains(&m2.new_pools),
+            "{name}: only z is new: {m2:?}"
+        );
+        r1.run().unwrap();
+        r2.run().unwrap();
+        assert_eq!(z.host().get_values().unwrap()[0], 0.0, "{name}");
+        // Running changes nothing of it.
+        assert_eq!(r2.stats().memory, m2, "{name}");
+    }
+}

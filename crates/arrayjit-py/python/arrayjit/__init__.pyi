@@ -141,7 +141,10 @@ class Routine:
     def run(self, steps: int = 1) -> None:
         """Runs with the GIL released; Ctrl-C stops between runs."""
     def stats(self) -> dict[str, Union[int, float]]:
-        """runs, timed_runs, failed, device_timed_runs, total_seconds, mean_seconds."""
+        """runs, timed_runs, failed, device_timed_runs, total_seconds, mean_seconds; and the
+        memory the routine holds: peak_memory_bytes (array_bytes + scratch_bytes + host_bytes),
+        array_bytes (its device arrays), new_pool_bytes (of those, allocated by its own link),
+        scratch_bytes, host_bytes."""
 
 def compile(
     outputs: Sequence[Tensor], backend: Optional[Backend] = None, name: str = "forward", device: int = 0
