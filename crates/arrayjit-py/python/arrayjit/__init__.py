@@ -16,6 +16,15 @@ backend; ``Tensor.numpy()`` reads hosted values, ``Tensor.assign()`` sets inputs
 Every error is an ``ArrayjitError`` subclass carrying the library's message.
 """
 
+# Arrays go in and out as NumPy's: without it the extension would fail deep inside a call.
+try:
+    import numpy as _numpy
+except ImportError as _missing:  # pragma: no cover - NumPy is a dependency of the package
+    raise ImportError(
+        "arrayjit needs NumPy, a dependency of the package: install it with `pip install numpy`"
+    ) from _missing
+del _numpy
+
 from ._arrayjit import (
     ArrayjitError,
     AxisError,
