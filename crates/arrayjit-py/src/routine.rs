@@ -102,16 +102,36 @@ fn compile_and_link(
     .py()
 }
 
-/// Runs `routine` `steps` times with the GIL released, checking for Ctrl-C between runs (a
-/// `KeyboardInterrupt` leaves the routine usable: the run in progress finishes first).
+/// How long runs go on with the GIL released between two checks for Ctrl-C.
+const SIGNAL_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Runs `routine` `steps` times with the GIL released, checking for Ctrl-C between runs at
+/// least every [`SIGNAL_CHECK_EVERY`] (a `KeyboardInterrupt` leaves the routine usable: the run
+/// in progress finishes first). The GIL is taken back only for those checks: taking it after
+/// every short run would starve the process's other Python threads (CPython hands the GIL to a
+/// waiting thread only when its holder keeps it, not when it drops and retakes it at once), and
+/// with them a timer that sends the interrupt.
 fn run_steps(
     py: Python<'_>,
     routine: &Routine,
     steps: usize,
     after: Option<&Tnode>,
 ) -> PyResult<()> {
-    for _ in 0..steps {
-        py.detach(|| routine.run()).py()?;
+    let mut done = 0;
+    while done < steps {
+        let ran = py.detach(|| -> arrayjit_ir::Result<usize> {
+            let started = std::time::Instant::now();
+            let mut ran = 0;
+            while done + ran < steps {
+                routine.run()?;
+                ran += 1;
+                if started.elapsed() >= SIGNAL_CHECK_EVERY {
+                    break;
+                }
+            }
+            Ok(ran)
+        });
+        done += ran.py()?;
         py.check_signals()?;
     }
     if let Some(tn) = after {

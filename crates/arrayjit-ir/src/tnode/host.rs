@@ -161,25 +161,17 @@ impl<'a> HostValues<'a> {
                 unit: RangeUnit::Elements,
             });
         }
-        self.check_writable("set_values")?;
-        self.prepare_read()?;
-        self.with_mut(|nd| nd.set_all_f64(values))?;
-        self.mark_changed();
-        Ok(())
+        self.write_all("set_values", |nd| nd.set_all_f64(values))
     }
 
     /// Sets logical element `k` (row-major) to `value(k)` on the host for every `k`, without
-    /// a vector of all values: a parameter's initializer fills its host array in place. An
-    /// array too large for the machine is an [`Error::OutOfMemory`], and nothing changes.
+    /// a vector of all values. An array too large for the machine is an
+    /// [`Error::OutOfMemory`], and nothing changes.
     pub fn set_values_with(&self, value: impl FnMut(usize) -> f64) -> Result<()> {
-        self.check_writable("set_values_with")?;
-        self.prepare_read()?;
-        self.with_mut(|nd| {
+        self.write_all("set_values_with", |nd| {
             nd.set_all_with(value);
             Ok(())
-        })?;
-        self.mark_changed();
-        Ok(())
+        })
     }
 
     /// Sets every logical element (row-major) on the host from `fill(start, out)`, which writes
@@ -187,12 +179,23 @@ impl<'a> HostValues<'a> {
     /// parameter's initializer fills a large host array chunk by chunk on several threads.
     /// An array too large for the machine is an [`Error::OutOfMemory`], and nothing changes.
     pub fn fill(&self, fill: impl Fn(usize, &mut [f64]) + Sync) -> Result<()> {
-        self.check_writable("fill")?;
-        self.prepare_read()?;
-        self.with_mut(|nd| {
+        self.write_all("fill", |nd| {
             nd.fill_with(fill);
             Ok(())
-        })?;
+        })
+    }
+
+    /// A write of every value (`op` names it in errors): refused for a constant a device
+    /// holds, after the pending refresh from a device, into the host array (made if needed),
+    /// then every device copy lags.
+    fn write_all(
+        &self,
+        op: &str,
+        write: impl FnOnce(&mut HostArrayMut<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.check_writable(op)?;
+        self.prepare_read()?;
+        self.with_mut(write)?;
         self.mark_changed();
         Ok(())
     }

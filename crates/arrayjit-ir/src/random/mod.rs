@@ -15,6 +15,8 @@
 use crate::error::Result;
 use crate::fallible::try_collect;
 
+mod box_muller;
+
 /// Philox4x32 with 10 rounds, keyed by a seed and a stream id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Philox {
@@ -86,15 +88,16 @@ impl Philox {
     }
 
     /// Four standard normal values from the four words of block `n`: two Box–Muller pairs,
-    /// the cosine and the sine of each (one logarithm and one `sin_cos` per two values). Lane
+    /// the cosine and the sine of each (one logarithm and one sine-and-cosine per two values,
+    /// in plain arithmetic: the same bits on every machine, see `box_muller`). Lane
     /// `k` is the value at position `4n + k` of [`Philox::normal_at`].
     pub fn normals4(&self, n: u64) -> [f64; 4] {
         let b = self.block(n);
         let pair = |w0: u32, w1: u32| {
             let u1 = (w0 as f64 + 1.0) / 4_294_967_297.0;
             let u2 = w1 as f64 / 4_294_967_296.0;
-            let r = (-2.0 * u1.ln()).sqrt();
-            let (sin, cos) = (std::f64::consts::TAU * u2).sin_cos();
+            let r = (-2.0 * box_muller::ln_unit(u1)).sqrt();
+            let (sin, cos) = box_muller::sin_cos_turns(u2);
             (r * cos, r * sin)
         };
         let (a, b1) = pair(b[0], b[1]);
