@@ -107,10 +107,9 @@ const SIGNAL_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis
 
 /// Runs `routine` `steps` times with the GIL released, checking for Ctrl-C between runs at
 /// least every [`SIGNAL_CHECK_EVERY`] (a `KeyboardInterrupt` leaves the routine usable: the run
-/// in progress finishes first). The GIL is taken back only for those checks: taking it after
-/// every short run would starve the process's other Python threads (CPython hands the GIL to a
-/// waiting thread only when its holder keeps it, not when it drops and retakes it at once), and
-/// with them a timer that sends the interrupt.
+/// in progress finishes first). The GIL is taken back only for those checks, not after every
+/// run: the process's other Python threads get it meanwhile without competing with a loop that
+/// drops and retakes it every few microseconds.
 fn run_steps(
     py: Python<'_>,
     routine: &Routine,

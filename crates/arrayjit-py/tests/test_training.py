@@ -111,11 +111,17 @@ def test_ctrl_c_stops_a_run_between_steps_and_the_trainer_still_works():
     w = aj.param("w", (64, 64), seed=1)
     loss = ((x @ w) ** 2.0).mean()
     trainer = aj.Trainer(loss, aj.SGD(lr=1e-4), aj.backend("sync_cc"))
+    # Python keeps SIGINT ignored when it starts with it ignored (a background job of a shell
+    # without job control, as some CI runners start it): Ctrl-C's handler is installed here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        trainer.run(10_000_000)
-    timer.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.run(10_000_000)
+    finally:
+        timer.join()
+        signal.signal(signal.SIGINT, previous)
     assert np.isfinite(trainer.step())
 
 
