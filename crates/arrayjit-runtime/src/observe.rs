@@ -272,9 +272,10 @@ impl std::fmt::Display for RoutineMemory {
 }
 
 /// The `ARRAYJIT_DEBUG >= 1` line of a link: the routine, where, and its memory.
-pub(crate) fn list_linked(routine: &str, stream: &str, memory: &RoutineMemory) {
+/// (`stream` names the stream only when the line is printed.)
+pub(crate) fn list_linked(routine: &str, stream: impl FnOnce() -> String, memory: &RoutineMemory) {
     if debug_level().is_ok_and(|l| l >= 1) {
-        eprintln!("arrayjit: linked {routine} on {stream}: {memory}");
+        eprintln!("arrayjit: linked {routine} on {}: {memory}", stream());
     }
 }
 

@@ -90,7 +90,7 @@ impl Routine {
                 memory.host = memory.host.saturating_add(arg.node.size_in_bytes());
             }
         }
-        observe::list_linked(code.name(), &context.stream().name(), &memory);
+        observe::list_linked(code.name(), || context.stream().name(), &memory);
         Ok(Routine {
             label: Arc::from(code.name()),
             memory,

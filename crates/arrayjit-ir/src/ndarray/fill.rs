@@ -102,16 +102,25 @@ impl Ndarray {
     /// arrays are filled on several threads; the result is the same as on one.
     pub fn fill_with(&mut self, fill: impl Fn(usize, &mut [f64]) + Sync) {
         if self.padding.is_some() {
-            let positions: Vec<usize> = self.interior_positions().collect();
-            let mut buf = [0f64; CHUNK];
-            for (c, chunk) in positions.chunks(CHUNK).enumerate() {
-                let values = &mut buf[..chunk.len()];
-                fill(c * CHUNK, values);
-                for (&i, &x) in chunk.iter().zip(values.iter()) {
+            // The interior's storage positions, a chunk at a time (not all collected first).
+            let mut positions = self.interior_positions();
+            let (mut at, mut buf) = ([0usize; CHUNK], [0f64; CHUNK]);
+            let mut start = 0;
+            loop {
+                let n = at
+                    .iter_mut()
+                    .zip(positions.by_ref())
+                    .map(|(slot, i)| *slot = i)
+                    .count();
+                if n == 0 {
+                    return;
+                }
+                fill(start, &mut buf[..n]);
+                for (&i, &x) in at[..n].iter().zip(&buf[..n]) {
                     self.storage.set(i, x);
                 }
+                start += n;
             }
-            return;
         }
         match &mut self.storage {
             Storage::U8(v) => fill_typed(v, &fill),
@@ -162,6 +171,23 @@ mod tests {
         // The margins keep the pad value.
         assert_eq!(padded.get(&[0, 0]).unwrap(), -1.0);
         assert_eq!(padded.get(&[3, 2]).unwrap(), -1.0);
+        // A padded array of several chunks: every interior element once, by position.
+        let pad = Padding {
+            axes: vec![AxisPadding { left: 2, right: 1 }],
+            value: -1.0,
+        };
+        let n = 2 * super::CHUNK + 5;
+        let mut long = Ndarray::zeros_padded(Prec::F64, &[n], pad).unwrap();
+        long.fill_with(|start, out| {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = (start + k) as f64;
+            }
+        });
+        let v = long.to_vec_f64().unwrap();
+        assert_eq!(v.len(), n);
+        assert!(v.iter().enumerate().all(|(k, &x)| x == k as f64));
+        assert_eq!(long.get(&[1]).unwrap(), -1.0);
+        assert_eq!(long.get(&[n + 2]).unwrap(), -1.0);
     }
 
     #[test]
