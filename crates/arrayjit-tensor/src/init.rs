@@ -69,19 +69,21 @@ impl Init {
             }
         };
         let rng = Philox::new(seed, stream);
-        let mut k = 0;
-        while k < out.len() {
-            let pos = (start + k) as u64;
-            if pos.is_multiple_of(4) && k + 4 <= out.len() {
-                let v = rng.normals4(pos / 4);
-                for (o, x) in out[k..k + 4].iter_mut().zip(v) {
-                    *o = mean + std * x;
-                }
-                k += 4;
-            } else {
-                out[k] = mean + std * rng.normal_at(pos);
-                k += 1;
-            }
+        let at = |k: usize| mean + std * rng.normal_at((start + k) as u64);
+        // The positions before the first whole block, the whole blocks (many at a time), the
+        // positions after the last.
+        let head = (start.next_multiple_of(4) - start).min(out.len());
+        let whole = (out.len() - head) / 4 * 4;
+        for (k, o) in out[..head].iter_mut().enumerate() {
+            *o = at(k);
+        }
+        let (middle, tail) = out[head..].split_at_mut(whole);
+        rng.normals_into(((start + head) / 4) as u64, middle);
+        for o in middle.iter_mut() {
+            *o = mean + std * *o;
+        }
+        for (k, o) in tail.iter_mut().enumerate() {
+            *o = at(head + whole + k);
         }
     }
 

@@ -15,6 +15,7 @@
 use crate::error::Result;
 use crate::fallible::try_collect;
 
+mod batch;
 mod box_muller;
 
 /// Philox4x32 with 10 rounds, keyed by a seed and a stream id.
