@@ -160,6 +160,11 @@ impl DeviceRuntime for CpuRuntime {
         )?))
     }
 
+    fn copies_into_new_buffers_at_once(&self) -> bool {
+        // A buffer is host memory, and a copy is a memcpy that is done when it returns.
+        true
+    }
+
     unsafe fn copy_from_host(&self, dst: &BufferHandle, src: &[u8], _: Queue<'_>) -> Result<()> {
         let d = self.cpu(dst)?;
         Error::check_same_size(

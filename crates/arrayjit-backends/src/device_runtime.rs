@@ -54,6 +54,15 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
         let _ = (device, tn);
         Ok(None)
     }
+    /// Whether a copy from the host into a buffer that no work has used yet may run at once,
+    /// on the calling thread ([`copy_from_host`](DeviceRuntime::copy_from_host) with no queue),
+    /// with nothing to order it after: true where buffers are plain host memory (the CPU
+    /// backends). The runtime then fills a new array from its node's host array directly
+    /// instead of keeping a snapshot of the values for a copy scheduled later, which would
+    /// hold a second copy of them meanwhile. Default `false`.
+    fn copies_into_new_buffers_at_once(&self) -> bool {
+        false
+    }
     /// Copies host bytes into a buffer (sizes must match), on `queue` when given. The bytes
     /// may be reused as soon as this returns.
     ///

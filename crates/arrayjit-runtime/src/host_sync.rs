@@ -84,6 +84,30 @@ pub(crate) fn schedule_upload(
     )
 }
 
+/// Fills a new array (one no work has accessed yet) with `bytes`, given by `with_bytes`: at
+/// once on the calling thread where the runtime allows it
+/// ([`arrayjit_backends::DeviceRuntime::copies_into_new_buffers_at_once`]: nothing can be
+/// reading or writing the array, so there is nothing to order the write after, rules 2 and 3),
+/// else as a copy scheduled on `stream` from a snapshot of the bytes. Returns whether
+/// `with_bytes` gave any (`None`: nothing to copy).
+pub(crate) fn fill_new_array(
+    stream: &Stream,
+    entry: &Arc<ArrayEntry>,
+    with_bytes: impl FnOnce(&mut dyn FnMut(&[u8]) -> Result<()>) -> Option<Result<()>>,
+) -> Result<bool> {
+    let lowered = stream.device().backend().lowered().clone();
+    let filled = if lowered.runtime().copies_into_new_buffers_at_once() {
+        with_bytes(&mut |bytes| {
+            // SAFETY: the array is new: no work has been scheduled on it, and none can be
+            // until the caller hands it out, so nothing accesses it during the copy.
+            unsafe { lowered.runtime().copy_from_host(&entry.buffer, bytes, None) }
+        })
+    } else {
+        with_bytes(&mut |bytes| schedule_upload(stream, entry, bytes.to_vec()))
+    };
+    filled.transpose().map(|f| f.is_some())
+}
+
 /// Schedules copying an array into its node's host array on `stream` (a read).
 pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Result<()> {
     let lowered = stream.device().backend().lowered().clone();

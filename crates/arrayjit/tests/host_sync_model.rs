@@ -82,11 +82,21 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn item11_host_sync_agrees_with_a_sequential_model(ops in prop::collection::vec(arb_op(), 1..24)) {
+    fn item11_host_sync_agrees_with_a_sequential_model(
+        ops in prop::collection::vec(arb_op(), 1..24),
+        untouched_zeros in any::<bool>(),
+    ) {
         let config = RuntimeConfig { num_devices: Some(2), ..RuntimeConfig::default() };
         let b = backend_with_config("multicore_cc", &config).unwrap();
         let v = Tnode::new(Prec::F64, &[2], &["v"]).unwrap();
-        v.host().set_values(&[0.0, 0.0]).unwrap();
+        if untouched_zeros {
+            // A host array made and never written (as an optimizer's moments are): linking
+            // copies nothing, the new zero-filled arrays hold its values already.
+            v.host().with_mut(|_| Ok(())).unwrap();
+            prop_assert!(v.host().holds_initial_zeros());
+        } else {
+            v.host().set_values(&[0.0, 0.0]).unwrap();
+        }
         let one = Tnode::new(Prec::F64, &[2], &["one"]).unwrap();
         one.host().set_values(&[1.0, 1.0]).unwrap();
         one.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: constant").unwrap();
@@ -100,7 +110,7 @@ proptest! {
             .map(|s| Context::new(s).link(&code).unwrap())
             .collect();
         let mut model = Model { host: 0.0, copies: [None; 3], fresh: [false; 3], pending: None };
-        // Linking uploads the host values into every copy.
+        // Linking gives every copy the host values.
         for i in 0..3 {
             model.copies[i] = Some(0.0);
             model.fresh[i] = true;

@@ -5,6 +5,7 @@
 //! through [`Tnode::host`], which returns the node's [`HostValues`].
 
 use std::sync::RwLockReadGuard;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::Tnode;
 use crate::error::{Error, OutOfBounds, RangeUnit, Result};
@@ -15,40 +16,51 @@ use crate::ndarray::Ndarray;
 pub struct HostLock<'a>(#[allow(dead_code)] RwLockReadGuard<'a, Option<Ndarray>>);
 
 /// A node's host array, for changes in place only: it is never moved or replaced, so a device
-/// array may alias it (see [`HostValues::with`]). Reads go through `Deref` to the [`Ndarray`].
-pub struct HostArrayMut<'a>(&'a mut Ndarray);
+/// array may alias it (see [`HostValues::with`]). Reads go through `Deref` to the [`Ndarray`];
+/// every change records that the array may no longer hold only the zeros it was made with
+/// ([`HostValues::holds_initial_zeros`]).
+pub struct HostArrayMut<'a> {
+    array: &'a mut Ndarray,
+    written: &'a AtomicBool,
+}
 
 impl std::ops::Deref for HostArrayMut<'_> {
     type Target = Ndarray;
     fn deref(&self) -> &Ndarray {
-        self.0
+        self.array
     }
 }
 
 impl HostArrayMut<'_> {
+    /// The array, for a change: recorded first.
+    fn changed(&mut self) -> &mut Ndarray {
+        self.written.store(true, Ordering::Relaxed);
+        self.array
+    }
+
     /// Sets every logical value from `fill(start, out)` (see [`Ndarray::fill_with`]).
     pub fn fill_with(&mut self, fill: impl Fn(usize, &mut [f64]) + Sync) {
-        self.0.fill_with(fill)
+        self.changed().fill_with(fill)
     }
 
     /// The bytes of the storage, padding margins included (see [`Ndarray::as_bytes_mut`]).
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
-        self.0.as_bytes_mut()
+        self.changed().as_bytes_mut()
     }
 
     /// Sets every logical value (see [`Ndarray::set_all_f64`]).
     pub fn set_all_f64(&mut self, values: &[f64]) -> Result<()> {
-        self.0.set_all_f64(values)
+        self.changed().set_all_f64(values)
     }
 
     /// Sets logical element `k` to `value(k)` for every `k` (see [`Ndarray::set_all_with`]).
     pub fn set_all_with(&mut self, value: impl FnMut(usize) -> f64) {
-        self.0.set_all_with(value)
+        self.changed().set_all_with(value)
     }
 
     /// Sets one logical element (see [`Ndarray::set`]).
     pub fn set(&mut self, idx: &[usize], x: f64) -> Result<()> {
-        self.0.set(idx, x)
+        self.changed().set(idx, x)
     }
 }
 
@@ -98,11 +110,17 @@ impl<'a> HostValues<'a> {
                 MemoryMode::Hosted(MemoryType::Unset),
                 "user: values were set or read on the host",
             )?;
+            let margins_nonzero = self.node.0.padding.as_ref().is_some_and(|p| p.value != 0.0);
+            self.node
+                .0
+                .host_written
+                .store(margins_nonzero, Ordering::Relaxed);
             *host = Some(nd);
         }
-        f(&mut HostArrayMut(
-            host.as_mut().expect("host array was just created"),
-        ))
+        f(&mut HostArrayMut {
+            array: host.as_mut().expect("host array was just created"),
+            written: &self.node.0.host_written,
+        })
     }
 
     fn read_guard(&self) -> RwLockReadGuard<'a, Option<Ndarray>> {
@@ -122,6 +140,14 @@ impl<'a> HostValues<'a> {
     /// lock, which kernels reading such an alias hold while they run.
     pub fn with<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Option<R> {
         self.read_guard().as_ref().map(f)
+    }
+
+    /// Whether the host array exists and still holds only the zeros it was made with: nothing
+    /// was written to it since (a padded array with a non-zero pad value never does). A new
+    /// zero-filled device array then already holds its values, and nothing need be copied.
+    pub fn holds_initial_zeros(&self) -> bool {
+        let host = self.read_guard();
+        host.is_some() && !self.node.0.host_written.load(Ordering::Relaxed)
     }
 
     /// Whether the host array exists.

@@ -26,7 +26,7 @@ use registry::registry;
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 
 use crate::error::{Error, ModeConflict, Result};
@@ -72,6 +72,10 @@ struct TnodeInner {
     /// The host array: read-locked by host reads and by kernels reading it in place (which
     /// may overlap), write-locked by host writes.
     host: RwLock<Option<Ndarray>>,
+    /// Whether any value of the host array may differ from the zeros it was made with: set by
+    /// every write through [`host::HostArrayMut`] (the only way to change it), and for a host
+    /// array given ready-made or with a non-zero pad value. Changed and read under `host`'s lock.
+    host_written: AtomicBool,
     /// The device copies the runtime keeps of the node, once it makes one (see
     /// [`DeviceCopies`]).
     device_copies: OnceLock<Arc<dyn DeviceCopies>>,
@@ -203,6 +207,7 @@ impl Tnode {
             padded_dims: padded,
             chosen_code_name: Mutex::new(None),
             memory_mode: Mutex::new(None),
+            host_written: AtomicBool::new(host.is_some()),
             host: RwLock::new(host),
             device_copies: OnceLock::new(),
         });
@@ -538,5 +543,56 @@ mod tests {
         ));
         assert!(!t.host().exists());
         assert!(Tnode::new(Prec::F32, &[2, 0], &["z"]).is_err());
+    }
+
+    #[test]
+    fn a_host_array_holds_its_initial_zeros_until_written() {
+        use crate::ndarray::AxisPadding;
+        let t = Tnode::new(Prec::F32, &[4], &["z"]).unwrap();
+        assert!(!t.host().holds_initial_zeros(), "no host array yet");
+        t.host().with_mut(|_| Ok(())).unwrap();
+        assert!(t.host().holds_initial_zeros(), "made, not written");
+        t.host().set_value(&[2], 0.0).unwrap();
+        assert!(!t.host().holds_initial_zeros(), "written, even with a zero");
+        // Every way of writing counts: whole arrays, fills, bytes.
+        type Write = fn(&Tnode);
+        let writes: [Write; 4] = [
+            |t| t.host().set_values(&[1.0; 4]).unwrap(),
+            |t| t.host().fill(|_, out| out.fill(0.0)).unwrap(),
+            |t| t.host().set_values_with(|_| 0.0).unwrap(),
+            |t| {
+                t.host()
+                    .with_mut(|nd| {
+                        nd.as_bytes_mut()[0] = 1;
+                        Ok(())
+                    })
+                    .unwrap()
+            },
+        ];
+        for write in writes {
+            let t = Tnode::new(Prec::F32, &[4], &["w"]).unwrap();
+            t.host().with_mut(|_| Ok(())).unwrap();
+            write(&t);
+            assert!(!t.host().holds_initial_zeros());
+        }
+        // Margins at a non-zero pad value are not zeros; at zero they are.
+        let pad = |value| Padding {
+            axes: vec![AxisPadding { left: 1, right: 1 }],
+            value,
+        };
+        let padded = Tnode::new_padded(Prec::F32, &[2], pad(5.0), &["p"]).unwrap();
+        padded.host().with_mut(|_| Ok(())).unwrap();
+        assert!(!padded.host().holds_initial_zeros());
+        let padded = Tnode::new_padded(Prec::F32, &[2], pad(0.0), &["p0"]).unwrap();
+        padded.host().with_mut(|_| Ok(())).unwrap();
+        assert!(padded.host().holds_initial_zeros());
+        // A node made over a given array holds whatever it was given.
+        let given = Tnode::from_padded_host_array(
+            Ndarray::zeros(Prec::F32, &[3]).unwrap(),
+            None,
+            &["given"],
+        )
+        .unwrap();
+        assert!(!given.host().holds_initial_zeros());
     }
 }

@@ -24,7 +24,7 @@ use arrayjit_ir::{
 
 use crate::array_entry::ArrayEntry;
 use crate::code::Code;
-use crate::host_sync::schedule_upload;
+use crate::host_sync::fill_new_array;
 use crate::node_sync::node_sync;
 use crate::scheduler::Event;
 use crate::stream::Stream;
@@ -416,15 +416,21 @@ impl Context {
             )?,
         };
         let entry = ArrayEntry::new(tn.clone(), buffer, shared);
+        let stream = &self.inner.stream;
         if tn.host().exists() {
             tn.host().prepare_read()?;
-            if let Some(bytes) = tn.host().with(|nd| nd.as_bytes().to_vec()) {
-                schedule_upload(&self.inner.stream, &entry, bytes)?;
+            if tn.host().holds_initial_zeros() {
+                // The new array is zero-filled too (e.g. an optimizer's moments): it holds the
+                // host's values already.
+                node_sync(tn)?.mark_copy_up_to_date(entry.uid);
+            } else if fill_new_array(stream, &entry, |copy| {
+                tn.host().with(|nd| copy(nd.as_bytes()))
+            })? {
                 node_sync(tn)?.mark_copy_up_to_date(entry.uid);
             }
         } else if let Some(p) = tn.padding().filter(|p| p.value != 0.0) {
             let nd = arrayjit_ir::Ndarray::zeros_padded(tn.prec(), tn.dims(), p.clone())?;
-            schedule_upload(&self.inner.stream, &entry, nd.as_bytes().to_vec())?;
+            fill_new_array(stream, &entry, |copy| Some(copy(nd.as_bytes())))?;
         }
         if shared {
             device.shared_arrays().insert(tn, &entry)?;
