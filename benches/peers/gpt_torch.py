@@ -14,6 +14,12 @@ after each step, to compare with `arrayjit gpt --steps N --eval-every 1`:
     arrayjit gpt --steps 0 --sample 0 --checkpoint /tmp/init.safetensors
     arrayjit gpt --steps 5 --eval-every 1 --sample 0 --checkpoint /tmp/after.safetensors
     PYTHONPATH=<torch> python3 benches/peers/gpt_torch.py --check /tmp/init.safetensors --steps 5
+With `--size CONTEXT,WIDTH,HEADS,LAYERS,BATCH` it times that model instead (MLP 4 × width, the
+same optimizer), as `arrayjit bench`'s GPT size axis does, and prints one JSON line: the build
+time (model and optimizer), the first step, the median step, and the process's peak resident
+memory:
+
+    PYTHONPATH=<torch> python3 benches/peers/gpt_torch.py --size 256,768,12,12,4 --threads 2 --steps 3
 """
 
 import argparse
@@ -223,13 +229,55 @@ def training_step(threads, seed=1, device="cpu", batch=16, autocast=None):
     return model, step
 
 
+def size_step(size, threads, steps):
+    """Times the GPT of `size` (context, width, heads, layers, batch) on one fixed batch: build,
+    first step, median of `steps` more; prints them and the peak resident memory as JSON."""
+    import json
+    import resource
+
+    context, width, heads, layers, batch = size
+    vocabulary = 62
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    started = time.perf_counter()
+    model = Gpt(vocabulary, context, width, heads, layers, 4 * width)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
+    built = time.perf_counter()
+    ids = torch.randint(0, vocabulary, (batch, context))
+    targets = torch.randint(0, vocabulary, (batch, context))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(ids, targets).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    step()
+    first = time.perf_counter() - built
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    # ru_maxrss is in KiB on Linux.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({
+        "lib": "torch", "threads": threads, "build_s": built - started, "first_step_s": first,
+        "step_s": statistics.median(times), "peak_rss_bytes": peak,
+    }), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--check", metavar="INIT", help="train from arrayjit's initial checkpoint on its batches")
+    ap.add_argument("--size", metavar="T,D,H,L,B", help="time the GPT of this context, width, heads, layers, batch")
     args = ap.parse_args()
+    if args.size:
+        size_step([int(v) for v in args.size.split(",")], args.threads[0], args.steps)
+        return
     if args.check:
         check(args.check, args.steps)
         return

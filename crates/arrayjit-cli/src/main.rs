@@ -165,13 +165,24 @@ enum Command {
         #[arg(long)]
         no_peers: bool,
         /// Run only the workloads whose name contains this text (e.g. `matmul`, `softmax`,
-        /// `compile`).
+        /// `compile`; `GPT size` for the GPT size axis, `d768` for one of its rows).
         #[arg(long, default_value = "")]
         only: String,
         /// Search each workload's schedules first (times variants of the heuristics' schedule,
         /// stores the fastest next to the compile cache) and run the winners.
         #[arg(long)]
         search: bool,
+    },
+    /// One measurement of `bench`'s GPT size axis, in a process of its own: builds the GPT of
+    /// `--size` on `--backend`, steps it, prints a JSON line (used by `bench`).
+    #[command(hide = true)]
+    BenchGptSize {
+        /// context,width,heads,layers,batch
+        #[arg(long)]
+        size: String,
+        /// Timed steps after the first.
+        #[arg(long, default_value_t = 3)]
+        steps: usize,
     },
 }
 
@@ -484,6 +495,10 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
         Command::Info => info(),
         Command::Plan(args) => plan(&args),
         Command::Gpt(args) => gpt(cli.backend, args),
+        Command::BenchGptSize { size, steps } => {
+            let backend = cli.backend.as_deref().unwrap_or("sync_cc");
+            bench::sizes::child(&size, backend, steps).map(|line| println!("{line}"))
+        }
         Command::Bench {
             quick,
             python,

@@ -2,10 +2,12 @@
 //! installed) at one thread and at all, and next to the machine's limits measured by a C
 //! reference, all in the same invocation, with ratios. Peers run from `.bench-venv` (made by
 //! `scripts/setup-bench.sh`) or the `python3` on the path; a missing peer is a note in the
-//! table, never a failure.
+//! table, never a failure. A second table, the GPT size axis (`sizes`), trains GPTs from the
+//! demo's size to GPT-2 small's width and depth next to PyTorch eager.
 
 pub mod device;
 pub mod limits;
+pub mod sizes;
 pub mod workloads;
 
 use std::collections::HashMap;
@@ -57,17 +59,38 @@ pub fn run(config: &BenchConfig) -> Result<String> {
     }
     let cpu = CpuInfo::detect();
     eprintln!("machine: {cpu}");
-    eprintln!("measuring the machine's limits (C reference) ...");
-    let limits = limits::measure(&cpu)?;
     let list: Vec<Workload> = workloads::workloads(config.quick)
         .into_iter()
         .filter(|w| w.name.contains(&config.only))
         .collect();
+    let compile_line = "compile".contains(config.only.as_str());
+    let mut out = if list.is_empty() && !compile_line {
+        // Only size rows selected: no workload table, so no limits to measure for it.
+        format!("machine: {cpu}\n")
+    } else {
+        workload_table(config, &cpu, &list, compile_line)?
+    };
+    if let Some(sizes) = sizes::run(config, &cpu)? {
+        out.push_str(&sizes);
+    }
+    Ok(out)
+}
+
+/// The workload table: `list` on each CPU backend, the compile-latency lines (`compile_line`:
+/// the MLP step's; the GPT step's when its row is listed), the peers, the machine's limits.
+fn workload_table(
+    config: &BenchConfig,
+    cpu: &CpuInfo,
+    list: &[Workload],
+    compile_line: bool,
+) -> Result<String> {
+    eprintln!("measuring the machine's limits (C reference) ...");
+    let limits = limits::measure(cpu)?;
     let mut results = Results::default();
     for name in BACKENDS {
         let backend = arrayjit_runtime::backend(name)?;
         backend.set_schedule_search(Some(config.search));
-        for w in &list {
+        for w in list {
             eprintln!("arrayjit {name}: {} ...", w.name);
             if config.search {
                 eprintln!("{}", workloads::search_workload(&backend, &w.name)?);
@@ -79,16 +102,16 @@ pub fn run(config: &BenchConfig) -> Result<String> {
         }
     }
     let mut compile = Vec::new();
-    if "compile".contains(config.only.as_str()) {
+    if compile_line {
         compile.push(compile_latency(MLP)?);
     }
     if list.iter().any(|w| w.name == GPT) {
         compile.push(compile_latency(GPT)?);
     }
-    if !config.no_peers {
-        run_peers(config, &cpu, &mut results);
+    if !config.no_peers && !list.is_empty() {
+        run_peers(config, cpu, &mut results);
     }
-    Ok(table(&cpu, &limits, &list, &results, compile))
+    Ok(table(cpu, &limits, list, &results, compile))
 }
 
 /// Cold (empty cache) and cached optimize + compile + link of a training step (`MLP` or
@@ -195,6 +218,18 @@ fn run_peers(config: &BenchConfig, cpu: &CpuInfo, results: &mut Results) {
     }
 }
 
+/// The value of `key` in a flat JSON object on one line, as the peer scripts and the size
+/// command write them (strings without escapes, numbers): its text, unquoted.
+fn json_field(line: &str, key: &str) -> Option<String> {
+    let at = line.find(&format!("\"{key}\": "))? + key.len() + 4;
+    let rest = &line[at..];
+    Some(if let Some(s) = rest.strip_prefix('"') {
+        s[..s.find('"')?].to_string()
+    } else {
+        rest[..rest.find(['}', ','])?].trim().to_string()
+    })
+}
+
 /// One line of the peers script.
 #[derive(Debug, PartialEq)]
 enum PeerLine {
@@ -209,15 +244,7 @@ enum PeerLine {
 /// Reads `{"lib": "numpy", "workload": "sum 16M", "seconds": 0.01}` or `{"error": "..."}` (the
 /// script writes exactly these flat objects, without escapes).
 fn parse_peer_line(line: &str) -> Option<PeerLine> {
-    let field = |k: &str| {
-        let at = line.find(&format!("\"{k}\": "))? + k.len() + 4;
-        let rest = &line[at..];
-        Some(if let Some(s) = rest.strip_prefix('"') {
-            s[..s.find('"')?].to_string()
-        } else {
-            rest[..rest.find(['}', ','])?].trim().to_string()
-        })
-    };
+    let field = |k: &str| json_field(line, k);
     if let Some(err) = field("error") {
         return Some(PeerLine::Error(err));
     }

@@ -1,0 +1,435 @@
+//! The benchmark's size axis: GPTs from the demo's size to GPT-2 small's width and depth,
+//! each trained next to PyTorch eager (`benches/peers/gpt_torch.py --size`) on one thread and on
+//! all. Every measurement runs in a process of its own (this binary's hidden `bench-gpt-size`
+//! command, the peer script), so that a cold compile starts from an empty cache and the peak
+//! resident memory is that model's alone.
+//!
+//! Per size: arrayjit's build (parameters, optimize, compile, link) from an empty compile cache
+//! and from a filled one, its step on `sync_cc` (one thread) and `multicore_cc` (all), PyTorch's
+//! build and step at the same thread counts, and both processes' peak resident memory at all
+//! threads.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use arrayjit::gpt::{self, CharVocab, GptTrainer, SONNETS, TrainerConfig};
+use arrayjit_backends::device_info::CpuInfo;
+use arrayjit_ir::{Error, Result};
+
+use super::{BenchConfig, json_field};
+
+/// One model of the size axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GptSize {
+    /// Context (tokens per window).
+    pub context: usize,
+    /// Model width (the MLP is 4 × width).
+    pub width: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Decoder blocks.
+    pub layers: usize,
+    /// Windows per step.
+    pub batch: usize,
+}
+
+/// The four sizes of the table: the demo's, two between, and GPT-2 small's width and depth at a
+/// shorter context (batch lowered as the model grows, as people do to fit a step in memory).
+pub const SIZES: [GptSize; 4] = [
+    GptSize::new(64, 128, 4, 2, 16),
+    GptSize::new(128, 256, 4, 4, 16),
+    GptSize::new(256, 384, 6, 6, 8),
+    GptSize::new(256, 768, 12, 12, 4),
+];
+
+/// Timed steps per size after the first (fewer for the larger, slower ones).
+const STEPS: [usize; 4] = [20, 8, 4, 3];
+
+impl GptSize {
+    /// A size from its five numbers.
+    pub const fn new(
+        context: usize,
+        width: usize,
+        heads: usize,
+        layers: usize,
+        batch: usize,
+    ) -> Self {
+        GptSize {
+            context,
+            width,
+            heads,
+            layers,
+            batch,
+        }
+    }
+
+    /// The row's name, which `--only` matches (`GPT size` selects every row).
+    pub fn name(&self) -> String {
+        format!(
+            "GPT size T{} d{} h{} L{} b{}",
+            self.context, self.width, self.heads, self.layers, self.batch
+        )
+    }
+
+    /// The five numbers as the child command and the peer script take them: `T,D,H,L,B`.
+    pub fn spec(&self) -> String {
+        format!(
+            "{},{},{},{},{}",
+            self.context, self.width, self.heads, self.layers, self.batch
+        )
+    }
+
+    /// A size from [`GptSize::spec`]'s form; a typed error naming what was wrong.
+    pub fn parse(spec: &str) -> Result<GptSize> {
+        let bad = || Error::BadValue {
+            what: "GPT size".into(),
+            value: spec.into(),
+            expected: "five positive whole numbers: context,width,heads,layers,batch".into(),
+        };
+        let n: Vec<usize> = spec
+            .split(',')
+            .map(|v| v.trim().parse().ok().filter(|&v| v > 0))
+            .collect::<Option<_>>()
+            .ok_or_else(bad)?;
+        match n[..] {
+            [context, width, heads, layers, batch] => {
+                Ok(GptSize::new(context, width, heads, layers, batch))
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    /// `arrayjit gpt`'s trainer (AdamW, clipping, exact GELU, the sonnets' vocabulary) at this
+    /// size, MLP 4 × width.
+    pub fn config(&self) -> TrainerConfig {
+        let mut config = TrainerConfig::small(CharVocab::from_text(SONNETS).len());
+        config.model.context = self.context;
+        config.model.width = self.width;
+        config.model.heads = self.heads;
+        config.model.layers = self.layers;
+        config.model.hidden = 4 * self.width;
+        config.batch = self.batch;
+        config
+    }
+}
+
+/// What one process measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Measured {
+    build: f64,
+    step: Option<f64>,
+    peak_rss: Option<u64>,
+}
+
+/// The process's peak resident memory in bytes (Linux: `VmHWM`), if the system tells.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// The hidden `bench-gpt-size` command: builds the GPT of `spec` on `backend`, takes one step,
+/// then `steps` timed ones; returns one JSON line (build, first step, median step, peak
+/// resident memory in bytes).
+pub fn child(spec: &str, backend: &str, steps: usize) -> Result<String> {
+    let size = GptSize::parse(spec)?;
+    let config = size.config();
+    let backend = arrayjit_runtime::backend(backend)?;
+    let data = CharVocab::from_text(SONNETS).encode(SONNETS)?;
+    let (ids, targets) = gpt::batch(&data, config.batch, config.model.context, 0, 1)?;
+    let started = Instant::now();
+    let mut trainer = GptTrainer::new(&backend, &config)?;
+    let build = started.elapsed();
+    let first = Instant::now();
+    trainer.train_step(&ids, &targets)?;
+    let first = first.elapsed();
+    let mut times = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let t = Instant::now();
+        trainer.train_step(&ids, &targets)?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let step = times.get(times.len() / 2).map(Duration::as_secs_f64);
+    let mut line = format!(
+        "{{\"lib\": \"arrayjit\", \"build_s\": {}, \"first_step_s\": {}",
+        build.as_secs_f64(),
+        first.as_secs_f64()
+    );
+    if let Some(s) = step {
+        let _ = write!(line, ", \"step_s\": {s}");
+    }
+    if let Some(p) = peak_rss_bytes() {
+        let _ = write!(line, ", \"peak_rss_bytes\": {p}");
+    }
+    line.push('}');
+    Ok(line)
+}
+
+/// Reads a child's or the peer's JSON line.
+fn parse_measured(out: &str) -> Option<Measured> {
+    let line = out.lines().rev().find(|l| l.starts_with('{'))?;
+    Some(Measured {
+        build: json_field(line, "build_s")?.parse().ok()?,
+        step: json_field(line, "step_s").and_then(|s| s.parse().ok()),
+        peak_rss: json_field(line, "peak_rss_bytes").and_then(|s| s.parse().ok()),
+    })
+}
+
+/// Runs one measuring process; a failure is a note, not an error of the whole table.
+fn measure(mut cmd: Command, what: &str, notes: &mut Vec<String>) -> Option<Measured> {
+    eprintln!("{what} ...");
+    match cmd.output() {
+        Ok(out) if out.status.success() => {
+            let m = parse_measured(&String::from_utf8_lossy(&out.stdout));
+            if m.is_none() {
+                notes.push(format!("{what}: no measurement in its output"));
+            }
+            m
+        }
+        Ok(out) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            notes.push(format!(
+                "{what} failed: {}",
+                err.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("no message")
+            ));
+            None
+        }
+        Err(e) => {
+            notes.push(format!("{what} not run: {e}"));
+            None
+        }
+    }
+}
+
+/// One size's measurements.
+#[derive(Default)]
+struct Row {
+    cold: Option<Measured>,
+    cached: Option<Measured>,
+    one: Option<Measured>,
+    torch_one: Option<Measured>,
+    torch_all: Option<Measured>,
+}
+
+/// Measures the sizes whose names contain `config.only` (`--quick`: the two smaller) and
+/// returns their table (markdown), or `None` when no size was selected.
+pub fn run(config: &BenchConfig, cpu: &CpuInfo) -> Result<Option<String>> {
+    let count = if config.quick { 2 } else { SIZES.len() };
+    let chosen: Vec<(GptSize, usize)> = SIZES
+        .iter()
+        .zip(STEPS)
+        .take(count)
+        .filter(|(s, _)| s.name().contains(&config.only))
+        .map(|(&s, n)| (s, n))
+        .collect();
+    if chosen.is_empty() {
+        return Ok(None);
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::BadValue {
+        what: "this program's path (to measure each size in a process of its own)".into(),
+        value: e.to_string(),
+        expected: "a readable executable path".into(),
+    })?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/peers/gpt_torch.py");
+    let python = super::python(config);
+    let mut notes = Vec::new();
+    let mut rows = Vec::new();
+    for (size, steps) in &chosen {
+        let cache = std::env::temp_dir().join(format!(
+            "arrayjit-bench-sizes-{}-{}",
+            std::process::id(),
+            size.layers
+        ));
+        let _ = std::fs::remove_dir_all(&cache);
+        let ours = |backend: &str, steps: usize| {
+            let mut cmd = Command::new(&exe);
+            cmd.args([
+                "bench-gpt-size",
+                "--size",
+                &size.spec(),
+                "--backend",
+                backend,
+            ])
+            .args(["--steps", &steps.to_string()])
+            .env("ARRAYJIT_CACHE_DIR", &cache);
+            cmd
+        };
+        let name = size.name();
+        let mut row = Row {
+            cold: measure(
+                ours("multicore_cc", *steps),
+                &format!("arrayjit multicore_cc: {name}, cold cache"),
+                &mut notes,
+            ),
+            cached: measure(
+                ours("multicore_cc", 0),
+                &format!("arrayjit multicore_cc: {name}, cached build"),
+                &mut notes,
+            ),
+            one: measure(
+                ours("sync_cc", *steps),
+                &format!("arrayjit sync_cc: {name}"),
+                &mut notes,
+            ),
+            ..Row::default()
+        };
+        let _ = std::fs::remove_dir_all(&cache);
+        if !config.no_peers {
+            let torch = |threads: usize| {
+                let mut cmd = Command::new(&python);
+                cmd.arg(&script)
+                    .args(["--size", &size.spec(), "--threads", &threads.to_string()])
+                    .args(["--steps", &steps.to_string()]);
+                cmd
+            };
+            row.torch_one = measure(torch(1), &format!("torch 1 thread: {name}"), &mut notes);
+            row.torch_all = measure(
+                torch(cpu.cores),
+                &format!("torch {} threads: {name}", cpu.cores),
+                &mut notes,
+            );
+        }
+        rows.push((*size, row));
+    }
+    Ok(Some(table(cpu.cores, &rows, &notes)))
+}
+
+fn ms(m: Option<Measured>, f: impl Fn(Measured) -> Option<f64>) -> String {
+    m.and_then(f)
+        .map_or("–".into(), |s| format!("{:.0} ms", s * 1e3))
+}
+
+fn ratio(peer: Option<f64>, ours: Option<f64>) -> String {
+    match (peer, ours) {
+        (Some(p), Some(a)) if a > 0.0 => format!("{:.2}×", p / a),
+        _ => "–".into(),
+    }
+}
+
+fn mib(m: Option<Measured>) -> String {
+    m.and_then(|m| m.peak_rss).map_or("–".into(), |b| {
+        format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
+    })
+}
+
+/// The size table (markdown): steps and their ratios at one thread and at all (> 1: arrayjit is
+/// faster), each library's speed-up from one thread to all, builds, peak memory.
+fn table(cores: usize, rows: &[(GptSize, Row)], notes: &[String]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| model | arrayjit step 1T | torch step 1T | torch / arrayjit 1T | arrayjit step {cores}T | torch step {cores}T | torch / arrayjit {cores}T | 1→{cores}T arrayjit / torch | arrayjit build cold / cached | torch build | peak memory arrayjit / torch |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let step = |m: Option<Measured>| m.and_then(|m| m.step);
+    for (size, r) in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} / {} |",
+            size.name(),
+            ms(r.one, |m| m.step),
+            ms(r.torch_one, |m| m.step),
+            ratio(step(r.torch_one), step(r.one)),
+            ms(r.cold, |m| m.step),
+            ms(r.torch_all, |m| m.step),
+            ratio(step(r.torch_all), step(r.cold)),
+            ratio(step(r.one), step(r.cold)),
+            ratio(step(r.torch_one), step(r.torch_all)),
+            ms(r.cold, |m| Some(m.build)),
+            ms(r.cached, |m| Some(m.build)),
+            ms(r.torch_all, |m| Some(m.build)),
+            mib(r.cold),
+            mib(r.torch_all),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Size rows: each cell from a process of its own; steps are the median after one untimed step \
+         (one fixed batch); builds include parameter initialization (arrayjit: also optimize, \
+         compile and link, from an empty compile cache and from a filled one); peak memory is the \
+         process's peak resident set at {cores} threads (PyTorch's includes its libraries, about \
+         half a GiB)."
+    );
+    for n in notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_back_and_bad_ones_are_typed_errors() {
+        for s in SIZES {
+            assert_eq!(GptSize::parse(&s.spec()).unwrap(), s);
+            assert!(s.name().contains("GPT size"));
+            assert_eq!(s.config().model.hidden, 4 * s.width);
+        }
+        for bad in ["", "1,2,3,4", "1,2,3,4,5,6", "1,2,x,4,5", "0,2,3,4,5"] {
+            assert!(
+                matches!(GptSize::parse(bad), Err(Error::BadValue { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn measurements_parse_and_the_table_has_ratios() {
+        let line = r#"{"lib": "torch", "threads": 2, "build_s": 1.5, "first_step_s": 0.2, "step_s": 0.1, "peak_rss_bytes": 1048576}"#;
+        let m = parse_measured(&format!("a warning\n{line}\n")).unwrap();
+        assert_eq!(
+            m,
+            Measured {
+                build: 1.5,
+                step: Some(0.1),
+                peak_rss: Some(1 << 20)
+            }
+        );
+        assert_eq!(parse_measured("no json here"), None);
+        let ours = |step: f64| {
+            Some(Measured {
+                build: 0.5,
+                step: Some(step),
+                peak_rss: Some(3 << 20),
+            })
+        };
+        let row = Row {
+            cold: ours(0.05),
+            cached: Some(Measured {
+                build: 0.02,
+                step: None,
+                peak_rss: None,
+            }),
+            one: ours(0.08),
+            torch_one: Some(m),
+            torch_all: Some(Measured {
+                build: 1.0,
+                step: Some(0.1),
+                peak_rss: Some(4 << 20),
+            }),
+        };
+        let text = table(2, &[(SIZES[0], row)], &["a note".into()]);
+        // 1T: torch 100 ms against arrayjit 80 ms = 1.25×; 2T: 100 against 50 = 2.00×;
+        // arrayjit's 1→2T 80 / 50 = 1.60×, torch's 1.00×.
+        assert!(
+            text.contains("| GPT size T64 d128 h4 L2 b16 | 80 ms | 100 ms | 1.25× | 50 ms | 100 ms | 2.00× | 1.60× / 1.00× | 500 ms / 20 ms | 1000 ms | 3 MiB / 4 MiB |"),
+            "{text}"
+        );
+        assert!(text.contains("note: a note"), "{text}");
+    }
+}
