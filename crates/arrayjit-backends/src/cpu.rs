@@ -160,6 +160,11 @@ impl DeviceRuntime for CpuRuntime {
         )?))
     }
 
+    fn available_memory(&self, _device: usize) -> Option<usize> {
+        // A CPU device's arrays are host memory.
+        arrayjit_ir::host_memory::available_host_memory()
+    }
+
     fn copies_into_new_buffers_at_once(&self) -> bool {
         // A buffer is host memory, and a copy is a memcpy that is done when it returns.
         true

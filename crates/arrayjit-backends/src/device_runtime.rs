@@ -131,6 +131,13 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
         let _ = device;
         Ok(())
     }
+    /// The bytes a device can still allocate, if the backend can tell (the default: `None`,
+    /// unknown). The runtime compares what a link will allocate with it, and refuses a link
+    /// that cannot fit before allocating anything.
+    fn available_memory(&self, device: usize) -> Option<usize> {
+        let _ = device;
+        None
+    }
     /// Bytes currently allocated for arrays on a device (pools included).
     fn used_memory(&self, device: usize) -> usize;
     /// Allocates pool `pool_id` on a device: `size_in_bytes` zeroed bytes aligned to

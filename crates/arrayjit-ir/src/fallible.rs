@@ -1,11 +1,18 @@
 //! Fallible allocation of host vectors. Sizes that come from users (shapes, sample counts,
 //! file headers) are reserved with `try_reserve_exact`, so a size the machine cannot hold is an
-//! [`Error::OutOfMemory`] naming what was being allocated, never an abort.
+//! [`Error::OutOfMemory`] naming what was being allocated, never an abort; a large size beyond
+//! what the host has available is an [`Error::DeviceOutOfMemory`] before anything is allocated
+//! ([`crate::host_memory`]).
 
 use crate::error::{Error, Result};
+use crate::host_memory::{exceeds_available, host_out_of_memory};
 
 /// An empty vector with room for exactly `n` elements, or [`Error::OutOfMemory`] for `what`.
 pub fn try_vec_with_capacity<T>(n: usize, what: impl FnOnce() -> String) -> Result<Vec<T>> {
+    let bytes = n.saturating_mul(std::mem::size_of::<T>());
+    if let Some(available) = exceeds_available(bytes) {
+        return Err(host_out_of_memory(what(), bytes, available));
+    }
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
         what: what(),
@@ -32,6 +39,10 @@ pub fn try_vec_zeroed<T: bytemuck::Zeroable>(
     };
     if layout.size() == 0 {
         return Ok(Vec::new());
+    }
+    // The system would hand out the pages and fail only when they are written.
+    if let Some(available) = exceeds_available(layout.size()) {
+        return Err(host_out_of_memory(what(), layout.size(), available));
     }
     // SAFETY: the layout has a non-zero size (checked above).
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
@@ -74,6 +85,12 @@ mod tests {
     fn impossible_sizes_are_typed_errors() {
         let err = try_vec_filled(usize::MAX / 2, 0u64, || "a test vector".into()).unwrap_err();
         match err {
+            // More than the host has available (found before allocating), or, where that is
+            // unknown, more than the allocator gives.
+            Error::DeviceOutOfMemory { what, needed, .. } => {
+                assert_eq!(what, "a test vector");
+                assert_eq!(needed, usize::MAX);
+            }
             Error::OutOfMemory { what, bytes } => {
                 assert_eq!(what, "a test vector");
                 assert_eq!(bytes, usize::MAX);

@@ -102,7 +102,9 @@ pub fn to_py(e: Error) -> PyErr {
         | Error::LoadFailed { .. }
         | Error::Render { .. } => CompileError::new_err(message),
         Error::LimitExceeded { .. } => LimitExceededError::new_err(message),
-        Error::OutOfMemory { .. } => OutOfMemoryError::new_err(message),
+        Error::OutOfMemory { .. } | Error::DeviceOutOfMemory { .. } => {
+            OutOfMemoryError::new_err(message)
+        }
         Error::Checkpoint { .. } => CheckpointError::new_err(message),
         Error::InvalidSetting { .. } => SettingError::new_err(message),
         Error::Io { .. } => IoError::new_err(message),

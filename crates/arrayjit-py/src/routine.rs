@@ -51,6 +51,33 @@ impl PyBackend {
         self.inner.set_allow_tf32(allow);
     }
 
+    /// Bounds the bytes each device's arrays may take (`None`: only the devices' free memory
+    /// bounds them, or `ARRAYJIT_MEMORY_LIMIT_MB` when set at the backend's creation). A
+    /// compile or trainer that would pass it raises `OutOfMemoryError` saying how much it
+    /// needs and has, before allocating anything.
+    #[pyo3(signature = (bytes = None))]
+    fn set_memory_limit(&self, bytes: Option<usize>) {
+        self.inner.set_memory_limit(bytes);
+    }
+
+    /// The bound set by `set_memory_limit`, if any, in bytes.
+    #[getter]
+    fn memory_limit(&self) -> Option<usize> {
+        self.inner.memory_limit()
+    }
+
+    /// The bytes device `device` may still allocate (its free memory where the backend can
+    /// tell, lowered to what the memory limit leaves), or `None` when unknown.
+    #[pyo3(signature = (device = 0))]
+    fn available_memory(&self, device: usize) -> PyResult<Option<usize>> {
+        Ok(self
+            .inner
+            .get_device(device)
+            .py()?
+            .available_memory()
+            .map(|(bytes, _)| bytes))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Backend({}, {} device(s))",

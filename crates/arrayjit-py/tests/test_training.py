@@ -169,3 +169,21 @@ def test_a_tiny_gpt_trains_in_bf16_products_close_to_f32():
         aj.GptTrainer(len(vocab), context=8, width=16, heads=2, layers=1, hidden=32, precision="f8")
     aj.backend("sync_cc").set_allow_tf32(True)
     aj.backend("sync_cc").set_allow_tf32(None)
+
+
+def test_a_gpt_too_large_for_its_device_fails_before_training_with_the_figures():
+    text = "to be or not to be, that is the question; whether tis nobler in the mind"
+    vocab = aj.CharVocab(text)
+    data = vocab.encode(text)
+    backend = aj.backend("sync_cc")
+    assert backend.memory_limit is None
+    backend.set_memory_limit(1024)
+    assert backend.memory_limit == 1024
+    assert backend.available_memory() is not None and backend.available_memory() <= 1024
+    small = dict(context=8, width=16, heads=2, layers=1, hidden=32, batch=4)
+    with pytest.raises(aj.OutOfMemoryError, match="batch size"):
+        aj.GptTrainer(len(vocab), backend=backend, **small)
+    backend.set_memory_limit(None)
+    trainer = aj.GptTrainer(len(vocab), backend=backend, **small)
+    ids, targets = trainer.batch(data, 0, 3)
+    assert np.isfinite(trainer.train_step(ids.ravel().tolist(), targets.ravel().tolist()))

@@ -42,6 +42,7 @@ pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend
     let canonical = entry.name;
     let b = Backend::with_scheduler(canonical, lowered, scheduler, config.strategy);
     b.set_max_pool_bytes(config.max_pool_bytes);
+    b.set_memory_limit(config.memory_limit_or_env()?);
     Ok(b)
 }
 
@@ -144,6 +145,8 @@ pub(crate) struct BackendInner {
     pub next_pool_id: AtomicUsize,
     /// Largest pool the planner allocates.
     pub max_pool_bytes: AtomicUsize,
+    /// The most bytes each device's arrays may take (`usize::MAX`: no limit).
+    pub memory_limit: AtomicUsize,
     /// Schedule search: on/off (`None`: `ARRAYJIT_SEARCH`) and how candidates are timed.
     pub search: Mutex<(Option<bool>, SearchSettings)>,
     /// Compile options other than the lowered backend's defaults, if set.
@@ -200,6 +203,7 @@ impl Backend {
                 strategy,
                 next_pool_id: AtomicUsize::new(0),
                 max_pool_bytes: AtomicUsize::new(1 << 30),
+                memory_limit: AtomicUsize::new(usize::MAX),
                 search: Mutex::new((None, SearchSettings::default())),
                 compile_options: Mutex::new(None),
                 allow_tf32: Mutex::new(None),
@@ -217,6 +221,22 @@ impl Backend {
     /// The largest pool the link-time planner allocates.
     pub fn max_pool_bytes(&self) -> usize {
         self.inner.max_pool_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Sets the most bytes each device's arrays may take (`None`: no limit but the devices'
+    /// free memory). A link that would pass it is an [`Error::DeviceOutOfMemory`] before
+    /// anything is allocated; arrays already linked are kept whatever the new limit.
+    pub fn set_memory_limit(&self, bytes: Option<usize>) {
+        self.inner
+            .memory_limit
+            .store(bytes.map_or(usize::MAX, |b| b.max(1)), Ordering::Relaxed);
+    }
+
+    /// The most bytes each device's arrays may take, if limited (see
+    /// [`Backend::set_memory_limit`]).
+    pub fn memory_limit(&self) -> Option<usize> {
+        let limit = self.inner.memory_limit.load(Ordering::Relaxed);
+        (limit != usize::MAX).then_some(limit)
     }
 
     pub(crate) fn new_pool_id(&self) -> usize {

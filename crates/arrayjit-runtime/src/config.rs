@@ -34,6 +34,12 @@ pub struct RuntimeConfig {
     /// `ARRAYJIT_CPU_WORKERS`, else 1 for `sync_cc` and the device's share of the cores for
     /// `multicore_cc`). Results do not depend on it.
     pub workers_per_device: Option<usize>,
+    /// The most bytes each device's arrays may take (`None`: `ARRAYJIT_MEMORY_LIMIT_MB`
+    /// mebibytes when set, else only the device's free memory bounds them). A link that would
+    /// pass it (with what the device holds already) is an
+    /// [`arrayjit_ir::Error::DeviceOutOfMemory`] before anything is allocated. At least one
+    /// byte.
+    pub memory_limit: Option<usize>,
 }
 
 /// Accepted [`RuntimeConfig::queue_capacity`] values.
@@ -42,7 +48,22 @@ pub const QUEUE_CAPACITY_RANGE: std::ops::RangeInclusive<u64> = 1..=65_536;
 /// allocation may be.
 pub const MAX_POOL_BYTES_RANGE: std::ops::RangeInclusive<u64> = 1..=(isize::MAX as u64);
 
+/// The environment variable of [`RuntimeConfig::memory_limit`], in mebibytes.
+pub const MEMORY_LIMIT_ENV: &str = "ARRAYJIT_MEMORY_LIMIT_MB";
+
 impl RuntimeConfig {
+    /// [`RuntimeConfig::memory_limit`], or else `ARRAYJIT_MEMORY_LIMIT_MB` (mebibytes) from
+    /// the environment; an unreadable value is an [`arrayjit_ir::Error::InvalidSetting`].
+    pub fn memory_limit_or_env(&self) -> Result<Option<usize>> {
+        if self.memory_limit.is_some() {
+            return Ok(self.memory_limit);
+        }
+        let lookup = arrayjit_backends::settings::process_env;
+        let mib =
+            arrayjit_backends::settings::integer(&lookup, MEMORY_LIMIT_ENV, 1..=(1 << 40), 0)?;
+        Ok((mib > 0).then(|| usize::try_from(mib << 20).unwrap_or(usize::MAX)))
+    }
+
     /// Checks every field against its documented range.
     pub fn validate(&self) -> Result<()> {
         use arrayjit_backends::settings::check_range;
@@ -65,6 +86,13 @@ impl RuntimeConfig {
                 arrayjit_backends::cc::CPU_WORKERS_RANGE,
             )?;
         }
+        if let Some(limit) = self.memory_limit {
+            check_range(
+                "RuntimeConfig::memory_limit",
+                limit as u64,
+                MAX_POOL_BYTES_RANGE,
+            )?;
+        }
         check_range(
             "RuntimeConfig::max_pool_bytes",
             self.max_pool_bytes as u64,
@@ -81,6 +109,7 @@ impl Default for RuntimeConfig {
             queue_capacity: 1024,
             max_pool_bytes: 1 << 30,
             workers_per_device: None,
+            memory_limit: None,
         }
     }
 }

@@ -91,6 +91,48 @@ impl Device {
             .used_memory(self.ordinal)
     }
 
+    /// The bytes this device may still allocate: its free memory where the backend can tell,
+    /// lowered to what the backend's memory limit leaves ([`Backend::set_memory_limit`]), with
+    /// what bounds the figure; `None` when neither is known.
+    pub fn available_memory(&self) -> Option<(usize, String)> {
+        let runtime = self.backend.inner.lowered.runtime();
+        let free = runtime
+            .available_memory(self.ordinal)
+            .map(|a| (a, "the device's free memory".to_string()));
+        let Some(limit) = self.backend.memory_limit() else {
+            return free;
+        };
+        let used = self.used_memory();
+        let room = limit.saturating_sub(used);
+        match free {
+            Some((a, why)) if a <= room => Some((a, why)),
+            _ => Some((
+                room,
+                format!(
+                    "the memory limit of {} less the {} its arrays hold",
+                    arrayjit_ir::error::human_bytes(limit),
+                    arrayjit_ir::error::human_bytes(used)
+                ),
+            )),
+        }
+    }
+
+    /// `Ok` unless `needed` more bytes are more than the device may still allocate
+    /// ([`Device::available_memory`]): then an [`Error::DeviceOutOfMemory`] for `what`, which
+    /// callers return before allocating anything.
+    pub fn check_memory(&self, needed: usize, what: impl FnOnce() -> String) -> Result<()> {
+        match self.available_memory() {
+            Some((available, bound)) if needed > available => Err(Error::DeviceOutOfMemory {
+                device: format!("device {} of {}", self.ordinal, self.backend.name()),
+                what: what(),
+                needed,
+                available,
+                bound,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// A readable name, e.g. `"sync_cc:0"`.
     pub fn name(&self) -> String {
         format!("{}:{}", self.backend.name(), self.ordinal)

@@ -3,7 +3,8 @@
 //!
 //! 1. **Plan** ([`LinkPlan`]): everything a link can refuse is checked — the backend, the
 //!    merge buffer, writes of nodes that change only on the host, inputs the context lacks,
-//!    writes of arrays another stream writes — and every array the code needs is decided:
+//!    writes of arrays another stream writes, memory the device cannot give (its free memory
+//!    and the backend's memory limit, `Device::check_memory`) — and every array the code needs is decided:
 //!    kept from the context, a device constant or host array used in place, taken from
 //!    another stream that only reads it too (sharing inference), or new, the new ones packed
 //!    into pools. Planning allocates nothing and changes nothing.
@@ -241,6 +242,17 @@ impl Context {
                 return Err(shared_written_elsewhere(&opt.name, tn));
             }
         }
+        // What the link will allocate, checked against what the device may still give before
+        // anything is allocated or packed (the pools add only alignment and guards to it).
+        let scratch_bytes = code.interface()?.scratch_bytes;
+        let needed = fresh
+            .iter()
+            .fold(stream.scratch_growth(scratch_bytes), |sum, tn| {
+                sum.saturating_add(tn.size_in_bytes())
+            });
+        if needed > 0 {
+            device.check_memory(needed, || format!("linking routine {}", opt.name))?;
+        }
         let alignment = backend.optimize_settings().pool_alignment;
         let items: Vec<PlanItem> = fresh
             .iter()
@@ -278,7 +290,7 @@ impl Context {
             alignment,
             // The scratch the kernel's interface asks for (a backend may hold more locals
             // there than the CPU's plan: the CUDA kernels keep every local node in it).
-            scratch_bytes: code.interface()?.scratch_bytes,
+            scratch_bytes,
         })
     }
 

@@ -303,6 +303,21 @@ impl Stream {
 
     /// Makes the stream's scratch pool at least `bytes` large (a larger pool replaces a smaller
     /// one; work already scheduled keeps the old one alive).
+    /// The bytes [`Stream::ensure_scratch`] would allocate for `bytes` of scratch: all of them
+    /// when the stream's scratch is smaller (a new pool replaces it), else none.
+    pub(crate) fn scratch_growth(&self, bytes: usize) -> usize {
+        let scratch = self.inner.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if bytes == 0
+            || scratch
+                .as_ref()
+                .is_some_and(|(_, b)| b.size_in_bytes() >= bytes)
+        {
+            0
+        } else {
+            bytes
+        }
+    }
+
     pub(crate) fn ensure_scratch(&self, bytes: usize, alignment: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());

@@ -220,6 +220,10 @@ fn configurations_outside_their_ranges_are_refused() {
             max_pool_bytes: 0,
             ..Default::default()
         },
+        RuntimeConfig {
+            memory_limit: Some(0),
+            ..Default::default()
+        },
     ] {
         assert!(matches!(
             config.validate(),

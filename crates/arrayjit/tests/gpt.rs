@@ -184,3 +184,31 @@ fn evaluation_routines_compile_on_first_use_and_agree_with_the_step() {
         "the step lowered it"
     );
 }
+
+#[test]
+fn a_trainer_too_large_for_its_device_fails_before_training_with_the_figures() {
+    let vocab = CharVocab::from_text(TEXT);
+    let data = vocab.encode(TEXT).unwrap();
+    let c = config(vocab.len());
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let used = backend.get_device(0).unwrap().used_memory();
+    // Room for far less than the model's parameters, gradients and optimizer state.
+    backend.set_memory_limit(Some(used + 1024));
+    let err = GptTrainer::new(&backend, &c)
+        .err()
+        .expect("the trainer cannot fit");
+    assert!(err.is_out_of_memory(), "{err}");
+    match err.root_cause() {
+        arrayjit::Error::DeviceOutOfMemory {
+            needed, available, ..
+        } => assert!(needed > available, "{err}"),
+        other => panic!("expected DeviceOutOfMemory, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("batch size"), "{message}");
+    // With the limit lifted, the same backend builds and trains it.
+    backend.set_memory_limit(None);
+    let mut trainer = GptTrainer::new(&backend, &c).unwrap();
+    let (ids, targets) = batch(&data, c.batch, c.model.context, 0, 3).unwrap();
+    assert!(trainer.train_step(&ids, &targets).unwrap().is_finite());
+}

@@ -143,6 +143,15 @@ impl DeviceRuntime for CudaRuntime {
             .map_err(|e| gpu.driver_error("waiting for the device", e))
     }
 
+    fn available_memory(&self, device: usize) -> Option<usize> {
+        // The driver's free figure for the device's context (unknown if it cannot be had).
+        let gpu = self.gpu(device).ok()?;
+        gpu.bind("asking for the free memory").ok()?;
+        cudarc::driver::result::mem_get_info()
+            .ok()
+            .map(|(free, _total)| free)
+    }
+
     fn used_memory(&self, device: usize) -> usize {
         self.gpu(device)
             .map_or(0, |g| g.used.load(Ordering::Relaxed))

@@ -123,20 +123,6 @@ struct Measured {
     peak_rss: Option<u64>,
 }
 
-/// The process's peak resident memory in bytes (Linux: `VmHWM`), if the system tells.
-fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line
-        .trim_start_matches("VmHWM:")
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
 /// The hidden `bench-gpt-size` command: builds the GPT of `spec` on `backend`, takes one step,
 /// then `steps` timed ones; returns one JSON line (build, first step, median step, peak
 /// resident memory in bytes).
@@ -168,7 +154,7 @@ pub fn child(spec: &str, backend: &str, steps: usize) -> Result<String> {
     if let Some(s) = step {
         let _ = write!(line, ", \"step_s\": {s}");
     }
-    if let Some(p) = peak_rss_bytes() {
+    if let Some(p) = arrayjit_ir::host_memory::peak_resident_bytes() {
         let _ = write!(line, ", \"peak_rss_bytes\": {p}");
     }
     line.push('}');

@@ -34,6 +34,24 @@ fn during_prefix(during: &str) -> String {
     }
 }
 
+/// A byte count for messages: `1.50 GiB (1610612736 bytes)`, or `512 bytes`.
+pub fn human_bytes(bytes: usize) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = None;
+    for u in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = Some(u);
+    }
+    match unit {
+        Some(u) => format!("{value:.2} {u} ({bytes} bytes)"),
+        None => format!("{bytes} bytes"),
+    }
+}
+
 /// `Result` with [`enum@Error`] as the error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -451,6 +469,30 @@ pub enum Error {
         /// The bytes asked for (saturated at `usize::MAX` when the size itself overflows).
         bytes: usize,
     },
+    /// Something needs more memory than its device (or the host) has available, or than the
+    /// memory limit set for it leaves: found before anything was allocated, so nothing was.
+    #[error(
+        "out of memory on {device}: {what} needs {} more, but {} {} available ({bound}); lower \
+         the batch size or the model's size, use a smaller precision (bf16 takes half of f32's \
+         bytes), free routines and arrays made before, or raise the limit \
+         (ARRAYJIT_MEMORY_LIMIT_MB) where one is set",
+        human_bytes(*needed),
+        human_bytes(*available),
+        if *available == 1 { "is" } else { "are" }
+    )]
+    DeviceOutOfMemory {
+        /// The device (e.g. "cpu device 0 of sync_cc", "the host").
+        device: String,
+        /// What needed the memory (e.g. "linking routine train_step").
+        what: String,
+        /// The bytes it needs beyond what it holds already.
+        needed: usize,
+        /// The bytes available to it.
+        available: usize,
+        /// What the available figure is: the device's free memory, or a memory limit less what
+        /// is allocated already.
+        bound: String,
+    },
     /// A renderer cannot express an optimized routine in its language (a defect of arrayjit,
     /// not of the program: please report it with the routine).
     #[error("cannot render {routine} as {language}: {detail}")]
@@ -843,6 +885,16 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(what: impl Into<String>) -> Error {
         Error::InvalidArgument { what: what.into() }
+    }
+
+    /// Whether the error (or the one it wraps) is a lack of memory: [`Error::OutOfMemory`] (an
+    /// allocation that could not be made) or [`Error::DeviceOutOfMemory`] (a request found too
+    /// large before allocating).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self.root_cause(),
+            Error::OutOfMemory { .. } | Error::DeviceOutOfMemory { .. }
+        )
     }
 }
 
