@@ -64,13 +64,15 @@ pub fn run(config: &BenchConfig) -> Result<String> {
         .filter(|w| w.name.contains(&config.only))
         .collect();
     let compile_line = "compile".contains(config.only.as_str());
+    eprintln!("measuring the machine's limits (C reference) ...");
+    let limits = limits::measure(&cpu)?;
     let mut out = if list.is_empty() && !compile_line {
-        // Only size rows selected: no workload table, so no limits to measure for it.
-        format!("machine: {cpu}\n")
+        // Only size rows selected.
+        header(&cpu, &limits)
     } else {
-        workload_table(config, &cpu, &list, compile_line)?
+        workload_table(config, &cpu, &limits, &list, compile_line)?
     };
-    if let Some(sizes) = sizes::run(config, &cpu)? {
+    if let Some(sizes) = sizes::run(config, &cpu, &limits)? {
         out.push_str(&sizes);
     }
     Ok(out)
@@ -81,11 +83,10 @@ pub fn run(config: &BenchConfig) -> Result<String> {
 fn workload_table(
     config: &BenchConfig,
     cpu: &CpuInfo,
+    limits: &Limits,
     list: &[Workload],
     compile_line: bool,
 ) -> Result<String> {
-    eprintln!("measuring the machine's limits (C reference) ...");
-    let limits = limits::measure(cpu)?;
     let mut results = Results::default();
     for name in BACKENDS {
         let backend = arrayjit_runtime::backend(name)?;
@@ -111,7 +112,7 @@ fn workload_table(
     if !config.no_peers && !list.is_empty() {
         run_peers(config, cpu, &mut results);
     }
-    Ok(table(cpu, &limits, list, &results, compile))
+    Ok(table(cpu, limits, list, &results, compile))
 }
 
 /// Cold (empty cache) and cached optimize + compile + link of a training step (`MLP` or
@@ -255,6 +256,20 @@ fn parse_peer_line(line: &str) -> Option<PeerLine> {
     })
 }
 
+/// The machine and its limits, the first lines of every table.
+fn header(cpu: &CpuInfo, limits: &Limits) -> String {
+    format!(
+        "machine: {cpu}\nlimits (C reference, 1 core / all {}): FMA {:.0} / {:.0} GFLOP/s, triad {:.1} / {:.1} GB/s, read {:.1} / {:.1} GB/s\n",
+        cpu.cores,
+        limits.fma_gflops[0],
+        limits.fma_gflops[1],
+        limits.triad_gbs[0],
+        limits.triad_gbs[1],
+        limits.read_gbs[0],
+        limits.read_gbs[1]
+    )
+}
+
 fn table(
     cpu: &CpuInfo,
     limits: &Limits,
@@ -270,19 +285,7 @@ fn table(
         .collect();
     peer_columns.sort();
     peer_columns.dedup();
-    let mut out = String::new();
-    let _ = writeln!(out, "machine: {cpu}");
-    let _ = writeln!(
-        out,
-        "limits (C reference, 1 core / all {}): FMA {:.0} / {:.0} GFLOP/s, triad {:.1} / {:.1} GB/s, read {:.1} / {:.1} GB/s",
-        cpu.cores,
-        limits.fma_gflops[0],
-        limits.fma_gflops[1],
-        limits.triad_gbs[0],
-        limits.triad_gbs[1],
-        limits.read_gbs[0],
-        limits.read_gbs[1]
-    );
+    let mut out = header(cpu, limits);
     let _ = writeln!(out);
     let mut header = String::from("| workload | rate |");
     let mut rule = String::from("|---|---|");

@@ -18,6 +18,7 @@ use arrayjit::gpt::{self, CharVocab, GptTrainer, SONNETS, TrainerConfig};
 use arrayjit_backends::device_info::CpuInfo;
 use arrayjit_ir::{Error, Result};
 
+use super::limits::Limits;
 use super::{BenchConfig, json_field};
 
 /// One model of the size axis.
@@ -212,7 +213,7 @@ struct Row {
 
 /// Measures the sizes whose names contain `config.only` (`--quick`: the two smaller) and
 /// returns their table (markdown), or `None` when no size was selected.
-pub fn run(config: &BenchConfig, cpu: &CpuInfo) -> Result<Option<String>> {
+pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Option<String>> {
     let count = if config.quick { 2 } else { SIZES.len() };
     let chosen: Vec<(GptSize, usize)> = SIZES
         .iter()
@@ -290,7 +291,7 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo) -> Result<Option<String>> {
         }
         rows.push((*size, row));
     }
-    Ok(Some(table(cpu.cores, &rows, &notes)))
+    Ok(Some(table(cpu.cores, limits.fma_gflops[1], &rows, &notes)))
 }
 
 fn ms(m: Option<Measured>, f: impl Fn(Measured) -> Option<f64>) -> String {
@@ -312,19 +313,24 @@ fn mib(m: Option<Measured>) -> String {
 }
 
 /// The size table (markdown): steps and their ratios at one thread and at all (> 1: arrayjit is
-/// faster), each library's speed-up from one thread to all, builds, peak memory.
-fn table(cores: usize, rows: &[(GptSize, Row)], notes: &[String]) -> String {
+/// faster), arrayjit's rate at all threads against the FMA limit (`fma_gflops`, all cores),
+/// each library's speed-up from one thread to all, builds, peak memory.
+fn table(cores: usize, fma_gflops: f64, rows: &[(GptSize, Row)], notes: &[String]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| model | arrayjit step 1T | torch step 1T | torch / arrayjit 1T | arrayjit step {cores}T | torch step {cores}T | torch / arrayjit {cores}T | 1→{cores}T arrayjit / torch | arrayjit build cold / cached | torch build | peak memory arrayjit / torch |"
+        "\n| model | arrayjit step 1T | torch step 1T | torch / arrayjit 1T | arrayjit step {cores}T | torch step {cores}T | torch / arrayjit {cores}T | arrayjit {cores}T GFLOP/s (of FMA limit) | 1→{cores}T arrayjit / torch | arrayjit build cold / cached | torch build | peak memory arrayjit / torch |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     let step = |m: Option<Measured>| m.and_then(|m| m.step);
     for (size, r) in rows {
+        let rate = step(r.cold).filter(|&s| s > 0.0).map_or("–".into(), |s| {
+            let gflops = size.config().step_flops() / s / 1e9;
+            format!("{gflops:.0} ({:.0}%)", 100.0 * gflops / fma_gflops)
+        });
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} / {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {rate} | {} / {} | {} / {} | {} | {} / {} |",
             size.name(),
             ms(r.one, |m| m.step),
             ms(r.torch_one, |m| m.step),
@@ -409,11 +415,14 @@ mod tests {
                 peak_rss: Some(4 << 20),
             }),
         };
-        let text = table(2, &[(SIZES[0], row)], &["a note".into()]);
+        let text = table(2, 100.0, &[(SIZES[0], row)], &["a note".into()]);
         // 1T: torch 100 ms against arrayjit 80 ms = 1.25×; 2T: 100 against 50 = 2.00×;
-        // arrayjit's 1→2T 80 / 50 = 1.60×, torch's 1.00×.
+        // arrayjit's 1→2T 80 / 50 = 1.60×, torch's 1.00×. The rate is the step's FLOP
+        // (`step_flops`, about 2.7 G for the demo) over 50 ms, against a 100 GFLOP/s limit.
+        let flops = SIZES[0].config().step_flops();
+        let rate = flops / 0.05 / 1e9;
         assert!(
-            text.contains("| GPT size T64 d128 h4 L2 b16 | 80 ms | 100 ms | 1.25× | 50 ms | 100 ms | 2.00× | 1.60× / 1.00× | 500 ms / 20 ms | 1000 ms | 3 MiB / 4 MiB |"),
+            text.contains(&format!("| GPT size T64 d128 h4 L2 b16 | 80 ms | 100 ms | 1.25× | 50 ms | 100 ms | 2.00× | {rate:.0} ({rate:.0}%) | 1.60× / 1.00× | 500 ms / 20 ms | 1000 ms | 3 MiB / 4 MiB |")),
             "{text}"
         );
         assert!(text.contains("note: a note"), "{text}");
