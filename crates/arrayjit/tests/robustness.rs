@@ -518,3 +518,40 @@ fn item21_hosted_constants_are_freed_with_their_nodes() {
         vec![0.0, -1.0, -2.0, -3.0]
     );
 }
+
+/// Many scalar results from the same hosted scalar: the optimizer runs their statements under
+/// one loop of a single iteration, which bound more arrays than a WGSL pass may (32) and could
+/// not be split (`distribute_loop` took only loops of independent iterations): a
+/// `LimitExceeded` on wgpu. Now split into passes that fit; every backend computes them.
+#[test]
+fn a_fused_run_of_scalar_statements_over_many_arrays_runs_on_every_backend() {
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
+        let name = backend.name().to_string();
+        let x = Tnode::new(Prec::F32, &[], &["x"]).unwrap();
+        x.host().set_values(&[3.0]).unwrap();
+        let outs: Vec<Tnode> = (0..48)
+            .map(|k| {
+                let y = Tnode::new(Prec::F32, &[], &[&format!("y{k}")]).unwrap();
+                y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+                    .unwrap();
+                y
+            })
+            .collect();
+        let prog = Assignments::Seq(
+            outs.iter()
+                .map(|y| Assignments::pointwise_binop(y, BinOp::Mul, &x, &x))
+                .collect(),
+        );
+        let code = backend.compile("scalars", &prog, &[]).unwrap();
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        routine.run().unwrap();
+        for y in &outs {
+            routine.context().to_host(y).unwrap();
+        }
+        stream.await_work().unwrap();
+        for y in &outs {
+            assert_eq!(y.host().get_value(&[]).unwrap(), 9.0, "{name}");
+        }
+    }
+}

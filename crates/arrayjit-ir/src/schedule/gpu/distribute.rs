@@ -14,10 +14,11 @@
 //! loop's iterator in every access) over the statements of their body never changes a result:
 //! iteration `i` of a later statement reads only slice `i` of what earlier statements wrote,
 //! which the earlier nest has written by then, and nothing a later statement writes is read by
-//! an earlier statement of another iteration.
+//! an earlier statement of another iteration. A loop of one iteration distributes whatever its
+//! body does: that iteration runs its statements in order, as one nest or as several.
 
 use super::analysis::{RowItem, grid_loops, grid_total, independent_prefix, row_items};
-use super::{GpuLimits, ROW_MIN_WIDTH};
+use super::{GpuLimits, GridLoop, ROW_MIN_WIDTH};
 use crate::indexing::Symbol;
 use crate::low_level::LowLevel;
 use crate::schedule::ScheduleTuning;
@@ -26,7 +27,7 @@ use crate::schedule::ScheduleTuning;
 /// a sequence, each under the same loops: `for i { a; b }` → `for i { a }`, `for i { b }`.
 /// `None` for any other statement (see the module's rule for why this is legal).
 pub fn distribute_loop(stmt: &LowLevel) -> Option<Vec<LowLevel>> {
-    let (loops, cur) = independent_prefix(stmt.unwrapped());
+    let (loops, cur) = distributable_prefix(stmt.unwrapped());
     let LowLevel::Seq(items) = cur else {
         return None;
     };
@@ -53,6 +54,31 @@ pub fn distribute_loop(stmt: &LowLevel) -> Option<Vec<LowLevel>> {
             })
             .collect(),
     )
+}
+
+/// The outer loops that distribute (see the module's rule) and the statement under them: the
+/// independent loops ([`independent_prefix`]) and loops of a single iteration (such as the one
+/// fusion puts around consecutive scalar statements), in any order.
+fn distributable_prefix(stmt: &LowLevel) -> (Vec<GridLoop>, &LowLevel) {
+    let (mut loops, mut cur) = independent_prefix(stmt);
+    while let LowLevel::For {
+        index,
+        from,
+        to,
+        body,
+    } = cur
+        && to.checked_sub(*from) == Some(1)
+    {
+        loops.push(GridLoop {
+            iter: *index,
+            from: *from,
+            to: *to,
+        });
+        let (more, rest) = independent_prefix(body.unwrapped());
+        loops.extend(more);
+        cur = rest;
+    }
+    (loops, cur)
 }
 
 /// Why a nest should be distributed on a device of `limits`, if it should: its shared loops

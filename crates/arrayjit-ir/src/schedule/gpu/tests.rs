@@ -199,6 +199,28 @@ fn a_fused_nest_under_a_small_loop_is_distributed_where_the_device_calls_for_it(
         ]),
     );
     assert!(distribute_loop(&dependent).is_none());
+    // One iteration of the same body distributes: its statements run once, in order, whether
+    // in one nest or in two (fusion puts such a loop around consecutive scalar statements).
+    let once = LowLevel::For {
+        index: i,
+        from: 0,
+        to: 1,
+        body: Box::new(LowLevel::Seq(vec![
+            set(
+                &s,
+                &[],
+                ScalarExpr::binop(BinOp::Add, get(&s, &[]), get(&v, &[i])),
+            ),
+            set(&v, &[i], get(&s, &[])),
+        ])),
+    };
+    let pieces = distribute_loop(&once).expect("a loop of one iteration distributes");
+    assert_eq!(pieces.len(), 2);
+    assert!(
+        pieces
+            .iter()
+            .all(|p| matches!(p, LowLevel::For { from: 0, to: 1, .. }))
+    );
 }
 
 /// `c[i, j] += a[i, k] · b[k, j]` over `m × k × n`, in the factors' precision `prec` into a
