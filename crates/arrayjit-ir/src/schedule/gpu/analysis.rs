@@ -52,6 +52,15 @@ pub fn grid_loops(stmt: &LowLevel) -> (Vec<GridLoop>, Cow<'_, LowLevel>) {
 /// The outermost loops of a statement whose iterations are independent (and not empty), each
 /// directly inside the one before, and the statement under them.
 pub(super) fn independent_prefix(stmt: &LowLevel) -> (Vec<GridLoop>, &LowLevel) {
+    loop_prefix(stmt, |_, body, index| iterations_independent(body, index))
+}
+
+/// The outermost non-empty loops of a statement that `keep` accepts (given the loop's extent,
+/// body and iterator), each directly inside the one before, and the statement under them.
+pub(super) fn loop_prefix(
+    stmt: &LowLevel,
+    keep: impl Fn(i64, &LowLevel, Symbol) -> bool,
+) -> (Vec<GridLoop>, &LowLevel) {
     let mut loops = Vec::new();
     let mut cur = stmt;
     while let LowLevel::For {
@@ -61,7 +70,7 @@ pub(super) fn independent_prefix(stmt: &LowLevel) -> (Vec<GridLoop>, &LowLevel) 
         body,
     } = cur
     {
-        if to <= from || !iterations_independent(body, *index) {
+        if to <= from || !keep(to - from, body, *index) {
             break;
         }
         loops.push(GridLoop {

@@ -17,7 +17,7 @@
 //! an earlier statement of another iteration. A loop of one iteration distributes whatever its
 //! body does: that iteration runs its statements in order, as one nest or as several.
 
-use super::analysis::{RowItem, grid_loops, grid_total, independent_prefix, row_items};
+use super::analysis::{RowItem, grid_loops, grid_total, loop_prefix, row_items};
 use super::{GpuLimits, GridLoop, ROW_MIN_WIDTH};
 use crate::indexing::Symbol;
 use crate::low_level::LowLevel;
@@ -57,28 +57,12 @@ pub fn distribute_loop(stmt: &LowLevel) -> Option<Vec<LowLevel>> {
 }
 
 /// The outer loops that distribute (see the module's rule) and the statement under them: the
-/// independent loops ([`independent_prefix`]) and loops of a single iteration (such as the one
+/// loops of independent iterations and loops of a single iteration (such as the one
 /// fusion puts around consecutive scalar statements), in any order.
 fn distributable_prefix(stmt: &LowLevel) -> (Vec<GridLoop>, &LowLevel) {
-    let (mut loops, mut cur) = independent_prefix(stmt);
-    while let LowLevel::For {
-        index,
-        from,
-        to,
-        body,
-    } = cur
-        && to.checked_sub(*from) == Some(1)
-    {
-        loops.push(GridLoop {
-            iter: *index,
-            from: *from,
-            to: *to,
-        });
-        let (more, rest) = independent_prefix(body.unwrapped());
-        loops.extend(more);
-        cur = rest;
-    }
-    (loops, cur)
+    loop_prefix(stmt, |extent, body, index| {
+        extent == 1 || crate::schedule::iterations_independent(body, index)
+    })
 }
 
 /// Why a nest should be distributed on a device of `limits`, if it should: its shared loops
