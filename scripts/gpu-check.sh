@@ -1,46 +1,94 @@
 #!/usr/bin/env bash
 # The GPU checks of issues 36 and 37 as one prepared run on a lent GPU machine (H100/H200), within
-# its few minutes of device time. Prepare on the build machine (no GPU needed):
+# its few minutes of device time (about 2 minutes on an H200 when everything works; each phase
+# has its own timeout, 9 minutes in all). Prepare on
+# the build machine (no GPU needed):
 #
 #   cargo build --release -p arrayjit-cli
 #   cargo test --release -p arrayjit --no-run --test differential --test gpt --test bf16_training \
 #     --test matrix_units --test simt_tiles 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
-#   mkdir -p .gpu && cp target/release/arrayjit $(cat /tmp/tests) .gpu/ && strip .gpu/* && xz -T0 -9 .gpu/*
+#   mkdir -p .gpu && cp target/release/arrayjit $(cat /tmp/tests) .gpu/ && strip .gpu/* && xz -T0 -6 .gpu/*
 #
-# then run `bash scripts/gpu-check.sh` on the device machine with `.gpu` carried (it is ignored by
-# git). Everything it prints goes to $OUT/gpu-check.log too (where $OUT is set).
+# (about 16 MB). Optionally also NVRTC 12.9 as CI uses it (about 30 MB more; without it the
+# machine's toolkit NVRTC is used, CUDA 13 on the lent H200s, which compiled everything too):
+#
+#   mkdir -p .gpu/nvrtc12 && cp <wheel>/nvidia/cuda_nvrtc/lib/libnvrtc{.so.12,-builtins.so.12.9} \
+#     .gpu/nvrtc12/ && xz -T0 -6 .gpu/nvrtc12/*
+#
+# then run `bash scripts/gpu-check.sh` on the device machine, from the repository's root, with
+# `.gpu` carried (it is ignored by git). What it prints goes to $OUT/gpu-check.log (where $OUT is
+# set, else /tmp); the device table to bench.md, the tests' output to tests.log and Nsight
+# Compute's kernel times to ncu-gpt.csv and ncu-matmul.csv beside it.
+#
+# Phases, in order: a smoke run of the GPT demo (with CUDA graphs; again without them if that
+# fails, and the rest then runs without them), the device table beside PyTorch, the tests that
+# run on `cuda`, and every kernel's time of one GPT step and of the 4096 products.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-log="${OUT:-/tmp}/gpu-check.log"
-exec > >(tee "$log") 2>&1
-
-# cudarc opens libnvrtc.so: point it at the toolkit's.
-mkdir -p /tmp/nvrtc
-for lib in /usr/local/cuda/lib64/libnvrtc.so*; do ln -sf "$lib" /tmp/nvrtc/libnvrtc.so; break; done
-export LD_LIBRARY_PATH="/tmp/nvrtc:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export ARRAYJIT_CACHE_DIR="${TMPDIR:-/tmp}/arrayjit-cache"
+out="${OUT:-/tmp}"
+exec > >(tee "$out/gpu-check.log") 2>&1
+phase() { echo "== $(date +%T) $*"; }
 
 bin=.gpu
-for f in "$bin"/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+for f in "$bin"/*.xz "$bin"/nvrtc12/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
 chmod +x "$bin"/* 2>/dev/null
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || true
 
-echo "== correctness on cuda: the corpus (with the matrix-unit cases), the GPT trainer, bf16 training,"
-echo "   every matrix-unit variant (warps and, on sm_90, warpgroups) and every f32 SIMT variant"
+# cudarc opens libnvrtc.so: point it at the NVRTC that CI uses (12.9, from NVIDIA's wheel, carried
+# in .gpu/nvrtc12 when it fits), else at the toolkit's (or a Python wheel's) NVRTC.
+mkdir -p /tmp/nvrtc
+nvrtc=
+for c in "$PWD/$bin"/nvrtc12/libnvrtc.so.* /usr/local/cuda/lib64/libnvrtc.so*; do
+  case "$c" in *builtins*) ;; *) [ -e "$c" ] && { nvrtc=$c; break; } ;; esac
+done
+[ -z "$nvrtc" ] && nvrtc=$(find / -name 'libnvrtc.so*' -not -path '/proc/*' 2>/dev/null | grep -v builtins | head -1)
+echo "NVRTC: $nvrtc"
+ln -sf "$nvrtc" /tmp/nvrtc/libnvrtc.so
+export LD_LIBRARY_PATH="/tmp/nvrtc:$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export ARRAYJIT_CACHE_DIR="${TMPDIR:-/tmp}/arrayjit-cache"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
+python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' 2>&1 | tail -1
+
+phase "smoke: 3 GPT steps on cuda (f32, then bf16), losses to compare with sync_cc's"
+gpt() { timeout 60 "$bin/arrayjit" --backend cuda gpt --steps 3 --eval-every 3 --sample 0 \
+  --checkpoint /tmp/smoke.safetensors "$@" 2>&1 | grep -v -E '^\s*$' | tail -8; }
+if ! gpt; then
+  echo "-- failed with CUDA graphs; again without them (ARRAYJIT_CUDA_GRAPHS=0 from here on)"
+  export ARRAYJIT_CUDA_GRAPHS=0
+  gpt
+fi
+gpt --precision bf16
+
+phase "the device table: f32 / TF32 / bf16 products, the chain, the GPT step in f32 and bf16, beside PyTorch"
+timeout 300 "$bin/arrayjit" bench --backend cuda --python python3 > "$out/bench.md"
+echo "bench exit $?"
+cat "$out/bench.md"
+
+phase "tests on cuda (in parallel: correctness only)"
 export ARRAYJIT_REQUIRE_BACKENDS=sync_cc,cuda
+pids=()
 for t in differential gpt bf16_training matrix_units simt_tiles; do
   exe=$(ls "$bin"/${t}-* 2>/dev/null | head -1)
-  [ -n "$exe" ] && timeout 240 "$exe" --test-threads 2 2>&1 | grep -E "test result|FAILED|panicked|cuda" | head -20
+  [ -n "$exe" ] && (timeout 100 "$exe" --test-threads 4 > "/tmp/test-$t.log" 2>&1; echo "$t exit $?" >> "/tmp/test-$t.log") &
+  pids+=($!)
 done
+wait "${pids[@]}" # not a bare `wait`: that would wait for the log's tee too
+for t in differential gpt bf16_training matrix_units simt_tiles; do
+  echo "--- $t"; cat "/tmp/test-$t.log"
+done > "$out/tests.log"
+grep -h -E "test result|FAILED|panicked|exit [0-9]+$" "$out/tests.log"
 
-echo "== the device table: f32 / TF32 / bf16 products, the chain, the GPT step in f32 and bf16, beside PyTorch"
-timeout 300 "$bin/arrayjit" bench --backend cuda --python python3
-
-echo "== every kernel's time of the 4096 products (Nsight Compute)"
 if command -v ncu >/dev/null 2>&1; then
+  phase "every kernel's time of one GPT step (Nsight Compute)"
+  timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    "$bin/arrayjit" --backend cuda gpt --steps 1 --eval-every 1000 --sample 0 \
+    --checkpoint /tmp/ncu.safetensors > "$out/ncu-gpt.csv" 2>/dev/null
+  echo "ncu gpt exit $? ($(grep -c gpu__time_duration "$out/ncu-gpt.csv") kernels)"
+  phase "the 4096 products' kernels (Nsight Compute)"
   for kind in "" "tf32 " "bf16 "; do
-    timeout 120 ncu --metrics gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
-      --csv "$bin/arrayjit" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null \
-      | grep -E "aj|Kernel Name" | head -8
-  done
+    timeout 40 ncu --clock-control none --launch-count 6 \
+      --metrics gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers \
+      --csv "$bin/arrayjit" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null
+  done > "$out/ncu-matmul.csv"
+  grep -E "gpu__time|warps_active" "$out/ncu-matmul.csv" | cut -c1-300 | head -40
 fi
+phase done

@@ -45,7 +45,7 @@ class Attention(nn.Module):
         shape = (b, t, self.heads, d // self.heads)
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
-        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=att.device), diagonal=1)
         att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, d)
         return self.out(y)

@@ -103,8 +103,16 @@ impl CudaBuffer {
             bytes,
         });
         gpu.used.fetch_add(bytes, Ordering::Relaxed);
+        // Zeroed on the device's own stream and waited for: `cuMemsetD8` would return before
+        // the zeroing has run (it is asynchronous for device memory) and goes on the legacy
+        // stream, which the backend's non-blocking streams do not wait for, so a copy or a
+        // launch queued next on another stream could run first and be zeroed over (seen on
+        // an H200: inputs read back as zeros, intermittently).
+        let stream = &gpu.default_stream;
         // SAFETY: `ptr` is the allocation of `bytes` just made on this device's context.
-        unsafe { cu::memset_d8_sync(ptr, 0, bytes) }.map_err(|e| gpu.driver_error(&action, e))?;
+        unsafe { cu::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }
+            .and_then(|_| stream.synchronize())
+            .map_err(|e| gpu.driver_error(&action, e))?;
         let align = alignment.max(1) as u64;
         let offset = (ptr.div_ceil(align) * align - ptr) as usize;
         Ok(CudaBuffer {

@@ -22,8 +22,10 @@
 //!   ([`crate::compiled_batch::LaunchRequest::timed`]) records CUDA events around its passes and reports the
 //!   device time between them once the stream is next waited for.
 //! - **Memory**: buffers and pools are `cuMemAlloc` allocations (a pool's views are offsets
-//!   into one); freeing waits for the device first, so work still queued never reads freed
-//!   memory. Copies between devices go through the host.
+//!   into one), zeroed on the device's own stream and waited for before they are handed out
+//!   (never on the legacy stream, which the backend's non-blocking streams do not wait for);
+//!   freeing waits for the device first, so work still queued never reads freed memory.
+//!   Copies between devices go through the host.
 //! - **Errors**: every driver or NVRTC failure is an [`Error::Driver`](arrayjit_ir::Error::Driver) naming the device and
 //!   the action, with cudarc's error as its source.
 

@@ -8,7 +8,6 @@
 //! link) the first time in the process and again (cached).
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,7 @@ use arrayjit_ir::Result;
 use arrayjit_runtime::Backend;
 
 use super::workloads::{self, Rate, Workload, median_time};
-use super::{BenchConfig, PeerLine, parse_peer_line, python};
+use super::{BenchConfig, PeerLine, parse_peer_line, peer_script, python};
 
 /// The workloads: products of 1024 to 8192 (2048 when quick) in f32, as TF32 and in bf16, the
 /// chain over `chain_m` million floats, and the GPT step in f32 and in bf16 products.
@@ -104,8 +103,7 @@ fn torch_peer(
     list: &[Workload],
     chain_m: usize,
 ) -> (Vec<(String, f64)>, Vec<String>) {
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/peers/bench_device_peers.py");
+    let script = peer_script("bench_device_peers.py");
     // Each size and batch once; the kinds of product and the bf16 steps as the rows ask.
     let mut sizes: Vec<String> = Vec::new();
     for rest in list.iter().filter_map(|w| w.name.strip_prefix("matmul ")) {

@@ -144,6 +144,20 @@ fn compile_latency(step: &str) -> Result<(String, Duration, Duration)> {
     Ok((step.to_string(), cold, cached))
 }
 
+/// A peer script of `benches/peers/`: in the source tree this binary was built from where that
+/// still exists, else under the working directory (a copy of the repository the binary was
+/// carried to, e.g. a GPU machine).
+fn peer_script(name: &str) -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../benches/peers")
+        .join(name);
+    if built.exists() {
+        built
+    } else {
+        Path::new("benches/peers").join(name)
+    }
+}
+
 fn python(config: &BenchConfig) -> PathBuf {
     if let Some(p) = &config.python {
         return p.clone();
@@ -158,7 +172,7 @@ fn python(config: &BenchConfig) -> PathBuf {
 
 /// Runs the peers script at one thread and at all, recording `numpy 1T` etc. columns.
 fn run_peers(config: &BenchConfig, cpu: &CpuInfo, results: &mut Results) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/peers/bench_peers.py");
+    let script = peer_script("bench_peers.py");
     let python = python(config);
     let mut counts = vec![1];
     if cpu.cores > 1 {

@@ -10,7 +10,6 @@
 //! threads.
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -230,7 +229,7 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Optio
         value: e.to_string(),
         expected: "a readable executable path".into(),
     })?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/peers/gpt_torch.py");
+    let script = super::peer_script("gpt_torch.py");
     let python = super::python(config);
     let mut notes = Vec::new();
     let mut rows = Vec::new();
