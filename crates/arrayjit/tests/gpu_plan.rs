@@ -108,7 +108,8 @@ fn a_plan_lists_its_passes_and_the_measures_catch_idle_ones() {
 }
 
 /// The corpus on the GPU backends planned for a 132-unit device (distributed nests, hoisted
-/// reductions, row passes, grid reductions) agrees with the interpreter; the GPU-shape cases
+/// reductions, row passes, grid reductions, products split along their reductions) agrees
+/// with the interpreter; the GPU-shape cases
 /// take the shapes they are there for.
 #[test]
 fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
@@ -147,6 +148,20 @@ fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
                     ScheduleKind::Gpu(GpuPass::Reduction { start: Some(_), .. }) => {
                         shapes.insert("reduction from a constant".to_string());
                     }
+                    ScheduleKind::Gpu(GpuPass::Tiles {
+                        split: Some(_),
+                        gemm,
+                        epilogue,
+                        ..
+                    }) => {
+                        shapes.insert("split product".to_string());
+                        if epilogue.is_some() && !gemm.overwrite {
+                            shapes.insert("split product onto its values, epilogue".to_string());
+                        }
+                        if !gemm.batch.is_empty() {
+                            shapes.insert("split batched product".to_string());
+                        }
+                    }
                     _ if s.why.contains("distributed") => {
                         shapes.insert("distributed".to_string());
                     }
@@ -158,7 +173,14 @@ fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
             }
         }
         b.set_optimize_settings(settings);
-        for want in ["grid reduction (start None)", "hoisted", "distributed"] {
+        for want in [
+            "grid reduction (start None)",
+            "hoisted",
+            "distributed",
+            "split product",
+            "split product onto its values, epilogue",
+            "split batched product",
+        ] {
             assert!(
                 shapes.contains(want),
                 "{}: no {want} pass in the corpus: {shapes:?}",

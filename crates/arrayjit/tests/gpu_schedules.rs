@@ -1,13 +1,14 @@
 //! GPU passes are schedules chosen in the IR from the device's limits: the choices follow the
 //! limits, every GPU renderer follows the recorded choice (the corpus agrees with the
-//! interpreter on the GPU backends with other group sizes than the default), and a renderer
+//! interpreter on the GPU backends with other group sizes than the default), products with few
+//! results and long reductions split along them (and take larger tiles for it), and a renderer
 //! refuses a routine scheduled for the other kind of device with a typed error.
 
 use arrayjit::codegen::cuda::render_cuda;
 use arrayjit::codegen::wgsl::{WgslTarget, render_wgsl};
 use arrayjit::ir::schedule::{GpuLimits, GpuPass, ScheduleKind};
 use arrayjit::ir::{Error, OptimizeSettings, optimize};
-use arrayjit_testing::{all_cases, check_case, matmul};
+use arrayjit_testing::{all_cases, check_case, long_product, matmul};
 
 /// The GPU passes of the matmul case's routine on a device of `limits`.
 fn matmul_passes(n: usize, limits: GpuLimits) -> Vec<GpuPass> {
@@ -482,4 +483,122 @@ fn joined_launches_compute_the_bits_of_passes_launched_alone() {
         compared += 1;
     }
     println!("compared on {compared} backend(s)");
+}
+
+/// The tiled pass of a product case on a device of `limits`: its tile, and its slices (1 when
+/// the reduction is not split).
+fn product_pass(case: &arrayjit_testing::Case, limits: GpuLimits) -> (usize, u64) {
+    let opt = optimize(
+        &case.name,
+        &[],
+        &case.program,
+        &OptimizeSettings::for_gpu(limits),
+    )
+    .unwrap();
+    opt.schedules
+        .iter()
+        .find_map(|s| match &s.kind {
+            ScheduleKind::Gpu(GpuPass::Tiles { layout, split, .. }) => {
+                Some((layout.tile, split.as_ref().map_or(1, |k| k.slices)))
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{}: no tiled pass", case.name))
+}
+
+#[test]
+fn long_reductions_split_into_slices_and_take_larger_tiles() {
+    let large = GpuLimits {
+        compute_units: 132,
+        ..GpuLimits::cuda_minimum()
+    };
+    let gradient = |m, k, n| long_product("g", "ki,kj->ij", &[k, m], &[k, n], &[m, n]).unwrap();
+    // A weight gradient of the GPT step at batch 128: 128 x 128 results over 8192 steps. Its
+    // 16-tiles alone make 64 groups for 264; split, 32-tiles make 16 x 32 slices of 256 steps.
+    assert_eq!(product_pass(&gradient(128, 8192, 128), large), (32, 32));
+    // 128 x 512 over 8192: 64-tiles, 16 of them, 32 slices.
+    assert_eq!(product_pass(&gradient(128, 8192, 512), large), (64, 32));
+    // At batch 16 (1024 steps) the reduction is too short for larger tiles (under 4 times the
+    // longer side for 128 x 512): 16-tiles, split into slices of at least 16 depth steps.
+    assert_eq!(product_pass(&gradient(128, 1024, 128), large), (16, 4));
+    // Square products keep their tiles and their loop order: enough tiles, or too short a
+    // reduction for slices.
+    let square = |n| long_product("s", "ik,kj->ij", &[n, n], &[n, n], &[n, n]).unwrap();
+    assert_eq!(product_pass(&square(1024), large), (32, 1));
+    assert_eq!(product_pass(&square(256), large), (16, 1));
+    // The pieces a renderer plans itself (WGSL's binding split) never split: the partial
+    // results must be a node of the routine.
+    let case = gradient(128, 8192, 128);
+    let opt = optimize("g", &[], &case.program, &OptimizeSettings::for_gpu(large)).unwrap();
+    let product = opt.code.unwrapped().clone();
+    let stmts = match &product {
+        arrayjit::ir::LowLevel::Seq(items) => items.clone(),
+        other => vec![other.clone()],
+    };
+    for stmt in &stmts {
+        let (pass, _) = arrayjit::ir::schedule::gpu::plan_pass(
+            stmt,
+            &large,
+            &arrayjit::ir::schedule::ScheduleTuning::default(),
+        );
+        assert!(
+            !matches!(pass, GpuPass::Tiles { split: Some(_), .. }),
+            "{pass}"
+        );
+    }
+}
+
+/// On every GPU backend, planned for a small device (8 units: 16 groups keep it busy), a
+/// product split along its reduction into 32-tiles agrees with the interpreter, as does one
+/// of 16-tiles with a batch axis, and the plan says so.
+#[test]
+fn split_products_agree_with_the_interpreter_on_gpu_backends() {
+    let cases = [
+        (
+            long_product(
+                "split_32_tiles",
+                "ki,kj->ij",
+                &[1024, 64],
+                &[1024, 64],
+                &[64, 64],
+            )
+            .unwrap(),
+            (32, 4),
+        ),
+        (
+            long_product(
+                "split_batched_16_tiles",
+                "bik,bkj->bij",
+                &[3, 20, 600],
+                &[3, 600, 24],
+                &[3, 20, 24],
+            )
+            .unwrap(),
+            (16, 2),
+        ),
+    ];
+    let mut ran = 0;
+    for b in arrayjit_testing::all_backends_under_test().unwrap() {
+        let settings = b.optimize_settings();
+        let Some(limits) = settings.schedule.gpu else {
+            continue;
+        };
+        let small = GpuLimits {
+            compute_units: 8,
+            ..limits
+        };
+        let mut planned = settings.clone();
+        planned.schedule.gpu = Some(small);
+        b.set_optimize_settings(planned);
+        for (case, want) in &cases {
+            assert_eq!(product_pass(case, small), *want, "{}", case.name);
+            let checked = check_case(case, &b);
+            assert!(checked.is_ok(), "{} / {}: {checked:?}", b.name(), case.name);
+            ran += 1;
+        }
+        b.set_optimize_settings(settings);
+    }
+    if std::env::var("ARRAYJIT_REQUIRE_BACKENDS").is_ok_and(|v| v.contains("cuda_emu")) {
+        assert!(ran > 0, "no GPU backend ran the split products");
+    }
 }

@@ -145,11 +145,11 @@ impl PassBinding {
         };
         let mut used: std::collections::HashSet<usize> =
             stmt.nodes().iter().map(Tnode::id).collect();
-        if let Some(Schedule {
-            kind: ScheduleKind::Gpu(GpuPass::GridReduction { partials, .. }),
-            ..
-        }) = sched
-        {
+        let partials = match sched.map(|s| &s.kind) {
+            Some(ScheduleKind::Gpu(pass)) => pass.partials(),
+            _ => None,
+        };
+        if let Some(partials) = partials {
             used.insert(partials.id());
         }
         let mut reads_merge = false;
@@ -172,11 +172,8 @@ impl PassBinding {
         // that every access reads or writes (so that passes on other elements print the same).
         let mut views = std::collections::HashSet::new();
         for (tn, offset) in locals.iter().filter(|(tn, _)| used.contains(&tn.id())) {
-            let element = match sched {
-                Some(Schedule {
-                    kind: ScheduleKind::Gpu(GpuPass::GridReduction { partials, .. }),
-                    ..
-                }) if partials == tn => None,
+            let element = match partials {
+                Some(partials) if partials == tn => None,
                 _ => single_element(stmt, tn),
             };
             match element {

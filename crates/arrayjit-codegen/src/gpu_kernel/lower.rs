@@ -20,7 +20,7 @@
 
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::{
-    Accumulation, Epilogue, GpuPass, GridLoop, RowRole, TILE_THREADS, row_items,
+    Accumulation, Epilogue, GpuPass, GridLoop, MAX_GROUP_THREADS, RowRole, TILE_THREADS, row_items,
 };
 use arrayjit_ir::{Error, LowLevel, Prec, Result, Tnode};
 
@@ -40,13 +40,9 @@ fn render_err<D: KernelDialect>(d: &D, detail: &str) -> Error {
 }
 
 /// How many kernels a pass launches: none for a pass that does nothing, two for a grid
-/// reduction (its phases), else one.
+/// reduction and a split product (their phases), else one.
 pub(super) fn kernel_count(pass: &GpuPass) -> usize {
-    match pass {
-        GpuPass::Nothing => 0,
-        GpuPass::GridReduction { .. } => 2,
-        _ => 1,
-    }
+    pass.launches() as usize
 }
 
 /// Lowers kernel `k` of the pass (see [`kernel_count`]) and prints it (see the module's doc
@@ -95,6 +91,37 @@ pub(super) fn print_kernel<D: KernelDialect>(
             body,
         }));
     }
+    if let GpuPass::Tiles {
+        gemm,
+        fused,
+        layout,
+        epilogue,
+        split: Some(split),
+        ..
+    } = pass
+    {
+        let (shape, threads, tree) = match k {
+            0 => {
+                let (groups, tree) =
+                    super::simt::simt_tiled(gemm, *fused, layout, None, Some(split)).ok_or_else(
+                        || render_err(d, "a product with more tiles than a launch holds"),
+                    )?;
+                (PassShape::Tiles(groups), TILE_THREADS, tree)
+            }
+            1 => {
+                let (total, tree) = super::simt::split_sums(gemm, split, epilogue.as_ref());
+                (PassShape::Grid(total), MAX_GROUP_THREADS, tree)
+            }
+            _ => return Ok(None),
+        };
+        let mut body = String::new();
+        super::print_stmts(d, &tree, 1, &mut body)?;
+        return Ok(Some(PrintedPass {
+            shape,
+            threads,
+            body,
+        }));
+    }
     if k == 0 {
         print_one(d, stmt, pass)
     } else {
@@ -134,10 +161,10 @@ fn print_one<D: KernelDialect>(
             epilogue,
             ..
         } => {
-            let (groups, tree) = super::simt::simt_tiled(gemm, *fused, layout, epilogue.as_ref())
-                .ok_or_else(|| {
-                render_err(d, "a product with more tiles than a launch holds")
-            })?;
+            let (groups, tree) =
+                super::simt::simt_tiled(gemm, *fused, layout, epilogue.as_ref(), None).ok_or_else(
+                    || render_err(d, "a product with more tiles than a launch holds"),
+                )?;
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Tiles(groups), TILE_THREADS)
         }
@@ -569,19 +596,30 @@ pub(super) fn group_tile<'a>(
     g: &Gemm,
     t: usize,
     groups: u64,
+    index: Expr<'static>,
 ) -> (Vec<Stmt<'a>>, [Expr<'static>; 3]) {
     let (tiles_m, tiles_n) = (g.m.extent.div_ceil(t), g.n.extent.div_ceil(t));
     let mut tree = vec![
-        Stmt::If(group_index().ge(groups), vec![Stmt::Return]),
-        let_("aj_tn", Ty::Index, group_index() % tiles_n),
-        let_("aj_tm", Ty::Index, (group_index() / tiles_n) % tiles_m),
-        let_mut("aj_bt", Ty::Index, group_index() / (tiles_n * tiles_m)),
+        Stmt::If(index.clone().ge(groups), vec![Stmt::Return]),
+        let_("aj_tn", Ty::Index, index.clone() % tiles_n),
+        let_("aj_tm", Ty::Index, (index.clone() / tiles_n) % tiles_m),
+        let_mut("aj_bt", Ty::Index, index / (tiles_n * tiles_m)),
     ];
+    let (batch, offsets) = batch_offsets(g, "aj_bt");
+    tree.extend(batch);
+    (tree, offsets)
+}
+
+/// The batch element whose flat index (last batch axis fastest) the mutable variable `flat`
+/// holds (consumed): one index per batch axis, and where the element starts in the result and
+/// in each factor.
+pub(super) fn batch_offsets<'a>(g: &Gemm, flat: &str) -> (Vec<Stmt<'a>>, [Expr<'static>; 3]) {
+    let mut tree = Vec::new();
     let mut offsets: [Expr<'static>; 3] = [Expr::Int(0), Expr::Int(0), Expr::Int(0)];
     for (d, dim) in g.batch.iter().enumerate().rev() {
         let b = format!("aj_b{d}");
-        tree.push(let_(&b, Ty::Index, var("aj_bt") % dim.extent));
-        tree.push(assign(var("aj_bt"), var("aj_bt") / dim.extent));
+        tree.push(let_(&b, Ty::Index, var(flat) % dim.extent));
+        tree.push(assign(var(flat), var(flat) / dim.extent));
         for (o, stride) in offsets.iter_mut().zip(dim.strides) {
             if stride != 0 {
                 *o = o.clone() + var(&b) * stride;

@@ -35,7 +35,7 @@ use arrayjit_ir::schedule::gpu::matrix::{
 };
 use arrayjit_ir::schedule::gpu::{Epilogue, MatrixKind, MatrixTile};
 
-use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
+use super::build::{array, assign, group_index, let_, let_mut, range, thread_index, unrolled, var};
 use super::lower::{Factor, group_tile, store_result};
 use super::{Arith, At, Barrier, Expr, MatrixOp, Stmt, Ty};
 
@@ -193,7 +193,7 @@ pub(super) fn matrix_tiled<'a>(
     let (wr, wc) = (l.warp_rows(), l.warp_cols());
     let f32 = Ty::Compute(Prec::F32);
     let staged = staged_ty(l.kind);
-    let (mut tree, [oc, oa, ob]) = group_tile(g, t, groups);
+    let (mut tree, [oc, oa, ob]) = group_tile(g, t, groups, group_index());
     let a = Staging::of(g, l, 1, oa);
     let b = Staging::of(g, l, 2, ob);
     let steps = kk.div_ceil(d);

@@ -15,13 +15,19 @@
 //! - **Results** start from zero where the product overwrites them (its zeroing absorbed),
 //!   else from their values, and are stored once, under bounds tests; then the product's
 //!   epilogue, if it has one, runs on each stored element.
+//! - **Split reductions** ([`KSplit`]): the first kernel runs the tiles once per slice, each
+//!   group taking its slice's depth steps from zero and storing its sums into its block of the
+//!   partial results; the second ([`split_sums`]) runs one invocation per result, adding the
+//!   slices in order to the result's start, then storing it as above.
 
-use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Gemm;
-use arrayjit_ir::schedule::gpu::{Epilogue, SimtTile, TILE_THREADS};
+use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, SimtTile, TILE_THREADS};
+use arrayjit_ir::{BinOp, Prec};
 
-use super::build::{array, assign, let_, range, thread_index, unrolled, var};
-use super::lower::{Factor, group_tile, store_result};
+use super::build::{
+    array, assign, group_index, launch_index, let_, let_mut, range, thread_index, unrolled, var,
+};
+use super::lower::{Factor, batch_offsets, group_tile, store_result};
 use super::{At, Barrier, Expr, Stmt, Ty};
 
 /// Elements of one 128-bit factor load.
@@ -160,12 +166,14 @@ fn in_tile(lane: &str, i: &str, l: &SimtTile) -> Expr<'static> {
 }
 
 /// The tiled `f32` product: the number of groups and the tree (`None`: more groups than a
-/// launch of 32-bit group indices holds).
+/// launch of 32-bit group indices holds). With `split`, its first kernel: each slice of the
+/// reduction by groups of its own, into the partial results (no epilogue then).
 pub(super) fn simt_tiled<'a>(
     g: &'a Gemm,
     fused: bool,
     l: &SimtTile,
     epilogue: Option<&'a Epilogue>,
+    split: Option<&'a KSplit>,
 ) -> Option<(u64, Vec<Stmt<'a>>)> {
     let d = l.depth();
     let f32 = Ty::Compute(Prec::F32);
@@ -174,10 +182,32 @@ pub(super) fn simt_tiled<'a>(
     let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
     let batch: usize = g.batch.iter().map(|d| d.extent).product();
     let groups = (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
-    if groups > u32::MAX as u64 {
+    let launched = groups.checked_mul(split.map_or(1, |k| k.slices))?;
+    if launched > u32::MAX as u64 {
         return None;
     }
-    let (mut tree, [oc, oa, ob]) = group_tile(g, t, groups);
+    let steps = kk.div_ceil(d);
+    // The group's slice (`aj_sl`, where the reduction is split) and its tile; the depth steps
+    // it takes, `aj_s0` up to `aj_s1`.
+    let (mut tree, [oc, oa, ob]) = match split {
+        None => group_tile(g, t, groups, group_index()),
+        Some(k) => {
+            let mut tree = vec![
+                Stmt::If(group_index().ge(launched), vec![Stmt::Return]),
+                let_("aj_sl", Ty::Index, group_index() / groups),
+                let_("aj_gt", Ty::Index, group_index() % groups),
+                let_("aj_s0", Ty::Int, var("aj_sl") * k.steps),
+                let_mut("aj_s1", Ty::Int, var("aj_s0") + k.steps),
+                Stmt::If(
+                    Expr::from(steps).lt(var("aj_s1")),
+                    vec![assign(var("aj_s1"), Expr::from(steps))],
+                ),
+            ];
+            let (rest, offsets) = group_tile(g, t, groups, var("aj_gt"));
+            tree.extend(rest);
+            (tree, offsets)
+        }
+    };
     let a = Staging::of(g, l, 1, oa);
     let b = Staging::of(g, l, 2, ob);
     let c_at = || {
@@ -205,8 +235,9 @@ pub(super) fn simt_tiled<'a>(
     let registers = |body: Vec<Stmt<'a>>| unrolled("aj_i", r, vec![unrolled("aj_j", r, body)]);
     let mut start = position();
     start.push(assign(acc(), Expr::Lit(Prec::F32, 0.0)));
-    // From the element's value, unless the product overwrites it (its zeroing absorbed).
-    if !g.overwrite {
+    // From the element's value, unless the product overwrites it (its zeroing absorbed) or
+    // this is one slice of its reduction.
+    if !g.overwrite && split.is_none() {
         start.push(Stmt::If(
             in_c(),
             vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
@@ -259,7 +290,6 @@ pub(super) fn simt_tiled<'a>(
             ])
         }
     };
-    let steps = kk.div_ceil(d);
     tree.extend([
         array("aj_ta", f32, l.stages * l.staged_elements(), true),
         array("aj_tb", f32, l.stages * l.staged_elements(), true),
@@ -272,19 +302,34 @@ pub(super) fn simt_tiled<'a>(
         registers(start),
     ]);
     let depth_of = |s: Expr<'static>| s * d;
+    // The group's first and end step, and the buffer of step `aj_s` (the group's own count
+    // from 0): the whole reduction's unless it is split.
+    let (first, end) = match split {
+        None => (Expr::Int(0), Expr::from(steps)),
+        Some(_) => (var("aj_s0"), var("aj_s1")),
+    };
+    let first_depth = match split {
+        None => Expr::Int(0),
+        Some(_) => depth_of(var("aj_s0")),
+    };
+    let counted = || match split {
+        None => var("aj_s"),
+        Some(_) => var("aj_s") - var("aj_s0"),
+    };
     if l.stages > 1 {
         // The first depth into buffer 0, then: load the next, multiply, store, one barrier.
+        // (Buffers alternate from the group's first step.)
         tree.extend([
-            a.load(l, kk, Expr::Int(0)),
-            b.load(l, kk, Expr::Int(0)),
+            a.load(l, kk, first_depth.clone()),
+            b.load(l, kk, first_depth),
             a.stash(l, Expr::Int(0)),
             b.stash(l, Expr::Int(0)),
             Stmt::Barrier(Barrier::Shared),
         ]);
-        let next = || (var("aj_s") + 1i64).lt(steps);
-        let other = || (var("aj_s") + 1i64) % 2i64;
+        let next = || (var("aj_s") + 1i64).lt(end.clone());
+        let other = || (counted() + 1i64) % 2i64;
         let step = vec![
-            let_("aj_buf", Ty::Int, var("aj_s") % 2i64),
+            let_("aj_buf", Ty::Int, counted() % 2i64),
             let_("aj_k0", Ty::Index, depth_of(var("aj_s"))),
             Stmt::If(
                 next(),
@@ -297,7 +342,7 @@ pub(super) fn simt_tiled<'a>(
             Stmt::If(next(), vec![a.stash(l, other()), b.stash(l, other())]),
             Stmt::Barrier(Barrier::Shared),
         ];
-        tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
+        tree.push(range("aj_s", Ty::Int, first.clone(), end.clone(), 1, step));
     } else {
         let step = vec![
             let_("aj_buf", Ty::Int, Expr::Int(0)),
@@ -310,10 +355,76 @@ pub(super) fn simt_tiled<'a>(
             multiply(),
             Stmt::Barrier(Barrier::Shared),
         ];
-        tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
+        tree.push(range("aj_s", Ty::Int, first.clone(), end.clone(), 1, step));
     }
     let mut finish = position();
-    finish.push(store_result(g, &oc, acc(), epilogue));
+    match split {
+        None => finish.push(store_result(g, &oc, acc(), epilogue)),
+        Some(k) => {
+            // Into the slice's block of the partial results, at the batch element's.
+            let tiles = (m.div_ceil(t) * n.div_ceil(t)) as i64;
+            let flat = ((var("aj_sl") * (groups as i64 / tiles) + var("aj_gt") / tiles) * m as i64
+                + var("aj_row"))
+                * n as i64
+                + var("aj_col");
+            finish.push(Stmt::If(
+                in_c(),
+                vec![Stmt::Store(&k.partials, At::Flat(Box::new(flat)), acc())],
+            ));
+        }
+    }
     tree.push(registers(finish));
-    Some((groups, tree))
+    Some((launched, tree))
+}
+
+/// The second kernel of a split product: one invocation per result (batch element, row,
+/// column: `total` of them) adds the slices' partial sums in slice order to the result's
+/// start, then stores it and runs the epilogue.
+pub(super) fn split_sums<'a>(
+    g: &'a Gemm,
+    split: &'a KSplit,
+    epilogue: Option<&'a Epilogue>,
+) -> (u64, Vec<Stmt<'a>>) {
+    let (m, n) = (g.m.extent as i64, g.n.extent as i64);
+    let batch: i64 = g.batch.iter().map(|d| d.extent as i64).product();
+    let total = (batch * m * n) as u64;
+    let block = batch * m * n;
+    let mut tree = vec![
+        Stmt::If(launch_index().ge(total), vec![Stmt::Return]),
+        let_("aj_col", Ty::Index, launch_index() % n),
+        let_("aj_row", Ty::Index, (launch_index() / n) % m),
+        let_mut("aj_bt", Ty::Index, launch_index() / (m * n)),
+    ];
+    let (batch_tree, [oc, ..]) = batch_offsets(g, "aj_bt");
+    tree.extend(batch_tree);
+    let f32 = Ty::Compute(Prec::F32);
+    let start = if g.overwrite {
+        Expr::Lit(Prec::F32, 0.0)
+    } else {
+        let at = oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0];
+        Expr::Elem(&g.out, At::Flat(Box::new(at)))
+    };
+    tree.push(let_mut("aj_v", f32, start));
+    let slice = Expr::Elem(
+        &split.partials,
+        At::Flat(Box::new(var("aj_sl") * block + launch_index())),
+    );
+    tree.push(range(
+        "aj_sl",
+        Ty::Index,
+        0i64,
+        split.slices as i64,
+        1,
+        vec![assign(
+            var("aj_v"),
+            Expr::Combine(
+                BinOp::Add,
+                Prec::F32,
+                Box::new(var("aj_v")),
+                Box::new(slice),
+            ),
+        )],
+    ));
+    tree.push(store_result(g, &oc, var("aj_v"), epilogue));
+    (total, tree)
 }

@@ -346,12 +346,11 @@ pub fn optimize_low_level_in(
     let scratch = plan_scratch(&code, &nodes, settings).inspect_err(|_| restore())?;
     ctx.record(learned);
     let statements = top_level(&code);
-    // The partial results of grid reductions are local nodes of the routine.
+    // The partial results of grid reductions and split products are local nodes of the
+    // routine.
     for s in &schedules {
-        if let crate::schedule::ScheduleKind::Gpu(crate::schedule::GpuPass::GridReduction {
-            partials,
-            ..
-        }) = &s.kind
+        if let crate::schedule::ScheduleKind::Gpu(pass) = &s.kind
+            && let Some(partials) = pass.partials()
         {
             nodes.push(NodeRole {
                 tn: partials.clone(),

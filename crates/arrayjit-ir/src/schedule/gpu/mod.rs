@@ -17,7 +17,12 @@
 //!   128-bit loads where their strides allow ([`simt`]); the largest tile (128, 64, 32) whose
 //!   sides both fill one and that still gives enough groups to fill the device (two per
 //!   compute unit), else 16, and only tiles whose staging fits its shared memory; registers
-//!   are capped so that [`TILE_GROUPS_PER_UNIT`] groups share a unit;
+//!   are capped so that [`TILE_GROUPS_PER_UNIT`] groups share a unit. Where the tiles are too
+//!   few to fill the device and the reduction is long (a weight gradient's, over batch ×
+//!   context), the reduction splits into slices ([`KSplit`], split-K): the tiles run once
+//!   per slice into partial results, then one invocation per result adds the slices in a
+//!   fixed order; a reduction of at least [`SPLIT_LONG_REDUCTION`] times the longer side
+//!   lets a larger tile fill the device this way;
 //! - **matrix-unit product**: a product of 16-bit factors (or of `f32` ones as TF32, where
 //!   allowed) on a device with matrix units, in 32-, 64- or 128-tiles of warps multiplying
 //!   fragments ([`matrix`]);
@@ -250,10 +255,14 @@ pub enum GpuPass {
         fused: bool,
         /// The group's layout: its tile (16, 32, 64 or 128 a side), buffers and loads.
         layout: SimtTile,
-        /// Groups of the launch: tiles times batch elements.
+        /// Groups of the launch: tiles times batch elements (of one slice, where the
+        /// reduction is split: the first launch then has `groups` times the slices).
         groups: u64,
         /// The pointwise statement after it, run on each result as it is stored.
         epilogue: Option<Epilogue>,
+        /// The reduction split into slices, each multiplied by groups of its own, where the
+        /// tiles alone would leave the device idle (two launches then).
+        split: Option<KSplit>,
     },
     /// A matrix product on the device's matrix units ([`matrix`]): `tile × tile` results per
     /// group of warps ([`MatrixTile`]), `groups` groups, accumulating in `f32` registers.
@@ -317,6 +326,98 @@ pub enum GpuPass {
     Single,
 }
 
+/// A tiled product's reduction split into slices of consecutive steps (split-K): the first
+/// launch runs the product's tiles once per slice, each group multiplying its slice's steps
+/// from zero into its block of `partials`; the second runs one invocation per result, which
+/// adds the slices to the result's start (zero where the product overwrites it, else its
+/// value) in slice order, stores it and runs the epilogue. The order is fixed: results do not
+/// depend on timing, but differ in rounding from the unsplit loop's order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KSplit {
+    /// Slices of the reduction.
+    pub slices: u64,
+    /// Depth steps (of the layout's depth) per slice; the last slice takes the rest.
+    pub steps: u64,
+    /// The partial results: a local `f32` node of `slices` blocks of batch × M × N elements
+    /// (slice-major; in a block, batch element, row, column).
+    pub partials: Tnode,
+}
+
+/// A tiled product whose tiles make fewer groups than keep the device busy splits its
+/// reduction into slices of at least this many depth steps ...
+pub const SPLIT_MIN_SLICE_STEPS: u64 = 16;
+/// ... when its partial results take at most this many bytes.
+pub const SPLIT_MAX_PARTIAL_BYTES: u64 = 64 << 20;
+/// A reduction at least this many times as long as the longer side of a product's result (a
+/// weight gradient's, summed over batch × context) lets the product take larger tiles, split
+/// along it, where the tiles alone would be too few: more results per invocation, fewer loads
+/// from shared memory per product.
+pub const SPLIT_LONG_REDUCTION: usize = 4;
+
+/// The split of a tiled product's reduction into slices, and why, where its `groups` (tiles
+/// times batch elements) are fewer than [`GpuLimits::busy_groups`] and its reduction has room
+/// for at least two slices of [`SPLIT_MIN_SLICE_STEPS`] depth steps: as many slices as bring
+/// the groups to twice the busy count (a group alone on its unit waits on its loads for most
+/// of each depth step, and groups of 16-tiles are small: more of them per unit hide that), or
+/// as the reduction has room for, the steps spread evenly.
+fn k_split(
+    gemm: &Gemm,
+    layout: &SimtTile,
+    groups: u64,
+    limits: &GpuLimits,
+) -> Option<(KSplit, String)> {
+    let busy = limits.busy_groups();
+    if groups == 0 || groups >= busy {
+        return None;
+    }
+    let depth = layout.depth() as u64;
+    let steps = (gemm.k.extent as u64).div_ceil(depth);
+    let wanted = (2 * busy)
+        .div_ceil(groups)
+        .min(steps / SPLIT_MIN_SLICE_STEPS);
+    if wanted < 2 {
+        return None;
+    }
+    let per_slice = steps.div_ceil(wanted);
+    let slices = steps.div_ceil(per_slice);
+    let batch: u64 = gemm.batch.iter().map(|d| d.extent as u64).product();
+    let elements = slices
+        .checked_mul(batch)?
+        .checked_mul(gemm.m.extent as u64)?
+        .checked_mul(gemm.n.extent as u64)?;
+    if elements.saturating_mul(4) > SPLIT_MAX_PARTIAL_BYTES
+        || groups.saturating_mul(slices) > u64::from(u32::MAX)
+        || slices < 2
+    {
+        return None;
+    }
+    let partials = Tnode::new(Prec::F32, &[elements as usize], &["gpu_split_partials"]).ok()?;
+    partials
+        .update_memory_mode(
+            MemoryMode::Local,
+            "the partial results of a tiled product split along its reduction, read by its \
+             second launch",
+        )
+        .ok()?;
+    let why = format!(
+        "its {groups} group(s) of tiles are fewer than the {busy} that keep the device busy, so \
+         the reduction of {} steps splits into {slices} slices of {} (split-K): {} groups each \
+         multiply one slice into partial results, then one invocation per result adds the \
+         slices in order",
+        gemm.k.extent,
+        per_slice * depth,
+        groups * slices,
+    );
+    Some((
+        KSplit {
+            slices,
+            steps: per_slice,
+            partials,
+        },
+        why,
+    ))
+}
+
 impl fmt::Display for GpuPass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -328,17 +429,24 @@ impl fmt::Display for GpuPass {
                 gemm,
                 layout,
                 groups,
+                split,
                 ..
-            } => write!(
-                f,
-                "GPU tiled product M {} N {} K {} ({} batch loop(s)): {t}×{t} results per group of \
-                 {TILE_THREADS}, {groups} groups",
-                gemm.m.extent,
-                gemm.n.extent,
-                gemm.k.extent,
-                gemm.batch.len(),
-                t = layout.tile,
-            ),
+            } => {
+                write!(
+                    f,
+                    "GPU tiled product M {} N {} K {} ({} batch loop(s)): {t}×{t} results per \
+                     group of {TILE_THREADS}, {groups} groups",
+                    gemm.m.extent,
+                    gemm.n.extent,
+                    gemm.k.extent,
+                    gemm.batch.len(),
+                    t = layout.tile,
+                )?;
+                match split {
+                    Some(k) => write!(f, " per slice of the reduction, {} slices", k.slices),
+                    None => Ok(()),
+                }
+            }
             GpuPass::MatrixTiles {
                 gemm,
                 layout,
@@ -455,6 +563,27 @@ impl GpuPass {
         match self {
             GpuPass::Tiles { gemm, .. } | GpuPass::MatrixTiles { gemm, .. } => Some(gemm),
             _ => None,
+        }
+    }
+
+    /// The local node of the pass's partial results, if it has one: a grid reduction's, or a
+    /// tiled product's split along its reduction. The optimizer makes it a node of the
+    /// routine; the pass's first launch writes it and its second reads it.
+    pub fn partials(&self) -> Option<&Tnode> {
+        match self {
+            GpuPass::GridReduction { partials, .. } => Some(partials),
+            GpuPass::Tiles { split: Some(k), .. } => Some(&k.partials),
+            _ => None,
+        }
+    }
+
+    /// Kernels the pass launches: none for a pass that does nothing, two for a grid reduction
+    /// and a split product (their phases), else one.
+    pub fn launches(&self) -> u32 {
+        match self {
+            GpuPass::Nothing => 0,
+            GpuPass::GridReduction { .. } | GpuPass::Tiles { split: Some(_), .. } => 2,
+            _ => 1,
         }
     }
 }
@@ -641,12 +770,15 @@ fn f32_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
 
 /// The tile side of a product of `m × n` results per batch element on a device, and why: the
 /// largest of 128, 64 and 32 whose sides both fill one and which still gives enough groups to
-/// keep the device busy, else 16; only sides whose staging fits the device's shared memory. `None`
-/// when not even the smallest fits (or a group of [`TILE_THREADS`] is not allowed).
+/// keep the device busy — by its tiles alone, or with a long reduction (`split_k`: its steps,
+/// where it may be split) split into slices — else 16; only sides whose staging fits the
+/// device's shared memory. `None` when not even the smallest fits (or a group of
+/// [`TILE_THREADS`] is not allowed).
 fn product_tile(
     m: usize,
     n: usize,
     batch: usize,
+    split_k: Option<usize>,
     limits: &GpuLimits,
     tuned: Option<usize>,
 ) -> Option<(usize, String)> {
@@ -659,6 +791,16 @@ fn product_tile(
     }
     let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
     let busy = limits.busy_groups();
+    // The groups a tile makes with its reduction split into as many slices as it has room
+    // for ([`k_split`]), where it may be split and is long: at least
+    // [`SPLIT_LONG_REDUCTION`] times the longer result side.
+    let split_groups = |t: usize| match split_k {
+        Some(k) if k >= SPLIT_LONG_REDUCTION * m.max(n) => {
+            let steps = k.div_ceil(SimtTile::depth_of(t)) as u64;
+            groups(t).saturating_mul(steps / SPLIT_MIN_SLICE_STEPS)
+        }
+        _ => 0,
+    };
     for (t, enough) in [(128, busy), (64, busy), (32, busy)] {
         if fits(t) && m.min(n) >= t && groups(t) >= enough {
             return Some((
@@ -667,6 +809,18 @@ fn product_tile(
                     "{t}-tiles as both sides fill one and they still make {} groups, at least \
                      {enough} to keep the device busy",
                     groups(t)
+                ),
+            ));
+        }
+        if fits(t) && m.min(n) >= t && split_groups(t) >= enough {
+            return Some((
+                t,
+                format!(
+                    "{t}-tiles as both sides fill one and, with the reduction ({} steps, at \
+                     least {SPLIT_LONG_REDUCTION} times the longer side) split, they make up \
+                     to {} groups, at least {enough} to keep the device busy",
+                    split_k.unwrap_or(0),
+                    split_groups(t)
                 ),
             ));
         }
@@ -885,17 +1039,32 @@ fn plan_pass_with(
                 && gemm.n.extent >= 8
             {
                 let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
-                if let Some((tile, reason)) =
-                    product_tile(gemm.m.extent, gemm.n.extent, batch, limits, tuning.gpu_tile)
-                    && let Some(layout) = SimtTile::new(&gemm, tile, limits.max_shared_bytes)
+                if let Some((tile, reason)) = product_tile(
+                    gemm.m.extent,
+                    gemm.n.extent,
+                    batch,
+                    grid_reductions.then_some(gemm.k.extent),
+                    limits,
+                    tuning.gpu_tile,
+                ) && let Some(layout) = SimtTile::new(&gemm, tile, limits.max_shared_bytes)
                 {
                     let groups = (gemm.m.extent.div_ceil(tile)
                         * gemm.n.extent.div_ceil(tile)
                         * batch) as u64;
+                    // Few tiles and a long reduction: split it (the partial results are a node
+                    // the optimizer makes, so only where it plans the pass).
+                    let split = if grid_reductions {
+                        k_split(&gemm, &layout, groups, limits)
+                    } else {
+                        None
+                    };
+                    let order = match &split {
+                        Some((_, why)) => why.clone(),
+                        None => "each element summed in the loop's order".to_string(),
+                    };
                     let why = format!(
                         "an f32 matrix product: {layout}; {} of {} bytes of shared memory, \
-                         {tile} x {tile} results per group, each element summed in the loop's \
-                         order; {reason}",
+                         {tile} x {tile} results per group, {order}; {reason}",
                         layout.shared_bytes(),
                         limits.max_shared_bytes,
                     );
@@ -906,6 +1075,7 @@ fn plan_pass_with(
                             layout,
                             groups,
                             epilogue: None,
+                            split: split.map(|(k, _)| k),
                         },
                         why,
                     );
