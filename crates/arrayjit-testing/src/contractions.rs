@@ -22,7 +22,9 @@ fn fractions(n: usize, seed: usize) -> Vec<f64> {
         .collect()
 }
 
-fn input(prec: Prec, dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
+/// An input of dims `dims`: small integers in `f32` and other precisions but `f64`, whose
+/// products and sums are exact in any order; fractions in `f64`.
+pub(crate) fn input(prec: Prec, dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &[label])?;
     let n = dims.iter().product();
     t.host().set_values(&if prec == Prec::F64 {
@@ -43,9 +45,21 @@ fn einsum_case(name: &str, prec: Prec, spec: &str, sizes: &[(char, usize)]) -> R
     let size = |c: char| sizes.iter().find(|(l, _)| *l == c).map_or(1, |(_, s)| *s);
     let (inputs, out) = spec.split_once("->").unwrap_or((spec, ""));
     let (l, r) = inputs.split_once(',').unwrap_or((inputs, ""));
-    let a = input(prec, &dims_of(l, &size), "a", 1)?;
-    let b = input(prec, &dims_of(r, &size), "b", 2)?;
-    let c = output(prec, &dims_of(out, &size), "c")?;
+    let dims = [l, r, out].map(|operand| dims_of(operand, &size));
+    product_case(name, prec, spec, dims)
+}
+
+/// `c = a ·spec· b` for an einsum `spec` over inputs of dims `a` and `b` ([`input`]'s values)
+/// into a hosted result of dims `c`.
+pub(crate) fn product_case(
+    name: &str,
+    prec: Prec,
+    spec: &str,
+    [a, b, c]: [Vec<usize>; 3],
+) -> Result<Case> {
+    let a = input(prec, &a, "a", 1)?;
+    let b = input(prec, &b, "b", 2)?;
+    let c = output(prec, &c, "c")?;
     let program = Assignments::einsum(
         spec,
         BinOp::Add,
@@ -59,11 +73,28 @@ fn einsum_case(name: &str, prec: Prec, spec: &str, sizes: &[(char, usize)]) -> R
 /// `y = relu(a·b + bias)` with the product a virtual-node candidate: it must stay a blocked
 /// product, not be inlined into the consumer.
 fn product_with_epilogue() -> Result<Case> {
-    let (m, k, n) = (33, 65, 47);
+    product_bias_relu("contraction_then_bias_relu", (33, 65, 47), false)
+}
+
+/// `y = relu(ab + bias)` after the product `ab = a·b` of `m × k` and `k × n` factors; with
+/// `onto_values`, `ab` holds values first and the product adds onto them (`ab` is then a
+/// compared result too).
+pub(crate) fn product_bias_relu(
+    name: &str,
+    (m, k, n): (usize, usize, usize),
+    onto_values: bool,
+) -> Result<Case> {
     let a = input(Prec::F32, &[m, k], "a", 3)?;
     let b = input(Prec::F32, &[k, n], "b", 4)?;
     let bias = input(Prec::F32, &[n], "bias", 5)?;
-    let ab = Tnode::new(Prec::F32, &[m, n], &["ab"])?;
+    let ab = if onto_values {
+        let ab = output(Prec::F32, &[m, n], "ab")?;
+        ab.host()
+            .set_values(&(0..m * n).map(|i| (i % 9) as f64 - 4.0).collect::<Vec<_>>())?;
+        ab
+    } else {
+        Tnode::new(Prec::F32, &[m, n], &["ab"])?
+    };
     let pre = Tnode::new(Prec::F32, &[m, n], &["pre"])?;
     let y = output(Prec::F32, &[m, n], "y")?;
     let program = Assignments::einsum(
@@ -71,17 +102,18 @@ fn product_with_epilogue() -> Result<Case> {
         BinOp::Add,
         &ab,
         AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
-        true,
+        !onto_values,
     )?
     .then(Assignments::einsum(
         "ij,j->ij",
         BinOp::Arg2,
         &pre,
-        AccumRhs::Binop(BinOp::Add, Operand::Node(ab), Operand::Node(bias)),
+        AccumRhs::Binop(BinOp::Add, Operand::Node(ab.clone()), Operand::Node(bias)),
         false,
     )?)
     .then(Assignments::pointwise_unop(&y, UnOp::Relu, &pre));
-    Ok(case("contraction_then_bias_relu", program, vec![y]))
+    let results = if onto_values { vec![ab, y] } else { vec![y] };
+    Ok(case(name, program, results))
 }
 
 /// Long reductions, scheduled over several accumulators on CPU backends: sums, max and min

@@ -179,66 +179,10 @@ fn joined_small_passes() -> Result<Case> {
     })
 }
 
-/// Values `-2..=2` (products and sums of a few thousand of them are exact in `f32`).
-fn integers(dims: &[usize], label: &str, seed: usize) -> Result<Tnode> {
-    let t = Tnode::new(Prec::F32, dims, &[label])?;
-    let n: usize = dims.iter().product();
-    t.host().set_values(
-        &(0..n)
-            .map(|i| ((i * 7 + seed * 13) % 5) as f64 - 2.0)
-            .collect::<Vec<_>>(),
-    )?;
-    Ok(t)
-}
-
 /// `c = a · b` by einsum `spec` over integer factors of dims `a` and `b` (values `-2..=2`: the
 /// sums are exact in any order), into a hosted result of dims `c`.
 pub fn long_product(name: &str, spec: &str, a: &[usize], b: &[usize], c: &[usize]) -> Result<Case> {
-    let a = integers(a, "a", 1)?;
-    let b = integers(b, "b", 2)?;
-    let out = output(Prec::F32, c, "c")?;
-    let program = Assignments::einsum(
-        spec,
-        BinOp::Add,
-        &out,
-        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
-        true,
-    )?;
-    Ok(case(name, program, vec![out]))
-}
-
-/// `ab += a · b` onto `ab`'s values, then `y = relu(ab + bias)`: 33 × 47 results of 1500
-/// steps each.
-fn long_product_onto_values_then_relu() -> Result<Case> {
-    let (m, k, n) = (33, 1500, 47);
-    let a = integers(&[m, k], "a", 3)?;
-    let b = integers(&[k, n], "b", 4)?;
-    let bias = integers(&[n], "bias", 5)?;
-    let ab = output(Prec::F32, &[m, n], "ab")?;
-    ab.host()
-        .set_values(&(0..m * n).map(|i| (i % 9) as f64 - 4.0).collect::<Vec<_>>())?;
-    let pre = Tnode::new(Prec::F32, &[m, n], &["pre"])?;
-    let y = output(Prec::F32, &[m, n], "y")?;
-    let program = Assignments::einsum(
-        "ik,kj->ij",
-        BinOp::Add,
-        &ab,
-        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
-        false,
-    )?
-    .then(Assignments::einsum(
-        "ij,j->ij",
-        BinOp::Arg2,
-        &pre,
-        AccumRhs::Binop(BinOp::Add, Operand::Node(ab.clone()), Operand::Node(bias)),
-        false,
-    )?)
-    .then(Assignments::pointwise_unop(&y, UnOp::Relu, &pre));
-    Ok(case(
-        "split_product_onto_values_then_relu",
-        program,
-        vec![ab, y],
-    ))
+    super::contractions::product_case(name, Prec::F32, spec, [a, b, c].map(<[usize]>::to_vec))
 }
 
 /// The GPU-shape cases.
@@ -263,6 +207,12 @@ pub fn gpu_shape_cases() -> Result<Vec<Case>> {
             &[2, 700, 20],
             &[2, 24, 20],
         )?,
-        long_product_onto_values_then_relu()?,
+        // `ab += a · b` onto `ab`'s values, then `y = relu(ab + bias)`: 33 × 47 results of
+        // 1500 steps each.
+        super::contractions::product_bias_relu(
+            "split_product_onto_values_then_relu",
+            (33, 1500, 47),
+            true,
+        )?,
     ])
 }
