@@ -18,7 +18,7 @@
 # then run `bash scripts/gpu-check.sh` on the device machine, from the repository's root, with
 # `.gpu` carried (it is ignored by git). What it prints goes to $OUT/gpu-check.log (where $OUT is
 # set, else /tmp); the device table to bench.md, the tests' output to tests.log and Nsight
-# Compute's kernel times to ncu-gpt.csv and ncu-matmul.csv beside it.
+# Compute's kernel times to ncu-gpt-b16.csv, ncu-gpt-b128.csv and ncu-matmul.csv beside it.
 #
 # Phases, in order: a smoke run of the GPT demo (with CUDA graphs; again without them if that
 # fails, and the rest then runs without them), the device table beside PyTorch, the tests that
@@ -78,11 +78,13 @@ done > "$out/tests.log"
 grep -h -E "test result|FAILED|panicked|exit [0-9]+$" "$out/tests.log"
 
 if command -v ncu >/dev/null 2>&1; then
-  phase "every kernel's time of one GPT step (Nsight Compute)"
-  timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    "$bin/arrayjit" --backend cuda gpt --steps 1 --eval-every 1000 --sample 0 \
-    --checkpoint /tmp/ncu.safetensors > "$out/ncu-gpt.csv" 2>/dev/null
-  echo "ncu gpt exit $? ($(grep -c gpu__time_duration "$out/ncu-gpt.csv") kernels)"
+  for batch in 16 128; do
+    phase "every kernel's time of one GPT step at batch $batch (Nsight Compute)"
+    timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$bin/arrayjit" --backend cuda gpt --batch $batch --steps 1 --eval-every 1000 --sample 0 \
+      --checkpoint /tmp/ncu.safetensors > "$out/ncu-gpt-b$batch.csv" 2>/dev/null
+    echo "ncu gpt b$batch exit $? ($(grep -c gpu__time_duration "$out/ncu-gpt-b$batch.csv") kernels)"
+  done
   phase "the 4096 products' kernels (Nsight Compute)"
   for kind in "" "tf32 " "bf16 "; do
     timeout 40 ncu --clock-control none --launch-count 6 \
