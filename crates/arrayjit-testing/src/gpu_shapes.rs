@@ -182,7 +182,26 @@ fn joined_small_passes() -> Result<Case> {
 /// `c = a · b` by einsum `spec` over integer factors of dims `a` and `b` (values `-2..=2`: the
 /// sums are exact in any order), into a hosted result of dims `c`.
 pub fn long_product(name: &str, spec: &str, a: &[usize], b: &[usize], c: &[usize]) -> Result<Case> {
-    super::contractions::product_case(name, Prec::F32, spec, [a, b, c].map(<[usize]>::to_vec))
+    long_product_in(Prec::F32, name, spec, a, b, c)
+}
+
+/// [`long_product`] with factors in `prec` (a 16-bit one for the matrix units) and an `f32`
+/// result (a 16-bit result accumulated step by step, as the interpreter does, would round
+/// away the sum's low bits; the matrix units accumulate in `f32`).
+pub fn long_product_in(
+    prec: Prec,
+    name: &str,
+    spec: &str,
+    a: &[usize],
+    b: &[usize],
+    c: &[usize],
+) -> Result<Case> {
+    super::contractions::product_case(
+        name,
+        [prec, Prec::F32],
+        spec,
+        [a, b, c].map(<[usize]>::to_vec),
+    )
 }
 
 /// The GPU-shape cases.

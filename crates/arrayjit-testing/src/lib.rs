@@ -27,7 +27,7 @@ pub use case::Case;
 pub use cases::{matmul, scratch_locals};
 pub use contractions::contraction_cases;
 pub use fusion::fusion_cases;
-pub use gpu_shapes::{gpu_shape_cases, long_product};
+pub use gpu_shapes::{gpu_shape_cases, long_product, long_product_in};
 pub use matrix_products::matrix_product_cases;
 pub use required::{
     REQUIRE_BACKENDS_VAR, all_backends_under_test, backends_under_test, parse_required,

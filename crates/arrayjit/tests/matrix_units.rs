@@ -232,6 +232,18 @@ fn every_matrix_variant_compiles_with_nvrtc_for_sm_80_and_sm_90() {
             let mut cases = matrix_product_cases().unwrap();
             let (f32_case, _) = f32_product(70, 44, 66, &[0.5; 70 * 44], &[0.25; 44 * 66]);
             cases.push(f32_case);
+            // A long reduction on few tiles: split along it (two kernels).
+            cases.push(
+                arrayjit_testing::long_product_in(
+                    Prec::Bf16,
+                    "split_bf16",
+                    "ki,kj->ij",
+                    &[2048, 64],
+                    &[2048, 64],
+                    &[64, 64],
+                )
+                .unwrap(),
+            );
             for case in cases {
                 let opt = optimize(&case.name, &case.bindings, &case.program, &settings).unwrap();
                 for (kind, t) in matrix_passes(&opt.schedules) {
@@ -267,6 +279,14 @@ fn every_matrix_variant_compiles_with_nvrtc_for_sm_80_and_sm_90() {
     );
     assert!(sources.iter().any(|(_, s)| s.contains("aj_mma_tf32(")));
     assert!(sources.iter().any(|(_, s)| s.contains("aj_copy_async16(")));
+    assert!(
+        sources
+            .iter()
+            .any(|(name, s)| name.starts_with("split_bf16")
+                && s.contains("aj_mma_")
+                && s.contains("aj_n")),
+        "no split matrix-unit product"
+    );
     for arch in ["compute_80", "compute_90"] {
         for (name, source) in &sources {
             match compile_ptx(source, arch) {
@@ -514,5 +534,70 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
                 k.blocks_per_sm("sm_90a", layout.threads())
             );
         }
+    }
+}
+
+/// On every backend with matrix units, planned for a small device (8 units: 16 groups keep it
+/// busy), 16-bit products with long reductions split along them in every tile, on warps and
+/// on warpgroups where the device has them, and agree with the interpreter.
+#[test]
+fn sixteen_bit_products_split_along_long_reductions_in_every_tile() {
+    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    let cases = [
+        arrayjit_testing::long_product_in(
+            Prec::Bf16,
+            "split_bf16_weight_gradient",
+            "ki,kj->ij",
+            &[2048, 64],
+            &[2048, 64],
+            &[64, 64],
+        )
+        .unwrap(),
+        arrayjit_testing::long_product_in(
+            Prec::F16,
+            "split_f16_batched",
+            "bik,bkj->bij",
+            &[2, 40, 1024],
+            &[2, 1024, 48],
+            &[2, 40, 48],
+        )
+        .unwrap(),
+    ];
+    for b in with_matrix_units() {
+        let original = b.optimize_settings();
+        let has_warpgroups = original.schedule.gpu.is_some_and(|g| g.warpgroup_mma);
+        for (tile, on_warpgroups) in [(32, false), (64, false), (64, true), (128, true)] {
+            if on_warpgroups && !has_warpgroups {
+                continue;
+            }
+            let mut settings = tuned(&b, Some(tile), false);
+            if let Some(g) = settings.schedule.gpu.as_mut() {
+                g.warpgroup_mma = on_warpgroups;
+                g.compute_units = 8;
+            }
+            b.set_optimize_settings(settings);
+            for case in &cases {
+                let code = b.compile(&case.name, &case.program, &[]).unwrap();
+                let split = code.optimized().schedules.iter().any(|s| {
+                    matches!(
+                        &s.kind,
+                        ScheduleKind::Gpu(GpuPass::MatrixTiles { split: Some(_), .. })
+                    )
+                });
+                assert!(
+                    split,
+                    "{} / {}: {tile}-tiles not split",
+                    b.name(),
+                    case.name
+                );
+                check_case(case, &b).unwrap_or_else(|e| {
+                    panic!(
+                        "{}: {tile}-tiles (warpgroups {on_warpgroups}), split: {e}",
+                        b.name()
+                    )
+                });
+            }
+        }
+        b.set_optimize_settings(original);
     }
 }

@@ -20,7 +20,8 @@
 
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::{
-    Accumulation, Epilogue, GpuPass, GridLoop, MAX_GROUP_THREADS, RowRole, TILE_THREADS, row_items,
+    Accumulation, Epilogue, GpuPass, GridLoop, KSplit, MAX_GROUP_THREADS, RowRole, TILE_THREADS,
+    row_items,
 };
 use arrayjit_ir::{Error, LowLevel, Prec, Result, Tnode};
 
@@ -91,24 +92,37 @@ pub(super) fn print_kernel<D: KernelDialect>(
             body,
         }));
     }
-    if let GpuPass::Tiles {
-        gemm,
-        fused,
-        layout,
-        epilogue,
-        split: Some(split),
-        ..
-    } = pass
-    {
-        let (shape, threads, tree) = match k {
-            0 => {
+    let split_product = match pass {
+        GpuPass::Tiles {
+            gemm,
+            epilogue,
+            split: Some(split),
+            ..
+        }
+        | GpuPass::MatrixTiles {
+            gemm,
+            epilogue,
+            split: Some(split),
+            ..
+        } => Some((gemm, epilogue, split)),
+        _ => None,
+    };
+    if let Some((gemm, epilogue, split)) = split_product {
+        let too_many = || render_err(d, "a product with more tiles than a launch holds");
+        let (shape, threads, tree) = match (k, pass) {
+            (0, GpuPass::Tiles { fused, layout, .. }) => {
                 let (groups, tree) =
-                    super::simt::simt_tiled(gemm, *fused, layout, None, Some(split)).ok_or_else(
-                        || render_err(d, "a product with more tiles than a launch holds"),
-                    )?;
+                    super::simt::simt_tiled(gemm, *fused, layout, None, Some(split))
+                        .ok_or_else(too_many)?;
                 (PassShape::Tiles(groups), TILE_THREADS, tree)
             }
-            1 => {
+            (0, GpuPass::MatrixTiles { layout, groups, .. }) => {
+                let (launched, tree) =
+                    super::matrix::matrix_tiled(gemm, layout, *groups, None, Some(split))
+                        .ok_or_else(too_many)?;
+                (PassShape::Tiles(launched), layout.threads(), tree)
+            }
+            (1, _) => {
                 let (total, tree) = super::simt::split_sums(gemm, split, epilogue.as_ref());
                 (PassShape::Grid(total), MAX_GROUP_THREADS, tree)
             }
@@ -173,8 +187,13 @@ fn print_one<D: KernelDialect>(
             layout,
             groups,
             epilogue,
+            ..
         } => {
-            let tree = super::matrix::matrix_tiled(gemm, layout, *groups, epilogue.as_ref());
+            let (_, tree) =
+                super::matrix::matrix_tiled(gemm, layout, *groups, epilogue.as_ref(), None)
+                    .ok_or_else(|| {
+                        render_err(d, "a product with more tiles than a launch holds")
+                    })?;
             super::print_stmts(d, &tree, 1, &mut body)?;
             (PassShape::Tiles(*groups), layout.threads())
         }
@@ -608,6 +627,69 @@ pub(super) fn group_tile<'a>(
     let (batch, offsets) = batch_offsets(g, "aj_bt");
     tree.extend(batch);
     (tree, offsets)
+}
+
+/// The group's place in a product of `groups` groups of `t`-tiles (see [`group_tile`]),
+/// `steps` depth steps long; where its reduction is split, first its slice: `aj_sl`, its
+/// group among the tiles `aj_gt`, and its steps `aj_s0` up to `aj_s1` (`aj_n` of them).
+/// Returns the tree, the result's and factors' offsets, and the launch's groups (`None`: more
+/// than 32-bit group indices hold).
+pub(super) fn split_group_tile<'a>(
+    g: &Gemm,
+    t: usize,
+    groups: u64,
+    steps: usize,
+    split: Option<&KSplit>,
+) -> Option<(Vec<Stmt<'a>>, [Expr<'static>; 3], u64)> {
+    let launched = groups.checked_mul(split.map_or(1, |k| k.slices))?;
+    if launched > u32::MAX as u64 {
+        return None;
+    }
+    let Some(k) = split else {
+        let (tree, offsets) = group_tile(g, t, groups, group_index());
+        return Some((tree, offsets, launched));
+    };
+    let mut tree = vec![
+        Stmt::If(group_index().ge(launched), vec![Stmt::Return]),
+        let_("aj_sl", Ty::Index, group_index() / groups),
+        let_("aj_gt", Ty::Index, group_index() % groups),
+        let_("aj_s0", Ty::Int, var("aj_sl") * k.steps),
+        let_mut("aj_s1", Ty::Int, var("aj_s0") + k.steps),
+        Stmt::If(
+            Expr::from(steps).lt(var("aj_s1")),
+            vec![assign(var("aj_s1"), Expr::from(steps))],
+        ),
+        let_("aj_n", Ty::Int, var("aj_s1") - var("aj_s0")),
+    ];
+    let (rest, offsets) = group_tile(g, t, groups, var("aj_gt"));
+    tree.extend(rest);
+    Some((tree, offsets, launched))
+}
+
+/// Stores `value` as the partial sum of result (`aj_row`, `aj_col`) of the group's slice
+/// (`aj_sl`, its tile group `aj_gt` among `groups` of `t`-tiles) into the split's partial
+/// results, where the result exists.
+pub(super) fn store_partial<'a>(
+    g: &Gemm,
+    t: usize,
+    groups: u64,
+    split: &'a KSplit,
+    value: Expr<'a>,
+) -> Stmt<'a> {
+    let (m, n) = (g.m.extent as i64, g.n.extent as i64);
+    let tiles = (g.m.extent.div_ceil(t) * g.n.extent.div_ceil(t)) as i64;
+    let flat =
+        ((var("aj_sl") * (groups as i64 / tiles) + var("aj_gt") / tiles) * m + var("aj_row")) * n
+            + var("aj_col");
+    let exists = var("aj_row").lt(m).and(var("aj_col").lt(n));
+    Stmt::If(
+        exists,
+        vec![Stmt::Store(
+            &split.partials,
+            At::Flat(Box::new(flat)),
+            value,
+        )],
+    )
 }
 
 /// The batch element whose flat index (last batch axis fastest) the mutable variable `flat`

@@ -33,10 +33,10 @@ use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::matrix::{
     FRAGMENT_COLS, FRAGMENT_ROWS, WARP_LANES, WARPGROUP_LANES, WARPGROUP_ROWS,
 };
-use arrayjit_ir::schedule::gpu::{Epilogue, MatrixKind, MatrixTile};
+use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, MatrixKind, MatrixTile};
 
-use super::build::{array, assign, group_index, let_, let_mut, range, thread_index, unrolled, var};
-use super::lower::{Factor, group_tile, store_result};
+use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
+use super::lower::{Factor, split_group_tile, store_partial, store_result};
 use super::{Arith, At, Barrier, Expr, MatrixOp, Stmt, Ty};
 
 /// One factor's staging: which axis of its tile is contiguous in shared memory (the
@@ -178,14 +178,17 @@ fn staged_ty(kind: MatrixKind) -> Ty {
     }
 }
 
-/// The matrix-unit product: the tree (see the module documentation). `groups` are those the
-/// schedule recorded.
+/// The matrix-unit product: the launch's groups and the tree (see the module documentation;
+/// `None`: more groups than 32-bit group indices hold). `groups` are those the schedule
+/// recorded. With `split`, its first kernel: each slice of the reduction by groups of its own,
+/// from zero into the partial results (no epilogue then).
 pub(super) fn matrix_tiled<'a>(
     g: &'a Gemm,
     l: &MatrixTile,
     groups: u64,
     epilogue: Option<&'a Epilogue>,
-) -> Vec<Stmt<'a>> {
+    split: Option<&'a KSplit>,
+) -> Option<(u64, Vec<Stmt<'a>>)> {
     let (t, d) = (l.tile, l.depth());
     let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
     let (fm, fn_) = l.fragments();
@@ -193,10 +196,20 @@ pub(super) fn matrix_tiled<'a>(
     let (wr, wc) = (l.warp_rows(), l.warp_cols());
     let f32 = Ty::Compute(Prec::F32);
     let staged = staged_ty(l.kind);
-    let (mut tree, [oc, oa, ob]) = group_tile(g, t, groups, group_index());
+    let steps = kk.div_ceil(d);
+    let (mut tree, [oc, oa, ob], launched) = split_group_tile(g, t, groups, steps, split)?;
     let a = Staging::of(g, l, 1, oa);
     let b = Staging::of(g, l, 2, ob);
-    let steps = kk.div_ceil(d);
+    // The steps this group takes (all, or its slice's `aj_n` from `aj_s0`), and where step
+    // `s` of them starts along the reduction.
+    let count = || match split {
+        None => Expr::from(steps),
+        Some(_) => var("aj_n"),
+    };
+    let depth_at = |s: Expr<'static>| match split {
+        None => s * d,
+        Some(_) => (var("aj_s0") + s) * d,
+    };
     tree.extend([
         array("aj_sa", staged, l.stages * l.staged_elements(), true),
         array("aj_sb", staged, l.stages * l.staged_elements(), true),
@@ -278,7 +291,7 @@ pub(super) fn matrix_tiled<'a>(
     };
     let mut start = position();
     start.push(assign(acc(), Expr::Lit(Prec::F32, 0.0)));
-    if !g.overwrite {
+    if !g.overwrite && split.is_none() {
         start.push(Stmt::If(
             in_c(),
             vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
@@ -291,11 +304,19 @@ pub(super) fn matrix_tiled<'a>(
     let any_async = l.async_copy.contains(&true);
     let commit = || Stmt::Matrix(MatrixOp::CommitCopies);
     for s in 0..stages - 1 {
-        if s < steps {
-            let mut first = vec![let_("aj_k0", Ty::Index, Expr::from(s * d))];
+        let first = |k0: Expr<'static>| {
+            let mut first = vec![let_("aj_k0", Ty::Index, k0)];
             first.extend(a.copy(l, kk, Expr::from(s)));
             first.extend(b.copy(l, kk, Expr::from(s)));
-            tree.push(Stmt::Block(first));
+            first
+        };
+        match split {
+            None if s < steps => tree.push(Stmt::Block(first(Expr::from(s * d)))),
+            None => {}
+            Some(_) => tree.push(Stmt::If(
+                Expr::from(s).lt(var("aj_n")),
+                first(depth_at(Expr::from(s))),
+            )),
         }
         if any_async {
             tree.push(commit());
@@ -317,10 +338,10 @@ pub(super) fn matrix_tiled<'a>(
     }
     step.push(Stmt::Barrier(Barrier::Shared));
     let ahead = || var("aj_s") + (stages as i64 - 1);
-    let mut next = vec![let_("aj_k0", Ty::Index, ahead() * d)];
+    let mut next = vec![let_("aj_k0", Ty::Index, depth_at(ahead()))];
     next.extend(a.copy(l, kk, ahead() % stages));
     next.extend(b.copy(l, kk, ahead() % stages));
-    step.push(Stmt::If(ahead().lt(steps), next));
+    step.push(Stmt::If(ahead().lt(count()), next));
     if any_async {
         // Always a group, empty near the end, so that the waits count the same.
         step.push(commit());
@@ -335,14 +356,17 @@ pub(super) fn matrix_tiled<'a>(
             multiply(l, &a, &b),
         ));
     }
-    tree.push(range("aj_s", Ty::Int, 0i64, steps, 1, step));
+    tree.push(range("aj_s", Ty::Int, 0i64, count(), 1, step));
     if any_async {
         tree.push(Stmt::Matrix(MatrixOp::WaitCopies { pending: 0 }));
     }
     let mut finish = position();
-    finish.push(store_result(g, &oc, acc(), epilogue));
+    match split {
+        None => finish.push(store_result(g, &oc, acc(), epilogue)),
+        Some(k) => finish.push(store_partial(g, t, groups, k, acc())),
+    }
     tree.push(each_accumulator(finish));
-    tree
+    Some((launched, tree))
 }
 
 /// The products of a step on warpgroups: fence the accumulators, one `m64nNk16` product per

@@ -25,9 +25,9 @@ use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, SimtTile, TILE_THREADS};
 use arrayjit_ir::{BinOp, Prec};
 
 use super::build::{
-    array, assign, group_index, launch_index, let_, let_mut, range, thread_index, unrolled, var,
+    array, assign, launch_index, let_, let_mut, range, thread_index, unrolled, var,
 };
-use super::lower::{Factor, batch_offsets, group_tile, store_result};
+use super::lower::{Factor, batch_offsets, split_group_tile, store_partial, store_result};
 use super::{At, Barrier, Expr, Stmt, Ty};
 
 /// Elements of one 128-bit factor load.
@@ -182,32 +182,10 @@ pub(super) fn simt_tiled<'a>(
     let (m, n, kk) = (g.m.extent, g.n.extent, g.k.extent);
     let batch: usize = g.batch.iter().map(|d| d.extent).product();
     let groups = (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
-    let launched = groups.checked_mul(split.map_or(1, |k| k.slices))?;
-    if launched > u32::MAX as u64 {
-        return None;
-    }
     let steps = kk.div_ceil(d);
-    // The group's slice (`aj_sl`, where the reduction is split) and its tile; the depth steps
-    // it takes, `aj_s0` up to `aj_s1`.
-    let (mut tree, [oc, oa, ob]) = match split {
-        None => group_tile(g, t, groups, group_index()),
-        Some(k) => {
-            let mut tree = vec![
-                Stmt::If(group_index().ge(launched), vec![Stmt::Return]),
-                let_("aj_sl", Ty::Index, group_index() / groups),
-                let_("aj_gt", Ty::Index, group_index() % groups),
-                let_("aj_s0", Ty::Int, var("aj_sl") * k.steps),
-                let_mut("aj_s1", Ty::Int, var("aj_s0") + k.steps),
-                Stmt::If(
-                    Expr::from(steps).lt(var("aj_s1")),
-                    vec![assign(var("aj_s1"), Expr::from(steps))],
-                ),
-            ];
-            let (rest, offsets) = group_tile(g, t, groups, var("aj_gt"));
-            tree.extend(rest);
-            (tree, offsets)
-        }
-    };
+    // The group's slice and tile; the depth steps it takes, `aj_s0` up to `aj_s1`, where the
+    // reduction is split.
+    let (mut tree, [oc, oa, ob], launched) = split_group_tile(g, t, groups, steps, split)?;
     let a = Staging::of(g, l, 1, oa);
     let b = Staging::of(g, l, 2, ob);
     let c_at = || {
@@ -360,18 +338,7 @@ pub(super) fn simt_tiled<'a>(
     let mut finish = position();
     match split {
         None => finish.push(store_result(g, &oc, acc(), epilogue)),
-        Some(k) => {
-            // Into the slice's block of the partial results, at the batch element's.
-            let tiles = (m.div_ceil(t) * n.div_ceil(t)) as i64;
-            let flat = ((var("aj_sl") * (groups as i64 / tiles) + var("aj_gt") / tiles) * m as i64
-                + var("aj_row"))
-                * n as i64
-                + var("aj_col");
-            finish.push(Stmt::If(
-                in_c(),
-                vec![Stmt::Store(&k.partials, At::Flat(Box::new(flat)), acc())],
-            ));
-        }
+        Some(k) => finish.push(store_partial(g, t, groups, k, acc())),
     }
     tree.push(registers(finish));
     Some((launched, tree))

@@ -271,10 +271,13 @@ pub enum GpuPass {
         gemm: Gemm,
         /// The group's layout and the fragments' kind.
         layout: MatrixTile,
-        /// Groups of the launch: tiles times batch elements.
+        /// Groups of the launch: tiles times batch elements (of one slice, where the
+        /// reduction is split: the first launch then has `groups` times the slices).
         groups: u64,
         /// The pointwise statement after it, run on each result as it is stored.
         epilogue: Option<Epilogue>,
+        /// The reduction split into slices, as for [`GpuPass::Tiles`].
+        split: Option<KSplit>,
     },
     /// One invocation per iteration of the independent loops `grid` (`total` of them), in
     /// groups of `threads`, each running the rest of the nest ([`grid_loops`]).
@@ -360,17 +363,12 @@ pub const SPLIT_LONG_REDUCTION: usize = 4;
 /// the groups to twice the busy count (a group alone on its unit waits on its loads for most
 /// of each depth step, and groups of 16-tiles are small: more of them per unit hide that), or
 /// as the reduction has room for, the steps spread evenly.
-fn k_split(
-    gemm: &Gemm,
-    layout: &SimtTile,
-    groups: u64,
-    limits: &GpuLimits,
-) -> Option<(KSplit, String)> {
+fn k_split(gemm: &Gemm, depth: usize, groups: u64, limits: &GpuLimits) -> Option<(KSplit, String)> {
     let busy = limits.busy_groups();
     if groups == 0 || groups >= busy {
         return None;
     }
-    let depth = layout.depth() as u64;
+    let depth = depth as u64;
     let steps = (gemm.k.extent as u64).div_ceil(depth);
     let wanted = (2 * busy)
         .div_ceil(groups)
@@ -572,7 +570,9 @@ impl GpuPass {
     pub fn partials(&self) -> Option<&Tnode> {
         match self {
             GpuPass::GridReduction { partials, .. } => Some(partials),
-            GpuPass::Tiles { split: Some(k), .. } => Some(&k.partials),
+            GpuPass::Tiles { split: Some(k), .. } | GpuPass::MatrixTiles { split: Some(k), .. } => {
+                Some(&k.partials)
+            }
             _ => None,
         }
     }
@@ -582,7 +582,9 @@ impl GpuPass {
     pub fn launches(&self) -> u32 {
         match self {
             GpuPass::Nothing => 0,
-            GpuPass::GridReduction { .. } | GpuPass::Tiles { split: Some(_), .. } => 2,
+            GpuPass::GridReduction { .. }
+            | GpuPass::Tiles { split: Some(_), .. }
+            | GpuPass::MatrixTiles { split: Some(_), .. } => 2,
             _ => 1,
         }
     }
@@ -597,6 +599,7 @@ fn matrix_product(
     limits: &GpuLimits,
     tuning: &ScheduleTuning,
     allow_tf32: bool,
+    may_split: bool,
 ) -> Option<(GpuPass, String)> {
     let c = Contraction::detect_for_matrix_units(stmt)?;
     let kind = MatrixKind::for_factors(c.lhs.node.prec(), allow_tf32)?;
@@ -684,21 +687,33 @@ fn matrix_product(
             kind.fragment_depth()
         )
     };
+    let groups = groups(tile);
+    // Few tiles and a long reduction: split it (the partial results are a node the optimizer
+    // makes, so only where it plans the pass).
+    let split = if may_split {
+        k_split(&gemm, layout.depth(), groups, limits)
+    } else {
+        None
+    };
+    let sliced = match &split {
+        Some((_, why)) => format!("; {why}"),
+        None => String::new(),
+    };
     let why = format!(
         "a matrix product of {precision} on the matrix units: {units}, factor tiles {} deep in \
-         {} buffers of shared memory ({} of {} bytes, rows swizzled), {copies}; {reason}",
+         {} buffers of shared memory ({} of {} bytes, rows swizzled), {copies}{sliced}; {reason}",
         layout.depth(),
         layout.stages,
         layout.shared_bytes(),
         limits.max_shared_bytes
     );
-    let groups = groups(tile);
     (groups <= u64::from(u32::MAX)).then_some((
         GpuPass::MatrixTiles {
             gemm,
             layout,
             groups,
             epilogue: None,
+            split: split.map(|(k, _)| k),
         },
         why,
     ))
@@ -1030,7 +1045,8 @@ fn plan_pass_with(
         }
         _ => {
             if limits.matrix_units
-                && let Some((pass, why)) = matrix_product(stmt, limits, tuning, allow_tf32)
+                && let Some((pass, why)) =
+                    matrix_product(stmt, limits, tuning, allow_tf32, grid_reductions)
             {
                 return (pass, why);
             }
@@ -1054,7 +1070,7 @@ fn plan_pass_with(
                     // Few tiles and a long reduction: split it (the partial results are a node
                     // the optimizer makes, so only where it plans the pass).
                     let split = if grid_reductions {
-                        k_split(&gemm, &layout, groups, limits)
+                        k_split(&gemm, layout.depth(), groups, limits)
                     } else {
                         None
                     };

@@ -239,14 +239,24 @@ impl GpuPlan {
                     gemm,
                     layout,
                     groups,
+                    split,
                     ..
-                } => (
-                    "matrix tiles",
-                    1,
-                    *groups,
-                    layout.threads(),
-                    gemm.k.extent as u64,
-                ),
+                } => match split {
+                    Some(k) => (
+                        "split matrix tiles",
+                        2,
+                        *groups * k.slices,
+                        layout.threads(),
+                        (k.steps * layout.depth() as u64).max(k.slices),
+                    ),
+                    None => (
+                        "matrix tiles",
+                        1,
+                        *groups,
+                        layout.threads(),
+                        gemm.k.extent as u64,
+                    ),
+                },
                 GpuPass::Grid { total, threads, .. } => {
                     let (_, inner) = grid_loops(stmt);
                     (
