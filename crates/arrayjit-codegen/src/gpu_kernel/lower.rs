@@ -23,7 +23,7 @@ use arrayjit_ir::schedule::gpu::{
     Accumulation, Epilogue, GpuPass, GridLoop, KSplit, MAX_GROUP_THREADS, RowRole, TILE_THREADS,
     row_items,
 };
-use arrayjit_ir::{Error, LowLevel, Prec, Result, Tnode};
+use arrayjit_ir::{BinOp, Error, LowLevel, Prec, Result, Tnode};
 
 use super::build::{
     array, assign, bound_to, group_index, launch_index, let_, let_mut, range, thread_index, var,
@@ -123,7 +123,7 @@ pub(super) fn print_kernel<D: KernelDialect>(
                 (PassShape::Tiles(launched), layout.threads(), tree)
             }
             (1, _) => {
-                let (total, tree) = super::simt::split_sums(gemm, split, epilogue.as_ref());
+                let (total, tree) = split_sums(gemm, split, epilogue.as_ref());
                 (PassShape::Grid(total), MAX_GROUP_THREADS, tree)
             }
             _ => return Ok(None),
@@ -690,6 +690,58 @@ pub(super) fn store_partial<'a>(
             value,
         )],
     )
+}
+
+/// The second kernel of a split product: one invocation per result (batch element, row,
+/// column: `total` of them) adds the slices' partial sums in slice order to the result's
+/// start, then stores it and runs the epilogue.
+fn split_sums<'a>(
+    g: &'a Gemm,
+    split: &'a KSplit,
+    epilogue: Option<&'a Epilogue>,
+) -> (u64, Vec<Stmt<'a>>) {
+    let (m, n) = (g.m.extent as i64, g.n.extent as i64);
+    let batch: i64 = g.batch.iter().map(|d| d.extent as i64).product();
+    let total = (batch * m * n) as u64;
+    let block = batch * m * n;
+    let mut tree = vec![
+        Stmt::If(launch_index().ge(total), vec![Stmt::Return]),
+        let_("aj_col", Ty::Index, launch_index() % n),
+        let_("aj_row", Ty::Index, (launch_index() / n) % m),
+        let_mut("aj_bt", Ty::Index, launch_index() / (m * n)),
+    ];
+    let (batch_tree, [oc, ..]) = batch_offsets(g, "aj_bt");
+    tree.extend(batch_tree);
+    let f32 = Ty::Compute(Prec::F32);
+    let start = if g.overwrite {
+        Expr::Lit(Prec::F32, 0.0)
+    } else {
+        let at = oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0];
+        Expr::Elem(&g.out, At::Flat(Box::new(at)))
+    };
+    tree.push(let_mut("aj_v", f32, start));
+    let slice = Expr::Elem(
+        &split.partials,
+        At::Flat(Box::new(var("aj_sl") * block + launch_index())),
+    );
+    tree.push(range(
+        "aj_sl",
+        Ty::Index,
+        0i64,
+        split.slices as i64,
+        1,
+        vec![assign(
+            var("aj_v"),
+            Expr::Combine(
+                BinOp::Add,
+                Prec::F32,
+                Box::new(var("aj_v")),
+                Box::new(slice),
+            ),
+        )],
+    ));
+    tree.push(store_result(g, &oc, var("aj_v"), epilogue));
+    (total, tree)
 }
 
 /// The batch element whose flat index (last batch axis fastest) the mutable variable `flat`

@@ -17,17 +17,16 @@
 //!   epilogue, if it has one, runs on each stored element.
 //! - **Split reductions** ([`KSplit`]): the first kernel runs the tiles once per slice, each
 //!   group taking its slice's depth steps from zero and storing its sums into its block of the
-//!   partial results; the second ([`split_sums`]) runs one invocation per result, adding the
-//!   slices in order to the result's start, then storing it as above.
+//!   partial results; the second (`lower::split_sums`) runs one invocation per result, adding the
+//!   slices in order to the result's start, then storing it as above (shared with the
+//!   matrix-unit products).
 
+use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, SimtTile, TILE_THREADS};
-use arrayjit_ir::{BinOp, Prec};
 
-use super::build::{
-    array, assign, launch_index, let_, let_mut, range, thread_index, unrolled, var,
-};
-use super::lower::{Factor, batch_offsets, split_group_tile, store_partial, store_result};
+use super::build::{array, assign, let_, range, thread_index, unrolled, var};
+use super::lower::{Factor, split_group_tile, store_partial, store_result};
 use super::{At, Barrier, Expr, Stmt, Ty};
 
 /// Elements of one 128-bit factor load.
@@ -342,56 +341,4 @@ pub(super) fn simt_tiled<'a>(
     }
     tree.push(registers(finish));
     Some((launched, tree))
-}
-
-/// The second kernel of a split product: one invocation per result (batch element, row,
-/// column: `total` of them) adds the slices' partial sums in slice order to the result's
-/// start, then stores it and runs the epilogue.
-pub(super) fn split_sums<'a>(
-    g: &'a Gemm,
-    split: &'a KSplit,
-    epilogue: Option<&'a Epilogue>,
-) -> (u64, Vec<Stmt<'a>>) {
-    let (m, n) = (g.m.extent as i64, g.n.extent as i64);
-    let batch: i64 = g.batch.iter().map(|d| d.extent as i64).product();
-    let total = (batch * m * n) as u64;
-    let block = batch * m * n;
-    let mut tree = vec![
-        Stmt::If(launch_index().ge(total), vec![Stmt::Return]),
-        let_("aj_col", Ty::Index, launch_index() % n),
-        let_("aj_row", Ty::Index, (launch_index() / n) % m),
-        let_mut("aj_bt", Ty::Index, launch_index() / (m * n)),
-    ];
-    let (batch_tree, [oc, ..]) = batch_offsets(g, "aj_bt");
-    tree.extend(batch_tree);
-    let f32 = Ty::Compute(Prec::F32);
-    let start = if g.overwrite {
-        Expr::Lit(Prec::F32, 0.0)
-    } else {
-        let at = oc.clone() + var("aj_row") * g.m.strides[0] + var("aj_col") * g.n.strides[0];
-        Expr::Elem(&g.out, At::Flat(Box::new(at)))
-    };
-    tree.push(let_mut("aj_v", f32, start));
-    let slice = Expr::Elem(
-        &split.partials,
-        At::Flat(Box::new(var("aj_sl") * block + launch_index())),
-    );
-    tree.push(range(
-        "aj_sl",
-        Ty::Index,
-        0i64,
-        split.slices as i64,
-        1,
-        vec![assign(
-            var("aj_v"),
-            Expr::Combine(
-                BinOp::Add,
-                Prec::F32,
-                Box::new(var("aj_v")),
-                Box::new(slice),
-            ),
-        )],
-    ));
-    tree.push(store_result(g, &oc, var("aj_v"), epilogue));
-    (total, tree)
 }

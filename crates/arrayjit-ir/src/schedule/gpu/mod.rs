@@ -389,14 +389,13 @@ fn k_split(gemm: &Gemm, depth: usize, groups: u64, limits: &GpuLimits) -> Option
     {
         return None;
     }
-    let partials = Tnode::new(Prec::F32, &[elements as usize], &["gpu_split_partials"]).ok()?;
-    partials
-        .update_memory_mode(
-            MemoryMode::Local,
-            "the partial results of a tiled product split along its reduction, read by its \
-             second launch",
-        )
-        .ok()?;
+    let partials = partials_node(
+        Prec::F32,
+        elements,
+        "gpu_split_partials",
+        "the partial results of a tiled product split along its reduction, read by its second \
+         launch",
+    )?;
     let why = format!(
         "its {groups} group(s) of tiles are fewer than the {busy} that keep the device busy, so \
          the reduction of {} steps splits into {slices} slices of {} (split-K): {} groups each \
@@ -1012,14 +1011,11 @@ pub fn plan_pass(
     plan_pass_with(stmt, limits, tuning, false, false)
 }
 
-/// The local node of a grid reduction's `groups` partial results in precision `prec`.
-fn partials_node(prec: Prec, groups: u64) -> Option<Tnode> {
-    let tn = Tnode::new(prec, &[groups as usize], &["gpu_partials"]).ok()?;
-    tn.update_memory_mode(
-        MemoryMode::Local,
-        "the partial results of a GPU grid reduction, read by its second phase",
-    )
-    .ok()?;
+/// A local node of `elements` partial results in precision `prec`, labelled `label`: written
+/// by a pass's first launch, read by its second (`why`).
+fn partials_node(prec: Prec, elements: u64, label: &str, why: &str) -> Option<Tnode> {
+    let tn = Tnode::new(prec, &[usize::try_from(elements).ok()?], &[label]).ok()?;
+    tn.update_memory_mode(MemoryMode::Local, why).ok()?;
     Some(tn)
 }
 
@@ -1142,7 +1138,12 @@ fn plan_pass_with(
                     if grid_reductions
                         && total >= GRID_REDUCTION_MIN
                         && groups >= 2
-                        && let Some(partials) = partials_node(r.tn.prec(), groups)
+                        && let Some(partials) = partials_node(
+                            r.tn.prec(),
+                            groups,
+                            "gpu_partials",
+                            "the partial results of a GPU grid reduction, read by its second phase",
+                        )
                     {
                         return (
                             GpuPass::GridReduction {

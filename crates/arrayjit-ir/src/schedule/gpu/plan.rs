@@ -204,11 +204,10 @@ impl GpuPlan {
                 ScheduleKind::Gpu(p) => p.clone(),
                 _ => GpuPass::Single,
             };
-            let (shape, launches, groups, threads, by_one) = match &pass {
+            let (shape, groups, threads, by_one) = match &pass {
                 GpuPass::Nothing => continue,
                 GpuPass::Zero { elements, threads } => (
                     "zero",
-                    1,
                     elements.div_ceil(u64::from(*threads).max(1)),
                     *threads,
                     1,
@@ -222,18 +221,11 @@ impl GpuPlan {
                 } => match split {
                     Some(k) => (
                         "split tiles",
-                        2,
                         *groups * k.slices,
                         super::TILE_THREADS,
                         (k.steps * layout.depth() as u64).max(k.slices),
                     ),
-                    None => (
-                        "tiles",
-                        1,
-                        *groups,
-                        super::TILE_THREADS,
-                        gemm.k.extent as u64,
-                    ),
+                    None => ("tiles", *groups, super::TILE_THREADS, gemm.k.extent as u64),
                 },
                 GpuPass::MatrixTiles {
                     gemm,
@@ -244,14 +236,12 @@ impl GpuPlan {
                 } => match split {
                     Some(k) => (
                         "split matrix tiles",
-                        2,
                         *groups * k.slices,
                         layout.threads(),
                         (k.steps * layout.depth() as u64).max(k.slices),
                     ),
                     None => (
                         "matrix tiles",
-                        1,
                         *groups,
                         layout.threads(),
                         gemm.k.extent as u64,
@@ -261,7 +251,6 @@ impl GpuPlan {
                     let (_, inner) = grid_loops(stmt);
                     (
                         "grid",
-                        1,
                         total.div_ceil(u64::from(*threads).max(1)),
                         *threads,
                         reduced_per_invocation(&inner),
@@ -278,11 +267,10 @@ impl GpuPlan {
                         })
                         .max()
                         .unwrap_or(1);
-                    ("rows", 1, *total, *threads, by_one)
+                    ("rows", *total, *threads, by_one)
                 }
                 GpuPass::Reduction { threads, .. } => (
                     "reduction",
-                    1,
                     1,
                     *threads,
                     Accumulation::detect(stmt).map_or(1, |r| r.len()),
@@ -292,15 +280,10 @@ impl GpuPlan {
                     chunk,
                     threads,
                     ..
-                } => (
-                    "grid reduction",
-                    2,
-                    *groups,
-                    *threads,
-                    (*chunk).max(*groups),
-                ),
-                GpuPass::Single => ("single", 1, 1, 1, longest_reduction(stmt)),
+                } => ("grid reduction", *groups, *threads, (*chunk).max(*groups)),
+                GpuPass::Single => ("single", 1, 1, longest_reduction(stmt)),
             };
+            let launches = pass.launches();
             let ops = operations(stmt);
             let bytes = touched_bytes(stmt);
             let mut planned = PlannedPass {
