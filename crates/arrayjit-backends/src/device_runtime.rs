@@ -169,6 +169,11 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
     fn pool_alignment(&self) -> usize {
         1
     }
+    /// The most bytes one allocation (a pool) may have on this backend's devices, e.g. a GPU
+    /// API's largest buffer. The runtime plans pools within it (default: no bound but memory).
+    fn max_allocation_bytes(&self) -> usize {
+        usize::MAX
+    }
     /// Bytes the memory planner leaves unused around every array of a pool on this backend
     /// (0: arrays packed tight; see [`DeviceRuntime::guard_pool`]).
     fn pool_guard_bytes(&self) -> usize {

@@ -194,12 +194,14 @@ pub struct ReductionPlan {
     pub combine: BinOp,
     /// Independent accumulators: element `r` of the loop goes to accumulator `r mod lanes`
     /// (the tail to accumulator 0); they are combined in order 0, 1, 2, ... then into the
-    /// element.
+    /// element. A long sum runs pairwise in the C backends: blocks of 128 steps of each
+    /// accumulator, their sums added as a binary tree, as do the totals of outer loops that do
+    /// not index the element (`arrayjit_codegen`'s `c::pairwise` states the order).
     pub lanes: usize,
     /// For a long reduction that is the whole nest (no outer loop to split over workers): the
     /// loop is cut into fixed blocks of this many iterations, each reduced as above into a
-    /// partial, and the partials are combined in block order — the blocks, and so the results,
-    /// do not depend on how many workers run them.
+    /// partial, and the partials are combined pairwise (a binary tree over the blocks in their
+    /// order) — the blocks, and so the results, do not depend on how many workers run them.
     pub blocks: Option<u64>,
 }
 

@@ -66,6 +66,27 @@ impl PyBackend {
         self.inner.memory_limit()
     }
 
+    /// Sets the largest pool (one allocation) the link-time planner groups small arrays into,
+    /// in bytes (at least 1; the default is `ARRAYJIT_MAX_POOL_MB` when set at the backend's
+    /// creation, else 1 GiB). An array larger than it gets a pool of its own: only the
+    /// device's memory bounds an array.
+    fn set_max_pool_bytes(&self, bytes: usize) {
+        self.inner.set_max_pool_bytes(bytes);
+    }
+
+    /// The pool size limit in bytes (see `set_max_pool_bytes`).
+    #[getter]
+    fn max_pool_bytes(&self) -> usize {
+        self.inner.max_pool_bytes()
+    }
+
+    /// Unused bytes the planner leaves around every array of a pool (`ARRAYJIT_POOL_GUARD_BYTES`
+    /// at the backend's creation; CPU backends only, else 0).
+    #[getter]
+    fn pool_guard_bytes(&self) -> usize {
+        self.inner.lowered().runtime().pool_guard_bytes()
+    }
+
     /// The bytes device `device` may still allocate (its free memory where the backend can
     /// tell, lowered to what the memory limit leaves), or `None` when unknown.
     #[pyo3(signature = (device = 0))]

@@ -41,7 +41,7 @@ pub fn backend_with_config(name: &str, config: &RuntimeConfig) -> Result<Backend
     let (lowered, scheduler) = (entry.make)(entry.name, config)?;
     let canonical = entry.name;
     let b = Backend::with_scheduler(canonical, lowered, scheduler, config.strategy);
-    b.set_max_pool_bytes(config.max_pool_bytes);
+    b.set_max_pool_bytes(config.max_pool_bytes_or_env()?);
     b.set_memory_limit(config.memory_limit_or_env()?);
     Ok(b)
 }
@@ -202,7 +202,7 @@ impl Backend {
                 scheduler,
                 strategy,
                 next_pool_id: AtomicUsize::new(0),
-                max_pool_bytes: AtomicUsize::new(1 << 30),
+                max_pool_bytes: AtomicUsize::new(crate::config::DEFAULT_MAX_POOL_BYTES),
                 memory_limit: AtomicUsize::new(usize::MAX),
                 search: Mutex::new((None, SearchSettings::default())),
                 compile_options: Mutex::new(None),
@@ -211,14 +211,15 @@ impl Backend {
         }
     }
 
-    /// Sets the largest pool the link-time planner allocates.
+    /// Sets the largest pool the link-time planner groups arrays into (at least one byte).
+    /// An array larger than it gets a pool of its own; pools planned already stay as they are.
     pub fn set_max_pool_bytes(&self, bytes: usize) {
         self.inner
             .max_pool_bytes
             .store(bytes.max(1), Ordering::Relaxed);
     }
 
-    /// The largest pool the link-time planner allocates.
+    /// The largest pool the link-time planner groups arrays into.
     pub fn max_pool_bytes(&self) -> usize {
         self.inner.max_pool_bytes.load(Ordering::Relaxed)
     }

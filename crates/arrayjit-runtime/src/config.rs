@@ -27,9 +27,10 @@ pub struct RuntimeConfig {
     /// Tasks a `multicore` stream queues before `schedule` blocks, in [`QUEUE_CAPACITY_RANGE`]
     /// (default 1024). The queue's slots are allocated when the stream starts.
     pub queue_capacity: usize,
-    /// Largest pool the link-time planner allocates, in [`MAX_POOL_BYTES_RANGE`] (default
-    /// 1 GiB); an array larger than this is an error.
-    pub max_pool_bytes: usize,
+    /// Largest pool the link-time planner groups arrays into, in [`MAX_POOL_BYTES_RANGE`]
+    /// (`None`: `ARRAYJIT_MAX_POOL_MB` mebibytes when set, else [`DEFAULT_MAX_POOL_BYTES`]).
+    /// An array larger than this gets a pool of its own: only the device's memory bounds it.
+    pub max_pool_bytes: Option<usize>,
     /// Worker threads per CPU device, which split a routine's parallel loops (default:
     /// `ARRAYJIT_CPU_WORKERS`, else 1 for `sync_cc` and the device's share of the cores for
     /// `multicore_cc`). Results do not depend on it.
@@ -51,6 +52,13 @@ pub const MAX_POOL_BYTES_RANGE: std::ops::RangeInclusive<u64> = 1..=(isize::MAX 
 /// The environment variable of [`RuntimeConfig::memory_limit`], in mebibytes.
 pub const MEMORY_LIMIT_ENV: &str = "ARRAYJIT_MEMORY_LIMIT_MB";
 
+/// The environment variable of [`RuntimeConfig::max_pool_bytes`], in mebibytes.
+pub const MAX_POOL_ENV: &str = "ARRAYJIT_MAX_POOL_MB";
+
+/// The pool size limit where neither [`RuntimeConfig::max_pool_bytes`] nor
+/// `ARRAYJIT_MAX_POOL_MB` says otherwise: 1 GiB.
+pub const DEFAULT_MAX_POOL_BYTES: usize = 1 << 30;
+
 impl RuntimeConfig {
     /// [`RuntimeConfig::memory_limit`], or else `ARRAYJIT_MEMORY_LIMIT_MB` (mebibytes) from
     /// the environment; an unreadable value is an [`arrayjit_ir::Error::InvalidSetting`].
@@ -62,6 +70,23 @@ impl RuntimeConfig {
         let mib =
             arrayjit_backends::settings::integer(&lookup, MEMORY_LIMIT_ENV, 1..=(1 << 40), 0)?;
         Ok((mib > 0).then(|| usize::try_from(mib << 20).unwrap_or(usize::MAX)))
+    }
+
+    /// [`RuntimeConfig::max_pool_bytes`], or else `ARRAYJIT_MAX_POOL_MB` (mebibytes) from the
+    /// environment, or else [`DEFAULT_MAX_POOL_BYTES`]; an unreadable value is an
+    /// [`arrayjit_ir::Error::InvalidSetting`].
+    pub fn max_pool_bytes_or_env(&self) -> Result<usize> {
+        if let Some(bytes) = self.max_pool_bytes {
+            return Ok(bytes);
+        }
+        let lookup = arrayjit_backends::settings::process_env;
+        let mib = arrayjit_backends::settings::integer(
+            &lookup,
+            MAX_POOL_ENV,
+            1..=(1 << 40),
+            (DEFAULT_MAX_POOL_BYTES >> 20) as u64,
+        )?;
+        Ok(usize::try_from(mib << 20).unwrap_or(usize::MAX))
     }
 
     /// Checks every field against its documented range.
@@ -93,11 +118,14 @@ impl RuntimeConfig {
                 MAX_POOL_BYTES_RANGE,
             )?;
         }
-        check_range(
-            "RuntimeConfig::max_pool_bytes",
-            self.max_pool_bytes as u64,
-            MAX_POOL_BYTES_RANGE,
-        )
+        if let Some(bytes) = self.max_pool_bytes {
+            check_range(
+                "RuntimeConfig::max_pool_bytes",
+                bytes as u64,
+                MAX_POOL_BYTES_RANGE,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -107,7 +135,7 @@ impl Default for RuntimeConfig {
             strategy: Strategy::default(),
             num_devices: None,
             queue_capacity: 1024,
-            max_pool_bytes: 1 << 30,
+            max_pool_bytes: None,
             workers_per_device: None,
             memory_limit: None,
         }

@@ -265,7 +265,9 @@ impl Context {
         let memory = MemoryPlan::pack_guarded(
             &items,
             alignment,
-            backend.max_pool_bytes(),
+            backend
+                .max_pool_bytes()
+                .min(backend.lowered().runtime().max_allocation_bytes()),
             backend.lowered().runtime().pool_guard_bytes(),
         )?;
         let mut pool_modes: Vec<Option<Option<MemoryMode>>> = vec![None; memory.pool_sizes.len()];

@@ -217,7 +217,7 @@ fn configurations_outside_their_ranges_are_refused() {
             ..Default::default()
         },
         RuntimeConfig {
-            max_pool_bytes: 0,
+            max_pool_bytes: Some(0),
             ..Default::default()
         },
         RuntimeConfig {

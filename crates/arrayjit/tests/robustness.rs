@@ -395,7 +395,7 @@ fn item06_configuration_values_are_checked() {
         ),
         (
             RuntimeConfig {
-                max_pool_bytes: 0,
+                max_pool_bytes: Some(0),
                 ..Default::default()
             },
             "max_pool_bytes",

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result};
+use arrayjit_ir::{DeviceLimit, Error, OutOfBounds, RangeUnit, Result};
 
 use super::devices::Gpu;
 use crate::device_buffer::{BufferHandle, DeviceBuffer};
@@ -102,6 +102,16 @@ pub(super) fn of(handle: &BufferHandle) -> Result<&WgpuBuffer> {
 /// A new zero-filled buffer of at least `size` bytes (wgpu zero-initializes buffers).
 pub(super) fn allocate(gpu: &Gpu, used: &Arc<AtomicUsize>, size: usize) -> Result<WgpuBuffer> {
     let bytes = words(size);
+    if bytes as u64 > gpu.max_buffer_bytes {
+        return Err(Error::limit_exceeded(
+            gpu.label(),
+            format!("a buffer of {bytes} bytes"),
+            DeviceLimit::BufferBytes,
+            bytes as u64,
+            gpu.max_buffer_bytes,
+            "lower the pool size limit (ARRAYJIT_MAX_POOL_MB) or use smaller arrays",
+        ));
+    }
     let buffer = gpu.scoped(&format!("allocating {bytes} bytes"), || {
         Ok(gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("arrayjit array"),

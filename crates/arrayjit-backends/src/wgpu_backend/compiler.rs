@@ -45,6 +45,18 @@ impl Compiler for WgpuCompiler {
         for r in routines {
             // An array larger than one binding cannot be used by a pass: say so before running.
             for n in r.nodes.iter().filter(|n| n.used) {
+                // WGSL positions are `i32`: a larger array's far elements have none.
+                let elements = n.tn.num_elems() as u64;
+                if elements > i32::MAX as u64 {
+                    return Err(Error::limit_exceeded(
+                        gpu.label(),
+                        format!("array {} of {}", n.tn.debug_name(), r.name),
+                        DeviceLimit::IndexedElements,
+                        elements,
+                        i32::MAX as u64,
+                        "split it into smaller arrays or use a CPU or CUDA backend",
+                    ));
+                }
                 let bytes = n.tn.size_in_bytes() as u64;
                 if bytes > gpu.max_binding_bytes {
                     return Err(Error::limit_exceeded(

@@ -25,6 +25,8 @@ pub(crate) struct Gpu {
     pub(crate) offset_alignment: usize,
     /// The largest storage-buffer binding in bytes.
     pub(crate) max_binding_bytes: u64,
+    /// The largest buffer in bytes (a pool of arrays is one buffer).
+    pub(crate) max_buffer_bytes: u64,
     /// Compiled pipelines by WGSL source and entry point.
     pub(crate) pipelines: Mutex<HashMap<(String, String), wgpu::ComputePipeline>>,
     /// An error no error scope caught (reported by the next call).
@@ -182,6 +184,7 @@ fn open() -> std::result::Result<Gpu, String> {
         max_groups: limits.max_compute_workgroups_per_dimension.max(1),
         offset_alignment: limits.min_storage_buffer_offset_alignment.max(4) as usize,
         max_binding_bytes: limits.max_storage_buffer_binding_size,
+        max_buffer_bytes: limits.max_buffer_size,
         pipelines: Mutex::new(HashMap::new()),
         uncaptured,
         timestamp_period: features

@@ -48,6 +48,12 @@ impl DeviceRuntime for WgpuRuntime {
         self.gpu().map_or(1, |g| g.offset_alignment)
     }
 
+    fn max_allocation_bytes(&self) -> usize {
+        self.gpu().map_or(usize::MAX, |g| {
+            usize::try_from(g.max_buffer_bytes).unwrap_or(usize::MAX)
+        })
+    }
+
     fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {
         let gpu = self.device_check(device)?;
         Ok(Arc::new(buffers::allocate(

@@ -48,6 +48,9 @@ pub(crate) struct KernelRenderer<'a> {
     /// Nodes whose name points at the one element the kernel uses (every access is at the same
     /// constant indices): their offset is 0.
     pub(crate) element_views: std::collections::HashSet<usize>,
+    /// The pairwise sum collecting one total per iteration of a reduction's outer loops, while
+    /// they are rendered (see `pairwise`).
+    pub(crate) outer_cascade: Option<crate::c::pairwise::Cascade>,
 }
 
 /// A comment with user text made harmless.

@@ -6,11 +6,13 @@
 //! - `kernel`: the statement and expression renderer every C-like dialect shares;
 //! - `statements`: each top-level statement as a function of its own;
 //! - `schedules`: the CPU schedules in C (blocked products, parallel chunks, reductions);
+//! - `pairwise`: the pairwise (cascade) order of long floating-point sums;
 //! - [`syntax`]: the syntax table and the helpers (conversions, loads, stores, operators);
 //! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls.
 
 pub mod gemm;
 pub(crate) mod kernel;
+pub(crate) mod pairwise;
 pub mod renderer;
 pub(crate) mod schedules;
 pub(crate) mod statements;

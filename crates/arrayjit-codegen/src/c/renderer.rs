@@ -128,6 +128,7 @@ fn render_kernel(
         local_counter: 0,
         routine: r.name.clone(),
         element_views: Default::default(),
+        outer_cascade: None,
     };
     let mut out = String::new();
     let mut vars: Vec<(String, String)> = Vec::new();

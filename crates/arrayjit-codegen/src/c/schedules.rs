@@ -11,6 +11,7 @@ use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbo
 
 use crate::c::gemm;
 use crate::c::kernel::{KernelRenderer, comment};
+use crate::c::pairwise::{Cascade, PAIRWISE_BLOCK_STEPS};
 use crate::c::syntax::{self as c_syntax, CSyntax};
 
 /// Where a statement function's outlined functions go: chunk functions run by the device's
@@ -353,13 +354,14 @@ impl KernelRenderer<'_> {
 
     /// Declares `acc[lanes]` and reduces `value` over `index` in `lo..hi` into it (element `r`
     /// into accumulator `(r - lo) mod lanes`, the tail into accumulator 0), then combines the
-    /// accumulators in order into a new variable, whose name it returns.
+    /// accumulators in order into a new variable, whose name it returns. A sum of up to
+    /// `longest` iterations that spans several pairwise blocks runs them first, in the
+    /// pairwise order (see `pairwise`), and adds their cascade into the accumulators.
     #[allow(clippy::too_many_arguments)]
     fn reduce_range(
         &mut self,
         index: Symbol,
-        lo: &str,
-        hi: &str,
+        (lo, hi, longest): (&str, &str, u64),
         (tn, idcs, value): (&Tnode, &[AxisIndex], &ScalarExpr),
         plan: &ReductionPlan,
         depth: usize,
@@ -385,6 +387,39 @@ impl KernelRenderer<'_> {
             "{pad}{t} {acc}[{lanes}]; for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {acc}[{lane}] = {identity};"
         );
         let _ = writeln!(out, "{pad}int64_t {base} = {lo};");
+        let block = lanes as u64 * PAIRWISE_BLOCK_STEPS;
+        let cascade = (plan.combine == BinOp::Add && longest >= 2 * block).then(|| {
+            let blk = format!("blk{n}");
+            let cascade = Cascade::declare(n, lanes, t, &pad, out);
+            let _ = writeln!(out, "{pad}for (; {base} + {block} <= {hi};) {{");
+            let _ = writeln!(
+                out,
+                "{pad}  {t} {blk}[{lanes}]; for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {blk}[{lane}] = {identity};"
+            );
+            let _ = writeln!(
+                out,
+                "{pad}  for (const int64_t e{n} = {base} + {block}; {base} < e{n}; {base} += {lanes}) {{"
+            );
+            let _ = writeln!(
+                out,
+                "{pad}    for (int64_t {lane} = 0; {lane} < {lanes}; ++{lane}) {{"
+            );
+            (cascade, blk)
+        });
+        if let Some((cascade, blk)) = &cascade {
+            self.symbols.insert(index, format!("({base} + {lane})"));
+            self.locals.insert(scope.id, format!("{blk}[{lane}]"));
+            let mut prelude = String::new();
+            let v = self.expr(&step, prec, depth + 3, &mut prelude)?;
+            out.push_str(&prelude);
+            let _ = writeln!(out, "{pad}      {blk}[{lane}] = {v};");
+            let _ = writeln!(out, "{pad}    }}\n{pad}  }}");
+            let combine = plan.combine;
+            let helpers = &mut *self.helpers;
+            let mut add = |a: &str, b: &str| c_syntax::render_binop(combine, prec, a, b, helpers);
+            cascade.push(blk, &mut add, &format!("{pad}  "), out);
+            let _ = writeln!(out, "{pad}}}");
+        }
         let _ = writeln!(
             out,
             "{pad}for (; {base} + {lanes} <= {hi}; {base} += {lanes}) {{"
@@ -409,6 +444,12 @@ impl KernelRenderer<'_> {
         let _ = writeln!(out, "{pad}  {acc}[0] = {v};\n{pad}}}");
         self.symbols.remove(&index);
         self.locals.remove(&scope.id);
+        if let Some((cascade, _)) = &cascade {
+            let combine = plan.combine;
+            let helpers = &mut *self.helpers;
+            let mut add = |a: &str, b: &str| c_syntax::render_binop(combine, prec, a, b, helpers);
+            cascade.finish(&acc, &mut add, &pad, out);
+        }
         let total = format!("total{n}");
         let _ = writeln!(out, "{pad}{t} {total} = {acc}[0];");
         let step_total = c_syntax::render_binop(
@@ -449,7 +490,7 @@ impl KernelRenderer<'_> {
 
     /// A full reduction split into fixed blocks of `plan.blocks` iterations: chunk functions
     /// reduce ranges of blocks over the device's workers into one partial per block, and the
-    /// partials are combined in block order. The blocks do not depend on the worker count, so
+    /// partials are combined pairwise. The blocks do not depend on the worker count, so
     /// neither do the results.
     pub(super) fn split_reduction(
         &mut self,
@@ -489,30 +530,39 @@ impl KernelRenderer<'_> {
             f,
             "    const int64_t lo = {from} + b * {block}, hi = lo + {block} < {to} ? lo + {block} : {to};"
         );
-        let total = self.reduce_range(*index, "lo", "hi", (tn, idcs, value), plan, 2, &mut f)?;
+        let total = self.reduce_range(
+            *index,
+            ("lo", "hi", block),
+            (tn, idcs, value),
+            plan,
+            2,
+            &mut f,
+        )?;
         let _ = writeln!(f, "    partial[b] = {total};\n  }}\n}}\n");
         outlining.close_chunk(&chunk, &f);
         let n = self.loop_counter;
         self.loop_counter += 1;
         let _ = writeln!(
             out,
-            "  {{ /* reduction split into {blocks} blocks of {block}, combined in block order */"
+            "  {{ /* reduction split into {blocks} blocks of {block}, combined pairwise */"
         );
         let _ = writeln!(out, "    {t} partial{n}[{blocks}];");
         outlining.launch(&chunk, "", &blocks.to_string(), &format!("partial{n}"), out);
+        // Pairwise: each round adds the partial `w` blocks on into each partial at a multiple
+        // of `2w`, so `partial[0]` ends with the sum of all.
         let total = format!("sum{n}");
         let step = c_syntax::render_binop(
             plan.combine,
             prec,
-            &total,
             &format!("partial{n}[b]"),
+            &format!("partial{n}[b + w]"),
             self.helpers,
         );
-        let _ = writeln!(out, "    {t} {total} = partial{n}[0];");
         let _ = writeln!(
             out,
-            "    for (int64_t b = 1; b < {blocks}; ++b) {total} = {step};"
+            "    for (int64_t w = 1; w < {blocks}; w *= 2) for (int64_t b = 0; b + w < {blocks}; b += 2 * w) partial{n}[b] = {step};"
         );
+        let _ = writeln!(out, "    {t} {total} = partial{n}[0];");
         self.combine_into_element(tn, idcs, &total, plan, prec, "  ", out)?;
         let _ = writeln!(out, "  }}");
         Ok(())
@@ -545,13 +595,56 @@ impl KernelRenderer<'_> {
                 let _ = writeln!(out, "{pad}{{");
                 let total = self.reduce_range(
                     *index,
-                    &from.to_string(),
-                    &to.to_string(),
+                    (&from.to_string(), &to.to_string(), (to - from) as u64),
                     (tn, idcs, value),
                     plan,
                     depth + 1,
                     out,
                 )?;
+                match self.outer_cascade.take() {
+                    Some(cascade) => {
+                        let helpers = &mut *self.helpers;
+                        let mut add = |a: &str, b: &str| {
+                            c_syntax::render_binop(plan.combine, prec, a, b, helpers)
+                        };
+                        cascade.push(&total, &mut add, &pad, out);
+                        self.outer_cascade = Some(cascade);
+                    }
+                    None => self.combine_into_element(tn, idcs, &total, plan, prec, &pad, out)?,
+                }
+                let _ = writeln!(out, "{pad}}}");
+                Ok(())
+            }
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } if self.outer_cascade.is_none() && sums_across(s, plan) => {
+                // The outermost of the loops that do not index the element: their totals, one
+                // per iteration, are summed pairwise, then into the element once.
+                let LowLevel::Set { tn, idcs, .. } = s.perfect_nest().1 else {
+                    return self.stmt(s, depth, out);
+                };
+                let prec = tn.prec();
+                let t = c_compute_type(prec);
+                let n = self.loop_counter;
+                self.loop_counter += 1;
+                let _ = writeln!(out, "{pad}{{");
+                let inner = format!("{pad}  ");
+                self.outer_cascade = Some(Cascade::declare(n, 1, t, &inner, out));
+                let looped = self.for_loop(*index, *from, *to, depth + 1, out, |k, out| {
+                    k.reduction(body, plan, depth + 2, out)
+                });
+                let cascade = self.outer_cascade.take().expect("opened above");
+                looped?;
+                let total = format!("outer{n}");
+                let zero = c_syntax::literal(prec, -0.0);
+                let _ = writeln!(out, "{inner}{t} {total} = {zero};");
+                let helpers = &mut *self.helpers;
+                let mut add =
+                    |a: &str, b: &str| c_syntax::render_binop(plan.combine, prec, a, b, helpers);
+                cascade.finish(&total, &mut add, &inner, out);
                 self.combine_into_element(tn, idcs, &total, plan, prec, &pad, out)?;
                 let _ = writeln!(out, "{pad}}}");
                 Ok(())
@@ -567,6 +660,22 @@ impl KernelRenderer<'_> {
             other => self.stmt(other, depth, out),
         }
     }
+}
+
+/// Whether `nest` (a loop) sums into one element across its iterations: a perfect nest down
+/// to the reduced loop whose loops, this one included, do not index the element, with the
+/// reduction adding (maxima and minima are exact in any order).
+fn sums_across(nest: &LowLevel, plan: &ReductionPlan) -> bool {
+    let (loops, stmt) = nest.perfect_nest();
+    let LowLevel::Set { idcs, .. } = stmt else {
+        return false;
+    };
+    plan.combine == BinOp::Add
+        && loops.len() >= 2
+        && loops.last().is_some_and(|l| l.0 == plan.iter)
+        && loops
+            .iter()
+            .all(|(i, ..)| idcs.iter().all(|x| !x.symbols().contains(i)))
 }
 
 /// The declarations of a statement function's parameters (C type, name) in a parameter list:

@@ -95,6 +95,7 @@ impl RoutineContext<'_> {
             local_counter: 0,
             routine: r.name.clone(),
             element_views: binding.views.clone(),
+            outer_cascade: None,
         };
         let kernels = render_pass(&mut k, stmt.unwrapped(), sched, shared)?;
         Ok(RenderedStatement {

@@ -634,6 +634,10 @@ pub enum DeviceLimit {
     BindingsPerPass,
     /// Bytes of shared (workgroup) memory of one block.
     SharedBytes,
+    /// Bytes of one allocation (a device buffer, which holds a pool of arrays).
+    BufferBytes,
+    /// Elements of one array a kernel can index (a shading language's 32-bit positions).
+    IndexedElements,
 }
 
 impl std::fmt::Display for DeviceLimit {
@@ -645,6 +649,13 @@ impl std::fmt::Display for DeviceLimit {
             DeviceLimit::BindingsPerPass => write!(f, "arrays bound to one pass"),
             DeviceLimit::BindingBytes => write!(f, "bytes in one binding"),
             DeviceLimit::SharedBytes => write!(f, "bytes of shared memory per block"),
+            DeviceLimit::BufferBytes => write!(f, "bytes in one buffer"),
+            DeviceLimit::IndexedElements => {
+                write!(
+                    f,
+                    "elements of one array a kernel indexes (32-bit positions)"
+                )
+            }
         }
     }
 }

@@ -64,8 +64,10 @@ fn overlaps(a: Option<(usize, usize)>, b: Option<(usize, usize)>) -> bool {
 impl MemoryPlan {
     /// Packs `items`: largest first (ties by node id, so the same program always gets the same
     /// places), each at the lowest aligned offset of the first pool where it does not collide
-    /// with an array whose lifetime overlaps its own. A pool holds at most `max_pool_bytes`; an
-    /// array larger than that is an error.
+    /// with an array whose lifetime overlaps its own. A pool holds at most `max_pool_bytes`, so
+    /// many small arrays share a few allocations; an array larger than that gets a pool of its
+    /// own, as large as it needs (which later arrays may share where their lifetimes allow).
+    /// Only a size no address space holds (with alignment and guards) is an error.
     pub fn pack(items: &[PlanItem], alignment: usize, max_pool_bytes: usize) -> Result<MemoryPlan> {
         MemoryPlan::pack_guarded(items, alignment, max_pool_bytes, 0)
     }
@@ -96,21 +98,29 @@ impl MemoryPlan {
             guard_bytes: guard,
         };
         for item in order {
-            // An array's footprint: its aligned size and the guard after it.
-            let size = align_up(item.size.max(1), alignment)
-                .checked_add(guard)
-                .filter(|&s| s.saturating_add(guard) <= max_pool_bytes)
-                .unwrap_or(usize::MAX);
-            if size > max_pool_bytes {
-                return Err(Error::invalid(format!(
-                    "{} needs {} bytes, more than a pool may hold ({max_pool_bytes} bytes); raise the \
-                     pool size limit",
-                    item.node.debug_name(),
-                    item.size
-                )));
-            }
+            // An array's footprint: its aligned size and the guard after it (with the guard
+            // before it, what a pool of its own needs).
+            let size = item
+                .size
+                .max(1)
+                .checked_next_multiple_of(alignment)
+                .and_then(|s| s.checked_add(guard))
+                .filter(|s| s.checked_add(guard).is_some())
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{} needs {} bytes, more than any device can address with its guards                          ({guard} bytes) and alignment ({alignment} bytes)",
+                        item.node.debug_name(),
+                        item.size
+                    ))
+                })?;
             let mut placed = None;
             for pool in 0..=plan.pool_sizes.len() {
+                // A pool holds up to `max_pool_bytes`, or its first array where that is larger;
+                // a fresh pool holds any array.
+                let capacity = plan
+                    .pool_sizes
+                    .get(pool)
+                    .map_or(usize::MAX, |&bytes| bytes.max(max_pool_bytes));
                 let mut busy: Vec<(usize, usize)> = plan
                     .slots
                     .iter()
@@ -125,17 +135,17 @@ impl MemoryPlan {
                 busy.sort();
                 let mut offset = guard;
                 for (start, end) in busy {
-                    if offset + size <= start {
+                    if offset.saturating_add(size) <= start {
                         break;
                     }
                     offset = offset.max(end);
                 }
-                if offset + size <= max_pool_bytes {
+                if offset.saturating_add(size) <= capacity {
                     placed = Some((pool, offset));
                     break;
                 }
             }
-            let (pool, offset) = placed.expect("a fresh pool always fits an item within the limit");
+            let (pool, offset) = placed.expect("a fresh pool holds any array");
             if pool == plan.pool_sizes.len() {
                 plan.pool_sizes.push(0);
             }
@@ -272,6 +282,42 @@ mod tests {
     }
 
     #[test]
+    fn an_array_larger_than_the_pool_limit_gets_a_pool_of_its_own() {
+        // The limit groups the small arrays; the large one is never refused.
+        let items = [
+            item(3000, None),
+            item(400, None),
+            item(400, None),
+            item(300, None),
+        ];
+        let plan = MemoryPlan::pack_guarded(&items, 16, 1024, 16).unwrap();
+        let big = &plan.slots[0];
+        assert_eq!((big.size, big.offset), (3000, 16));
+        assert_eq!(plan.pool_sizes[big.pool], 16 + 3008 + 16);
+        assert!(plan.slots[1..].iter().all(|s| s.pool != big.pool));
+        // The two 400s share a pool (16 + 2 * 416 <= 1024), the 300 needs another.
+        assert_eq!(plan.pool_sizes.len(), 3);
+        assert!(
+            plan.pool_sizes
+                .iter()
+                .enumerate()
+                .all(|(p, &b)| p == big.pool || b <= 1024)
+        );
+        // Where lifetimes allow, later arrays reuse the large pool like any other.
+        let scratch = [
+            item(5000, Some((0, 0))),
+            item(2000, Some((1, 1))),
+            item(900, Some((1, 1))),
+        ];
+        let plan = MemoryPlan::pack(&scratch, 16, 1024).unwrap();
+        assert_eq!(plan.pool_sizes, vec![5008]);
+        assert_eq!(plan.total_bytes(), 5008);
+        // A size no address space holds is an error, not an overflow.
+        let err = MemoryPlan::pack_guarded(&[item(1, None)], 16, 1024, usize::MAX / 2 + 1);
+        assert!(err.is_err());
+    }
+
+    #[test]
     fn disjoint_lifetimes_share_memory() {
         let items = vec![
             item(100, Some((0, 1))),
@@ -303,15 +349,13 @@ mod tests {
     }
 
     #[test]
-    fn pools_split_at_the_limit_and_oversized_arrays_are_errors() {
+    fn pools_split_at_the_limit_and_bad_alignments_are_errors() {
         let items = vec![item(60, None), item(60, None), item(60, None)];
         let plan = MemoryPlan::pack(&items, 4, 128).unwrap();
         assert_eq!(plan.pool_sizes, vec![120, 60]);
-        let err = MemoryPlan::pack(&[item(200, None)], 4, 128).unwrap_err();
-        assert!(
-            err.to_string().contains("more than a pool may hold"),
-            "{err}"
-        );
+        // Larger than the limit: a pool of its own, not an error.
+        let plan = MemoryPlan::pack(&[item(200, None)], 4, 128).unwrap();
+        assert_eq!(plan.pool_sizes, vec![200]);
         assert!(MemoryPlan::pack(&items, 3, 128).is_err());
     }
 

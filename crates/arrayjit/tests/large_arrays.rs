@@ -1,0 +1,173 @@
+//! Arrays as large as the machine holds (issue 40), on the CPU backends: a `u8` array just past
+//! 2^31 elements through a pointwise statement and reductions along both axes (every index
+//! past 2^31 reached), and a 4 GiB `f32` array summed whole and along an axis, each checked
+//! against closed forms. Neither fits the default pool size limit: each gets a pool of its own.
+//!
+//! They need ~5.5 GB of memory at a time, so one test runs them one after another; where the
+//! host has less available, it says so and skips.
+
+use arrayjit::ir::{MemoryMode, MemoryType, Prec};
+use arrayjit::runtime::{Backend, Context};
+use arrayjit::tensor::{Tensor, forward_program};
+
+/// Rows of the `u8` array, and its columns: 3 × 716,000,000 = 2,148,000,000 elements, past
+/// 2^31 = 2,147,483,648.
+const ROWS: usize = 3;
+const COLS: usize = 716_000_000;
+/// The `u8` array's values: flat index modulo this (so `2x + 1` stays below 256).
+const PERIOD: usize = 101;
+/// The last element's value: the largest of its row and of its column.
+const LAST: u8 = 120;
+
+fn hosted(t: &Tensor) {
+    t.node()
+        .update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Nonconstant),
+            "test: read back",
+        )
+        .unwrap();
+}
+
+fn run(backend: &Backend, name: &str, outputs: &[&Tensor]) {
+    let code = backend
+        .compile(name, &forward_program(outputs), &[])
+        .unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    Context::new(&stream).link(&code).unwrap().run().unwrap();
+}
+
+/// The bytes of a hosted output, after the run.
+fn with_bytes<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> R) -> R {
+    let host = t.node().host();
+    host.prepare_read().unwrap();
+    host.with(|nd| f(nd.as_bytes())).unwrap()
+}
+
+fn u8_value(flat: usize) -> u8 {
+    if flat == ROWS * COLS - 1 {
+        LAST
+    } else {
+        (flat % PERIOD) as u8
+    }
+}
+
+fn u8_past_2_31_elements(backend: &Backend) {
+    let name = backend.name();
+    let n = ROWS * COLS;
+    assert!(n > 1 << 31);
+    let x = Tensor::zeros_input(Prec::U8, &[ROWS, COLS], "x").unwrap();
+    x.node()
+        .host()
+        .with_mut(|h| {
+            let bytes = h.as_bytes_mut();
+            let period: Vec<u8> = (0..PERIOD * 64).map(|i| (i % PERIOD) as u8).collect();
+            for chunk in bytes.chunks_mut(period.len()) {
+                chunk.copy_from_slice(&period[..chunk.len()]);
+            }
+            bytes[n - 1] = LAST;
+            Ok(())
+        })
+        .unwrap();
+    let y = x.scale(2.0).unwrap().add_scalar(1.0).unwrap();
+    let column_max = x.max(&[0]).unwrap();
+    let row_max = x.max(&[1]).unwrap();
+    for t in [&y, &column_max, &row_max] {
+        hosted(t);
+    }
+    run(backend, "u8_past_2_31", &[&y, &column_max, &row_max]);
+
+    // Every element of y: 2x + 1, compared a period at a time.
+    with_bytes(&y, |got| {
+        assert_eq!(got.len(), n, "{name}");
+        let expected: Vec<u8> = (0..PERIOD * 64)
+            .map(|i| (2 * (i % PERIOD) + 1) as u8)
+            .collect();
+        for (k, chunk) in got[..n - 1].chunks(expected.len()).enumerate() {
+            if chunk != &expected[..chunk.len()] {
+                let at = chunk
+                    .iter()
+                    .zip(&expected)
+                    .position(|(g, e)| g != e)
+                    .unwrap();
+                let flat = k * expected.len() + at;
+                panic!(
+                    "{name}: y[{flat}] = {}, expected {}",
+                    chunk[at], expected[at]
+                );
+            }
+        }
+        assert_eq!(got[n - 1], 2 * LAST + 1, "{name}: the last element");
+    });
+    // Rows: 0..=100 occur in each; the last row also holds LAST.
+    with_bytes(&row_max, |got| {
+        assert_eq!(got, [100, 100, LAST], "{name}: row maxima");
+    });
+    // Columns: the largest of the three rows' values, sampled densely near the end (the third
+    // row's flat indices pass 2^31 from column 2^31 - 2 · COLS on).
+    with_bytes(&column_max, |got| {
+        assert_eq!(got.len(), COLS, "{name}");
+        let past = (1usize << 31) - 2 * COLS;
+        let samples = (0..COLS)
+            .step_by(9973)
+            .chain(past - 1000..past + 1000)
+            .chain(COLS - 1000..COLS);
+        for j in samples {
+            let expected = (0..ROWS).map(|r| u8_value(r * COLS + j)).max().unwrap();
+            assert_eq!(got[j], expected, "{name}: column {j}");
+        }
+    });
+}
+
+/// 4 GiB of `f32`: 2^30 elements of 0.5.
+fn f32_four_gib(backend: &Backend) {
+    let name = backend.name();
+    let (rows, cols) = (1usize << 14, 1usize << 16);
+    let x = Tensor::zeros_input(Prec::F32, &[rows, cols], "x").unwrap();
+    x.node()
+        .host()
+        .with_mut(|h| {
+            for chunk in h.as_bytes_mut().chunks_exact_mut(4) {
+                chunk.copy_from_slice(&0.5f32.to_ne_bytes());
+            }
+            Ok(())
+        })
+        .unwrap();
+    let total = x.scale(2.0).unwrap().sum_all().unwrap();
+    let columns = x.sum(&[0]).unwrap();
+    for t in [&total, &columns] {
+        hosted(t);
+    }
+    run(backend, "f32_four_gib", &[&total, &columns]);
+    let total = total.values().unwrap();
+    assert_eq!(
+        total,
+        [(rows * cols) as f64],
+        "{name}: the sum of 2^30 ones"
+    );
+    let columns = columns.values().unwrap();
+    assert_eq!(columns.len(), cols);
+    assert!(
+        columns.iter().all(|&c| c == rows as f64 * 0.5),
+        "{name}: column sums {:?}",
+        &columns[..4]
+    );
+}
+
+#[test]
+fn arrays_past_2_31_elements_and_past_a_pool_on_the_cpu_backends() {
+    let needed = 5_600_000_000usize;
+    match arrayjit::ir::host_memory::available_host_memory() {
+        Some(available) if available < needed => {
+            eprintln!(
+                "large arrays: skipped, the host has {available} bytes available and the test \
+                 needs {needed}"
+            );
+            return;
+        }
+        _ => {}
+    }
+    for backend in arrayjit_testing::backends_under_test(&["sync_cc", "multicore_cc"]).unwrap() {
+        u8_past_2_31_elements(&backend);
+        f32_four_gib(&backend);
+    }
+}
