@@ -1,14 +1,23 @@
-//! Long floating-point sums stay accurate (issue 40): a sum of 2^24 values of 0.1 in `f32`,
-//! whole and along each axis, on every backend, against the exact sum of the stored values.
+//! Long floating-point sums stay accurate (issue 40): 2^24 values of 0.1 in `f32`, summed whole
+//! and along each axis on every backend, against the exact sum of the stored values. The C
+//! backends and the GPU kernels sum long runs pairwise (`arrayjit_codegen`'s `c::pairwise` and
+//! `gpu_kernel::pairwise` state the orders); a plain running sum of these values is off by
+//! ~1e-4 (what the GPU kernels' strided shares gave before).
 
 use arrayjit::ir::{MemoryMode, MemoryType, Prec};
 use arrayjit::runtime::Context;
 use arrayjit::tensor::{Tensor, forward_program};
 
+fn worst_relative_error(got: &[f64], exact: f64) -> f64 {
+    got.iter()
+        .map(|g| (g - exact).abs() / exact)
+        .fold(0.0, f64::max)
+}
+
 #[test]
 fn long_f32_sums_are_accurate_on_every_backend() {
     let (rows, cols) = (4096usize, 4096usize);
-    // The stored value: 0.1 rounded to f32.
+    // The stored value: 0.1 rounded to f32; sums of it in f64 are exact here.
     let v = f64::from(0.1f32);
     for backend in arrayjit_testing::all_backends_under_test().unwrap() {
         let name = backend.name().to_string();
@@ -31,22 +40,21 @@ fn long_f32_sums_are_accurate_on_every_backend() {
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         Context::new(&stream).link(&code).unwrap().run().unwrap();
-        let exact = v * (rows * cols) as f64;
-        let got = total.values().unwrap()[0];
+        let total = worst_relative_error(&total.values().unwrap(), v * (rows * cols) as f64);
+        let row_sums = worst_relative_error(&row_sums.values().unwrap(), v * cols as f64);
+        let columns = worst_relative_error(&columns.values().unwrap(), v * rows as f64);
         eprintln!(
-            "{name}: total {got} exact {exact} rel {:e}",
-            (got - exact).abs() / exact
+            "{name}: relative errors: total {total:e}, rows {row_sums:e}, columns {columns:e}"
         );
-        let c = columns.values().unwrap();
-        let worst_c = c
-            .iter()
-            .map(|g| (g - v * rows as f64).abs() / (v * rows as f64))
-            .fold(0.0, f64::max);
-        let r = row_sums.values().unwrap();
-        let worst_r = r
-            .iter()
-            .map(|g| (g - v * cols as f64).abs() / (v * cols as f64))
-            .fold(0.0, f64::max);
-        eprintln!("{name}: columns rel {worst_c:e} rows rel {worst_r:e}");
+        // Pairwise: a few roundings of the result's size (f32's is 6e-8).
+        assert!(total <= 2e-6, "{name}: total off by {total:e}");
+        assert!(row_sums <= 2e-6, "{name}: row sums off by {row_sums:e}");
+        // Along the outer axis the C backends add each column's rows in order (one running
+        // sum per element: see the issue's notes); the GPU backends' plans agree to 2e-6.
+        let column_bound = if name.ends_with("_cc") { 1e-4 } else { 2e-6 };
+        assert!(
+            columns <= column_bound,
+            "{name}: column sums off by {columns:e}"
+        );
     }
 }

@@ -28,6 +28,7 @@ use arrayjit_ir::{BinOp, Error, LowLevel, Prec, Result, Tnode};
 use super::build::{
     array, assign, bound_to, group_index, launch_index, let_, let_mut, range, thread_index, var,
 };
+use super::pairwise::accumulated_steps;
 use super::{Arith, At, Barrier, Expr, KernelDialect, PassShape, PrintedPass, Stmt, Ty};
 use crate::gpu_dialect::grid_inner;
 
@@ -294,7 +295,12 @@ fn grid_point<'a>(point: Expr<'a>, total: u64, grid: &[GridLoop]) -> Vec<Stmt<'a
 /// The steps of an accumulation from flat step `lo` (an expression) up to `hi`, strided over
 /// the group: `aj_acc = aj_acc ⊕ v(i)`, with the loops' iterators bound to the step's digits
 /// (a single loop's iterator to the step itself, offset by the loop's start).
-fn strided_steps<'a>(r: &Accumulation<'a>, lo: Expr<'a>, hi: Expr<'a>, threads: u32) -> Stmt<'a> {
+pub(super) fn strided_steps<'a>(
+    r: &Accumulation<'a>,
+    lo: Expr<'a>,
+    hi: Expr<'a>,
+    threads: u32,
+) -> Stmt<'a> {
     let step = assign(
         var("aj_acc"),
         Expr::Step(r.clone(), Box::new(var("aj_acc"))),
@@ -342,7 +348,8 @@ fn strided_steps<'a>(r: &Accumulation<'a>, lo: Expr<'a>, hi: Expr<'a>, threads: 
 }
 
 /// A group of `threads` (a power of two) reduces the accumulation into its element: strided
-/// shares in loop order, then a fixed tree (see [`group_tree`]).
+/// shares in loop order (pairwise where long: see `pairwise`), then a fixed tree (see
+/// [`group_tree`]).
 fn reduction<'a>(
     r: &Accumulation<'a>,
     threads: u32,
@@ -350,7 +357,7 @@ fn reduction<'a>(
     start: Option<f64>,
 ) -> Vec<Stmt<'a>> {
     let cp = r.tn.prec().compute_prec();
-    let steps = strided_steps(r, Expr::Int(0), Expr::from(r.len()), threads);
+    let steps = accumulated_steps(r, (Expr::Int(0), Expr::from(r.len()), r.len()), threads);
     group_tree(
         cp,
         r.combine,
@@ -402,7 +409,7 @@ fn partial_reductions<'a>(
             ),
         ),
     ];
-    let steps = strided_steps(r, var("aj_lo"), var("aj_hi"), threads);
+    let steps = accumulated_steps(r, (var("aj_lo"), var("aj_hi"), chunk), threads);
     tree.extend(group_tree(
         cp,
         r.combine,

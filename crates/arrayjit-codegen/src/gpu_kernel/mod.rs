@@ -18,6 +18,7 @@
 mod build;
 mod lower;
 mod matrix;
+mod pairwise;
 mod simt;
 
 use std::fmt::Write as _;
