@@ -187,3 +187,18 @@ def test_a_gpt_too_large_for_its_device_fails_before_training_with_the_figures()
     trainer = aj.GptTrainer(len(vocab), backend=backend, **small)
     ids, targets = trainer.batch(data, 0, 3)
     assert np.isfinite(trainer.train_step(ids.ravel().tolist(), targets.ravel().tolist()))
+
+
+def test_an_array_larger_than_the_pool_limit_gets_a_pool_of_its_own():
+    backend = aj.backend("sync_cc")
+    assert backend.max_pool_bytes == 1 << 30
+    assert backend.pool_guard_bytes >= 0
+    backend.set_max_pool_bytes(1024)
+    assert backend.max_pool_bytes == 1024
+    x = aj.tensor(np.arange(4096, dtype=np.float32))
+    x.keep()
+    y = x * 2.0
+    total = y.sum()
+    aj.compile([total, y], backend=backend).run()
+    np.testing.assert_array_equal(y.numpy(), np.arange(4096, dtype=np.float32) * 2)
+    assert float(total.numpy()) == 4095 * 4096

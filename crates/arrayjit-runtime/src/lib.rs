@@ -40,7 +40,10 @@ pub use backend::{
     initialize, initialize_with_config, is_initialized,
 };
 pub use code::Code;
-pub use config::{MAX_POOL_BYTES_RANGE, QUEUE_CAPACITY_RANGE, RuntimeConfig, Strategy};
+pub use config::{
+    DEFAULT_MAX_POOL_BYTES, MAX_POOL_BYTES_RANGE, MAX_POOL_ENV, MEMORY_LIMIT_ENV,
+    QUEUE_CAPACITY_RANGE, RuntimeConfig, Strategy,
+};
 pub use context::{ArrayAccess, ChildMergeNode, Context, ScheduledArray};
 pub use data_parallel::DataParallel;
 pub use device::Device;
