@@ -51,6 +51,9 @@ pub(crate) struct KernelRenderer<'a> {
     /// The pairwise sum collecting one total per iteration of a reduction's outer loops, while
     /// they are rendered (see `pairwise`).
     pub(crate) outer_cascade: Option<crate::c::pairwise::Cascade>,
+    /// Whether long sums into local variables run over several accumulators, pairwise (the C
+    /// backends' CPU code; a GPU invocation keeps its serial loop).
+    pub(crate) pairwise_local_sums: bool,
 }
 
 /// A comment with user text made harmless.
@@ -182,9 +185,14 @@ impl KernelRenderer<'_> {
                 from,
                 to,
                 body,
-            } => self.for_loop(*index, *from, *to, depth, out, |k, out| {
-                k.stmt(body, depth + 1, out)
-            })?,
+            } => {
+                match crate::c::schedules::long_local_sum(s).filter(|_| self.pairwise_local_sums) {
+                    Some(sum) => self.local_sum(s, sum, depth, out)?,
+                    None => self.for_loop(*index, *from, *to, depth, out, |k, out| {
+                        k.stmt(body, depth + 1, out)
+                    })?,
+                }
+            }
             LowLevel::ZeroOut(tn) => {
                 let name = self.node(tn)?.to_string();
                 let _ = writeln!(out, "{pad}memset({name}, 0, {});", tn.size_in_bytes());
