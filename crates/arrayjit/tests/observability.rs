@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use arrayjit::ir::trace::{Event, Track};
 use arrayjit::prelude::*;
+use arrayjit::tensor::{Tensor, forward_program};
 
 // The demo of the binary, whose code this test traces.
 #[path = "../../arrayjit-cli/src/moons.rs"]
@@ -181,20 +182,29 @@ fn routines_count_their_runs_and_time() {
     }
 }
 
-/// Runs timed by the device report the kernel's time there, once the host waits for it.
+/// Runs timed by the device report the kernel's time there, once the host waits for it; a
+/// routine of several passes (a pointwise pass and two reductions: the first and the last
+/// pass write the timestamps, the ones between none).
 fn routine_device_time_on(backend: &Backend) {
-    let x = Tnode::new(Prec::F32, &[1 << 16], &["x"]).unwrap();
-    x.host().set_values_with(|i| i as f64).unwrap();
-    let y = Tnode::new(Prec::F32, &[1 << 16], &["y"]).unwrap();
-    y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "read")
-        .unwrap();
+    let x = Tensor::input(
+        Prec::F32,
+        &[1 << 16],
+        "x",
+        &(0..1 << 16).map(f64::from).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let y = x.relu().unwrap();
+    let total = y.sum_all().unwrap();
+    let largest = y.max(&[0]).unwrap();
+    for t in [&y, &total, &largest] {
+        t.node()
+            .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "read")
+            .unwrap();
+    }
     let code = backend
-        .compile(
-            "relu_timed",
-            &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
-            &[],
-        )
+        .compile("relu_timed", &forward_program(&[&y, &total, &largest]), &[])
         .unwrap();
+    let y = y.node().clone();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     arrayjit::runtime::set_run_timing(true);

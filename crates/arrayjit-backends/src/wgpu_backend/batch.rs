@@ -193,7 +193,9 @@ impl WgpuBatch {
                 let [x, y, z] = grid_now.unwrap_or_else(|| pass.dispatch(gpu.max_groups));
                 let mut cpass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: None,
-                    timestamp_writes: timing.as_ref().map(|(t, _, _)| t.writes(i == 0, i == last)),
+                    timestamp_writes: timing
+                        .as_ref()
+                        .and_then(|(t, _, _)| t.writes(i == 0, i == last)),
                 });
                 cpass.set_pipeline(pipeline);
                 cpass.set_bind_group(0, &group, &[]);

@@ -40,13 +40,18 @@ impl Timing {
         }
     }
 
-    /// The writes of pass `first`/`last` of the launch (a single pass is both).
-    pub(super) fn writes(&self, first: bool, last: bool) -> wgpu::ComputePassTimestampWrites<'_> {
-        wgpu::ComputePassTimestampWrites {
+    /// The writes of pass `first`/`last` of the launch (a single pass is both); none for the
+    /// passes between (wgpu refuses timestamp writes that write nothing).
+    pub(super) fn writes(
+        &self,
+        first: bool,
+        last: bool,
+    ) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+        (first || last).then(|| wgpu::ComputePassTimestampWrites {
             query_set: &self.queries,
             beginning_of_pass_write_index: first.then_some(0),
             end_of_pass_write_index: last.then_some(1),
-        }
+        })
     }
 
     /// Resolves the timestamps and copies them where the host can map them, after the passes.
