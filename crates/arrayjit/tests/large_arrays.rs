@@ -7,6 +7,9 @@
 //! host has less available, it says so and skips.
 
 use arrayjit::ir::{MemoryMode, MemoryType, Prec};
+use std::sync::Arc;
+
+use arrayjit::backends::cc::{self, CcConfig};
 use arrayjit::runtime::{Backend, Context};
 use arrayjit::tensor::{Tensor, forward_program};
 
@@ -176,6 +179,42 @@ fn arrays_past_2_31_elements_and_past_a_pool_on_the_cpu_backends() {
     for backend in arrayjit_testing::backends_under_test(&["sync_cc", "multicore_cc"]).unwrap() {
         u8_past_2_31_elements(&backend);
         f32_four_gib(&backend);
+    }
+    // Without host memory in place: every array is copied to the device and back.
+    if arrayjit_testing::backends_under_test(&["sync_cc"])
+        .unwrap()
+        .is_empty()
+        || !room_for(11_000_000_000)
+    {
+        return;
+    }
+    let mut config = CcConfig::from_env().unwrap();
+    config.use_host_memory = false;
+    let copying = Backend::from_lowered("sync_cc", Arc::new(cc::backend(config).unwrap()));
+    u8_past_2_31_elements(&copying);
+}
+
+/// A kernel of `wgpu` indexes with 32-bit positions: an array past them is refused when the
+/// routine compiles, with a typed limit (nothing is allocated).
+#[test]
+fn wgpu_refuses_arrays_past_32_bit_positions() {
+    for backend in arrayjit_testing::backends_under_test(&["wgpu"]).unwrap() {
+        let x = Tensor::zeros_input(Prec::U8, &[ROWS, COLS], "x").unwrap();
+        let y = x.add_scalar(1.0).unwrap();
+        hosted(&y);
+        let err = backend
+            .compile("too_long", &forward_program(&[&y]), &[])
+            .unwrap_err();
+        assert!(
+            matches!(
+                err.root_cause(),
+                arrayjit::Error::LimitExceeded {
+                    limit: arrayjit::DeviceLimit::IndexedElements,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }
 
