@@ -438,3 +438,20 @@ fn large_programs_are_split_into_units() {
         .count();
     assert_eq!(declared, 400);
 }
+
+/// A long sum of a whole array: the innermost loop in pairwise blocks over its accumulators,
+/// the outer loop's totals in a cascade, then added to the element once (`c::pairwise`).
+#[test]
+fn long_sums_are_pairwise() {
+    let m = input(Prec::F32, &[64, 8192], "m");
+    let total = output(Prec::F32, &[], "total");
+    let p = Assignments::einsum(
+        "ij->",
+        BinOp::Add,
+        &total,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(m)),
+        true,
+    )
+    .unwrap();
+    insta::assert_snapshot!(render("total", &p, &[], &OptimizeSettings::default()));
+}

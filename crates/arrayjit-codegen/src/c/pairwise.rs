@@ -20,24 +20,31 @@ use std::fmt::Write;
 /// elements): a block's own rounding error stays within 128 additions.
 pub const PAIRWISE_BLOCK_STEPS: u64 = 128;
 
-/// Levels of a cascade: enough for 2^64 blocks.
-const LEVELS: usize = 64;
-
 /// A cascade of partial sums, `width` lanes wide, declared in the C code as `cas{n}` with the
 /// block counter `nb{n}`.
 pub(crate) struct Cascade {
     n: usize,
     width: usize,
+    levels: usize,
 }
 
 impl Cascade {
-    /// Declares the cascade's levels and counter at `pad`; `t` is the C type summed.
-    pub(super) fn declare(n: usize, width: usize, t: &str, pad: &str, out: &mut String) -> Self {
+    /// Declares the levels and the counter of a cascade of at most `leaves` leaves at `pad`;
+    /// `t` is the C type summed. (The counter stays below `leaves`, so it never carries past
+    /// level `⌊log2 leaves⌋`.)
+    pub(super) fn declare(
+        n: usize,
+        (width, leaves): (usize, u64),
+        t: &str,
+        pad: &str,
+        out: &mut String,
+    ) -> Self {
+        let levels = (u64::BITS - leaves.max(1).leading_zeros()) as usize;
         let _ = writeln!(
             out,
-            "{pad}{t} cas{n}[{LEVELS}][{width}]; uint64_t nb{n} = 0; /* pairwise sum */"
+            "{pad}{t} cas{n}[{levels}][{width}]; uint64_t nb{n} = 0; /* pairwise sum */"
         );
-        Cascade { n, width }
+        Cascade { n, width, levels }
     }
 
     /// Adds the `width` values of `block` (an array, or a scalar when the width is 1) as the
@@ -74,7 +81,7 @@ impl Cascade {
         pad: &str,
         out: &mut String,
     ) {
-        let (n, w) = (self.n, self.width);
+        let (n, w, levels) = (self.n, self.width, self.levels);
         let (target, level) = if w == 1 {
             (into.to_string(), format!("cas{n}[lv{n}][0]"))
         } else {
@@ -83,7 +90,7 @@ impl Cascade {
         let merged = add(&target, &level);
         let _ = writeln!(
             out,
-            "{pad}for (int lv{n} = 0; lv{n} < {LEVELS}; ++lv{n}) if ((nb{n} >> lv{n}) & 1u) \
+            "{pad}for (int lv{n} = 0; lv{n} < {levels}; ++lv{n}) if ((nb{n} >> lv{n}) & 1u) \
              for (int w{n} = 0; w{n} < {w}; ++w{n}) {target} = {merged};"
         );
     }

@@ -389,7 +389,7 @@ impl KernelRenderer<'_> {
         let block = lanes as u64 * PAIRWISE_BLOCK_STEPS;
         let cascade = (plan.combine == BinOp::Add && longest >= 2 * block).then(|| {
             let blk = format!("blk{n}");
-            let cascade = Cascade::declare(n, lanes, t, &pad, out);
+            let cascade = Cascade::declare(n, (lanes, longest / block), t, &pad, out);
             let _ = writeln!(out, "{pad}for (; {base} + {block} <= {hi};) {{");
             let _ = writeln!(
                 out,
@@ -503,7 +503,11 @@ impl KernelRenderer<'_> {
         let cascade = (loops.len() > 1).then(|| {
             let n = self.loop_counter;
             self.loop_counter += 1;
-            (n, Cascade::declare(n, 1, t, &inner, out))
+            let outer = loops[..loops.len() - 1]
+                .iter()
+                .map(|&(_, f, t)| (t - f).max(0) as u64)
+                .product();
+            (n, Cascade::declare(n, (1, outer), t, &inner, out))
         });
         let sum = format!("{target}_sum");
         self.local_sum_nest(
@@ -739,7 +743,12 @@ impl KernelRenderer<'_> {
                 self.loop_counter += 1;
                 let _ = writeln!(out, "{pad}{{");
                 let inner = format!("{pad}  ");
-                self.outer_cascade = Some(Cascade::declare(n, 1, t, &inner, out));
+                let (loops, _) = s.perfect_nest();
+                let outer = loops[..loops.len() - 1]
+                    .iter()
+                    .map(|&(_, f, t)| (t - f).max(0) as u64)
+                    .product();
+                self.outer_cascade = Some(Cascade::declare(n, (1, outer), t, &inner, out));
                 let looped = self.for_loop(*index, *from, *to, depth + 1, out, |k, out| {
                     k.reduction(body, plan, depth + 2, out)
                 });
