@@ -185,14 +185,12 @@ impl KernelRenderer<'_> {
                 from,
                 to,
                 body,
-            } => {
-                match crate::c::schedules::long_local_sum(s).filter(|_| self.pairwise_local_sums) {
-                    Some(sum) => self.local_sum(s, sum, depth, out)?,
-                    None => self.for_loop(*index, *from, *to, depth, out, |k, out| {
-                        k.stmt(body, depth + 1, out)
-                    })?,
-                }
-            }
+            } => match crate::c::pairwise::long_local_sum(s).filter(|_| self.pairwise_local_sums) {
+                Some(sum) => self.local_sum(s, sum, depth, out)?,
+                None => self.for_loop(*index, *from, *to, depth, out, |k, out| {
+                    k.stmt(body, depth + 1, out)
+                })?,
+            },
             LowLevel::ZeroOut(tn) => {
                 let name = self.node(tn)?.to_string();
                 let _ = writeln!(out, "{pad}memset({name}, 0, {});", tn.size_in_bytes());

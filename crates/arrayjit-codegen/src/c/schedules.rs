@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::{Gemm, ReductionPlan, Schedule, ScheduleKind};
-use arrayjit_ir::{
-    AxisIndex, BinOp, LowLevel, Prec, Result, ScalarExpr, ScopeId, Symbol, TernOp, Tnode,
-};
+use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbol, Tnode};
 
 use crate::c::gemm;
 use crate::c::kernel::{KernelRenderer, comment};
@@ -360,7 +358,7 @@ impl KernelRenderer<'_> {
     /// `longest` iterations that spans several pairwise blocks runs them first, in the
     /// pairwise order (see `pairwise`), and adds their cascade into the accumulators.
     #[allow(clippy::too_many_arguments)]
-    fn reduce_range(
+    pub(super) fn reduce_range(
         &mut self,
         index: Symbol,
         (lo, hi, longest): (&str, &str, u64),
@@ -389,7 +387,13 @@ impl KernelRenderer<'_> {
         let block = lanes as u64 * PAIRWISE_BLOCK_STEPS;
         let cascade = (plan.combine == BinOp::Add && longest >= 2 * block).then(|| {
             let blk = format!("blk{n}");
-            let cascade = Cascade::declare(n, (lanes, longest / block), t, &pad, out);
+            let cascade = Cascade::declare(
+                n,
+                (lanes, longest / block),
+                (plan.combine, prec),
+                &pad,
+                out,
+            );
             let _ = writeln!(out, "{pad}for (; {base} + {block} <= {hi};) {{");
             let _ = writeln!(
                 out,
@@ -413,10 +417,7 @@ impl KernelRenderer<'_> {
             out.push_str(&prelude);
             let _ = writeln!(out, "{pad}      {blk}[{lane}] = {v};");
             let _ = writeln!(out, "{pad}    }}\n{pad}  }}");
-            let combine = plan.combine;
-            let helpers = &mut *self.helpers;
-            let mut add = |a: &str, b: &str| c_syntax::render_binop(combine, prec, a, b, helpers);
-            cascade.push(blk, &mut add, &format!("{pad}  "), out);
+            cascade.push(blk, self.helpers, &format!("{pad}  "), out);
             let _ = writeln!(out, "{pad}}}");
         }
         let _ = writeln!(
@@ -444,10 +445,7 @@ impl KernelRenderer<'_> {
         self.symbols.remove(&index);
         self.locals.remove(&scope.id);
         if let Some((cascade, _)) = &cascade {
-            let combine = plan.combine;
-            let helpers = &mut *self.helpers;
-            let mut add = |a: &str, b: &str| c_syntax::render_binop(combine, prec, a, b, helpers);
-            cascade.finish(&acc, &mut add, &pad, out);
+            cascade.finish(&acc, self.helpers, &pad, out);
         }
         let total = format!("total{n}");
         let _ = writeln!(out, "{pad}{t} {total} = {acc}[0];");
@@ -463,118 +461,6 @@ impl KernelRenderer<'_> {
             "{pad}for (int {lane} = 1; {lane} < {lanes}; ++{lane}) {total} = {step_total};"
         );
         Ok(total)
-    }
-
-    /// A long sum into a local scope's variable ([`long_local_sum`]; the optimizer inlines a
-    /// sum read by one statement this way): its innermost loop runs over
-    /// [`local_sum_lanes`] accumulators in pairwise blocks (see [`KernelRenderer::reduce_range`]),
-    /// the totals of its outer loops are summed pairwise, and the sum is added to the variable
-    /// once — instead of one serial chain of additions, which in `f32` stalls once the sum
-    /// reaches 2^24 times the values added.
-    pub(crate) fn local_sum(
-        &mut self,
-        nest: &LowLevel,
-        (id, value): (ScopeId, &ScalarExpr),
-        depth: usize,
-        out: &mut String,
-    ) -> Result<()> {
-        let (loops, _) = nest.perfect_nest();
-        let prec = id.prec;
-        let t = c_compute_type(prec);
-        let lanes = local_sum_lanes(prec);
-        let target = self.local(id.id);
-        let scope = ScopeId::fresh(prec);
-        let step = value.clone().map_bottom_up(&mut |e| match e {
-            ScalarExpr::GetLocal(x) if x == id => ScalarExpr::GetLocal(scope),
-            e => e,
-        });
-        let plan = ReductionPlan {
-            iter: loops.last().expect("a long local sum has loops").0,
-            combine: BinOp::Add,
-            lanes,
-            blocks: None,
-        };
-        let pad = "  ".repeat(depth);
-        let inner = format!("{pad}  ");
-        let _ = writeln!(
-            out,
-            "{pad}{{ /* a long sum into {target}: {lanes} accumulators, pairwise */"
-        );
-        let cascade = (loops.len() > 1).then(|| {
-            let n = self.loop_counter;
-            self.loop_counter += 1;
-            let outer = loops[..loops.len() - 1]
-                .iter()
-                .map(|&(_, f, t)| (t - f).max(0) as u64)
-                .product();
-            (n, Cascade::declare(n, (1, outer), t, &inner, out))
-        });
-        let sum = format!("{target}_sum");
-        self.local_sum_nest(
-            &loops,
-            (&step, scope),
-            &plan,
-            (cascade.as_ref().map(|c| &c.1), &sum),
-            depth + 1,
-            out,
-        )?;
-        let helpers = &mut *self.helpers;
-        let mut add = |a: &str, b: &str| c_syntax::render_binop(BinOp::Add, prec, a, b, helpers);
-        if let Some((_, cascade)) = &cascade {
-            let zero = c_syntax::literal(prec, -0.0);
-            let _ = writeln!(out, "{inner}{t} {sum} = {zero};");
-            cascade.finish(&sum, &mut add, &inner, out);
-        }
-        let _ = writeln!(out, "{inner}{target} = {};", add(&target, &sum));
-        let _ = writeln!(out, "{pad}}}");
-        Ok(())
-    }
-
-    /// The loops of a long local sum: the outer ones as written, the innermost by
-    /// [`KernelRenderer::reduce_range`], its total pushed to the outer loops' `cascade` or,
-    /// with no outer loop, declared as `sum`.
-    fn local_sum_nest(
-        &mut self,
-        loops: &[(Symbol, i64, i64)],
-        (step, scope): (&ScalarExpr, ScopeId),
-        plan: &ReductionPlan,
-        (cascade, sum): (Option<&Cascade>, &str),
-        depth: usize,
-        out: &mut String,
-    ) -> Result<()> {
-        let pad = "  ".repeat(depth);
-        match loops {
-            [] => Ok(()),
-            [(iter, from, to)] => {
-                let total = self.reduce_range(
-                    *iter,
-                    (&from.to_string(), &to.to_string(), (to - from) as u64),
-                    (step, scope),
-                    plan,
-                    depth,
-                    out,
-                )?;
-                let prec = scope.prec;
-                match cascade {
-                    Some(cascade) => {
-                        let helpers = &mut *self.helpers;
-                        let mut add = |a: &str, b: &str| {
-                            c_syntax::render_binop(BinOp::Add, prec, a, b, helpers)
-                        };
-                        cascade.push(&total, &mut add, &pad, out);
-                    }
-                    None => {
-                        let _ = writeln!(out, "{pad}{} {sum} = {total};", c_compute_type(prec));
-                    }
-                }
-                Ok(())
-            }
-            [(iter, from, to), rest @ ..] => {
-                self.for_loop(*iter, *from, *to, depth, out, |k, out| {
-                    k.local_sum_nest(rest, (step, scope), plan, (cascade, sum), depth + 1, out)
-                })
-            }
-        }
     }
 
     /// `tn[idcs] = tn[idcs] ⊕ total`, stored in the node's precision.
@@ -714,11 +600,7 @@ impl KernelRenderer<'_> {
                 )?;
                 match self.outer_cascade.take() {
                     Some(cascade) => {
-                        let helpers = &mut *self.helpers;
-                        let mut add = |a: &str, b: &str| {
-                            c_syntax::render_binop(plan.combine, prec, a, b, helpers)
-                        };
-                        cascade.push(&total, &mut add, &pad, out);
+                        cascade.push(&total, self.helpers, &pad, out);
                         self.outer_cascade = Some(cascade);
                     }
                     None => self.combine_into_element(tn, idcs, &total, plan, prec, &pad, out)?,
@@ -738,29 +620,25 @@ impl KernelRenderer<'_> {
                     return self.stmt(s, depth, out);
                 };
                 let prec = tn.prec();
-                let t = c_compute_type(prec);
                 let n = self.loop_counter;
                 self.loop_counter += 1;
                 let _ = writeln!(out, "{pad}{{");
                 let inner = format!("{pad}  ");
                 let (loops, _) = s.perfect_nest();
-                let outer = loops[..loops.len() - 1]
-                    .iter()
-                    .map(|&(_, f, t)| (t - f).max(0) as u64)
-                    .product();
-                self.outer_cascade = Some(Cascade::declare(n, (1, outer), t, &inner, out));
+                self.outer_cascade = Some(Cascade::over_outer_loops(
+                    n,
+                    &loops,
+                    (plan.combine, prec),
+                    &inner,
+                    out,
+                ));
                 let looped = self.for_loop(*index, *from, *to, depth + 1, out, |k, out| {
                     k.reduction(body, plan, depth + 2, out)
                 });
                 let cascade = self.outer_cascade.take().expect("opened above");
                 looped?;
                 let total = format!("outer{n}");
-                let zero = c_syntax::literal(prec, -0.0);
-                let _ = writeln!(out, "{inner}{t} {total} = {zero};");
-                let helpers = &mut *self.helpers;
-                let mut add =
-                    |a: &str, b: &str| c_syntax::render_binop(plan.combine, prec, a, b, helpers);
-                cascade.finish(&total, &mut add, &inner, out);
+                cascade.finish_as(&total, self.helpers, &inner, out);
                 self.combine_into_element(tn, idcs, &total, plan, prec, &pad, out)?;
                 let _ = writeln!(out, "{pad}}}");
                 Ok(())
@@ -776,46 +654,6 @@ impl KernelRenderer<'_> {
             other => self.stmt(other, depth, out),
         }
     }
-}
-
-/// Accumulators of a long local sum ([`KernelRenderer::local_sum`]): one 512-bit vector.
-fn local_sum_lanes(prec: Prec) -> usize {
-    if prec == Prec::F64 { 8 } else { 16 }
-}
-
-/// A loop nest that sums into a local scope's variable — `v = v + x`, `v = x + v` or
-/// `v = fma(a, b, v)` innermost, `x` (`a`, `b`) not reading `v` — of `f32` or `f64`, with at
-/// least two pairwise blocks of steps and an innermost loop of at least two steps per
-/// accumulator: its variable and the value summed.
-pub(crate) fn long_local_sum(nest: &LowLevel) -> Option<(ScopeId, &ScalarExpr)> {
-    let (loops, inner) = nest.perfect_nest();
-    let LowLevel::SetLocal(id, value) = inner else {
-        return None;
-    };
-    if !matches!(id.prec, Prec::F32 | Prec::F64) {
-        return None;
-    }
-    let lanes = local_sum_lanes(id.prec) as u64;
-    let &(_, from, to) = loops.last()?;
-    let steps = loops.iter().try_fold(1u64, |n, &(_, f, t)| {
-        n.checked_mul(u64::try_from(t - f).ok()?)
-    })?;
-    if ((to - from) as u64) < 2 * lanes || steps < 2 * lanes * PAIRWISE_BLOCK_STEPS {
-        return None;
-    }
-    let is_acc = |e: &ScalarExpr| matches!(e, ScalarExpr::GetLocal(x) if x == id);
-    let reads_acc = |e: &ScalarExpr| {
-        let mut found = false;
-        e.visit_all(&mut |x| found |= is_acc(x));
-        found
-    };
-    let summed_alone = match value {
-        ScalarExpr::Binop(BinOp::Add, a, b) if is_acc(a) => !reads_acc(b),
-        ScalarExpr::Binop(BinOp::Add, a, b) if is_acc(b) => !reads_acc(a),
-        ScalarExpr::Ternop(TernOp::Fma, a, b, c) if is_acc(c) => !reads_acc(a) && !reads_acc(b),
-        _ => false,
-    };
-    summed_alone.then_some((*id, value))
 }
 
 /// Whether `nest` (a loop) sums into one element across its iterations: a perfect nest down
