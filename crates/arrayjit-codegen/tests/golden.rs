@@ -455,3 +455,20 @@ fn long_sums_are_pairwise() {
     .unwrap();
     insta::assert_snapshot!(render("total", &p, &[], &OptimizeSettings::default()));
 }
+
+/// A sum along the outer axis (a column sum): the rows in blocks of 128 into a row of block
+/// sums, those rows added pairwise, then each column adds its sum once (`c::outer_sums`).
+#[test]
+fn column_sums_are_pairwise() {
+    let m = input(Prec::F32, &[1024, 16], "m");
+    let columns = output(Prec::F32, &[16], "columns");
+    let p = Assignments::einsum(
+        "ij->j",
+        BinOp::Add,
+        &columns,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(m)),
+        true,
+    )
+    .unwrap();
+    insta::assert_snapshot!(render("columns", &p, &[], &OptimizeSettings::default()));
+}

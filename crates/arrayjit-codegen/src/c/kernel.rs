@@ -51,9 +51,9 @@ pub(crate) struct KernelRenderer<'a> {
     /// The pairwise sum collecting one total per iteration of a reduction's outer loops, while
     /// they are rendered (see `pairwise`).
     pub(crate) outer_cascade: Option<crate::c::pairwise::Cascade>,
-    /// Whether long sums into local variables run over several accumulators, pairwise (the C
-    /// backends' CPU code; a GPU invocation keeps its serial loop).
-    pub(crate) pairwise_local_sums: bool,
+    /// Whether long sums into local variables and sums along outer axes run pairwise (the C
+    /// backends' CPU code; a GPU invocation keeps its serial loops).
+    pub(crate) pairwise_sums: bool,
 }
 
 /// A comment with user text made harmless.
@@ -185,12 +185,17 @@ impl KernelRenderer<'_> {
                 from,
                 to,
                 body,
-            } => match crate::c::pairwise::long_local_sum(s).filter(|_| self.pairwise_local_sums) {
-                Some(sum) => self.local_sum(s, sum, depth, out)?,
-                None => self.for_loop(*index, *from, *to, depth, out, |k, out| {
-                    k.stmt(body, depth + 1, out)
-                })?,
-            },
+            } => {
+                let local = crate::c::pairwise::long_local_sum(s).filter(|_| self.pairwise_sums);
+                let outer = crate::c::outer_sums::outer_sum(s).filter(|_| self.pairwise_sums);
+                match (local, outer) {
+                    (Some(sum), _) => self.local_sum(s, sum, depth, out)?,
+                    (None, Some(sum)) => self.outer_sum(&sum, depth, out)?,
+                    (None, None) => self.for_loop(*index, *from, *to, depth, out, |k, out| {
+                        k.stmt(body, depth + 1, out)
+                    })?,
+                }
+            }
             LowLevel::ZeroOut(tn) => {
                 let name = self.node(tn)?.to_string();
                 let _ = writeln!(out, "{pad}memset({name}, 0, {});", tn.size_in_bytes());

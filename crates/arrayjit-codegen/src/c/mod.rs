@@ -7,11 +7,13 @@
 //! - `statements`: each top-level statement as a function of its own;
 //! - `schedules`: the CPU schedules in C (blocked products, parallel chunks, reductions);
 //! - `pairwise`: the pairwise (cascade) order of long floating-point sums;
+//! - `outer_sums`: sums along outer axes (column sums) in that order;
 //! - [`syntax`]: the syntax table and the helpers (conversions, loads, stores, operators);
 //! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls.
 
 pub mod gemm;
 pub(crate) mod kernel;
+pub(crate) mod outer_sums;
 pub(crate) mod pairwise;
 pub mod renderer;
 pub(crate) mod schedules;

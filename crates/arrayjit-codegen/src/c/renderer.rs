@@ -129,7 +129,7 @@ fn render_kernel(
         routine: r.name.clone(),
         element_views: Default::default(),
         outer_cascade: None,
-        pairwise_local_sums: true,
+        pairwise_sums: true,
     };
     let mut out = String::new();
     let mut vars: Vec<(String, String)> = Vec::new();

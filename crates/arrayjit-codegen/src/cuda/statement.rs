@@ -96,7 +96,7 @@ impl RoutineContext<'_> {
             routine: r.name.clone(),
             element_views: binding.views.clone(),
             outer_cascade: None,
-            pairwise_local_sums: false,
+            pairwise_sums: false,
         };
         let kernels = render_pass(&mut k, stmt.unwrapped(), sched, shared)?;
         Ok(RenderedStatement {
