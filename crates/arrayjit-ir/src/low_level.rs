@@ -354,6 +354,22 @@ impl LowLevel {
         s
     }
 
+    /// The most times any statement inside runs: the largest product of the extents of the
+    /// loops around one statement (1 for a statement outside loops; saturating).
+    pub fn most_iterations(&self) -> u64 {
+        match self {
+            LowLevel::For { from, to, body, .. } => u64::try_from(to - from)
+                .unwrap_or(0)
+                .saturating_mul(body.most_iterations()),
+            LowLevel::Seq(items) => items
+                .iter()
+                .map(LowLevel::most_iterations)
+                .max()
+                .unwrap_or(1),
+            _ => 1,
+        }
+    }
+
     /// The loops of a perfect nest, outermost first, as `(iterator, from, to)`, and the
     /// statement they enclose (sequences of one statement are looked through).
     pub fn perfect_nest(&self) -> (Vec<(Symbol, i64, i64)>, &LowLevel) {

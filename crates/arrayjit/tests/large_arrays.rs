@@ -194,27 +194,32 @@ fn arrays_past_2_31_elements_and_past_a_pool_on_the_cpu_backends() {
     u8_past_2_31_elements(&copying);
 }
 
-/// A kernel of `wgpu` indexes with 32-bit positions: an array past them is refused when the
-/// routine compiles, with a typed limit (nothing is allocated).
+/// A kernel of `wgpu` counts with 32-bit positions: an array past them, or a fused sum of more
+/// steps (no array at all), is refused when the routine compiles, with a typed limit (nothing
+/// is allocated).
 #[test]
-fn wgpu_refuses_arrays_past_32_bit_positions() {
+fn wgpu_refuses_arrays_and_loops_past_32_bit_positions() {
     for backend in arrayjit_testing::backends_under_test(&["wgpu"]).unwrap() {
         let x = Tensor::zeros_input(Prec::U8, &[ROWS, COLS], "x").unwrap();
         let y = x.add_scalar(1.0).unwrap();
-        hosted(&y);
-        let err = backend
-            .compile("too_long", &forward_program(&[&y]), &[])
-            .unwrap_err();
-        assert!(
-            matches!(
-                err.root_cause(),
-                arrayjit::Error::LimitExceeded {
-                    limit: arrayjit::DeviceLimit::IndexedElements,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        let steps = Tensor::full(Prec::F32, &[50_000, 50_000], 1.0).unwrap();
+        let total = steps.scale(2.0).unwrap().sum_all().unwrap();
+        for (name, t) in [("too_long", &y), ("too_many_steps", &total)] {
+            hosted(t);
+            let err = backend
+                .compile(name, &forward_program(&[t]), &[])
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err.root_cause(),
+                    arrayjit::Error::LimitExceeded {
+                        limit: arrayjit::DeviceLimit::IndexedElements,
+                        ..
+                    }
+                ),
+                "{name}: {err}"
+            );
+        }
     }
 }
 

@@ -44,6 +44,23 @@ impl Compiler for WgpuCompiler {
         let mut source = String::new();
         for r in routines {
             // An array larger than one binding cannot be used by a pass: say so before running.
+            // WGSL positions and counters are `i32`: a nest whose statements run more often
+            // (a fused sum over more steps) would count past them.
+            if let Some(steps) = r
+                .statements()
+                .iter()
+                .map(|s| s.most_iterations())
+                .find(|&n| n > i32::MAX as u64)
+            {
+                return Err(Error::limit_exceeded(
+                    gpu.label(),
+                    format!("a loop nest of {steps} iterations in {}", r.name),
+                    DeviceLimit::IndexedElements,
+                    steps,
+                    i32::MAX as u64,
+                    "split the computation into smaller pieces or use a CPU or CUDA backend",
+                ));
+            }
             for n in r.nodes.iter().filter(|n| n.used) {
                 // WGSL positions are `i32`: a larger array's far elements have none.
                 let elements = n.tn.num_elems() as u64;

@@ -636,7 +636,8 @@ pub enum DeviceLimit {
     SharedBytes,
     /// Bytes of one allocation (a device buffer, which holds a pool of arrays).
     BufferBytes,
-    /// Elements of one array a kernel can index (a shading language's 32-bit positions).
+    /// Positions a kernel can count (a shading language's 32-bit positions): elements of one
+    /// array, iterations of one loop nest.
     IndexedElements,
 }
 
@@ -653,7 +654,7 @@ impl std::fmt::Display for DeviceLimit {
             DeviceLimit::IndexedElements => {
                 write!(
                     f,
-                    "elements of one array a kernel indexes (32-bit positions)"
+                    "array elements or loop iterations a kernel counts (32-bit positions)"
                 )
             }
         }
