@@ -236,3 +236,48 @@ fn u8_arrays_past_2_31_elements_on_cuda_emu() {
         u8_past_2_31_elements(&backend);
     }
 }
+
+/// A 4 GiB parameter trains from Rust (issue 40's goal): `w` of 2^30 elements of 0.5, loss the
+/// mean of `w²`, SGD with a rate that halves `w` each step: losses 0.25 then 0.0625, `w` 0.125
+/// after two steps, as computed by hand. Its step holds three parameter-sized temporaries of the
+/// gradient (about 21 GB at its peak: see issue 39's notes), so CI leaves it out; run it with
+/// `cargo test --test large_arrays -- --ignored`.
+#[test]
+#[ignore = "about 21 GB of memory; run with --ignored"]
+fn a_four_gib_parameter_trains_on_sync_cc() {
+    use arrayjit::tensor::{Init, Optimizer, grad_program, update_program_clipped};
+    if !room_for(22_000_000_000) {
+        return;
+    }
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let w = Tensor::param("w", &[1 << 14, 1 << 16], Init::Constant(0.5), 0, 0).unwrap();
+    let loss = w
+        .mul(&w)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .scale(1.0 / f64::from(1u32 << 30))
+        .unwrap();
+    hosted(&loss);
+    let grads = grad_program(&loss).unwrap();
+    let sgd = Optimizer::Sgd {
+        lr: f64::from(1u32 << 28),
+        momentum: 0.0,
+        weight_decay: 0.0,
+    };
+    let update = update_program_clipped(&sgd, &grads.params, None).unwrap();
+    let step = grads.program.then(update.program.clone());
+    let code = backend.compile("train_step", &step, &[]).unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..2 {
+        routine.run().unwrap();
+        losses.push(loss.values().unwrap()[0]);
+    }
+    assert_eq!(losses, [0.25, 0.0625]);
+    let last = (1 << 14) - 1;
+    for at in [[0, 0], [last, (1 << 16) - 1], [1 << 13, 12345]] {
+        assert_eq!(w.node().host().get_value(&at).unwrap(), 0.125, "w{at:?}");
+    }
+}
