@@ -6,7 +6,7 @@
 #
 #   cargo build --release -p arrayjit-cli
 #   cargo test --release -p arrayjit --no-run --test differential --test gpt --test bf16_training \
-#     --test matrix_units --test simt_tiles 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
+#     --test matrix_units --test simt_tiles --test memory_limits --test large_arrays 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
 #   mkdir -p .gpu && cp target/release/arrayjit $(cat /tmp/tests) .gpu/ && strip .gpu/* && xz -T0 -6 .gpu/*
 #
 # (about 16 MB). Optionally also NVRTC 12.9 as CI uses it (about 30 MB more; without it the
@@ -22,12 +22,18 @@
 #
 # Phases, in order: a smoke run of the GPT demo (with CUDA graphs; again without them if that
 # fails, and the rest then runs without them), the device table beside PyTorch, the tests that
-# run on `cuda`, and every kernel's time of one GPT step and of the 4096 products.
+# run on `cuda`, the large arrays of issue 40 (`large`), every kernel's time of one GPT step
+# (`ncu-gpt`) and of the 4096 products (`ncu-matmul`), and Nsight Compute's occupancy, warp
+# states and memory sections of the 4096 products (`ncu-detail`, to ncu-detail.csv). PHASES
+# (space-separated, default: all of smoke bench tests large ncu-gpt ncu-matmul ncu-detail)
+# selects some, to fit the device time left.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp}"
 exec > >(tee "$out/gpu-check.log") 2>&1
 phase() { echo "== $(date +%T) $*"; }
+phases="${PHASES:-smoke bench tests large ncu-gpt ncu-matmul ncu-detail}"
+want() { [[ " $phases " == *" $1 "* ]]; }
 
 bin=.gpu
 for f in "$bin"/*.xz "$bin"/nvrtc12/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
@@ -48,6 +54,7 @@ export ARRAYJIT_CACHE_DIR="${TMPDIR:-/tmp}/arrayjit-cache"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' 2>&1 | tail -1
 
+if want smoke; then
 phase "smoke: 3 GPT steps on cuda (f32, then bf16), losses to compare with sync_cc's"
 gpt() { timeout 60 "$bin/arrayjit" --backend cuda gpt --steps 3 --eval-every 3 --sample 0 \
   --checkpoint /tmp/smoke.safetensors "$@" 2>&1 | grep -v -E '^\s*$' | tail -8; }
@@ -57,12 +64,16 @@ if ! gpt; then
   gpt
 fi
 gpt --precision bf16
+fi
 
+if want bench; then
 phase "the device table: f32 / TF32 / bf16 products, the chain, the GPT step in f32 and bf16, beside PyTorch"
 timeout 300 "$bin/arrayjit" bench --backend cuda --python python3 > "$out/bench.md"
 echo "bench exit $?"
 cat "$out/bench.md"
+fi
 
+if want tests; then
 phase "tests on cuda (in parallel: correctness only)"
 export ARRAYJIT_REQUIRE_BACKENDS=sync_cc,cuda
 pids=()
@@ -76,8 +87,20 @@ for t in differential gpt bf16_training matrix_units simt_tiles; do
   echo "--- $t"; cat "/tmp/test-$t.log"
 done > "$out/tests.log"
 grep -h -E "test result|FAILED|panicked|exit [0-9]+$" "$out/tests.log"
+fi
 
-if command -v ncu >/dev/null 2>&1; then
+if want large; then
+  phase "issue 40 on cuda: a 4 TiB link refused within a second; u8 past 2^31, 4 GiB f32, a 4 GiB parameter trained, the 5e10-step sum"
+  export ARRAYJIT_REQUIRE_BACKENDS=cuda
+  exe=$(ls "$bin"/memory_limits-* 2>/dev/null | head -1)
+  [ -n "$exe" ] && timeout 60 "$exe" --test-threads 1 2>&1 | grep -E "test |result|panicked|cuda"
+  exe=$(ls "$bin"/large_arrays-* 2>/dev/null | head -1)
+  [ -n "$exe" ] && /usr/bin/time -f "large_arrays_on_the_gpu: %e s, host peak RSS %M KB" \
+    timeout 150 "$exe" --ignored --exact large_arrays_on_the_gpu --nocapture 2>&1 \
+    | grep -E "test |result|panicked|cuda|RSS"
+fi
+
+if command -v ncu >/dev/null 2>&1 && want ncu-gpt; then
   for batch in 16 128; do
     phase "every kernel's time of one GPT step at batch $batch (Nsight Compute)"
     timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
@@ -85,6 +108,8 @@ if command -v ncu >/dev/null 2>&1; then
       --checkpoint /tmp/ncu.safetensors > "$out/ncu-gpt-b$batch.csv" 2>/dev/null
     echo "ncu gpt b$batch exit $? ($(grep -c gpu__time_duration "$out/ncu-gpt-b$batch.csv") kernels)"
   done
+fi
+if command -v ncu >/dev/null 2>&1 && want ncu-matmul; then
   phase "the 4096 products' kernels (Nsight Compute)"
   for kind in "" "tf32 " "bf16 "; do
     timeout 40 ncu --clock-control none --launch-count 6 \
@@ -92,5 +117,17 @@ if command -v ncu >/dev/null 2>&1; then
       --csv "$bin/arrayjit" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null
   done > "$out/ncu-matmul.csv"
   grep -E "gpu__time|warps_active" "$out/ncu-matmul.csv" | cut -c1-300 | head -40
+fi
+if command -v ncu >/dev/null 2>&1 && want ncu-detail; then
+  phase "the 4096 products in detail: launch, occupancy, warp states, memory (Nsight Compute)"
+  for kind in "" "tf32 " "bf16 "; do
+    echo "### matmul ${kind}4096"
+    timeout 60 ncu --clock-control none --launch-skip 2 --launch-count 1 \
+      --section LaunchStats --section Occupancy --section WarpStateStats \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --csv --page details "$bin/arrayjit" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null
+  done > "$out/ncu-detail.csv"
+  grep -E "Registers Per|Shared Memory Config|Dynamic Shared|Static Shared|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Compute \(SM\) Throughput|Memory Throughput|Duration|###" \
+    "$out/ncu-detail.csv" | cut -c1-220 | head -80
 fi
 phase done

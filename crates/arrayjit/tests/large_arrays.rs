@@ -245,11 +245,16 @@ fn u8_arrays_past_2_31_elements_on_cuda_emu() {
 #[test]
 #[ignore = "about 21 GB of memory; run with --ignored"]
 fn a_four_gib_parameter_trains_on_sync_cc() {
-    use arrayjit::tensor::{Init, Optimizer, grad_program, update_program_clipped};
     if !room_for(22_000_000_000) {
         return;
     }
-    let backend = arrayjit::backend("sync_cc").unwrap();
+    four_gib_parameter_trains(&arrayjit::backend("sync_cc").unwrap());
+}
+
+/// Two SGD steps of a 4 GiB parameter on `backend` (see the test above).
+fn four_gib_parameter_trains(backend: &Backend) {
+    use arrayjit::tensor::{Init, Optimizer, grad_program, update_program_clipped};
+    let name = backend.name();
     let w = Tensor::param("w", &[1 << 14, 1 << 16], Init::Constant(0.5), 0, 0).unwrap();
     let loss = w
         .mul(&w)
@@ -275,9 +280,61 @@ fn a_four_gib_parameter_trains_on_sync_cc() {
         routine.run().unwrap();
         losses.push(loss.values().unwrap()[0]);
     }
-    assert_eq!(losses, [0.25, 0.0625]);
+    assert_eq!(losses, [0.25, 0.0625], "{name}");
+    routine.context().to_host(w.node()).unwrap();
+    stream.await_work().unwrap();
     let last = (1 << 14) - 1;
     for at in [[0, 0], [last, (1 << 16) - 1], [1 << 13, 12345]] {
-        assert_eq!(w.node().host().get_value(&at).unwrap(), 0.125, "w{at:?}");
+        assert_eq!(
+            w.node().host().get_value(&at).unwrap(),
+            0.125,
+            "{name}: w{at:?}"
+        );
+    }
+}
+
+/// The sum of 5·10^10 steps (`full((50000, 1000000), 1.0) * 2`, fused: no array) to
+/// within 10^-6 of 10^11, pairwise; returns how long its run took.
+fn sum_of_5e10_steps(backend: &Backend) -> std::time::Duration {
+    let name = backend.name();
+    let steps = Tensor::full(Prec::F32, &[50_000, 1_000_000], 1.0).unwrap();
+    let total = steps.scale(2.0).unwrap().sum_all().unwrap();
+    hosted(&total);
+    let code = backend
+        .compile("sum_5e10", &forward_program(&[&total]), &[])
+        .unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    let started = std::time::Instant::now();
+    routine.run().unwrap();
+    let value = total.values().unwrap()[0];
+    let took = started.elapsed();
+    assert!(
+        (value / 1e11 - 1.0).abs() < 1e-6,
+        "{name}: the sum of 5e10 twos is {value}"
+    );
+    eprintln!("{name}: the sum of 5e10 twos is {value} in {took:?}");
+    took
+}
+
+/// Everything above on a GPU (`cuda`, where one is present): `u8` arrays past 2^31 elements,
+/// 4 GiB of `f32` summed whole and by columns, a 4 GiB parameter trained, and the sum of
+/// 5·10^10 steps. About 30 GB of device memory, so only by hand (or on a lent GPU machine):
+/// `cargo test --test large_arrays -- --ignored`.
+#[test]
+#[ignore = "needs a GPU with about 30 GB; run with --ignored"]
+fn large_arrays_on_the_gpu() {
+    for backend in arrayjit_testing::backends_under_test(&["cuda"]).unwrap() {
+        let Some((free, _)) = backend.get_device(0).unwrap().available_memory() else {
+            continue;
+        };
+        if free < 30_000_000_000 {
+            eprintln!("{}: skipped, {free} bytes free", backend.name());
+            continue;
+        }
+        u8_past_2_31_elements(&backend);
+        f32_four_gib(&backend);
+        four_gib_parameter_trains(&backend);
+        sum_of_5e10_steps(&backend);
     }
 }
