@@ -35,6 +35,11 @@ pub struct DeviceInfo {
     /// Shared (workgroup) memory per local group, in bytes (0 on a CPU: a worker's stack and
     /// caches play that role).
     pub max_shared_bytes: usize,
+    /// Shared memory per local group where a kernel opts in to more (see
+    /// [`GpuLimits::max_opt_in_shared_bytes`]); `max_shared_bytes` where there is no opt-in.
+    pub max_opt_in_shared_bytes: usize,
+    /// Shared memory of one compute unit (0 when unknown or on a CPU).
+    pub shared_bytes_per_unit: usize,
     /// Invocations that run in lock step: a GPU's subgroup or warp, a CPU's `f32` SIMD lanes.
     pub subgroup_size: usize,
     /// Widest vector load or register in bytes (CPU SIMD width; 16 on GPUs: `vec4<f32>`).
@@ -69,6 +74,8 @@ impl DeviceInfo {
             max_local_size: [1, 1, 1],
             max_local_invocations: 1,
             max_shared_bytes: 0,
+            max_opt_in_shared_bytes: 0,
+            shared_bytes_per_unit: 0,
             subgroup_size: cpu.f32_lanes().max(1),
             vector_bytes: cpu.simd_bytes,
             vector_registers: cpu.vector_registers,
@@ -116,6 +123,8 @@ impl DeviceInfo {
         let gpu = (self.max_local_invocations > 1).then(|| GpuLimits {
             max_group_invocations: self.max_local_invocations.min(self.max_local_size[0]),
             max_shared_bytes: self.max_shared_bytes,
+            max_opt_in_shared_bytes: self.max_opt_in_shared_bytes.max(self.max_shared_bytes),
+            shared_bytes_per_unit: self.shared_bytes_per_unit,
             subgroup_size: u32::try_from(self.subgroup_size).unwrap_or(0),
             compute_units: self.compute_units,
             matrix_units: self.matrix_units,

@@ -309,12 +309,13 @@ static inline void aj_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) {
  * (address bits 4-5 ^= bits 7-8); result side contiguous: 128-byte rows of 64 elements, 8-row
  * groups 1024 bytes apart, 64-element blocks 4096 bytes apart, the 128-byte swizzle (bits 4-6
  * ^= bits 7-9). The swizzles act on addresses, as the hardware's do: staged arrays start on
- * 1 KiB boundaries. Fences, commits and waits have nothing to order here: a product is done when
- * it returns (the kernels wait for each group before touching its accumulators or buffers). */
+ * 1 KiB boundaries. A product runs when a wgmma.wait_group requires it (as late as the PTX ISA
+ * lets the hardware read its operands and write its accumulators), not when issued: a kernel
+ * that refills a buffer, or touches the accumulators, before waiting for the products that
+ * read them computes with the wrong values here too. Each thread of a block has its queue of
+ * products (see the asynchronous copies below). */
 static inline void aj_fence_async_proxy(void) {}
 static inline void aj_wgmma_fence(void) {}
-static inline void aj_wgmma_commit(void) {}
-static inline void aj_wgmma_wait(unsigned pending) { (void)pending; }
 
 /* The bits of element (mn, k) of a warpgroup factor whose first staged element is at `p`. */
 static inline uint32_t aj_wgmma_element(const void *p, int side_major, unsigned mn, unsigned k) {
@@ -331,8 +332,8 @@ static inline uint32_t aj_wgmma_element(const void *p, int side_major, unsigned 
   return h;
 }
 
-static inline void aj_emu_wgmma(float *d, const void *a, const void *b, int kind, unsigned n,
-                                int a_side_major, int b_side_major) {
+static inline void aj_emu_wgmma_run(float *d, const void *a, const void *b, int kind, unsigned n,
+                                    int a_side_major, int b_side_major) {
   aj_block *blk = aj_running_block;
   unsigned linear = blk ? blk->current : 0;
   unsigned lane = linear % 32u, warp = (linear % 128u) / 32u;
@@ -345,6 +346,123 @@ static inline void aj_emu_wgmma(float *d, const void *a, const void *b, int kind
                       aj_emu_half(aj_wgmma_element(b, b_side_major, col, k), kind);
     d[r] = acc;
   }
+}
+
+enum { AJ_PRODUCTS_IN_FLIGHT = 16, AJ_MAX_BLOCK_THREADS_FOR_PRODUCTS = 1024 };
+struct aj_wgmma_op {
+  float *d;
+  const void *a, *b;
+  int kind, a_side_major, b_side_major;
+  unsigned n, group;
+};
+struct aj_wgmma_queue {
+  unsigned committed, count;
+  aj_wgmma_op ops[AJ_PRODUCTS_IN_FLIGHT];
+};
+struct aj_wgmma_queues {
+  aj_wgmma_queue *queues = 0;
+  ~aj_wgmma_queues() { free(queues); }
+};
+static thread_local aj_wgmma_queues aj_wgmmas;
+
+/* The shared memory the block's products in flight read, by range, with how many products
+ * read each: an asynchronous copy into one of them is a race (the kernel refills a buffer
+ * before waiting for the products that read it), which the launch reports (status -2). */
+enum { AJ_OPERANDS_IN_FLIGHT = 64 };
+struct aj_operand_range {
+  uintptr_t lo, hi;
+  unsigned uses;
+};
+static thread_local aj_operand_range aj_in_flight[AJ_OPERANDS_IN_FLIGHT];
+static thread_local unsigned aj_in_flight_count = 0;
+static thread_local int aj_race = 0;
+
+/* The bytes a factor of `rows` rows (of the result side) spans from its first staged element. */
+static inline uintptr_t aj_wgmma_span(int side_major, unsigned rows) {
+  return side_major ? ((rows - 1) / 64) * 4096u + 2048u : ((rows + 7) / 8) * 512u;
+}
+static inline void aj_operand_use(const void *p, int side_major, unsigned rows, int add) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + aj_wgmma_span(side_major, rows);
+  for (unsigned i = 0; i < aj_in_flight_count; ++i) {
+    aj_operand_range *r = &aj_in_flight[i];
+    if (r->lo != lo || r->hi != hi) continue;
+    if (add) {
+      r->uses++;
+    } else if (--r->uses == 0) {
+      *r = aj_in_flight[--aj_in_flight_count];
+    }
+    return;
+  }
+  if (add && aj_in_flight_count < AJ_OPERANDS_IN_FLIGHT)
+    aj_in_flight[aj_in_flight_count++] = aj_operand_range{lo, hi, 1};
+}
+static inline void aj_check_copy_into(const void *dst) {
+  uintptr_t lo = (uintptr_t)dst, hi = lo + 16;
+  for (unsigned i = 0; i < aj_in_flight_count; ++i)
+    if (lo < aj_in_flight[i].hi && aj_in_flight[i].lo < hi) aj_race = 1;
+}
+
+static inline void aj_wgmma_run_op(const aj_wgmma_op *o) {
+  aj_emu_wgmma_run(o->d, o->a, o->b, o->kind, o->n, o->a_side_major, o->b_side_major);
+}
+/* Runs a queued product and releases its operands. */
+static inline void aj_wgmma_retire(const aj_wgmma_op *o) {
+  aj_wgmma_run_op(o);
+  aj_operand_use(o->a, o->a_side_major, 64, 0);
+  aj_operand_use(o->b, o->b_side_major, o->n, 0);
+}
+/* Thread `t`'s queue of products (null where it cannot be allocated: products then run when
+ * issued). */
+static inline aj_wgmma_queue *aj_wgmma_queue_of(unsigned t) {
+  if (!aj_wgmmas.queues)
+    aj_wgmmas.queues =
+        (aj_wgmma_queue *)calloc(AJ_MAX_BLOCK_THREADS_FOR_PRODUCTS, sizeof(aj_wgmma_queue));
+  return aj_wgmmas.queues ? &aj_wgmmas.queues[t % AJ_MAX_BLOCK_THREADS_FOR_PRODUCTS] : 0;
+}
+static inline aj_wgmma_queue *aj_my_wgmmas(void) {
+  aj_block *b = aj_running_block;
+  return aj_wgmma_queue_of(b ? b->current : 0);
+}
+/* A block's thread starts with no products in flight. */
+static inline void aj_wgmma_reset(unsigned t) {
+  aj_in_flight_count = 0;
+  if (!aj_wgmmas.queues) return;
+  aj_wgmma_queue *q = aj_wgmma_queue_of(t);
+  if (q) q->committed = q->count = 0;
+}
+static inline void aj_emu_wgmma(float *d, const void *a, const void *b, int kind, unsigned n,
+                                int a_side_major, int b_side_major) {
+  aj_wgmma_op o = {d, a, b, kind, a_side_major, b_side_major, n, 0};
+  aj_wgmma_queue *q = aj_my_wgmmas();
+  if (!q) {
+    aj_wgmma_run_op(&o);
+    return;
+  }
+  if (q->count == AJ_PRODUCTS_IN_FLIGHT) {
+    aj_wgmma_retire(&q->ops[0]);
+    memmove(q->ops, q->ops + 1, (AJ_PRODUCTS_IN_FLIGHT - 1) * sizeof(aj_wgmma_op));
+    q->count--;
+  }
+  o.group = q->committed;
+  q->ops[q->count++] = o;
+  aj_operand_use(a, a_side_major, 64, 1);
+  aj_operand_use(b, b_side_major, n, 1);
+}
+static inline void aj_wgmma_commit(void) {
+  aj_wgmma_queue *q = aj_my_wgmmas();
+  if (q) q->committed++;
+}
+/* Runs, in order, every product of a committed group older than the `pending` most recent. */
+static inline void aj_wgmma_wait(unsigned pending) {
+  aj_wgmma_queue *q = aj_my_wgmmas();
+  if (!q) return;
+  unsigned keep = 0;
+  for (unsigned i = 0; i < q->count; ++i) {
+    aj_wgmma_op *o = &q->ops[i];
+    if (o->group < q->committed && q->committed - o->group > pending) aj_wgmma_retire(o);
+    else q->ops[keep++] = *o;
+  }
+  q->count = keep;
 }
 
 /* cp.async.cg.shared.global with 16 bytes (or none, zero-filled), commit_group and
@@ -382,6 +500,7 @@ static inline aj_copy_queue *aj_my_copies(void) {
   return &aj_copies.queues[b ? b->current % AJ_MAX_BLOCK_THREADS : 0];
 }
 static inline void aj_copy_async16(void *dst, const void *src, int valid) {
+  aj_check_copy_into(dst);
   aj_async_copy c = {dst, src, valid, 0};
   aj_copy_queue *q = aj_my_copies();
   if (!q) {
@@ -516,6 +635,7 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
       aj_fiber *f = &fibers[t];
       aj_fiber_start(&block, f, memory + each * t + page, AJ_STACK_BYTES);
       f->state = AJ_RUNS;
+      aj_wgmma_reset(t);
     }
     for (;;) {
       /* One round: every thread that may run runs to its next barrier or its return. */
@@ -538,6 +658,10 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
     }
   }
   aj_running_block = outer;
+  if (aj_race) {
+    aj_race = 0;
+    return -2;
+  }
   return status;
 }
 

@@ -32,6 +32,11 @@ pub const EMULATED_MAX_THREADS: u32 = 1024;
 pub const EMULATED_MAX_BLOCK: [u32; 3] = [1024, 1024, 64];
 /// Static `__shared__` memory a kernel may declare per block, as on CUDA devices (48 KiB).
 pub const EMULATED_SHARED_BYTES: usize = 48 * 1024;
+/// Shared memory a kernel may use where it opts in to dynamic shared memory, and a unit's, as
+/// on sm_90 (227 and 228 KiB), so that the deeper pipelines of devices that have it run here.
+pub const EMULATED_OPT_IN_SHARED_BYTES: usize = 227 * 1024;
+/// See [`EMULATED_OPT_IN_SHARED_BYTES`].
+pub const EMULATED_SHARED_BYTES_PER_UNIT: usize = 228 * 1024;
 /// Threads per warp: warp shuffles exchange within runs of this many threads.
 pub const EMULATED_WARP_SIZE: usize = 32;
 
@@ -115,7 +120,8 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
             let (blocks, threads) = p.launch_dims();
             let _ = writeln!(
                 launchers,
-                "  if (aj_launch({}_t{pos}, aj_b, aj_s, {blocks}u, {threads}u, {})) return -1;",
+                "  {{ const int aj_st = aj_launch({}_t{pos}, aj_b, aj_s, {blocks}u, {threads}u, {}); \
+                 if (aj_st) return aj_st; }}",
                 k.interface.symbol,
                 i32::from(uses_barriers(&p.shape))
             );

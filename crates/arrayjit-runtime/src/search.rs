@@ -69,7 +69,7 @@ impl ScheduleChoice {
             loop_fusion: true,
         };
         // The GPU fields may be absent (choices stored before they existed): `auto`.
-        let mut seen = [false; 8];
+        let mut seen = [false; 9];
         for field in text.split_whitespace() {
             let (name, value) = field
                 .split_once('=')
@@ -126,6 +126,16 @@ impl ScheduleChoice {
                     };
                     7
                 }
+                "gpu_stages" => {
+                    choice.tuning.gpu_stages = match value {
+                        "auto" => None,
+                        _ => Some(int(
+                            2,
+                            arrayjit_ir::schedule::gpu::matrix::MAX_MATRIX_STAGES as i64,
+                        )? as usize),
+                    };
+                    8
+                }
                 "loop_fusion" => {
                     choice.loop_fusion = match value {
                         "on" => true,
@@ -165,9 +175,10 @@ impl fmt::Display for ScheduleChoice {
         let auto = |v: Option<usize>| v.map_or_else(|| "auto".to_string(), |v| v.to_string());
         write!(
             f,
-            " gpu_threads={} gpu_tile={}",
+            " gpu_threads={} gpu_tile={} gpu_stages={}",
             auto(t.gpu_threads.map(|v| v as usize)),
-            auto(t.gpu_tile)
+            auto(t.gpu_tile),
+            auto(t.gpu_stages)
         )
     }
 }
@@ -306,12 +317,14 @@ enum Knob {
     GpuThreads,
     /// The tile side of tiled GPU products.
     GpuTile,
+    /// The buffers of matrix-unit products' staged tiles.
+    GpuStages,
 }
 
 impl Knob {
     /// The knobs in the order they are tried from `start`: fusion only when it is on (a user
     /// who turned it off is not overruled); on a GPU backend (`gpu`) the tile of products,
-    /// then the group size; on a CPU kc first (it sets the L1 panel), then mc (L2), then nc
+    /// then the buffers of matrix-unit products, then the group size; on a CPU kc first (it sets the L1 panel), then mc (L2), then nc
     /// (L3).
     fn all(start: ScheduleChoice, gpu: bool) -> Vec<Knob> {
         let mut knobs = Vec::new();
@@ -319,7 +332,7 @@ impl Knob {
             knobs.push(Knob::LoopFusion);
         }
         if gpu {
-            knobs.extend([Knob::GpuTile, Knob::GpuThreads]);
+            knobs.extend([Knob::GpuTile, Knob::GpuStages, Knob::GpuThreads]);
             return knobs;
         }
         knobs.extend([
@@ -352,6 +365,9 @@ impl Knob {
                 .to_vec(),
             Knob::GpuTile => ScheduleTuning::GPU_TILES
                 .map(|t| vary(&|c| c.tuning.gpu_tile = Some(t)))
+                .to_vec(),
+            Knob::GpuStages => ScheduleTuning::GPU_STAGES
+                .map(|t| vary(&|c| c.tuning.gpu_stages = Some(t)))
                 .to_vec(),
             Knob::Block(axis) => [-1i8, 1]
                 .map(|d| {
@@ -588,6 +604,7 @@ mod tests {
                 reduction_vectors: 8,
                 gpu_threads: Some(128),
                 gpu_tile: Some(64),
+                gpu_stages: Some(3),
             },
             loop_fusion: false,
         };
@@ -624,6 +641,10 @@ mod tests {
                 &good.replace("gpu_threads=auto", "gpu_threads=0"),
                 "from 1 to 1024",
             ),
+            (
+                &good.replace("gpu_stages=auto", "gpu_stages=9"),
+                "from 2 to 6",
+            ),
             ("register_rows", "name=value"),
         ] {
             let e = ScheduleChoice::parse(bad).unwrap_err();
@@ -656,6 +677,7 @@ mod tests {
                         c.tuning.block_scale_log2 != from.tuning.block_scale_log2,
                         c.tuning.gpu_threads != from.tuning.gpu_threads,
                         c.tuning.gpu_tile != from.tuning.gpu_tile,
+                        c.tuning.gpu_stages != from.tuning.gpu_stages,
                     ];
                     assert_eq!(differs.iter().filter(|d| **d).count(), 1, "{knob:?} {c}");
                 }
@@ -665,7 +687,11 @@ mod tests {
         assert!(!Knob::all(unfused, false).contains(&Knob::LoopFusion));
         // GPU backends vary the GPU knobs and not the CPU's blocking, and CPUs the reverse.
         let gpu = Knob::all(start, true);
-        assert!(gpu.contains(&Knob::GpuTile) && gpu.contains(&Knob::GpuThreads));
+        assert!(
+            gpu.contains(&Knob::GpuTile)
+                && gpu.contains(&Knob::GpuStages)
+                && gpu.contains(&Knob::GpuThreads)
+        );
         assert!(
             !gpu.iter()
                 .any(|k| matches!(k, Knob::Block(_) | Knob::RegisterRows))

@@ -79,3 +79,82 @@ fn without_a_cpp_compiler_cuda_emu_says_what_to_install() {
         "{text}"
     );
 }
+
+/// The emulation runs a warpgroup product when a `wgmma.wait_group` requires it, as late as the
+/// PTX ISA lets a GPU read its operands: a hand-written kernel issues a product of ones, then
+/// refills its left factor with twos before waiting, and gets the product of the twos — so a
+/// pipeline that refills a buffer too early fails here as on a GPU (the kernels' products stay
+/// in flight for a step). Waiting first gives the product of the ones.
+#[test]
+fn warpgroup_products_run_when_waited_for() {
+    use arrayjit::backends::LaunchRequest;
+    use arrayjit::codegen::{KernelInterface, LaunchDims, SourceKernel};
+    let Some(backend) = skip_unless_available() else {
+        return;
+    };
+    let source = r#"
+extern "C" __global__ void aj_products(float *y, long long wait_first) {
+  /* 64 rows of the left factor and 128 of the right, 16 of depth in 64-byte rows. */
+  __shared__ __align__(1024) uint16_t a[64 * 32];
+  __shared__ __align__(1024) uint16_t b[128 * 32];
+  unsigned t = threadIdx.x;
+  for (unsigned i = t; i < 64 * 32; i += 128) a[i] = 0x3f80; /* bf16 1.0 */
+  for (unsigned i = t; i < 128 * 32; i += 128) b[i] = 0x3f80;
+  __syncthreads();
+  float d[64];
+  for (int r = 0; r < 64; ++r) d[r] = 0.0f;
+  aj_wgmma_fence();
+  aj_emu_wgmma(d, a, b, 0, 128, 0, 0);
+  aj_wgmma_commit();
+  if (wait_first) aj_wgmma_wait(0);
+  __syncthreads();
+  for (unsigned i = t; i < 64 * 32; i += 128) a[i] = 0x4000; /* bf16 2.0 */
+  __syncthreads();
+  aj_wgmma_wait(0);
+  y[t] = d[0] + d[63];
+}
+"#;
+    let y = Tnode::new(Prec::F32, &[128], &["y"]).unwrap();
+    let interface = KernelInterface {
+        name: "products".into(),
+        symbol: "aj_products".into(),
+        args: vec![y],
+        merge: None,
+        statics: vec![arrayjit::ir::StaticSymbol::new("wait_first", 2)],
+        scratch_bytes: 0,
+    };
+    let launch = LaunchDims {
+        grid: [1, 1, 1],
+        block: [128, 1, 1],
+    };
+    let lowered = backend.lowered();
+    // SAFETY: the kernel writes 128 floats of y, the size of its interface's buffer.
+    let batch =
+        unsafe { lowered.compile_source(source, &[SourceKernel::gpu(interface, launch)]) }.unwrap();
+    let k = batch.kernel_index("products").unwrap();
+    let ys = lowered.runtime().alloc_array(0, Prec::F32, 128).unwrap();
+    for (wait_first, each) in [(0, 2.0 * 16.0), (1, 16.0)] {
+        // SAFETY: the test's own buffer, one call at a time.
+        unsafe {
+            batch.launch(LaunchRequest::new(
+                k,
+                std::slice::from_ref(&ys),
+                &[wait_first],
+            ))
+        }
+        .unwrap();
+        lowered.runtime().synchronize(0).unwrap();
+        let mut out = vec![0u8; 128 * 4];
+        // SAFETY: the test's own buffer, one call at a time.
+        unsafe { lowered.runtime().copy_to_host(&ys, &mut out, None) }.unwrap();
+        let got: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert!(
+            got.iter().all(|&v| v == 2.0 * each),
+            "wait first {wait_first}: {:?}",
+            &got[..4]
+        );
+    }
+}

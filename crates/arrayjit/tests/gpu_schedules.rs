@@ -71,6 +71,7 @@ fn product_tiles_follow_shared_memory_and_the_device_size() {
     // 4 KiB stages only 16-tiles; 2 KiB none: the product runs as a grid.
     let small = |bytes| GpuLimits {
         max_shared_bytes: bytes,
+        max_opt_in_shared_bytes: bytes,
         ..GpuLimits::portable()
     };
     assert_eq!(tile_of(&matmul_passes(256, small(4096))), Some(16));
@@ -150,6 +151,8 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
     let groups_of_64 = GpuLimits {
         max_group_invocations: 64,
         max_shared_bytes: 48 << 10,
+        max_opt_in_shared_bytes: 48 << 10,
+        shared_bytes_per_unit: 0,
         subgroup_size: 32,
         compute_units: 0,
         matrix_units: false,
@@ -159,6 +162,8 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
     let small_shared = GpuLimits {
         max_group_invocations: 256,
         max_shared_bytes: 4096,
+        max_opt_in_shared_bytes: 4096,
+        shared_bytes_per_unit: 0,
         subgroup_size: 32,
         compute_units: 0,
         matrix_units: false,
@@ -312,6 +317,7 @@ fn the_tuning_sets_tiles_and_group_sizes_within_the_limits() {
     // 128-tiles do not fit 4 KiB: the heuristic's tile instead (16, the only one that fits).
     let small = GpuLimits {
         max_shared_bytes: 4096,
+        max_opt_in_shared_bytes: 4096,
         ..GpuLimits::portable()
     };
     assert_eq!(

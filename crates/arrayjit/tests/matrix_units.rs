@@ -116,7 +116,12 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
     let original = b.optimize_settings();
     let mut copies = std::collections::BTreeSet::new();
     let mut warpgroups = std::collections::BTreeSet::new();
+    let mut dynamic = std::collections::BTreeSet::new();
     let has_warpgroups = original.schedule.gpu.is_some_and(|g| g.warpgroup_mma);
+    let has_opt_in = original
+        .schedule
+        .gpu
+        .is_some_and(|g| g.max_opt_in_shared_bytes > g.max_shared_bytes);
     for (tile, on_warpgroups) in [
         (32, false),
         (64, false),
@@ -154,6 +159,11 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
                     .iter()
                     .map(|l| l.warpgroups),
             );
+            dynamic.extend(
+                layouts(&code.optimized().schedules)
+                    .iter()
+                    .map(|l| l.dynamic_shared),
+            );
             check_case(&case, b).unwrap_or_else(|e| {
                 panic!(
                     "{}: {tile}-tiles (warpgroups {on_warpgroups}): {e}",
@@ -167,6 +177,176 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
     // the device has them.
     assert_eq!(copies.len(), 2);
     assert_eq!(warpgroups.len(), if has_warpgroups { 2 } else { 1 });
+    // Buffers in static shared memory and, where the device lets kernels opt in to more, in
+    // dynamic shared memory (the 128-tiles' deeper pipelines).
+    assert_eq!(dynamic.len(), if has_opt_in { 2 } else { 1 }, "{dynamic:?}");
+}
+
+/// Products with long reductions run through every buffer of their pipelines many times (the
+/// corpus's reductions are shorter than the deepest pipelines): 128-tiles of `bf16` over 1024
+/// and 1000 steps, on warps and on warpgroups (whose products stay in flight for a step while
+/// the next step refills the buffer multiplied two steps before), with asynchronous and
+/// element-by-element copies, agree with the interpreter; the emulation runs each warpgroup
+/// product when it is waited for and reports a copy into a buffer a product in flight reads.
+#[test]
+fn long_reductions_cycle_through_the_pipelines_buffers() {
+    for b in with_matrix_units() {
+        let original = b.optimize_settings();
+        let has_warpgroups = original.schedule.gpu.is_some_and(|g| g.warpgroup_mma);
+        for on_warpgroups in [false, true] {
+            if on_warpgroups && !has_warpgroups {
+                continue;
+            }
+            let mut settings = tuned(&b, Some(128), false);
+            if let Some(g) = settings.schedule.gpu.as_mut() {
+                g.warpgroup_mma = on_warpgroups;
+            }
+            b.set_optimize_settings(settings);
+            for (spec, m, k, n) in [("mk,kn->mn", 128, 1024, 128), ("km,kn->mn", 124, 1000, 128)] {
+                let dims = |rows: &str| -> Vec<usize> {
+                    rows.chars()
+                        .map(|c| match c {
+                            'm' => m,
+                            'k' => k,
+                            _ => n,
+                        })
+                        .collect()
+                };
+                let (sa, sb) = spec.split_once("->").unwrap().0.split_once(',').unwrap();
+                let node = |label: &str, d: &[usize], seed: usize| {
+                    let t = Tnode::new(Prec::Bf16, d, &[label]).unwrap();
+                    let count: usize = d.iter().product();
+                    let values: Vec<f64> =
+                        (0..count).map(|i| ((i * seed) % 5) as f64 - 2.0).collect();
+                    t.host().set_values(&values).unwrap();
+                    t
+                };
+                let (a, bt) = (node("a", &dims(sa), 7), node("b", &dims(sb), 3));
+                let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
+                c.update_memory_mode(
+                    arrayjit::ir::MemoryMode::Hosted(arrayjit::ir::MemoryType::Nonconstant),
+                    "compared",
+                )
+                .unwrap();
+                let program = Assignments::einsum(
+                    spec,
+                    BinOp::Add,
+                    &c,
+                    AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(bt)),
+                    true,
+                )
+                .unwrap();
+                let case = Case {
+                    name: format!("long_{}_{m}x{k}x{n}", spec.replace([',', '-', '>'], "_")),
+                    program,
+                    bindings: vec![],
+                    runs: vec![],
+                    results: vec![c],
+                };
+                let code = b.compile(&case.name, &case.program, &[]).unwrap();
+                let [layout] = layouts(&code.optimized().schedules)[..] else {
+                    panic!("{}", code.optimized().schedule_report());
+                };
+                assert_eq!(
+                    (layout.tile, layout.warpgroups),
+                    (128, on_warpgroups),
+                    "{}",
+                    case.name
+                );
+                check_case(&case, &b).unwrap_or_else(|e| {
+                    panic!(
+                        "{}: {} (warpgroups {on_warpgroups}, {} buffers): {e}",
+                        b.name(),
+                        case.name,
+                        layout.stages
+                    )
+                });
+            }
+        }
+        b.set_optimize_settings(original);
+    }
+}
+
+/// The matrix units' buffers fill the shared memory that leaves room for two groups per SM:
+/// on sm_90 (227 KiB per block where a kernel opts in, 228 KiB per SM) a 128-tile of `bf16`
+/// takes 6 buffers (96 KiB), on sm_80 (163 / 164 KiB) 5, and where a device has no opt-in the
+/// 48 KiB a kernel declares statically hold 3. Beyond 48 KiB the kernel declares its buffers
+/// in dynamic shared memory and its pass says how much its launch gives each group; a tuning
+/// caps the buffers; NVRTC compiles the kernel with an extern shared array.
+#[test]
+fn deeper_pipelines_take_dynamic_shared_memory_where_the_device_has_it() {
+    let n = 4096;
+    let node = |l: &str| Tnode::new(Prec::Bf16, &[n, n], &[l]).unwrap();
+    let program = Assignments::einsum(
+        "mk,kn->mn",
+        BinOp::Add,
+        &Tnode::new(Prec::F32, &[n, n], &["c"]).unwrap(),
+        AccumRhs::Binop(
+            BinOp::Mul,
+            Operand::Node(node("a")),
+            Operand::Node(node("b")),
+        ),
+        true,
+    )
+    .unwrap();
+    let plan = |limits: GpuLimits, stages: Option<usize>| {
+        let mut limits = limits;
+        limits.compute_units = 132;
+        limits.matrix_units = true;
+        let mut settings = OptimizeSettings::for_gpu(limits);
+        settings.schedule.tuning.gpu_stages = stages;
+        let opt = optimize("mm", &[], &program, &settings).unwrap();
+        let [layout] = layouts(&opt.schedules)[..] else {
+            panic!("{}", opt.schedule_report());
+        };
+        (opt, layout)
+    };
+    let sm_90 = GpuLimits::cuda_arch("sm_90").unwrap();
+    for (limits, stages, dynamic) in [
+        (sm_90, 6, true),
+        (GpuLimits::cuda_arch("sm_80").unwrap(), 5, true),
+        (GpuLimits::cuda_minimum(), 3, false),
+    ] {
+        let (opt, layout) = plan(limits, None);
+        assert_eq!(layout.tile, 128);
+        assert_eq!(
+            (layout.stages, layout.dynamic_shared),
+            (stages, dynamic),
+            "{limits:?}"
+        );
+        let report = opt.schedule_report();
+        assert_eq!(
+            report.contains("dynamic shared memory"),
+            dynamic,
+            "{report}"
+        );
+        let program = render_cuda(&[&opt]).unwrap();
+        let passes = &program.kernels[0].passes;
+        let bytes: Vec<usize> = passes.iter().map(|p| p.dynamic_shared_bytes).collect();
+        if dynamic {
+            assert_eq!(bytes, [layout.shared_bytes()]);
+            assert!(
+                program
+                    .source
+                    .contains(&format!("AJ_DYNAMIC_SHARED({});", layout.shared_bytes())),
+                "{}",
+                program.source
+            );
+        } else {
+            assert_eq!(bytes, [0]);
+            assert!(!program.source.contains("AJ_DYNAMIC_SHARED"));
+        }
+    }
+    // A tuning caps the buffers (and within 48 KiB they are static again).
+    let (_, capped) = plan(sm_90, Some(3));
+    assert_eq!((capped.stages, capped.dynamic_shared), (3, false));
+    let (opt, layout) = plan(sm_90, None);
+    assert!(layout.warpgroups && layout.shared_bytes() == (6 * 16) << 10);
+    match compile_ptx(&render_cuda(&[&opt]).unwrap().source, "sm_90a") {
+        Ok(ptx) => assert!(ptx.contains(".extern .shared"), "{ptx}"),
+        Err(Error::BackendUnavailable { reason, .. }) => eprintln!("skipped: {reason}"),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 #[test]
@@ -313,80 +493,97 @@ fn every_matrix_variant_compiles_with_nvrtc_for_sm_80_and_sm_90() {
 fn tiled_products_fit_two_groups_per_sm_without_spills() {
     use arrayjit::backends::cuda_backend::resources::kernel_resources;
     let n = 4096;
-    let mut limits = GpuLimits::cuda_arch("sm_80").unwrap();
-    limits.compute_units = 132;
     let variants = [
         (Prec::F32, false),
         (Prec::F32, true),
         (Prec::Bf16, false),
         (Prec::F16, false),
     ];
-    for (prec, allow_tf32) in variants {
-        let nodes: Vec<Tnode> = ["a", "b", "c"]
-            .iter()
-            .map(|l| Tnode::new(prec, &[n, n], &[l]).unwrap())
-            .collect();
-        let program = Assignments::einsum(
-            "mk,kn->mn",
-            BinOp::Add,
-            &nodes[2],
-            AccumRhs::Binop(
-                BinOp::Mul,
-                Operand::Node(nodes[0].clone()),
-                Operand::Node(nodes[1].clone()),
-            ),
-            true,
-        )
-        .unwrap();
-        let mut settings = OptimizeSettings::for_gpu(limits);
-        settings.schedule.allow_tf32 = allow_tf32;
-        let opt = optimize("mm", &[], &program, &settings).unwrap();
-        let tiles: Vec<_> = opt
-            .schedules
-            .iter()
-            .filter_map(|s| match &s.kind {
-                ScheduleKind::Gpu(GpuPass::Tiles { layout, .. }) => Some((layout.tile, 256)),
-                ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. }) => {
-                    Some((layout.tile, layout.threads()))
-                }
-                _ => None,
-            })
-            .collect();
-        let [(tile, threads)] = tiles[..] else {
-            panic!("{prec} tf32 {allow_tf32}: {}", opt.schedule_report());
-        };
-        assert_eq!(tile, 128, "{prec}");
-        let source = render_cuda(&[&opt]).unwrap().source;
-        if prec != Prec::F32 {
-            // Three buffers of 16-bit factors: one depth waited for, one left in flight.
-            match compile_ptx(&source, "sm_80") {
-                Ok(ptx) => assert!(ptx.contains("cp.async.wait_group 1;"), "{ptx}"),
-                Err(Error::BackendUnavailable { reason, .. }) => {
-                    eprintln!("skipped: {reason}");
-                    return;
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-        if prec == Prec::F32 && !allow_tf32 {
-            // The SIMT tiles read both factors by 128-bit global loads and their runs of
-            // four by 128-bit shared loads.
-            match compile_ptx(&source, "sm_80") {
-                Ok(ptx) => {
-                    assert!(ptx.contains("ld.shared.v4.f32"), "{ptx}");
-                    assert!(
-                        ptx.contains(".global.nc.v4.f32") || ptx.contains("ld.global.v4.f32"),
+    // Each architecture plans with its own limits (its shared memory sets the matrix units'
+    // buffers); sm_90's warpgroup products have a test of their own below.
+    for arch in ["sm_80", "sm_90"] {
+        let mut limits = GpuLimits::cuda_arch(arch).unwrap();
+        limits.compute_units = 132;
+        limits.warpgroup_mma = false;
+        for (prec, allow_tf32) in variants {
+            let nodes: Vec<Tnode> = ["a", "b", "c"]
+                .iter()
+                .map(|l| Tnode::new(prec, &[n, n], &[l]).unwrap())
+                .collect();
+            let program = Assignments::einsum(
+                "mk,kn->mn",
+                BinOp::Add,
+                &nodes[2],
+                AccumRhs::Binop(
+                    BinOp::Mul,
+                    Operand::Node(nodes[0].clone()),
+                    Operand::Node(nodes[1].clone()),
+                ),
+                true,
+            )
+            .unwrap();
+            let mut settings = OptimizeSettings::for_gpu(limits);
+            settings.schedule.allow_tf32 = allow_tf32;
+            let opt = optimize("mm", &[], &program, &settings).unwrap();
+            let tiles: Vec<_> = opt
+                .schedules
+                .iter()
+                .filter_map(|s| match &s.kind {
+                    ScheduleKind::Gpu(GpuPass::Tiles { layout, .. }) => {
+                        Some((layout.tile, 256, 0, 0))
+                    }
+                    ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. }) => Some((
+                        layout.tile,
+                        layout.threads(),
+                        layout.stages,
+                        if layout.dynamic_shared {
+                            layout.shared_bytes() as u32
+                        } else {
+                            0
+                        },
+                    )),
+                    _ => None,
+                })
+                .collect();
+            let [(tile, threads, stages, dynamic)] = tiles[..] else {
+                panic!("{prec} tf32 {allow_tf32}: {}", opt.schedule_report());
+            };
+            assert_eq!(tile, 128, "{prec}");
+            let source = render_cuda(&[&opt]).unwrap().source;
+            if prec != Prec::F32 {
+                // The buffers of 16-bit factors, as many as leave room for two groups per SM:
+                // one depth waited for, the others left in flight.
+                assert!(stages >= 4, "{prec} {arch}: {stages} buffers");
+                match compile_ptx(&source, arch) {
+                    Ok(ptx) => assert!(
+                        ptx.contains(&format!("cp.async.wait_group {};", stages - 2)),
                         "{ptx}"
-                    );
+                    ),
+                    Err(Error::BackendUnavailable { reason, .. }) => {
+                        eprintln!("skipped: {reason}");
+                        return;
+                    }
+                    Err(e) => panic!("{e}"),
                 }
-                Err(Error::BackendUnavailable { reason, .. }) => {
-                    eprintln!("skipped: {reason}");
-                    return;
-                }
-                Err(e) => panic!("{e}"),
             }
-        }
-        for arch in ["sm_80", "sm_90"] {
+            if prec == Prec::F32 && !allow_tf32 {
+                // The SIMT tiles read both factors by 128-bit global loads and their runs of
+                // four by 128-bit shared loads.
+                match compile_ptx(&source, arch) {
+                    Ok(ptx) => {
+                        assert!(ptx.contains("ld.shared.v4.f32"), "{ptx}");
+                        assert!(
+                            ptx.contains(".global.nc.v4.f32") || ptx.contains("ld.global.v4.f32"),
+                            "{ptx}"
+                        );
+                    }
+                    Err(Error::BackendUnavailable { reason, .. }) => {
+                        eprintln!("skipped: {reason}");
+                        return;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
             let kernels = match kernel_resources(&source, arch) {
                 Ok(k) => k,
                 Err(Error::BackendUnavailable { reason, .. }) => {
@@ -399,17 +596,14 @@ fn tiled_products_fit_two_groups_per_sm_without_spills() {
             let k = &kernels[0];
             assert!(
                 k.registers > 0 && k.spill_bytes == 0,
-                "{prec} {arch}: {k:?}"
-            );
-            assert!(
-                k.blocks_per_sm(arch, threads) >= 2,
                 "{prec} tf32 {allow_tf32} {arch}: {k:?}"
             );
+            let blocks = k.blocks_per_sm_with(arch, threads, dynamic);
+            assert!(blocks >= 2, "{prec} tf32 {allow_tf32} {arch}: {k:?}");
             eprintln!(
-                "{prec} (tf32 {allow_tf32}) {arch}: {} registers, {} B shared, {} blocks/SM",
-                k.registers,
-                k.shared_bytes,
-                k.blocks_per_sm(arch, threads)
+                "{prec} (tf32 {allow_tf32}) {arch}: {} registers, {} B static and {dynamic} B \
+                 dynamic shared ({stages} buffers), {blocks} blocks/SM",
+                k.registers, k.shared_bytes,
             );
         }
     }
@@ -521,17 +715,20 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
             let kernels = kernel_resources(&source, "sm_90a").unwrap();
             let k = &kernels[0];
             assert_eq!(k.spill_bytes, 0, "{spec} {prec}: {k:?}");
-            assert!(
-                k.blocks_per_sm("sm_90a", layout.threads()) >= 2,
-                "{spec} {prec}: {k:?}"
-            );
+            // ptxas runs the warpgroup products as issued (it serializes them where it cannot
+            // prove their accumulators untouched while they run).
+            assert!(k.performance_notes.is_empty(), "{spec} {prec}: {k:?}");
+            let dynamic = if layout.dynamic_shared {
+                layout.shared_bytes() as u32
+            } else {
+                0
+            };
+            let blocks = k.blocks_per_sm_with("sm_90a", layout.threads(), dynamic);
+            assert!(blocks >= 2, "{spec} {prec}: {k:?}");
             eprintln!(
-                "{spec} {prec} {}-tiles, {} buffers: {} registers, {} B shared, {} blocks/SM",
-                layout.tile,
-                layout.stages,
-                k.registers,
-                k.shared_bytes,
-                k.blocks_per_sm("sm_90a", layout.threads())
+                "{spec} {prec} {}-tiles, {} buffers: {} registers, {} B static and {dynamic} B \
+                 dynamic shared, {blocks} blocks/SM",
+                layout.tile, layout.stages, k.registers, k.shared_bytes,
             );
         }
     }

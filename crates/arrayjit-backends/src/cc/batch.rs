@@ -18,8 +18,8 @@ use crate::worker_pool::{ParallelHandle, WorkerPool};
 /// The signature of every generated C kernel.
 pub(super) type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);
 
-/// The signature of every emulated CUDA routine: 0, or -1 when the memory for its threads'
-/// stacks could not be had.
+/// The signature of every emulated CUDA routine: 0, -1 when the memory for its threads' stacks
+/// could not be had, or -2 when the emulation saw a pipeline's race (see `cuda_emulation.hpp`).
 pub(super) type EmulatedFn = unsafe extern "C" fn(*const *mut u8, *const i64) -> i32;
 
 /// The entry point of a hand-written emulated kernel that takes its launch at call time (grid,
@@ -184,17 +184,25 @@ impl CcBatch {
             // SAFETY: as above.
             (None, Entry::Emulated(f)) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
         });
-        // Only emulated routines report a status: -1 when their threads' stacks were not had.
-        if status != 0 {
-            return Err(Error::Runtime {
-                stream: format!("{} device {device}", self.backend),
-                detail: format!(
-                    "no memory for the stacks of the emulated threads of {}; free memory or use \
-                     a smaller routine",
-                    k.name
-                ),
-            });
-        }
-        Ok(())
+        // Only emulated routines report a status: -1 when their threads' stacks were not had,
+        // -2 when the emulation saw a race of a pipeline (a kernel's defect, not the user's).
+        let detail = match status {
+            0 => return Ok(()),
+            -2 => format!(
+                "the emulated kernels of {} copied into shared memory that a warpgroup product \
+                 still in flight reads (a pipeline that refills a buffer before waiting for its \
+                 products): a defect of the CUDA renderer; please report it",
+                k.name
+            ),
+            _ => format!(
+                "no memory for the stacks of the emulated threads of {}; free memory or use a \
+                 smaller routine",
+                k.name
+            ),
+        };
+        Err(Error::Runtime {
+            stream: format!("{} device {device}", self.backend),
+            detail,
+        })
     }
 }

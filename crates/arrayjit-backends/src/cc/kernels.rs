@@ -156,6 +156,8 @@ impl CpuKernels for EmulatedCudaKernels {
         info.max_local_size = emu::EMULATED_MAX_BLOCK;
         info.max_local_invocations = emu::EMULATED_MAX_THREADS;
         info.max_shared_bytes = emu::EMULATED_SHARED_BYTES;
+        info.max_opt_in_shared_bytes = emu::EMULATED_OPT_IN_SHARED_BYTES;
+        info.shared_bytes_per_unit = emu::EMULATED_SHARED_BYTES_PER_UNIT;
         info.subgroup_size = emu::EMULATED_WARP_SIZE;
         // The emulation header implements `ldmatrix` and `mma.sync` as warp collectives, and
         // `wgmma.mma_async` from its shared-memory operands.

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use arrayjit_codegen::cuda::{CudaKernel, CudaPass, CudaProgram};
 use arrayjit_codegen::gpu_kernel::PassShape;
 use arrayjit_codegen::{KernelInterface, LaunchDims};
-use arrayjit_ir::{Error, Result, trace};
+use arrayjit_ir::{DeviceLimit, Error, Result, trace};
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::devices::Gpu;
@@ -157,9 +158,11 @@ impl CudaBatch {
                                     self.names()
                                 ))
                             })?;
-                        module
+                        let f = module
                             .load_function(&p.symbol)
-                            .map_err(|e| gpu.driver_error("loading a kernel", e))
+                            .map_err(|e| gpu.driver_error("loading a kernel", e))?;
+                        allow_dynamic_shared(gpu, &f, p)?;
+                        Ok(f)
                     })
                     .collect::<Result<Vec<_>>>()
             })
@@ -208,7 +211,7 @@ impl CudaBatch {
             let config = LaunchConfig {
                 grid_dim: (dims.grid[0], dims.grid[1], dims.grid[2]),
                 block_dim: (dims.block[0], dims.block[1], dims.block[2]),
-                shared_mem_bytes: 0,
+                shared_mem_bytes: pass.dynamic_shared_bytes as u32,
             };
             // SAFETY: the kernel was rendered for exactly these parameters (checked against
             // its interface: one buffer of at least the needed size per pointer, statics in
@@ -381,4 +384,35 @@ impl CudaBatch {
             }
         }
     }
+}
+
+/// Allows a pass's function the dynamic shared memory its launches take, where it takes more
+/// than a block may declare statically; a typed limit where the device has less (a kernel
+/// planned for another device).
+fn allow_dynamic_shared(gpu: &Gpu, f: &CudaFunction, pass: &CudaPass) -> Result<()> {
+    let bytes = pass.dynamic_shared_bytes;
+    if bytes == 0 {
+        return Ok(());
+    }
+    let allowed = gpu
+        .info
+        .max_opt_in_shared_bytes
+        .max(gpu.info.max_shared_bytes);
+    if bytes > allowed {
+        return Err(Error::LimitExceeded {
+            device: gpu.label(),
+            what: format!("kernel {}", pass.symbol),
+            limit: DeviceLimit::SharedBytes,
+            needed: bytes as u64,
+            allowed: allowed as u64,
+            advice: "compile the routine for this device (its plan chose shared memory for \
+                     another one)"
+                .into(),
+        });
+    }
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        i32::try_from(bytes).unwrap_or(i32::MAX),
+    )
+    .map_err(|e| gpu.driver_error("allowing a kernel its dynamic shared memory", e))
 }

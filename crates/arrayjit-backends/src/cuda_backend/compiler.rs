@@ -99,6 +99,7 @@ impl Compiler for CudaCompiler {
                             .map(|b| (b, 0))
                             .collect(),
                         statics: (0..k.interface.statics.len()).collect(),
+                        dynamic_shared_bytes: 0,
                     }],
                     buffer_types: vec![],
                 })

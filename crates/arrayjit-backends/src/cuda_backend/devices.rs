@@ -92,6 +92,12 @@ fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
                 max_local_invocations: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK) as u32,
                 max_shared_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)
                     as usize,
+                max_opt_in_shared_bytes: attr(
+                    Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                ) as usize,
+                shared_bytes_per_unit: attr(
+                    Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+                ) as usize,
                 subgroup_size: attr(Attr::CU_DEVICE_ATTRIBUTE_WARP_SIZE) as usize,
                 vector_bytes: 16,
                 vector_registers: 0,

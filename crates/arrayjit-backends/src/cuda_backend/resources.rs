@@ -24,21 +24,31 @@ pub struct KernelResources {
     pub spill_bytes: u32,
     /// Static shared memory per block in bytes.
     pub shared_bytes: u32,
+    /// ptxas's notes of a potential performance loss in it (e.g. warpgroup products it
+    /// serialized, waiting for each before the next), as reported.
+    pub performance_notes: Vec<String>,
 }
 
 impl KernelResources {
     /// Blocks of `threads` threads of this kernel one SM of `arch` holds at once (see the
     /// module documentation); 0 when a block does not fit at all.
     pub fn blocks_per_sm(&self, arch: &str, threads: u32) -> u32 {
+        self.blocks_per_sm_with(arch, threads, 0)
+    }
+
+    /// [`KernelResources::blocks_per_sm`] where each block also takes `dynamic_shared` bytes
+    /// of dynamic shared memory at launch (ptxas reports only the static ones).
+    pub fn blocks_per_sm_with(&self, arch: &str, threads: u32, dynamic_shared: u32) -> u32 {
         let threads = threads.max(1);
         let warps = threads.div_ceil(32);
         let per_warp = (self.registers.max(1) * 32).div_ceil(256) * 256;
         let by_registers = 65_536 / (per_warp * warps);
         let (shared_per_sm, threads_per_sm) = sm_capacity(arch);
-        let by_shared = if self.shared_bytes == 0 {
+        let shared = self.shared_bytes + dynamic_shared;
+        let by_shared = if shared == 0 {
             u32::MAX
         } else {
-            shared_per_sm / (self.shared_bytes + 1024)
+            shared_per_sm / (shared + 1024)
         };
         by_registers
             .min(by_shared)
@@ -100,6 +110,7 @@ fn parse_ptxas_report(log: &str) -> Vec<KernelResources> {
                 registers: 0,
                 spill_bytes: 0,
                 shared_bytes: 0,
+                performance_notes: Vec::new(),
             });
             continue;
         }
@@ -117,6 +128,20 @@ fn parse_ptxas_report(log: &str) -> Vec<KernelResources> {
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0);
             k.shared_bytes = before(line, "bytes smem").unwrap_or(0);
+        }
+    }
+    // Notes of waits ptxas added or products it serialized come before their kernel's
+    // report, naming it.
+    for line in log.lines() {
+        if !(line.contains("Performance Loss") || line.contains("is injected")) {
+            continue;
+        }
+        let named = line
+            .rsplit("function '")
+            .next()
+            .and_then(|rest| rest.split('\'').next());
+        if let Some(k) = kernels.iter_mut().find(|k| Some(k.name.as_str()) == named) {
+            k.performance_notes.push(line.trim().to_string());
         }
     }
     kernels
@@ -167,5 +192,22 @@ mod tests {
         };
         assert_eq!(light.blocks_per_sm("sm_80", 128), 4);
         assert_eq!(light.blocks_per_sm("sm_90", 128), 5);
+        // With 96 KiB of dynamic shared memory besides its 40 KiB: one on sm_90's 228 KiB;
+        // 96 KiB alone (97 with the reserve): two.
+        assert_eq!(light.blocks_per_sm_with("sm_90", 128, 96 << 10), 1);
+        assert_eq!(k[1].blocks_per_sm_with("sm_90", 128, 96 << 10), 2);
+        assert!(k.iter().all(|k| k.performance_notes.is_empty()));
+        let serialized = parse_ptxas_report(
+            "ptxas info    : (C7517) warpgroup.wait is injected in around line 762 by compiler \
+             to allow use of registers defined by GMMA in function 'aj0_mm_p0'\n\
+             ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions \
+             are serialized due to insufficient register resources for the wgmma pipeline in \
+             the function 'aj0_mm_p0'\n\
+             ptxas info    : Compiling entry function 'aj0_mm_p0' for 'sm_90a'\n\
+             ptxas info    : Used 119 registers, used 1 barriers\n\
+             ptxas info    : Compiling entry function 'aj0_mm_p1' for 'sm_90a'\n",
+        );
+        assert_eq!(serialized[0].performance_notes.len(), 2);
+        assert!(serialized[1].performance_notes.is_empty());
     }
 }

@@ -163,6 +163,8 @@ fn open() -> std::result::Result<Gpu, String> {
         ],
         max_local_invocations: limits.max_compute_invocations_per_workgroup,
         max_shared_bytes: limits.max_compute_workgroup_storage_size as usize,
+        max_opt_in_shared_bytes: limits.max_compute_workgroup_storage_size as usize,
+        shared_bytes_per_unit: 0,
         subgroup_size: a.subgroup_min_size.max(1) as usize,
         vector_bytes: 16,
         vector_registers: 0,

@@ -100,6 +100,10 @@ pub enum Helper {
     /// fence, commit and wait, and shared-memory matrix descriptors; the CUDA emulation's
     /// header defines its own.
     Warpgroup,
+    /// `AJ_DYNAMIC_SHARED(bytes)`: declares `aj_dynamic_shared`, the block's dynamic shared
+    /// memory (`extern __shared__`, sized at launch); the CUDA emulation's is per-block
+    /// storage of `bytes`, like its static shared arrays.
+    DynamicShared,
     /// One warpgroup product `m64nNk16` of 16-bit factors (`wgmma.mma_async`) with the
     /// factors' layouts (result side contiguous, else `k`), as a function of the
     /// accumulators and the factors' first staged elements.
@@ -548,6 +552,12 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
         ),
         Helper::MatrixUnits => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", matrix_units(pre)),
         Helper::Warpgroup => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", warpgroup(pre)),
+        Helper::DynamicShared => "#ifdef AJ_CUDA_EMULATION
+#define AJ_DYNAMIC_SHARED(bytes) static thread_local __align__(1024) unsigned char aj_dynamic_shared[bytes]
+#else
+#define AJ_DYNAMIC_SHARED(bytes) extern __shared__ __align__(1024) unsigned char aj_dynamic_shared[]
+#endif"
+            .to_string(),
         Helper::Wgmma { .. } => wgmma(pre, h),
         Helper::VectorLoads => format!(
             "#ifdef AJ_CUDA_EMULATION

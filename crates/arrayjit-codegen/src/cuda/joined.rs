@@ -75,11 +75,22 @@ pub(crate) fn render_joined(
             )
         })?;
         let part = cx.render_statement(i, stmt, helpers, &format!("p{p}_"), Some(&mut shared))?;
-        let [(shape, own, _, body)] = part.kernels.as_slice() else {
+        // Products, the only passes with dynamic shared memory, never join.
+        let [
+            super::statement::RenderedKernel {
+                shape,
+                threads: own,
+                body,
+                dynamic_shared_bytes: 0,
+                ..
+            },
+        ] = part.kernels.as_slice()
+        else {
             return Err(render_err(
                 cx,
                 format!(
-                    "statement {i} of a joined launch prints {} kernels, not one",
+                    "statement {i} of a joined launch prints {} kernels, not one without \
+                     dynamic shared memory",
                     part.kernels.len()
                 ),
             ));
@@ -147,6 +158,7 @@ pub(crate) fn render_joined(
             why: join.why.clone(),
             args,
             statics,
+            dynamic_shared_bytes: 0,
         },
     })
 }

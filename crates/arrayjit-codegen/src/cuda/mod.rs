@@ -108,6 +108,10 @@ pub struct CudaPass {
     pub args: Vec<(usize, usize)>,
     /// The static indices it takes, as positions in its kernel's statics, in order.
     pub statics: Vec<usize>,
+    /// Bytes of dynamic shared memory each block of its launch takes (0: none): beyond the
+    /// 48 KiB a kernel may declare statically, so the function must be allowed them
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`) before it is launched.
+    pub dynamic_shared_bytes: usize,
 }
 
 impl CudaPass {
@@ -328,7 +332,14 @@ fn render_routine(
         }
         let part = cx.render_statement(i, stmt, helpers, "", None)?;
         let signature = [part.buffer_params, part.static_params].concat().join(", ");
-        for (shape, threads, why, body) in part.kernels {
+        for statement::RenderedKernel {
+            shape,
+            threads,
+            why,
+            body,
+            dynamic_shared_bytes,
+        } in part.kernels
+        {
             // Tiled products cap their registers so that two groups share an SM.
             let bounds = match shape {
                 PassShape::Single => String::new(),
@@ -351,6 +362,7 @@ fn render_routine(
                 why,
                 args: part.args.clone(),
                 statics: part.statics.clone(),
+                dynamic_shared_bytes,
             });
         }
     }
@@ -384,13 +396,19 @@ pub(super) fn render_pass(
     stmt: &LowLevel,
     sched: Option<&Schedule>,
     shared: Option<&mut SharedArrays>,
-) -> Result<Vec<(PassShape, u32, String, String)>> {
+) -> Result<Vec<statement::RenderedKernel>> {
     let pass = gpu_pass(&k.routine, "CUDA C", sched)?;
     let why = sched.map(|s| s.why.clone()).unwrap_or_default();
     let printed = gpu_kernel::print_pass(&mut CudaDialect(k, shared), stmt, pass)?;
     Ok(printed
         .into_iter()
-        .map(|p| (p.shape, p.threads, why.clone(), p.body))
+        .map(|p| statement::RenderedKernel {
+            shape: p.shape,
+            threads: p.threads,
+            why: why.clone(),
+            body: p.body,
+            dynamic_shared_bytes: p.dynamic_shared_bytes,
+        })
         .collect())
 }
 
@@ -455,6 +473,26 @@ impl KernelDialect for CudaDialect<'_, '_> {
             return Ok(None);
         }
         Ok(Some(DIALECT.shared_array(&ty, name, &len.to_string())))
+    }
+
+    fn dynamic_shared(&mut self, arrays: &[(String, Ty, usize)], bytes: usize) -> Result<String> {
+        if self.1.is_some() {
+            return Err(Error::Render {
+                routine: self.0.routine.clone(),
+                language: "CUDA C".into(),
+                detail: "dynamic shared memory in a joined launch".into(),
+            });
+        }
+        self.0.helpers.insert(Helper::DynamicShared);
+        let mut out = format!("AJ_DYNAMIC_SHARED({bytes});\n");
+        for (name, ty, offset) in arrays {
+            let ty = self.ty(*ty);
+            let _ = writeln!(
+                out,
+                "{ty} *const {name} = ({ty} *)(aj_dynamic_shared + {offset});"
+            );
+        }
+        Ok(out)
     }
 
     fn for_header(&self, var: &str, ty: Ty, from: &str, cond: &str, next: &str) -> String {

@@ -23,14 +23,28 @@ pub(crate) struct RoutineContext<'r> {
     pub(crate) syntax: &'r CSyntax,
 }
 
+/// One kernel of a statement's pass, printed.
+pub(crate) struct RenderedKernel {
+    /// How it covers its statement.
+    pub(crate) shape: PassShape,
+    /// Threads per block.
+    pub(crate) threads: u32,
+    /// Why its pass has this shape.
+    pub(crate) why: String,
+    /// Its body.
+    pub(crate) body: String,
+    /// Bytes of dynamic shared memory per block (see [`super::CudaPass::dynamic_shared_bytes`]).
+    pub(crate) dynamic_shared_bytes: usize,
+}
+
 /// One statement's kernels, printed.
 pub(crate) struct RenderedStatement {
     /// Its buffer parameters' declarations, in order.
     pub(crate) buffer_params: Vec<String>,
     /// Its static indices' declarations, in order (after the buffers in a signature).
     pub(crate) static_params: Vec<String>,
-    /// Each kernel's shape, threads per block, reason and body.
-    pub(crate) kernels: Vec<(PassShape, u32, String, String)>,
+    /// Each kernel, printed.
+    pub(crate) kernels: Vec<RenderedKernel>,
     /// See [`CudaPass::args`].
     pub(crate) args: Vec<(usize, usize)>,
     /// See [`CudaPass::statics`].

@@ -91,6 +91,7 @@ pub(super) fn print_kernel<D: KernelDialect>(
             shape,
             threads: *threads,
             body,
+            dynamic_shared_bytes: 0,
         }));
     }
     let split_product = match pass {
@@ -135,6 +136,7 @@ pub(super) fn print_kernel<D: KernelDialect>(
             shape,
             threads,
             body,
+            dynamic_shared_bytes: super::dynamic_shared_bytes(&tree),
         }));
     }
     if k == 0 {
@@ -155,6 +157,7 @@ fn print_one<D: KernelDialect>(
         (r.to_string(), l)
     };
     let subgroup = d.syntax().subgroup;
+    let mut dynamic_shared_bytes = 0;
     let (shape, threads) = match pass {
         GpuPass::Nothing | GpuPass::GridReduction { .. } => return Ok(None),
         GpuPass::Zero { threads, .. } => {
@@ -196,6 +199,7 @@ fn print_one<D: KernelDialect>(
                         render_err(d, "a product with more tiles than a launch holds")
                     })?;
             super::print_stmts(d, &tree, 1, &mut body)?;
+            dynamic_shared_bytes = super::dynamic_shared_bytes(&tree);
             (PassShape::Tiles(*groups), layout.threads())
         }
         GpuPass::Grid {
@@ -269,6 +273,7 @@ fn print_one<D: KernelDialect>(
         shape,
         threads,
         body,
+        dynamic_shared_bytes,
     }))
 }
 

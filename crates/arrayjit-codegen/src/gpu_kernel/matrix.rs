@@ -10,16 +10,20 @@
 //!   factors are copied as their bits, `f32` ones as they are (rounded to TF32 as fragments
 //!   load): by 16-byte asynchronous copies where the factor's rows are whole 16-byte runs,
 //!   else element by element.
-//! - **Pipeline.** `stages` buffers: the copies of the first `stages - 1` depths are issued
-//!   before the loop, one committed group each; each step waits until its depth's group has
-//!   landed (`stages - 2` stay in flight), passes one barrier, issues (and commits) the
-//!   copies of the depth `stages - 1` ahead into the buffer the previous step multiplied,
-//!   then multiplies its own.
+//! - **Pipeline.** `stages` buffers, copies `lookahead` depths ahead (`stages - 1`, or
+//!   `stages - 2` where warpgroup products stay in flight for a step): the copies of the first
+//!   `lookahead` depths are issued before the loop, one committed group each; each step waits
+//!   until its depth's group has landed (`lookahead - 1` stay in flight), passes one barrier,
+//!   issues (and commits) the copies of the depth `lookahead` ahead into the buffer multiplied
+//!   `stages - lookahead` steps before (whose products every invocation has finished), then
+//!   multiplies its own.
 //! - **Warpgroups** (sm_90, where the layout says so): no fragments in registers; each step
 //!   fences the staged tiles for the asynchronous proxy before its barrier, then each
 //!   warpgroup issues one `wgmma.mma_async` (`m64nNk16`) per 16 of depth on its 64 rows of the
 //!   left factor and every column of the right, read from the staged tiles in their
-//!   canonical layouts, commits them and waits for them.
+//!   canonical layouts, commits them and, with at least 3 buffers, waits only for the
+//!   previous step's (so one step's products run while the next step's barrier and copies
+//!   are issued; the last are waited for after the loop), else for its own.
 //! - **Fragments.** 16-bit fragments load by `ldmatrix` (transposed where the factor's `k` is
 //!   not its contiguous axis); TF32 fragments load word by word at the positions the PTX ISA
 //!   gives `m16n8k8`'s lanes.
@@ -210,9 +214,25 @@ pub(super) fn matrix_tiled<'a>(
         None => s * d,
         Some(_) => (var("aj_s0") + s) * d,
     };
+    let staged_len = l.stages * l.staged_elements();
+    if l.dynamic_shared {
+        // Both factors' buffers in the group's dynamic shared memory, each on a KiB boundary
+        // (the warpgroup swizzles act on address bits up to 1 KiB).
+        let b_offset = (l.shared_bytes() / 2).next_multiple_of(1024);
+        tree.push(Stmt::DynamicShared {
+            arrays: vec![
+                ("aj_sa".to_string(), staged, 0),
+                ("aj_sb".to_string(), staged, b_offset),
+            ],
+            bytes: b_offset + l.shared_bytes() / 2,
+        });
+    } else {
+        tree.extend([
+            array("aj_sa", staged, staged_len, true),
+            array("aj_sb", staged, staged_len, true),
+        ]);
+    }
     tree.extend([
-        array("aj_sa", staged, l.stages * l.staged_elements(), true),
-        array("aj_sb", staged, l.stages * l.staged_elements(), true),
         let_("aj_lane", Ty::Int, thread_index() % WARP_LANES),
         // The lane's group of four and its place in it (`groupID`, `threadID_in_group`).
         let_("aj_gq", Ty::Int, var("aj_lane") / 4i64),
@@ -298,12 +318,13 @@ pub(super) fn matrix_tiled<'a>(
         ));
     }
     tree.push(each_accumulator(start));
-    // The first `stages - 1` depths in flight, one group of copies each (empty past the
-    // last depth, so that the waits count the same however short `k` is).
+    // The first `lookahead` depths in flight, one group of copies each (empty past the last
+    // depth, so that the waits count the same however short `k` is).
     let stages = l.stages;
+    let lookahead = l.lookahead();
     let any_async = l.async_copy.contains(&true);
     let commit = || Stmt::Matrix(MatrixOp::CommitCopies);
-    for s in 0..stages - 1 {
+    for s in 0..lookahead {
         let first = |k0: Expr<'static>| {
             let mut first = vec![let_("aj_k0", Ty::Index, k0)];
             first.extend(a.copy(l, kk, Expr::from(s)));
@@ -323,12 +344,13 @@ pub(super) fn matrix_tiled<'a>(
         }
     }
     // Each step: wait for this depth's copies (the later ones stay in flight), one barrier
-    // (every invocation has also finished multiplying the buffer about to be refilled), the
-    // copies of the depth `stages - 1` ahead, then multiply this one.
+    // (every invocation has also finished multiplying the buffer about to be refilled: the
+    // previous step's, or where warpgroup products stay in flight for a step, the one before),
+    // the copies of the depth `lookahead` ahead, then multiply this one.
     let mut step = Vec::new();
     if any_async {
         step.push(Stmt::Matrix(MatrixOp::WaitCopies {
-            pending: stages - 2,
+            pending: lookahead - 1,
         }));
     }
     if l.warpgroups {
@@ -337,7 +359,7 @@ pub(super) fn matrix_tiled<'a>(
         step.push(Stmt::Matrix(MatrixOp::FenceAsyncProxy));
     }
     step.push(Stmt::Barrier(Barrier::Shared));
-    let ahead = || var("aj_s") + (stages as i64 - 1);
+    let ahead = || var("aj_s") + lookahead as i64;
     let mut next = vec![let_("aj_k0", Ty::Index, depth_at(ahead()))];
     next.extend(a.copy(l, kk, ahead() % stages));
     next.extend(b.copy(l, kk, ahead() % stages));
@@ -360,6 +382,10 @@ pub(super) fn matrix_tiled<'a>(
     if any_async {
         tree.push(Stmt::Matrix(MatrixOp::WaitCopies { pending: 0 }));
     }
+    if l.products_in_flight() > 0 {
+        // The last step's products, before their accumulators are read.
+        tree.push(Stmt::Matrix(MatrixOp::WarpgroupWait { pending: 0 }));
+    }
     let mut finish = position();
     match split {
         None => finish.push(store_result(g, &oc, acc(), epilogue)),
@@ -371,7 +397,8 @@ pub(super) fn matrix_tiled<'a>(
 
 /// The products of a step on warpgroups: fence the accumulators, one `m64nNk16` product per
 /// 16 of depth from buffer `aj_buf` (the warpgroup's 64 rows of the left factor, every column
-/// of the right), commit them and wait for them.
+/// of the right), commit them and wait for those of the step before (or for these, where
+/// none stay in flight: [`MatrixTile::products_in_flight`]).
 fn warpgroup_multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> Vec<Stmt<'a>> {
     let fd = l.kind.fragment_depth();
     let k0 = || var("aj_kf") * fd;
@@ -387,7 +414,9 @@ fn warpgroup_multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> V
         Stmt::Matrix(MatrixOp::WarpgroupFence),
         unrolled("aj_kf", l.depth() / fd, vec![product]),
         Stmt::Matrix(MatrixOp::WarpgroupCommit),
-        Stmt::Matrix(MatrixOp::WarpgroupWait { pending: 0 }),
+        Stmt::Matrix(MatrixOp::WarpgroupWait {
+            pending: l.products_in_flight(),
+        }),
     ]
 }
 

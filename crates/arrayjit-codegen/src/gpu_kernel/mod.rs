@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::GpuPass;
 use arrayjit_ir::schedule::gpu::{Accumulation, MatrixKind, Rest};
-use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode};
+use arrayjit_ir::{AxisIndex, BinOp, Error, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode};
 
 use crate::gpu_dialect::GpuDialect;
 
@@ -64,6 +64,20 @@ pub(crate) struct PrintedPass {
     pub threads: u32,
     /// The entry point's body (after the dialect's definitions of `aj_g`, `aj_grp`, `aj_t`).
     pub body: String,
+    /// Bytes of dynamic shared memory its launch gives each group (0: none).
+    pub dynamic_shared_bytes: usize,
+}
+
+/// Bytes of dynamic shared memory a kernel tree's groups use ([`Stmt::DynamicShared`] at its
+/// top level).
+pub(crate) fn dynamic_shared_bytes(tree: &[Stmt<'_>]) -> usize {
+    tree.iter()
+        .map(|s| match s {
+            Stmt::DynamicShared { bytes, .. } => *bytes,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Lowers a statement's recorded GPU pass to the kernel tree and prints its kernels in `d`'s
@@ -313,6 +327,13 @@ pub(crate) enum Stmt<'a> {
         len: usize,
         shared: bool,
     },
+    /// Arrays per group in the group's dynamic shared memory (beyond what a group may declare
+    /// statically; the launch gives `bytes` of it): each array's name, element type and byte
+    /// offset (a multiple of 1024). Only at a kernel's top level.
+    DynamicShared {
+        arrays: Vec<(String, Ty, usize)>,
+        bytes: usize,
+    },
     /// `place = value` where `place` is a variable or an array item.
     Assign(Expr<'a>, Expr<'a>),
     /// Stores a value of the node's compute precision as a global element.
@@ -378,6 +399,18 @@ pub(crate) trait KernelDialect {
     fn local_array(&self, name: &str, ty: Ty, len: usize) -> String;
     /// Declares a shared array: in the body (returns it) or for the module (returns `None`).
     fn shared_array(&mut self, name: &str, ty: Ty, len: usize) -> Result<Option<String>>;
+    /// Declares arrays in the group's dynamic shared memory of `bytes` (see
+    /// [`Stmt::DynamicShared`]); an error in a dialect without it (no plan asks for it there:
+    /// its devices' opt-in limit is their static one).
+    fn dynamic_shared(&mut self, arrays: &[(String, Ty, usize)], bytes: usize) -> Result<String> {
+        let _ = (arrays, bytes);
+        let (routine, language) = self.routine();
+        Err(Error::Render {
+            routine: routine.to_string(),
+            language: language.into(),
+            detail: "dynamic shared memory, which this language does not have".into(),
+        })
+    }
     /// A loop's header, up to and including its opening brace.
     fn for_header(&self, var: &str, ty: Ty, from: &str, cond: &str, next: &str) -> String;
     /// What asks the compiler to unroll the next loop, if the dialect has it.
@@ -520,6 +553,11 @@ fn print_stmt<D: KernelDialect>(
             };
             if let Some(decl) = decl {
                 let _ = writeln!(out, "{pad}{decl}");
+            }
+        }
+        Stmt::DynamicShared { arrays, bytes } => {
+            for line in d.dynamic_shared(arrays, *bytes)?.lines() {
+                let _ = writeln!(out, "{pad}{line}");
             }
         }
         Stmt::Assign(place, value) => {

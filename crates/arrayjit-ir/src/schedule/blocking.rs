@@ -66,6 +66,10 @@ pub struct ScheduleTuning {
     /// (`None`: from the product's size and the device); used only where its staging fits the
     /// device's shared memory.
     pub gpu_tile: Option<usize>,
+    /// The most buffers of matrix-unit products' staged tiles (`None`: as many as the shared
+    /// memory holds, up to [`crate::schedule::gpu::matrix::MAX_MATRIX_STAGES`]); clamped to
+    /// 2 and that.
+    pub gpu_stages: Option<usize>,
 }
 
 impl Default for ScheduleTuning {
@@ -76,6 +80,7 @@ impl Default for ScheduleTuning {
             reduction_vectors: 4,
             gpu_threads: None,
             gpu_tile: None,
+            gpu_stages: None,
         }
     }
 }
@@ -91,6 +96,8 @@ impl ScheduleTuning {
     pub const GPU_THREADS: [u32; 3] = [64, 128, 256];
     /// The tile sides a tiled GPU product may have.
     pub const GPU_TILES: [usize; 4] = [16, 32, 64, 128];
+    /// The buffer counts the schedule search tries for matrix-unit products.
+    pub const GPU_STAGES: [usize; 4] = [2, 3, 4, 6];
 
     /// Accumulators of a reduction with `lanes` elements per vector.
     pub fn reduction_lanes(&self, lanes: usize) -> usize {

@@ -26,11 +26,14 @@
 //! block as `16 × 8` fragments.
 //!
 //! **Pipeline.** The factors' tiles are staged `depth` deep in shared memory in
-//! [`MatrixTile::stages`] buffers (up to [`MAX_MATRIX_STAGES`], as many as the device's shared
-//! memory holds, at least 2): the copies of the next `stages - 1` depths are in flight while
-//! one multiplies. Each step waits until its depth's copies have landed (leaving the later
-//! ones in flight), passes one barrier, issues the copies of the depth `stages - 1` ahead
-//! into the buffer the previous step multiplied, and multiplies.
+//! [`MatrixTile::stages`] buffers (up to [`MAX_MATRIX_STAGES`], as many as the shared memory
+//! holds that lets two groups share a compute unit, at least 2; beyond the 48 KiB a CUDA kernel
+//! may declare statically, in dynamic shared memory the kernel opts in to): the copies of the
+//! next [`MatrixTile::lookahead`] depths are in flight while one multiplies (`stages - 1`, or
+//! `stages - 2` where warpgroup products stay in flight for a step). Each step waits until
+//! its depth's copies have landed (leaving the later ones in flight), passes one barrier,
+//! issues the copies of the depth `lookahead` ahead into the buffer multiplied
+//! `stages - lookahead` steps before, and multiplies.
 //!
 //! **Warpgroups** (sm_90). Where the device has them, 64- and 128-tiles of 16-bit factors
 //! are multiplied by `wgmma.mma_async` (`m64nNk16`, `N` the tile): each warpgroup (4 warps)
@@ -42,7 +45,9 @@
 //! `depth` rows of 128 bytes swizzled in 1024-byte atoms (the 128-byte swizzle; 8-row groups
 //! 1024 bytes apart, blocks `depth · 128` bytes apart), the descriptor's transpose bit set.
 //! Each step fences the staged copies for the asynchronous proxy before its barrier, then
-//! issues one `wgmma` per 16 of depth and waits for them.
+//! issues one `wgmma` per 16 of depth and waits for the previous step's
+//! ([`MatrixTile::products_in_flight`]; with only 2 buffers, for its own), so one step's
+//! products run while the next step waits at its barrier and issues its copies.
 //!
 //! **Swizzle.** Staged rows of 16-bit factors are not padded: each row's 16-byte chunks are
 //! permuted by an XOR with the row's position among the rows that share a 128-byte line group
@@ -52,6 +57,7 @@
 
 use std::fmt;
 
+use super::GpuLimits;
 use crate::prec::Prec;
 use crate::schedule::Gemm;
 
@@ -122,7 +128,7 @@ impl fmt::Display for MatrixKind {
 pub const MATRIX_TILES: [usize; 3] = [32, 64, 128];
 
 /// The most buffers of a matrix-unit product's staged tiles.
-pub const MAX_MATRIX_STAGES: usize = 4;
+pub const MAX_MATRIX_STAGES: usize = 6;
 
 /// Rows of one fragment (`m16`).
 pub const FRAGMENT_ROWS: usize = 16;
@@ -153,6 +159,11 @@ pub struct MatrixTile {
     /// follow the instruction's canonical layouts (see the module documentation); else warps
     /// multiply `m16n8` fragments (`mma.sync`).
     pub warpgroups: bool,
+    /// The buffers take more shared memory than a group may declare statically
+    /// ([`GpuLimits::max_shared_bytes`]): the kernel opts in to dynamic shared memory
+    /// ([`GpuLimits::max_opt_in_shared_bytes`]) and is launched with
+    /// [`MatrixTile::shared_bytes`] of it.
+    pub dynamic_shared: bool,
 }
 
 impl MatrixTile {
@@ -176,12 +187,53 @@ impl MatrixTile {
             warpgroups: warpgroup_mma
                 && kind != MatrixKind::Tf32
                 && tile.is_multiple_of(WARPGROUP_ROWS),
+            dynamic_shared: false,
         };
         t.stages = (2..=MAX_MATRIX_STAGES)
             .rev()
             .find(|&s| s * t.stage_bytes() <= max_shared_bytes)?;
         t.async_copy = [1, 2].map(|f| t.async_copy_fits(gemm, f));
         Some(t)
+    }
+
+    /// The layout of `tile`-tiles of `kind` for `gemm` on a device of `limits`: buffers in
+    /// as much shared memory as lets two groups share a unit
+    /// ([`GpuLimits::tile_shared_bytes`]), at most `most_stages` of them where a tuning says
+    /// (at least 2), in dynamic shared memory where they exceed what a group may declare
+    /// statically; `None` where not even two buffers fit.
+    pub fn for_device(
+        gemm: &Gemm,
+        tile: usize,
+        kind: MatrixKind,
+        limits: &GpuLimits,
+        most_stages: Option<usize>,
+    ) -> Option<MatrixTile> {
+        let mut t = MatrixTile::new(
+            gemm,
+            tile,
+            kind,
+            limits.tile_shared_bytes(),
+            limits.warpgroup_mma,
+        )?;
+        if let Some(most) = most_stages {
+            t.stages = t.stages.min(most.clamp(2, MAX_MATRIX_STAGES));
+        }
+        t.dynamic_shared = t.shared_bytes() > limits.max_shared_bytes;
+        Some(t)
+    }
+
+    /// Steps of warpgroup products left running while the next step is issued: one where
+    /// there are at least 3 buffers (the buffer each step refills is then the one multiplied
+    /// two steps before, whose products every invocation has waited for before the step's
+    /// barrier), else none (warps' `mma.sync` products finish as issued).
+    pub fn products_in_flight(&self) -> usize {
+        usize::from(self.warpgroups && self.stages >= 3)
+    }
+
+    /// Depths whose copies are in flight ahead of the one multiplied: `stages - 1`, less the
+    /// steps of products in flight ([`MatrixTile::products_in_flight`]); at least 1.
+    pub fn lookahead(&self) -> usize {
+        (self.stages - 1 - self.products_in_flight()).max(1)
     }
 
     /// Whether factor `f` (1: left, 2: right, as in [`super::super::Dim::strides`]) has `k`

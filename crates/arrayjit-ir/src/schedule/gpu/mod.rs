@@ -83,8 +83,15 @@ pub use simt::SimtTile;
 pub struct GpuLimits {
     /// The most invocations in one group (workgroup, block).
     pub max_group_invocations: u32,
-    /// Shared (workgroup) memory one group may use, in bytes.
+    /// Shared (workgroup) memory one group may use, in bytes, as statically declared arrays.
     pub max_shared_bytes: usize,
+    /// Shared memory one group may use where its kernel opts in to more than
+    /// `max_shared_bytes` (CUDA's dynamic shared memory: 163 KiB on sm_80, 99 KiB on sm_86
+    /// and sm_89, 227 KiB on sm_90); `max_shared_bytes` where the device has no opt-in.
+    pub max_opt_in_shared_bytes: usize,
+    /// Shared memory of one compute unit, which the groups resident on it divide; 0 when
+    /// unknown.
+    pub shared_bytes_per_unit: usize,
     /// Invocations that run in lock step (warp, subgroup); 0 when unknown.
     pub subgroup_size: u32,
     /// Units that run groups in parallel (SMs, compute units); 0 when unknown.
@@ -113,6 +120,8 @@ impl GpuLimits {
         GpuLimits {
             max_group_invocations: 256,
             max_shared_bytes: 16 << 10,
+            max_opt_in_shared_bytes: 16 << 10,
+            shared_bytes_per_unit: 0,
             subgroup_size: 0,
             compute_units: 0,
             matrix_units: false,
@@ -128,6 +137,8 @@ impl GpuLimits {
         GpuLimits {
             max_group_invocations: 1024,
             max_shared_bytes: 48 << 10,
+            max_opt_in_shared_bytes: 48 << 10,
+            shared_bytes_per_unit: 0,
             subgroup_size: 32,
             compute_units: 0,
             matrix_units: false,
@@ -139,18 +150,46 @@ impl GpuLimits {
     /// The limits of CUDA devices of architecture `sm_XY` (compute capability X.Y, with or
     /// without the `a` of arch-specific features) beyond [`GpuLimits::cuda_minimum`]: matrix
     /// units from `sm_80`, warpgroup matrix operations on `sm_90` (whose kernels then compile
-    /// as `sm_90a`). `None` for a name that is not `sm_` and a number.
+    /// as `sm_90a`), and the architecture's opt-in shared memory per block and per SM (the
+    /// CUDA programming guide's table of compute capabilities). `None` for a name that is not
+    /// `sm_` and a number.
     pub fn cuda_arch(arch: &str) -> Option<GpuLimits> {
         let cc: u32 = arch
             .strip_prefix("sm_")?
             .trim_end_matches('a')
             .parse()
             .ok()?;
+        // (opt-in per block, per SM) in KiB; from sm_80 each block reserves 1 KiB of the SM's.
+        let (opt_in, per_unit) = match cc {
+            70 | 72 => (96, 96),
+            75 => (64, 64),
+            80 | 87 => (163, 164),
+            86 | 89 => (99, 100),
+            90 => (227, 228),
+            _ => (48, 0),
+        };
         Some(GpuLimits {
             matrix_units: cc >= 80,
             warpgroup_mma: cc == 90,
+            max_opt_in_shared_bytes: opt_in << 10,
+            shared_bytes_per_unit: per_unit << 10,
             ..GpuLimits::cuda_minimum()
         })
+    }
+
+    /// Shared memory a tiled product's group may stage its factors in: as much as lets
+    /// [`TILE_GROUPS_PER_UNIT`] groups share a compute unit (each also reserving
+    /// [`GROUP_RESERVED_SHARED_BYTES`] of it), within the opt-in limit; all of the opt-in
+    /// limit where the unit's memory is unknown; never less than `max_shared_bytes`.
+    pub fn tile_shared_bytes(&self) -> usize {
+        let share = match self.shared_bytes_per_unit {
+            0 => usize::MAX,
+            per_unit => (per_unit / TILE_GROUPS_PER_UNIT as usize)
+                .saturating_sub(GROUP_RESERVED_SHARED_BYTES),
+        };
+        self.max_opt_in_shared_bytes
+            .min(share)
+            .max(self.max_shared_bytes)
     }
 
     /// Invocations per group of grid, row and reduction passes: the largest power of two up
@@ -201,6 +240,9 @@ pub const TILE_DEPTH: usize = 16;
 /// share that allows it (CUDA's `__launch_bounds__` minimum blocks), so one group's barriers
 /// and loads overlap another's arithmetic.
 pub const TILE_GROUPS_PER_UNIT: u32 = 2;
+/// Shared memory of a compute unit that each resident group reserves beyond its own (the
+/// CUDA runtime's, from sm_80 on).
+pub const GROUP_RESERVED_SHARED_BYTES: usize = 1 << 10;
 /// A reduction inside a grid gets a group of its own when it is at least this long ...
 pub const ROW_REDUCTION_MIN: u64 = 256;
 /// ... and there are at most this many grid points (beyond, one invocation per point keeps
@@ -609,15 +651,7 @@ fn matrix_product(
     }
     let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
     let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
-    let layout_of = |t: usize| {
-        MatrixTile::new(
-            &gemm,
-            t,
-            kind,
-            limits.max_shared_bytes,
-            limits.warpgroup_mma,
-        )
-    };
+    let layout_of = |t: usize| MatrixTile::for_device(&gemm, t, kind, limits, tuning.gpu_stages);
     let fits = |t: usize| {
         layout_of(t).is_some_and(|layout| layout.threads() <= limits.max_group_invocations)
     };
@@ -698,13 +732,26 @@ fn matrix_product(
         Some((_, why)) => format!("; {why}"),
         None => String::new(),
     };
+    let memory = if layout.dynamic_shared {
+        format!(
+            "{} bytes of dynamic shared memory (beyond the {} a group declares statically; \
+             {} leave room for {TILE_GROUPS_PER_UNIT} groups per unit)",
+            layout.shared_bytes(),
+            limits.max_shared_bytes,
+            limits.tile_shared_bytes()
+        )
+    } else {
+        format!(
+            "{} of {} bytes of shared memory",
+            layout.shared_bytes(),
+            limits.tile_shared_bytes()
+        )
+    };
     let why = format!(
         "a matrix product of {precision} on the matrix units: {units}, factor tiles {} deep in \
-         {} buffers of shared memory ({} of {} bytes, rows swizzled), {copies}{sliced}; {reason}",
+         {} buffers ({memory}, rows swizzled), {copies}{sliced}; {reason}",
         layout.depth(),
         layout.stages,
-        layout.shared_bytes(),
-        limits.max_shared_bytes
     );
     (groups <= u64::from(u32::MAX)).then_some((
         GpuPass::MatrixTiles {

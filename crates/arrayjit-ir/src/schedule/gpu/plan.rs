@@ -57,13 +57,8 @@ impl DeviceModel {
             name: format!("{name} ({arch})"),
             arch: Some(arch.to_string()),
             limits: GpuLimits {
-                max_group_invocations: 1024,
-                max_shared_bytes: 48 << 10,
-                subgroup_size: 32,
                 compute_units: sms,
-                matrix_units: true,
-                warpgroup_mma: arch == "sm_90",
-                joined_launch_parameters: super::CUDA_JOINED_LAUNCH_PARAMETERS,
+                ..GpuLimits::cuda_arch(arch).unwrap_or_else(GpuLimits::cuda_minimum)
             },
             clock_ghz,
             f32_lanes_per_unit: if arch == "sm_80" { 64 } else { 128 },
