@@ -23,16 +23,18 @@
 # Phases, in order: a smoke run of the GPT demo (with CUDA graphs; again without them if that
 # fails, and the rest then runs without them), the device table beside PyTorch, the tests that
 # run on `cuda`, the large arrays of issue 40 (`large`), every kernel's time of one GPT step
-# (`ncu-gpt`) and of the 4096 products (`ncu-matmul`), and Nsight Compute's occupancy, warp
-# states and memory sections of the 4096 products (`ncu-detail`, to ncu-detail.csv). PHASES
-# (space-separated, default: all of smoke bench tests large ncu-gpt ncu-matmul ncu-detail)
-# selects some, to fit the device time left.
+# (`ncu-gpt`) and of the 4096 products (`ncu-matmul`), Nsight Compute's occupancy, warp
+# states and memory sections of the 4096 products (`ncu-detail`, to ncu-detail.csv), and the
+# schedule search of the 4096 products on the device (`search`: tiles, matrix-unit buffers,
+# group sizes, each timed; to search.log). PHASES (space-separated, default: all of smoke
+# bench tests large ncu-gpt ncu-matmul ncu-detail search) selects some, to fit the device time
+# left.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp}"
 exec > >(tee "$out/gpu-check.log") 2>&1
 phase() { echo "== $(date +%T) $*"; }
-phases="${PHASES:-smoke bench tests large ncu-gpt ncu-matmul ncu-detail}"
+phases="${PHASES:-smoke bench tests large ncu-gpt ncu-matmul ncu-detail search}"
 want() { [[ " $phases " == *" $1 "* ]]; }
 
 bin=.gpu
@@ -129,5 +131,12 @@ if command -v ncu >/dev/null 2>&1 && want ncu-detail; then
   done > "$out/ncu-detail.csv"
   grep -E "Registers Per|Shared Memory Config|Dynamic Shared|Static Shared|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Compute \(SM\) Throughput|Memory Throughput|Duration|###" \
     "$out/ncu-detail.csv" | cut -c1-220 | head -80
+fi
+if want search; then
+  phase "the schedule search of the 4096 products on the device (tiles, buffers, group sizes)"
+  for kind in "" "tf32 " "bf16 "; do
+    timeout 120 "$bin/arrayjit" bench --backend cuda --no-peers --search --only "matmul ${kind}4096"
+  done > "$out/search.log" 2>&1
+  grep -E "winner|ms  register|\| matmul" "$out/search.log" | sed 's/register_rows=auto mc_log2=0 kc_log2=0 nc_log2=0 reduction_vectors=4 //' | cut -c1-200
 fi
 phase done

@@ -174,6 +174,7 @@ fn torch_peer(
 /// Runs the device table on `backend_name`; returns it (markdown).
 pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
     let backend = arrayjit_runtime::backend(backend_name)?;
+    backend.set_schedule_search(Some(config.search));
     let info = backend.get_device(0)?.info()?;
     eprintln!("device: {info}");
     // Five arrays of the chain in at most a quarter of the device's memory (when the driver
@@ -208,6 +209,14 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
     let mut refused = Vec::new();
     for w in &list {
         eprintln!("arrayjit {backend_name}: {} ...", w.name);
+        if config.search {
+            // The schedules' variants timed on the device (the products' tiles, buffers and
+            // group sizes), the fastest kept and run below.
+            match workloads::search_workload(&backend, &w.name) {
+                Ok(report) => eprintln!("{report}"),
+                Err(e) => eprintln!("  schedule search failed: {e}"),
+            }
+        }
         let t = Instant::now();
         let time = match workloads::time_workload(&backend, &w.name) {
             Ok(time) => time,
