@@ -281,16 +281,7 @@ impl Tensor {
 /// `x` (letters `xs`) broadcast to letters `to` with shape `dims` (letters of `to` missing from
 /// `xs` are filled by repetition).
 fn broadcast_to(xs: &str, x: &Tensor, to: &str, dims: &[usize]) -> Result<Tensor> {
-    let ones = Tensor::full(x.prec(), dims, 1.0)?;
-    Tensor::einsum_op(
-        &format!("{xs},{to}->{to}"),
-        Rhs::Bin(BinOp::Mul),
-        &[x, &ones],
-        BinOp::Arg2,
-        false,
-        "broadcast",
-        None,
-    )
+    Tensor::broadcast_view(x, xs, to, dims)
 }
 
 /// `out[P] = Σ x[X] * y[Y]` with shape `dims` for `P`, in precision `prec` (`None`: the

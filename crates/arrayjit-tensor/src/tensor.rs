@@ -463,6 +463,33 @@ impl Tensor {
         })))
     }
 
+    /// `x` (letters `xs`) repeated along the letters of `to` that it lacks, to shape `dims`:
+    /// `out[to] = x[xs]`, a view the optimizer inlines into its readers (a plain copy), so it
+    /// costs neither memory nor a pass. No gradient flows through it (backward rules use it to
+    /// spread a gradient over the axes a forward operation summed).
+    pub(crate) fn broadcast_view(x: &Tensor, xs: &str, to: &str, dims: &[usize]) -> Result<Tensor> {
+        let spec = format!("{xs}->{to}");
+        let value = Tnode::new(x.prec(), dims, &["broadcast"])?;
+        let projections = Projections::einsum(&spec, dims, &[x.dims()])?;
+        let forward = Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Arg2,
+            lhs: value.clone(),
+            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(x.node().clone())),
+            projections,
+        };
+        Ok(Tensor(Arc::new(Inner {
+            id: next_id(),
+            value,
+            forward,
+            parents: vec![x.clone()],
+            backward: None,
+            requires_grad: false,
+            kind: Kind::Computed,
+            grad: OnceLock::new(),
+        })))
+    }
+
     /// A pointwise unary operation with its derivative rule.
     pub(crate) fn unary(
         &self,

@@ -61,6 +61,11 @@ impl NodeInfo {
 #[derive(Default)]
 struct StmtInfo {
     writes: Vec<Tnode>,
+    /// Every `Set` of the statement: the node and its indices, in order.
+    sets: Vec<(Tnode, Vec<AxisIndex>)>,
+    /// The statement is a perfect loop nest around one `Set` whose indices name every loop's
+    /// iterator: each element it writes is written once.
+    writes_each_once: bool,
     reads: Vec<(Tnode, Vec<AxisIndex>)>,
     /// Expression nodes in the statement's values (what inlining the statement copies).
     expr_size: usize,
@@ -73,6 +78,18 @@ pub(super) struct Analysis {
 }
 
 fn collect_stmt(s: &LowLevel, info: &mut StmtInfo) {
+    fn sets(s: &LowLevel, out: &mut Vec<(Tnode, Vec<AxisIndex>)>) {
+        match s {
+            LowLevel::Seq(items) => items.iter().for_each(|i| sets(i, out)),
+            LowLevel::For { body, .. } => sets(body, out),
+            LowLevel::Set { tn, idcs, .. } => out.push((tn.clone(), idcs.clone())),
+            _ => {}
+        }
+    }
+    sets(s, &mut info.sets);
+    let (loops, inner) = s.perfect_nest();
+    info.writes_each_once = matches!(inner, LowLevel::Set { idcs, .. }
+        if loops.iter().all(|(l, ..)| idcs.contains(&AxisIndex::Iterator(*l))));
     info.writes = s.written_nodes();
     s.visit_exprs(&mut |e| {
         info.expr_size += 1;
@@ -527,6 +544,91 @@ impl Analysis {
         out
     }
 
+    /// Whether candidate `x`, which reads `u`, may be inlined although `u` is written before
+    /// `x`'s last use, because that write is an update in place that `x` feeds element by
+    /// element (an optimizer's `w := w - lr · g(w)`): the only write of `u` after `x`'s is its
+    /// last use, one `Set` of `u` at indices `I`, each element written once, that reads `u`
+    /// only at `I` and, of the candidates that depend on `u`, only ones computed element by
+    /// element from `u` at `I`. Each element then reads `u`'s old value in the very assignment
+    /// that replaces it.
+    fn updated_in_place(
+        &self,
+        x: &Tnode,
+        u: &Tnode,
+        last: usize,
+        candidates: &BTreeMap<Tnode, ()>,
+    ) -> bool {
+        let Some(&w) = self.nodes[&x.id()].write_stmts.first() else {
+            return false;
+        };
+        let later: Vec<usize> = self.nodes[&u.id()]
+            .write_stmts
+            .iter()
+            .copied()
+            .filter(|&k| k > w && k <= last)
+            .collect();
+        if later != [last] {
+            return false;
+        }
+        // Candidates written from `x`'s statement to the update that depend on `u`, and
+        // whether each is computed element by element from `u` (and from such candidates) at
+        // the element it writes.
+        let mut depends: HashMap<usize, bool> = HashMap::new();
+        for k in w..last {
+            let stmt = &self.stmts[k];
+            let [(y, at)] = &stmt.sets[..] else {
+                for y in stmt.writes.iter().filter(|y| candidates.contains_key(*y)) {
+                    if stmt
+                        .reads
+                        .iter()
+                        .any(|(r, _)| r == u || depends.contains_key(&r.id()))
+                    {
+                        depends.insert(y.id(), false);
+                    }
+                }
+                continue;
+            };
+            if !candidates.contains_key(y) {
+                continue;
+            }
+            let mut reads_u = false;
+            let mut pointwise = true;
+            for (r, idcs) in &stmt.reads {
+                let feeds = if r == u {
+                    true
+                } else {
+                    match depends.get(&r.id()) {
+                        Some(&p) => {
+                            pointwise &= p;
+                            true
+                        }
+                        None => false,
+                    }
+                };
+                if feeds {
+                    reads_u = true;
+                    pointwise &= idcs == at;
+                }
+            }
+            if reads_u {
+                depends.insert(y.id(), pointwise);
+            }
+        }
+        if depends.get(&x.id()) != Some(&true) {
+            return false;
+        }
+        let update = &self.stmts[last];
+        let [(target, at)] = &update.sets[..] else {
+            return false;
+        };
+        target == u
+            && update.writes_each_once
+            && update.reads.iter().all(|(r, idcs)| {
+                let feeds = r == u || depends.contains_key(&r.id());
+                !feeds || (idcs == at && depends.get(&r.id()) != Some(&false))
+            })
+    }
+
     /// Candidates whose computation reads a node that is written again before the candidate's
     /// last use (inlining would read the new value), with the reason.
     pub fn hazards(&self, candidates: &BTreeMap<Tnode, ()>) -> Vec<(Tnode, String)> {
@@ -543,7 +645,9 @@ impl Analysis {
                         .map(|_| u.clone())
                 })
             });
-            if let Some(u) = hazard {
+            if let Some(u) = hazard
+                && !self.updated_in_place(tn, &u, last, candidates)
+            {
                 out.push((
                     tn.clone(),
                     format!(

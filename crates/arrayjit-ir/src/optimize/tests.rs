@@ -243,6 +243,10 @@ enum Step {
     Transpose(usize),
     /// Matrix product (a reduction the optimizer may inline).
     Matmul(usize, usize),
+    /// An update in place of an existing node by another (`t[i, j] -= s[i, j]`, or with `s`
+    /// read transposed): values computed from the old `t` may be inlined only where each
+    /// element reads it in the assignment that replaces it.
+    Update(usize, usize, bool),
 }
 
 fn arb_step() -> impl Strategy<Value = Step> {
@@ -271,6 +275,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
             .prop_map(|(o, a)| Step::ReduceBroadcast(o, a)),
         (0..8usize).prop_map(Step::Transpose),
         (0..8usize, 0..8usize).prop_map(|(a, b)| Step::Matmul(a, b)),
+        (0..8usize, 0..8usize, any::<bool>()).prop_map(|(t, s, tr)| Step::Update(t, s, tr)),
     ]
 }
 
@@ -288,6 +293,30 @@ fn build(prec: Prec, n: usize, steps: &[Step], seed: u64) -> (Assignments, Tnode
     for (k, step) in steps.iter().enumerate() {
         let pick = |i: usize| nodes[i % nodes.len()].clone();
         let out = Tnode::new(prec, &[n, n], &[&format!("t{k}")]).unwrap();
+        if let Step::Update(t, src, transposed) = step {
+            let target = pick(*t);
+            let spec = if *transposed {
+                "ij,ji->ij"
+            } else {
+                "ij,ij->ij"
+            };
+            prog = prog.then(
+                Assignments::einsum(
+                    spec,
+                    BinOp::Arg2,
+                    &target,
+                    AccumRhs::Binop(
+                        BinOp::Sub,
+                        Operand::Node(target.clone()),
+                        Operand::Node(pick(*src)),
+                    ),
+                    false,
+                )
+                .unwrap(),
+            );
+            nodes.push(target);
+            continue;
+        }
         let a = match step {
             Step::Unary(op, a) => Assignments::pointwise_unop(&out, *op, &pick(*a)),
             Step::Binary(op, a, b) => Assignments::pointwise_binop(&out, *op, &pick(*a), &pick(*b)),
@@ -320,6 +349,7 @@ fn build(prec: Prec, n: usize, steps: &[Step], seed: u64) -> (Assignments, Tnode
                 true,
             )
             .unwrap(),
+            Step::Update(..) => unreachable!("handled above"),
             Step::Transpose(a) => Assignments::einsum(
                 "ji->ij",
                 BinOp::Arg2,
@@ -536,4 +566,65 @@ fn a_batch_slice_read_by_products_is_not_inlined_into_them() {
         .filter(|s| matches!(s.kind, ScheduleKind::Contraction(_)))
         .count();
     assert_eq!(products, 2, "{}", opt.schedule_report());
+}
+
+/// An update in place (`w := w - g(w)`, an optimizer's step) inlines the values computed from
+/// the old `w` that it reads element by element: each element reads the old value in the
+/// assignment that replaces it, so no temporary of `w`'s size is kept. Read transposed, the
+/// update would read elements it has already replaced, so the temporary is kept. Both agree
+/// with the program run unoptimized.
+#[test]
+fn an_update_in_place_inlines_what_it_reads_element_by_element() {
+    for transposed in [false, true] {
+        let w = hosted(Prec::F32, &[3, 3], "w", |i| i as f64 * 0.5 - 1.0);
+        w.update_memory_mode(
+            MemoryMode::Hosted(MemoryType::Nonconstant),
+            "test: parameter",
+        )
+        .unwrap();
+        let g = Tnode::new(Prec::F32, &[3, 3], &["g"]).unwrap();
+        let h = Tnode::new(Prec::F32, &[3, 3], &["h"]).unwrap();
+        let spec = if transposed { "ij,ji->ij" } else { "ij,ij->ij" };
+        let a = Assignments::pointwise_binop(&g, BinOp::Mul, &w, &w)
+            .then(Assignments::pointwise_unop(&h, UnOp::Neg, &g))
+            .then(
+                Assignments::einsum(
+                    spec,
+                    BinOp::Arg2,
+                    &w,
+                    AccumRhs::Binop(
+                        BinOp::Add,
+                        Operand::Node(w.clone()),
+                        Operand::Node(h.clone()),
+                    ),
+                    false,
+                )
+                .unwrap(),
+            );
+        let unoptimized = a.lower(&[]).unwrap();
+        let mut reference = InterpEnv::from_host_arrays(&unoptimized);
+        reference.run(&unoptimized, &[]).unwrap();
+        let opt = optimize("update", &[], &a, &OptimizeSettings::default()).unwrap();
+        let report = opt.memory_report();
+        if transposed {
+            // `g` reads `w` and is kept; `h`, which reads only `g`, is still inlined.
+            let g_mode = g.memory_mode().unwrap();
+            assert!(!g.modes().known_virtual(), "{report}");
+            assert!(g_mode.provenance.contains("overwritten"), "{g_mode}");
+        } else {
+            assert!(
+                h.modes().known_virtual() && g.modes().known_virtual(),
+                "{report}"
+            );
+            assert_eq!(top_level_statements(&opt.code), 1, "{}", opt.code);
+        }
+        let mut env = InterpEnv::from_host_arrays(&opt.code);
+        env.run(&opt.code, &[]).unwrap();
+        assert_eq!(
+            env.values(&w).unwrap(),
+            reference.values(&w).unwrap(),
+            "transposed {transposed}\n{}",
+            opt.code
+        );
+    }
 }
