@@ -348,22 +348,69 @@ static inline void aj_emu_wgmma_run(float *d, const void *a, const void *b, int 
   }
 }
 
-enum { AJ_PRODUCTS_IN_FLIGHT = 16, AJ_MAX_BLOCK_THREADS_FOR_PRODUCTS = 1024 };
-struct aj_wgmma_op {
-  float *d;
-  const void *a, *b;
-  int kind, a_side_major, b_side_major;
-  unsigned n, group;
-};
-struct aj_wgmma_queue {
+/* Operations that complete in committed groups (cp.async copies, wgmma products), per thread
+ * of a block (indexed by its linear index in the block): an operation completes
+ * (`Op::complete`) when a wait for its group requires it, as late as the PTX ISA allows, or,
+ * past N in flight on one thread, the oldest early. Where the queues cannot be allocated,
+ * operations complete when issued. */
+enum { AJ_MAX_BLOCK_THREADS = 1024 };
+template <class Op, unsigned N>
+struct aj_group_queue {
   unsigned committed, count;
-  aj_wgmma_op ops[AJ_PRODUCTS_IN_FLIGHT];
+  Op ops[N];
 };
-struct aj_wgmma_queues {
-  aj_wgmma_queue *queues = 0;
-  ~aj_wgmma_queues() { free(queues); }
+template <class Op, unsigned N>
+struct aj_group_queues {
+  aj_group_queue<Op, N> *queues = 0;
+  ~aj_group_queues() { free(queues); }
+  /* Thread `t`'s queue, or null. */
+  aj_group_queue<Op, N> *of(unsigned t) {
+    if (!queues)
+      queues = (aj_group_queue<Op, N> *)calloc(AJ_MAX_BLOCK_THREADS, sizeof(aj_group_queue<Op, N>));
+    return queues ? &queues[t % AJ_MAX_BLOCK_THREADS] : 0;
+  }
+  aj_group_queue<Op, N> *mine() {
+    aj_block *b = aj_running_block;
+    return of(b ? b->current : 0);
+  }
+  void issue(Op o) {
+    aj_group_queue<Op, N> *q = mine();
+    if (!q) {
+      o.complete();
+      return;
+    }
+    if (q->count == N) {
+      q->ops[0].complete();
+      memmove(q->ops, q->ops + 1, (N - 1) * sizeof(Op));
+      q->count--;
+    }
+    o.group = q->committed;
+    q->ops[q->count++] = o;
+  }
+  void commit() {
+    aj_group_queue<Op, N> *q = mine();
+    if (q) q->committed++;
+  }
+  /* Completes, in order, every operation of a committed group older than the `pending` most
+   * recent ones. */
+  void wait(unsigned pending) {
+    aj_group_queue<Op, N> *q = mine();
+    if (!q) return;
+    unsigned keep = 0;
+    for (unsigned i = 0; i < q->count; ++i) {
+      Op *o = &q->ops[i];
+      if (o->group < q->committed && q->committed - o->group > pending) o->complete();
+      else q->ops[keep++] = *o;
+    }
+    q->count = keep;
+  }
+  /* Thread `t` of a new block starts with nothing in flight. */
+  void reset(unsigned t) {
+    if (!queues) return;
+    aj_group_queue<Op, N> *q = of(t);
+    if (q) q->committed = q->count = 0;
+  }
 };
-static thread_local aj_wgmma_queues aj_wgmmas;
 
 /* The shared memory the block's products in flight read, by range, with how many products
  * read each: an asynchronous copy into one of them is a race (the kernel refills a buffer
@@ -402,135 +449,56 @@ static inline void aj_check_copy_into(const void *dst) {
     if (lo < aj_in_flight[i].hi && aj_in_flight[i].lo < hi) aj_race = 1;
 }
 
-static inline void aj_wgmma_run_op(const aj_wgmma_op *o) {
-  aj_emu_wgmma_run(o->d, o->a, o->b, o->kind, o->n, o->a_side_major, o->b_side_major);
-}
-/* Runs a queued product and releases its operands. */
-static inline void aj_wgmma_retire(const aj_wgmma_op *o) {
-  aj_wgmma_run_op(o);
-  aj_operand_use(o->a, o->a_side_major, 64, 0);
-  aj_operand_use(o->b, o->b_side_major, o->n, 0);
-}
-/* Thread `t`'s queue of products (null where it cannot be allocated: products then run when
- * issued). */
-static inline aj_wgmma_queue *aj_wgmma_queue_of(unsigned t) {
-  if (!aj_wgmmas.queues)
-    aj_wgmmas.queues =
-        (aj_wgmma_queue *)calloc(AJ_MAX_BLOCK_THREADS_FOR_PRODUCTS, sizeof(aj_wgmma_queue));
-  return aj_wgmmas.queues ? &aj_wgmmas.queues[t % AJ_MAX_BLOCK_THREADS_FOR_PRODUCTS] : 0;
-}
-static inline aj_wgmma_queue *aj_my_wgmmas(void) {
-  aj_block *b = aj_running_block;
-  return aj_wgmma_queue_of(b ? b->current : 0);
-}
+/* A warpgroup product in flight: it runs, and releases its operands, when completed. */
+struct aj_wgmma_op {
+  float *d;
+  const void *a, *b;
+  int kind, a_side_major, b_side_major;
+  unsigned n, group;
+  void complete() const {
+    aj_emu_wgmma_run(d, a, b, kind, n, a_side_major, b_side_major);
+    aj_operand_use(a, a_side_major, 64, 0);
+    aj_operand_use(b, b_side_major, n, 0);
+  }
+};
+static thread_local aj_group_queues<aj_wgmma_op, 16> aj_wgmmas;
+
 /* A block's thread starts with no products in flight. */
 static inline void aj_wgmma_reset(unsigned t) {
   aj_in_flight_count = 0;
-  if (!aj_wgmmas.queues) return;
-  aj_wgmma_queue *q = aj_wgmma_queue_of(t);
-  if (q) q->committed = q->count = 0;
+  aj_wgmmas.reset(t);
 }
 static inline void aj_emu_wgmma(float *d, const void *a, const void *b, int kind, unsigned n,
                                 int a_side_major, int b_side_major) {
-  aj_wgmma_op o = {d, a, b, kind, a_side_major, b_side_major, n, 0};
-  aj_wgmma_queue *q = aj_my_wgmmas();
-  if (!q) {
-    aj_wgmma_run_op(&o);
-    return;
-  }
-  if (q->count == AJ_PRODUCTS_IN_FLIGHT) {
-    aj_wgmma_retire(&q->ops[0]);
-    memmove(q->ops, q->ops + 1, (AJ_PRODUCTS_IN_FLIGHT - 1) * sizeof(aj_wgmma_op));
-    q->count--;
-  }
-  o.group = q->committed;
-  q->ops[q->count++] = o;
   aj_operand_use(a, a_side_major, 64, 1);
   aj_operand_use(b, b_side_major, n, 1);
+  aj_wgmmas.issue(aj_wgmma_op{d, a, b, kind, a_side_major, b_side_major, n, 0});
 }
-static inline void aj_wgmma_commit(void) {
-  aj_wgmma_queue *q = aj_my_wgmmas();
-  if (q) q->committed++;
-}
-/* Runs, in order, every product of a committed group older than the `pending` most recent. */
-static inline void aj_wgmma_wait(unsigned pending) {
-  aj_wgmma_queue *q = aj_my_wgmmas();
-  if (!q) return;
-  unsigned keep = 0;
-  for (unsigned i = 0; i < q->count; ++i) {
-    aj_wgmma_op *o = &q->ops[i];
-    if (o->group < q->committed && q->committed - o->group > pending) aj_wgmma_retire(o);
-    else q->ops[keep++] = *o;
-  }
-  q->count = keep;
-}
+static inline void aj_wgmma_commit(void) { aj_wgmmas.commit(); }
+static inline void aj_wgmma_wait(unsigned pending) { aj_wgmmas.wait(pending); }
 
 /* cp.async.cg.shared.global with 16 bytes (or none, zero-filled), commit_group and
  * wait_group, as the PTX ISA orders them: a copy lands only when a wait_group says its group
- * must have (or, past AJ_COPIES_IN_FLIGHT copies of one thread, the oldest lands early), so a
- * kernel that reads a buffer before waiting for it reads stale data here too. Each thread of
- * a block has its queue, indexed by its linear index in the block. */
-enum { AJ_COPIES_IN_FLIGHT = 32, AJ_MAX_BLOCK_THREADS = 1024 };
+ * must have (or, past 32 copies of one thread, the oldest lands early), so a kernel that
+ * reads a buffer before waiting for it reads stale data here too. */
 struct aj_async_copy {
   void *dst;
   const void *src;
   int valid;
   unsigned group;
+  void complete() const {
+    if (valid) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+  }
 };
-struct aj_copy_queue {
-  unsigned committed, count;
-  aj_async_copy copies[AJ_COPIES_IN_FLIGHT];
-};
-struct aj_copy_queues {
-  aj_copy_queue *queues = 0;
-  ~aj_copy_queues() { free(queues); }
-};
-static thread_local aj_copy_queues aj_copies;
+static thread_local aj_group_queues<aj_async_copy, 32> aj_copies;
 
-static inline void aj_land(const aj_async_copy *c) {
-  if (c->valid) memcpy(c->dst, c->src, 16);
-  else memset(c->dst, 0, 16);
-}
-/* The running thread's queue (null where it cannot be allocated: copies then land at once). */
-static inline aj_copy_queue *aj_my_copies(void) {
-  if (!aj_copies.queues)
-    aj_copies.queues = (aj_copy_queue *)calloc(AJ_MAX_BLOCK_THREADS, sizeof(aj_copy_queue));
-  if (!aj_copies.queues) return 0;
-  aj_block *b = aj_running_block;
-  return &aj_copies.queues[b ? b->current % AJ_MAX_BLOCK_THREADS : 0];
-}
 static inline void aj_copy_async16(void *dst, const void *src, int valid) {
   aj_check_copy_into(dst);
-  aj_async_copy c = {dst, src, valid, 0};
-  aj_copy_queue *q = aj_my_copies();
-  if (!q) {
-    aj_land(&c);
-    return;
-  }
-  if (q->count == AJ_COPIES_IN_FLIGHT) {
-    aj_land(&q->copies[0]);
-    memmove(q->copies, q->copies + 1, (AJ_COPIES_IN_FLIGHT - 1) * sizeof(aj_async_copy));
-    q->count--;
-  }
-  c.group = q->committed;
-  q->copies[q->count++] = c;
+  aj_copies.issue(aj_async_copy{dst, src, valid, 0});
 }
-static inline void aj_commit_copies(void) {
-  aj_copy_queue *q = aj_my_copies();
-  if (q) q->committed++;
-}
-/* Lands every copy of a committed group older than the `pending` most recent ones. */
-static inline void aj_wait_copies(unsigned pending) {
-  aj_copy_queue *q = aj_my_copies();
-  if (!q) return;
-  unsigned keep = 0;
-  for (unsigned i = 0; i < q->count; ++i) {
-    aj_async_copy *c = &q->copies[i];
-    if (c->group < q->committed && q->committed - c->group > pending) aj_land(c);
-    else q->copies[keep++] = *c;
-  }
-  q->count = keep;
-}
+static inline void aj_commit_copies(void) { aj_copies.commit(); }
+static inline void aj_wait_copies(unsigned pending) { aj_copies.wait(pending); }
 
 /* cvt.rna.tf32.f32: to 10 mantissa bits, to nearest, ties away from zero. */
 static inline uint32_t aj_tf32(float f) {
