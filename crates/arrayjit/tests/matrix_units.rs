@@ -343,7 +343,11 @@ fn deeper_pipelines_take_dynamic_shared_memory_where_the_device_has_it() {
     let (opt, layout) = plan(sm_90, None);
     assert!(layout.warpgroups && layout.shared_bytes() == (6 * 16) << 10);
     match compile_ptx(&render_cuda(&[&opt]).unwrap().source, "sm_90a") {
-        Ok(ptx) => assert!(ptx.contains(".extern .shared"), "{ptx}"),
+        // The buffers in dynamic shared memory, checked to start on a KiB boundary.
+        Ok(ptx) => assert!(
+            ptx.contains(".extern .shared") && ptx.contains("trap;"),
+            "{ptx}"
+        ),
         Err(Error::BackendUnavailable { reason, .. }) => eprintln!("skipped: {reason}"),
         Err(e) => panic!("{e}"),
     }

@@ -101,8 +101,9 @@ pub enum Helper {
     /// header defines its own.
     Warpgroup,
     /// `AJ_DYNAMIC_SHARED(bytes)`: declares `aj_dynamic_shared`, the block's dynamic shared
-    /// memory (`extern __shared__`, sized at launch); the CUDA emulation's is per-block
-    /// storage of `bytes`, like its static shared arrays.
+    /// memory (`extern __shared__`, sized at launch, on a KiB boundary: a block finding it
+    /// elsewhere traps rather than multiply wrongly); the CUDA emulation's is per-block storage
+    /// of `bytes`, like its static shared arrays.
     DynamicShared,
     /// One warpgroup product `m64nNk16` of 16-bit factors (`wgmma.mma_async`) with the
     /// factors' layouts (result side contiguous, else `k`), as a function of the
@@ -552,10 +553,14 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
         ),
         Helper::MatrixUnits => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", matrix_units(pre)),
         Helper::Warpgroup => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", warpgroup(pre)),
+        // The staged tiles' swizzles act on address bits up to 1 KiB: a block whose dynamic
+        // shared memory did not start on a KiB boundary would multiply wrongly, so it traps
+        // (a launch failure) instead.
         Helper::DynamicShared => "#ifdef AJ_CUDA_EMULATION
 #define AJ_DYNAMIC_SHARED(bytes) static thread_local __align__(1024) unsigned char aj_dynamic_shared[bytes]
 #else
-#define AJ_DYNAMIC_SHARED(bytes) extern __shared__ __align__(1024) unsigned char aj_dynamic_shared[]
+#define AJ_DYNAMIC_SHARED(bytes) extern __shared__ __align__(1024) unsigned char aj_dynamic_shared[]; \\
+  if (aj_shared_address(aj_dynamic_shared) & 1023u) __trap()
 #endif"
             .to_string(),
         Helper::Wgmma { .. } => wgmma(pre, h),
