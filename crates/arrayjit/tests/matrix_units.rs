@@ -58,23 +58,35 @@ fn f32_product(m: usize, k: usize, n: usize, a: &[f64], b: &[f64]) -> (Case, Tno
     let bt = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
     at.host().set_values(a).unwrap();
     bt.host().set_values(b).unwrap();
-    let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
+    product_case(
+        &format!("f32_product_{m}x{k}x{n}"),
+        "mk,kn->mn",
+        at,
+        bt,
+        &[m, n],
+    )
+}
+
+/// The case `c = a · b` (einsum `spec`) into a new hosted `f32` result `c` of shape `dims`,
+/// compared after its run; and `c`.
+fn product_case(name: &str, spec: &str, a: Tnode, b: Tnode, dims: &[usize]) -> (Case, Tnode) {
+    let c = Tnode::new(Prec::F32, dims, &["c"]).unwrap();
     c.update_memory_mode(
         arrayjit::ir::MemoryMode::Hosted(arrayjit::ir::MemoryType::Nonconstant),
         "compared",
     )
     .unwrap();
     let program = Assignments::einsum(
-        "mk,kn->mn",
+        spec,
         BinOp::Add,
         &c,
-        AccumRhs::Binop(BinOp::Mul, Operand::Node(at), Operand::Node(bt)),
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
         true,
     )
     .unwrap();
     (
         Case {
-            name: format!("f32_product_{m}x{k}x{n}"),
+            name: name.to_string(),
             program,
             bindings: vec![],
             runs: vec![],
@@ -222,27 +234,8 @@ fn long_reductions_cycle_through_the_pipelines_buffers() {
                     t
                 };
                 let (a, bt) = (node("a", &dims(sa), 7), node("b", &dims(sb), 3));
-                let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
-                c.update_memory_mode(
-                    arrayjit::ir::MemoryMode::Hosted(arrayjit::ir::MemoryType::Nonconstant),
-                    "compared",
-                )
-                .unwrap();
-                let program = Assignments::einsum(
-                    spec,
-                    BinOp::Add,
-                    &c,
-                    AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(bt)),
-                    true,
-                )
-                .unwrap();
-                let case = Case {
-                    name: format!("long_{}_{m}x{k}x{n}", spec.replace([',', '-', '>'], "_")),
-                    program,
-                    bindings: vec![],
-                    runs: vec![],
-                    results: vec![c],
-                };
+                let name = format!("long_{}_{m}x{k}x{n}", spec.replace([',', '-', '>'], "_"));
+                let (case, _) = product_case(&name, spec, a, bt, &[m, n]);
                 let code = b.compile(&case.name, &case.program, &[]).unwrap();
                 let [layout] = layouts(&code.optimized().schedules)[..] else {
                     panic!("{}", code.optimized().schedule_report());
