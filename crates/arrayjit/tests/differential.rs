@@ -79,7 +79,7 @@ fn matmul_256_matches_interpreter_and_hand_computed_reference() {
 /// stay loops; the schedule says why.
 #[test]
 fn contraction_cases_are_scheduled_as_blocked_products() {
-    use arrayjit::ir::schedule::ScheduleKind;
+    use arrayjit::ir::schedule::{BatchSplit, ScheduleKind};
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::contraction_cases().unwrap() {
         let code = backend
@@ -112,14 +112,22 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
         }
         let want = usize::from(!case.name.starts_with("loops"));
         assert_eq!(blocked, want, "{}:\n{}", case.name, opt.schedule_report());
-        // Only a batch of products too small to split themselves is split by batch element.
-        let batch_parallel = opt
-            .schedules
-            .iter()
-            .any(|s| matches!(&s.kind, ScheduleKind::Contraction(g) if g.batch_parallel));
+        // Only a batch of products too small to split themselves is always split by batch
+        // element; batches of larger products where the workers divide them evenly.
+        let batch_split = opt.schedules.iter().find_map(|s| match &s.kind {
+            ScheduleKind::Contraction(g) => Some(g.batch_split),
+            _ => None,
+        });
+        let expected = match case.name.as_str() {
+            "gemm_batch_of_small_products" => BatchSplit::ByBatch,
+            "gemm_even_batch_of_large_products" | "gemm_odd_batch_of_large_products" => {
+                BatchSplit::ByBatchWhenEven
+            }
+            _ => BatchSplit::ByProduct,
+        };
         assert_eq!(
-            batch_parallel,
-            case.name == "gemm_batch_of_small_products",
+            batch_split.unwrap_or(BatchSplit::ByProduct),
+            expected,
             "{}:\n{}",
             case.name,
             opt.schedule_report()

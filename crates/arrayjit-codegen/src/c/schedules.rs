@@ -6,7 +6,9 @@ use crate::c::syntax::c_compute_type;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::{Gemm, ReductionPlan, Schedule, ScheduleKind};
+use arrayjit_ir::schedule::{
+    BATCH_SPLIT_MIN_PER_WORKER, BatchSplit, Gemm, ReductionPlan, Schedule, ScheduleKind,
+};
 use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbol, Tnode};
 
 use crate::c::gemm;
@@ -145,7 +147,8 @@ impl Outlining {
 impl KernelRenderer<'_> {
     /// A contraction statement as calls of the blocked product, one per batch element: in
     /// batch loops on the calling thread (each product may split itself over the workers), or,
-    /// when the schedule splits the batch, in a chunk function running a range of the batch
+    /// when the schedule splits the batch ([`BatchSplit`]: always, or where the workers divide
+    /// it evenly, checked at run time), in a chunk function running a range of the batch
     /// elements per worker.
     pub(super) fn contraction(
         &mut self,
@@ -193,7 +196,13 @@ impl KernelRenderer<'_> {
                 }
             }
         };
-        if g.batch_parallel {
+        let by_batch = match g.batch_split {
+            BatchSplit::ByProduct => None,
+            BatchSplit::ByBatch => Some(None),
+            BatchSplit::ByBatchWhenEven => Some(Some(BATCH_SPLIT_MIN_PER_WORKER)),
+        };
+        let mut indent = String::from("  ");
+        if let Some(even_only) = by_batch {
             // One flat batch index per element, decomposed into the batch loops' indices
             // (outermost first); each worker runs a range of elements, each product serially.
             let chunk = format!("{}_chunk{position}", outlining.symbol);
@@ -205,21 +214,32 @@ impl KernelRenderer<'_> {
             );
             let _ = writeln!(f, "  for (int64_t e = lo; e < hi; ++e) {{");
             let mut inner = 1;
+            let mut chunk_offsets = offsets.clone();
             for (d, dim) in g.batch.iter().enumerate().rev() {
                 let it = format!("b{counter}_{d}");
                 let _ = writeln!(f, "    const int64_t {it} = e / {inner} % {};", dim.extent);
-                add_offsets(&mut offsets, &it, &dim.strides);
+                add_offsets(&mut chunk_offsets, &it, &dim.strides);
                 inner *= dim.extent;
             }
-            let _ = writeln!(f, "    {}", call(&offsets, "0"));
+            let _ = writeln!(f, "    {}", call(&chunk_offsets, "0"));
             let _ = writeln!(f, "  }}\n}}\n");
             outlining.close_chunk(&chunk, &f);
-            let _ = writeln!(out, "  {{");
+            let Some(min_per_worker) = even_only else {
+                let _ = writeln!(out, "  {{");
+                outlining.launch(&chunk, &format!("n = {total}, "), "n", "0", out);
+                let _ = writeln!(out, "  }}");
+                return Ok(());
+            };
+            // By batch element only where the workers divide the batch evenly; otherwise the
+            // batch loops below, each product splitting itself.
+            let _ = writeln!(
+                out,
+                "  if (par && par->workers > 1 && {total} >= par->workers && ({total} % par->workers == 0 || {total} >= {min_per_worker} * par->workers)) {{"
+            );
             outlining.launch(&chunk, &format!("n = {total}, "), "n", "0", out);
-            let _ = writeln!(out, "  }}");
-            return Ok(());
+            let _ = writeln!(out, "  }} else {{");
+            indent.push_str("  ");
         }
-        let mut indent = String::from("  ");
         for (d, dim) in g.batch.iter().enumerate() {
             let it = format!("b{counter}_{d}");
             let _ = writeln!(
@@ -234,6 +254,9 @@ impl KernelRenderer<'_> {
         for _ in &g.batch {
             indent.truncate(indent.len() - 2);
             let _ = writeln!(out, "{indent}}}");
+        }
+        if by_batch.is_some() {
+            let _ = writeln!(out, "  }}");
         }
         Ok(())
     }
@@ -769,7 +792,7 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
                     .and_then(|c| c.gemm(g.blocking))
                     .ok_or_else(|| bad(k, "it is not a contraction of plain iterators"))?;
                 expected.overwrite = g.overwrite;
-                expected.batch_parallel = g.batch_parallel;
+                expected.batch_split = g.batch_split;
                 if expected != *g {
                     return Err(bad(k, "the product's dimensions or strides differ"));
                 }
