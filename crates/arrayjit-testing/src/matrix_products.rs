@@ -102,6 +102,20 @@ fn bf16_large_product() -> Result<Case> {
     ))
 }
 
+/// A `bf16` product with more than a band of tiles on each side at 32- and 64-tiles
+/// (`[580, 24] · [24, 590]`: 19 × 19 and 10 × 10 tiles), so its groups take their tiles in
+/// bands of rows ([`arrayjit_ir::schedule::gpu::TileOrder`]), the last band shorter.
+fn bf16_banded_product() -> Result<Case> {
+    let a = factor(Prec::Bf16, &[580, 24], "a", 12, 2, 0.5)?;
+    let b = factor(Prec::Bf16, &[24, 590], "b", 13, 2, 0.5)?;
+    let c = output(Prec::F32, &[580, 590], "c")?;
+    Ok(case(
+        "matrix_bf16_banded_580x24x590",
+        product("mk,kn->mn", &c, &a, &b)?,
+        vec![c],
+    ))
+}
+
 /// `relu(a · b + bias)` over the columns, the product in `prec` factors into an `f32` result.
 fn product_bias_relu(prec: Prec, name: &str) -> Result<Case> {
     let (m, k, n) = (70, 40, 90);
@@ -153,6 +167,7 @@ pub fn matrix_product_cases() -> Result<Vec<Case>> {
         f16_transposed_factors()?,
         bf16_batch_into_f32()?,
         bf16_large_product()?,
+        bf16_banded_product()?,
         product_bias_relu(Prec::F32, "f32_product_bias_relu")?,
         product_bias_relu(Prec::Bf16, "bf16_product_bias_relu")?,
         product_minus_its_transpose()?,

@@ -129,6 +129,7 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
     let mut copies = std::collections::BTreeSet::new();
     let mut warpgroups = std::collections::BTreeSet::new();
     let mut dynamic = std::collections::BTreeSet::new();
+    let mut banded = std::collections::BTreeSet::new();
     let has_warpgroups = original.schedule.gpu.is_some_and(|g| g.warpgroup_mma);
     let has_opt_in = original
         .schedule
@@ -176,6 +177,11 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
                     .iter()
                     .map(|l| l.dynamic_shared),
             );
+            banded.extend(
+                layouts(&code.optimized().schedules)
+                    .iter()
+                    .map(|l| (l.warpgroups, l.order.band_rows > 1)),
+            );
             check_case(&case, b).unwrap_or_else(|e| {
                 panic!(
                     "{}: {tile}-tiles (warpgroups {on_warpgroups}): {e}",
@@ -192,6 +198,13 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
     // Buffers in static shared memory and, where the device lets kernels opt in to more, in
     // dynamic shared memory (the 128-tiles' deeper pipelines).
     assert_eq!(dynamic.len(), if has_opt_in { 2 } else { 1 }, "{dynamic:?}");
+    // Tiles taken row by row and in bands, on warps and (where the device has them) on
+    // warpgroups.
+    for on_warpgroups in [false, has_warpgroups] {
+        for in_bands in [false, true] {
+            assert!(banded.contains(&(on_warpgroups, in_bands)), "{banded:?}");
+        }
+    }
 }
 
 /// Products with long reductions run through every buffer of their pipelines many times (the

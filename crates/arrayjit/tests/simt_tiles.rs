@@ -59,7 +59,7 @@ fn every_simt_variant_agrees_with_the_interpreter() {
                         // The device's own limits leave no room for this tile.
                         continue;
                     }
-                    seen.insert((l.tile, l.stages, l.vector));
+                    seen.insert((l.tile, l.stages, l.vector, l.order.band_rows > 1));
                     check_case(&case, &b).unwrap_or_else(|e| {
                         panic!("{}: {tile}-tiles, {} buffer(s): {e}", b.name(), l.stages)
                     });
@@ -86,6 +86,10 @@ fn every_simt_variant_agrees_with_the_interpreter() {
             for v in [false, true] {
                 assert!(seen.iter().any(|s| s.2[f] == v), "{}: {seen:?}", b.name());
             }
+        }
+        // Tiles taken row by row and in bands of rows (the 16-tiles of the widest case).
+        for banded in [false, true] {
+            assert!(seen.iter().any(|s| s.3 == banded), "{}: {seen:?}", b.name());
         }
     }
     if ran == 0 {

@@ -21,7 +21,7 @@
 use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::{
     Accumulation, Epilogue, GpuPass, GridLoop, KSplit, MAX_GROUP_THREADS, RowRole, TILE_THREADS,
-    row_items,
+    TileOrder, row_items,
 };
 use arrayjit_ir::{BinOp, Error, LowLevel, Prec, Result, Tnode};
 
@@ -621,21 +621,46 @@ impl<'a> Factor<'a> {
 }
 
 /// The start of a tiled product's group: leave if past the last tile, then the tile's
-/// position (`aj_tm`, `aj_tn`: its row and column among the tiles of side `t`) and the batch
-/// element's offset in the result and each factor.
+/// position (`aj_tm`, `aj_tn`: its row and column among the tiles of side `t`, in `order`, as
+/// [`TileOrder::tile`] computes it) and the batch element's offset in the result and each
+/// factor.
 pub(super) fn group_tile<'a>(
     g: &Gemm,
     t: usize,
     groups: u64,
     index: Expr<'static>,
+    order: TileOrder,
 ) -> (Vec<Stmt<'a>>, [Expr<'static>; 3]) {
     let (tiles_m, tiles_n) = (g.m.extent.div_ceil(t), g.n.extent.div_ceil(t));
-    let mut tree = vec![
-        Stmt::If(index.clone().ge(groups), vec![Stmt::Return]),
-        let_("aj_tn", Ty::Index, index.clone() % tiles_n),
-        let_("aj_tm", Ty::Index, (index.clone() / tiles_n) % tiles_m),
-        let_mut("aj_bt", Ty::Index, index / (tiles_n * tiles_m)),
-    ];
+    let mut tree = vec![Stmt::If(index.clone().ge(groups), vec![Stmt::Return])];
+    if order.band_rows > 1 {
+        // The tile within its batch element, its band's first row and rows (the last band
+        // has the rows left), then its place in the band, column by column.
+        let band = order.band_rows;
+        let per_band = band * tiles_n;
+        tree.extend([
+            let_("aj_ti", Ty::Index, index.clone() % (tiles_m * tiles_n)),
+            let_("aj_tf", Ty::Index, var("aj_ti") / per_band * band),
+            let_mut("aj_tr", Ty::Index, Expr::from(band)),
+            Stmt::If(
+                Expr::from(tiles_m).lt(var("aj_tf") + band),
+                vec![assign(var("aj_tr"), Expr::from(tiles_m) - var("aj_tf"))],
+            ),
+            let_("aj_tw", Ty::Index, var("aj_ti") % per_band),
+            let_(
+                "aj_tm",
+                Ty::Index,
+                var("aj_tf") + var("aj_tw") % var("aj_tr"),
+            ),
+            let_("aj_tn", Ty::Index, var("aj_tw") / var("aj_tr")),
+        ]);
+    } else {
+        tree.extend([
+            let_("aj_tn", Ty::Index, index.clone() % tiles_n),
+            let_("aj_tm", Ty::Index, (index.clone() / tiles_n) % tiles_m),
+        ]);
+    }
+    tree.push(let_mut("aj_bt", Ty::Index, index / (tiles_n * tiles_m)));
     let (batch, offsets) = batch_offsets(g, "aj_bt");
     tree.extend(batch);
     (tree, offsets)
@@ -652,13 +677,14 @@ pub(super) fn split_group_tile<'a>(
     groups: u64,
     steps: usize,
     split: Option<&KSplit>,
+    order: TileOrder,
 ) -> Option<(Vec<Stmt<'a>>, [Expr<'static>; 3], u64)> {
     let launched = groups.checked_mul(split.map_or(1, |k| k.slices))?;
     if launched > u32::MAX as u64 {
         return None;
     }
     let Some(k) = split else {
-        let (tree, offsets) = group_tile(g, t, groups, group_index());
+        let (tree, offsets) = group_tile(g, t, groups, group_index(), order);
         return Some((tree, offsets, launched));
     };
     let mut tree = vec![
@@ -673,7 +699,7 @@ pub(super) fn split_group_tile<'a>(
         ),
         let_("aj_n", Ty::Int, var("aj_s1") - var("aj_s0")),
     ];
-    let (rest, offsets) = group_tile(g, t, groups, var("aj_gt"));
+    let (rest, offsets) = group_tile(g, t, groups, var("aj_gt"), order);
     tree.extend(rest);
     Some((tree, offsets, launched))
 }

@@ -201,7 +201,7 @@ pub(super) fn matrix_tiled<'a>(
     let f32 = Ty::Compute(Prec::F32);
     let staged = staged_ty(l.kind);
     let steps = kk.div_ceil(d);
-    let (mut tree, [oc, oa, ob], launched) = split_group_tile(g, t, groups, steps, split)?;
+    let (mut tree, [oc, oa, ob], launched) = split_group_tile(g, t, groups, steps, split, l.order)?;
     let a = Staging::of(g, l, 1, oa);
     let b = Staging::of(g, l, 2, ob);
     // The steps this group takes (all, or its slice's `aj_n` from `aj_s0`), and where step

@@ -184,7 +184,7 @@ pub(super) fn simt_tiled<'a>(
     let steps = kk.div_ceil(d);
     // The group's slice and tile; the depth steps it takes, `aj_s0` up to `aj_s1`, where the
     // reduction is split.
-    let (mut tree, [oc, oa, ob], launched) = split_group_tile(g, t, groups, steps, split)?;
+    let (mut tree, [oc, oa, ob], launched) = split_group_tile(g, t, groups, steps, split, l.order)?;
     let a = Staging::of(g, l, 1, oa);
     let b = Staging::of(g, l, 2, ob);
     let c_at = || {

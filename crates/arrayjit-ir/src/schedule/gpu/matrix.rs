@@ -57,7 +57,7 @@
 
 use std::fmt;
 
-use super::GpuLimits;
+use super::{GpuLimits, TileOrder};
 use crate::prec::Prec;
 use crate::schedule::Gemm;
 
@@ -164,6 +164,8 @@ pub struct MatrixTile {
     /// ([`GpuLimits::max_opt_in_shared_bytes`]) and is launched with
     /// [`MatrixTile::shared_bytes`] of it.
     pub dynamic_shared: bool,
+    /// The order in which groups take their tiles.
+    pub order: TileOrder,
 }
 
 impl MatrixTile {
@@ -188,6 +190,7 @@ impl MatrixTile {
                 && kind != MatrixKind::Tf32
                 && tile.is_multiple_of(WARPGROUP_ROWS),
             dynamic_shared: false,
+            order: TileOrder::for_tiles(gemm.m.extent.div_ceil(tile), gemm.n.extent.div_ceil(tile)),
         };
         t.stages = (2..=MAX_MATRIX_STAGES)
             .rev()

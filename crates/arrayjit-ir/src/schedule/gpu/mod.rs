@@ -65,6 +65,7 @@ mod distribute;
 pub mod hoist;
 pub mod join;
 pub mod matrix;
+pub mod order;
 pub mod plan;
 pub mod simt;
 
@@ -75,6 +76,7 @@ pub use analysis::{
 pub use distribute::{distribute_loop, merged_pointwise, restructure};
 pub use join::{JoinedLaunch, joined_launches};
 pub use matrix::{MatrixKind, MatrixTile};
+pub use order::TileOrder;
 pub use plan::{DeviceModel, GpuPlan, PlannedPass};
 pub use simt::SimtTile;
 
@@ -749,9 +751,10 @@ fn matrix_product(
     };
     let why = format!(
         "a matrix product of {precision} on the matrix units: {units}, factor tiles {} deep in \
-         {} buffers ({memory}, rows swizzled), {copies}{sliced}; {reason}",
+         {} buffers ({memory}, rows swizzled), {copies}, {}{sliced}; {reason}",
         layout.depth(),
         layout.stages,
+        layout.order,
     );
     (groups <= u64::from(u32::MAX)).then_some((
         GpuPass::MatrixTiles {

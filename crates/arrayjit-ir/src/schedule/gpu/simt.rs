@@ -30,7 +30,7 @@
 
 use std::fmt;
 
-use super::{TILE_DEPTH, TILE_THREADS};
+use super::{TILE_DEPTH, TILE_THREADS, TileOrder};
 use crate::prec::Prec;
 use crate::schedule::Gemm;
 
@@ -53,6 +53,8 @@ pub struct SimtTile {
     /// Whether the left and the right factor are read by 128-bit loads of 4 elements
     /// ([`SimtTile::vector_fits`]), else element by element.
     pub vector: [bool; 2],
+    /// The order in which groups take their tiles.
+    pub order: TileOrder,
 }
 
 impl SimtTile {
@@ -66,6 +68,7 @@ impl SimtTile {
             tile,
             stages,
             vector: [false; 2],
+            order: TileOrder::for_tiles(gemm.m.extent.div_ceil(tile), gemm.n.extent.div_ceil(tile)),
         };
         t.vector = [1, 2].map(|f| t.vector_fits(gemm, f));
         Some(t)
@@ -167,11 +170,12 @@ impl fmt::Display for SimtTile {
         write!(
             f,
             "factor tiles {} deep in shared memory, {buffers}, {loads}; {} x {} results per \
-             invocation in runs of {}",
+             invocation in runs of {}; {}",
             self.depth(),
             self.per_side(),
             self.per_side(),
-            self.run()
+            self.run(),
+            self.order
         )
     }
 }
@@ -187,6 +191,7 @@ mod tests {
                 tile,
                 stages: 2,
                 vector: [false; 2],
+                order: TileOrder::ROWS,
             };
             let (r, w) = (t.per_side(), t.run());
             let mut seen = vec![0; tile];
