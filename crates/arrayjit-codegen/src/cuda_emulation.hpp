@@ -305,10 +305,11 @@ static inline void aj_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) {
  * memory: each lane computes its own accumulators (lane l of warp w of the warpgroup holds,
  * for r < N/2, row 16w + l/4 + 8((r/2)%2), column 8(r/4) + 2(l%4) + r%2), from the factors'
  * canonical layouts decoded from their first elements as the descriptors the CUDA code builds
- * describe them: `k` contiguous: 64-byte rows, 8-row groups 512 bytes apart, the 64-byte swizzle
- * (address bits 4-5 ^= bits 7-8); result side contiguous: 128-byte rows of 64 elements, 8-row
- * groups 1024 bytes apart, 64-element blocks 4096 bytes apart, the 128-byte swizzle (bits 4-6
- * ^= bits 7-9). The swizzles act on addresses, as the hardware's do: staged arrays start on
+ * describe them, for a staged depth d of 32 or 64: `k` contiguous: rows of 2d bytes, 8-row
+ * groups 16d bytes apart, the swizzle of the row's width (64 bytes: address bits 4-5 ^= bits
+ * 7-8; 128 bytes: bits 4-6 ^= bits 7-9); result side contiguous: 128-byte rows of 64
+ * elements, 8-row groups 1024 bytes apart, 64-element blocks 128d bytes apart, the 128-byte
+ * swizzle. The swizzles act on addresses, as the hardware's do: staged arrays start on
  * 1 KiB boundaries. A product runs when a wgmma.wait_group requires it (as late as the PTX ISA
  * lets the hardware read its operands and write its accumulators), not when issued: a kernel
  * that refills a buffer, or touches the accumulators, before waiting for the products that
@@ -318,13 +319,15 @@ static inline void aj_fence_async_proxy(void) {}
 static inline void aj_wgmma_fence(void) {}
 
 /* The bits of element (mn, k) of a warpgroup factor whose first staged element is at `p`. */
-static inline uint32_t aj_wgmma_element(const void *p, int side_major, unsigned mn, unsigned k) {
+static inline uint32_t aj_wgmma_element(const void *p, int side_major, unsigned depth, unsigned mn,
+                                        unsigned k) {
   uintptr_t a = (uintptr_t)p;
   if (!side_major) {
-    a += (mn % 8) * 64 + (mn / 8) * 512 + k * 2;
-    a ^= ((a >> 7) & 3u) << 4;
+    const uintptr_t row = 2u * depth;
+    a += (mn % 8) * row + (mn / 8) * 8u * row + k * 2;
+    a ^= ((a >> 7) & (row / 16u - 1u)) << 4;
   } else {
-    a += (mn % 64) * 2 + (mn / 64) * 4096 + (k % 8) * 128 + (k / 8) * 1024;
+    a += (mn % 64) * 2 + (mn / 64) * 128u * depth + (k % 8) * 128 + (k / 8) * 1024;
     a ^= ((a >> 7) & 7u) << 4;
   }
   uint16_t h;
@@ -333,7 +336,7 @@ static inline uint32_t aj_wgmma_element(const void *p, int side_major, unsigned 
 }
 
 static inline void aj_emu_wgmma_run(float *d, const void *a, const void *b, int kind, unsigned n,
-                                    int a_side_major, int b_side_major) {
+                                    int a_side_major, int b_side_major, unsigned depth) {
   aj_block *blk = aj_running_block;
   unsigned linear = blk ? blk->current : 0;
   unsigned lane = linear % 32u, warp = (linear % 128u) / 32u;
@@ -342,8 +345,8 @@ static inline void aj_emu_wgmma_run(float *d, const void *a, const void *b, int 
     unsigned col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
     float acc = d[r];
     for (unsigned k = 0; k < 16; ++k)
-      acc = acc + aj_emu_half(aj_wgmma_element(a, a_side_major, row, k), kind) *
-                      aj_emu_half(aj_wgmma_element(b, b_side_major, col, k), kind);
+      acc = acc + aj_emu_half(aj_wgmma_element(a, a_side_major, depth, row, k), kind) *
+                      aj_emu_half(aj_wgmma_element(b, b_side_major, depth, col, k), kind);
     d[r] = acc;
   }
 }
@@ -425,11 +428,12 @@ static thread_local unsigned aj_in_flight_count = 0;
 static thread_local int aj_race = 0;
 
 /* The bytes a factor of `rows` rows (of the result side) spans from its first staged element. */
-static inline uintptr_t aj_wgmma_span(int side_major, unsigned rows) {
-  return side_major ? ((rows - 1) / 64) * 4096u + 2048u : ((rows + 7) / 8) * 512u;
+static inline uintptr_t aj_wgmma_span(int side_major, unsigned depth, unsigned rows) {
+  return side_major ? ((rows - 1) / 64) * 128u * depth + 2048u : ((rows + 7) / 8) * 16u * depth;
 }
-static inline void aj_operand_use(const void *p, int side_major, unsigned rows, int add) {
-  uintptr_t lo = (uintptr_t)p, hi = lo + aj_wgmma_span(side_major, rows);
+static inline void aj_operand_use(const void *p, int side_major, unsigned depth, unsigned rows,
+                                  int add) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + aj_wgmma_span(side_major, depth, rows);
   for (unsigned i = 0; i < aj_in_flight_count; ++i) {
     aj_operand_range *r = &aj_in_flight[i];
     if (r->lo != lo || r->hi != hi) continue;
@@ -454,11 +458,11 @@ struct aj_wgmma_op {
   float *d;
   const void *a, *b;
   int kind, a_side_major, b_side_major;
-  unsigned n, group;
+  unsigned n, depth, group;
   void complete() const {
-    aj_emu_wgmma_run(d, a, b, kind, n, a_side_major, b_side_major);
-    aj_operand_use(a, a_side_major, 64, 0);
-    aj_operand_use(b, b_side_major, n, 0);
+    aj_emu_wgmma_run(d, a, b, kind, n, a_side_major, b_side_major, depth);
+    aj_operand_use(a, a_side_major, depth, 64, 0);
+    aj_operand_use(b, b_side_major, depth, n, 0);
   }
 };
 static thread_local aj_group_queues<aj_wgmma_op, 16> aj_wgmmas;
@@ -469,10 +473,10 @@ static inline void aj_wgmma_reset(unsigned t) {
   aj_wgmmas.reset(t);
 }
 static inline void aj_emu_wgmma(float *d, const void *a, const void *b, int kind, unsigned n,
-                                int a_side_major, int b_side_major) {
-  aj_operand_use(a, a_side_major, 64, 1);
-  aj_operand_use(b, b_side_major, n, 1);
-  aj_wgmmas.issue(aj_wgmma_op{d, a, b, kind, a_side_major, b_side_major, n, 0});
+                                int a_side_major, int b_side_major, unsigned depth) {
+  aj_operand_use(a, a_side_major, depth, 64, 1);
+  aj_operand_use(b, b_side_major, depth, n, 1);
+  aj_wgmmas.issue(aj_wgmma_op{d, a, b, kind, a_side_major, b_side_major, n, depth, 0});
 }
 static inline void aj_wgmma_commit(void) { aj_wgmmas.commit(); }
 static inline void aj_wgmma_wait(unsigned pending) { aj_wgmmas.wait(pending); }

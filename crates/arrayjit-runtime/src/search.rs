@@ -69,7 +69,7 @@ impl ScheduleChoice {
             loop_fusion: true,
         };
         // The GPU fields may be absent (choices stored before they existed): `auto`.
-        let mut seen = [false; 9];
+        let mut seen = [false; 10];
         for field in text.split_whitespace() {
             let (name, value) = field
                 .split_once('=')
@@ -136,6 +136,22 @@ impl ScheduleChoice {
                     };
                     8
                 }
+                "gpu_stage_fragments" => {
+                    choice.tuning.gpu_stage_fragments = match value {
+                        "auto" => None,
+                        _ => {
+                            let f = int(1, 8)? as usize;
+                            if !ScheduleTuning::GPU_STAGE_FRAGMENTS.contains(&f) {
+                                return Err(format!(
+                                    "gpu_stage_fragments={value}: expected auto or one of {:?}",
+                                    ScheduleTuning::GPU_STAGE_FRAGMENTS
+                                ));
+                            }
+                            Some(f)
+                        }
+                    };
+                    9
+                }
                 "loop_fusion" => {
                     choice.loop_fusion = match value {
                         "on" => true,
@@ -175,10 +191,11 @@ impl fmt::Display for ScheduleChoice {
         let auto = |v: Option<usize>| v.map_or_else(|| "auto".to_string(), |v| v.to_string());
         write!(
             f,
-            " gpu_threads={} gpu_tile={} gpu_stages={}",
+            " gpu_threads={} gpu_tile={} gpu_stages={} gpu_stage_fragments={}",
             auto(t.gpu_threads.map(|v| v as usize)),
             auto(t.gpu_tile),
-            auto(t.gpu_stages)
+            auto(t.gpu_stages),
+            auto(t.gpu_stage_fragments)
         )
     }
 }
@@ -319,12 +336,14 @@ enum Knob {
     GpuTile,
     /// The buffers of matrix-unit products' staged tiles.
     GpuStages,
+    /// The depth of each buffer of matrix-unit products' staged tiles.
+    GpuStageFragments,
 }
 
 impl Knob {
     /// The knobs in the order they are tried from `start`: fusion only when it is on (a user
     /// who turned it off is not overruled); on a GPU backend (`gpu`) the tile of products,
-    /// then the buffers of matrix-unit products, then the group size; on a CPU kc first (it sets the L1 panel), then mc (L2), then nc
+    /// then the depth and the number of matrix-unit products' buffers, then the group size; on a CPU kc first (it sets the L1 panel), then mc (L2), then nc
     /// (L3).
     fn all(start: ScheduleChoice, gpu: bool) -> Vec<Knob> {
         let mut knobs = Vec::new();
@@ -332,7 +351,12 @@ impl Knob {
             knobs.push(Knob::LoopFusion);
         }
         if gpu {
-            knobs.extend([Knob::GpuTile, Knob::GpuStages, Knob::GpuThreads]);
+            knobs.extend([
+                Knob::GpuTile,
+                Knob::GpuStageFragments,
+                Knob::GpuStages,
+                Knob::GpuThreads,
+            ]);
             return knobs;
         }
         knobs.extend([
@@ -368,6 +392,9 @@ impl Knob {
                 .to_vec(),
             Knob::GpuStages => ScheduleTuning::GPU_STAGES
                 .map(|t| vary(&|c| c.tuning.gpu_stages = Some(t)))
+                .to_vec(),
+            Knob::GpuStageFragments => ScheduleTuning::GPU_STAGE_FRAGMENTS
+                .map(|f| vary(&|c| c.tuning.gpu_stage_fragments = Some(f)))
                 .to_vec(),
             Knob::Block(axis) => [-1i8, 1]
                 .map(|d| {
@@ -605,6 +632,7 @@ mod tests {
                 gpu_threads: Some(128),
                 gpu_tile: Some(64),
                 gpu_stages: Some(3),
+                gpu_stage_fragments: Some(4),
             },
             loop_fusion: false,
         };
@@ -645,6 +673,10 @@ mod tests {
                 &good.replace("gpu_stages=auto", "gpu_stages=9"),
                 "from 2 to 6",
             ),
+            (
+                &good.replace("gpu_stage_fragments=auto", "gpu_stage_fragments=3"),
+                "one of [2, 4]",
+            ),
             ("register_rows", "name=value"),
         ] {
             let e = ScheduleChoice::parse(bad).unwrap_err();
@@ -678,6 +710,7 @@ mod tests {
                         c.tuning.gpu_threads != from.tuning.gpu_threads,
                         c.tuning.gpu_tile != from.tuning.gpu_tile,
                         c.tuning.gpu_stages != from.tuning.gpu_stages,
+                        c.tuning.gpu_stage_fragments != from.tuning.gpu_stage_fragments,
                     ];
                     assert_eq!(differs.iter().filter(|d| **d).count(), 1, "{knob:?} {c}");
                 }
@@ -690,6 +723,7 @@ mod tests {
         assert!(
             gpu.contains(&Knob::GpuTile)
                 && gpu.contains(&Knob::GpuStages)
+                && gpu.contains(&Knob::GpuStageFragments)
                 && gpu.contains(&Knob::GpuThreads)
         );
         assert!(

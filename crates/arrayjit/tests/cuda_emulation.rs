@@ -104,7 +104,7 @@ extern "C" __global__ void aj_products(float *y, long long wait_first) {
   float d[64];
   for (int r = 0; r < 64; ++r) d[r] = 0.0f;
   aj_wgmma_fence();
-  aj_emu_wgmma(d, a, b, 0, 128, 0, 0);
+  aj_emu_wgmma(d, a, b, 0, 128, 0, 0, 32);
   aj_wgmma_commit();
   if (wait_first) aj_wgmma_wait(0);
   __syncthreads();

@@ -135,12 +135,16 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
         .schedule
         .gpu
         .is_some_and(|g| g.max_opt_in_shared_bytes > g.max_shared_bytes);
-    for (tile, on_warpgroups) in [
-        (32, false),
-        (64, false),
-        (128, false),
-        (64, true),
-        (128, true),
+    let mut deep = std::collections::BTreeSet::new();
+    for (tile, on_warpgroups, fragments) in [
+        (32, false, 2),
+        (64, false, 2),
+        (128, false, 2),
+        (64, false, 4),
+        (64, true, 2),
+        (128, true, 2),
+        (64, true, 4),
+        (128, true, 4),
     ] {
         if on_warpgroups && !has_warpgroups {
             continue;
@@ -149,6 +153,7 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
         if let Some(g) = settings.schedule.gpu.as_mut() {
             g.warpgroup_mma = on_warpgroups;
         }
+        settings.schedule.tuning.gpu_stage_fragments = Some(fragments);
         b.set_optimize_settings(settings);
         for case in matrix_product_cases().unwrap() {
             let code = b.compile(&case.name, &case.program, &[]).unwrap();
@@ -182,9 +187,15 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
                     .iter()
                     .map(|l| (l.warpgroups, l.order.band_rows > 1)),
             );
+            deep.extend(
+                layouts(&code.optimized().schedules)
+                    .iter()
+                    .map(|l| (l.warpgroups, l.depth())),
+            );
             check_case(&case, b).unwrap_or_else(|e| {
                 panic!(
-                    "{}: {tile}-tiles (warpgroups {on_warpgroups}): {e}",
+                    "{}: {tile}-tiles (warpgroups {on_warpgroups}, {fragments} fragments deep): \
+                     {e}",
                     b.name()
                 )
             });
@@ -198,6 +209,13 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
     // Buffers in static shared memory and, where the device lets kernels opt in to more, in
     // dynamic shared memory (the 128-tiles' deeper pipelines).
     assert_eq!(dynamic.len(), if has_opt_in { 2 } else { 1 }, "{dynamic:?}");
+    // Buffers 32 deep (2 fragments) on warps, even where 4 were asked for, and 32 and 64 deep
+    // on warpgroups (whose `k`-contiguous rows then take the 64- and the 128-byte swizzle).
+    let mut want = std::collections::BTreeSet::from([(false, 32)]);
+    if has_warpgroups {
+        want.extend([(true, 32), (true, 64)]);
+    }
+    assert_eq!(deep, want);
     // Tiles taken row by row and in bands, on warps and (where the device has them) on
     // warpgroups.
     for on_warpgroups in [false, has_warpgroups] {
@@ -218,7 +236,7 @@ fn long_reductions_cycle_through_the_pipelines_buffers() {
     for b in with_matrix_units() {
         let original = b.optimize_settings();
         let has_warpgroups = original.schedule.gpu.is_some_and(|g| g.warpgroup_mma);
-        for on_warpgroups in [false, true] {
+        for (on_warpgroups, fragments) in [(false, 2), (true, 2), (true, 4)] {
             if on_warpgroups && !has_warpgroups {
                 continue;
             }
@@ -226,6 +244,7 @@ fn long_reductions_cycle_through_the_pipelines_buffers() {
             if let Some(g) = settings.schedule.gpu.as_mut() {
                 g.warpgroup_mma = on_warpgroups;
             }
+            settings.schedule.tuning.gpu_stage_fragments = Some(fragments);
             b.set_optimize_settings(settings);
             for (spec, m, k, n) in [("mk,kn->mn", 128, 1024, 128), ("km,kn->mn", 124, 1000, 128)] {
                 let dims = |rows: &str| -> Vec<usize> {
@@ -261,10 +280,11 @@ fn long_reductions_cycle_through_the_pipelines_buffers() {
                 );
                 check_case(&case, &b).unwrap_or_else(|e| {
                     panic!(
-                        "{}: {} (warpgroups {on_warpgroups}, {} buffers): {e}",
+                        "{}: {} (warpgroups {on_warpgroups}, {} buffers {} deep): {e}",
                         b.name(),
                         case.name,
-                        layout.stages
+                        layout.stages,
+                        layout.depth()
                     )
                 });
             }
@@ -692,7 +712,12 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
     assert!(limits.warpgroup_mma && !GpuLimits::cuda_arch("sm_80").unwrap().warpgroup_mma);
     limits.compute_units = 132;
     for spec in ["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "km,nk->mn"] {
-        for (prec, n) in [(Prec::Bf16, 4096), (Prec::F16, 1024)] {
+        for (prec, n, fragments) in [
+            (Prec::Bf16, 4096, 2),
+            (Prec::F16, 1024, 2),
+            (Prec::Bf16, 4096, 4),
+            (Prec::F16, 1024, 4),
+        ] {
             let node = |l: &str| Tnode::new(prec, &[n, n], &[l]).unwrap();
             let (a, b) = (node("a"), node("b"));
             let c = Tnode::new(Prec::F32, &[n, n], &["c"]).unwrap();
@@ -707,11 +732,13 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
             // 4096: 128-tiles on 132 SMs; 1024 asks for 64-tiles (32 would be chosen).
             let mut settings = OptimizeSettings::for_gpu(limits);
             settings.schedule.tuning.gpu_tile = (n == 1024).then_some(64);
+            settings.schedule.tuning.gpu_stage_fragments = Some(fragments);
             let opt = optimize("mm", &[], &program, &settings).unwrap();
             let [layout] = layouts(&opt.schedules)[..] else {
                 panic!("{spec}: {}", opt.schedule_report());
             };
             assert!(layout.warpgroups, "{spec} {prec}: {layout:?}");
+            assert_eq!(layout.depth(), 16 * fragments, "{spec} {prec}: {layout:?}");
             let source = render_cuda(&[&opt]).unwrap().source;
             let ptx = match compile_ptx(&source, "sm_90a") {
                 Ok(ptx) => ptx,
@@ -736,9 +763,13 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
             let blocks = k.blocks_per_sm_with("sm_90a", layout.threads(), dynamic);
             assert!(blocks >= 2, "{spec} {prec}: {k:?}");
             eprintln!(
-                "{spec} {prec} {}-tiles, {} buffers: {} registers, {} B static and {dynamic} B \
-                 dynamic shared, {blocks} blocks/SM",
-                layout.tile, layout.stages, k.registers, k.shared_bytes,
+                "{spec} {prec} {}-tiles, {} buffers {} deep: {} registers, {} B static and \
+                 {dynamic} B dynamic shared, {blocks} blocks/SM",
+                layout.tile,
+                layout.stages,
+                layout.depth(),
+                k.registers,
+                k.shared_bytes,
             );
         }
     }

@@ -115,6 +115,8 @@ pub enum Helper {
         n: usize,
         /// The left and right factors are staged with the result side contiguous.
         side_major: [bool; 2],
+        /// The staged depth of `k`: 32 or 64 elements.
+        depth: usize,
     },
 }
 
@@ -126,8 +128,9 @@ impl Helper {
                 kind,
                 n,
                 side_major,
+                depth,
             } => format!(
-                "aj_wgmma_{kind}_m64n{n}k16_{}{}",
+                "aj_wgmma_{kind}_m64n{n}k16_{}{}_d{depth}",
                 ["k", "s"][usize::from(side_major[0])],
                 ["k", "s"][usize::from(side_major[1])]
             ),
@@ -693,17 +696,19 @@ fn warpgroup(pre: &str) -> String {
 }
 
 /// One warpgroup product (`Helper::Wgmma`): the factors' descriptors for their canonical
-/// layouts as `arrayjit_ir::schedule::gpu::matrix` stages them — `k` contiguous: 64-byte rows
-/// (depth 32), 8-row groups 512 bytes apart, the 64-byte swizzle; result side contiguous:
-/// 128-byte rows of 64 elements, 8-row groups 1024 bytes apart, blocks of 64 elements
-/// 4096 bytes (32 rows) apart, the 128-byte swizzle and the transpose bit — then
-/// `wgmma.mma_async` accumulating into `N / 2` registers. The CUDA emulation computes the
-/// same from the same layouts (`aj_emu_wgmma`).
+/// layouts as `arrayjit_ir::schedule::gpu::matrix` stages them at staged depth `d` — `k`
+/// contiguous: rows of `2d` bytes (64 or 128), 8-row groups `16d` bytes apart, the swizzle of
+/// the row's width (64-byte: mode 2, 128-byte: mode 1); result side contiguous: 128-byte rows
+/// of 64 elements, 8-row groups 1024 bytes apart, blocks of 64 elements `128d` bytes (`d`
+/// rows) apart, the 128-byte swizzle and the transpose bit — then `wgmma.mma_async`
+/// accumulating into `N / 2` registers. The CUDA emulation computes the same from the same
+/// layouts (`aj_emu_wgmma`).
 fn wgmma(pre: &str, h: Helper) -> String {
     let Helper::Wgmma {
         kind,
         n,
         side_major,
+        depth,
     } = h
     else {
         return String::new();
@@ -712,14 +717,20 @@ fn wgmma(pre: &str, h: Helper) -> String {
     let kind_code = if kind == "bf16" { 0 } else { 1 };
     let (ta, tb) = (u8::from(side_major[0]), u8::from(side_major[1]));
     let desc = |side: bool| {
-        if side { "4096, 1024, 1" } else { "16, 512, 2" }
+        if side {
+            format!("{}, 1024, 1", depth * 128)
+        } else {
+            let row_bytes = depth * 2;
+            let mode = if row_bytes == 128 { 1 } else { 2 };
+            format!("16, {}, {mode}", 8 * row_bytes)
+        }
     };
     let regs = n / 2;
     let outputs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let operands: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
     format!(
         "#ifdef AJ_CUDA_EMULATION
-{pre} void {name}(float *d, const void *a, const void *b) {{ aj_emu_wgmma(d, a, b, {kind_code}, {n}, {ta}, {tb}); }}
+{pre} void {name}(float *d, const void *a, const void *b) {{ aj_emu_wgmma(d, a, b, {kind_code}, {n}, {ta}, {tb}, {depth}); }}
 #else
 {pre} void {name}(float *d, const void *a, const void *b) {{
   const uint64_t da = aj_wgmma_desc(a, {}), db = aj_wgmma_desc(b, {});

@@ -637,6 +637,7 @@ impl KernelDialect for CudaDialect<'_, '_> {
                     kind,
                     n,
                     side_major,
+                    depth,
                     ..
                 },
                 [acc, a, b],
@@ -645,6 +646,7 @@ impl KernelDialect for CudaDialect<'_, '_> {
                     kind: kind.name(),
                     n: *n,
                     side_major: *side_major,
+                    depth: *depth,
                 };
                 self.0.helpers.insert(helper);
                 format!("{}(&{acc}, &{a}, &{b});", helper.function_name())

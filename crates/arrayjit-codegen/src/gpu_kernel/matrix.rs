@@ -119,7 +119,18 @@ impl<'a> Staging<'a> {
 
     /// The statements that copy the tile of `k` from `aj_k0` into buffer `buf`: by 16-byte
     /// asynchronous copies where `l` says so for this factor, else element by element.
-    fn copy(&self, l: &MatrixTile, g_k: usize, buf: Expr<'static>) -> Vec<Stmt<'a>> {
+    /// Elements past the factor's end are zero; the bounds are tested only where they can be
+    /// crossed: along the result side where its extent is not a multiple of the tile, along
+    /// `k` unless `k_inside` (every copied depth lies within `g_k`). A 4096 product then
+    /// copies without tests, which keeps the registers of the warpgroups' deep pipelines
+    /// within what two groups per unit leave them.
+    fn copy(
+        &self,
+        l: &MatrixTile,
+        g_k: usize,
+        k_inside: bool,
+        buf: Expr<'static>,
+    ) -> Vec<Stmt<'a>> {
         let (d, t) = (l.depth(), l.tile);
         let inner = self.inner(l);
         // Elements each invocation moves at a time.
@@ -136,7 +147,12 @@ impl<'a> Staging<'a> {
             (var("aj_ei"), var("aj_eo"))
         };
         let offset = || self.offset(var("aj_es"), var("aj_ek"));
-        let exists = || var("aj_es").lt(side_extent).and(var("aj_ek").lt(g_k));
+        let side_test = (!side_extent.is_multiple_of(t)).then(|| var("aj_es").lt(side_extent));
+        let k_test = (!k_inside).then(|| var("aj_ek").lt(g_k));
+        let exists = || match (side_test.clone(), k_test.clone()) {
+            (Some(s), Some(k)) => Some(s.and(k)),
+            (s, k) => s.or(k),
+        };
         let mut body = vec![
             let_("aj_e", Ty::Int, thread_index() + var("aj_q") * l.threads()),
             let_("aj_ei", Ty::Int, (var("aj_e") % (inner / run)) * run),
@@ -147,15 +163,21 @@ impl<'a> Staging<'a> {
         let dst = self.at(l, buf, side_pos, k_pos);
         if self.async_copy {
             // Past the factor's end nothing is read (and the address is the first element's).
-            let src = Expr::Select(
-                Box::new(exists()),
-                Box::new(offset()),
-                Box::new(Expr::Int(0)),
-            );
+            let (src, valid) = match exists() {
+                Some(e) => (
+                    Expr::Select(
+                        Box::new(e.clone()),
+                        Box::new(offset()),
+                        Box::new(Expr::Int(0)),
+                    ),
+                    e,
+                ),
+                None => (offset(), Expr::Int(1)),
+            };
             body.push(Stmt::Matrix(MatrixOp::CopyAsync {
                 dst,
                 src: Expr::Bits(self.tn, At::Flat(Box::new(src))),
-                valid: exists(),
+                valid,
             }));
         } else {
             let at = At::Flat(Box::new(offset()));
@@ -163,11 +185,14 @@ impl<'a> Staging<'a> {
                 MatrixKind::Tf32 => (Expr::Elem(self.tn, at), Expr::Lit(Prec::F32, 0.0)),
                 _ => (Expr::Bits(self.tn, at), Expr::Int(0)),
             };
-            body.extend([
-                let_mut("aj_v", staged_ty(l.kind), zero),
-                Stmt::If(exists(), vec![assign(var("aj_v"), value)]),
-                assign(dst, var("aj_v")),
-            ]);
+            match exists() {
+                Some(e) => body.extend([
+                    let_mut("aj_v", staged_ty(l.kind), zero),
+                    Stmt::If(e, vec![assign(var("aj_v"), value)]),
+                    assign(dst, var("aj_v")),
+                ]),
+                None => body.push(assign(dst, value)),
+            }
         }
         vec![unrolled("aj_q", per_invocation, body)]
     }
@@ -322,13 +347,17 @@ pub(super) fn matrix_tiled<'a>(
     // depth, so that the waits count the same however short `k` is).
     let stages = l.stages;
     let lookahead = l.lookahead();
+    // Every copied depth lies within `k` where `k` is a multiple of the depth and the group
+    // takes every step, at least `lookahead` of them (the first copies are then all real; a
+    // slice of a split reduction may be shorter).
+    let k_inside = split.is_none() && kk.is_multiple_of(d) && steps >= lookahead;
     let any_async = l.async_copy.contains(&true);
     let commit = || Stmt::Matrix(MatrixOp::CommitCopies);
     for s in 0..lookahead {
         let first = |k0: Expr<'static>| {
             let mut first = vec![let_("aj_k0", Ty::Index, k0)];
-            first.extend(a.copy(l, kk, Expr::from(s)));
-            first.extend(b.copy(l, kk, Expr::from(s)));
+            first.extend(a.copy(l, kk, k_inside, Expr::from(s)));
+            first.extend(b.copy(l, kk, k_inside, Expr::from(s)));
             first
         };
         match split {
@@ -361,8 +390,8 @@ pub(super) fn matrix_tiled<'a>(
     step.push(Stmt::Barrier(Barrier::Shared));
     let ahead = || var("aj_s") + lookahead as i64;
     let mut next = vec![let_("aj_k0", Ty::Index, depth_at(ahead()))];
-    next.extend(a.copy(l, kk, ahead() % stages));
-    next.extend(b.copy(l, kk, ahead() % stages));
+    next.extend(a.copy(l, kk, k_inside, ahead() % stages));
+    next.extend(b.copy(l, kk, k_inside, ahead() % stages));
     step.push(Stmt::If(ahead().lt(count()), next));
     if any_async {
         // Always a group, empty near the end, so that the waits count the same.
@@ -406,6 +435,7 @@ fn warpgroup_multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> V
         kind: l.kind,
         n: l.tile,
         side_major: [!a.k_inner, !b.k_inner],
+        depth: l.depth(),
         acc: Expr::item("aj_acc", Expr::Int(0)),
         a: a.at(l, var("aj_buf"), var("aj_wg") * WARPGROUP_ROWS, k0()),
         b: b.at(l, var("aj_buf"), Expr::Int(0), k0()),

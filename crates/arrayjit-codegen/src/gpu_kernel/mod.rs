@@ -257,6 +257,10 @@ pub(crate) enum MatrixOp<'a> {
         /// Whether the left and the right factor are staged with the result side contiguous
         /// (the descriptor's transpose bits), else with `k` contiguous.
         side_major: [bool; 2],
+        /// The staged depth of `k` (32 or 64): the row length of `k`-contiguous factors
+        /// (64 or 128 bytes, with the swizzle of that width) and the rows of each 64-element
+        /// block of result-side-contiguous ones.
+        depth: usize,
         /// The first accumulator.
         acc: Expr<'a>,
         /// The left factor's first element (its 64 rows).

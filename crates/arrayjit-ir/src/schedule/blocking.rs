@@ -70,6 +70,9 @@ pub struct ScheduleTuning {
     /// memory holds, up to [`crate::schedule::gpu::matrix::MAX_MATRIX_STAGES`]); clamped to
     /// 2 and that.
     pub gpu_stages: Option<usize>,
+    /// Fragment depths of `k` per staged buffer of matrix-unit products, one of
+    /// [`ScheduleTuning::GPU_STAGE_FRAGMENTS`] (`None`: 2).
+    pub gpu_stage_fragments: Option<usize>,
 }
 
 impl Default for ScheduleTuning {
@@ -81,6 +84,7 @@ impl Default for ScheduleTuning {
             gpu_threads: None,
             gpu_tile: None,
             gpu_stages: None,
+            gpu_stage_fragments: None,
         }
     }
 }
@@ -98,6 +102,8 @@ impl ScheduleTuning {
     pub const GPU_TILES: [usize; 4] = [16, 32, 64, 128];
     /// The buffer counts the schedule search tries for matrix-unit products.
     pub const GPU_STAGES: [usize; 4] = [2, 3, 4, 6];
+    /// The fragment depths per buffer matrix-unit products may stage.
+    pub const GPU_STAGE_FRAGMENTS: [usize; 2] = [2, 4];
 
     /// Accumulators of a reduction with `lanes` elements per vector.
     pub fn reduction_lanes(&self, lanes: usize) -> usize {

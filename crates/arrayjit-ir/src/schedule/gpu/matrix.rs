@@ -59,7 +59,7 @@ use std::fmt;
 
 use super::{GpuLimits, TileOrder};
 use crate::prec::Prec;
-use crate::schedule::Gemm;
+use crate::schedule::{Gemm, ScheduleTuning};
 
 /// The element type a matrix-unit product multiplies in, and its fragment shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -166,9 +166,21 @@ pub struct MatrixTile {
     pub dynamic_shared: bool,
     /// The order in which groups take their tiles.
     pub order: TileOrder,
+    /// Fragment depths of `k` per staged buffer: [`MatrixTile::SHALLOW`] (2) or, on
+    /// warpgroups only, [`MatrixTile::DEEP`] (4: half the barriers and waits per product, as
+    /// many bytes in flight in half as many buffers; `k`-contiguous factors then take
+    /// 128-byte rows and the 128-byte swizzle). Warps' `mma.sync` products stay shallow:
+    /// four fragment depths per step need more registers than two groups per unit leave
+    /// them (ptxas spills 68–124 bytes of the `bf16` 128-tiles on sm_80).
+    pub fragments_deep: usize,
 }
 
 impl MatrixTile {
+    /// Fragment depths per buffer by default.
+    pub const SHALLOW: usize = 2;
+    /// Fragment depths per buffer of deep stages.
+    pub const DEEP: usize = 4;
+
     /// The layout of `tile`-tiles of `kind` for `gemm`, each factor copied asynchronously
     /// where it fits, with as many buffers as `max_shared_bytes` holds (up to
     /// [`MAX_MATRIX_STAGES`]), multiplied by warpgroups where the device has them
@@ -181,16 +193,42 @@ impl MatrixTile {
         max_shared_bytes: usize,
         warpgroup_mma: bool,
     ) -> Option<MatrixTile> {
+        MatrixTile::with_depth(
+            gemm,
+            tile,
+            kind,
+            max_shared_bytes,
+            warpgroup_mma,
+            MatrixTile::SHALLOW,
+        )
+    }
+
+    /// [`MatrixTile::new`] with `fragments_deep` fragment depths per buffer
+    /// ([`MatrixTile::SHALLOW`], or [`MatrixTile::DEEP`] where warpgroups multiply; other
+    /// requests are taken as the nearer that applies).
+    pub fn with_depth(
+        gemm: &Gemm,
+        tile: usize,
+        kind: MatrixKind,
+        max_shared_bytes: usize,
+        warpgroup_mma: bool,
+        fragments_deep: usize,
+    ) -> Option<MatrixTile> {
+        let warpgroups =
+            warpgroup_mma && kind != MatrixKind::Tf32 && tile.is_multiple_of(WARPGROUP_ROWS);
         let mut t = MatrixTile {
             tile,
             kind,
             async_copy: [false; 2],
             stages: 2,
-            warpgroups: warpgroup_mma
-                && kind != MatrixKind::Tf32
-                && tile.is_multiple_of(WARPGROUP_ROWS),
+            warpgroups,
             dynamic_shared: false,
             order: TileOrder::for_tiles(gemm.m.extent.div_ceil(tile), gemm.n.extent.div_ceil(tile)),
+            fragments_deep: if warpgroups && fragments_deep >= MatrixTile::DEEP {
+                MatrixTile::DEEP
+            } else {
+                MatrixTile::SHALLOW
+            },
         };
         t.stages = (2..=MAX_MATRIX_STAGES)
             .rev()
@@ -201,24 +239,26 @@ impl MatrixTile {
 
     /// The layout of `tile`-tiles of `kind` for `gemm` on a device of `limits`: buffers in
     /// as much shared memory as lets two groups share a unit
-    /// ([`GpuLimits::tile_shared_bytes`]), at most `most_stages` of them where a tuning says
-    /// (at least 2), in dynamic shared memory where they exceed what a group may declare
-    /// statically; `None` where not even two buffers fit.
+    /// ([`GpuLimits::tile_shared_bytes`]), at most `tuning.gpu_stages` of them where the
+    /// tuning says (at least 2), each `tuning.gpu_stage_fragments` fragment depths deep
+    /// (default [`MatrixTile::SHALLOW`]), in dynamic shared memory where they exceed what a
+    /// group may declare statically; `None` where not even two buffers fit.
     pub fn for_device(
         gemm: &Gemm,
         tile: usize,
         kind: MatrixKind,
         limits: &GpuLimits,
-        most_stages: Option<usize>,
+        tuning: &ScheduleTuning,
     ) -> Option<MatrixTile> {
-        let mut t = MatrixTile::new(
+        let mut t = MatrixTile::with_depth(
             gemm,
             tile,
             kind,
             limits.tile_shared_bytes(),
             limits.warpgroup_mma,
+            tuning.gpu_stage_fragments.unwrap_or(MatrixTile::SHALLOW),
         )?;
-        if let Some(most) = most_stages {
+        if let Some(most) = tuning.gpu_stages {
             t.stages = t.stages.min(most.clamp(2, MAX_MATRIX_STAGES));
         }
         t.dynamic_shared = t.shared_bytes() > limits.max_shared_bytes;
@@ -315,9 +355,9 @@ impl MatrixTile {
         )
     }
 
-    /// The depth of the staged factor tiles: two fragments deep.
+    /// The depth of the staged factor tiles: [`MatrixTile::fragments_deep`] fragments deep.
     pub fn depth(&self) -> usize {
-        2 * self.kind.fragment_depth()
+        self.fragments_deep * self.kind.fragment_depth()
     }
 
     /// Elements of padding after each staged row: none for 16-bit factors (their rows are

@@ -653,7 +653,7 @@ fn matrix_product(
     }
     let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
     let groups = |t: usize| (m.div_ceil(t) * n.div_ceil(t) * batch) as u64;
-    let layout_of = |t: usize| MatrixTile::for_device(&gemm, t, kind, limits, tuning.gpu_stages);
+    let layout_of = |t: usize| MatrixTile::for_device(&gemm, t, kind, limits, tuning);
     let fits = |t: usize| {
         layout_of(t).is_some_and(|layout| layout.threads() <= limits.max_group_invocations)
     };
