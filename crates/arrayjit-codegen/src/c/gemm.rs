@@ -257,7 +257,8 @@ static void {name}_chunk(void *ctx, int64_t index) {{
 /// registers (4 loads, 8 shuffles, 4 stores per 16 elements) where the compiler has
 /// `__builtin_shufflevector` (clang, gcc 12 and later); element by element otherwise. On a
 /// 2-core Xeon the products whose `A` is packed this way (rows 4 KiB apart) went from 107–111
-/// to 131–133 GFLOP/s on one core.
+/// to 131–133 GFLOP/s on one core. Out of line: one copy serves both call sites (inlined
+/// twice it added a tenth to the helper's compile time, for no measurable speed).
 fn write_pack_across(s: &mut String, name: &str, t: &str, elem: usize) {
     let v4 = format!("{name}_v4");
     let _ = write!(
@@ -270,7 +271,7 @@ fn write_pack_across(s: &mut String, name: &str, t: &str, elem: usize) {
 #ifdef AJ_{name}_SHUFFLE
 typedef {t} {v4} __attribute__((vector_size({v4_bytes}), aligned({elem})));
 #endif
-static inline void {name}_pack_across({t} *restrict dst, int64_t width, const {t} *restrict src, int64_t stride, int64_t rows, int64_t depth) {{
+static __attribute__((noinline)) void {name}_pack_across({t} *restrict dst, int64_t width, const {t} *restrict src, int64_t stride, int64_t rows, int64_t depth) {{
   int64_t i = 0;
 #ifdef AJ_{name}_SHUFFLE
   for (; i + 4 <= rows; i += 4) {{
