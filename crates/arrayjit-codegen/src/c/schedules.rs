@@ -458,13 +458,20 @@ impl KernelRenderer<'_> {
         out.push_str(&prelude);
         let _ = writeln!(out, "{pad}    {acc}[{lane}] = {v};");
         let _ = writeln!(out, "{pad}  }}\n{pad}}}");
-        let _ = writeln!(out, "{pad}for (; {base} < {hi}; ++{base}) {{");
-        self.symbols.insert(index, base.clone());
-        self.locals.insert(scope.id, format!("{acc}[0]"));
-        let mut prelude = String::new();
-        let v = self.expr(step, prec, depth + 1, &mut prelude)?;
-        out.push_str(&prelude);
-        let _ = writeln!(out, "{pad}  {acc}[0] = {v};\n{pad}}}");
+        // The tail (fewer than `lanes` steps), unless the range is known to leave none.
+        let no_tail = matches!(
+            (lo.parse::<i64>(), hi.parse::<i64>()),
+            (Ok(l), Ok(h)) if h >= l && (h - l) % lanes as i64 == 0
+        );
+        if !no_tail {
+            let _ = writeln!(out, "{pad}for (; {base} < {hi}; ++{base}) {{");
+            self.symbols.insert(index, base.clone());
+            self.locals.insert(scope.id, format!("{acc}[0]"));
+            let mut prelude = String::new();
+            let v = self.expr(step, prec, depth + 1, &mut prelude)?;
+            out.push_str(&prelude);
+            let _ = writeln!(out, "{pad}  {acc}[0] = {v};\n{pad}}}");
+        }
         self.symbols.remove(&index);
         self.locals.remove(&scope.id);
         if let Some((cascade, _)) = &cascade {

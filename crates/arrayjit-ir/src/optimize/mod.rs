@@ -305,7 +305,8 @@ pub fn optimize_low_level_in(
     };
     // On a GPU, reductions inlined into expressions get statements of their own, and nests
     // fused for the CPU's caches are distributed where their shared loops alone would leave
-    // the device idle.
+    // the device idle. On a CPU, those inlined into statements without loops get statements
+    // of their own (compiled once per shape).
     let (code, distributed, gpu_locals) = match &settings.schedule.gpu {
         Some(limits) => crate::schedule::gpu::restructure(
             code,
@@ -313,7 +314,7 @@ pub fn optimize_low_level_in(
             &settings.schedule.tuning,
             settings.enable_loop_fusion,
         ),
-        None => (code, Vec::new(), Vec::new()),
+        None => crate::schedule::gpu::hoist::hoist_for_cpu(code),
     };
     let used: std::collections::HashSet<usize> = code.nodes().iter().map(Tnode::id).collect();
     let mut nodes = roles;

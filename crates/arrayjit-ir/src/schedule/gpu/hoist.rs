@@ -16,6 +16,13 @@
 //! The scopes of one statement share one local node, a slot each along its last axis, so the
 //! statement reads one array however many reductions it holds (a gradient norm sums dozens).
 //!
+//! **On a CPU** ([`hoist_for_cpu`]) the scopes of a statement without loops are hoisted too,
+//! each into a one-element local node of its own: a reduction then renders the same code
+//! wherever it runs over arrays of the same shape, so the backends compile it once (a
+//! gradient norm over twelve identical layers: one function per parameter shape, not one
+//! inlined cascade per parameter), and the statement's schedule (several accumulators, split
+//! over the workers) applies to it.
+//!
 //! **Rule.** The local holds what the scope's variable held, step by step, and the
 //! expression reads it where it read the scope: the same values, but for the regrouping the
 //! GPU reductions apply to any accumulation (a fixed tree order). Only scopes of the plain
@@ -101,12 +108,18 @@ fn scoped(e: &ScalarExpr) -> Option<Scoped<'_>> {
 
 /// The local node of a statement's hoisted reductions: `dims` in precision `prec`.
 fn reduced_node(prec: crate::prec::Prec, dims: &[usize]) -> Option<Tnode> {
-    let tn = Tnode::new(prec, dims, &["gpu_reduced"]).ok()?;
-    tn.update_memory_mode(
-        MemoryMode::Local,
+    local_node(
+        prec,
+        dims,
+        "gpu_reduced",
         "a reduction hoisted out of an expression for a GPU pass",
     )
-    .ok()?;
+}
+
+/// A new local node of `dims` in `prec`, labelled `label`, local for `why`.
+fn local_node(prec: crate::prec::Prec, dims: &[usize], label: &str, why: &str) -> Option<Tnode> {
+    let tn = Tnode::new(prec, dims, &[label]).ok()?;
+    tn.update_memory_mode(MemoryMode::Local, why).ok()?;
     Some(tn)
 }
 
@@ -276,4 +289,68 @@ pub fn hoist_reductions(
         out.extend(pieces.into_iter().map(|p| (p, why.clone())));
     }
     (out, made)
+}
+
+/// For a CPU: the top-level statements of `code` with the scoped reductions of at least
+/// [`HOIST_MIN_STEPS`] steps of each statement without loops hoisted into statements of their
+/// own, each accumulating into a one-element local node of its own (see the module's doc);
+/// each statement with why, if it was changed, and the nodes made.
+pub fn hoist_for_cpu(code: LowLevel) -> (LowLevel, Vec<Option<String>>, Vec<Tnode>) {
+    let stmts = match code {
+        LowLevel::Seq(items) => items,
+        LowLevel::Noop => vec![],
+        s => vec![s],
+    };
+    let mut made = Vec::new();
+    let mut out: Vec<LowLevel> = Vec::with_capacity(stmts.len());
+    let mut notes: Vec<Option<String>> = Vec::with_capacity(stmts.len());
+    for stmt in stmts {
+        let LowLevel::Set { tn, idcs, value } = stmt.unwrapped() else {
+            out.push(stmt);
+            notes.push(None);
+            continue;
+        };
+        let mut before = Vec::new();
+        let value = value.clone().map_bottom_up(&mut |e| {
+            let Some(s) = scoped(&e).filter(|s| s.steps() >= HOIST_MIN_STEPS) else {
+                return e;
+            };
+            let Some(t) = local_node(
+                s.id.prec,
+                &[1],
+                "cpu_reduced",
+                "a reduction hoisted out of an expression into a statement of its own (the \
+                 same reduction over arrays of the same shape compiles once)",
+            ) else {
+                return e;
+            };
+            let at = [AxisIndex::Fixed(0)];
+            before.extend(hoisted_statements(&s, &t, &at));
+            made.push(t.clone());
+            ScalarExpr::Get(t, at.to_vec())
+        });
+        if before.is_empty() {
+            out.push(stmt);
+            notes.push(None);
+            continue;
+        }
+        let why = format!(
+            "one of {} reduction(s) hoisted out of a statement without loops, each into a \
+             statement and a local of its own",
+            before.len() / 2
+        );
+        before.push(LowLevel::Set {
+            tn: tn.clone(),
+            idcs: idcs.clone(),
+            value,
+        });
+        notes.extend(std::iter::repeat_n(Some(why), before.len()));
+        out.extend(before);
+    }
+    let code = match out.len() {
+        0 => LowLevel::Noop,
+        1 => out.into_iter().next().unwrap_or(LowLevel::Noop),
+        _ => LowLevel::Seq(out),
+    };
+    (code, notes, made)
 }
