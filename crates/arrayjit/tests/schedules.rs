@@ -607,3 +607,72 @@ fn routines_without_knobs_compile_once() {
     );
     assert_eq!(report.speedup(), Some(1.0), "{report}");
 }
+
+/// A statement without loops holding several reductions — a gradient norm's sum of each
+/// parameter's squares — gets each reduction as a statement of its own on the CPU backends,
+/// into a one-element local, so that the reductions over arrays of the same shape render the
+/// same code and are compiled once; the total agrees with the sums computed here (integer
+/// values: exact in any order).
+#[test]
+fn reductions_in_a_statement_without_loops_compile_once_per_shape() {
+    use arrayjit::tensor::{Tensor, forward_program};
+    let values = |n: usize, seed: usize| -> Vec<f64> {
+        (0..n).map(|i| ((i * seed) % 7) as f64 - 3.0).collect()
+    };
+    let shapes: [(&[usize], usize); 4] = [
+        (&[64, 100], 3),
+        (&[64, 100], 5),
+        (&[300], 11),
+        (&[64, 100], 13),
+    ];
+    let mut total = Tensor::scalar(0.0).unwrap();
+    let mut expected = 0.0;
+    for (i, (dims, seed)) in shapes.iter().enumerate() {
+        let n: usize = dims.iter().product();
+        let v = values(n, *seed);
+        expected += v.iter().map(|x| x * x).sum::<f64>();
+        let x = Tensor::input(Prec::F32, dims, &format!("x{i}"), &v).unwrap();
+        total = total.add(&x.mul(&x).unwrap().sum_all().unwrap()).unwrap();
+    }
+    total
+        .node()
+        .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    for name in ["sync_cc", "multicore_cc"] {
+        let backend = arrayjit::backend(name).unwrap();
+        let code = backend
+            .compile("norms", &forward_program(&[&total]), &[])
+            .unwrap();
+        let opt = code.optimized();
+        let hoisted = opt
+            .schedules
+            .iter()
+            .filter(|s| s.why.contains("hoisted out of a statement without loops"))
+            .count();
+        // Per reduction its initialization and its nest, then the statement that adds them.
+        assert_eq!(hoisted, 2 * shapes.len() + 1, "{}", opt.schedule_report());
+        // Two distinct reductions (the three over 64 x 100 share one function), each defined
+        // once: a statement function's definition names it with its parameters.
+        let src = code.source();
+        let definitions: std::collections::BTreeSet<&str> = src
+            .lines()
+            .filter(|l| l.contains("void aj_st_") && l.contains("const restrict p1"))
+            .filter_map(|l| l.split("void ").nth(1)?.split('(').next())
+            .collect();
+        let calls = |f: &str| src.matches(&format!("{f}(")).count();
+        let reductions: Vec<&str> = definitions
+            .iter()
+            .copied()
+            .filter(|f| calls(f) >= 2)
+            .collect();
+        assert!(
+            reductions.iter().any(|f| calls(f) == 4),
+            "the three 64 x 100 reductions share one function: {definitions:?}\n{src}"
+        );
+        let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        routine.run().unwrap();
+        stream.await_work().unwrap();
+        assert_eq!(total.values().unwrap(), vec![expected], "{name}");
+    }
+}
