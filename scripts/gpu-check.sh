@@ -25,7 +25,7 @@
 # run on `cuda`, the large arrays of issue 40 (`large`), every kernel's time of one GPT step
 # (`ncu-gpt`) and of the 4096 products (`ncu-matmul`), Nsight Compute's occupancy, warp
 # states and memory sections of the 4096 products (`ncu-detail`, to ncu-detail.csv), and the
-# schedule search of the 4096 products on the device (`search`: tiles, matrix-unit buffers,
+# schedule search of the 4096 products on the device (`search`: tiles, matrix-unit buffers and their depth,
 # group sizes, each timed; to search.log). PHASES (space-separated, default: all of smoke
 # bench tests large ncu-gpt ncu-matmul ncu-detail search) selects some, to fit the device time
 # left.
@@ -133,7 +133,7 @@ if command -v ncu >/dev/null 2>&1 && want ncu-detail; then
     "$out/ncu-detail.csv" | cut -c1-220 | head -80
 fi
 if want search; then
-  phase "the schedule search of the 4096 products on the device (tiles, buffers, group sizes)"
+  phase "the schedule search of the 4096 products on the device (tiles, buffers and their depth, group sizes)"
   for kind in "" "tf32 " "bf16 "; do
     timeout 120 "$bin/arrayjit" bench --backend cuda --no-peers --search --only "matmul ${kind}4096"
   done > "$out/search.log" 2>&1
