@@ -293,13 +293,13 @@ pub fn contraction_cases() -> Result<Vec<Case>> {
             &[('b', 67), ('i', 24), ('k', 13), ('j', 33)],
         )?,
         // Batches of products large enough to split themselves: split by batch element at run
-        // time where the workers divide the batch evenly (4 on 2 workers), else each product
+        // time where the workers divide the batch evenly (2 on 2 workers), else each product
         // splits itself (3 on 2 workers).
         einsum_case(
             "gemm_even_batch_of_large_products",
             f32,
             "bik,bjk->bij",
-            &[('b', 4), ('i', 65), ('k', 64), ('j', 66)],
+            &[('b', 2), ('i', 65), ('k', 64), ('j', 66)],
         )?,
         einsum_case(
             "gemm_odd_batch_of_large_products",
@@ -313,7 +313,7 @@ pub fn contraction_cases() -> Result<Vec<Case>> {
             "gemm_rows_4kib_apart",
             f32,
             "ik,kj->ij",
-            &[('i', 14), ('k', 1024), ('j', 33)],
+            &[('i', 14), ('k', 1024), ('j', 5)],
         )?,
         // Batches of dot products (M = N = 1, as in a softmax or layer-norm gain gradient):
         // large enough for a blocked product, but it would fill one element of each register

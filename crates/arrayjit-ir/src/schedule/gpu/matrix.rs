@@ -518,4 +518,24 @@ mod tests {
         );
         assert_eq!(MatrixKind::for_factors(Prec::F64, true), None);
     }
+
+    #[test]
+    fn only_warpgroups_stage_four_fragments_deep() {
+        let g = square_gemm(128);
+        for (warpgroups, kind, want) in [
+            (true, MatrixKind::Bf16, 64),
+            (false, MatrixKind::Bf16, 32),
+            (true, MatrixKind::Tf32, 16),
+        ] {
+            let t = MatrixTile::with_depth(&g, 128, kind, 200 << 10, warpgroups, MatrixTile::DEEP)
+                .unwrap();
+            assert_eq!(t.depth(), want, "{kind} warpgroups {warpgroups}: {t:?}");
+            // A deep buffer holds twice a shallow one's bytes.
+            let shallow = MatrixTile::new(&g, 128, kind, 200 << 10, warpgroups).unwrap();
+            assert_eq!(
+                t.stage_bytes(),
+                shallow.stage_bytes() * t.fragments_deep / MatrixTile::SHALLOW
+            );
+        }
+    }
 }
