@@ -81,6 +81,18 @@ impl ScheduleChoice {
                     .filter(|v| (lo..=hi).contains(v))
                     .ok_or_else(|| format!("{name}={value}: expected a number from {lo} to {hi}"))
             };
+            // `auto`, or one of the values `allowed`.
+            let auto_or_one_of = |allowed: &[usize]| -> std::result::Result<Option<usize>, String> {
+                if value == "auto" {
+                    return Ok(None);
+                }
+                value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|v| allowed.contains(v))
+                    .map(Some)
+                    .ok_or_else(|| format!("{name}={value}: expected auto or one of {allowed:?}"))
+            };
             let max_shift = ScheduleTuning::MAX_BLOCK_SCALE_LOG2 as i64;
             let slot = match name {
                 "register_rows" => {
@@ -111,19 +123,7 @@ impl ScheduleChoice {
                     6
                 }
                 "gpu_tile" => {
-                    choice.tuning.gpu_tile = match value {
-                        "auto" => None,
-                        _ => {
-                            let t = int(1, 128)? as usize;
-                            if !ScheduleTuning::GPU_TILES.contains(&t) {
-                                return Err(format!(
-                                    "gpu_tile={value}: expected auto or one of {:?}",
-                                    ScheduleTuning::GPU_TILES
-                                ));
-                            }
-                            Some(t)
-                        }
-                    };
+                    choice.tuning.gpu_tile = auto_or_one_of(&ScheduleTuning::GPU_TILES)?;
                     7
                 }
                 "gpu_stages" => {
@@ -137,19 +137,8 @@ impl ScheduleChoice {
                     8
                 }
                 "gpu_stage_fragments" => {
-                    choice.tuning.gpu_stage_fragments = match value {
-                        "auto" => None,
-                        _ => {
-                            let f = int(1, 8)? as usize;
-                            if !ScheduleTuning::GPU_STAGE_FRAGMENTS.contains(&f) {
-                                return Err(format!(
-                                    "gpu_stage_fragments={value}: expected auto or one of {:?}",
-                                    ScheduleTuning::GPU_STAGE_FRAGMENTS
-                                ));
-                            }
-                            Some(f)
-                        }
-                    };
+                    choice.tuning.gpu_stage_fragments =
+                        auto_or_one_of(&ScheduleTuning::GPU_STAGE_FRAGMENTS)?;
                     9
                 }
                 "loop_fusion" => {
