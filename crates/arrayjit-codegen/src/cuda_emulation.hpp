@@ -301,15 +301,17 @@ static inline void aj_mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
 static inline void aj_mma_f16(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 1); }
 static inline void aj_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) { aj_mma_any(d, a, b, 2); }
 
-/* Warpgroup products (wgmma.mma_async.m64nNk16, sm_90) of 16-bit factors read from shared
- * memory: each lane computes its own accumulators (lane l of warp w of the warpgroup holds,
- * for r < N/2, row 16w + l/4 + 8((r/2)%2), column 8(r/4) + 2(l%4) + r%2), from the factors'
- * canonical layouts decoded from their first elements as the descriptors the CUDA code builds
- * describe them, for a staged depth d of 32 or 64: `k` contiguous: rows of 2d bytes, 8-row
- * groups 16d bytes apart, the swizzle of the row's width (64 bytes: address bits 4-5 ^= bits
- * 7-8; 128 bytes: bits 4-6 ^= bits 7-9); result side contiguous: 128-byte rows of 64
- * elements, 8-row groups 1024 bytes apart, 64-element blocks 128d bytes apart, the 128-byte
- * swizzle. The swizzles act on addresses, as the hardware's do: staged arrays start on
+/* Warpgroup products (wgmma.mma_async, sm_90: m64nNk16 of 16-bit factors, kinds 0 and 1;
+ * m64nNk8 of TF32 ones, kind 2) read from shared memory: each lane computes its own
+ * accumulators (lane l of warp w of the warpgroup holds, for r < N/2, row 16w + l/4 +
+ * 8((r/2)%2), column 8(r/4) + 2(l%4) + r%2), from the factors' canonical layouts decoded from
+ * their first elements as the descriptors the CUDA code builds describe them, for a staged
+ * depth d of e-byte elements (e·d = 64 or 128): `k` contiguous: rows of e·d bytes, 8-row
+ * groups 8e·d bytes apart, the swizzle of the row's width (64 bytes: address bits 4-5 ^= bits
+ * 7-8; 128 bytes: bits 4-6 ^= bits 7-9); result side contiguous (16-bit factors only): 128-byte
+ * rows of 64 elements, 8-row groups 1024 bytes apart, 64-element blocks 128d bytes apart, the
+ * 128-byte swizzle. A TF32 element's low 13 bits are not read (the kernels round while staging).
+ * The swizzles act on addresses, as the hardware's do: staged arrays start on
  * 1 KiB boundaries. A product runs when a wgmma.wait_group requires it (as late as the PTX ISA
  * lets the hardware read its operands and write its accumulators), not when issued: a kernel
  * that refills a buffer, or touches the accumulators, before waiting for the products that
@@ -318,21 +320,31 @@ static inline void aj_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) {
 static inline void aj_fence_async_proxy(void) {}
 static inline void aj_wgmma_fence(void) {}
 
-/* The bits of element (mn, k) of a warpgroup factor whose first staged element is at `p`. */
-static inline uint32_t aj_wgmma_element(const void *p, int side_major, unsigned depth, unsigned mn,
-                                        unsigned k) {
+/* Bytes of one staged element of a warpgroup factor of `kind`. */
+static inline unsigned aj_wgmma_element_bytes(int kind) { return kind == 2 ? 4u : 2u; }
+
+/* The value of element (mn, k) of a warpgroup factor of `kind` whose first staged element is
+ * at `p`. */
+static inline float aj_wgmma_element(const void *p, int kind, int side_major, unsigned depth,
+                                     unsigned mn, unsigned k) {
+  const uintptr_t e = aj_wgmma_element_bytes(kind);
   uintptr_t a = (uintptr_t)p;
   if (!side_major) {
-    const uintptr_t row = 2u * depth;
-    a += (mn % 8) * row + (mn / 8) * 8u * row + k * 2;
+    const uintptr_t row = e * depth;
+    a += (mn % 8) * row + (mn / 8) * 8u * row + k * e;
     a ^= ((a >> 7) & (row / 16u - 1u)) << 4;
   } else {
     a += (mn % 64) * 2 + (mn / 64) * 128u * depth + (k % 8) * 128 + (k / 8) * 1024;
     a ^= ((a >> 7) & 7u) << 4;
   }
+  if (kind == 2) {
+    uint32_t w;
+    memcpy(&w, (const void *)a, 4);
+    return aj_emu_bits_to_float(w & 0xffffe000u);
+  }
   uint16_t h;
   memcpy(&h, (const void *)a, 2);
-  return h;
+  return aj_emu_half(h, kind);
 }
 
 static inline void aj_emu_wgmma_run(float *d, const void *a, const void *b, int kind, unsigned n,
@@ -340,14 +352,17 @@ static inline void aj_emu_wgmma_run(float *d, const void *a, const void *b, int 
   aj_block *blk = aj_running_block;
   unsigned linear = blk ? blk->current : 0;
   unsigned lane = linear % 32u, warp = (linear % 128u) / 32u;
+  /* TF32 factors are only `k`-major: any other layout makes every result NaN. */
+  const int valid = kind != 2 || (!a_side_major && !b_side_major);
+  const unsigned kdepth = kind == 2 ? 8u : 16u;
   for (unsigned r = 0; r < n / 2; ++r) {
     unsigned row = 16 * warp + lane / 4 + 8 * ((r / 2) % 2);
     unsigned col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
     float acc = d[r];
-    for (unsigned k = 0; k < 16; ++k)
-      acc = acc + aj_emu_half(aj_wgmma_element(a, a_side_major, depth, row, k), kind) *
-                      aj_emu_half(aj_wgmma_element(b, b_side_major, depth, col, k), kind);
-    d[r] = acc;
+    for (unsigned k = 0; k < kdepth; ++k)
+      acc = acc + aj_wgmma_element(a, kind, a_side_major, depth, row, k) *
+                      aj_wgmma_element(b, kind, b_side_major, depth, col, k);
+    d[r] = valid ? acc : NAN;
   }
 }
 
@@ -427,13 +442,15 @@ static thread_local aj_operand_range aj_in_flight[AJ_OPERANDS_IN_FLIGHT];
 static thread_local unsigned aj_in_flight_count = 0;
 static thread_local int aj_race = 0;
 
-/* The bytes a factor of `rows` rows (of the result side) spans from its first staged element. */
-static inline uintptr_t aj_wgmma_span(int side_major, unsigned depth, unsigned rows) {
-  return side_major ? ((rows - 1) / 64) * 128u * depth + 2048u : ((rows + 7) / 8) * 16u * depth;
+/* The bytes a factor of `kind` and `rows` rows (of the result side) spans from its first
+ * staged element. */
+static inline uintptr_t aj_wgmma_span(int kind, int side_major, unsigned depth, unsigned rows) {
+  return side_major ? ((rows - 1) / 64) * 128u * depth + 2048u
+                    : ((rows + 7) / 8) * 8u * aj_wgmma_element_bytes(kind) * depth;
 }
-static inline void aj_operand_use(const void *p, int side_major, unsigned depth, unsigned rows,
-                                  int add) {
-  uintptr_t lo = (uintptr_t)p, hi = lo + aj_wgmma_span(side_major, depth, rows);
+static inline void aj_operand_use(const void *p, int kind, int side_major, unsigned depth,
+                                  unsigned rows, int add) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + aj_wgmma_span(kind, side_major, depth, rows);
   for (unsigned i = 0; i < aj_in_flight_count; ++i) {
     aj_operand_range *r = &aj_in_flight[i];
     if (r->lo != lo || r->hi != hi) continue;
@@ -461,8 +478,8 @@ struct aj_wgmma_op {
   unsigned n, depth, group;
   void complete() const {
     aj_emu_wgmma_run(d, a, b, kind, n, a_side_major, b_side_major, depth);
-    aj_operand_use(a, a_side_major, depth, 64, 0);
-    aj_operand_use(b, b_side_major, depth, n, 0);
+    aj_operand_use(a, kind, a_side_major, depth, 64, 0);
+    aj_operand_use(b, kind, b_side_major, depth, n, 0);
   }
 };
 static thread_local aj_group_queues<aj_wgmma_op, 16> aj_wgmmas;
@@ -474,8 +491,8 @@ static inline void aj_wgmma_reset(unsigned t) {
 }
 static inline void aj_emu_wgmma(float *d, const void *a, const void *b, int kind, unsigned n,
                                 int a_side_major, int b_side_major, unsigned depth) {
-  aj_operand_use(a, a_side_major, depth, 64, 1);
-  aj_operand_use(b, b_side_major, depth, n, 1);
+  aj_operand_use(a, kind, a_side_major, depth, 64, 1);
+  aj_operand_use(b, kind, b_side_major, depth, n, 1);
   aj_wgmmas.issue(aj_wgmma_op{d, a, b, kind, a_side_major, b_side_major, n, depth, 0});
 }
 static inline void aj_wgmma_commit(void) { aj_wgmmas.commit(); }

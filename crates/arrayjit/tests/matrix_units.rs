@@ -422,6 +422,103 @@ fn tf32_runs_only_where_allowed_and_rounds_as_tf32() {
     b.set_allow_tf32(None);
 }
 
+/// TF32 on warpgroups (`wgmma` `m64nNk8`, which reads TF32 factors only `k`-major): in every
+/// layout of the factors (a factor whose result side is contiguous is transposed while it is
+/// staged), in 64- and 128-tiles, over sides that are not multiples of the
+/// tile and a reduction that cycles through the buffers, the products agree with the
+/// interpreter on values exact in TF32; and the staging rounds to TF32 (to nearest, ties
+/// away), which the emulation's warpgroup products rely on (they ignore an element's low 13
+/// bits, as the hardware does).
+#[test]
+fn tf32_products_run_on_warpgroups_in_every_layout() {
+    for b in with_matrix_units() {
+        let original = b.optimize_settings();
+        if !original.schedule.gpu.is_some_and(|g| g.warpgroup_mma) {
+            continue;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (tile, fragments) in [(64, 2), (128, 2)] {
+            let mut settings = tuned(&b, Some(tile), true);
+            settings.schedule.tuning.gpu_stage_fragments = Some(fragments);
+            b.set_optimize_settings(settings);
+            for (spec, m, k, n) in [
+                ("mk,kn->mn", 130, 44, 72),
+                ("km,kn->mn", 70, 300, 136),
+                ("mk,nk->mn", 64, 36, 130),
+                ("km,nk->mn", 136, 52, 64),
+            ] {
+                let dims = |rows: &str| -> Vec<usize> {
+                    rows.chars()
+                        .map(|c| match c {
+                            'm' => m,
+                            'k' => k,
+                            _ => n,
+                        })
+                        .collect()
+                };
+                let (sa, sb) = spec.split_once("->").unwrap().0.split_once(',').unwrap();
+                // Multiples of 1/8 in [-2, 2]: exact in TF32, and every sum exact in f32.
+                let node = |label: &str, d: &[usize], seed: usize| {
+                    let t = Tnode::new(Prec::F32, d, &[label]).unwrap();
+                    let count: usize = d.iter().product();
+                    let values: Vec<f64> = (0..count)
+                        .map(|i| ((i * seed % 33) as f64 - 16.0) / 8.0)
+                        .collect();
+                    t.host().set_values(&values).unwrap();
+                    t
+                };
+                let (a, bt) = (node("a", &dims(sa), 5), node("b", &dims(sb), 7));
+                let name = format!("tf32_{}_{m}x{k}x{n}", spec.replace([',', '-', '>'], "_"));
+                let (case, _) = product_case(&name, spec, a, bt, &[m, n]);
+                let code = b.compile(&case.name, &case.program, &[]).unwrap();
+                let [layout] = layouts(&code.optimized().schedules)[..] else {
+                    panic!("{}", code.optimized().schedule_report());
+                };
+                assert_eq!(
+                    (layout.kind, layout.tile, layout.warpgroups, layout.depth()),
+                    (MatrixKind::Tf32, tile, true, 8 * fragments),
+                    "{name}"
+                );
+                assert!(layout.rounds_while_staging() && layout.async_copy == [false; 2]);
+                seen.insert(spec);
+                check_case(&case, &b).unwrap_or_else(|e| {
+                    panic!(
+                        "{}: {name} ({tile}-tiles, {} buffers {} deep): {e}",
+                        b.name(),
+                        layout.stages,
+                        layout.depth()
+                    )
+                });
+            }
+        }
+        assert_eq!(seen.len(), 4);
+        // 1 + 3 · 2^-12 lies 3/4 of a TF32 step above 1: rounded, it is 1 + 2^-10 (truncated,
+        // 1). The right factor of `mk,kn` (columns contiguous) is transposed while staged.
+        let x = 1.0 + 3.0 * 2f64.powi(-12);
+        let mut settings = tuned(&b, Some(64), true);
+        settings.schedule.tuning.gpu_stage_fragments = Some(2);
+        b.set_optimize_settings(settings);
+        for (a_value, b_value) in [(x, 1.0), (1.0, x)] {
+            let (case, c) = f32_product(64, 16, 64, &[a_value; 1024], &[b_value; 1024]);
+            let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            assert!(layouts(&code.optimized().schedules)[0].warpgroups);
+            let stream = b.get_device(0).unwrap().new_stream().unwrap();
+            let routine = Context::new(&stream).link(&code).unwrap();
+            routine.run().unwrap();
+            routine.context().to_host(&c).unwrap();
+            let values = c.host().array().unwrap().to_vec_f64().unwrap();
+            let want = 16.0 * (1.0 + 2f64.powi(-10));
+            assert!(
+                values.iter().all(|&v| v == want),
+                "{}: {:?}",
+                b.name(),
+                &values[..4]
+            );
+        }
+        b.set_optimize_settings(original);
+    }
+}
+
 /// Every variant renders for a device with matrix units (sm_80 limits) and compiles with NVRTC
 /// for sm_80 and sm_90; a device without them keeps the products off the matrix units.
 #[test]
@@ -699,11 +796,12 @@ fn pointwise_statements_after_products_run_in_their_epilogue() {
     eprintln!("ran {ran} epilogue cases");
 }
 
-/// On sm_90 the 64- and 128-tiles of 16-bit factors run on warpgroups (`wgmma.mma_async`),
-/// in every layout of the factors (either axis contiguous in each): NVRTC compiles them for
-/// `sm_90a`, and ptxas keeps the 128-tiles within two groups per SM without spilling. (The
-/// same kernels run on `cuda_emu`, whose header decodes the factors' canonical layouts, in
-/// `sixteen_bit_products_run_on_emulated_matrix_units_in_every_tile`.)
+/// On sm_90 the 64- and 128-tiles of 16-bit factors, and of TF32 ones where allowed, run on
+/// warpgroups (`wgmma.mma_async`), in every layout of the factors (either axis contiguous in
+/// each): NVRTC compiles them for `sm_90a`, and ptxas keeps the 128-tiles within two groups
+/// per SM without spilling. (The same kernels run on `cuda_emu`, whose header decodes the
+/// factors' canonical layouts, in `sixteen_bit_products_run_on_matrix_units_in_every_tile`
+/// and `tf32_products_run_on_warpgroups_in_every_layout`.)
 #[test]
 fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
     use arrayjit::backends::cuda_backend::resources::kernel_resources;
@@ -716,6 +814,8 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
             (Prec::F16, 1024, 2),
             (Prec::Bf16, 4096, 4),
             (Prec::F16, 1024, 4),
+            (Prec::F32, 4096, 2),
+            (Prec::F32, 1024, 2),
         ] {
             let node = |l: &str| Tnode::new(prec, &[n, n], &[l]).unwrap();
             let (a, b) = (node("a"), node("b"));
@@ -732,12 +832,17 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
             let mut settings = OptimizeSettings::for_gpu(limits);
             settings.schedule.tuning.gpu_tile = (n == 1024).then_some(64);
             settings.schedule.tuning.gpu_stage_fragments = Some(fragments);
+            settings.schedule.allow_tf32 = prec == Prec::F32;
             let opt = optimize("mm", &[], &program, &settings).unwrap();
             let [layout] = layouts(&opt.schedules)[..] else {
                 panic!("{spec}: {}", opt.schedule_report());
             };
             assert!(layout.warpgroups, "{spec} {prec}: {layout:?}");
-            assert_eq!(layout.depth(), 16 * fragments, "{spec} {prec}: {layout:?}");
+            assert_eq!(
+                layout.depth(),
+                layout.kind.fragment_depth() * fragments,
+                "{spec} {prec}: {layout:?}"
+            );
             let source = render_cuda(&[&opt]).unwrap().source;
             let ptx = match compile_ptx(&source, "sm_90a") {
                 Ok(ptx) => ptx,
@@ -749,11 +854,14 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
             };
             assert!(ptx.contains("wgmma.mma_async"), "{spec}");
             let kernels = kernel_resources(&source, "sm_90a").unwrap();
-            let k = &kernels[0];
-            assert_eq!(k.spill_bytes, 0, "{spec} {prec}: {k:?}");
-            // ptxas runs the warpgroup products as issued (it serializes them where it cannot
-            // prove their accumulators untouched while they run).
-            assert!(k.performance_notes.is_empty(), "{spec} {prec}: {k:?}");
+            // No kernel spills, and ptxas runs the warpgroup products as issued (it serializes
+            // them where it cannot prove their accumulators untouched while they run).
+            for k in &kernels {
+                assert_eq!(k.spill_bytes, 0, "{spec} {prec}: {k:?}");
+                assert!(k.performance_notes.is_empty(), "{spec} {prec}: {k:?}");
+            }
+            // The product's kernel (the routine may have others, e.g. one that zeroes).
+            let k = kernels.iter().max_by_key(|k| k.registers).unwrap();
             let dynamic = if layout.dynamic_shared {
                 layout.shared_bytes() as u32
             } else {

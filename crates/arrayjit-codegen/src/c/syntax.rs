@@ -105,9 +105,9 @@ pub enum Helper {
     /// elsewhere traps rather than multiply wrongly); the CUDA emulation's is per-block storage
     /// of `bytes`, like its static shared arrays.
     DynamicShared,
-    /// One warpgroup product `m64nNk16` of 16-bit factors (`wgmma.mma_async`) with the
-    /// factors' layouts (result side contiguous, else `k`), as a function of the
-    /// accumulators and the factors' first staged elements.
+    /// One warpgroup product (`wgmma.mma_async`: `m64nNk16` of 16-bit factors, `m64nNk8` of
+    /// TF32 ones) with the factors' layouts (result side contiguous, else `k`), as a function
+    /// of the accumulators and the factors' first staged elements.
     Wgmma {
         /// The factors' kind (`bf16`, `f16`).
         kind: &'static str,
@@ -130,7 +130,8 @@ impl Helper {
                 side_major,
                 depth,
             } => format!(
-                "aj_wgmma_{kind}_m64n{n}k16_{}{}_d{depth}",
+                "aj_wgmma_{kind}_m64n{n}k{}_{}{}_d{depth}",
+                wgmma_depth(kind),
                 ["k", "s"][usize::from(side_major[0])],
                 ["k", "s"][usize::from(side_major[1])]
             ),
@@ -695,14 +696,20 @@ fn warpgroup(pre: &str) -> String {
     )
 }
 
+/// The depth of one warpgroup product of factors of `kind` (`bf16`, `f16`: 16; `tf32`: 8).
+fn wgmma_depth(kind: &str) -> usize {
+    if kind == "tf32" { 8 } else { 16 }
+}
+
 /// One warpgroup product (`Helper::Wgmma`): the factors' descriptors for their canonical
-/// layouts as `arrayjit_ir::schedule::gpu::matrix` stages them at staged depth `d` — `k`
-/// contiguous: rows of `2d` bytes (64 or 128), 8-row groups `16d` bytes apart, the swizzle of
-/// the row's width (64-byte: mode 2, 128-byte: mode 1); result side contiguous: 128-byte rows
-/// of 64 elements, 8-row groups 1024 bytes apart, blocks of 64 elements `128d` bytes (`d`
-/// rows) apart, the 128-byte swizzle and the transpose bit — then `wgmma.mma_async`
-/// accumulating into `N / 2` registers. The CUDA emulation computes the same from the same
-/// layouts (`aj_emu_wgmma`).
+/// layouts as `arrayjit_ir::schedule::gpu::matrix` stages them at staged depth `d` of
+/// `e`-byte elements — `k` contiguous: rows of `e·d` bytes (64 or 128), 8-row groups `8e·d`
+/// bytes apart, the swizzle of the row's width (64-byte: mode 2, 128-byte: mode 1); result
+/// side contiguous (16-bit factors only): 128-byte rows of 64 elements, 8-row groups 1024
+/// bytes apart, blocks of 64 elements `128d` bytes (`d` rows) apart, the 128-byte swizzle and
+/// the transpose bit — then `wgmma.mma_async` (`m64nNk16`, or `m64nNk8` for TF32, which has
+/// no transpose bits) accumulating into `N / 2` registers. The CUDA emulation computes the
+/// same from the same layouts (`aj_emu_wgmma`).
 fn wgmma(pre: &str, h: Helper) -> String {
     let Helper::Wgmma {
         kind,
@@ -714,13 +721,24 @@ fn wgmma(pre: &str, h: Helper) -> String {
         return String::new();
     };
     let name = h.function_name();
-    let kind_code = if kind == "bf16" { 0 } else { 1 };
+    let (kind_code, element_bytes) = match kind {
+        "bf16" => (0, 2),
+        "f16" => (1, 2),
+        _ => (2, 4),
+    };
+    let k = wgmma_depth(kind);
     let (ta, tb) = (u8::from(side_major[0]), u8::from(side_major[1]));
+    // TF32 products take no transpose bits (their factors are `k`-major).
+    let transposes = if kind_code == 2 {
+        String::new()
+    } else {
+        format!(", {ta}, {tb}")
+    };
     let desc = |side: bool| {
         if side {
             format!("{}, 1024, 1", depth * 128)
         } else {
-            let row_bytes = depth * 2;
+            let row_bytes = depth * element_bytes;
             let mode = if row_bytes == 128 { 1 } else { 2 };
             format!("16, {}, {mode}", 8 * row_bytes)
         }
@@ -735,7 +753,7 @@ fn wgmma(pre: &str, h: Helper) -> String {
 {pre} void {name}(float *d, const void *a, const void *b) {{
   const uint64_t da = aj_wgmma_desc(a, {}), db = aj_wgmma_desc(b, {});
   asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; \"
-               \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{}}}, %{}, %{}, p, 1, 1, {ta}, {tb}; }}\"
+               \"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} {{{}}}, %{}, %{}, p, 1, 1{transposes}; }}\"
                : {}
                : \"l\"(da), \"l\"(db), \"r\"(1) : \"memory\");
 }}

@@ -31,7 +31,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::Schedule;
-use arrayjit_ir::schedule::gpu::{JoinedLaunch, TILE_GROUPS_PER_UNIT};
+use arrayjit_ir::schedule::gpu::{JoinedLaunch, MatrixKind, TILE_GROUPS_PER_UNIT};
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
     AxisIndex, BinOp, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
@@ -459,9 +459,14 @@ impl KernelDialect for CudaDialect<'_, '_> {
 
     fn shared_array(&mut self, name: &str, ty: Ty, len: usize) -> Result<Option<String>> {
         // 16-byte aligned: fragment loads and 128-bit loads read 16-byte runs; staged 16-bit
-        // factor tiles of whole KiB on a KiB boundary: the swizzles of warpgroup products act
-        // on address bits up to 1 KiB.
-        let align = if ty == Ty::Half && (len * 2).is_multiple_of(1024) {
+        // and TF32 (word) factor tiles of whole KiB on a KiB boundary: the swizzles of
+        // warpgroup products act on address bits up to 1 KiB.
+        let bytes = match ty {
+            Ty::Half => 2 * len,
+            Ty::Word => 4 * len,
+            _ => 0,
+        };
+        let align = if bytes > 0 && bytes.is_multiple_of(1024) {
             1024
         } else {
             16
@@ -500,6 +505,13 @@ impl KernelDialect for CudaDialect<'_, '_> {
             "for ({} {var} = {from}; {cond}; {var} = {next}) {{",
             self.ty(ty)
         )
+    }
+
+    fn at_least_once(&self, var: &str, count: &str) -> Option<(String, String)> {
+        Some((
+            format!("{{ int {var} = 0; do {{"),
+            format!("}} while (++{var} < {count}); }}"),
+        ))
     }
 
     fn unroll(&self) -> Option<&'static str> {
@@ -642,6 +654,14 @@ impl KernelDialect for CudaDialect<'_, '_> {
                 },
                 [acc, a, b],
             ) => {
+                if *kind == MatrixKind::Tf32 && side_major.contains(&true) {
+                    return Err(Error::Render {
+                        routine: self.0.routine.clone(),
+                        language: "CUDA C".into(),
+                        detail: "a TF32 warpgroup product of a factor that is not k-major                                  (wgmma takes TF32 factors only k-major)"
+                            .into(),
+                    });
+                }
                 let helper = Helper::Wgmma {
                     kind: kind.name(),
                     n: *n,

@@ -9,7 +9,10 @@
 //!   factor are zero. 16-bit
 //!   factors are copied as their bits, `f32` ones as they are (rounded to TF32 as fragments
 //!   load): by 16-byte asynchronous copies where the factor's rows are whole 16-byte runs,
-//!   else element by element.
+//!   else element by element. TF32 factors on warpgroups go through registers instead (16
+//!   bytes a load where the rows are whole runs), each element rounded to TF32 on its way and
+//!   stored `k`-major whichever axis of the factor is contiguous (transposed where that is
+//!   the result side).
 //! - **Pipeline.** `stages` buffers, copies `lookahead` depths ahead (`stages - 1`, or
 //!   `stages - 2` where warpgroup products stay in flight for a step): the copies of the first
 //!   `lookahead` depths are issued before the loop, one committed group each; each step waits
@@ -23,7 +26,11 @@
 //!   left factor and every column of the right, read from the staged tiles in their
 //!   canonical layouts, commits them and, with at least 3 buffers, waits only for the
 //!   previous step's (so one step's products run while the next step's barrier and copies
-//!   are issued; the last are waited for after the loop), else for its own.
+//!   are issued; the last are waited for after the loop), else for its own. Where copies go
+//!   through registers, a step issues its products before its copies, whose loads then wait
+//!   while the products run. A slice of a split reduction has at least one step, and its loop
+//!   says so ([`Stmt::Repeat`]): ptxas serializes warpgroup products whose accumulators can
+//!   reach the loop's end around them.
 //! - **Fragments.** 16-bit fragments load by `ldmatrix` (transposed where the factor's `k` is
 //!   not its contiguous axis); TF32 fragments load word by word at the positions the PTX ISA
 //!   gives `m16n8k8`'s lanes.
@@ -44,7 +51,7 @@ use super::lower::{Factor, split_group_tile, store_partial, store_result};
 use super::{Arith, At, Barrier, Expr, MatrixOp, Stmt, Ty};
 
 /// One factor's staging: which axis of its tile is contiguous in shared memory (the
-/// factor's own contiguous axis), and how it is copied.
+/// factor's own contiguous axis, or `k` where the layout says so), and how it is copied.
 struct Staging<'a> {
     /// The factor.
     factor: Factor<'a>,
@@ -52,6 +59,13 @@ struct Staging<'a> {
     shared: &'static str,
     /// Copied by 16-byte asynchronous copies.
     async_copy: bool,
+    /// `k` is the contiguous axis of the staged tile ([`MatrixTile::k_staged`]); where the
+    /// factor's own is the result side, the copies transpose it.
+    k_staged: bool,
+    /// Elements are rounded to TF32 as they are staged ([`MatrixTile::rounds_while_staging`]).
+    rounded: bool,
+    /// Copies through registers read 16 bytes at a time ([`MatrixTile::runs_fit`]).
+    vector: bool,
 }
 
 impl<'a> std::ops::Deref for Staging<'a> {
@@ -69,19 +83,23 @@ impl<'a> Staging<'a> {
             factor: Factor::of(g, l.tile, f, base),
             shared: if f == 1 { "aj_sa" } else { "aj_sb" },
             async_copy: l.async_copy[f - 1],
+            k_staged: l.k_staged(g, f),
+            rounded: l.rounds_while_staging(),
+            vector: l.rounds_while_staging() && l.runs_fit(g, f),
         }
     }
 
-    /// Elements of one staged row: the contiguous axis's extent.
+    /// Elements of one row of the factor as copies read it: its contiguous axis's extent in
+    /// the tile.
     fn inner(&self, l: &MatrixTile) -> usize {
         if self.k_inner { l.depth() } else { l.tile }
     }
 
-    /// Elements of one staged row as laid out: the contiguous axis's extent, or one block of
-    /// it where the result side is contiguous and the tile is staged in blocks
+    /// Elements of one staged row as laid out: the staged contiguous axis's extent, or one
+    /// block of it where the result side is contiguous and the tile is staged in blocks
     /// ([`MatrixTile::side_block`]).
     fn row_len(&self, l: &MatrixTile) -> usize {
-        if self.k_inner {
+        if self.k_staged {
             l.depth()
         } else {
             l.side_block()
@@ -97,7 +115,7 @@ impl<'a> Staging<'a> {
     /// swizzled ([`MatrixTile::swizzle`]).
     fn at(&self, l: &MatrixTile, buf: Expr<'a>, side: Expr<'a>, k: Expr<'a>) -> Expr<'a> {
         let block = l.side_block();
-        let (row, col, first) = if self.k_inner {
+        let (row, col, first) = if self.k_staged {
             (side, k, buf * l.staged_elements())
         } else if block < l.tile {
             // Blocks of `block` result-side elements, each `depth` rows, one after another.
@@ -134,7 +152,7 @@ impl<'a> Staging<'a> {
         let (d, t) = (l.depth(), l.tile);
         let inner = self.inner(l);
         // Elements each invocation moves at a time.
-        let run = if self.async_copy {
+        let run = if self.async_copy || self.vector {
             l.copy_elements()
         } else {
             1
@@ -160,6 +178,37 @@ impl<'a> Staging<'a> {
             let_("aj_es", Ty::Index, self.origin.clone() + side_pos.clone()),
             let_("aj_ek", Ty::Index, var("aj_k0") + k_pos.clone()),
         ];
+        if self.vector {
+            // 16 bytes into registers (zero past the factor's end), each element rounded and
+            // stored on its own: `k`-major rows take the run as it is, others transposed.
+            let mut load = vec![Stmt::LoadVector {
+                array: "aj_x".into(),
+                first: Expr::Int(0),
+                src: self.tn,
+                offset: offset(),
+                lanes: run,
+            }];
+            if let Some(e) = exists() {
+                body.extend(
+                    (0..run)
+                        .map(|c| assign(Expr::item("aj_x", c.into()), Expr::Lit(Prec::F32, 0.0))),
+                );
+                load = vec![Stmt::If(e, load)];
+            }
+            body.extend(load);
+            for c in 0..run as i64 {
+                let (side, k) = if self.k_inner {
+                    (side_pos.clone(), k_pos.clone() + c)
+                } else {
+                    (side_pos.clone() + c, k_pos.clone())
+                };
+                body.push(assign(
+                    self.at(l, buf.clone(), side, k),
+                    Expr::Tf32(Box::new(Expr::item("aj_x", c.into()))),
+                ));
+            }
+            return vec![unrolled("aj_q", per_invocation, body)];
+        }
         let dst = self.at(l, buf, side_pos, k_pos);
         if self.async_copy {
             // Past the factor's end nothing is read (and the address is the first element's).
@@ -182,12 +231,15 @@ impl<'a> Staging<'a> {
         } else {
             let at = At::Flat(Box::new(offset()));
             let (value, zero) = match l.kind {
+                MatrixKind::Tf32 if self.rounded => {
+                    (Expr::Tf32(Box::new(Expr::Elem(self.tn, at))), Expr::Int(0))
+                }
                 MatrixKind::Tf32 => (Expr::Elem(self.tn, at), Expr::Lit(Prec::F32, 0.0)),
                 _ => (Expr::Bits(self.tn, at), Expr::Int(0)),
             };
             match exists() {
                 Some(e) => body.extend([
-                    let_mut("aj_v", staged_ty(l.kind), zero),
+                    let_mut("aj_v", staged_ty(l), zero),
                     Stmt::If(e, vec![assign(var("aj_v"), value)]),
                     assign(dst, var("aj_v")),
                 ]),
@@ -199,9 +251,10 @@ impl<'a> Staging<'a> {
 }
 
 /// The type of a staged factor element: the bits of a 16-bit one; an `f32` one as it is
-/// (rounded to TF32 as fragments load).
-fn staged_ty(kind: MatrixKind) -> Ty {
-    match kind {
+/// (rounded to TF32 as fragments load), or on warpgroups the bits of its TF32 rounding.
+fn staged_ty(l: &MatrixTile) -> Ty {
+    match l.kind {
+        MatrixKind::Tf32 if l.rounds_while_staging() => Ty::Word,
         MatrixKind::Tf32 => Ty::Compute(Prec::F32),
         MatrixKind::Bf16 | MatrixKind::F16 => Ty::Half,
     }
@@ -224,7 +277,7 @@ pub(super) fn matrix_tiled<'a>(
     let (_, warps_n) = l.warp_grid();
     let (wr, wc) = (l.warp_rows(), l.warp_cols());
     let f32 = Ty::Compute(Prec::F32);
-    let staged = staged_ty(l.kind);
+    let staged = staged_ty(l);
     let steps = kk.div_ceil(d);
     let (mut tree, [oc, oa, ob], launched) = split_group_tile(g, t, groups, steps, split, l.order)?;
     let a = Staging::of(g, l, 1, oa);
@@ -256,6 +309,10 @@ pub(super) fn matrix_tiled<'a>(
             array("aj_sa", staged, staged_len, true),
             array("aj_sb", staged, staged_len, true),
         ]);
+    }
+    if a.vector || b.vector {
+        // The 16 bytes a rounded copy reads at a time.
+        tree.push(array("aj_x", f32, 4, false));
     }
     tree.extend([
         let_("aj_lane", Ty::Int, thread_index() % WARP_LANES),
@@ -392,22 +449,49 @@ pub(super) fn matrix_tiled<'a>(
     let mut next = vec![let_("aj_k0", Ty::Index, depth_at(ahead()))];
     next.extend(a.copy(l, kk, k_inside, ahead() % stages));
     next.extend(b.copy(l, kk, k_inside, ahead() % stages));
-    step.push(Stmt::If(ahead().lt(count()), next));
+    let mut copies = vec![Stmt::If(ahead().lt(count()), next)];
     if any_async {
         // Always a group, empty near the end, so that the waits count the same.
-        step.push(commit());
+        copies.push(commit());
     }
-    step.push(let_("aj_buf", Ty::Int, var("aj_s") % stages));
+    let buf = || let_("aj_buf", Ty::Int, var("aj_s") % stages);
     if l.warpgroups {
-        step.extend(warpgroup_multiply(l, &a, &b));
+        if l.async_copy.contains(&false) {
+            // Element copies wait for their loads: the step's products are issued first and
+            // run meanwhile. The buffer refilled is still one whose products every invocation
+            // has waited for before the barrier.
+            step.push(buf());
+            step.extend(warpgroup_issue(l, &a, &b));
+            step.extend(copies);
+        } else {
+            step.extend(copies);
+            step.push(buf());
+            step.extend(warpgroup_issue(l, &a, &b));
+        }
+        step.push(Stmt::Matrix(MatrixOp::WarpgroupWait {
+            pending: l.products_in_flight(),
+        }));
     } else {
+        step.extend(copies);
+        step.push(buf());
         step.push(unrolled(
             "aj_kf",
             d / l.kind.fragment_depth(),
             multiply(l, &a, &b),
         ));
     }
-    tree.push(range("aj_s", Ty::Int, 0i64, count(), 1, step));
+    match split {
+        // A slice has at least one step: its loop runs the first before testing, so that
+        // ptxas sees no path around the warpgroup products (else it serializes them).
+        Some(k) if l.warpgroups && k.no_slice_is_empty(steps as u64) => {
+            tree.push(Stmt::Repeat {
+                var: "aj_s".into(),
+                count: count(),
+                body: step,
+            });
+        }
+        _ => tree.push(range("aj_s", Ty::Int, 0i64, count(), 1, step)),
+    }
     if any_async {
         tree.push(Stmt::Matrix(MatrixOp::WaitCopies { pending: 0 }));
     }
@@ -424,17 +508,18 @@ pub(super) fn matrix_tiled<'a>(
     Some((launched, tree))
 }
 
-/// The products of a step on warpgroups: fence the accumulators, one `m64nNk16` product per
-/// 16 of depth from buffer `aj_buf` (the warpgroup's 64 rows of the left factor, every column
-/// of the right), commit them and wait for those of the step before (or for these, where
-/// none stay in flight: [`MatrixTile::products_in_flight`]).
-fn warpgroup_multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> Vec<Stmt<'a>> {
+/// The products of a step on warpgroups: fence the accumulators, one product per fragment
+/// depth (`m64nNk16`, or `m64nNk8` for TF32) from buffer `aj_buf` (the warpgroup's 64 rows of
+/// the left factor, every column of the right), and commit them. The step then waits for
+/// those of the step before (or for these, where none stay in flight:
+/// [`MatrixTile::products_in_flight`]).
+fn warpgroup_issue<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> Vec<Stmt<'a>> {
     let fd = l.kind.fragment_depth();
     let k0 = || var("aj_kf") * fd;
     let product = Stmt::Matrix(MatrixOp::WarpgroupMultiply {
         kind: l.kind,
         n: l.tile,
-        side_major: [!a.k_inner, !b.k_inner],
+        side_major: [!a.k_staged, !b.k_staged],
         depth: l.depth(),
         acc: Expr::item("aj_acc", Expr::Int(0)),
         a: a.at(l, var("aj_buf"), var("aj_wg") * WARPGROUP_ROWS, k0()),
@@ -444,9 +529,6 @@ fn warpgroup_multiply<'a>(l: &MatrixTile, a: &Staging<'a>, b: &Staging<'a>) -> V
         Stmt::Matrix(MatrixOp::WarpgroupFence),
         unrolled("aj_kf", l.depth() / fd, vec![product]),
         Stmt::Matrix(MatrixOp::WarpgroupCommit),
-        Stmt::Matrix(MatrixOp::WarpgroupWait {
-            pending: l.products_in_flight(),
-        }),
     ]
 }
 

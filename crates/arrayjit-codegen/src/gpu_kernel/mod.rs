@@ -356,6 +356,15 @@ pub(crate) enum Stmt<'a> {
         binds: Option<Symbol>,
         body: Vec<Stmt<'a>>,
     },
+    /// `for (var = 0; var < count; ++var) body` where `count` is at least 1: the dialect may
+    /// run the body once before the first test (a `do … while`), which tells its compiler
+    /// there is no path around the body (ptxas serializes warpgroup products whose
+    /// accumulators reach the loop's end around them).
+    Repeat {
+        var: String,
+        count: Expr<'a>,
+        body: Vec<Stmt<'a>>,
+    },
     /// `if (cond) body`.
     If(Expr<'a>, Vec<Stmt<'a>>),
     /// A nested scope.
@@ -417,6 +426,12 @@ pub(crate) trait KernelDialect {
     }
     /// A loop's header, up to and including its opening brace.
     fn for_header(&self, var: &str, ty: Ty, from: &str, cond: &str, next: &str) -> String;
+    /// The opening and the closing of an `int` loop that runs its body once before testing
+    /// `var < count` ([`Stmt::Repeat`]), where the dialect has one; else it is a `for` loop.
+    fn at_least_once(&self, var: &str, count: &str) -> Option<(String, String)> {
+        let _ = (var, count);
+        None
+    }
     /// What asks the compiler to unroll the next loop, if the dialect has it.
     fn unroll(&self) -> Option<&'static str>;
     /// `cond ? a : b`.
@@ -609,6 +624,18 @@ fn print_stmt<D: KernelDialect>(
                 d.unbind(*sym);
             }
             let _ = writeln!(out, "{pad}}}");
+        }
+        Stmt::Repeat { var, count, body } => {
+            let count = print_bare(d, count, depth, &mut prelude)?;
+            out.push_str(&prelude);
+            let (open, close) = d.at_least_once(var, &count).unwrap_or_else(|| {
+                let next = format!("{var} + 1");
+                let cond = format!("{var} < {count}");
+                (d.for_header(var, Ty::Int, "0", &cond, &next), "}".into())
+            });
+            let _ = writeln!(out, "{pad}{open}");
+            print_stmts(d, body, depth + 1, out)?;
+            let _ = writeln!(out, "{pad}{close}");
         }
         Stmt::If(cond, body) => {
             let c = print_bare(d, cond, depth, &mut prelude)?;

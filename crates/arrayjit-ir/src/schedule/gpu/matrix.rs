@@ -35,8 +35,9 @@
 //! issues the copies of the depth `lookahead` ahead into the buffer multiplied
 //! `stages - lookahead` steps before, and multiplies.
 //!
-//! **Warpgroups** (sm_90). Where the device has them, 64- and 128-tiles of 16-bit factors
-//! are multiplied by `wgmma.mma_async` (`m64nNk16`, `N` the tile): each warpgroup (4 warps)
+//! **Warpgroups** (sm_90). Where the device has them, 64- and 128-tiles are multiplied by
+//! `wgmma.mma_async` (`m64nNk16` for 16-bit factors, `m64nNk8` for TF32; `N` the tile): each
+//! warpgroup (4 warps)
 //! computes 64 rows of the tile from the staged tiles in shared memory, addressed by matrix
 //! descriptors, without loading fragments into registers. The staged tiles are then in the
 //! instruction's canonical layouts: a factor whose contiguous axis is `k` as rows of 64 bytes
@@ -45,15 +46,25 @@
 //! `depth` rows of 128 bytes swizzled in 1024-byte atoms (the 128-byte swizzle; 8-row groups
 //! 1024 bytes apart, blocks `depth · 128` bytes apart), the descriptor's transpose bit set.
 //! Each step fences the staged copies for the asynchronous proxy before its barrier, then
-//! issues one `wgmma` per 16 of depth and waits for the previous step's
+//! issues one `wgmma` per fragment depth and waits for the previous step's
 //! ([`MatrixTile::products_in_flight`]; with only 2 buffers, for its own), so one step's
 //! products run while the next step waits at its barrier and issues its copies.
+//!
+//! **TF32 on warpgroups.** `wgmma` reads TF32 factors from shared memory as they are, and
+//! only `k`-major ([`MatrixTile::k_staged`]). So both factors are staged through registers
+//! ([`MatrixTile::rounds_while_staging`]; 16 bytes a load where [`MatrixTile::runs_fit`],
+//! else element by element): each element is rounded to TF32
+//! (to nearest, ties away from zero, as on warps) on its way, and a factor whose contiguous
+//! axis is the result side is transposed into `k`-major rows (read along its contiguous axis,
+//! so the reads stay coalesced). The rows are those of a 16-bit factor of the same bytes
+//! (`depth` TF32 elements: 64 or 128 bytes), swizzled the same way. A step issues its
+//! products before its copies, so the copies' loads wait while the products run.
 //!
 //! **Swizzle.** Staged rows of 16-bit factors are not padded: each row's 16-byte chunks are
 //! permuted by an XOR with the row's position among the rows that share a 128-byte line group
 //! ([`MatrixTile::swizzle`]), so the 8 rows a fragment load (`ldmatrix`) reads at one chunk
 //! fall in 8 different groups of banks, and every 16-byte copy still lands whole. TF32 rows
-//! are padded by 16 bytes instead (their fragments load word by word).
+//! on warps are padded by 16 bytes instead (their fragments load word by word).
 
 use std::fmt;
 
@@ -171,7 +182,9 @@ pub struct MatrixTile {
     /// many bytes in flight in half as many buffers; `k`-contiguous factors then take
     /// 128-byte rows and the 128-byte swizzle). Warps' `mma.sync` products stay shallow:
     /// four fragment depths per step need more registers than two groups per unit leave
-    /// them (ptxas spills 68–124 bytes of the `bf16` 128-tiles on sm_80).
+    /// them (ptxas spills 68–124 bytes of the `bf16` 128-tiles on sm_80). Nor do TF32
+    /// warpgroups, whose copies through registers then hold twice the elements (ptxas spills
+    /// 80–216 bytes of the 128-tiles on sm_90a).
     pub fragments_deep: usize,
 }
 
@@ -184,7 +197,7 @@ impl MatrixTile {
     /// The layout of `tile`-tiles of `kind` for `gemm`, each factor copied asynchronously
     /// where it fits, with as many buffers as `max_shared_bytes` holds (up to
     /// [`MAX_MATRIX_STAGES`]), multiplied by warpgroups where the device has them
-    /// (`warpgroup_mma`), the factors are 16-bit and the tile is 64 or 128; `None` where not
+    /// (`warpgroup_mma`) and the tile is 64 or 128; `None` where not
     /// even two buffers fit.
     pub fn new(
         gemm: &Gemm,
@@ -214,8 +227,7 @@ impl MatrixTile {
         warpgroup_mma: bool,
         fragments_deep: usize,
     ) -> Option<MatrixTile> {
-        let warpgroups =
-            warpgroup_mma && kind != MatrixKind::Tf32 && tile.is_multiple_of(WARPGROUP_ROWS);
+        let warpgroups = warpgroup_mma && tile.is_multiple_of(WARPGROUP_ROWS);
         let mut t = MatrixTile {
             tile,
             kind,
@@ -224,7 +236,10 @@ impl MatrixTile {
             warpgroups,
             dynamic_shared: false,
             order: TileOrder::for_tiles(gemm.m.extent.div_ceil(tile), gemm.n.extent.div_ceil(tile)),
-            fragments_deep: if warpgroups && fragments_deep >= MatrixTile::DEEP {
+            fragments_deep: if warpgroups
+                && kind != MatrixKind::Tf32
+                && fragments_deep >= MatrixTile::DEEP
+            {
                 MatrixTile::DEEP
             } else {
                 MatrixTile::SHALLOW
@@ -290,8 +305,31 @@ impl MatrixTile {
         16 / self.kind.element_bytes()
     }
 
-    /// Whether factor `f`'s staged rows are whole 16-byte runs of it (see the module doc).
+    /// Whether TF32 factors are staged rounded, element by element: on warpgroups, whose
+    /// products read them from shared memory as they are (see the module doc).
+    pub fn rounds_while_staging(&self) -> bool {
+        self.warpgroups && self.kind == MatrixKind::Tf32
+    }
+
+    /// Whether factor `f` (1: left, 2: right) is staged with `k` as the contiguous axis of its
+    /// tile in shared memory: where `k` is the factor's own contiguous axis, and always for
+    /// TF32 on warpgroups (`wgmma` takes TF32 factors only `k`-major: a factor whose
+    /// contiguous axis is the result side is transposed while it is staged).
+    pub fn k_staged(&self, gemm: &Gemm, f: usize) -> bool {
+        self.rounds_while_staging() || MatrixTile::k_contiguous(gemm, f)
+    }
+
+    /// Whether factor `f`'s staged rows are whole 16-byte runs of it, which it is then copied
+    /// by (see the module doc); never where TF32 factors are rounded while staged.
     pub fn async_copy_fits(&self, gemm: &Gemm, f: usize) -> bool {
+        !self.rounds_while_staging() && self.runs_fit(gemm, f)
+    }
+
+    /// Whether factor `f`'s rows along its contiguous axis, as a tile reads them, are whole
+    /// 16-byte runs of it (16-byte aligned where every array starts on a 16-byte boundary):
+    /// what asynchronous copies need, and what lets copies through registers read 16 bytes
+    /// at a time.
+    pub fn runs_fit(&self, gemm: &Gemm, f: usize) -> bool {
         let c = self.copy_elements();
         let side = if f == 1 { &gemm.m } else { &gemm.n };
         let (inner, outer) = if MatrixTile::k_contiguous(gemm, f) {
@@ -360,13 +398,20 @@ impl MatrixTile {
         self.fragments_deep * self.kind.fragment_depth()
     }
 
-    /// Elements of padding after each staged row: none for 16-bit factors (their rows are
-    /// swizzled), 16 bytes for TF32 (see [`MatrixTile::swizzle`]).
+    /// Elements of padding after each staged row: none where rows are swizzled (16-bit
+    /// factors, and TF32 on warpgroups), 16 bytes for TF32 on warps (see
+    /// [`MatrixTile::swizzle`]).
     pub fn padding(&self) -> usize {
-        match self.kind {
-            MatrixKind::Tf32 => 16 / self.kind.element_bytes(),
-            MatrixKind::Bf16 | MatrixKind::F16 => 0,
+        if self.padded() {
+            16 / self.kind.element_bytes()
+        } else {
+            0
         }
+    }
+
+    /// TF32 rows on warps are padded instead of swizzled.
+    fn padded(&self) -> bool {
+        self.kind == MatrixKind::Tf32 && !self.warpgroups
     }
 
     /// Elements of one staged factor tile (`tile × depth`, rows padded), whichever of its two
@@ -388,11 +433,13 @@ impl MatrixTile {
 
     /// The swizzle of staged rows of `inner` elements: chunk `c` (16 bytes) of row `r` is
     /// stored as chunk `c ^ ((r / rows) % chunks)`, given as (`rows`, `chunks`): `rows` rows
-    /// share a 128-byte line group, whose `chunks` chunks are permuted. TF32 rows are not
-    /// swizzled (`(1, 1)`) but padded: their fragments load word by word, where swizzled
-    /// addresses cost the 128-tile registers it does not have (ptxas spills them).
+    /// share a 128-byte line group, whose `chunks` chunks are permuted. TF32 rows on warps
+    /// are not swizzled (`(1, 1)`) but padded: their fragments load word by word, where
+    /// swizzled addresses cost the 128-tile registers it does not have (ptxas spills them).
+    /// On warpgroups they are swizzled as the 16-bit ones of the same bytes are (the
+    /// canonical layouts are in bytes).
     pub fn swizzle(&self, inner: usize) -> (usize, usize) {
-        if self.kind == MatrixKind::Tf32 {
+        if self.padded() {
             return (1, 1);
         }
         let chunks = (inner * self.kind.element_bytes() / 16).max(1);
@@ -488,8 +535,8 @@ mod tests {
         assert!(
             MatrixTile::new(&square_gemm(128), 128, MatrixKind::Bf16, 24 << 10, false).is_none()
         );
-        // Warpgroups: two for a 128-tile (64 rows each), one for a 64-tile, none for 32-tiles
-        // or TF32; each lane holds half a row of the tile.
+        // Warpgroups: two for a 128-tile (64 rows each), one for a 64-tile, none for 32-tiles;
+        // each lane holds half a row of the tile.
         let wg =
             |tile, kind| MatrixTile::new(&square_gemm(tile), tile, kind, 48 << 10, true).unwrap();
         let w128 = wg(128, MatrixKind::Bf16);
@@ -502,7 +549,19 @@ mod tests {
         let w64 = wg(64, MatrixKind::F16);
         assert_eq!((w64.threads(), w64.accumulators()), (128, 32));
         assert!(!wg(32, MatrixKind::Bf16).warpgroups);
-        assert!(!wg(128, MatrixKind::Tf32).warpgroups);
+        // TF32 on warpgroups: rounded while staged (no asynchronous copies), `k`-major
+        // whichever axis of a factor is contiguous, rows swizzled (64 bytes) and not padded.
+        let t128 = wg(128, MatrixKind::Tf32);
+        assert!(t128.warpgroups && t128.rounds_while_staging());
+        assert_eq!(t128.async_copy, [false; 2]);
+        assert_eq!((t128.padding(), t128.depth()), (0, 16));
+        assert_eq!(t128.swizzle(t128.depth()), (2, 4));
+        // The right factor of `mk,kn` has its columns (the result side) contiguous.
+        let g = square_gemm(128);
+        assert!(!MatrixTile::k_contiguous(&g, 2));
+        assert!(t128.k_staged(&g, 2));
+        let on_warps = MatrixTile::new(&g, 128, MatrixKind::Tf32, 48 << 10, false);
+        assert!(!on_warps.unwrap().k_staged(&g, 2));
     }
 
     #[test]
@@ -525,6 +584,7 @@ mod tests {
         for (warpgroups, kind, want) in [
             (true, MatrixKind::Bf16, 64),
             (false, MatrixKind::Bf16, 32),
+            (false, MatrixKind::Tf32, 16),
             (true, MatrixKind::Tf32, 16),
         ] {
             let t = MatrixTile::with_depth(&g, 128, kind, 200 << 10, warpgroups, MatrixTile::DEEP)

@@ -390,6 +390,18 @@ pub struct KSplit {
     pub partials: Tnode,
 }
 
+impl KSplit {
+    /// Whether every slice takes at least one of a reduction's `total` depth steps (as every
+    /// split the planner makes does): kernels may then run a slice's first step before
+    /// testing for its end.
+    pub fn no_slice_is_empty(&self, total: u64) -> bool {
+        self.steps >= 1
+            && self.slices >= 1
+            && (self.slices - 1).saturating_mul(self.steps) < total
+            && self.slices.saturating_mul(self.steps) >= total
+    }
+}
+
 /// A tiled product whose tiles make fewer groups than keep the device busy splits its
 /// reduction into slices of at least this many depth steps ...
 pub const SPLIT_MIN_SLICE_STEPS: u64 = 16;
