@@ -707,6 +707,10 @@ fn matrix_product(
         _ => format!("{kind} factors"),
     };
     let copies = match layout.async_copy {
+        _ if layout.rounds_while_staging() => {
+            "both factors staged through registers, rounded to TF32 and k-major on the way \
+             (wgmma reads TF32 factors as they are, and only k-major)"
+        }
         [true, true] => "both factors copied by 16-byte asynchronous copies",
         [true, false] => {
             "the left factor copied by 16-byte asynchronous copies, the right \
@@ -723,8 +727,9 @@ fn matrix_product(
     };
     let units = if layout.warpgroups {
         format!(
-            "m64n{tile}k16 warpgroup fragments (wgmma) read from shared memory, accumulating in \
-             f32 registers, {tile} x {tile} results per group of {} warpgroups",
+            "m64n{tile}k{} warpgroup fragments (wgmma) read from shared memory, accumulating \
+             in f32 registers, {tile} x {tile} results per group of {} warpgroups",
+            kind.fragment_depth(),
             tile / matrix::WARPGROUP_ROWS
         )
     } else {
@@ -763,9 +768,14 @@ fn matrix_product(
     };
     let why = format!(
         "a matrix product of {precision} on the matrix units: {units}, factor tiles {} deep in \
-         {} buffers ({memory}, rows swizzled), {copies}, {}{sliced}; {reason}",
+         {} buffers ({memory}, rows {}), {copies}, {}{sliced}; {reason}",
         layout.depth(),
         layout.stages,
+        if layout.padding() > 0 {
+            "padded by 16 bytes"
+        } else {
+            "swizzled"
+        },
         layout.order,
     );
     (groups <= u64::from(u32::MAX)).then_some((
