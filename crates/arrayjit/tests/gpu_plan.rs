@@ -199,3 +199,47 @@ fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// The GPT step's kernels planned for an H200 with TF32 allowed and with its products in
+/// `bf16` (batch 128: split products on the matrix units among them), compiled by NVRTC for
+/// `sm_90a`: no kernel spills registers, and ptxas runs every warpgroup product as issued
+/// (it serializes them where a path reaches their accumulators around them).
+#[test]
+fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
+    use arrayjit::Error;
+    use arrayjit::backends::cuda_backend::resources::kernel_resources;
+    use arrayjit::codegen::cuda::render_cuda;
+    use arrayjit::tensor::precision::Precision;
+    let device = DeviceModel::named("h200").unwrap();
+    for (allow_tf32, precision) in [(true, Precision::F32), (false, Precision::Bf16Products)] {
+        let mut config = TrainerConfig::small(65);
+        config.batch = 128;
+        config.model.precision = precision;
+        let programs = GptPrograms::new(&config).expect("programs");
+        let mut settings = OptimizeSettings::for_gpu(device.limits);
+        settings.schedule.allow_tf32 = allow_tf32;
+        let ctx = OptimizeCtx::empty();
+        for (name, program) in programs.routines() {
+            let optimized = optimize_in(&ctx, name, &[], program, &settings).expect("optimized");
+            if !name.contains("train_step") {
+                continue;
+            }
+            let source = render_cuda(&[&optimized]).unwrap().source;
+            let kernels = match kernel_resources(&source, "sm_90a") {
+                Ok(k) => k,
+                Err(Error::BackendUnavailable { reason, .. }) => {
+                    eprintln!("skipped: {reason}");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            assert!(kernels.len() > 50, "{}", kernels.len());
+            for k in &kernels {
+                assert!(
+                    k.spill_bytes == 0 && k.performance_notes.is_empty(),
+                    "tf32 {allow_tf32}, {precision:?}: {k:?}"
+                );
+            }
+        }
+    }
+}
