@@ -883,10 +883,11 @@ fn warpgroup_products_compile_for_sm_90a_in_every_layout() {
 }
 
 /// On every backend with matrix units, planned for a small device (8 units: 16 groups keep it
-/// busy), 16-bit products with long reductions split along them in every tile, on warps and
-/// on warpgroups where the device has them, and agree with the interpreter.
+/// busy), 16-bit and TF32 products with long reductions split along them in every tile, on
+/// warps and on warpgroups where the device has them (whose loops then run a slice's first
+/// step before testing for its end), and agree with the interpreter.
 #[test]
-fn sixteen_bit_products_split_along_long_reductions_in_every_tile() {
+fn matrix_unit_products_split_along_long_reductions_in_every_tile() {
     use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
     let cases = [
         arrayjit_testing::long_product_in(
@@ -907,6 +908,16 @@ fn sixteen_bit_products_split_along_long_reductions_in_every_tile() {
             &[2, 40, 48],
         )
         .unwrap(),
+        // TF32 (allowed below): small integers, exact in TF32, and every sum exact in f32.
+        arrayjit_testing::long_product_in(
+            Prec::F32,
+            "split_tf32_weight_gradient",
+            "ki,kj->ij",
+            &[2048, 64],
+            &[2048, 64],
+            &[64, 64],
+        )
+        .unwrap(),
     ];
     for b in with_matrix_units() {
         let original = b.optimize_settings();
@@ -915,7 +926,7 @@ fn sixteen_bit_products_split_along_long_reductions_in_every_tile() {
             if on_warpgroups && !has_warpgroups {
                 continue;
             }
-            let mut settings = tuned(&b, Some(tile), false);
+            let mut settings = tuned(&b, Some(tile), true);
             if let Some(g) = settings.schedule.gpu.as_mut() {
                 g.warpgroup_mma = on_warpgroups;
                 g.compute_units = 8;
