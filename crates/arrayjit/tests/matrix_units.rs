@@ -96,6 +96,33 @@ fn product_case(name: &str, spec: &str, a: Tnode, b: Tnode, dims: &[usize]) -> (
     )
 }
 
+/// The factors `a` and `b` of the einsum `spec` (over letters `m`, `k`, `n` of the sizes
+/// given) in `prec`, element `i` of each `value(i, seed)` (seeds 5 and 7).
+fn einsum_factors(
+    spec: &str,
+    [m, k, n]: [usize; 3],
+    prec: Prec,
+    value: impl Fn(usize, usize) -> f64,
+) -> (Tnode, Tnode) {
+    let (sa, sb) = spec.split_once("->").unwrap().0.split_once(',').unwrap();
+    let node = |label: &str, letters: &str, seed: usize| {
+        let dims: Vec<usize> = letters
+            .chars()
+            .map(|c| match c {
+                'm' => m,
+                'k' => k,
+                _ => n,
+            })
+            .collect();
+        let t = Tnode::new(prec, &dims, &[label]).unwrap();
+        let count: usize = dims.iter().product();
+        let values: Vec<f64> = (0..count).map(|i| value(i, seed)).collect();
+        t.host().set_values(&values).unwrap();
+        t
+    };
+    (node("a", sa, 5), node("b", sb, 7))
+}
+
 /// The backends here whose devices have matrix units (`cuda_emu`; `cuda` on a GPU of sm_80 or
 /// later).
 fn with_matrix_units() -> Vec<Backend> {
@@ -246,25 +273,9 @@ fn long_reductions_cycle_through_the_pipelines_buffers() {
             settings.schedule.tuning.gpu_stage_fragments = Some(fragments);
             b.set_optimize_settings(settings);
             for (spec, m, k, n) in [("mk,kn->mn", 128, 1024, 128), ("km,kn->mn", 124, 1000, 128)] {
-                let dims = |rows: &str| -> Vec<usize> {
-                    rows.chars()
-                        .map(|c| match c {
-                            'm' => m,
-                            'k' => k,
-                            _ => n,
-                        })
-                        .collect()
-                };
-                let (sa, sb) = spec.split_once("->").unwrap().0.split_once(',').unwrap();
-                let node = |label: &str, d: &[usize], seed: usize| {
-                    let t = Tnode::new(Prec::Bf16, d, &[label]).unwrap();
-                    let count: usize = d.iter().product();
-                    let values: Vec<f64> =
-                        (0..count).map(|i| ((i * seed) % 5) as f64 - 2.0).collect();
-                    t.host().set_values(&values).unwrap();
-                    t
-                };
-                let (a, bt) = (node("a", &dims(sa), 7), node("b", &dims(sb), 3));
+                let (a, bt) = einsum_factors(spec, [m, k, n], Prec::Bf16, |i, seed| {
+                    ((i * seed) % 5) as f64 - 2.0
+                });
                 let name = format!("long_{}_{m}x{k}x{n}", spec.replace([',', '-', '>'], "_"));
                 let (case, _) = product_case(&name, spec, a, bt, &[m, n]);
                 let code = b.compile(&case.name, &case.program, &[]).unwrap();
@@ -447,27 +458,10 @@ fn tf32_products_run_on_warpgroups_in_every_layout() {
                 ("mk,nk->mn", 64, 36, 130),
                 ("km,nk->mn", 136, 52, 64),
             ] {
-                let dims = |rows: &str| -> Vec<usize> {
-                    rows.chars()
-                        .map(|c| match c {
-                            'm' => m,
-                            'k' => k,
-                            _ => n,
-                        })
-                        .collect()
-                };
-                let (sa, sb) = spec.split_once("->").unwrap().0.split_once(',').unwrap();
                 // Multiples of 1/8 in [-2, 2]: exact in TF32, and every sum exact in f32.
-                let node = |label: &str, d: &[usize], seed: usize| {
-                    let t = Tnode::new(Prec::F32, d, &[label]).unwrap();
-                    let count: usize = d.iter().product();
-                    let values: Vec<f64> = (0..count)
-                        .map(|i| ((i * seed % 33) as f64 - 16.0) / 8.0)
-                        .collect();
-                    t.host().set_values(&values).unwrap();
-                    t
-                };
-                let (a, bt) = (node("a", &dims(sa), 5), node("b", &dims(sb), 7));
+                let (a, bt) = einsum_factors(spec, [m, k, n], Prec::F32, |i, seed| {
+                    ((i * seed % 33) as f64 - 16.0) / 8.0
+                });
                 let name = format!("tf32_{}_{m}x{k}x{n}", spec.replace([',', '-', '>'], "_"));
                 let (case, _) = product_case(&name, spec, a, bt, &[m, n]);
                 let code = b.compile(&case.name, &case.program, &[]).unwrap();
