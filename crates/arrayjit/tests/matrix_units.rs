@@ -927,6 +927,11 @@ fn matrix_unit_products_split_along_long_reductions_in_every_tile() {
             }
             b.set_optimize_settings(settings);
             for case in &cases {
+                // TF32 in 32-tiles on warps and 64-tiles on warpgroups only: its emulation is
+                // the slowest, and the larger tiles add no layout of their own.
+                if case.name.contains("tf32") && tile != if on_warpgroups { 64 } else { 32 } {
+                    continue;
+                }
                 let code = b.compile(&case.name, &case.program, &[]).unwrap();
                 let split = code.optimized().schedules.iter().any(|s| {
                     matches!(
