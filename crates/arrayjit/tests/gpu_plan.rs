@@ -209,6 +209,8 @@ fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
     use arrayjit::Error;
     use arrayjit::backends::cuda_backend::resources::kernel_resources;
     use arrayjit::codegen::cuda::render_cuda;
+    use arrayjit::ir::schedule::gpu::MatrixKind;
+    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
     use arrayjit::tensor::precision::Precision;
     let device = DeviceModel::named("h200").unwrap();
     for (allow_tf32, precision) in [(true, Precision::F32), (false, Precision::Bf16Products)] {
@@ -224,6 +226,15 @@ fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
             if !name.contains("train_step") {
                 continue;
             }
+            // With TF32 allowed, the step's large products run on warpgroups.
+            let tf32_on_warpgroups = optimized.schedules.iter().any(|s| {
+                matches!(
+                    &s.kind,
+                    ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. })
+                        if layout.warpgroups && layout.kind == MatrixKind::Tf32
+                )
+            });
+            assert_eq!(tf32_on_warpgroups, allow_tf32);
             let source = render_cuda(&[&optimized]).unwrap().source;
             let kernels = match kernel_resources(&source, "sm_90a") {
                 Ok(k) => k,
