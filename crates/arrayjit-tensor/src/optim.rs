@@ -121,25 +121,22 @@ pub fn update_program_clipped(
     }
     let lr = Tensor::input(Prec::F32, &[], "learning_rate", &[opt.lr()])?;
     let mut state_tensors: Vec<Tensor> = Vec::new();
-    // The program runs in parts: values computed from the gradients alone (`first`); the step
-    // count's update and the scalars computed from it (Adam's bias corrections); then, one
-    // parameter after another, its state's updates, in place (`m *= β1; m += (1 - β1) g`: each
-    // statement reads and writes the same element), its step, computed from the state as
-    // updated, and its own update, in place. No value computed from the state is read after
-    // the state changes, so none needs an array of its own: the optimizer computes each inside
-    // the loop that uses it. A parameter's statements are neighbours over the same elements, so
-    // one pass over its elements updates its state and it (its moments are read from memory
-    // once, not once for the state's update and again for the parameter's).
+    // The program runs in four parts: values computed from the gradients alone (`first`); the
+    // state's updates, in place (`m *= β1; m += (1 - β1) g`: each statement reads and writes
+    // the same element); the parameters' steps, computed from the state as updated (`steps`);
+    // the parameters' updates, in place. No value computed from the state is read after the
+    // state changes, so none needs an array of its own: the optimizer computes each inside
+    // the loop that uses it, and one pass over a parameter's elements updates it and its state.
     let mut first: Vec<Tensor> = Vec::new();
-    let mut counter_write: Option<Assignments> = None;
-    // Per parameter: its state's updates, its steps, its own updates.
-    let mut per_param: Vec<(Vec<Assignments>, Vec<Tensor>, Vec<Assignments>)> = Vec::new();
+    let mut state_writes: Vec<Assignments> = Vec::new();
+    let mut steps: Vec<Tensor> = Vec::new();
+    let mut param_writes: Vec<Assignments> = Vec::new();
     let step_count = match opt {
         Optimizer::Adam { .. } => {
             let t = Tensor::input(Prec::F32, &[], "adam_step", &[0.0])?;
             state_tensors.push(t.clone());
             let one = Tensor::scalar(1.0)?;
-            counter_write = Some(pointwise(t.node(), BinOp::Add, &one)?);
+            state_writes.push(pointwise(t.node(), BinOp::Add, &one)?);
             first.push(one);
             // Read by the steps, after its update: the step count including this step.
             Some(t)
@@ -190,13 +187,7 @@ pub fn update_program_clipped(
         }
         _ => None,
     };
-    let scalars: Vec<Tensor> = adam_scalars
-        .iter()
-        .flat_map(|(b1, b2, keep)| [Some(b1.clone()), Some(b2.clone()), keep.clone()])
-        .flatten()
-        .collect();
     for (p, g) in params.iter().zip(grads) {
-        let (mut state_writes, mut steps, mut param_writes) = (Vec::new(), Vec::new(), Vec::new());
         // The clipped gradient, a node of its own for each use, so that each is read once per
         // element and computed where it is used (one node read three times would be kept in
         // an array the size of the parameter).
@@ -269,7 +260,6 @@ pub fn update_program_clipped(
                 steps.push(adam);
             }
         }
-        per_param.push((state_writes, steps, param_writes));
     }
     let computations = |tensors: &[Tensor], skip: &std::collections::BTreeSet<usize>| {
         let refs: Vec<&Tensor> = tensors.iter().collect();
@@ -278,27 +268,18 @@ pub fn update_program_clipped(
             .filter(|t| t.kind() == crate::tensor::Kind::Computed && !skip.contains(&t.node().id()))
             .collect::<Vec<_>>()
     };
-    let forward = |ts: &[Tensor]| {
-        ts.iter()
+    let before = computations(&first, &Default::default());
+    let done = before.iter().map(|t| t.node().id()).collect();
+    let after = computations(&steps, &done);
+    let forward = |ts: Vec<Tensor>| {
+        ts.into_iter()
             .map(|t| t.0.forward.clone())
             .filter(|a| *a != Assignments::Noop)
-            .collect::<Vec<_>>()
     };
-    let mut done = std::collections::BTreeSet::new();
-    let mut stmts: Vec<Assignments> = Vec::new();
-    let mut emit = |tensors: &[Tensor], stmts: &mut Vec<Assignments>| {
-        let new = computations(tensors, &done);
-        done.extend(new.iter().map(|t| t.node().id()));
-        stmts.extend(forward(&new));
-    };
-    emit(&first, &mut stmts);
-    stmts.extend(counter_write);
-    emit(&scalars, &mut stmts);
-    for (state_writes, steps, param_writes) in per_param {
-        stmts.extend(state_writes);
-        emit(&steps, &mut stmts);
-        stmts.extend(param_writes);
-    }
+    let mut stmts: Vec<Assignments> = forward(before).collect();
+    stmts.extend(state_writes);
+    stmts.extend(forward(after));
+    stmts.extend(param_writes);
     Ok(Update {
         program: Assignments::Seq(stmts),
         lr: lr.node().clone(),
