@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use arrayjit_ir::ops::Scalar;
+use arrayjit_ir::schedule::gpu::MatrixKind;
 use arrayjit_ir::{BinOp, Prec, TernOp, UnOp};
 
 /// What differs between C dialects.
@@ -109,8 +110,8 @@ pub enum Helper {
     /// TF32 ones) with the factors' layouts (result side contiguous, else `k`), as a function
     /// of the accumulators and the factors' first staged elements.
     Wgmma {
-        /// The factors' kind (`bf16`, `f16`).
-        kind: &'static str,
+        /// The factors' kind.
+        kind: MatrixKind,
         /// Columns (`N`).
         n: usize,
         /// The left and right factors are staged with the result side contiguous.
@@ -131,7 +132,7 @@ impl Helper {
                 depth,
             } => format!(
                 "aj_wgmma_{kind}_m64n{n}k{}_{}{}_d{depth}",
-                wgmma_depth(kind),
+                kind.fragment_depth(),
                 ["k", "s"][usize::from(side_major[0])],
                 ["k", "s"][usize::from(side_major[1])]
             ),
@@ -696,11 +697,6 @@ fn warpgroup(pre: &str) -> String {
     )
 }
 
-/// The depth of one warpgroup product of factors of `kind` (`bf16`, `f16`: 16; `tf32`: 8).
-fn wgmma_depth(kind: &str) -> usize {
-    if kind == "tf32" { 8 } else { 16 }
-}
-
 /// One warpgroup product (`Helper::Wgmma`): the factors' descriptors for their canonical
 /// layouts as `arrayjit_ir::schedule::gpu::matrix` stages them at staged depth `d` of
 /// `e`-byte elements — `k` contiguous: rows of `e·d` bytes (64 or 128), 8-row groups `8e·d`
@@ -721,15 +717,16 @@ fn wgmma(pre: &str, h: Helper) -> String {
         return String::new();
     };
     let name = h.function_name();
-    let (kind_code, element_bytes) = match kind {
-        "bf16" => (0, 2),
-        "f16" => (1, 2),
-        _ => (2, 4),
+    // The emulation's code of the kind.
+    let kind_code = match kind {
+        MatrixKind::Bf16 => 0,
+        MatrixKind::F16 => 1,
+        MatrixKind::Tf32 => 2,
     };
-    let k = wgmma_depth(kind);
+    let (k, element_bytes) = (kind.fragment_depth(), kind.element_bytes());
     let (ta, tb) = (u8::from(side_major[0]), u8::from(side_major[1]));
     // TF32 products take no transpose bits (their factors are `k`-major).
-    let transposes = if kind_code == 2 {
+    let transposes = if kind == MatrixKind::Tf32 {
         String::new()
     } else {
         format!(", {ta}, {tb}")

@@ -658,12 +658,13 @@ impl KernelDialect for CudaDialect<'_, '_> {
                     return Err(Error::Render {
                         routine: self.0.routine.clone(),
                         language: "CUDA C".into(),
-                        detail: "a TF32 warpgroup product of a factor that is not k-major                                  (wgmma takes TF32 factors only k-major)"
+                        detail: "a TF32 warpgroup product of a factor that is not k-major (wgmma takes TF32 \
+                                 factors only k-major)"
                             .into(),
                     });
                 }
                 let helper = Helper::Wgmma {
-                    kind: kind.name(),
+                    kind: *kind,
                     n: *n,
                     side_major: *side_major,
                     depth: *depth,

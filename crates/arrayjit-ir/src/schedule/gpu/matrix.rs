@@ -73,7 +73,7 @@ use crate::prec::Prec;
 use crate::schedule::{Gemm, ScheduleTuning};
 
 /// The element type a matrix-unit product multiplies in, and its fragment shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum MatrixKind {
     /// `bf16` factors, `f32` accumulation: `m16n8k16` fragments.
     Bf16,
