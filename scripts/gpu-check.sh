@@ -113,7 +113,7 @@ if command -v ncu >/dev/null 2>&1 && want ncu-gpt; then
 fi
 if command -v ncu >/dev/null 2>&1 && want ncu-matmul; then
   phase "the 4096 products' kernels (Nsight Compute)"
-  for kind in "" "tf32 " "bf16 "; do
+  for kind in "" "tf32 " "bf16 " "bf16 tma "; do
     timeout 40 ncu --clock-control none --launch-count 6 \
       --metrics gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers \
       --csv "$bin/arrayjit" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null
@@ -122,7 +122,7 @@ if command -v ncu >/dev/null 2>&1 && want ncu-matmul; then
 fi
 if command -v ncu >/dev/null 2>&1 && want ncu-detail; then
   phase "the 4096 products in detail: launch, occupancy, warp states, memory (Nsight Compute)"
-  for kind in "" "tf32 " "bf16 "; do
+  for kind in "" "tf32 " "bf16 " "bf16 tma "; do
     echo "### matmul ${kind}4096"
     timeout 60 ncu --clock-control none --launch-skip 2 --launch-count 1 \
       --section LaunchStats --section Occupancy --section WarpStateStats \

@@ -21,6 +21,10 @@
  *   (the hardware's order is its own: results agree to f32 rounding of the sums).
  * - Asynchronous copies (`cp.async`) land when a `cp.async.wait_group` requires them, not
  *   before, so a pipeline that reads a buffer too early fails here as on a GPU.
+ * - Bulk tensor copies (sm_90's tensor memory accelerator) land when a thread waits on the
+ *   mbarrier they complete on, not before; a wait that can never complete (a phase armed
+ *   with more bytes than its copies bring, or never armed) ends the launch with an error
+ *   where a GPU would hang.
  *
  * Floats follow the host's IEEE arithmetic without contraction (compiled with
  * -ffp-contract=off, as NVRTC runs with --fmad=false). */
@@ -41,6 +45,7 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static thread_local
 #define __restrict__ __restrict
+#define __grid_constant__
 
 struct aj_dim3 {
   unsigned x, y, z;
@@ -464,8 +469,8 @@ static inline void aj_operand_use(const void *p, int kind, int side_major, unsig
   if (add && aj_in_flight_count < AJ_OPERANDS_IN_FLIGHT)
     aj_in_flight[aj_in_flight_count++] = aj_operand_range{lo, hi, 1};
 }
-static inline void aj_check_copy_into(const void *dst) {
-  uintptr_t lo = (uintptr_t)dst, hi = lo + 16;
+static inline void aj_check_copy_into(const void *dst, uintptr_t bytes) {
+  uintptr_t lo = (uintptr_t)dst, hi = lo + bytes;
   for (unsigned i = 0; i < aj_in_flight_count; ++i)
     if (lo < aj_in_flight[i].hi && aj_in_flight[i].lo < hi) aj_race = 1;
 }
@@ -515,11 +520,175 @@ struct aj_async_copy {
 static thread_local aj_group_queues<aj_async_copy, 32> aj_copies;
 
 static inline void aj_copy_async16(void *dst, const void *src, int valid) {
-  aj_check_copy_into(dst);
+  aj_check_copy_into(dst, 16);
   aj_copies.issue(aj_async_copy{dst, src, valid, 0});
 }
 static inline void aj_commit_copies(void) { aj_copies.commit(); }
 static inline void aj_wait_copies(unsigned pending) { aj_copies.wait(pending); }
+
+/* The tensor memory accelerator (sm_90). A tensor map is the emulation's own struct (on a GPU
+ * the backend encodes the driver's from the same fields): the factor's first byte, its axes
+ * innermost first (extents, strides in bytes, the box a copy moves) and the swizzle its boxes
+ * land with. A copy writes its box's elements one after another from its first shared
+ * element (innermost axis fastest), each 16-byte chunk's address bits 4 and up XORed with
+ * bits 7 and up within the swizzle's span (64 bytes: bits 4-5 ^= 7-8; 128: bits 4-6 ^= 7-9),
+ * zeros for elements past the factor's ends (or before its start). */
+struct aj_tensor_map {
+  const unsigned char *base;
+  unsigned element_bytes, rank, swizzle_bytes;
+  unsigned long long dims[5], strides[5];
+  unsigned boxes[5];
+};
+
+/* An mbarrier (by its address in shared memory): the arrivals a phase expects, those it has,
+ * the bytes it still waits for, and the phases completed. */
+struct aj_mbar_state {
+  const void *bar;
+  unsigned expected, arrived, completed;
+  long long tx;
+};
+enum { AJ_MBARRIERS = 32, AJ_TENSOR_COPIES = 64, AJ_MBAR_POLLS = 100000 };
+struct aj_tensor_copy {
+  void *dst;
+  aj_tensor_map map;
+  long long coords[5];
+  const void *bar;
+};
+static thread_local aj_mbar_state aj_mbars[AJ_MBARRIERS];
+static thread_local unsigned aj_mbar_count = 0;
+static thread_local aj_tensor_copy aj_tensor_copies[AJ_TENSOR_COPIES];
+static thread_local unsigned aj_tensor_copy_count = 0;
+static thread_local int aj_stuck = 0;
+
+/* A new block has no barriers and no copies in flight. */
+static inline void aj_tensor_reset(void) {
+  aj_mbar_count = 0;
+  aj_tensor_copy_count = 0;
+}
+static inline aj_mbar_state *aj_mbar_of(const void *bar) {
+  for (unsigned i = 0; i < aj_mbar_count; ++i)
+    if (aj_mbars[i].bar == bar) return &aj_mbars[i];
+  return 0;
+}
+static inline void aj_mbar_init(long long *bar) {
+  aj_mbar_state *m = aj_mbar_of(bar);
+  if (!m) {
+    if (aj_mbar_count == AJ_MBARRIERS) {
+      aj_stuck = 1;
+      return;
+    }
+    m = &aj_mbars[aj_mbar_count++];
+  }
+  *m = aj_mbar_state{bar, 1u, 0u, 0u, 0};
+}
+static inline void aj_mbar_init_fence(void) {}
+/* The phase completes once every arrival it expects has come and its bytes have landed. */
+static inline void aj_mbar_try_complete(aj_mbar_state *m) {
+  if (m->arrived >= m->expected && m->tx == 0) {
+    m->completed++;
+    m->arrived = 0;
+  }
+}
+static inline void aj_mbar_expect(long long *bar, unsigned bytes) {
+  aj_mbar_state *m = aj_mbar_of(bar);
+  if (!m) {
+    aj_stuck = 1; /* arrives at a barrier never initialized */
+    return;
+  }
+  m->tx += bytes;
+  m->arrived++;
+  aj_mbar_try_complete(m);
+}
+static inline void aj_tensor_land(const aj_tensor_copy *c) {
+  const aj_tensor_map *t = &c->map;
+  unsigned long long elements = 1;
+  for (unsigned d = 0; d < t->rank; ++d) elements *= t->boxes[d];
+  const uintptr_t span_chunks = t->swizzle_bytes / 16u;
+  for (unsigned long long i = 0; i < elements; ++i) {
+    unsigned long long rest = i, offset = 0;
+    int inside = 1;
+    for (unsigned d = 0; d < t->rank; ++d) {
+      long long at = c->coords[d] + (long long)(rest % t->boxes[d]);
+      rest /= t->boxes[d];
+      inside &= at >= 0 && (unsigned long long)at < t->dims[d];
+      offset += (unsigned long long)(at < 0 ? 0 : at) * t->strides[d];
+    }
+    uintptr_t a = (uintptr_t)c->dst + i * t->element_bytes;
+    if (span_chunks > 1) a ^= ((a >> 7) & (span_chunks - 1u)) << 4;
+    if (inside) memcpy((void *)a, t->base + offset, t->element_bytes);
+    else memset((void *)a, 0, t->element_bytes);
+  }
+  aj_mbar_state *m = aj_mbar_of(c->bar);
+  if (m) {
+    m->tx -= (long long)(elements * t->element_bytes);
+    aj_mbar_try_complete(m);
+  }
+}
+/* Lands (in order) the copies in flight that complete on `bar` (all where null). */
+static inline void aj_tensor_land_on(const void *bar) {
+  unsigned keep = 0;
+  for (unsigned i = 0; i < aj_tensor_copy_count; ++i) {
+    if (!bar || aj_tensor_copies[i].bar == bar) aj_tensor_land(&aj_tensor_copies[i]);
+    else aj_tensor_copies[keep++] = aj_tensor_copies[i];
+  }
+  aj_tensor_copy_count = keep;
+}
+static inline void aj_tma_load(void *dst, const aj_tensor_map *map, const long long *coords,
+                               long long *bar) {
+  unsigned long long bytes = map->element_bytes;
+  for (unsigned d = 0; d < map->rank; ++d) bytes *= map->boxes[d];
+  aj_check_copy_into(dst, (uintptr_t)bytes);
+  if (aj_tensor_copy_count == AJ_TENSOR_COPIES) {
+    /* The oldest lands early. */
+    aj_tensor_land(&aj_tensor_copies[0]);
+    memmove(aj_tensor_copies, aj_tensor_copies + 1, (AJ_TENSOR_COPIES - 1) * sizeof(aj_tensor_copy));
+    aj_tensor_copy_count--;
+  }
+  aj_tensor_copy *c = &aj_tensor_copies[aj_tensor_copy_count++];
+  c->dst = dst;
+  c->map = *map;
+  for (unsigned d = 0; d < 5; ++d) c->coords[d] = d < map->rank ? coords[d] : 0;
+  c->bar = bar;
+}
+static inline void aj_tma_load_1d(void *dst, const aj_tensor_map *m, int c0, long long *bar) {
+  const long long c[1] = {c0};
+  aj_tma_load(dst, m, c, bar);
+}
+static inline void aj_tma_load_2d(void *dst, const aj_tensor_map *m, int c0, int c1, long long *bar) {
+  const long long c[2] = {c0, c1};
+  aj_tma_load(dst, m, c, bar);
+}
+static inline void aj_tma_load_3d(void *dst, const aj_tensor_map *m, int c0, int c1, int c2,
+                                  long long *bar) {
+  const long long c[3] = {c0, c1, c2};
+  aj_tma_load(dst, m, c, bar);
+}
+static inline void aj_tma_load_4d(void *dst, const aj_tensor_map *m, int c0, int c1, int c2, int c3,
+                                  long long *bar) {
+  const long long c[4] = {c0, c1, c2, c3};
+  aj_tma_load(dst, m, c, bar);
+}
+static inline void aj_tma_load_5d(void *dst, const aj_tensor_map *m, int c0, int c1, int c2, int c3,
+                                  int c4, long long *bar) {
+  const long long c[5] = {c0, c1, c2, c3, c4};
+  aj_tma_load(dst, m, c, bar);
+}
+/* Waits until the phase of `bar` of this parity has completed (the current phase's parity is
+ * the completed phases' count's): lands the copies completing on it, and yields to the
+ * block's other threads while an arrival is still to come. */
+static inline void aj_mbar_wait(long long *bar, unsigned parity) {
+  for (unsigned polls = 0;; ++polls) {
+    aj_mbar_state *m = aj_mbar_of(bar);
+    if (!m || polls == AJ_MBAR_POLLS || !aj_running_block) {
+      aj_stuck = 1;
+      return;
+    }
+    if ((m->completed & 1u) != (parity & 1u)) return;
+    aj_tensor_land_on(bar);
+    if ((m->completed & 1u) != (parity & 1u)) return;
+    aj_yield(AJ_AT_WARP);
+  }
+}
 
 /* cvt.rna.tf32.f32: to 10 mantissa bits, to nearest, ties away from zero. */
 static inline uint32_t aj_tf32(float f) {
@@ -626,6 +795,7 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
       f->state = AJ_RUNS;
       aj_wgmma_reset(t);
     }
+    aj_tensor_reset();
     for (;;) {
       /* One round: every thread that may run runs to its next barrier or its return. */
       for (unsigned t = 0; t < threads; ++t) {
@@ -650,6 +820,10 @@ static int aj_launch_dims(aj_thunk thunk, void *const *args, const long long *st
   if (aj_race) {
     aj_race = 0;
     return -2;
+  }
+  if (aj_stuck) {
+    aj_stuck = 0;
+    return -3;
   }
   return status;
 }

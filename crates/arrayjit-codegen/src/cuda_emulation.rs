@@ -94,6 +94,28 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
                     .filter(|&&j| j < statics)
                     .map(|j| format!("aj_s[{j}]")),
             );
+            // Tensor maps: the emulation's own struct, filled from the factor's address.
+            for m in &p.tensor_maps {
+                let Some(&(b, offset)) = p.args.get(m.arg) else {
+                    continue;
+                };
+                let list = |v: Vec<usize>| {
+                    v.iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let eb = m.shape.element_bytes;
+                args.push(format!(
+                    "aj_tensor_map{{(const unsigned char *)aj_b[{b}] + {offset}, {eb}u, {}u, {}u, \
+                     {{{}}}, {{{}}}, {{{}}}}}",
+                    m.shape.axes.len(),
+                    m.shape.swizzle_bytes,
+                    list(m.shape.axes.iter().map(|a| a.extent).collect()),
+                    list(m.shape.axes.iter().map(|a| a.stride * eb).collect()),
+                    list(m.shape.axes.iter().map(|a| a.boxed).collect()),
+                ));
+            }
             let _ = writeln!(
                 launchers,
                 "static void {0}_t{pos}(void *const *aj_b, const long long *aj_s) {{\n  \

@@ -69,7 +69,7 @@ impl ScheduleChoice {
             loop_fusion: true,
         };
         // The GPU fields may be absent (choices stored before they existed): `auto`.
-        let mut seen = [false; 10];
+        let mut seen = [false; 11];
         for field in text.split_whitespace() {
             let (name, value) = field
                 .split_once('=')
@@ -141,6 +141,14 @@ impl ScheduleChoice {
                         auto_or_one_of(&ScheduleTuning::GPU_STAGE_FRAGMENTS)?;
                     9
                 }
+                "gpu_tensor_copies" => {
+                    choice.tuning.gpu_tensor_copies = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(format!("gpu_tensor_copies={value}: expected on or off")),
+                    };
+                    10
+                }
                 "loop_fusion" => {
                     choice.loop_fusion = match value {
                         "on" => true,
@@ -180,11 +188,13 @@ impl fmt::Display for ScheduleChoice {
         let auto = |v: Option<usize>| v.map_or_else(|| "auto".to_string(), |v| v.to_string());
         write!(
             f,
-            " gpu_threads={} gpu_tile={} gpu_stages={} gpu_stage_fragments={}",
+            " gpu_threads={} gpu_tile={} gpu_stages={} gpu_stage_fragments={} \
+             gpu_tensor_copies={}",
             auto(t.gpu_threads.map(|v| v as usize)),
             auto(t.gpu_tile),
             auto(t.gpu_stages),
-            auto(t.gpu_stage_fragments)
+            auto(t.gpu_stage_fragments),
+            if t.gpu_tensor_copies { "on" } else { "off" }
         )
     }
 }
@@ -327,12 +337,16 @@ enum Knob {
     GpuStages,
     /// The depth of each buffer of matrix-unit products' staged tiles.
     GpuStageFragments,
+    /// Whether sm_90's tensor memory accelerator stages warpgroup products' factors.
+    GpuTensorCopies,
 }
 
 impl Knob {
     /// The knobs in the order they are tried from `start`: fusion only when it is on (a user
     /// who turned it off is not overruled); on a GPU backend (`gpu`) the tile of products,
-    /// then the depth and the number of matrix-unit products' buffers, then the group size; on a CPU kc first (it sets the L1 panel), then mc (L2), then nc
+    /// then the depth of matrix-unit products' buffers, whether sm_90's tensor memory accelerator
+    /// stages them, their number, then the group size; on a CPU kc first (it sets the L1
+    /// panel), then mc (L2), then nc
     /// (L3).
     fn all(start: ScheduleChoice, gpu: bool) -> Vec<Knob> {
         let mut knobs = Vec::new();
@@ -343,6 +357,7 @@ impl Knob {
             knobs.extend([
                 Knob::GpuTile,
                 Knob::GpuStageFragments,
+                Knob::GpuTensorCopies,
                 Knob::GpuStages,
                 Knob::GpuThreads,
             ]);
@@ -385,6 +400,11 @@ impl Knob {
             Knob::GpuStageFragments => ScheduleTuning::GPU_STAGE_FRAGMENTS
                 .map(|f| vary(&|c| c.tuning.gpu_stage_fragments = Some(f)))
                 .to_vec(),
+            Knob::GpuTensorCopies => {
+                vec![vary(&|c| {
+                    c.tuning.gpu_tensor_copies = !from.tuning.gpu_tensor_copies;
+                })]
+            }
             Knob::Block(axis) => [-1i8, 1]
                 .map(|d| {
                     vary(&|c| {
@@ -622,6 +642,7 @@ mod tests {
                 gpu_tile: Some(64),
                 gpu_stages: Some(3),
                 gpu_stage_fragments: Some(4),
+                gpu_tensor_copies: true,
             },
             loop_fusion: false,
         };
@@ -666,6 +687,10 @@ mod tests {
                 &good.replace("gpu_stage_fragments=auto", "gpu_stage_fragments=3"),
                 "one of [2, 4]",
             ),
+            (
+                &good.replace("gpu_tensor_copies=off", "gpu_tensor_copies=yes"),
+                "on or off",
+            ),
             ("register_rows", "name=value"),
         ] {
             let e = ScheduleChoice::parse(bad).unwrap_err();
@@ -700,6 +725,7 @@ mod tests {
                         c.tuning.gpu_tile != from.tuning.gpu_tile,
                         c.tuning.gpu_stages != from.tuning.gpu_stages,
                         c.tuning.gpu_stage_fragments != from.tuning.gpu_stage_fragments,
+                        c.tuning.gpu_tensor_copies != from.tuning.gpu_tensor_copies,
                     ];
                     assert_eq!(differs.iter().filter(|d| **d).count(), 1, "{knob:?} {c}");
                 }
@@ -713,6 +739,7 @@ mod tests {
             gpu.contains(&Knob::GpuTile)
                 && gpu.contains(&Knob::GpuStages)
                 && gpu.contains(&Knob::GpuStageFragments)
+                && gpu.contains(&Knob::GpuTensorCopies)
                 && gpu.contains(&Knob::GpuThreads)
         );
         assert!(

@@ -185,9 +185,16 @@ impl CcBatch {
             (None, Entry::Emulated(f)) => unsafe { f(ptrs.as_ptr(), statics.as_ptr()) },
         });
         // Only emulated routines report a status: -1 when their threads' stacks were not had,
-        // -2 when the emulation saw a race of a pipeline (a kernel's defect, not the user's).
+        // -2 when the emulation saw a race of a pipeline, -3 when a thread waited on an
+        // mbarrier whose phase could never complete (kernels' defects, not the user's).
         let detail = match status {
             0 => return Ok(()),
+            -3 => format!(
+                "an emulated kernel of {} waited on an mbarrier whose phase never completes \
+                 (armed with more bytes than its tensor copies bring, or never armed; a GPU \
+                 would hang): a defect of the CUDA renderer; please report it",
+                k.name
+            ),
             -2 => format!(
                 "the emulated kernels of {} copied into shared memory that a warpgroup product \
                  still in flight reads (a pipeline that refills a buffer before waiting for its \

@@ -201,12 +201,16 @@ impl CudaBatch {
                 .iter()
                 .filter_map(|&(b, offset)| ptrs.get(b).map(|p| p + offset as u64))
                 .collect();
+            let maps = super::tensor_maps::encode(gpu, pass, &args)?;
             let mut builder = stream.launch_builder(f);
             for p in &args {
                 builder.arg(p);
             }
             for s in pass.statics.iter().filter_map(|&j| statics.get(j)) {
                 builder.arg(s);
+            }
+            for m in &maps {
+                builder.arg(m);
             }
             let config = LaunchConfig {
                 grid_dim: (dims.grid[0], dims.grid[1], dims.grid[2]),

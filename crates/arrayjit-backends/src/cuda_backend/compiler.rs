@@ -100,6 +100,7 @@ impl Compiler for CudaCompiler {
                             .collect(),
                         statics: (0..k.interface.statics.len()).collect(),
                         dynamic_shared_bytes: 0,
+                        tensor_maps: Vec::new(),
                     }],
                     buffer_types: vec![],
                 })

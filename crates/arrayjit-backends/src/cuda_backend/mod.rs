@@ -40,6 +40,7 @@ mod queue;
 mod renderer;
 pub mod resources;
 mod runtime;
+mod tensor_maps;
 
 use std::sync::Arc;
 

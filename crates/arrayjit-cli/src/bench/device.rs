@@ -17,7 +17,8 @@ use arrayjit_runtime::Backend;
 use super::workloads::{self, Rate, Workload, median_time};
 use super::{BenchConfig, PeerLine, parse_peer_line, peer_script, python};
 
-/// The workloads: products of 1024 to 8192 (2048 when quick) in f32, as TF32 and in bf16, the
+/// The workloads: products of 1024 to 8192 (2048 when quick) in f32, as TF32 and in bf16 (from
+/// 2048 also with the tensor memory accelerator staging the factors), the
 /// chain over `chain_m` million floats, and the GPT step in f32 and in bf16 products.
 fn device_workloads(quick: bool, chain_m: usize) -> Vec<Workload> {
     let sizes: &[usize] = if quick {
@@ -33,6 +34,13 @@ fn device_workloads(quick: bool, chain_m: usize) -> Vec<Workload> {
             rate: Rate::Flops,
         }));
     }
+    // The bf16 products of 2048 and up again with their factors staged by sm_90's tensor
+    // memory accelerator (a schedule the tuning must ask for; the same as `bf16` elsewhere).
+    out.extend(sizes.iter().filter(|&&n| n >= 2048).map(|&n| Workload {
+        name: format!("matmul {}{n}", workloads::TENSOR_COPIES_KIND),
+        work: 2.0 * (n * n * n) as f64,
+        rate: Rate::Flops,
+    }));
     let n = (chain_m << 20) as f64;
     out.push(Workload {
         name: workloads::chain_name(chain_m),
@@ -276,7 +284,9 @@ pub fn run(backend_name: &str, config: &BenchConfig) -> Result<String> {
             Rate::Flops => "GFLOP/s",
             Rate::Bytes => "GB/s",
         };
-        let p = peer.iter().find(|(n, _)| *n == w.name).map(|(_, s)| *s);
+        // A staging variant's peer is its product's.
+        let peer_name = w.name.replace(workloads::TENSOR_COPIES_KIND, "bf16 ");
+        let p = peer.iter().find(|(n, _)| *n == peer_name).map(|(_, s)| *s);
         let peer_cell = p.map_or("–".to_string(), |s| {
             format!("{:.3} ms ({:.0} {unit})", s * 1e3, w.work / s / 1e9)
         });

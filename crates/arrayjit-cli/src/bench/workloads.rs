@@ -151,13 +151,15 @@ pub fn gpt_trainer_with(
 /// The tensors a workload computes (all but the MLP step, which trains a classifier).
 fn build(name: &str) -> Result<Vec<Tensor>> {
     if let Some(rest) = name.strip_prefix("matmul ") {
-        // `matmul N`, `matmul tf32 N` (f32 factors, TF32 allowed where linked) or
-        // `matmul bf16 N` (bf16 factors and result).
-        let (prec, n) = match rest.split_once(' ') {
-            Some(("bf16", n)) => (Prec::Bf16, n),
-            Some((_, n)) => (Prec::F32, n),
-            None => (Prec::F32, rest),
+        // `matmul N`, `matmul tf32 N` (f32 factors, TF32 allowed where linked),
+        // `matmul bf16 N` (bf16 factors and result) or `matmul bf16 tma N` (the same, staged
+        // by the tensor memory accelerator where linked).
+        let prec = if rest.starts_with("bf16 ") {
+            Prec::Bf16
+        } else {
+            Prec::F32
         };
+        let n = rest.rsplit(' ').next().unwrap_or(rest);
         let n: usize = n.parse().unwrap_or(512);
         let factor = |label: &str, stream: u32| {
             Tensor::param_with_prec(
@@ -205,6 +207,10 @@ pub fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration) -> Resul
     Ok(times[times.len() / 2])
 }
 
+/// The kind of a product row whose bf16 factors sm_90's tensor memory accelerator stages
+/// (`matmul bf16 tma N`; [`arrayjit_ir::schedule::ScheduleTuning::gpu_tensor_copies`]).
+pub const TENSOR_COPIES_KIND: &str = "bf16 tma ";
+
 /// The median time of one run of the workload on `backend`.
 pub fn time_workload(backend: &Backend, name: &str) -> Result<Duration> {
     if name == MLP {
@@ -247,9 +253,19 @@ fn linked(backend: &Backend, name: &str) -> Result<(Stream, Routine)> {
     if tf32 {
         backend.set_allow_tf32(Some(true));
     }
+    // Tensor-copy rows compile with the tuning asking for the accelerator, then as before.
+    let settings = backend.optimize_settings();
+    if name.contains(TENSOR_COPIES_KIND) {
+        let mut tma = settings.clone();
+        tma.schedule.tuning.gpu_tensor_copies = true;
+        backend.set_optimize_settings(tma);
+    }
     let code = backend.compile("bench", &forward_program(&refs), &[]);
     if tf32 {
         backend.set_allow_tf32(None);
+    }
+    if name.contains(TENSOR_COPIES_KIND) {
+        backend.set_optimize_settings(settings);
     }
     let code = code?;
     let stream = backend.get_device(0)?.new_stream()?;

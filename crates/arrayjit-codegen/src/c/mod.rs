@@ -9,6 +9,7 @@
 //! - `pairwise`: the pairwise (cascade) order of long floating-point sums;
 //! - `outer_sums`: sums along outer axes (column sums) in that order;
 //! - [`syntax`]: the syntax table and the helpers (conversions, loads, stores, operators);
+//! - `tensor_copies`: sm_90's tensor memory accelerator and `mbarrier`s for NVRTC;
 //! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls.
 
 pub mod gemm;
@@ -19,3 +20,4 @@ pub mod renderer;
 pub(crate) mod schedules;
 pub(crate) mod statements;
 pub mod syntax;
+pub(crate) mod tensor_copies;

@@ -106,6 +106,10 @@ pub enum Helper {
     /// elsewhere traps rather than multiply wrongly); the CUDA emulation's is per-block storage
     /// of `bytes`, like its static shared arrays.
     DynamicShared,
+    /// sm_90's tensor memory accelerator: the tensor map parameter type (`aj_tensor_map`),
+    /// `mbarrier`s and bulk tensor copies of 1 to 5 axes (`c::tensor_copies`); the CUDA
+    /// emulation's header defines its own.
+    TensorCopies,
     /// One warpgroup product (`wgmma.mma_async`: `m64nNk16` of 16-bit factors, `m64nNk8` of
     /// TF32 ones) with the factors' layouts (result side contiguous, else `k`), as a function
     /// of the accumulators and the factors' first staged elements.
@@ -558,6 +562,10 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
         ),
         Helper::MatrixUnits => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", matrix_units(pre)),
         Helper::Warpgroup => format!("#ifndef AJ_CUDA_EMULATION\n{}#endif", warpgroup(pre)),
+        Helper::TensorCopies => format!(
+            "#ifndef AJ_CUDA_EMULATION\n{}#endif",
+            super::tensor_copies::tensor_copies(pre)
+        ),
         // The staged tiles' swizzles act on address bits up to 1 KiB: a block whose dynamic
         // shared memory did not start on a KiB boundary would multiply wrongly, so it traps
         // (a launch failure) instead.

@@ -159,6 +159,7 @@ pub(crate) fn render_joined(
             args,
             statics,
             dynamic_shared_bytes: 0,
+            tensor_maps: Vec::new(),
         },
     })
 }

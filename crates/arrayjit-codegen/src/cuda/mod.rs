@@ -30,6 +30,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
+use arrayjit_ir::schedule::gpu::tensor_map::TensorMapShape;
+
 use arrayjit_ir::schedule::Schedule;
 use arrayjit_ir::schedule::gpu::{JoinedLaunch, MatrixKind, TILE_GROUPS_PER_UNIT};
 use arrayjit_ir::tnode::sanitize_identifier;
@@ -112,6 +114,20 @@ pub struct CudaPass {
     /// 48 KiB a kernel may declare statically, so the function must be allowed them
     /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`) before it is launched.
     pub dynamic_shared_bytes: usize,
+    /// The tensor maps it takes after its pointers and static indices (a warpgroup product
+    /// whose factors the tensor memory accelerator stages), in order.
+    pub tensor_maps: Vec<CudaTensorMap>,
+}
+
+/// A tensor map a pass takes by value (`const __grid_constant__`): which of its pointer
+/// parameters is the factor, and how the accelerator sees it. The backend encodes it from
+/// that pointer at launch (`cuTensorMapEncodeTiled`; the emulation fills its own struct).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaTensorMap {
+    /// The factor's position in [`CudaPass::args`].
+    pub arg: usize,
+    /// Its axes, box and swizzle.
+    pub shape: TensorMapShape,
 }
 
 impl CudaPass {
@@ -331,15 +347,45 @@ fn render_routine(
             continue;
         }
         let part = cx.render_statement(i, stmt, helpers, "", None)?;
-        let signature = [part.buffer_params, part.static_params].concat().join(", ");
+        let params = [part.buffer_params, part.static_params].concat();
         for statement::RenderedKernel {
             shape,
             threads,
             why,
             body,
             dynamic_shared_bytes,
+            tensor_maps,
         } in part.kernels
         {
+            let tensor_maps = tensor_maps
+                .into_iter()
+                .map(|(node, shape)| {
+                    let arg = part
+                        .arg_nodes
+                        .iter()
+                        .position(|n| n.as_ref() == Some(&node))
+                        .ok_or_else(|| Error::Render {
+                            routine: r.name.clone(),
+                            language: "CUDA C".into(),
+                            detail: format!(
+                                "a tensor map of {} that the pass takes no pointer to",
+                                node.header()
+                            ),
+                        })?;
+                    Ok(CudaTensorMap { arg, shape })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let signature = params
+                .iter()
+                .cloned()
+                .chain(tensor_maps.iter().map(|m| {
+                    format!(
+                        "const __grid_constant__ aj_tensor_map {}",
+                        gpu_kernel::tensor_map_param(m.shape.factor)
+                    )
+                }))
+                .collect::<Vec<_>>()
+                .join(", ");
             // Tiled products cap their registers so that two groups share an SM.
             let bounds = match shape {
                 PassShape::Single => String::new(),
@@ -363,6 +409,7 @@ fn render_routine(
                 args: part.args.clone(),
                 statics: part.statics.clone(),
                 dynamic_shared_bytes,
+                tensor_maps,
             });
         }
     }
@@ -400,6 +447,15 @@ pub(super) fn render_pass(
     let pass = gpu_pass(&k.routine, "CUDA C", sched)?;
     let why = sched.map(|s| s.why.clone()).unwrap_or_default();
     let printed = gpu_kernel::print_pass(&mut CudaDialect(k, shared), stmt, pass)?;
+    // A warpgroup product's tensor maps go to its first kernel, the product.
+    let mut tensor_maps = match pass {
+        arrayjit_ir::schedule::GpuPass::MatrixTiles { gemm, layout, .. } => layout
+            .tensor_maps(gemm)
+            .into_iter()
+            .map(|m| (if m.factor == 1 { &gemm.lhs } else { &gemm.rhs }.clone(), m))
+            .collect(),
+        _ => Vec::new(),
+    };
     Ok(printed
         .into_iter()
         .map(|p| statement::RenderedKernel {
@@ -408,6 +464,7 @@ pub(super) fn render_pass(
             why: why.clone(),
             body: p.body,
             dynamic_shared_bytes: p.dynamic_shared_bytes,
+            tensor_maps: std::mem::take(&mut tensor_maps),
         })
         .collect())
 }
@@ -673,6 +730,28 @@ impl KernelDialect for CudaDialect<'_, '_> {
                 format!("{}(&{acc}, &{a}, &{b});", helper.function_name())
             }
             (MatrixOp::WaitCopies { pending }, []) => format!("aj_wait_copies({pending});"),
+            (MatrixOp::BarrierInit { .. }, [bar]) => {
+                self.0.helpers.insert(Helper::TensorCopies);
+                format!("aj_mbar_init(&{bar});")
+            }
+            (MatrixOp::BarrierInitFence, []) => "aj_mbar_init_fence();".to_string(),
+            (MatrixOp::ExpectBytes { bytes, .. }, [bar]) => {
+                format!("aj_mbar_expect(&{bar}, {bytes}u);")
+            }
+            (MatrixOp::BarrierWait { .. }, [bar, parity]) => {
+                format!("aj_mbar_wait(&{bar}, (uint32_t)({parity}));")
+            }
+            (MatrixOp::TensorCopy { map, coords, .. }, [dst, rest @ ..])
+                if rest.len() == coords.len() + 1 =>
+            {
+                self.0.helpers.insert(Helper::TensorCopies);
+                let (bar, coords) = rest.split_last().unwrap_or((dst, &[]));
+                let coords: String = coords.iter().map(|c| format!(", (int)({c})")).collect();
+                format!(
+                    "aj_tma_load_{}d(&{dst}, &{map}{coords}, &{bar});",
+                    rest.len() - 1
+                )
+            }
             _ => {
                 return Err(Error::Render {
                     routine: self.0.routine.clone(),

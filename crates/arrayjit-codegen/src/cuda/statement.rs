@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use arrayjit_ir::schedule::gpu::tensor_map::TensorMapShape;
 use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
 use arrayjit_ir::{AxisIndex, LowLevel, Optimized, Result, ScalarExpr, Tnode};
 
@@ -35,6 +36,9 @@ pub(crate) struct RenderedKernel {
     pub(crate) body: String,
     /// Bytes of dynamic shared memory per block (see [`super::CudaPass::dynamic_shared_bytes`]).
     pub(crate) dynamic_shared_bytes: usize,
+    /// The tensor maps it takes, each with the factor it maps (see
+    /// [`super::CudaPass::tensor_maps`]).
+    pub(crate) tensor_maps: Vec<(Tnode, TensorMapShape)>,
 }
 
 /// One statement's kernels, printed.
@@ -49,6 +53,8 @@ pub(crate) struct RenderedStatement {
     pub(crate) args: Vec<(usize, usize)>,
     /// See [`CudaPass::statics`].
     pub(crate) statics: Vec<usize>,
+    /// The node each pointer parameter holds (none: the merge buffer), in order.
+    pub(crate) arg_nodes: Vec<Option<Tnode>>,
 }
 
 impl RoutineContext<'_> {
@@ -118,6 +124,7 @@ impl RoutineContext<'_> {
             static_params,
             kernels,
             args: binding.args.iter().map(|&(b, o, _)| (b, o)).collect(),
+            arg_nodes: binding.args.into_iter().map(|(_, _, tn)| tn).collect(),
             statics: binding.statics,
         })
     }

@@ -12,14 +12,20 @@
 //!   else element by element. TF32 factors on warpgroups go through registers instead (16
 //!   bytes a load where the rows are whole runs), each element rounded to TF32 on its way and
 //!   stored `k`-major whichever axis of the factor is contiguous (transposed where that is
-//!   the result side).
+//!   the result side). Factors the tensor memory accelerator stages
+//!   ([`MatrixTile::tensor_copy`]) are copied by invocation 0 alone: it arms the buffer's
+//!   `mbarrier` (`aj_bar`) with the bytes of both factors' boxes, then issues one bulk tensor
+//!   copy per box (the tile, or each 64-element block where the result side is contiguous),
+//!   which lands swizzled and zero-filled past the factor's ends.
 //! - **Pipeline.** `stages` buffers, copies `lookahead` depths ahead (`stages - 1`, or
 //!   `stages - 2` where warpgroup products stay in flight for a step): the copies of the first
 //!   `lookahead` depths are issued before the loop, one committed group each; each step waits
 //!   until its depth's group has landed (`lookahead - 1` stay in flight), passes one barrier,
 //!   issues (and commits) the copies of the depth `lookahead` ahead into the buffer multiplied
 //!   `stages - lookahead` steps before (whose products every invocation has finished), then
-//!   multiplies its own.
+//!   multiplies its own. With tensor copies, each invocation first waits on the buffer's
+//!   `mbarrier` for the phase of its `step / stages`-th filling (the barriers initialized,
+//!   for one arrival each, by invocation 0 before the first copies, behind a barrier).
 //! - **Warpgroups** (sm_90, where the layout says so): no fragments in registers; each step
 //!   fences the staged tiles for the asynchronous proxy before its barrier, then each
 //!   warpgroup issues one `wgmma.mma_async` (`m64nNk16`) per 16 of depth on its 64 rows of the
@@ -44,6 +50,7 @@ use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::matrix::{
     FRAGMENT_COLS, FRAGMENT_ROWS, WARP_LANES, WARPGROUP_LANES, WARPGROUP_ROWS,
 };
+use arrayjit_ir::schedule::gpu::tensor_map::{TensorAxisRole, TensorMapShape};
 use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, MatrixKind, MatrixTile};
 
 use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
@@ -66,6 +73,9 @@ struct Staging<'a> {
     rounded: bool,
     /// Copies through registers read 16 bytes at a time ([`MatrixTile::runs_fit`]).
     vector: bool,
+    /// Staged by the tensor memory accelerator: how it sees the factor, and the kernel
+    /// parameter holding its tensor map ([`MatrixTile::tensor_copy`]).
+    tensor: Option<(TensorMapShape, &'static str)>,
 }
 
 impl<'a> std::ops::Deref for Staging<'a> {
@@ -86,7 +96,46 @@ impl<'a> Staging<'a> {
             k_staged: l.k_staged(g, f),
             rounded: l.rounds_while_staging(),
             vector: l.rounds_while_staging() && l.runs_fit(g, f),
+            tensor: l.tensor_copy[f - 1]
+                .then(|| l.tensor_map(g, f))
+                .flatten()
+                .map(|m| (m, tensor_map_param(f))),
         }
+    }
+
+    /// Whether every invocation copies its share of this factor's tiles by 16-byte
+    /// asynchronous copies (`cp.async`, waited for in committed groups).
+    fn copied_async(&self) -> bool {
+        self.async_copy && self.tensor.is_none()
+    }
+
+    /// The bulk tensor copies of this factor's tile of `k` from `aj_k0` into buffer `buf`,
+    /// completing on its `mbarrier` (none where it is not tensor-mapped): one box, or one per
+    /// 64-element block where the result side is its contiguous axis.
+    fn tensor_copies(&self, l: &MatrixTile, buf: Expr<'static>) -> Vec<Stmt<'a>> {
+        let Some((map, param)) = &self.tensor else {
+            return Vec::new();
+        };
+        (0..l.tensor_boxes(map))
+            .map(|block| {
+                let side = block * WARPGROUP_ROWS;
+                let coords = map
+                    .axes
+                    .iter()
+                    .map(|axis| match axis.role {
+                        TensorAxisRole::Reduction => var("aj_k0"),
+                        TensorAxisRole::Side => self.origin.clone() + side,
+                        TensorAxisRole::Batch(d) => var(&format!("aj_b{d}")),
+                    })
+                    .collect();
+                Stmt::Matrix(MatrixOp::TensorCopy {
+                    map: param,
+                    dst: self.at(l, buf.clone(), Expr::from(side), Expr::Int(0)),
+                    coords,
+                    bar: Expr::item(BARRIERS, buf.clone()),
+                })
+            })
+            .collect()
     }
 
     /// Elements of one row of the factor as copies read it: its contiguous axis's extent in
@@ -149,6 +198,10 @@ impl<'a> Staging<'a> {
         k_inside: bool,
         buf: Expr<'static>,
     ) -> Vec<Stmt<'a>> {
+        if self.tensor.is_some() {
+            // One invocation issues them ([`tensor_issue`]).
+            return Vec::new();
+        }
         let (d, t) = (l.depth(), l.tile);
         let inner = self.inner(l);
         // Elements each invocation moves at a time.
@@ -250,6 +303,35 @@ impl<'a> Staging<'a> {
     }
 }
 
+/// The shared array of the buffers' `mbarrier`s where factors are tensor-mapped.
+const BARRIERS: &str = "aj_bar";
+
+/// The kernel parameter holding factor `f`'s tensor map (1: left, 2: right).
+pub(crate) fn tensor_map_param(f: usize) -> &'static str {
+    if f == 1 { "aj_tma" } else { "aj_tmb" }
+}
+
+/// Where factors are tensor-mapped: invocation 0 arms buffer `buf`'s `mbarrier` with the
+/// bytes of both factors' copies of the tile of `k` from `aj_k0`, then issues them.
+fn tensor_issue<'a>(
+    l: &MatrixTile,
+    g: &Gemm,
+    a: &Staging<'a>,
+    b: &Staging<'a>,
+    buf: Expr<'static>,
+) -> Vec<Stmt<'a>> {
+    if a.tensor.is_none() && b.tensor.is_none() {
+        return Vec::new();
+    }
+    let mut issue = vec![Stmt::Matrix(MatrixOp::ExpectBytes {
+        bar: Expr::item(BARRIERS, buf.clone()),
+        bytes: l.tensor_bytes_per_buffer(g),
+    })];
+    issue.extend(a.tensor_copies(l, buf.clone()));
+    issue.extend(b.tensor_copies(l, buf));
+    vec![Stmt::If(thread_index().equals(0i64), issue)]
+}
+
 /// The type of a staged factor element: the bits of a 16-bit one; an `f32` one as it is
 /// (rounded to TF32 as fragments load), or on warpgroups the bits of its TF32 rounding.
 fn staged_ty(l: &MatrixTile) -> Ty {
@@ -293,22 +375,30 @@ pub(super) fn matrix_tiled<'a>(
         Some(_) => (var("aj_s0") + s) * d,
     };
     let staged_len = l.stages * l.staged_elements();
+    let tensor_mapped = a.tensor.is_some() || b.tensor.is_some();
     if l.dynamic_shared {
         // Both factors' buffers in the group's dynamic shared memory, each on a KiB boundary
         // (the warpgroup swizzles act on address bits up to 1 KiB).
         let b_offset = (l.shared_bytes() / 2).next_multiple_of(1024);
-        tree.push(Stmt::DynamicShared {
-            arrays: vec![
-                ("aj_sa".to_string(), staged, 0),
-                ("aj_sb".to_string(), staged, b_offset),
-            ],
-            bytes: b_offset + l.shared_bytes() / 2,
-        });
+        let mut arrays = vec![
+            ("aj_sa".to_string(), staged, 0),
+            ("aj_sb".to_string(), staged, b_offset),
+        ];
+        let mut bytes = b_offset + l.shared_bytes() / 2;
+        if tensor_mapped {
+            // The buffers' mbarriers after them (8 bytes each, on an 8-byte boundary).
+            arrays.push((BARRIERS.to_string(), Ty::Index, bytes));
+            bytes += 8 * l.stages;
+        }
+        tree.push(Stmt::DynamicShared { arrays, bytes });
     } else {
         tree.extend([
             array("aj_sa", staged, staged_len, true),
             array("aj_sb", staged, staged_len, true),
         ]);
+        if tensor_mapped {
+            tree.push(array(BARRIERS, Ty::Index, l.stages, true));
+        }
     }
     if a.vector || b.vector {
         // The 16 bytes a rounded copy reads at a time.
@@ -400,6 +490,21 @@ pub(super) fn matrix_tiled<'a>(
         ));
     }
     tree.push(each_accumulator(start));
+    if tensor_mapped {
+        // One invocation makes each buffer's mbarrier expect its one arrival (the one that
+        // arms it with its copies' bytes), fenced for the accelerator; the barrier then lets
+        // every invocation wait on them.
+        let init = (0..l.stages)
+            .map(|s| {
+                Stmt::Matrix(MatrixOp::BarrierInit {
+                    bar: Expr::item(BARRIERS, Expr::from(s)),
+                })
+            })
+            .chain([Stmt::Matrix(MatrixOp::BarrierInitFence)])
+            .collect();
+        tree.push(Stmt::If(thread_index().equals(0i64), init));
+        tree.push(Stmt::Barrier(Barrier::Shared));
+    }
     // The first `lookahead` depths in flight, one group of copies each (empty past the last
     // depth, so that the waits count the same however short `k` is).
     let stages = l.stages;
@@ -408,13 +513,14 @@ pub(super) fn matrix_tiled<'a>(
     // takes every step, at least `lookahead` of them (the first copies are then all real; a
     // slice of a split reduction may be shorter).
     let k_inside = split.is_none() && kk.is_multiple_of(d) && steps >= lookahead;
-    let any_async = l.async_copy.contains(&true);
+    let any_async = a.copied_async() || b.copied_async();
     let commit = || Stmt::Matrix(MatrixOp::CommitCopies);
     for s in 0..lookahead {
         let first = |k0: Expr<'static>| {
             let mut first = vec![let_("aj_k0", Ty::Index, k0)];
             first.extend(a.copy(l, kk, k_inside, Expr::from(s)));
             first.extend(b.copy(l, kk, k_inside, Expr::from(s)));
+            first.extend(tensor_issue(l, g, &a, &b, Expr::from(s)));
             first
         };
         match split {
@@ -434,14 +540,22 @@ pub(super) fn matrix_tiled<'a>(
     // previous step's, or where warpgroup products stay in flight for a step, the one before),
     // the copies of the depth `lookahead` ahead, then multiply this one.
     let mut step = Vec::new();
+    if tensor_mapped {
+        // This buffer's copies have landed: the phase of its `aj_s / stages`-th filling.
+        step.push(Stmt::Matrix(MatrixOp::BarrierWait {
+            bar: Expr::item(BARRIERS, var("aj_s") % stages),
+            parity: (var("aj_s") / stages) % 2i64,
+        }));
+    }
     if any_async {
         step.push(Stmt::Matrix(MatrixOp::WaitCopies {
             pending: lookahead - 1,
         }));
     }
-    if l.warpgroups {
+    if l.warpgroups && (a.tensor.is_none() || b.tensor.is_none()) {
         // Warpgroup products read shared memory through the asynchronous proxy: what this
-        // invocation copied or stored there is fenced for it before the barrier publishes it.
+        // invocation copied or stored there is fenced for it before the barrier publishes it
+        // (the accelerator's copies land through that proxy already).
         step.push(Stmt::Matrix(MatrixOp::FenceAsyncProxy));
     }
     step.push(Stmt::Barrier(Barrier::Shared));
@@ -449,6 +563,7 @@ pub(super) fn matrix_tiled<'a>(
     let mut next = vec![let_("aj_k0", Ty::Index, depth_at(ahead()))];
     next.extend(a.copy(l, kk, k_inside, ahead() % stages));
     next.extend(b.copy(l, kk, k_inside, ahead() % stages));
+    next.extend(tensor_issue(l, g, &a, &b, ahead() % stages));
     let mut copies = vec![Stmt::If(ahead().lt(count()), next)];
     if any_async {
         // Always a group, empty near the end, so that the waits count the same.

@@ -18,6 +18,7 @@
 mod build;
 mod lower;
 mod matrix;
+pub(crate) use matrix::tensor_map_param;
 mod pairwise;
 mod simt;
 
@@ -289,6 +290,44 @@ pub(crate) enum MatrixOp<'a> {
         /// The right factor's first word.
         b: Expr<'a>,
     },
+    /// Makes an `mbarrier` in shared memory expect one arrival per phase
+    /// (`mbarrier.init.shared::cta.b64`); one invocation initializes it.
+    BarrierInit {
+        /// The barrier: an item of a shared array of 64-bit words.
+        bar: Expr<'a>,
+    },
+    /// Makes initialized `mbarrier`s visible to the tensor memory accelerator
+    /// (`fence.mbarrier_init.release.cluster`); a barrier then publishes them to the group.
+    BarrierInitFence,
+    /// Arrives at an `mbarrier` expecting the copies of its phase to bring `bytes`
+    /// (`mbarrier.arrive.expect_tx`): the phase completes once they have landed.
+    ExpectBytes {
+        /// The barrier.
+        bar: Expr<'a>,
+        /// Bytes its phase's copies bring.
+        bytes: usize,
+    },
+    /// A bulk tensor copy of one box of a tensor-mapped factor into shared memory
+    /// (`cp.async.bulk.tensor`), completing on `bar`: elements past the factor's ends are
+    /// zero, the box lands swizzled as the map says.
+    TensorCopy {
+        /// The kernel parameter holding the factor's tensor map.
+        map: &'static str,
+        /// The box's first shared element.
+        dst: Expr<'a>,
+        /// The box's first element's coordinates, one per axis of the map, innermost first.
+        coords: Vec<Expr<'a>>,
+        /// The barrier its bytes complete on.
+        bar: Expr<'a>,
+    },
+    /// Waits until the phase of `bar` of this parity has completed
+    /// (`mbarrier.try_wait.parity`, repeated): its copies have landed and are visible.
+    BarrierWait {
+        /// The barrier.
+        bar: Expr<'a>,
+        /// The phase's parity (0 or 1).
+        parity: Expr<'a>,
+    },
 }
 
 impl MatrixOp<'_> {
@@ -301,6 +340,11 @@ impl MatrixOp<'_> {
                 | MatrixOp::WarpgroupMultiply { .. }
                 | MatrixOp::WarpgroupCommit
                 | MatrixOp::WarpgroupWait { .. }
+                | MatrixOp::BarrierInit { .. }
+                | MatrixOp::BarrierInitFence
+                | MatrixOp::ExpectBytes { .. }
+                | MatrixOp::TensorCopy { .. }
+                | MatrixOp::BarrierWait { .. }
         )
     }
 }
@@ -662,7 +706,16 @@ fn print_stmt<D: KernelDialect>(
                 MatrixOp::Multiply { acc, a, b, .. } => vec![acc, a, b],
                 MatrixOp::CopyAsync { dst, src, valid } => vec![dst, src, valid],
                 MatrixOp::WarpgroupMultiply { acc, a, b, .. } => vec![acc, a, b],
-                MatrixOp::CommitCopies
+                MatrixOp::BarrierInit { bar } | MatrixOp::ExpectBytes { bar, .. } => vec![bar],
+                MatrixOp::BarrierWait { bar, parity } => vec![bar, parity],
+                MatrixOp::TensorCopy {
+                    dst, coords, bar, ..
+                } => std::iter::once(dst)
+                    .chain(coords)
+                    .chain(std::iter::once(bar))
+                    .collect(),
+                MatrixOp::BarrierInitFence
+                | MatrixOp::CommitCopies
                 | MatrixOp::WaitCopies { .. }
                 | MatrixOp::FenceAsyncProxy
                 | MatrixOp::WarpgroupFence

@@ -73,6 +73,11 @@ pub struct ScheduleTuning {
     /// Fragment depths of `k` per staged buffer of matrix-unit products, one of
     /// [`ScheduleTuning::GPU_STAGE_FRAGMENTS`] (`None`: 2).
     pub gpu_stage_fragments: Option<usize>,
+    /// Stage the factors of sm_90 warpgroup products with the tensor memory accelerator
+    /// (TMA: one invocation issues each buffer's bulk tensor copies, an mbarrier says when
+    /// they have landed) where their layout allows it
+    /// ([`crate::schedule::gpu::tensor_map`]); off by default until timed on a GPU.
+    pub gpu_tensor_copies: bool,
 }
 
 impl Default for ScheduleTuning {
@@ -85,6 +90,7 @@ impl Default for ScheduleTuning {
             gpu_tile: None,
             gpu_stages: None,
             gpu_stage_fragments: None,
+            gpu_tensor_copies: false,
         }
     }
 }

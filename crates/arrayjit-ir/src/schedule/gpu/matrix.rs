@@ -19,7 +19,9 @@
 //! strides are multiples of 16 bytes — is copied by asynchronous 16-byte copies (`cp.async`,
 //! zero-filled past its end), which bypass registers and overlap the multiplication of the
 //! other buffer; any other factor element by element. This relies on every array starting on
-//! a 16-byte boundary, as the `cuda` backend's pools (256-byte aligned) ensure.
+//! a 16-byte boundary, as the `cuda` backend's pools (256-byte aligned) ensure. On sm_90, where
+//! the tuning asks, warpgroup products' 16-bit factors are staged by the tensor memory
+//! accelerator instead ([`super::tensor_map`]).
 //!
 //! **Layout.** A group computes a `tile × tile` block of results (32, 64 or 128 a side) with
 //! [`MatrixTile::warps`] warps of 32 lanes, each owning a `warp_rows × warp_cols` part of the
@@ -186,6 +188,12 @@ pub struct MatrixTile {
     /// warpgroups, whose copies through registers then hold twice the elements (ptxas spills
     /// 80–216 bytes of the 128-tiles on sm_90a).
     pub fragments_deep: usize,
+    /// Whether the left and the right factor's tiles are staged by the tensor memory
+    /// accelerator ([`super::tensor_map`]: one invocation issues each buffer's bulk tensor
+    /// copies, an `mbarrier` per buffer says when they have landed) instead of by every
+    /// invocation's asynchronous copies: where the tuning asks for it and the factor's
+    /// layout allows it ([`MatrixTile::tensor_map`]).
+    pub tensor_copy: [bool; 2],
 }
 
 impl MatrixTile {
@@ -244,6 +252,7 @@ impl MatrixTile {
             } else {
                 MatrixTile::SHALLOW
             },
+            tensor_copy: [false; 2],
         };
         t.stages = (2..=MAX_MATRIX_STAGES)
             .rev()
@@ -257,7 +266,9 @@ impl MatrixTile {
     /// ([`GpuLimits::tile_shared_bytes`]), at most `tuning.gpu_stages` of them where the
     /// tuning says (at least 2), each `tuning.gpu_stage_fragments` fragment depths deep
     /// (default [`MatrixTile::SHALLOW`]), in dynamic shared memory where they exceed what a
-    /// group may declare statically; `None` where not even two buffers fit.
+    /// group may declare statically, factors staged by the tensor memory accelerator where
+    /// `tuning.gpu_tensor_copies` asks and they allow it; `None` where not even two buffers
+    /// fit.
     pub fn for_device(
         gemm: &Gemm,
         tile: usize,
@@ -276,7 +287,15 @@ impl MatrixTile {
         if let Some(most) = tuning.gpu_stages {
             t.stages = t.stages.min(most.clamp(2, MAX_MATRIX_STAGES));
         }
-        t.dynamic_shared = t.shared_bytes() > limits.max_shared_bytes;
+        if tuning.gpu_tensor_copies {
+            t.tensor_copy = [1, 2].map(|f| t.tensor_map(gemm, f).is_some());
+            // The buffers' mbarriers take a few bytes beside them: a buffer fewer where the
+            // group's share would not hold them.
+            while t.stages > 2 && t.group_shared_bytes() > limits.tile_shared_bytes() {
+                t.stages -= 1;
+            }
+        }
+        t.dynamic_shared = t.group_shared_bytes() > limits.max_shared_bytes;
         Some(t)
     }
 
@@ -426,9 +445,20 @@ impl MatrixTile {
         2 * self.staged_elements() * self.kind.element_bytes()
     }
 
-    /// Shared memory of a group: its buffers of both factors' tiles.
+    /// Shared memory of the buffers of both factors' tiles.
     pub fn shared_bytes(&self) -> usize {
         self.stages * self.stage_bytes()
+    }
+
+    /// Shared memory of a group: its buffers, and where the tensor memory accelerator stages
+    /// a factor, one 8-byte `mbarrier` per buffer.
+    pub fn group_shared_bytes(&self) -> usize {
+        let barriers = if self.tensor_copy.contains(&true) {
+            8 * self.stages
+        } else {
+            0
+        };
+        self.shared_bytes() + barriers
     }
 
     /// The swizzle of staged rows of `inner` elements: chunk `c` (16 bytes) of row `r` is

@@ -68,6 +68,7 @@ pub mod matrix;
 pub mod order;
 pub mod plan;
 pub mod simt;
+pub mod tensor_map;
 
 pub use analysis::{
     Accumulation, Rest, RowItem, RowRole, grid_loops, grid_total, independent_work,
@@ -706,7 +707,24 @@ fn matrix_product(
         MatrixKind::Tf32 => "f32 factors rounded to TF32 (allowed by the settings)".to_string(),
         _ => format!("{kind} factors"),
     };
+    let by = |f: usize| {
+        if layout.tensor_copy[f] {
+            "by the tensor memory accelerator"
+        } else if layout.async_copy[f] {
+            "by 16-byte asynchronous copies"
+        } else {
+            "element by element"
+        }
+    };
+    let accelerated = format!(
+        "the left factor copied {}, the right {} (the accelerator's bulk tensor copies issued \
+         by one invocation per buffer, swizzled and zero-filled past the factors' ends; the \
+         group waits on the buffer's mbarrier)",
+        by(0),
+        by(1)
+    );
     let copies = match layout.async_copy {
+        _ if layout.tensor_copy.contains(&true) => accelerated.as_str(),
         _ if layout.rounds_while_staging() => {
             "both factors staged through registers, rounded to TF32 and k-major on the way \
              (wgmma reads TF32 factors as they are, and only k-major)"
@@ -755,14 +773,14 @@ fn matrix_product(
         format!(
             "{} bytes of dynamic shared memory (beyond the {} a group declares statically; \
              {} leave room for {TILE_GROUPS_PER_UNIT} groups per unit)",
-            layout.shared_bytes(),
+            layout.group_shared_bytes(),
             limits.max_shared_bytes,
             limits.tile_shared_bytes()
         )
     } else {
         format!(
             "{} of {} bytes of shared memory",
-            layout.shared_bytes(),
+            layout.group_shared_bytes(),
             limits.tile_shared_bytes()
         )
     };

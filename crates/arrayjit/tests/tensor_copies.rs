@@ -1,0 +1,334 @@
+//! Warpgroup products whose factors sm_90's tensor memory accelerator stages (bulk tensor
+//! copies landing on one `mbarrier` per buffer), checked without a GPU: the schedule takes
+//! them only where the tuning asks and the factors' layouts allow; on `cuda_emu` (whose header
+//! copies each box with the accelerator's swizzle and zero fill, lands it only when a thread
+//! waits on its barrier, and ends a launch whose wait can never complete) every layout, depth,
+//! batch and split agrees with the interpreter, as on `cuda` where an sm_90 GPU is there; and
+//! NVRTC compiles them for `sm_90a` without spills or serialized products.
+
+use arrayjit::backends::cuda_backend::compile_ptx;
+use arrayjit::codegen::cuda::render_cuda;
+use arrayjit::ir::schedule::gpu::{GpuLimits, MatrixTile};
+use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+use arrayjit::ir::{
+    AccumRhs, Assignments, BinOp, Error, Operand, OptimizeSettings, Prec, Tnode, optimize,
+};
+use arrayjit::runtime::Backend;
+use arrayjit_testing::{Case, check_case};
+
+/// The layouts of the matrix-unit passes of a routine's schedules, with whether each splits
+/// its reduction.
+fn layouts(schedules: &[arrayjit::ir::schedule::Schedule]) -> Vec<(MatrixTile, bool)> {
+    schedules
+        .iter()
+        .filter_map(|s| match &s.kind {
+            ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, split, .. }) => {
+                Some((*layout, split.is_some()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The backends here with warpgroup products (`cuda_emu`; `cuda` on an sm_90 GPU).
+fn with_warpgroups() -> Vec<Backend> {
+    arrayjit_testing::all_backends_under_test()
+        .unwrap()
+        .into_iter()
+        .filter(|b| {
+            b.optimize_settings()
+                .schedule
+                .gpu
+                .is_some_and(|g| g.warpgroup_mma)
+        })
+        .collect()
+}
+
+/// `c = a · b` by einsum `spec` over letters `b` (batch), `m`, `k`, `n` of the sizes given
+/// and `h` (a second batch axis, of 3),
+/// factors in `prec` with small multiples of 1/8 (exact in 16 bits, every sum exact in
+/// `f32`), into a hosted `f32` result.
+fn product(spec: &str, sizes: [usize; 4], prec: Prec) -> Case {
+    let [batch, m, k, n] = sizes;
+    let (inputs, out) = spec.split_once("->").unwrap();
+    let (sa, sb) = inputs.split_once(',').unwrap();
+    let dims = |letters: &str| -> Vec<usize> {
+        letters
+            .chars()
+            .map(|c| match c {
+                'b' => batch,
+                'h' => 3,
+                'm' => m,
+                'k' => k,
+                _ => n,
+            })
+            .collect()
+    };
+    let node = |label: &str, letters: &str, seed: usize| {
+        let d = dims(letters);
+        let t = Tnode::new(prec, &d, &[label]).unwrap();
+        let count: usize = d.iter().product();
+        let values: Vec<f64> = (0..count)
+            .map(|i| ((i * seed % 33) as f64 - 16.0) / 8.0)
+            .collect();
+        t.host().set_values(&values).unwrap();
+        t
+    };
+    let (a, b) = (node("a", sa, 5), node("b", sb, 7));
+    let c = Tnode::new(Prec::F32, &dims(out), &["c"]).unwrap();
+    c.update_memory_mode(
+        arrayjit::ir::MemoryMode::Hosted(arrayjit::ir::MemoryType::Nonconstant),
+        "compared",
+    )
+    .unwrap();
+    let program = Assignments::einsum(
+        spec,
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )
+    .unwrap();
+    Case {
+        name: format!(
+            "tma_{}_{batch}x{m}x{k}x{n}_{prec}",
+            spec.replace([',', '-', '>'], "_")
+        ),
+        program,
+        bindings: vec![],
+        runs: vec![],
+        results: vec![c],
+    }
+}
+
+/// On every backend with warpgroups: both factors staged by the accelerator in all four
+/// layouts (`k` or the result side contiguous in each factor), 64- and 128-tiles, 32 and 64
+/// deep (the 64- and 128-byte swizzles), sides and reductions that are not multiples of the
+/// tile or the depth (the accelerator's zero fill), batches whose factors move along some
+/// batch axes and not others (tensor maps of 3 and 4 axes), and reductions split into
+/// slices; each agrees with the interpreter.
+#[test]
+fn tensor_copied_products_agree_with_the_interpreter_in_every_layout() {
+    let cases = [
+        (product("mk,kn->mn", [1, 130, 72, 200], Prec::Bf16), 64, 2),
+        // Every buffer filled many times over (its barrier's phases alternate).
+        (product("mk,kn->mn", [1, 64, 1000, 64], Prec::Bf16), 64, 2),
+        (product("km,kn->mn", [1, 72, 200, 136], Prec::F16), 64, 4),
+        (product("mk,nk->mn", [1, 136, 104, 64], Prec::Bf16), 128, 2),
+        (product("km,nk->mn", [1, 64, 48, 130], Prec::Bf16), 128, 4),
+        (product("bmk,bkn->bmn", [3, 64, 40, 72], Prec::Bf16), 64, 2),
+        (product("bmk,kn->bmn", [2, 72, 64, 64], Prec::F16), 64, 4),
+        (
+            product("mbk,bnk->bmn", [2, 64, 32, 128], Prec::Bf16),
+            128,
+            2,
+        ),
+        (
+            product("bmhk,bhnk->bhmn", [2, 64, 32, 64], Prec::Bf16),
+            64,
+            2,
+        ),
+    ];
+    for b in with_warpgroups() {
+        let original = b.optimize_settings();
+        let mut mapped_axes = std::collections::BTreeSet::new();
+        for (case, tile, fragments) in &cases {
+            let mut settings = b.optimize_settings();
+            settings.schedule.tuning.gpu_tile = Some(*tile);
+            settings.schedule.tuning.gpu_stage_fragments = Some(*fragments);
+            settings.schedule.tuning.gpu_tensor_copies = true;
+            b.set_optimize_settings(settings);
+            let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            let [(layout, _)] = layouts(&code.optimized().schedules)[..] else {
+                panic!("{}", code.optimized().schedule_report());
+            };
+            assert!(layout.warpgroups && layout.tile == *tile, "{layout:?}");
+            assert_eq!(layout.tensor_copy, [true; 2], "{}: {layout:?}", case.name);
+            let report = code.optimized().schedule_report();
+            assert!(
+                report.contains("by the tensor memory accelerator"),
+                "{report}"
+            );
+            let gemm = code
+                .optimized()
+                .schedules
+                .iter()
+                .find_map(|s| match &s.kind {
+                    ScheduleKind::Gpu(GpuPass::MatrixTiles { gemm, .. }) => Some(gemm.clone()),
+                    _ => None,
+                })
+                .unwrap();
+            mapped_axes.extend(layout.tensor_maps(&gemm).iter().map(|m| m.axes.len()));
+            check_case(case, &b).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {} ({tile}-tiles, {} buffers {} deep): {e}",
+                    b.name(),
+                    case.name,
+                    layout.stages,
+                    layout.depth()
+                )
+            });
+        }
+        assert_eq!(
+            mapped_axes,
+            std::collections::BTreeSet::from([2, 3, 4]),
+            "tensor maps of 2, 3 and 4 axes"
+        );
+        // Split reductions: a small device (8 units) splits the long ones into slices, whose
+        // first copies are issued only where the slice has those steps.
+        let split = [
+            arrayjit_testing::long_product_in(
+                Prec::Bf16,
+                "tma_split_weight_gradient",
+                "ki,kj->ij",
+                &[2048, 64],
+                &[2048, 64],
+                &[64, 64],
+            )
+            .unwrap(),
+            arrayjit_testing::long_product_in(
+                Prec::F16,
+                "tma_split_batched",
+                "bik,bkj->bij",
+                &[2, 64, 1000],
+                &[2, 1000, 128],
+                &[2, 64, 128],
+            )
+            .unwrap(),
+        ];
+        for (case, tile) in split.iter().zip([64, 128]) {
+            let mut settings = b.optimize_settings();
+            settings.schedule.tuning.gpu_tile = Some(tile);
+            settings.schedule.tuning.gpu_stage_fragments = None;
+            settings.schedule.tuning.gpu_tensor_copies = true;
+            if let Some(g) = settings.schedule.gpu.as_mut() {
+                g.compute_units = 8;
+            }
+            b.set_optimize_settings(settings);
+            let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            let [(layout, true)] = layouts(&code.optimized().schedules)[..] else {
+                panic!("not split: {}", code.optimized().schedule_report());
+            };
+            assert_eq!(layout.tensor_copy, [true; 2], "{}: {layout:?}", case.name);
+            check_case(case, &b)
+                .unwrap_or_else(|e| panic!("{}: {} split: {e}", b.name(), case.name));
+        }
+        b.set_optimize_settings(original);
+    }
+}
+
+/// The accelerator is the tuning's choice (off by default), and only for 16-bit warpgroup
+/// factors whose layout it can map: never on sm_80's warps, never for TF32, never for a
+/// factor whose rows are not 16-byte runs (its other factor still may be).
+#[test]
+fn tensor_copies_only_where_asked_and_the_layout_allows() {
+    let sm90 = GpuLimits::cuda_arch("sm_90").unwrap();
+    let sm80 = GpuLimits::cuda_arch("sm_80").unwrap();
+    let plan = |limits: GpuLimits, asked: bool, prec: Prec, dims: [usize; 3]| {
+        let [m, k, n] = dims;
+        let a = Tnode::new(prec, &[m, k], &["a"]).unwrap();
+        let b = Tnode::new(prec, &[k, n], &["b"]).unwrap();
+        let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
+        let program = Assignments::einsum(
+            "mk,kn->mn",
+            BinOp::Add,
+            &c,
+            AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+            true,
+        )
+        .unwrap();
+        let mut settings = OptimizeSettings::for_gpu(limits);
+        settings.schedule.tuning.gpu_tensor_copies = asked;
+        settings.schedule.tuning.gpu_tile = Some(64);
+        settings.schedule.allow_tf32 = true;
+        let opt = optimize("mm", &[], &program, &settings).unwrap();
+        let [(layout, _)] = layouts(&opt.schedules)[..] else {
+            panic!("{}", opt.schedule_report());
+        };
+        layout.tensor_copy
+    };
+    assert_eq!(plan(sm90, false, Prec::Bf16, [256, 256, 256]), [false; 2]);
+    assert_eq!(plan(sm90, true, Prec::Bf16, [256, 256, 256]), [true; 2]);
+    assert_eq!(plan(sm80, true, Prec::Bf16, [256, 256, 256]), [false; 2]);
+    assert_eq!(plan(sm90, true, Prec::F32, [256, 256, 256]), [false; 2]);
+    // `k` of 100: the left factor's rows (200 bytes) are not 16-byte runs; the right
+    // factor's (its columns, 512 bytes) are.
+    assert_eq!(plan(sm90, true, Prec::F16, [256, 100, 256]), [false, true]);
+}
+
+/// The tensor-copied products compile with NVRTC for `sm_90a` in every layout and depth:
+/// bulk tensor copies and mbarrier waits in the PTX, no spills, no serialized warpgroup
+/// products, and two groups per SM.
+#[test]
+fn tensor_copied_products_compile_for_sm_90a_in_every_layout() {
+    use arrayjit::backends::cuda_backend::resources::kernel_resources;
+    let mut limits = GpuLimits::cuda_arch("sm_90").unwrap();
+    limits.compute_units = 132;
+    for spec in ["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "km,nk->mn"] {
+        for (n, fragments) in [(4096, 2), (4096, 4), (1024, 2)] {
+            let node = |l: &str| Tnode::new(Prec::Bf16, &[n, n], &[l]).unwrap();
+            let c = Tnode::new(Prec::F32, &[n, n], &["c"]).unwrap();
+            let program = Assignments::einsum(
+                spec,
+                BinOp::Add,
+                &c,
+                AccumRhs::Binop(
+                    BinOp::Mul,
+                    Operand::Node(node("a")),
+                    Operand::Node(node("b")),
+                ),
+                true,
+            )
+            .unwrap();
+            let mut settings = OptimizeSettings::for_gpu(limits);
+            settings.schedule.tuning.gpu_tile = (n == 1024).then_some(64);
+            settings.schedule.tuning.gpu_stage_fragments = Some(fragments);
+            settings.schedule.tuning.gpu_tensor_copies = true;
+            let opt = optimize("mm", &[], &program, &settings).unwrap();
+            let [(layout, _)] = layouts(&opt.schedules)[..] else {
+                panic!("{spec}: {}", opt.schedule_report());
+            };
+            assert_eq!(layout.tensor_copy, [true; 2], "{spec}: {layout:?}");
+            let source = render_cuda(&[&opt]).unwrap().source;
+            let ptx = match compile_ptx(&source, "sm_90a") {
+                Ok(ptx) => ptx,
+                Err(Error::BackendUnavailable { reason, .. }) => {
+                    eprintln!("skipped: {reason}");
+                    return;
+                }
+                Err(e) => panic!("{spec}: {e}\n{source}"),
+            };
+            for instruction in [
+                "cp.async.bulk.tensor",
+                "mbarrier.try_wait.parity",
+                "mbarrier.arrive.expect_tx",
+                "wgmma.mma_async",
+            ] {
+                assert!(ptx.contains(instruction), "{spec}: no {instruction}");
+            }
+            assert!(!ptx.contains("cp.async.cg"), "{spec}: cp.async copies left");
+            let kernels = kernel_resources(&source, "sm_90a").unwrap();
+            for k in &kernels {
+                assert_eq!(k.spill_bytes, 0, "{spec}: {k:?}");
+                assert!(k.performance_notes.is_empty(), "{spec}: {k:?}");
+            }
+            let k = kernels.iter().max_by_key(|k| k.registers).unwrap();
+            let dynamic = if layout.dynamic_shared {
+                layout.group_shared_bytes() as u32
+            } else {
+                0
+            };
+            let blocks = k.blocks_per_sm_with("sm_90a", layout.threads(), dynamic);
+            assert!(blocks >= 2, "{spec}: {k:?}");
+            eprintln!(
+                "{spec} {}-tiles, {} buffers {} deep, tensor copies: {} registers, {} B static \
+                 and {dynamic} B dynamic shared, {blocks} blocks/SM",
+                layout.tile,
+                layout.stages,
+                layout.depth(),
+                k.registers,
+                k.shared_bytes,
+            );
+        }
+    }
+}
