@@ -201,7 +201,8 @@ fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
 }
 
 /// The GPT step's kernels planned for an H200 with TF32 allowed and with its products in
-/// `bf16` (batch 128: split products on the matrix units among them), compiled by NVRTC for
+/// `bf16` (batch 128: split products on the matrix units among them; and again with the tensor
+/// memory accelerator staging the warpgroup products' factors), compiled by NVRTC for
 /// `sm_90a`: no kernel spills registers, and ptxas runs every warpgroup product as issued
 /// (it serializes them where a path reaches their accumulators around them).
 #[test]
@@ -213,13 +214,18 @@ fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
     use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
     use arrayjit::tensor::precision::Precision;
     let device = DeviceModel::named("h200").unwrap();
-    for (allow_tf32, precision) in [(true, Precision::F32), (false, Precision::Bf16Products)] {
+    for (allow_tf32, precision, tensor_copies) in [
+        (true, Precision::F32, false),
+        (false, Precision::Bf16Products, false),
+        (false, Precision::Bf16Products, true),
+    ] {
         let mut config = TrainerConfig::small(65);
         config.batch = 128;
         config.model.precision = precision;
         let programs = GptPrograms::new(&config).expect("programs");
         let mut settings = OptimizeSettings::for_gpu(device.limits);
         settings.schedule.allow_tf32 = allow_tf32;
+        settings.schedule.tuning.gpu_tensor_copies = tensor_copies;
         let ctx = OptimizeCtx::empty();
         for (name, program) in programs.routines() {
             let optimized = optimize_in(&ctx, name, &[], program, &settings).expect("optimized");
@@ -235,6 +241,15 @@ fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
                 )
             });
             assert_eq!(tf32_on_warpgroups, allow_tf32);
+            // Where the tuning asks, the tensor memory accelerator stages warpgroup factors.
+            let staged = optimized.schedules.iter().any(|s| {
+                matches!(
+                    &s.kind,
+                    ScheduleKind::Gpu(GpuPass::MatrixTiles { layout, .. })
+                        if layout.tensor_copy.contains(&true)
+                )
+            });
+            assert_eq!(staged, tensor_copies);
             let source = render_cuda(&[&optimized]).unwrap().source;
             let kernels = match kernel_resources(&source, "sm_90a") {
                 Ok(k) => k,
@@ -248,7 +263,7 @@ fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
             for k in &kernels {
                 assert!(
                     k.spill_bytes == 0 && k.performance_notes.is_empty(),
-                    "tf32 {allow_tf32}, {precision:?}: {k:?}"
+                    "tf32 {allow_tf32}, {precision:?}, tensor copies {tensor_copies}: {k:?}"
                 );
             }
         }
