@@ -6,7 +6,7 @@
 #
 #   cargo build --release -p arrayjit-cli
 #   cargo test --release -p arrayjit --no-run --test differential --test gpt --test bf16_training \
-#     --test matrix_units --test simt_tiles --test memory_limits --test large_arrays 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
+#     --test matrix_units --test tensor_copies --test simt_tiles --test memory_limits --test large_arrays 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
 #   mkdir -p .gpu && cp target/release/arrayjit $(cat /tmp/tests) .gpu/ && strip .gpu/* && xz -T0 -6 .gpu/*
 #
 # (about 16 MB). Optionally also NVRTC 12.9 as CI uses it (about 30 MB more; without it the
@@ -26,7 +26,9 @@
 # (`ncu-gpt`) and of the 4096 products (`ncu-matmul`), Nsight Compute's occupancy, warp
 # states and memory sections of the 4096 products (`ncu-detail`, to ncu-detail.csv), and the
 # schedule search of the 4096 products on the device (`search`: tiles, matrix-unit buffers and their depth,
-# group sizes, each timed; to search.log). PHASES (space-separated, default: all of smoke
+# tensor copies, group sizes, each timed; to search.log). The device table and Nsight Compute
+# also take the bf16 products with their factors staged by the tensor memory accelerator
+# (`matmul bf16 tma N`), off by default: check its rows and its tests first. PHASES (space-separated, default: all of smoke
 # bench tests large ncu-gpt ncu-matmul ncu-detail search) selects some, to fit the device time
 # left.
 set -uo pipefail
@@ -79,13 +81,13 @@ if want tests; then
 phase "tests on cuda (in parallel: correctness only)"
 export ARRAYJIT_REQUIRE_BACKENDS=sync_cc,cuda
 pids=()
-for t in differential gpt bf16_training matrix_units simt_tiles; do
+for t in differential gpt bf16_training matrix_units tensor_copies simt_tiles; do
   exe=$(ls "$bin"/${t}-* 2>/dev/null | head -1)
   [ -n "$exe" ] && (timeout 100 "$exe" --test-threads 4 > "/tmp/test-$t.log" 2>&1; echo "$t exit $?" >> "/tmp/test-$t.log") &
   pids+=($!)
 done
 wait "${pids[@]}" # not a bare `wait`: that would wait for the log's tee too
-for t in differential gpt bf16_training matrix_units simt_tiles; do
+for t in differential gpt bf16_training matrix_units tensor_copies simt_tiles; do
   echo "--- $t"; cat "/tmp/test-$t.log"
 done > "$out/tests.log"
 grep -h -E "test result|FAILED|panicked|exit [0-9]+$" "$out/tests.log"
