@@ -76,12 +76,16 @@ fn follows_f32_curve_on(name: &str) -> bool {
     else {
         return false;
     };
-    let f32_curve = curve(&backend, &config(vocab.len(), Precision::F32), &data);
-    let bf16_curve = curve(
-        &backend,
-        &config(vocab.len(), Precision::Bf16Products),
-        &data,
-    );
+    // Both trainings at once (each on its own streams of the backend's device).
+    let (f32_curve, bf16_curve) = std::thread::scope(|s| {
+        let f32_run = s.spawn(|| curve(&backend, &config(vocab.len(), Precision::F32), &data));
+        let bf16_curve = curve(
+            &backend,
+            &config(vocab.len(), Precision::Bf16Products),
+            &data,
+        );
+        (f32_run.join().unwrap(), bf16_curve)
+    });
     let step_difference = f32_curve
         .iter()
         .zip(&bf16_curve)

@@ -147,7 +147,31 @@ fn renderers_refuse_routines_scheduled_for_the_other_kind_of_device() {
 /// (reductions and row passes on 64 invocations, products as grids), agrees with the
 /// interpreter; so does a product in 16-tiles (a device with 4 KiB of shared memory).
 #[test]
-fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
+fn the_corpus_agrees_on_cuda_emu_with_small_groups() {
+    corpus_with_small_groups_on("cuda_emu");
+}
+
+/// See [`the_corpus_agrees_on_cuda_emu_with_small_groups`].
+#[test]
+fn the_corpus_agrees_on_wgpu_with_small_groups() {
+    corpus_with_small_groups_on("wgpu");
+}
+
+/// See [`the_corpus_agrees_on_cuda_emu_with_small_groups`].
+#[test]
+fn the_corpus_agrees_on_cuda_with_small_groups() {
+    corpus_with_small_groups_on("cuda");
+}
+
+/// See [`the_corpus_agrees_on_cuda_emu_with_small_groups`].
+#[test]
+fn the_corpus_agrees_on_metal_with_small_groups() {
+    corpus_with_small_groups_on("metal");
+}
+
+/// The corpus with small groups and the 16-tile product on GPU backend `name`, where it runs
+/// here (one test per backend, so the harness runs them side by side).
+fn corpus_with_small_groups_on(name: &str) {
     let groups_of_64 = GpuLimits {
         max_group_invocations: 64,
         max_shared_bytes: 48 << 10,
@@ -172,11 +196,9 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
     };
     let mut ran = 0;
     let mut failures = Vec::new();
-    for b in arrayjit_testing::all_backends_under_test().unwrap() {
+    for b in arrayjit_testing::backends_under_test(&[name]).unwrap() {
         let settings = b.optimize_settings();
-        if settings.schedule.gpu.is_none() {
-            continue;
-        }
+        assert!(settings.schedule.gpu.is_some(), "{name} is a GPU backend");
         let info = b.get_device(0).unwrap().info().unwrap();
         let with_limits = |limits: GpuLimits| OptimizeSettings {
             schedule: arrayjit::ir::schedule::ScheduleSettings {
@@ -231,7 +253,7 @@ fn the_corpus_agrees_on_gpu_backends_with_small_groups() {
         b.set_optimize_settings(settings);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    eprintln!("{ran} corpus runs with groups of 64");
+    eprintln!("{name}: {ran} corpus runs with groups of 64");
 }
 
 /// A row pass holding reductions in two element types runs both as group reductions, each
