@@ -247,7 +247,12 @@ impl State<'_> {
             LowLevel::Set { tn, idcs, value } => {
                 let v = self.expr(value, tn.prec())?;
                 let pos = self.position(tn, idcs)?;
-                self.env.array_mut(tn)?.set_scalar(pos, v);
+                // One lookup where the array exists (the usual case), else it is made.
+                if let Some(nd) = self.env.arrays.get_mut(tn) {
+                    nd.set_scalar(pos, v);
+                } else {
+                    self.env.array_mut(tn)?.set_scalar(pos, v);
+                }
                 Ok(())
             }
             LowLevel::SetLocal(id, value) => {
@@ -276,7 +281,10 @@ impl State<'_> {
                 .convert(cp),
             ScalarExpr::Get(tn, idcs) => {
                 let pos = self.position(tn, idcs)?;
-                self.env.array_mut(tn)?.get_scalar(pos).convert(cp)
+                match self.env.arrays.get(tn) {
+                    Some(nd) => nd.get_scalar(pos).convert(cp),
+                    None => self.env.array_mut(tn)?.get_scalar(pos).convert(cp),
+                }
             }
             ScalarExpr::GetMerge(tn, idcs) => {
                 let pos = self.position(tn, idcs)?;
