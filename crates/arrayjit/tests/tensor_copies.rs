@@ -4,7 +4,9 @@
 //! copies each box with the accelerator's swizzle and zero fill, lands it only when a thread
 //! waits on its barrier, and ends a launch whose wait can never complete) every layout, depth,
 //! batch and split agrees with the interpreter, as on `cuda` where an sm_90 GPU is there; and
-//! NVRTC compiles them for `sm_90a` without spills or serialized products.
+//! NVRTC compiles them for `sm_90a` without spills or serialized products; and the emulation
+//! itself, driven by a hand-written kernel, lands a box only at a wait and ends a wait that
+//! can never complete with an error.
 
 use arrayjit::backends::cuda_backend::compile_ptx;
 use arrayjit::codegen::cuda::render_cuda;
@@ -342,4 +344,110 @@ fn tensor_copied_products_compile_for_sm_90a_in_every_layout() {
             );
         }
     }
+}
+
+/// The emulation's tensor copies and mbarriers, driven by a hand-written kernel: a box lands
+/// when a thread waits on its barrier (swizzled, zeros past the tensor's end), not before, so
+/// a kernel that reads the buffer before any wait reads what was there; and a wait whose phase
+/// can never complete (armed with more bytes than the copies bring) ends the launch with a
+/// typed error instead of hanging, as a GPU would.
+#[test]
+fn emulated_tensor_copies_land_when_waited_for_and_a_stuck_wait_is_an_error() {
+    use arrayjit::backends::LaunchRequest;
+    use arrayjit::codegen::{KernelInterface, LaunchDims, SourceKernel};
+    let Some(backend) = arrayjit_testing::backends_under_test(&["cuda_emu"])
+        .unwrap()
+        .pop()
+    else {
+        return;
+    };
+    // A 40 x 32 tensor of 16-bit values 1 + (row * 32 + column) % 7 (written by the kernel
+    // after y's 128 floats), copied as a 64 x 32 box (rows 40 to 63 past its end: zeros) into
+    // 64-byte swizzled rows. Mode 0 waits, mode 1 reads before waiting, mode 2 arms 16 bytes
+    // too many. Each thread then reads 16 elements of the box, unswizzled.
+    let source = r#"
+extern "C" __global__ void aj_boxes(float *y, long long mode) {
+  __shared__ __align__(1024) uint16_t box[64 * 32];
+  __shared__ long long bar[1];
+  unsigned t = threadIdx.x;
+  uint16_t *tensor = (uint16_t *)(y + 128);
+  for (unsigned i = t; i < 40 * 32; i += 128) tensor[i] = (uint16_t)(1 + i % 7);
+  for (unsigned i = t; i < 64 * 32; i += 128) box[i] = 100;
+  if (t == 0) { aj_mbar_init(&bar[0]); aj_mbar_init_fence(); }
+  __syncthreads();
+  if (t == 0) {
+    aj_tensor_map map = {(const unsigned char *)tensor, 2u, 2u, 64u, {32, 40}, {2, 64}, {32, 64}};
+    aj_mbar_expect(&bar[0], 64 * 32 * 2 + (mode == 2 ? 16 : 0));
+    aj_tma_load_2d(box, &map, 0, 0, &bar[0]);
+  }
+  float sum = 0.0f;
+  if (mode == 1) for (unsigned k = 0; k < 16; ++k) sum += box[t * 16 + k];
+  aj_mbar_wait(&bar[0], 0);
+  if (mode != 1) {
+    for (unsigned k = 0; k < 16; ++k) {
+      unsigned e = t * 16 + k, row = e / 32, col = e % 32;
+      uintptr_t a = (uintptr_t)box + row * 64 + col * 2;
+      a ^= ((a >> 7) & 3u) << 4;
+      sum += *(const uint16_t *)a;
+    }
+  }
+  y[t] = sum;
+}
+"#;
+    let y = Tnode::new(Prec::F32, &[128 + 640], &["y"]).unwrap();
+    let interface = KernelInterface {
+        name: "boxes".into(),
+        symbol: "aj_boxes".into(),
+        args: vec![y],
+        merge: None,
+        statics: vec![arrayjit::ir::StaticSymbol::new("mode", 3)],
+        scratch_bytes: 0,
+    };
+    let launch = LaunchDims {
+        grid: [1, 1, 1],
+        block: [128, 1, 1],
+    };
+    let lowered = backend.lowered();
+    // SAFETY: the kernel writes 128 floats of y and 40 x 32 16-bit values after them (640
+    // floats' bytes), within its interface's buffer, and its copy reads only those.
+    let batch =
+        unsafe { lowered.compile_source(source, &[SourceKernel::gpu(interface, launch)]) }.unwrap();
+    let k = batch.kernel_index("boxes").unwrap();
+    let ys = lowered
+        .runtime()
+        .alloc_array(0, Prec::F32, 128 + 640)
+        .unwrap();
+    let run = |mode: i64| -> arrayjit::Result<Vec<f32>> {
+        // SAFETY: the test's own buffer, one call at a time.
+        unsafe { batch.launch(LaunchRequest::new(k, std::slice::from_ref(&ys), &[mode])) }?;
+        lowered.runtime().synchronize(0)?;
+        let mut out = vec![0u8; (128 + 640) * 4];
+        // SAFETY: the test's own buffer, one call at a time.
+        unsafe { lowered.runtime().copy_to_host(&ys, &mut out, None) }?;
+        Ok(out[..128 * 4]
+            .chunks(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect())
+    };
+    // Thread t reads row t / 2, columns 16 (t % 2) to 16 (t % 2) + 15.
+    let want: Vec<f32> = (0..128usize)
+        .map(|t| {
+            let row = t / 2;
+            if row >= 40 {
+                return 0.0;
+            }
+            (0..16)
+                .map(|k| (1 + (row * 32 + 16 * (t % 2) + k) % 7) as f32)
+                .sum()
+        })
+        .collect();
+    assert_eq!(run(0).unwrap(), want);
+    // Before any thread has waited, the box still holds what the kernel stored there: thread
+    // 0 reads it first (the emulation runs a block's threads in order between barriers, and
+    // lands the box at the first wait).
+    assert_eq!(run(1).unwrap()[0], 1600.0);
+    let stuck = run(2).unwrap_err().to_string();
+    assert!(stuck.contains("never completes"), "{stuck}");
+    // The backend is fine afterwards.
+    assert_eq!(run(0).unwrap(), want);
 }
