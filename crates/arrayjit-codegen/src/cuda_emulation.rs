@@ -14,7 +14,7 @@
 
 use std::fmt::Write as _;
 
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_ir::{Error, Optimized, Result};
 
 use crate::c::syntax::CSyntax;
 use crate::cuda::{CudaProgram, render_with};
@@ -96,9 +96,11 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
             );
             // Tensor maps: the emulation's own struct, filled from the factor's address.
             for m in &p.tensor_maps {
-                let Some(&(b, offset)) = p.args.get(m.arg) else {
-                    continue;
-                };
+                let &(b, offset) = p.args.get(m.arg).ok_or_else(|| Error::Render {
+                    routine: k.interface.name.clone(),
+                    language: "emulated CUDA".into(),
+                    detail: format!("{}'s tensor map names a pointer it does not take", p.symbol),
+                })?;
                 let list = |v: Vec<usize>| {
                     v.iter()
                         .map(usize::to_string)

@@ -30,8 +30,8 @@ pub use fusion::fusion_cases;
 pub use gpu_shapes::{gpu_shape_cases, long_product, long_product_in};
 pub use matrix_products::matrix_product_cases;
 pub use required::{
-    REQUIRE_BACKENDS_VAR, all_backends_under_test, backends_under_test, parse_required,
-    required_backends, skip_backend,
+    REQUIRE_BACKENDS_VAR, all_backends_under_test, backend_under_test, backends_under_test,
+    parse_required, required_backends, skip_backend,
 };
 pub use simt_products::simt_product_cases;
 

@@ -67,6 +67,12 @@ pub fn backends_under_test(candidates: &[&str]) -> Result<Vec<Backend>> {
     select(candidates, &required_backends()?)
 }
 
+/// Backend `name` where it can run here; `None` (skipped with its reason) where it cannot and
+/// is not required, an error where it is (see [`backends_under_test`]).
+pub fn backend_under_test(name: &str) -> Result<Option<Backend>> {
+    Ok(backends_under_test(&[name])?.pop())
+}
+
 fn select(candidates: &[&str], required: &[&str]) -> Result<Vec<Backend>> {
     let mut out = Vec::new();
     for name in candidates {

@@ -8,11 +8,7 @@ use arrayjit_testing::{all_cases, check_case, matmul};
 /// backend, so the harness runs them side by side); `false` where it does not (and is not
 /// required).
 fn corpus_agrees_on(name: &str) -> bool {
-    let Some(backend) = arrayjit_testing::backends_under_test(&[name])
-        .unwrap()
-        .into_iter()
-        .next()
-    else {
+    let Some(backend) = arrayjit_testing::backend_under_test(name).unwrap() else {
         return false;
     };
     let info = backend.get_device(0).unwrap().info().unwrap();

@@ -30,9 +30,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::gpu::tensor_map::TensorMapShape;
-
 use arrayjit_ir::schedule::Schedule;
+use arrayjit_ir::schedule::gpu::tensor_map::TensorMapShape;
 use arrayjit_ir::schedule::gpu::{JoinedLaunch, MatrixKind, TILE_GROUPS_PER_UNIT};
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
@@ -741,16 +740,13 @@ impl KernelDialect for CudaDialect<'_, '_> {
             (MatrixOp::BarrierWait { .. }, [bar, parity]) => {
                 format!("aj_mbar_wait(&{bar}, (uint32_t)({parity}));")
             }
-            (MatrixOp::TensorCopy { map, coords, .. }, [dst, rest @ ..])
-                if rest.len() == coords.len() + 1 =>
+            (MatrixOp::TensorCopy { map, coords, .. }, [dst, at @ .., bar])
+                if at.len() == coords.len() =>
             {
                 self.0.helpers.insert(Helper::TensorCopies);
-                let (bar, coords) = rest.split_last().unwrap_or((dst, &[]));
-                let coords: String = coords.iter().map(|c| format!(", (int)({c})")).collect();
-                format!(
-                    "aj_tma_load_{}d(&{dst}, &{map}{coords}, &{bar});",
-                    rest.len() - 1
-                )
+                let rank = at.len();
+                let at: String = at.iter().map(|c| format!(", (int)({c})")).collect();
+                format!("aj_tma_load_{rank}d(&{dst}, &{map}{at}, &{bar});")
             }
             _ => {
                 return Err(Error::Render {
