@@ -2,7 +2,7 @@
 //! parameters everywhere.
 
 use arrayjit_ir::fallible::try_collect;
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::{Error, Result, Tnode};
 
 use arrayjit_ir::random::Philox;
 
@@ -105,6 +105,78 @@ impl Init {
     }
 }
 
+/// One parameter's initial values, not drawn yet: the node, its shape and its initializer
+/// with the seed and stream it draws from.
+#[derive(Clone, Debug)]
+struct PendingDraw {
+    node: Tnode,
+    dims: Vec<usize>,
+    init: Init,
+    seed: u64,
+    stream: u32,
+}
+
+/// Parameters made by a deferring [`ParamFactory`](crate::nn::ParamFactory) whose initial
+/// values are still to be drawn into their host arrays (which hold zeros until then).
+///
+/// Drawing a large model's parameters takes a noticeable share of its build (85 M normal draws
+/// and the first touch of their memory for GPT-2 small's shape), and nothing but the values
+/// depends on it: graphs can be built, optimized and compiled meanwhile. A trainer draws them
+/// on one thread while it compiles on another, and links (copies the values to a device) only
+/// after [`PendingDraws::draw`] returned. The values are the same as drawn at once: each is a
+/// pure function of its position, seed and stream.
+///
+/// Dropping it without drawing leaves those parameters at zero; a caller that hands the
+/// parameters on must draw first.
+#[derive(Clone, Debug, Default)]
+#[must_use = "the parameters hold zeros until their values are drawn"]
+pub struct PendingDraws {
+    draws: Vec<PendingDraw>,
+}
+
+impl PendingDraws {
+    /// Records that `node` (of shape `dims`) is to be filled by `init` from `seed` and
+    /// `stream`.
+    pub(crate) fn push(&mut self, node: Tnode, dims: &[usize], init: Init, seed: u64, stream: u32) {
+        self.draws.push(PendingDraw {
+            node,
+            dims: dims.to_vec(),
+            init,
+            seed,
+            stream,
+        });
+    }
+
+    /// How many parameters wait for their values.
+    pub fn len(&self) -> usize {
+        self.draws.len()
+    }
+
+    /// Whether no parameter waits for its values.
+    pub fn is_empty(&self) -> bool {
+        self.draws.is_empty()
+    }
+
+    /// Draws every pending parameter's values into its host array, in creation order (large
+    /// arrays on several threads, as [`Tensor::param`](crate::Tensor::param) does). A host
+    /// array that cannot be written (see `HostValues::fill`) is an error naming it; the
+    /// parameters before it hold their values, those after it still hold zeros.
+    pub fn draw(self) -> Result<()> {
+        for d in self.draws {
+            let PendingDraw {
+                node,
+                dims,
+                init,
+                seed,
+                stream,
+            } = d;
+            node.host()
+                .fill(|start, out| init.fill(&dims, seed, stream, start, out))?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +193,38 @@ mod tests {
         Init::KaimingUniform,
         Init::KaimingNormal,
     ];
+
+    #[test]
+    fn deferred_draws_hold_zeros_until_drawn_then_the_values_drawn_at_once() {
+        use crate::nn::{Gpt, GptConfig};
+        let config = GptConfig::small(11);
+        let at_once = Gpt::new(config, 5).unwrap();
+        let (later, pending) = Gpt::with_pending_draws(config, 5).unwrap();
+        assert_eq!(pending.len(), at_once.params().len());
+        for p in later.params() {
+            assert!(p.node().host().holds_initial_zeros(), "{}", p.node().debug_name());
+            let values = p.node().host().get_values().unwrap();
+            assert!(values.iter().all(|&x| x == 0.0));
+        }
+        // Drawn on another thread, as a trainer does while it compiles.
+        std::thread::spawn(move || pending.draw()).join().unwrap().unwrap();
+        for (a, b) in at_once.params().iter().zip(later.params()) {
+            let (va, vb) = (a.node().host().get_values(), b.node().host().get_values());
+            assert_eq!(va.unwrap(), vb.unwrap(), "{}", a.node().debug_name());
+            assert!(!b.node().host().holds_initial_zeros());
+        }
+        // A factory that draws at once has nothing pending.
+        let mut f = crate::nn::ParamFactory::new(5);
+        f.param("w", &[3, 4], Init::KaimingNormal).unwrap();
+        assert!(f.take_pending().is_empty());
+        // A deferring one hands its draws over once; later parameters start a new list.
+        let mut f = crate::nn::ParamFactory::deferring(5);
+        f.param("w", &[3, 4], Init::KaimingNormal).unwrap();
+        assert_eq!(f.take_pending().len(), 1);
+        assert!(f.take_pending().is_empty());
+        f.param("b", &[4], Init::Zeros).unwrap();
+        assert_eq!(f.take_pending().len(), 1);
+    }
 
     #[test]
     fn a_fill_from_any_start_gives_the_values_at_each_position() {

@@ -12,7 +12,7 @@
 
 use arrayjit_ir::{Error, Prec, Result};
 
-use crate::init::Init;
+use crate::init::{Init, PendingDraws};
 use crate::losses;
 use crate::precision::Precision;
 use crate::rng::RandomStream;
@@ -20,26 +20,51 @@ use crate::tensor::Tensor;
 
 /// Hands out parameter stream numbers in order, so that each parameter of a model draws from
 /// its own stream.
+///
+/// A factory made by [`ParamFactory::new`] draws each parameter's values as it makes it; one
+/// made by [`ParamFactory::deferring`] leaves them to [`ParamFactory::take_pending`]'s
+/// [`PendingDraws`], so that a caller can draw them while it compiles. Either way a seed gives
+/// the same values.
 #[derive(Debug)]
 pub struct ParamFactory {
     seed: u64,
     next_stream: u32,
     params: Vec<Tensor>,
+    /// `Some` for a deferring factory: the draws not made yet.
+    pending: Option<PendingDraws>,
 }
 
 impl ParamFactory {
-    /// A factory drawing from `seed`, streams from 0.
+    /// A factory drawing from `seed`, streams from 0, each parameter's values drawn at once.
     pub fn new(seed: u64) -> ParamFactory {
         ParamFactory {
             seed,
             next_stream: 0,
             params: Vec::new(),
+            pending: None,
+        }
+    }
+
+    /// A factory like [`ParamFactory::new`] whose parameters hold zeros until the draws taken
+    /// with [`ParamFactory::take_pending`] are made.
+    pub fn deferring(seed: u64) -> ParamFactory {
+        ParamFactory {
+            pending: Some(PendingDraws::default()),
+            ..ParamFactory::new(seed)
         }
     }
 
     /// A new parameter.
     pub fn param(&mut self, label: &str, dims: &[usize], init: Init) -> Result<Tensor> {
-        let p = Tensor::param(label, dims, init, self.seed, self.next_stream)?;
+        let (seed, stream) = (self.seed, self.next_stream);
+        let p = match &mut self.pending {
+            None => Tensor::param(label, dims, init, seed, stream)?,
+            Some(pending) => {
+                let p = Tensor::param_undrawn(label, Prec::F32, dims)?;
+                pending.push(p.node().clone(), dims, init, seed, stream);
+                p
+            }
+        };
         self.next_stream += 1;
         self.params.push(p.clone());
         Ok(p)
@@ -48,6 +73,12 @@ impl ParamFactory {
     /// Every parameter made so far, in order.
     pub fn params(&self) -> &[Tensor] {
         &self.params
+    }
+
+    /// The draws this factory has not made yet (none for a factory that draws at once); later
+    /// parameters start a new list.
+    pub fn take_pending(&mut self) -> PendingDraws {
+        self.pending.as_mut().map(std::mem::take).unwrap_or_default()
     }
 }
 
@@ -458,6 +489,15 @@ impl Gpt {
     /// A GPT with GPT-2's initialization (normal, standard deviation 0.02; residual output
     /// projections scaled by `1/sqrt(2 · layers)`), drawn from `seed`.
     pub fn new(config: GptConfig, seed: u64) -> Result<Gpt> {
+        let (gpt, pending) = Gpt::with_pending_draws(config, seed)?;
+        pending.draw()?;
+        Ok(gpt)
+    }
+
+    /// [`Gpt::new`]'s model with its parameters' values not drawn yet: they hold zeros until
+    /// the returned [`PendingDraws`] are drawn (e.g. on another thread while the model's
+    /// routines compile). The values drawn are [`Gpt::new`]'s.
+    pub fn with_pending_draws(config: GptConfig, seed: u64) -> Result<(Gpt, PendingDraws)> {
         let c = config;
         if c.vocabulary == 0 || c.context == 0 || c.width == 0 || c.layers == 0 || c.hidden == 0 {
             return Err(Error::BadValue {
@@ -466,7 +506,7 @@ impl Gpt {
                 expected: "every size positive".into(),
             });
         }
-        let mut f = ParamFactory::new(seed);
+        let mut f = ParamFactory::deferring(seed);
         let std = 0.02;
         let normal = Init::Normal { mean: 0.0, std };
         let token_embedding = f.param("token_embedding", &[c.vocabulary, c.width], normal)?;
@@ -502,14 +542,15 @@ impl Gpt {
             blocks.push(block);
         }
         let final_norm = LayerNorm::new(&mut f, "final_norm", c.width)?;
-        Ok(Gpt {
+        let gpt = Gpt {
             config,
             token_embedding,
             position_embedding,
             blocks,
             final_norm,
             params: f.params().to_vec(),
-        })
+        };
+        Ok((gpt, f.take_pending()))
     }
 
     /// Every parameter, in creation order (the order checkpoints and optimizers use).

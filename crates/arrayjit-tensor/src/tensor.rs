@@ -193,13 +193,23 @@ impl Tensor {
         seed: u64,
         stream: u32,
     ) -> Result<Tensor> {
+        let p = Tensor::param_undrawn(label, prec, dims)?;
+        p.node()
+            .host()
+            .fill(|start, out| init.fill(dims, seed, stream, start, out))?;
+        Ok(p)
+    }
+
+    /// A trainable parameter whose host array holds zeros: its values are drawn later
+    /// ([`PendingDraws`](crate::init::PendingDraws)). The zeros cost no memory until written.
+    pub(crate) fn param_undrawn(label: &str, prec: Prec, dims: &[usize]) -> Result<Tensor> {
         let tn = Tnode::new(prec, dims, &[label])?;
         tn.update_memory_mode(
             MemoryMode::Hosted(MemoryType::Nonconstant),
             "tensor: a parameter, changed by training and read on the host",
         )?;
-        tn.host()
-            .fill(|start, out| init.fill(dims, seed, stream, start, out))?;
+        // The host array exists from the start, whenever its values come.
+        tn.host().with_mut(|_| Ok(()))?;
         Ok(Tensor::leaf(tn, Kind::Parameter, true, Assignments::Noop))
     }
 

@@ -30,6 +30,7 @@ use arrayjit_ir::{
     Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, ResultExt, Tnode,
 };
 use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_tensor::init::PendingDraws;
 use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};
 use arrayjit_tensor::rng::Philox;
 use arrayjit_tensor::{Optimizer, Tensor, checkpoint, forward_program, grad_program};
@@ -245,8 +246,17 @@ pub struct GptPrograms {
 impl GptPrograms {
     /// Builds a fresh model of `config` and its programs.
     pub fn new(config: &TrainerConfig) -> Result<GptPrograms> {
+        let (programs, pending) = GptPrograms::with_pending_draws(config)?;
+        pending.draw()?;
+        Ok(programs)
+    }
+
+    /// [`GptPrograms::new`] with the model's parameter values not drawn yet (see
+    /// [`Gpt::with_pending_draws`]): the programs can be compiled meanwhile, but nothing may
+    /// run or read the parameters before the returned draws are made.
+    pub fn with_pending_draws(config: &TrainerConfig) -> Result<(GptPrograms, PendingDraws)> {
         let c = config.model;
-        let model = Gpt::new(c, config.seed)?;
+        let (model, pending) = Gpt::with_pending_draws(c, config.seed)?;
         let dropout = if config.dropout > 0.0 {
             Some(Dropout::new(config.dropout, config.seed ^ 0xd209_0a7e)?)
         } else {
@@ -295,7 +305,7 @@ impl GptPrograms {
         }
         let eval_program = forward_program(&[&eval.out]);
         let sample_program = forward_program(&[&sample.out]);
-        Ok(GptPrograms {
+        let programs = GptPrograms {
             model,
             train,
             eval,
@@ -305,7 +315,8 @@ impl GptPrograms {
             sample_program,
             state,
             learning_rate: update.lr,
-        })
+        };
+        Ok((programs, pending))
     }
 
     /// The routines by name, in the order a trainer compiles them (each in the optimization
@@ -327,14 +338,30 @@ impl GptPrograms {
 impl GptTrainer {
     /// Builds the model and its three routines ([`GptPrograms`]), compiles the training step
     /// and links it on a new stream of device 0 (the other two compile on first use).
+    ///
+    /// The parameters' initial values are drawn on a thread of their own while the step
+    /// compiles (nothing in a compile reads them), and linking waits for them.
     pub fn new(backend: &Backend, config: &TrainerConfig) -> Result<GptTrainer> {
-        let p = GptPrograms::new(config)?;
+        let (p, pending) = GptPrograms::with_pending_draws(config)?;
         let optimize_ctx = OptimizeCtx::empty();
         let started = Instant::now();
         let on_backend = || format!("building the GPT training step on {}", backend.name());
-        let code = backend
-            .compile_in(&optimize_ctx, "gpt_train_step", &p.step, &[])
-            .context(on_backend)?;
+        let (code, drawn) = std::thread::scope(|scope| {
+            let draws = std::thread::Builder::new()
+                .name("arrayjit draws".into())
+                .spawn_scoped(scope, || pending.clone().draw());
+            let code = backend.compile_in(&optimize_ctx, "gpt_train_step", &p.step, &[]);
+            let drawn = match draws {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // A thread the system refuses to start: the draws are made here instead.
+                Err(_) => pending.clone().draw(),
+            };
+            (code, drawn)
+        });
+        drawn?;
+        let code = code.context(on_backend)?;
         let stream = backend.get_device(0)?.new_stream()?;
         let train_step = Context::new(&stream).link(&code).context(on_backend)?;
         let eval_loss = LazyRoutine::new("gpt_eval_loss", p.eval_program);

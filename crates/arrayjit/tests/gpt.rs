@@ -212,3 +212,24 @@ fn a_trainer_too_large_for_its_device_fails_before_training_with_the_figures() {
     let (ids, targets) = batch(&data, c.batch, c.model.context, 0, 3).unwrap();
     assert!(trainer.train_step(&ids, &targets).unwrap().is_finite());
 }
+
+/// A trainer draws its parameters while it compiles the step: after `new` they hold the
+/// values `Gpt::new` draws from the same seed (not the zeros they start as) when linking
+/// copies them to the device.
+#[test]
+fn a_new_trainer_holds_the_parameters_drawn_from_its_seed() {
+    let c = config(11);
+    let reference = arrayjit::tensor::nn::Gpt::new(c.model, c.seed).unwrap();
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
+        let trainer = GptTrainer::new(&backend, &c).unwrap();
+        let params = trainer.model().params();
+        assert_eq!(params.len(), reference.params().len());
+        for (want, got) in reference.params().iter().zip(params) {
+            let want = want.node().host().get_values().unwrap();
+            let got = got.node().host().get_values().unwrap();
+            assert_eq!(got, want, "{}: {}", backend.name(), got.len());
+        }
+        let token_embedding = params[0].node().host().get_values().unwrap();
+        assert!(token_embedding.iter().any(|&x| x != 0.0));
+    }
+}
