@@ -248,9 +248,10 @@ impl CpuBuffer {
                 ),
             });
         }
-        // SAFETY: `src` has `size` bytes (checked above); exclusive access and no overlap are
-        // the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr(), self.size) };
+        // SAFETY: the buffer holds `size` bytes at `ptr`; exclusive access and no overlap with
+        // `src` are the caller's contract, so they may be borrowed mutably meanwhile.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) };
+        arrayjit_ir::host_threads::copy_bytes(dst, src);
         Ok(())
     }
 }

@@ -102,7 +102,6 @@ pub(crate) fn open_verified(path: &Path, key: &str) -> std::result::Result<fs::F
 }
 
 /// The body of a sealed file (without its seal), checked as [`open_verified`] checks it.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the PTX cache
 pub(crate) fn read_verified(path: &Path, key: &str) -> std::result::Result<Vec<u8>, String> {
     verified(path, key).map(|(_, body)| body)
 }
@@ -154,7 +153,6 @@ pub(crate) fn unique_suffix() -> String {
 
 /// Writes `bytes` as the sealed file `path` (in a folder [`private_dir`] accepted): to a fresh
 /// file next to it, sealed and flushed, then renamed over `path`.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the PTX cache
 pub(crate) fn write_sealed(path: &Path, key: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", unique_suffix()));
     let written = fs::OpenOptions::new()

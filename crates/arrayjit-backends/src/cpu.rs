@@ -191,9 +191,13 @@ impl DeviceRuntime for CpuRuntime {
             dst.len(),
             RangeUnit::Bytes,
         )?;
-        // SAFETY: as in `copy_from_host`: no write of `src` runs meanwhile (a host array in
-        // place is read under its node's host lock, so the host does not write it either).
-        with_host_locks(&[s], || dst.copy_from_slice(unsafe { s.bytes() }));
+        with_host_locks(&[s], || {
+            // SAFETY: as in `copy_from_host`: no write of `src` runs meanwhile (a host array
+            // in place is read under its node's host lock, so the host does not write it
+            // either).
+            let bytes = unsafe { s.bytes() };
+            arrayjit_ir::host_threads::copy_bytes(dst, bytes)
+        });
         Ok(())
     }
 

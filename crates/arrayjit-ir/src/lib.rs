@@ -15,6 +15,7 @@ pub mod assignments;
 pub mod error;
 pub mod fallible;
 pub mod host_memory;
+pub mod host_threads;
 pub mod indexing;
 pub mod interpret;
 pub mod low_level;

@@ -202,12 +202,19 @@ mod tests {
         let (later, pending) = Gpt::with_pending_draws(config, 5).unwrap();
         assert_eq!(pending.len(), at_once.params().len());
         for p in later.params() {
-            assert!(p.node().host().holds_initial_zeros(), "{}", p.node().debug_name());
+            assert!(
+                p.node().host().holds_initial_zeros(),
+                "{}",
+                p.node().debug_name()
+            );
             let values = p.node().host().get_values().unwrap();
             assert!(values.iter().all(|&x| x == 0.0));
         }
         // Drawn on another thread, as a trainer does while it compiles.
-        std::thread::spawn(move || pending.draw()).join().unwrap().unwrap();
+        std::thread::spawn(move || pending.draw())
+            .join()
+            .unwrap()
+            .unwrap();
         for (a, b) in at_once.params().iter().zip(later.params()) {
             let (va, vb) = (a.node().host().get_values(), b.node().host().get_values());
             assert_eq!(va.unwrap(), vb.unwrap(), "{}", a.node().debug_name());

@@ -78,7 +78,10 @@ impl ParamFactory {
     /// The draws this factory has not made yet (none for a factory that draws at once); later
     /// parameters start a new list.
     pub fn take_pending(&mut self) -> PendingDraws {
-        self.pending.as_mut().map(std::mem::take).unwrap_or_default()
+        self.pending
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 }
 

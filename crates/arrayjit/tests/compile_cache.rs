@@ -1,7 +1,8 @@
 //! Regression tests for the compile cache and the compiler driver (reliability issue, items
 //! 12–19): damaged, planted or replaced libraries are never loaded, concurrent trimming cannot
 //! break loading, a hanging compiler times out, unusable folders fall back, kernel symbols are
-//! unique, and errors say what happened.
+//! unique, and errors say what happened. Item 20: a translation unit shared by libraries (the
+//! product helper) is compiled once, and damaged or planted cached objects are never linked.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -323,4 +324,131 @@ fn item19_errors_carry_the_loader_and_compiler_text() {
     let rest = f.stderr.split("all of it is in ").nth(1).unwrap();
     let rest = rest.split(" ...").next().unwrap();
     assert!(std::fs::metadata(rest).unwrap().len() > 4_000_000);
+}
+
+/// Files of the cache folder with the extension `ext`, sorted.
+fn cached_files(cache: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn item20_a_unit_shared_by_libraries_is_compiled_once_and_damaged_objects_are_not_linked() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let n = 64;
+    // `c = a · b` compiled under `name` (a library of its own: the name is in its kernel's
+    // symbol) and run; the product runs in the CPU's product helper, a unit of its own.
+    let product = |name: &str| -> Vec<f64> {
+        let b = cc_backend(config_in(dir.path()));
+        let (case, _, _, c) = arrayjit_testing::matmul(n).unwrap();
+        let code = b.compile(name, &case.program, &[]).unwrap();
+        let stream = b.get_device(0).unwrap().new_stream().unwrap();
+        let r = Context::new(&stream).link(&code).unwrap();
+        r.run().unwrap();
+        r.context().to_host(&c).unwrap();
+        c.host().get_values().unwrap()
+    };
+    // The same entries as `arrayjit_testing::matmul` makes, multiplied by hand.
+    let a = |i: usize, k: usize| ((i + k) % 7) as f64 - 3.0;
+    let b = |k: usize, j: usize| ((k * j) % 5) as f64 - 2.0;
+    let want: Vec<f64> = (0..n * n)
+        .map(|p| (0..n).map(|k| a(p / n, k) * b(k, p % n)).sum())
+        .collect();
+    assert_eq!(product("shared_first"), want);
+    let objects = cached_files(&cache, "o");
+    assert!(
+        objects.len() >= 2,
+        "the kernels' unit and the helper's: {objects:?}"
+    );
+    // The helper's object: it defines the product helper and no routine's kernel.
+    let helper: Vec<&PathBuf> = objects
+        .iter()
+        .filter(|o| {
+            let text = String::from_utf8_lossy(&std::fs::read(o).unwrap()).into_owned();
+            text.contains("aj_gemm") && !text.contains("aj0_")
+        })
+        .collect();
+    let [helper] = helper[..] else {
+        panic!("one product helper object expected: {objects:?}")
+    };
+    let size = std::fs::metadata(helper).unwrap().len();
+
+    // Another library with the same helper: its object comes from the cache.
+    let before = cc::compile_stats();
+    assert_eq!(product("shared_second"), want);
+    let after = cc::compile_stats();
+    assert!(
+        after.object_hits > before.object_hits,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(cached_files(&cache, "so").len(), 2);
+
+    // The cached helper damaged (truncated), then replaced by a link to a hostile object
+    // whose constructor would run when a library linked with it is loaded: neither is
+    // linked, the helper is compiled anew and the entry replaced by a sound one.
+    let marker = dir.path().join("constructor-ran");
+    let evil_src = dir.path().join("evil_object.c");
+    std::fs::write(
+        &evil_src,
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void evil(void) {{ \
+             FILE *f = fopen(\"{}\", \"w\"); if (f) fclose(f); }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let evil = dir.path().join("evil_object.o");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let ok = std::process::Command::new(cc)
+        .args(["-c", "-fPIC", "-o"])
+        .arg(&evil)
+        .arg(&evil_src)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let damages: [(&str, &dyn Fn()); 2] = [
+        ("shared_truncated", &|| {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(helper)
+                .unwrap();
+            f.set_len(size / 2).unwrap();
+        }),
+        ("shared_planted", &|| {
+            std::fs::remove_file(helper).unwrap();
+            std::os::unix::fs::symlink(&evil, helper).unwrap();
+        }),
+    ];
+    for (name, damage) in damages {
+        damage();
+        let before = cc::compile_stats();
+        assert_eq!(product(name), want, "{name}");
+        let after = cc::compile_stats();
+        assert_eq!(
+            after.object_hits, before.object_hits,
+            "{name}: a damaged object was linked"
+        );
+        assert!(
+            !marker.exists(),
+            "{name}: the planted object's constructor ran"
+        );
+        // Replaced by the new object (whose file name, kept in it, may differ in length).
+        let meta = std::fs::symlink_metadata(helper).unwrap();
+        assert!(!meta.is_symlink(), "{name}");
+        assert!(
+            meta.len() > size / 2 + 64,
+            "{name}: the entry was not replaced"
+        );
+    }
+    // The replaced entry is sound: the next library links it.
+    let before = cc::compile_stats();
+    assert_eq!(product("shared_repaired"), want);
+    assert!(cc::compile_stats().object_hits > before.object_hits);
 }

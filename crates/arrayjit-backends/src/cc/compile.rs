@@ -14,7 +14,7 @@ use arrayjit_ir::error::CompileFailure;
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{Error, Result, trace};
 
-use super::CcConfig;
+use super::{CcConfig, object_cache};
 use crate::compile_cache::{open_verified, private_dir, seal, unique_suffix};
 
 /// Counters of compilations in this process.
@@ -24,6 +24,9 @@ pub struct CompileStats {
     pub compiled: usize,
     /// Libraries found in the cache.
     pub cache_hits: usize,
+    /// Translation units of libraries built here whose objects were found in the cache
+    /// (compiled before for another library), so the compiler did not run for them.
+    pub object_hits: usize,
     /// Microseconds spent in the compiler.
     pub compile_micros: u64,
 }
@@ -37,6 +40,7 @@ pub fn compile_stats() -> CompileStats {
     CompileStats {
         compiled: COMPILED.load(Ordering::Relaxed),
         cache_hits: CACHE_HITS.load(Ordering::Relaxed),
+        object_hits: super::object_cache::OBJECT_HITS.load(Ordering::Relaxed),
         compile_micros: COMPILE_MICROS.load(Ordering::Relaxed),
     }
 }
@@ -252,7 +256,11 @@ fn trim_cache(dir: &Path, max_bytes: u64, keep: &Path) {
             .unwrap_or_default();
         if meta.is_dir() && name.starts_with("arrayjit-build-") && age > STALE_BUILD_AGE {
             let _ = fs::remove_dir_all(&path);
-        } else if meta.is_file() && meta.uid() == uid && name.ends_with(".so") && path != keep {
+        } else if meta.is_file()
+            && meta.uid() == uid
+            && (name.ends_with(".so") || name.ends_with(".o"))
+            && path != keep
+        {
             libs.push((meta.modified().unwrap_or(now), meta.len(), path));
         }
     }
@@ -415,16 +423,20 @@ pub(super) fn compile_and_load(
     // disk, unwritable folder), in a private temporary folder without caching.
     let compiling = trace::compile_phase("compile", name);
     let built = match cache_dir {
-        Some(dir) => match build(config, units, name, &stem, dir) {
+        Some(dir) => match build(config, &compiler_id, units, name, &stem, dir, true) {
             Err(Error::Io { context, source: e }) => {
                 tracing::warn!(
                     "cannot build in the compile cache ({context}: {e}); compiling without it"
                 );
-                build(config, units, name, &stem, &std::env::temp_dir()).map(|b| (b, None))
+                let temp = std::env::temp_dir();
+                build(config, &compiler_id, units, name, &stem, &temp, false).map(|b| (b, None))
             }
             other => other.map(|b| (b, Some(dir))),
         },
-        None => build(config, units, name, &stem, &std::env::temp_dir()).map(|b| (b, None)),
+        None => {
+            let temp = std::env::temp_dir();
+            build(config, &compiler_id, units, name, &stem, &temp, false).map(|b| (b, None))
+        }
     };
     drop(compiling);
     let ((work, lib_tmp), cache_dir) = built?;
@@ -449,15 +461,18 @@ pub(super) fn compile_and_load(
 
 /// Writes the units into a new build folder under `parent` and compiles them into a library;
 /// returns the folder and the library's path. One unit is compiled straight into the library;
-/// several are compiled to objects in parallel (one compiler process each), then linked. A
-/// compiler failure keeps the failing unit's source (and the full compiler output) where the
-/// error says.
+/// several are compiled to objects in parallel (one compiler process each), then linked. With
+/// `cache_objects`, `parent` is the compile cache and each unit's object is taken from it when
+/// it was compiled before, and kept in it otherwise ([`super::object_cache`]). A compiler
+/// failure keeps the failing unit's source (and the full compiler output) where the error says.
 fn build(
     config: &CcConfig,
+    compiler_id: &str,
     units: &[Unit],
     name: &str,
     stem: &str,
     parent: &Path,
+    cache_objects: bool,
 ) -> Result<(tempfile::TempDir, PathBuf)> {
     let work = tempfile::Builder::new()
         .prefix("arrayjit-build-")
@@ -498,7 +513,22 @@ fn build(
                 .map(|(u, (src, obj))| {
                     let step = Step::new(config, &object_flags, obj, std::slice::from_ref(src));
                     let unit_stem = format!("{stem}{}", u.suffix);
-                    scope.spawn(move || step.run(config, u.source, &unit_stem, name))
+                    let object_flags = &object_flags;
+                    scope.spawn(move || {
+                        let key = cache_objects.then(|| {
+                            object_cache::object_key(config, compiler_id, object_flags, u.source)
+                        });
+                        if let Some(key) = &key
+                            && object_cache::fetch(parent, key, obj)
+                        {
+                            return Ok(());
+                        }
+                        step.run(config, u.source, &unit_stem, name)?;
+                        if let Some(key) = &key {
+                            object_cache::store(parent, key, obj);
+                        }
+                        Ok(())
+                    })
                 })
                 .collect();
             jobs.into_iter()

@@ -16,6 +16,7 @@ mod compile;
 mod compiler;
 mod devices;
 mod kernels;
+mod object_cache;
 mod schedule_store;
 
 use std::ops::RangeInclusive;

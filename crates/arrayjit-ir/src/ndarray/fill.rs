@@ -7,6 +7,7 @@
 use half::{bf16, f16};
 
 use super::{Ndarray, Storage};
+use crate::host_threads;
 
 /// Elements computed per call of the fill function.
 const CHUNK: usize = 4096;
@@ -55,45 +56,17 @@ fn fill_part<T: FromF64>(part: &mut [T], first: usize, fill: &(impl Fn(usize, &m
 }
 
 /// Fills all of `v` (an unpadded array's storage), sharing it among the machine's threads
-/// when it is large: parts of whole chunks are taken from one queue by the started threads and
-/// by the caller's, so a thread the system refuses to start only leaves more to the others.
+/// when it is large (see [`crate::host_threads`]); parts hold whole chunks, so every chunk
+/// starts where a lone thread's would.
 fn fill_typed<T: FromF64>(v: &mut [T], fill: &(impl Fn(usize, &mut [f64]) + Sync)) {
-    let threads = if v.len() < PARALLEL_FROM {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, usize::from)
-    };
-    if threads == 1 {
-        fill_part(v, 0, fill);
-        return;
-    }
-    // Four parts per thread balance threads that run slower; parts hold whole chunks, so
-    // every chunk starts where a lone thread's would.
-    let per = v.len().div_ceil(threads * 4).div_ceil(CHUNK) * CHUNK;
+    let threads = host_threads::threads_for(v.len(), PARALLEL_FROM);
+    let per = host_threads::part_length(v.len(), threads, CHUNK);
     let parts: Vec<(usize, &mut [T])> = v
         .chunks_mut(per)
         .enumerate()
         .map(|(p, part)| (p * per, part))
         .collect();
-    let queue = std::sync::Mutex::new(parts);
-    let work = || {
-        loop {
-            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            match next {
-                Some((first, part)) => fill_part(part, first, fill),
-                None => break,
-            }
-        }
-    };
-    std::thread::scope(|scope| {
-        for _ in 1..threads {
-            // A thread that cannot be started is no error: the others take its parts.
-            let _ = std::thread::Builder::new()
-                .name("arrayjit fill".into())
-                .spawn_scoped(scope, work);
-        }
-        work();
-    });
+    host_threads::run_parts(parts, threads, |(first, part)| fill_part(part, first, fill));
 }
 
 impl Ndarray {
