@@ -50,7 +50,13 @@ fn libraries(cache: &Path) -> Vec<PathBuf> {
 
 /// A library whose constructor creates `marker`: what an attacker would plant.
 fn hostile_library(dir: &Path, marker: &Path) -> PathBuf {
-    let src = dir.join("evil.c");
+    hostile_build(dir, marker, "evil.so", "-shared")
+}
+
+/// Compiles code whose constructor creates `marker` into `dir/name`, a library (`kind`
+/// `-shared`) or an object (`-c`) that a library linked with it would run.
+fn hostile_build(dir: &Path, marker: &Path, name: &str, kind: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
     std::fs::write(
         &src,
         format!(
@@ -61,16 +67,16 @@ fn hostile_library(dir: &Path, marker: &Path) -> PathBuf {
         ),
     )
     .unwrap();
-    let lib = dir.join("evil.so");
+    let out = dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let ok = std::process::Command::new(cc)
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&lib)
+        .args([kind, "-fPIC", "-o"])
+        .arg(&out)
         .arg(&src)
         .status()
         .unwrap();
     assert!(ok.success());
-    lib
+    out
 }
 
 #[test]
@@ -394,25 +400,7 @@ fn item20_a_unit_shared_by_libraries_is_compiled_once_and_damaged_objects_are_no
     // whose constructor would run when a library linked with it is loaded: neither is
     // linked, the helper is compiled anew and the entry replaced by a sound one.
     let marker = dir.path().join("constructor-ran");
-    let evil_src = dir.path().join("evil_object.c");
-    std::fs::write(
-        &evil_src,
-        format!(
-            "#include <stdio.h>\n__attribute__((constructor)) static void evil(void) {{ \
-             FILE *f = fopen(\"{}\", \"w\"); if (f) fclose(f); }}\n",
-            marker.display()
-        ),
-    )
-    .unwrap();
-    let evil = dir.path().join("evil_object.o");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let ok = std::process::Command::new(cc)
-        .args(["-c", "-fPIC", "-o"])
-        .arg(&evil)
-        .arg(&evil_src)
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    let evil = hostile_build(dir.path(), &marker, "evil_object.o", "-c");
     let damages: [(&str, &dyn Fn()); 2] = [
         ("shared_truncated", &|| {
             let f = std::fs::OpenOptions::new()
