@@ -102,12 +102,14 @@ pub(crate) fn open_verified(path: &Path, key: &str) -> std::result::Result<fs::F
 }
 
 /// The body of a sealed file (without its seal), checked as [`open_verified`] checks it.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the PTX cache
 pub(crate) fn read_verified(path: &Path, key: &str) -> std::result::Result<Vec<u8>, String> {
     verified(path, key).map(|(_, body)| body)
 }
 
-/// The open file and its body, if it passes [`open_verified`]'s checks.
-fn verified(path: &Path, key: &str) -> std::result::Result<(fs::File, Vec<u8>), String> {
+/// The open file and its body, if it passes [`open_verified`]'s checks: a caller that marks
+/// the entry used does so through the file that was checked, never by its path again.
+pub(crate) fn verified(path: &Path, key: &str) -> std::result::Result<(fs::File, Vec<u8>), String> {
     use std::io::Read as _;
     let mut f = fs::OpenOptions::new()
         .read(true)

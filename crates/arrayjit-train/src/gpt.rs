@@ -346,17 +346,18 @@ impl GptTrainer {
         let optimize_ctx = OptimizeCtx::empty();
         let started = Instant::now();
         let on_backend = || format!("building the GPT training step on {}", backend.name());
+        let draw = || pending.clone().draw();
         let (code, drawn) = std::thread::scope(|scope| {
             let draws = std::thread::Builder::new()
                 .name("arrayjit draws".into())
-                .spawn_scoped(scope, || pending.clone().draw());
+                .spawn_scoped(scope, draw);
             let code = backend.compile_in(&optimize_ctx, "gpt_train_step", &p.step, &[]);
             let drawn = match draws {
                 Ok(handle) => handle
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
                 // A thread the system refuses to start: the draws are made here instead.
-                Err(_) => pending.clone().draw(),
+                Err(_) => draw(),
             };
             (code, drawn)
         });

@@ -422,21 +422,21 @@ pub(super) fn compile_and_load(
     // Build inside the cache folder (so the final rename is atomic); if that fails (full
     // disk, unwritable folder), in a private temporary folder without caching.
     let compiling = trace::compile_phase("compile", name);
+    let uncached = || {
+        let temp = std::env::temp_dir();
+        build(config, &compiler_id, units, name, &stem, &temp, false).map(|b| (b, None))
+    };
     let built = match cache_dir {
         Some(dir) => match build(config, &compiler_id, units, name, &stem, dir, true) {
             Err(Error::Io { context, source: e }) => {
                 tracing::warn!(
                     "cannot build in the compile cache ({context}: {e}); compiling without it"
                 );
-                let temp = std::env::temp_dir();
-                build(config, &compiler_id, units, name, &stem, &temp, false).map(|b| (b, None))
+                uncached()
             }
             other => other.map(|b| (b, Some(dir))),
         },
-        None => {
-            let temp = std::env::temp_dir();
-            build(config, &compiler_id, units, name, &stem, &temp, false).map(|b| (b, None))
-        }
+        None => uncached(),
     };
     drop(compiling);
     let ((work, lib_tmp), cache_dir) = built?;

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 
 use super::CcConfig;
 use super::compile::cpu_identity;
-use crate::compile_cache::{read_verified, write_sealed};
+use crate::compile_cache::{verified, write_sealed};
 
 /// Units found compiled in the cache in this process.
 pub(super) static OBJECT_HITS: AtomicUsize = AtomicUsize::new(0);
@@ -55,8 +55,8 @@ fn cached_path(dir: &Path, key: &str) -> std::path::PathBuf {
 /// Writes the cached object of `key` to `dest` if the cache holds a sound one; whether it did.
 pub(super) fn fetch(dir: &Path, key: &str, dest: &Path) -> bool {
     let cached = cached_path(dir, key);
-    let body = match read_verified(&cached, key) {
-        Ok(body) => body,
+    let (file, body) = match verified(&cached, key) {
+        Ok(checked) => checked,
         Err(why) => {
             if fs::symlink_metadata(&cached).is_ok() {
                 tracing::warn!("not linking {}: {why}; compiling it anew", cached.display());
@@ -68,9 +68,7 @@ pub(super) fn fetch(dir: &Path, key: &str, dest: &Path) -> bool {
         return false;
     }
     // Marked recently used, for the cache trimming.
-    if let Ok(f) = fs::File::open(&cached) {
-        let _ = f.set_modified(SystemTime::now());
-    }
+    let _ = file.set_modified(SystemTime::now());
     OBJECT_HITS.fetch_add(1, Ordering::Relaxed);
     true
 }
