@@ -47,6 +47,8 @@ pub struct CcBatch {
     /// The worker pool of each device; a launch uses its buffers' device's.
     pub(super) workers: Arc<Vec<WorkerPool>>,
     pub(super) _library: Arc<compile::LoadedLibrary>,
+    /// The libraries whose statement functions this one calls (kept loaded while it lives).
+    pub(super) _providers: Vec<Arc<compile::LoadedLibrary>>,
 }
 
 impl fmt::Debug for CcBatch {

@@ -27,6 +27,10 @@ pub struct CompileStats {
     /// Translation units of libraries built here whose objects were found in the cache
     /// (compiled before for another library), so the compiler did not run for them.
     pub object_hits: usize,
+    /// Statement functions that libraries built or loaded here call from a library loaded
+    /// before them instead of compiling them again (the forward pass that a training step,
+    /// its held-out loss and its sampling share).
+    pub imported_functions: usize,
     /// Microseconds spent in the compiler.
     pub compile_micros: u64,
 }
@@ -41,6 +45,7 @@ pub fn compile_stats() -> CompileStats {
         compiled: COMPILED.load(Ordering::Relaxed),
         cache_hits: CACHE_HITS.load(Ordering::Relaxed),
         object_hits: super::object_cache::OBJECT_HITS.load(Ordering::Relaxed),
+        imported_functions: super::shared_functions::IMPORTED.load(Ordering::Relaxed),
         compile_micros: COMPILE_MICROS.load(Ordering::Relaxed),
     }
 }

@@ -10,7 +10,8 @@ use arrayjit_codegen::{KernelInterface, SourceKernel};
 use arrayjit_ir::{Error, Optimized, Result, trace};
 
 use super::batch::{CcBatch, EmulatedDimsFn, EmulatedFn, Entry, KernelFn};
-use super::kernels::{CallingConvention, CpuKernels};
+use super::kernels::{CallingConvention, CpuKernels, CpuProgram};
+use super::shared_functions::{self, Imports};
 use super::{CcConfig, compile, schedule_store};
 use crate::compiled_batch::CompiledBatch;
 use crate::compiler::{CompileOptions, Compiler};
@@ -62,17 +63,32 @@ impl Compiler for CcCompiler {
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
         let config = self.config_with(options)?;
-        let program = {
-            let _render = trace::compile_phase("render", &batch_name(routines));
-            self.kernels.render(routines)?
+        // Statement functions equal to those of C libraries loaded before (of the same
+        // compiler and flags) are called from there instead of compiled again.
+        let flavor = format!("{} {}", config.compiler, config.flags.join(" "));
+        let imports = match self.kernels.convention() {
+            CallingConvention::C => Imports::live(&flavor),
+            CallingConvention::EmulatedCuda => Imports::none(),
         };
-        let units: Vec<compile::Unit> = program
-            .units
-            .iter()
-            .map(|(suffix, source)| compile::Unit { suffix, source })
-            .collect();
-        // SAFETY: every kernel arrayjit's renderers generate has their calling convention.
-        unsafe { self.load_batch(&config, &units, program.kernels, program.source, false) }
+        for attempt in [&imports, &Imports::none()] {
+            let program = {
+                let _render = trace::compile_phase("render", &batch_name(routines));
+                self.kernels
+                    .render(routines, &|name, text| attempt.offer(name, text))?
+            };
+            // SAFETY: every kernel arrayjit's renderers generate has their calling convention.
+            if let Some(batch) = unsafe { self.load_rendered(&config, &flavor, program, attempt) }?
+            {
+                return Ok(batch);
+            }
+            // A library it imports from could not give every function: define them all.
+        }
+        Err(Error::Runtime {
+            stream: self.kernels.name().into(),
+            detail: "a library that imports no statement function still asked for one: a \
+                     defect of the C renderer; please report it"
+                .into(),
+        })
     }
 
     unsafe fn compile_source(
@@ -142,6 +158,47 @@ impl CcCompiler {
         }))
     }
 
+    /// Compiles a rendered program into one library, loads it, binds the statement functions
+    /// it imports (`None` when one cannot be found: nothing of it may run) and records the
+    /// ones it defines for libraries rendered later.
+    ///
+    /// # Safety
+    /// As [`CcCompiler::load_batch`].
+    unsafe fn load_rendered(
+        &self,
+        config: &CcConfig,
+        flavor: &str,
+        program: CpuProgram,
+        imports: &Imports,
+    ) -> Result<Option<Arc<dyn CompiledBatch>>> {
+        let units: Vec<compile::Unit> = program
+            .units
+            .iter()
+            .map(|(suffix, source)| compile::Unit { suffix, source })
+            .collect();
+        let names: Vec<&str> = program.kernels.iter().map(|k| k.name.as_str()).collect();
+        let (library, cache_hit) = compile::compile_and_load(config, &units, &names.join("+"))?;
+        // SAFETY: the library was rendered with these imports.
+        let Some(providers) = unsafe { imports.bind(&library, &program.shared.imported) }? else {
+            return Ok(None);
+        };
+        if self.kernels.convention() == CallingConvention::C {
+            shared_functions::register(flavor, &library, &program.shared.defined);
+        }
+        // SAFETY: this function's contract.
+        let batch = unsafe {
+            self.batch_of(
+                library,
+                cache_hit,
+                providers,
+                program.kernels,
+                program.source,
+                false,
+            )
+        }?;
+        Ok(Some(batch))
+    }
+
     /// Compiles `units` into one library, loads it, and finds every kernel by its symbol with
     /// the renderer's calling convention.
     ///
@@ -158,6 +215,33 @@ impl CcCompiler {
     ) -> Result<Arc<dyn CompiledBatch>> {
         let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
         let (library, cache_hit) = compile::compile_and_load(config, units, &names.join("+"))?;
+        // SAFETY: this function's contract.
+        unsafe {
+            self.batch_of(
+                library,
+                cache_hit,
+                Vec::new(),
+                kernels,
+                source,
+                source_kernels,
+            )
+        }
+    }
+
+    /// The batch of a loaded library: every kernel found by its symbol with the renderer's
+    /// calling convention.
+    ///
+    /// # Safety
+    /// As [`CcCompiler::load_batch`].
+    unsafe fn batch_of(
+        &self,
+        library: Arc<compile::LoadedLibrary>,
+        cache_hit: bool,
+        providers: Vec<Arc<compile::LoadedLibrary>>,
+        kernels: Vec<KernelInterface>,
+        source: String,
+        source_kernels: bool,
+    ) -> Result<Arc<dyn CompiledBatch>> {
         let convention = self.kernels.convention();
         // Hand-written emulated CUDA also exports each kernel with its launch taken at call
         // time (`emulated_source`).
@@ -201,6 +285,7 @@ impl CcCompiler {
             workers: self.workers.clone(),
             cache_hit,
             _library: library,
+            _providers: providers,
         }))
     }
 }

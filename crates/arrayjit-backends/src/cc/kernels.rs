@@ -7,7 +7,9 @@
 
 use arrayjit_codegen::cuda_emulation::{self as emu, emulated_source, render_cuda_emulated};
 use arrayjit_codegen::gpu_dialect::GpuDialect;
-use arrayjit_codegen::{CSyntax, KernelInterface, SourceKernel, render_program};
+use arrayjit_codegen::{
+    CSyntax, KernelInterface, SharedFunctions, SourceKernel, render_program_importing,
+};
 use arrayjit_ir::{Optimized, Result};
 
 use crate::device_info::DeviceInfo;
@@ -36,14 +38,23 @@ pub struct CpuProgram {
     pub kernels: Vec<KernelInterface>,
     /// All the source, for listings and `render_source` (equal sources, equal kernels).
     pub source: String,
+    /// The statement functions it defines and exports, and those it imports from libraries
+    /// loaded before (C only; empty for emulated CUDA).
+    pub shared: SharedFunctions,
 }
 
 /// The renderer part of a CPU backend: a [`Renderer`] whose program the host compiler builds.
 pub trait CpuKernels: Renderer {
     /// The backend's name (`cc`, `cuda_emu`).
     fn name(&self) -> &'static str;
-    /// Renders routines into one library's units.
-    fn render(&self, routines: &[&Optimized]) -> Result<CpuProgram>;
+    /// Renders routines into one library's units, importing the statement functions for which
+    /// `import(name, text)` holds instead of defining them (renderers without statement
+    /// functions ignore it).
+    fn render(
+        &self,
+        routines: &[&Optimized],
+        import: &dyn Fn(&str, &str) -> bool,
+    ) -> Result<CpuProgram>;
     /// Source given directly (`compile_source`) as the compiler takes it.
     fn source_for(&self, source: &str, kernels: &[SourceKernel]) -> Result<String>;
     /// How the compiled kernels are called.
@@ -76,7 +87,7 @@ impl Default for CKernels {
 
 impl Renderer for CKernels {
     fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(self.render(routines)?.source)
+        Ok(self.render(routines, &|_, _| false)?.source)
     }
 }
 
@@ -85,10 +96,16 @@ impl CpuKernels for CKernels {
         "cc"
     }
 
-    fn render(&self, routines: &[&Optimized]) -> Result<CpuProgram> {
-        let program = render_program(&self.syntax, routines)?;
-        let source = program.full_source();
-        let units = std::iter::once((String::new(), program.source))
+    fn render(
+        &self,
+        routines: &[&Optimized],
+        import: &dyn Fn(&str, &str) -> bool,
+    ) -> Result<CpuProgram> {
+        let program = render_program_importing(&self.syntax, routines, import)?;
+        // The kernels' unit also exports its statement functions and binds those it imports.
+        let exports = program.shared.exports();
+        let source = format!("{}{exports}", program.full_source());
+        let units = std::iter::once((String::new(), format!("{}{exports}", program.source)))
             .chain(
                 program
                     .units
@@ -100,6 +117,7 @@ impl CpuKernels for CKernels {
             units,
             kernels: program.kernels,
             source,
+            shared: program.shared,
         })
     }
 
@@ -119,7 +137,7 @@ pub struct EmulatedCudaKernels;
 
 impl Renderer for EmulatedCudaKernels {
     fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(self.render(routines)?.source)
+        Ok(self.render(routines, &|_, _| false)?.source)
     }
 
     fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
@@ -132,12 +150,17 @@ impl CpuKernels for EmulatedCudaKernels {
         "cuda_emu"
     }
 
-    fn render(&self, routines: &[&Optimized]) -> Result<CpuProgram> {
+    fn render(
+        &self,
+        routines: &[&Optimized],
+        _: &dyn Fn(&str, &str) -> bool,
+    ) -> Result<CpuProgram> {
         let program = render_cuda_emulated(routines)?;
         Ok(CpuProgram {
             units: vec![(String::new(), program.source.clone())],
             kernels: program.kernels.into_iter().map(|k| k.interface).collect(),
             source: program.source,
+            shared: SharedFunctions::default(),
         })
     }
 

@@ -18,6 +18,7 @@ mod devices;
 mod kernels;
 mod object_cache;
 mod schedule_store;
+mod shared_functions;
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;

@@ -15,7 +15,7 @@ use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 use crate::c::kernel::{
     CUnit, DISPATCH_BEGIN, KernelRenderer, OPTIMIZE_END, StableName, comment, node_name,
 };
-use crate::c::statements::{KernelScope, StatementFunctions};
+use crate::c::statements::{KernelScope, SharedFunctions, StatementFunctions};
 use crate::c::syntax::{self as c_syntax, CSyntax, Helper};
 use crate::kernel::{KernelInterface, PARALLEL_TYPEDEF};
 
@@ -30,11 +30,26 @@ pub struct CProgram {
     pub units: Vec<CUnit>,
     /// The kernels, in the order of the routines given.
     pub kernels: Vec<KernelInterface>,
+    /// The statement functions it defines and those it imports: a library built from it also
+    /// needs [`SharedFunctions::exports`] in the kernels' unit.
+    pub shared: SharedFunctions,
 }
 
 /// Renders the routines into C: the kernels' unit, and, for a large program, units holding its
-/// statement functions (see `crate::c::statements`) besides the product helpers' units.
+/// statement functions (see `crate::c::statements`) besides the product helpers' units. Every
+/// statement function is defined (none imported).
 pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProgram> {
+    render_program_importing(syntax, routines, &|_, _| false)
+}
+
+/// [`render_program`], except that the statement functions for which `import(name, text)`
+/// holds are not defined but called through pointers, set when the library is loaded from
+/// another library that defines them (see [`SharedFunctions`]).
+pub fn render_program_importing(
+    syntax: &CSyntax,
+    routines: &[&Optimized],
+    import: &dyn Fn(&str, &str) -> bool,
+) -> Result<CProgram> {
     let mut helpers = BTreeSet::new();
     // Product helpers by name: their prototype and their unit's definition.
     let mut products: BTreeMap<String, (String, String)> = BTreeMap::new();
@@ -79,8 +94,8 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
         let _ = writeln!(source, "{}\n", c_syntax::helper_definition(*h, syntax));
     }
     source.push_str(&prototypes);
-    let (statements, statement_units) =
-        functions.into_units(&format!("{header}{prototypes}"), &helpers, syntax);
+    let (statements, statement_units, shared) =
+        functions.into_units(&format!("{header}{prototypes}"), &helpers, syntax, import);
     source.push_str(&statements);
     units.extend(statement_units);
     source.push_str(&bodies);
@@ -88,6 +103,7 @@ pub fn render_program(syntax: &CSyntax, routines: &[&Optimized]) -> Result<CProg
         source,
         units,
         kernels,
+        shared,
     })
 }
 

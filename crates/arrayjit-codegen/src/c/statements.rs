@@ -66,24 +66,46 @@ impl StatementFunctions {
         unreachable!("a free name is always found")
     }
 
-    /// Splits the functions into the kernels' unit and units of their own: returns the text
-    /// that goes into the kernels' unit (definitions when the program is small, else
-    /// prototypes) and the other units (`header` and the helpers' definitions first).
+    /// Splits the functions into the kernels' unit and units of their own, leaving out those
+    /// that `import(name, text)` says another library already has (see [`SharedFunctions`]).
+    /// Returns the text that goes into the kernels' unit (definitions when the program is
+    /// small, else prototypes; a pointer for each imported function), the other units
+    /// (`header` and the helpers' definitions first), and which functions were imported and
+    /// which defined.
     pub(crate) fn into_units(
         self,
         header: &str,
         helpers: &BTreeSet<Helper>,
         syntax: &CSyntax,
-    ) -> (String, Vec<CUnit>) {
-        let total: usize = self.texts.values().map(String::len).sum();
-        let count = total.div_ceil(UNIT_BYTES).clamp(1, MAX_UNITS);
+        import: &dyn Fn(&str, &str) -> bool,
+    ) -> (String, Vec<CUnit>, SharedFunctions) {
         let mut texts = self.texts;
+        let mut shared = SharedFunctions::default();
+        let mut order = Vec::with_capacity(self.order.len());
+        let mut pointers = String::new();
+        for name in self.order {
+            let text = texts.remove(&name).unwrap_or_default();
+            if import(&name, &text) {
+                let _ = writeln!(
+                    pointers,
+                    "{};",
+                    pointer_of(&signature_of(&text, &name), &name)
+                );
+                shared.imported.push(name);
+            } else {
+                texts.insert(name.clone(), text.clone());
+                shared.defined.push((name.clone(), text));
+                order.push(name);
+            }
+        }
+        let total: usize = texts.values().map(String::len).sum();
+        let count = total.div_ceil(UNIT_BYTES).clamp(1, MAX_UNITS);
         if count == 1 {
-            let mut inline = String::new();
-            for name in &self.order {
+            let mut inline = pointers;
+            for name in &order {
                 inline.push_str(&texts[name]);
             }
-            return (inline, Vec::new());
+            return (inline, Vec::new(), shared);
         }
         let mut helper_defs = String::new();
         for h in helpers {
@@ -92,9 +114,9 @@ impl StatementFunctions {
         // Consecutive functions (in order of use) fill the units to about equal sizes.
         let per_unit = total.div_ceil(count);
         let mut units: Vec<CUnit> = Vec::new();
-        let mut prototypes = String::new();
+        let mut prototypes = pointers;
         let mut current = String::new();
-        for name in &self.order {
+        for name in &order {
             let text = texts.remove(name).unwrap_or_default();
             let _ = writeln!(prototypes, "{};", signature_of(&text, name));
             current.push_str(&text);
@@ -112,8 +134,83 @@ impl StatementFunctions {
                 source: format!("{header}{helper_defs}{current}"),
             });
         }
-        (prototypes, units)
+        (prototypes, units, shared)
     }
+}
+
+/// Statement functions shared between the libraries of one process. A library exports
+/// [`FIND_SYMBOL`]`(name)`, the address of each statement function it defines; a library
+/// rendered later that contains an equal function (the same name and text: the forward pass
+/// of a training step and of its evaluation) does not compile it again but calls it through a
+/// pointer, which the loader sets with [`BIND_SYMBOL`]`(find, ctx)` from `find(ctx, name)`
+/// before any kernel runs; it returns how many it could not find (then the library must not
+/// run). The functions take everything they touch as arguments, so one compiled copy serves
+/// every library that calls it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SharedFunctions {
+    /// The statement functions this library defines (and exports through [`FIND_SYMBOL`]), by
+    /// name, with their text.
+    pub defined: Vec<(String, String)>,
+    /// The statement functions it calls through pointers that [`BIND_SYMBOL`] sets.
+    pub imported: Vec<String>,
+}
+
+/// `void *aj_statement_function(const char *name)`: the address of a statement function the
+/// library defines, or null.
+pub const FIND_SYMBOL: &str = "aj_statement_function";
+
+/// `int64_t aj_bind_statement_functions(void *(*find)(void *ctx, const char *name), void
+/// *ctx)`: sets every imported statement function's pointer from `find`; returns how many
+/// were not found (0: the library may run).
+pub const BIND_SYMBOL: &str = "aj_bind_statement_functions";
+
+impl SharedFunctions {
+    /// The exported lookup of the defined functions and, when some are imported, the binder
+    /// of their pointers: C to append to the kernels' unit (after the functions' prototypes
+    /// and pointers, which [`crate::CProgram::source`] holds).
+    pub fn exports(&self) -> String {
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "__attribute__((visibility(\"default\"))) void *{FIND_SYMBOL}(const char *name) {{"
+        );
+        if !self.defined.is_empty() {
+            let _ = writeln!(
+                text,
+                "  static const struct {{ const char *name; void (*fn)(void); }} table[] = {{"
+            );
+            for (name, _) in &self.defined {
+                let _ = writeln!(text, "    {{ \"{name}\", (void (*)(void)){name} }},");
+            }
+            let _ = writeln!(
+                text,
+                "  }};\n  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)\n    if (strcmp(table[i].name, name) == 0) {{ void *f; memcpy(&f, &table[i].fn, sizeof f); return f; }}"
+            );
+        }
+        let _ = writeln!(text, "  (void)name;\n  return 0;\n}}\n");
+        if !self.imported.is_empty() {
+            let _ = writeln!(
+                text,
+                "__attribute__((visibility(\"default\"))) int64_t {BIND_SYMBOL}(void *(*find)(void *ctx, const char *name), void *ctx) {{\n  int64_t missing = 0;"
+            );
+            for name in &self.imported {
+                let _ = writeln!(
+                    text,
+                    "  {{ void *f = find(ctx, \"{name}\"); if (f) memcpy(&{name}, &f, sizeof f); else ++missing; }}"
+                );
+            }
+            let _ = writeln!(text, "  return missing;\n}}\n");
+        }
+        text
+    }
+}
+
+/// The declaration of a pointer named `name` to the function of definition line `signature`
+/// (`... void name(params)`), private to its unit.
+fn pointer_of(signature: &str, name: &str) -> String {
+    let from = signature.find(&format!("void {name}(")).unwrap_or(0);
+    let params = &signature[from + format!("void {name}").len()..];
+    format!("static void (*{name}){params}")
 }
 
 /// The definition line of function `name` in `text` (up to its opening brace).
@@ -297,6 +394,44 @@ impl KernelRenderer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn function(body: &str) -> String {
+        format!(
+            "__attribute__((visibility(\"hidden\"))) void {PLACEHOLDER}(float *const restrict p0, const int64_t s0, const aj_par *par) {{\n  (void)par; {body}\n}}\n"
+        )
+    }
+
+    #[test]
+    fn imported_functions_become_bound_pointers_and_defined_ones_are_exported() {
+        let mut functions = StatementFunctions::default();
+        let kept = functions.define(&function("p0[s0] = 1.0f;"));
+        let shared = functions.define(&function("p0[s0] = 2.0f;"));
+        let syntax = CSyntax::c();
+        let (kernel_text, units, split) =
+            functions.into_units("", &BTreeSet::new(), &syntax, &|name, text| {
+                name == shared && text.contains("2.0f")
+            });
+        assert!(units.is_empty(), "a small program is one unit");
+        assert_eq!(split.imported, vec![shared.clone()]);
+        assert_eq!(
+            split.defined.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            vec![&kept]
+        );
+        // The imported function is a pointer of its signature, not a definition.
+        assert!(kernel_text.contains(&format!(
+            "static void (*{shared})(float *const restrict p0, const int64_t s0, const aj_par *par);"
+        )));
+        assert!(!kernel_text.contains("2.0f") && kernel_text.contains("1.0f"));
+        let exports = split.exports();
+        assert!(exports.contains(&format!("{{ \"{kept}\", (void (*)(void)){kept} }}")));
+        assert!(!exports.contains(&format!("\"{shared}\", (void")));
+        assert!(exports.contains(&format!("find(ctx, \"{shared}\")")));
+        assert!(exports.contains(BIND_SYMBOL) && exports.contains(FIND_SYMBOL));
+        // Nothing imported: no binder; nothing defined: a lookup that finds nothing.
+        let none = SharedFunctions::default().exports();
+        assert!(none.contains(FIND_SYMBOL) && !none.contains(BIND_SYMBOL));
+        assert!(!none.contains("table"));
+    }
 
     #[test]
     fn comments_are_stripped_and_names_hash_the_text() {
