@@ -8,7 +8,9 @@
 //! - the compiler optimizes many small functions instead of one function of hundreds of loop
 //!   nests (whose register allocation and data-flow passes grow faster than linearly);
 //! - a large program's functions are spread over several translation units, compiled in
-//!   parallel and linked into one library.
+//!   parallel and linked into one library;
+//! - a library exports its functions by name, and a program rendered later in the process may
+//!   call those instead of defining equal ones again ([`SharedFunctions`]).
 //!
 //! The text of a statement function holds no labels (comments are left out; the kernel's call
 //! says what the statement is and why it runs as it does), so equal work gives equal text.
