@@ -3,18 +3,28 @@
 //! compiling it again, keeps that library loaded while it lives, and computes exactly what it
 //! would have computed on its own. (Its own test binary: the process's counters are read.)
 
-use arrayjit::backends::cc;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrayjit::backends::cc::{self, CcConfig};
 use arrayjit::codegen::BIND_SYMBOL;
 use arrayjit::gpt::{CharVocab, GptTrainer, TrainerConfig, batch};
 use arrayjit::prelude::*;
 use arrayjit::tensor::nn::{Gelu, GptConfig};
 
-/// The backends under test that render C (the ones whose libraries share functions).
-fn c_backends() -> Vec<Backend> {
-    arrayjit_testing::all_backends_under_test()
-        .unwrap()
+/// The two C backends (one worker, two workers) with their compile cache in `dir`: what is
+/// cached decides whether a routine imports (a library in the cache is loaded rather than one
+/// that imports compiled), so each test starts from an empty cache.
+fn c_backends(dir: &Path) -> Vec<Backend> {
+    [("sync_cc", 1), ("multicore_cc", 2)]
         .into_iter()
-        .filter(|b| matches!(b.name(), "sync_cc" | "multicore_cc"))
+        .map(|(name, workers)| {
+            let mut config = CcConfig::from_env().unwrap();
+            config.cache_dir = Some(dir.join(name));
+            config.build_files_dir = None;
+            config.workers_per_device = Some(workers);
+            Backend::from_lowered(name, Arc::new(cc::backend(config).unwrap()))
+        })
         .collect()
 }
 
@@ -32,9 +42,19 @@ fn exp_of_ramp(name: &str) -> (Tnode, Tnode, Assignments) {
 
 #[test]
 fn a_later_routine_calls_an_earlier_ones_function_and_keeps_its_library_loaded() {
-    for backend in c_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    for backend in c_backends(dir.path()) {
         let name = backend.name().to_string();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+        let alone_source = {
+            let (_x, _y, code) = exp_of_ramp("third");
+            backend
+                .compile("third", &code, &[])
+                .unwrap()
+                .source()
+                .to_string()
+        };
+        assert!(!alone_source.contains(BIND_SYMBOL), "{name}");
         let (_x, y, first_code) = exp_of_ramp("first");
         let first = backend.compile("first", &first_code, &[]).unwrap();
         let first_run = Context::new(&stream).link(&first).unwrap();
@@ -57,6 +77,13 @@ fn a_later_routine_calls_an_earlier_ones_function_and_keeps_its_library_loaded()
         );
         assert!(second.source().contains(BIND_SYMBOL), "{name}");
         assert!(!first.source().contains(BIND_SYMBOL), "{name}");
+
+        // A routine whose library with every function its own is in the compile cache (built
+        // while nothing offered its function) loads that rather than compiling one that
+        // imports.
+        let (_x3, _w, third_again_code) = exp_of_ramp("third");
+        let third_again = backend.compile("third", &third_again_code, &[]).unwrap();
+        assert_eq!(third_again.source(), alone_source, "{name}");
 
         // The first routine dropped: its library stays loaded for the second, which computes
         // exactly the same values with the same function.
@@ -87,7 +114,8 @@ fn a_trainers_evaluation_imports_the_steps_forward_pass_and_agrees_with_it() {
         precision: arrayjit::tensor::Precision::F32,
     };
     c.batch = 4;
-    for backend in c_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    for backend in c_backends(dir.path()) {
         let name = backend.name().to_string();
         let mut t = GptTrainer::new(&backend, &c).unwrap();
         let (ids, targets) = batch(&data, c.batch, c.model.context, 0, 5).unwrap();

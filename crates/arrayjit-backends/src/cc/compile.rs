@@ -352,6 +352,19 @@ fn cache_key(config: &CcConfig, compiler_id: &str, units: &[Unit]) -> String {
     hasher.finalize().to_hex().to_string()
 }
 
+/// Whether the library of these units is in the compile cache, sound (its seal verified), so
+/// that [`compile_and_load`] would load it without compiling.
+pub(super) fn is_cached(config: &CcConfig, units: &[Unit]) -> bool {
+    let (Some(dir), Ok(compiler_id)) = (
+        config.cache_dir.as_ref(),
+        compiler_identity(&config.compiler, config.compile_timeout),
+    ) else {
+        return false;
+    };
+    let key = cache_key(config, &compiler_id, units);
+    open_verified(&dir.join(format!("{key}.so")), &key).is_ok()
+}
+
 /// Compiles the units into one library (or finds it in the cache) and loads it. The first
 /// unit is the kernels'; several units are compiled in parallel, then linked.
 pub(super) fn compile_and_load(

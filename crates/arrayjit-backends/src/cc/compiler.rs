@@ -70,24 +70,35 @@ impl Compiler for CcCompiler {
             CallingConvention::C => Imports::live(&flavor),
             CallingConvention::EmulatedCuda => Imports::none(),
         };
-        for attempt in [&imports, &Imports::none()] {
-            let program = {
-                let _render = trace::compile_phase("render", &batch_name(routines));
-                self.kernels
-                    .render(routines, &|name, text| attempt.offer(name, text))?
-            };
+        let render = |import: &dyn Fn(&str, &str) -> bool| {
+            let _render = trace::compile_phase("render", &batch_name(routines));
+            self.kernels.render(routines, import)
+        };
+        // First with every function its own: a library of that in the compile cache loads at
+        // once, which beats compiling one that imports.
+        let full = render(&|_, _| false)?;
+        let importing = if imports.is_empty() || compile::is_cached(&config, &units_of(&full)) {
+            None
+        } else {
+            Some(render(&|name, text| imports.offer(name, text))?)
+                .filter(|p| !p.shared.imported.is_empty())
+        };
+        if let Some(program) = importing {
             // SAFETY: every kernel arrayjit's renderers generate has their calling convention.
-            if let Some(batch) = unsafe { self.load_rendered(&config, &flavor, program, attempt) }?
+            if let Some(batch) = unsafe { self.load_rendered(&config, &flavor, program, &imports) }?
             {
                 return Ok(batch);
             }
             // A library it imports from could not give every function: define them all.
         }
-        Err(Error::Runtime {
-            stream: self.kernels.name().into(),
-            detail: "a library that imports no statement function still asked for one: a \
-                     defect of the C renderer; please report it"
-                .into(),
+        // SAFETY: as above.
+        unsafe { self.load_rendered(&config, &flavor, full, &Imports::none()) }?.ok_or_else(|| {
+            Error::Runtime {
+                stream: self.kernels.name().into(),
+                detail: "a library that imports no statement function still asked for one: a \
+                         defect of the C renderer; please report it"
+                    .into(),
+            }
         })
     }
 
@@ -171,11 +182,7 @@ impl CcCompiler {
         program: CpuProgram,
         imports: &Imports,
     ) -> Result<Option<Arc<dyn CompiledBatch>>> {
-        let units: Vec<compile::Unit> = program
-            .units
-            .iter()
-            .map(|(suffix, source)| compile::Unit { suffix, source })
-            .collect();
+        let units = units_of(&program);
         let names: Vec<&str> = program.kernels.iter().map(|k| k.name.as_str()).collect();
         let (library, cache_hit) = compile::compile_and_load(config, &units, &names.join("+"))?;
         // SAFETY: the library was rendered with these imports.
@@ -288,4 +295,13 @@ impl CcCompiler {
             _providers: providers,
         }))
     }
+}
+
+/// The translation units of a rendered program, as the compiler takes them.
+fn units_of(program: &CpuProgram) -> Vec<compile::Unit<'_>> {
+    program
+        .units
+        .iter()
+        .map(|(suffix, source)| compile::Unit { suffix, source })
+        .collect()
 }
