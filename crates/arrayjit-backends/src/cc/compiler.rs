@@ -74,10 +74,14 @@ impl Compiler for CcCompiler {
             let _render = trace::compile_phase("render", &batch_name(routines));
             self.kernels.render(routines, import)
         };
-        // First with every function its own: a library of that in the compile cache loads at
-        // once, which beats compiling one that imports.
-        let full = render(&|_, _| false)?;
-        let importing = if imports.is_empty() || compile::is_cached(&config, &units_of(&full)) {
+        // First with every function its own (noting whether any could be imported): a library
+        // of that in the compile cache loads at once, which beats compiling one that imports.
+        let offered = std::cell::Cell::new(false);
+        let full = render(&|name, text| {
+            offered.set(offered.get() || imports.offer(name, text));
+            false
+        })?;
+        let importing = if !offered.get() || compile::is_cached(&config, &units_of(&full)) {
             None
         } else {
             Some(render(&|name, text| imports.offer(name, text))?)

@@ -95,11 +95,6 @@ impl Imports {
         }
     }
 
-    /// Whether no live library offers anything.
-    pub(super) fn is_empty(&self) -> bool {
-        self.providers.is_empty()
-    }
-
     /// Whether a live library defines function `name` with exactly this text; if so, the
     /// function is imported from it.
     pub(super) fn offer(&self, name: &str, text: &str) -> bool {
