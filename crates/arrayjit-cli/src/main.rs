@@ -305,6 +305,7 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     );
     let started = std::time::Instant::now();
     let lazy_before = trainer.lazy_compile_time();
+    let imported_before = arrayjit_backends::cc::compile_stats().imported_functions;
     let first = trainer.steps;
     let mut recent = Vec::new();
     for _ in 0..args.steps {
@@ -349,9 +350,16 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
         vocab.decode(&prompt),
         vocab.decode(&generated)
     );
+    // On the C backends they call the step's compiled functions where they share them.
+    let imported = arrayjit_backends::cc::compile_stats().imported_functions - imported_before;
     println!(
-        "(the held-out-loss and sampling routines compiled on first use: {:.0} ms)",
-        trainer.lazy_compile_time().as_secs_f64() * 1e3
+        "(the held-out-loss and sampling routines compiled on first use: {:.0} ms{})",
+        trainer.lazy_compile_time().as_secs_f64() * 1e3,
+        if imported > 0 {
+            format!(", calling {imported} statement functions of the step's library")
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
