@@ -1,9 +1,9 @@
 //! Statement functions shared between the C libraries of this process
 //! ([`arrayjit_codegen::SharedFunctions`]): which loaded libraries define which functions, the
 //! functions a new library imports instead of compiling them again, and binding its pointers
-//! once it is loaded. The forward pass of a model's training step, of its held-out loss and of
-//! its sampling render to the same functions; the routine compiled first defines them and the
-//! later ones call its copy.
+//! once it is loaded. The forward pass that a model's training step and its held-out loss
+//! share renders to the same functions; the routine compiled first defines them and the later
+//! one calls its copy.
 //!
 //! Rules:
 //! - A function is imported only from a live library of the same compiler and flags whose
