@@ -40,6 +40,8 @@ struct Provider {
     /// The compiler and flags it was built with.
     flavor: String,
     library: Weak<LoadedLibrary>,
+    /// Its lookup (valid while the library is loaded).
+    find: FindFn,
     /// Its functions' texts by name.
     functions: Texts,
 }
@@ -50,16 +52,20 @@ static PROVIDERS: Mutex<Vec<Provider>> = Mutex::new(Vec::new());
 /// libraries rendered later may import them. A library without the lookup entry point (built
 /// before libraries exported one) is not recorded.
 pub(super) fn register(flavor: &str, library: &Arc<LoadedLibrary>, defined: &[(String, String)]) {
-    // SAFETY: the generated lookup has this signature (`SharedFunctions::exports`).
-    if defined.is_empty() || unsafe { library.entry::<FindFn>(FIND_SYMBOL) }.is_err() {
+    if defined.is_empty() {
         return;
     }
+    // SAFETY: the generated lookup has this signature (`SharedFunctions::exports`).
+    let Ok(find) = (unsafe { library.entry::<FindFn>(FIND_SYMBOL) }) else {
+        return;
+    };
     let functions = Arc::new(defined.iter().cloned().collect());
     let mut providers = PROVIDERS.lock().unwrap_or_else(PoisonError::into_inner);
     providers.retain(|p| p.library.strong_count() > 0);
     providers.push(Provider {
         flavor: flavor.to_string(),
         library: Arc::downgrade(library),
+        find,
         functions,
     });
 }
@@ -67,7 +73,7 @@ pub(super) fn register(flavor: &str, library: &Arc<LoadedLibrary>, defined: &[(S
 /// The functions a library being rendered may import: those of the live libraries of one
 /// flavor, and which library each chosen one comes from.
 pub(super) struct Imports {
-    providers: Vec<(Arc<LoadedLibrary>, Texts)>,
+    providers: Vec<(Arc<LoadedLibrary>, FindFn, Texts)>,
     chosen: Mutex<HashMap<String, usize>>,
 }
 
@@ -87,7 +93,7 @@ impl Imports {
         let live = providers
             .iter()
             .filter(|p| p.flavor == flavor)
-            .filter_map(|p| Some((p.library.upgrade()?, p.functions.clone())))
+            .filter_map(|p| Some((p.library.upgrade()?, p.find, p.functions.clone())))
             .collect();
         Imports {
             providers: live,
@@ -101,7 +107,7 @@ impl Imports {
         let Some(at) = self
             .providers
             .iter()
-            .position(|(_, functions)| functions.get(name).is_some_and(|t| t == text))
+            .position(|(_, _, functions)| functions.get(name).is_some_and(|t| t == text))
         else {
             return false;
         };
@@ -133,11 +139,7 @@ impl Imports {
             let Some(&at) = chosen.get(name) else {
                 return Ok(None);
             };
-            // SAFETY: the generated lookup has this signature; `register` checked it exists.
-            let Ok(find) = (unsafe { self.providers[at].0.entry::<FindFn>(FIND_SYMBOL) }) else {
-                return Ok(None);
-            };
-            finders.insert(name.clone(), find);
+            finders.insert(name.clone(), self.providers[at].1);
             used[at] = true;
         }
         // SAFETY: the generated binder has this signature (`SharedFunctions::exports`).
@@ -158,7 +160,7 @@ impl Imports {
                 .iter()
                 .zip(used)
                 .filter(|(_, u)| *u)
-                .map(|((library, _), _)| library.clone())
+                .map(|((library, _, _), _)| library.clone())
                 .collect(),
         ))
     }

@@ -83,7 +83,6 @@ impl StatementFunctions {
     ) -> (String, Vec<CUnit>, SharedFunctions) {
         let mut texts = self.texts;
         let mut shared = SharedFunctions::default();
-        let mut order = Vec::with_capacity(self.order.len());
         let mut pointers = String::new();
         for name in self.order {
             let text = texts.remove(&name).unwrap_or_default();
@@ -95,17 +94,15 @@ impl StatementFunctions {
                 );
                 shared.imported.push(name);
             } else {
-                texts.insert(name.clone(), text.clone());
-                shared.defined.push((name.clone(), text));
-                order.push(name);
+                shared.defined.push((name, text));
             }
         }
-        let total: usize = texts.values().map(String::len).sum();
+        let total: usize = shared.defined.iter().map(|(_, text)| text.len()).sum();
         let count = total.div_ceil(UNIT_BYTES).clamp(1, MAX_UNITS);
         if count == 1 {
             let mut inline = pointers;
-            for name in &order {
-                inline.push_str(&texts[name]);
+            for (_, text) in &shared.defined {
+                inline.push_str(text);
             }
             return (inline, Vec::new(), shared);
         }
@@ -118,10 +115,9 @@ impl StatementFunctions {
         let mut units: Vec<CUnit> = Vec::new();
         let mut prototypes = pointers;
         let mut current = String::new();
-        for name in &order {
-            let text = texts.remove(name).unwrap_or_default();
-            let _ = writeln!(prototypes, "{};", signature_of(&text, name));
-            current.push_str(&text);
+        for (name, text) in &shared.defined {
+            let _ = writeln!(prototypes, "{};", signature_of(text, name));
+            current.push_str(text);
             if current.len() >= per_unit {
                 units.push(CUnit {
                     name: format!("stmts{}", units.len()),
