@@ -68,9 +68,10 @@ exceptions! {
 pub fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e.root_cause() {
-        Error::InvalidArgument { .. } | Error::StaticIndex { .. } | Error::WrongBackend { .. } => {
-            InvalidArgumentError::new_err(message)
-        }
+        Error::InvalidArgument { .. }
+        | Error::StaticIndex { .. }
+        | Error::WrongBackend { .. }
+        | Error::PreparedLinkMismatch { .. } => InvalidArgumentError::new_err(message),
         Error::BadValue { .. } => BadValueError::new_err(message),
         Error::BadAxis { .. } | Error::EmptyDims { .. } => AxisError::new_err(message),
         Error::Unsupported { .. } => UnsupportedError::new_err(message),

@@ -400,44 +400,67 @@ impl Backend {
         routines: &[(&str, &Assignments)],
         bindings: &[StaticSymbol],
     ) -> Result<Vec<Code>> {
-        self.check_available()?;
-        let settings = self.compile_settings()?;
-        let search = self.schedule_search_enabled()?;
         let optimized = routines
             .iter()
-            .map(|&(name, a)| {
-                let heuristic = {
-                    let _optimize = arrayjit_ir::trace::compile_phase("optimize", name);
-                    optimize_in(ctx, name, bindings, a, &settings)?
-                };
-                if !search {
-                    return Ok(Arc::new(heuristic));
-                }
-                let lowered = self.inner.lowered.as_ref();
-                let choice = match search::stored_choice(lowered, &heuristic) {
-                    Some(choice) => choice,
-                    None => {
-                        let report = search::search(
-                            lowered,
-                            (name, a, bindings),
-                            &settings,
-                            &heuristic,
-                            &self.search_settings(),
-                        )?;
-                        tracing::info!("{report}");
-                        report.winner
-                    }
-                };
-                if choice == ScheduleChoice::of(&settings) {
-                    Ok(Arc::new(heuristic))
-                } else {
-                    optimize_in(ctx, name, bindings, a, &choice.apply(&settings)).map(Arc::new)
-                }
-            })
+            .map(|&(name, a)| self.optimize_in(ctx, name, a, bindings))
             .collect::<Result<Vec<_>>>()?;
+        self.compile_optimized(&optimized)
+    }
+
+    /// The first half of [`Backend::compile_in`]: optimizes one routine for this backend's
+    /// settings (and, with the schedule search on, its stored or searched schedule choice)
+    /// without rendering or compiling it. The result says which arrays the routine needs, so
+    /// a context can make them ([`Context::prepare_link`](crate::context::Context::prepare_link))
+    /// while [`Backend::compile_optimized`] compiles it on another thread.
+    pub fn optimize_in(
+        &self,
+        ctx: &OptimizeCtx,
+        name: &str,
+        assignments: &Assignments,
+        bindings: &[StaticSymbol],
+    ) -> Result<Arc<arrayjit_ir::Optimized>> {
+        self.check_available()?;
+        let settings = self.compile_settings()?;
+        let heuristic = {
+            let _optimize = arrayjit_ir::trace::compile_phase("optimize", name);
+            optimize_in(ctx, name, bindings, assignments, &settings)?
+        };
+        if !self.schedule_search_enabled()? {
+            return Ok(Arc::new(heuristic));
+        }
+        let lowered = self.inner.lowered.as_ref();
+        let choice = match search::stored_choice(lowered, &heuristic) {
+            Some(choice) => choice,
+            None => {
+                let report = search::search(
+                    lowered,
+                    (name, assignments, bindings),
+                    &settings,
+                    &heuristic,
+                    &self.search_settings(),
+                )?;
+                tracing::info!("{report}");
+                report.winner
+            }
+        };
+        if choice == ScheduleChoice::of(&settings) {
+            Ok(Arc::new(heuristic))
+        } else {
+            optimize_in(ctx, name, bindings, assignments, &choice.apply(&settings)).map(Arc::new)
+        }
+    }
+
+    /// The second half of [`Backend::compile_batch_in`]: renders and compiles routines that
+    /// [`Backend::optimize_in`] of this backend optimized, together (one compiler run), in
+    /// order.
+    pub fn compile_optimized(
+        &self,
+        optimized: &[Arc<arrayjit_ir::Optimized>],
+    ) -> Result<Vec<Code>> {
+        self.check_available()?;
         // A precision the devices cannot compute in is an error before any compiler runs.
         let info = self.inner.lowered.device_info(0)?;
-        for o in &optimized {
+        for o in optimized {
             info.check_precisions(
                 &format!("{}:0", self.name()),
                 o.nodes.iter().filter(|r| r.used).map(|r| &r.tn),
@@ -458,12 +481,13 @@ impl Backend {
         crate::observe::list_compiled(
             self.name(),
             self.optimize_settings().schedule.gpu,
-            &optimized,
+            optimized,
             batch.as_ref(),
             started.elapsed(),
         )?;
         Ok(optimized
-            .into_iter()
+            .iter()
+            .cloned()
             .enumerate()
             .map(|(index, optimized)| Code {
                 backend_name: self.name().to_string(),

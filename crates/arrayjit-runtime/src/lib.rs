@@ -48,6 +48,7 @@ pub use context::{ArrayAccess, ChildMergeNode, Context, ScheduledArray};
 pub use data_parallel::DataParallel;
 pub use device::Device;
 pub use device_transfer::MergeBufferUse;
+pub use link::PreparedLink;
 pub use node_sync::{NodeSync, node_sync};
 pub use observe::{
     RoutineMemory, RunStats, debug_level, set_debug_level, set_run_timing, start_trace, stop_trace,

@@ -1,22 +1,31 @@
 //! Linking compiled code into a context (the reference's `link` and `link_batch`), in two
 //! steps:
 //!
-//! 1. **Plan** ([`LinkPlan`]): everything a link can refuse is checked — the backend, the
-//!    merge buffer, writes of nodes that change only on the host, inputs the context lacks,
-//!    writes of arrays another stream writes, memory the device cannot give (its free memory
-//!    and the backend's memory limit, `Device::check_memory`) — and every array the code needs is decided:
+//! 1. **Plan** ([`LinkPlan`]): everything a link can refuse is checked — the merge buffer,
+//!    writes of nodes that change only on the host, inputs the context lacks, writes of arrays
+//!    another stream writes, memory the device cannot give (its free memory and the backend's
+//!    memory limit, `Device::check_memory`) — and every array the routine needs is decided:
 //!    kept from the context, a device constant or host array used in place, taken from
 //!    another stream that only reads it too (sharing inference), or new, the new ones packed
 //!    into pools. Planning allocates nothing and changes nothing.
-//! 2. **Apply**: the plan's pools are allocated under a [`PoolGuard`] that frees them if any
-//!    later step fails; the arrays are made; the writes of shared arrays are claimed for this
-//!    stream; and only then, when nothing else can fail, the sharing decisions are recorded in
-//!    the nodes' memory modes (read on two streams and written by neither: shared across
-//!    streams; written here: per stream). A failed link leaves nothing behind.
+//! 2. **Apply**, in two halves:
+//!    - *make*: the plan's pools are allocated under a [`PoolGuard`] that frees them if
+//!      anything later fails or the link is abandoned, and the new arrays are made (filled
+//!      from their host arrays);
+//!    - *commit*, which needs the compiled code: the backend and the stream's scratch are
+//!      checked, the writes of shared arrays are claimed for this stream, and only then, when
+//!      nothing else can fail, the sharing decisions are recorded in the nodes' memory modes
+//!      (read on two streams and written by neither: shared across streams; written here: per
+//!      stream). A failed link leaves nothing behind.
+//!
+//! Planning and making need only the optimized routine, not its compiled code:
+//! [`Context::prepare_link`] does them (e.g. on another thread while the routine compiles, so
+//! that filling a large model's parameters overlaps the compiler), and [`PreparedLink::finish`]
+//! commits with the code. [`Context::link`] is both at once.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use arrayjit_backends::LoweredBackend;
 use arrayjit_ir::optimize::{MemoryPlan, PlanItem};
@@ -82,8 +91,6 @@ struct LinkPlan {
     /// Each pool's memory mode, where all its arrays share one.
     pool_modes: Vec<Option<MemoryMode>>,
     alignment: usize,
-    /// The scratch the kernel's interface asks the stream for.
-    scratch_bytes: usize,
 }
 
 /// Pools allocated by a link in progress: freed when dropped, unless the link completes and
@@ -109,6 +116,93 @@ impl Drop for PoolGuard {
     }
 }
 
+/// The arrays of one routine made ahead of its link ([`Context::prepare_link`]): the pools
+/// and new arrays a link of the routine into the context needs, filled from their host
+/// arrays. [`PreparedLink::finish`] links the routine's compiled code with them; dropping it
+/// instead frees them and leaves the context and every memory mode as they were.
+///
+/// The arrays start with what the host arrays held when they were made; a host array
+/// written after [`Context::prepare_link`] reaches the routine as after any link: its array
+/// then lags the host, and the routine uploads the host's values before reading them (rule 4
+/// of `host_sync`).
+pub struct PreparedLink {
+    context: Context,
+    optimized: Arc<Optimized>,
+    plan: LinkPlan,
+    arrays: ContextArrays,
+    offers: Vec<(Tnode, Weak<ArrayEntry>)>,
+    pools: PoolGuard,
+}
+
+impl std::fmt::Debug for PreparedLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PreparedLink({} into {}: {} new pools)",
+            self.optimized.name,
+            self.context.describe(),
+            self.pools.ids.len()
+        )
+    }
+}
+
+impl PreparedLink {
+    /// The routine the arrays were made for.
+    pub fn routine_name(&self) -> &str {
+        &self.optimized.name
+    }
+
+    /// Bytes of the pools made for the routine's new arrays.
+    pub fn new_pool_bytes(&self) -> usize {
+        self.plan
+            .memory
+            .pool_sizes
+            .iter()
+            .fold(0usize, |a, &b| a.saturating_add(b))
+    }
+
+    /// Links `code` into a child of the context the arrays were made in, with those arrays
+    /// (the second half of [`Context::link`], with the same checks and errors). `code` must be
+    /// the compiled form of the very routine given to [`Context::prepare_link`] (the same
+    /// [`Optimized`], as [`crate::Backend::compile_optimized`] returns it), else
+    /// [`Error::PreparedLinkMismatch`]. A failed finish frees the arrays and changes no memory
+    /// mode.
+    pub fn finish(self, code: &Code) -> Result<Routine> {
+        if !Arc::ptr_eq(&self.optimized, &code.optimized) {
+            return Err(Error::PreparedLinkMismatch {
+                prepared: self.optimized.name.clone(),
+                given: code.optimized.name.clone(),
+            });
+        }
+        let PreparedLink {
+            context,
+            optimized,
+            plan,
+            arrays,
+            offers,
+            pools,
+        } = self;
+        let new_pool_bytes = plan
+            .memory
+            .pool_sizes
+            .iter()
+            .fold(0usize, |a, &b| a.saturating_add(b));
+        context.commit_link(code, &optimized, &plan, &arrays, offers)?;
+        let memory = (!plan.memory.slots.is_empty()).then_some(plan.memory);
+        Routine::new(
+            context.child(
+                arrays,
+                plan.merge_node,
+                pools.keep(),
+                memory,
+                context.inner.optimize_ctx.clone(),
+            ),
+            code.clone(),
+            new_pool_bytes,
+        )
+    }
+}
+
 impl Context {
     /// Links compiled code into a child of this context, allocating every array the code needs
     /// that this context lacks (see [`Context::init_from_host`] for how they start). An array the
@@ -117,25 +211,27 @@ impl Context {
     /// of a second stream writing an array shared across streams is an error. A failed link
     /// allocates nothing and changes no memory mode (see the module's steps).
     pub fn link(&self, code: &Code) -> Result<Routine> {
-        let plan = self.plan_link(code)?;
-        let new_pool_bytes = plan
-            .memory
-            .pool_sizes
-            .iter()
-            .fold(0usize, |a, &b| a.saturating_add(b));
-        let (arrays, pools) = self.apply_link(code.optimized(), &plan)?;
-        let memory = (!plan.memory.slots.is_empty()).then_some(plan.memory);
-        Routine::new(
-            self.child(
-                arrays,
-                plan.merge_node,
-                pools,
-                memory,
-                self.inner.optimize_ctx.clone(),
-            ),
-            code.clone(),
-            new_pool_bytes,
-        )
+        self.prepare_link(&code.optimized)?.finish(code)
+    }
+
+    /// The first half of [`Context::link`], which needs only the optimized routine
+    /// ([`crate::Backend::optimize_in`]): every check that does not need the compiled code,
+    /// then the pools and new arrays of the link, filled from their host arrays. Run it while
+    /// the routine compiles ([`crate::Backend::compile_optimized`], e.g. on another thread)
+    /// and [`PreparedLink::finish`] with the code: the arrays' allocation and filling (for a
+    /// large model on a CPU device, mostly the system's first touch of the memory) then
+    /// overlaps the compiler. Errors as [`Context::link`]'s; on error nothing is left behind.
+    pub fn prepare_link(&self, optimized: &Arc<Optimized>) -> Result<PreparedLink> {
+        let plan = self.plan_link(optimized)?;
+        let (arrays, offers, pools) = self.make_link_arrays(optimized, &plan)?;
+        Ok(PreparedLink {
+            context: self.clone(),
+            optimized: optimized.clone(),
+            plan,
+            arrays,
+            offers,
+            pools,
+        })
     }
 
     /// Links a batch of codes (the reference's `link_batch`): each into a child of the context
@@ -159,16 +255,8 @@ impl Context {
     }
 
     /// Step 1: the checks and decisions of a link, without allocating or changing anything.
-    fn plan_link(&self, code: &Code) -> Result<LinkPlan> {
+    fn plan_link(&self, opt: &Optimized) -> Result<LinkPlan> {
         let stream = &self.inner.stream;
-        let backend_name = stream.device().backend().name();
-        if code.backend_name != backend_name {
-            return Err(Error::WrongBackend {
-                code_backend: code.backend_name.clone(),
-                context_backend: backend_name.into(),
-            });
-        }
-        let opt = code.optimized();
         let merge_node = match (&self.inner.merge_node, &opt.merge_node) {
             (Some(have), Some(want)) if have != want => {
                 return Err(Error::MergeBuffer {
@@ -243,13 +331,11 @@ impl Context {
             }
         }
         // What the link will allocate, checked against what the device may still give before
-        // anything is allocated or packed (the pools add only alignment and guards to it).
-        let scratch_bytes = code.interface()?.scratch_bytes;
+        // anything is allocated or packed (the pools add only alignment and guards to it; the
+        // stream's scratch, which the compiled code says, is checked when the link commits).
         let needed = fresh
             .iter()
-            .fold(stream.scratch_growth(scratch_bytes), |sum, tn| {
-                sum.saturating_add(tn.size_in_bytes())
-            });
+            .fold(0usize, |sum, tn| sum.saturating_add(tn.size_in_bytes()));
         if needed > 0 {
             device.check_memory(needed, || format!("linking routine {}", opt.name))?;
         }
@@ -290,21 +376,22 @@ impl Context {
             memory,
             pool_modes: pool_modes.into_iter().map(Option::flatten).collect(),
             alignment,
-            // The scratch the kernel's interface asks for (a backend may hold more locals
-            // there than the CPU's plan: the CUDA kernels keep every local node in it).
-            scratch_bytes,
         })
     }
 
-    /// Step 2: allocates and makes what the plan decided; returns the child's arrays and its
-    /// pools. Every error frees the pools allocated so far and leaves memory modes as they
-    /// were.
-    fn apply_link(&self, opt: &Optimized, plan: &LinkPlan) -> Result<(ContextArrays, Vec<usize>)> {
+    /// Step 2, first half: allocates and makes what the plan decided; returns the child's
+    /// arrays, the arrays to offer to other streams, and the pools (freed when the guard is
+    /// dropped). Every error frees the pools allocated so far; nothing here changes a memory
+    /// mode or what other streams see.
+    #[allow(clippy::type_complexity)]
+    fn make_link_arrays(
+        &self,
+        opt: &Optimized,
+        plan: &LinkPlan,
+    ) -> Result<(ContextArrays, Vec<(Tnode, Weak<ArrayEntry>)>, PoolGuard)> {
         let stream = &self.inner.stream;
         let device = stream.device();
         let backend = device.backend();
-        let my_stream = stream.inner.id;
-        stream.ensure_scratch(plan.scratch_bytes, plan.alignment)?;
         let lowered = self.lowered();
         let mut pools = PoolGuard {
             lowered: lowered.clone(),
@@ -367,6 +454,38 @@ impl Context {
             };
             arrays.insert(tn, entry);
         }
+        Ok((arrays, offers, pools))
+    }
+
+    /// Step 2, second half: with the compiled code, checks its backend and makes the stream's
+    /// scratch, then claims the writes of shared arrays for this stream and records the
+    /// link's sharing decisions (the last steps, once nothing else can fail).
+    fn commit_link(
+        &self,
+        code: &Code,
+        opt: &Optimized,
+        plan: &LinkPlan,
+        arrays: &ContextArrays,
+        offers: Vec<(Tnode, Weak<ArrayEntry>)>,
+    ) -> Result<()> {
+        let stream = &self.inner.stream;
+        let device = stream.device();
+        let backend = device.backend();
+        let my_stream = stream.inner.id;
+        if code.backend_name != backend.name() {
+            return Err(Error::WrongBackend {
+                code_backend: code.backend_name.clone(),
+                context_backend: backend.name().into(),
+            });
+        }
+        // The scratch the kernel's interface asks for (a backend may hold more locals there
+        // than the CPU's plan: the CUDA kernels keep every local node in it).
+        let scratch_bytes = code.interface()?.scratch_bytes;
+        let growth = stream.scratch_growth(scratch_bytes);
+        if growth > 0 {
+            device.check_memory(growth, || format!("linking routine {}", opt.name))?;
+        }
+        stream.ensure_scratch(scratch_bytes, plan.alignment)?;
         // The writes of shared arrays: checked for every array, then claimed for this stream.
         let shared_written: Vec<(&Tnode, &Arc<ArrayEntry>)> = arrays
             .iter()
@@ -426,6 +545,6 @@ impl Context {
             )?;
             device.shared_arrays().withdraw(tn);
         }
-        Ok((arrays, pools.keep()))
+        Ok(())
     }
 }

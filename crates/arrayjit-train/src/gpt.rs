@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use arrayjit_ir::{
     Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, ResultExt, Tnode,
 };
-use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_runtime::{Backend, Context, PreparedLink, Routine};
 use arrayjit_tensor::init::PendingDraws;
 use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};
 use arrayjit_tensor::rng::Philox;
@@ -339,32 +339,46 @@ impl GptTrainer {
     /// Builds the model and its three routines ([`GptPrograms`]), compiles the training step
     /// and links it on a new stream of device 0 (the other two compile on first use).
     ///
-    /// The parameters' initial values are drawn on a thread of their own while the step
-    /// compiles (nothing in a compile reads them), and linking waits for them.
+    /// Once the step is optimized, it renders and compiles on this thread while another draws
+    /// the parameters' initial values (nothing in a compile reads them) and then makes the
+    /// step's arrays, filled with them ([`Context::prepare_link`]); the link then only
+    /// commits. On a CPU device most of a large model's link is the system's first touch of
+    /// the parameters' memory, which so overlaps the compiler.
     pub fn new(backend: &Backend, config: &TrainerConfig) -> Result<GptTrainer> {
         let (p, pending) = GptPrograms::with_pending_draws(config)?;
         let optimize_ctx = OptimizeCtx::empty();
         let started = Instant::now();
         let on_backend = || format!("building the GPT training step on {}", backend.name());
-        let draw = || pending.clone().draw();
-        let (code, drawn) = std::thread::scope(|scope| {
-            let draws = std::thread::Builder::new()
+        let optimized = backend
+            .optimize_in(&optimize_ctx, "gpt_train_step", &p.step, &[])
+            .context(on_backend)?;
+        let stream = backend.get_device(0)?.new_stream()?;
+        let context = Context::new(&stream);
+        let prepare = || -> Result<PreparedLink> {
+            pending.clone().draw()?;
+            context.prepare_link(&optimized)
+        };
+        let (code, prepared) = std::thread::scope(|scope| {
+            let preparing = std::thread::Builder::new()
                 .name("arrayjit draws".into())
-                .spawn_scoped(scope, draw);
-            let code = backend.compile_in(&optimize_ctx, "gpt_train_step", &p.step, &[]);
-            let drawn = match draws {
+                .spawn_scoped(scope, prepare);
+            let code = backend.compile_optimized(std::slice::from_ref(&optimized));
+            let prepared = match preparing {
                 Ok(handle) => handle
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
                 // A thread the system refuses to start: the draws are made here instead.
-                Err(_) => draw(),
+                Err(_) => prepare(),
             };
-            (code, drawn)
+            (code, prepared)
         });
-        drawn?;
-        let code = code.context(on_backend)?;
-        let stream = backend.get_device(0)?.new_stream()?;
-        let train_step = Context::new(&stream).link(&code).context(on_backend)?;
+        let code = code
+            .context(on_backend)?
+            .pop()
+            .expect("one routine in, one code out");
+        let train_step = prepared
+            .and_then(|prepared| prepared.finish(&code))
+            .context(on_backend)?;
         let eval_loss = LazyRoutine::new("gpt_eval_loss", p.eval_program);
         let logits = LazyRoutine::new("gpt_logits", p.sample_program);
         Ok(GptTrainer {

@@ -405,6 +405,17 @@ pub enum Error {
         /// The context's backend.
         context_backend: String,
     },
+    /// A link prepared ahead (`Context::prepare_link`) was finished with the code of another
+    /// routine, or of another optimization of it.
+    #[error(
+        "the link prepared for routine {prepared} cannot be finished with the code of {given}: finish it with the code compiled from the very optimized routine it was prepared for (Backend::compile_optimized), or link the code with Context::link"
+    )]
+    PreparedLinkMismatch {
+        /// The routine the link was prepared for.
+        prepared: String,
+        /// The routine of the code given.
+        given: String,
+    },
     /// A routine writes a node that its memory mode or sharing does not let devices write.
     #[error("routine {routine} writes {node}, {reason}")]
     WriteRefused {
