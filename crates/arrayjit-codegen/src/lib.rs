@@ -22,7 +22,7 @@ pub mod kernel;
 pub mod wgsl;
 
 pub use c::kernel::CUnit;
-pub use c::renderer::{CProgram, render_program, render_program_importing};
+pub use c::renderer::{CProgram, RenderedC, render_program, render_program_importing};
 pub use c::statements::{BIND_SYMBOL, FIND_SYMBOL, SharedFunctions};
 pub use c::syntax::CSyntax;
 pub use kernel::{KernelInterface, LaunchDims, PARALLEL_TYPEDEF, SourceKernel};

@@ -472,3 +472,41 @@ fn column_sums_are_pairwise() {
     .unwrap();
     insta::assert_snapshot!(render("columns", &p, &[], &OptimizeSettings::default()));
 }
+
+/// Rendering once and assembling often: the assembly with nothing imported is
+/// `render_program`'s program, one importing some functions leaves exactly those out, and
+/// assembling does not use the rendering up (the third assembly equals the first).
+#[test]
+fn one_rendering_assembles_into_programs_that_import_or_define() {
+    let mut p = Assignments::Noop;
+    for k in 0..6 {
+        let n = 8 + k;
+        let x = input(Prec::F32, &[n], &format!("x{k}"));
+        let y = output(Prec::F32, &[n], &format!("y{k}"));
+        p = p.then(Assignments::pointwise_binop(&y, BinOp::Mul, &x, &x));
+    }
+    let opt = optimize("six", &[], &p, &OptimizeSettings::default()).unwrap();
+    let rendered = arrayjit_codegen::RenderedC::render(&CSyntax::c(), &[&opt]).unwrap();
+    let full = rendered.assemble(&|_, _| false);
+    let direct = render_program(&CSyntax::c(), &[&opt]).unwrap();
+    assert_eq!(full.source, direct.source);
+    assert_eq!(full.shared, direct.shared);
+    assert_eq!(full.shared.defined.len(), 6);
+    let take: Vec<String> = full.shared.defined[..2]
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect();
+    let importing = rendered.assemble(&|name, _| take.iter().any(|t| t == name));
+    assert_eq!(importing.shared.imported, take);
+    assert_eq!(importing.shared.defined, full.shared.defined[2..].to_vec());
+    for name in &take {
+        assert!(
+            importing
+                .source
+                .contains(&format!("static void (*{name})(")),
+            "{name} is not a pointer"
+        );
+        assert!(!importing.source.contains(&format!(" void {name}(")));
+    }
+    assert_eq!(rendered.assemble(&|_, _| false).source, full.source);
+}

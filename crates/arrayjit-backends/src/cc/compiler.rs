@@ -70,21 +70,21 @@ impl Compiler for CcCompiler {
             CallingConvention::C => Imports::live(&flavor),
             CallingConvention::EmulatedCuda => Imports::none(),
         };
-        let render = |import: &dyn Fn(&str, &str) -> bool| {
+        let rendered = {
             let _render = trace::compile_phase("render", &batch_name(routines));
-            self.kernels.render(routines, import)
+            self.kernels.render(routines)?
         };
         // First with every function its own (noting whether any could be imported): a library
         // of that in the compile cache loads at once, which beats compiling one that imports.
         let offered = std::cell::Cell::new(false);
-        let full = render(&|name, text| {
+        let full = rendered.assemble(&|name, text| {
             offered.set(offered.get() || imports.offer(name, text));
             false
-        })?;
+        });
         let importing = if !offered.get() || compile::is_cached(&config, &units_of(&full)) {
             None
         } else {
-            Some(render(&|name, text| imports.offer(name, text))?)
+            Some(rendered.assemble(&|name, text| imports.offer(name, text)))
                 .filter(|p| !p.shared.imported.is_empty())
         };
         if let Some(program) = importing {

@@ -7,9 +7,7 @@
 
 use arrayjit_codegen::cuda_emulation::{self as emu, emulated_source, render_cuda_emulated};
 use arrayjit_codegen::gpu_dialect::GpuDialect;
-use arrayjit_codegen::{
-    CSyntax, KernelInterface, SharedFunctions, SourceKernel, render_program_importing,
-};
+use arrayjit_codegen::{CSyntax, KernelInterface, RenderedC, SharedFunctions, SourceKernel};
 use arrayjit_ir::{Optimized, Result};
 
 use crate::device_info::DeviceInfo;
@@ -43,18 +41,21 @@ pub struct CpuProgram {
     pub shared: SharedFunctions,
 }
 
+/// Routines rendered once by a [`CpuKernels`], to be assembled into one library's units.
+pub trait RenderedKernels: Send {
+    /// The library's units, importing the statement functions for which `import(name, text)`
+    /// holds instead of defining them (renderers without statement functions ignore it).
+    /// Cheap next to the rendering: a compile that tries a library importing functions and
+    /// falls back to one defining them all renders once.
+    fn assemble(&self, import: &dyn Fn(&str, &str) -> bool) -> CpuProgram;
+}
+
 /// The renderer part of a CPU backend: a [`Renderer`] whose program the host compiler builds.
 pub trait CpuKernels: Renderer {
     /// The backend's name (`cc`, `cuda_emu`).
     fn name(&self) -> &'static str;
-    /// Renders routines into one library's units, importing the statement functions for which
-    /// `import(name, text)` holds instead of defining them (renderers without statement
-    /// functions ignore it).
-    fn render(
-        &self,
-        routines: &[&Optimized],
-        import: &dyn Fn(&str, &str) -> bool,
-    ) -> Result<CpuProgram>;
+    /// Renders routines for one library ([`RenderedKernels::assemble`] makes its units).
+    fn render(&self, routines: &[&Optimized]) -> Result<Box<dyn RenderedKernels>>;
     /// Source given directly (`compile_source`) as the compiler takes it.
     fn source_for(&self, source: &str, kernels: &[SourceKernel]) -> Result<String>;
     /// How the compiled kernels are called.
@@ -87,21 +88,13 @@ impl Default for CKernels {
 
 impl Renderer for CKernels {
     fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(self.render(routines, &|_, _| false)?.source)
+        Ok(self.render(routines)?.assemble(&|_, _| false).source)
     }
 }
 
-impl CpuKernels for CKernels {
-    fn name(&self) -> &'static str {
-        "cc"
-    }
-
-    fn render(
-        &self,
-        routines: &[&Optimized],
-        import: &dyn Fn(&str, &str) -> bool,
-    ) -> Result<CpuProgram> {
-        let program = render_program_importing(&self.syntax, routines, import)?;
+impl RenderedKernels for RenderedC {
+    fn assemble(&self, import: &dyn Fn(&str, &str) -> bool) -> CpuProgram {
+        let program = RenderedC::assemble(self, import);
         // The kernels' unit also exports its statement functions and binds those it imports.
         let exports = program.shared.exports();
         let source = format!("{}{exports}", program.full_source());
@@ -113,12 +106,31 @@ impl CpuKernels for CKernels {
                     .map(|u| (format!("-{}", u.name), u.source)),
             )
             .collect();
-        Ok(CpuProgram {
+        CpuProgram {
             units,
             kernels: program.kernels,
             source,
             shared: program.shared,
-        })
+        }
+    }
+}
+
+/// A program with nothing to import: every assembly is the program.
+struct Assembled(CpuProgram);
+
+impl RenderedKernels for Assembled {
+    fn assemble(&self, _: &dyn Fn(&str, &str) -> bool) -> CpuProgram {
+        self.0.clone()
+    }
+}
+
+impl CpuKernels for CKernels {
+    fn name(&self) -> &'static str {
+        "cc"
+    }
+
+    fn render(&self, routines: &[&Optimized]) -> Result<Box<dyn RenderedKernels>> {
+        Ok(Box::new(RenderedC::render(&self.syntax, routines)?))
     }
 
     fn source_for(&self, source: &str, _: &[SourceKernel]) -> Result<String> {
@@ -137,7 +149,7 @@ pub struct EmulatedCudaKernels;
 
 impl Renderer for EmulatedCudaKernels {
     fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(self.render(routines, &|_, _| false)?.source)
+        Ok(self.render(routines)?.assemble(&|_, _| false).source)
     }
 
     fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
@@ -150,18 +162,14 @@ impl CpuKernels for EmulatedCudaKernels {
         "cuda_emu"
     }
 
-    fn render(
-        &self,
-        routines: &[&Optimized],
-        _: &dyn Fn(&str, &str) -> bool,
-    ) -> Result<CpuProgram> {
+    fn render(&self, routines: &[&Optimized]) -> Result<Box<dyn RenderedKernels>> {
         let program = render_cuda_emulated(routines)?;
-        Ok(CpuProgram {
+        Ok(Box::new(Assembled(CpuProgram {
             units: vec![(String::new(), program.source.clone())],
             kernels: program.kernels.into_iter().map(|k| k.interface).collect(),
             source: program.source,
             shared: SharedFunctions::default(),
-        })
+        })))
     }
 
     /// The CUDA kernels, renamed, with entry points that launch them.

@@ -36,7 +36,9 @@ pub use batch::CcBatch;
 pub use compile::{CompileStats, compile_stats};
 pub use compiler::CcCompiler;
 pub use devices::CpuDevices;
-pub use kernels::{CKernels, CallingConvention, CpuKernels, CpuProgram, EmulatedCudaKernels};
+pub use kernels::{
+    CKernels, CallingConvention, CpuKernels, CpuProgram, EmulatedCudaKernels, RenderedKernels,
+};
 
 /// Settings of the `cc` backend. [`CcConfig::from_env`] reads them from the environment
 /// variables named on the fields; a value outside the documented range, or one that does not

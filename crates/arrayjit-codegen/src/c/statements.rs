@@ -37,7 +37,7 @@ pub const UNIT_BYTES: usize = 96 << 10;
 pub const MAX_UNITS: usize = 16;
 
 /// The statement functions of a program, defined once each, in order of first use.
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct StatementFunctions {
     order: Vec<String>,
     texts: HashMap<String, String>,
@@ -74,27 +74,22 @@ impl StatementFunctions {
     /// small, else prototypes; a pointer for each imported function), the other units
     /// (`header` and the helpers' definitions first), and which functions were imported and
     /// which defined.
-    pub(crate) fn into_units(
-        self,
+    pub(crate) fn units(
+        &self,
         header: &str,
         helpers: &BTreeSet<Helper>,
         syntax: &CSyntax,
         import: &dyn Fn(&str, &str) -> bool,
     ) -> (String, Vec<CUnit>, SharedFunctions) {
-        let mut texts = self.texts;
         let mut shared = SharedFunctions::default();
         let mut pointers = String::new();
-        for name in self.order {
-            let text = texts.remove(&name).unwrap_or_default();
-            if import(&name, &text) {
-                let _ = writeln!(
-                    pointers,
-                    "{};",
-                    pointer_of(&signature_of(&text, &name), &name)
-                );
-                shared.imported.push(name);
+        for name in &self.order {
+            let text = self.texts.get(name).map_or("", String::as_str);
+            if import(name, text) {
+                let _ = writeln!(pointers, "{};", pointer_of(&signature_of(text, name), name));
+                shared.imported.push(name.clone());
             } else {
-                shared.defined.push((name, text));
+                shared.defined.push((name.clone(), text.to_string()));
             }
         }
         let total: usize = shared.defined.iter().map(|(_, text)| text.len()).sum();
@@ -406,7 +401,7 @@ mod tests {
         let shared = functions.define(&function("p0[s0] = 2.0f;"));
         let syntax = CSyntax::c();
         let (kernel_text, units, split) =
-            functions.into_units("", &BTreeSet::new(), &syntax, &|name, text| {
+            functions.units("", &BTreeSet::new(), &syntax, &|name, text| {
                 name == shared && text.contains("2.0f")
             });
         assert!(units.is_empty(), "a small program is one unit");
