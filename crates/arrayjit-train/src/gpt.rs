@@ -335,16 +335,37 @@ impl GptPrograms {
     }
 }
 
+/// Whether [`GptTrainer::new`] makes the step's arrays beside its compile: on machines with
+/// at least four hardware threads. The step compiles as a few units at once (its statement
+/// functions in two or more, the product helper, the dispatch), which leave cores idle there,
+/// so filling the parameters' arrays (on a CPU device mostly the system's first touch of their
+/// memory) costs no time. On two, it only takes the cores from the compiler: on a 2-core VM,
+/// the 12-layer width-768 model's link went from 155–175 to 6–8 ms, but its compile took
+/// 200–400 ms longer.
+pub fn links_beside_compile() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4)
+}
+
 impl GptTrainer {
     /// Builds the model and its three routines ([`GptPrograms`]), compiles the training step
     /// and links it on a new stream of device 0 (the other two compile on first use).
     ///
     /// Once the step is optimized, it renders and compiles on this thread while another draws
-    /// the parameters' initial values (nothing in a compile reads them) and then makes the
-    /// step's arrays, filled with them ([`Context::prepare_link`]); the link then only
-    /// commits. On a CPU device most of a large model's link is the system's first touch of
-    /// the parameters' memory, which so overlaps the compiler.
+    /// the parameters' initial values (nothing in a compile reads them). On a machine with
+    /// cores the compiler leaves idle ([`links_beside_compile`]) that thread then also makes
+    /// the step's arrays, filled with those values ([`Context::prepare_link`]), so that the
+    /// link only commits; elsewhere the arrays are made after the compile.
     pub fn new(backend: &Backend, config: &TrainerConfig) -> Result<GptTrainer> {
+        GptTrainer::new_linking(backend, config, links_beside_compile())
+    }
+
+    /// [`GptTrainer::new`], making the step's arrays beside its compile (`beside`) or after it,
+    /// whatever the machine's cores. The trainer is the same either way.
+    pub fn new_linking(
+        backend: &Backend,
+        config: &TrainerConfig,
+        beside: bool,
+    ) -> Result<GptTrainer> {
         let (p, pending) = GptPrograms::with_pending_draws(config)?;
         let optimize_ctx = OptimizeCtx::empty();
         let started = Instant::now();
@@ -354,9 +375,10 @@ impl GptTrainer {
             .context(on_backend)?;
         let stream = backend.get_device(0)?.new_stream()?;
         let context = Context::new(&stream);
-        let prepare = || -> Result<PreparedLink> {
+        // The other thread's work: the draws, then (beside the compile) the link's arrays.
+        let prepare = || -> Result<Option<PreparedLink>> {
             pending.clone().draw()?;
-            context.prepare_link(&optimized)
+            beside.then(|| context.prepare_link(&optimized)).transpose()
         };
         let (code, prepared) = std::thread::scope(|scope| {
             let preparing = std::thread::Builder::new()
@@ -377,6 +399,10 @@ impl GptTrainer {
             .pop()
             .expect("one routine in, one code out");
         let train_step = prepared
+            .and_then(|prepared| match prepared {
+                Some(prepared) => Ok(prepared),
+                None => context.prepare_link(&optimized),
+            })
             .and_then(|prepared| prepared.finish(&code))
             .context(on_backend)?;
         let eval_loss = LazyRoutine::new("gpt_eval_loss", p.eval_program);

@@ -233,3 +233,33 @@ fn a_new_trainer_holds_the_parameters_drawn_from_its_seed() {
         assert!(token_embedding.iter().any(|&x| x != 0.0));
     }
 }
+
+/// The step's arrays made beside its compile (on the draws' thread) or after it: the same
+/// trainer, bit for bit — the arrays hold the drawn parameters, not the zeros they start as.
+#[test]
+fn a_trainer_linked_beside_its_compile_equals_one_linked_after() {
+    let vocab = CharVocab::from_text(TEXT);
+    let data = vocab.encode(TEXT).unwrap();
+    let c = config(vocab.len());
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
+        let name = backend.name().to_string();
+        let mut losses = Vec::new();
+        for beside in [true, false] {
+            let mut trainer = GptTrainer::new_linking(&backend, &c, beside).unwrap();
+            let mut run = Vec::new();
+            for step in 0..3 {
+                let (ids, targets) = batch(&data, c.batch, c.model.context, step, 3).unwrap();
+                run.push(trainer.train_step(&ids, &targets).unwrap());
+            }
+            losses.push(run);
+        }
+        assert_eq!(losses[0], losses[1], "{name}");
+        // A model of zeros would predict the uniform distribution (to rounding).
+        let uniform = (vocab.len() as f64).ln();
+        assert!(
+            (losses[0][0] - uniform).abs() > 1e-5,
+            "{name}: the parameters were not drawn ({} vs ln V = {uniform})",
+            losses[0][0]
+        );
+    }
+}
