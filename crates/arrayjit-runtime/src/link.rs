@@ -174,6 +174,7 @@ impl PreparedLink {
                 given: code.optimized.name.clone(),
             });
         }
+        let new_pool_bytes = self.new_pool_bytes();
         let PreparedLink {
             context,
             optimized,
@@ -182,11 +183,6 @@ impl PreparedLink {
             offers,
             pools,
         } = self;
-        let new_pool_bytes = plan
-            .memory
-            .pool_sizes
-            .iter()
-            .fold(0usize, |a, &b| a.saturating_add(b));
         context.commit_link(code, &optimized, &plan, &arrays, offers)?;
         let memory = (!plan.memory.slots.is_empty()).then_some(plan.memory);
         Routine::new(
