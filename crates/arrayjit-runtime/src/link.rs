@@ -207,7 +207,21 @@ impl Context {
     /// of a second stream writing an array shared across streams is an error. A failed link
     /// allocates nothing and changes no memory mode (see the module's steps).
     pub fn link(&self, code: &Code) -> Result<Routine> {
+        // Another backend's code is refused before anything is made for it.
+        self.check_backend(code)?;
         self.prepare_link(&code.optimized)?.finish(code)
+    }
+
+    /// [`Error::WrongBackend`] unless `code` was compiled for this context's backend.
+    fn check_backend(&self, code: &Code) -> Result<()> {
+        let backend = self.inner.stream.device().backend();
+        if code.backend_name != backend.name() {
+            return Err(Error::WrongBackend {
+                code_backend: code.backend_name.clone(),
+                context_backend: backend.name().into(),
+            });
+        }
+        Ok(())
     }
 
     /// The first half of [`Context::link`], which needs only the optimized routine
@@ -466,14 +480,8 @@ impl Context {
     ) -> Result<()> {
         let stream = &self.inner.stream;
         let device = stream.device();
-        let backend = device.backend();
         let my_stream = stream.inner.id;
-        if code.backend_name != backend.name() {
-            return Err(Error::WrongBackend {
-                code_backend: code.backend_name.clone(),
-                context_backend: backend.name().into(),
-            });
-        }
+        self.check_backend(code)?;
         // The scratch the kernel's interface asks for (a backend may hold more locals there
         // than the CPU's plan: the CUDA kernels keep every local node in it).
         let scratch_bytes = code.interface()?.scratch_bytes;

@@ -176,3 +176,23 @@ fn a_preparation_refuses_what_a_link_refuses() {
     let err = context.prepare_link(&optimized).unwrap_err();
     assert!(matches!(err, Error::NodeNotInContext { .. }), "{err}");
 }
+
+#[test]
+fn code_of_another_backend_is_refused_and_leaves_nothing_behind() {
+    let (sync, multi) = (
+        arrayjit::backend("sync_cc").unwrap(),
+        arrayjit::backend("multicore_cc").unwrap(),
+    );
+    let (prog, ..) = update_program();
+    let code = sync.compile("update", &prog, &[]).unwrap();
+    let device = multi.get_device(0).unwrap();
+    let context = Context::new(&device.new_stream().unwrap());
+    let before = device.used_memory();
+    let err = context.link(&code).unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongBackend { code_backend, context_backend }
+            if code_backend == "sync_cc" && context_backend == "multicore_cc"),
+        "{err}"
+    );
+    assert_eq!(device.used_memory(), before);
+}
