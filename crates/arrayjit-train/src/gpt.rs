@@ -23,13 +23,15 @@
 //! ```
 
 use std::path::Path;
+use std::sync::mpsc::Receiver;
 use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use arrayjit_ir::{
     Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, ResultExt, Tnode,
 };
-use arrayjit_runtime::{Backend, Context, PreparedLink, Routine};
+use arrayjit_runtime::{Backend, Code, Context, PreparedLink, Routine};
 use arrayjit_tensor::init::PendingDraws;
 use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};
 use arrayjit_tensor::rng::Philox;
@@ -189,6 +191,8 @@ struct LazyRoutine {
     name: &'static str,
     program: Assignments,
     routine: OnceLock<Routine>,
+    /// Its code, when it is being compiled ahead ([`GptTrainer::compile_ahead`]).
+    ahead: Mutex<Option<Receiver<Result<Code>>>>,
 }
 
 impl LazyRoutine {
@@ -197,6 +201,38 @@ impl LazyRoutine {
             name,
             program,
             routine: OnceLock::new(),
+            ahead: Mutex::new(None),
+        }
+    }
+
+    /// The code compiled ahead, waiting for it if it is not ready; `None` if none is being
+    /// compiled (or the compiling thread ended without sending it).
+    fn code_ahead(&self) -> Option<Result<Code>> {
+        let receiver = self
+            .ahead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        receiver.recv().ok()
+    }
+}
+
+/// The thread compiling routines ahead ([`GptTrainer::compile_ahead`]): joined when the
+/// trainer is dropped, so that no compile outlives it.
+#[derive(Default)]
+struct CompileAhead(Mutex<Option<JoinHandle<()>>>);
+
+impl Drop for CompileAhead {
+    fn drop(&mut self) {
+        let handle = self
+            .0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            // A compile that panicked has already reported itself; its routine compiles again
+            // on first use (which would say why).
+            let _ = handle.join();
         }
     }
 }
@@ -216,6 +252,8 @@ pub struct GptTrainer {
     logits: LazyRoutine,
     /// Time spent compiling and linking the lazy routines, when they were first used.
     lazy_compile: Mutex<Duration>,
+    /// The thread compiling the lazy routines ahead, if one was started.
+    compile_ahead: CompileAhead,
     /// The optimizer's state, saved with checkpoints.
     state: Vec<Tensor>,
     /// The learning rate node (hosted).
@@ -419,6 +457,7 @@ impl GptTrainer {
             eval_loss,
             logits,
             lazy_compile: Mutex::new(Duration::ZERO),
+            compile_ahead: CompileAhead::default(),
             state: p.state,
             learning_rate: p.learning_rate,
             steps: 0,
@@ -440,6 +479,59 @@ impl GptTrainer {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Starts compiling the held-out-loss and sampling routines on a thread of their own (in
+    /// that order, in the step's optimize context, as their first uses would), so that their
+    /// first use only links them, or waits for what is left of their compile. Worth it where
+    /// the training steps leave a core idle (`sync_cc` on a machine of several cores); on a
+    /// backend whose steps use every core it only moves the compile into the steps' time.
+    /// Does nothing for routines built or being compiled already; returns whether a thread was
+    /// started (a thread the system refuses leaves the routines to compile on first use).
+    /// Dropping the trainer waits for the thread.
+    pub fn compile_ahead(&self) -> bool {
+        let mut slot = self
+            .compile_ahead
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.is_some() {
+            return false;
+        }
+        let mut work = Vec::new();
+        let mut receivers = Vec::new();
+        for lazy in [&self.eval_loss, &self.logits] {
+            if lazy.routine.get().is_some() {
+                continue;
+            }
+            let (sender, receiver) = std::sync::mpsc::channel();
+            work.push((lazy.name, lazy.program.clone(), sender));
+            receivers.push((lazy, receiver));
+        }
+        if work.is_empty() {
+            return false;
+        }
+        let (backend, optimize_ctx) = (self.backend.clone(), self.optimize_ctx.clone());
+        let started = std::thread::Builder::new()
+            .name("arrayjit compile ahead".into())
+            .spawn(move || {
+                for (name, program, sender) in work {
+                    // A receiver gone (the trainer dropped) leaves nothing to send to.
+                    let _ = sender.send(backend.compile_in(&optimize_ctx, name, &program, &[]));
+                }
+            });
+        let Ok(handle) = started else {
+            return false;
+        };
+        // Each routine gets its own code (one that was linked meanwhile ignores it).
+        for (lazy, receiver) in receivers {
+            *lazy
+                .ahead
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(receiver);
+        }
+        *slot = Some(handle);
+        true
+    }
+
     /// `lazy`'s routine, compiled and linked into the step's context if this is its first use.
     fn routine<'a>(&self, lazy: &'a LazyRoutine) -> Result<&'a Routine> {
         if let Some(r) = lazy.routine.get() {
@@ -447,10 +539,13 @@ impl GptTrainer {
         }
         let started = Instant::now();
         let first_use = || format!("building {} on first use", lazy.name);
-        let code = self
-            .backend
-            .compile_in(&self.optimize_ctx, lazy.name, &lazy.program, &[])
-            .context(first_use)?;
+        let code = match lazy.code_ahead() {
+            Some(code) => code,
+            None => self
+                .backend
+                .compile_in(&self.optimize_ctx, lazy.name, &lazy.program, &[]),
+        }
+        .context(first_use)?;
         let routine = self.train_step.context().link(&code).context(first_use)?;
         // Another thread may have linked it meanwhile: either routine serves.
         let _ = lazy.routine.set(routine);
