@@ -164,6 +164,14 @@ impl PyGptTrainer {
         py.detach(|| self.lock().eval_loss(&ids, &targets)).py()
     }
 
+    /// Starts compiling the held-out-loss and sampling routines on a thread of their own, so
+    /// that their first use does not wait for the compiler (worth it where training leaves a
+    /// core idle); returns whether a thread was started (False when they are built or being
+    /// compiled already).
+    fn compile_ahead(&self) -> bool {
+        self.lock().compile_ahead()
+    }
+
     /// `count` ids sampled after `prompt` at `temperature` (0: the most likely id).
     #[pyo3(signature = (prompt, count, temperature = 1.0, seed = 0))]
     fn generate(

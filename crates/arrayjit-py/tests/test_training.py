@@ -149,6 +149,25 @@ def test_a_tiny_gpt_trains_and_samples_from_python(tmp_path):
     assert trainer.load(path) == 40
 
 
+def test_routines_compiled_ahead_give_the_same_losses_and_text():
+    text = "to be or not to be, that is the question; whether tis nobler in the mind"
+    vocab = aj.CharVocab(text)
+    data = vocab.encode(text)
+    runs = []
+    for ahead in [True, False]:
+        trainer = aj.GptTrainer(
+            len(vocab), context=8, width=16, heads=2, layers=1, hidden=32, batch=4, lr=3e-3
+        )
+        if ahead:
+            assert trainer.compile_ahead()
+            assert not trainer.compile_ahead()
+        ids, targets = trainer.batch(data, 0, 3)
+        ids, targets = ids.ravel().tolist(), targets.ravel().tolist()
+        losses = [trainer.train_step(ids, targets), trainer.eval_loss(ids, targets)]
+        runs.append((losses, trainer.generate(vocab.encode("to be"), 8, temperature=0.5, seed=3)))
+    assert runs[0] == runs[1]
+
+
 def test_a_tiny_gpt_trains_in_bf16_products_close_to_f32():
     text = "to be or not to be, that is the question; whether tis nobler in the mind"
     vocab = aj.CharVocab(text)
