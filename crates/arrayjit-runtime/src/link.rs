@@ -78,6 +78,9 @@ fn read_only_shareable(tn: &Tnode, inputs: &[Tnode], outputs: &[Tnode]) -> bool 
 /// A context's arrays by node.
 type ContextArrays = BTreeMap<Tnode, Arc<ArrayEntry>>;
 
+/// The new arrays a link offers to the device's other streams (sharing inference).
+type Offers = Vec<(Tnode, Weak<ArrayEntry>)>;
+
 /// What linking one code into one context will do, decided before anything is allocated.
 struct LinkPlan {
     /// The merge buffer's node of the child context.
@@ -130,7 +133,7 @@ pub struct PreparedLink {
     optimized: Arc<Optimized>,
     plan: LinkPlan,
     arrays: ContextArrays,
-    offers: Vec<(Tnode, Weak<ArrayEntry>)>,
+    offers: Offers,
     pools: PoolGuard,
 }
 
@@ -393,12 +396,11 @@ impl Context {
     /// arrays, the arrays to offer to other streams, and the pools (freed when the guard is
     /// dropped). Every error frees the pools allocated so far; nothing here changes a memory
     /// mode or what other streams see.
-    #[allow(clippy::type_complexity)]
     fn make_link_arrays(
         &self,
         opt: &Optimized,
         plan: &LinkPlan,
-    ) -> Result<(ContextArrays, Vec<(Tnode, Weak<ArrayEntry>)>, PoolGuard)> {
+    ) -> Result<(ContextArrays, Offers, PoolGuard)> {
         let stream = &self.inner.stream;
         let device = stream.device();
         let backend = device.backend();
@@ -476,7 +478,7 @@ impl Context {
         opt: &Optimized,
         plan: &LinkPlan,
         arrays: &ContextArrays,
-        offers: Vec<(Tnode, Weak<ArrayEntry>)>,
+        offers: Offers,
     ) -> Result<()> {
         let stream = &self.inner.stream;
         let device = stream.device();

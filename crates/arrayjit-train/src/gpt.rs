@@ -437,10 +437,7 @@ impl GptTrainer {
             .pop()
             .expect("one routine in, one code out");
         let train_step = prepared
-            .and_then(|prepared| match prepared {
-                Some(prepared) => Ok(prepared),
-                None => context.prepare_link(&optimized),
-            })
+            .and_then(|early| early.map_or_else(|| context.prepare_link(&optimized), Ok))
             .and_then(|prepared| prepared.finish(&code))
             .context(on_backend)?;
         let eval_loss = LazyRoutine::new("gpt_eval_loss", p.eval_program);
