@@ -1,7 +1,7 @@
 //! Buffers that know the precision of their values (the reference's `device_buffer`, a native
 //! buffer with its size and dtype): [`ArrayBuffer`] wraps any backend's buffer with a
 //! [`Prec`], and [`typed`] is the one way the runtime and [`DeviceRuntime::alloc_array`]
-//! make them.
+//! make them (a host array handed to a device is typed with its own precision).
 //!
 //! A backend's own code is unchanged by the wrapper: [`DeviceBuffer::as_any`] of an
 //! [`ArrayBuffer`] is its inner buffer's, so a backend downcasting an argument to its buffer
@@ -86,6 +86,15 @@ pub fn typed(buffer: BufferHandle, prec: Prec, op: &str) -> Result<BufferHandle>
             prec,
         })),
     }
+}
+
+/// A buffer made of a host array of `prec` values (a host array handed to a device), typed
+/// with that precision: it holds whole values by construction, so nothing can fail.
+pub(crate) fn typed_host_array(buffer: BufferHandle, prec: Prec) -> BufferHandle {
+    Arc::new(ArrayBuffer {
+        inner: buffer,
+        prec,
+    })
 }
 
 /// Checks that `buffer`, if it knows its precision, holds `prec` values (for uses that need a

@@ -1,5 +1,5 @@
 //! Host-memory buffers for the CPU backends: 64-byte aligned, zero-initialized, with per-device
-//! memory accounting.
+//! memory accounting; or a node's host array, used in place or handed to the device.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::any::Any;
@@ -45,6 +45,13 @@ enum Backing {
     /// The host array of a node, used in place (`use_host_memory`): the node keeps the memory
     /// alive (a host array is never moved or replaced), and its host lock guards every access.
     Host { node: arrayjit_ir::Tnode },
+    /// A node's host array handed to the device ([`CpuBuffer::adopt`]): owned like an
+    /// allocation of its own (its storage does not move with it) and counted in the device's
+    /// memory.
+    Adopted {
+        _array: arrayjit_ir::Ndarray,
+        counter: Arc<MemoryCounter>,
+    },
 }
 
 // SAFETY: the buffer owns its allocation (or its pool or node does); concurrent access is
@@ -142,6 +149,31 @@ impl CpuBuffer {
             device,
             backing: Backing::Host { node: tn.clone() },
         })
+    }
+
+    /// A host array handed to `device` as its own memory (see
+    /// `arrayjit_ir::tnode::HostValues::hand_to_device`): its bytes, padding margins included,
+    /// become the buffer's, and no byte is copied. Counted in `counter` until dropped.
+    pub fn adopt(
+        mut array: arrayjit_ir::Ndarray,
+        device: usize,
+        counter: Arc<MemoryCounter>,
+    ) -> CpuBuffer {
+        let bytes = array.as_bytes_mut();
+        let size = bytes.len();
+        // The storage is a heap allocation that stays where it is when `array` moves into the
+        // buffer below; an empty one has a dangling, never dereferenced, pointer.
+        let ptr = NonNull::new(bytes.as_mut_ptr()).unwrap_or(NonNull::dangling());
+        counter.0.fetch_add(size, Ordering::Relaxed);
+        CpuBuffer {
+            ptr,
+            size,
+            device,
+            backing: Backing::Adopted {
+                _array: array,
+                counter,
+            },
+        }
     }
 
     /// The node whose host array this buffer is, if it is one ([`CpuBuffer::host_alias`]).
@@ -258,6 +290,10 @@ impl CpuBuffer {
 
 impl Drop for CpuBuffer {
     fn drop(&mut self) {
+        if let Backing::Adopted { counter, .. } = &self.backing {
+            // The array itself is dropped with the backing.
+            counter.0.fetch_sub(self.size, Ordering::Relaxed);
+        }
         if let Backing::Owned {
             base,
             layout,
@@ -281,6 +317,7 @@ impl fmt::Debug for CpuBuffer {
             Backing::Owned { .. } => "",
             Backing::View { .. } => " (pool view)",
             Backing::Host { .. } => " (a host array in place)",
+            Backing::Adopted { .. } => " (a host array handed to the device)",
         };
         write!(
             f,

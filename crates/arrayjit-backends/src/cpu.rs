@@ -1,7 +1,7 @@
 //! The CPU runtime, shared by every CPU backend (`cc` runs C on it, `cuda_emu` emulated CUDA):
 //! devices are slices of the host, each with a memory counter and a worker pool; buffers are
-//! [`CpuBuffer`]s (host memory, or a hosted node's host array used in place); pools live in a
-//! [`PoolTable`]; copies are `memcpy`s that finish before they return.
+//! [`CpuBuffer`]s (host memory, or a hosted node's host array used in place or handed over);
+//! pools live in a [`PoolTable`]; copies are `memcpy`s that finish before they return.
 
 use std::sync::Arc;
 
@@ -24,7 +24,8 @@ pub struct CpuRuntimeConfig {
     pub workers_per_device: usize,
     /// Bytes left unused around every array of a pool (poisoned under AddressSanitizer).
     pub pool_guard_bytes: usize,
-    /// Whether hosted constant and volatile nodes' host arrays serve as their device arrays.
+    /// Whether hosted constant and volatile nodes' host arrays serve as their device arrays,
+    /// and nodes changed on devices get theirs handed over.
     pub use_host_memory: bool,
 }
 
@@ -149,6 +150,28 @@ impl DeviceRuntime for CpuRuntime {
             return Ok(None);
         }
         Ok(Some(Arc::new(CpuBuffer::host_alias(tn, device)?)))
+    }
+
+    fn adopts_host_arrays(&self) -> bool {
+        // The same switch as host arrays used in place: host memory is the device's.
+        self.use_host_memory
+    }
+
+    fn adopt_host_array(
+        &self,
+        device: usize,
+        array: arrayjit_ir::Ndarray,
+    ) -> std::result::Result<BufferHandle, (arrayjit_ir::Ndarray, Error)> {
+        if let Err(e) = self.device_check(device) {
+            return Err((array, e));
+        }
+        let prec = array.prec();
+        let buffer = Arc::new(CpuBuffer::adopt(
+            array,
+            device,
+            self.counters[device].clone(),
+        ));
+        Ok(crate::array_buffer::typed_host_array(buffer, prec))
     }
 
     fn alloc_zeroed(&self, device: usize, size_in_bytes: usize) -> Result<BufferHandle> {

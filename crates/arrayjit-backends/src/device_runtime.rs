@@ -54,6 +54,32 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
         let _ = (device, tn);
         Ok(None)
     }
+    /// Whether [`adopt_host_array`](DeviceRuntime::adopt_host_array) makes device arrays of
+    /// host arrays on this backend (unified memory, like the CPU's). Default `false`.
+    fn adopts_host_arrays(&self) -> bool {
+        false
+    }
+    /// The array of a hosted node on `device` made of its host array itself, handed over by
+    /// the host (`arrayjit_ir::tnode::HostValues::hand_to_device`): no byte is copied, and the
+    /// buffer, typed with the array's precision, owns the array from then on. The runtime does this for nodes that devices change,
+    /// at their first link, where [`adopts_host_arrays`](DeviceRuntime::adopts_host_arrays).
+    /// An error gives the array back. Default: [`arrayjit_ir::Error::Unsupported`].
+    #[allow(clippy::result_large_err)]
+    fn adopt_host_array(
+        &self,
+        device: usize,
+        array: arrayjit_ir::Ndarray,
+    ) -> std::result::Result<BufferHandle, (arrayjit_ir::Ndarray, arrayjit_ir::Error)> {
+        let _ = device;
+        Err((
+            array,
+            arrayjit_ir::Error::Unsupported {
+                backend: format!("{self:?}"),
+                what: "making a device array of a host array".into(),
+                instead: "copy the host array to the device (the default link)".into(),
+            },
+        ))
+    }
     /// Whether a copy from the host into a buffer that no work has used yet may run at once,
     /// on the calling thread ([`copy_from_host`](DeviceRuntime::copy_from_host) with no queue),
     /// with nothing to order it after: true where buffers are plain host memory (the CPU

@@ -4,7 +4,9 @@
 //!
 //! Rules:
 //! 1. A view aliases the host array, which a node never moves or replaces once made (every
-//!    change is in place); the view's base object keeps the node, and so the array, alive.
+//!    change is in place); the view's base object keeps the node, and so the array, alive, and
+//!    pins the array (`HostValues::pin`): it is not handed to a CPU device while a view exists
+//!    (the node's device array is then a copy).
 //! 2. A view is read-only: a write through it would change the host values without the runtime
 //!    knowing, and devices would compute on stale copies. `assign` is the way in.
 //! 3. A view shows the host array as it is: `numpy()` first brings the host up to date (waiting
@@ -13,6 +15,7 @@
 //! 4. Where NumPy lacks the precision (bf16) or the host array has padding margins, values go
 //!    through a converted copy instead.
 
+use arrayjit_ir::tnode::HostPin;
 use arrayjit_ir::{Error, Prec, Tnode};
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArrayDyn, PyReadonlyArrayDyn};
@@ -21,10 +24,10 @@ use pyo3::types::PyDict;
 
 use crate::errors::{IntoPy, to_py};
 
-/// Keeps a node (and so its host array) alive while NumPy views of it exist.
+/// Keeps a node's host array alive and where it is (pinned) while NumPy views of it exist.
 #[pyclass(module = "arrayjit", frozen)]
 pub struct HostArrayOwner {
-    _node: Tnode,
+    _pin: HostPin,
 }
 
 /// Runs `$body` with `$T` the Rust element type NumPy shares for `$prec`, or `$fallback`.
@@ -75,6 +78,8 @@ macro_rules! with_numpy_element {
 /// A read-only NumPy view of `tn`'s host array, brought up to date first (rules 1–3); `None`
 /// where NumPy lacks the precision or the array has padding (rule 4).
 pub fn view<'py>(py: Python<'py>, tn: &Tnode) -> PyResult<Option<Bound<'py, PyAny>>> {
+    // Pinned before the refresh that makes a handed-over host array again: it then stays.
+    let pin = tn.host().pin();
     let node = tn.clone();
     py.detach(move || node.host().prepare_read()).py()?;
     let Some((plain, address)) = tn
@@ -93,11 +98,12 @@ pub fn view<'py>(py: Python<'py>, tn: &Tnode) -> PyResult<Option<Bound<'py, PyAn
     }
     let dims = tn.dims().to_vec();
     with_numpy_element!(tn.prec(), T => {
-        let owner = Bound::new(py, HostArrayOwner { _node: tn.clone() })?.into_any();
+        let owner = Bound::new(py, HostArrayOwner { _pin: pin })?.into_any();
         // SAFETY: `address` is the start of the host array's storage, which holds exactly
         // `dims`' elements of `T` (no padding), is aligned for `T` (typed storage), and is never
-        // moved or replaced while the node lives (rule 1); `owner`, the view's base object,
-        // keeps the node alive as long as the view.
+        // moved or replaced while the node lives and the array is pinned (rule 1); `owner`,
+        // the view's base object, keeps the node alive and the array pinned as long as the
+        // view.
         let array = unsafe {
             let data = ArrayViewD::<T>::from_shape_ptr(IxDyn(&dims), address as *const T);
             PyArrayDyn::<T>::borrow_from_array(&data, owner)

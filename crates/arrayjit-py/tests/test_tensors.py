@@ -187,6 +187,27 @@ def test_numpy_reads_the_host_array_in_place_and_views_are_read_only(backend):
     assert out.sum() == 12.0
 
 
+def test_a_view_of_a_parameter_stays_valid_while_training_changes_it(backend):
+    # Loss sum(w * w): SGD with lr 0.25 halves every weight each step.
+    viewed = aj.param("viewed", (3,), init=("constant", 4.0))
+    other = aj.param("other", (3,), init=("constant", 8.0))
+    view = viewed.numpy()  # pins the host array: on the CPU it is copied, not handed over
+    loss = (viewed * viewed).sum() + (other * other).sum()
+    trainer = aj.Trainer(loss, aj.SGD(lr=0.25), backend)
+    trainer.step()
+    # The view shows the refresh, which happens in place in the pinned host array.
+    again = viewed.numpy()
+    assert np.shares_memory(view, again)
+    np.testing.assert_array_equal(view, [2.0, 2.0, 2.0])
+    # `other`, with no view, may be handed to the device: its host array is made again.
+    np.testing.assert_array_equal(other.numpy(), [4.0, 4.0, 4.0])
+    trainer.step()
+    np.testing.assert_array_equal(other.numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(viewed.numpy(), [1.0, 1.0, 1.0])
+    del trainer, loss, viewed
+    assert view.sum() == 3.0
+
+
 def test_arrays_of_the_nodes_dtype_are_copied_bit_for_bit():
     values = np.array([1.0 + 2.0 ** -40, np.nan, -0.0, 3.5e300])
     t = aj.tensor(values)

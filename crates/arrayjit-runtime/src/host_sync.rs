@@ -22,11 +22,18 @@
 //! 5. An explicit `to_host` from a copy makes the host hold that copy's values: the copy is the
 //!    only one not lagging, and any pending refresh (from another copy) is dropped — the user
 //!    asked for this copy's values.
+//! 6. Where a device's memory is the host's (the CPU backends, `adopts_host_arrays`), the
+//!    first array of a node that devices change is made of its host array itself, handed
+//!    over rather than copied: that copy holds the host's values (it does not lag, unless a
+//!    refresh from another copy was pending, which then stays), and the host gets a pending
+//!    refresh from it, as after a device write (rule 4). The refresh makes the host array
+//!    again, so the host sees the same values as with a copy, and one array holds them until
+//!    the host next reads or writes the node.
 
 use std::sync::{Arc, Weak};
 
 use arrayjit_backends::LoweredBackend;
-use arrayjit_ir::Result;
+use arrayjit_ir::{Error, Result, Tnode};
 
 use crate::array_entry::{Access, ArrayEntry};
 use crate::node_sync::node_sync;
@@ -60,6 +67,48 @@ impl ArrayEntry {
         self.record(stream.all_work(), access);
         Ok(())
     }
+}
+
+/// Rule 6: `tn`'s new array on `stream`'s device made of its host array itself, where the
+/// backend's runtime does that; `None` where it does not, or when there is no host array to
+/// hand over (the caller then makes an array of the device's own). Only for a node that
+/// devices change (`Hosted(ChangedOnDevices)`): no device array aliases its host array.
+pub(crate) fn adopt_host_array(stream: &Stream, tn: &Tnode) -> Result<Option<Arc<ArrayEntry>>> {
+    let lowered = stream.device().backend().lowered().clone();
+    if !lowered.runtime().adopts_host_arrays() {
+        return Ok(None);
+    }
+    // The host array holds the latest values once a pending refresh has run.
+    tn.host().prepare_read()?;
+    let sync = node_sync(tn)?;
+    let (device, prec, size) = (stream.device().ordinal(), tn.prec(), tn.size_in_bytes());
+    tn.host().hand_to_device(|nd| {
+        if nd.prec() != prec || nd.size_in_bytes() != size {
+            let detail = format!(
+                "its host array holds {} bytes of {} values; the node stores {size} bytes of {}                  values",
+                nd.size_in_bytes(),
+                nd.prec().name(),
+                prec.name()
+            );
+            return Err((
+                nd,
+                Error::ShapeMismatch {
+                    op: format!("handing the host array of {} to a device", tn.debug_name()),
+                    shapes: vec![],
+                    detail,
+                },
+            ));
+        }
+        let buffer = lowered.runtime().adopt_host_array(device, nd)?;
+        let entry = ArrayEntry::new(tn.clone(), buffer, false);
+        // Installed under the host lock `hand_to_device` holds: no host access comes between
+        // the handing over and the refresh that undoes it.
+        sync.host_handed_to(
+            entry.uid,
+            host_refresh_hook(stream.downgrade(), entry.clone(), lowered.clone()),
+        );
+        Ok(entry)
+    })
 }
 
 /// Schedules copying host bytes into an array (a write).

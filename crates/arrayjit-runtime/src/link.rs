@@ -6,12 +6,15 @@
 //!    another stream writes, memory the device cannot give (its free memory and the backend's
 //!    memory limit, `Device::check_memory`) — and every array the routine needs is decided:
 //!    kept from the context, a device constant or host array used in place, taken from
-//!    another stream that only reads it too (sharing inference), or new, the new ones packed
-//!    into pools. Planning allocates nothing and changes nothing.
+//!    another stream that only reads it too (sharing inference), or new: made of the node's
+//!    host array itself where the device's memory is the host's and devices change the node
+//!    (rule 6 of `host_sync`: no copy, no new memory), else packed into pools. Planning
+//!    allocates nothing and changes nothing.
 //! 2. **Apply**, in two halves:
 //!    - *make*: the plan's pools are allocated under a [`PoolGuard`] that frees them if
 //!      anything later fails or the link is abandoned, and the new arrays are made (filled
-//!      from their host arrays);
+//!      from their host arrays, or made of them under a [`HandedOver`] guard that gives
+//!      them back to the host if the link fails or is abandoned);
 //!    - *commit*, which needs the compiled code: the backend and the stream's scratch are
 //!      checked, the writes of shared arrays are claimed for this stream, and only then, when
 //!      nothing else can fail, the sharing decisions are recorded in the nodes' memory modes
@@ -89,7 +92,10 @@ struct LinkPlan {
     outputs: Vec<Tnode>,
     /// Arrays taken from another stream that only reads them too, with its offer.
     promoted: BTreeMap<Tnode, (Arc<ArrayEntry>, SharingCandidate)>,
-    /// Where the new arrays go: their pools and places in them.
+    /// New arrays to make of their nodes' host arrays, handed over (rule 6 of `host_sync`):
+    /// in no pool, and no new memory.
+    adopted: Vec<Tnode>,
+    /// Where the other new arrays go: their pools and places in them.
     memory: MemoryPlan,
     /// Each pool's memory mode, where all its arrays share one.
     pool_modes: Vec<Option<MemoryMode>>,
@@ -119,6 +125,28 @@ impl Drop for PoolGuard {
     }
 }
 
+/// The nodes whose host arrays a link in progress handed to its new arrays: given back when
+/// dropped (each host array made again from its array, by the pending refresh that the
+/// handing over installed), unless the link completes ([`HandedOver::keep`]). A refresh that
+/// fails stays pending, so the values stay in the array until the host reads them.
+#[derive(Default)]
+struct HandedOver(Vec<Tnode>);
+
+impl HandedOver {
+    /// The arrays stay the host's values' home.
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for HandedOver {
+    fn drop(&mut self) {
+        for tn in &self.0 {
+            let _ = tn.host().prepare_read();
+        }
+    }
+}
+
 /// The arrays of one routine made ahead of its link ([`Context::prepare_link`]): the pools
 /// and new arrays a link of the routine into the context needs, filled from their host
 /// arrays. [`PreparedLink::finish`] links the routine's compiled code with them; dropping it
@@ -135,6 +163,7 @@ pub struct PreparedLink {
     arrays: ContextArrays,
     offers: Offers,
     pools: PoolGuard,
+    handed_over: HandedOver,
 }
 
 impl std::fmt::Debug for PreparedLink {
@@ -185,10 +214,11 @@ impl PreparedLink {
             arrays,
             offers,
             pools,
+            handed_over,
         } = self;
         context.commit_link(code, &optimized, &plan, &arrays, offers)?;
         let memory = (!plan.memory.slots.is_empty()).then_some(plan.memory);
-        Routine::new(
+        let routine = Routine::new(
             context.child(
                 arrays,
                 plan.merge_node,
@@ -198,7 +228,9 @@ impl PreparedLink {
             ),
             code.clone(),
             new_pool_bytes,
-        )
+        )?;
+        handed_over.keep();
+        Ok(routine)
     }
 }
 
@@ -236,7 +268,7 @@ impl Context {
     /// overlaps the compiler. Errors as [`Context::link`]'s; on error nothing is left behind.
     pub fn prepare_link(&self, optimized: &Arc<Optimized>) -> Result<PreparedLink> {
         let plan = self.plan_link(optimized)?;
-        let (arrays, offers, pools) = self.make_link_arrays(optimized, &plan)?;
+        let (arrays, offers, pools, handed_over) = self.make_link_arrays(optimized, &plan)?;
         Ok(PreparedLink {
             context: self.clone(),
             optimized: optimized.clone(),
@@ -244,6 +276,7 @@ impl Context {
             arrays,
             offers,
             pools,
+            handed_over,
         })
     }
 
@@ -343,6 +376,9 @@ impl Context {
                 return Err(shared_written_elsewhere(&opt.name, tn));
             }
         }
+        // Arrays made of their host arrays (rule 6 of `host_sync`) need no new memory.
+        let (adopted, fresh): (Vec<Tnode>, Vec<Tnode>) =
+            fresh.into_iter().partition(|tn| self.adopts_host_array(tn));
         // What the link will allocate, checked against what the device may still give before
         // anything is allocated or packed (the pools add only alignment and guards to it; the
         // stream's scratch, which the compiled code says, is checked when the link commits).
@@ -386,21 +422,36 @@ impl Context {
             inputs,
             outputs,
             promoted,
+            adopted,
             memory,
             pool_modes: pool_modes.into_iter().map(Option::flatten).collect(),
             alignment,
         })
     }
 
+    /// Whether the node's new array here is to be made of its host array (rule 6 of
+    /// `host_sync`): the runtime does that, the node is one that devices change, and its host
+    /// array exists and is not handed over already.
+    fn adopts_host_array(&self, tn: &Tnode) -> bool {
+        self.lowered().runtime().adopts_host_arrays()
+            && matches!(
+                tn.memory_mode().map(|m| m.mode),
+                Some(MemoryMode::Hosted(MemoryType::ChangedOnDevices(_)))
+            )
+            && tn.host().exists()
+            && !tn.host().is_on_device()
+    }
+
     /// Step 2, first half: allocates and makes what the plan decided; returns the child's
-    /// arrays, the arrays to offer to other streams, and the pools (freed when the guard is
-    /// dropped). Every error frees the pools allocated so far; nothing here changes a memory
-    /// mode or what other streams see.
+    /// arrays, the arrays to offer to other streams, the pools (freed when the guard is
+    /// dropped) and the host arrays handed over (given back when that guard is dropped).
+    /// Every error frees the pools allocated so far and gives the host arrays back; nothing
+    /// here changes a memory mode or what other streams see.
     fn make_link_arrays(
         &self,
         opt: &Optimized,
         plan: &LinkPlan,
-    ) -> Result<(ContextArrays, Offers, PoolGuard)> {
+    ) -> Result<(ContextArrays, Offers, PoolGuard, HandedOver)> {
         let stream = &self.inner.stream;
         let device = stream.device();
         let backend = device.backend();
@@ -430,6 +481,7 @@ impl Context {
         }
         let mut arrays = self.inner.arrays.clone();
         let mut offers = Vec::new();
+        let mut handed_over = HandedOver::default();
         for tn in opt.materialized_nodes() {
             if arrays.contains_key(&tn) {
                 continue;
@@ -457,7 +509,11 @@ impl Context {
                         }
                         None => None,
                     };
-                    let e = self.new_array(&tn, view)?;
+                    let e = if plan.adopted.contains(&tn) {
+                        self.adopted_array(&tn, opt, &mut handed_over)?
+                    } else {
+                        self.new_array(&tn, view)?
+                    };
                     if read_only_shareable(&tn, &plan.inputs, &plan.outputs) {
                         offers.push((tn.clone(), Arc::downgrade(&e)));
                     }
@@ -466,7 +522,37 @@ impl Context {
             };
             arrays.insert(tn, entry);
         }
-        Ok((arrays, offers, pools))
+        Ok((arrays, offers, pools, handed_over))
+    }
+
+    /// The node's new array made of its host array (rule 6 of `host_sync`), recorded in
+    /// `handed_over`; where the host array cannot be handed over after all (another thread
+    /// took it meanwhile), an array of the device's own, filled from the host.
+    fn adopted_array(
+        &self,
+        tn: &Tnode,
+        opt: &Optimized,
+        handed_over: &mut HandedOver,
+    ) -> Result<Arc<ArrayEntry>> {
+        let stream = &self.inner.stream;
+        match crate::host_sync::adopt_host_array(stream, tn)? {
+            Some(entry) => {
+                handed_over.0.push(tn.clone());
+                node_sync(tn)?.set_note(format!(
+                    "{}: its host array, handed to {} by routine {} (no copy; the host array is                      made again at the host's next read)",
+                    stream.device().backend().name(),
+                    stream.name(),
+                    opt.name,
+                ));
+                Ok(entry)
+            }
+            None => {
+                stream.device().check_memory(tn.size_in_bytes(), || {
+                    format!("linking routine {}", opt.name)
+                })?;
+                self.new_array(tn, None)
+            }
+        }
     }
 
     /// Step 2, second half: with the compiled code, checks its backend and makes the stream's

@@ -107,6 +107,19 @@ impl NodeSync {
         r.copies_not_lagging_host.insert(copy);
     }
 
+    /// Records that device copy `copy` was made of the host array itself (handed over, rule 6
+    /// of `host_sync`): it holds the latest values, and `refresh` (which makes the host array
+    /// again from it) is the pending refresh. When a refresh from another copy is pending, the
+    /// host array did not hold the latest values: `copy` lags, and that refresh stays.
+    pub fn host_handed_to(&self, copy: usize, refresh: HostHook) {
+        let mut r = lock(&self.records);
+        if r.prepare_read.is_none() {
+            r.copies_not_lagging_host.insert(copy);
+            r.dirty.remove(&copy);
+            r.prepare_read = Some(refresh);
+        }
+    }
+
     /// Records that the host array now holds device copy `copy`'s values (an explicit copy to
     /// the host): that copy alone does not lag, and a pending refresh from another copy is
     /// dropped.

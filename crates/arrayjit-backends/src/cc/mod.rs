@@ -75,7 +75,9 @@ pub struct CcConfig {
     pub workers_per_device: Option<usize>,
     /// Use the host arrays of hosted constant and volatile nodes in place as their device
     /// arrays, with no copy (`$ARRAYJIT_USE_HOST_MEMORY`, a yes/no setting, default yes): the
-    /// reference's `use_host_memory`, for unified memory like the CPU's.
+    /// reference's `use_host_memory`, for unified memory like the CPU's. With it, the host
+    /// arrays of nodes that devices change are handed to their first device array at link
+    /// rather than copied (`DeviceRuntime::adopt_host_array`).
     pub use_host_memory: bool,
 }
 

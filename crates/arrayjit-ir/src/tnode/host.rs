@@ -15,8 +15,20 @@ use crate::ndarray::Ndarray;
 /// The node's host lock, held (see [`HostValues::lock`]).
 pub struct HostLock<'a>(#[allow(dead_code)] RwLockReadGuard<'a, Option<Ndarray>>);
 
-/// A node's host array, for changes in place only: it is never moved or replaced, so a device
-/// array may alias it (see [`HostValues::with`]). Reads go through `Deref` to the [`Ndarray`];
+/// Keeps a node's host array where it is while it lives ([`HostValues::pin`]): the array is
+/// never handed to a device meanwhile, so memory borrowed from it (a NumPy view) stays valid
+/// and shows every later change, which happens in place.
+pub struct HostPin(Tnode);
+
+impl Drop for HostPin {
+    fn drop(&mut self) {
+        self.0.0.host_pins.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A node's host array, for changes in place only: it is never moved or replaced (but for
+/// being handed whole to a device copy, [`HostValues::hand_to_device`]), so a device array may
+/// alias it (see [`HostValues::with`]). Reads go through `Deref` to the [`Ndarray`];
 /// every change records that the array may no longer hold only the zeros it was made with
 /// ([`HostValues::holds_initial_zeros`]).
 pub struct HostArrayMut<'a> {
@@ -106,15 +118,20 @@ impl<'a> HostValues<'a> {
                 Some(p) => Ndarray::zeros_padded(self.node.prec(), self.node.dims(), p.clone())?,
                 None => Ndarray::zeros(self.node.prec(), self.node.dims())?,
             };
-            self.node.update_memory_mode(
-                MemoryMode::Hosted(MemoryType::Unset),
-                "user: values were set or read on the host",
-            )?;
+            // A host array handed to a device is made again (for the copy bringing its values
+            // back); the node is hosted already.
+            if !self.node.0.host_on_device.load(Ordering::Relaxed) {
+                self.node.update_memory_mode(
+                    MemoryMode::Hosted(MemoryType::Unset),
+                    "user: values were set or read on the host",
+                )?;
+            }
             let margins_nonzero = self.node.0.padding.as_ref().is_some_and(|p| p.value != 0.0);
             self.node
                 .0
                 .host_written
                 .store(margins_nonzero, Ordering::Relaxed);
+            self.node.0.host_on_device.store(false, Ordering::Relaxed);
             *host = Some(nd);
         }
         f(&mut HostArrayMut {
@@ -134,10 +151,12 @@ impl<'a> HostValues<'a> {
         HostLock(self.read_guard())
     }
 
-    /// Runs `f` on the host array if it exists, without synchronising with devices (see
-    /// [`HostValues::prepare_read`]). The host array, once made, is never moved or replaced (every
-    /// change is in place), so a device array may alias it; `f` runs under the node's host
-    /// lock, which kernels reading such an alias hold while they run.
+    /// Runs `f` on the host array if it exists and holds values (not while it is handed to a
+    /// device copy), without synchronising with devices (see [`HostValues::prepare_read`],
+    /// which brings a handed-over array back). The host array, once made, is never moved or
+    /// replaced (every change is in place; only a node that devices change is ever handed to
+    /// one, and no device array aliases those), so a device array may alias it; `f` runs under
+    /// the node's host lock, which kernels reading such an alias hold while they run.
     pub fn with<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Option<R> {
         self.read_guard().as_ref().map(f)
     }
@@ -150,9 +169,67 @@ impl<'a> HostValues<'a> {
         host.is_some() && !self.node.0.host_written.load(Ordering::Relaxed)
     }
 
-    /// Whether the host array exists.
+    /// Whether the host array exists (also while it is handed to a device copy, see
+    /// [`HostValues::hand_to_device`]).
     pub fn exists(&self) -> bool {
-        self.read_guard().is_some()
+        let host = self.read_guard();
+        host.is_some() || self.node.0.host_on_device.load(Ordering::Relaxed)
+    }
+
+    /// Whether the host array was handed to a device copy ([`HostValues::hand_to_device`])
+    /// and not made again since: its values live in that copy until the host next reads or
+    /// writes them.
+    pub fn is_on_device(&self) -> bool {
+        let _host = self.read_guard();
+        self.node.0.host_on_device.load(Ordering::Relaxed)
+    }
+
+    /// Pins the host array (see [`HostPin`]): a pinned one is never handed to a device, so
+    /// after the pending refresh ([`HostValues::prepare_read`]) the array exists and stays.
+    pub fn pin(&self) -> HostPin {
+        // Under the host lock: a handing over either saw the pin or came before it.
+        let _host = self.read_guard();
+        self.node.0.host_pins.fetch_add(1, Ordering::SeqCst);
+        HostPin(self.node.clone())
+    }
+
+    /// Hands the host array itself to a device copy, where a device's memory is the host's
+    /// (the CPU backends): `adopt` receives the array and makes the device copy of it, so that
+    /// no bytes are copied and only one array holds the values. Returns what `adopt` made, or
+    /// `None` when there is no host array to hand over (none yet, or handed over already) or
+    /// it is pinned ([`HostValues::pin`]).
+    ///
+    /// From then on the host array still [`exists`](HostValues::exists), but holds nothing:
+    /// [`HostValues::with`] sees no array until the host array is made again, which the
+    /// runtime's pending refresh does from the device copy before the host next reads or
+    /// writes (`adopt` installs that refresh, while the host lock is held, so that no host
+    /// access comes between). When `adopt` fails it gives the array back with its error,
+    /// and nothing changes.
+    pub fn hand_to_device<R>(
+        &self,
+        adopt: impl FnOnce(Ndarray) -> std::result::Result<R, (Ndarray, Error)>,
+    ) -> Result<Option<R>> {
+        // Device work that reads the host array in place finishes first, as for a write.
+        if let Some(copies) = self.node.device_copies() {
+            copies.before_host_write()?;
+        }
+        let mut host = self.node.0.host.write().unwrap_or_else(|e| e.into_inner());
+        if self.node.0.host_pins.load(Ordering::SeqCst) > 0 {
+            return Ok(None);
+        }
+        let Some(nd) = host.take() else {
+            return Ok(None);
+        };
+        match adopt(nd) {
+            Ok(made) => {
+                self.node.0.host_on_device.store(true, Ordering::Relaxed);
+                Ok(Some(made))
+            }
+            Err((nd, e)) => {
+                *host = Some(nd);
+                Err(e)
+            }
+        }
     }
 
     /// A copy of the host array, or [`Error::NotHosted`].

@@ -26,7 +26,9 @@ impl Tnode {
     /// pending host refresh, where a linked array lives).
     pub fn debug_info(&self) -> String {
         let mut out = self.header();
-        let host = if self.host().exists() {
+        let host = if self.host().is_on_device() {
+            "a host array handed to a device copy (made again at the host's next read)"
+        } else if self.host().exists() {
             "a host array"
         } else {
             "no host array"
