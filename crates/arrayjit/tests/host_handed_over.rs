@@ -118,6 +118,20 @@ fn host_writes_and_other_streams_see_the_latest_values() {
         let routine = Context::new(&device.new_stream().unwrap())
             .link(&b.compile("update", &prog, &[]).unwrap())
             .unwrap();
+        // Before anything ran: another stream's routine reading `w` gets the host's values
+        // (its new array is filled from the host array, made again from the first array).
+        let z = hosted_output(&[4], "z");
+        let read = Assignments::pointwise_binop(&z, BinOp::Add, &w, &w);
+        let other = Context::new(&device.new_stream().unwrap())
+            .link(&b.compile("read", &read, &[]).unwrap())
+            .unwrap();
+        assert!(!w.host().is_on_device(), "{name}: given back for the second array");
+        other.run().unwrap();
+        assert_eq!(
+            z.host().get_values().unwrap(),
+            vec![20.0, 40.0, 60.0, 80.0],
+            "{name}"
+        );
         // One element written on the host while the array is handed over: the routine sees
         // it (its array then lags in that element) and the others keep the device's values.
         w.host().set_value(&[2], 100.0).unwrap();
@@ -127,13 +141,8 @@ fn host_writes_and_other_streams_see_the_latest_values() {
             vec![22.0, 44.0, 206.0, 88.0],
             "{name}"
         );
-        // Another stream's routine reading `w` gets the latest values (its new array is
-        // filled from the host, which first gets them back from the first array).
-        let z = hosted_output(&[4], "z");
-        let read = Assignments::pointwise_binop(&z, BinOp::Add, &w, &w);
-        let other = Context::new(&device.new_stream().unwrap())
-            .link(&b.compile("read", &read, &[]).unwrap())
-            .unwrap();
+        // The other stream's routine gets the latest values (its array lags, and is
+        // uploaded from the host, which first gets them back from the first array).
         other.run().unwrap();
         assert_eq!(
             z.host().get_values().unwrap(),
@@ -193,6 +202,8 @@ fn a_zero_filled_host_array_is_handed_over_too() {
             .link(&b.compile("moment", &prog, &[]).unwrap())
             .unwrap();
         assert_eq!(m.host().is_on_device(), hands_over(&b), "{name}");
+        // Read before any run: the zeros it was handed over with.
+        assert_eq!(m.host().get_values().unwrap(), vec![0.0; 4], "{name}");
         routine.run().unwrap();
         routine.run().unwrap();
         assert_eq!(
