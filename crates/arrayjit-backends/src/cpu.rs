@@ -160,11 +160,12 @@ impl DeviceRuntime for CpuRuntime {
     fn adopt_host_array(
         &self,
         device: usize,
-        array: arrayjit_ir::Ndarray,
-    ) -> std::result::Result<BufferHandle, (arrayjit_ir::Ndarray, Error)> {
-        if let Err(e) = self.device_check(device) {
-            return Err((array, e));
-        }
+        array: &mut Option<arrayjit_ir::Ndarray>,
+    ) -> Result<BufferHandle> {
+        self.device_check(device)?;
+        let array = array
+            .take()
+            .ok_or_else(|| Error::invalid("no host array to make a device array of"))?;
         let prec = array.prec();
         let buffer = Arc::new(CpuBuffer::adopt(
             array,

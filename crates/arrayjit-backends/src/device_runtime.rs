@@ -60,25 +60,22 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
         false
     }
     /// The array of a hosted node on `device` made of its host array itself, handed over by
-    /// the host (`arrayjit_ir::tnode::HostValues::hand_to_device`): no byte is copied, and the
-    /// buffer, typed with the array's precision, owns the array from then on. The runtime does this for nodes that devices change,
-    /// at their first link, where [`adopts_host_arrays`](DeviceRuntime::adopts_host_arrays).
-    /// An error gives the array back. Default: [`arrayjit_ir::Error::Unsupported`].
-    #[allow(clippy::result_large_err)]
+    /// the host (`arrayjit_ir::tnode::HostValues::hand_to_device`): the array is taken out of
+    /// `array`, no byte is copied, and the buffer, typed with the array's precision, owns it
+    /// from then on. The runtime does this for nodes that devices change, at their first link,
+    /// where [`adopts_host_arrays`](DeviceRuntime::adopts_host_arrays). An error leaves the
+    /// array where it was. Default: [`arrayjit_ir::Error::Unsupported`].
     fn adopt_host_array(
         &self,
         device: usize,
-        array: arrayjit_ir::Ndarray,
-    ) -> std::result::Result<BufferHandle, (arrayjit_ir::Ndarray, arrayjit_ir::Error)> {
-        let _ = device;
-        Err((
-            array,
-            arrayjit_ir::Error::Unsupported {
-                backend: format!("{self:?}"),
-                what: "making a device array of a host array".into(),
-                instead: "copy the host array to the device (the default link)".into(),
-            },
-        ))
+        array: &mut Option<arrayjit_ir::Ndarray>,
+    ) -> Result<BufferHandle> {
+        let _ = (device, array);
+        Err(arrayjit_ir::Error::Unsupported {
+            backend: format!("{self:?}"),
+            what: "making a device array of a host array".into(),
+            instead: "copy the host array to the device (the default link)".into(),
+        })
     }
     /// Whether a copy from the host into a buffer that no work has used yet may run at once,
     /// on the calling thread ([`copy_from_host`](DeviceRuntime::copy_from_host) with no queue),

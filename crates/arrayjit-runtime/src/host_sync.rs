@@ -82,24 +82,24 @@ pub(crate) fn adopt_host_array(stream: &Stream, tn: &Tnode) -> Result<Option<Arc
     tn.host().prepare_read()?;
     let sync = node_sync(tn)?;
     let (device, prec, size) = (stream.device().ordinal(), tn.prec(), tn.size_in_bytes());
-    tn.host().hand_to_device(|nd| {
-        if nd.prec() != prec || nd.size_in_bytes() != size {
-            let detail = format!(
-                "its host array holds {} bytes of {} values; the node stores {size} bytes of {}                  values",
-                nd.size_in_bytes(),
-                nd.prec().name(),
-                prec.name()
-            );
-            return Err((
-                nd,
-                Error::ShapeMismatch {
-                    op: format!("handing the host array of {} to a device", tn.debug_name()),
-                    shapes: vec![],
-                    detail,
-                },
-            ));
+    tn.host().hand_to_device(|slot| {
+        if let Some(nd) = slot
+            .as_ref()
+            .filter(|nd| nd.prec() != prec || nd.size_in_bytes() != size)
+        {
+            return Err(Error::ShapeMismatch {
+                op: format!("handing the host array of {} to a device", tn.debug_name()),
+                shapes: vec![],
+                detail: format!(
+                    "its host array holds {} bytes of {} values; the node stores {size} bytes \
+                     of {} values",
+                    nd.size_in_bytes(),
+                    nd.prec().name(),
+                    prec.name()
+                ),
+            });
         }
-        let buffer = lowered.runtime().adopt_host_array(device, nd)?;
+        let buffer = lowered.runtime().adopt_host_array(device, slot)?;
         let entry = ArrayEntry::new(tn.clone(), buffer, false);
         // Installed under the host lock `hand_to_device` holds: no host access comes between
         // the handing over and the refresh that undoes it.

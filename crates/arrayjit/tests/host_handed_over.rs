@@ -125,7 +125,10 @@ fn host_writes_and_other_streams_see_the_latest_values() {
         let other = Context::new(&device.new_stream().unwrap())
             .link(&b.compile("read", &read, &[]).unwrap())
             .unwrap();
-        assert!(!w.host().is_on_device(), "{name}: given back for the second array");
+        assert!(
+            !w.host().is_on_device(),
+            "{name}: given back for the second array"
+        );
         other.run().unwrap();
         assert_eq!(
             z.host().get_values().unwrap(),

@@ -194,42 +194,34 @@ impl<'a> HostValues<'a> {
     }
 
     /// Hands the host array itself to a device copy, where a device's memory is the host's
-    /// (the CPU backends): `adopt` receives the array and makes the device copy of it, so that
-    /// no bytes are copied and only one array holds the values. Returns what `adopt` made, or
-    /// `None` when there is no host array to hand over (none yet, or handed over already) or
-    /// it is pinned ([`HostValues::pin`]).
+    /// (the CPU backends): `adopt` takes the array out of the slot it is given and makes the
+    /// device copy of it, so that no bytes are copied and only one array holds the values.
+    /// Returns what `adopt` made, or `None` when there is no host array to hand over (none
+    /// yet, or handed over already) or it is pinned ([`HostValues::pin`]). An `adopt` that
+    /// fails must leave the array in the slot: the host array then stays as it was.
     ///
     /// From then on the host array still [`exists`](HostValues::exists), but holds nothing:
     /// [`HostValues::with`] sees no array until the host array is made again, which the
     /// runtime's pending refresh does from the device copy before the host next reads or
     /// writes (`adopt` installs that refresh, while the host lock is held, so that no host
-    /// access comes between). When `adopt` fails it gives the array back with its error,
-    /// and nothing changes.
+    /// access comes between).
     pub fn hand_to_device<R>(
         &self,
-        adopt: impl FnOnce(Ndarray) -> std::result::Result<R, (Ndarray, Error)>,
+        adopt: impl FnOnce(&mut Option<Ndarray>) -> Result<R>,
     ) -> Result<Option<R>> {
         // Device work that reads the host array in place finishes first, as for a write.
         if let Some(copies) = self.node.device_copies() {
             copies.before_host_write()?;
         }
         let mut host = self.node.0.host.write().unwrap_or_else(|e| e.into_inner());
-        if self.node.0.host_pins.load(Ordering::SeqCst) > 0 {
+        if host.is_none() || self.node.0.host_pins.load(Ordering::SeqCst) > 0 {
             return Ok(None);
         }
-        let Some(nd) = host.take() else {
-            return Ok(None);
-        };
-        match adopt(nd) {
-            Ok(made) => {
-                self.node.0.host_on_device.store(true, Ordering::Relaxed);
-                Ok(Some(made))
-            }
-            Err((nd, e)) => {
-                *host = Some(nd);
-                Err(e)
-            }
+        let made = adopt(&mut host)?;
+        if host.is_none() {
+            self.node.0.host_on_device.store(true, Ordering::Relaxed);
         }
+        Ok(Some(made))
     }
 
     /// A copy of the host array, or [`Error::NotHosted`].
