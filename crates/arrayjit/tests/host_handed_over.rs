@@ -12,7 +12,7 @@ use arrayjit::ir::OptimizeCtx;
 use arrayjit::prelude::*;
 
 mod common;
-use common::{hosted_input, hosted_output};
+use common::{hosted_input, hosted_output, update_program};
 
 /// The CPU backends, and `wgpu` and `cuda` where they can run here.
 fn backends() -> Vec<Backend> {
@@ -34,16 +34,6 @@ fn parameter(label: &str, values: &[f64]) -> Tnode {
     )
     .unwrap();
     w
-}
-
-/// `w += x; y = w + w` over `[4]`.
-fn update_program() -> (Assignments, Tnode, Tnode, Tnode) {
-    let x = hosted_input(&[4], "x", &[1.0, 2.0, 3.0, 4.0]);
-    let w = parameter("w", &[10.0, 20.0, 30.0, 40.0]);
-    let y = hosted_output(&[4], "y");
-    let prog = Assignments::pointwise_binop(&w, BinOp::Add, &w, &x)
-        .then(Assignments::pointwise_binop(&y, BinOp::Add, &w, &w));
-    (prog, x, w, y)
 }
 
 #[test]

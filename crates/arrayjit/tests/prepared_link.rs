@@ -9,27 +9,12 @@ use arrayjit::prelude::*;
 use arrayjit::runtime::PreparedLink;
 
 mod common;
-use common::{hosted_input, hosted_output};
+use common::{hosted_output, update_program};
 
 /// The CPU backends, and `wgpu` and `cuda` where they can run here.
 fn backends() -> Vec<Backend> {
     arrayjit_testing::backends_under_test(&["sync_cc", "multicore_cc", "cuda_emu", "wgpu", "cuda"])
         .unwrap()
-}
-
-/// `w += x; y = w + w` over `[4]`, with `w` a hosted parameter the routine changes.
-fn update_program() -> (Assignments, Tnode, Tnode, Tnode) {
-    let x = hosted_input(&[4], "x", &[1.0, 2.0, 3.0, 4.0]);
-    let w = hosted_input(&[4], "w", &[10.0, 20.0, 30.0, 40.0]);
-    w.update_memory_mode(
-        MemoryMode::Hosted(MemoryType::Nonconstant),
-        "test: a parameter",
-    )
-    .unwrap();
-    let y = hosted_output(&[4], "y");
-    let prog = Assignments::pointwise_binop(&w, BinOp::Add, &w, &x)
-        .then(Assignments::pointwise_binop(&y, BinOp::Add, &w, &w));
-    (prog, x, w, y)
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests: hosted input and output nodes.
+//! Helpers shared by the integration tests: hosted input and output nodes, and a routine
+//! updating a hosted parameter.
 
 use arrayjit::prelude::*;
 
@@ -22,4 +23,21 @@ pub fn hosted_output(dims: &[usize], label: &str) -> Tnode {
     t.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
         .unwrap();
     t
+}
+
+/// `w += x; y = w + w` over `[4]`, with `w` a hosted parameter the routine changes (host values
+/// `10, 20, 30, 40`) and `x` = `1, 2, 3, 4`: returns the program, `x`, `w` and `y`.
+#[allow(dead_code)]
+pub fn update_program() -> (Assignments, Tnode, Tnode, Tnode) {
+    let x = hosted_input(&[4], "x", &[1.0, 2.0, 3.0, 4.0]);
+    let w = hosted_input(&[4], "w", &[10.0, 20.0, 30.0, 40.0]);
+    w.update_memory_mode(
+        MemoryMode::Hosted(MemoryType::Nonconstant),
+        "test: a parameter",
+    )
+    .unwrap();
+    let y = hosted_output(&[4], "y");
+    let prog = Assignments::pointwise_binop(&w, BinOp::Add, &w, &x)
+        .then(Assignments::pointwise_binop(&y, BinOp::Add, &w, &w));
+    (prog, x, w, y)
 }
