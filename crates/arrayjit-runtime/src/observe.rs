@@ -241,7 +241,9 @@ pub struct RoutineMemory {
     pub scratch: usize,
     /// The host arrays of the hosted nodes it uses (made or still to be made at their first
     /// read on the host), apart from those a device array uses in place (counted once, in
-    /// [`RoutineMemory::arrays`]).
+    /// [`RoutineMemory::arrays`]). A host array handed to a CPU device at link counts here
+    /// too: the host makes it again at its next read of the node, and from then on both
+    /// exist; until then, these bytes are not held.
     pub host: usize,
 }
 
