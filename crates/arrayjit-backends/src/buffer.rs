@@ -6,7 +6,7 @@ use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result};
 
@@ -31,6 +31,9 @@ pub struct CpuBuffer {
     size: usize,
     device: usize,
     backing: Backing,
+    /// Whether its memory was populated for writes ([`CpuBuffer::populate_once`]); only a
+    /// buffer with memory of its own (not a view or a host array in place) uses it.
+    populated: AtomicBool,
 }
 
 enum Backing {
@@ -41,7 +44,7 @@ enum Backing {
         counter: Arc<MemoryCounter>,
     },
     /// A view keeps its pool's memory alive.
-    View { _pool: Arc<CpuBuffer> },
+    View { pool: Arc<CpuBuffer> },
     /// The host array of a node, used in place (`use_host_memory`): the node keeps the memory
     /// alive (a host array is never moved or replaced), and its host lock guards every access.
     Host { node: arrayjit_ir::Tnode },
@@ -60,6 +63,43 @@ enum Backing {
 unsafe impl Send for CpuBuffer {}
 // SAFETY: as above.
 unsafe impl Sync for CpuBuffer {}
+
+/// Buffers from this size up are populated before kernels use them
+/// ([`CpuBuffer::populate_once`]): below it the pages are few.
+pub const POPULATE_FROM: usize = 1 << 20;
+
+/// The whole pages of `len` bytes from `ptr`, populated for writes on the host's threads
+/// (`MADV_POPULATE_WRITE`, Linux 5.14 and later); a refusal is no error (the pages then come
+/// at first touch).
+#[cfg(target_os = "linux")]
+fn populate_for_writes(ptr: *mut u8, len: usize) {
+    // SAFETY: sysconf only reads a system setting.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096);
+    let start = (ptr as usize).next_multiple_of(page);
+    let end = (ptr as usize + len) & !(page - 1);
+    if end <= start {
+        return;
+    }
+    let whole = end - start;
+    let threads = arrayjit_ir::host_threads::threads_for(whole, 64 << 20);
+    let per = arrayjit_ir::host_threads::part_length(whole, threads, page);
+    let parts: Vec<(usize, usize)> = (start..end)
+        .step_by(per)
+        .map(|at| (at, per.min(end - at)))
+        .collect();
+    arrayjit_ir::host_threads::run_parts(parts, threads, |(at, len)| {
+        // SAFETY: the range is whole pages inside the buffer's allocation, which outlives the
+        // call; populating changes no value, so it cannot disturb a concurrent access.
+        let _ = unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
+    });
+}
+
+/// Elsewhere the pages come as kernels first touch them.
+#[cfg(not(target_os = "linux"))]
+fn populate_for_writes(_ptr: *mut u8, _len: usize) {}
 
 /// Alignment of CPU buffers (a cache line, enough for any SIMD load).
 pub const CPU_BUFFER_ALIGNMENT: usize = 64;
@@ -123,6 +163,7 @@ impl CpuBuffer {
                 layout,
                 counter,
             },
+            populated: AtomicBool::new(false),
         })
     }
 
@@ -148,6 +189,7 @@ impl CpuBuffer {
             size,
             device,
             backing: Backing::Host { node: tn.clone() },
+            populated: AtomicBool::new(false),
         })
     }
 
@@ -173,7 +215,32 @@ impl CpuBuffer {
                 _array: array,
                 counter,
             },
+            populated: AtomicBool::new(false),
         }
+    }
+
+    /// Has the system back every page of the buffer's memory (its pool's, for a view) with a
+    /// page of its own, the first time it is called for that memory, before kernels use it
+    /// (from [`POPULATE_FROM`] bytes up; a host array used in place is the host's business).
+    ///
+    /// Fresh memory maps the system's shared zero page where it is first read; a kernel that
+    /// reads an array before writing it (an optimizer's moments, which start at zero) then
+    /// copies that page on the write, and with several threads each copy costs a TLB
+    /// shootdown, an interrupt to every other core, which in a virtual machine is an exit to
+    /// the hypervisor. Populated for writes at once (Linux's `MADV_POPULATE_WRITE`, on the
+    /// host's threads), the pages cost what first writes would. Values do not change, so it
+    /// may overlap any access of the memory. Elsewhere, or where the system refuses, nothing
+    /// happens and the pages come as the kernels touch them.
+    pub fn populate_once(&self) {
+        let block = match &self.backing {
+            Backing::View { pool } => pool.as_ref(),
+            Backing::Host { .. } => return,
+            Backing::Owned { .. } | Backing::Adopted { .. } => self,
+        };
+        if block.size < POPULATE_FROM || block.populated.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        populate_for_writes(block.ptr.as_ptr(), block.size);
     }
 
     /// The node whose host array this buffer is, if it is one ([`CpuBuffer::host_alias`]).
@@ -204,9 +271,8 @@ impl CpuBuffer {
             ptr,
             size,
             device: pool.device,
-            backing: Backing::View {
-                _pool: pool.clone(),
-            },
+            backing: Backing::View { pool: pool.clone() },
+            populated: AtomicBool::new(false),
         })
     }
 
@@ -342,6 +408,69 @@ impl DeviceBuffer for CpuBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How many of the whole pages of `buffer` are resident (Linux's `mincore`).
+    #[cfg(target_os = "linux")]
+    fn resident_pages(buffer: &CpuBuffer) -> usize {
+        let page = 4096;
+        let start = (buffer.as_ptr() as usize).next_multiple_of(page);
+        let end = (buffer.as_ptr() as usize + buffer.size_in_bytes()) & !(page - 1);
+        let mut vec = vec![0u8; (end - start) / page];
+        // SAFETY: the range is whole pages of the buffer's allocation; `vec` has a byte per page.
+        let rc =
+            unsafe { libc::mincore(start as *mut libc::c_void, end - start, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn fresh_memory_is_populated_once_before_kernels_use_it() {
+        let counter = Arc::new(MemoryCounter::default());
+        let size = 8 * POPULATE_FROM;
+        let pool = Arc::new(CpuBuffer::zeroed(size, 0, counter.clone()).unwrap());
+        let view = CpuBuffer::view(&pool, POPULATE_FROM, POPULATE_FROM).unwrap();
+        let fresh = resident_pages(&pool);
+        // A large zero-filled block comes as untouched pages (calloc maps them).
+        assert!(fresh < size / 4096 / 2, "{fresh} pages resident already");
+        // Through a view, its pool's memory: every page, and the values stay zeros.
+        view.populate_once();
+        let populated = resident_pages(&pool);
+        if populated == fresh {
+            // Only a system without `MADV_POPULATE_WRITE` (Linux before 5.14) may leave them.
+            let probe = CpuBuffer::zeroed(2 * POPULATE_FROM, 0, counter.clone()).unwrap();
+            let at = (probe.as_ptr() as usize).next_multiple_of(4096);
+            // SAFETY: one whole page inside the probe's allocation; values do not change.
+            let rc =
+                unsafe { libc::madvise(at as *mut libc::c_void, 4096, libc::MADV_POPULATE_WRITE) };
+            assert_ne!(
+                rc, 0,
+                "the system populates, but the pool was not populated"
+            );
+            return;
+        }
+        assert!(
+            populated >= size / 4096 - 2,
+            "{populated} of {} pages",
+            size / 4096
+        );
+        // SAFETY: nothing else uses the buffer.
+        assert!(unsafe { pool.bytes() }.iter().all(|&b| b == 0));
+        assert!(pool.populated.load(Ordering::Relaxed) && !view.populated.load(Ordering::Relaxed));
+        // A small buffer is left alone, and a host array in place is the host's.
+        let small = CpuBuffer::zeroed(POPULATE_FROM / 2, 0, counter.clone()).unwrap();
+        small.populate_once();
+        assert!(!small.populated.load(Ordering::Relaxed));
+        // A host array handed over keeps its values.
+        let mut nd = arrayjit_ir::Ndarray::zeros(arrayjit_ir::Prec::F32, &[POPULATE_FROM]).unwrap();
+        nd.as_bytes_mut()[5] = 7;
+        let adopted = CpuBuffer::adopt(nd, 0, counter.clone());
+        adopted.populate_once();
+        assert!(adopted.populated.load(Ordering::Relaxed));
+        // SAFETY: nothing else uses the buffer.
+        assert_eq!(unsafe { adopted.bytes() }[5], 7);
+        assert_eq!(counter.get(), size + POPULATE_FROM / 2 + 4 * POPULATE_FROM);
+    }
 
     #[test]
     fn item23_buffer_access_checks_lengths_and_ranges() {

@@ -168,6 +168,10 @@ impl CcBatch {
             .workers
             .get(device)
             .map_or(std::ptr::null(), WorkerPool::handle);
+        // Fresh memory gets its pages before the kernel reads it (see `populate_once`).
+        for b in &buffers {
+            b.populate_once();
+        }
         // Host arrays used in place are read under their nodes' host locks while the kernel
         // runs, so the host cannot change them meanwhile.
         let status = with_host_locks(&buffers, || match (with_dims, self.entries[index]) {
