@@ -237,7 +237,11 @@ impl CpuBuffer {
             Backing::Host { .. } => return,
             Backing::Owned { .. } | Backing::Adopted { .. } => self,
         };
-        if block.size < POPULATE_FROM || block.populated.swap(true, Ordering::Relaxed) {
+        // A plain load first: after the first launch this is all every launch pays.
+        if block.size < POPULATE_FROM
+            || block.populated.load(Ordering::Relaxed)
+            || block.populated.swap(true, Ordering::Relaxed)
+        {
             return;
         }
         populate_for_writes(block.ptr.as_ptr(), block.size);
