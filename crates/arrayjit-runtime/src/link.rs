@@ -26,7 +26,7 @@
 //! that filling a large model's parameters overlaps the compiler), and [`PreparedLink::finish`]
 //! commits with the code. [`Context::link`] is both at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -94,7 +94,7 @@ struct LinkPlan {
     promoted: BTreeMap<Tnode, (Arc<ArrayEntry>, SharingCandidate)>,
     /// New arrays to make of their nodes' host arrays, handed over (rule 6 of `host_sync`):
     /// in no pool, and no new memory.
-    adopted: Vec<Tnode>,
+    adopted: BTreeSet<Tnode>,
     /// Where the other new arrays go: their pools and places in them.
     memory: MemoryPlan,
     /// Each pool's memory mode, where all its arrays share one.
@@ -379,6 +379,7 @@ impl Context {
         // Arrays made of their host arrays (rule 6 of `host_sync`) need no new memory.
         let (adopted, fresh): (Vec<Tnode>, Vec<Tnode>) =
             fresh.into_iter().partition(|tn| self.adopts_host_array(tn));
+        let adopted: BTreeSet<Tnode> = adopted.into_iter().collect();
         // What the link will allocate, checked against what the device may still give before
         // anything is allocated or packed (the pools add only alignment and guards to it; the
         // stream's scratch, which the compiled code says, is checked when the link commits).
