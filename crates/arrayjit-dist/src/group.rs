@@ -287,10 +287,9 @@ impl ProcessGroup {
     pub fn check_identical(&self, nodes: &[Tnode]) -> Result<()> {
         let mut hasher = blake3::Hasher::new();
         for tn in nodes {
-            tn.host().prepare_read()?;
-            let hashed = tn.host().with(|nd| {
+            let hashed = tn.host().with_latest(|nd| {
                 hasher.update(nd.as_bytes());
-            });
+            })?;
             if hashed.is_none() {
                 return Err(self.error(
                     "checking parameters",

@@ -169,7 +169,7 @@ pub(crate) fn schedule_download(stream: &Stream, entry: &Arc<ArrayEntry>) -> Res
         Access::Read,
         TaskLabel::Copy("copy to host", entry.buffer.size_in_bytes()),
         move || {
-            tn.host().with_mut(|nd| {
+            tn.host().refill(|nd| {
                 // SAFETY: `schedule_access` runs this as a reader of the array, after its last
                 // writer and before any later writer (rules 2 and 3).
                 unsafe {
@@ -232,7 +232,7 @@ fn host_refresh_hook(
         // reads, and nothing else writes a hosted node's array meanwhile.
         let direct = || {
             // SAFETY: ordered as the comment above says.
-            tn.host().with_mut(|nd| unsafe {
+            tn.host().refill(|nd| unsafe {
                 lowered
                     .runtime()
                     .copy_to_host(&entry.buffer, nd.as_bytes_mut(), None)

@@ -13,13 +13,15 @@
 //!    uploaded range).
 //! 2. **Pending refresh**: at most one hook bringing the host array up to date from a device
 //!    copy, run (and dropped) before the host next reads or writes the node; a failed one
-//!    stays pending unless a newer one replaced it meanwhile.
+//!    stays pending unless a newer one replaced it meanwhile. While one thread runs it, the
+//!    others' host accesses wait for it to end (they need its values), except from inside a
+//!    stream's task, which the refresh may itself be waiting for.
 //! 3. **Write guards**: run before every host write, held weakly (the device array that uses
 //!    the host array in place owns its guard).
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use arrayjit_ir::tnode::DeviceCopies;
 use arrayjit_ir::{Error, Result, Tnode};
@@ -36,6 +38,8 @@ struct Records {
     copies_not_lagging_host: BTreeSet<usize>,
     dirty: BTreeMap<usize, Vec<(usize, usize)>>,
     prepare_read: Option<HostHook>,
+    /// Refreshes taken from `prepare_read` and running now.
+    refreshing: usize,
     write_guards: Vec<Weak<dyn Fn() -> Result<()> + Send + Sync>>,
     note: String,
 }
@@ -46,6 +50,8 @@ pub struct NodeSync {
     records: Mutex<Records>,
     /// Resources that live exactly as long as the node ([`NodeSync::attach`]).
     attachments: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
+    /// Signalled when a running refresh ends.
+    refreshed: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -188,19 +194,32 @@ impl NodeSync {
 
 impl DeviceCopies for NodeSync {
     /// Runs the pending refresh; a failed one stays pending unless a newer one was installed.
+    /// Where another thread is running one, waits for it to end first (record 2).
     fn before_host_access(&self) -> Result<()> {
-        let hook = lock(&self.records).prepare_read.take();
-        let Some(h) = hook else {
-            return Ok(());
-        };
-        let result = h();
-        if result.is_err() {
-            let mut r = lock(&self.records);
-            if r.prepare_read.is_none() {
-                r.prepare_read = Some(h);
+        let mut r = lock(&self.records);
+        loop {
+            if let Some(h) = r.prepare_read.take() {
+                r.refreshing += 1;
+                drop(r);
+                let result = h();
+                let mut r = lock(&self.records);
+                r.refreshing -= 1;
+                if result.is_err() && r.prepare_read.is_none() {
+                    r.prepare_read = Some(h);
+                }
+                drop(r);
+                self.refreshed.notify_all();
+                return result;
             }
+            if r.refreshing == 0 || crate::scheduler::inside_any_task() {
+                return Ok(());
+            }
+            r = self.refreshed.wait(r).unwrap_or_else(|e| e.into_inner());
         }
-        result
+    }
+
+    fn refresh_pending(&self) -> bool {
+        self.prepare_read_pending()
     }
 
     /// Runs the live write guards, outside the records' lock (the work they wait for may take

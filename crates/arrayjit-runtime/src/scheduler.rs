@@ -142,8 +142,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+thread_local! {
+    /// How many tasks (of any stream) the calling thread is running, nested.
+    static RUNNING_TASKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether the calling thread is running a task of some stream: it must not wait for work of
+/// other threads that may wait for its stream.
+pub(crate) fn inside_any_task() -> bool {
+    RUNNING_TASKS.with(|n| n.get() > 0)
+}
+
 /// Runs a task, turning a panic into its error.
 fn run_catching(task: Task) -> Result<()> {
+    RUNNING_TASKS.with(|n| n.set(n.get() + 1));
+    let result = catch_task(task);
+    RUNNING_TASKS.with(|n| n.set(n.get() - 1));
+    result
+}
+
+/// Runs a task, turning a panic into its error.
+fn catch_task(task: Task) -> Result<()> {
     catch_unwind(AssertUnwindSafe(task)).unwrap_or_else(|payload| {
         let message = payload
             .downcast_ref::<&str>()

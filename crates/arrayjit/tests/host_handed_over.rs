@@ -275,3 +275,56 @@ fn without_host_memory_in_place_arrays_are_copied() {
     routine.run().unwrap();
     assert_eq!(y.host().get_values().unwrap(), vec![22.0, 44.0, 66.0, 88.0]);
 }
+
+#[test]
+fn host_reads_on_another_thread_see_whole_states_while_links_hand_arrays_over() {
+    for b in backends() {
+        let name = b.name().to_string();
+        let w = parameter("w", &[10.0, 20.0, 30.0, 40.0]);
+        let x = hosted_input(&[4], "x", &[1.0, 2.0, 3.0, 4.0]);
+        let code = b
+            .compile(
+                "update",
+                &Assignments::pointwise_binop(&w, BinOp::Add, &w, &x),
+                &[],
+            )
+            .unwrap();
+        let device = b.get_device(0).unwrap();
+        let runs = 20;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            // Each read is a state after some number of runs, never a mix or a lost value.
+            let reader = scope.spawn(|| {
+                let mut reads = 0;
+                let mut last = 0.0;
+                while !done.load(std::sync::atomic::Ordering::Acquire) || reads == 0 {
+                    let v = w.host().get_values().unwrap();
+                    let k = v[0] - 10.0;
+                    assert!(k >= last && k <= runs as f64 && k.fract() == 0.0, "{v:?}");
+                    for (i, vi) in v.iter().enumerate() {
+                        let step = (i + 1) as f64;
+                        assert_eq!(*vi, 10.0 * step + k * step, "{v:?}");
+                    }
+                    last = k;
+                    reads += 1;
+                }
+                reads
+            });
+            // Each link into a new context hands `w` over again, or copies it if the host
+            // has not made it again yet.
+            for _ in 0..runs {
+                let routine = Context::new(&device.new_stream().unwrap())
+                    .link(&code)
+                    .unwrap();
+                routine.run().unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+            assert!(reader.join().unwrap() > 0, "{name}");
+        });
+        assert_eq!(
+            w.host().get_values().unwrap(),
+            vec![30.0, 60.0, 90.0, 120.0],
+            "{name}"
+        );
+    }
+}

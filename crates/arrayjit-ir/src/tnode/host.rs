@@ -104,14 +104,44 @@ impl<'a> HostValues<'a> {
 
     /// Runs `f` on the host array, creating it (zero-filled, margins at the pad value) first if
     /// needed; does not synchronise with devices (the user-facing setters do). Creating it
-    /// requests a hosted memory mode; a node decided to be virtual, local or device-only gets a [`Error::MemoryModeConflict`].
+    /// requests a hosted memory mode; a node decided to be virtual, local or device-only gets a
+    /// [`Error::MemoryModeConflict`]. A host array handed to a device comes back with its
+    /// values first (its pending refresh runs), so `f` never sees it without them.
     pub fn with_mut<R>(&self, f: impl FnOnce(&mut HostArrayMut<'_>) -> Result<R>) -> Result<R> {
-        // Device work that reads the host array in place finishes first (outside the host
-        // lock, which that work takes while it runs).
-        if let Some(copies) = self.node.device_copies() {
-            copies.before_host_write()?;
-        }
-        let mut host = self.node.0.host.write().unwrap_or_else(|e| e.into_inner());
+        self.write_host(false, f)
+    }
+
+    /// Like [`HostValues::with_mut`], for the copy from a device that brings a handed-over
+    /// host array its values (the runtime's refresh, an explicit copy to the host): a host
+    /// array handed to a device is made again zero-filled, without waiting for its values,
+    /// since `f` is what writes them. A partial copy leaves the rest to the pending refresh.
+    pub fn refill<R>(&self, f: impl FnOnce(&mut HostArrayMut<'_>) -> Result<R>) -> Result<R> {
+        self.write_host(true, f)
+    }
+
+    /// [`HostValues::with_mut`] (`refill` false: a handed-over array comes back with its
+    /// values) or [`HostValues::refill`].
+    fn write_host<R>(
+        &self,
+        refill: bool,
+        f: impl FnOnce(&mut HostArrayMut<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let mut rounds = 0;
+        let mut host = loop {
+            // Device work that reads the host array in place finishes first (outside the host
+            // lock, which that work takes while it runs).
+            if let Some(copies) = self.node.device_copies() {
+                copies.before_host_write()?;
+            }
+            let host = self.node.0.host.write().unwrap_or_else(|e| e.into_inner());
+            if refill || host.is_some() || !self.node.0.host_on_device.load(Ordering::Relaxed) {
+                break host;
+            }
+            // Handed to a device (perhaps by another thread since the caller's refresh):
+            // bring it back with its values, then look again.
+            drop(host);
+            self.wait_for_values(&mut rounds)?;
+        };
         if host.is_none() {
             // Allocate first: if that fails, the memory mode stays as it was.
             let nd = match &self.node.0.padding {
@@ -138,6 +168,53 @@ impl<'a> HostValues<'a> {
             array: host.as_mut().expect("host array was just created"),
             written: &self.node.0.host_written,
         })
+    }
+
+    /// The pending refresh, run (which brings a handed-over host array back; where another
+    /// thread is running it, the runtime waits for it). `rounds` counts the calls of one
+    /// access: from inside a task of a stream, which that other thread's refresh may be
+    /// waiting for, the runtime cannot wait, and after a while the access gives up with
+    /// [`Error::NotHosted`] rather than wait forever.
+    fn wait_for_values(&self, rounds: &mut u32) -> Result<()> {
+        *rounds += 1;
+        if *rounds > 10_000 {
+            return Err(Error::NotHosted {
+                node: self.node.debug_name(),
+                detail: "its host array is with a device while another thread brings its values \
+                         back, and that thread may be waiting for the task this access runs in: \
+                         read or write the node after the task"
+                    .into(),
+            });
+        }
+        let pending = self
+            .node
+            .device_copies()
+            .is_some_and(|c| c.refresh_pending());
+        self.prepare_read()?;
+        if !pending {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the host array holding the latest values: after the pending refresh from a
+    /// device ([`HostValues::prepare_read`]), and never on a host array handed to a device
+    /// (another thread may hand it over between the refresh and the read: it is brought back
+    /// again). `None` when there is no host array.
+    pub fn with_latest<R>(&self, f: impl FnOnce(&Ndarray) -> R) -> Result<Option<R>> {
+        self.prepare_read()?;
+        let mut rounds = 0;
+        loop {
+            let host = self.read_guard();
+            if let Some(nd) = host.as_ref() {
+                return Ok(Some(f(nd)));
+            }
+            if !self.node.0.host_on_device.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            drop(host);
+            self.wait_for_values(&mut rounds)?;
+        }
     }
 
     fn read_guard(&self) -> RwLockReadGuard<'a, Option<Ndarray>> {
@@ -226,8 +303,7 @@ impl<'a> HostValues<'a> {
 
     /// A copy of the host array, or [`Error::NotHosted`].
     pub fn array(&self) -> Result<Ndarray> {
-        self.prepare_read()?;
-        self.with(Clone::clone)
+        self.with_latest(Clone::clone)?
             .ok_or_else(|| self.not_hosted("reading the host array"))
     }
 
@@ -325,8 +401,7 @@ impl<'a> HostValues<'a> {
 
     /// All logical values (row-major) from the host array.
     pub fn get_values(&self) -> Result<Vec<f64>> {
-        self.prepare_read()?;
-        self.with(Ndarray::to_vec_f64)
+        self.with_latest(Ndarray::to_vec_f64)?
             .ok_or_else(|| self.not_hosted("get_values"))?
     }
 
@@ -361,8 +436,7 @@ impl<'a> HostValues<'a> {
     /// One logical element from the host array.
     pub fn get_value(&self, idx: &[usize]) -> Result<f64> {
         let at = self.storage_index(idx)?;
-        self.prepare_read()?;
-        self.with(|nd| nd.get(&at))
+        self.with_latest(|nd| nd.get(&at))?
             .ok_or_else(|| self.not_hosted("get_value"))?
     }
 

@@ -424,7 +424,12 @@ impl Context {
                 // host's values already.
                 node_sync(tn)?.mark_copy_up_to_date(entry.uid);
             } else if fill_new_array(stream, &entry, |copy| {
-                tn.host().with(|nd| copy(nd.as_bytes()))
+                // The latest values, even if another thread hands the host array over
+                // meanwhile.
+                match tn.host().with_latest(|nd| copy(nd.as_bytes())) {
+                    Ok(copied) => copied,
+                    Err(e) => Some(Err(e)),
+                }
             })? {
                 node_sync(tn)?.mark_copy_up_to_date(entry.uid);
             }

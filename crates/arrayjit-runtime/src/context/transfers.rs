@@ -219,16 +219,15 @@ impl Context {
             node_sync(tn)?.mark_copy_up_to_date(entry.uid);
             return Ok(());
         }
-        tn.host().prepare_read()?;
-        let bytes =
-            tn.host()
-                .with(|nd| nd.as_bytes().to_vec())
-                .ok_or_else(|| Error::NotHosted {
-                    node: tn.debug_name(),
-                    detail:
-                        "from_host copies the host array to the device; set the node's values first"
-                            .into(),
-                })?;
+        let bytes = tn
+            .host()
+            .with_latest(|nd| nd.as_bytes().to_vec())?
+            .ok_or_else(|| Error::NotHosted {
+                node: tn.debug_name(),
+                detail:
+                    "from_host copies the host array to the device; set the node's values first"
+                        .into(),
+            })?;
         schedule_upload(&self.inner.stream, entry, bytes)?;
         node_sync(tn)?.mark_copy_up_to_date(entry.uid);
         Ok(())
@@ -261,12 +260,11 @@ impl Context {
     pub fn from_host_range(&self, tn: &Tnode, elems: std::ops::Range<usize>) -> Result<()> {
         let entry = self.entry(tn)?.clone();
         check_elems(tn, &elems)?;
-        tn.host().prepare_read()?;
         let size = tn.prec().size_in_bytes();
         let (start, end) = (elems.start * size, elems.end * size);
         let bytes = tn
             .host()
-            .with(|nd| nd.as_bytes()[start..end].to_vec())
+            .with_latest(|nd| nd.as_bytes()[start..end].to_vec())?
             .ok_or_else(|| Error::NotHosted {
                 node: tn.debug_name(),
                 detail:
@@ -321,7 +319,7 @@ impl Context {
             Access::Read,
             TaskLabel::Copy("copy part to host", end - start),
             move || {
-                node.host().with_mut(|nd| {
+                node.host().refill(|nd| {
                     let dst = &mut nd.as_bytes_mut()[start..end];
                     // SAFETY: run by `schedule_access` as a reader (host_sync rule 2).
                     unsafe {
