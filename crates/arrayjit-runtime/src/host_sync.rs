@@ -18,7 +18,9 @@
 //!    the host"; a routine reading a lagging copy first uploads the host values. When a device
 //!    writes its copy, that copy alone holds the latest values and the host gets a pending
 //!    refresh from it, run when the host next reads or writes the node (waiting for the writer
-//!    and failing with its failure, if any, until the node is recomputed).
+//!    and failing with its failure, if any, until the node is recomputed). Host accesses on
+//!    other threads meanwhile wait for that refresh to end, since they need its values (a
+//!    stream's task does not: the refresh may be waiting for it).
 //! 5. An explicit `to_host` from a copy makes the host hold that copy's values: the copy is the
 //!    only one not lagging, and any pending refresh (from another copy) is dropped — the user
 //!    asked for this copy's values.
