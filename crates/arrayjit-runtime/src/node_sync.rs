@@ -115,11 +115,12 @@ impl NodeSync {
 
     /// Records that device copy `copy` was made of the host array itself (handed over, rule 6
     /// of `host_sync`): it holds the latest values, and `refresh` (which makes the host array
-    /// again from it) is the pending refresh. When a refresh from another copy is pending, the
-    /// host array did not hold the latest values: `copy` lags, and that refresh stays.
+    /// again from it) is the pending refresh. When a refresh from another copy is pending or
+    /// running, the host array did not hold the latest values: `copy` lags, and that refresh
+    /// stays (a running one makes the host array again, with the latest values).
     pub fn host_handed_to(&self, copy: usize, refresh: HostHook) {
         let mut r = lock(&self.records);
-        if r.prepare_read.is_none() {
+        if r.prepare_read.is_none() && r.refreshing == 0 {
             r.copies_not_lagging_host.insert(copy);
             r.dirty.remove(&copy);
             r.prepare_read = Some(refresh);
