@@ -84,7 +84,12 @@ pub(crate) fn adopt_host_array(stream: &Stream, tn: &Tnode) -> Result<Option<Arc
     tn.host().prepare_read()?;
     let sync = node_sync(tn)?;
     let (device, prec, size) = (stream.device().ordinal(), tn.prec(), tn.size_in_bytes());
-    tn.host().hand_to_device(|slot| {
+    let handed = tn.host().hand_to_device(|slot| {
+        // A refresh pending or running (on another thread) is not over until it has run to
+        // its end: the array stays the host's (the caller copies it instead).
+        if sync.refresh_pending_or_running() {
+            return Ok(None);
+        }
         if let Some(nd) = slot
             .as_ref()
             .filter(|nd| nd.prec() != prec || nd.size_in_bytes() != size)
@@ -109,8 +114,9 @@ pub(crate) fn adopt_host_array(stream: &Stream, tn: &Tnode) -> Result<Option<Arc
             entry.uid,
             host_refresh_hook(stream.downgrade(), entry.clone(), lowered.clone()),
         );
-        Ok(entry)
-    })
+        Ok(Some(entry))
+    })?;
+    Ok(handed.flatten())
 }
 
 /// Schedules copying host bytes into an array (a write).

@@ -161,6 +161,12 @@ impl NodeSync {
         lock(&self.records).prepare_read = Some(hook);
     }
 
+    /// Whether a host refresh is pending, or running on some thread.
+    pub fn refresh_pending_or_running(&self) -> bool {
+        let r = lock(&self.records);
+        r.prepare_read.is_some() || r.refreshing > 0
+    }
+
     /// Whether a host refresh is pending (installed, not yet run).
     pub fn prepare_read_pending(&self) -> bool {
         lock(&self.records).prepare_read.is_some()

@@ -275,7 +275,8 @@ impl<'a> HostValues<'a> {
     /// device copy of it, so that no bytes are copied and only one array holds the values.
     /// Returns what `adopt` made, or `None` when there is no host array to hand over (none
     /// yet, or handed over already) or it is pinned ([`HostValues::pin`]). An `adopt` that
-    /// fails must leave the array in the slot: the host array then stays as it was.
+    /// fails, or declines, must leave the array in the slot: the host array then stays as it
+    /// was (and is not handed over).
     ///
     /// From then on the host array still [`exists`](HostValues::exists), but holds nothing:
     /// [`HostValues::with`] sees no array until the host array is made again, which the
