@@ -630,9 +630,17 @@ mod tests {
             None,
             "handed once"
         );
-        // Made again (zero-filled, for a copy from the device to fill) at the next host use.
+        // With no refresh to bring the values back (no runtime here), a host access gives up
+        // with a typed error rather than read or write an array without them.
+        assert!(matches!(
+            t.host().get_values(),
+            Err(Error::NotHosted { .. })
+        ));
+        assert!(t.host().with_mut(|_| Ok(())).is_err());
+        assert!(t.host().is_on_device());
+        // Made again (zero-filled) by the refresh's own write, which brings the values.
         let mode = t.memory_mode();
-        t.host().with_mut(|_| Ok(())).unwrap();
+        t.host().refill(|_| Ok(())).unwrap();
         assert!(!t.host().is_on_device());
         assert_eq!(
             t.host().with(Ndarray::to_vec_f64).unwrap().unwrap(),
