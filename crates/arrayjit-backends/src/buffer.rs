@@ -360,17 +360,11 @@ impl CpuBuffer {
 
 impl Drop for CpuBuffer {
     fn drop(&mut self) {
-        if let Backing::Adopted { counter, .. } = &self.backing {
-            // The array itself is dropped with the backing.
+        if let Backing::Owned { counter, .. } | Backing::Adopted { counter, .. } = &self.backing {
             counter.0.fetch_sub(self.size, Ordering::Relaxed);
         }
-        if let Backing::Owned {
-            base,
-            layout,
-            counter,
-        } = &self.backing
-        {
-            counter.0.fetch_sub(self.size, Ordering::Relaxed);
+        // An adopted array is dropped with the backing; an allocation of its own is freed here.
+        if let Backing::Owned { base, layout, .. } = &self.backing {
             // SAFETY: `base` was allocated in `zeroed_aligned` with this layout; guards a pool's
             // planner poisoned are unpoisoned before the memory goes back to the allocator.
             unsafe {

@@ -225,10 +225,6 @@ impl DeviceCopies for NodeSync {
         }
     }
 
-    fn refresh_pending(&self) -> bool {
-        self.prepare_read_pending()
-    }
-
     /// Runs the live write guards, outside the records' lock (the work they wait for may take
     /// it).
     fn before_host_write(&self) -> Result<()> {

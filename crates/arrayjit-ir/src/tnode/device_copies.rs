@@ -15,8 +15,6 @@ pub trait DeviceCopies: Any + Send + Sync {
     /// Brings the host array up to date before the host reads or writes it (a pending
     /// refresh from a device that changed the node); an error leaves the refresh pending.
     fn before_host_access(&self) -> Result<()>;
-    /// Whether a refresh is pending ([`DeviceCopies::before_host_access`] would run one).
-    fn refresh_pending(&self) -> bool;
     /// Waits, before a host write, for device work that reads the host array in place.
     fn before_host_write(&self) -> Result<()>;
     /// Whether some device copy holds the node's values (then a hosted constant's host values

@@ -186,14 +186,8 @@ impl<'a> HostValues<'a> {
                     .into(),
             });
         }
-        let pending = self
-            .node
-            .device_copies()
-            .is_some_and(|c| c.refresh_pending());
         self.prepare_read()?;
-        if !pending {
-            std::thread::yield_now();
-        }
+        std::thread::yield_now();
         Ok(())
     }
 
