@@ -456,6 +456,31 @@ fn long_sums_are_pairwise() {
     insta::assert_snapshot!(render("total", &p, &[], &OptimizeSettings::default()));
 }
 
+/// A short row sum that the optimizer inlines into its one reader (a layer norm's mean): the
+/// local sum runs over 16 accumulators, a lane loop that vectorizes, with its tail of 4 after
+/// them (`c::pairwise::long_local_sum`), rather than one chain of additions.
+#[test]
+fn short_inlined_row_sums_run_over_accumulators() {
+    let m = input(Prec::F32, &[8, 100], "m");
+    let sums = Tnode::new(Prec::F32, &[8], &["sums"]).unwrap();
+    let roots = output(Prec::F32, &[8], "roots");
+    let p = Assignments::einsum(
+        "ij->i",
+        BinOp::Add,
+        &sums,
+        AccumRhs::Unop(UnOp::Identity, Operand::Node(m)),
+        true,
+    )
+    .unwrap()
+    .then(Assignments::pointwise_unop(&roots, UnOp::Sqrt, &sums));
+    let source = render("row_roots", &p, &[], &OptimizeSettings::default());
+    assert!(
+        source.contains(" + 16 <= 100; ") && source.contains(" < 100; ++"),
+        "the inlined row sum is not over accumulators:\n{source}"
+    );
+    insta::assert_snapshot!(source);
+}
+
 /// A sum along the outer axis (a column sum): the rows in blocks of 128 into a row of block
 /// sums, those rows added pairwise, then each column adds its sum once (`c::outer_sums`).
 #[test]

@@ -149,7 +149,7 @@ impl Cascade {
 }
 
 impl KernelRenderer<'_> {
-    /// A long sum into a local scope's variable ([`long_local_sum`]; the optimizer inlines a
+    /// A sum into a local scope's variable ([`long_local_sum`]; the optimizer inlines a
     /// sum read by one statement this way): its innermost loop runs over
     /// [`local_sum_lanes`] accumulators in pairwise blocks (see [`KernelRenderer::reduce_range`]),
     /// the totals of its outer loops are summed pairwise, and the sum is added to the variable
@@ -254,9 +254,15 @@ fn local_sum_lanes(prec: Prec) -> usize {
 }
 
 /// A loop nest that sums into a local scope's variable — `v = v + x`, `v = x + v` or
-/// `v = fma(a, b, v)` innermost, `x` (`a`, `b`) not reading `v` — of `f32` or `f64`, with at
-/// least two pairwise blocks of steps and an innermost loop of at least two steps per
-/// accumulator: its variable and the value summed.
+/// `v = fma(a, b, v)` innermost, `x` (`a`, `b`) not reading `v` — of `f32` or `f64`, with an
+/// innermost loop of at least two steps per accumulator: its variable and the value summed.
+///
+/// Short sums qualify too (a layer norm's row of 256, the rule [`ReductionPlan::detect`] applies
+/// to sums into an array): written as one chain of additions, a sum is never vectorized (C
+/// may not reorder floating-point additions), so each step waits for the last one's latency —
+/// a row sum of a GPT step's layer norm ran at one addition per 3–4 cycles. Over the lanes it
+/// runs as vector additions; a sum shorter than two pairwise blocks is one block, its lanes
+/// combined in order.
 pub(crate) fn long_local_sum(nest: &LowLevel) -> Option<(ScopeId, &ScalarExpr)> {
     let (loops, inner) = nest.perfect_nest();
     let LowLevel::SetLocal(id, value) = inner else {
@@ -267,10 +273,7 @@ pub(crate) fn long_local_sum(nest: &LowLevel) -> Option<(ScopeId, &ScalarExpr)> 
     }
     let lanes = local_sum_lanes(id.prec) as u64;
     let &(_, from, to) = loops.last()?;
-    let steps = loops.iter().try_fold(1u64, |n, &(_, f, t)| {
-        n.checked_mul(u64::try_from(t - f).ok()?)
-    })?;
-    if ((to - from) as u64) < 2 * lanes || steps < 2 * lanes * PAIRWISE_BLOCK_STEPS {
+    if u64::try_from(to - from).ok()? < 2 * lanes {
         return None;
     }
     let is_acc = |e: &ScalarExpr| matches!(e, ScalarExpr::GetLocal(x) if x == id);
