@@ -4,7 +4,8 @@ use arrayjit_codegen::{CSyntax, render_program};
 use arrayjit_ir::schedule::GpuLimits;
 use arrayjit_ir::{
     AccumRhs, Assignments, AxisIndex, AxisPadding, BinOp, FetchOp, MemoryMode, MemoryType, Operand,
-    OptimizeSettings, Padding, Prec, Projections, StaticSymbol, Symbol, Tnode, UnOp, optimize,
+    OptimizeSettings, Padding, Prec, Projections, StaticSymbol, Symbol, TernOp, Tnode, UnOp,
+    optimize,
 };
 
 fn input(prec: Prec, dims: &[usize], label: &str) -> Tnode {
@@ -477,6 +478,35 @@ fn short_inlined_row_sums_run_over_accumulators() {
     assert!(
         source.contains(" + 16 <= 100; ") && source.contains(" < 100; ++"),
         "the inlined row sum is not over accumulators:\n{source}"
+    );
+    insta::assert_snapshot!(source);
+}
+
+/// `where` is a helper call, not C's `?:`: both values are read before the choice, so the loop
+/// vectorizes as a blend (with `?:` the reads of each branch are conditional, and gcc kept
+/// the loop scalar).
+#[test]
+fn where_reads_both_values_before_choosing() {
+    let mask = input(Prec::F32, &[4, 64], "mask");
+    let a = input(Prec::F32, &[4, 64], "a");
+    let b = input(Prec::F32, &[4, 64], "b");
+    let y = output(Prec::F32, &[4, 64], "y");
+    let p = Assignments::Accum {
+        initialize_neutral: false,
+        accum: BinOp::Arg2,
+        lhs: y.clone(),
+        rhs: AccumRhs::Ternop(
+            TernOp::Where,
+            Operand::Node(mask),
+            Operand::Node(a),
+            Operand::Node(b),
+        ),
+        projections: Projections::pointwise(y.dims(), 3),
+    };
+    let source = render("masked", &p, &[], &OptimizeSettings::default());
+    assert!(
+        source.contains("aj_where_f32(") && !source.contains(" != 0 ? ("),
+        "where is not a helper call:\n{source}"
     );
     insta::assert_snapshot!(source);
 }

@@ -193,8 +193,8 @@ pub struct ReductionPlan {
     /// How partial results combine: `Add` (also for the fused multiply-add form), `Max`, `Min`.
     pub combine: BinOp,
     /// Independent accumulators: element `r` of the loop goes to accumulator `r mod lanes`
-    /// (the tail to accumulator 0); they are combined in order 0, 1, 2, ... then into the
-    /// element. A long sum runs pairwise in the C backends: blocks of 128 steps of each
+    /// (the tail to accumulator 0); they are combined by folding in halves (of `w` lanes,
+    /// lane `l + ⌈w/2⌉` into lane `l`, until one is left), then into the element. A long sum runs pairwise in the C backends: blocks of 128 steps of each
     /// accumulator, their sums added as a binary tree, as do the totals of outer loops that do
     /// not index the element (`arrayjit_codegen`'s `c::pairwise` states the order).
     pub lanes: usize,

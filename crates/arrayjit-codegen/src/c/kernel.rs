@@ -317,7 +317,7 @@ impl KernelRenderer<'_> {
                 let a = self.expr(a, prec, depth, prelude)?;
                 let b = self.expr(b, prec, depth, prelude)?;
                 let c = self.expr(c, prec, depth, prelude)?;
-                c_syntax::render_ternop(*op, prec, &a, &b, &c)
+                c_syntax::render_ternop(*op, prec, (&a, &b, &c), self.helpers)
             }
         })
     }

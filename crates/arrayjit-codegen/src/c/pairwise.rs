@@ -8,7 +8,7 @@
 //!   sum of the blocks before it exactly where a binary counter carries (`cas[level]` holds the
 //!   sum of a run of `2^level` blocks), so each sum adds two halves of equal size;
 //! - at the end the pending levels are added from the lowest (the shortest runs, after the
-//!   tail of fewer than a block) to the highest, then the lanes in order.
+//!   tail of fewer than a block) to the highest, then the lanes folded in halves (`ReductionPlan::lanes`).
 //!
 //! The same cascade collects the totals of a reduction's outer loops (the loops of a nest that
 //! do not index the element summed into: a whole-array sum's rows), one total per iteration.
@@ -262,7 +262,7 @@ fn local_sum_lanes(prec: Prec) -> usize {
 /// may not reorder floating-point additions), so each step waits for the last one's latency —
 /// a row sum of a GPT step's layer norm ran at one addition per 3–4 cycles. Over the lanes it
 /// runs as vector additions; a sum shorter than two pairwise blocks is one block, its lanes
-/// combined in order.
+/// folded in halves.
 pub(crate) fn long_local_sum(nest: &LowLevel) -> Option<(ScopeId, &ScalarExpr)> {
     let (loops, inner) = nest.perfect_nest();
     let LowLevel::SetLocal(id, value) = inner else {

@@ -477,19 +477,29 @@ impl KernelRenderer<'_> {
         if let Some((cascade, _)) = &cascade {
             cascade.finish(&acc, self.helpers, &pad, out);
         }
+        // The lanes folded in halves: each fold adds the upper part onto the lower one, a
+        // loop of known length that runs as vector operations — where a chain through every
+        // lane waited on each step (63 dependent maxima after two steps of a 128-wide softmax
+        // row).
+        let mut width = lanes;
+        while width > 1 {
+            let half = width.div_ceil(2);
+            let folded = c_syntax::render_binop(
+                plan.combine,
+                prec,
+                &format!("{acc}[{lane}]"),
+                &format!("{acc}[{lane} + {half}]"),
+                self.helpers,
+            );
+            let _ = writeln!(
+                out,
+                "{pad}for (int {lane} = 0; {lane} < {}; ++{lane}) {acc}[{lane}] = {folded};",
+                width - half
+            );
+            width = half;
+        }
         let total = format!("total{n}");
         let _ = writeln!(out, "{pad}{t} {total} = {acc}[0];");
-        let step_total = c_syntax::render_binop(
-            plan.combine,
-            prec,
-            &total,
-            &format!("{acc}[{lane}]"),
-            self.helpers,
-        );
-        let _ = writeln!(
-            out,
-            "{pad}for (int {lane} = 1; {lane} < {lanes}; ++{lane}) {total} = {step_total};"
-        );
         Ok(total)
     }
 
@@ -594,7 +604,7 @@ impl KernelRenderer<'_> {
 
     /// A statement whose innermost loop reduces into one element, with the loop run over
     /// `plan.lanes` accumulators (element `r` into accumulator `r mod lanes`, the tail into
-    /// accumulator 0) that are then combined in order: a fixed summation order that compilers
+    /// accumulator 0) that are then folded in halves: a fixed summation order that compilers
     /// vectorize, instead of one serial dependency chain.
     pub(super) fn reduction(
         &mut self,

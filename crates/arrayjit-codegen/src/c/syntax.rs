@@ -89,6 +89,9 @@ pub enum Helper {
     Un(UnOp, Prec),
     /// A binary operation at a compute precision.
     Bin(BinOp, Prec),
+    /// `where` at a compute precision: a function, so that both values are computed before
+    /// the choice (see [`render_ternop`]).
+    Where(Prec),
     /// The random op's uniform value (`arrayjit_ir::random::device_uniform`), as `float`.
     PhiloxUniform,
     /// CUDA's matrix-unit operations (`ldmatrix`, `mma.sync`, TF32 rounding) as inline PTX,
@@ -454,11 +457,27 @@ pub fn render_binop(
 }
 
 /// Renders `op(a, b, c)` at compute precision `p`.
-pub fn render_ternop(op: TernOp, p: Prec, a: &str, b: &str, c: &str) -> String {
+///
+/// `where` is a call of a helper rather than C's `?:`: its arguments are computed before it
+/// chooses, so the loads of both values are unconditional and a loop over it vectorizes (a
+/// blend). With `?:` the loads in each branch are conditional, and gcc left such loops scalar
+/// (a causal mask's backward pass in the GPT step). Computing the value not chosen is safe:
+/// every read's index is in range (checked at compile time, or guarded when it comes from
+/// data), and the C operations that could trap (integer division, float-to-int conversion)
+/// are helpers that guard themselves.
+pub fn render_ternop(
+    op: TernOp,
+    p: Prec,
+    (a, b, c): (&str, &str, &str),
+    helpers: &mut BTreeSet<Helper>,
+) -> String {
     let cp = p.compute_prec();
     let t = c_storage_type(cp);
     match op {
-        TernOp::Where => format!("(({a}) != 0 ? ({b}) : ({c}))"),
+        TernOp::Where => {
+            helpers.insert(Helper::Where(cp));
+            format!("aj_where_{}({a}, {b}, {c})", prec_suffix(cp))
+        }
         TernOp::Fma if cp.is_float() => format!("{}({a}, {b}, {c})", float_fn2("fma", cp)),
         TernOp::Fma => {
             format!("(({t})((uint64_t)({a}) * (uint64_t)({b}) + (uint64_t)({c})))")
@@ -630,6 +649,13 @@ pub fn helper_definition(h: Helper, syntax: &CSyntax) -> String {
                 other => unreachable!("no helper for {other}"),
             };
             format!("{pre} {t} aj_{}_{s}({t} x) {{ {body} }}", op.name())
+        }
+        Helper::Where(p) => {
+            let t = c_storage_type(p);
+            format!(
+                "{pre} {t} aj_where_{}({t} c, {t} a, {t} b) {{ return c != 0 ? a : b; }}",
+                prec_suffix(p)
+            )
         }
         Helper::Bin(op, p) => {
             let t = c_storage_type(p);

@@ -631,7 +631,7 @@ impl KernelDialect for CudaDialect<'_, '_> {
     }
 
     fn fma(&mut self, cp: Prec, a: &str, b: &str, c: &str) -> String {
-        c_syntax::render_ternop(TernOp::Fma, cp, a, b, c)
+        c_syntax::render_ternop(TernOp::Fma, cp, (a, b, c), self.0.helpers)
     }
 
     fn bind(&mut self, sym: Symbol, name: &str) {
