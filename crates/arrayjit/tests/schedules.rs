@@ -98,6 +98,112 @@ fn blocked_contractions_give_the_same_bits_for_any_worker_count() {
     }
 }
 
+/// Rows `0..rows` of `c = a · b` for `a` of `m` rows (`[m, k]`, or `[k, m]` when
+/// `column_major`), `b` `[k, n]`, with values that depend only on each element's row, column
+/// and depth — so the first rows of a tall product and a short one are the same numbers — run
+/// on `sync_cc` with one worker; with the blocking the product ran with.
+fn leading_rows(
+    m: usize,
+    (k, n): (usize, usize),
+    column_major: bool,
+    rows: usize,
+) -> (Vec<u32>, arrayjit::ir::schedule::Blocking) {
+    let value = |i: usize, p: usize, seed: usize| {
+        ((i * 7919 + p * 6007 + seed * 104_729) % 1000) as f64 / 333.0 - 1.5
+    };
+    let (a_dims, spec) = if column_major {
+        ([k, m], "ki,kj->ij")
+    } else {
+        ([m, k], "ik,kj->ij")
+    };
+    let a = Tnode::new(Prec::F32, &a_dims, &["a"]).unwrap();
+    let a_values: Vec<f64> = if column_major {
+        (0..k * m).map(|e| value(e % m, e / m, 1)).collect()
+    } else {
+        (0..m * k).map(|e| value(e / k, e % k, 1)).collect()
+    };
+    a.host().set_values(&a_values).unwrap();
+    let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
+    b.host()
+        .set_values(
+            &(0..k * n)
+                .map(|e| value(e % n, e / n, 2))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
+    c.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    let program = Assignments::einsum(
+        spec,
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )
+    .unwrap();
+    let backend = backend_with_config(
+        "sync_cc",
+        &RuntimeConfig {
+            workers_per_device: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let code = backend.compile("rows", &program, &[]).unwrap();
+    let blocking = code
+        .optimized()
+        .schedules
+        .iter()
+        .find_map(|s| match &s.kind {
+            ScheduleKind::Contraction(g) => Some(g.blocking.clone()),
+            _ => None,
+        })
+        .expect("a blocked product");
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    Context::new(&stream).link(&code).unwrap().run().unwrap();
+    stream.await_work().unwrap();
+    let bits = c.host().get_values().unwrap()[..rows * n]
+        .iter()
+        .map(|&v| (v as f32).to_bits())
+        .collect();
+    (bits, blocking)
+}
+
+/// The product's two loop orders (`c::gemm`: `A` packed once when all its rows are one `mc`
+/// block, else again for every block of `nc` columns) sum every element alike: the first
+/// rows of a product taller than `mc` (the second order) have the same bits as the same rows
+/// computed alone (the first), over several `kc` and `nc` blocks, with `A` read in place and
+/// with `A` packed from a column-major layout.
+#[test]
+fn both_loop_orders_of_a_product_give_the_same_bits() {
+    for column_major in [false, true] {
+        // A small product first, for the device's blocking.
+        let (_, blocking) = leading_rows(12, (40, 40), column_major, 12);
+        let (k, n) = (2 * blocking.kc + 3, blocking.nc + 40);
+        let (short, _) = leading_rows(12, (k, n), column_major, 12);
+        let (tall, tall_blocking) = leading_rows(blocking.mc + 5, (k, n), column_major, 12);
+        assert_eq!(tall_blocking.mc, blocking.mc);
+        assert!(
+            short == tall,
+            "column-major A: {column_major}: the first rows differ between the loop orders"
+        );
+        // And they are the product (to f32 accuracy), not merely the same.
+        let value = |i: usize, p: usize, seed: usize| {
+            (((i * 7919 + p * 6007 + seed * 104_729) % 1000) as f64 / 333.0 - 1.5) as f32 as f64
+        };
+        for (e, bits) in short.iter().enumerate() {
+            let (i, j) = (e / n, e % n);
+            let want: f64 = (0..k).map(|p| value(i, p, 1) * value(j, p, 2)).sum();
+            let got = f64::from(f32::from_bits(*bits));
+            assert!(
+                (got - want).abs() <= 1e-4 * (1.0 + want.abs()) * (k as f64).sqrt(),
+                "element ({i}, {j}): {got} != {want}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_worker_count_is_a_checked_setting() {
     use std::ffi::OsString;
