@@ -156,7 +156,7 @@ fn leading_rows(
         .schedules
         .iter()
         .find_map(|s| match &s.kind {
-            ScheduleKind::Contraction(g) => Some(g.blocking.clone()),
+            ScheduleKind::Contraction(g) => Some(g.blocking),
             _ => None,
         })
         .expect("a blocked product");
