@@ -22,17 +22,23 @@ fn values(len: usize, seed: usize) -> Vec<f64> {
         .collect()
 }
 
-/// `c = a · b` for `[m, k] × [k, n]` with fractional values (so summation order matters).
-fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
-    let a = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
-    a.host().set_values(&values(m * k, 1)).unwrap();
-    let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
-    b.host().set_values(&values(k * n, 2)).unwrap();
-    let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
+/// `c = a · b` by the einsum `spec`, the factors `a` and `b` (dims and values) in f32, `c`
+/// of `c_dims` hosted.
+fn product_of(
+    spec: &str,
+    (a_dims, a_values): (&[usize], &[f64]),
+    (b_dims, b_values): (&[usize], &[f64]),
+    c_dims: &[usize],
+) -> (Assignments, Tnode) {
+    let a = Tnode::new(Prec::F32, a_dims, &["a"]).unwrap();
+    a.host().set_values(a_values).unwrap();
+    let b = Tnode::new(Prec::F32, b_dims, &["b"]).unwrap();
+    b.host().set_values(b_values).unwrap();
+    let c = Tnode::new(Prec::F32, c_dims, &["c"]).unwrap();
     c.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
         .unwrap();
     let program = Assignments::einsum(
-        "ik,kj->ij",
+        spec,
         BinOp::Add,
         &c,
         AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
@@ -40,6 +46,28 @@ fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
     )
     .unwrap();
     (program, c)
+}
+
+/// `c = a · b` for `[m, k] × [k, n]` with fractional values (so summation order matters).
+fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode) {
+    product_of(
+        "ik,kj->ij",
+        (&[m, k], &values(m * k, 1)),
+        (&[k, n], &values(k * n, 2)),
+        &[m, n],
+    )
+}
+
+/// A CPU backend whose devices run `workers` workers.
+fn backend_with_workers(name: &str, workers: usize) -> Backend {
+    backend_with_config(
+        name,
+        &RuntimeConfig {
+            workers_per_device: Some(workers),
+            ..Default::default()
+        },
+    )
+    .unwrap()
 }
 
 /// The product of [`product`]'s factors (rounded to f32, as the kernel reads them), in f64.
@@ -53,14 +81,7 @@ fn product_reference(m: usize, k: usize, n: usize) -> Vec<f64> {
 
 fn run_with_workers(backend_name: &str, workers: usize) -> Vec<u32> {
     let (program, c) = product(257, 129, 193);
-    let backend = backend_with_config(
-        backend_name,
-        &RuntimeConfig {
-            workers_per_device: Some(workers),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let backend = backend_with_workers(backend_name, workers);
     let code = backend.compile("product", &program, &[]).unwrap();
     assert!(
         code.optimized()
@@ -111,45 +132,16 @@ fn leading_rows(
     let value = |i: usize, p: usize, seed: usize| {
         ((i * 7919 + p * 6007 + seed * 104_729) % 1000) as f64 / 333.0 - 1.5
     };
-    let (a_dims, spec) = if column_major {
-        ([k, m], "ki,kj->ij")
+    let (a_dims, spec, a_values): ([usize; 2], _, Vec<f64>) = if column_major {
+        let a = (0..k * m).map(|e| value(e % m, e / m, 1)).collect();
+        ([k, m], "ki,kj->ij", a)
     } else {
-        ([m, k], "ik,kj->ij")
+        let a = (0..m * k).map(|e| value(e / k, e % k, 1)).collect();
+        ([m, k], "ik,kj->ij", a)
     };
-    let a = Tnode::new(Prec::F32, &a_dims, &["a"]).unwrap();
-    let a_values: Vec<f64> = if column_major {
-        (0..k * m).map(|e| value(e % m, e / m, 1)).collect()
-    } else {
-        (0..m * k).map(|e| value(e / k, e % k, 1)).collect()
-    };
-    a.host().set_values(&a_values).unwrap();
-    let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
-    b.host()
-        .set_values(
-            &(0..k * n)
-                .map(|e| value(e % n, e / n, 2))
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
-    let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
-    c.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-        .unwrap();
-    let program = Assignments::einsum(
-        spec,
-        BinOp::Add,
-        &c,
-        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
-        true,
-    )
-    .unwrap();
-    let backend = backend_with_config(
-        "sync_cc",
-        &RuntimeConfig {
-            workers_per_device: Some(1),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let b_values: Vec<f64> = (0..k * n).map(|e| value(e % n, e / n, 2)).collect();
+    let (program, c) = product_of(spec, (&a_dims, &a_values), (&[k, n], &b_values), &[m, n]);
+    let backend = backend_with_workers("sync_cc", 1);
     let code = backend.compile("rows", &program, &[]).unwrap();
     let blocking = code
         .optimized()
@@ -230,14 +222,7 @@ fn the_worker_count_is_a_checked_setting() {
         )
         .is_err()
     );
-    let b = backend_with_config(
-        "sync_cc",
-        &RuntimeConfig {
-            workers_per_device: Some(2),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let b = backend_with_workers("sync_cc", 2);
     assert!(
         b.debug_info().contains("of 2 worker(s)"),
         "{}",
@@ -285,14 +270,7 @@ fn split_loops_agree_with_the_interpreter_for_any_worker_count() {
         let unoptimized = program.lower(&[]).unwrap();
         let mut env = arrayjit::ir::InterpEnv::from_host_arrays(&unoptimized);
         env.run(&unoptimized, &[]).unwrap();
-        let backend = backend_with_config(
-            "multicore_cc",
-            &RuntimeConfig {
-                workers_per_device: Some(workers),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let backend = backend_with_workers("multicore_cc", workers);
         let code = backend.compile("split", &program, &[]).unwrap();
         let report = code.optimized().schedule_report();
         assert!(
@@ -381,14 +359,7 @@ fn split_full_reductions_are_exact_and_independent_of_workers() {
         let program = reduce(&outs[0], BinOp::Add, &ints)
             .then(reduce(&outs[1], BinOp::Add, &fracs))
             .then(reduce(&outs[2], BinOp::Max, &fracs));
-        let backend = backend_with_config(
-            backend_name,
-            &RuntimeConfig {
-                workers_per_device: Some(workers),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let backend = backend_with_workers(backend_name, workers);
         let code = backend.compile("sums", &program, &[]).unwrap();
         let split = code
             .optimized()
