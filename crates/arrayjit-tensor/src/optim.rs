@@ -286,7 +286,9 @@ pub fn update_program_clipped(
         before.iter().map(|t| t.node().id()).collect();
     let mut stmts: Vec<Assignments> = forward(before).collect();
     stmts.extend(counter_writes);
-    // The scalars every parameter's step reads (computed once, after the step count's update).
+    // The scalars every parameter's step reads, computed once after the step count's update and
+    // before any parameter's statements, so that none sits between a parameter's state writes
+    // and its own (where it would keep them from fusing).
     if let Some((bias1, bias2, keep)) = &adam_scalars {
         let mut shared = vec![bias1.clone(), bias2.clone()];
         shared.extend(keep.iter().cloned());
