@@ -195,6 +195,7 @@ fn padded_convolution_over_a_static_batch() {
                 vec![AxisIndex::affine([(1, i), (1, j)], -1)],
                 vec![AxisIndex::Iterator(j)],
             ],
+            guards: Vec::new(),
             debug_info: "conv".into(),
         },
     };

@@ -410,6 +410,36 @@ fn lower_accum(
             .zip(lhs.dims())
             .all(|(s, &d)| extents.get(s) == Some(&d));
     let lhs_get = ScalarExpr::Get(lhs.clone(), p.project_lhs.clone());
+    if !p.guards.is_empty() {
+        let skipped = guard_conditions(lhs, p, &bounds, &what)?;
+        // A skipped term leaves the element as it is: at the neutral element where the start
+        // is folded into the value (every element is visited once), else at its current value.
+        let neutral = ScalarExpr::Constant(accum.neutral_element());
+        let (init, kept, inner) = if accum == BinOp::Arg2 {
+            (LowLevel::Noop, lhs_get, rhs_expr)
+        } else if initialize_neutral && bijective {
+            let inner = ScalarExpr::binop(accum, neutral.clone(), rhs_expr);
+            (LowLevel::Noop, neutral, inner)
+        } else {
+            let init = if initialize_neutral {
+                neutral_fill(lhs, accum.neutral_element())
+            } else {
+                LowLevel::Noop
+            };
+            let inner = ScalarExpr::binop(accum, lhs_get.clone(), rhs_expr);
+            (init, lhs_get, inner)
+        };
+        let value = skipped.into_iter().rev().fold(inner, |value, skip| {
+            ScalarExpr::ternop(TernOp::Where, skip, kept.clone(), value)
+        });
+        let set = LowLevel::Set {
+            tn: lhs.clone(),
+            idcs: p.project_lhs.clone(),
+            value,
+        };
+        let (its, dims) = loop_order(p);
+        return Ok(LowLevel::seq([init, loop_nest(&its, &dims, set)]));
+    }
     let (init, value) = if accum == BinOp::Arg2 {
         (LowLevel::Noop, rhs_expr)
     } else if initialize_neutral && bijective {
@@ -436,6 +466,49 @@ fn lower_accum(
     };
     let (its, dims) = loop_order(p);
     Ok(LowLevel::seq([init, loop_nest(&its, &dims, set)]))
+}
+
+/// Per guard of `p`, the condition that skips a term: `guard < 0`, the guard's value compared
+/// in the statement's precision. Guards need a float result: a float keeps the sign of every
+/// integer it rounds, where an unsigned or narrow integer precision would wrap.
+fn guard_conditions(
+    lhs: &Tnode,
+    p: &Projections,
+    bounds: &impl Fn(Symbol) -> Option<usize>,
+    what: &str,
+) -> Result<Vec<ScalarExpr>> {
+    if !lhs.prec().compute_prec().is_float() {
+        return Err(Error::BadValue {
+            what: format!("{what}: the precision of a guarded accumulation's result"),
+            value: lhs.prec().name().into(),
+            expected: "a float precision (compute the guarded result in a float and cast it)"
+                .into(),
+        });
+    }
+    p.guards
+        .iter()
+        .map(|g| {
+            if let Some(s) = g
+                .symbols()
+                .into_iter()
+                .find(|s| !p.product_iterators.contains(s))
+            {
+                return Err(shape_error(
+                    what,
+                    format!(
+                        "the guard {g} uses {s}, which is not an iterator of the product space"
+                    ),
+                ));
+            }
+            g.value_range(bounds)
+                .map_err(|e| e.into_error(&lhs.debug_name(), what))?;
+            Ok(ScalarExpr::binop(
+                BinOp::Cmplt,
+                ScalarExpr::EmbedIndex(g.clone()),
+                ScalarExpr::Constant(0.0),
+            ))
+        })
+        .collect()
 }
 
 /// The loop order of an accumulation: the product space's order, except that the iterator of

@@ -287,8 +287,64 @@ pub struct Projections {
     pub project_lhs: Vec<AxisIndex>,
     /// Index of each axis of each rhs.
     pub project_rhs: Vec<Vec<AxisIndex>>,
+    /// Conditions on the product space, affine functions of its iterators: a term is
+    /// accumulated only where every guard is at least 0; the others are skipped, as if the
+    /// product space left them out (a causal attention's `s ≤ t` is the guard `t - s`). An lhs
+    /// element none of whose terms pass starts and stays at the neutral element (with
+    /// `initialize_neutral`) or keeps its value. Empty: every term counts.
+    pub guards: Vec<AxisIndex>,
     /// Where the projections came from, for messages (e.g. an einsum spec).
     pub debug_info: String,
+}
+
+/// A guard of an einsum written with its letters: the terms where `Σ coeff·letter + offset`
+/// is negative are skipped (see [`Projections::guards`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EinsumGuard {
+    /// `(coefficient, letter)` pairs.
+    pub terms: Vec<(i64, char)>,
+    /// The constant term.
+    pub offset: i64,
+}
+
+impl EinsumGuard {
+    /// `earlier ≤ later + offset`: with `at_most('s', 't', 0)`, key position `s` at or before
+    /// query position `t`, the mask of causal attention.
+    pub fn at_most(earlier: char, later: char, offset: i64) -> EinsumGuard {
+        EinsumGuard {
+            terms: vec![(1, later), (-1, earlier)],
+            offset,
+        }
+    }
+
+    /// The letters it names.
+    pub fn letters(&self) -> impl Iterator<Item = char> + '_ {
+        self.terms.iter().map(|(_, c)| *c)
+    }
+}
+
+impl fmt::Display for EinsumGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, (c, l)) in self.terms.iter().enumerate() {
+            let sign = match (k, *c < 0) {
+                (0, false) => "",
+                (0, true) => "-",
+                (_, false) => " + ",
+                (_, true) => " - ",
+            };
+            match c.unsigned_abs() {
+                1 => write!(f, "{sign}{l}")?,
+                m => write!(f, "{sign}{m}{l}")?,
+            }
+        }
+        match self.offset {
+            0 if !self.terms.is_empty() => {}
+            o if self.terms.is_empty() => write!(f, "{o}")?,
+            o if o > 0 => write!(f, " + {o}")?,
+            o => write!(f, " - {}", o.unsigned_abs())?,
+        }
+        f.write_str(" >= 0")
+    }
 }
 
 impl Projections {
@@ -303,6 +359,7 @@ impl Projections {
             rhs_dims: vec![dims.to_vec(); num_rhs],
             project_lhs: idx.clone(),
             project_rhs: vec![idx; num_rhs],
+            guards: Vec::new(),
             debug_info: format!("pointwise {dims:?}"),
         }
     }
@@ -426,8 +483,59 @@ impl Projections {
                 .zip(rhs_dims)
                 .map(|(s, d)| project(s, d))
                 .collect(),
+            guards: Vec::new(),
             debug_info: format!("einsum {spec}"),
         })
+    }
+
+    /// These projections (made by [`Projections::einsum`] from `spec`) with `guards`, written
+    /// with the spec's letters, added to [`Projections::guards`]. Every letter of a guard must
+    /// be a letter of the spec.
+    pub fn with_einsum_guards(mut self, spec: &str, guards: &[EinsumGuard]) -> Result<Projections> {
+        // The spec's letters in the order the iterators were made: the result's, then each
+        // operand's, each letter at its first appearance.
+        let mut letters: Vec<char> = Vec::new();
+        let (rhs, lhs) = spec.split_once("->").unwrap_or(("", spec));
+        for c in lhs.chars().chain(rhs.chars()) {
+            if c.is_ascii_alphabetic() && !letters.contains(&c) {
+                letters.push(c);
+            }
+        }
+        if letters.len() != self.product_iterators.len() {
+            return Err(Error::ShapeMismatch {
+                op: format!("einsum {spec:?}"),
+                shapes: vec![],
+                detail: format!(
+                    "the spec has {} letters but the projections ({}) have {} iterators",
+                    letters.len(),
+                    self.debug_info,
+                    self.product_iterators.len()
+                ),
+            });
+        }
+        for g in guards {
+            let mut terms = Vec::with_capacity(g.terms.len());
+            for &(c, l) in &g.terms {
+                let k =
+                    letters
+                        .iter()
+                        .position(|&x| x == l)
+                        .ok_or_else(|| Error::ShapeMismatch {
+                            op: format!("einsum {spec:?}"),
+                            shapes: vec![],
+                            detail: format!(
+                                "the guard {g} names {l:?}, which is not a letter of the spec"
+                            ),
+                        })?;
+                terms.push((c, self.product_iterators[k]));
+            }
+            self.guards.push(AxisIndex::affine(terms, g.offset));
+        }
+        if !guards.is_empty() {
+            let text: Vec<String> = guards.iter().map(|g| g.to_string()).collect();
+            self.debug_info = format!("{} where {}", self.debug_info, text.join(", "));
+        }
+        Ok(self)
     }
 }
 

@@ -32,7 +32,7 @@ pub mod verify;
 
 pub use assignments::{AccumRhs, Assignments, FetchOp, Operand};
 pub use error::{DeviceLimit, Error, OutOfBounds, RangeUnit, Result, ResultExt};
-pub use indexing::{AxisIndex, Projections, StaticSymbol, Symbol};
+pub use indexing::{AxisIndex, EinsumGuard, Projections, StaticSymbol, Symbol};
 pub use interpret::InterpEnv;
 pub use low_level::{LowLevel, ScalarExpr, ScopeId};
 pub use memory::{MemoryMode, MemoryType, ModeWithProvenance, Sharing};

@@ -338,7 +338,10 @@ impl Access {
 }
 
 /// A loop nest of shape `out[o] = out[o] + lhs[l] * rhs[r]` (or the fused multiply-add form)
-/// over loops starting at 0, every index a plain iterator (or 0 on an axis of size 1).
+/// over loops starting at 0, every index a plain iterator (or 0 on an axis of size 1); with
+/// guards ([`crate::indexing::Projections::guards`]) as their lowering writes them,
+/// `out[o] = where(g < 0, out[o], out[o] + lhs[l] * rhs[r])`, a term counting only where every
+/// guard `g` is at least 0.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Contraction {
     /// The loops, outermost first: iterator and extent.
@@ -349,6 +352,8 @@ pub struct Contraction {
     pub lhs: Access,
     /// The right factor.
     pub rhs: Access,
+    /// The guards, affine in the loops' iterators (empty: every term counts).
+    pub guards: Vec<AxisIndex>,
 }
 
 /// Per axis of `node`: the iterator indexing it, or `None` for index 0 on an axis of size 1;
@@ -380,14 +385,17 @@ fn get(e: &ScalarExpr) -> Option<Access> {
 /// `f64` throughout, or on a GPU with matrix units also 16-bit factors
 /// ([`Contraction::detect_for_matrix_units`]). The optimizer keeps such a node as an array
 /// (never inlined into its consumer) and such a nest out of loop fusion.
+///
+/// A guarded contraction is a product on a CPU ([`Contraction::detect_guarded`]), which skips
+/// the register tiles its guard rules out; GPU passes run it as loops.
 pub fn scheduled_product(stmt: &LowLevel, settings: &ScheduleSettings) -> Option<Contraction> {
     if !settings.enable_contractions {
         return None;
     }
-    let c = if settings.gpu.is_some_and(|g| g.matrix_units) {
-        Contraction::detect_for_matrix_units(stmt)
-    } else {
-        Contraction::detect(stmt)
+    let c = match settings.gpu {
+        Some(g) if g.matrix_units => Contraction::detect_for_matrix_units(stmt),
+        Some(_) => Contraction::detect(stmt),
+        None => Contraction::detect_guarded(stmt),
     }?;
     (c.flops() >= settings.min_contraction_flops).then_some(c)
 }
@@ -397,17 +405,23 @@ impl Contraction {
     /// be unpadded; the result's iterators must be distinct; every loop iterator must index the
     /// result or both factors (an iterator reducing one factor alone is not a contraction).
     pub fn detect(stmt: &LowLevel) -> Option<Contraction> {
-        Contraction::detect_with(stmt, false)
+        Contraction::detect_with(stmt, false, false)
+    }
+
+    /// Recognizes a contraction-shaped statement as [`Contraction::detect`] does, but also one
+    /// with guards (see [`Contraction`]).
+    pub fn detect_guarded(stmt: &LowLevel) -> Option<Contraction> {
+        Contraction::detect_with(stmt, false, true)
     }
 
     /// Recognizes a contraction-shaped statement as [`Contraction::detect`] does, but also one
     /// whose factors share a 16-bit float precision (`bf16`, `f16`) and whose result is in it
     /// or in `f32`: the products a GPU's matrix units multiply.
     pub fn detect_for_matrix_units(stmt: &LowLevel) -> Option<Contraction> {
-        Contraction::detect_with(stmt, true)
+        Contraction::detect_with(stmt, true, false)
     }
 
-    fn detect_with(stmt: &LowLevel, half_factors: bool) -> Option<Contraction> {
+    fn detect_with(stmt: &LowLevel, half_factors: bool, guarded: bool) -> Option<Contraction> {
         let (nest, s) = stmt.perfect_nest();
         let loops = nest
             .into_iter()
@@ -421,6 +435,23 @@ impl Contraction {
             iters: plain_iters(tn, idcs)?,
         };
         let is_out = |e: &ScalarExpr| get(e).is_some_and(|a| a == out);
+        // `where(g < 0, out, ...)` per guard, outermost first.
+        let mut guards = Vec::new();
+        let mut value = value;
+        while let ScalarExpr::Ternop(TernOp::Where, skip, kept, inner) = value {
+            let ScalarExpr::Binop(BinOp::Cmplt, g, zero) = &**skip else {
+                return None;
+            };
+            match (&**g, &**zero) {
+                (ScalarExpr::EmbedIndex(g), ScalarExpr::Constant(z))
+                    if guarded && *z == 0.0 && is_out(kept) =>
+                {
+                    guards.push(g.clone());
+                }
+                _ => return None,
+            }
+            value = inner;
+        }
         let (lhs, rhs) = match value {
             ScalarExpr::Ternop(TernOp::Fma, a, b, c) if is_out(c) => (get(a)?, get(b)?),
             ScalarExpr::Binop(BinOp::Add, x, y) => {
@@ -440,6 +471,7 @@ impl Contraction {
             out,
             lhs,
             rhs,
+            guards,
         };
         c.well_formed(half_factors).then_some(c)
     }
@@ -481,6 +513,10 @@ impl Contraction {
             v.len() == n
         };
         all_looped
+            && self
+                .guards
+                .iter()
+                .all(|g| g.symbols().into_iter().all(looped))
             && distinct(&self.out)
             && distinct(&self.lhs)
             && distinct(&self.rhs)
@@ -571,6 +607,11 @@ impl Contraction {
             return None;
         }
         let k = k_groups.into_iter().next()?;
+        let guard = match self.guards.as_slice() {
+            [] => None,
+            [g] => Some(self.gemm_guard(g, [&m, &n, &k])?),
+            _ => return None,
+        };
         Some(Gemm {
             prec: self.lhs.node.prec(),
             out: self.out.node.clone(),
@@ -581,6 +622,7 @@ impl Contraction {
             n,
             k,
             blocking,
+            guard,
             overwrite: false,
             batch_split: BatchSplit::ByProduct,
             covers_out: self
@@ -590,6 +632,28 @@ impl Contraction {
                 .zip(self.out.node.dims())
                 .all(|(it, &d)| it.map_or(1, |s| self.extent(s)) == d),
         })
+    }
+}
+
+impl Contraction {
+    /// A guard in the product's coordinates (see [`Gemm::guard`]): each of its iterators must
+    /// be the whole of the rows, the columns or the reduction, with a coefficient of 1 or -1.
+    fn gemm_guard(&self, g: &AxisIndex, mnk: [&Dim; 3]) -> Option<[i64; 4]> {
+        let (terms, offset) = g.terms();
+        let mut coeffs = [0i64; 4];
+        coeffs[3] = offset;
+        for (c, s) in terms {
+            let dim = Dim {
+                extent: self.extent(s),
+                strides: [&self.out, &self.lhs, &self.rhs].map(|a| a.stride(s)),
+            };
+            let axis = mnk.iter().position(|d| **d == dim)?;
+            if !(c == 1 || c == -1) || coeffs[axis] != 0 {
+                return None;
+            }
+            coeffs[axis] = c;
+        }
+        Some(coeffs)
     }
 }
 
@@ -626,6 +690,12 @@ pub struct Gemm {
     pub k: Dim,
     /// Cache and register blocking.
     pub blocking: Blocking,
+    /// The guard `[gi, gj, gk, g0]`: the term `lhs[b, i, k] · rhs[b, k, j]` counts only where
+    /// `gi·i + gj·j + gk·k + g0 ≥ 0` (each coefficient -1, 0 or 1). The product skips the
+    /// register tiles and depths where it fails for every element, and checks it element by
+    /// element only where it passes for some (a band along the diagonal). `None`: every term
+    /// counts.
+    pub guard: Option<[i64; 4]>,
     /// The product writes every element of the result instead of adding to it: the zeroing
     /// statement before it was absorbed (see [`ScheduleKind::Absorbed`]).
     pub overwrite: bool,
@@ -698,7 +768,14 @@ impl fmt::Display for Gemm {
             b.mc,
             b.kc,
             b.nc
-        )
+        )?;
+        if let Some([gi, gj, gk, g0]) = self.guard {
+            let guard = AxisIndex::affine([(gi, Symbol(1)), (gj, Symbol(2)), (gk, Symbol(3))], g0);
+            let text =
+                guard.render_with(|s| Ok::<_, fmt::Error>(["i", "j", "k"][s.0 - 1].to_string()))?;
+            write!(f, ", terms where {text} >= 0")?;
+        }
+        Ok(())
     }
 }
 
@@ -893,7 +970,7 @@ fn nest_schedule(
             parallel: None,
         })
     };
-    let Some(c) = Contraction::detect(s) else {
+    let Some(c) = Contraction::detect_guarded(s) else {
         return reduction("not a contraction".into());
     };
     if !settings.enable_contractions {

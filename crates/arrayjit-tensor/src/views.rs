@@ -95,6 +95,7 @@ fn copy(
             rhs_dims: vec![rhs.dims().to_vec()],
             project_lhs: lhs_idx,
             project_rhs: vec![rhs_idx],
+            guards: Vec::new(),
             debug_info: what.into(),
         },
     }

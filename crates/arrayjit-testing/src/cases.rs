@@ -283,6 +283,7 @@ fn padding_conv1d() -> Result<Case> {
             vec![AxisIndex::affine([(1, i), (1, k)], -1)],
             vec![AxisIndex::Iterator(k)],
         ],
+        guards: Vec::new(),
         debug_info: "conv1d with padding 1".into(),
     };
     let program = Assignments::Accum {

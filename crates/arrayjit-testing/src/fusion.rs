@@ -148,6 +148,7 @@ fn remapped_copy(
             rhs_dims: vec![rhs.dims().to_vec()],
             project_lhs: its.into_iter().map(AxisIndex::Iterator).collect(),
             project_rhs: vec![rhs_idx],
+            guards: Vec::new(),
             debug_info: "view".into(),
         },
     }
@@ -208,6 +209,7 @@ fn views_read_many_times() -> Result<Case> {
                     AxisIndex::Iterator(j),
                     AxisIndex::Iterator(k),
                 ]],
+                guards: Vec::new(),
                 debug_info: "merge".into(),
             },
         })

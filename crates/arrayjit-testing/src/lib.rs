@@ -15,6 +15,7 @@ mod contractions;
 mod fusion;
 mod gathers;
 mod gpu_shapes;
+mod guarded;
 mod matrix_products;
 mod random;
 mod required;
@@ -28,6 +29,7 @@ pub use cases::{matmul, scratch_locals};
 pub use contractions::contraction_cases;
 pub use fusion::fusion_cases;
 pub use gpu_shapes::{gpu_shape_cases, long_product, long_product_in};
+pub use guarded::guarded_cases;
 pub use matrix_products::matrix_product_cases;
 pub use required::{
     REQUIRE_BACKENDS_VAR, all_backends_under_test, backend_under_test, backends_under_test,
@@ -43,6 +45,7 @@ pub fn all_cases() -> Result<Vec<Case>> {
         .chain(fusion::fusion_cases()?)
         .chain(gathers::gather_cases()?)
         .chain(gpu_shapes::gpu_shape_cases()?)
+        .chain(guarded::guarded_cases()?)
         .chain(matrix_products::matrix_product_cases()?)
         .chain(simt_products::simt_product_cases()?)
         .chain(random::random_cases()?)

@@ -187,6 +187,45 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
     }
 }
 
+/// The large guarded products run as blocked products with their guard on the CPU backends
+/// (so the corpus checks the tiles they skip and the ones they check element by element); a
+/// band (two guards) and the small or non-product cases stay loops.
+#[test]
+fn guarded_cases_are_scheduled_as_guarded_products() {
+    use arrayjit::ir::schedule::ScheduleKind;
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    for case in arrayjit_testing::guarded_cases().unwrap() {
+        let code = backend
+            .compile(&case.name, &case.program, &case.bindings)
+            .unwrap();
+        let opt = code.optimized();
+        let guards: Vec<_> = opt
+            .schedules
+            .iter()
+            .filter_map(|s| match &s.kind {
+                ScheduleKind::Contraction(g) => Some(g.guard),
+                _ => None,
+            })
+            .collect();
+        let loops = ["guarded_band", "guarded_small_product", "guarded_loops"];
+        if loops.contains(&case.name.as_str()) {
+            assert!(
+                guards.is_empty(),
+                "{}:\n{}",
+                case.name,
+                opt.schedule_report()
+            );
+        } else {
+            assert!(
+                matches!(guards.as_slice(), [Some(_)]),
+                "{}:\n{}",
+                case.name,
+                opt.schedule_report()
+            );
+        }
+    }
+}
+
 /// The row-wise passes of the fusion cases run as one fused loop on the CPU backends (so the
 /// corpus checks fused code), with the reductions inside still over several accumulators; the
 /// passes that read other rows stay separate loops.

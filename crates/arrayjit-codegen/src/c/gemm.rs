@@ -40,16 +40,17 @@ pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
 pub fn gemm_signature(prec: Prec, b: &Blocking) -> String {
     let t = c_storage_type(prec);
     format!(
-        "__attribute__((visibility(\"hidden\"))) void {}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const aj_par *par)",
+        "__attribute__((visibility(\"hidden\"))) void {}(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const int64_t *guard, const aj_par *par)",
         gemm_name(prec, b)
     )
 }
 
 /// The definition of the product function (and its micro-kernel and vector type), for a
 /// precision of `f32` or `f64`. Call it as
-/// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, overwrite, par)` (`overwrite`: store
-/// the product instead of adding it to `C`) with the kernel's worker-pool handle (`NULL` runs
-/// on the calling thread).
+/// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, overwrite, guard, par)` (`overwrite`:
+/// store the product instead of adding it to `C`; `guard`: `NULL`, or the four coefficients
+/// `gi, gj, gk, g0` of [`arrayjit_ir::schedule::Gemm::guard`]) with the kernel's worker-pool
+/// handle (`NULL` runs on the calling thread).
 pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let signature = gemm_signature(prec, b);
     let t = c_storage_type(prec);
@@ -100,11 +101,12 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         write_tile_store(&mut s, t, &vt, mr, nr, lanes);
     }
     write_pack_across(&mut s, &name, t, elem);
+    write_guarded_tile(&mut s, &name, t, b);
     write_block_steps(&mut s, &name, t, b);
     // The blocked product on one thread.
     let _ = write!(
         s,
-        "static void {name}_serial(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw) {{
+        "static void {name}_serial(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const int64_t *g) {{
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {{
     if (ovw) for (int64_t i = 0; i < M; ++i) for (int64_t j = 0; j < N; ++j) C[i * rsC + j * csC] = 0;
@@ -128,7 +130,8 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {{
         {t} acc = 0;
-        for (int64_t k = 0; k < K; ++k) acc += A[i * rsA + k * csA] * B[k * rsB + j * csB];
+        for (int64_t k = 0; k < K; ++k)
+          if (!g || g[0] * i + g[1] * j + g[2] * k + g[3] >= 0) acc += A[i * rsA + k * csA] * B[k * rsB + j * csB];
         C[i * rsC + j * csC] = ovw ? acc : C[i * rsC + j * csC] + acc;
       }}
     return;
@@ -146,7 +149,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       for (int64_t jc = 0; jc < N; jc += {nc}) {{
         const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
         {name}_pack_b(Bp, B, rsB, csB, jc, ncb, pc, kcb);
-        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, 0, M, jc, ncb, pc, kcb, direct, ovw);
+        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, 0, M, jc, ncb, pc, kcb, direct, ovw, g);
       }}
     }}
     return;
@@ -159,7 +162,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       for (int64_t ic = 0; ic < M; ic += {mc}) {{
         const int64_t mcb = M - ic < {mc} ? M - ic : {mc};
         {name}_pack_a(Ap, A, rsA, csA, ic, mcb, pc, kcb, direct);
-        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, ic, mcb, jc, ncb, pc, kcb, direct, ovw);
+        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, ic, mcb, jc, ncb, pc, kcb, direct, ovw, g);
       }}
     }}
   }}
@@ -167,26 +170,33 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
 "
     );
     // Over the device's workers: the larger of M and N split into ranges of whole register
-    // tiles, one product per range. Every element is computed by one range with the same
-    // blocking and order, so results do not depend on the number of workers.
+    // tiles, one product per range (its guard shifted to the range's first row or column).
+    // Every element is computed by one range with the same blocking and order, so results do
+    // not depend on the number of workers.
     let _ = write!(
         s,
-        "typedef struct {{ int64_t M, N, K; const {t} *A; int64_t rsA, csA; const {t} *B; int64_t rsB, csB; {t} *C; int64_t rsC, csC; int64_t split_n, per; int ovw; }} {name}_job;
+        "typedef struct {{ int64_t M, N, K; const {t} *A; int64_t rsA, csA; const {t} *B; int64_t rsB, csB; {t} *C; int64_t rsC, csC; int64_t split_n, per; int ovw; const int64_t *guard; }} {name}_job;
 static void {name}_chunk(void *ctx, int64_t index) {{
   const {name}_job *j = ({name}_job *)ctx;
   const int64_t lo = index * j->per, total = j->split_n ? j->N : j->M;
   const int64_t hi = lo + j->per < total ? lo + j->per : total;
   if (lo >= hi) return;
+  int64_t g[4] = {{0, 0, 0, 0}};
+  if (j->guard) {{
+    g[0] = j->guard[0]; g[1] = j->guard[1]; g[2] = j->guard[2];
+    g[3] = j->guard[3] + (j->split_n ? j->guard[1] : j->guard[0]) * lo;
+  }}
   if (j->split_n)
-    {name}_serial(j->M, hi - lo, j->K, j->A, j->rsA, j->csA, j->B + lo * j->csB, j->rsB, j->csB, j->C + lo * j->csC, j->rsC, j->csC, j->ovw);
+    {name}_serial(j->M, hi - lo, j->K, j->A, j->rsA, j->csA, j->B + lo * j->csB, j->rsB, j->csB, j->C + lo * j->csC, j->rsC, j->csC, j->ovw, j->guard ? g : 0);
   else
-    {name}_serial(hi - lo, j->N, j->K, j->A + lo * j->rsA, j->rsA, j->csA, j->B, j->rsB, j->csB, j->C + lo * j->rsC, j->rsC, j->csC, j->ovw);
+    {name}_serial(hi - lo, j->N, j->K, j->A + lo * j->rsA, j->rsA, j->csA, j->B, j->rsB, j->csB, j->C + lo * j->rsC, j->rsC, j->csC, j->ovw, j->guard ? g : 0);
 }}
 {signature} {{
   /* A column-major C is the row-major C^T = B^T A^T: the same products summed in the same
-     order, but stored by whole vectors. */
+     order, but stored by whole vectors (the guard's row and column terms swapped). */
   if (rsC == 1 && csC != 1) {{
-    {name}(N, M, K, B, csB, rsB, A, csA, rsA, C, csC, rsC, ovw, par);
+    const int64_t swapped[4] = {{guard ? guard[1] : 0, guard ? guard[0] : 0, guard ? guard[2] : 0, guard ? guard[3] : 0}};
+    {name}(N, M, K, B, csB, rsB, A, csA, rsA, C, csC, rsC, ovw, guard ? swapped : 0, par);
     return;
   }}
   const int64_t workers = par ? par->workers : 1;
@@ -197,12 +207,12 @@ static void {name}_chunk(void *ctx, int64_t index) {{
     const int64_t per = (units + workers - 1) / workers * unit;
     const int64_t chunks = (total + per - 1) / per;
     if (chunks > 1) {{
-      {name}_job job = {{M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, split_n, per, ovw}};
+      {name}_job job = {{M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, split_n, per, ovw, guard}};
       par->run(par->pool, {name}_chunk, &job, chunks);
       return;
     }}
   }}
-  {name}_serial(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw);
+  {name}_serial(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw, guard);
 }}
 {OPTIMIZE_END}
 "
@@ -278,17 +288,89 @@ static void {name}_pack_a({t} *restrict Ap, const {t} *A, int64_t rsA, int64_t c
     }}
   }}
 }}
-static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp, {t} *C, int64_t rsC, int64_t csC, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int direct, int ovw) {{
+static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp, {t} *C, int64_t rsC, int64_t csC, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int direct, int ovw, const int64_t *g) {{
   /* Each sliver of A (mr × kc, in L1) meets every panel of the B block (kc × nc, in L2),
      which stream through in order. */
   for (int64_t i0 = 0; i0 < mcb; i0 += {mr})
     for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
       const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr}, w = ncb - j0 < {nr} ? ncb - j0 : {nr};
       {t} *const ct = C + (ic + i0) * rsC + (jc + j0) * csC;
-      if (direct && h == {mr})
+      if (g)
+        {name}_guarded_tile(A + (ic + i0) * rsA, rsA, Ap + i0 * kcb, Bp + j0 * kcb, ct, rsC, csC, ic + i0, h, jc + j0, w, pc, kcb, direct && h == {mr}, ovw && pc == 0, g);
+      else if (direct && h == {mr})
         {micro}_rows(kcb, A + (ic + i0) * rsA + pc, rsA, Bp + j0 * kcb, ct, rsC, csC, h, w, ovw && pc == 0);
       else
         {micro}(kcb, Ap + i0 * kcb, Bp + j0 * kcb, ct, rsC, csC, h, w, ovw && pc == 0);
+    }}
+}}
+"
+    );
+}
+
+/// `{name}_guarded_tile`: one register tile's terms at depths `pc..pc + kcb` of a guarded
+/// product (see [`arrayjit_ir::schedule::Gemm::guard`]). The guard is affine, so its least and
+/// greatest value over the tile's rows and columns bound where it passes: a tile it rules out
+/// runs nothing (and is zeroed where its first block overwrites); one it keeps whole runs the
+/// micro-kernel as usual. Otherwise the depths where every element's terms pass run through the
+/// micro-kernel into a local tile, and the few depths where only some do (fewer than the
+/// tile's rows plus columns) are added element by element where the guard passes; a guard
+/// without a depth term (`gk = 0`) runs the micro-kernel whole and stores only the elements it
+/// keeps. A skipped term is never computed, so values it would have read (infinities above a
+/// causal mask) cannot reach the result.
+fn write_guarded_tile(s: &mut String, name: &str, t: &str, b: &Blocking) {
+    let (mr, nr) = (b.mr, b.nr);
+    let micro = format!("{name}_micro");
+    let _ = write!(
+        s,
+        "static void {name}_guarded_tile(const {t} *Ar, int64_t rsA, const {t} *ap, const {t} *bp, {t} *c, int64_t rsC, int64_t csC, int64_t i, int64_t h, int64_t j, int64_t w, int64_t pc, int64_t kcb, int rows, int first, const int64_t *g) {{
+  /* The guard's least and greatest value over the tile's rows and columns (its depth term
+     apart): the bounds of r in `r + gk * k >= 0`. */
+  const int64_t rmin = g[3] + (g[0] < 0 ? g[0] * (i + h - 1) : g[0] * i) + (g[1] < 0 ? g[1] * (j + w - 1) : g[1] * j);
+  const int64_t rmax = g[3] + (g[0] < 0 ? g[0] * i : g[0] * (i + h - 1)) + (g[1] < 0 ? g[1] * j : g[1] * (j + w - 1));
+  const int64_t end = pc + kcb;
+  /* Every element's terms pass at depths [f0, f1); some elements' at [p0, p1). */
+  int64_t f0 = pc, f1 = end, p0 = pc, p1 = pc;
+  if (g[2] == 0) {{
+    if (rmax < 0) f1 = pc;
+  }} else if (g[2] > 0) {{
+    f0 = -rmin < pc ? pc : (-rmin > end ? end : -rmin);
+    p0 = -rmax < pc ? pc : (-rmax > end ? end : -rmax);
+    p1 = f0;
+  }} else {{
+    f1 = rmin + 1 < pc ? pc : (rmin + 1 > end ? end : rmin + 1);
+    p0 = f1;
+    p1 = rmax + 1 < pc ? pc : (rmax + 1 > end ? end : rmax + 1);
+  }}
+  const int mixed = g[2] == 0 && rmin < 0 && rmax >= 0;
+  if (!mixed && p0 == p1 && f0 == pc && f1 == end) {{
+    if (rows) {micro}_rows(kcb, Ar + pc, rsA, bp, c, rsC, csC, h, w, first);
+    else {micro}(kcb, ap, bp, c, rsC, csC, h, w, first);
+    return;
+  }}
+  if (!mixed && p0 == p1 && f0 == f1) {{
+    if (first) for (int64_t r = 0; r < h; ++r) for (int64_t q = 0; q < w; ++q) c[r * rsC + q * csC] = 0;
+    return;
+  }}
+  {t} tile[{mr} * {nr}];
+  if (f1 > f0) {{
+    if (rows) {micro}_rows(f1 - f0, Ar + f0, rsA, bp + (f0 - pc) * {nr}, tile, {nr}, 1, {mr}, {nr}, 1);
+    else {micro}(f1 - f0, ap + (f0 - pc) * {mr}, bp + (f0 - pc) * {nr}, tile, {nr}, 1, {mr}, {nr}, 1);
+  }} else {{
+    memset(tile, 0, sizeof tile);
+  }}
+  for (int64_t r = 0; r < h; ++r)
+    for (int64_t q = 0; q < w; ++q) {{
+      const int64_t rq = g[0] * (i + r) + g[1] * (j + q) + g[3];
+      {t} acc = tile[r * {nr} + q];
+      for (int64_t k = p0; k < p1; ++k)
+        if (rq + g[2] * k >= 0) acc += (rows ? Ar[r * rsA + k] : ap[(k - pc) * {mr} + r]) * bp[(k - pc) * {nr} + q];
+      if (mixed && rq < 0) {{
+        if (first) c[r * rsC + q * csC] = 0;
+      }} else if (first) {{
+        c[r * rsC + q * csC] = acc;
+      }} else {{
+        c[r * rsC + q * csC] += acc;
+      }}
     }}
 }}
 "

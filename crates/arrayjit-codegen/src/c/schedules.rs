@@ -171,9 +171,13 @@ impl KernelRenderer<'_> {
         let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
         let counter = self.loop_counter;
         self.loop_counter += 1;
+        // The guard as a compound literal (C99), `0` for none.
+        let guard = g.guard.map_or("0".to_string(), |[gi, gj, gk, g0]| {
+            format!("(const int64_t[4]){{{gi}, {gj}, {gk}, {g0}}}")
+        });
         let call = |offsets: &[String; 3], par: &str| {
             format!(
-                "{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, {}, {par});",
+                "{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, {}, {guard}, {par});",
                 g.m.extent,
                 g.n.extent,
                 g.k.extent,
@@ -805,7 +809,7 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
                 if !sane {
                     return Err(bad(k, &format!("unusable blocking {b:?}")));
                 }
-                let mut expected = Contraction::detect(s)
+                let mut expected = Contraction::detect_guarded(s)
                     .and_then(|c| c.gemm(g.blocking))
                     .ok_or_else(|| bad(k, "it is not a contraction of plain iterators"))?;
                 expected.overwrite = g.overwrite;

@@ -1,0 +1,206 @@
+//! Guarded accumulations for the conformance corpus ([`arrayjit_ir::Projections::guards`]):
+//! the products of causal attention (scores, the weighted sum of values and the gradient
+//! products, each with the guard on a different side of the product), a guard with an offset
+//! on a column-major result, depths across several cache blocks, infinities in the terms a
+//! guard skips, two guards (a band), and guarded reductions, copies and assignments. Large
+//! products run as blocked products that skip whole tiles on CPU backends; the rest as loops.
+
+use arrayjit_ir::{
+    AccumRhs, Assignments, BinOp, EinsumGuard, Operand, Prec, Projections, Result, Tnode, UnOp,
+};
+
+use super::case::{Case, case, output};
+use super::contractions::input;
+
+/// `accum`-assignment of `rhs` into `lhs` by einsum `spec` with `guards`.
+fn guarded(
+    spec: &str,
+    accum: BinOp,
+    lhs: &Tnode,
+    rhs: AccumRhs,
+    initialize_neutral: bool,
+    guards: &[EinsumGuard],
+) -> Result<Assignments> {
+    let dims: Vec<&[usize]> = rhs.operands().iter().map(|o| o.node().dims()).collect();
+    Ok(Assignments::Accum {
+        initialize_neutral,
+        accum,
+        lhs: lhs.clone(),
+        projections: Projections::einsum(spec, lhs.dims(), &dims)?
+            .with_einsum_guards(spec, guards)?,
+        rhs,
+    })
+}
+
+/// The product `c = a ·spec· b` with `guards`, over inputs of the letters' sizes.
+fn guarded_product(
+    name: &str,
+    prec: Prec,
+    spec: &str,
+    sizes: &[(char, usize)],
+    guards: &[EinsumGuard],
+) -> Result<Case> {
+    let size = |c: char| sizes.iter().find(|(l, _)| *l == c).map_or(1, |(_, s)| *s);
+    let (inputs, out) = spec.split_once("->").unwrap_or((spec, ""));
+    let (l, r) = inputs.split_once(',').unwrap_or((inputs, ""));
+    let [a, b, c] = [l, r, out].map(|o| o.chars().map(size).collect::<Vec<_>>());
+    let a = input(prec, &a, "a", 1)?;
+    let b = input(prec, &b, "b", 2)?;
+    let c = output(prec, &c, "c")?;
+    let program = guarded(
+        spec,
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+        guards,
+    )?;
+    Ok(case(name, program, vec![c]))
+}
+
+/// `te = ts · se` over `s ≤ t` where every skipped `a[t, s]` is infinite: a product that
+/// multiplied them (by zero or anything) would give NaN or infinity.
+fn infinities_above_the_guard() -> Result<Case> {
+    let (t, e) = (70, 40);
+    let a = Tnode::new(Prec::F32, &[t, t], &["a"])?;
+    a.host().set_values(
+        &(0..t * t)
+            .map(|x| {
+                let (row, col) = (x / t, x % t);
+                if col > row {
+                    f64::INFINITY
+                } else {
+                    ((x * 7) % 5) as f64 - 2.0
+                }
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    let b = input(Prec::F32, &[t, e], "b", 3)?;
+    let c = output(Prec::F32, &[t, e], "c")?;
+    let program = guarded(
+        "ts,se->te",
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+        &[EinsumGuard::at_most('s', 't', 0)],
+    )?;
+    Ok(case("guarded_infinities_skipped", program, vec![c]))
+}
+
+/// Guarded reductions and copies as loops: a row maximum over the lower triangle, a strictly
+/// lower-triangular copy (the rest at the neutral zero), and an assignment of the lower
+/// triangle over values already there (the rest keeps them).
+fn guarded_loops() -> Result<Case> {
+    let n = 9;
+    let x = input(Prec::F32, &[n, n], "x", 4)?;
+    let at_most = |offset| [EinsumGuard::at_most('j', 'i', offset)];
+    let row_max = output(Prec::F32, &[n], "row_max")?;
+    let lower = output(Prec::F32, &[n, n], "strictly_lower")?;
+    let kept = output(Prec::F32, &[n, n], "kept")?;
+    kept.host()
+        .set_values(&(0..n * n).map(|i| 100.0 + i as f64).collect::<Vec<_>>())?;
+    let identity = || AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone()));
+    let program = guarded("ij->i", BinOp::Max, &row_max, identity(), true, &at_most(0))?
+        .then(guarded(
+            "ij->ij",
+            BinOp::Add,
+            &lower,
+            identity(),
+            true,
+            &at_most(-1),
+        )?)
+        .then(guarded(
+            "ij->ij",
+            BinOp::Arg2,
+            &kept,
+            identity(),
+            false,
+            &at_most(0),
+        )?);
+    Ok(case("guarded_loops", program, vec![row_max, lower, kept]))
+}
+
+/// The corpus's guarded cases.
+pub fn guarded_cases() -> Result<Vec<Case>> {
+    let causal = [EinsumGuard::at_most('s', 't', 0)];
+    let attention = [('b', 2), ('h', 3), ('t', 45), ('s', 45), ('e', 20)];
+    Ok(vec![
+        // The guard on the result's rows and columns (the scores).
+        guarded_product(
+            "guarded_scores",
+            Prec::F32,
+            "bthe,bshe->bhts",
+            &attention,
+            &causal,
+        )?,
+        // On the depth and the rows (the weighted sum of values; the query gradient).
+        guarded_product(
+            "guarded_mix",
+            Prec::F32,
+            "bhts,bshe->bthe",
+            &attention,
+            &causal,
+        )?,
+        // On the depth and the rows the other way (the key and value gradients).
+        guarded_product(
+            "guarded_key_gradient",
+            Prec::F32,
+            "bhts,bthe->bshe",
+            &attention,
+            &causal,
+        )?,
+        // On the depth and the columns.
+        guarded_product(
+            "guarded_columns",
+            Prec::F32,
+            "te,ts->es",
+            &[('t', 67), ('s', 67), ('e', 37)],
+            &causal,
+        )?,
+        // An offset, on a column-major result (the product runs transposed).
+        guarded_product(
+            "guarded_transposed_result",
+            Prec::F32,
+            "ik,kj->ji",
+            &[('i', 50), ('j', 61), ('k', 33)],
+            &[EinsumGuard::at_most('j', 'i', 2)],
+        )?,
+        // Depths across cache blocks; the first row has no term (left at zero).
+        guarded_product(
+            "guarded_long_depth",
+            Prec::F32,
+            "ts,se->te",
+            &[('t', 400), ('s', 400), ('e', 33)],
+            &[EinsumGuard::at_most('s', 't', -1)],
+        )?,
+        guarded_product(
+            "guarded_mix_f64",
+            Prec::F64,
+            "bhts,bshe->bthe",
+            &attention,
+            &causal,
+        )?,
+        // A band: two guards.
+        guarded_product(
+            "guarded_band",
+            Prec::F32,
+            "ts,se->te",
+            &[('t', 40), ('s', 40), ('e', 24)],
+            &[
+                EinsumGuard::at_most('s', 't', 0),
+                EinsumGuard::at_most('t', 's', 3),
+            ],
+        )?,
+        // Small enough to stay loops.
+        guarded_product(
+            "guarded_small_product",
+            Prec::F32,
+            "ij,jk->ik",
+            &[('i', 5), ('j', 6), ('k', 7)],
+            &[EinsumGuard::at_most('k', 'i', 0)],
+        )?,
+        infinities_above_the_guard()?,
+        guarded_loops()?,
+    ])
+}
