@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, OutOfBounds, Result};
@@ -294,7 +295,7 @@ pub struct Projections {
     /// `initialize_neutral`) or keeps its value. Empty: every term counts.
     pub guards: Vec<AxisIndex>,
     /// Where the projections came from, for messages (e.g. an einsum spec).
-    pub debug_info: String,
+    pub debug_info: Arc<str>,
 }
 
 /// A guard of an einsum written with its letters: the terms where `Σ coeff·letter + offset`
@@ -360,7 +361,7 @@ impl Projections {
             project_lhs: idx.clone(),
             project_rhs: vec![idx; num_rhs],
             guards: Vec::new(),
-            debug_info: format!("pointwise {dims:?}"),
+            debug_info: format!("pointwise {dims:?}").into(),
         }
     }
 
@@ -484,7 +485,7 @@ impl Projections {
                 .map(|(s, d)| project(s, d))
                 .collect(),
             guards: Vec::new(),
-            debug_info: format!("einsum {spec}"),
+            debug_info: format!("einsum {spec}").into(),
         })
     }
 
@@ -533,7 +534,7 @@ impl Projections {
         }
         if !guards.is_empty() {
             let text: Vec<String> = guards.iter().map(|g| g.to_string()).collect();
-            self.debug_info = format!("{} where {}", self.debug_info, text.join(", "));
+            self.debug_info = format!("{} where {}", self.debug_info, text.join(", ")).into();
         }
         Ok(self)
     }

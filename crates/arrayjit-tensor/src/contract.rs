@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrayjit_ir::{BinOp, Error, Prec, Result, UnOp};
+use arrayjit_ir::{BinOp, EinsumGuard, Error, Prec, Result, UnOp};
 
 use crate::tensor::{Rhs, Tensor, parse_spec};
 
@@ -87,6 +87,34 @@ impl Tensor {
     /// is cast to their precision first and the gradient products accumulate in the result's
     /// precision, so the backward products of 16-bit factors are 16-bit products too.
     pub fn product_in(spec: &str, a: &Tensor, b: &Tensor, prec: Option<Prec>) -> Result<Tensor> {
+        Tensor::guarded_product_in(spec, a, b, &[], prec)
+    }
+
+    /// The einsum of the product of two tensors summing only the terms where every guard holds
+    /// (a guard `Σ coeff·letter + offset ≥ 0` over the spec's letters; see [`EinsumGuard`]).
+    /// Result elements with no term left are 0. Causal attention's scores are
+    /// `guarded_product("bthe,bshe->bhts", q, k, &[EinsumGuard::at_most('s', 't', 0)])`: the
+    /// products above the diagonal are never computed, on a CPU whole register tiles of them.
+    /// The gradients are the guarded products of the incoming gradient, so each guard letter
+    /// must name an axis of at least two of the result and the two factors.
+    pub fn guarded_product(
+        spec: &str,
+        a: &Tensor,
+        b: &Tensor,
+        guards: &[EinsumGuard],
+    ) -> Result<Tensor> {
+        Tensor::guarded_product_in(spec, a, b, guards, None)
+    }
+
+    /// [`Tensor::guarded_product`] with the result in precision `prec`, as
+    /// [`Tensor::product_in`].
+    pub fn guarded_product_in(
+        spec: &str,
+        a: &Tensor,
+        b: &Tensor,
+        guards: &[EinsumGuard],
+        prec: Option<Prec>,
+    ) -> Result<Tensor> {
         let (lhs, rhs) = parse_spec(spec).ok_or_else(|| Error::ShapeMismatch {
             op: format!("einsum {spec:?}"),
             shapes: vec![],
@@ -100,7 +128,29 @@ impl Tensor {
             });
         }
         let (ra, rb) = (rhs[0].clone(), rhs[1].clone());
-        Tensor::einsum_op_in(
+        for g in guards {
+            for l in g.letters() {
+                let named = [&lhs, &ra, &rb].iter().filter(|s| s.contains(l)).count();
+                if named < 2 {
+                    return Err(Error::ShapeMismatch {
+                        op: format!("einsum {spec:?}"),
+                        shapes: vec![a.dims().to_vec(), b.dims().to_vec()],
+                        detail: format!(
+                            "the guard {g} names {l:?}, which {} of the result and the factors; \
+                             a guard letter must name an axis of at least two of them (so the \
+                             gradients can be guarded too)",
+                            if named == 0 {
+                                "is in none"
+                            } else {
+                                "is in only one"
+                            }
+                        ),
+                    });
+                }
+            }
+        }
+        let grad_guards = guards.to_vec();
+        Tensor::einsum_op_guarded(
             spec,
             Rhs::Bin(BinOp::Mul),
             &[a, b],
@@ -117,11 +167,12 @@ impl Tensor {
                 } else {
                     (g.clone(), None)
                 };
-                let ga = contract_into(&lhs, &g, &rb, b, &ra, a.dims(), acc)?;
-                let gb = contract_into(&ra, a, &lhs, &g, &rb, b.dims(), acc)?;
+                let ga = contract_into(&lhs, &g, &rb, b, &ra, a.dims(), acc, &grad_guards)?;
+                let gb = contract_into(&ra, a, &lhs, &g, &rb, b.dims(), acc, &grad_guards)?;
                 Ok(vec![Some(ga), Some(gb)])
             })),
             prec,
+            guards,
         )
     }
 
@@ -284,9 +335,11 @@ fn broadcast_to(xs: &str, x: &Tensor, to: &str, dims: &[usize]) -> Result<Tensor
     Tensor::broadcast_view(x, xs, to, dims)
 }
 
-/// `out[P] = Σ x[X] * y[Y]` with shape `dims` for `P`, in precision `prec` (`None`: the
-/// factors' promoted); letters of `P` in neither `X` nor `Y` (summed away in the forward pass)
-/// are filled by broadcasting.
+/// `out[P] = Σ x[X] * y[Y]` over the terms where `guards` hold, with shape `dims` for `P`, in
+/// precision `prec` (`None`: the factors' promoted); letters of `P` in neither `X` nor `Y`
+/// (summed away in the forward pass) are filled by broadcasting. Every guard letter is in `X`
+/// or `Y` ([`Tensor::guarded_product_in`] checks it).
+#[allow(clippy::too_many_arguments)]
 fn contract_into(
     xs: &str,
     x: &Tensor,
@@ -295,12 +348,13 @@ fn contract_into(
     p: &str,
     dims: &[usize],
     prec: Option<Prec>,
+    guards: &[EinsumGuard],
 ) -> Result<Tensor> {
     let present: String = p
         .chars()
         .filter(|c| xs.contains(*c) || ys.contains(*c))
         .collect();
-    let partial = Tensor::einsum_op_in(
+    let partial = Tensor::einsum_op_guarded(
         &format!("{xs},{ys}->{present}"),
         Rhs::Bin(BinOp::Mul),
         &[x, y],
@@ -309,6 +363,7 @@ fn contract_into(
         "einsum_grad",
         None,
         prec,
+        guards,
     )?;
     if present.len() == p.len() {
         Ok(partial)

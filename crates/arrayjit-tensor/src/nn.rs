@@ -10,7 +10,7 @@
 //! projections), so no reshape or transpose is materialized. The `forward_with` variants
 //! apply [`Dropout`] for training; `forward` is the evaluation path.
 
-use arrayjit_ir::{Error, Prec, Result};
+use arrayjit_ir::{EinsumGuard, Error, Prec, Result};
 
 use crate::init::{Init, PendingDraws};
 use crate::losses;
@@ -285,14 +285,19 @@ impl CausalSelfAttention {
         let q = project(&self.query, &self.biases[0])?;
         let k = project(&self.key, &self.biases[1])?;
         let v = project(&self.value, &self.biases[2])?;
+        // Key `s` is seen from query `t` only where `s ≤ t`: the products skip the terms past
+        // it (about half), and the scores there, left at 0, are then hidden from the softmax.
+        // The weights there are exactly 0, so the weighted sum of values skips only zeros;
+        // the gradient products carry the guard too.
+        let causal = [EinsumGuard::at_most('s', 't', 0)];
         let scores = p
-            .product("bthe,bshe->bhts", &q, &k)?
+            .guarded_product("bthe,bshe->bhts", &q, &k, &causal)?
             .scale(1.0 / (hw as f64).sqrt())?;
         let future = Tensor::causal_mask(x.prec(), time)?;
         let hidden = Tensor::full(x.prec(), &[], -1e9)?;
         let weights = Tensor::where_(&future, &hidden, &scores)?.softmax(3)?;
         let weights = Dropout::maybe(dropout, &weights)?;
-        let mixed = p.product("bhts,bshe->bthe", &weights, &v)?;
+        let mixed = p.guarded_product("bhts,bshe->bthe", &weights, &v, &causal)?;
         let out = p
             .product("bthe,hed->btd", &mixed, &self.output)?
             .add(&self.biases[3])?;

@@ -17,7 +17,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use arrayjit_ir::{Error, MemoryMode, Prec, Result};
+use arrayjit_ir::{EinsumGuard, Error, MemoryMode, Prec, Result};
 
 use crate::tensor::Tensor;
 
@@ -42,6 +42,24 @@ impl Precision {
             Precision::Bf16Products => {
                 let result = Prec::promote(a.prec(), b.prec());
                 Tensor::product_in(spec, &operand(a)?, &operand(b)?, Some(result))
+            }
+        }
+    }
+
+    /// [`Precision::product`] summing only the terms where `guards` hold (see
+    /// [`Tensor::guarded_product`]).
+    pub fn guarded_product(
+        self,
+        spec: &str,
+        a: &Tensor,
+        b: &Tensor,
+        guards: &[EinsumGuard],
+    ) -> Result<Tensor> {
+        match self {
+            Precision::F32 => Tensor::guarded_product(spec, a, b, guards),
+            Precision::Bf16Products => {
+                let result = Prec::promote(a.prec(), b.prec());
+                Tensor::guarded_product_in(spec, &operand(a)?, &operand(b)?, guards, Some(result))
             }
         }
     }

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arrayjit_ir::{
-    AccumRhs, Assignments, BinOp, Error, FetchOp, MemoryMode, MemoryType, Operand, Prec,
-    Projections, Result, StaticSymbol, TernOp, Tnode, UnOp,
+    AccumRhs, Assignments, BinOp, EinsumGuard, Error, FetchOp, MemoryMode, MemoryType, Operand,
+    Prec, Projections, Result, StaticSymbol, TernOp, Tnode, UnOp,
 };
 
 use crate::init::Init;
@@ -394,6 +394,33 @@ impl Tensor {
         backward: Option<BackwardFn>,
         prec: Option<Prec>,
     ) -> Result<Tensor> {
+        Tensor::einsum_op_guarded(
+            spec,
+            rhs,
+            inputs,
+            accum,
+            initialize_neutral,
+            label,
+            backward,
+            prec,
+            &[],
+        )
+    }
+
+    /// [`Tensor::einsum_op_in`] accumulating only the terms where every guard holds
+    /// ([`arrayjit_ir::Projections::guards`], written with the spec's letters).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn einsum_op_guarded(
+        spec: &str,
+        rhs: Rhs,
+        inputs: &[&Tensor],
+        accum: BinOp,
+        initialize_neutral: bool,
+        label: &str,
+        backward: Option<BackwardFn>,
+        prec: Option<Prec>,
+        guards: &[EinsumGuard],
+    ) -> Result<Tensor> {
         let bad = |detail: String| Error::ShapeMismatch {
             op: format!("{label} ({spec})"),
             shapes: vec![],
@@ -443,7 +470,8 @@ impl Tensor {
         });
         let value = Tnode::new(prec, &dims, &[label])?;
         let input_dims: Vec<&[usize]> = inputs.iter().map(|t| t.dims()).collect();
-        let projections = Projections::einsum(spec, &dims, &input_dims)?;
+        let projections =
+            Projections::einsum(spec, &dims, &input_dims)?.with_einsum_guards(spec, guards)?;
         let ops: Vec<Operand> = inputs
             .iter()
             .map(|t| Operand::Node(t.node().clone()))

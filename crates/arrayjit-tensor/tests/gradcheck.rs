@@ -324,3 +324,59 @@ fn dropout() {
         x.tanh().unwrap().dropout(0.5, &rng),
     );
 }
+
+/// Guarded products (causal attention's): the gradients against finite differences, for the
+/// guard on the result (scores), on the depth (the weighted sum of values), with an offset;
+/// the forward values against the product with the skipped terms masked out by hand.
+#[test]
+fn guarded_products_skip_their_terms_and_their_gradients() {
+    use arrayjit_ir::EinsumGuard;
+    let (t, e) = (4, 3);
+    let q = param("q", &[t, e], &spread(t * e, -1.0, 1.2));
+    let k = param("k", &[t, e], &spread(t * e, -0.8, 0.9));
+    let p = param("p", &[t, t], &spread(t * t, -0.7, 1.1));
+    let causal = [EinsumGuard::at_most('s', 't', 0)];
+    check(
+        "scores",
+        &[&q, &k],
+        Tensor::guarded_product("te,se->ts", &q, &k, &causal),
+    );
+    check(
+        "weighted values",
+        &[&p, &k],
+        Tensor::guarded_product("ts,se->te", &p, &k, &causal),
+    );
+    check(
+        "strictly earlier keys",
+        &[&p, &q],
+        Tensor::guarded_product("ts,se->te", &p, &q, &[EinsumGuard::at_most('s', 't', -1)]),
+    );
+    // The values: the plain product of p with its upper triangle zeroed by hand.
+    let out = Tensor::guarded_product("ts,se->te", &p, &k, &causal).unwrap();
+    let code = forward_program(&[&out]).lower(&[]).unwrap();
+    let mut env = InterpEnv::from_host_arrays(&code);
+    env.run(&code, &[]).unwrap();
+    let got = env.values(out.node()).unwrap();
+    let (pv, kv) = (
+        p.node().host().get_values().unwrap(),
+        k.node().host().get_values().unwrap(),
+    );
+    for row in 0..t {
+        for col in 0..e {
+            let want: f64 = (0..=row).map(|s| pv[row * t + s] * kv[s * e + col]).sum();
+            assert!((got[row * e + col] - want).abs() < 1e-12, "({row}, {col})");
+        }
+    }
+    // A guard letter in only one of the result and the factors could not guard a gradient.
+    let err = Tensor::guarded_product("ts,se->te", &p, &k, &[EinsumGuard::at_most('x', 't', 0)])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'x'") && err.contains("guard"), "{err}");
+    let err = Tensor::guarded_product("ab,bc->ac", &p, &k, &[EinsumGuard::at_most('a', 'c', 0)]);
+    assert!(err.is_ok(), "a and c are both in the result and a factor");
+    let one_sided =
+        Tensor::guarded_product("ab,bc->c", &p, &k, &[EinsumGuard::at_most('a', 'c', 0)])
+            .unwrap_err()
+            .to_string();
+    assert!(one_sided.contains("only one"), "{one_sided}");
+}

@@ -88,6 +88,43 @@ fn infinities_above_the_guard() -> Result<Case> {
     Ok(case("guarded_infinities_skipped", program, vec![c]))
 }
 
+/// A guard of the depth and one side with an infinity in the other factor, at a depth where
+/// only some elements' terms pass: the rows (columns) that skip it must not see it (a product
+/// that zeroed the guarded factor instead would give them `0 · ∞ = NaN`).
+fn infinite_other_factor(name: &str, spec: &str, infinite: usize) -> Result<Case> {
+    let (t, e) = (70, 40);
+    let (inputs, _) = spec.split_once("->").unwrap_or((spec, ""));
+    let (l, r) = inputs.split_once(',').unwrap_or((inputs, ""));
+    let size = |c: char| if c == 'e' { e } else { t };
+    let [a, b] = [l, r].map(|o| o.chars().map(size).collect::<Vec<_>>());
+    let factors = [input(Prec::F32, &a, "a", 5)?, input(Prec::F32, &b, "b", 6)?];
+    // Two infinities, of either sign, in the factor the guard does not depend on.
+    let x = &factors[infinite];
+    let mut values = x.host().get_values()?;
+    let n = values.len();
+    values[n / 3] = f64::INFINITY;
+    values[n / 2 + 7] = f64::NEG_INFINITY;
+    x.host().set_values(&values)?;
+    let [a, b] = factors;
+    let c_dims: Vec<usize> = spec
+        .split("->")
+        .nth(1)
+        .unwrap_or("")
+        .chars()
+        .map(size)
+        .collect();
+    let c = output(Prec::F32, &c_dims, "c")?;
+    let program = guarded(
+        spec,
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+        &[EinsumGuard::at_most('s', 't', 0)],
+    )?;
+    Ok(case(name, program, vec![c]))
+}
+
 /// Guarded reductions and copies as loops: a row maximum over the lower triangle, a strictly
 /// lower-triangular copy (the rest at the neutral zero), and an assignment of the lower
 /// triangle over values already there (the rest keeps them).
@@ -201,6 +238,21 @@ pub fn guarded_cases() -> Result<Vec<Case>> {
             &[EinsumGuard::at_most('k', 'i', 0)],
         )?,
         infinities_above_the_guard()?,
+        // `t` the rows, `s` the depth: `b` is the other factor.
+        infinite_other_factor("guarded_rows_infinite_right_factor", "ts,se->te", 1)?,
+        // `s` the columns, `t` the depth: `a` is the other factor.
+        infinite_other_factor("guarded_columns_infinite_left_factor", "te,ts->es", 0)?,
+        // A guard of rows, columns and depth at once: `e ≤ t - s + 30`.
+        guarded_product(
+            "guarded_three_terms",
+            Prec::F32,
+            "ts,se->te",
+            &[('t', 60), ('s', 60), ('e', 45)],
+            &[EinsumGuard {
+                terms: vec![(1, 't'), (-1, 's'), (-1, 'e')],
+                offset: 30,
+            }],
+        )?,
         guarded_loops()?,
     ])
 }

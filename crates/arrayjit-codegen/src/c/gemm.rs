@@ -101,7 +101,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         write_tile_store(&mut s, t, &vt, mr, nr, lanes);
     }
     write_pack_across(&mut s, &name, t, elem);
-    write_guarded_tile(&mut s, &name, t, b);
+    write_guarded_tile(&mut s, &name, (t, &vt), elem, b);
     write_block_steps(&mut s, &name, t, b);
     // The blocked product on one thread.
     let _ = write!(
@@ -139,17 +139,26 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
   {t} *const Ap = pack, *const Bp = pack + (size_t)mcr * (size_t)kcr;
   /* Rows of a row-major A are read in place, unless their stride is a multiple of 4 KiB:
      then all rows of a sliver fall into one L1 set and evict each other (packed instead). */
+  /* A guard of the depth and the rows alone (mask 1) or the columns alone (mask 2): where the
+     other factor's block is finite, the elements of the guarded side where the guard fails
+     are zeroed (a band of A per sliver, in place in packed B) and a tile runs the
+     micro-kernel over every depth where any of its elements passes (see
+     {name}_guarded_tile). */
+  const int mask = !g || g[2] == 0 ? 0 : g[1] == 0 ? 1 : g[0] == 0 ? 2 : 0;
   const int direct = csA == 1 && (rsA * (int64_t)sizeof({t})) % 4096 != 0;
+  int finite_a = 0, masked = 0;
   if (M <= {mc}) {{
     /* All of A is one block of rows: packed once per kc block, not again for every block
        of N columns (the same packing of B, the same sums in the same order). */
     for (int64_t pc = 0; pc < K; pc += {kc}) {{
       const int64_t kcb = K - pc < {kc} ? K - pc : {kc};
       {name}_pack_a(Ap, A, rsA, csA, 0, M, pc, kcb, direct);
+      if (mask == 2) finite_a = {name}_finite_a(A, rsA, csA, 0, M, pc, kcb);
       for (int64_t jc = 0; jc < N; jc += {nc}) {{
         const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
         {name}_pack_b(Bp, B, rsB, csB, jc, ncb, pc, kcb);
-        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, 0, M, jc, ncb, pc, kcb, direct, ovw, g);
+        if (mask) masked = {name}_mask_b(Bp, jc, ncb, pc, kcb, g, mask, finite_a);
+        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, 0, M, jc, ncb, pc, kcb, direct, ovw, g, masked);
       }}
     }}
     return;
@@ -159,10 +168,13 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     for (int64_t pc = 0; pc < K; pc += {kc}) {{
       const int64_t kcb = K - pc < {kc} ? K - pc : {kc};
       {name}_pack_b(Bp, B, rsB, csB, jc, ncb, pc, kcb);
+      /* Whether all of A's rows are finite at these depths, for mask 2. */
+      if (mask == 2) finite_a = {name}_finite_a(A, rsA, csA, 0, M, pc, kcb);
+      if (mask) masked = {name}_mask_b(Bp, jc, ncb, pc, kcb, g, mask, finite_a);
       for (int64_t ic = 0; ic < M; ic += {mc}) {{
         const int64_t mcb = M - ic < {mc} ? M - ic : {mc};
         {name}_pack_a(Ap, A, rsA, csA, ic, mcb, pc, kcb, direct);
-        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, ic, mcb, jc, ncb, pc, kcb, direct, ovw, g);
+        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, ic, mcb, jc, ncb, pc, kcb, direct, ovw, g, masked);
       }}
     }}
   }}
@@ -288,46 +300,179 @@ static void {name}_pack_a({t} *restrict Ap, const {t} *A, int64_t rsA, int64_t c
     }}
   }}
 }}
-static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp, {t} *C, int64_t rsC, int64_t csC, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int direct, int ovw, const int64_t *g) {{
+static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp, {t} *C, int64_t rsC, int64_t csC, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int direct, int ovw, const int64_t *g, int masked) {{
   /* Each sliver of A (mr × kc, in L1) meets every panel of the B block (kc × nc, in L2),
      which stream through in order. */
-  for (int64_t i0 = 0; i0 < mcb; i0 += {mr})
+  for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
+    /* A guard of rows and depth: the sliver's band of depths where only some rows pass,
+       zeroed where the guard fails, for every panel. */
+    {t} band[{mr} * {mr}];
+    if (masked == 1) {name}_band_a(band, A + (ic + i0) * rsA, rsA, Ap + i0 * kcb, ic + i0, mcb - i0 < {mr} ? mcb - i0 : {mr}, pc, kcb, direct && mcb - i0 >= {mr}, g);
     for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
       const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr}, w = ncb - j0 < {nr} ? ncb - j0 : {nr};
       {t} *const ct = C + (ic + i0) * rsC + (jc + j0) * csC;
       if (g)
-        {name}_guarded_tile(A + (ic + i0) * rsA, rsA, Ap + i0 * kcb, Bp + j0 * kcb, ct, rsC, csC, ic + i0, h, jc + j0, w, pc, kcb, direct && h == {mr}, ovw && pc == 0, g);
+        {name}_guarded_tile(A + (ic + i0) * rsA, rsA, Ap + i0 * kcb, Bp + j0 * kcb, ct, rsC, csC, ic + i0, h, jc + j0, w, pc, kcb, direct && h == {mr}, ovw && pc == 0, g, masked, band);
       else if (direct && h == {mr})
         {micro}_rows(kcb, A + (ic + i0) * rsA + pc, rsA, Bp + j0 * kcb, ct, rsC, csC, h, w, ovw && pc == 0);
       else
         {micro}(kcb, Ap + i0 * kcb, Bp + j0 * kcb, ct, rsC, csC, h, w, ovw && pc == 0);
     }}
+  }}
 }}
 "
     );
 }
 
-/// `{name}_guarded_tile`: one register tile's terms at depths `pc..pc + kcb` of a guarded
-/// product (see [`arrayjit_ir::schedule::Gemm::guard`]). The guard is affine, so its least and
-/// greatest value over the tile's rows and columns bound where it passes: a tile it rules out
-/// runs nothing (and is zeroed where its first block overwrites); one it keeps whole runs the
-/// micro-kernel as usual. Otherwise the depths where every element's terms pass run through the
-/// micro-kernel into a local tile, and the few depths where only some do (fewer than the
-/// tile's rows plus columns) are added element by element where the guard passes; a guard
-/// without a depth term (`gk = 0`) runs the micro-kernel whole and stores only the elements it
-/// keeps. A skipped term is never computed, so values it would have read (infinities above a
-/// causal mask) cannot reach the result.
-fn write_guarded_tile(s: &mut String, name: &str, t: &str, b: &Blocking) {
+/// The steps of a guarded product (see [`arrayjit_ir::schedule::Gemm::guard`]).
+///
+/// `{name}_guarded_tile` runs one register tile's terms at depths `pc..pc + kcb`. The guard is
+/// affine, so its least and greatest value over the tile's rows and columns bound where it
+/// passes: a tile it rules out runs nothing (and is zeroed where its first block overwrites);
+/// one it keeps whole runs the micro-kernel as usual.
+///
+/// - A guard of the depth and one side (`gi` or `gj` zero), where the other factor's block is
+///   finite (`{name}_finite`): the guarded side's elements where the guard fails are zeroed —
+///   in packed `B`'s panels (`{name}_mask_b`), or in a copy of each sliver's band of `A`
+///   (`{name}_band_a`, so `A`'s rows can still be read in place) — and the tile runs the
+///   micro-kernel over every depth where any of its elements passes: a skipped term adds
+///   `0 · x = 0` exactly (only the sign of a zero sum may differ from skipping it).
+/// - Otherwise the depths where every element passes run through the micro-kernel, and the few
+///   where only some do (fewer than the tile's rows plus columns) are summed per row in two
+///   vectors, each product masked by its bits to the columns where the guard passes, so a
+///   skipped product's infinity or NaN never reaches the sum.
+/// - A guard without a depth term (`gk = 0`) runs the micro-kernel whole into a local tile and
+///   stores the run of columns each row keeps.
+fn write_guarded_tile(
+    s: &mut String,
+    name: &str,
+    (t, vt): (&str, &str),
+    elem: usize,
+    b: &Blocking,
+) {
     let (mr, nr) = (b.mr, b.nr);
+    let lanes = (nr / 2).max(1);
+    let vi = format!("{name}_vmask");
+    let int = if elem == 8 { "int64_t" } else { "int32_t" };
     let micro = format!("{name}_micro");
+    let columns: Vec<String> = (0..lanes).map(|q| q.to_string()).collect();
+    let columns = columns.join(", ");
     let _ = write!(
         s,
-        "static void {name}_guarded_tile(const {t} *Ar, int64_t rsA, const {t} *ap, const {t} *bp, {t} *c, int64_t rsC, int64_t csC, int64_t i, int64_t h, int64_t j, int64_t w, int64_t pc, int64_t kcb, int rows, int first, const int64_t *g) {{
+        "typedef {int} {vi} __attribute__((vector_size({vbytes})));
+/* Whether `rows` runs of `n` contiguous elements, `rs` apart, are all finite: x · 0 is 0 for
+   a finite x, NaN otherwise. */
+static int {name}_finite(const {t} *x, int64_t rs, int64_t rows, int64_t n) {{
+  {vt} v0 = {{0}};
+  {t} s0 = 0;
+  for (int64_t r = 0; r < rows; ++r) {{
+    const {t} *const p = x + r * rs;
+    int64_t q = 0;
+    for (; q + {lanes} <= n; q += {lanes}) {{ {vt} v; memcpy(&v, p + q, sizeof v); v0 += v * 0; }}
+    for (; q < n; ++q) s0 += p[q] * 0;
+  }}
+  for (int l = 0; l < {lanes}; ++l) s0 += v0[l];
+  return s0 == 0;
+}}
+static int {name}_finite_a(const {t} *A, int64_t rsA, int64_t csA, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb) {{
+  if (csA == 1) return {name}_finite(A + ic * rsA + pc, rsA, mcb, kcb);
+  if (rsA == 1) return {name}_finite(A + ic + pc * csA, csA, kcb, mcb);
+  return 0;
+}}
+/* For a guard of depth and one side: the depths of [pc, end) where every element whose
+   guard value without its depth term lies in [rmin, rmax] passes ([d[0], d[1])) and where
+   only some do ([d[2], d[3])). */
+static inline void {name}_depths(int64_t rmin, int64_t rmax, int64_t gk, int64_t pc, int64_t end, int64_t d[4]) {{
+#define AJ_CLAMP(x) ((x) < pc ? pc : (x) > end ? end : (x))
+  if (gk > 0) {{ d[0] = AJ_CLAMP(-rmin); d[1] = end; d[2] = AJ_CLAMP(-rmax); d[3] = d[0]; }}
+  else {{ d[0] = pc; d[1] = AJ_CLAMP(rmin + 1); d[2] = d[1]; d[3] = AJ_CLAMP(rmax + 1); }}
+#undef AJ_CLAMP
+}}
+/* Mask 2: zeroes the elements of packed B where the guard fails, in each panel's band, where
+   `finite_a`; returns the tiles' mode (2, or 0 for the exact path). Mask 1: the mode is 1
+   where B's block is finite. */
+static int {name}_mask_b({t} *Bp, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, const int64_t *g, int mask, int finite_a) {{
+  if (mask == 1) return {name}_finite(Bp, 0, 1, (ncb + {nr} - 1) / {nr} * {nr} * kcb) ? 1 : 0;
+  if (!finite_a) return 0;
+  for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
+    const int64_t w = ncb - j0 < {nr} ? ncb - j0 : {nr};
+    const int64_t ra = g[1] * (jc + j0) + g[3], rb = g[1] * (jc + j0 + w - 1) + g[3];
+    int64_t d[4];
+    {name}_depths(ra < rb ? ra : rb, ra < rb ? rb : ra, g[2], pc, pc + kcb, d);
+    for (int64_t k = d[2]; k < d[3]; ++k)
+      for (int64_t q = 0; q < w; ++q)
+        if (g[1] * (jc + j0 + q) + g[2] * k + g[3] < 0) Bp[j0 * kcb + (k - pc) * {nr} + q] = 0;
+  }}
+  return 2;
+}}
+/* Mask 1: a sliver's band (the depths where only some of its rows pass), packed as a sliver
+   and zeroed where the guard fails. */
+static void {name}_band_a({t} *band, const {t} *Ar, int64_t rsA, const {t} *ap, int64_t i, int64_t h, int64_t pc, int64_t kcb, int rows, const int64_t *g) {{
+  const int64_t ra = g[0] * i + g[3], rb = g[0] * (i + h - 1) + g[3];
+  int64_t d[4];
+  {name}_depths(ra < rb ? ra : rb, ra < rb ? rb : ra, g[2], pc, pc + kcb, d);
+  for (int64_t k = d[2]; k < d[3]; ++k)
+    for (int64_t r = 0; r < {mr}; ++r)
+      band[(k - d[2]) * {mr} + r] = r < h && g[0] * (i + r) + g[2] * k + g[3] >= 0 ? (rows ? Ar[r * rsA + k] : ap[(k - pc) * {mr} + r]) : 0;
+}}
+static void {name}_guarded_tile(const {t} *Ar, int64_t rsA, const {t} *ap, const {t} *bp, {t} *c, int64_t rsC, int64_t csC, int64_t i, int64_t h, int64_t j, int64_t w, int64_t pc, int64_t kcb, int rows, int first, const int64_t *g, int masked, const {t} *band) {{
   /* The guard's least and greatest value over the tile's rows and columns (its depth term
      apart): the bounds of r in `r + gk * k >= 0`. */
   const int64_t rmin = g[3] + (g[0] < 0 ? g[0] * (i + h - 1) : g[0] * i) + (g[1] < 0 ? g[1] * (j + w - 1) : g[1] * j);
   const int64_t rmax = g[3] + (g[0] < 0 ? g[0] * i : g[0] * (i + h - 1)) + (g[1] < 0 ? g[1] * j : g[1] * (j + w - 1));
   const int64_t end = pc + kcb;
+  const {vi} q0 = {{{columns}}}, q1 = q0 + {lanes};
+  if (g[2] == 0 && rmin < 0 && rmax >= 0) {{
+    /* Some elements pass at every depth, the others at none: per row, the run of columns
+       [lo, hi) it keeps. */
+    {t} tile[{mr} * {nr}];
+    if (rows) {micro}_rows(kcb, Ar + pc, rsA, bp, tile, {nr}, 1, {mr}, {nr}, 1);
+    else {micro}(kcb, ap, bp, tile, {nr}, 1, {mr}, {nr}, 1);
+    for (int64_t r = 0; r < h; ++r) {{
+      const int64_t rest = g[0] * (i + r) + g[1] * j + g[3];
+      int64_t lo = 0, hi = {nr};
+      if (g[1] > 0) lo = -rest < 0 ? 0 : (-rest > {nr} ? {nr} : -rest);
+      else if (g[1] < 0) hi = rest + 1 < 0 ? 0 : (rest + 1 > {nr} ? {nr} : rest + 1);
+      else if (rest < 0) hi = 0;
+      const {int} l = ({int})lo, u = ({int})hi;
+      {vt} t0, t1;
+      memcpy(&t0, tile + r * {nr}, sizeof t0); memcpy(&t1, tile + r * {nr} + {lanes}, sizeof t1);
+      t0 = ({vt})(({vi})t0 & ((q0 >= l) & (q0 < u)));
+      t1 = ({vt})(({vi})t1 & ((q1 >= l) & (q1 < u)));
+      {t} *const cr = c + r * rsC;
+      if (csC == 1 && w == {nr}) {{
+        /* Zeros where the row is not kept: stored when overwriting, added (a no-op) else. */
+        if (!first) {{
+          {vt} c0, c1;
+          memcpy(&c0, cr, sizeof c0); memcpy(&c1, cr + {lanes}, sizeof c1);
+          t0 += c0; t1 += c1;
+        }}
+        memcpy(cr, &t0, sizeof t0); memcpy(cr + {lanes}, &t1, sizeof t1);
+      }} else {{
+        {t} row[{nr}];
+        memcpy(row, &t0, sizeof t0); memcpy(row + {lanes}, &t1, sizeof t1);
+        for (int64_t q = 0; q < w; ++q) cr[q * csC] = first ? row[q] : cr[q * csC] + row[q];
+      }}
+    }}
+    return;
+  }}
+  if (masked) {{
+    int64_t d[4];
+    {name}_depths(rmin, rmax, g[2], pc, end, d);
+    /* Mask 2: every depth where any element passes, at once (B zeroed where it fails). Mask
+       1: those where all pass, then the band from its zeroed copy. */
+    const int64_t d0 = masked == 2 && d[2] < d[0] ? d[2] : d[0], d1 = masked == 2 && d[3] > d[1] ? d[3] : d[1];
+    if (d1 > d0) {{
+      if (rows) {micro}_rows(d1 - d0, Ar + d0, rsA, bp + (d0 - pc) * {nr}, c, rsC, csC, h, w, first);
+      else {micro}(d1 - d0, ap + (d0 - pc) * {mr}, bp + (d0 - pc) * {nr}, c, rsC, csC, h, w, first);
+    }}
+    if (masked == 1 && d[3] > d[2]) {{
+      {micro}(d[3] - d[2], band, bp + (d[2] - pc) * {nr}, c, rsC, csC, h, w, first && d1 <= d0);
+    }} else if (d1 <= d0 && first) {{
+      for (int64_t r = 0; r < h; ++r) for (int64_t q = 0; q < w; ++q) c[r * rsC + q * csC] = 0;
+    }}
+    return;
+  }}
   /* Every element's terms pass at depths [f0, f1); some elements' at [p0, p1). */
   int64_t f0 = pc, f1 = end, p0 = pc, p1 = pc;
   if (g[2] == 0) {{
@@ -341,39 +486,46 @@ fn write_guarded_tile(s: &mut String, name: &str, t: &str, b: &Blocking) {
     p0 = f1;
     p1 = rmax + 1 < pc ? pc : (rmax + 1 > end ? end : rmax + 1);
   }}
-  const int mixed = g[2] == 0 && rmin < 0 && rmax >= 0;
-  if (!mixed && p0 == p1 && f0 == pc && f1 == end) {{
-    if (rows) {micro}_rows(kcb, Ar + pc, rsA, bp, c, rsC, csC, h, w, first);
-    else {micro}(kcb, ap, bp, c, rsC, csC, h, w, first);
-    return;
-  }}
-  if (!mixed && p0 == p1 && f0 == f1) {{
-    if (first) for (int64_t r = 0; r < h; ++r) for (int64_t q = 0; q < w; ++q) c[r * rsC + q * csC] = 0;
-    return;
-  }}
-  {t} tile[{mr} * {nr}];
   if (f1 > f0) {{
-    if (rows) {micro}_rows(f1 - f0, Ar + f0, rsA, bp + (f0 - pc) * {nr}, tile, {nr}, 1, {mr}, {nr}, 1);
-    else {micro}(f1 - f0, ap + (f0 - pc) * {mr}, bp + (f0 - pc) * {nr}, tile, {nr}, 1, {mr}, {nr}, 1);
-  }} else {{
-    memset(tile, 0, sizeof tile);
+    if (rows) {micro}_rows(f1 - f0, Ar + f0, rsA, bp + (f0 - pc) * {nr}, c, rsC, csC, h, w, first);
+    else {micro}(f1 - f0, ap + (f0 - pc) * {mr}, bp + (f0 - pc) * {nr}, c, rsC, csC, h, w, first);
   }}
-  for (int64_t r = 0; r < h; ++r)
-    for (int64_t q = 0; q < w; ++q) {{
-      const int64_t rq = g[0] * (i + r) + g[1] * (j + q) + g[3];
-      {t} acc = tile[r * {nr} + q];
-      for (int64_t k = p0; k < p1; ++k)
-        if (rq + g[2] * k >= 0) acc += (rows ? Ar[r * rsA + k] : ap[(k - pc) * {mr} + r]) * bp[(k - pc) * {nr} + q];
-      if (mixed && rq < 0) {{
-        if (first) c[r * rsC + q * csC] = 0;
-      }} else if (first) {{
-        c[r * rsC + q * csC] = acc;
-      }} else {{
-        c[r * rsC + q * csC] += acc;
+  const int onto = !(first && f1 <= f0);
+  if (p1 <= p0) {{
+    if (!onto) for (int64_t r = 0; r < h; ++r) for (int64_t q = 0; q < w; ++q) c[r * rsC + q * csC] = 0;
+    return;
+  }}
+  /* Per depth and row, the guard passes on one run of columns [lo, hi) (all or none without a
+     column term). */
+  for (int64_t r = 0; r < h; ++r) {{
+    {vt} s0 = {{0}}, s1 = {{0}};
+    for (int64_t k = p0; k < p1; ++k) {{
+      const int64_t rest = g[0] * (i + r) + g[1] * j + g[2] * k + g[3];
+      int64_t lo = 0, hi = {nr};
+      if (g[1] > 0) lo = -rest > 0 ? -rest : 0;
+      else if (g[1] < 0) hi = rest + 1 < {nr} ? rest + 1 : {nr};
+      else if (rest < 0) hi = 0;
+      if (lo >= hi) continue;
+      const {t} ar = rows ? Ar[r * rsA + k] : ap[(k - pc) * {mr} + r];
+      const {t} *const bk = bp + (k - pc) * {nr};
+      {vt} t0, t1;
+      memcpy(&t0, bk, sizeof t0); memcpy(&t1, bk + {lanes}, sizeof t1);
+      t0 *= ar; t1 *= ar;
+      if (lo > 0 || hi < {nr}) {{
+        const {int} l = ({int})lo, u = ({int})hi;
+        t0 = ({vt})(({vi})t0 & ((q0 >= l) & (q0 < u)));
+        t1 = ({vt})(({vi})t1 & ((q1 >= l) & (q1 < u)));
       }}
+      s0 += t0; s1 += t1;
     }}
+    {t} row[{nr}];
+    memcpy(row, &s0, sizeof s0); memcpy(row + {lanes}, &s1, sizeof s1);
+    {t} *const cr = c + r * rsC;
+    for (int64_t q = 0; q < w; ++q) cr[q * csC] = onto ? cr[q * csC] + row[q] : row[q];
+  }}
 }}
-"
+",
+        vbytes = lanes * elem
     );
 }
 

@@ -190,6 +190,7 @@ mod tests {
             n,
             k,
             blocking: Blocking::for_cpu(4, 16, 4, [0; 3]),
+            guard: None,
             overwrite: true,
             covers_out: true,
             batch_split: crate::schedule::BatchSplit::ByProduct,
