@@ -386,16 +386,19 @@ fn get(e: &ScalarExpr) -> Option<Access> {
 /// ([`Contraction::detect_for_matrix_units`]). The optimizer keeps such a node as an array
 /// (never inlined into its consumer) and such a nest out of loop fusion.
 ///
-/// A guarded contraction is a product on a CPU ([`Contraction::detect_guarded`]), which skips
-/// the register tiles its guard rules out; GPU passes run it as loops.
+/// A guarded contraction ([`Contraction::detect_guarded`]) is a product too: on a CPU the
+/// blocked product skips the register tiles and depths its guard rules out, on a GPU the
+/// tiled `f32` product skips the depth steps and checks each term only in the steps where the
+/// guard fails for some of a group's results (never on the matrix units).
 pub fn scheduled_product(stmt: &LowLevel, settings: &ScheduleSettings) -> Option<Contraction> {
     if !settings.enable_contractions {
         return None;
     }
     let c = match settings.gpu {
-        Some(g) if g.matrix_units => Contraction::detect_for_matrix_units(stmt),
-        Some(_) => Contraction::detect(stmt),
-        None => Contraction::detect_guarded(stmt),
+        Some(g) if g.matrix_units => {
+            Contraction::detect_for_matrix_units(stmt).or_else(|| Contraction::detect_guarded(stmt))
+        }
+        _ => Contraction::detect_guarded(stmt),
     }?;
     (c.flops() >= settings.min_contraction_flops).then_some(c)
 }
@@ -745,6 +748,18 @@ impl Gemm {
     }
 }
 
+impl Gemm {
+    /// The guard in words, `terms where i - k >= 0` (`i` a row, `j` a column, `k` a depth).
+    pub fn guard_text(&self) -> Option<String> {
+        let [gi, gj, gk, g0] = self.guard?;
+        let guard = AxisIndex::affine([(gi, Symbol(1)), (gj, Symbol(2)), (gk, Symbol(3))], g0);
+        let text = guard
+            .render_with(|s| Ok::<_, fmt::Error>(["i", "j", "k"][s.0 - 1].to_string()))
+            .ok()?;
+        Some(format!("terms where {text} >= 0"))
+    }
+}
+
 impl fmt::Display for Gemm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.blocking;
@@ -769,11 +784,8 @@ impl fmt::Display for Gemm {
             b.kc,
             b.nc
         )?;
-        if let Some([gi, gj, gk, g0]) = self.guard {
-            let guard = AxisIndex::affine([(gi, Symbol(1)), (gj, Symbol(2)), (gk, Symbol(3))], g0);
-            let text =
-                guard.render_with(|s| Ok::<_, fmt::Error>(["i", "j", "k"][s.0 - 1].to_string()))?;
-            write!(f, ", terms where {text} >= 0")?;
+        if let Some(text) = self.guard_text() {
+            write!(f, ", {text}")?;
         }
         Ok(())
     }

@@ -188,11 +188,12 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
 }
 
 /// The large guarded products run as blocked products with their guard on the CPU backends
-/// (so the corpus checks the tiles they skip and the ones they check element by element); a
-/// band (two guards) and the small or non-product cases stay loops.
+/// and as tiled products with their guard on a GPU (so the corpus checks the tiles and steps
+/// they skip and the ones they check term by term); a band (two guards) and the small or
+/// non-product cases stay loops.
 #[test]
 fn guarded_cases_are_scheduled_as_guarded_products() {
-    use arrayjit::ir::schedule::ScheduleKind;
+    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::guarded_cases().unwrap() {
         let code = backend
@@ -223,6 +224,32 @@ fn guarded_cases_are_scheduled_as_guarded_products() {
                 opt.schedule_report()
             );
         }
+    }
+    // On a GPU (the emulated one), the f32 ones run as tiled products with their guard.
+    let Some(gpu) = arrayjit_testing::backend_under_test("cuda_emu").unwrap() else {
+        return;
+    };
+    for case in arrayjit_testing::guarded_cases().unwrap() {
+        let code = gpu
+            .compile(&case.name, &case.program, &case.bindings)
+            .unwrap();
+        let opt = code.optimized();
+        let tiled = opt
+            .schedules
+            .iter()
+            .filter(|s| {
+                matches!(&s.kind, ScheduleKind::Gpu(GpuPass::Tiles { gemm, .. })
+                    if gemm.guard.is_some())
+            })
+            .count();
+        let loops = [
+            "guarded_band",
+            "guarded_small_product",
+            "guarded_loops",
+            "guarded_mix_f64",
+        ];
+        let want = usize::from(!loops.contains(&case.name.as_str()));
+        assert_eq!(tiled, want, "{}:\n{}", case.name, opt.schedule_report());
     }
 }
 

@@ -164,6 +164,62 @@ fn in_tile(lane: &str, i: &str, l: &SimtTile) -> Expr<'static> {
     }
 }
 
+/// For a guarded product ([`Gemm::guard`]): the least and greatest value of the guard without
+/// its depth term over the group's `tile × tile` results (`aj_gmin`, `aj_gmax`), and the
+/// group's first and end depth step where it passes for some result (`aj_sf`, `aj_se`), within
+/// `first..end`. Every invocation of the group computes the same bounds, so its barriers stay
+/// uniform.
+fn guard_steps(
+    [gi, gj, gk, g0]: [i64; 4],
+    t: usize,
+    d: usize,
+    first: Expr<'static>,
+    end: Expr<'static>,
+) -> Vec<Stmt<'static>> {
+    let side = |name: &str| (var(name) * t, var(name) * t + (t as i64 - 1));
+    let (rows, cols) = (side("aj_tm"), side("aj_tn"));
+    // The least (`most` false) or greatest value of `c · x` for x in `lo..=hi`.
+    let term = |c: i64, (lo, hi): (Expr<'static>, Expr<'static>), most: bool| match c {
+        0 => Expr::Int(0),
+        c if (c > 0) == most => hi * c,
+        c => lo * c,
+    };
+    let bound =
+        |most: bool| term(gi, rows.clone(), most) + term(gj, cols.clone(), most) + Expr::Int(g0);
+    let select = |c: Expr<'static>, a: Expr<'static>, b: Expr<'static>| {
+        Expr::Select(Box::new(c), Box::new(a), Box::new(b))
+    };
+    let max = |a: Expr<'static>, b: Expr<'static>| select(a.clone().lt(b.clone()), b, a);
+    let min = |a: Expr<'static>, b: Expr<'static>| select(a.clone().lt(b.clone()), a, b);
+    let d = d as i64;
+    let (sf, se) = match gk {
+        // Terms pass from depth -gmax on: from its step.
+        1.. => {
+            let from = Expr::Int(0) - var("aj_gmax");
+            (
+                max(first, select(from.clone().lt(0i64), Expr::Int(0), from / d)),
+                end,
+            )
+        }
+        // Terms pass up to depth gmax: to its step.
+        ..=-1 => {
+            let to = select(
+                var("aj_gmax").lt(0i64),
+                Expr::Int(0),
+                var("aj_gmax") / d + 1i64,
+            );
+            (first, min(end, to))
+        }
+        0 => (first.clone(), select(var("aj_gmax").lt(0i64), first, end)),
+    };
+    vec![
+        let_("aj_gmin", Ty::Index, bound(false)),
+        let_("aj_gmax", Ty::Index, bound(true)),
+        let_("aj_sf", Ty::Index, sf),
+        let_("aj_se", Ty::Index, se),
+    ]
+}
+
 /// The tiled `f32` product: the number of groups and the tree (`None`: more groups than a
 /// launch of 32-bit group indices holds). With `split`, its first kernel: each slice of the
 /// reduction by groups of its own, into the partial results (no epilogue then).
@@ -220,9 +276,34 @@ pub(super) fn simt_tiled<'a>(
             vec![assign(acc(), Expr::Elem(&g.out, c_at()))],
         ));
     }
+    // The guard's value at register (aj_i, aj_j) and depth `k`.
+    let guard_at = |[gi, gj, gk, g0]: [i64; 4], k: Expr<'static>| {
+        let row = var("aj_tm") * t + in_tile("aj_ty", "aj_i", l);
+        let col = var("aj_tn") * t + in_tile("aj_tx", "aj_j", l);
+        [(gi, row), (gj, col), (gk, k)]
+            .into_iter()
+            .filter(|(c, _)| *c != 0)
+            .fold(Expr::Int(g0), |acc, (c, x)| acc + x * c)
+    };
     // One `k` (`aj_kk`) of buffer `aj_buf`: the invocation's runs of both factors, then every
-    // register.
-    let one_k = || {
+    // register (where `guarded`, only the terms where the guard passes).
+    let one_k = |guarded: bool| {
+        let update = assign(
+            acc(),
+            Expr::MulAdd {
+                fused,
+                acc: Box::new(acc()),
+                x: Box::new(Expr::item("aj_x", var("aj_i"))),
+                y: Box::new(Expr::item("aj_y", var("aj_j"))),
+            },
+        );
+        let update = match g.guard {
+            Some(guard) if guarded => Stmt::If(
+                guard_at(guard, var("aj_k0") + var("aj_kk")).ge(0i64),
+                vec![update],
+            ),
+            _ => update,
+        };
         vec![
             array("aj_x", f32, r, false),
             array("aj_y", f32, r, false),
@@ -242,28 +323,42 @@ pub(super) fn simt_tiled<'a>(
                     b.at(l, var("aj_buf"), var("aj_kk"), in_tile("aj_tx", "aj_j", l)),
                 )],
             ),
-            registers(vec![assign(
-                acc(),
-                Expr::MulAdd {
-                    fused,
-                    acc: Box::new(acc()),
-                    x: Box::new(Expr::item("aj_x", var("aj_i"))),
-                    y: Box::new(Expr::item("aj_y", var("aj_j"))),
-                },
-            )]),
+            registers(vec![update]),
         ]
     };
     // The depth from `aj_k0`: unrolled where it is whole.
-    let multiply = || {
-        let whole = unrolled("aj_kk", d, one_k());
+    let multiply_as = |guarded: bool| {
+        let whole = unrolled("aj_kk", d, one_k(guarded));
         if kk.is_multiple_of(d) {
             whole
         } else {
             let left = var("aj_k") - var("aj_k0");
-            let partial = range("aj_kk", Ty::Int, 0i64, left.clone(), 1, one_k());
+            let partial = range("aj_kk", Ty::Int, 0i64, left.clone(), 1, one_k(guarded));
             Stmt::Block(vec![
                 Stmt::If(left.clone().ge(d), vec![whole]),
                 Stmt::If(left.lt(d), vec![partial]),
+            ])
+        }
+    };
+    // With a guard, a depth step where it passes for every element of the group's tile
+    // multiplies as usual; one where it fails for some checks each term (the steps where it
+    // fails for all are not taken, see `aj_sf` and `aj_se`).
+    let multiply = || match g.guard {
+        None => multiply_as(false),
+        Some([_, _, gk, _]) => {
+            let k_end = if gk > 0 {
+                var("aj_k0")
+            } else {
+                var("aj_k0") + (d as i64 - 1)
+            };
+            let least = if gk == 0 {
+                var("aj_gmin")
+            } else {
+                var("aj_gmin") + k_end * gk
+            };
+            Stmt::Block(vec![
+                Stmt::If(least.clone().ge(0i64), vec![multiply_as(false)]),
+                Stmt::If(least.lt(0i64), vec![multiply_as(true)]),
             ])
         }
     };
@@ -281,17 +376,23 @@ pub(super) fn simt_tiled<'a>(
     let depth_of = |s: Expr<'static>| s * d;
     // The group's first and end step, and the buffer of step `aj_s` (the group's own count
     // from 0): the whole reduction's unless it is split.
-    let (first, end) = match split {
+    let (mut first, mut end) = match split {
         None => (Expr::Int(0), Expr::from(steps)),
         Some(_) => (var("aj_s0"), var("aj_s1")),
     };
-    let first_depth = match split {
-        None => Expr::Int(0),
-        Some(_) => depth_of(var("aj_s0")),
+    if let Some(guard) = g.guard {
+        // Only the steps where the guard passes for some element of the tile.
+        tree.extend(guard_steps(guard, t, d, first, end));
+        (first, end) = (var("aj_sf"), var("aj_se"));
+    }
+    let first_depth = match (split, g.guard) {
+        (None, None) => Expr::Int(0),
+        _ => depth_of(first.clone()),
     };
-    let counted = || match split {
-        None => var("aj_s"),
-        Some(_) => var("aj_s") - var("aj_s0"),
+    let counted = || match (split, g.guard) {
+        (None, None) => var("aj_s"),
+        (Some(_), None) => var("aj_s") - var("aj_s0"),
+        (_, Some(_)) => var("aj_s") - var("aj_sf"),
     };
     if l.stages > 1 {
         // The first depth into buffer 0, then: load the next, multiply, store, one barrier.

@@ -496,6 +496,9 @@ impl fmt::Display for GpuPass {
                     gemm.batch.len(),
                     t = layout.tile,
                 )?;
+                if let Some(text) = gemm.guard_text() {
+                    write!(f, ", {text}")?;
+                }
                 match split {
                     Some(k) => write!(f, " per slice of the reduction, {} slices", k.slices),
                     None => Ok(()),
@@ -855,7 +858,7 @@ fn row_threads(items: &[RowItem<'_>], threads: u32) -> u32 {
 /// A statement that is an `f32` matrix product, with whether it accumulates through a fused
 /// multiply-add.
 fn f32_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
-    let c = Contraction::detect(stmt)?;
+    let c = Contraction::detect_guarded(stmt)?;
     if c.out.node.prec() != Prec::F32 {
         return None;
     }
