@@ -288,8 +288,12 @@ impl CausalSelfAttention {
         // Key `s` is seen from query `t` only where `s ≤ t`: the products skip the terms past
         // it (about half), and the scores there, left at 0, are then hidden from the softmax.
         // The weights there are exactly 0, so the weighted sum of values skips only zeros;
-        // the gradient products carry the guard too.
-        let causal = [EinsumGuard::at_most('s', 't', 0)];
+        // the gradient products carry the guard too. The guard only saves work, so `bf16`
+        // products, which run on a GPU's matrix units (and those take no guard), go without.
+        let causal = match p {
+            Precision::F32 => vec![EinsumGuard::at_most('s', 't', 0)],
+            Precision::Bf16Products => Vec::new(),
+        };
         let scores = p
             .guarded_product("bthe,bshe->bhts", &q, &k, &causal)?
             .scale(1.0 / (hw as f64).sqrt())?;
