@@ -749,6 +749,41 @@ impl Gemm {
 }
 
 impl Gemm {
+    /// The share of the product's terms its guard keeps (1 without one): exact up to 2²²
+    /// row-column pairs, else counted on an even grid of that many, each pair's depths counted
+    /// exactly.
+    pub fn kept_fraction(&self) -> f64 {
+        let Some([gi, gj, gk, g0]) = self.guard else {
+            return 1.0;
+        };
+        let (m, n, k) = (
+            self.m.extent as i64,
+            self.n.extent as i64,
+            self.k.extent as i64,
+        );
+        if m == 0 || n == 0 || k == 0 {
+            return 1.0;
+        }
+        const SIDE: i64 = 2048;
+        let (si, sj) = ((m / SIDE).max(1), (n / SIDE).max(1));
+        let (mut kept, mut total) = (0i64, 0i64);
+        for i in (0..m).step_by(si as usize) {
+            for j in (0..n).step_by(sj as usize) {
+                let rest = gi * i + gj * j + g0;
+                // Depths d in 0..k with rest + gk · d ≥ 0.
+                let depths = match gk {
+                    0 if rest >= 0 => k,
+                    0 => 0,
+                    1.. => (k - (-rest).max(0)).clamp(0, k),
+                    _ => (rest + 1).clamp(0, k),
+                };
+                kept += depths;
+                total += k;
+            }
+        }
+        kept as f64 / total as f64
+    }
+
     /// The guard in words, `terms where i - k >= 0` (`i` a row, `j` a column, `k` a depth).
     pub fn guard_text(&self) -> Option<String> {
         let [gi, gj, gk, g0] = self.guard?;

@@ -13,6 +13,10 @@
 //! per `kc` block. The second is what a weight gradient (`Xᵀ·dY`, a column-major `A` of 768
 //! rows) needs: on a 2-core EPYC it ran 4–6% faster (768×3072×1024: 99–100 → 103–104 GFLOP/s,
 //! the same bits).
+//!
+//! A guarded product (`guard`, see [`arrayjit_ir::schedule::Gemm::guard`]) sums only the terms
+//! where an affine condition on the row, column and depth holds, skipping whole register tiles
+//! and depth ranges; `write_guarded_tile` says how a tile that crosses the guard runs.
 
 use crate::c::kernel::{LIGHT_BEGIN, OPTIMIZE_END};
 use crate::c::syntax::c_storage_type;

@@ -49,3 +49,60 @@ fn a_heavy_body_is_split_over_workers_where_a_copy_of_the_same_size_is_not() {
     assert!(schedules[0].parallel.is_none(), "{}", schedules[0].why);
     assert!(schedules[1].parallel.is_some(), "{}", schedules[1].why);
 }
+
+/// A guarded einsum lowers to a contraction whose product carries the guard in its own rows,
+/// columns and depth, and counts the terms it keeps; a guard that does not fit (a band of two
+/// guards, a coefficient of 2) leaves the loops.
+#[test]
+fn guards_map_onto_the_products_rows_columns_and_depth() {
+    use crate::assignments::{AccumRhs, Assignments, Operand};
+    use crate::indexing::{EinsumGuard, Projections};
+    let product = |spec: &str, guards: &[EinsumGuard]| {
+        let a = Tnode::new(Prec::F32, &[4, 4], &["a"]).unwrap();
+        let b = Tnode::new(Prec::F32, &[4, 4], &["b"]).unwrap();
+        let c = Tnode::new(Prec::F32, &[4, 4], &["c"]).unwrap();
+        let program = Assignments::Accum {
+            initialize_neutral: true,
+            accum: BinOp::Add,
+            lhs: c.clone(),
+            projections: Projections::einsum(spec, &[4, 4], &[&[4, 4], &[4, 4]])
+                .unwrap()
+                .with_einsum_guards(spec, guards)
+                .unwrap(),
+            rhs: AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        };
+        let LowLevel::Seq(items) = program.lower(&[]).unwrap() else {
+            panic!("a zeroing and the product")
+        };
+        items
+            .iter()
+            .find_map(Contraction::detect_guarded)
+            .and_then(|c| c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3])))
+    };
+    let causal = [EinsumGuard::at_most('s', 't', 0)];
+    // Scores: rows t, columns s: 10 of the 16 pairs, every depth.
+    let scores = product("te,se->ts", &causal).unwrap();
+    assert_eq!(scores.guard, Some([1, -1, 0, 0]));
+    assert_eq!(scores.kept_fraction(), 10.0 / 16.0);
+    assert_eq!(scores.guard_text().unwrap(), "terms where i - j >= 0");
+    // The weighted sum: rows t, depth s.
+    let mix = product("ts,se->te", &causal).unwrap();
+    assert_eq!(mix.guard, Some([1, 0, -1, 0]));
+    assert_eq!(mix.kept_fraction(), 40.0 / 64.0);
+    // Strictly earlier keys, columns and depth.
+    let strict = product("te,ts->es", &[EinsumGuard::at_most('s', 't', -1)]).unwrap();
+    assert_eq!(strict.guard, Some([0, -1, 1, -1]));
+    assert_eq!(strict.kept_fraction(), 24.0 / 64.0);
+    // Unguarded: every term. The plain detector refuses a guarded statement.
+    assert_eq!(product("ts,se->te", &[]).unwrap().kept_fraction(), 1.0);
+    let band = [
+        EinsumGuard::at_most('s', 't', 0),
+        EinsumGuard::at_most('t', 's', 1),
+    ];
+    assert!(product("ts,se->te", &band).is_none());
+    let doubled = EinsumGuard {
+        terms: vec![(2, 't'), (-1, 's')],
+        offset: 0,
+    };
+    assert!(product("ts,se->te", &[doubled]).is_none());
+}

@@ -279,7 +279,15 @@ impl GpuPlan {
                 GpuPass::Single => ("single", 1, 1, longest_reduction(stmt)),
             };
             let launches = pass.launches();
-            let ops = operations(stmt);
+            // A guarded product computes only the terms its guard keeps, a multiply-add each.
+            let ops = match pass.tiled_product() {
+                Some(gemm) if gemm.guard.is_some() => {
+                    let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
+                    let terms = (batch * gemm.m.extent * gemm.n.extent * gemm.k.extent) as f64;
+                    (2.0 * terms * gemm.kept_fraction()).round() as u64
+                }
+                _ => operations(stmt),
+            };
             let bytes = touched_bytes(stmt);
             let mut planned = PlannedPass {
                 statement: k,
