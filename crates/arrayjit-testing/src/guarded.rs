@@ -125,9 +125,10 @@ fn infinite_other_factor(name: &str, spec: &str, infinite: usize) -> Result<Case
     Ok(case(name, program, vec![c]))
 }
 
-/// Guarded reductions and copies as loops: a row maximum over the lower triangle, a strictly
-/// lower-triangular copy (the rest at the neutral zero), and an assignment of the lower
-/// triangle over values already there (the rest keeps them).
+/// Guarded reductions and copies as loops: a row maximum over the lower triangle, a row sum
+/// read by one pointwise statement (inlined there or not), a strictly lower-triangular copy
+/// (the rest at the neutral zero), and an assignment of the lower triangle over values already
+/// there (the rest keeps them).
 fn guarded_loops() -> Result<Case> {
     let n = 9;
     let x = input(Prec::F32, &[n, n], "x", 4)?;
@@ -138,7 +139,20 @@ fn guarded_loops() -> Result<Case> {
     kept.host()
         .set_values(&(0..n * n).map(|i| 100.0 + i as f64).collect::<Vec<_>>())?;
     let identity = || AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone()));
+    // A guarded row sum that is not a result, read once: the optimizer may inline it into
+    // its reader.
+    let row_sum = Tnode::new(Prec::F32, &[n], &["row_sum"])?;
+    let negated = output(Prec::F32, &[n], "negated")?;
     let program = guarded("ij->i", BinOp::Max, &row_max, identity(), true, &at_most(0))?
+        .then(guarded(
+            "ij->i",
+            BinOp::Add,
+            &row_sum,
+            identity(),
+            true,
+            &at_most(1),
+        )?)
+        .then(Assignments::pointwise_unop(&negated, UnOp::Neg, &row_sum))
         .then(guarded(
             "ij->ij",
             BinOp::Add,
@@ -155,7 +169,11 @@ fn guarded_loops() -> Result<Case> {
             false,
             &at_most(0),
         )?);
-    Ok(case("guarded_loops", program, vec![row_max, lower, kept]))
+    Ok(case(
+        "guarded_loops",
+        program,
+        vec![row_max, lower, kept, negated],
+    ))
 }
 
 /// The corpus's guarded cases.

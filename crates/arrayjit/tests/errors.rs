@@ -593,3 +593,53 @@ fn shape_mismatches_carry_the_shapes_that_disagree() {
         "{e}"
     );
 }
+
+/// Guards that cannot be kept are refused before any code runs: a guard letter not in the
+/// spec, a guard of an iterator outside the product space, and a guarded accumulation into an
+/// integer node (whose precision could not hold a negative guard value).
+#[test]
+fn guards_that_cannot_hold_are_typed_errors() {
+    use arrayjit::ir::{AxisIndex, EinsumGuard, Symbol};
+    let spec = "ij->i";
+    let guarded = |lhs: &Tnode, x: &Tnode, p: Projections| Assignments::Accum {
+        initialize_neutral: true,
+        accum: BinOp::Add,
+        lhs: lhs.clone(),
+        rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone())),
+        projections: p,
+    };
+    let p = || Projections::einsum(spec, &[3], &[&[3, 4]]).unwrap();
+    let err = p()
+        .with_einsum_guards(spec, &[EinsumGuard::at_most('j', 'k', 0)])
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::ShapeMismatch { .. }) && err.to_string().contains("'k'"),
+        "{err}"
+    );
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let x = hosted_input(&[3, 4], "x");
+    let y = hosted_output(&[3], "y");
+    let mut stray = p();
+    stray.guards.push(AxisIndex::Iterator(Symbol::fresh()));
+    let err = backend
+        .compile("stray", &guarded(&y, &x, stray), &[])
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::ShapeMismatch { .. })
+            && err
+                .to_string()
+                .contains("not an iterator of the product space"),
+        "{err}"
+    );
+    let counts = Tnode::new(Prec::U8, &[3], &["counts"]).unwrap();
+    let lower = p()
+        .with_einsum_guards(spec, &[EinsumGuard::at_most('j', 'i', 0)])
+        .unwrap();
+    let err = backend
+        .compile("integer", &guarded(&counts, &x, lower), &[])
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BadValue { .. }) && err.to_string().contains("float"),
+        "{err}"
+    );
+}
