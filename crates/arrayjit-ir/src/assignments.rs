@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, OutOfBounds, Result};
-use crate::indexing::{AxisIndex, Projections, StaticSymbol, Symbol};
+use crate::indexing::{AxisIndex, EinsumGuard, Projections, StaticSymbol, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::ops::{BinOp, TernOp, UnOp};
 use crate::tnode::Tnode;
@@ -163,12 +163,26 @@ impl Assignments {
         rhs: AccumRhs,
         initialize_neutral: bool,
     ) -> Result<Assignments> {
+        Assignments::einsum_guarded(spec, accum, lhs, rhs, initialize_neutral, &[])
+    }
+
+    /// [`Assignments::einsum`] accumulating only the terms where every guard holds (see
+    /// [`Projections::guards`]; the guards are written with the spec's letters).
+    pub fn einsum_guarded(
+        spec: &str,
+        accum: BinOp,
+        lhs: &Tnode,
+        rhs: AccumRhs,
+        initialize_neutral: bool,
+        guards: &[EinsumGuard],
+    ) -> Result<Assignments> {
         let dims: Vec<&[usize]> = rhs.operands().iter().map(|o| o.node().dims()).collect();
         Ok(Assignments::Accum {
             initialize_neutral,
             accum,
             lhs: lhs.clone(),
-            projections: Projections::einsum(spec, lhs.dims(), &dims)?,
+            projections: Projections::einsum(spec, lhs.dims(), &dims)?
+                .with_einsum_guards(spec, guards)?,
             rhs,
         })
     }

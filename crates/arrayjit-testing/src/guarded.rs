@@ -5,32 +5,10 @@
 //! guard skips, two guards (a band), and guarded reductions, copies and assignments. Large
 //! products run as blocked products that skip whole tiles on CPU backends; the rest as loops.
 
-use arrayjit_ir::{
-    AccumRhs, Assignments, BinOp, EinsumGuard, Operand, Prec, Projections, Result, Tnode, UnOp,
-};
+use arrayjit_ir::{AccumRhs, Assignments, BinOp, EinsumGuard, Operand, Prec, Result, Tnode, UnOp};
 
 use super::case::{Case, case, output};
 use super::contractions::input;
-
-/// `accum`-assignment of `rhs` into `lhs` by einsum `spec` with `guards`.
-fn guarded(
-    spec: &str,
-    accum: BinOp,
-    lhs: &Tnode,
-    rhs: AccumRhs,
-    initialize_neutral: bool,
-    guards: &[EinsumGuard],
-) -> Result<Assignments> {
-    let dims: Vec<&[usize]> = rhs.operands().iter().map(|o| o.node().dims()).collect();
-    Ok(Assignments::Accum {
-        initialize_neutral,
-        accum,
-        lhs: lhs.clone(),
-        projections: Projections::einsum(spec, lhs.dims(), &dims)?
-            .with_einsum_guards(spec, guards)?,
-        rhs,
-    })
-}
 
 /// The product `c = a ·spec· b` with `guards`, over inputs of the letters' sizes.
 fn guarded_product(
@@ -47,7 +25,7 @@ fn guarded_product(
     let a = input(prec, &a, "a", 1)?;
     let b = input(prec, &b, "b", 2)?;
     let c = output(prec, &c, "c")?;
-    let program = guarded(
+    let program = Assignments::einsum_guarded(
         spec,
         BinOp::Add,
         &c,
@@ -77,7 +55,7 @@ fn infinities_above_the_guard() -> Result<Case> {
     )?;
     let b = input(Prec::F32, &[t, e], "b", 3)?;
     let c = output(Prec::F32, &[t, e], "c")?;
-    let program = guarded(
+    let program = Assignments::einsum_guarded(
         "ts,se->te",
         BinOp::Add,
         &c,
@@ -114,7 +92,7 @@ fn infinite_other_factor(name: &str, spec: &str, infinite: usize) -> Result<Case
         .map(size)
         .collect();
     let c = output(Prec::F32, &c_dims, "c")?;
-    let program = guarded(
+    let program = Assignments::einsum_guarded(
         spec,
         BinOp::Add,
         &c,
@@ -143,32 +121,33 @@ fn guarded_loops() -> Result<Case> {
     // its reader.
     let row_sum = Tnode::new(Prec::F32, &[n], &["row_sum"])?;
     let negated = output(Prec::F32, &[n], "negated")?;
-    let program = guarded("ij->i", BinOp::Max, &row_max, identity(), true, &at_most(0))?
-        .then(guarded(
-            "ij->i",
-            BinOp::Add,
-            &row_sum,
-            identity(),
-            true,
-            &at_most(1),
-        )?)
-        .then(Assignments::pointwise_unop(&negated, UnOp::Neg, &row_sum))
-        .then(guarded(
-            "ij->ij",
-            BinOp::Add,
-            &lower,
-            identity(),
-            true,
-            &at_most(-1),
-        )?)
-        .then(guarded(
-            "ij->ij",
-            BinOp::Arg2,
-            &kept,
-            identity(),
-            false,
-            &at_most(0),
-        )?);
+    let program =
+        Assignments::einsum_guarded("ij->i", BinOp::Max, &row_max, identity(), true, &at_most(0))?
+            .then(Assignments::einsum_guarded(
+                "ij->i",
+                BinOp::Add,
+                &row_sum,
+                identity(),
+                true,
+                &at_most(1),
+            )?)
+            .then(Assignments::pointwise_unop(&negated, UnOp::Neg, &row_sum))
+            .then(Assignments::einsum_guarded(
+                "ij->ij",
+                BinOp::Add,
+                &lower,
+                identity(),
+                true,
+                &at_most(-1),
+            )?)
+            .then(Assignments::einsum_guarded(
+                "ij->ij",
+                BinOp::Arg2,
+                &kept,
+                identity(),
+                false,
+                &at_most(0),
+            )?);
     Ok(case(
         "guarded_loops",
         program,

@@ -61,16 +61,15 @@ fn run(
     let c = Tnode::new(Prec::F32, &sizes.dims(out), &["c"]).unwrap();
     c.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
         .unwrap();
-    let program = Assignments::Accum {
-        initialize_neutral: true,
-        accum: BinOp::Add,
-        lhs: c.clone(),
-        projections: Projections::einsum(spec, c.dims(), &[a.dims(), b.dims()])
-            .unwrap()
-            .with_einsum_guards(spec, std::slice::from_ref(guard))
-            .unwrap(),
-        rhs: AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
-    };
+    let program = Assignments::einsum_guarded(
+        spec,
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+        std::slice::from_ref(guard),
+    )
+    .unwrap();
     let code = backend.compile("guarded", &program, &[]).unwrap();
     let blocking = code
         .optimized()
