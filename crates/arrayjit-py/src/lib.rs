@@ -40,6 +40,7 @@ fn _arrayjit(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(tensor::param, m)?,
         wrap_pyfunction!(tensor::full, m)?,
         wrap_pyfunction!(tensor::einsum, m)?,
+        wrap_pyfunction!(tensor::guarded_product, m)?,
         wrap_pyfunction!(tensor::where_, m)?,
         wrap_pyfunction!(tensor::mse, m)?,
         wrap_pyfunction!(tensor::cross_entropy, m)?,

@@ -4,7 +4,7 @@
 //! a compiled routine ([`crate::routine`]) runs the graph, and `numpy()` reads a hosted
 //! tensor's values.
 
-use arrayjit_ir::{Error, MemoryMode, MemoryType, Prec};
+use arrayjit_ir::{EinsumGuard, Error, MemoryMode, MemoryType, Prec};
 use arrayjit_tensor::{Init, Kind, Tensor, losses};
 use numpy::{PyArrayDyn, PyReadonlyArrayDyn, ToPyArray};
 use pyo3::prelude::*;
@@ -733,6 +733,45 @@ pub fn full(shape: Vec<usize>, value: f64, dtype: &str) -> PyResult<PyTensor> {
 pub fn einsum(spec: &str, operands: Vec<PyTensor>) -> PyResult<PyTensor> {
     let refs: Vec<&Tensor> = operands.iter().map(|t| &t.inner).collect();
     Tensor::einsum(spec, &refs).py().map(PyTensor::from)
+}
+
+/// The product `einsum(spec, a, b)` summing only the terms where, for each
+/// `(earlier, later, offset)` of `at_most`, letter `earlier` is at most letter `later` plus
+/// `offset`: `guarded_product("bthe,bshe->bhts", q, k, [("s", "t", 0)])` is causal
+/// attention's scores, the terms past the diagonal never computed. Gradients are guarded too.
+#[pyfunction]
+#[pyo3(signature = (spec, a, b, at_most))]
+pub fn guarded_product(
+    spec: &str,
+    a: PyRef<'_, PyTensor>,
+    b: PyRef<'_, PyTensor>,
+    at_most: Vec<(String, String, i64)>,
+) -> PyResult<PyTensor> {
+    let letter = |s: &str| -> PyResult<char> {
+        let mut chars = s.chars();
+        match (chars.next(), chars.next()) {
+            (Some(c), None) => Ok(c),
+            _ => Err(Error::BadValue {
+                what: format!("guarded_product {spec:?}: a letter of at_most"),
+                value: format!("{s:?}"),
+                expected: "one letter of the spec".into(),
+            })
+            .py(),
+        }
+    };
+    let guards = at_most
+        .iter()
+        .map(|(earlier, later, offset)| {
+            Ok(EinsumGuard::at_most(
+                letter(earlier)?,
+                letter(later)?,
+                *offset,
+            ))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Tensor::guarded_product(spec, &a.inner, &b.inner, &guards)
+        .py()
+        .map(PyTensor::from)
 }
 
 /// `a` where `cond` is non-zero, else `b`.

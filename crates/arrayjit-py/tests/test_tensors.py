@@ -83,6 +83,28 @@ def test_products_and_einsum_agree_with_numpy(backend):
     assert got[0].dtype == (np.float64 if dtype == "f64" else np.float32)
 
 
+def test_guarded_products_skip_the_terms_past_their_guard(backend):
+    dtype, rtol = widest_float(backend)
+    p_np = RNG.standard_normal((6, 6))
+    v_np = RNG.standard_normal((6, 4))
+    p = aj.tensor(p_np, label="p", dtype=dtype)
+    v = aj.tensor(v_np, label="v", dtype=dtype)
+    got = run(
+        [
+            aj.guarded_product("ts,se->te", p, v, [("s", "t", 0)]),
+            aj.guarded_product("ts,se->te", p, v, [("s", "t", -1)]),
+        ],
+        backend,
+    )
+    p_np, v_np = p.numpy(), v.numpy()  # as stored
+    np.testing.assert_allclose(got[0], np.tril(p_np) @ v_np, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(got[1], np.tril(p_np, -1) @ v_np, rtol=rtol, atol=rtol)
+    with pytest.raises(aj.ShapeMismatchError):
+        aj.guarded_product("ts,se->te", p, v, [("x", "t", 0)])
+    with pytest.raises(aj.BadValueError):
+        aj.guarded_product("ts,se->te", p, v, [("st", "t", 0)])
+
+
 def test_dtypes_round_trip():
     half = aj.tensor(np.array([1.5, -2.25], dtype=np.float16))
     assert half.dtype == "f16" and half.numpy().dtype == np.float16
