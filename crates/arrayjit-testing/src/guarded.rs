@@ -24,7 +24,11 @@ fn guarded_product(
     let [a, b, c] = [l, r, out].map(|o| o.chars().map(size).collect::<Vec<_>>());
     let a = input(prec, &a, "a", 1)?;
     let b = input(prec, &b, "b", 2)?;
+    // Stale values the product must replace (the result starts from zero): an element with
+    // no term left must be zeroed, not skipped.
+    let n: usize = c.iter().product();
     let c = output(prec, &c, "c")?;
+    c.host().set_values(&vec![7.0; n])?;
     let program = Assignments::einsum_guarded(
         spec,
         BinOp::Add,
@@ -207,6 +211,14 @@ pub fn guarded_cases() -> Result<Vec<Case>> {
             "ts,se->te",
             &[('t', 400), ('s', 400), ('e', 33)],
             &[EinsumGuard::at_most('s', 't', -1)],
+        )?,
+        // Rows past the first depth block have no term in it (zeroed there).
+        guarded_product(
+            "guarded_key_gradient_long",
+            Prec::F32,
+            "ts,te->se",
+            &[('t', 400), ('s', 400), ('e', 24)],
+            &causal,
         )?,
         guarded_product(
             "guarded_mix_f64",
