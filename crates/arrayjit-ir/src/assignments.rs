@@ -181,8 +181,7 @@ impl Assignments {
             initialize_neutral,
             accum,
             lhs: lhs.clone(),
-            projections: Projections::einsum(spec, lhs.dims(), &dims)?
-                .with_einsum_guards(spec, guards)?,
+            projections: Projections::einsum_guarded(spec, lhs.dims(), &dims, guards)?,
             rhs,
         })
     }

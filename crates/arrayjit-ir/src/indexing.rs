@@ -370,7 +370,18 @@ impl Projections {
     /// operands must agree in size, except that an rhs axis of size 1 broadcasts (it is indexed
     /// at 0). Letters missing from the lhs are reduced over.
     pub fn einsum(spec: &str, lhs_dims: &[usize], rhs_dims: &[&[usize]]) -> Result<Projections> {
-        Projections::einsum_impl(spec, lhs_dims, rhs_dims, false)
+        Projections::einsum_impl(spec, lhs_dims, rhs_dims, false, &[])
+    }
+
+    /// [`Projections::einsum`] with `guards`, written with the spec's letters, as its
+    /// [`Projections::guards`]. Every letter of a guard must be a letter of the spec.
+    pub fn einsum_guarded(
+        spec: &str,
+        lhs_dims: &[usize],
+        rhs_dims: &[&[usize]],
+        guards: &[EinsumGuard],
+    ) -> Result<Projections> {
+        Projections::einsum_impl(spec, lhs_dims, rhs_dims, false, guards)
     }
 
     /// Like [`Projections::einsum`], but a result axis of size 1 may also meet a larger axis
@@ -381,7 +392,7 @@ impl Projections {
         lhs_dims: &[usize],
         rhs_dims: &[&[usize]],
     ) -> Result<Projections> {
-        Projections::einsum_impl(spec, lhs_dims, rhs_dims, true)
+        Projections::einsum_impl(spec, lhs_dims, rhs_dims, true, &[])
     }
 
     fn einsum_impl(
@@ -389,6 +400,7 @@ impl Projections {
         lhs_dims: &[usize],
         rhs_dims: &[&[usize]],
         lhs_broadcasts: bool,
+        guards: &[EinsumGuard],
     ) -> Result<Projections> {
         let bad = |detail: String| Error::ShapeMismatch {
             op: format!("einsum {spec:?}"),
@@ -473,6 +485,27 @@ impl Projections {
                 })
                 .collect()
         };
+        let guard_indices = guards
+            .iter()
+            .map(|g| {
+                let terms = g
+                    .terms
+                    .iter()
+                    .map(|&(c, l)| match syms.get(&l) {
+                        Some(&s) => Ok((c, s)),
+                        None => Err(bad(format!(
+                            "the guard {g} names {l:?}, which is not a letter of the spec"
+                        ))),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(AxisIndex::affine(terms, g.offset))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut debug_info = format!("einsum {spec}");
+        if !guards.is_empty() {
+            let text: Vec<String> = guards.iter().map(|g| g.to_string()).collect();
+            debug_info = format!("{debug_info} where {}", text.join(", "));
+        }
         Ok(Projections {
             product_space: letters.iter().map(|c| extents[c]).collect(),
             product_iterators: letters.iter().map(|c| syms[c]).collect(),
@@ -484,59 +517,9 @@ impl Projections {
                 .zip(rhs_dims)
                 .map(|(s, d)| project(s, d))
                 .collect(),
-            guards: Vec::new(),
-            debug_info: format!("einsum {spec}").into(),
+            guards: guard_indices,
+            debug_info: debug_info.into(),
         })
-    }
-
-    /// These projections (made by [`Projections::einsum`] from `spec`) with `guards`, written
-    /// with the spec's letters, added to [`Projections::guards`]. Every letter of a guard must
-    /// be a letter of the spec.
-    pub fn with_einsum_guards(mut self, spec: &str, guards: &[EinsumGuard]) -> Result<Projections> {
-        // The spec's letters in the order the iterators were made: the result's, then each
-        // operand's, each letter at its first appearance.
-        let mut letters: Vec<char> = Vec::new();
-        let (rhs, lhs) = spec.split_once("->").unwrap_or(("", spec));
-        for c in lhs.chars().chain(rhs.chars()) {
-            if c.is_ascii_alphabetic() && !letters.contains(&c) {
-                letters.push(c);
-            }
-        }
-        if letters.len() != self.product_iterators.len() {
-            return Err(Error::ShapeMismatch {
-                op: format!("einsum {spec:?}"),
-                shapes: vec![],
-                detail: format!(
-                    "the spec has {} letters but the projections ({}) have {} iterators",
-                    letters.len(),
-                    self.debug_info,
-                    self.product_iterators.len()
-                ),
-            });
-        }
-        for g in guards {
-            let mut terms = Vec::with_capacity(g.terms.len());
-            for &(c, l) in &g.terms {
-                let k =
-                    letters
-                        .iter()
-                        .position(|&x| x == l)
-                        .ok_or_else(|| Error::ShapeMismatch {
-                            op: format!("einsum {spec:?}"),
-                            shapes: vec![],
-                            detail: format!(
-                                "the guard {g} names {l:?}, which is not a letter of the spec"
-                            ),
-                        })?;
-                terms.push((c, self.product_iterators[k]));
-            }
-            self.guards.push(AxisIndex::affine(terms, g.offset));
-        }
-        if !guards.is_empty() {
-            let text: Vec<String> = guards.iter().map(|g| g.to_string()).collect();
-            self.debug_info = format!("{} where {}", self.debug_info, text.join(", ")).into();
-        }
-        Ok(self)
     }
 }
 

@@ -470,8 +470,7 @@ impl Tensor {
         });
         let value = Tnode::new(prec, &dims, &[label])?;
         let input_dims: Vec<&[usize]> = inputs.iter().map(|t| t.dims()).collect();
-        let projections =
-            Projections::einsum(spec, &dims, &input_dims)?.with_einsum_guards(spec, guards)?;
+        let projections = Projections::einsum_guarded(spec, &dims, &input_dims, guards)?;
         let ops: Vec<Operand> = inputs
             .iter()
             .map(|t| Operand::Node(t.node().clone()))

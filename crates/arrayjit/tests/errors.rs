@@ -608,10 +608,8 @@ fn guards_that_cannot_hold_are_typed_errors() {
         rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(x.clone())),
         projections: p,
     };
-    let p = || Projections::einsum(spec, &[3], &[&[3, 4]]).unwrap();
-    let err = p()
-        .with_einsum_guards(spec, &[EinsumGuard::at_most('j', 'k', 0)])
-        .unwrap_err();
+    let p = |guards: &[EinsumGuard]| Projections::einsum_guarded(spec, &[3], &[&[3, 4]], guards);
+    let err = p(&[EinsumGuard::at_most('j', 'k', 0)]).unwrap_err();
     assert!(
         matches!(err, Error::ShapeMismatch { .. }) && err.to_string().contains("'k'"),
         "{err}"
@@ -619,7 +617,7 @@ fn guards_that_cannot_hold_are_typed_errors() {
     let backend = arrayjit::backend("sync_cc").unwrap();
     let x = hosted_input(&[3, 4], "x");
     let y = hosted_output(&[3], "y");
-    let mut stray = p();
+    let mut stray = p(&[]).unwrap();
     stray.guards.push(AxisIndex::Iterator(Symbol::fresh()));
     let err = backend
         .compile("stray", &guarded(&y, &x, stray), &[])
@@ -632,9 +630,7 @@ fn guards_that_cannot_hold_are_typed_errors() {
         "{err}"
     );
     let counts = Tnode::new(Prec::U8, &[3], &["counts"]).unwrap();
-    let lower = p()
-        .with_einsum_guards(spec, &[EinsumGuard::at_most('j', 'i', 0)])
-        .unwrap();
+    let lower = p(&[EinsumGuard::at_most('j', 'i', 0)]).unwrap();
     let err = backend
         .compile("integer", &guarded(&counts, &x, lower), &[])
         .unwrap_err();

@@ -478,18 +478,9 @@ static void {name}_guarded_tile(const {t} *Ar, int64_t rsA, const {t} *ap, const
     return;
   }}
   /* Every element's terms pass at depths [f0, f1); some elements' at [p0, p1). */
-  int64_t f0 = pc, f1 = end, p0 = pc, p1 = pc;
-  if (g[2] == 0) {{
-    if (rmax < 0) f1 = pc;
-  }} else if (g[2] > 0) {{
-    f0 = -rmin < pc ? pc : (-rmin > end ? end : -rmin);
-    p0 = -rmax < pc ? pc : (-rmax > end ? end : -rmax);
-    p1 = f0;
-  }} else {{
-    f1 = rmin + 1 < pc ? pc : (rmin + 1 > end ? end : rmin + 1);
-    p0 = f1;
-    p1 = rmax + 1 < pc ? pc : (rmax + 1 > end ? end : rmax + 1);
-  }}
+  int64_t d[4] = {{pc, rmax < 0 ? pc : end, pc, pc}};
+  if (g[2] != 0) {name}_depths(rmin, rmax, g[2], pc, end, d);
+  const int64_t f0 = d[0], f1 = d[1], p0 = d[2], p1 = d[3];
   if (f1 > f0) {{
     if (rows) {micro}_rows(f1 - f0, Ar + f0, rsA, bp + (f0 - pc) * {nr}, c, rsC, csC, h, w, first);
     else {micro}(f1 - f0, ap + (f0 - pc) * {mr}, bp + (f0 - pc) * {nr}, c, rsC, csC, h, w, first);

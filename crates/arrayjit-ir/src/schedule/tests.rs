@@ -65,9 +65,7 @@ fn guards_map_onto_the_products_rows_columns_and_depth() {
             initialize_neutral: true,
             accum: BinOp::Add,
             lhs: c.clone(),
-            projections: Projections::einsum(spec, &[4, 4], &[&[4, 4], &[4, 4]])
-                .unwrap()
-                .with_einsum_guards(spec, guards)
+            projections: Projections::einsum_guarded(spec, &[4, 4], &[&[4, 4], &[4, 4]], guards)
                 .unwrap(),
             rhs: AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
         };
