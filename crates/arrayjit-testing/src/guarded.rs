@@ -204,12 +204,13 @@ pub fn guarded_cases() -> Result<Vec<Case>> {
             &[('i', 50), ('j', 61), ('k', 33)],
             &[EinsumGuard::at_most('j', 'i', 2)],
         )?,
-        // Depths across cache blocks; the first row has no term (left at zero).
+        // Depths across cache blocks (two of 280 where `kc` is 512, three of 192 where it is
+        // 256); the first row has no term (left at zero).
         guarded_product(
             "guarded_long_depth",
             Prec::F32,
             "ts,se->te",
-            &[('t', 400), ('s', 400), ('e', 33)],
+            &[('t', 560), ('s', 560), ('e', 33)],
             &[EinsumGuard::at_most('s', 't', -1)],
         )?,
         // Rows past the first depth block have no term in it (zeroed there).
@@ -217,7 +218,7 @@ pub fn guarded_cases() -> Result<Vec<Case>> {
             "guarded_key_gradient_long",
             Prec::F32,
             "ts,te->se",
-            &[('t', 400), ('s', 400), ('e', 24)],
+            &[('t', 560), ('s', 560), ('e', 24)],
             &causal,
         )?,
         guarded_product(

@@ -4,8 +4,12 @@
 //! from the device's SIMD width and registers). Any operand layout (transposes, batch axes) is
 //! packed into the micro-kernel's order, with zero padding at the edges.
 //!
-//! Reduction order is fixed by the blocking: for each element, the `kc`-deep blocks are summed
-//! in order, each block sequentially. Results depend only on the schedule, never on timing.
+//! Reduction order is fixed by the blocking and the depth: the depth `K` is split into
+//! `⌈K / kc⌉` blocks of equal depth (a multiple of 8, the last one shorter by the rest), and for
+//! each element the blocks are summed in order, each block sequentially. Results depend only on
+//! the schedule and the product's shape, never on timing or the number of workers. (Equal
+//! blocks: a depth a little over `kc` runs as two halves, not a whole block and a short one
+//! whose pass over `C` carries few terms.)
 //!
 //! The loops run in one of two orders, which pack different amounts and sum alike: `nc`
 //! columns at a time, then `kc`, packing `B` once and `A` again for every block of columns
@@ -121,7 +125,10 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
   static _Thread_local size_t pack_len = 0;
   const int64_t mcr = (M < {mc} ? (M + {mr} - 1) / {mr} * {mr} : {mc});
   const int64_t ncr = (N < {nc} ? (N + {nr} - 1) / {nr} * {nr} : {nc});
-  const int64_t kcr = (K < {kc} ? K : {kc});
+  /* Depth blocks of equal depth (at most kc, a multiple of 8 where K is split). */
+  const int64_t kblocks = (K + {kc} - 1) / {kc};
+  const int64_t kcs = kblocks <= 1 ? K : ((K + kblocks - 1) / kblocks + 7) / 8 * 8;
+  const int64_t kcr = kcs;
   const size_t need = (size_t)(mcr + ncr) * (size_t)kcr;
   if (need > pack_len) {{
     free(pack);
@@ -154,8 +161,8 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
   if (M <= {mc}) {{
     /* All of A is one block of rows: packed once per kc block, not again for every block
        of N columns (the same packing of B, the same sums in the same order). */
-    for (int64_t pc = 0; pc < K; pc += {kc}) {{
-      const int64_t kcb = K - pc < {kc} ? K - pc : {kc};
+    for (int64_t pc = 0; pc < K; pc += kcs) {{
+      const int64_t kcb = K - pc < kcs ? K - pc : kcs;
       {name}_pack_a(Ap, A, rsA, csA, 0, M, pc, kcb, direct);
       if (mask == 2) finite_a = {name}_finite_a(A, rsA, csA, 0, M, pc, kcb);
       for (int64_t jc = 0; jc < N; jc += {nc}) {{
@@ -169,8 +176,8 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
   }}
   for (int64_t jc = 0; jc < N; jc += {nc}) {{
     const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
-    for (int64_t pc = 0; pc < K; pc += {kc}) {{
-      const int64_t kcb = K - pc < {kc} ? K - pc : {kc};
+    for (int64_t pc = 0; pc < K; pc += kcs) {{
+      const int64_t kcb = K - pc < kcs ? K - pc : kcs;
       {name}_pack_b(Bp, B, rsB, csB, jc, ncb, pc, kcb);
       /* Whether all of A's rows are finite at these depths, for mask 2. */
       if (mask == 2) finite_a = {name}_finite_a(A, rsA, csA, 0, M, pc, kcb);

@@ -18,15 +18,25 @@ pub struct Blocking {
 
 impl Blocking {
     /// Blocking for a CPU with `lanes` elements per vector of `elem_bytes`-byte values, the
-    /// given vector registers, and L1/L2/L3 data cache sizes (0 where unknown): the register
-    /// tile uses at most two thirds of the registers for accumulators; `kc` makes a `kc × nr`
-    /// panel of the right factor as large as L1 (measured: on a 48 KiB L1 with AVX-512, kc 384
-    /// ran matmul 2048 13% faster than kc 192, by halving the read-modify-write passes over
-    /// C), so the `mr × kc` sliver of the left factor that the micro-kernel broadcasts from
-    /// stays in L1 while the panels of a `kc × nc` block of the right factor, half of L2,
-    /// stream past it; an `mc × kc` block of the left factor takes half of L3 (measured on the
-    /// AVX-512 machine of `docs/benchmarks.md`: this order and sizing ran matmul 1024 and 2048
-    /// 7% faster than the right factor's panel in L1 and its block in L3).
+    /// given vector registers, and L1/L2/L3 data cache sizes (0 where unknown):
+    ///
+    /// - the register tile uses at most two thirds of the registers for accumulators;
+    /// - `kc` makes the `mr × kc` sliver of the left factor, which the micro-kernel broadcasts
+    ///   from and which stays in L1 while the panels of the right factor stream past it, three
+    ///   quarters of L1 (at most 512 deep). The micro-kernel reads the right factor's panels
+    ///   from L2 at full speed, so they need no room in L1; a deeper block halves the passes
+    ///   that read and write `C`. Measured on a 2-core EPYC (32 KiB L1, AVX-512, f32): kc 512
+    ///   ran the GPT products of width 384 5–6% faster than kc 256 on one core and two, and
+    ///   those of width 768 1–3% faster; on a 48 KiB L1, kc 384 ran matmul 2048 13% faster than
+    ///   kc 192;
+    /// - `nc` makes a `kc × nc` block of the right factor as large as L2 (on the EPYC's 1 MiB
+    ///   L2 at kc 512, nc 512 ran the width-384 products 2–5% faster than nc 256);
+    /// - an `mc × kc` block of the left factor takes half of L3 (measured on the AVX-512
+    ///   machine of `docs/benchmarks.md`: this order and sizing ran matmul 1024 and 2048 7%
+    ///   faster than the right factor's panel in L1 and its block in L3).
+    ///
+    /// The product splits its depth into blocks of equal depth of at most `kc` (see
+    /// `arrayjit_codegen::c::gemm`).
     pub fn for_cpu(
         lanes: usize,
         registers: usize,
@@ -40,8 +50,8 @@ impl Blocking {
         let l1 = if caches[0] > 0 { caches[0] } else { 32 << 10 };
         let l2 = if caches[1] > 0 { caches[1] } else { 256 << 10 };
         let l3 = if caches[2] > 0 { caches[2] } else { 4 << 20 };
-        let kc = (l1 / (nr * elem_bytes)).clamp(64, 512) / 8 * 8;
-        let nc = ((l2 / 2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
+        let kc = (l1 * 3 / 4 / (mr * elem_bytes)).clamp(64, 512) / 8 * 8;
+        let nc = ((l2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
         let mc = ((l3 / 2 / (kc * elem_bytes)) / mr).clamp(1, 64) * mr;
         Blocking { mr, nr, mc, kc, nc }
     }
@@ -161,6 +171,26 @@ mod tests {
     fn the_default_tuning_keeps_the_heuristic() {
         let b = Blocking::for_cpu(16, 32, 4, [48 << 10, 2 << 20, 32 << 20]);
         assert_eq!(b.tuned(&ScheduleTuning::default()), b);
+    }
+
+    #[test]
+    fn blocks_follow_the_caches() {
+        // AVX-512, f32, a 32 KiB L1 and 1 MiB L2 (the 2-core EPYC of docs/benchmarks.md): a
+        // 12 × 512 sliver of A is 24 KiB, three quarters of L1; a 512 × 512 block of B is L2.
+        let epyc = Blocking::for_cpu(16, 32, 4, [32 << 10, 1 << 20, 32 << 20]);
+        assert_eq!(
+            (epyc.mr, epyc.nr, epyc.kc, epyc.nc, epyc.mc),
+            (12, 32, 512, 512, 768)
+        );
+        // A 48 KiB L1 would allow a deeper sliver: kc stops at 512; nc grows with L2.
+        let xeon = Blocking::for_cpu(16, 32, 4, [48 << 10, 2 << 20, 32 << 20]);
+        assert_eq!((xeon.kc, xeon.nc), (512, 1024));
+        // f64: the same sliver bytes at half the depth.
+        let f64_epyc = Blocking::for_cpu(8, 32, 8, [32 << 10, 1 << 20, 32 << 20]);
+        assert_eq!((f64_epyc.mr, f64_epyc.nr, f64_epyc.kc), (12, 16, 256));
+        // AVX2's 16 registers: a 6-row tile; unknown caches take 32 KiB, 256 KiB and 4 MiB.
+        let avx2 = Blocking::for_cpu(8, 16, 4, [0; 3]);
+        assert_eq!((avx2.mr, avx2.nr, avx2.kc, avx2.nc), (6, 16, 512, 128));
     }
 
     #[test]
