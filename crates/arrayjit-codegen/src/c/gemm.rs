@@ -111,6 +111,13 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     write_pack_across(&mut s, &name, t, elem);
     write_guarded_tile(&mut s, &name, (t, &vt), elem, b);
     write_block_steps(&mut s, &name, t, b);
+    // Whether rows of A are read in place by the micro-kernel: a row-major A, unless its row
+    // stride is a multiple of 4 KiB (then all rows of a sliver fall into one L1 set and evict
+    // each other, so it is packed).
+    let _ = writeln!(
+        s,
+        "static inline int {name}_direct(int64_t rsA, int64_t csA) {{ return csA == 1 && (rsA * (int64_t)sizeof({t})) % 4096 != 0; }}"
+    );
     // The blocked product on one thread.
     let _ = write!(
         s,
@@ -148,15 +155,13 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     return;
   }}
   {t} *const Ap = pack, *const Bp = pack + (size_t)mcr * (size_t)kcr;
-  /* Rows of a row-major A are read in place, unless their stride is a multiple of 4 KiB:
-     then all rows of a sliver fall into one L1 set and evict each other (packed instead). */
   /* A guard of the depth and the rows alone (mask 1) or the columns alone (mask 2): where the
      other factor's block is finite, the elements of the guarded side where the guard fails
      are zeroed (a band of A per sliver, in place in packed B) and a tile runs the
      micro-kernel over every depth where any of its elements passes (see
      {name}_guarded_tile). */
   const int mask = !g || g[2] == 0 ? 0 : g[1] == 0 ? 1 : g[0] == 0 ? 2 : 0;
-  const int direct = csA == 1 && (rsA * (int64_t)sizeof({t})) % 4096 != 0;
+  const int direct = {name}_direct(rsA, csA);
   int finite_a = 0, masked = 0;
   if (M <= {mc}) {{
     /* All of A is one block of rows: packed once per kc block, not again for every block
@@ -224,7 +229,11 @@ static void {name}_chunk(void *ctx, int64_t index) {{
   }}
   const int64_t workers = par ? par->workers : 1;
   if (workers > 1 && (double)M * (double)N * (double)K >= 262144.0) {{
-    const int64_t split_n = N >= M;
+    /* The longer side is split; but where A's rows are read in place (never packed), the
+       columns are split wherever their register tiles divide evenly enough, so that each
+       worker packs only its part of B (split by rows, every worker would pack all of B). */
+    const int64_t column_tiles = (N + {nr} - 1) / {nr};
+    const int64_t split_n = N >= M || ({name}_direct(rsA, csA) && (column_tiles % workers == 0 || column_tiles >= 8 * workers));
     const int64_t unit = split_n ? {nr} : {mr}, total = split_n ? N : M;
     const int64_t units = (total + unit - 1) / unit;
     const int64_t per = (units + workers - 1) / workers * unit;
