@@ -29,8 +29,11 @@ impl Blocking {
     ///   ran the GPT products of width 384 5–6% faster than kc 256 on one core and two, and
     ///   those of width 768 1–3% faster; on a 48 KiB L1, kc 384 ran matmul 2048 13% faster than
     ///   kc 192;
-    /// - `nc` makes a `kc × nc` block of the right factor as large as L2 (on the EPYC's 1 MiB
-    ///   L2 at kc 512, nc 512 ran the width-384 products 2–5% faster than nc 256);
+    /// - `nc` makes a `kc × nc` block of the right factor twice as large as L2: its panels
+    ///   stream to the micro-kernel from L2 or L3 alike, and a wider block packs a left factor
+    ///   that is not read in place fewer times (on the EPYC's 1 MiB L2 at kc 512, nc 1024 ran
+    ///   the width-768 products 1–7% and matmul 2048 5–7% faster than nc 512, and nc 512 the
+    ///   width-384 ones 2–5% faster than nc 256; `scripts/gemm-blocking.sh` times blockings);
     /// - an `mc × kc` block of the left factor takes half of L3 (measured on the AVX-512
     ///   machine of `docs/benchmarks.md`: this order and sizing ran matmul 1024 and 2048 7%
     ///   faster than the right factor's panel in L1 and its block in L3).
@@ -51,7 +54,7 @@ impl Blocking {
         let l2 = if caches[1] > 0 { caches[1] } else { 256 << 10 };
         let l3 = if caches[2] > 0 { caches[2] } else { 4 << 20 };
         let kc = (l1 * 3 / 4 / (mr * elem_bytes)).clamp(64, 512) / 8 * 8;
-        let nc = ((l2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
+        let nc = ((2 * l2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
         let mc = ((l3 / 2 / (kc * elem_bytes)) / mr).clamp(1, 64) * mr;
         Blocking { mr, nr, mc, kc, nc }
     }
@@ -176,21 +179,22 @@ mod tests {
     #[test]
     fn blocks_follow_the_caches() {
         // AVX-512, f32, a 32 KiB L1 and 1 MiB L2 (the 2-core EPYC of docs/benchmarks.md): a
-        // 12 × 512 sliver of A is 24 KiB, three quarters of L1; a 512 × 512 block of B is L2.
+        // 12 × 512 sliver of A is 24 KiB, three quarters of L1; a 512 × 1024 block of B is
+        // twice L2.
         let epyc = Blocking::for_cpu(16, 32, 4, [32 << 10, 1 << 20, 32 << 20]);
         assert_eq!(
             (epyc.mr, epyc.nr, epyc.kc, epyc.nc, epyc.mc),
-            (12, 32, 512, 512, 768)
+            (12, 32, 512, 1024, 768)
         );
         // A 48 KiB L1 would allow a deeper sliver: kc stops at 512; nc grows with L2.
         let xeon = Blocking::for_cpu(16, 32, 4, [48 << 10, 2 << 20, 32 << 20]);
-        assert_eq!((xeon.kc, xeon.nc), (512, 1024));
+        assert_eq!((xeon.kc, xeon.nc), (512, 2048));
         // f64: the same sliver bytes at half the depth.
         let f64_epyc = Blocking::for_cpu(8, 32, 8, [32 << 10, 1 << 20, 32 << 20]);
         assert_eq!((f64_epyc.mr, f64_epyc.nr, f64_epyc.kc), (12, 16, 256));
         // AVX2's 16 registers: a 6-row tile; unknown caches take 32 KiB, 256 KiB and 4 MiB.
         let avx2 = Blocking::for_cpu(8, 16, 4, [0; 3]);
-        assert_eq!((avx2.mr, avx2.nr, avx2.kc, avx2.nc), (6, 16, 512, 128));
+        assert_eq!((avx2.mr, avx2.nr, avx2.kc, avx2.nc), (6, 16, 512, 256));
     }
 
     #[test]
