@@ -23,6 +23,12 @@ trap 'rm -rf "$work"' EXIT
 cargo build --release --quiet -p arrayjit-codegen --example gemm_helper
 names=()
 for blocking in "$@"; do
+  # shellcheck disable=SC2086
+  set -- $blocking
+  if [ $# -ne 5 ]; then
+    echo "a blocking is five sizes \"MR NR MC KC NC\" (f32), not \"$blocking\"" >&2
+    exit 1
+  fi
   name=$(echo "$blocking" | tr ' ' _)
   # shellcheck disable=SC2086
   target/release/examples/gemm_helper $blocking > "$work/$name.c"
