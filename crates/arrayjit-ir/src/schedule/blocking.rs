@@ -26,9 +26,9 @@ impl Blocking {
     ///   quarters of L1 (at most 512 deep). The micro-kernel reads the right factor's panels
     ///   from L2 at full speed, so they need no room in L1; a deeper block halves the passes
     ///   that read and write `C`. Measured on a 2-core EPYC (32 KiB L1, AVX-512, f32): kc 512
-    ///   ran the GPT products of width 384 5–6% faster than kc 256 on one core and two, and
-    ///   those of width 768 1–3% faster; on a 48 KiB L1, kc 384 ran matmul 2048 13% faster than
-    ///   kc 192;
+    ///   ran the GPT products of width 384 6% faster than kc 256 on one core and 3% on two,
+    ///   and those of width 768 as fast (within ±1.5%); on a 48 KiB L1, kc 384 ran matmul 2048
+    ///   13% faster than kc 192;
     /// - `nc` makes a `kc × nc` block of the right factor twice as large as L2: its panels
     ///   stream to the micro-kernel from L2 or L3 alike, and a wider block packs a left factor
     ///   that is not read in place fewer times (on the EPYC's 1 MiB L2 at kc 512, nc 1024 ran
