@@ -13,8 +13,8 @@ use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Blocking;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: gemm_helper MR NR MC KC NC [f32|f64] (NR even, MC a multiple of MR, \
-                     NC a multiple of NR, all at least 1)";
+const USAGE: &str = "usage: gemm_helper MR NR MC KC NC [f32|f64] (MR 1 to 32, NR even and 2 to \
+                     256, MC a multiple of MR, NC a multiple of NR, KC at least 1)";
 
 fn parse(args: &[String]) -> Result<(Blocking, Prec), String> {
     let numbers: Vec<usize> = args
@@ -29,7 +29,7 @@ fn parse(args: &[String]) -> Result<(Blocking, Prec), String> {
         return Err(USAGE.to_string());
     };
     let b = Blocking { mr, nr, mc, kc, nc };
-    if [mr, nr, mc, kc, nc].contains(&0) || nr % 2 != 0 || mc % mr != 0 || nc % nr != 0 {
+    if !b.is_usable() {
         return Err(format!("unusable blocking {b:?}\n{USAGE}"));
     }
     let prec = match args.get(5).map(String::as_str) {

@@ -135,8 +135,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
   /* Depth blocks of equal depth (at most kc, a multiple of 8 where K is split). */
   const int64_t kblocks = (K + {kc} - 1) / {kc};
   const int64_t kcs = kblocks <= 1 ? K : ((K + kblocks - 1) / kblocks + 7) / 8 * 8;
-  const int64_t kcr = kcs;
-  const size_t need = (size_t)(mcr + ncr) * (size_t)kcr;
+  const size_t need = (size_t)(mcr + ncr) * (size_t)kcs;
   if (need > pack_len) {{
     free(pack);
     size_t bytes = (need * sizeof({t}) + 63) / 64 * 64;
@@ -154,7 +153,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       }}
     return;
   }}
-  {t} *const Ap = pack, *const Bp = pack + (size_t)mcr * (size_t)kcr;
+  {t} *const Ap = pack, *const Bp = pack + (size_t)mcr * (size_t)kcs;
   /* A guard of the depth and the rows alone (mask 1) or the columns alone (mask 2): where the
      other factor's block is finite, the elements of the guarded side where the guard fails
      are zeroed (a band of A per sliver, in place in packed B) and a tile runs the

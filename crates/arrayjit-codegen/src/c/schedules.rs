@@ -798,15 +798,7 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
             }
             ScheduleKind::Contraction(g) => {
                 let b = &g.blocking;
-                let sane = (1..=32).contains(&b.mr)
-                    && (2..=256).contains(&b.nr)
-                    && b.nr % 2 == 0
-                    && b.kc >= 1
-                    && b.mc >= b.mr
-                    && b.mc % b.mr == 0
-                    && b.nc >= b.nr
-                    && b.nc % b.nr == 0;
-                if !sane {
+                if !b.is_usable() {
                     return Err(bad(k, &format!("unusable blocking {b:?}")));
                 }
                 let mut expected = Contraction::detect_guarded(s)

@@ -60,6 +60,22 @@ impl Blocking {
     }
 }
 
+impl Blocking {
+    /// Whether the C product can be generated for this blocking: a register tile of 1 to 32
+    /// rows and an even 2 to 256 columns, cache blocks that are whole tiles, a depth block of
+    /// at least 1.
+    pub fn is_usable(&self) -> bool {
+        (1..=32).contains(&self.mr)
+            && (2..=256).contains(&self.nr)
+            && self.nr.is_multiple_of(2)
+            && self.kc >= 1
+            && self.mc >= self.mr
+            && self.mc.is_multiple_of(self.mr)
+            && self.nc >= self.nr
+            && self.nc.is_multiple_of(self.nr)
+    }
+}
+
 /// What the schedule search varies around the heuristics. The default is the heuristics
 /// themselves; any value is valid (out-of-range numbers are clamped where they are used), so a
 /// stored winner can never make a schedule illegal — only slower.
