@@ -29,6 +29,15 @@ use std::fmt::Write as _;
 use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Blocking;
 
+/// Contraction of `a * b + c` into fused multiply-adds, on from here (gcc: until the
+/// `OPTIMIZE_END` that pops [`LIGHT_BEGIN`]'s options; clang: until [`CONTRACT_END`]). The
+/// product's sums are written for it (the micro-kernel's `c += a * b`), where generated
+/// statements, compiled with `-ffp-contract=off`, fuse only what the loop IR says (so that
+/// fusing loops or inlining never changes their bits).
+const CONTRACT_FAST: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC optimize (\"fp-contract=fast\")\n#elif defined(__clang__)\n#pragma clang fp contract(fast)\n#endif";
+/// Ends [`CONTRACT_FAST`] for clang (back to the backends' `off`).
+const CONTRACT_END: &str = "#ifdef __clang__\n#pragma clang fp contract(off)\n#endif";
+
 /// The C function name of the product for a precision and blocking.
 pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
     format!(
@@ -71,8 +80,10 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "#include <stdlib.h>");
     // The micro-kernel is explicit vector code: gcc's -O3 loop transformations add nothing to
-    // it but triple the compile time of a small routine; -O2 keeps it as written.
-    let _ = writeln!(s, "{LIGHT_BEGIN}");
+    // it but triple the compile time of a small routine; -O2 keeps it as written. Its
+    // `c += a * b` must be one fused multiply-add, which the backends' `-ffp-contract=off`
+    // forbids in generated statements (see `CONTRACT_FAST`): contraction is on for this unit.
+    let _ = writeln!(s, "{LIGHT_BEGIN}\n{CONTRACT_FAST}");
     let _ = writeln!(
         s,
         "#ifndef AJ_{vt}_DEFINED\n#define AJ_{vt}_DEFINED\ntypedef {t} {vt} __attribute__((vector_size({}), aligned({elem})));\n#endif",
@@ -245,6 +256,7 @@ static void {name}_chunk(void *ctx, int64_t index) {{
   }}
   {name}_serial(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw, guard);
 }}
+{CONTRACT_END}
 {OPTIMIZE_END}
 "
     );

@@ -84,6 +84,7 @@ impl CSyntax {
             includes: vec![PRELUDE.to_string()],
             kernel_prefix: "extern \"C\" __global__".into(),
             helper_prefix: "static __device__ __forceinline__".into(),
+            math_helper_prefix: "static __device__ __forceinline__".into(),
             restrict: "__restrict__".into(),
             outlined_prefix: "static __device__".into(),
             optimize_pragmas: false,

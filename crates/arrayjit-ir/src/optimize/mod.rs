@@ -65,9 +65,9 @@ pub struct OptimizeSettings {
     /// Eliminate common subexpressions within a statement.
     pub enable_cse: bool,
     /// Fuse consecutive top-level loops over the same range whose iterations touch disjoint
-    /// slices (row-wise passes become one pass); see `fuse`. On a GPU, also merge consecutive
-    /// pointwise nests of the same loops into one pass
-    /// ([`crate::schedule::gpu::merged_pointwise`]).
+    /// slices (row-wise passes become one pass); see `fuse`. On a CPU, the loops inside each
+    /// statement too, level by level. On a GPU, also merge consecutive pointwise nests of the
+    /// same loops into one pass ([`crate::schedule::gpu::merged_pointwise`]).
     pub enable_loop_fusion: bool,
     /// What schedules may use (the device's vector width, registers and caches) and when a
     /// contraction becomes a blocked matrix product.
@@ -298,10 +298,10 @@ pub fn optimize_low_level_in(
     } else {
         code
     };
-    let code = if settings.enable_loop_fusion {
-        fuse::fuse_sibling_loops(code, &settings.schedule)
-    } else {
-        code
+    let code = match (settings.enable_loop_fusion, &settings.schedule.gpu) {
+        (false, _) => code,
+        (true, Some(_)) => fuse::fuse_sibling_loops(code, &settings.schedule),
+        (true, None) => fuse::fuse_nested_loops(code, &settings.schedule),
     };
     // On a GPU, reductions inlined into expressions get statements of their own, and nests
     // fused for the CPU's caches are distributed where their shared loops alone would leave
