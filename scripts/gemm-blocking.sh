@@ -4,7 +4,8 @@
 # so that a noisy host moves them alike; prints each size's best and median time per blocking.
 #   scripts/gemm-blocking.sh [-r ROUNDS] [-w WORKERS] "MR NR MC KC NC" ["MR NR MC KC NC" ...]
 # e.g. scripts/gemm-blocking.sh -w 2 "12 32 768 256 512" "12 32 768 512 512"
-# Compiled with the CPU backends' flags (cc -O2 -ftree-vectorize -fno-math-errno -march=native).
+# Compiled with the CPU backends' flags (cc -O2 -ftree-vectorize -fno-math-errno -ffp-contract=off
+# -march=native).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=6 workers=1
@@ -32,7 +33,7 @@ for blocking in "$@"; do
   name=$(echo "$blocking" | tr ' ' _)
   # shellcheck disable=SC2086
   target/release/examples/gemm_helper $blocking > "$work/$name.c"
-  $cc -O2 -ftree-vectorize -fno-math-errno -march=native -c "$work/$name.c" -o "$work/$name.o"
+  $cc -O2 -ftree-vectorize -fno-math-errno -ffp-contract=off -march=native -c "$work/$name.c" -o "$work/$name.o"
   $cc -O2 benches/gemm/shapes.c "$work/$name.o" -o "$work/$name" -lpthread
   names+=("$name")
 done

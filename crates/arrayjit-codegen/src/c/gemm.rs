@@ -275,14 +275,18 @@ fn write_block_steps(s: &mut String, name: &str, t: &str, b: &Blocking) {
         s,
         "static void {name}_pack_b({t} *restrict Bp, const {t} *B, int64_t rsB, int64_t csB, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb) {{
   /* In panels of nr columns, reading along whichever axis is contiguous. */
-  for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
+  const int64_t whole = csB == 1 ? ncb / {nr} * {nr} : 0;
+  /* A row-major B's whole panels: row by row, each row's part of the block read once, in
+     order, and copied with a constant length per panel (vector moves, not a string move).
+     Panel by panel, every panel re-read the rows, rsB apart: a strided walk the prefetchers
+     follow badly (the weight gradients' packing ran at a few GB/s). */
+  for (int64_t k = 0; k < kcb; ++k)
+    for (int64_t j0 = 0; j0 < whole; j0 += {nr})
+      memcpy(Bp + j0 * kcb + k * {nr}, B + (pc + k) * rsB + jc + j0, sizeof({t}) * {nr});
+  for (int64_t j0 = whole; j0 < ncb; j0 += {nr}) {{
     {t} *dst = Bp + j0 * kcb;
     const int64_t w = ncb - j0 < {nr} ? ncb - j0 : {nr};
-    if (csB == 1 && w == {nr}) {{
-      /* Whole panels copied with a constant length: vector moves, not a string move. */
-      for (int64_t k = 0; k < kcb; ++k)
-        memcpy(dst + k * {nr}, B + (pc + k) * rsB + jc + j0, sizeof({t}) * {nr});
-    }} else if (csB == 1) {{
+    if (csB == 1) {{
       for (int64_t k = 0; k < kcb; ++k) {{
         memcpy(dst + k * {nr}, B + (pc + k) * rsB + jc + j0, (size_t)w * sizeof({t}));
         for (int64_t j = w; j < {nr}; ++j) dst[k * {nr} + j] = 0;
@@ -300,8 +304,14 @@ fn write_block_steps(s: &mut String, name: &str, t: &str, b: &Blocking) {
   }}
 }}
 static void {name}_pack_a({t} *restrict Ap, const {t} *A, int64_t rsA, int64_t csA, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int direct) {{
-  /* In slivers of mr rows, reading along whichever axis is contiguous. */
-  for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
+  /* In slivers of mr rows, reading along whichever axis is contiguous. A column-major A's
+     whole slivers: depth by depth, each column's part of the block read once, in order (as a
+     row-major B's panels, see pack_b). */
+  const int64_t whole = rsA == 1 && csA != 1 ? mcb / {mr} * {mr} : 0;
+  for (int64_t k = 0; k < kcb; ++k)
+    for (int64_t i0 = 0; i0 < whole; i0 += {mr})
+      memcpy(Ap + i0 * kcb + k * {mr}, A + (ic + i0) + (pc + k) * csA, sizeof({t}) * {mr});
+  for (int64_t i0 = whole; i0 < mcb; i0 += {mr}) {{
     {t} *dst = Ap + i0 * kcb;
     const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr};
     if (direct && h == {mr}) continue; /* read in place by the micro-kernel */
@@ -316,12 +326,8 @@ static void {name}_pack_a({t} *restrict Ap, const {t} *A, int64_t rsA, int64_t c
           for (int64_t k = 0; k < kcb; ++k) dst[k * {mr} + i] = 0;
         }}
       }}
-    }} else if (h == {mr}) {{
-      /* A full sliver of a column-major A: mr contiguous elements per k, copied with a
-         constant length (vector moves, not an element loop). */
-      for (int64_t k = 0; k < kcb; ++k)
-        memcpy(dst + k * {mr}, A + (ic + i0) + (pc + k) * csA, sizeof({t}) * {mr});
     }} else {{
+      /* The last, partial sliver of a column-major A (its whole ones are packed above). */
       for (int64_t k = 0; k < kcb; ++k) {{
         const {t} *src = A + (ic + i0) + (pc + k) * csA;
         int64_t i = 0;
