@@ -81,23 +81,22 @@ fn fuse_nested(code: LowLevel, settings: &ScheduleSettings, inside: bool) -> Low
 /// The loops of `stmt`'s body fused ([`fuse_nested_loops`]), unless `stmt` is a blocked
 /// contraction or no loop.
 fn fuse_inside(stmt: LowLevel, settings: &ScheduleSettings) -> LowLevel {
-    if !matches!(stmt, LowLevel::For { .. }) || is_blocked_contraction(&stmt, settings) {
+    if is_blocked_contraction(&stmt, settings) {
         return stmt;
     }
-    let LowLevel::For {
-        index,
-        from,
-        to,
-        body,
-    } = stmt
-    else {
-        unreachable!("matched above")
-    };
-    LowLevel::For {
-        index,
-        from,
-        to,
-        body: Box::new(fuse_nested(*body, settings, true)),
+    match stmt {
+        LowLevel::For {
+            index,
+            from,
+            to,
+            body,
+        } => LowLevel::For {
+            index,
+            from,
+            to,
+            body: Box::new(fuse_nested(*body, settings, true)),
+        },
+        other => other,
     }
 }
 
