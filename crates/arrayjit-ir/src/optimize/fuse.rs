@@ -190,8 +190,8 @@ mod tests {
         AxisIndex::Iterator(s)
     }
 
-    /// `for i in 0..n { for j in 0..n { out[i, j] = value(i, j) } }` with fresh iterators.
-    fn rows(n: i64, out: &Tnode, value: impl Fn(Symbol, Symbol) -> ScalarExpr) -> LowLevel {
+    /// `for i in 0..n { for j in 0..n { body(i, j) } }` with fresh iterators.
+    fn nest(n: i64, body: impl Fn(Symbol, Symbol) -> LowLevel) -> LowLevel {
         let (i, j) = (Symbol::fresh(), Symbol::fresh());
         LowLevel::For {
             index: i,
@@ -201,13 +201,18 @@ mod tests {
                 index: j,
                 from: 0,
                 to: n,
-                body: Box::new(LowLevel::Set {
-                    tn: out.clone(),
-                    idcs: vec![it(i), it(j)],
-                    value: value(i, j),
-                }),
+                body: Box::new(body(i, j)),
             }),
         }
+    }
+
+    /// `for i in 0..n { for j in 0..n { out[i, j] = value(i, j) } }` with fresh iterators.
+    fn rows(n: i64, out: &Tnode, value: impl Fn(Symbol, Symbol) -> ScalarExpr) -> LowLevel {
+        nest(n, |i, j| LowLevel::Set {
+            tn: out.clone(),
+            idcs: vec![it(i), it(j)],
+            value: value(i, j),
+        })
     }
 
     fn node(label: &str, n: usize) -> Tnode {
@@ -329,22 +334,11 @@ mod tests {
                 ScalarExpr::Get(t.clone(), vec![it(b), it(i), it(j)])
             };
             let pass = |out: &Tnode, value: &dyn Fn(Symbol, Symbol) -> ScalarExpr| {
-                let (i, j) = (Symbol::fresh(), Symbol::fresh());
-                LowLevel::For {
-                    index: i,
-                    from: 0,
-                    to: n,
-                    body: Box::new(LowLevel::For {
-                        index: j,
-                        from: 0,
-                        to: n,
-                        body: Box::new(LowLevel::Set {
-                            tn: out.clone(),
-                            idcs: vec![it(b), it(i), it(j)],
-                            value: value(i, j),
-                        }),
-                    }),
-                }
+                nest(n, |i, j| LowLevel::Set {
+                    tn: out.clone(),
+                    idcs: vec![it(b), it(i), it(j)],
+                    value: value(i, j),
+                })
             };
             vec![
                 pass(&ar, &|i, j| {
@@ -433,51 +427,26 @@ mod tests {
         let n = 4;
         let (x, m, c) = (node3("x", 4), node3("m", 4), node3("c", 4));
         let code = batch(n, |b| {
-            let (i1, j1, i2, j2) = (
-                Symbol::fresh(),
-                Symbol::fresh(),
-                Symbol::fresh(),
-                Symbol::fresh(),
-            );
             let at = |i: Symbol| vec![it(b), it(i), AxisIndex::Fixed(0)];
-            let nest = |i: Symbol, j: Symbol, set: LowLevel| LowLevel::For {
-                index: i,
-                from: 0,
-                to: n,
-                body: Box::new(LowLevel::For {
-                    index: j,
-                    from: 0,
-                    to: n,
-                    body: Box::new(set),
-                }),
-            };
             vec![
-                nest(
-                    i1,
-                    j1,
-                    LowLevel::Set {
-                        tn: m.clone(),
-                        idcs: at(i1),
-                        value: ScalarExpr::binop(
-                            BinOp::Max,
-                            ScalarExpr::Get(m.clone(), at(i1)),
-                            ScalarExpr::Get(x.clone(), vec![it(b), it(i1), it(j1)]),
-                        ),
-                    },
-                ),
-                nest(
-                    i2,
-                    j2,
-                    LowLevel::Set {
-                        tn: c.clone(),
-                        idcs: vec![it(b), it(i2), it(j2)],
-                        value: ScalarExpr::binop(
-                            BinOp::Sub,
-                            ScalarExpr::Get(x.clone(), vec![it(b), it(i2), it(j2)]),
-                            ScalarExpr::Get(m.clone(), at(i2)),
-                        ),
-                    },
-                ),
+                nest(n, |i, j| LowLevel::Set {
+                    tn: m.clone(),
+                    idcs: at(i),
+                    value: ScalarExpr::binop(
+                        BinOp::Max,
+                        ScalarExpr::Get(m.clone(), at(i)),
+                        ScalarExpr::Get(x.clone(), vec![it(b), it(i), it(j)]),
+                    ),
+                }),
+                nest(n, |i, j| LowLevel::Set {
+                    tn: c.clone(),
+                    idcs: vec![it(b), it(i), it(j)],
+                    value: ScalarExpr::binop(
+                        BinOp::Sub,
+                        ScalarExpr::Get(x.clone(), vec![it(b), it(i), it(j)]),
+                        ScalarExpr::Get(m.clone(), at(i)),
+                    ),
+                }),
             ]
         });
         let nested = fuse_nested_loops(code.clone(), &ScheduleSettings::default());
