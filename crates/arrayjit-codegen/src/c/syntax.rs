@@ -220,23 +220,18 @@ fn float_fn2(base: &str, p: Prec) -> String {
     format!("{base}{}", if p == Prec::F32 { "f" } else { "" })
 }
 
-/// The argument reduction and polynomial of the f32 exponential of the C variable named by the
-/// literal argument, shared by `aj_exp_f32` and `aj_erf_f32`: `p` = e^r with r = x − n·ln 2
-/// (two-part ln 2, so r is exact to |r| ≤ ln 2 / 2) by its degree-7 Taylor polynomial
-/// (truncation error < 0.1 ulp), and `n` = round(x / ln 2) in two's complement (locals `shifter`,
-/// `kf`, `kb`, `r`, `p`, `n`). The caller applies 2^n.
+/// The argument reduction and polynomial of the f32 exponential of `x`, shared by `aj_exp_f32`
+/// and `aj_exp_normal_f32`: `p` = e^r with r = x − n·ln 2 (two-part ln 2, so r is exact to
+/// |r| ≤ ln 2 / 2) by its degree-7 Taylor polynomial (truncation error < 0.1 ulp), and `n` =
+/// round(x / ln 2) in two's complement (locals `shifter`, `kf`, `kb`, `r`, `p`, `n`). The caller
+/// applies 2^n.
 macro_rules! exp_f32_core {
-    ($x:literal) => {
-        concat!(
-            "const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-  float kf = fmaf(",
-            $x,
-            ", 1.44269504088896341f, shifter);
+    () => {
+        "const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  float kf = fmaf(x, 1.44269504088896341f, shifter);
   uint32_t kb; memcpy(&kb, &kf, 4);
   kf -= shifter;
-  float r = fmaf(kf, -0.693145751953125f, ",
-            $x,
-            ");
+  float r = fmaf(kf, -0.693145751953125f, x);
   r = fmaf(kf, -1.428606765330187045e-06f, r);
   float p = 1.0f / 5040.0f;
   p = fmaf(p, r, 1.0f / 720.0f);
@@ -248,7 +243,6 @@ macro_rules! exp_f32_core {
   p = fmaf(p, r, 1.0f);
   const uint32_t n = kb - 0x4B400000u; /* in two's complement */
 "
-        )
     };
 }
 
@@ -264,7 +258,7 @@ const EXP_F32_BODY: &str = concat!(
     "x = x < -104.0f ? -104.0f : x; /* e^-104 rounds to 0; NaN passes */
   x = x > 89.0f ? 89.0f : x; /* e^89 rounds to inf */
   ",
-    exp_f32_core!("x"),
+    exp_f32_core!(),
     "  const uint32_t n1 = ((n + 256u) >> 1) - 128u, n2 = n - n1; /* floor(n / 2) and the rest */
   const uint32_t b1 = (n1 + 127u) << 23, b2 = (n2 + 127u) << 23;
   float s1, s2; memcpy(&s1, &b1, 4); memcpy(&s2, &b2, 4);
@@ -322,7 +316,7 @@ const TANH_F32_BODY: &str = "const float a = fabsf(x), x2 = x * x;
 /// result it discards, (−1.9, 0]. A function of its own rather than written into the erf's body:
 /// there, gcc 12 left loops that use the erf inside a larger expression scalar ("no vectype").
 const EXP_NORMAL_F32_BODY: &str = concat!(
-    exp_f32_core!("x"),
+    exp_f32_core!(),
     "  const uint32_t b = (n + 127u) << 23;
   float scale; memcpy(&scale, &b, 4);
   return p * scale;"

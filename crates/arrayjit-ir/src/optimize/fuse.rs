@@ -38,13 +38,17 @@ fn fuse_siblings(code: LowLevel, settings: &ScheduleSettings, inside: bool) -> L
     // A zeroing waits: it goes before the loop it follows if the next loop fuses into that
     // loop, else in place.
     let mut pending_zeroing: Option<LowLevel> = None;
+    // Whether the last statement of `out` stays apart (`inside`, with a sequential loop);
+    // a loop fused into it had none, so fusing never changes it.
+    let mut last_apart = false;
     for item in items {
         if let LowLevel::ZeroOut(_) = item {
             out.extend(pending_zeroing.replace(item));
             continue;
         }
+        let apart = inside && has_sequential_loop(&item);
         if let Some(prev) = out.last_mut()
-            && !(inside && (has_sequential_loop(prev) || has_sequential_loop(&item)))
+            && !(last_apart || apart)
             && let Some(joined) = fused(prev, &item, pending_zeroing.as_ref(), settings)
         {
             *prev = joined;
@@ -55,6 +59,7 @@ fn fuse_siblings(code: LowLevel, settings: &ScheduleSettings, inside: bool) -> L
         }
         out.extend(pending_zeroing.take());
         out.push(item);
+        last_apart = apart;
     }
     out.extend(pending_zeroing);
     LowLevel::seq(out)
