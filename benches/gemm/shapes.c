@@ -4,56 +4,7 @@
    Prints one line: per size, the products' time per step (ms) and rate (GFLOP/s), best of a
    few calls per shape. Two or more workers run on a spinning pool like the CPU backends'.
    Run by scripts/gemm-blocking.sh, which interleaves blockings to see through a noisy host. */
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-typedef struct aj_par {
-  const void *pool;
-  void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks);
-  int64_t workers;
-} aj_par;
-void gemm_entry(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsA, int64_t csA,
-                const float *B, int64_t rsB, int64_t csB, float *C, int64_t rsC, int64_t csC,
-                int ovw, const int64_t *guard, const aj_par *par);
-
-#define MAX_WORKERS 64
-static void (*job_chunk)(void *, int64_t);
-static void *job_ctx;
-static int64_t job_chunks, workers = 1;
-static atomic_long generation, finished;
-
-/* Worker w runs chunks w, w + workers, ... of each new generation, then reports it done. */
-static void *worker(void *arg) {
-  const int64_t w = (int64_t)(intptr_t)arg;
-  long seen = 0;
-  for (;;) {
-    long g;
-    while ((g = atomic_load(&generation)) == seen) __builtin_ia32_pause();
-    seen = g;
-    for (int64_t i = w; i < job_chunks; i += workers) job_chunk(job_ctx, i);
-    atomic_fetch_add(&finished, 1);
-  }
-  return 0;
-}
-
-static void run(const void *pool, void (*chunk)(void *, int64_t), void *ctx, int64_t chunks) {
-  (void)pool;
-  job_chunk = chunk, job_ctx = ctx, job_chunks = chunks;
-  atomic_store(&finished, 0);
-  atomic_fetch_add(&generation, 1);
-  for (int64_t i = 0; i < chunks; i += workers) chunk(ctx, i);
-  while (atomic_load(&finished) != workers - 1) __builtin_ia32_pause();
-}
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "common.h"
 
 typedef struct { int64_t M, N, K, rsA, csA, rsB, csB, calls; } shape;
 
@@ -70,16 +21,7 @@ static double best_of(const shape *s, const float *A, const float *B, float *C, 
 }
 
 int main(int argc, char **argv) {
-  workers = argc > 1 ? atol(argv[1]) : 1;
-  if (workers < 1 || workers > MAX_WORKERS) {
-    fprintf(stderr, "usage: shapes WORKERS (1 to %d)\n", MAX_WORKERS);
-    return 1;
-  }
-  for (int64_t w = 1; w < workers; ++w) {
-    pthread_t t;
-    if (pthread_create(&t, 0, worker, (void *)(intptr_t)w)) return 1;
-  }
-  const aj_par pool = {0, run, workers}, *par = workers > 1 ? &pool : 0;
+  const aj_par *par = start_workers(argc, argv, "shapes WORKERS");
   const size_t elems = 3072 * 3072;
   float *A = aligned_alloc(64, elems * 4), *B = aligned_alloc(64, elems * 4), *C = aligned_alloc(64, elems * 4);
   if (!A || !B || !C) return 1;

@@ -62,6 +62,22 @@ pub fn gemm_signature(prec: Prec, b: &Blocking) -> String {
     )
 }
 
+/// The product for a precision and blocking as a standalone translation unit that also
+/// defines `gemm_entry`, with the product function's signature: what the harnesses of
+/// `benches/gemm` link with (`scripts/gemm-blocking.sh`, through the `gemm_helper` example),
+/// to time blockings and versions of the helper outside the runtime.
+pub fn standalone_unit(prec: Prec, b: &Blocking) -> String {
+    let t = c_storage_type(prec);
+    format!(
+        "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n\
+         typedef struct aj_par {{ const void *pool; void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks); int64_t workers; }} aj_par;\n\
+         {}\n\
+         void gemm_entry(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const int64_t *guard, const aj_par *par) {{ {}(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw, guard, par); }}\n",
+        gemm_definition(prec, b).replace("__attribute__((visibility(\"hidden\"))) ", ""),
+        gemm_name(prec, b)
+    )
+}
+
 /// The definition of the product function (and its micro-kernel and vector type), for a
 /// precision of `f32` or `f64`. Call it as
 /// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, overwrite, guard, par)` (`overwrite`:
