@@ -1,6 +1,6 @@
 /* What the harnesses of the CPU product helper share (benches/gemm/shapes.c, attention.c):
    the helper's entry (`gemm_entry`, printed by the `gemm_helper` example), a spinning pool of
-   workers like the CPU backends', and a clock. `start_workers(argc, argv)` reads WORKERS. */
+   workers like the CPU backends', and a clock. `start_workers(argc, argv, usage)` reads WORKERS. */
 #ifndef AJ_GEMM_BENCH_COMMON_H
 #define AJ_GEMM_BENCH_COMMON_H
 #include <pthread.h>
