@@ -151,7 +151,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         "static void {name}_serial(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const int64_t *g) {{
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {{
-    if (ovw) for (int64_t i = 0; i < M; ++i) for (int64_t j = 0; j < N; ++j) C[i * rsC + j * csC] = 0;
+    if (ovw) {name}_zero_tile(C, rsC, csC, M, N);
     return;
   }}
   /* Packing buffers, kept per thread and grown as needed. */
@@ -485,7 +485,8 @@ static void {name}_band_a({t} *band, const {t} *Ar, int64_t rsA, const {t} *ap, 
     for (int64_t r = 0; r < {mr}; ++r)
       band[(k - d[2]) * {mr} + r] = r < h && g[0] * (i + r) + g[2] * k + g[3] >= 0 ? (rows ? Ar[r * rsA + k] : ap[(k - pc) * {mr} + r]) : 0;
 }}
-/* Zeroes an h × w tile of C: by vectors where its rows are contiguous (a strided scalar loop,
+/* Zeroes an h × w block of C (a tile, or all of C for a product without depth): by vectors
+   where its rows are contiguous and a tile wide (a strided scalar loop,
    and then a string store per row, took a quarter of a causal attention's scores product,
    more than half of whose tiles are skipped). */
 static inline void {name}_zero_tile({t} *c, int64_t rsC, int64_t csC, int64_t h, int64_t w) {{
