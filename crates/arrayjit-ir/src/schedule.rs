@@ -198,6 +198,11 @@ pub struct ReductionPlan {
     /// accumulator, their sums added as a binary tree, as do the totals of outer loops that do
     /// not index the element (`arrayjit_codegen`'s `c::pairwise` states the order).
     pub lanes: usize,
+    /// Elements of the reduced node's precision in one vector register of the target (1 where
+    /// it has none): the accumulators fill `lanes / vector_lanes` registers, and the C
+    /// renderer unrolls the loop over them by that much so that they stay in registers. Only
+    /// a hint: any value gives the same results.
+    pub vector_lanes: usize,
     /// For a long reduction that is the whole nest (no outer loop to split over workers): the
     /// loop is cut into fixed blocks of this many iterations, each reduced as above into a
     /// partial, and the partials are combined pairwise (a binary tree over the blocks in their
@@ -209,8 +214,9 @@ impl ReductionPlan {
     /// Recognizes a statement whose innermost loop accumulates into an element that does not
     /// depend on that loop: `out[o] = out[o] ⊕ v` (`⊕` = add, max, min, or the fused
     /// multiply-add form), for a node computed in its own (f32 or f64) precision, with `v` not
-    /// reading `out`, and an innermost loop of at least `2 · lanes` iterations.
-    pub fn detect(stmt: &LowLevel, lanes: usize) -> Option<ReductionPlan> {
+    /// reading `out`, and an innermost loop of at least `2 · lanes` iterations. `f32_lanes`
+    /// is the target's vector width in `f32` elements.
+    pub fn detect(stmt: &LowLevel, lanes: usize, f32_lanes: usize) -> Option<ReductionPlan> {
         let (loops, s) = stmt.perfect_nest();
         let depth = loops.len();
         let &(iter, from, to) = loops.last()?;
@@ -232,10 +238,16 @@ impl ReductionPlan {
         let block =
             ((extent as u64).div_ceil(1024).max(1 << 16)).div_ceil(lanes as u64) * lanes as u64;
         let blocks = (depth == 1 && extent as u64 >= 2 * block).then_some(block);
+        let vector_lanes = if tn.prec() == Prec::F64 {
+            f32_lanes / 2
+        } else {
+            f32_lanes
+        };
         Some(ReductionPlan {
             iter,
             combine,
             lanes: lanes.max(1),
+            vector_lanes: vector_lanes.max(1),
             blocks,
         })
     }
@@ -927,13 +939,13 @@ fn reduction_schedule(
         while vectors >= 1 {
             let lanes = vectors * width;
             if to - from >= 4 * lanes as i64 {
-                return ReductionPlan::detect(s, lanes);
+                return ReductionPlan::detect(s, lanes, width);
             }
             vectors /= 2;
         }
         None
     };
-    let plan = ReductionPlan::detect(s, full).or_else(short_row)?;
+    let plan = ReductionPlan::detect(s, full, width).or_else(short_row)?;
     settings.enable_reductions.then(|| Schedule {
         why: format!(
             "{why_prefix}its innermost loop reduces into one element: {} accumulators ({} \

@@ -175,6 +175,9 @@ impl KernelRenderer<'_> {
             iter: loops.last().expect("a long local sum has loops").0,
             combine: BinOp::Add,
             lanes,
+            // At least 256-bit vectors on the CPUs the C backends target: one or two
+            // registers (see `unroll_lanes`).
+            vector_lanes: lanes / 2,
             blocks: None,
         };
         let pad = "  ".repeat(depth);
