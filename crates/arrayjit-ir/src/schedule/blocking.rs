@@ -28,7 +28,9 @@ impl Blocking {
     ///   that read and write `C`. Measured on a 2-core EPYC (32 KiB L1, AVX-512, f32): kc 512
     ///   ran the GPT products of width 384 6% faster than kc 256 on one core and 3% on two,
     ///   and those of width 768 as fast (within ±1.5%); on a 48 KiB L1, kc 384 ran matmul 2048
-    ///   13% faster than kc 192;
+    ///   13% faster than kc 192; on a 2-core Zen 5 EPYC (48 KiB L1, 1 MiB L2), kc 384, 512
+    ///   and 768 ran the GPT products within about 1% of each other (`scripts/gemm-blocking.sh`,
+    ///   once packed slivers no longer all began in one L1 set: before, 512 was 3–6% slower);
     /// - `nc` makes a `kc × nc` block of the right factor twice as large as L2: its panels
     ///   stream to the micro-kernel from L2 or L3 alike, and a wider block packs a left factor
     ///   that is not read in place fewer times (on the EPYC's 1 MiB L2 at kc 512, nc 1024 ran
