@@ -399,6 +399,10 @@ fn table(
         out,
         "Cells: median time of one run (rate in parentheses). Ratios > 1 mean arrayjit is faster."
     );
+    let _ = writeln!(
+        out,
+        "Limit columns: the bandwidth limits stream arrays of at least 128 MiB and twice the last-level cache, from memory; a workload whose arrays partly stay in that cache (the 64 MiB rows where it holds 32 MiB or more) can read above 100%."
+    );
     for n in &results.notes {
         let _ = writeln!(out, "note: {n}");
     }
