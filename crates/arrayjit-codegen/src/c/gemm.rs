@@ -395,11 +395,11 @@ static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp
     const int64_t next_rows = direct && mcb - i0 - {mr} >= {mr} ? {mr} : 0;
     const int64_t lines = (kcb + {line} - 1) / {line}, to_fetch = next_rows * lines;
     const int64_t per_panel = (to_fetch + (ncb + {nr} - 1) / {nr} - 1) / ((ncb + {nr} - 1) / {nr});
-    /* The next line to fetch: row fr of the next sliver, its line fl (counted, not divided
-       out of `fetched`: a division per line took 40% of this function's time). */
-    int64_t fetched = 0, fr = 0, fl = 0;
+    /* The next line to fetch: row fr of the next sliver, its line fl (counted: a division of
+       a running count per line took 40% of this function's time). */
+    int64_t fr = 0, fl = 0;
     for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
-      for (int64_t e = 0; e < per_panel && fetched < to_fetch; ++e, ++fetched) {{
+      for (int64_t e = 0; e < per_panel && fr < next_rows; ++e) {{
         __builtin_prefetch(A + (ic + i0 + {mr} + fr) * rsA + pc + fl * {line}, 0, 1);
         if (++fl == lines) fl = 0, ++fr;
       }}
@@ -490,7 +490,8 @@ static inline void {name}_depths(int64_t rmin, int64_t rmax, int64_t gk, int64_t
    `finite_a`; returns the tiles' mode (2, or 0 for the exact path). Mask 1: the mode is 1
    where B's block is finite. */
 static int {name}_mask_b({t} *Bp, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, const int64_t *g, int mask, int finite_a) {{
-  if (mask == 1) return {name}_finite(Bp, {name}_panel(kcb), (ncb + {nr} - 1) / {nr}, {nr} * kcb) ? 1 : 0;
+  const int64_t sb = {name}_panel(kcb);
+  if (mask == 1) return {name}_finite(Bp, sb, (ncb + {nr} - 1) / {nr}, {nr} * kcb) ? 1 : 0;
   if (!finite_a) return 0;
   for (int64_t j0 = 0; j0 < ncb; j0 += {nr}) {{
     const int64_t w = ncb - j0 < {nr} ? ncb - j0 : {nr};
@@ -499,7 +500,7 @@ static int {name}_mask_b({t} *Bp, int64_t jc, int64_t ncb, int64_t pc, int64_t k
     {name}_depths(ra < rb ? ra : rb, ra < rb ? rb : ra, g[2], pc, pc + kcb, d);
     for (int64_t k = d[2]; k < d[3]; ++k)
       for (int64_t q = 0; q < w; ++q)
-        if (g[1] * (jc + j0 + q) + g[2] * k + g[3] < 0) Bp[j0 / {nr} * {name}_panel(kcb) + (k - pc) * {nr} + q] = 0;
+        if (g[1] * (jc + j0 + q) + g[2] * k + g[3] < 0) Bp[j0 / {nr} * sb + (k - pc) * {nr} + q] = 0;
   }}
   return 2;
 }}

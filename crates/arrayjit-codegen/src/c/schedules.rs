@@ -883,8 +883,9 @@ fn check_reduction(
     if !(1..=1024).contains(&p.lanes) {
         return Err("a reduction runs over 1 to 1024 accumulators");
     }
-    let found = ReductionPlan::detect(s, p.lanes, p.vector_lanes)
-        .ok_or("its innermost loop is not a reduction")?;
+    // Only the loop, the operation and the blocks are compared (the vector width is a hint).
+    let found =
+        ReductionPlan::detect(s, p.lanes, 1).ok_or("its innermost loop is not a reduction")?;
     let blocks = if top_level { found.blocks } else { None };
     if found.iter != p.iter || found.combine != p.combine || p.blocks != blocks {
         return Err("the reduced loop, its operation or its blocks differ");
