@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use crate::attention::AttentionOp;
 use crate::error::{Error, OutOfBounds, Result};
 use crate::indexing::{AxisIndex, EinsumGuard, Projections, StaticSymbol, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
@@ -123,6 +124,9 @@ pub enum Assignments {
         /// How the iteration space maps onto the lhs and operands.
         projections: Projections,
     },
+    /// One pass of fused attention (see [`crate::attention`]): loops over the keys with an
+    /// online softmax, never an array of all the scores.
+    Attention(Box<AttentionOp>),
     /// Fills a node.
     Fetch {
         /// The node filled.
@@ -256,6 +260,7 @@ impl Assignments {
                 projections,
             } => lower_accum(*initialize_neutral, *accum, lhs, rhs, projections, statics),
             Assignments::Fetch { array, op } => lower_fetch(array, op, statics),
+            Assignments::Attention(op) => op.lower(),
         }
     }
 }
@@ -266,7 +271,7 @@ fn shape_error(op: &str, detail: String) -> Error {
 
 /// Checks that each index of an access to `tn` stays inside the node for every value of the
 /// symbols, given the symbols' extents.
-fn check_access(
+pub(crate) fn check_access(
     tn: &Tnode,
     idcs: &[AxisIndex],
     bounds: &impl Fn(Symbol) -> Option<usize>,

@@ -12,6 +12,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod assignments;
+pub mod attention;
 pub mod error;
 pub mod fallible;
 pub mod host_memory;
@@ -31,6 +32,7 @@ pub mod trace;
 pub mod verify;
 
 pub use assignments::{AccumRhs, Assignments, FetchOp, Operand};
+pub use attention::{AttentionDims, AttentionDropout, AttentionLayout, AttentionOp, AttentionSpec};
 pub use error::{DeviceLimit, Error, OutOfBounds, RangeUnit, Result, ResultExt};
 pub use indexing::{AxisIndex, EinsumGuard, Projections, StaticSymbol, Symbol};
 pub use interpret::InterpEnv;

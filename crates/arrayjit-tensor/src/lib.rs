@@ -12,6 +12,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod activations;
+pub mod attention;
 pub mod autodiff;
 pub mod checkpoint;
 mod contract;
@@ -27,6 +28,7 @@ pub mod rng;
 pub mod tensor;
 mod views;
 
+pub use attention::AttentionOptions;
 pub use autodiff::{GradProgram, forward_program, grad_program};
 pub use init::Init;
 pub use optim::{Optimizer, Update, update_program, update_program_clipped};

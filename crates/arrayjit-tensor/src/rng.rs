@@ -78,6 +78,21 @@ impl RandomStream {
         })
     }
 
+    /// The next draw of this stream: its number and the generator stream it draws from. A
+    /// fused operation that draws inside its own loops (attention's dropout) takes one here, so
+    /// its draws are those [`RandomStream::uniform`] would have made as that draw.
+    pub fn next_draw(&self) -> Result<(u32, u32)> {
+        let draw = self.draws.fetch_add(1, Ordering::Relaxed);
+        if draw >= FIRST_ROUTINE_STREAM {
+            return Err(Error::BadValue {
+                what: format!("draws of the random stream with seed {}", self.seed),
+                value: (u64::from(draw) + 1).to_string(),
+                expected: format!("at most {FIRST_ROUTINE_STREAM}; make a new stream"),
+            });
+        }
+        Ok((draw, FIRST_ROUTINE_STREAM + draw))
+    }
+
     /// A tensor of `dims` holding uniform values in `[0, 1)` (24 random bits), fresh for this
     /// call and for every step. No gradient flows through it.
     pub fn uniform(&self, prec: Prec, dims: &[usize]) -> Result<Tensor> {
@@ -88,20 +103,13 @@ impl RandomStream {
                 expected: "a float precision".into(),
             });
         }
-        let draw = self.draws.fetch_add(1, Ordering::Relaxed);
-        if draw >= FIRST_ROUTINE_STREAM {
-            return Err(Error::BadValue {
-                what: format!("draws of the random stream with seed {}", self.seed),
-                value: (u64::from(draw) + 1).to_string(),
-                expected: format!("at most {FIRST_ROUTINE_STREAM}; make a new stream"),
-            });
-        }
+        let (draw, stream) = self.next_draw()?;
         let tn = Tnode::new(prec, dims, &[&format!("uniform{draw}")])?;
         let fill = Assignments::Fetch {
             array: tn.clone(),
             op: FetchOp::Random {
                 seed: self.seed,
-                stream: FIRST_ROUTINE_STREAM + draw,
+                stream,
                 step: self.step.node().clone(),
             },
         };

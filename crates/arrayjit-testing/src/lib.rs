@@ -9,6 +9,7 @@
 // mode, host array) does not affect map keys.
 #![allow(clippy::mutable_key_type)]
 
+mod attention;
 mod case;
 mod cases;
 mod contractions;
@@ -24,6 +25,7 @@ mod simt_products;
 use arrayjit_ir::{Error, InterpEnv, Prec, Result};
 use arrayjit_runtime::{Backend, Context};
 
+pub use attention::attention_cases;
 pub use case::Case;
 pub use cases::{matmul, scratch_locals};
 pub use contractions::contraction_cases;
@@ -49,6 +51,7 @@ pub fn all_cases() -> Result<Vec<Case>> {
         .chain(matrix_products::matrix_product_cases()?)
         .chain(simt_products::simt_product_cases()?)
         .chain(random::random_cases()?)
+        .chain(attention::attention_cases()?)
         .collect())
 }
 

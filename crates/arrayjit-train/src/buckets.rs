@@ -33,12 +33,13 @@ fn leaves(a: &Assignments, out: &mut Vec<Assignments>) {
     }
 }
 
-/// The node a statement writes.
-fn written(a: &Assignments) -> Option<&Tnode> {
+/// The nodes a statement writes.
+fn written(a: &Assignments) -> Vec<&Tnode> {
     match a {
-        Assignments::Accum { lhs, .. } => Some(lhs),
-        Assignments::Fetch { array, .. } => Some(array),
-        _ => None,
+        Assignments::Accum { lhs, .. } => vec![lhs],
+        Assignments::Fetch { array, .. } => vec![array],
+        Assignments::Attention(op) => op.outputs(),
+        _ => vec![],
     }
 }
 
@@ -61,6 +62,7 @@ fn read(a: &Assignments) -> Vec<&Tnode> {
             op: FetchOp::Slice { sliced, .. },
             ..
         } => vec![sliced],
+        Assignments::Attention(op) => op.inputs(),
         _ => vec![],
     }
 }
@@ -80,7 +82,7 @@ pub fn split(program: &Assignments, gradients: &[Tnode], min_bytes: usize) -> Re
     }
     let mut last_write: HashMap<Tnode, usize> = HashMap::new();
     for (i, s) in stmts.iter().enumerate() {
-        if let Some(w) = written(s) {
+        for w in written(s) {
             last_write.insert(w.clone(), i);
         }
     }
@@ -128,7 +130,7 @@ pub fn split(program: &Assignments, gradients: &[Tnode], min_bytes: usize) -> Re
                     )?;
                 }
             }
-            if let Some(w) = written(s) {
+            for w in written(s) {
                 bucket_of_write.insert(w.clone(), b);
             }
         }

@@ -1,0 +1,151 @@
+//! Fused attention in the conformance corpus ([`arrayjit_ir::attention`]): the forward pass
+//! (output and row log-sum-exp) and both gradient passes, in either axis order, causal or not,
+//! with dropout drawn inside the loops, an odd number of positions, one position and one head,
+//! and half-precision inputs (whose output accumulates in a separate `f32` array). Every
+//! backend must agree with the interpreter running the operation's loops.
+
+use arrayjit_ir::{
+    AccumRhs, Assignments, AttentionDropout, AttentionLayout, AttentionOp, AttentionSpec, BinOp,
+    Operand, Prec, Result, Tnode,
+};
+
+use super::case::{Case, case, output};
+
+/// Values in `[-1.5, 1.5)`, spread without a pattern a wrong index would hide.
+fn spread_input(prec: Prec, dims: &[usize], label: &str, salt: usize) -> Result<Tnode> {
+    let t = Tnode::new(prec, dims, &[label])?;
+    let n: usize = dims.iter().product();
+    let values: Vec<f64> = (0..n)
+        .map(|i| -1.5 + 3.0 * (((i * 37 + salt * 11) % 101) as f64 + 0.5) / 101.0)
+        .collect();
+    t.host().set_values(&values)?;
+    Ok(t)
+}
+
+struct Sizes {
+    batch: usize,
+    heads: usize,
+    time: usize,
+    features: usize,
+}
+
+/// The forward pass, then both gradient passes from an output gradient, every result hosted.
+fn attention_case(
+    name: &str,
+    prec: Prec,
+    layout: AttentionLayout,
+    s: Sizes,
+    causal: bool,
+    dropout: Option<f64>,
+) -> Result<Case> {
+    let dims = layout.order(s.batch, s.heads, s.time, s.features);
+    let q = spread_input(prec, &dims, "q", 1)?;
+    let k = spread_input(prec, &dims, "k", 2)?;
+    let v = spread_input(prec, &dims, "v", 3)?;
+    let grad_out = spread_input(prec, &dims, "grad_out", 4)?;
+    let dropout = match dropout {
+        Some(p) => {
+            let step = output(Prec::U32, &[], "step")?;
+            step.host().set_values(&[3.0])?;
+            Some(AttentionDropout {
+                p,
+                seed: 0x5eed_0000_0001,
+                stream: 0x8000_0002,
+                step,
+            })
+        }
+        None => None,
+    };
+    let scale = 1.0 / (s.features as f64).sqrt();
+    let spec = AttentionSpec::new(&q, &k, &v, layout, causal, scale, dropout)?;
+    let out = output(prec, &spec.out_dims(), "out")?;
+    let lse = output(spec.stats_prec(), &spec.row_dims(), "lse")?;
+    let delta = Tnode::new(spec.stats_prec(), &spec.row_dims(), &["delta"])?;
+    let grad_q = output(prec, &dims, "grad_q")?;
+    let grad_k = output(prec, &dims, "grad_k")?;
+    let grad_v = output(prec, &dims, "grad_v")?;
+    let rows = match layout {
+        AttentionLayout::HeadsFirst => "bhtf,bhtf->bht",
+        AttentionLayout::TimeFirst => "bthf,bthf->bht",
+    };
+    let program = Assignments::Attention(Box::new(AttentionOp::forward(&spec, &out, &lse)?))
+        .then(Assignments::einsum(
+            rows,
+            BinOp::Add,
+            &delta,
+            AccumRhs::Binop(
+                BinOp::Mul,
+                Operand::Node(grad_out.clone()),
+                Operand::Node(out.clone()),
+            ),
+            true,
+        )?)
+        .then(Assignments::Attention(Box::new(AttentionOp::grad_query(
+            &spec, &lse, &delta, &grad_out, &grad_q,
+        )?)))
+        .then(Assignments::Attention(Box::new(
+            AttentionOp::grad_key_value(&spec, &lse, &delta, &grad_out, &grad_k, &grad_v)?,
+        )));
+    Ok(case(name, program, vec![out, lse, grad_q, grad_k, grad_v]))
+}
+
+/// The cases of this module.
+pub fn attention_cases() -> Result<Vec<Case>> {
+    use AttentionLayout::*;
+    let sizes = |batch, heads, time, features| Sizes {
+        batch,
+        heads,
+        time,
+        features,
+    };
+    Ok(vec![
+        attention_case(
+            "attention_heads_first",
+            Prec::F32,
+            HeadsFirst,
+            sizes(2, 3, 7, 5),
+            false,
+            None,
+        )?,
+        attention_case(
+            "attention_causal_time_first",
+            Prec::F32,
+            TimeFirst,
+            sizes(2, 2, 13, 8),
+            true,
+            None,
+        )?,
+        attention_case(
+            "attention_causal_dropout",
+            Prec::F32,
+            TimeFirst,
+            sizes(1, 2, 9, 4),
+            true,
+            Some(0.25),
+        )?,
+        attention_case(
+            "attention_one_position_one_head",
+            Prec::F32,
+            HeadsFirst,
+            sizes(1, 1, 1, 3),
+            true,
+            None,
+        )?,
+        attention_case(
+            "attention_f64",
+            Prec::F64,
+            HeadsFirst,
+            sizes(1, 2, 6, 4),
+            true,
+            Some(0.5),
+        )?,
+        attention_case(
+            "attention_f16",
+            Prec::F16,
+            TimeFirst,
+            sizes(1, 2, 5, 4),
+            false,
+            None,
+        )?,
+    ])
+}
