@@ -121,6 +121,10 @@ struct GptArgs {
     /// accumulating in f32, everything else f32; on a GPU they run on its matrix units).
     #[arg(long, default_value = "f32")]
     precision: arrayjit::tensor::Precision,
+    /// How attention computes its weights: `fused` (an online softmax, no `T × T` scores) or
+    /// `unfused` (the scores and weights as arrays, their products on the product helper).
+    #[arg(long, default_value = "fused", value_parser = parse_attention)]
+    attention: arrayjit::tensor::nn::AttentionKind,
     /// Steps between held-out evaluations.
     #[arg(long, default_value_t = 100)]
     eval_every: u64,
@@ -255,6 +259,11 @@ fn moons(backend: Option<String>, args: MoonsArgs) -> arrayjit::Result<()> {
     Ok(())
 }
 
+/// `--attention`'s value.
+fn parse_attention(name: &str) -> Result<arrayjit::tensor::nn::AttentionKind, String> {
+    arrayjit::tensor::nn::AttentionKind::parse(name).map_err(|e| e.to_string())
+}
+
 fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     use arrayjit::gpt::{CharVocab, GptTrainer, SONNETS, TrainerConfig, batch};
     let backend = arrayjit::initialize(backend.as_deref())?;
@@ -268,6 +277,7 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     config.seed = args.seed;
     config.dropout = args.dropout;
     config.model.precision = args.precision;
+    config.model.attention = args.attention;
     if let arrayjit::tensor::Optimizer::Adam { lr, .. } = &mut config.optimizer {
         *lr = args.lr;
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use arrayjit_ir::Error;
-use arrayjit_tensor::nn::{Gelu, GptConfig};
+use arrayjit_tensor::nn::{AttentionKind, Gelu, GptConfig};
 use arrayjit_tensor::{Optimizer, Precision};
 use arrayjit_train::gpt::{CharVocab, GptTrainer, TrainerConfig};
 use numpy::{PyArray1, PyArray2, ToPyArray};
@@ -76,7 +76,7 @@ impl PyGptTrainer {
     #[new]
     #[pyo3(signature = (vocabulary, backend = None, context = 64, width = 128, heads = 4, layers = 2,
                         hidden = 512, batch = 16, lr = 3e-3, weight_decay = 0.01, clip_norm = Some(1.0),
-                        dropout = 0.0, seed = 1, precision = "f32"))]
+                        dropout = 0.0, seed = 1, precision = "f32", attention = "fused"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -94,6 +94,7 @@ impl PyGptTrainer {
         dropout: f64,
         seed: u64,
         precision: &str,
+        attention: &str,
     ) -> PyResult<PyGptTrainer> {
         let precision: Precision = precision.parse().py()?;
         let backend = match backend {
@@ -110,6 +111,7 @@ impl PyGptTrainer {
                 hidden,
                 gelu: Gelu::Tanh,
                 precision,
+                attention: AttentionKind::parse(attention).py()?,
             },
             batch,
             optimizer: Optimizer::Adam {

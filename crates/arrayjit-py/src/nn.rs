@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arrayjit_ir::Error;
 use arrayjit_tensor::Tensor;
 use arrayjit_tensor::nn::{
-    CausalSelfAttention, DecoderBlock, Gelu, Gpt, GptConfig, LayerNorm, Linear, Mlp, ParamFactory,
+    AttentionKind, CausalSelfAttention, DecoderBlock, Gelu, Gpt, GptConfig, LayerNorm, Linear, Mlp,
+    ParamFactory,
 };
 use pyo3::prelude::*;
 
@@ -167,16 +168,18 @@ pub struct PyAttention {
 impl PyAttention {
     /// `heads` heads splitting `width`; projections normal with standard deviation `std`.
     #[new]
-    #[pyo3(signature = (width, heads, std = 0.02, seed = None, label = "attention"))]
+    #[pyo3(signature = (width, heads, std = 0.02, seed = None, label = "attention", kind = "fused"))]
     fn new(
         width: usize,
         heads: usize,
         std: f64,
         seed: Option<u64>,
         label: &str,
+        kind: &str,
     ) -> PyResult<PyAttention> {
         let mut f = factory(seed);
-        let inner = CausalSelfAttention::new(&mut f, label, width, heads, std, 1.0).py()?;
+        let mut inner = CausalSelfAttention::new(&mut f, label, width, heads, std, 1.0).py()?;
+        inner.kind = AttentionKind::parse(kind).py()?;
         Ok(PyAttention {
             inner,
             params: f.params().to_vec(),
@@ -266,7 +269,7 @@ impl PyGpt {
     /// or `"bf16"` operands accumulating in `f32`).
     #[new]
     #[pyo3(signature = (vocabulary, context = 64, width = 128, heads = 4, layers = 2, hidden = 512,
-                        gelu = "tanh", seed = 1, precision = "f32"))]
+                        gelu = "tanh", seed = 1, precision = "f32", attention = "fused"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         vocabulary: usize,
@@ -278,6 +281,7 @@ impl PyGpt {
         gelu: &str,
         seed: u64,
         precision: &str,
+        attention: &str,
     ) -> PyResult<PyGpt> {
         let config = GptConfig {
             vocabulary,
@@ -290,6 +294,7 @@ impl PyGpt {
             precision: precision
                 .parse::<arrayjit_tensor::Precision>()
                 .map_err(to_py)?,
+            attention: AttentionKind::parse(attention).py()?,
         };
         Ok(PyGpt {
             inner: Gpt::new(config, seed).py()?,

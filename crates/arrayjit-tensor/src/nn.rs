@@ -10,8 +10,9 @@
 //! projections), so no reshape or transpose is materialized. The `forward_with` variants
 //! apply [`Dropout`] for training; `forward` is the evaluation path.
 
-use arrayjit_ir::{EinsumGuard, Error, Prec, Result};
+use arrayjit_ir::{AttentionLayout, EinsumGuard, Error, Prec, Result};
 
+use crate::attention::AttentionOptions;
 use crate::init::{Init, PendingDraws};
 use crate::losses;
 use crate::precision::Precision;
@@ -208,6 +209,46 @@ pub struct CausalSelfAttention {
     pub biases: [Tensor; 4],
     /// The precision its products multiply in (`f32` unless set).
     pub precision: Precision,
+    /// How the scores and weights are computed ([`AttentionKind::Fused`] unless set).
+    pub kind: AttentionKind,
+}
+
+/// How attention computes its weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AttentionKind {
+    /// One fused operation with an online softmax ([`Tensor::attention`]): no
+    /// `[batch, heads, time, time]` array of scores or weights in the forward or the backward
+    /// pass, so memory grows with the context, not its square.
+    #[default]
+    Fused,
+    /// Scores as guarded products, a masked softmax, then a guarded product with the values:
+    /// holds `[batch, heads, time, time]` scores and weights (kept for the backward pass), and
+    /// runs its products on the CPU product helper's micro-kernels (or a GPU's matrix units for
+    /// `bf16` products).
+    Unfused,
+}
+
+impl AttentionKind {
+    /// The name used by the CLI and Python (`fused`, `unfused`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKind::Fused => "fused",
+            AttentionKind::Unfused => "unfused",
+        }
+    }
+
+    /// The kind named `name` (`fused` or `unfused`).
+    pub fn parse(name: &str) -> Result<AttentionKind> {
+        match name {
+            "fused" => Ok(AttentionKind::Fused),
+            "unfused" => Ok(AttentionKind::Unfused),
+            other => Err(Error::BadValue {
+                what: "attention".into(),
+                value: other.into(),
+                expected: "fused or unfused".into(),
+            }),
+        }
+    }
 }
 
 impl CausalSelfAttention {
@@ -254,6 +295,7 @@ impl CausalSelfAttention {
             output,
             biases,
             precision: Precision::F32,
+            kind: AttentionKind::default(),
         })
     }
 
@@ -285,6 +327,18 @@ impl CausalSelfAttention {
         let q = project(&self.query, &self.biases[0])?;
         let k = project(&self.key, &self.biases[1])?;
         let v = project(&self.value, &self.biases[2])?;
+        if self.kind == AttentionKind::Fused {
+            let options = AttentionOptions {
+                causal: true,
+                scale: Some(1.0 / (hw as f64).sqrt()),
+                dropout: dropout.map(|d| (d.p, d.rng.clone())),
+            };
+            let mixed = Tensor::attention(AttentionLayout::TimeFirst, &q, &k, &v, &options)?;
+            let out = p
+                .product("bthe,hed->btd", &mixed, &self.output)?
+                .add(&self.biases[3])?;
+            return Dropout::maybe(dropout, &out);
+        }
         // Key `s` is seen from query `t` only where `s ≤ t`: the products skip the terms past
         // it (about half), and the scores there, left at 0, are then hidden from the softmax.
         // The weights there are exactly 0, so the weighted sum of values skips only zeros;
@@ -461,9 +515,27 @@ pub struct GptConfig {
     pub gelu: Gelu,
     /// The precision of its matrix products ([`Precision`]).
     pub precision: Precision,
+    /// How its attention computes the weights ([`AttentionKind`]).
+    pub attention: AttentionKind,
 }
 
 impl GptConfig {
+    /// GPT-2 small's shape: vocabulary 50257, context 1024, width 768, 12 heads, 12 layers,
+    /// MLP 3072 with GELU's tanh form, fused attention.
+    pub fn gpt2_small() -> GptConfig {
+        GptConfig {
+            vocabulary: 50257,
+            context: 1024,
+            width: 768,
+            heads: 12,
+            layers: 12,
+            hidden: 3072,
+            gelu: Gelu::Tanh,
+            precision: Precision::F32,
+            attention: AttentionKind::Fused,
+        }
+    }
+
     /// The benchmark model: vocabulary 65, context 64, width 128, 4 heads, 2 layers,
     /// MLP 512 with exact GELU.
     pub fn small(vocabulary: usize) -> GptConfig {
@@ -476,6 +548,7 @@ impl GptConfig {
             hidden: 512,
             gelu: Gelu::Exact,
             precision: Precision::F32,
+            attention: AttentionKind::Fused,
         }
     }
 }
@@ -549,6 +622,7 @@ impl Gpt {
                 )?,
             };
             block.attention.precision = c.precision;
+            block.attention.kind = c.attention;
             block.mlp.up.precision = c.precision;
             block.mlp.down.precision = c.precision;
             blocks.push(block);

@@ -37,6 +37,7 @@ fn config(vocabulary: usize, precision: Precision) -> TrainerConfig {
         hidden: 64,
         gelu: Gelu::Tanh,
         precision,
+        attention: arrayjit::tensor::nn::AttentionKind::Unfused,
     };
     c.batch = 8;
     c

@@ -36,6 +36,7 @@ fn losses(name: &str, fuse_loops: bool) -> Option<Vec<f64>> {
         hidden: 64,
         gelu: Gelu::Exact,
         precision: Precision::F32,
+        attention: arrayjit::tensor::nn::AttentionKind::Fused,
     };
     c.batch = 4;
     let mut trainer = GptTrainer::new(&backend, &c).unwrap();

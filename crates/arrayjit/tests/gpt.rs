@@ -19,6 +19,7 @@ fn config(vocabulary: usize) -> TrainerConfig {
         hidden: 32,
         gelu: Gelu::Tanh,
         precision: arrayjit::tensor::Precision::F32,
+        attention: arrayjit::tensor::nn::AttentionKind::Fused,
     };
     c.batch = 4;
     c

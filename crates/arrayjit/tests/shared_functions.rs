@@ -112,6 +112,7 @@ fn a_trainers_evaluation_imports_the_steps_forward_pass_and_agrees_with_it() {
         hidden: 32,
         gelu: Gelu::Tanh,
         precision: arrayjit::tensor::Precision::F32,
+        attention: arrayjit::tensor::nn::AttentionKind::Unfused,
     };
     c.batch = 4;
     let dir = tempfile::tempdir().unwrap();
