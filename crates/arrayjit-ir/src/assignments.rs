@@ -2,6 +2,7 @@
 //! sequences, comments; their checks and their lowering to the loop IR.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::attention::AttentionOp;
 use crate::error::{Error, OutOfBounds, Result};
@@ -126,7 +127,7 @@ pub enum Assignments {
     },
     /// One pass of fused attention (see [`crate::attention`]): loops over the keys with an
     /// online softmax, never an array of all the scores.
-    Attention(Box<AttentionOp>),
+    Attention(Arc<AttentionOp>),
     /// Fills a node.
     Fetch {
         /// The node filled.
@@ -188,6 +189,11 @@ impl Assignments {
             projections: Projections::einsum_guarded(spec, lhs.dims(), &dims, guards)?,
             rhs,
         })
+    }
+
+    /// A pass of fused attention (registered, so schedules can find its loop nest).
+    pub fn attention(op: AttentionOp) -> Assignments {
+        Assignments::Attention(op.register())
     }
 
     /// Sequencing helper.

@@ -13,6 +13,8 @@
 //! reasons for this shape and what comes next (schedules that run the block products on the
 //! CPU's micro-kernels and a GPU's matrix units).
 
+use std::sync::{Arc, Mutex, Weak};
+
 use crate::assignments::check_access;
 use crate::error::{Error, Result};
 use crate::indexing::{AxisIndex, Symbol};
@@ -266,6 +268,11 @@ impl AttentionSpec {
     }
 }
 
+/// The passes that exist, by the id of a state node only that pass writes (its key): what a
+/// schedule looks up to know that a loop nest is a pass of fused attention (see
+/// [`AttentionOp::of_statement`]). Entries of dropped passes are swept as new ones come.
+static PASSES: Mutex<Vec<(usize, Weak<AttentionOp>)>> = Mutex::new(Vec::new());
+
 /// One pass of fused attention.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttentionOp {
@@ -338,6 +345,8 @@ pub struct ForwardState {
 /// A per-row state array: never inlined (it is read and written across the loop over keys).
 fn state_node(prec: Prec, dims: &[usize], label: &str) -> Result<Tnode> {
     let t = Tnode::new(prec, dims, &["attention", label])?;
+    // Not `Local`: the routine's analysis sees a node that no later statement reads as a
+    // result of the routine, so it stays on the device (a few values per row).
     t.update_memory_mode(
         MemoryMode::NeverVirtual,
         "attention: per-row state carried across the loop over keys",
@@ -453,6 +462,87 @@ impl AttentionOp {
                 state_node(prec, &cols, "score_grad")?,
             ],
         })
+    }
+
+    /// The state node only this pass writes, which identifies it.
+    fn key(&self) -> &Tnode {
+        match self {
+            AttentionOp::Forward { state, .. } => &state.max,
+            AttentionOp::GradQuery { state, .. } | AttentionOp::GradKeyValue { state, .. } => {
+                &state[0]
+            }
+        }
+    }
+
+    /// This pass, shared and known to [`AttentionOp::of_statement`].
+    pub fn register(self) -> Arc<AttentionOp> {
+        let op = Arc::new(self);
+        let mut passes = PASSES.lock().unwrap_or_else(|e| e.into_inner());
+        passes.retain(|(_, w)| w.strong_count() > 0);
+        passes.push((op.key().id(), Arc::downgrade(&op)));
+        op
+    }
+
+    /// The pass whose loop nest `stmt` is (a top-level statement of an optimized routine), if
+    /// it is one whole: it writes the pass's key state node, every node it writes is one the
+    /// pass's nest writes (outputs and state), and it reads nothing else than the pass's
+    /// inputs and those. Optimizations keep a statement's meaning, so such a statement still
+    /// computes the pass, and a schedule may run it another way (see
+    /// [`crate::schedule::AttentionPlan`]).
+    pub fn of_statement(stmt: &LowLevel) -> Option<Arc<AttentionOp>> {
+        // The nest, not the zeroings before it.
+        if !matches!(stmt, LowLevel::For { .. }) {
+            return None;
+        }
+        let mut writes: Vec<Tnode> = Vec::new();
+        stmt.visit(&mut |st| match st {
+            LowLevel::Set { tn, .. } | LowLevel::ZeroOut(tn) if !writes.contains(tn) => {
+                writes.push(tn.clone())
+            }
+            _ => {}
+        });
+        let op = {
+            let passes = PASSES.lock().unwrap_or_else(|e| e.into_inner());
+            passes
+                .iter()
+                .filter(|(id, _)| writes.iter().any(|w| w.id() == *id))
+                .find_map(|(_, w)| w.upgrade())?
+        };
+        let written = op.nest_writes();
+        if !writes.iter().all(|w| written.contains(&w)) {
+            return None;
+        }
+        let inputs = op.inputs();
+        let mut reads_ok = true;
+        stmt.visit_exprs(&mut |e| match e {
+            ScalarExpr::Get(tn, _) => {
+                reads_ok &= inputs.contains(&tn) || written.contains(&tn);
+            }
+            ScalarExpr::GetMerge(..) => reads_ok = false,
+            _ => {}
+        });
+        reads_ok.then_some(op)
+    }
+
+    /// The nodes the pass's main loop nest writes: its outputs and its state.
+    pub fn nest_writes(&self) -> Vec<&Tnode> {
+        let mut nodes = self.outputs();
+        match self {
+            AttentionOp::Forward { state, .. } => {
+                nodes.extend([
+                    &state.max,
+                    &state.next_max,
+                    &state.sum,
+                    &state.score,
+                    &state.weight,
+                ]);
+                nodes.extend(state.acc.as_ref());
+            }
+            AttentionOp::GradQuery { state, .. } | AttentionOp::GradKeyValue { state, .. } => {
+                nodes.extend(state.iter())
+            }
+        }
+        nodes
     }
 
     /// The spec of the attention this pass belongs to.

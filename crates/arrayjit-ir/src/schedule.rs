@@ -19,10 +19,12 @@ use crate::ops::{BinOp, TernOp};
 use crate::prec::Prec;
 use crate::tnode::Tnode;
 
+mod attention;
 mod blocking;
 pub mod gpu;
 #[cfg(test)]
 mod tests;
+pub use attention::{ATTENTION_BLOCK_KEYS, ATTENTION_BLOCK_QUERIES, AttentionPlan};
 pub use blocking::{Blocking, ScheduleTuning};
 pub use gpu::{GpuLimits, GpuPass};
 
@@ -183,6 +185,8 @@ pub enum ScheduleKind {
     Fused(Vec<Schedule>),
     /// A pass of a device that runs groups of invocations (a GPU): see [`gpu`].
     Gpu(GpuPass),
+    /// A whole pass of fused attention run by the CPU's blocked attention helper.
+    Attention(AttentionPlan),
 }
 
 /// A reduction's plan: which loop, which combining operation, how many accumulators.
@@ -303,6 +307,7 @@ impl fmt::Display for Schedule {
             ScheduleKind::Contraction(g) => write!(f, "{g} ({})", self.why),
             ScheduleKind::Absorbed => write!(f, "absorbed ({})", self.why),
             ScheduleKind::Gpu(pass) => write!(f, "{pass} ({})", self.why),
+            ScheduleKind::Attention(plan) => write!(f, "{plan} ({})", self.why),
             ScheduleKind::Fused(parts) => {
                 write!(f, "{} statements in one loop ({})", parts.len(), self.why)?;
                 for (k, p) in parts.iter().enumerate() {
@@ -967,7 +972,24 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
     let mut schedules: Vec<Schedule> = stmts
         .iter()
         .map(|s| {
-            let mut schedule = nest_schedule(s, settings, &mut cache);
+            let mut schedule = match AttentionPlan::detect(s, settings) {
+                Some(Ok(plan)) => {
+                    return Schedule {
+                        kind: ScheduleKind::Attention(plan),
+                        why: "a whole pass of fused attention: the blocked helper runs it".into(),
+                        parallel: None,
+                    };
+                }
+                Some(Err(why)) => {
+                    let mut loops = nest_schedule(s, settings, &mut cache);
+                    loops.why = format!(
+                        "a pass of fused attention left to its loops ({why}); {}",
+                        loops.why
+                    );
+                    loops
+                }
+                None => nest_schedule(s, settings, &mut cache),
+            };
             if !matches!(schedule.kind, ScheduleKind::Contraction(_)) {
                 let work = nest_work(s);
                 if work >= settings.min_parallel_work {

@@ -93,7 +93,7 @@ impl Tensor {
         };
         let out = Tnode::new(q.prec(), &spec.out_dims(), &["attention"])?;
         let lse = Tnode::new(spec.stats_prec(), &spec.row_dims(), &["attention", "lse"])?;
-        let forward = Assignments::Attention(Box::new(AttentionOp::forward(&spec, &out, &lse)?));
+        let forward = Assignments::attention(AttentionOp::forward(&spec, &out, &lse)?);
         let backward_spec = spec.clone();
         Ok(Tensor::custom(
             out,
@@ -138,16 +138,11 @@ fn attention_backward(
     let inputs = vec![delta.clone(), g.clone(), value];
     let dq = Tensor::custom(
         grad_q,
-        Assignments::Attention(Box::new(query_pass)),
+        Assignments::attention(query_pass),
         inputs.clone(),
         None,
     );
-    let dk = Tensor::custom(
-        grad_k,
-        Assignments::Attention(Box::new(key_value_pass)),
-        inputs,
-        None,
-    );
+    let dk = Tensor::custom(grad_k, Assignments::attention(key_value_pass), inputs, None);
     // Written by the key-value pass: its only parent is that pass's tensor, so it is emitted
     // after it.
     let dv = Tensor::custom(grad_v, Assignments::Noop, vec![dk.clone()], None);

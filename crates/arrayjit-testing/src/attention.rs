@@ -1,7 +1,7 @@
 //! Fused attention in the conformance corpus ([`arrayjit_ir::attention`]): the forward pass
 //! (output and row log-sum-exp) and both gradient passes, in either axis order, causal or not,
 //! with dropout drawn inside the loops, an odd number of positions, one position and one head,
-//! and half-precision inputs (whose output accumulates in a separate `f32` array). Every
+//! several blocks of the CPU helper's (neither size a multiple of a block), and half-precision inputs (whose output accumulates in a separate `f32` array). Every
 //! backend must agree with the interpreter running the operation's loops.
 
 use arrayjit_ir::{
@@ -68,7 +68,7 @@ fn attention_case(
         AttentionLayout::HeadsFirst => "bhtf,bhtf->bht",
         AttentionLayout::TimeFirst => "bthf,bthf->bht",
     };
-    let program = Assignments::Attention(Box::new(AttentionOp::forward(&spec, &out, &lse)?))
+    let program = Assignments::attention(AttentionOp::forward(&spec, &out, &lse)?)
         .then(Assignments::einsum(
             rows,
             BinOp::Add,
@@ -80,12 +80,12 @@ fn attention_case(
             ),
             true,
         )?)
-        .then(Assignments::Attention(Box::new(AttentionOp::grad_query(
+        .then(Assignments::attention(AttentionOp::grad_query(
             &spec, &lse, &delta, &grad_out, &grad_q,
-        )?)))
-        .then(Assignments::Attention(Box::new(
-            AttentionOp::grad_key_value(&spec, &lse, &delta, &grad_out, &grad_k, &grad_v)?,
-        )));
+        )?))
+        .then(Assignments::attention(AttentionOp::grad_key_value(
+            &spec, &lse, &delta, &grad_out, &grad_k, &grad_v,
+        )?));
     Ok(case(name, program, vec![out, lse, grad_q, grad_k, grad_v]))
 }
 
@@ -138,6 +138,24 @@ pub fn attention_cases() -> Result<Vec<Case>> {
             sizes(1, 2, 6, 4),
             true,
             Some(0.5),
+        )?,
+        // Several blocks of queries and keys (the CPU helper's 32 × 64), neither size a
+        // multiple of a block, causal and not.
+        attention_case(
+            "attention_causal_blocks",
+            Prec::F32,
+            TimeFirst,
+            sizes(1, 2, 150, 16),
+            true,
+            None,
+        )?,
+        attention_case(
+            "attention_blocks",
+            Prec::F32,
+            HeadsFirst,
+            sizes(2, 1, 70, 12),
+            false,
+            None,
         )?,
         attention_case(
             "attention_f16",

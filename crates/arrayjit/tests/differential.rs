@@ -191,6 +191,44 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
 /// and as tiled products with their guard on a GPU (so the corpus checks the tiles and steps
 /// they skip and the ones they check term by term); a band (two guards) and the small or
 /// non-product cases stay loops.
+/// The attention passes of the corpus run on the CPU's blocked helper where it takes them (f32,
+/// no dropout) and as their loops otherwise, each schedule saying why.
+#[test]
+fn attention_cases_run_on_the_blocked_helper() {
+    use arrayjit::ir::schedule::ScheduleKind;
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    for case in arrayjit_testing::attention_cases().unwrap() {
+        let code = backend
+            .compile(&case.name, &case.program, &case.bindings)
+            .unwrap();
+        let opt = code.optimized();
+        let helper = opt
+            .schedules
+            .iter()
+            .filter(|s| matches!(s.kind, ScheduleKind::Attention(_)))
+            .count();
+        let report = opt.schedule_report();
+        let takes = !case.name.contains("dropout")
+            && !case.name.contains("f64")
+            && !case.name.contains("f16");
+        if case.name.contains("one_position") {
+            // Loops of one iteration are simplified away, and a pass of one query and one key
+            // is no loop nest left whole: it runs as its statements.
+            continue;
+        }
+        if takes {
+            assert_eq!(helper, 3, "{}:\n{report}", case.name);
+        } else {
+            assert_eq!(helper, 0, "{}:\n{report}", case.name);
+            assert!(
+                report.contains("a pass of fused attention left to its loops"),
+                "{}:\n{report}",
+                case.name
+            );
+        }
+    }
+}
+
 #[test]
 fn guarded_cases_are_scheduled_as_guarded_products() {
     use arrayjit::ir::schedule::{GpuPass, ScheduleKind};

@@ -34,7 +34,7 @@ use arrayjit_ir::schedule::Blocking;
 /// product's sums are written for it (the micro-kernel's `c += a * b`), where generated
 /// statements, compiled with `-ffp-contract=off`, fuse only what the loop IR says (so that
 /// fusing loops or inlining never changes their bits).
-const CONTRACT_FAST: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC optimize (\"fp-contract=fast\")\n#elif defined(__clang__)\n#pragma clang fp contract(fast)\n#endif";
+pub(crate) const CONTRACT_FAST: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC optimize (\"fp-contract=fast\")\n#elif defined(__clang__)\n#pragma clang fp contract(fast)\n#endif";
 /// Ends [`CONTRACT_FAST`] for clang (back to the backends' `off`).
 const CONTRACT_END: &str = "#ifdef __clang__\n#pragma clang fp contract(off)\n#endif";
 

@@ -10,8 +10,10 @@
 //! - `outer_sums`: sums along outer axes (column sums) in that order;
 //! - [`syntax`]: the syntax table and the helpers (conversions, loads, stores, operators);
 //! - `tensor_copies`: sm_90's tensor memory accelerator and `mbarrier`s for NVRTC;
+//! - `attention`: the blocked helper that runs a pass of fused attention;
 //! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls.
 
+pub(crate) mod attention;
 pub mod gemm;
 pub(crate) mod kernel;
 pub(crate) mod outer_sums;

@@ -791,6 +791,30 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
         }
         match &sched.kind {
             ScheduleKind::Loops => {}
+            ScheduleKind::Attention(plan) => {
+                let found = arrayjit_ir::AttentionOp::of_statement(s);
+                if !found.is_some_and(|op| std::sync::Arc::ptr_eq(&op, &plan.op)) {
+                    return Err(bad(
+                        k,
+                        "it is not the whole loop nest of that attention pass",
+                    ));
+                }
+                if !matches!(
+                    arrayjit_ir::schedule::AttentionPlan::detect(
+                        s,
+                        &arrayjit_ir::schedule::ScheduleSettings::default()
+                    ),
+                    Some(Ok(_))
+                ) {
+                    return Err(bad(
+                        k,
+                        "the blocked attention helper does not take this pass",
+                    ));
+                }
+                if plan.block_queries == 0 || plan.block_keys == 0 {
+                    return Err(bad(k, "empty attention blocks"));
+                }
+            }
             ScheduleKind::Gpu(_) => {
                 return Err(bad(
                     k,

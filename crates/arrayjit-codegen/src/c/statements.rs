@@ -365,6 +365,10 @@ impl KernelRenderer<'_> {
                 kind: ScheduleKind::Contraction(g),
                 ..
             }) => self.contraction(g, 0, products, outlining, out),
+            Some(Schedule {
+                kind: ScheduleKind::Attention(plan),
+                ..
+            }) => self.attention(plan, products, out),
             Some(
                 sched @ Schedule {
                     parallel: Some(_), ..

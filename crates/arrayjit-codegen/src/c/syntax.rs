@@ -254,7 +254,7 @@ macro_rules! exp_f32_core {
 /// Faithfully rounded: checked over every f32 input against `exp` in double, the largest error
 /// is 0.94 ulp (glibc's `expf`: 0.50), so it differs from the interpreter by at most one ulp. NaN
 /// stays NaN; ±inf give inf and 0.
-const EXP_F32_BODY: &str = concat!(
+pub(crate) const EXP_F32_BODY: &str = concat!(
     "x = x < -104.0f ? -104.0f : x; /* e^-104 rounds to 0; NaN passes */
   x = x > 89.0f ? 89.0f : x; /* e^89 rounds to inf */
   ",

@@ -6,8 +6,8 @@
 //! step before, and splits over workers once instead of once per pass.
 //!
 //! A zeroing between two fusable loops moves before the first one when that loop does not
-//! touch the zeroed node. Loops scheduled as blocked contractions are never fused: their
-//! schedule is worth more than the locality.
+//! touch the zeroed node. Loops scheduled as blocked contractions or as a pass of fused
+//! attention are never fused: their schedule is worth more than the locality.
 //!
 //! On a CPU the same fusion also runs inside each statement's loops ([`fuse_nested_loops`]),
 //! level by level: the passes of one batch element over rows become one pass per row, and
@@ -176,9 +176,14 @@ fn has_sequential_loop(stmt: &LowLevel) -> bool {
     }
 }
 
-/// Whether the scheduler would run `stmt` as a blocked contraction.
+/// Whether the scheduler would run `stmt` on a helper: as a blocked contraction, or as a whole
+/// pass of fused attention (whose nest must stay whole to be found).
 fn is_blocked_contraction(stmt: &LowLevel, settings: &ScheduleSettings) -> bool {
     crate::schedule::scheduled_product(stmt, settings).is_some()
+        || matches!(
+            crate::schedule::AttentionPlan::detect(stmt, settings),
+            Some(Ok(_))
+        )
 }
 
 #[cfg(test)]

@@ -368,7 +368,13 @@ pub fn optimize_low_level_in(
     let loop_work: u64 = statements
         .iter()
         .zip(&schedules)
-        .filter(|(_, s)| !matches!(s.kind, crate::schedule::ScheduleKind::Contraction(_)))
+        .filter(|(_, s)| {
+            !matches!(
+                s.kind,
+                crate::schedule::ScheduleKind::Contraction(_)
+                    | crate::schedule::ScheduleKind::Attention(_)
+            )
+        })
         .map(|(st, _)| crate::schedule::nest_iterations(st))
         .fold(0u64, u64::saturating_add);
     let light_kernel = loop_work < settings.schedule.light_kernel_iterations;

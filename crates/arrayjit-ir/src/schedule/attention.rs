@@ -1,0 +1,95 @@
+//! The CPU schedule of a fused attention pass ([`crate::attention`]): the pass's loop nest,
+//! found whole among a routine's statements, runs as a blocked helper of the C backends
+//! instead of its loops. The helper walks the keys in blocks of [`AttentionPlan::block_keys`]
+//! for a block of [`AttentionPlan::block_queries`] query rows at a time (the key gradients:
+//! query blocks for a block of keys), keeps a block's scores in a small buffer, skips the
+//! blocks a causal mask hides entirely, and splits the blocks of every batch element and head
+//! over the device's workers. It computes what the loops compute, in another order of the
+//! same float operations, so results agree with the loops within float rounding.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::attention::AttentionOp;
+use crate::low_level::LowLevel;
+use crate::prec::Prec;
+
+use super::ScheduleSettings;
+
+/// How one pass of fused attention runs on a CPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionPlan {
+    /// The pass (its spec and the nodes it reads and writes).
+    pub op: Arc<AttentionOp>,
+    /// Query rows per block.
+    pub block_queries: usize,
+    /// Keys per block.
+    pub block_keys: usize,
+}
+
+/// Query rows per block: a block's scores (`block_queries × block_keys` floats, 8 KiB) and the
+/// packed keys (`features × block_keys`) stay in L1 beside the rows' accumulators.
+pub const ATTENTION_BLOCK_QUERIES: usize = 32;
+/// Keys per block: a row of a block's scores is four 512-bit vectors (or eight 256-bit ones).
+pub const ATTENTION_BLOCK_KEYS: usize = 64;
+
+impl AttentionPlan {
+    /// The plan of `stmt` if it is a whole pass of fused attention the helper runs: `f32`
+    /// inputs, outputs and statistics, no padding, no dropout (whose draws the helper does not
+    /// make yet: such a pass runs as its loops). `Err` says why a pass is left to its loops.
+    pub fn detect(
+        stmt: &LowLevel,
+        settings: &ScheduleSettings,
+    ) -> Option<std::result::Result<AttentionPlan, String>> {
+        let op = AttentionOp::of_statement(stmt)?;
+        let spec = op.spec();
+        let unfit = op
+            .inputs()
+            .into_iter()
+            .chain(op.outputs())
+            .find(|t| t.prec() != Prec::F32 || t.padding().is_some());
+        let why_not = if !settings.enable_contractions {
+            Some("blocked products are disabled in the schedule settings".to_string())
+        } else if spec.dropout.is_some() {
+            Some("the blocked helper does not draw dropout masks yet".to_string())
+        } else {
+            unfit.map(|t| {
+                format!(
+                    "{} is {}{}: the blocked helper takes unpadded f32 arrays",
+                    t.debug_name(),
+                    t.prec().name(),
+                    if t.padding().is_some() {
+                        ", padded"
+                    } else {
+                        ""
+                    }
+                )
+            })
+        };
+        Some(match why_not {
+            Some(why) => Err(why),
+            None => Ok(AttentionPlan {
+                op,
+                block_queries: ATTENTION_BLOCK_QUERIES,
+                block_keys: ATTENTION_BLOCK_KEYS,
+            }),
+        })
+    }
+}
+
+impl fmt::Display for AttentionPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: blocks of {} queries × {} keys{}",
+            self.op.describe(),
+            self.block_queries,
+            self.block_keys,
+            if self.op.spec().causal {
+                ", blocks above the diagonal skipped"
+            } else {
+                ""
+            }
+        )
+    }
+}
