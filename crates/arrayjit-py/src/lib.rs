@@ -42,6 +42,7 @@ fn _arrayjit(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(tensor::einsum, m)?,
         wrap_pyfunction!(tensor::guarded_product, m)?,
         wrap_pyfunction!(tensor::where_, m)?,
+        wrap_pyfunction!(tensor::scaled_dot_product_attention, m)?,
         wrap_pyfunction!(tensor::mse, m)?,
         wrap_pyfunction!(tensor::cross_entropy, m)?,
         wrap_pyfunction!(tensor::softmax_cross_entropy, m)?,

@@ -774,6 +774,29 @@ pub fn guarded_product(
         .map(PyTensor::from)
 }
 
+/// `softmax(scale · q·kᵀ) · v` over `[batch, heads, time, features]` tensors (PyTorch's
+/// `scaled_dot_product_attention`), fused: an online softmax over the keys, forward and
+/// backward, never holding the scores. `is_causal` hides key `s` from query `t` where `s > t`;
+/// `scale` defaults to `1 / √features`.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, is_causal = false, scale = None))]
+pub fn scaled_dot_product_attention(
+    q: PyRef<'_, PyTensor>,
+    k: PyRef<'_, PyTensor>,
+    v: PyRef<'_, PyTensor>,
+    is_causal: bool,
+    scale: Option<f64>,
+) -> PyResult<PyTensor> {
+    let options = arrayjit_tensor::AttentionOptions {
+        causal: is_causal,
+        scale,
+        dropout: None,
+    };
+    Tensor::scaled_dot_product_attention(&q.inner, &k.inner, &v.inner, &options)
+        .py()
+        .map(PyTensor::from)
+}
+
 /// `a` where `cond` is non-zero, else `b`.
 #[pyfunction]
 #[pyo3(name = "where")]

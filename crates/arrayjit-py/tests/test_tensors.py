@@ -283,3 +283,45 @@ def test_numpy_functions_take_tensors_through_the_array_protocol(backend):
     assert np.array(x).flags.writeable, "np.array copies"
     assert np.shares_memory(np.asarray(x), x.numpy()), "np.asarray does not"
     np.testing.assert_allclose(np.log(y), x_np, rtol=1e-6, atol=1e-6)  # ufuncs read through it
+
+
+def _attention_np(q, k, v, causal, scale):
+    s = np.einsum("bhte,bhse->bhts", q, k) * scale
+    if causal:
+        t = s.shape[-1]
+        s = np.where(np.triu(np.ones((t, t), dtype=bool), 1), -np.inf, s)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    return w, np.einsum("bhts,bhse->bhte", w, v)
+
+
+def test_fused_attention_and_its_gradients_agree_with_numpy(backend):
+    dtype, rtol = widest_float(backend)
+    rng = np.random.default_rng(11)
+    shape = (2, 3, 37, 8)  # 37 positions: not a multiple of any block
+    for causal in (False, True):
+        q = aj.param("q", shape, init=("normal", 0.0, 1.0), seed=1, dtype=dtype)
+        k = aj.param("k", shape, init=("normal", 0.0, 1.0), seed=2, dtype=dtype)
+        v = aj.param("v", shape, init=("normal", 0.0, 1.0), seed=3, dtype=dtype)
+        g_np = rng.standard_normal(shape)
+        g = aj.tensor(g_np, label="g", dtype=dtype)
+        out = aj.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out.keep()
+        loss = (out * g).sum()
+        aj.backward(loss, backend).run()
+        q_np, k_np, v_np = (t.numpy().astype(np.float64) for t in (q, k, v))
+        g_np = g.numpy().astype(np.float64)
+        scale = 1.0 / np.sqrt(shape[-1])
+        w, o = _attention_np(q_np, k_np, v_np, causal, scale)
+        np.testing.assert_allclose(out.numpy(), o, rtol=100 * rtol, atol=100 * rtol)
+        # Gradients of Σ out ⊙ g.
+        dv = np.einsum("bhts,bhte->bhse", w, g_np)
+        dw = np.einsum("bhte,bhse->bhts", g_np, v_np)
+        ds = w * (dw - (dw * w).sum(-1, keepdims=True)) * scale
+        dq = np.einsum("bhts,bhse->bhte", ds, k_np)
+        dk = np.einsum("bhts,bhte->bhse", ds, q_np)
+        for t, want in ((q, dq), (k, dk), (v, dv)):
+            np.testing.assert_allclose(t.grad(), want, rtol=1000 * rtol, atol=1000 * rtol)
+    bad = aj.tensor(np.zeros((2, 3, 4), dtype=np.float32))
+    with pytest.raises(aj.ShapeMismatchError):
+        aj.scaled_dot_product_attention(bad, bad, bad)
