@@ -20,6 +20,10 @@ time (model and optimizer), the first step, the median step, and the process's p
 memory:
 
     PYTHONPATH=<torch> python3 benches/peers/gpt_torch.py --size 256,768,12,12,4 --threads 2 --steps 3
+
+`--vocabulary 50257 --gelu-tanh` makes it GPT-2's model, `--sdpa` computes attention with
+`F.scaled_dot_product_attention` (PyTorch's fused kernel), `--compile` times the model through
+`torch.compile` (its first step includes the compile).
 """
 
 import argparse
@@ -33,9 +37,10 @@ import torch.nn.functional as F
 
 
 class Attention(nn.Module):
-    def __init__(self, width, heads):
+    def __init__(self, width, heads, sdpa=False):
         super().__init__()
         self.heads = heads
+        self.sdpa = sdpa
         self.qkv = nn.Linear(width, 3 * width)
         self.out = nn.Linear(width, width)
 
@@ -44,6 +49,10 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(d, dim=2)
         shape = (b, t, self.heads, d // self.heads)
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+        if self.sdpa:
+            # PyTorch's fused attention (a flash kernel on CPU), as nanoGPT calls it.
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out(y.transpose(1, 2).contiguous().view(b, t, d))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
         mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=att.device), diagonal=1)
         att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
@@ -52,25 +61,28 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, width, heads, hidden):
+    def __init__(self, width, heads, hidden, sdpa=False, gelu="none"):
         super().__init__()
+        self.gelu = gelu
         self.norm1 = nn.LayerNorm(width)
-        self.attention = Attention(width, heads)
+        self.attention = Attention(width, heads, sdpa)
         self.norm2 = nn.LayerNorm(width)
         self.up = nn.Linear(width, hidden)
         self.down = nn.Linear(hidden, width)
 
     def forward(self, x):
         x = x + self.attention(self.norm1(x))
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
+        return x + self.down(F.gelu(self.up(self.norm2(x)), approximate=self.gelu))
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocabulary, context, width, heads, layers, hidden):
+    def __init__(self, vocabulary, context, width, heads, layers, hidden, sdpa=False, gelu="none"):
         super().__init__()
         self.tokens = nn.Embedding(vocabulary, width)
         self.positions = nn.Embedding(context, width)
-        self.blocks = nn.ModuleList(Block(width, heads, hidden) for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            Block(width, heads, hidden, sdpa, gelu) for _ in range(layers)
+        )
         self.norm = nn.LayerNorm(width)
         for p in self.parameters():
             if p.dim() > 1:
@@ -229,26 +241,27 @@ def training_step(threads, seed=1, device="cpu", batch=16, autocast=None):
     return model, step
 
 
-def size_step(size, threads, steps):
+def size_step(size, threads, steps, vocabulary=62, sdpa=False, gelu="none", compiled=False):
     """Times the GPT of `size` (context, width, heads, layers, batch) on one fixed batch: build,
-    first step, median of `steps` more; prints them and the peak resident memory as JSON."""
+    first step (with `compiled`, torch.compile's compile time is in it), median of `steps`
+    more; prints them and the peak resident memory as JSON."""
     import json
     import resource
 
     context, width, heads, layers, batch = size
-    vocabulary = 62
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     started = time.perf_counter()
-    model = Gpt(vocabulary, context, width, heads, layers, 4 * width)
+    model = Gpt(vocabulary, context, width, heads, layers, 4 * width, sdpa, gelu)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
+    run = torch.compile(model) if compiled else model
     built = time.perf_counter()
     ids = torch.randint(0, vocabulary, (batch, context))
     targets = torch.randint(0, vocabulary, (batch, context))
 
     def step():
         opt.zero_grad(set_to_none=True)
-        model(ids, targets).backward()
+        run(ids, targets).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
@@ -262,7 +275,8 @@ def size_step(size, threads, steps):
     # ru_maxrss is in KiB on Linux.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({
-        "lib": "torch", "threads": threads, "build_s": built - started, "first_step_s": first,
+        "lib": "torch", "threads": threads, "attention": "sdpa" if sdpa else "unfused",
+        "compiled": compiled, "build_s": built - started, "first_step_s": first,
         "step_s": statistics.median(times), "peak_rss_bytes": peak,
     }), flush=True)
 
@@ -274,9 +288,16 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--check", metavar="INIT", help="train from arrayjit's initial checkpoint on its batches")
     ap.add_argument("--size", metavar="T,D,H,L,B", help="time the GPT of this context, width, heads, layers, batch")
+    ap.add_argument("--vocabulary", type=int, default=62, help="token ids of --size's model (GPT-2: 50257)")
+    ap.add_argument("--sdpa", action="store_true", help="--size's attention by F.scaled_dot_product_attention")
+    ap.add_argument("--gelu-tanh", action="store_true", help="--size's GELU in its tanh form (GPT-2's)")
     args = ap.parse_args()
     if args.size:
-        size_step([int(v) for v in args.size.split(",")], args.threads[0], args.steps)
+        size_step(
+            [int(v) for v in args.size.split(",")], args.threads[0], args.steps,
+            vocabulary=args.vocabulary, sdpa=args.sdpa,
+            gelu="tanh" if args.gelu_tanh else "none", compiled=args.compile,
+        )
         return
     if args.check:
         check(args.check, args.steps)

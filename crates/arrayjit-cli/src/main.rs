@@ -187,6 +187,15 @@ enum Command {
         /// Timed steps after the first.
         #[arg(long, default_value_t = 3)]
         steps: usize,
+        /// Token ids (the sonnets' characters when absent; GPT-2's is 50257).
+        #[arg(long)]
+        vocabulary: Option<usize>,
+        /// `fused` or `unfused` attention.
+        #[arg(long, default_value = "fused", value_parser = parse_attention)]
+        attention: arrayjit::tensor::nn::AttentionKind,
+        /// GELU's tanh form (GPT-2's) instead of the exact one.
+        #[arg(long)]
+        gelu_tanh: bool,
     },
 }
 
@@ -524,9 +533,20 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
         Command::Info => info(),
         Command::Plan(args) => plan(&args),
         Command::Gpt(args) => gpt(cli.backend, args),
-        Command::BenchGptSize { size, steps } => {
+        Command::BenchGptSize {
+            size,
+            steps,
+            vocabulary,
+            attention,
+            gelu_tanh,
+        } => {
             let backend = cli.backend.as_deref().unwrap_or("sync_cc");
-            bench::sizes::child(&size, backend, steps).map(|line| println!("{line}"))
+            let model = bench::sizes::ModelChoice {
+                vocabulary,
+                attention,
+                gelu_tanh,
+            };
+            bench::sizes::child(&size, backend, steps, &model).map(|line| println!("{line}"))
         }
         Command::Bench {
             quick,

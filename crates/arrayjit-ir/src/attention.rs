@@ -289,9 +289,11 @@ pub enum AttentionOp {
         /// the statistics' precision.
         state: ForwardState,
     },
-    /// The query gradient: `grad_q = scale · Σ_s dS[t, s] · k[s]`, each row's weights
-    /// recomputed from `lse`, with `dS = P ⊙ (dO·vᵀ ⊙ mask − delta)`.
-    GradQuery {
+    /// The gradients of the query, key and value from the output's: per batch element and
+    /// head, the query rows (`grad_q = scale · Σ_s dS[t, s] · k[s]`), then the keys
+    /// (`grad_v = Σ_t P[t, s] ⊙ keep · dO[t]`, `grad_k = scale · Σ_t dS[t, s] · q[t]`), each
+    /// weight recomputed from `lse`, with `dS = P ⊙ (dO·vᵀ ⊙ keep − delta)`.
+    Backward {
         /// The forward's spec.
         spec: AttentionSpec,
         /// The forward's log-sum-exp.
@@ -302,26 +304,13 @@ pub enum AttentionOp {
         grad_out: Tnode,
         /// The query gradient written.
         grad_q: Tnode,
-        /// Per-row state: the current weight and score gradient, `[batch, heads, queries]`.
-        state: [Tnode; 2],
-    },
-    /// The key and value gradients: per key `s`, `grad_v = Σ_t P[t, s] ⊙ mask · dO[t]` and
-    /// `grad_k = scale · Σ_t dS[t, s] · q[t]`.
-    GradKeyValue {
-        /// The forward's spec.
-        spec: AttentionSpec,
-        /// The forward's log-sum-exp.
-        lse: Tnode,
-        /// `Σ_f grad_out · out` per query row.
-        delta: Tnode,
-        /// The output's gradient.
-        grad_out: Tnode,
         /// The key gradient written.
         grad_k: Tnode,
         /// The value gradient written.
         grad_v: Tnode,
-        /// Per-key state: the current weight and score gradient, `[batch, heads, keys]`.
-        state: [Tnode; 2],
+        /// State: the current weight and score gradient per query row (`[batch, heads,
+        /// queries]`), then per key (`[batch, heads, keys]`).
+        state: [Tnode; 4],
     },
 }
 
@@ -408,58 +397,39 @@ impl AttentionOp {
         })
     }
 
-    /// The query gradient pass (see [`AttentionOp::GradQuery`]).
-    pub fn grad_query(
+    /// The backward pass (see [`AttentionOp::Backward`]).
+    pub fn backward(
         spec: &AttentionSpec,
         lse: &Tnode,
         delta: &Tnode,
         grad_out: &Tnode,
-        grad_q: &Tnode,
+        [grad_q, grad_k, grad_v]: [&Tnode; 3],
     ) -> Result<AttentionOp> {
         check_node("log-sum-exp", lse, &spec.row_dims())?;
         check_node("row delta", delta, &spec.row_dims())?;
         check_node("output gradient", grad_out, &spec.out_dims())?;
         check_node("query gradient", grad_q, spec.q.dims())?;
-        let (prec, rows) = (spec.stats_prec(), spec.row_dims());
-        Ok(AttentionOp::GradQuery {
+        check_node("key gradient", grad_k, spec.k.dims())?;
+        check_node("value gradient", grad_v, spec.v.dims())?;
+        let d = spec.dims();
+        let (prec, rows, cols) = (
+            spec.stats_prec(),
+            spec.row_dims(),
+            vec![d.batch, d.heads, d.keys],
+        );
+        Ok(AttentionOp::Backward {
             spec: spec.clone(),
             lse: lse.clone(),
             delta: delta.clone(),
             grad_out: grad_out.clone(),
             grad_q: grad_q.clone(),
-            state: [
-                state_node(prec, &rows, "weight")?,
-                state_node(prec, &rows, "score_grad")?,
-            ],
-        })
-    }
-
-    /// The key and value gradient pass (see [`AttentionOp::GradKeyValue`]).
-    pub fn grad_key_value(
-        spec: &AttentionSpec,
-        lse: &Tnode,
-        delta: &Tnode,
-        grad_out: &Tnode,
-        grad_k: &Tnode,
-        grad_v: &Tnode,
-    ) -> Result<AttentionOp> {
-        check_node("log-sum-exp", lse, &spec.row_dims())?;
-        check_node("row delta", delta, &spec.row_dims())?;
-        check_node("output gradient", grad_out, &spec.out_dims())?;
-        check_node("key gradient", grad_k, spec.k.dims())?;
-        check_node("value gradient", grad_v, spec.v.dims())?;
-        let d = spec.dims();
-        let (prec, cols) = (spec.stats_prec(), vec![d.batch, d.heads, d.keys]);
-        Ok(AttentionOp::GradKeyValue {
-            spec: spec.clone(),
-            lse: lse.clone(),
-            delta: delta.clone(),
-            grad_out: grad_out.clone(),
             grad_k: grad_k.clone(),
             grad_v: grad_v.clone(),
             state: [
-                state_node(prec, &cols, "weight")?,
-                state_node(prec, &cols, "score_grad")?,
+                state_node(prec, &rows, "weight")?,
+                state_node(prec, &rows, "score_grad")?,
+                state_node(prec, &cols, "key_weight")?,
+                state_node(prec, &cols, "key_score_grad")?,
             ],
         })
     }
@@ -468,9 +438,7 @@ impl AttentionOp {
     fn key(&self) -> &Tnode {
         match self {
             AttentionOp::Forward { state, .. } => &state.max,
-            AttentionOp::GradQuery { state, .. } | AttentionOp::GradKeyValue { state, .. } => {
-                &state[0]
-            }
+            AttentionOp::Backward { state, .. } => &state[0],
         }
     }
 
@@ -538,9 +506,7 @@ impl AttentionOp {
                 ]);
                 nodes.extend(state.acc.as_ref());
             }
-            AttentionOp::GradQuery { state, .. } | AttentionOp::GradKeyValue { state, .. } => {
-                nodes.extend(state.iter())
-            }
+            AttentionOp::Backward { state, .. } => nodes.extend(state.iter()),
         }
         nodes
     }
@@ -548,9 +514,7 @@ impl AttentionOp {
     /// The spec of the attention this pass belongs to.
     pub fn spec(&self) -> &AttentionSpec {
         match self {
-            AttentionOp::Forward { spec, .. }
-            | AttentionOp::GradQuery { spec, .. }
-            | AttentionOp::GradKeyValue { spec, .. } => spec,
+            AttentionOp::Forward { spec, .. } | AttentionOp::Backward { spec, .. } => spec,
         }
     }
 
@@ -558,8 +522,12 @@ impl AttentionOp {
     pub fn outputs(&self) -> Vec<&Tnode> {
         match self {
             AttentionOp::Forward { out, lse, .. } => vec![out, lse],
-            AttentionOp::GradQuery { grad_q, .. } => vec![grad_q],
-            AttentionOp::GradKeyValue { grad_k, grad_v, .. } => vec![grad_k, grad_v],
+            AttentionOp::Backward {
+                grad_q,
+                grad_k,
+                grad_v,
+                ..
+            } => vec![grad_q, grad_k, grad_v],
         }
     }
 
@@ -572,13 +540,7 @@ impl AttentionOp {
         }
         match self {
             AttentionOp::Forward { .. } => {}
-            AttentionOp::GradQuery {
-                lse,
-                delta,
-                grad_out,
-                ..
-            }
-            | AttentionOp::GradKeyValue {
+            AttentionOp::Backward {
                 lse,
                 delta,
                 grad_out,
@@ -593,8 +555,7 @@ impl AttentionOp {
         let d = self.spec().dims();
         let pass = match self {
             AttentionOp::Forward { .. } => "forward",
-            AttentionOp::GradQuery { .. } => "query gradient",
-            AttentionOp::GradKeyValue { .. } => "key and value gradients",
+            AttentionOp::Backward { .. } => "backward",
         };
         format!(
             "fused attention ({pass}): batch {} heads {} queries {} keys {} features {}/{}{}{}",
@@ -629,23 +590,16 @@ impl AttentionOp {
             AttentionOp::Forward {
                 out, lse, state, ..
             } => l.forward(out, lse, state),
-            AttentionOp::GradQuery {
+            AttentionOp::Backward {
                 lse,
                 delta,
                 grad_out,
                 grad_q,
-                state,
-                ..
-            } => l.grad_query(lse, delta, grad_out, grad_q, state),
-            AttentionOp::GradKeyValue {
-                lse,
-                delta,
-                grad_out,
                 grad_k,
                 grad_v,
                 state,
                 ..
-            } => l.grad_key_value(lse, delta, grad_out, grad_k, grad_v, state),
+            } => l.backward(lse, delta, grad_out, [grad_q, grad_k, grad_v], state),
         };
         l.check(&body)?;
         // Every array the loops accumulate into starts from zero in a statement of its own, so
@@ -660,13 +614,15 @@ impl AttentionOp {
                 &state.score,
                 &state.weight,
             ],
-            AttentionOp::GradQuery { grad_q, state, .. } => vec![grad_q, &state[0], &state[1]],
-            AttentionOp::GradKeyValue {
+            AttentionOp::Backward {
+                grad_q,
                 grad_k,
                 grad_v,
                 state,
                 ..
-            } => vec![grad_k, grad_v, &state[0], &state[1]],
+            } => vec![
+                grad_q, grad_k, grad_v, &state[0], &state[1], &state[2], &state[3],
+            ],
         };
         Ok(LowLevel::seq(
             std::iter::once(LowLevel::Comment(self.describe()))
@@ -943,13 +899,36 @@ impl Lowering<'_> {
         )
     }
 
+    /// Both gradient loops under one loop over batch and heads, so the pass is one nest.
+    fn backward(
+        &self,
+        lse: &Tnode,
+        delta: &Tnode,
+        grad_out: &Tnode,
+        [grad_q, grad_k, grad_v]: [&Tnode; 3],
+        [w, sg, kw, ksg]: &[Tnode; 4],
+    ) -> LowLevel {
+        // The key loops use the query loop's symbols swapped: fresh ones keep every loop's
+        // symbol its own.
+        let keys = Lowering {
+            t: Symbol::fresh(),
+            s: Symbol::fresh(),
+            ..*self
+        };
+        self.batch_heads(LowLevel::seq([
+            self.grad_query(lse, delta, grad_out, grad_q, [w, sg]),
+            keys.grad_key_value(lse, delta, grad_out, grad_k, grad_v, [kw, ksg]),
+        ]))
+    }
+
+    /// The query gradient's loops for one batch element and head (`b`, `h`).
     fn grad_query(
         &self,
         lse: &Tnode,
         delta: &Tnode,
         grad_out: &Tnode,
         grad_q: &Tnode,
-        [weight, sgrad]: &[Tnode; 2],
+        [weight, sgrad]: [&Tnode; 2],
     ) -> LowLevel {
         let (t, s) = (self.t, self.s);
         let f = Symbol::fresh();
@@ -978,9 +957,10 @@ impl Lowering<'_> {
                 ),
             ),
         ]);
-        self.batch_heads(for_(t, self.d.queries, for_(s, self.d.keys, per_key)))
+        for_(t, self.d.queries, for_(s, self.d.keys, per_key))
     }
 
+    /// The key and value gradients' loops for one batch element and head.
     fn grad_key_value(
         &self,
         lse: &Tnode,
@@ -988,7 +968,7 @@ impl Lowering<'_> {
         grad_out: &Tnode,
         grad_k: &Tnode,
         grad_v: &Tnode,
-        [weight, sgrad]: &[Tnode; 2],
+        [weight, sgrad]: [&Tnode; 2],
     ) -> LowLevel {
         let (t, s) = (self.t, self.s);
         let (fk, fv) = (Symbol::fresh(), Symbol::fresh());
@@ -1034,7 +1014,7 @@ impl Lowering<'_> {
                 ),
             ),
         ]);
-        self.batch_heads(for_(s, self.d.keys, for_(t, self.d.queries, per_query)))
+        for_(s, self.d.keys, for_(t, self.d.queries, per_query))
     }
 
     /// Checks every access of `body` against its node, with each loop's extent.

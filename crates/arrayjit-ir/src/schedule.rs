@@ -972,7 +972,10 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
     let mut schedules: Vec<Schedule> = stmts
         .iter()
         .map(|s| {
-            let mut schedule = match AttentionPlan::detect(s, settings) {
+            let blocking = *cache
+                .entry(4)
+                .or_insert_with(|| Blocking::for_settings(settings, 4));
+            let mut schedule = match AttentionPlan::detect_with(s, settings, blocking) {
                 Some(Ok(plan)) => {
                     return Schedule {
                         kind: ScheduleKind::Attention(plan),
@@ -1065,11 +1068,9 @@ fn nest_schedule(
         ));
     }
     let elem = c.out.node.prec().size_in_bytes();
-    let blocking = *cache.entry(elem).or_insert_with(|| {
-        let lanes = settings.f32_lanes * 4 / elem;
-        Blocking::for_cpu(lanes, settings.vector_registers, elem, settings.cache_bytes)
-            .tuned(&settings.tuning)
-    });
+    let blocking = *cache
+        .entry(elem)
+        .or_insert_with(|| Blocking::for_settings(settings, elem));
     match c.gemm(blocking) {
         Some(g) if !g.fills_register_tile() => reduction(format!(
             "a contraction whose product is {}×{} per batch element: it would leave most of the \

@@ -107,7 +107,7 @@ impl Tensor {
 }
 
 /// The gradients of `q`, `k` and `v` (and none for the dropout step) from the output's
-/// gradient `g`: the row deltas `Σ_f g · out`, then the query pass and the key-value pass.
+/// gradient `g`: the row deltas `Σ_f g · out`, then the backward pass.
 fn attention_backward(
     spec: &AttentionSpec,
     out: &Tensor,
@@ -132,19 +132,22 @@ fn attention_backward(
     let grad_q = Tnode::new(prec, spec.q.dims(), &["attention", "grad_q"])?;
     let grad_k = Tnode::new(prec, spec.k.dims(), &["attention", "grad_k"])?;
     let grad_v = Tnode::new(spec.v.prec(), spec.v.dims(), &["attention", "grad_v"])?;
-    let query_pass = AttentionOp::grad_query(spec, lse, delta.node(), g.node(), &grad_q)?;
-    let key_value_pass =
-        AttentionOp::grad_key_value(spec, lse, delta.node(), g.node(), &grad_k, &grad_v)?;
-    let inputs = vec![delta.clone(), g.clone(), value];
+    let pass = AttentionOp::backward(
+        spec,
+        lse,
+        delta.node(),
+        g.node(),
+        [&grad_q, &grad_k, &grad_v],
+    )?;
     let dq = Tensor::custom(
         grad_q,
-        Assignments::attention(query_pass),
-        inputs.clone(),
+        Assignments::attention(pass),
+        vec![delta.clone(), g.clone(), value],
         None,
     );
-    let dk = Tensor::custom(grad_k, Assignments::attention(key_value_pass), inputs, None);
-    // Written by the key-value pass: its only parent is that pass's tensor, so it is emitted
+    // Written by the same pass: their only parent is that pass's tensor, so they are emitted
     // after it.
-    let dv = Tensor::custom(grad_v, Assignments::Noop, vec![dk.clone()], None);
+    let dk = Tensor::custom(grad_k, Assignments::Noop, vec![dq.clone()], None);
+    let dv = Tensor::custom(grad_v, Assignments::Noop, vec![dq.clone()], None);
     Ok(vec![Some(dq), Some(dk), Some(dv), None])
 }

@@ -1,5 +1,5 @@
 //! Fused attention in the conformance corpus ([`arrayjit_ir::attention`]): the forward pass
-//! (output and row log-sum-exp) and both gradient passes, in either axis order, causal or not,
+//! (output and row log-sum-exp) and the backward pass, in either axis order, causal or not,
 //! with dropout drawn inside the loops, an odd number of positions, one position and one head,
 //! several blocks of the CPU helper's (neither size a multiple of a block), and half-precision inputs (whose output accumulates in a separate `f32` array). Every
 //! backend must agree with the interpreter running the operation's loops.
@@ -80,11 +80,12 @@ fn attention_case(
             ),
             true,
         )?)
-        .then(Assignments::attention(AttentionOp::grad_query(
-            &spec, &lse, &delta, &grad_out, &grad_q,
-        )?))
-        .then(Assignments::attention(AttentionOp::grad_key_value(
-            &spec, &lse, &delta, &grad_out, &grad_k, &grad_v,
+        .then(Assignments::attention(AttentionOp::backward(
+            &spec,
+            &lse,
+            &delta,
+            &grad_out,
+            [&grad_q, &grad_k, &grad_v],
         )?));
     Ok(case(name, program, vec![out, lse, grad_q, grad_k, grad_v]))
 }

@@ -115,6 +115,19 @@ impl GptSize {
     }
 }
 
+/// What a size's model is besides its five numbers (the hidden command's flags): the
+/// vocabulary (the sonnets' characters by default; GPT-2's 50257 draws ids from its range),
+/// the attention and the GELU.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ModelChoice {
+    /// Token ids; `None`: the sonnets' characters.
+    pub vocabulary: Option<usize>,
+    /// Fused or unfused attention.
+    pub attention: arrayjit::tensor::nn::AttentionKind,
+    /// GELU's tanh form instead of the exact one.
+    pub gelu_tanh: bool,
+}
+
 /// What one process measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Measured {
@@ -126,11 +139,22 @@ struct Measured {
 /// The hidden `bench-gpt-size` command: builds the GPT of `spec` on `backend`, takes one step,
 /// then `steps` timed ones; returns one JSON line (build, first step, median step, peak
 /// resident memory in bytes).
-pub fn child(spec: &str, backend: &str, steps: usize) -> Result<String> {
+pub fn child(spec: &str, backend: &str, steps: usize, model: &ModelChoice) -> Result<String> {
     let size = GptSize::parse(spec)?;
-    let config = size.config();
+    let mut config = size.config();
+    config.model.attention = model.attention;
+    if model.gelu_tanh {
+        config.model.gelu = arrayjit::tensor::nn::Gelu::Tanh;
+    }
     let backend = arrayjit_runtime::backend(backend)?;
-    let data = CharVocab::from_text(SONNETS).encode(SONNETS)?;
+    let mut data = CharVocab::from_text(SONNETS).encode(SONNETS)?;
+    if let Some(v) = model.vocabulary {
+        config.model.vocabulary = v;
+        // Ids spread over the whole vocabulary (the sonnets' characters, scattered).
+        for (i, id) in data.iter_mut().enumerate() {
+            *id = (*id * 7919 + i * 104_729) % v;
+        }
+    }
     let (ids, targets) = gpt::batch(&data, config.batch, config.model.context, 0, 1)?;
     let started = Instant::now();
     let mut trainer = GptTrainer::new(&backend, &config)?;

@@ -14,7 +14,7 @@ use crate::attention::AttentionOp;
 use crate::low_level::LowLevel;
 use crate::prec::Prec;
 
-use super::ScheduleSettings;
+use super::{Blocking, ScheduleSettings};
 
 /// How one pass of fused attention runs on a CPU.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +25,9 @@ pub struct AttentionPlan {
     pub block_queries: usize,
     /// Keys per block.
     pub block_keys: usize,
+    /// The blocking of the product helper whose micro-kernels run the block products
+    /// (`Q·Kᵀ`, `P·V` and the gradients' products), the same as `f32` contractions get.
+    pub blocking: Blocking,
 }
 
 /// Query rows per block: a block's scores (`block_queries × block_keys` floats, 8 KiB) and the
@@ -40,6 +43,15 @@ impl AttentionPlan {
     pub fn detect(
         stmt: &LowLevel,
         settings: &ScheduleSettings,
+    ) -> Option<std::result::Result<AttentionPlan, String>> {
+        AttentionPlan::detect_with(stmt, settings, Blocking::for_settings(settings, 4))
+    }
+
+    /// [`AttentionPlan::detect`] with the product helper's blocking given.
+    pub fn detect_with(
+        stmt: &LowLevel,
+        settings: &ScheduleSettings,
+        blocking: Blocking,
     ) -> Option<std::result::Result<AttentionPlan, String>> {
         let op = AttentionOp::of_statement(stmt)?;
         let spec = op.spec();
@@ -72,6 +84,7 @@ impl AttentionPlan {
                 op,
                 block_queries: ATTENTION_BLOCK_QUERIES,
                 block_keys: ATTENTION_BLOCK_KEYS,
+                blocking,
             }),
         })
     }
@@ -81,10 +94,12 @@ impl fmt::Display for AttentionPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: blocks of {} queries × {} keys{}",
+            "{}: blocks of {} queries × {} keys, their products on {}×{} register tiles{}",
             self.op.describe(),
             self.block_queries,
             self.block_keys,
+            self.blocking.mr,
+            self.blocking.nr,
             if self.op.spec().causal {
                 ", blocks above the diagonal skipped"
             } else {
