@@ -184,6 +184,21 @@ impl Blocking {
     }
 }
 
+impl Blocking {
+    /// The blocking contractions of `elem_bytes` elements get under `settings` (the CPU's
+    /// vector width, registers and caches, then the tuning).
+    pub fn for_settings(settings: &super::ScheduleSettings, elem_bytes: usize) -> Blocking {
+        let lanes = settings.f32_lanes * 4 / elem_bytes;
+        Blocking::for_cpu(
+            lanes,
+            settings.vector_registers,
+            elem_bytes,
+            settings.cache_bytes,
+        )
+        .tuned(&settings.tuning)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,20 +260,5 @@ mod tests {
             (halved.kc, halved.nc, halved.mc),
             (b.kc / 2, b.nc * 2, b.mc)
         );
-    }
-}
-
-impl Blocking {
-    /// The blocking contractions of `elem_bytes` elements get under `settings` (the CPU's
-    /// vector width, registers and caches, then the tuning).
-    pub fn for_settings(settings: &super::ScheduleSettings, elem_bytes: usize) -> Blocking {
-        let lanes = settings.f32_lanes * 4 / elem_bytes;
-        Blocking::for_cpu(
-            lanes,
-            settings.vector_registers,
-            elem_bytes,
-            settings.cache_bytes,
-        )
-        .tuned(&settings.tuning)
     }
 }
