@@ -140,13 +140,13 @@ pub fn attention_cases() -> Result<Vec<Case>> {
             true,
             Some(0.5),
         )?,
-        // Several blocks of queries and keys (the CPU helper's 32 × 64), neither size a
+        // Several blocks of queries and keys (the CPU helper's 96 × 128), neither size a
         // multiple of a block, causal and not.
         attention_case(
             "attention_causal_blocks",
             Prec::F32,
             TimeFirst,
-            sizes(1, 2, 150, 16),
+            sizes(1, 2, 200, 8),
             true,
             None,
         )?,
@@ -154,7 +154,7 @@ pub fn attention_cases() -> Result<Vec<Case>> {
             "attention_blocks",
             Prec::F32,
             HeadsFirst,
-            sizes(2, 1, 70, 12),
+            sizes(2, 1, 140, 12),
             false,
             None,
         )?,

@@ -30,11 +30,15 @@ pub struct AttentionPlan {
     pub blocking: Blocking,
 }
 
-/// Query rows per block: a block's scores (`block_queries × block_keys` floats, 8 KiB) and the
-/// packed keys (`features × block_keys`) stay in L1 beside the rows' accumulators.
-pub const ATTENTION_BLOCK_QUERIES: usize = 32;
-/// Keys per block: a row of a block's scores is four 512-bit vectors (or eight 256-bit ones).
-pub const ATTENTION_BLOCK_KEYS: usize = 64;
+/// Query rows per block: a multiple of the register tiles' rows (12 on AVX-512, 6 or 8 on
+/// AVX2) and columns (32 or 16). Measured on the Xeon (6/207), forward + backward of batch 4,
+/// 12 heads of 64, T = 1024 on one core: 32 × 64 blocks took 386–435 ms, 48 × 128 385 ms,
+/// 96 × 128 329–338 ms, 128 × 128 325–337 ms, 96 × 256 339–345 ms, 192 × 128 343–349 ms (the
+/// block products' calls, packing and tile edges weigh less in larger blocks; past these the
+/// scores of a block leave L2 and the causal diagonal wastes more).
+pub const ATTENTION_BLOCK_QUERIES: usize = 96;
+/// Keys per block (a multiple of 16: the row maxima and sums run over 16 lanes).
+pub const ATTENTION_BLOCK_KEYS: usize = 128;
 
 impl AttentionPlan {
     /// The plan of `stmt` if it is a whole pass of fused attention the helper runs: `f32`
