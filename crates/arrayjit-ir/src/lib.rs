@@ -11,6 +11,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod access;
 pub mod assignments;
 pub mod attention;
 pub mod error;
