@@ -159,6 +159,14 @@ pub fn attention_cases() -> Result<Vec<Case>> {
             None,
         )?,
         attention_case(
+            "attention_dropout_blocks",
+            Prec::F32,
+            HeadsFirst,
+            sizes(1, 2, 150, 8),
+            true,
+            Some(0.2),
+        )?,
+        attention_case(
             "attention_f16",
             Prec::F16,
             TimeFirst,

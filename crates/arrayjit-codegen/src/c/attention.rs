@@ -34,10 +34,17 @@ fn names(b: &Blocking) -> (String, [String; 2]) {
     )
 }
 
+/// The dropout parameters of both passes: whether, the generator's key and stream, the
+/// probability, the factor of kept weights, the step node.
+const DROPOUT_PARAMS: &str =
+    "int drop, uint64_t seed, uint32_t stream, float p, float kept, const uint32_t *step";
+
 /// The two functions' prototypes (hidden outside the library, like the product helper's).
 fn signatures(b: &Blocking) -> String {
     let [fwd, bwd] = names(b).1;
-    let common = "const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v";
+    let common = format!(
+        "const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, {DROPOUT_PARAMS}"
+    );
     format!(
         "__attribute__((visibility(\"hidden\"))) void {fwd}({common}, float *out, float *lse, const aj_par *par);\n\
          __attribute__((visibility(\"hidden\"))) void {bwd}({common}, const float *go, const float *lse, const float *delta, float *gq, float *gk, float *gv, const aj_par *par)"
@@ -57,6 +64,8 @@ typedef struct {
   const float *q, *k, *v, *go, *lse_in, *delta;
   float *out, *lse, *g1, *g2, *g3;
   int64_t units, workers;
+  /* dropout: drop where the draw at the weight's position is below p, keep × kept */
+  int drop; uint64_t seed; uint32_t stream; float p, kept; const uint32_t *step;
 } aj_att_ctx;
 
 /* Element strides of a [batch, heads, time, features] array in the layout. */
@@ -116,6 +125,13 @@ static aj_att_head aj_att_head_of(const aj_att_ctx *c, int64_t bh) {
   return a;
 }
 
+/* The dropout factor of the weight of query t on key s: the draw of `Tensor::dropout` at the
+   weight's position in [batch, heads, queries, keys]. */
+static inline float aj_att_keep(const aj_att_ctx *c, const aj_att_head *a, int64_t t, int64_t s) {
+  const uint64_t index = (uint64_t)((a->bh * a->Tq + t) * a->Tk + s);
+  return aj_philox_uniform(c->seed, c->stream, index, *c->step) < c->p ? 0.0f : c->kept;
+}
+
 /* rows × F of `src` (row stride `stride`) into dst[f * rows + t]. */
 static void aj_att_transpose(float *restrict dst, const float *src, int64_t stride, int64_t rows, int64_t F) {
   for (int64_t t = 0; t < rows; ++t)
@@ -159,6 +175,9 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         m[i] = mx;
         float *restrict ai = acc + i * Ev;
         for (int64_t f = 0; f < Ev; ++f) ai[f] *= shrink;
+        /* Dropout weighs the values' sum only, not the row's sum. */
+        if (c->drop)
+          for (int64_t j = 0; j < visible; ++j) si[j] *= aj_att_keep(c, &a, t0 + i, k0 + j);
       }
       /* acc += P · V_block */
       AJ_ATT_GEMM(rows, Ev, kn, s, BK, 1, vp + k0 * a.vst, a.vst, 1, acc, Ev, 1, 0);
@@ -210,11 +229,22 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         /* Causal: rows t >= s see key s. */
         const int64_t first = c->causal ? (s0 + j - t0 > 0 ? s0 + j - t0 : 0) : 0;
         float *restrict sj = st + j * BQ, *restrict dj = dpt + j * BQ;
-        for (int64_t i = 0; i < BQ; ++i) {
-          const float w = aj_att_exp(sj[i] * scale - lq[i]);
-          const int keep = i >= first && i < rn;
-          sj[i] = keep ? w : 0.0f;
-          dj[i] = keep ? w * (dj[i] - dq[i]) * scale : 0.0f;
+        if (!c->drop) {
+          for (int64_t i = 0; i < BQ; ++i) {
+            const float w = aj_att_exp(sj[i] * scale - lq[i]);
+            const int keep = i >= first && i < rn;
+            sj[i] = keep ? w : 0.0f;
+            dj[i] = keep ? w * (dj[i] - dq[i]) * scale : 0.0f;
+          }
+        } else {
+          /* P ⊙ keep for the values' gradient, dS = P ⊙ (dP ⊙ keep − Δ) for the rest. */
+          for (int64_t i = 0; i < BQ; ++i) {
+            const int keep = i >= first && i < rn;
+            const float w = aj_att_exp(sj[i] * scale - lq[i]);
+            const float k = keep ? aj_att_keep(c, &a, t0 + i, s0 + j) : 0.0f;
+            sj[i] = keep ? w * k : 0.0f;
+            dj[i] = keep ? w * (dj[i] * k - dq[i]) * scale : 0.0f;
+          }
         }
       }
       /* dV += Pᵀ · dO_block, dK += dSᵀ · Q_block, dQ_block += dS · K_block */
@@ -249,7 +279,8 @@ static void aj_att_forward_rows(const aj_att_ctx *c, int64_t u) {
       const float sc = aj_att_dot(qp + t * a.qst, kp + s * a.kst, a.E) * c->scale;
       const float mx = sc > m ? sc : m, shrink = aj_att_exp(m - mx), p = aj_att_exp(sc - mx);
       l = l * shrink + p;
-      for (int64_t f = 0; f < a.Ev; ++f) oi[f] = oi[f] * shrink + p * vp[s * a.vst + f];
+      const float pk = c->drop ? p * aj_att_keep(c, &a, t, s) : p;
+      for (int64_t f = 0; f < a.Ev; ++f) oi[f] = oi[f] * shrink + pk * vp[s * a.vst + f];
       m = mx;
     }
     for (int64_t f = 0; f < a.Ev; ++f) oi[f] /= l;
@@ -270,8 +301,9 @@ static void aj_att_backward_rows(const aj_att_ctx *c, int64_t u) {
     for (int64_t f = 0; f < a.Ev; ++f) gv[f] = 0.0f;
     for (int64_t t = c->causal ? s : 0; t < a.Tq; ++t) {
       const float w = aj_att_exp(aj_att_dot(kp + s * a.kst, qp + t * a.qst, a.E) * c->scale - lse[t]);
-      const float ds = w * (aj_att_dot(vp + s * a.vst, gop + t * a.ost, a.Ev) - delta[t]) * c->scale;
-      for (int64_t f = 0; f < a.Ev; ++f) gv[f] += w * gop[t * a.ost + f];
+      const float k = c->drop ? aj_att_keep(c, &a, t, s) : 1.0f;
+      const float ds = w * (aj_att_dot(vp + s * a.vst, gop + t * a.ost, a.Ev) * k - delta[t]) * c->scale;
+      for (int64_t f = 0; f < a.Ev; ++f) gv[f] += w * k * gop[t * a.ost + f];
       for (int64_t e = 0; e < a.E; ++e) {
         gk[e] += ds * qp[t * a.qst + e];
         gqp[t * a.qst + e] += ds * kp[s * a.kst + e];
@@ -307,14 +339,14 @@ static void aj_att_run(aj_att_ctx *c, aj_att_unit_fn unit, aj_att_rows_fn rows, 
   if (c->workers > 1) par->run(par->pool, aj_att_chunk, &job, c->workers); else aj_att_chunk(&job, 0);
 }
 
-__attribute__((visibility("hidden"))) void AJ_ATT_FORWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, float *out, float *lse, const aj_par *par) {
-  aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, 0, 0, 0, out, lse, 0, 0, 0, 0, 0 };
+__attribute__((visibility("hidden"))) void AJ_ATT_FORWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, AJ_ATT_DROPOUT_PARAMS, float *out, float *lse, const aj_par *par) {
+  aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, 0, 0, 0, out, lse, 0, 0, 0, 0, 0, drop, seed, stream, p, kept, step };
   c.units = d[0] * d[1];
   aj_att_run(&c, aj_att_forward_unit, aj_att_forward_rows, d[4] * d[3] + AJ_ATT_BQ * AJ_ATT_BK + AJ_ATT_BQ * d[5] + 2 * AJ_ATT_BQ, par);
 }
 
-__attribute__((visibility("hidden"))) void AJ_ATT_BACKWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, const float *go, const float *lse, const float *delta, float *gq, float *gk, float *gv, const aj_par *par) {
-  aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, go, lse, delta, 0, 0, gq, gk, gv, 0, 0 };
+__attribute__((visibility("hidden"))) void AJ_ATT_BACKWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, AJ_ATT_DROPOUT_PARAMS, const float *go, const float *lse, const float *delta, float *gq, float *gk, float *gv, const aj_par *par) {
+  aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, go, lse, delta, 0, 0, gq, gk, gv, 0, 0, drop, seed, stream, p, kept, step };
   c.units = d[0] * d[1];
   aj_att_run(&c, aj_att_backward_unit, aj_att_backward_rows, (d[4] + d[5]) * d[2] + 2 * AJ_ATT_BK * AJ_ATT_BQ + AJ_ATT_BK * (d[4] + d[5]), par);
 }
@@ -339,6 +371,15 @@ fn definition(b: &Blocking) -> String {
         gemm::gemm_name(Prec::F32, b)
     );
     let _ = writeln!(s, "{};", gemm::gemm_signature(Prec::F32, b));
+    let _ = writeln!(s, "#define AJ_ATT_DROPOUT_PARAMS {DROPOUT_PARAMS}");
+    let _ = writeln!(
+        s,
+        "{}",
+        crate::c::syntax::helper_definition(
+            crate::c::syntax::Helper::PhiloxUniform,
+            &crate::c::syntax::CSyntax::c()
+        )
+    );
     let _ = writeln!(
         s,
         "#include <string.h>\nstatic inline float aj_att_exp(float x) {{\n  {}\n}}",
@@ -392,8 +433,20 @@ impl KernelRenderer<'_> {
                 ),
             });
         }
+        // The dropout's draws as the loops make them: `u < p` in f32, kept weights × 1 / (1 − p).
+        let dropout = match &spec.dropout {
+            Some(dr) => format!(
+                "1, {}ull, {}u, {:e}f, {:e}f, {}",
+                dr.seed,
+                dr.stream,
+                dr.p as f32,
+                if dr.p < 1.0 { 1.0 / (1.0 - dr.p) } else { 0.0 } as f32,
+                name(&dr.step)?
+            ),
+            None => "0, 0ull, 0u, 0.0f, 1.0f, (const uint32_t *)0".to_string(),
+        };
         let common = format!(
-            "aj_att_d, {}, {}, {:e}f, {q}, {k}, {v}",
+            "aj_att_d, {}, {}, {:e}f, {q}, {k}, {v}, {dropout}",
             i32::from(spec.layout == AttentionLayout::HeadsFirst),
             i32::from(spec.causal),
             spec.scale as f32,

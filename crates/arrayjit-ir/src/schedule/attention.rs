@@ -42,8 +42,8 @@ pub const ATTENTION_BLOCK_KEYS: usize = 128;
 
 impl AttentionPlan {
     /// The plan of `stmt` if it is a whole pass of fused attention the helper runs: `f32`
-    /// inputs, outputs and statistics, no padding, no dropout (whose draws the helper does not
-    /// make yet: such a pass runs as its loops). `Err` says why a pass is left to its loops.
+    /// inputs, outputs and statistics, no padding, a `u32` dropout step (the helper draws the
+    /// same Philox values as the loops). `Err` says why a pass is left to its loops.
     pub fn detect(
         stmt: &LowLevel,
         settings: &ScheduleSettings,
@@ -59,15 +59,21 @@ impl AttentionPlan {
     ) -> Option<std::result::Result<AttentionPlan, String>> {
         let op = AttentionOp::of_statement(stmt)?;
         let spec = op.spec();
+        let step = spec.dropout.as_ref().map(|d| &d.step);
         let unfit = op
             .inputs()
             .into_iter()
             .chain(op.outputs())
+            .filter(|t| Some(*t) != step)
             .find(|t| t.prec() != Prec::F32 || t.padding().is_some());
+        let step_unfit = step.filter(|t| t.prec() != Prec::U32 || t.padding().is_some());
         let why_not = if !settings.enable_contractions {
             Some("blocked products are disabled in the schedule settings".to_string())
-        } else if spec.dropout.is_some() {
-            Some("the blocked helper does not draw dropout masks yet".to_string())
+        } else if let Some(t) = step_unfit {
+            Some(format!(
+                "the dropout step {} is not an unpadded u32 node",
+                t.debug_name()
+            ))
         } else {
             unfit.map(|t| {
                 format!(
