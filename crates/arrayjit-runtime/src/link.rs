@@ -387,7 +387,7 @@ impl Context {
             .iter()
             .fold(0usize, |sum, tn| sum.saturating_add(tn.size_in_bytes()));
         if needed > 0 {
-            device.check_memory(needed, || format!("linking routine {}", opt.name))?;
+            device.check_memory(needed, || linking_what(&opt.name, &fresh))?;
         }
         let alignment = backend.optimize_settings().pool_alignment;
         let items: Vec<PlanItem> = fresh
@@ -576,7 +576,15 @@ impl Context {
         let scratch_bytes = code.interface()?.scratch_bytes;
         let growth = stream.scratch_growth(scratch_bytes);
         if growth > 0 {
-            device.check_memory(growth, || format!("linking routine {}", opt.name))?;
+            device.check_memory(growth, || {
+                let scratch: Vec<Tnode> =
+                    opt.scratch.slots.iter().map(|s| s.node.clone()).collect();
+                linking_what(&opt.name, &scratch).replacen(
+                    "its largest new arrays",
+                    "its scratch, whose largest arrays are",
+                    1,
+                )
+            })?;
         }
         stream.ensure_scratch(scratch_bytes, plan.alignment)?;
         // The writes of shared arrays: checked for every array, then claimed for this stream.
@@ -639,5 +647,33 @@ impl Context {
             device.shared_arrays().withdraw(tn);
         }
         Ok(())
+    }
+}
+
+/// What a link that needs memory for `fresh` arrays is doing, for an out-of-memory error: the
+/// routine, and its three largest new arrays with their sizes (where the memory goes: an
+/// attention's `[batch, heads, T, T]` scores, a vocabulary-wide logits array).
+fn linking_what(routine: &str, fresh: &[Tnode]) -> String {
+    let mut largest: Vec<&Tnode> = fresh.iter().collect();
+    largest.sort_by_key(|t| std::cmp::Reverse(t.size_in_bytes()));
+    let named: Vec<String> = largest
+        .iter()
+        .take(3)
+        .map(|t| {
+            format!(
+                "{} {:?} ({})",
+                t.debug_name(),
+                t.dims(),
+                arrayjit_ir::error::human_bytes(t.size_in_bytes())
+            )
+        })
+        .collect();
+    if named.is_empty() {
+        format!("linking routine {routine}")
+    } else {
+        format!(
+            "linking routine {routine} (its largest new arrays: {})",
+            named.join(", ")
+        )
     }
 }

@@ -45,6 +45,11 @@ fn a_link_beyond_the_memory_limit_is_refused_before_allocating_on_every_backend(
                 assert!(*needed >= 8 << 20, "{name}: {err}");
                 assert!(*available <= 1 << 20, "{name}: {err}");
                 assert!(what.contains("double"), "{name}: {err}");
+                // The arrays the memory would go to are named, with their sizes.
+                assert!(
+                    what.contains("largest new arrays") && what.contains("y#"),
+                    "{name}: {err}"
+                );
                 assert!(bound.contains("memory limit"), "{name}: {err}");
             }
             other => panic!("{name}: expected DeviceOutOfMemory, got {other:?}"),
