@@ -2,16 +2,16 @@
 //! row by row with an online softmax (a running maximum, a running sum and an accumulator
 //! rescaled as the maximum grows: FlashAttention's recurrence), so the `[queries, keys]`
 //! scores never exist as an array. The backward pass recomputes each score from the saved
-//! row log-sum-exp (FlashAttention-2's backward) in two passes: one per query row for the
-//! query gradient, one per key for the key and value gradients.
+//! row log-sum-exp (FlashAttention-2's backward): per batch element and head, a loop per query
+//! row for the query gradient, then one per key for the key and value gradients.
 //!
 //! The operation lowers to plain loops of the loop IR ([`AttentionOp::lower`]): that lowering
 //! is its meaning. The interpreter runs it, and every backend renders it like any other loop
 //! nest, so the shared differential corpus checks the operation on every backend. Its state
 //! (running maximum, sum, the current key's weight) lives in small per-row arrays
 //! (`[batch, heads, rows]`), never in a `[rows, keys]` one. `docs/attention.md` gives the
-//! reasons for this shape and what comes next (schedules that run the block products on the
-//! CPU's micro-kernels and a GPU's matrix units).
+//! reasons for this shape; `schedule::AttentionPlan` runs a pass on the CPU's blocked helper
+//! (its block products on the product helper's micro-kernels); a GPU schedule is still to come.
 
 mod lower;
 
