@@ -163,13 +163,7 @@ impl AttentionSpec {
                     ),
                 ));
             }
-            if !node.prec().is_float() {
-                return Err(Error::BadValue {
-                    what: format!("{OP}: the precision of the {name} {}", node.debug_name()),
-                    value: node.prec().name().into(),
-                    expected: "a float precision".into(),
-                });
-            }
+            check_float(name, node)?;
         }
         let (qb, qh, _, qf) = layout.split(q.dims());
         let (kb, kh, kt, kf) = layout.split(k.dims());
@@ -343,6 +337,18 @@ fn state_node(prec: Prec, dims: &[usize], label: &str) -> Result<Tnode> {
     Ok(t)
 }
 
+/// The `name`d node of an attention is in a float precision.
+fn check_float(name: &str, node: &Tnode) -> Result<()> {
+    if node.prec().is_float() {
+        return Ok(());
+    }
+    Err(Error::BadValue {
+        what: format!("{OP}: the precision of the {name} {}", node.debug_name()),
+        value: node.prec().name().into(),
+        expected: "a float precision".into(),
+    })
+}
+
 /// Checks a node the pass writes or reads besides the spec's, and keeps a written one from being
 /// inlined (each of its elements is written once per key, so it must be an array).
 fn check_node(name: &str, node: &Tnode, dims: &[usize]) -> Result<()> {
@@ -357,13 +363,7 @@ fn check_node(name: &str, node: &Tnode, dims: &[usize]) -> Result<()> {
             ),
         ));
     }
-    if !node.prec().is_float() {
-        return Err(Error::BadValue {
-            what: format!("{OP}: the precision of the {name} {}", node.debug_name()),
-            value: node.prec().name().into(),
-            expected: "a float precision".into(),
-        });
-    }
+    check_float(name, node)?;
     node.update_memory_mode(
         MemoryMode::NeverVirtual,
         "attention: written or read across the fused attention's loops",
