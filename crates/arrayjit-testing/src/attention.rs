@@ -90,6 +90,25 @@ fn attention_case(
     Ok(case(name, program, vec![out, lse, grad_q, grad_k, grad_v]))
 }
 
+/// A causal attention of one batch element and two heads of `features` in the projections'
+/// layout (`[batch, time, heads, features]`), with dropout `p` if given: the shape of a GPT's
+/// heads (64 features in GPT-2) at a context of `time`, forward and backward.
+pub fn attention_head_case(
+    name: &str,
+    prec: Prec,
+    time: usize,
+    features: usize,
+    dropout: Option<f64>,
+) -> Result<Case> {
+    let sizes = Sizes {
+        batch: 1,
+        heads: 2,
+        time,
+        features,
+    };
+    attention_case(name, prec, AttentionLayout::TimeFirst, sizes, true, dropout)
+}
+
 /// The cases of this module.
 pub fn attention_cases() -> Result<Vec<Case>> {
     use AttentionLayout::*;

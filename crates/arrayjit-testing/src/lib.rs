@@ -25,7 +25,7 @@ mod simt_products;
 use arrayjit_ir::{Error, InterpEnv, Prec, Result};
 use arrayjit_runtime::{Backend, Context};
 
-pub use attention::attention_cases;
+pub use attention::{attention_cases, attention_head_case};
 pub use case::Case;
 pub use cases::{matmul, scratch_locals};
 pub use contractions::contraction_cases;
@@ -76,12 +76,31 @@ fn mismatch(case: &str, backend: &str, detail: String) -> Error {
 /// Runs a case on the interpreter (unoptimized code) and on `backend`, and compares every
 /// result. Consumes the case's initial host values: build a fresh case per backend.
 pub fn check_case(case: &Case, backend: &Backend) -> Result<()> {
+    // Reference first: the backend run writes results back to the host arrays.
+    let (env, runs) = reference_runs(case)?;
+    let code = backend.compile(&case.name, &case.program, &case.bindings)?;
+    check_compiled(case, backend, &code, &env, &runs)
+}
+
+/// [`check_case`] for code of the case's program compiled another way (optimized with other
+/// settings, or with its schedules changed): against the interpreter.
+pub fn check_case_code(
+    case: &Case,
+    backend: &Backend,
+    code: &arrayjit_runtime::Code,
+) -> Result<()> {
+    let (env, runs) = reference_runs(case)?;
+    check_compiled(case, backend, code, &env, &runs)
+}
+
+/// The interpreter's run of every run of the case (one with no values if it lists none), and
+/// those runs' static values.
+fn reference_runs(case: &Case) -> Result<(InterpEnv, Vec<Vec<i64>>)> {
     let runs = if case.runs.is_empty() {
         vec![vec![]]
     } else {
         case.runs.clone()
     };
-    // Reference first: the backend run writes results back to the host arrays.
     let reference_code = case.program.lower(&case.bindings)?;
     let mut env = InterpEnv::from_host_arrays(&reference_code);
     for values in &runs {
@@ -93,10 +112,19 @@ pub fn check_case(case: &Case, backend: &Backend) -> Result<()> {
             .collect();
         env.run(&reference_code, &statics)?;
     }
-    let code = backend.compile(&case.name, &case.program, &case.bindings)?;
+    Ok((env, runs))
+}
+
+fn check_compiled(
+    case: &Case,
+    backend: &Backend,
+    code: &arrayjit_runtime::Code,
+    env: &InterpEnv,
+    runs: &[Vec<i64>],
+) -> Result<()> {
     let stream = backend.get_device(0)?.new_stream()?;
-    let routine = Context::new(&stream).link(&code)?;
-    for values in &runs {
+    let routine = Context::new(&stream).link(code)?;
+    for values in runs {
         for (b, &v) in case.bindings.iter().zip(values) {
             routine.set_static(b, v)?;
         }

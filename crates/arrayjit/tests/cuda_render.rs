@@ -360,3 +360,59 @@ fn independent_small_passes_run_as_one_launch() {
             .any(|p| matches!(p.shape, PassShape::Joined { .. }))
     );
 }
+
+/// GPT-2's heads (64 features, causal; f32 and bf16, with and without dropout) at a context of
+/// 1024 render as the GPU's attention pass for sm_80 and sm_90 limits — one forward launch and
+/// two backward, groups of 32 rows (groups of 64 would be 32, too few for a device whose units
+/// are not known), 64 keys staged per step — and compile with NVRTC for both.
+#[test]
+fn attention_passes_compile_with_nvrtc_for_sm_80_and_sm_90() {
+    use arrayjit::ir::schedule::{GpuLimits, GpuPass, ScheduleKind};
+    let mut sources = Vec::new();
+    for arch in ["sm_80", "sm_90"] {
+        let limits = GpuLimits::cuda_arch(arch).unwrap();
+        for prec in [arrayjit::ir::Prec::F32, arrayjit::ir::Prec::Bf16] {
+            for dropout in [None, Some(0.1)] {
+                let case =
+                    arrayjit_testing::attention_head_case("gpt2_heads", prec, 1024, 64, dropout)
+                        .unwrap();
+                let opt = optimize(
+                    &case.name,
+                    &case.bindings,
+                    &case.program,
+                    &OptimizeSettings::for_gpu(limits),
+                )
+                .unwrap();
+                let passes: Vec<_> = opt
+                    .schedules
+                    .iter()
+                    .filter_map(|s| match &s.kind {
+                        ScheduleKind::Gpu(GpuPass::Attention(a)) => Some((a.rows, a.block)),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(passes, [(32, 64), (32, 64)], "{arch} {prec}");
+                let program = render_cuda(&[&opt]).unwrap();
+                let launches: Vec<_> = program.kernels[0]
+                    .passes
+                    .iter()
+                    .filter(|p| p.why.contains("FlashAttention-2"))
+                    .map(|p| p.launch_dims())
+                    .collect();
+                // 1024 rows in blocks of 32, 2 heads.
+                assert_eq!(launches, [(64, 32); 3], "{arch} {prec}");
+                sources.push((format!("{arch} {prec} {dropout:?}"), arch, program.source));
+            }
+        }
+    }
+    for (name, arch, source) in &sources {
+        match compile_ptx(source, &arch.replace("sm_", "compute_")) {
+            Ok(ptx) => assert!(ptx.contains(".entry"), "{name}: no kernel in the PTX"),
+            Err(Error::BackendUnavailable { reason, .. }) => {
+                eprintln!("skipping the NVRTC compile of the attention passes: {reason}");
+                return;
+            }
+            Err(e) => panic!("{name}: {e}\n{source}"),
+        }
+    }
+}

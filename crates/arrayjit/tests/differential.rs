@@ -338,3 +338,97 @@ fn fusion_cases_fuse_exactly_the_row_wise_passes() {
         }
     }
 }
+
+/// On the GPU backends the attention passes of the corpus run as the GPU's attention pass
+/// (FlashAttention-2's split: one launch forward, two backward), and agree with the
+/// interpreter there; the pass of one query and one key is simplified into statements.
+#[test]
+fn attention_cases_run_as_gpu_passes() {
+    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    for name in ["cuda_emu", "wgpu"] {
+        let Some(backend) = arrayjit_testing::backend_under_test(name).unwrap() else {
+            continue;
+        };
+        let info = backend.get_device(0).unwrap().info().unwrap();
+        // And heads of GPT-2's width (64 features: the kernels' unrolled rows) over two
+        // blocks of rows, the second partial, with dropout.
+        let heads = arrayjit_testing::attention_head_case(
+            "attention_gpt2_heads",
+            arrayjit::ir::Prec::F32,
+            80,
+            64,
+            Some(0.1),
+        )
+        .unwrap();
+        let cases = arrayjit_testing::attention_cases().unwrap();
+        for case in cases.into_iter().chain([heads]) {
+            let code = match backend.compile(&case.name, &case.program, &case.bindings) {
+                Ok(code) => code,
+                Err(arrayjit::Error::UnsupportedPrecision { prec, .. }) if !info.supports(prec) => {
+                    continue;
+                }
+                Err(e) => panic!("{name} / {}: {e}", case.name),
+            };
+            let opt = code.optimized();
+            let passes = opt
+                .schedules
+                .iter()
+                .filter(|s| matches!(s.kind, ScheduleKind::Gpu(GpuPass::Attention(_))))
+                .count();
+            let report = opt.schedule_report();
+            if !case.name.contains("one_position") {
+                assert_eq!(passes, 2, "{name} / {}:\n{report}", case.name);
+            }
+            arrayjit_testing::check_case(&case, &backend)
+                .unwrap_or_else(|e| panic!("{name} / {}: {e}\n{report}", case.name));
+        }
+    }
+}
+
+/// The backward pass with the key and value gradients in launches of their own (what a
+/// WebGPU device that binds 8 arrays gets with dropout) agrees with the interpreter on
+/// cuda_emu, with dropout and without, over several blocks of rows.
+#[test]
+fn attention_with_separate_key_gradients_agrees_on_cuda_emu() {
+    use arrayjit::ir::optimize::OptimizeCtx;
+    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    let Some(backend) = arrayjit_testing::backend_under_test("cuda_emu").unwrap() else {
+        return;
+    };
+    for dropout in [None, Some(0.3)] {
+        let case = arrayjit_testing::attention_head_case(
+            "attention_separate_key_grads",
+            arrayjit::ir::Prec::F32,
+            70,
+            16,
+            dropout,
+        )
+        .unwrap();
+        let opt = backend
+            .optimize_in(
+                &OptimizeCtx::empty(),
+                &case.name,
+                &case.program,
+                &case.bindings,
+            )
+            .unwrap();
+        let mut separate = (*opt).clone();
+        let mut changed = 0;
+        for s in &mut separate.schedules {
+            if let ScheduleKind::Gpu(GpuPass::Attention(a)) = &mut s.kind
+                && a.launches() == 2
+            {
+                *a = a.with_separate_key_grads();
+                assert_eq!(a.launches(), 3);
+                changed += 1;
+            }
+        }
+        assert_eq!(changed, 1, "{}", opt.schedule_report());
+        let code = backend
+            .compile_optimized(&[std::sync::Arc::new(separate)])
+            .unwrap()
+            .remove(0);
+        arrayjit_testing::check_case_code(&case, &backend, &code)
+            .unwrap_or_else(|e| panic!("dropout {dropout:?}: {e}"));
+    }
+}

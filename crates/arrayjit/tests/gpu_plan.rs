@@ -7,12 +7,21 @@ use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
 use arrayjit::ir::schedule::gpu::{DeviceModel, GpuPlan};
 
 fn gpt_plans(device: &DeviceModel, batch: usize) -> Vec<GpuPlan> {
+    gpt_plans_with(device, batch, arrayjit::tensor::nn::AttentionKind::Unfused)
+}
+
+fn gpt_plans_with(
+    device: &DeviceModel,
+    batch: usize,
+    attention: arrayjit::tensor::nn::AttentionKind,
+) -> Vec<GpuPlan> {
     let mut config = TrainerConfig::small(65);
     config.batch = batch;
-    // Fused attention has no GPU schedule yet (issue 64): its nest distributes only its batch,
-    // head and query loops (4096 points at this size, on 64 groups). These measures hold for
-    // the attention whose products the GPU planner tiles.
-    config.model.attention = arrayjit::tensor::nn::AttentionKind::Unfused;
+    // These measures hold for the attention whose products the GPU planner tiles. Fused
+    // attention runs one invocation per query row (or key): at this context of 64, batch 16
+    // and 4 heads, its 4096 rows make 128 groups of 32, fewer than 2 per unit (see
+    // `fused_attention_runs_as_gpu_attention_passes`).
+    config.model.attention = attention;
     let programs = GptPrograms::new(&config).expect("programs");
     let settings = OptimizeSettings::for_gpu(device.limits);
     let ctx = OptimizeCtx::empty();
@@ -272,4 +281,39 @@ fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
             }
         }
     }
+}
+
+/// The GPT trainer's fused attention runs as the GPU's attention passes (one forward launch,
+/// two backward per layer), none left to its loops, every block staged in shared memory.
+#[test]
+fn fused_attention_runs_as_gpu_attention_passes() {
+    let device = DeviceModel::h100();
+    let plans = gpt_plans_with(&device, 16, arrayjit::tensor::nn::AttentionKind::Fused);
+    let step = plans
+        .iter()
+        .find(|p| p.routine == "gpt_train_step")
+        .expect("a training step");
+    let attention: Vec<_> = step
+        .passes
+        .iter()
+        .filter(|p| p.shape == "attention")
+        .collect();
+    // Two layers: a forward and a backward pass each.
+    assert_eq!(attention.len(), 4, "{step}");
+    assert_eq!(
+        attention.iter().map(|p| p.launches).sum::<u32>(),
+        6,
+        "{step}"
+    );
+    for p in &attention {
+        assert_eq!((p.groups, p.threads), (128, 32), "{step}");
+        assert!(p.why.contains("FlashAttention-2"), "{}", p.why);
+    }
+    assert!(
+        !step
+            .passes
+            .iter()
+            .any(|p| p.why.contains("left to its loops")),
+        "{step}"
+    );
 }

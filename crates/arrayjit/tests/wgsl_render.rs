@@ -171,3 +171,48 @@ fn passes_stay_within_the_binding_limit_or_say_why() {
     }
     assert!(split > 0, "no case needed splitting");
 }
+
+/// GPT-2's heads (64 features, causal) render as the GPU's attention pass on a device of
+/// WebGPU's guaranteed limits (8 bindings, 16 KiB of workgroup memory): the forward pass and
+/// both backward launches, each binding only the arrays it uses, staging 16 keys at a time;
+/// with dropout the key gradients' launch would bind 9 arrays, so the key and the value
+/// gradients take a launch each (8 and 6 arrays). Every pass validates.
+#[test]
+fn attention_renders_as_its_gpu_pass_within_webgpu_limits() {
+    let target = WgslTarget::default();
+    assert_eq!(target.max_bindings, 8);
+    for (dropout, attention_kernels) in [(None, 3), (Some(0.1), 4)] {
+        let case = arrayjit_testing::attention_head_case(
+            "gpt2_heads",
+            arrayjit::ir::Prec::F32,
+            80,
+            64,
+            dropout,
+        )
+        .unwrap();
+        let opt = optimize(
+            &case.name,
+            &case.bindings,
+            &case.program,
+            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::portable()),
+        )
+        .unwrap();
+        let kernel = render_wgsl(&opt, &target).unwrap();
+        let attention: Vec<_> = kernel
+            .passes
+            .iter()
+            .filter(|p| p.why.contains("FlashAttention-2"))
+            .collect();
+        assert_eq!(attention.len(), attention_kernels, "dropout {dropout:?}");
+        for p in &attention {
+            // 80 rows in groups of 32 (64-row groups would leave a device idle): 3 blocks
+            // per head, 2 heads.
+            assert_eq!((p.shape.clone(), p.threads), (PassShape::Tiles(6), 32));
+            assert!(p.bindings.len() <= 8, "{:?}", p.bindings);
+            assert!(p.why.contains("16 keys staged"), "{}", p.why);
+        }
+        for p in &kernel.passes {
+            validate(&p.source, &target).unwrap_or_else(|e| panic!("{}:\n{e}", p.why));
+        }
+    }
+}

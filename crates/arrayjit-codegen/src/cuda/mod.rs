@@ -631,6 +631,10 @@ impl KernelDialect for CudaDialect<'_, '_> {
         c_syntax::render_binop(op, cp, a, b, self.0.helpers)
     }
 
+    fn unary(&mut self, op: arrayjit_ir::UnOp, cp: Prec, a: &str) -> String {
+        c_syntax::render_unop(op, cp, a, self.0.helpers)
+    }
+
     fn fma(&mut self, cp: Prec, a: &str, b: &str, c: &str) -> String {
         c_syntax::render_ternop(TernOp::Fma, cp, (a, b, c), self.0.helpers)
     }

@@ -55,6 +55,9 @@ pub(super) fn print_kernel<D: KernelDialect>(
     pass: &GpuPass,
     k: usize,
 ) -> Result<Option<PrintedPass>> {
+    if let GpuPass::Attention(a) = pass {
+        return super::attention::print_kernel(d, a, k);
+    }
     if let GpuPass::GridReduction {
         total,
         groups,
@@ -159,7 +162,10 @@ fn print_one<D: KernelDialect>(
     let subgroup = d.syntax().subgroup;
     let mut dynamic_shared_bytes = 0;
     let (shape, threads) = match pass {
-        GpuPass::Nothing | GpuPass::GridReduction { .. } => return Ok(None),
+        // Attention passes print in `super::attention` (above).
+        GpuPass::Nothing | GpuPass::GridReduction { .. } | GpuPass::Attention(_) => {
+            return Ok(None);
+        }
         GpuPass::Zero { threads, .. } => {
             let LowLevel::ZeroOut(tn) = stmt else {
                 return Err(render_err(d, "a zeroing pass for another statement"));

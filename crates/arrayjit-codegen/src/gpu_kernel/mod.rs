@@ -1,5 +1,5 @@
 //! The GPU kernel tree: each kernel shape (zeroing, grid, rows, group reduction, tiled
-//! product, one invocation) is written once, in `lower`, as a small typed tree lowered from
+//! product, fused attention, one invocation) is written once, in `lower`, as a small typed tree lowered from
 //! the routine's recorded [`GpuPass`]; each GPU dialect (CUDA C, WGSL) prints that tree
 //! through `KernelDialect`, which supplies its syntax (declarations, loops, barriers,
 //! shuffles) and renders the parts that come from the IR (array elements in their storage
@@ -15,6 +15,7 @@
 //! - global elements are read and written only under a bounds test (never a `select` that
 //!   evaluates both sides).
 
+mod attention;
 mod build;
 mod lower;
 mod matrix;
@@ -26,7 +27,9 @@ use std::fmt::Write as _;
 
 use arrayjit_ir::schedule::GpuPass;
 use arrayjit_ir::schedule::gpu::{Accumulation, MatrixKind, Rest};
-use arrayjit_ir::{AxisIndex, BinOp, Error, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode};
+use arrayjit_ir::{
+    AxisIndex, BinOp, Error, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode, UnOp,
+};
 
 use crate::gpu_dialect::GpuDialect;
 
@@ -204,6 +207,10 @@ pub(crate) enum Expr<'a> {
     Bits(&'a Tnode, At<'a>),
     /// An `f32` value rounded to TF32, as the word a matrix fragment holds.
     Tf32(Box<Expr<'a>>),
+    /// The IR's unary operation in a compute precision.
+    Unary(UnOp, Prec, Box<Expr<'a>>),
+    /// An IR expression in a compute precision, its iterators bound to variables of the tree.
+    Ir(Box<ScalarExpr>, Prec),
 }
 
 /// An operation of a warp on matrix fragments ([`arrayjit_ir::schedule::gpu::matrix`]): every
@@ -502,6 +509,8 @@ pub(crate) trait KernelDialect {
     fn zero(&mut self, tn: &Tnode, index: &str) -> Result<String>;
     /// The IR's binary operation in compute precision `cp`.
     fn combine(&mut self, op: BinOp, cp: Prec, a: &str, b: &str) -> String;
+    /// The IR's unary operation in compute precision `cp`.
+    fn unary(&mut self, op: UnOp, cp: Prec, a: &str) -> String;
     /// The IR's fused multiply-add `a · b + c` in compute precision `cp`.
     fn fma(&mut self, cp: Prec, a: &str, b: &str, c: &str) -> String;
     /// Binds an IR iterator to a variable of the tree.
@@ -852,5 +861,10 @@ fn print_expr<D: KernelDialect>(
             let v = print_bare(d, v, depth, prelude)?;
             d.tf32(&v)?
         }
+        Expr::Unary(op, cp, a) => {
+            let a = print_bare(d, a, depth, prelude)?;
+            d.unary(*op, *cp, &a)
+        }
+        Expr::Ir(e, prec) => d.ir_expr(e, *prec, depth, prelude)?,
     })
 }

@@ -180,6 +180,10 @@ impl KernelDialect for PassRenderer<'_> {
         self.binop(op, cp, a, b)
     }
 
+    fn unary(&mut self, op: arrayjit_ir::UnOp, cp: Prec, a: &str) -> String {
+        self.unop(op, cp, a)
+    }
+
     fn fma(&mut self, cp: Prec, a: &str, b: &str, c: &str) -> String {
         if cp.is_float() {
             format!("fma({a}, {b}, {c})")

@@ -44,7 +44,7 @@ mod dialect;
 mod ops;
 
 use crate::gpu_kernel::PassShape;
-use arrayjit_ir::schedule::gpu::{Accumulation, GpuLimits, GpuPass, plan_pass};
+use arrayjit_ir::schedule::gpu::{Accumulation, GpuAttention, GpuLimits, GpuPass, plan_pass};
 use arrayjit_ir::schedule::{ScheduleKind, ScheduleTuning};
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
@@ -265,12 +265,40 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
             ),
         };
         let mut pieces = Vec::new();
-        split_for_bindings(
-            Cow::Borrowed(stmt),
-            target.max_bindings,
-            &r.name,
-            &mut pieces,
-        )?;
+        // A pass of fused attention binds only the arrays each of its kernels uses (no static
+        // indices): where its backward needs more than a pass may bind, the key and value
+        // gradients take launches of their own; where it still does, its loops are split and
+        // planned piece by piece.
+        let attention = match recorded {
+            GpuPass::Attention(a) => attention_within(a, target.max_bindings),
+            _ => None,
+        };
+        let attention_fits = attention.is_some();
+        let separated;
+        let (recorded, recorded_why) = match attention {
+            Some(a) if a.separate_key_grads => {
+                separated = GpuPass::Attention(a);
+                (
+                    &separated,
+                    format!(
+                        "{recorded_why}; the key and value gradients in launches of their own, \
+                         each binding at most {} arrays",
+                        target.max_bindings
+                    ),
+                )
+            }
+            _ => (recorded, recorded_why),
+        };
+        if attention_fits {
+            pieces.push(Cow::Borrowed(stmt));
+        } else {
+            split_for_bindings(
+                Cow::Borrowed(stmt),
+                target.max_bindings,
+                &r.name,
+                &mut pieces,
+            )?;
+        }
         let split = !matches!(pieces.as_slice(), [Cow::Borrowed(_)]);
         for piece in &pieces {
             // A statement split for the binding limit: each piece gets its own pass, planned
@@ -317,6 +345,19 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
     })
 }
 
+/// An attention pass whose launches each bind at most `max_bindings` arrays: as planned, or
+/// with the key and value gradients in launches of their own; `None` where neither does.
+fn attention_within(a: &GpuAttention, max_bindings: usize) -> Option<GpuAttention> {
+    let fits = |a: &GpuAttention| {
+        (0..a.launches() as usize).all(|k| a.kernel_arrays(k).len() <= max_bindings)
+    };
+    if fits(a) {
+        return Some(a.clone());
+    }
+    let separate = a.with_separate_key_grads();
+    fits(&separate).then_some(separate)
+}
+
 /// A tiled product's pass without its epilogue, if it has one.
 fn strip_epilogue(pass: &GpuPass) -> Option<GpuPass> {
     let mut product = pass.clone();
@@ -342,7 +383,7 @@ fn recorded_tuning(pass: &GpuPass) -> ScheduleTuning {
         GpuPass::Tiles { layout, .. } => (None, Some(layout.tile)),
         GpuPass::MatrixTiles { layout, .. } => (None, Some(layout.tile)),
         GpuPass::GridReduction { threads, .. } => (Some(*threads), None),
-        GpuPass::Nothing | GpuPass::Single => (None, None),
+        GpuPass::Nothing | GpuPass::Single | GpuPass::Attention(_) => (None, None),
     };
     ScheduleTuning {
         gpu_threads,

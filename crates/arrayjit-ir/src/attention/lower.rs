@@ -188,28 +188,9 @@ impl Lowering<'_> {
         }
     }
 
-    /// The dropout factor of weight `(t, s)`: 0 where dropped, `1 / (1 − p)` where kept.
+    /// The dropout factor of weight `(t, s)` (see [`AttentionSpec::keep_factor`]).
     fn keep_factor(&self) -> Option<ScalarExpr> {
-        let dr = self.spec.dropout.as_ref()?;
-        let d = self.d;
-        let position = AxisIndex::affine(
-            [
-                ((d.heads * d.queries * d.keys) as i64, self.b),
-                ((d.queries * d.keys) as i64, self.h),
-                (d.keys as i64, self.t),
-                (1, self.s),
-            ],
-            0,
-        );
-        let step = get(&dr.step, vec![AxisIndex::Fixed(0); dr.step.dims().len()]);
-        let u = ScalarExpr::random(dr.seed, dr.stream, position, step);
-        let kept = if dr.p < 1.0 { 1.0 / (1.0 - dr.p) } else { 0.0 };
-        Some(ScalarExpr::ternop(
-            TernOp::Where,
-            bin(BinOp::Cmplt, u, konst(dr.p)),
-            konst(0.0),
-            konst(kept),
-        ))
+        self.spec.keep_factor(self.b, self.h, self.t, self.s)
     }
 
     fn with_keep(&self, value: ScalarExpr) -> ScalarExpr {

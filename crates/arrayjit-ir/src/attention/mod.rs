@@ -249,6 +249,37 @@ impl AttentionSpec {
         vec![d.batch, d.heads, d.queries]
     }
 
+    /// The dropout factor of the weight of query `t` on key `s` of batch element `b` and head
+    /// `h` (iterators bound by whoever renders it): 0 where the weight is dropped, `1 / (1 − p)`
+    /// where it is kept, from the uniform draw at the weight's position in `[batch, heads,
+    /// queries, keys]` (see [`AttentionDropout`]); `None` without dropout. The loops and every
+    /// schedule that runs a pass another way draw through this one expression.
+    pub fn keep_factor(&self, b: Symbol, h: Symbol, t: Symbol, s: Symbol) -> Option<ScalarExpr> {
+        let dr = self.dropout.as_ref()?;
+        let d = self.dims();
+        let position = AxisIndex::affine(
+            [
+                ((d.heads * d.queries * d.keys) as i64, b),
+                ((d.queries * d.keys) as i64, h),
+                (d.keys as i64, t),
+                (1, s),
+            ],
+            0,
+        );
+        let step = ScalarExpr::Get(
+            dr.step.clone(),
+            vec![AxisIndex::Fixed(0); dr.step.dims().len()],
+        );
+        let u = ScalarExpr::random(dr.seed, dr.stream, position, step);
+        let kept = if dr.p < 1.0 { 1.0 / (1.0 - dr.p) } else { 0.0 };
+        Some(ScalarExpr::ternop(
+            crate::ops::TernOp::Where,
+            ScalarExpr::binop(crate::ops::BinOp::Cmplt, u, ScalarExpr::Constant(dr.p)),
+            ScalarExpr::Constant(0.0),
+            ScalarExpr::Constant(kept),
+        ))
+    }
+
     /// The precision the row statistics are kept in: `f64` for `f64` inputs, else `f32`.
     pub fn stats_prec(&self) -> Prec {
         if [&self.q, &self.k, &self.v]
@@ -477,7 +508,11 @@ impl AttentionOp {
                 .find_map(|(_, w)| w.upgrade())?
         };
         let written = op.nest_writes();
-        if !writes.iter().all(|w| written.contains(&w)) {
+        // Every node it writes is the pass's, and it writes all the pass's outputs (a piece
+        // of the nest, split off by a renderer, is not the pass).
+        if !writes.iter().all(|w| written.contains(&w))
+            || !op.outputs().into_iter().all(|o| writes.contains(o))
+        {
             return None;
         }
         let inputs = op.inputs();

@@ -180,10 +180,13 @@ fn has_sequential_loop(stmt: &LowLevel) -> bool {
 /// pass of fused attention (whose nest must stay whole to be found).
 fn is_blocked_contraction(stmt: &LowLevel, settings: &ScheduleSettings) -> bool {
     crate::schedule::scheduled_product(stmt, settings).is_some()
-        || matches!(
-            crate::schedule::AttentionPlan::detect(stmt, settings),
-            Some(Ok(_))
-        )
+        || match &settings.gpu {
+            Some(limits) => crate::schedule::gpu::runs_as_attention(stmt, limits),
+            None => matches!(
+                crate::schedule::AttentionPlan::detect(stmt, settings),
+                Some(Ok(_))
+            ),
+        }
 }
 
 #[cfg(test)]

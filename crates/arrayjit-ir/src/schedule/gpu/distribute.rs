@@ -106,6 +106,10 @@ fn distribute_into(
     threads: u32,
     out: &mut Vec<(LowLevel, Option<String>)>,
 ) {
+    if runs_as_attention(&stmt, limits) {
+        out.push((stmt, note));
+        return;
+    }
     if let Some(why) = distribution_reason(&stmt, limits, threads)
         && let Some(pieces) = distribute_loop(&stmt)
     {
@@ -156,6 +160,13 @@ pub fn restructure(
         _ => LowLevel::Seq(stmts),
     };
     (code, notes, made)
+}
+
+/// Whether `stmt` is a whole pass of fused attention that its GPU pass runs
+/// ([`super::GpuAttention`]): it stays whole (neither distributed nor hoisted), or it would
+/// no longer be found.
+pub fn runs_as_attention(stmt: &LowLevel, limits: &GpuLimits) -> bool {
+    matches!(super::GpuAttention::plan(stmt, limits), Some(Ok(_)))
 }
 
 /// Whether a statement is one assignment without loops (none in its value either): one

@@ -281,6 +281,10 @@ pub fn hoist_reductions(
     let mut made = Vec::new();
     let mut out = Vec::with_capacity(stmts.len());
     for (s, note) in stmts {
+        if super::distribute::runs_as_attention(&s, limits) {
+            out.push((s, note));
+            continue;
+        }
         let (pieces, why) = hoist_statement(s, limits, threads, &mut made);
         let why = match (note, why) {
             (Some(a), Some(b)) => Some(format!("{a}; then {b}")),

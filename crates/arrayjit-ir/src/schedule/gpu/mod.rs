@@ -40,6 +40,9 @@
 //! - **grid reduction**: such a nest of at least [`GRID_REDUCTION_MIN`] steps, in two phases:
 //!   groups reduce consecutive chunks of the steps into partial results (a local node of the
 //!   routine), then one group combines the partials in order into the element;
+//! - **attention**: a whole pass of fused attention, in FlashAttention-2's split: a group per
+//!   block of query rows (key rows for the key gradients), one invocation per row, the other
+//!   side staged in shared memory a block at a time ([`attention`]);
 //! - **single**: anything else, on one invocation.
 //!
 //! Passes that take about as long as their launch, whose statements touch nothing the others
@@ -61,6 +64,7 @@ use crate::prec::Prec;
 use crate::tnode::Tnode;
 
 pub mod analysis;
+pub mod attention;
 mod distribute;
 pub mod hoist;
 pub mod join;
@@ -74,7 +78,8 @@ pub use analysis::{
     Accumulation, Rest, RowItem, RowRole, grid_loops, grid_total, independent_work,
     longest_reduction, row_items,
 };
-pub use distribute::{distribute_loop, merged_pointwise, restructure};
+pub use attention::GpuAttention;
+pub use distribute::{distribute_loop, merged_pointwise, restructure, runs_as_attention};
 pub use join::{JoinedLaunch, joined_launches};
 pub use matrix::{MatrixKind, MatrixTile};
 pub use order::TileOrder;
@@ -370,6 +375,9 @@ pub enum GpuPass {
         /// As [`GpuPass::Reduction`]'s `start`.
         start: Option<f64>,
     },
+    /// A whole pass of fused attention in FlashAttention-2's split ([`attention`]): one
+    /// launch forward, two backward.
+    Attention(GpuAttention),
     /// Anything else: one invocation.
     Single,
 }
@@ -554,6 +562,7 @@ impl fmt::Display for GpuPass {
                 "GPU grid reduction of {total} steps: {groups} groups of {threads} reduce {chunk} \
                  each, then one group combines the partials"
             ),
+            GpuPass::Attention(a) => write!(f, "{a}"),
             GpuPass::Single => write!(f, "GPU pass on one invocation"),
         }
     }
@@ -644,6 +653,7 @@ impl GpuPass {
             GpuPass::GridReduction { .. }
             | GpuPass::Tiles { split: Some(_), .. }
             | GpuPass::MatrixTiles { split: Some(_), .. } => 2,
+            GpuPass::Attention(a) => a.launches(),
             _ => 1,
         }
     }
@@ -1039,6 +1049,29 @@ pub fn gpu_schedules(
             );
         }
     }
+    // Zeroings right before a pass of fused attention of the nodes its nest writes: the GPU
+    // pass stores every element of its outputs and keeps its state in registers.
+    for i in 0..stmts.len() {
+        let ScheduleKind::Gpu(GpuPass::Attention(a)) = &schedules[i].kind else {
+            continue;
+        };
+        let written: Vec<Tnode> = a.op.nest_writes().into_iter().cloned().collect();
+        for j in (0..i).rev() {
+            match stmts[j].unwrapped() {
+                LowLevel::ZeroOut(tn) if written.contains(tn) => {
+                    schedules[j] = Schedule {
+                        kind: ScheduleKind::Gpu(GpuPass::Nothing),
+                        why: "the fused attention's GPU pass after it stores every element of \
+                              its outputs and keeps its state in registers"
+                            .into(),
+                        parallel: None,
+                    };
+                }
+                LowLevel::Comment(_) | LowLevel::Noop => {}
+                _ => break,
+            }
+        }
+    }
     // A pointwise statement right after a tiled product, over its result, runs in the
     // product's epilogue.
     for i in 1..stmts.len() {
@@ -1121,7 +1154,6 @@ fn plan_pass_with(
 ) -> (GpuPass, String) {
     let stmt = stmt.unwrapped();
     let threads = limits.tuned_group_threads(tuning.gpu_threads);
-    let groups_allowed = threads >= MIN_GROUP_THREADS;
     match stmt {
         LowLevel::Noop | LowLevel::Comment(_) => (GpuPass::Nothing, "nothing to run".into()),
         LowLevel::ZeroOut(tn) => {
@@ -1132,152 +1164,167 @@ fn plan_pass_with(
                 format!("one invocation per element{smaller}"),
             )
         }
-        _ => {
-            if limits.matrix_units
-                && let Some((pass, why)) =
-                    matrix_product(stmt, limits, tuning, allow_tf32, grid_reductions)
-            {
-                return (pass, why);
+        _ => match GpuAttention::plan(stmt, limits) {
+            Some(Ok((plan, why))) => (GpuPass::Attention(plan), why),
+            Some(Err(why_not)) => {
+                let (pass, why) = plan_loops(stmt, limits, tuning, grid_reductions, allow_tf32);
+                (
+                    pass,
+                    format!("a pass of fused attention left to its loops ({why_not}); {why}"),
+                )
             }
-            if let Some((gemm, fused)) = f32_product(stmt)
-                && gemm.m.extent >= 8
-                && gemm.n.extent >= 8
+            None => plan_loops(stmt, limits, tuning, grid_reductions, allow_tf32),
+        },
+    }
+}
+
+/// The pass of a statement that is neither a zeroing nor a whole attention pass.
+fn plan_loops(
+    stmt: &LowLevel,
+    limits: &GpuLimits,
+    tuning: &ScheduleTuning,
+    grid_reductions: bool,
+    allow_tf32: bool,
+) -> (GpuPass, String) {
+    let threads = limits.tuned_group_threads(tuning.gpu_threads);
+    let groups_allowed = threads >= MIN_GROUP_THREADS;
+    if limits.matrix_units
+        && let Some((pass, why)) = matrix_product(stmt, limits, tuning, allow_tf32, grid_reductions)
+    {
+        return (pass, why);
+    }
+    if let Some((gemm, fused)) = f32_product(stmt)
+        && gemm.m.extent >= 8
+        && gemm.n.extent >= 8
+    {
+        let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
+        if let Some((tile, reason)) = product_tile(
+            gemm.m.extent,
+            gemm.n.extent,
+            batch,
+            grid_reductions.then_some(gemm.k.extent),
+            limits,
+            tuning.gpu_tile,
+        ) && let Some(layout) = SimtTile::new(&gemm, tile, limits.max_shared_bytes)
+        {
+            let groups =
+                (gemm.m.extent.div_ceil(tile) * gemm.n.extent.div_ceil(tile) * batch) as u64;
+            // Few tiles and a long reduction: split it (the partial results are a node
+            // the optimizer makes, so only where it plans the pass).
+            let split = if grid_reductions {
+                k_split(&gemm, layout.depth(), groups, limits)
+            } else {
+                None
+            };
+            let order = match &split {
+                Some((_, why)) => why.clone(),
+                None => "each element summed in the loop's order".to_string(),
+            };
+            let why = format!(
+                "an f32 matrix product: {layout}; {} of {} bytes of shared memory, \
+                 {tile} x {tile} results per group, {order}; {reason}",
+                layout.shared_bytes(),
+                limits.max_shared_bytes,
+            );
+            return (
+                GpuPass::Tiles {
+                    gemm,
+                    fused,
+                    layout,
+                    groups,
+                    epilogue: None,
+                    split: split.map(|(k, _)| k),
+                },
+                why,
+            );
+        }
+    }
+    let (grid, inner) = grid_loops(stmt);
+    if !grid.is_empty() {
+        let total = grid_total(&grid);
+        let loops = grid.len();
+        let items = row_items(&inner);
+        if groups_allowed && let Some(reason) = row_pass_reason(&items, total, limits, threads) {
+            let threads = row_threads(&items, threads);
+            return (
+                GpuPass::Rows {
+                    grid,
+                    total,
+                    threads,
+                },
+                format!(
+                    "{loops} independent outer loop(s) {reason}: one group of {threads} \
+                     per iteration; reductions combine strided shares in a fixed tree \
+                     order, independent loops stride over the group, anything else runs \
+                     on its first invocation"
+                ),
+            );
+        }
+        let (threads, smaller) = spread_threads(total, limits, threads);
+        return (
+            GpuPass::Grid {
+                grid,
+                total,
+                threads,
+            },
+            format!("{loops} independent outer loop(s): one invocation per iteration{smaller}"),
+        );
+    }
+    match Accumulation::detect_regroupable(stmt) {
+        Some(r) if groups_allowed => {
+            let total = r.len();
+            let per_group = u64::from(threads) * GRID_REDUCTION_STEPS_PER_INVOCATION;
+            let most_groups = total.div_ceil(per_group).min(limits.busy_groups());
+            let chunk = total.div_ceil(most_groups.max(1));
+            let groups = total.div_ceil(chunk.max(1));
+            if grid_reductions
+                && total >= GRID_REDUCTION_MIN
+                && groups >= 2
+                && let Some(partials) = partials_node(
+                    r.tn.prec(),
+                    groups,
+                    "gpu_partials",
+                    "the partial results of a GPU grid reduction, read by its second phase",
+                )
             {
-                let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
-                if let Some((tile, reason)) = product_tile(
-                    gemm.m.extent,
-                    gemm.n.extent,
-                    batch,
-                    grid_reductions.then_some(gemm.k.extent),
-                    limits,
-                    tuning.gpu_tile,
-                ) && let Some(layout) = SimtTile::new(&gemm, tile, limits.max_shared_bytes)
-                {
-                    let groups = (gemm.m.extent.div_ceil(tile)
-                        * gemm.n.extent.div_ceil(tile)
-                        * batch) as u64;
-                    // Few tiles and a long reduction: split it (the partial results are a node
-                    // the optimizer makes, so only where it plans the pass).
-                    let split = if grid_reductions {
-                        k_split(&gemm, layout.depth(), groups, limits)
-                    } else {
-                        None
-                    };
-                    let order = match &split {
-                        Some((_, why)) => why.clone(),
-                        None => "each element summed in the loop's order".to_string(),
-                    };
-                    let why = format!(
-                        "an f32 matrix product: {layout}; {} of {} bytes of shared memory, \
-                         {tile} x {tile} results per group, {order}; {reason}",
-                        layout.shared_bytes(),
-                        limits.max_shared_bytes,
-                    );
-                    return (
-                        GpuPass::Tiles {
-                            gemm,
-                            fused,
-                            layout,
-                            groups,
-                            epilogue: None,
-                            split: split.map(|(k, _)| k),
-                        },
-                        why,
-                    );
-                }
-            }
-            let (grid, inner) = grid_loops(stmt);
-            if !grid.is_empty() {
-                let total = grid_total(&grid);
-                let loops = grid.len();
-                let items = row_items(&inner);
-                if groups_allowed
-                    && let Some(reason) = row_pass_reason(&items, total, limits, threads)
-                {
-                    let threads = row_threads(&items, threads);
-                    return (
-                        GpuPass::Rows {
-                            grid,
-                            total,
-                            threads,
-                        },
-                        format!(
-                            "{loops} independent outer loop(s) {reason}: one group of {threads} \
-                             per iteration; reductions combine strided shares in a fixed tree \
-                             order, independent loops stride over the group, anything else runs \
-                             on its first invocation"
-                        ),
-                    );
-                }
-                let (threads, smaller) = spread_threads(total, limits, threads);
                 return (
-                    GpuPass::Grid {
-                        grid,
+                    GpuPass::GridReduction {
                         total,
+                        groups,
+                        chunk,
                         threads,
+                        partials,
+                        start: None,
                     },
                     format!(
-                        "{loops} independent outer loop(s): one invocation per iteration{smaller}"
+                        "{} loop(s) accumulating {total} steps into one element by {}: \
+                         {groups} groups of {threads} reduce {chunk} consecutive steps \
+                         each (strided shares, then a fixed tree) into partial results, \
+                         then one group combines them in order",
+                        r.loops.len(),
+                        r.combine.name()
                     ),
                 );
             }
-            match Accumulation::detect_regroupable(stmt) {
-                Some(r) if groups_allowed => {
-                    let total = r.len();
-                    let per_group = u64::from(threads) * GRID_REDUCTION_STEPS_PER_INVOCATION;
-                    let most_groups = total.div_ceil(per_group).min(limits.busy_groups());
-                    let chunk = total.div_ceil(most_groups.max(1));
-                    let groups = total.div_ceil(chunk.max(1));
-                    if grid_reductions
-                        && total >= GRID_REDUCTION_MIN
-                        && groups >= 2
-                        && let Some(partials) = partials_node(
-                            r.tn.prec(),
-                            groups,
-                            "gpu_partials",
-                            "the partial results of a GPU grid reduction, read by its second phase",
-                        )
-                    {
-                        return (
-                            GpuPass::GridReduction {
-                                total,
-                                groups,
-                                chunk,
-                                threads,
-                                partials,
-                                start: None,
-                            },
-                            format!(
-                                "{} loop(s) accumulating {total} steps into one element by {}: \
-                                 {groups} groups of {threads} reduce {chunk} consecutive steps \
-                                 each (strided shares, then a fixed tree) into partial results, \
-                                 then one group combines them in order",
-                                r.loops.len(),
-                                r.combine.name()
-                            ),
-                        );
-                    }
-                    (
-                        GpuPass::Reduction {
-                            threads,
-                            start: None,
-                        },
-                        format!(
-                            "{} loop(s) accumulating {total} steps into one element by {}: one \
-                             group of {threads}, strided shares combined in a fixed tree order",
-                            r.loops.len(),
-                            r.combine.name()
-                        ),
-                    )
-                }
-                _ => (
-                    GpuPass::Single,
-                    "its iterations depend on each other and it is not a reduction into one \
-                     element"
-                        .into(),
+            (
+                GpuPass::Reduction {
+                    threads,
+                    start: None,
+                },
+                format!(
+                    "{} loop(s) accumulating {total} steps into one element by {}: one \
+                     group of {threads}, strided shares combined in a fixed tree order",
+                    r.loops.len(),
+                    r.combine.name()
                 ),
-            }
+            )
         }
+        _ => (
+            GpuPass::Single,
+            "its iterations depend on each other and it is not a reduction into one \
+             element"
+                .into(),
+        ),
     }
 }
 

@@ -276,6 +276,15 @@ impl GpuPlan {
                     threads,
                     ..
                 } => ("grid reduction", *groups, *threads, (*chunk).max(*groups)),
+                GpuPass::Attention(a) => {
+                    let d = a.spec().dims();
+                    (
+                        "attention",
+                        a.groups(0),
+                        a.rows,
+                        d.keys.max(d.queries) as u64,
+                    )
+                }
                 GpuPass::Single => ("single", 1, 1, longest_reduction(stmt)),
             };
             let launches = pass.launches();

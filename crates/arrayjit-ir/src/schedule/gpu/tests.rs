@@ -594,3 +594,74 @@ fn passes_go_in_the_order_of_their_dependence_levels() {
     assert_eq!(launches(&earliest), 3);
     assert!(launches(&(0..code.len()).collect::<Vec<_>>()) > 3);
 }
+
+/// The forward pass of a causal attention of `prec` with `batch` × `heads` heads of `features`
+/// over `time` positions, registered, and its loop nest (the lowering's last statement).
+fn attention_nest(
+    prec: Prec,
+    batch: usize,
+    heads: usize,
+    time: usize,
+    features: usize,
+) -> (std::sync::Arc<crate::attention::AttentionOp>, LowLevel) {
+    use crate::attention::{AttentionLayout, AttentionOp, AttentionSpec};
+    let dims = [batch, heads, time, features];
+    let input = |l| Tnode::new(prec, &dims, &[l]).unwrap();
+    let (q, k, v) = (input("q"), input("k"), input("v"));
+    let spec =
+        AttentionSpec::new(&q, &k, &v, AttentionLayout::HeadsFirst, true, 0.125, None).unwrap();
+    let out = Tnode::new(prec, &dims, &["out"]).unwrap();
+    let lse = Tnode::new(spec.stats_prec(), &spec.row_dims(), &["lse"]).unwrap();
+    let op = AttentionOp::forward(&spec, &out, &lse).unwrap().register();
+    let LowLevel::Seq(stmts) = op.lower().unwrap() else {
+        panic!("a sequence")
+    };
+    (op, stmts.last().cloned().unwrap())
+}
+
+/// A pass of fused attention runs as the GPU's attention pass, its block of keys the largest
+/// (up to 64) whose rows fit the group's shared memory, its groups of 64 rows where they fill
+/// the device, else of 32; heads too wide for registers or for a block of 8 in shared memory,
+/// and a piece of the nest, stay loops, saying why.
+#[test]
+fn attention_passes_are_planned_from_the_limits() {
+    let plan = |prec, batch, heads, time, features, limits: &GpuLimits| {
+        let (_op, nest) = attention_nest(prec, batch, heads, time, features);
+        GpuAttention::plan(&nest, limits).expect("a whole pass")
+    };
+    // GPT-2 small at T = 1024, batch 4: 48 heads × 16 blocks of 64 rows fill 264 groups.
+    let (a, why) = plan(Prec::F32, 4, 12, 1024, 64, &h100()).unwrap();
+    assert_eq!((a.rows, a.block, a.groups(0)), (64, 64, 768), "{why}");
+    assert!(why.contains("FlashAttention-2"), "{why}");
+    // One head: 64-row groups would be 16.
+    let (a, why) = plan(Prec::F32, 1, 1, 1024, 64, &h100()).unwrap();
+    assert_eq!((a.rows, a.groups(0)), (32, 32), "{why}");
+    assert!(why.contains("fewer than the 264"), "{why}");
+    // WebGPU's 16 KiB: 16 rows of 64 + 64 + 2 f32 features per step; bf16 inputs too.
+    let (a, _) = plan(Prec::F32, 4, 12, 256, 64, &GpuLimits::portable()).unwrap();
+    assert_eq!(a.block, 16);
+    let (a, _) = plan(Prec::Bf16, 4, 12, 256, 128, &GpuLimits::portable()).unwrap();
+    assert_eq!(a.block, 8);
+    let why = plan(Prec::F64, 1, 1, 16, 128, &GpuLimits::portable()).unwrap_err();
+    assert!(why.contains("do not fit"), "{why}");
+    let why = plan(Prec::F32, 1, 1, 16, 256, &h100()).unwrap_err();
+    assert!(why.contains("registers"), "{why}");
+    // A piece of the nest (its per-row loops split off, as a renderer may for its binding
+    // limit) is not the pass.
+    let (_op, nest) = attention_nest(Prec::F32, 1, 2, 8, 4);
+    let pieces = distribute_loop(&nest).expect("distributable");
+    assert!(pieces.len() > 1);
+    for p in &pieces {
+        assert!(GpuAttention::plan(p, &h100()).is_none(), "{p:?}");
+    }
+    // The planner records the pass and keeps the nest whole.
+    let (_op, nest) = attention_nest(Prec::F32, 2, 2, 40, 8);
+    let (code, notes, _) = restructure(nest.clone(), &h100(), &ScheduleTuning::default(), true);
+    assert_eq!(code, nest);
+    assert!(notes.iter().all(Option::is_none));
+    let s = gpu_schedule(&nest, &h100(), &ScheduleTuning::default(), false);
+    assert!(
+        matches!(s.kind, ScheduleKind::Gpu(GpuPass::Attention(_))),
+        "{s}"
+    );
+}
