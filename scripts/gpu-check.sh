@@ -7,7 +7,9 @@
 #   cargo build --release -p arrayjit-cli
 #   cargo test --release -p arrayjit --no-run --test differential --test gpt --test bf16_training \
 #     --test matrix_units --test tensor_copies --test simt_tiles --test memory_limits --test large_arrays 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
-#   mkdir -p .gpu && cp target/release/arrayjit $(cat /tmp/tests) .gpu/ && strip .gpu/* && xz -T0 -6 .gpu/*
+#   cargo build --release -p arrayjit --example attention_bench
+#   mkdir -p .gpu && cp target/release/arrayjit target/release/examples/attention_bench $(cat /tmp/tests) .gpu/ \
+#     && strip .gpu/* && xz -T0 -6 .gpu/*
 #
 # (about 16 MB). Optionally also NVRTC 12.9 as CI uses it (about 30 MB more; without it the
 # machine's toolkit NVRTC is used, CUDA 13 on the lent H200s, which compiled everything too):
@@ -25,18 +27,20 @@
 # run on `cuda`, the large arrays of issue 40 (`large`), every kernel's time of one GPT step
 # (`ncu-gpt`) and of the 4096 products (`ncu-matmul`), Nsight Compute's occupancy, warp
 # states and memory sections of the 4096 products (`ncu-detail`, to ncu-detail.csv), and the
+# fused attention alone, forward + backward at GPT-2's heads (`attention`: batch 4, 12 heads of
+# 64, T = 1024, causal; the GPU attention pass of issue 64 against the unfused path), the
 # schedule search of the 4096 products on the device (`search`: tiles, matrix-unit buffers and their depth,
 # tensor copies, group sizes, each timed; to search.log). The device table and Nsight Compute
 # also take the bf16 products with their factors staged by the tensor memory accelerator
 # (`matmul bf16 tma N`), off by default: check its rows and its tests first. PHASES (space-separated, default: all of smoke
-# bench tests large ncu-gpt ncu-matmul ncu-detail search) selects some, to fit the device time
+# bench tests attention large ncu-gpt ncu-matmul ncu-detail search) selects some, to fit the device time
 # left.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp}"
 exec > >(tee "$out/gpu-check.log") 2>&1
 phase() { echo "== $(date +%T) $*"; }
-phases="${PHASES:-smoke bench tests large ncu-gpt ncu-matmul ncu-detail search}"
+phases="${PHASES:-smoke bench tests attention large ncu-gpt ncu-matmul ncu-detail search}"
 want() { [[ " $phases " == *" $1 "* ]]; }
 
 bin=.gpu
@@ -75,6 +79,25 @@ phase "the device table: f32 / TF32 / bf16 products, the chain, the GPT step in 
 timeout 300 "$bin/arrayjit" bench --backend cuda --python python3 > "$out/bench.md"
 echo "bench exit $?"
 cat "$out/bench.md"
+fi
+
+if want attention && [ -x "$bin/attention_bench" ]; then
+phase "attention: fused (the GPU attention pass) and unfused, forward + backward, b4 h12 T1024 d64"
+for kind in fused unfused; do
+  ARRAYJIT_BACKEND=cuda timeout 90 "$bin/attention_bench" 4 12 1024 64 "$kind" 10
+  echo "attention $kind exit $?"
+done
+python3 - <<'PY' 2>&1 | tail -2
+import time, torch
+import torch.nn.functional as F
+q, k, v = (torch.randn(4, 12, 1024, 64, device="cuda", requires_grad=True) for _ in range(3))
+def step():
+    F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+for _ in range(3): step()
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(10): step()
+torch.cuda.synchronize(); print("torch SDPA fwd+bwd ms", (time.perf_counter() - t) / 10 * 1e3)
+PY
 fi
 
 if want tests; then
