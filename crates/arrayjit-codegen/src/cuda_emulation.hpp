@@ -202,6 +202,28 @@ static inline T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
   return result;
 }
 
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T value, int lane_mask) {
+  (void)mask;
+  aj_block *b = aj_running_block;
+  if (!b) return value; /* one thread at a time: no lane to read from */
+  unsigned linear = b->current;
+  unsigned lane = linear % 32u;
+  unsigned warp_base = linear - lane;
+  unsigned long long slot = 0;
+  memcpy(&slot, &value, sizeof value);
+  b->exchange[linear] = slot;
+  aj_yield(AJ_AT_WARP); /* every lane has written */
+  T result = value;
+  unsigned from = lane ^ (unsigned)lane_mask;
+  if (from < 32u && warp_base + from < b->threads) {
+    slot = b->exchange[warp_base + from];
+    memcpy(&result, &slot, sizeof result);
+  }
+  aj_yield(AJ_AT_WARP); /* every lane has read */
+  return result;
+}
+
 /* The running lane's four matrix-operation slots, the warp's first lane, and the lane. */
 static inline unsigned long long *aj_matrix_slots(unsigned *base, unsigned *lane) {
   aj_block *b = aj_running_block;

@@ -363,8 +363,9 @@ fn independent_small_passes_run_as_one_launch() {
 
 /// GPT-2's heads (64 features, causal; f32 and bf16, with and without dropout) at a context of
 /// 1024 render as the GPU's attention pass for sm_80 and sm_90 limits — one forward launch and
-/// two backward, groups of 32 rows (groups of 64 would be 32, too few for a device whose units
-/// are not known), 64 keys staged per step — and compile with NVRTC for both.
+/// two backward, each row's features on 4 lanes of a warp, groups of 8 rows (larger ones would
+/// be too few for a device whose units are not known), 64 keys staged per step — and compile
+/// with NVRTC for both.
 #[test]
 fn attention_passes_compile_with_nvrtc_for_sm_80_and_sm_90() {
     use arrayjit::ir::schedule::{GpuLimits, GpuPass, ScheduleKind};
@@ -387,11 +388,13 @@ fn attention_passes_compile_with_nvrtc_for_sm_80_and_sm_90() {
                     .schedules
                     .iter()
                     .filter_map(|s| match &s.kind {
-                        ScheduleKind::Gpu(GpuPass::Attention(a)) => Some((a.rows, a.block)),
+                        ScheduleKind::Gpu(GpuPass::Attention(a)) => {
+                            Some((a.rows, a.lanes, a.block))
+                        }
                         _ => None,
                     })
                     .collect();
-                assert_eq!(passes, [(32, 64), (32, 64)], "{arch} {prec}");
+                assert_eq!(passes, [(8, 4, 64), (8, 4, 64)], "{arch} {prec}");
                 let program = render_cuda(&[&opt]).unwrap();
                 let launches: Vec<_> = program.kernels[0]
                     .passes
@@ -399,8 +402,9 @@ fn attention_passes_compile_with_nvrtc_for_sm_80_and_sm_90() {
                     .filter(|p| p.why.contains("FlashAttention-2"))
                     .map(|p| p.launch_dims())
                     .collect();
-                // 1024 rows in blocks of 32, 2 heads.
-                assert_eq!(launches, [(64, 32); 3], "{arch} {prec}");
+                // 1024 rows in blocks of 8, 2 heads; 32 invocations per group.
+                assert_eq!(launches, [(256, 32); 3], "{arch} {prec}");
+                assert!(program.source.contains("__shfl_xor_sync"));
                 sources.push((format!("{arch} {prec} {dropout:?}"), arch, program.source));
             }
         }
@@ -414,5 +418,18 @@ fn attention_passes_compile_with_nvrtc_for_sm_80_and_sm_90() {
             }
             Err(e) => panic!("{name}: {e}\n{source}"),
         }
+    }
+    // Compiled for sm_90a, no attention kernel spills registers: each invocation holds 16 of
+    // a row's 64 features.
+    let (name, _, source) = &sources[sources.len() - 1];
+    match arrayjit::backends::cuda_backend::resources::kernel_resources(source, "sm_90a") {
+        Ok(kernels) => {
+            for k in kernels.iter().filter(|k| k.name.contains("gpt2_heads")) {
+                eprintln!("{name}: {k:?}");
+                assert_eq!(k.spill_bytes, 0, "{name}: {k:?}");
+            }
+        }
+        Err(Error::BackendUnavailable { reason, .. }) => eprintln!("skipped: {reason}"),
+        Err(e) => panic!("{name}: {e}"),
     }
 }

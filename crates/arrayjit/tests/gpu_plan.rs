@@ -7,7 +7,13 @@ use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
 use arrayjit::ir::schedule::gpu::{DeviceModel, GpuPlan};
 
 fn gpt_plans(device: &DeviceModel, batch: usize) -> Vec<GpuPlan> {
-    gpt_plans_with(device, batch, arrayjit::tensor::nn::AttentionKind::Unfused)
+    let mut plans = gpt_plans_with(device, batch, arrayjit::tensor::nn::AttentionKind::Fused);
+    plans.extend(gpt_plans_with(
+        device,
+        batch,
+        arrayjit::tensor::nn::AttentionKind::Unfused,
+    ));
+    plans
 }
 
 fn gpt_plans_with(
@@ -17,10 +23,7 @@ fn gpt_plans_with(
 ) -> Vec<GpuPlan> {
     let mut config = TrainerConfig::small(65);
     config.batch = batch;
-    // These measures hold for the attention whose products the GPU planner tiles. Fused
-    // attention runs one invocation per query row (or key): at this context of 64, batch 16
-    // and 4 heads, its 4096 rows make 128 groups of 32, fewer than 2 per unit (see
-    // `fused_attention_runs_as_gpu_attention_passes`).
+    // The model's attention: fused (the default), or unfused (its products tiled).
     config.model.attention = attention;
     let programs = GptPrograms::new(&config).expect("programs");
     let settings = OptimizeSettings::for_gpu(device.limits);
@@ -75,8 +78,8 @@ fn idle_passes(plan: &GpuPlan, units: u64) -> Vec<String> {
     bad
 }
 
-/// Every routine of the GPT trainer (step, held-out loss, sampling), at batch 16 and 128,
-/// planned for a 132-SM device: no pass with more than 64K independent iterations runs on
+/// Every routine of the GPT trainer (step, held-out loss, sampling), at batch 16 and 128, with
+/// fused attention and with unfused, planned for a 132-SM device: no pass with more than 64K independent iterations runs on
 /// fewer than 2 × 132 groups, no single-invocation pass does more than 4096 operations, no
 /// reduction of more than 64K steps runs on one group, and no product on fewer than 2 × 132
 /// groups sums more than 2048 steps in each (its reduction is split instead).
@@ -284,7 +287,8 @@ fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
 }
 
 /// The GPT trainer's fused attention runs as the GPU's attention passes (one forward launch,
-/// two backward per layer), none left to its loops, every block staged in shared memory.
+/// two backward per layer), none left to its loops: at its context of 64, groups of one warp
+/// (8 rows × 4 lanes), enough of them to keep a 132-SM device busy.
 #[test]
 fn fused_attention_runs_as_gpu_attention_passes() {
     let device = DeviceModel::h100();
@@ -306,7 +310,8 @@ fn fused_attention_runs_as_gpu_attention_passes() {
         "{step}"
     );
     for p in &attention {
-        assert_eq!((p.groups, p.threads), (128, 32), "{step}");
+        // 4096 rows of 32 features: 8 rows × 4 lanes per group, 512 groups.
+        assert_eq!((p.groups, p.threads), (512, 32), "{step}");
         assert!(p.why.contains("FlashAttention-2"), "{}", p.why);
     }
     assert!(

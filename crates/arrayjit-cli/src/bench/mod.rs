@@ -6,6 +6,7 @@
 //! demo's size to GPT-2 small's width and depth next to PyTorch eager.
 
 pub mod device;
+pub mod gpt2;
 pub mod limits;
 pub mod sizes;
 pub mod workloads;
@@ -67,13 +68,16 @@ pub fn run(config: &BenchConfig) -> Result<String> {
     eprintln!("measuring the machine's limits (C reference) ...");
     let limits = limits::measure(&cpu)?;
     let mut out = if list.is_empty() && !compile_line {
-        // Only size rows selected.
+        // Only size (or GPT-2) rows selected.
         header(&cpu, &limits)
     } else {
         workload_table(config, &cpu, &limits, &list, compile_line)?
     };
     if let Some(sizes) = sizes::run(config, &cpu, &limits)? {
         out.push_str(&sizes);
+    }
+    if let Some(rows) = gpt2::run(config, &cpu)? {
+        out.push_str(&rows);
     }
     Ok(out)
 }

@@ -128,12 +128,17 @@ pub struct ModelChoice {
     pub gelu_tanh: bool,
 }
 
-/// What one process measured.
+/// What one process measured (seconds; bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Measured {
-    build: f64,
-    step: Option<f64>,
-    peak_rss: Option<u64>,
+pub(super) struct Measured {
+    /// The build (parameters; arrayjit: also optimize, compile, link).
+    pub build: f64,
+    /// The first step (`torch.compile`'s holds its compile), where reported.
+    pub first: Option<f64>,
+    /// The median of the timed steps, if any ran.
+    pub step: Option<f64>,
+    /// The process's peak resident memory.
+    pub peak_rss: Option<u64>,
 }
 
 /// The hidden `bench-gpt-size` command: builds the GPT of `spec` on `backend`, takes one step,
@@ -190,13 +195,14 @@ fn parse_measured(out: &str) -> Option<Measured> {
     let line = out.lines().rev().find(|l| l.starts_with('{'))?;
     Some(Measured {
         build: json_field(line, "build_s")?.parse().ok()?,
+        first: json_field(line, "first_step_s").and_then(|s| s.parse().ok()),
         step: json_field(line, "step_s").and_then(|s| s.parse().ok()),
         peak_rss: json_field(line, "peak_rss_bytes").and_then(|s| s.parse().ok()),
     })
 }
 
 /// Runs one measuring process; a failure is a note, not an error of the whole table.
-fn measure(mut cmd: Command, what: &str, notes: &mut Vec<String>) -> Option<Measured> {
+pub(super) fn measure(mut cmd: Command, what: &str, notes: &mut Vec<String>) -> Option<Measured> {
     eprintln!("{what} ...");
     match cmd.output() {
         Ok(out) if out.status.success() => {
@@ -317,19 +323,22 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Optio
     Ok(Some(table(cpu.cores, limits.fma_gflops[1], &rows, &notes)))
 }
 
-fn ms(m: Option<Measured>, f: impl Fn(Measured) -> Option<f64>) -> String {
+/// A time of a measurement in milliseconds, `–` where absent.
+pub(super) fn ms(m: Option<Measured>, f: impl Fn(Measured) -> Option<f64>) -> String {
     m.and_then(f)
         .map_or("–".into(), |s| format!("{:.0} ms", s * 1e3))
 }
 
-fn ratio(peer: Option<f64>, ours: Option<f64>) -> String {
+/// `peer / ours` (> 1: arrayjit is faster), `–` where either is absent.
+pub(super) fn ratio(peer: Option<f64>, ours: Option<f64>) -> String {
     match (peer, ours) {
         (Some(p), Some(a)) if a > 0.0 => format!("{:.2}×", p / a),
         _ => "–".into(),
     }
 }
 
-fn mib(m: Option<Measured>) -> String {
+/// A measurement's peak memory in MiB, `–` where absent.
+pub(super) fn mib(m: Option<Measured>) -> String {
     m.and_then(|m| m.peak_rss).map_or("–".into(), |b| {
         format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
     })
@@ -411,6 +420,7 @@ mod tests {
             m,
             Measured {
                 build: 1.5,
+                first: Some(0.2),
                 step: Some(0.1),
                 peak_rss: Some(1 << 20)
             }
@@ -419,6 +429,7 @@ mod tests {
         let ours = |step: f64| {
             Some(Measured {
                 build: 0.5,
+                first: None,
                 step: Some(step),
                 peak_rss: Some(3 << 20),
             })
@@ -427,6 +438,7 @@ mod tests {
             cold: ours(0.05),
             cached: Some(Measured {
                 build: 0.02,
+                first: None,
                 step: None,
                 peak_rss: None,
             }),
@@ -434,6 +446,7 @@ mod tests {
             torch_one: Some(m),
             torch_all: Some(Measured {
                 build: 1.0,
+                first: None,
                 step: Some(0.1),
                 peak_rss: Some(4 << 20),
             }),

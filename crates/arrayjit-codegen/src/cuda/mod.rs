@@ -593,6 +593,10 @@ impl KernelDialect for CudaDialect<'_, '_> {
         format!("__shfl_down_sync(0xffffffffu, {value}, {offset})")
     }
 
+    fn shuffle_xor(&self, value: &str, mask: &str) -> String {
+        format!("__shfl_xor_sync(0xffffffffu, {value}, {mask})")
+    }
+
     fn barrier(&self, _: Barrier) -> &'static str {
         // `__syncthreads` orders the block's global and shared accesses alike.
         DIALECT.barrier

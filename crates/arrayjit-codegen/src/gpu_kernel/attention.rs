@@ -2,13 +2,16 @@
 //! [`arrayjit_ir::schedule::gpu::attention`] decides and explains:
 //!
 //! - **Rows.** Group `g` takes batch element, head and block of rows from `g` (rows fastest);
-//!   invocation `t` takes row `block · rows + t` and keeps that row's vectors in registers
-//!   (the query and the output's accumulator forward; the query, output gradient and query
-//!   gradient; or the key, value and their gradients). Invocations past the last row take
-//!   part in the staging and the barriers only.
+//!   the `lanes` invocations `t` with `t / lanes = r` take row `block · rows + r`, lane
+//!   `t % lanes` keeping every `lanes`-th feature of that row's vectors in registers (the
+//!   query and the output's accumulator forward; the query, output gradient and query
+//!   gradient; or the key, value and their gradients). A row's lanes add their dot products
+//!   by a butterfly of subgroup shuffles, so each holds the same sums and the same softmax
+//!   statistics. Invocations past the last row compute on zeros (every lane must reach the
+//!   shuffles) and store nothing.
 //! - **Staging.** Each step the group copies the next block of the other side's rows (keys
 //!   and values, or queries, output gradients, log-sum-exps and deltas) into shared memory:
-//!   invocation `t` copies elements `t`, `t + rows`, …, so consecutive invocations read
+//!   invocation `t` copies elements `t`, `t + threads`, …, so consecutive invocations read
 //!   consecutive features; rows past the end are zero. Every invocation then reads the same
 //!   staged element at once (a broadcast).
 //! - **Steps.** Forward: the block's scores into registers with their maximum, the
@@ -75,7 +78,7 @@ pub(super) fn print_kernel<D: KernelDialect>(
     super::print_stmts(d, &tree, 1, &mut body)?;
     Ok(Some(PrintedPass {
         shape: PassShape::Tiles(a.groups(k)),
-        threads: a.rows,
+        threads: a.threads(),
         body,
         dynamic_shared_bytes: 0,
     }))
@@ -165,6 +168,43 @@ impl<'a> Builder<'a> {
         self.a.rows as usize
     }
 
+    fn lanes(&self) -> usize {
+        self.a.lanes as usize
+    }
+
+    /// Invocations per group.
+    fn threads(&self) -> usize {
+        self.a.threads() as usize
+    }
+
+    /// The feature the invocation's register `at_f` holds: every `lanes`-th from its lane.
+    fn feature(&self) -> Expr<'static> {
+        match self.lanes() {
+            1 => var("at_f"),
+            l => var("at_lane") + var("at_f") * l,
+        }
+    }
+
+    /// `var` summed over the lanes of its row (a butterfly of shuffles: every lane ends with
+    /// the same sum, as float addition commutes).
+    fn over_lanes(&self, var_name: &str) -> Vec<Stmt<'a>> {
+        let mut out = Vec::new();
+        let mut m = 1;
+        while m < self.lanes() {
+            out.push(assign(
+                var(var_name),
+                bin(
+                    BinOp::Add,
+                    self.p,
+                    var(var_name),
+                    Expr::ShuffleXor(Box::new(var(var_name)), Box::new(Expr::from(m))),
+                ),
+            ));
+            m *= 2;
+        }
+        out
+    }
+
     /// The flat offset of the first feature of row `time` of a `[batch, heads, time,
     /// features]` array in the layout, whose time axis has `times` rows of `width`.
     fn row_offset(&self, time: Expr<'static>, times: usize, width: usize) -> Expr<'static> {
@@ -192,8 +232,9 @@ impl<'a> Builder<'a> {
             let_(
                 "at_row",
                 Ty::Index,
-                var("at_rb") * self.rows() + thread_index(),
+                var("at_rb") * self.rows() + thread_index() / self.lanes(),
             ),
+            let_("at_lane", Ty::Int, thread_index() % self.lanes()),
         ]
     }
 
@@ -220,7 +261,7 @@ impl<'a> Builder<'a> {
             Ty::Int,
             thread_index(),
             rows * width,
-            self.rows() as i64,
+            self.threads() as i64,
             vec![
                 let_mut("at_x", Ty::Compute(self.p), f(0.0, self.p)),
                 Stmt::If(time.lt(times), vec![assign(var("at_x"), load)]),
@@ -241,7 +282,7 @@ impl<'a> Builder<'a> {
             Ty::Int,
             thread_index(),
             self.a.block,
-            self.rows() as i64,
+            self.threads() as i64,
             vec![
                 let_mut("at_x", Ty::Compute(self.p), f(0.0, self.p)),
                 Stmt::If(time.lt(self.queries), vec![assign(var("at_x"), load)]),
@@ -250,12 +291,13 @@ impl<'a> Builder<'a> {
         )
     }
 
-    /// Reads `width` features of the invocation's row of `node` into the registers `name`.
+    /// Reads the invocation's features (see [`Builder::feature`]) of its row of `node` into
+    /// the registers `name`.
     fn load_row(&self, name: &str, node: &'a Tnode, times: usize, width: usize) -> Stmt<'a> {
-        let at = self.row_offset(var("at_row"), times, width) + var("at_f");
+        let at = self.row_offset(var("at_row"), times, width) + self.feature();
         unrolled(
             "at_f",
-            width,
+            width / self.lanes(),
             vec![assign(
                 item(name, var("at_f")),
                 Expr::Elem(node, At::Flat(Box::new(at))),
@@ -273,19 +315,20 @@ impl<'a> Builder<'a> {
         width: usize,
         divisor: Option<Expr<'static>>,
     ) -> Stmt<'a> {
-        let at = self.row_offset(var("at_row"), times, width) + var("at_f");
+        let at = self.row_offset(var("at_row"), times, width) + self.feature();
         let value = match divisor {
             Some(d) => bin(BinOp::Div, self.p, item(name, var("at_f")), d),
             None => item(name, var("at_f")),
         };
         unrolled(
             "at_f",
-            width,
+            width / self.lanes(),
             vec![Stmt::Store(node, At::Flat(Box::new(at)), value)],
         )
     }
 
-    /// `var = Σ_f a[f] · b[f]` over `width` features (`a`, `b`: items at `at_f`).
+    /// `var = Σ_f a[f] · b[f]` over `width` features (`a`, `b`: the invocation's items at
+    /// register `at_f`), summed over the row's lanes.
     fn dot(
         &self,
         var_name: &str,
@@ -293,14 +336,25 @@ impl<'a> Builder<'a> {
         b: Expr<'static>,
         width: usize,
     ) -> Vec<Stmt<'a>> {
-        vec![
+        let mut out = vec![
             let_mut(var_name, Ty::Compute(self.p), f(0.0, self.p)),
             unrolled(
                 "at_f",
-                width,
+                width / self.lanes(),
                 vec![assign(var(var_name), fma(self.p, var(var_name), a, b))],
             ),
-        ]
+        ];
+        out.extend(self.over_lanes(var_name));
+        out
+    }
+
+    /// The registers `name` of a row of `width` features, zeroed.
+    fn zero_regs(&self, name: &str, width: usize) -> Stmt<'a> {
+        unrolled(
+            "at_f",
+            width / self.lanes(),
+            vec![assign(item(name, var("at_f")), f(0.0, self.p))],
+        )
     }
 
     /// `at_keep`: the dropout factor of query `query` on key `key` (1 without dropout).
@@ -346,7 +400,7 @@ impl<'a> Builder<'a> {
     }
 
     /// The loop over the blocks of keys a block of query rows sees: each step stages the
-    /// block's keys and values, then runs `step` on the invocations of live rows.
+    /// block's keys and values, then runs `step` on every invocation.
     fn over_key_blocks(&self, step: Vec<Stmt<'a>>) -> Stmt<'a> {
         let spec = self.a.spec();
         let (bk, dq, dv) = (self.a.block, self.features, self.value_features);
@@ -361,7 +415,9 @@ impl<'a> Builder<'a> {
                 self.stage("at_ks", &spec.k, var("at_kb"), self.keys, dq),
                 self.stage("at_vs", &spec.v, var("at_kb"), self.keys, dv),
                 Stmt::Barrier(Barrier::Shared),
-                Stmt::If(var("at_row").lt(self.queries), step),
+                // Every invocation computes (rows past the end on zeros): the lanes of a row
+                // combine their sums by shuffles, which every lane of a subgroup must reach.
+                Stmt::Block(step),
             ],
         )
     }
@@ -374,7 +430,7 @@ impl<'a> Builder<'a> {
         let score = self.dot(
             "at_dot",
             item("at_q", var("at_f")),
-            item("at_ks", var("at_j") * dq + var("at_f")),
+            item("at_ks", var("at_j") * dq + self.feature()),
             dq,
         );
         let mut scores = score;
@@ -413,14 +469,14 @@ impl<'a> Builder<'a> {
             ),
             unrolled(
                 "at_f",
-                dv,
+                dv / self.lanes(),
                 vec![assign(
                     item("at_acc", var("at_f")),
                     fma(
                         p,
                         item("at_acc", var("at_f")),
                         var("at_wk"),
-                        item("at_vs", var("at_j") * dv + var("at_f")),
+                        item("at_vs", var("at_j") * dv + self.feature()),
                     ),
                 )],
             ),
@@ -439,7 +495,7 @@ impl<'a> Builder<'a> {
             ),
             unrolled(
                 "at_f",
-                dv,
+                dv / self.lanes(),
                 vec![assign(
                     item("at_acc", var("at_f")),
                     bin(BinOp::Mul, p, item("at_acc", var("at_f")), var("at_shrink")),
@@ -450,8 +506,8 @@ impl<'a> Builder<'a> {
         ];
         let mut tree = self.locate(self.queries);
         tree.extend([
-            array("at_q", Ty::Compute(p), dq, false),
-            array("at_acc", Ty::Compute(p), dv, false),
+            array("at_q", Ty::Compute(p), dq / self.lanes(), false),
+            array("at_acc", Ty::Compute(p), dv / self.lanes(), false),
             array("at_s", Ty::Compute(p), bk, false),
             array("at_ks", Ty::Compute(p), bk * dq, true),
             array("at_vs", Ty::Compute(p), bk * dv, true),
@@ -459,9 +515,10 @@ impl<'a> Builder<'a> {
             let_mut("at_l", Ty::Compute(p), f(0.0, p)),
             unrolled(
                 "at_f",
-                dv,
+                dv / self.lanes(),
                 vec![assign(item("at_acc", var("at_f")), f(0.0, p))],
             ),
+            self.zero_regs("at_q", dq),
             Stmt::If(
                 live(),
                 vec![self.load_row("at_q", &spec.q, self.queries, dq)],
@@ -469,14 +526,15 @@ impl<'a> Builder<'a> {
             self.over_key_blocks(step),
             Stmt::If(
                 live(),
-                vec![
-                    self.store_row("at_acc", out, self.queries, dv, Some(var("at_l"))),
-                    Stmt::Store(
-                        lse,
-                        At::Flat(Box::new(self.stat_offset(var("at_row"), self.queries))),
-                        bin(BinOp::Add, p, var("at_m"), un(UnOp::Log, p, var("at_l"))),
-                    ),
-                ],
+                vec![self.store_row("at_acc", out, self.queries, dv, Some(var("at_l")))],
+            ),
+            Stmt::If(
+                live().and(var("at_lane").equals(0i64)),
+                vec![Stmt::Store(
+                    lse,
+                    At::Flat(Box::new(self.stat_offset(var("at_row"), self.queries))),
+                    bin(BinOp::Add, p, var("at_m"), un(UnOp::Log, p, var("at_l"))),
+                )],
             ),
         ]);
         tree
@@ -552,13 +610,13 @@ impl<'a> Builder<'a> {
         let mut per_key = self.dot(
             "at_dot",
             item("at_q", var("at_f")),
-            item("at_ks", var("at_j") * dq + var("at_f")),
+            item("at_ks", var("at_j") * dq + self.feature()),
             dq,
         );
         per_key.extend(self.dot(
             "at_dp",
             item("at_do", var("at_f")),
-            item("at_vs", var("at_j") * dv + var("at_f")),
+            item("at_vs", var("at_j") * dv + self.feature()),
             dv,
         ));
         per_key.extend(self.weight(
@@ -570,14 +628,14 @@ impl<'a> Builder<'a> {
         per_key.push(self.score_grad(var("at_delta")));
         per_key.push(unrolled(
             "at_f",
-            dq,
+            dq / self.lanes(),
             vec![assign(
                 item("at_dq", var("at_f")),
                 fma(
                     p,
                     item("at_dq", var("at_f")),
                     var("at_ds"),
-                    item("at_ks", var("at_j") * dq + var("at_f")),
+                    item("at_ks", var("at_j") * dq + self.feature()),
                 ),
             )],
         ));
@@ -589,18 +647,20 @@ impl<'a> Builder<'a> {
         };
         let mut tree = self.locate(self.queries);
         tree.extend([
-            array("at_q", Ty::Compute(p), dq, false),
-            array("at_do", Ty::Compute(p), dv, false),
-            array("at_dq", Ty::Compute(p), dq, false),
+            array("at_q", Ty::Compute(p), dq / self.lanes(), false),
+            array("at_do", Ty::Compute(p), dv / self.lanes(), false),
+            array("at_dq", Ty::Compute(p), dq / self.lanes(), false),
             array("at_ks", Ty::Compute(p), bk * dq, true),
             array("at_vs", Ty::Compute(p), bk * dv, true),
             let_mut("at_lse", Ty::Compute(p), f(0.0, p)),
             let_mut("at_delta", Ty::Compute(p), f(0.0, p)),
             unrolled(
                 "at_f",
-                dq,
+                dq / self.lanes(),
                 vec![assign(item("at_dq", var("at_f")), f(0.0, p))],
             ),
+            self.zero_regs("at_q", dq),
+            self.zero_regs("at_do", dv),
             Stmt::If(
                 live(),
                 vec![
@@ -633,7 +693,7 @@ impl<'a> Builder<'a> {
         let query = || var("at_qb") + var("at_j");
         let mut per_query = self.dot(
             "at_dot",
-            item("at_qs", var("at_j") * dq + var("at_f")),
+            item("at_qs", var("at_j") * dq + self.feature()),
             item("at_k", var("at_f")),
             dq,
         );
@@ -646,14 +706,14 @@ impl<'a> Builder<'a> {
         let accumulate = |acc: &str, coeff: &str, staged: &str, width: usize| {
             unrolled(
                 "at_f",
-                width,
+                width / self.lanes(),
                 vec![assign(
                     item(acc, var("at_f")),
                     fma(
                         p,
                         item(acc, var("at_f")),
                         var(coeff),
-                        item(staged, var("at_j") * width + var("at_f")),
+                        item(staged, var("at_j") * width + self.feature()),
                     ),
                 )],
             )
@@ -664,7 +724,7 @@ impl<'a> Builder<'a> {
         if grad_k.is_some() {
             per_query.extend(self.dot(
                 "at_dp",
-                item("at_dos", var("at_j") * dv + var("at_f")),
+                item("at_dos", var("at_j") * dv + self.feature()),
                 item("at_v", var("at_f")),
                 dv,
             ));
@@ -678,6 +738,7 @@ impl<'a> Builder<'a> {
             Expr::Int(0)
         };
         let mut tree = self.locate(self.keys);
+        let mut zeroed = vec![self.zero_regs("at_k", dq)];
         let mut loads = vec![self.load_row("at_k", &spec.k, self.keys, dq)];
         let mut staging = vec![
             Stmt::Barrier(Barrier::Shared),
@@ -687,32 +748,33 @@ impl<'a> Builder<'a> {
         ];
         let mut stores = Vec::new();
         tree.extend([
-            array("at_k", Ty::Compute(p), dq, false),
+            array("at_k", Ty::Compute(p), dq / self.lanes(), false),
             array("at_qs", Ty::Compute(p), bq * dq, true),
             array("at_dos", Ty::Compute(p), bq * dv, true),
             array("at_ls", Ty::Compute(p), bq, true),
         ]);
         if let Some(grad_k) = grad_k {
             tree.extend([
-                array("at_v", Ty::Compute(p), dv, false),
-                array("at_dk", Ty::Compute(p), dq, false),
+                array("at_v", Ty::Compute(p), dv / self.lanes(), false),
+                array("at_dk", Ty::Compute(p), dq / self.lanes(), false),
                 array("at_dl", Ty::Compute(p), bq, true),
                 unrolled(
                     "at_f",
-                    dq,
+                    dq / self.lanes(),
                     vec![assign(item("at_dk", var("at_f")), f(0.0, p))],
                 ),
             ]);
+            zeroed.push(self.zero_regs("at_v", dv));
             loads.push(self.load_row("at_v", &spec.v, self.keys, dv));
             staging.push(self.stage_stat("at_dl", delta, var("at_qb")));
             stores.push(self.store_row("at_dk", grad_k, self.keys, dq, None));
         }
         if let Some(grad_v) = grad_v {
             tree.extend([
-                array("at_dv", Ty::Compute(p), dv, false),
+                array("at_dv", Ty::Compute(p), dv / self.lanes(), false),
                 unrolled(
                     "at_f",
-                    dv,
+                    dv / self.lanes(),
                     vec![assign(item("at_dv", var("at_f")), f(0.0, p))],
                 ),
             ]);
@@ -720,8 +782,10 @@ impl<'a> Builder<'a> {
         }
         staging.extend([
             Stmt::Barrier(Barrier::Shared),
-            Stmt::If(live(), vec![range("at_j", Ty::Int, 0i64, bq, 1, per_query)]),
+            // Every invocation computes (keys past the end on zeros), as in the forward.
+            range("at_j", Ty::Int, 0i64, bq, 1, per_query),
         ]);
+        tree.extend(zeroed);
         tree.extend([
             Stmt::If(live(), loads),
             range("at_qb", Ty::Index, first, self.queries, bq as i64, staging),

@@ -203,6 +203,9 @@ pub(crate) enum Expr<'a> {
     Step(Accumulation<'a>, Box<Expr<'a>>),
     /// The value of the lane `offset` further down the subgroup.
     ShuffleDown(Box<Expr<'a>>, Box<Expr<'a>>),
+    /// The value of the lane whose index is this lane's exclusive-or `mask` (a butterfly
+    /// step: both lanes of a pair read each other's), every lane of the subgroup taking part.
+    ShuffleXor(Box<Expr<'a>>, Box<Expr<'a>>),
     /// A global element's storage bits (a 16-bit factor element staged for the matrix units).
     Bits(&'a Tnode, At<'a>),
     /// An `f32` value rounded to TF32, as the word a matrix fragment holds.
@@ -491,6 +494,9 @@ pub(crate) trait KernelDialect {
     fn mul_add(&self, fused: bool, acc: &str, x: &str, y: &str) -> String;
     /// The subgroup shuffle down (only where [`GpuDialect::subgroup`] is set).
     fn shuffle_down(&self, value: &str, offset: &str) -> String;
+    /// The subgroup shuffle by exclusive-or of the lane index (only where
+    /// [`GpuDialect::subgroup`] is set).
+    fn shuffle_xor(&self, value: &str, mask: &str) -> String;
     /// A barrier.
     fn barrier(&self, b: Barrier) -> &'static str;
     /// A constant of `p`'s compute precision.
@@ -851,6 +857,13 @@ fn print_expr<D: KernelDialect>(
                 print_expr(d, s, depth, prelude)?,
             );
             d.shuffle_down(&v, &s)
+        }
+        Expr::ShuffleXor(v, m) => {
+            let (v, m) = (
+                print_expr(d, v, depth, prelude)?,
+                print_expr(d, m, depth, prelude)?,
+            );
+            d.shuffle_xor(&v, &m)
         }
         Expr::Bits(tn, at) => {
             let name = d.node(tn)?;

@@ -137,6 +137,10 @@ impl KernelDialect for PassRenderer<'_> {
         format!("subgroupShuffleDown({value}, u32({offset}))")
     }
 
+    fn shuffle_xor(&self, value: &str, mask: &str) -> String {
+        format!("subgroupShuffleXor({value}, u32({mask}))")
+    }
+
     fn barrier(&self, b: Barrier) -> &'static str {
         match b {
             Barrier::Shared => DIALECT.barrier,

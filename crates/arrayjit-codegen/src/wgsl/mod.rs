@@ -269,25 +269,28 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
         // indices): where its backward needs more than a pass may bind, the key and value
         // gradients take launches of their own; where it still does, its loops are split and
         // planned piece by piece.
+        // WGSL kernels use no subgroup shuffles: one invocation per row.
         let attention = match recorded {
-            GpuPass::Attention(a) => attention_within(a, target.max_bindings),
+            GpuPass::Attention(a) => attention_within(&a.with_one_lane(), target.max_bindings),
             _ => None,
         };
         let attention_fits = attention.is_some();
-        let separated;
+        let adjusted;
         let (recorded, recorded_why) = match attention {
-            Some(a) if a.separate_key_grads => {
-                separated = GpuPass::Attention(a);
-                (
-                    &separated,
+            Some(a) => {
+                let why = if a.separate_key_grads {
                     format!(
                         "{recorded_why}; the key and value gradients in launches of their own, \
                          each binding at most {} arrays",
                         target.max_bindings
-                    ),
-                )
+                    )
+                } else {
+                    recorded_why
+                };
+                adjusted = GpuPass::Attention(a);
+                (&adjusted, why)
             }
-            _ => (recorded, recorded_why),
+            None => (recorded, recorded_why),
         };
         if attention_fits {
             pieces.push(Cow::Borrowed(stmt));

@@ -30,24 +30,35 @@ use crate::prec::Prec;
 
 use super::GpuLimits;
 
-/// Invocations (rows) per group where the groups fill the device.
+/// Rows per group where the groups fill the device.
 pub const ATTENTION_ROWS: u32 = 64;
-/// Invocations per group where 64-row groups would leave the device idle.
-pub const ATTENTION_MIN_ROWS: u32 = 32;
+/// The fewest rows per group (where larger groups would leave the device idle).
+pub const ATTENTION_MIN_ROWS: u32 = 8;
+/// The fewest invocations per group (rows × lanes) where larger groups would leave the device
+/// idle: a warp.
+pub const ATTENTION_GROUP_INVOCATIONS: u32 = 32;
 /// The most keys (or queries) staged per step.
 pub const ATTENTION_MAX_BLOCK: usize = 64;
 /// The fewest keys staged per step: below, a head is too wide for the group's shared memory.
 pub const ATTENTION_MIN_BLOCK: usize = 8;
 /// The widest query, key or value row an invocation keeps in registers (with its accumulator).
 pub const ATTENTION_MAX_FEATURES: usize = 128;
+/// The most invocations per row.
+pub const ATTENTION_MAX_LANES: u32 = 4;
+/// The most invocations per group (rows × lanes).
+pub const MAX_ATTENTION_THREADS: u32 = 256;
 
 /// How one pass of fused attention runs on a GPU (see the module documentation).
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuAttention {
     /// The pass.
     pub op: Arc<AttentionOp>,
-    /// Invocations per group: one query row each (one key each in the key gradients' launch).
+    /// Rows per group: query rows (keys in the key gradients' launch).
     pub rows: u32,
+    /// Invocations per row (1, 2 or 4: neighbours in one subgroup), each holding every
+    /// `lanes`-th feature of the row's vectors; their dot products combine by shuffles, so
+    /// every lane holds the same sums. More invocations and fewer registers each.
+    pub lanes: u32,
     /// Keys (queries, in the key gradients' launch) staged in shared memory per step.
     pub block: usize,
     /// The backward pass computes the key gradients and the value gradients in launches of
@@ -125,31 +136,57 @@ impl GpuAttention {
                 d.features, d.value_features, limits.max_shared_bytes
             ));
         }
+        // Lanes per row: where the device shuffles within subgroups, as many (up to
+        // ATTENTION_MAX_LANES) as divide the subgroup and both rows' features.
+        let mut lanes = 1;
+        while lanes < ATTENTION_MAX_LANES
+            && limits.subgroup_size >= 2 * lanes
+            && limits.subgroup_size.is_multiple_of(2 * lanes)
+            && d.features.is_multiple_of(2 * lanes as usize)
+            && d.value_features.is_multiple_of(2 * lanes as usize)
+        {
+            lanes *= 2;
+        }
         let cap = limits.max_group_invocations.max(1);
         let most = ATTENTION_ROWS.min(1 << (31 - cap.leading_zeros()));
+        while lanes > 1 && most * lanes > cap.min(MAX_ATTENTION_THREADS) {
+            lanes /= 2;
+        }
         let mut plan = GpuAttention {
             op: op.clone(),
             rows: most,
+            lanes,
             block,
             separate_key_grads: false,
         };
+        // Fewer rows per group where the groups would leave the device idle, down to groups
+        // of one warp (32 invocations, or the group limit) and at least 8 rows.
         let busy = limits.busy_groups();
+        let fewest = (ATTENTION_GROUP_INVOCATIONS.min(cap) / lanes).max(ATTENTION_MIN_ROWS);
         let mut smaller = String::new();
-        if plan.groups(0) < busy && most > ATTENTION_MIN_ROWS {
-            plan.rows = ATTENTION_MIN_ROWS;
+        let larger_groups = plan.groups(0);
+        while plan.groups(0) < busy && plan.rows / 2 >= fewest {
+            plan.rows /= 2;
+        }
+        if plan.rows < most {
             smaller = format!(
-                " (groups of {most} would make {} groups, fewer than the {busy} that keep the \
-                 device busy)",
-                GpuAttention {
-                    rows: most,
-                    ..plan.clone()
-                }
-                .groups(0)
+                " (groups of {most} rows would make {larger_groups} groups, fewer than the \
+                 {busy} that keep the device busy; groups of {} make {})",
+                plan.rows,
+                plan.groups(0)
             );
         }
+        let lanes_why = if plan.lanes > 1 {
+            format!(
+                " of {} invocations each (their dot products combined by subgroup shuffles)",
+                plan.lanes
+            )
+        } else {
+            String::new()
+        };
         let why = format!(
-            "{}: {} launch(es) of FlashAttention-2's split, groups of {} rows{smaller}, {} keys \
-             staged in {} of {} bytes of shared memory at a time{}",
+            "{}: {} launch(es) of FlashAttention-2's split, groups of {} rows{lanes_why}{smaller}, \
+             {} keys staged in {} of {} bytes of shared memory at a time{}",
             op.describe(),
             plan.launches(),
             plan.rows,
@@ -163,6 +200,19 @@ impl GpuAttention {
             }
         );
         Ok((plan, why))
+    }
+
+    /// Invocations per group: rows × lanes.
+    pub fn threads(&self) -> u32 {
+        self.rows * self.lanes
+    }
+
+    /// This pass with one invocation per row (for a dialect without subgroup shuffles).
+    pub fn with_one_lane(&self) -> GpuAttention {
+        GpuAttention {
+            lanes: 1,
+            ..self.clone()
+        }
     }
 
     /// The attention's spec.
@@ -273,9 +323,10 @@ impl fmt::Display for GpuAttention {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "GPU {}: groups of {} rows, {} keys staged per step",
+            "GPU {}: groups of {} rows × {} lane(s), {} keys staged per step",
             self.op.describe(),
             self.rows,
+            self.lanes,
             self.block
         )
     }

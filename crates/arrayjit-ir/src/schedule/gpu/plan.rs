@@ -281,7 +281,7 @@ impl GpuPlan {
                     (
                         "attention",
                         a.groups(0),
-                        a.rows,
+                        a.threads(),
                         d.keys.max(d.queries) as u64,
                     )
                 }

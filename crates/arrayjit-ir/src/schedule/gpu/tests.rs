@@ -629,14 +629,25 @@ fn attention_passes_are_planned_from_the_limits() {
         let (_op, nest) = attention_nest(prec, batch, heads, time, features);
         GpuAttention::plan(&nest, limits).expect("a whole pass")
     };
-    // GPT-2 small at T = 1024, batch 4: 48 heads × 16 blocks of 64 rows fill 264 groups.
+    // GPT-2 small at T = 1024, batch 4: 48 heads × 16 blocks of 64 rows fill 264 groups; a
+    // row's 64 features on 4 lanes of a warp.
     let (a, why) = plan(Prec::F32, 4, 12, 1024, 64, &h100()).unwrap();
-    assert_eq!((a.rows, a.block, a.groups(0)), (64, 64, 768), "{why}");
+    assert_eq!(
+        (a.rows, a.lanes, a.threads(), a.block, a.groups(0)),
+        (64, 4, 256, 64, 768),
+        "{why}"
+    );
     assert!(why.contains("FlashAttention-2"), "{why}");
-    // One head: 64-row groups would be 16.
+    // One head: 64-row groups would be 16; groups of one warp (8 rows × 4 lanes) make 128.
     let (a, why) = plan(Prec::F32, 1, 1, 1024, 64, &h100()).unwrap();
-    assert_eq!((a.rows, a.groups(0)), (32, 32), "{why}");
+    assert_eq!((a.rows, a.threads(), a.groups(0)), (8, 32, 128), "{why}");
     assert!(why.contains("fewer than the 264"), "{why}");
+    // Features that 4 lanes do not divide take fewer lanes.
+    let (a, _) = plan(Prec::F32, 4, 12, 256, 6, &h100()).unwrap();
+    assert_eq!(a.lanes, 2);
+    // Without subgroups (WebGPU's portable limits) one lane, groups of at least 32 rows.
+    let (a, _) = plan(Prec::F32, 1, 1, 1024, 64, &GpuLimits::portable()).unwrap();
+    assert_eq!((a.rows, a.lanes), (32, 1));
     // WebGPU's 16 KiB: 16 rows of 64 + 64 + 2 f32 features per step; bf16 inputs too.
     let (a, _) = plan(Prec::F32, 4, 12, 256, 64, &GpuLimits::portable()).unwrap();
     assert_eq!(a.block, 16);
