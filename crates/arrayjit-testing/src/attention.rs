@@ -159,7 +159,7 @@ pub fn attention_cases() -> Result<Vec<Case>> {
             true,
             Some(0.5),
         )?,
-        // Several blocks of queries and keys (the CPU helper's 96 × 128), neither size a
+        // Several blocks of queries and keys (the CPU helper's 128 × 128), neither size a
         // multiple of a block, causal and not.
         attention_case(
             "attention_causal_blocks",

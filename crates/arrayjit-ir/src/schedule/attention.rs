@@ -30,13 +30,17 @@ pub struct AttentionPlan {
     pub blocking: Blocking,
 }
 
-/// Query rows per block: a multiple of the register tiles' rows (12 on AVX-512, 6 or 8 on
-/// AVX2) and columns (32 or 16). Measured on the Xeon (6/207), forward + backward of batch 4,
-/// 12 heads of 64, T = 1024 on one core: 32 × 64 blocks took 386–435 ms, 48 × 128 385 ms,
-/// 96 × 128 329–338 ms, 128 × 128 325–337 ms, 96 × 256 339–345 ms, 192 × 128 343–349 ms (the
-/// block products' calls, packing and tile edges weigh less in larger blocks; past these the
-/// scores of a block leave L2 and the causal diagonal wastes more).
-pub const ATTENTION_BLOCK_QUERIES: usize = 96;
+/// Query rows per block: a multiple of the register tiles' columns (32 or 16) and of whole
+/// cache lines, so that every block's rows of the transposed queries start on a line.
+/// Measured on the Xeon (6/207), forward + backward of batch 4, 12 heads of 64, T = 1024 on one
+/// core, first with the transposes' rows in one L1 set: 32 × 64 blocks took 386–435 ms,
+/// 48 × 128 385 ms, 96 × 128 329–338 ms, 128 × 128 325–337 ms, 96 × 256 339–345 ms, 192 × 128
+/// 343–349 ms; then with them spread: 96 × 128 306–321 ms, 120 × 128 314–316, 128 × 128
+/// 286–293, 144 × 128 318–327, 128 × 256 297–301, 128 × 64 327–359; at T = 4096 96 and 128
+/// rows alike (3930 ms). Larger blocks pack the keys and values fewer times and call the block
+/// products less often; past these the scores of a block leave L2 and the causal diagonal
+/// wastes more.
+pub const ATTENTION_BLOCK_QUERIES: usize = 128;
 /// Keys per block (a multiple of 16: the row maxima and sums run over 16 lanes).
 pub const ATTENTION_BLOCK_KEYS: usize = 128;
 
