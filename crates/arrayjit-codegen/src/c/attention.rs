@@ -149,18 +149,45 @@ static void aj_att_transpose(float *restrict dst, const float *src, int64_t stri
   }
 }
 
-/* Forward of (b, h) = unit u: its keys transposed once, then each block of query rows against
-   the blocks of keys it sees. */
+/* Whether a unit packs its keys and values once for all its blocks' products (their depths
+   within the product helper's depth block, its key blocks whole panels). */
+static inline int aj_att_packs(int64_t E, int64_t Ev) {
+  return E <= AJ_ATT_KC && Ev <= AJ_ATT_KC && AJ_ATT_BK <= AJ_ATT_KC && AJ_ATT_BQ <= AJ_ATT_KC
+    && AJ_ATT_BK % AJ_ATT_NR == 0 && AJ_ATT_BQ % AJ_ATT_NR == 0;
+}
+
+/* Floats of a forward unit's keys: packed once (Kᵀ in panels, then each block of values), or
+   transposed. */
+static int64_t aj_att_forward_keys(int64_t Tk, int64_t E, int64_t Ev) {
+  const int64_t blocks = (Tk + AJ_ATT_BK - 1) / AJ_ATT_BK;
+  const int64_t packed = AJ_ATT_PACKED_SIZE(E, Tk) + blocks * AJ_ATT_PACKED_SIZE(AJ_ATT_BK, Ev);
+  const int64_t transposed = E * aj_att_ld(Tk);
+  return packed > transposed ? packed : transposed;
+}
+
+/* Forward of (b, h) = unit u: its keys and values packed once for the block products (or its
+   keys transposed, where they cannot be), then each block of query rows against the blocks of
+   keys it sees. */
 static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
   const aj_att_head a = aj_att_head_of(c, u);
   const int64_t Tq = a.Tq, Tk = a.Tk, E = a.E, Ev = a.Ev, BQ = AJ_ATT_BQ, BK = AJ_ATT_BK;
   const float *qp = c->q + a.qo, *kp = c->k + a.ko, *vp = c->v + a.vo;
   float *op = c->out + a.oo;
   const int64_t ldk = aj_att_ld(Tk);
-  float *restrict kt = buf, *restrict s = kt + E * ldk, *restrict acc = s + BQ * BK;
+  const int packed = aj_att_packs(E, Ev);
+  float *restrict kt = buf, *restrict s = kt + aj_att_forward_keys(Tk, E, Ev), *restrict acc = s + BQ * BK;
   float *restrict m = acc + BQ * Ev, *restrict l = m + BQ;
+  /* Packed: Kᵀ's panels (a key block's start at k0 / nr panels), then each key block's values. */
+  float *restrict vpk = kt + (packed ? AJ_ATT_PACKED_SIZE(E, Tk) : 0);
+  const int64_t kpanel = AJ_ATT_PACKED_SIZE(E, AJ_ATT_NR), vblock = AJ_ATT_PACKED_SIZE(BK, Ev);
   const float scale = c->scale;
-  aj_att_transpose(kt, kp, a.kst, Tk, E);
+  if (packed) {
+    AJ_ATT_PACK(kt, kp, 1, a.kst, E, Tk);
+    for (int64_t k0 = 0; k0 < Tk; k0 += BK)
+      AJ_ATT_PACK(vpk + k0 / BK * vblock, vp + k0 * a.vst, a.vst, 1, Tk - k0 < BK ? Tk - k0 : BK, Ev);
+  } else {
+    aj_att_transpose(kt, kp, a.kst, Tk, E);
+  }
   for (int64_t t0 = 0; t0 < Tq; t0 += BQ) {
     const int64_t rows = Tq - t0 < BQ ? Tq - t0 : BQ;
     for (int64_t i = 0; i < rows; ++i) { m[i] = -1e30f; l[i] = 0.0f; }
@@ -168,8 +195,14 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
     const int64_t kend = c->causal ? (t0 + rows < Tk ? t0 + rows : Tk) : Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += BK) {
       const int64_t kn = kend - k0 < BK ? kend - k0 : BK;
-      /* S = Q_block · K_blockᵀ, Kᵀ read row-major from kt */
-      AJ_ATT_GEMM(rows, kn, E, qp + t0 * a.qst, a.qst, 1, kt + k0, ldk, 1, s, BK, 1, 1);
+      /* The values' block was packed whole: a block cut short by the causal end (queries and
+         keys of different lengths) multiplies unpacked. */
+      const int whole = kn == (Tk - k0 < BK ? Tk - k0 : BK);
+      /* S = Q_block · K_blockᵀ */
+      if (!packed || AJ_ATT_TIMES_PACKED(rows, kn, E, qp + t0 * a.qst, a.qst, 1, kt + k0 / AJ_ATT_NR * kpanel, s, BK, 1, 1)) {
+        if (packed) AJ_ATT_GEMM(rows, kn, E, qp + t0 * a.qst, a.qst, 1, kp + k0 * a.kst, 1, a.kst, s, BK, 1, 1);
+        else AJ_ATT_GEMM(rows, kn, E, qp + t0 * a.qst, a.qst, 1, kt + k0, ldk, 1, s, BK, 1, 1);
+      }
       for (int64_t i = 0; i < rows; ++i) {
         float *restrict si = s + i * BK;
         /* Keys past the row (causal) or past the block take no part. */
@@ -192,7 +225,8 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
           for (int64_t j = 0; j < visible; ++j) si[j] *= aj_att_keep(c, &a, t0 + i, k0 + j);
       }
       /* acc += P · V_block */
-      AJ_ATT_GEMM(rows, Ev, kn, s, BK, 1, vp + k0 * a.vst, a.vst, 1, acc, Ev, 1, 0);
+      if (!packed || !whole || AJ_ATT_TIMES_PACKED(rows, Ev, kn, s, BK, 1, vpk + k0 / BK * vblock, acc, Ev, 1, 0))
+        AJ_ATT_GEMM(rows, Ev, kn, s, BK, 1, vp + k0 * a.vst, a.vst, 1, acc, Ev, 1, 0);
     }
     for (int64_t i = 0; i < rows; ++i) {
       float *restrict oi = op + (t0 + i) * a.ost;
@@ -202,6 +236,17 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       c->lse[a.bh * Tq + t0 + i] = m[i] + logf(l[i]);
     }
   }
+}
+
+/* Floats of a backward unit's queries: packed once (Qᵀ and dOᵀ in panels, each query block's
+   rows of dO and Q, one key block's rows of K), or Qᵀ and dOᵀ transposed. */
+static int64_t aj_att_backward_queries(int64_t Tq, int64_t E, int64_t Ev) {
+  const int64_t blocks = (Tq + AJ_ATT_BQ - 1) / AJ_ATT_BQ;
+  const int64_t packed = AJ_ATT_PACKED_SIZE(E, Tq) + AJ_ATT_PACKED_SIZE(Ev, Tq)
+    + blocks * (AJ_ATT_PACKED_SIZE(AJ_ATT_BQ, Ev) + AJ_ATT_PACKED_SIZE(AJ_ATT_BQ, E))
+    + AJ_ATT_PACKED_SIZE(AJ_ATT_BK, E);
+  const int64_t transposed = (E + Ev) * aj_att_ld(Tq);
+  return packed > transposed ? packed : transposed;
 }
 
 /* Backward of (b, h) = unit u (FlashAttention-2's order): per block of keys, per block of the
@@ -215,18 +260,38 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
   float *gqp = c->g1 + a.qo, *gkp = c->g2 + a.ko, *gvp = c->g3 + a.vo;
   const float *lse = c->lse_in + a.bh * Tq, *delta = c->delta + a.bh * Tq;
   const int64_t ldq = aj_att_ld(Tq);
-  float *restrict qt = buf, *restrict got = qt + E * ldq, *restrict st = got + Ev * ldq;
+  const int packed = aj_att_packs(E, Ev);
+  float *restrict qt = buf, *restrict got = qt + E * ldq, *restrict st = buf + aj_att_backward_queries(Tq, E, Ev);
   float *restrict dpt = st + BK * BQ, *restrict dk = dpt + BK * BQ, *restrict dv = dk + BK * E;
+  /* Packed: Qᵀ's and dOᵀ's panels (a query block's start at t0 / nr panels), each query
+     block's rows of dO and of Q, and the current key block's rows of K. */
+  const int64_t qpanel = AJ_ATT_PACKED_SIZE(E, AJ_ATT_NR), opanel = AJ_ATT_PACKED_SIZE(Ev, AJ_ATT_NR);
+  const int64_t oblock = AJ_ATT_PACKED_SIZE(BQ, Ev), qblock = AJ_ATT_PACKED_SIZE(BQ, E);
+  float *restrict qtp = buf, *restrict otp = qtp + AJ_ATT_PACKED_SIZE(E, Tq);
+  float *restrict obp = otp + AJ_ATT_PACKED_SIZE(Ev, Tq);
+  float *restrict qbp = obp + (Tq + BQ - 1) / BQ * oblock;
+  float *restrict kbp = qbp + (Tq + BQ - 1) / BQ * qblock;
   float lq[AJ_ATT_BQ], dq[AJ_ATT_BQ];
   const float scale = c->scale;
-  aj_att_transpose(qt, qp, a.qst, Tq, E);
-  aj_att_transpose(got, gop, a.ost, Tq, Ev);
+  if (packed) {
+    AJ_ATT_PACK(qtp, qp, 1, a.qst, E, Tq);
+    AJ_ATT_PACK(otp, gop, 1, a.ost, Ev, Tq);
+    for (int64_t t0 = 0; t0 < Tq; t0 += BQ) {
+      const int64_t rn = Tq - t0 < BQ ? Tq - t0 : BQ;
+      AJ_ATT_PACK(obp + t0 / BQ * oblock, gop + t0 * a.ost, a.ost, 1, rn, Ev);
+      AJ_ATT_PACK(qbp + t0 / BQ * qblock, qp + t0 * a.qst, a.qst, 1, rn, E);
+    }
+  } else {
+    aj_att_transpose(qt, qp, a.qst, Tq, E);
+    aj_att_transpose(got, gop, a.ost, Tq, Ev);
+  }
   for (int64_t t = 0; t < Tq; ++t)
     for (int64_t e = 0; e < E; ++e) gqp[t * a.qst + e] = 0.0f;
   for (int64_t s0 = 0; s0 < Tk; s0 += BK) {
     const int64_t keys = Tk - s0 < BK ? Tk - s0 : BK;
     for (int64_t i = 0; i < keys * E; ++i) dk[i] = 0.0f;
     for (int64_t i = 0; i < keys * Ev; ++i) dv[i] = 0.0f;
+    if (packed) AJ_ATT_PACK(kbp, kp + s0 * a.kst, a.kst, 1, keys, E);
     /* Causal: rows before the block's first key see none of its keys. */
     const int64_t tstart = c->causal ? (s0 < Tq ? s0 / BQ * BQ : Tq) : 0;
     for (int64_t t0 = tstart; t0 < Tq; t0 += BQ) {
@@ -236,8 +301,14 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         dq[i] = i < rn ? delta[t0 + i] : 0.0f;
       }
       /* Sᵀ = K_block · Q_blockᵀ, dPᵀ = V_block · dO_blockᵀ (row j: key s0 + j) */
-      AJ_ATT_GEMM(keys, rn, E, kp + s0 * a.kst, a.kst, 1, qt + t0, ldq, 1, st, BQ, 1, 1);
-      AJ_ATT_GEMM(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, got + t0, ldq, 1, dpt, BQ, 1, 1);
+      if (!packed || AJ_ATT_TIMES_PACKED(keys, rn, E, kp + s0 * a.kst, a.kst, 1, qtp + t0 / AJ_ATT_NR * qpanel, st, BQ, 1, 1)) {
+        if (packed) AJ_ATT_GEMM(keys, rn, E, kp + s0 * a.kst, a.kst, 1, qp + t0 * a.qst, 1, a.qst, st, BQ, 1, 1);
+        else AJ_ATT_GEMM(keys, rn, E, kp + s0 * a.kst, a.kst, 1, qt + t0, ldq, 1, st, BQ, 1, 1);
+      }
+      if (!packed || AJ_ATT_TIMES_PACKED(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, otp + t0 / AJ_ATT_NR * opanel, dpt, BQ, 1, 1)) {
+        if (packed) AJ_ATT_GEMM(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, gop + t0 * a.ost, 1, a.ost, dpt, BQ, 1, 1);
+        else AJ_ATT_GEMM(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, got + t0, ldq, 1, dpt, BQ, 1, 1);
+      }
       for (int64_t j = 0; j < keys; ++j) {
         /* Causal: rows t >= s see key s. */
         const int64_t first = c->causal ? (s0 + j - t0 > 0 ? s0 + j - t0 : 0) : 0;
@@ -261,9 +332,12 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         }
       }
       /* dV += Pᵀ · dO_block, dK += dSᵀ · Q_block, dQ_block += dS · K_block */
-      AJ_ATT_GEMM(keys, Ev, rn, st, BQ, 1, gop + t0 * a.ost, a.ost, 1, dv, Ev, 1, 0);
-      AJ_ATT_GEMM(keys, E, rn, dpt, BQ, 1, qp + t0 * a.qst, a.qst, 1, dk, E, 1, 0);
-      AJ_ATT_GEMM(rn, E, keys, dpt, 1, BQ, kp + s0 * a.kst, a.kst, 1, gqp + t0 * a.qst, a.qst, 1, 0);
+      if (!packed || AJ_ATT_TIMES_PACKED(keys, Ev, rn, st, BQ, 1, obp + t0 / BQ * oblock, dv, Ev, 1, 0))
+        AJ_ATT_GEMM(keys, Ev, rn, st, BQ, 1, gop + t0 * a.ost, a.ost, 1, dv, Ev, 1, 0);
+      if (!packed || AJ_ATT_TIMES_PACKED(keys, E, rn, dpt, BQ, 1, qbp + t0 / BQ * qblock, dk, E, 1, 0))
+        AJ_ATT_GEMM(keys, E, rn, dpt, BQ, 1, qp + t0 * a.qst, a.qst, 1, dk, E, 1, 0);
+      if (!packed || AJ_ATT_TIMES_PACKED(rn, E, keys, dpt, 1, BQ, kbp, gqp + t0 * a.qst, a.qst, 1, 0))
+        AJ_ATT_GEMM(rn, E, keys, dpt, 1, BQ, kp + s0 * a.kst, a.kst, 1, gqp + t0 * a.qst, a.qst, 1, 0);
     }
     for (int64_t j = 0; j < keys; ++j) {
       for (int64_t e = 0; e < E; ++e) gkp[(s0 + j) * a.kst + e] = dk[j * E + e];
@@ -336,7 +410,8 @@ static void aj_att_chunk(void *ctx, int64_t index) {
 #ifdef AJ_ATT_FORCE_ROWS /* to check the row-by-row passes: compile with -DAJ_ATT_FORCE_ROWS */
   float *buf = 0;
 #else
-  float *buf = (float *)malloc((size_t)job->buf_floats * sizeof(float));
+  /* Whole cache lines: the packed panels in it are read by aligned vector loads. */
+  float *buf = (float *)aligned_alloc(64, ((size_t)job->buf_floats * sizeof(float) + 63) / 64 * 64);
 #endif
   for (int64_t u = index; u < job->c->units; u += job->c->workers) {
     if (buf) job->unit(job->c, u, buf); else job->rows(job->c, u);
@@ -355,13 +430,13 @@ static void aj_att_run(aj_att_ctx *c, aj_att_unit_fn unit, aj_att_rows_fn rows, 
 __attribute__((visibility("hidden"))) void AJ_ATT_FORWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, AJ_ATT_DROPOUT_PARAMS, float *out, float *lse, const aj_par *par) {
   aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, 0, 0, 0, out, lse, 0, 0, 0, 0, 0, drop, seed, stream, p, kept, step };
   c.units = d[0] * d[1];
-  aj_att_run(&c, aj_att_forward_unit, aj_att_forward_rows, d[4] * aj_att_ld(d[3]) + AJ_ATT_BQ * AJ_ATT_BK + AJ_ATT_BQ * d[5] + 2 * AJ_ATT_BQ, par);
+  aj_att_run(&c, aj_att_forward_unit, aj_att_forward_rows, aj_att_forward_keys(d[3], d[4], d[5]) + AJ_ATT_BQ * AJ_ATT_BK + AJ_ATT_BQ * d[5] + 2 * AJ_ATT_BQ, par);
 }
 
 __attribute__((visibility("hidden"))) void AJ_ATT_BACKWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, AJ_ATT_DROPOUT_PARAMS, const float *go, const float *lse, const float *delta, float *gq, float *gk, float *gv, const aj_par *par) {
   aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, go, lse, delta, 0, 0, gq, gk, gv, 0, 0, drop, seed, stream, p, kept, step };
   c.units = d[0] * d[1];
-  aj_att_run(&c, aj_att_backward_unit, aj_att_backward_rows, (d[4] + d[5]) * aj_att_ld(d[2]) + 2 * AJ_ATT_BK * AJ_ATT_BQ + AJ_ATT_BK * (d[4] + d[5]), par);
+  aj_att_run(&c, aj_att_backward_unit, aj_att_backward_rows, aj_att_backward_queries(d[2], d[4], d[5]) + 2 * AJ_ATT_BK * AJ_ATT_BQ + AJ_ATT_BK * (d[4] + d[5]), par);
 }
 "#;
 
@@ -384,6 +459,13 @@ fn definition(b: &Blocking) -> String {
         gemm::gemm_name(Prec::F32, b)
     );
     let _ = writeln!(s, "{};", gemm::gemm_signature(Prec::F32, b));
+    let g = gemm::gemm_name(Prec::F32, b);
+    let hidden = "__attribute__((visibility(\"hidden\")))";
+    let _ = writeln!(
+        s,
+        "{hidden} int64_t {g}_packed_size(int64_t K, int64_t N);\n{hidden} void {g}_pack(void *Bp, const float *B, int64_t rsB, int64_t csB, int64_t K, int64_t N);\n{hidden} int {g}_times_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsA, int64_t csA, const void *Bp, float *C, int64_t rsC, int64_t csC, int ovw);\n#define AJ_ATT_PACKED_SIZE {g}_packed_size\n#define AJ_ATT_PACK {g}_pack\n#define AJ_ATT_TIMES_PACKED {g}_times_packed\n#define AJ_ATT_KC {}\n#define AJ_ATT_NR {}",
+        b.kc, b.nr
+    );
     let _ = writeln!(s, "#define AJ_ATT_DROPOUT_PARAMS {DROPOUT_PARAMS}");
     let _ = writeln!(
         s,

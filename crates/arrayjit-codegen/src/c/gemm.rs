@@ -225,6 +225,45 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
 }}
 "
     );
+    // For a helper that multiplies many blocks by one factor packed once (the attention
+    // helper's keys and values): the packed size, the packing, and the product with packed
+    // panels, all on the product's own micro-kernels and order.
+    let _ = write!(
+        s,
+        "/* The floats a K × N block of B takes packed in panels (K at most kc). */
+__attribute__((visibility(\"hidden\"))) int64_t {name}_packed_size(int64_t K, int64_t N) {{ return (N + {nr} - 1) / {nr} * {name}_panel(K); }}
+/* B's K × N block (K at most kc) packed into Bp, in panels of {nr} columns. */
+__attribute__((visibility(\"hidden\"))) void {name}_pack(void *Bp, const {t} *B, int64_t rsB, int64_t csB, int64_t K, int64_t N) {{ {name}_pack_b(({t} *)Bp, B, rsB, csB, 0, N, 0, K); }}
+/* C (=, or += where !ovw) A · B for B packed by {name}_pack (K at most kc): the products, sums
+   and order of {name}_serial. 1 (nothing done) where K exceeds kc or the partial slivers of A
+   cannot be packed for want of memory; the caller then multiplies unpacked. */
+__attribute__((visibility(\"hidden\"))) int {name}_times_packed(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const void *Bpv, {t} *C, int64_t rsC, int64_t csC, int ovw) {{
+  if (M <= 0 || N <= 0) return 0;
+  if (K <= 0 || K > {kc}) return 1;
+  static _Thread_local {t} *slivers = 0;
+  static _Thread_local size_t slivers_len = 0;
+  const int64_t mcr = M < {mc} ? (M + {mr} - 1) / {mr} * {mr} : {mc};
+  const size_t need = (size_t)(mcr / {mr}) * (size_t){name}_sliver(K);
+  if (need > slivers_len) {{
+    free(slivers);
+    slivers = ({t} *)aligned_alloc(64, (need * sizeof({t}) + 63) / 64 * 64);
+    slivers_len = slivers ? need : 0;
+  }}
+  if (!slivers) return 1;
+  const {t} *Bp = (const {t} *)Bpv;
+  const int direct = {name}_direct(rsA, csA);
+  for (int64_t ic = 0; ic < M; ic += {mc}) {{
+    const int64_t mcb = M - ic < {mc} ? M - ic : {mc};
+    {name}_pack_a(slivers, A, rsA, csA, ic, mcb, 0, K, direct);
+    for (int64_t jc = 0; jc < N; jc += {nc}) {{
+      const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
+      {name}_block(A, rsA, slivers, Bp + jc / {nr} * {name}_panel(K), C, rsC, csC, ic, mcb, jc, ncb, 0, K, direct, ovw, 0, 0);
+    }}
+  }}
+  return 0;
+}}
+"
+    );
     // Over the device's workers: the larger of M and N split into ranges of whole register
     // tiles, one product per range (its guard shifted to the range's first row or column).
     // Every element is computed by one range with the same blocking and order, so results do
