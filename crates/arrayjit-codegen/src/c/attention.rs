@@ -152,6 +152,10 @@ static void aj_att_transpose(float *restrict dst, const float *src, int64_t stri
 /* Whether a unit packs its keys and values once for all its blocks' products (their depths
    within the product helper's depth block, its key blocks whole panels). */
 static inline int aj_att_packs(int64_t E, int64_t Ev) {
+#ifdef AJ_ATT_NO_PACK /* to check the unpacked products: compile with -DAJ_ATT_NO_PACK */
+  (void)E; (void)Ev;
+  return 0;
+#endif
   return E <= AJ_ATT_KC && Ev <= AJ_ATT_KC && AJ_ATT_BK <= AJ_ATT_KC && AJ_ATT_BQ <= AJ_ATT_KC
     && AJ_ATT_BK % AJ_ATT_NR == 0 && AJ_ATT_BQ % AJ_ATT_NR == 0;
 }
