@@ -207,9 +207,11 @@ impl GpuAttention {
         self.rows * self.lanes
     }
 
-    /// This pass with one invocation per row (for a dialect without subgroup shuffles).
+    /// This pass with one invocation per row (for a dialect without subgroup shuffles), as
+    /// many rows per group as it had invocations (up to [`ATTENTION_ROWS`]).
     pub fn with_one_lane(&self) -> GpuAttention {
         GpuAttention {
+            rows: (self.rows * self.lanes).min(ATTENTION_ROWS.max(self.rows)),
             lanes: 1,
             ..self.clone()
         }

@@ -642,6 +642,9 @@ fn attention_passes_are_planned_from_the_limits() {
     let (a, why) = plan(Prec::F32, 1, 1, 1024, 64, &h100()).unwrap();
     assert_eq!((a.rows, a.threads(), a.groups(0)), (8, 32, 128), "{why}");
     assert!(why.contains("fewer than the 264"), "{why}");
+    // A dialect without shuffles (WGSL) runs one lane per row, as many rows per group.
+    let one = a.with_one_lane();
+    assert_eq!((one.rows, one.lanes, one.threads()), (32, 1, 32));
     // Features that 4 lanes do not divide take fewer lanes.
     let (a, _) = plan(Prec::F32, 4, 12, 256, 6, &h100()).unwrap();
     assert_eq!(a.lanes, 2);
