@@ -180,9 +180,10 @@ static inline void __syncthreads(void) {
   if (aj_running_block) aj_yield(AJ_AT_BARRIER);
 }
 
-template <class T>
-static inline T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
-  (void)mask;
+/* A warp shuffle: every lane writes `value`, then reads the one lane `from_lane(lane)` of its
+   warp wrote (its own value where that lane is outside the warp or the block). */
+template <class T, class F>
+static inline T aj_shfl(T value, F from_lane) {
   aj_block *b = aj_running_block;
   if (!b) return value; /* one thread at a time: no lane to read from */
   /* Warps are runs of 32 threads in linear order (x fastest), as on a GPU. */
@@ -194,8 +195,9 @@ static inline T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
   b->exchange[linear] = slot;
   aj_yield(AJ_AT_WARP); /* every lane has written */
   T result = value;
-  if (lane + delta < 32u && warp_base + lane + delta < b->threads) {
-    slot = b->exchange[warp_base + lane + delta];
+  unsigned from = from_lane(lane);
+  if (from < 32u && warp_base + from < b->threads) {
+    slot = b->exchange[warp_base + from];
     memcpy(&result, &slot, sizeof result);
   }
   aj_yield(AJ_AT_WARP); /* every lane has read */
@@ -203,25 +205,15 @@ static inline T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
 }
 
 template <class T>
+static inline T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
+  (void)mask;
+  return aj_shfl(value, [delta](unsigned lane) { return lane + delta; });
+}
+
+template <class T>
 static inline T __shfl_xor_sync(unsigned mask, T value, int lane_mask) {
   (void)mask;
-  aj_block *b = aj_running_block;
-  if (!b) return value; /* one thread at a time: no lane to read from */
-  unsigned linear = b->current;
-  unsigned lane = linear % 32u;
-  unsigned warp_base = linear - lane;
-  unsigned long long slot = 0;
-  memcpy(&slot, &value, sizeof value);
-  b->exchange[linear] = slot;
-  aj_yield(AJ_AT_WARP); /* every lane has written */
-  T result = value;
-  unsigned from = lane ^ (unsigned)lane_mask;
-  if (from < 32u && warp_base + from < b->threads) {
-    slot = b->exchange[warp_base + from];
-    memcpy(&result, &slot, sizeof result);
-  }
-  aj_yield(AJ_AT_WARP); /* every lane has read */
-  return result;
+  return aj_shfl(value, [lane_mask](unsigned lane) { return lane ^ (unsigned)lane_mask; });
 }
 
 /* The running lane's four matrix-operation slots, the warp's first lane, and the lane. */

@@ -10,13 +10,14 @@
 //! in a full run. Each measurement runs in a process of its own, as the size axis's do.
 
 use std::fmt::Write as _;
-use std::process::Command;
 
 use arrayjit_backends::device_info::CpuInfo;
-use arrayjit_ir::{Error, Result};
+use arrayjit_ir::Result;
 
 use super::BenchConfig;
-use super::sizes::{GptSize, Measured, measure, mib, ms, ratio};
+use super::sizes::{
+    GptSize, Measured, measure, measuring_programs, mib, ms, ours_command, ratio, torch_command,
+};
 
 /// GPT-2 small at its context, batch 1 and 4.
 pub const GPT2_ROWS: [GptSize; 2] = [
@@ -90,13 +91,7 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo) -> Result<Option<String>> {
     if chosen.is_empty() {
         return Ok(None);
     }
-    let exe = std::env::current_exe().map_err(|e| Error::BadValue {
-        what: "this program's path (to measure each row in a process of its own)".into(),
-        value: e.to_string(),
-        expected: "a readable executable path".into(),
-    })?;
-    let script = super::peer_script("gpt_torch.py");
-    let python = super::python(config);
+    let (exe, python, script) = measuring_programs(config)?;
     let mut notes = Vec::new();
     let mut lines = Vec::new();
     let threads = [1, cpu.cores.max(1)];
@@ -107,28 +102,17 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo) -> Result<Option<String>> {
                 continue;
             }
             let backend = if t == 1 { "sync_cc" } else { "multicore_cc" };
-            let mut cmd = Command::new(&exe);
-            cmd.args([
-                "bench-gpt-size",
-                "--size",
-                &size.spec(),
-                "--backend",
-                backend,
-            ])
-            .args(["--steps", &STEPS.to_string()])
-            .args(["--vocabulary", &GPT2_VOCABULARY.to_string()])
-            .args(["--attention", "fused", "--gelu-tanh"]);
+            let mut cmd = ours_command(&exe, size, backend, STEPS);
+            cmd.args(["--vocabulary", &GPT2_VOCABULARY.to_string()])
+                .args(["--attention", "fused", "--gelu-tanh"]);
             let mut line = Line {
                 ours: measure(cmd, &format!("arrayjit {backend}: {name}"), &mut notes),
                 ..Line::default()
             };
             if !config.no_peers {
                 for (m, mode) in TorchMode::ALL.into_iter().enumerate() {
-                    let mut cmd = Command::new(&python);
-                    cmd.arg(&script)
-                        .args(["--size", &size.spec(), "--threads", &t.to_string()])
-                        .args(["--steps", &STEPS.to_string()])
-                        .args(["--vocabulary", &GPT2_VOCABULARY.to_string(), "--gelu-tanh"])
+                    let mut cmd = torch_command(&python, &script, size, t, STEPS);
+                    cmd.args(["--vocabulary", &GPT2_VOCABULARY.to_string(), "--gelu-tanh"])
                         .args(mode.flags());
                     line.torch[m] = measure(
                         cmd,

@@ -201,6 +201,58 @@ fn parse_measured(out: &str) -> Option<Measured> {
     })
 }
 
+/// The programs that measure in processes of their own: this one (its hidden
+/// `bench-gpt-size` command), and the peers' Python with `gpt_torch.py`.
+pub(super) fn measuring_programs(
+    config: &BenchConfig,
+) -> Result<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)> {
+    let exe = std::env::current_exe().map_err(|e| Error::BadValue {
+        what: "this program's path (to measure in processes of its own)".into(),
+        value: e.to_string(),
+        expected: "a readable executable path".into(),
+    })?;
+    Ok((
+        exe,
+        super::python(config),
+        super::peer_script("gpt_torch.py"),
+    ))
+}
+
+/// The hidden `bench-gpt-size` command training the GPT of `size` on `backend`, `steps` timed
+/// steps after the first.
+pub(super) fn ours_command(
+    exe: &std::path::Path,
+    size: &GptSize,
+    backend: &str,
+    steps: usize,
+) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "bench-gpt-size",
+        "--size",
+        &size.spec(),
+        "--backend",
+        backend,
+    ])
+    .args(["--steps", &steps.to_string()]);
+    cmd
+}
+
+/// `gpt_torch.py --size` training the same GPT on `threads` threads, `steps` timed steps.
+pub(super) fn torch_command(
+    python: &std::path::Path,
+    script: &std::path::Path,
+    size: &GptSize,
+    threads: usize,
+    steps: usize,
+) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.arg(script)
+        .args(["--size", &size.spec(), "--threads", &threads.to_string()])
+        .args(["--steps", &steps.to_string()]);
+    cmd
+}
+
 /// Runs one measuring process; a failure is a note, not an error of the whole table.
 pub(super) fn measure(mut cmd: Command, what: &str, notes: &mut Vec<String>) -> Option<Measured> {
     eprintln!("{what} ...");
@@ -254,13 +306,7 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Optio
     if chosen.is_empty() {
         return Ok(None);
     }
-    let exe = std::env::current_exe().map_err(|e| Error::BadValue {
-        what: "this program's path (to measure each size in a process of its own)".into(),
-        value: e.to_string(),
-        expected: "a readable executable path".into(),
-    })?;
-    let script = super::peer_script("gpt_torch.py");
-    let python = super::python(config);
+    let (exe, python, script) = measuring_programs(config)?;
     let mut notes = Vec::new();
     let mut rows = Vec::new();
     for (size, steps) in &chosen {
@@ -271,16 +317,8 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Optio
         ));
         let _ = std::fs::remove_dir_all(&cache);
         let ours = |backend: &str, steps: usize| {
-            let mut cmd = Command::new(&exe);
-            cmd.args([
-                "bench-gpt-size",
-                "--size",
-                &size.spec(),
-                "--backend",
-                backend,
-            ])
-            .args(["--steps", &steps.to_string()])
-            .env("ARRAYJIT_CACHE_DIR", &cache);
+            let mut cmd = ours_command(&exe, size, backend, steps);
+            cmd.env("ARRAYJIT_CACHE_DIR", &cache);
             cmd
         };
         let name = size.name();
@@ -304,13 +342,7 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Optio
         };
         let _ = std::fs::remove_dir_all(&cache);
         if !config.no_peers {
-            let torch = |threads: usize| {
-                let mut cmd = Command::new(&python);
-                cmd.arg(&script)
-                    .args(["--size", &size.spec(), "--threads", &threads.to_string()])
-                    .args(["--steps", &steps.to_string()]);
-                cmd
-            };
+            let torch = |threads: usize| torch_command(&python, &script, size, threads, *steps);
             row.torch_one = measure(torch(1), &format!("torch 1 thread: {name}"), &mut notes);
             row.torch_all = measure(
                 torch(cpu.cores),

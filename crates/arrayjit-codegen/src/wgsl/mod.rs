@@ -274,10 +274,10 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
             GpuPass::Attention(a) => attention_within(&a.with_one_lane(), target.max_bindings),
             _ => None,
         };
-        let attention_fits = attention.is_some();
         let adjusted;
         let (recorded, recorded_why) = match attention {
             Some(a) => {
+                pieces.push(Cow::Borrowed(stmt));
                 let why = if a.separate_key_grads {
                     format!(
                         "{recorded_why}; the key and value gradients in launches of their own, \
@@ -290,18 +290,16 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
                 adjusted = GpuPass::Attention(a);
                 (&adjusted, why)
             }
-            None => (recorded, recorded_why),
+            None => {
+                split_for_bindings(
+                    Cow::Borrowed(stmt),
+                    target.max_bindings,
+                    &r.name,
+                    &mut pieces,
+                )?;
+                (recorded, recorded_why)
+            }
         };
-        if attention_fits {
-            pieces.push(Cow::Borrowed(stmt));
-        } else {
-            split_for_bindings(
-                Cow::Borrowed(stmt),
-                target.max_bindings,
-                &r.name,
-                &mut pieces,
-            )?;
-        }
         let split = !matches!(pieces.as_slice(), [Cow::Borrowed(_)]);
         for piece in &pieces {
             // A statement split for the binding limit: each piece gets its own pass, planned

@@ -281,40 +281,28 @@ impl GpuAttention {
             * self.spec().stats_prec().size_in_bytes()
     }
 
-    /// The arrays launch `k` reads or writes (its state arrays are never touched).
+    /// The arrays launch `k` reads or writes (its state arrays are never touched): the pass's
+    /// inputs (the value gradients' own launch needs neither the values nor the deltas), and
+    /// the outputs it writes.
     pub fn kernel_arrays(&self, k: usize) -> Vec<&crate::tnode::Tnode> {
-        let spec = self.spec();
-        let mut nodes = vec![&spec.q, &spec.k, &spec.v];
-        nodes.extend(spec.dropout.as_ref().map(|d| &d.step));
+        let mut nodes = self.op.inputs();
+        let outputs = self.op.outputs();
         match &*self.op {
-            AttentionOp::Forward { out, lse, .. } => nodes.extend([out, lse]),
-            AttentionOp::Backward {
-                lse,
-                delta,
-                grad_out,
-                grad_q,
-                grad_k,
-                grad_v,
-                ..
-            } => {
+            AttentionOp::Forward { .. } => nodes.extend(outputs),
+            AttentionOp::Backward { delta, .. } => {
+                let spec = self.spec();
                 let (keys, values) = self.key_grads_of(k);
-                nodes.push(lse);
-                // The value gradients need neither the deltas nor the values.
-                if keys || !values {
-                    nodes.push(delta);
-                } else {
-                    nodes.retain(|t| *t != &spec.v);
+                if values && !keys {
+                    nodes.retain(|t| *t != &spec.v && *t != delta);
                 }
-                nodes.push(grad_out);
-                if k == 0 {
-                    nodes.push(grad_q);
-                }
-                if keys {
-                    nodes.push(grad_k);
-                }
-                if values {
-                    nodes.push(grad_v);
-                }
+                // [grad_q, grad_k, grad_v]
+                let written = [k == 0, keys, values];
+                nodes.extend(
+                    outputs
+                        .into_iter()
+                        .zip(written)
+                        .filter_map(|(t, w)| w.then_some(t)),
+                );
             }
         }
         nodes
