@@ -101,9 +101,8 @@ impl CpuRuntime {
 
     /// The host CPU (detected once per process) as device `device`, with its worker threads.
     pub fn device_info(&self, device: usize) -> Result<DeviceInfo> {
-        static CPU: std::sync::OnceLock<crate::device_info::CpuInfo> = std::sync::OnceLock::new();
         self.device_check(device)?;
-        let cpu = CPU.get_or_init(crate::device_info::CpuInfo::detect);
+        let cpu = crate::device_info::CpuInfo::host();
         Ok(DeviceInfo::cpu(cpu, self.workers[device].workers()))
     }
 

@@ -197,6 +197,13 @@ pub struct CpuInfo {
     pub vector_registers: usize,
     /// Data cache sizes in bytes by level (L1d, L2, L3), 0 where unknown.
     pub cache_bytes: [usize; 3],
+    /// The vendor as the processor names itself (`GenuineIntel`, `AuthenticAMD`; empty
+    /// where the OS does not say).
+    pub vendor: String,
+    /// The processor's family number (x86 `cpu family`; 0 where unknown).
+    pub family: u32,
+    /// The processor's model number within its family (x86 `model`; 0 where unknown).
+    pub model_number: u32,
 }
 
 impl CpuInfo {
@@ -204,14 +211,48 @@ impl CpuInfo {
     pub fn detect() -> CpuInfo {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (simd_bytes, fma, vector_registers) = simd();
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let field = |name: &str| cpuinfo_field(&cpuinfo, name);
         CpuInfo {
-            model: model_name().unwrap_or_else(|| std::env::consts::ARCH.to_string()),
+            model: field("model name")
+                .or_else(|| field("Model"))
+                .unwrap_or_else(|| std::env::consts::ARCH.to_string()),
             cores,
             simd_bytes,
             fma,
             vector_registers,
             cache_bytes: caches(),
+            vendor: field("vendor_id").unwrap_or_default(),
+            family: field("cpu family")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            model_number: field("model").and_then(|v| v.parse().ok()).unwrap_or(0),
         }
+    }
+
+    /// The host CPU, detected once per process.
+    pub fn host() -> &'static CpuInfo {
+        static HOST: std::sync::OnceLock<CpuInfo> = std::sync::OnceLock::new();
+        HOST.get_or_init(CpuInfo::detect)
+    }
+
+    /// What tuning measured on this CPU applies to: vendor, family, model, vector width and
+    /// cache sizes (`GenuineIntel family 6 model 207, AVX-512, caches 48/2048/266240 KiB`).
+    pub fn identity(&self) -> String {
+        let vendor = if self.vendor.is_empty() {
+            std::env::consts::ARCH
+        } else {
+            &self.vendor
+        };
+        format!(
+            "{vendor} family {} model {}, {}, caches {}/{}/{} KiB",
+            self.family,
+            self.model_number,
+            self.simd_name(),
+            self.cache_bytes[0] >> 10,
+            self.cache_bytes[1] >> 10,
+            self.cache_bytes[2] >> 10
+        )
     }
 
     /// `f32` lanes of the widest vector.
@@ -286,11 +327,11 @@ fn simd() -> (usize, bool, usize) {
     (8, false, 16)
 }
 
-fn model_name() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+/// The value of the first line of `/proc/cpuinfo`'s text whose key is exactly `name`.
+fn cpuinfo_field(text: &str, name: &str) -> Option<String> {
     text.lines()
-        .find(|l| l.starts_with("model name") || l.starts_with("Model"))
-        .and_then(|l| l.split_once(':'))
+        .filter_map(|l| l.split_once(':'))
+        .find(|(key, _)| key.trim() == name)
         .map(|(_, v)| v.trim().to_string())
 }
 
@@ -346,6 +387,15 @@ mod tests {
         assert!([8, 16, 32, 64].contains(&cpu.simd_bytes));
         assert_eq!(cpu.f32_lanes() * 4, cpu.simd_bytes);
         assert!(cpu.to_string().contains("core(s)"));
+        assert!(cpu.identity().contains(cpu.simd_name()));
+        let text = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\nmodel name\t: Intel(R) Xeon(R) Processor\n";
+        assert_eq!(cpuinfo_field(text, "model").as_deref(), Some("207"));
+        assert_eq!(
+            cpuinfo_field(text, "model name").as_deref(),
+            Some("Intel(R) Xeon(R) Processor")
+        );
+        assert_eq!(cpuinfo_field(text, "cpu family").as_deref(), Some("6"));
+        assert_eq!(cpuinfo_field(text, "stepping"), None);
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub mod compile_cache;
 pub mod compiled_batch;
 pub mod compiler;
 pub mod cpu;
+pub mod cpu_tuning;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
 pub mod device_buffer;

@@ -129,9 +129,31 @@ impl LoweredBackend {
     }
 
     /// What the optimizer's schedules may assume of the devices
-    /// ([`Devices::schedule_settings`]).
+    /// ([`Devices::schedule_settings`]); on a CPU, with the cache shares of products measured
+    /// for this CPU ([`LoweredBackend::cpu_shares`]).
     pub fn schedule_settings(&self) -> ScheduleSettings {
-        self.devices().schedule_settings()
+        let mut settings = self.devices().schedule_settings();
+        if settings.gpu.is_none() {
+            settings.cache_shares = self.cpu_shares().shares;
+        }
+        settings
+    }
+
+    /// The cache shares blocked products fill on the host CPU, and where they come from: a
+    /// choice `arrayjit tune` stored in this backend's compile cache, the project's table of
+    /// measured CPUs, or the vendor's default (see [`crate::cpu_tuning`]).
+    pub fn cpu_shares(&self) -> crate::cpu_tuning::CpuShares {
+        let cpu = crate::device_info::CpuInfo::host();
+        let stored = self.load_schedule_choice(&crate::cpu_tuning::stored_key(cpu));
+        crate::cpu_tuning::resolve(cpu, stored)
+    }
+
+    /// Stores `shares` as this CPU's measured cache shares in the compile cache (false when
+    /// the backend keeps no cache): backends made later, in this process or another, use
+    /// them.
+    pub fn store_cpu_shares(&self, shares: arrayjit_ir::schedule::CacheShares) -> Result<bool> {
+        let cpu = crate::device_info::CpuInfo::host();
+        self.store_schedule_choice(&crate::cpu_tuning::stored_key(cpu), &shares.to_string())
     }
 
     /// What the run time of a schedule depends on ([`Devices::machine_identity`]).

@@ -177,6 +177,14 @@ enum Command {
         #[arg(long)]
         search: bool,
     },
+    /// Measure which shares of the CPU's caches blocked matrix products should fill on this
+    /// CPU (at most about a minute on 2 cores), and store the fastest in the compile cache:
+    /// later runs on this machine use it. Prints every candidate's time.
+    Tune {
+        /// Stop starting candidates after this many seconds.
+        #[arg(long, default_value_t = 45)]
+        budget: u64,
+    },
     /// One measurement of `bench`'s GPT size axis, in a process of its own: builds the GPT of
     /// `--size` on `--backend`, steps it, prints a JSON line (used by `bench`).
     #[command(hide = true)]
@@ -526,11 +534,28 @@ fn info() -> arrayjit::Result<()> {
     Ok(())
 }
 
+/// `arrayjit tune`: the CPU backend's products timed over the candidate cache shares.
+fn tune(backend: Option<String>, budget: u64) -> arrayjit::Result<()> {
+    let name = backend.unwrap_or_else(|| "sync_cc".into());
+    let b = arrayjit::backend(&name)?;
+    eprintln!(
+        "tuning the products of {name} on {} (at most {budget} s) ...",
+        arrayjit::backends::device_info::CpuInfo::host()
+    );
+    let report = b.tune_cpu_products(&arrayjit::runtime::TuneSettings {
+        time_budget: std::time::Duration::from_secs(budget),
+        ..Default::default()
+    })?;
+    println!("{report}");
+    Ok(())
+}
+
 fn run(cli: Cli) -> arrayjit::Result<()> {
     match cli.command.unwrap_or(Command::Moons(cli.moons)) {
         Command::Moons(args) => moons(cli.backend, args),
         Command::Lowering => demo::run(cli.backend.as_deref()).map(|r| print!("{}", r.text)),
         Command::Info => info(),
+        Command::Tune { budget } => tune(cli.backend, budget),
         Command::Plan(args) => plan(&args),
         Command::Gpt(args) => gpt(cli.backend, args),
         Command::BenchGptSize {

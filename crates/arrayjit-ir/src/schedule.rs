@@ -25,7 +25,7 @@ pub mod gpu;
 #[cfg(test)]
 mod tests;
 pub use attention::{ATTENTION_BLOCK_KEYS, ATTENTION_BLOCK_QUERIES, AttentionPlan};
-pub use blocking::{Blocking, ScheduleTuning};
+pub use blocking::{Blocking, CacheShares, ScheduleTuning};
 pub use gpu::{GpuLimits, GpuPass};
 
 /// How one top-level statement runs, and why.
@@ -853,6 +853,9 @@ pub struct ScheduleSettings {
     pub vector_registers: usize,
     /// L1d, L2, L3 sizes in bytes (0 where unknown).
     pub cache_bytes: [usize; 3],
+    /// How much of each cache blocked products' blocks may fill: measured per CPU (see
+    /// [`CacheShares`]).
+    pub cache_shares: CacheShares,
     /// Contractions with fewer floating-point operations stay loops.
     pub min_contraction_flops: f64,
     /// Schedule contractions as blocked products at all.
@@ -887,6 +890,7 @@ impl Default for ScheduleSettings {
             f32_lanes: 8,
             vector_registers: 16,
             cache_bytes: [32 << 10, 256 << 10, 8 << 20],
+            cache_shares: CacheShares::default(),
             min_contraction_flops: 32768.0,
             enable_contractions: true,
             enable_reductions: true,

@@ -20,6 +20,7 @@ mod backend;
 mod code;
 mod config;
 mod context;
+pub mod cpu_tune;
 pub mod data_parallel;
 mod device;
 mod device_transfer;
@@ -45,6 +46,7 @@ pub use config::{
     QUEUE_CAPACITY_RANGE, RuntimeConfig, Strategy,
 };
 pub use context::{ArrayAccess, ChildMergeNode, Context, ScheduledArray};
+pub use cpu_tune::{TuneCandidate, TuneReport, TuneSettings};
 pub use data_parallel::DataParallel;
 pub use device::Device;
 pub use device_transfer::MergeBufferUse;

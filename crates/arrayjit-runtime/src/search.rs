@@ -586,7 +586,7 @@ pub(crate) fn stored_choice(
 }
 
 /// Seconds per launch of the batch's first kernel: the fastest of `batches` timing batches.
-fn time_kernel(
+pub(crate) fn time_kernel(
     lowered: &LoweredBackend,
     batch: &dyn CompiledBatch,
     settings: &SearchSettings,

@@ -16,26 +16,115 @@ pub struct Blocking {
     pub nc: usize,
 }
 
+/// How much of each cache a blocked product's blocks may fill, in eighths: the choice that
+/// differs between CPUs of the same vector width and cache sizes (how fast their L2 and L3
+/// feed one core), so it is measured per CPU (`arrayjit tune`) or taken from a table of CPUs
+/// measured so far, not derived from the sizes alone.
+///
+/// Measured with `scripts/gemm-blocking.sh` (f32, one core):
+/// - 2-core AMD EPYC (Zen 4 and Zen 5; 32 or 48 KiB L1, 1 MiB L2): a sliver of three quarters
+///   of L1 and a block of B of twice L2 ([`CacheShares::WIDE`]): kc 512 ran the GPT products
+///   of width 384 6% faster than kc 256, and nc 1024 the width-768 products 1–7% and matmul
+///   2048 5–7% faster than nc 512: Zen's L3 feeds a core about as fast as its L2.
+/// - 2-core Intel Xeon (family 6 model 207; 48 KiB L1, 2 MiB L2): a sliver of a quarter of
+///   L1 and a block of B of half of L2 ([`CacheShares::L2_RESIDENT`]): kc 256 / nc 1024 ran
+///   matmul 1024 at 155 GFLOP/s against 136 for kc 512 / nc 2048, matmul 2048 at 152 against
+///   115–129, and the GPT-2-small (width 768) products 14–16% faster. The micro-kernel alone
+///   ran at 173 GFLOP/s with its panels in 1 MiB of L2 and at 142 with them in 8 MiB
+///   (streamed from L3): Intel's mesh L3 does not keep up with two 512-bit FMA ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CacheShares {
+    /// Eighths of L1 the `mr × kc` sliver of A may fill (sets `kc`).
+    pub sliver_of_l1: u8,
+    /// Eighths of L2 the `kc × nc` block of B may fill (sets `nc`); above 8 the block
+    /// streams from L3.
+    pub block_of_l2: u8,
+}
+
+impl CacheShares {
+    /// A sliver of three quarters of L1, a block of twice L2: for CPUs whose L3 feeds a core
+    /// as fast as its L2 (AMD Zen).
+    pub const WIDE: CacheShares = CacheShares {
+        sliver_of_l1: 6,
+        block_of_l2: 16,
+    };
+    /// A sliver of a quarter of L1, a block of half of L2: for CPUs whose L3 is far slower
+    /// than L2 per core (Intel Xeon's mesh).
+    pub const L2_RESIDENT: CacheShares = CacheShares {
+        sliver_of_l1: 2,
+        block_of_l2: 4,
+    };
+    /// The slivers a tuning search tries, in eighths of L1.
+    pub const SLIVER_CHOICES: [u8; 3] = [2, 4, 6];
+    /// The blocks a tuning search tries, in eighths of L2.
+    pub const BLOCK_CHOICES: [u8; 4] = [2, 4, 8, 16];
+
+    /// Parses what `Display` writes (`sliver_of_l1=2/8 block_of_l2=4/8`), checking ranges
+    /// (1 to 8 eighths of L1, 1 to 32 of L2).
+    pub fn parse(text: &str) -> std::result::Result<CacheShares, String> {
+        let mut shares = [None, None];
+        for field in text.split_whitespace() {
+            let (name, value) = field
+                .split_once('=')
+                .ok_or_else(|| format!("`{field}` is not name=eighths/8"))?;
+            let eighths = value
+                .strip_suffix("/8")
+                .and_then(|v| v.parse::<u8>().ok())
+                .ok_or_else(|| format!("`{value}` is not a number of eighths such as 4/8"))?;
+            let (slot, range) = match name {
+                "sliver_of_l1" => (0, 1..=8),
+                "block_of_l2" => (1, 1..=32),
+                _ => return Err(format!("unknown field `{name}`")),
+            };
+            if !range.contains(&eighths) {
+                return Err(format!("{name}={eighths}/8 is outside {range:?} eighths"));
+            }
+            shares[slot] = Some(eighths);
+        }
+        match shares {
+            [Some(sliver_of_l1), Some(block_of_l2)] => Ok(CacheShares {
+                sliver_of_l1,
+                block_of_l2,
+            }),
+            _ => Err(format!(
+                "`{text}` does not give both sliver_of_l1 and block_of_l2"
+            )),
+        }
+    }
+}
+
+impl Default for CacheShares {
+    /// [`CacheShares::WIDE`]: the choice measured first (on AMD Zen) and kept for CPUs no
+    /// measurement covers.
+    fn default() -> Self {
+        CacheShares::WIDE
+    }
+}
+
+impl std::fmt::Display for CacheShares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "sliver_of_l1={}/8 block_of_l2={}/8",
+            self.sliver_of_l1, self.block_of_l2
+        )
+    }
+}
+
 impl Blocking {
     /// Blocking for a CPU with `lanes` elements per vector of `elem_bytes`-byte values, the
-    /// given vector registers, and L1/L2/L3 data cache sizes (0 where unknown):
+    /// given vector registers, L1/L2/L3 data cache sizes (0 where unknown) and the shares of
+    /// them the blocks may fill:
     ///
     /// - the register tile uses at most two thirds of the registers for accumulators;
     /// - `kc` makes the `mr × kc` sliver of the left factor, which the micro-kernel broadcasts
-    ///   from and which stays in L1 while the panels of the right factor stream past it, three
-    ///   quarters of L1 (at most 512 deep). The micro-kernel reads the right factor's panels
-    ///   from L2 at full speed, so they need no room in L1; a deeper block halves the passes
-    ///   that read and write `C`. Measured on a 2-core EPYC (32 KiB L1, AVX-512, f32): kc 512
-    ///   ran the GPT products of width 384 6% faster than kc 256 on one core and 3% on two,
-    ///   and those of width 768 as fast (within ±1.5%); on a 48 KiB L1, kc 384 ran matmul 2048
-    ///   13% faster than kc 192; on a 2-core Zen 5 EPYC (48 KiB L1, 1 MiB L2), kc 384, 512
-    ///   and 768 ran the GPT products within about 1% of each other (`scripts/gemm-blocking.sh`,
-    ///   once packed slivers no longer all began in one L1 set: before, 512 was 3–6% slower);
-    /// - `nc` makes a `kc × nc` block of the right factor twice as large as L2: its panels
-    ///   stream to the micro-kernel from L2 or L3 alike, and a wider block packs a left factor
-    ///   that is not read in place fewer times (on the EPYC's 1 MiB L2 at kc 512, nc 1024 ran
-    ///   the width-768 products 1–7% and matmul 2048 5–7% faster than nc 512, and nc 512 the
-    ///   width-384 ones 2–5% faster than nc 256; `scripts/gemm-blocking.sh` times blockings);
+    ///   from and which stays in L1 while the panels of the right factor stream past it, the
+    ///   share `sliver_of_l1` of L1 (between 64 and 512 deep); a deeper block halves the
+    ///   passes that read and write `C`;
+    /// - `nc` makes a `kc × nc` block of the right factor the share `block_of_l2` of L2: the
+    ///   micro-kernel reads its panels from L2 (or L3, where the share is above a whole L2 and
+    ///   the CPU's L3 keeps up), and a wider block packs a left factor that is not read in
+    ///   place fewer times (see [`CacheShares`] for what was measured);
     /// - an `mc × kc` block of the left factor takes half of L3 (measured on the AVX-512
     ///   machine of `docs/benchmarks.md`: this order and sizing ran matmul 1024 and 2048 7%
     ///   faster than the right factor's panel in L1 and its block in L3).
@@ -47,6 +136,7 @@ impl Blocking {
         registers: usize,
         elem_bytes: usize,
         caches: [usize; 3],
+        shares: CacheShares,
     ) -> Blocking {
         let lanes = lanes.max(1);
         let nr = 2 * lanes;
@@ -55,8 +145,10 @@ impl Blocking {
         let l1 = if caches[0] > 0 { caches[0] } else { 32 << 10 };
         let l2 = if caches[1] > 0 { caches[1] } else { 256 << 10 };
         let l3 = if caches[2] > 0 { caches[2] } else { 4 << 20 };
-        let kc = (l1 * 3 / 4 / (mr * elem_bytes)).clamp(64, 512) / 8 * 8;
-        let nc = ((2 * l2 / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
+        let sliver = l1 * usize::from(shares.sliver_of_l1.clamp(1, 8)) / 8;
+        let block = l2 * usize::from(shares.block_of_l2.clamp(1, 32)) / 8;
+        let kc = (sliver / (mr * elem_bytes)).clamp(64, 512) / 8 * 8;
+        let nc = ((block / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
         let mc = ((l3 / 2 / (kc * elem_bytes)) / mr).clamp(1, 64) * mr;
         Blocking { mr, nr, mc, kc, nc }
     }
@@ -186,7 +278,7 @@ impl Blocking {
 
 impl Blocking {
     /// The blocking contractions of `elem_bytes` elements get under `settings` (the CPU's
-    /// vector width, registers and caches, then the tuning).
+    /// vector width, registers, caches and the shares of them blocks fill, then the tuning).
     pub fn for_settings(settings: &super::ScheduleSettings, elem_bytes: usize) -> Blocking {
         let lanes = settings.f32_lanes * 4 / elem_bytes;
         Blocking::for_cpu(
@@ -194,6 +286,7 @@ impl Blocking {
             settings.vector_registers,
             elem_bytes,
             settings.cache_bytes,
+            settings.cache_shares,
         )
         .tuned(&settings.tuning)
     }
@@ -203,9 +296,11 @@ impl Blocking {
 mod tests {
     use super::*;
 
+    const W: CacheShares = CacheShares::WIDE;
+
     #[test]
     fn the_default_tuning_keeps_the_heuristic() {
-        let b = Blocking::for_cpu(16, 32, 4, [48 << 10, 2 << 20, 32 << 20]);
+        let b = Blocking::for_cpu(16, 32, 4, [48 << 10, 2 << 20, 32 << 20], W);
         assert_eq!(b.tuned(&ScheduleTuning::default()), b);
     }
 
@@ -214,25 +309,54 @@ mod tests {
         // AVX-512, f32, a 32 KiB L1 and 1 MiB L2 (the 2-core EPYC of docs/benchmarks.md): a
         // 12 × 512 sliver of A is 24 KiB, three quarters of L1; a 512 × 1024 block of B is
         // twice L2.
-        let epyc = Blocking::for_cpu(16, 32, 4, [32 << 10, 1 << 20, 32 << 20]);
+        let epyc = Blocking::for_cpu(16, 32, 4, [32 << 10, 1 << 20, 32 << 20], W);
         assert_eq!(
             (epyc.mr, epyc.nr, epyc.kc, epyc.nc, epyc.mc),
             (12, 32, 512, 1024, 768)
         );
         // A 48 KiB L1 would allow a deeper sliver: kc stops at 512; nc grows with L2.
-        let xeon = Blocking::for_cpu(16, 32, 4, [48 << 10, 2 << 20, 32 << 20]);
+        let xeon = Blocking::for_cpu(16, 32, 4, [48 << 10, 2 << 20, 32 << 20], W);
         assert_eq!((xeon.kc, xeon.nc), (512, 2048));
         // f64: the same sliver bytes at half the depth.
-        let f64_epyc = Blocking::for_cpu(8, 32, 8, [32 << 10, 1 << 20, 32 << 20]);
+        let f64_epyc = Blocking::for_cpu(8, 32, 8, [32 << 10, 1 << 20, 32 << 20], W);
         assert_eq!((f64_epyc.mr, f64_epyc.nr, f64_epyc.kc), (12, 16, 256));
         // AVX2's 16 registers: a 6-row tile; unknown caches take 32 KiB, 256 KiB and 4 MiB.
-        let avx2 = Blocking::for_cpu(8, 16, 4, [0; 3]);
+        let avx2 = Blocking::for_cpu(8, 16, 4, [0; 3], W);
         assert_eq!((avx2.mr, avx2.nr, avx2.kc, avx2.nc), (6, 16, 512, 256));
+        // The Xeon (6/207) keeps its block of B in half of L2: a 12 × 256 sliver is a quarter
+        // of its 48 KiB L1, a 256 × 1024 block 1 MiB.
+        let l2 = Blocking::for_cpu(
+            16,
+            32,
+            4,
+            [48 << 10, 2 << 20, 260 << 20],
+            CacheShares::L2_RESIDENT,
+        );
+        assert_eq!((l2.mr, l2.kc, l2.nc), (12, 256, 1024));
+    }
+
+    #[test]
+    fn cache_shares_parse_what_they_print_and_refuse_the_rest() {
+        for shares in [CacheShares::WIDE, CacheShares::L2_RESIDENT] {
+            assert_eq!(CacheShares::parse(&shares.to_string()), Ok(shares));
+        }
+        for bad in [
+            "",
+            "sliver_of_l1=2/8",
+            "sliver_of_l1=0/8 block_of_l2=4/8",
+            "sliver_of_l1=9/8 block_of_l2=4/8",
+            "sliver_of_l1=2/8 block_of_l2=33/8",
+            "sliver_of_l1=2 block_of_l2=4/8",
+            "sliver_of_l1=2/8 block_of_l3=4/8",
+            "sliver_of_l1",
+        ] {
+            assert!(CacheShares::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
     fn tuned_blocks_stay_multiples_of_the_tile() {
-        let b = Blocking::for_cpu(8, 16, 4, [32 << 10, 512 << 10, 16 << 20]);
+        let b = Blocking::for_cpu(8, 16, 4, [32 << 10, 512 << 10, 16 << 20], W);
         for rows in [None, Some(1), Some(4), Some(6), Some(99)] {
             for shift in [-9i8, -1, 0, 1, 9] {
                 let t = ScheduleTuning {

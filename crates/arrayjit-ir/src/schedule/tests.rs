@@ -75,7 +75,7 @@ fn guards_map_onto_the_products_rows_columns_and_depth() {
         items
             .iter()
             .find_map(Contraction::detect_guarded)
-            .and_then(|c| c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3])))
+            .and_then(|c| c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3], Default::default())))
     };
     let causal = [EinsumGuard::at_most('s', 't', 0)];
     // Scores: rows t, columns s: 10 of the 16 pairs, every depth.

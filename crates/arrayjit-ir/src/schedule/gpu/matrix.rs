@@ -513,7 +513,15 @@ mod tests {
         items
             .iter()
             .find_map(crate::schedule::Contraction::detect_for_matrix_units)
-            .and_then(|c| c.gemm(crate::schedule::Blocking::for_cpu(4, 16, 4, [0; 3])))
+            .and_then(|c| {
+                c.gemm(crate::schedule::Blocking::for_cpu(
+                    4,
+                    16,
+                    4,
+                    [0; 3],
+                    Default::default(),
+                ))
+            })
             .unwrap()
     }
 

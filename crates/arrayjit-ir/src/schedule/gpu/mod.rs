@@ -672,7 +672,7 @@ fn matrix_product(
 ) -> Option<(GpuPass, String)> {
     let c = Contraction::detect_for_matrix_units(stmt)?;
     let kind = MatrixKind::for_factors(c.lhs.node.prec(), allow_tf32)?;
-    let gemm = c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3]))?;
+    let gemm = c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3], Default::default()))?;
     let (m, n) = (gemm.m.extent, gemm.n.extent);
     if m < matrix::FRAGMENT_ROWS || n < matrix::FRAGMENT_ROWS {
         return None;
@@ -873,7 +873,7 @@ fn f32_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
         return None;
     }
     // The blocking is the CPU's and is not used by a tiled pass; any valid one will do.
-    let g = c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3]))?;
+    let g = c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3], Default::default()))?;
     let (_, inner) = stmt.perfect_nest();
     let fused = matches!(
         inner,

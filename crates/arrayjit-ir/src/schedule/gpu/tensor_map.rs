@@ -189,7 +189,7 @@ mod tests {
             m,
             n,
             k,
-            blocking: Blocking::for_cpu(4, 16, 4, [0; 3]),
+            blocking: Blocking::for_cpu(4, 16, 4, [0; 3], Default::default()),
             guard: None,
             overwrite: true,
             covers_out: true,
