@@ -134,4 +134,13 @@ pub trait CompiledBatch: Send + Sync + Debug {
     /// (`arrayjit_runtime`'s `host_sync` rules); code outside it must order its accesses
     /// itself.
     unsafe fn launch(&self, request: LaunchRequest<'_>) -> Result<bool>;
+    /// The time a kernel compiled to time its statements
+    /// (`arrayjit_ir::Optimized::profile_statements`) spent in each top-level statement since
+    /// this was last asked, and how many times each ran: `(nanoseconds, calls)` per statement,
+    /// in order, and the counters reset. `None`: the kernel was not compiled to time its
+    /// statements, or the backend cannot (GPU backends, the default).
+    fn statement_times(&self, kernel: usize) -> Option<Vec<(u64, u64)>> {
+        let _ = kernel;
+        None
+    }
 }

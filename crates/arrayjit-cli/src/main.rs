@@ -176,6 +176,11 @@ enum Command {
         /// stores the fastest next to the compile cache) and run the winners.
         #[arg(long)]
         search: bool,
+        /// Instead of the table: where the table's GPT training step spends its time,
+        /// statement by statement (time, share, rates and fraction of the machine's limit),
+        /// on each CPU backend.
+        #[arg(long)]
+        statements: bool,
     },
     /// Measure which shares of the CPU's caches blocked matrix products should fill on this
     /// CPU (at most about a minute on 2 cores), and store the fastest in the compile cache:
@@ -579,12 +584,14 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
             no_peers,
             only,
             search,
+            statements,
         } => bench::run(&bench::BenchConfig {
             quick,
             python,
             no_peers,
             only,
             search,
+            statements,
             // The CPU table compares both CPU backends; naming another runs the device table.
             device_backend: cli
                 .backend

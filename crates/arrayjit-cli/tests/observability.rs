@@ -5,7 +5,7 @@ mod common;
 use common::arrayjit_with_env as arrayjit_command;
 
 /// `ARRAYJIT_DEBUG=2` lists every compiled routine of the user's program (cache hit or
-/// compile time, kernels, arrays) and every run with its time; `=3` adds the loop IR, the
+/// compile time, kernels, arrays) and every run with its time and slowest statements; `=3` adds the loop IR, the
 /// source and the memory modes with their reasons; a value out of range is an error.
 #[test]
 fn arrayjit_debug_lists_kernels_and_runs() {
@@ -42,6 +42,18 @@ fn arrayjit_debug_lists_kernels_and_runs() {
         .filter(|l| l.starts_with("arrayjit: ran train_step on "))
         .count();
     assert!(runs >= 2, "{err}");
+    // Each run on a C backend is followed by its slowest statements.
+    let lines: Vec<&str> = err.lines().collect();
+    let profiled = lines
+        .windows(2)
+        .filter(|w| {
+            w[0].starts_with("arrayjit: ran train_step on ")
+                && w[1].starts_with("arrayjit:   train_step: ")
+                && w[1].contains(" statements, ")
+                && w[1].contains("slowest #")
+        })
+        .count();
+    assert_eq!(profiled, runs, "{err}");
 
     let (ok, _, err) = arrayjit_command(&["lowering"], &[("ARRAYJIT_DEBUG", "3")]);
     assert!(ok, "{err}");

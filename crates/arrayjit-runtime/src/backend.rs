@@ -513,9 +513,12 @@ impl Backend {
 
     /// The optimizer settings compiles use: [`Backend::optimize_settings`] with TF32 allowed as
     /// [`Backend::set_allow_tf32`] says (an invalid `ARRAYJIT_ALLOW_TF32` is an
-    /// [`Error::InvalidSetting`]).
+    /// [`Error::InvalidSetting`]), and statements timed while runs are listed
+    /// (`ARRAYJIT_DEBUG` 2 or more).
     pub fn compile_settings(&self) -> Result<OptimizeSettings> {
         let mut settings = self.optimize_settings();
+        // Listing runs (`ARRAYJIT_DEBUG` 2 or more) lists each run's slowest statements.
+        settings.profile_statements |= crate::observe::lists_runs();
         let chosen = *self
             .inner
             .allow_tf32

@@ -32,6 +32,7 @@ pub mod registry;
 mod routine;
 pub mod scheduler;
 pub mod search;
+pub mod statement_profile;
 mod stream;
 mod task;
 mod task_queue;
@@ -58,6 +59,7 @@ pub use observe::{
 pub use routine::Routine;
 pub use scheduler::{Event, SchedulerKind};
 pub use search::{ScheduleChoice, SearchReport, SearchSettings};
+pub use statement_profile::{StatementProfile, StatementTime};
 pub use stream::Stream;
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //!   stream and the memory it holds ([`RoutineMemory`]: device arrays, the pools its link
 //!   allocated, scratch, host arrays, the peak);
 //! - `2`: also one line per run with its time (on backends with device queues, the time to
-//!   enqueue: the device runs it later);
+//!   enqueue: the device runs it later); on the C backends routines are compiled to time
+//!   their statements, and each run's line is followed by its three slowest statements
+//!   ([`crate::statement_profile`]);
 //! - `3`: also, per compiled routine, the optimized loop IR, the generated source, every
 //!   node's memory mode with its reason and, on a GPU backend, the plan of its passes
 //!   (`arrayjit_ir::schedule::gpu::GpuPlan`: shape, groups × threads, work, estimate).

@@ -14,6 +14,7 @@ use crate::host_sync::device_changed_hosted;
 use crate::node_sync::node_sync;
 use crate::observe::{self, RoutineMemory, RoutineStats, RunStats};
 use crate::scheduler::TaskLabel;
+use crate::statement_profile::StatementProfile;
 
 /// Code linked into a context: run it with [`Routine::run`] after binding its static indices.
 pub struct Routine {
@@ -127,6 +128,17 @@ impl Routine {
         &self.code
     }
 
+    /// Where the routine's runs since this was last asked spent their time, statement by
+    /// statement, with each statement's work (see [`crate::statement_profile`]); the counters
+    /// start again from zero. Await the stream first so that the runs have finished. `None`
+    /// unless the routine was compiled to time its statements
+    /// (`OptimizeSettings::profile_statements`, or `ARRAYJIT_DEBUG` 2 or more) on a backend
+    /// that can (the C backends).
+    pub fn statement_profile(&self) -> Option<StatementProfile> {
+        let counters = self.code.batch.statement_times(self.code.index)?;
+        Some(StatementProfile::of(&self.code.optimized, &counters))
+    }
+
     /// The static symbols this routine is run with.
     pub fn bindings(&self) -> &[StaticSymbol] {
         &self.code.optimized.bindings
@@ -229,6 +241,7 @@ impl Routine {
         let task: crate::scheduler::Task = if observe::run_timing() {
             let (stats, label) = (self.stats.clone(), self.label.clone());
             let listing = observe::lists_runs().then(|| stream.name());
+            let optimized = self.code.optimized.clone();
             Box::new(move || {
                 let started = Instant::now();
                 // The device's own time, where the backend reads it (a GPU's timestamps).
@@ -254,6 +267,13 @@ impl Routine {
                 if let Some(stream) = listing {
                     let how = if result.is_ok() { "" } else { " (failed)" };
                     list_run(&label, &stream, took, how);
+                    // A kernel that times its statements: the slowest of this run.
+                    if let Some(counters) = batch.statement_times(index) {
+                        eprintln!(
+                            "arrayjit:   {}",
+                            StatementProfile::of(&optimized, &counters)
+                        );
+                    }
                 }
                 result.map(|_| ())
             })

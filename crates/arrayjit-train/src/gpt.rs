@@ -587,6 +587,12 @@ impl GptTrainer {
         Ok(self.train.out.values()?[0])
     }
 
+    /// The training step's routine (for its run statistics and, when compiled to time its
+    /// statements, [`Routine::statement_profile`]).
+    pub fn step_routine(&self) -> &Routine {
+        &self.train_step
+    }
+
     /// The loss on `ids` and `targets` without training.
     pub fn eval_loss(&self, ids: &[usize], targets: &[usize]) -> Result<f64> {
         self.expect_len("eval_loss ids", ids.len(), &self.eval)?;

@@ -76,6 +76,7 @@ fn write_past_an_array() {
         schedules: vec![],
         joined: vec![],
         light_kernel: false,
+        profile_statements: false,
     };
     a.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test")
         .unwrap();

@@ -71,6 +71,21 @@ impl CompiledBatch for CcBatch {
         Some(self.cache_hit)
     }
 
+    fn statement_times(&self, kernel: usize) -> Option<Vec<(u64, u64)>> {
+        type Reader = unsafe extern "C" fn(*mut u64, i64) -> i64;
+        let symbol = format!("{}_statement_times", self.kernels.get(kernel)?.symbol);
+        // SAFETY: the renderer exports `{symbol}_statement_times` with this signature from
+        // kernels that time their statements (see `arrayjit_codegen`'s C renderer); other
+        // kernels have no such symbol and the lookup fails.
+        let read: Reader = unsafe { self._library.entry(&symbol) }.ok()?;
+        // SAFETY: a null pointer asks only for the count.
+        let n = unsafe { read(std::ptr::null_mut(), 0) };
+        let mut counters = vec![0u64; usize::try_from(n).ok()?];
+        // SAFETY: `counters` holds the `n` counters the reader copies.
+        unsafe { read(counters.as_mut_ptr(), n) };
+        Some(counters.chunks_exact(2).map(|c| (c[0], c[1])).collect())
+    }
+
     unsafe fn launch(&self, request: LaunchRequest<'_>) -> Result<bool> {
         // A CPU launch finishes before it returns: the caller times it (the sink is dropped).
         let LaunchRequest {

@@ -189,6 +189,7 @@ mod tests {
             only: String::new(),
             search: false,
             device_backend: None,
+            statements: false,
         };
         let cpu = CpuInfo::detect();
         assert!(run(&config, &cpu).unwrap().is_none());

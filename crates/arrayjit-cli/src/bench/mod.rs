@@ -9,6 +9,7 @@ pub mod device;
 pub mod gpt2;
 pub mod limits;
 pub mod sizes;
+pub mod statements;
 pub mod workloads;
 
 use std::collections::HashMap;
@@ -42,6 +43,9 @@ pub struct BenchConfig {
     pub search: bool,
     /// A GPU backend to run the device table on (`wgpu`, `cuda`) instead of the CPU table.
     pub device_backend: Option<String>,
+    /// Instead of the table: where the GPT training step's time goes, statement by statement
+    /// (see [`statements`]).
+    pub statements: bool,
 }
 
 /// Times per workload and column (seconds), and notes.
@@ -60,6 +64,11 @@ pub fn run(config: &BenchConfig) -> Result<String> {
     }
     let cpu = CpuInfo::detect();
     eprintln!("machine: {cpu}");
+    if config.statements {
+        eprintln!("measuring the machine's limits (C reference) ...");
+        let limits = limits::measure(&cpu)?;
+        return statements::run(&cpu, &limits);
+    }
     let list: Vec<Workload> = workloads::workloads(config.quick)
         .into_iter()
         .filter(|w| w.name.contains(&config.only))

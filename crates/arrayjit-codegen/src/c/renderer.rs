@@ -161,6 +161,37 @@ impl CProgram {
     }
 }
 
+/// The counters of a kernel that times its statements (`Optimized::profile_statements`): per
+/// statement, the nanoseconds and calls summed over runs (added atomically: a kernel may run
+/// on several streams at once), the clock, and the exported reader
+/// `int64_t {symbol}_statement_times(uint64_t *out, int64_t n)`, which copies
+/// `2 × statements` counters (nanoseconds, calls; statement by statement) into `out` when `n`
+/// holds them, resets them, and returns how many there are.
+fn write_profile_counters(out: &mut String, symbol: &str, statements: usize) {
+    let n = 2 * statements.max(1);
+    let _ = write!(
+        out,
+        "#include <time.h>
+static uint64_t {symbol}_times[{n}];
+static inline int64_t {symbol}_clock(void) {{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}}
+static inline void {symbol}_count(int64_t stmt, int64_t t0) {{
+  const int64_t ns = {symbol}_clock() - t0;
+  __atomic_fetch_add(&{symbol}_times[2 * stmt], (uint64_t)(ns > 0 ? ns : 0), __ATOMIC_RELAXED);
+  __atomic_fetch_add(&{symbol}_times[2 * stmt + 1], 1, __ATOMIC_RELAXED);
+}}
+int64_t {symbol}_statement_times(uint64_t *out, int64_t n) {{
+  if (out && n >= {n})
+    for (int64_t i = 0; i < {n}; ++i) out[i] = __atomic_exchange_n(&{symbol}_times[i], 0, __ATOMIC_RELAXED);
+  return {n};
+}}
+"
+    );
+}
+
 fn render_kernel(
     syntax: &CSyntax,
     r: &Optimized,
@@ -198,6 +229,13 @@ fn render_kernel(
         // The kernel calls its statement functions (see `crate::c::statements`) and does no
         // loop work of its own.
         let _ = writeln!(out, "{DISPATCH_BEGIN}");
+    }
+    let stmts: Vec<&LowLevel> = match &r.code {
+        LowLevel::Seq(items) => items.iter().collect(),
+        s => vec![s],
+    };
+    if r.profile_statements {
+        write_profile_counters(&mut out, symbol, stmts.len());
     }
     let _ = writeln!(
         out,
@@ -272,10 +310,6 @@ fn render_kernel(
             k.nodes.insert(tn.clone(), name);
         }
     }
-    let stmts: Vec<&LowLevel> = match &r.code {
-        LowLevel::Seq(items) => items.iter().collect(),
-        s => vec![s],
-    };
     // A local's initial zeros are needed unless the first statement using it overwrites it
     // (for a scratch local, the first statement of its lifetime).
     let mut first_use: HashMap<usize, usize> = HashMap::new();
@@ -336,7 +370,12 @@ fn render_kernel(
             let _ = writeln!(out, "  {}", comment(&sched.to_string()));
             continue;
         }
-        let call = k.statement_function(s, sched, &scope, syntax, products, functions)?;
+        let mut call = k.statement_function(s, sched, &scope, syntax, products, functions)?;
+        if r.profile_statements {
+            call = format!(
+                "{{ const int64_t aj_t0 = {symbol}_clock(); {call} {symbol}_count({i}, aj_t0); }}"
+            );
+        }
         match sched {
             Some(sched) => {
                 let _ = writeln!(out, "  {} {call}", comment(&sched.to_string()));

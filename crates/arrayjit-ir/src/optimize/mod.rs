@@ -72,6 +72,9 @@ pub struct OptimizeSettings {
     /// What schedules may use (the device's vector width, registers and caches) and when a
     /// contraction becomes a blocked matrix product.
     pub schedule: ScheduleSettings,
+    /// Time every top-level statement of the routine when it runs (see
+    /// [`Optimized::profile_statements`]); off by default.
+    pub profile_statements: bool,
 }
 
 impl Default for OptimizeSettings {
@@ -89,6 +92,7 @@ impl Default for OptimizeSettings {
             enable_cse: true,
             enable_loop_fusion: true,
             schedule: ScheduleSettings::default(),
+            profile_statements: false,
         }
     }
 }
@@ -131,6 +135,10 @@ pub struct Optimized {
     /// Whether the kernel's own loops are light enough (see
     /// `ScheduleSettings::light_kernel_iterations`) to compile with moderate optimization.
     pub light_kernel: bool,
+    /// The kernel times each top-level statement (wall-clock nanoseconds and calls, summed
+    /// over runs) where its backend can (the C backends); the runtime reads them as the
+    /// routine's statement profile.
+    pub profile_statements: bool,
 }
 
 impl Optimized {
@@ -395,6 +403,7 @@ pub fn optimize_low_level_in(
         schedules,
         joined,
         light_kernel,
+        profile_statements: settings.profile_statements,
     })
 }
 

@@ -1,0 +1,116 @@
+//! A routine compiled to time its statements reports each top-level statement's time, calls
+//! and work, resets its counters when read, and computes what it computed before.
+
+use arrayjit::prelude::*;
+use arrayjit::runtime::StatementProfile;
+
+/// `c = a · b` (a blocked product) then `d = relu(c)` (loops), with the expected `d`.
+fn program(m: usize, k: usize, n: usize) -> (Assignments, Tnode, Vec<f64>) {
+    let a = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
+    let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
+    let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
+    let d = Tnode::new(Prec::F32, &[m, n], &["d"]).unwrap();
+    d.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
+        .unwrap();
+    c.update_memory_mode(MemoryMode::OnDevice(Sharing::Unset), "test: kept")
+        .unwrap();
+    let av: Vec<f64> = (0..m * k).map(|p| (p % 5) as f64 - 2.0).collect();
+    let bv: Vec<f64> = (0..k * n).map(|p| (p % 3) as f64 - 1.0).collect();
+    a.host().set_values(&av).unwrap();
+    b.host().set_values(&bv).unwrap();
+    let mut expected = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            expected[i * n + j] = (0..k)
+                .map(|p| av[i * k + p] * bv[p * n + j])
+                .sum::<f64>()
+                .max(0.0);
+        }
+    }
+    let product = Assignments::einsum(
+        "ik,kj->ij",
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )
+    .unwrap();
+    let relu = Assignments::einsum(
+        "ij->ij",
+        BinOp::Add,
+        &d,
+        AccumRhs::Unop(UnOp::Relu, Operand::Node(c)),
+        true,
+    )
+    .unwrap();
+    (product.then(relu), d, expected)
+}
+
+/// Compiles and links the program on `sync_cc`, statements timed or not.
+fn linked(profile: bool) -> (Stream, Routine, Tnode, Vec<f64>) {
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let mut settings = backend.optimize_settings();
+    settings.profile_statements = profile;
+    backend.set_optimize_settings(settings);
+    let (program, d, expected) = program(40, 96, 72);
+    let code = backend.compile("profiled", &program, &[]).unwrap();
+    let stream = backend.get_device(0).unwrap().new_stream().unwrap();
+    let routine = Context::new(&stream).link(&code).unwrap();
+    (stream, routine, d, expected)
+}
+
+#[test]
+fn each_statement_reports_its_time_calls_and_work() {
+    let (stream, routine, d, expected) = linked(true);
+    for _ in 0..3 {
+        routine.run().unwrap();
+    }
+    stream.await_work().unwrap();
+    assert_eq!(d.host().get_values().unwrap(), expected);
+    let profile: StatementProfile = routine.statement_profile().expect("a timed kernel");
+    let text = profile.to_string();
+    assert_eq!(profile.routine, "profiled", "{text}");
+    let product = profile
+        .statements
+        .iter()
+        .find(|s| s.kind.starts_with("product"))
+        .unwrap_or_else(|| panic!("no product in {profile:?}"));
+    assert_eq!(product.flops, 2 * 40 * 96 * 72);
+    assert_eq!(product.bytes, 4 * (40 * 96 + 96 * 72 + 40 * 72));
+    assert!(product.writes.contains('c'), "{profile:?}");
+    for s in &profile.statements {
+        assert_eq!(s.calls, 3, "{profile:?}");
+        assert!(s.nanos > 0, "{profile:?}");
+        assert!(s.fraction_of_limit(1e9, 1e9) > 0.0);
+    }
+    assert!(profile.total_nanos() >= product.nanos);
+    assert!(text.contains("slowest #"), "{text}");
+    let table = profile.table(10, Some((1e11, 1e10)));
+    assert_eq!(
+        table.lines().count(),
+        2 + profile.statements.len(),
+        "{table}"
+    );
+    // Reading reset the counters: nothing ran since.
+    let again = routine.statement_profile().unwrap();
+    assert!(
+        again
+            .statements
+            .iter()
+            .all(|s| s.calls == 0 && s.nanos == 0)
+    );
+    assert!(again.to_string().contains("none ran"));
+    routine.run().unwrap();
+    stream.await_work().unwrap();
+    let once = routine.statement_profile().unwrap();
+    assert!(once.statements.iter().all(|s| s.calls == 1));
+}
+
+#[test]
+fn an_untimed_routine_has_no_profile() {
+    let (stream, routine, d, expected) = linked(false);
+    routine.run().unwrap();
+    stream.await_work().unwrap();
+    assert_eq!(d.host().get_values().unwrap(), expected);
+    assert!(routine.statement_profile().is_none());
+}
