@@ -31,6 +31,27 @@ def emit(lib, workload, f):
         print(json.dumps({"lib": lib, "workload": workload, "seconds": seconds}), flush=True)
 
 
+def emit_compiled(workload, model, step):
+    """`step(m)` through `torch.compile(model)`: its first step, which holds the compile (lib
+    "torch.compile first step"), then its steps timed as the others (lib "torch.compile"). A
+    compile that fails (no C compiler for inductor, an unsupported op) is reported on stderr and
+    leaves the two cells empty."""
+    import torch
+
+    if args.only not in workload or not hasattr(torch, "compile"):
+        return
+    try:
+        compiled = torch.compile(model)
+        t0 = time.perf_counter()
+        step(compiled)
+        first = time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - any failure of the peer's compiler
+        print(f"torch.compile of {workload} failed: {e}", file=sys.stderr, flush=True)
+        return
+    print(json.dumps({"lib": "torch.compile first step", "workload": workload, "seconds": first}), flush=True)
+    emit("torch.compile", workload, lambda: step(compiled))
+
+
 def numpy_suite():
     import numpy as np
 
@@ -112,12 +133,13 @@ def torch_suite():
     xb = rand(256, 784)
     yb = torch.randint(0, 10, (256,), generator=g)
 
-    def step():
+    def step(m=model):
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        torch.nn.functional.cross_entropy(m(xb), yb).backward()
         opt.step()
 
     emit("torch", "MLP step 784-256-256-10 b256", step)
+    emit_compiled("MLP step 784-256-256-10 b256", model, step)
 
     # The GPT training step of `arrayjit gpt` (benches/peers/gpt_torch.py: the same model and
     # optimizer, written as people write it in PyTorch).
@@ -127,8 +149,9 @@ def torch_suite():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from gpt_torch import training_step
 
-        _, gpt_step = training_step(args.threads)
+        gpt_model, gpt_step = training_step(args.threads)
         emit("torch", GPT, gpt_step)
+        emit_compiled(GPT, gpt_model, gpt_step)
 
 
 try:

@@ -4,6 +4,9 @@
 //! units, Intel Xeon's mesh L3 does not), so the choice is measured, not derived from sizes.
 //!
 //! Rules:
+//! - `ARRAYJIT_CPU_SHARES` (`sliver_of_l1=2/8 block_of_l2=4/8`) overrides everything, for
+//!   experiments and for processes whose compile cache is not the user's (the benchmark's
+//!   cold-cache builds); a value that does not parse is ignored with a warning naming it.
 //! - A choice `arrayjit tune` measured on this CPU and stored in the compile cache (keyed by
 //!   [`CpuInfo::identity`]: vendor, family, model, vector width, cache sizes) comes first.
 //! - Else the table of CPUs the project measured ([`MEASURED`]), by vendor, family and model.
@@ -60,6 +63,8 @@ pub const MEASURED: &[MeasuredCpu] = &[
 /// Where a CPU's cache shares come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SharesSource {
+    /// Given by `ARRAYJIT_CPU_SHARES`.
+    Environment,
     /// Measured on this machine by `arrayjit tune` and stored in the compile cache.
     Stored,
     /// The project's table: measured on a CPU of the same vendor, family and model.
@@ -80,6 +85,7 @@ pub struct CpuShares {
 impl std::fmt::Display for CpuShares {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.source {
+            SharesSource::Environment => write!(f, "{} (from ARRAYJIT_CPU_SHARES)", self.shares),
             SharesSource::Stored => write!(f, "{} (measured here by `arrayjit tune`)", self.shares),
             SharesSource::Measured(on) => write!(f, "{} (measured on {on})", self.shares),
             SharesSource::VendorDefault => write!(
@@ -111,6 +117,34 @@ pub fn table_shares(cpu: &CpuInfo) -> CpuShares {
             },
             source: SharesSource::VendorDefault,
         },
+    }
+}
+
+/// The shares `ARRAYJIT_CPU_SHARES` gives, if it is set (one that does not parse is ignored
+/// with a warning naming the value and the form expected).
+pub fn from_environment() -> Option<CpuShares> {
+    parse_environment(
+        crate::settings::text(&crate::settings::process_env, ENV).map_err(|e| e.to_string()),
+    )
+}
+
+/// The variable that overrides the shares.
+const ENV: &str = "ARRAYJIT_CPU_SHARES";
+
+fn parse_environment(value: std::result::Result<Option<String>, String>) -> Option<CpuShares> {
+    match value.and_then(|v| v.map(|t| CacheShares::parse(t.trim())).transpose()) {
+        Ok(Some(shares)) => Some(CpuShares {
+            shares,
+            source: SharesSource::Environment,
+        }),
+        Ok(None) => None,
+        Err(why) => {
+            crate::notice::warn_user(&format!(
+                "ignoring {ENV}: {why} (expected e.g. `{}`)",
+                CacheShares::L2_RESIDENT
+            ));
+            None
+        }
     }
 }
 
@@ -205,6 +239,18 @@ mod tests {
         let unreadable = resolve(&xeon, Err("not a private file".into()));
         assert_eq!(unreadable, table_shares(&xeon));
         assert_eq!(resolve(&xeon, Ok(None)), table_shares(&xeon));
+    }
+
+    #[test]
+    fn the_environment_gives_shares_or_is_ignored_when_it_does_not_parse() {
+        let given = parse_environment(Ok(Some(" sliver_of_l1=4/8 block_of_l2=2/8 ".into())));
+        assert_eq!(
+            given.map(|g| (g.shares.sliver_of_l1, g.shares.block_of_l2, g.source)),
+            Some((4, 2, SharesSource::Environment))
+        );
+        assert_eq!(parse_environment(Ok(None)), None);
+        assert_eq!(parse_environment(Ok(Some("lots".into()))), None);
+        assert_eq!(parse_environment(Err("not UTF-8".into())), None);
     }
 
     #[test]

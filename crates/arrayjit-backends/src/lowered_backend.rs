@@ -139,11 +139,15 @@ impl LoweredBackend {
         settings
     }
 
-    /// The cache shares blocked products fill on the host CPU, and where they come from: a
-    /// choice `arrayjit tune` stored in this backend's compile cache, the project's table of
-    /// measured CPUs, or the vendor's default (see [`crate::cpu_tuning`]).
+    /// The cache shares blocked products fill on the host CPU, and where they come from:
+    /// `ARRAYJIT_CPU_SHARES`, a choice `arrayjit tune` stored in this backend's compile cache,
+    /// the project's table of measured CPUs, or the vendor's default (see
+    /// [`crate::cpu_tuning`]).
     pub fn cpu_shares(&self) -> crate::cpu_tuning::CpuShares {
         let cpu = crate::device_info::CpuInfo::host();
+        if let Some(given) = crate::cpu_tuning::from_environment() {
+            return given;
+        }
         let stored = self.load_schedule_choice(&crate::cpu_tuning::stored_key(cpu));
         crate::cpu_tuning::resolve(cpu, stored)
     }

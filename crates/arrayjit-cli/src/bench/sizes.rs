@@ -227,6 +227,17 @@ pub(super) fn ours_command(
     steps: usize,
 ) -> Command {
     let mut cmd = Command::new(exe);
+    // The child builds from a cache of its own (to time a cold build): it blocks its products
+    // as this process does, `arrayjit tune`'s stored choice included.
+    if std::env::var_os("ARRAYJIT_CPU_SHARES").is_none()
+        && let Ok(b) = arrayjit::backend("sync_cc")
+        && b.check_available().is_ok()
+    {
+        cmd.env(
+            "ARRAYJIT_CPU_SHARES",
+            b.lowered().cpu_shares().shares.to_string(),
+        );
+    }
     cmd.args([
         "bench-gpt-size",
         "--size",
