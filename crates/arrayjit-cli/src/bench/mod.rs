@@ -207,7 +207,17 @@ fn run_peers(config: &BenchConfig, cpu: &CpuInfo, results: &mut Results) {
         for var in ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
             cmd.env(var, threads.to_string());
         }
-        let out = match cmd.output() {
+        // torch.compile's first step from an empty inductor cache, as arrayjit's cold compile
+        // starts from an empty compile cache.
+        let inductor = std::env::temp_dir().join(format!(
+            "arrayjit-bench-inductor-{}-{threads}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&inductor);
+        cmd.env("TORCHINDUCTOR_CACHE_DIR", &inductor);
+        let output = cmd.output();
+        let _ = std::fs::remove_dir_all(&inductor);
+        let out = match output {
             Ok(out) => out,
             Err(e) => {
                 results
