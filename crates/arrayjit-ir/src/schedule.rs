@@ -766,6 +766,14 @@ impl Gemm {
 }
 
 impl Gemm {
+    /// Floating-point operations of the product: 2 per multiply-add of every term its guard
+    /// keeps.
+    pub fn flops(&self) -> u64 {
+        let batch: usize = self.batch.iter().map(|d| d.extent).product();
+        let terms = (batch * self.m.extent * self.n.extent * self.k.extent) as f64;
+        (2.0 * terms * self.kept_fraction()).round() as u64
+    }
+
     /// The share of the product's terms its guard keeps (1 without one): exact up to 2²²
     /// row-column pairs, else counted on an even grid of that many, each pair's depths counted
     /// exactly.

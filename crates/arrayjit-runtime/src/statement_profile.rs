@@ -18,6 +18,7 @@ use std::fmt;
 
 use arrayjit_ir::schedule::ScheduleKind;
 use arrayjit_ir::schedule::gpu::analysis::operations;
+use arrayjit_ir::schedule::gpu::plan::touched_bytes;
 use arrayjit_ir::{LowLevel, Optimized};
 
 /// One top-level statement's time and work.
@@ -102,25 +103,10 @@ impl StatementProfile {
                 None => kind,
             };
             let flops = match sched.map(|s| &s.kind) {
-                Some(ScheduleKind::Contraction(g)) => {
-                    let batch: usize = g.batch.iter().map(|d| d.extent).product();
-                    let terms = (batch * g.m.extent * g.n.extent * g.k.extent) as f64;
-                    let kept = if g.guard.is_some() {
-                        g.kept_fraction()
-                    } else {
-                        1.0
-                    };
-                    (2.0 * terms * kept).round() as u64
-                }
+                Some(ScheduleKind::Contraction(g)) => g.flops(),
                 _ => operations(stmt),
             };
-            let mut seen = std::collections::HashSet::new();
-            let bytes = stmt
-                .nodes()
-                .iter()
-                .filter(|t| seen.insert(t.id()))
-                .map(|t| t.size_in_bytes() as u64)
-                .sum();
+            let bytes = touched_bytes(stmt);
             let writes: Vec<String> = stmt
                 .written_nodes()
                 .iter()

@@ -168,7 +168,7 @@ pub struct GpuPlan {
 }
 
 /// Bytes of every node a statement touches, each once.
-fn touched_bytes(stmt: &LowLevel) -> u64 {
+pub fn touched_bytes(stmt: &LowLevel) -> u64 {
     let mut seen = HashSet::new();
     stmt.nodes()
         .iter()
@@ -290,11 +290,7 @@ impl GpuPlan {
             let launches = pass.launches();
             // A guarded product computes only the terms its guard keeps, a multiply-add each.
             let ops = match pass.tiled_product() {
-                Some(gemm) if gemm.guard.is_some() => {
-                    let batch: usize = gemm.batch.iter().map(|d| d.extent).product();
-                    let terms = (batch * gemm.m.extent * gemm.n.extent * gemm.k.extent) as f64;
-                    (2.0 * terms * gemm.kept_fraction()).round() as u64
-                }
+                Some(gemm) if gemm.guard.is_some() => gemm.flops(),
                 _ => operations(stmt),
             };
             let bytes = touched_bytes(stmt);
