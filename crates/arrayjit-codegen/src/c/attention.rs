@@ -213,14 +213,21 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         const int64_t lim = c->causal ? t0 + i + 1 - k0 : kn;
         const int64_t visible = lim < kn ? (lim > 0 ? lim : 0) : kn;
         if (visible == 0) {
-          for (int64_t j = 0; j < BK; ++j) si[j] = 0.0f;
+          for (int64_t j = 0; j < kn; ++j) si[j] = 0.0f;
           continue;
         }
-        for (int64_t j = 0; j < BK; ++j) si[j] = j < visible ? si[j] * scale : -1e30f;
-        const float mx = aj_att_row_max(si, BK, m[i]);
+        /* The visible keys rounded up to whole vectors: past them a row holds exp(-1e30) = 0,
+           which changes neither its maximum nor its sum (each lane adds exact zeros), so the
+           exponentials stop there; the product reads the block's kn keys, zeroed beyond. A
+           block of T = 64 keys is half of BK, and a causal row sees half of it on average. */
+        const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
+          ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
+        for (int64_t j = 0; j < w; ++j) si[j] = j < visible ? si[j] * scale : -1e30f;
+        const float mx = aj_att_row_max(si, w, m[i]);
         const float shrink = aj_att_exp(m[i] - mx);
-        for (int64_t j = 0; j < BK; ++j) { const float p = aj_att_exp(si[j] - mx); si[j] = j < visible ? p : 0.0f; }
-        l[i] = l[i] * shrink + aj_att_row_sum(si, BK);
+        for (int64_t j = 0; j < w; ++j) { const float p = aj_att_exp(si[j] - mx); si[j] = j < visible ? p : 0.0f; }
+        for (int64_t j = w; j < kn; ++j) si[j] = 0.0f;
+        l[i] = l[i] * shrink + aj_att_row_sum(si, w);
         m[i] = mx;
         float *restrict ai = acc + i * Ev;
         for (int64_t f = 0; f < Ev; ++f) ai[f] *= shrink;
@@ -313,12 +320,18 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         if (packed) AJ_ATT_GEMM(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, gop + t0 * a.ost, 1, a.ost, dpt, BQ, 1, 1);
         else AJ_ATT_GEMM(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, got + t0, ldq, 1, dpt, BQ, 1, 1);
       }
+      /* The block's rows rounded up to whole vectors: the products read rn of them. */
+      const int64_t rw = (rn + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BQ
+        ? (rn + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BQ;
       for (int64_t j = 0; j < keys; ++j) {
         /* Causal: rows t >= s see key s. */
         const int64_t first = c->causal ? (s0 + j - t0 > 0 ? s0 + j - t0 : 0) : 0;
         float *restrict sj = st + j * BQ, *restrict dj = dpt + j * BQ;
+        /* Whole vectors of rows before the first that sees the key: zeros, no exponentials. */
+        const int64_t i0 = first / AJ_ATT_LANES * AJ_ATT_LANES < rw ? first / AJ_ATT_LANES * AJ_ATT_LANES : rw;
+        for (int64_t i = 0; i < i0; ++i) { sj[i] = 0.0f; dj[i] = 0.0f; }
         if (!c->drop) {
-          for (int64_t i = 0; i < BQ; ++i) {
+          for (int64_t i = i0; i < rw; ++i) {
             const float w = aj_att_exp(sj[i] * scale - lq[i]);
             const int keep = i >= first && i < rn;
             sj[i] = keep ? w : 0.0f;
@@ -326,7 +339,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
           }
         } else {
           /* P ⊙ keep for the values' gradient, dS = P ⊙ (dP ⊙ keep − Δ) for the rest. */
-          for (int64_t i = 0; i < BQ; ++i) {
+          for (int64_t i = i0; i < rw; ++i) {
             const int keep = i >= first && i < rn;
             const float w = aj_att_exp(sj[i] * scale - lq[i]);
             const float k = keep ? aj_att_keep(c, &a, t0 + i, s0 + j) : 0.0f;
