@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use arrayjit_backends::cpu_tuning::CpuShares;
+use arrayjit_backends::cpu_tuning::{CpuShares, SharesSource};
 use arrayjit_ir::schedule::CacheShares;
 use arrayjit_ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Result, Tnode, optimize};
 
@@ -112,7 +112,12 @@ impl std::fmt::Display for TuneReport {
         if let Some(x) = self.speedup() {
             write!(f, " ({x:.2}× the choice in use before)")?;
         }
-        if self.stored {
+        if self.before.source == SharesSource::Environment {
+            write!(
+                f,
+                "; stored, but ARRAYJIT_CPU_SHARES is set and overrides it while it is"
+            )
+        } else if self.stored {
             write!(f, "; stored in the compile cache for later runs")
         } else {
             write!(
