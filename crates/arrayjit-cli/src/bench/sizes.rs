@@ -261,13 +261,32 @@ pub(super) fn torch_command(
     cmd.arg(script)
         .args(["--size", &size.spec(), "--threads", &threads.to_string()])
         .args(["--steps", &steps.to_string()]);
+    // With `--compile`, its first step compiles from an empty inductor cache, as arrayjit's cold
+    // build starts from an empty compile cache (`measure` removes the folder afterwards).
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    cmd.env(
+        INDUCTOR_CACHE,
+        std::env::temp_dir().join(format!(
+            "arrayjit-bench-inductor-{}-{run}",
+            std::process::id()
+        )),
+    );
     cmd
 }
+
+/// The variable that points PyTorch's inductor at its cache folder.
+const INDUCTOR_CACHE: &str = "TORCHINDUCTOR_CACHE_DIR";
 
 /// Runs one measuring process; a failure is a note, not an error of the whole table.
 pub(super) fn measure(mut cmd: Command, what: &str, notes: &mut Vec<String>) -> Option<Measured> {
     eprintln!("{what} ...");
-    match cmd.output() {
+    let output = cmd.output();
+    // A fresh inductor cache given to the command (see `torch_command`) is not kept.
+    if let Some((_, Some(dir))) = cmd.get_envs().find(|(k, _)| *k == INDUCTOR_CACHE) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    match output {
         Ok(out) if out.status.success() => {
             let m = parse_measured(&String::from_utf8_lossy(&out.stdout));
             if m.is_none() {
@@ -301,6 +320,9 @@ struct Row {
     one: Option<Measured>,
     torch_one: Option<Measured>,
     torch_all: Option<Measured>,
+    /// `torch.compile` of the same model, one thread and all.
+    compiled_one: Option<Measured>,
+    compiled_all: Option<Measured>,
 }
 
 /// Measures the sizes whose names contain `config.only` (`--quick`: the two smaller) and
@@ -360,6 +382,21 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Optio
                 &format!("torch {} threads: {name}", cpu.cores),
                 &mut notes,
             );
+            let compiled = |threads: usize| {
+                let mut cmd = torch(threads);
+                cmd.arg("--compile");
+                cmd
+            };
+            row.compiled_one = measure(
+                compiled(1),
+                &format!("torch.compile 1 thread: {name}"),
+                &mut notes,
+            );
+            row.compiled_all = measure(
+                compiled(cpu.cores),
+                &format!("torch.compile {} threads: {name}", cpu.cores),
+                &mut notes,
+            );
         }
         rows.push((*size, row));
     }
@@ -394,9 +431,12 @@ fn table(cores: usize, fma_gflops: f64, rows: &[(GptSize, Row)], notes: &[String
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| model | arrayjit step 1T | torch step 1T | torch / arrayjit 1T | arrayjit step {cores}T | torch step {cores}T | torch / arrayjit {cores}T | arrayjit {cores}T GFLOP/s (of FMA limit) | 1→{cores}T arrayjit / torch | arrayjit build cold / cached | torch build | peak memory arrayjit / torch |"
+        "\n| model | arrayjit step 1T | torch step 1T | torch / arrayjit 1T | arrayjit step {cores}T | torch step {cores}T | torch / arrayjit {cores}T | arrayjit {cores}T GFLOP/s (of FMA limit) | 1→{cores}T arrayjit / torch | arrayjit build cold / cached | torch build | peak memory arrayjit / torch | torch.compile step 1T / {cores}T (first steps) | torch.compile / arrayjit 1T / {cores}T |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     let step = |m: Option<Measured>| m.and_then(|m| m.step);
     for (size, r) in rows {
         let rate = step(r.cold).filter(|&s| s > 0.0).map_or("–".into(), |s| {
@@ -421,6 +461,18 @@ fn table(cores: usize, fma_gflops: f64, rows: &[(GptSize, Row)], notes: &[String
             mib(r.cold),
             mib(r.torch_all),
         );
+        // torch.compile's columns, appended to the line just written.
+        out.pop();
+        let _ = writeln!(
+            out,
+            " {} / {} ({} / {}) | {} / {} |",
+            ms(r.compiled_one, |m| m.step),
+            ms(r.compiled_all, |m| m.step),
+            ms(r.compiled_one, |m| m.first),
+            ms(r.compiled_all, |m| m.first),
+            ratio(step(r.compiled_one), step(r.one)),
+            ratio(step(r.compiled_all), step(r.cold)),
+        );
     }
     let _ = writeln!(
         out,
@@ -428,7 +480,7 @@ fn table(cores: usize, fma_gflops: f64, rows: &[(GptSize, Row)], notes: &[String
          (one fixed batch); builds include parameter initialization (arrayjit: also optimize, \
          compile and link, from an empty compile cache and from a filled one); peak memory is the \
          process's peak resident set at {cores} threads (PyTorch's includes its libraries, about \
-         half a GiB)."
+         half a GiB); torch.compile's first step holds its compile, from an empty inductor cache."
     );
     for n in notes {
         let _ = writeln!(out, "note: {n}");
@@ -493,6 +545,13 @@ mod tests {
                 step: Some(0.1),
                 peak_rss: Some(4 << 20),
             }),
+            compiled_one: Some(Measured {
+                build: 1.0,
+                first: Some(9.0),
+                step: Some(0.16),
+                peak_rss: None,
+            }),
+            compiled_all: None,
         };
         let text = table(2, 100.0, &[(SIZES[0], row)], &["a note".into()]);
         // 1T: torch 100 ms against arrayjit 80 ms = 1.25×; 2T: 100 against 50 = 2.00×;
@@ -501,7 +560,7 @@ mod tests {
         let flops = SIZES[0].config().step_flops();
         let rate = flops / 0.05 / 1e9;
         assert!(
-            text.contains(&format!("| GPT size T64 d128 h4 L2 b16 | 80 ms | 100 ms | 1.25× | 50 ms | 100 ms | 2.00× | {rate:.0} ({rate:.0}%) | 1.60× / 1.00× | 500 ms / 20 ms | 1000 ms | 3 MiB / 4 MiB |")),
+            text.contains(&format!("| GPT size T64 d128 h4 L2 b16 | 80 ms | 100 ms | 1.25× | 50 ms | 100 ms | 2.00× | {rate:.0} ({rate:.0}%) | 1.60× / 1.00× | 500 ms / 20 ms | 1000 ms | 3 MiB / 4 MiB | 160 ms / – (9000 ms / –) | 2.00× / – |")),
             "{text}"
         );
         assert!(text.contains("note: a note"), "{text}");
