@@ -139,6 +139,13 @@ impl LoweredBackend {
         settings
     }
 
+    /// The limits of the devices' groups of invocations, for a backend whose devices run GPU
+    /// passes (`None` on a CPU): [`LoweredBackend::schedule_settings`]'s `gpu`, without
+    /// looking up the CPU's cache shares.
+    pub fn gpu_limits(&self) -> Option<arrayjit_ir::schedule::GpuLimits> {
+        self.devices().schedule_settings().gpu
+    }
+
     /// The cache shares blocked products fill on the host CPU, and where they come from:
     /// `ARRAYJIT_CPU_SHARES`, a choice `arrayjit tune` stored in this backend's compile cache,
     /// the project's table of measured CPUs, or the vendor's default (see

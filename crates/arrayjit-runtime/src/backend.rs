@@ -295,9 +295,8 @@ impl Backend {
     /// smaller groups than the device allows); on a CPU backend they are ignored by its
     /// renderer.
     pub fn set_optimize_settings(&self, mut settings: OptimizeSettings) {
-        let device = self.inner.lowered.schedule_settings();
         if settings.schedule.gpu.is_none() {
-            settings.schedule.gpu = device.gpu;
+            settings.schedule.gpu = self.inner.lowered.gpu_limits();
         }
         settings.pool_alignment = settings
             .pool_alignment

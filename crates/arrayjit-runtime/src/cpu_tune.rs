@@ -26,7 +26,7 @@ use arrayjit_ir::schedule::CacheShares;
 use arrayjit_ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Result, Tnode, optimize};
 
 use crate::backend::Backend;
-use crate::search::{SearchSettings, time_kernel};
+use crate::search::{Compared, SearchSettings, Timed, compare, evaluate};
 
 /// How long and how carefully `tune` times candidates.
 #[derive(Clone, Debug, PartialEq)]
@@ -214,12 +214,7 @@ impl Backend {
                 }
             }
         }
-        // (source, compiled batch, best seconds) of each distinct candidate.
-        let mut timed: Vec<(
-            String,
-            std::sync::Arc<dyn arrayjit_backends::CompiledBatch>,
-            f64,
-        )> = Vec::new();
+        let mut timed: Vec<Timed> = Vec::new();
         let mut candidates = Vec::new();
         let mut best: Option<(CacheShares, usize)> = None;
         for shares in order {
@@ -234,44 +229,31 @@ impl Backend {
             let mut s = base.clone();
             s.schedule.cache_shares = shares;
             let optimized = optimize("cpu_tune_products", &[], &program, &s)?;
-            let source = lowered.render_source(&[&optimized])?;
-            if let Some(at) = timed.iter().position(|t| t.0 == source) {
-                candidates.push(TuneCandidate {
-                    shares,
-                    seconds: Some(timed[at].2),
-                    note: "the same blocking as an earlier candidate".into(),
-                });
-                continue;
-            }
-            let batch = lowered.compile_batch(&[&optimized])?;
-            let seconds = time_kernel(lowered, batch.as_ref(), &timing)?;
-            timed.push((source, batch, seconds));
-            let at = timed.len() - 1;
-            let mut note = "timed".to_string();
-            match best {
+            let (at, new) = evaluate(lowered, &optimized, &mut timed, &timing)?;
+            let note = match best {
+                _ if !new => "the same blocking as an earlier candidate",
                 None => {
                     best = Some((shares, at));
-                    note = "timed; the choice in use".into();
+                    "timed; the choice in use"
                 }
-                Some((_, best_at)) if seconds < timed[best_at].2 * (1.0 - settings.min_gain) => {
-                    // Confirm against noise: both timed again, each keeps its faster time.
-                    for i in [best_at, at] {
-                        let again = time_kernel(lowered, timed[i].1.as_ref(), &timing)?;
-                        timed[i].2 = timed[i].2.min(again);
-                    }
-                    if timed[at].2 < timed[best_at].2 * (1.0 - settings.min_gain) {
+                Some((_, best_at)) => {
+                    let compared = compare(
+                        lowered,
+                        &mut timed,
+                        (at, best_at),
+                        &timing,
+                        settings.min_gain,
+                    )?;
+                    if compared == Compared::Faster {
                         best = Some((shares, at));
-                        note = "timed; faster, confirmed by timing again".into();
-                    } else {
-                        note = "timed; not faster when timed again".into();
                     }
+                    compared.note()
                 }
-                Some(_) => {}
-            }
+            };
             candidates.push(TuneCandidate {
                 shares,
-                seconds: Some(timed[at].2),
-                note,
+                seconds: Some(timed[at].seconds),
+                note: note.into(),
             });
         }
         let winner = best.map_or(before.shares, |(s, _)| s);

@@ -423,10 +423,79 @@ impl Knob {
 }
 
 /// A compiled candidate: its source and kernels, and its timings so far.
-struct Timed {
+pub(crate) struct Timed {
     source: String,
     batch: Arc<dyn CompiledBatch>,
-    seconds: f64,
+    /// Its fastest timing so far.
+    pub(crate) seconds: f64,
+}
+
+/// Compiles and times `o`, or finds it among the candidates `timed` already holds (the same
+/// rendered source): its index in `timed`, and whether it was new.
+pub(crate) fn evaluate(
+    lowered: &LoweredBackend,
+    o: &Optimized,
+    timed: &mut Vec<Timed>,
+    settings: &SearchSettings,
+) -> Result<(usize, bool)> {
+    let source = lowered.render_source(&[o])?;
+    if let Some(i) = timed.iter().position(|t| t.source == source) {
+        return Ok((i, false));
+    }
+    let batch = lowered.compile_batch(&[o])?;
+    let seconds = time_kernel(lowered, batch.as_ref(), settings)?;
+    timed.push(Timed {
+        source,
+        batch,
+        seconds,
+    });
+    Ok((timed.len() - 1, true))
+}
+
+/// How a candidate compared with the best so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Compared {
+    /// Not faster by the margin.
+    NotFaster,
+    /// Faster by the margin, and still when both were timed again.
+    Faster,
+    /// Faster by the margin at first, not when both were timed again.
+    NotConfirmed,
+}
+
+impl Compared {
+    /// The note a report gives a timed candidate that compared so.
+    pub(crate) fn note(self) -> &'static str {
+        match self {
+            Compared::NotFaster => "timed",
+            Compared::Faster => "timed; faster, confirmed by timing again",
+            Compared::NotConfirmed => "timed; not faster when timed again",
+        }
+    }
+}
+
+/// Whether candidate `at` beats `best` by at least `min_gain`, confirmed against noise: when it
+/// seems to, both are timed again (each keeps its faster timing) and compared once more.
+pub(crate) fn compare(
+    lowered: &LoweredBackend,
+    timed: &mut [Timed],
+    (at, best): (usize, usize),
+    settings: &SearchSettings,
+    min_gain: f64,
+) -> Result<Compared> {
+    let faster = |timed: &[Timed]| timed[at].seconds < timed[best].seconds * (1.0 - min_gain);
+    if !faster(timed) {
+        return Ok(Compared::NotFaster);
+    }
+    for i in [best, at] {
+        let again = time_kernel(lowered, timed[i].batch.as_ref(), settings)?;
+        timed[i].seconds = timed[i].seconds.min(again);
+    }
+    Ok(if faster(timed) {
+        Compared::Faster
+    } else {
+        Compared::NotConfirmed
+    })
 }
 
 /// Times candidates of one routine and returns the report (with the winner stored when the
@@ -443,24 +512,8 @@ pub(crate) fn search(
     let key = routine_key(lowered, heuristic)?;
     let start = ScheduleChoice::of(base);
     let mut timed: Vec<Timed> = Vec::new();
-    // Compiles (or finds among those timed) and times one candidate; returns its index in
-    // `timed` and whether it was new.
-    let evaluate = |o: &Optimized, timed: &mut Vec<Timed>| -> Result<(usize, bool)> {
-        let source = lowered.render_source(&[o])?;
-        if let Some(i) = timed.iter().position(|t| t.source == source) {
-            return Ok((i, false));
-        }
-        let batch = lowered.compile_batch(&[o])?;
-        let seconds = time_kernel(lowered, batch.as_ref(), settings)?;
-        timed.push(Timed {
-            source,
-            batch,
-            seconds,
-        });
-        Ok((timed.len() - 1, true))
-    };
     // The heuristics first: failing here is the routine's own failure.
-    let (mut best_at, _) = evaluate(heuristic, &mut timed)?;
+    let (mut best_at, _) = evaluate(lowered, heuristic, &mut timed, settings)?;
     let mut candidates = vec![Candidate {
         choice: start,
         seconds: Some(timed[best_at].seconds),
@@ -477,7 +530,7 @@ pub(crate) fn search(
                 break 'knobs;
             }
             let outcome = optimize(name, bindings, assignments, &choice.apply(base))
-                .and_then(|o| evaluate(&o, &mut timed));
+                .and_then(|o| evaluate(lowered, &o, &mut timed, settings));
             let (at, new) = match outcome {
                 Ok(found) => found,
                 Err(e) => {
@@ -489,24 +542,21 @@ pub(crate) fn search(
                     continue;
                 }
             };
-            let mut note = if new {
-                "timed".to_string()
+            let note = if new {
+                let compared = compare(
+                    lowered,
+                    &mut timed,
+                    (at, best_at),
+                    settings,
+                    settings.min_gain,
+                )?;
+                if compared == Compared::Faster {
+                    (best, best_at) = (choice, at);
+                }
+                compared.note().to_string()
             } else {
                 "the same kernels as an earlier candidate".to_string()
             };
-            if new && faster(&timed, at, best_at, settings.min_gain) {
-                // Confirm against noise: time both again; each keeps its faster timing.
-                for i in [best_at, at] {
-                    let again = time_kernel(lowered, timed[i].batch.as_ref(), settings)?;
-                    timed[i].seconds = timed[i].seconds.min(again);
-                }
-                if faster(&timed, at, best_at, settings.min_gain) {
-                    (best, best_at) = (choice, at);
-                    note = "timed; faster, confirmed by timing again".into();
-                } else {
-                    note = "timed; not faster when timed again".into();
-                }
-            }
             candidates.push(Candidate {
                 choice,
                 seconds: Some(timed[at].seconds),
@@ -529,11 +579,6 @@ pub(crate) fn search(
         candidates,
         winner: best,
     })
-}
-
-/// Whether candidate `a` beats `b` by at least `min_gain`.
-fn faster(timed: &[Timed], a: usize, b: usize, min_gain: f64) -> bool {
-    timed[a].seconds < timed[b].seconds * (1.0 - min_gain)
 }
 
 /// Choices found in this process by backends that keep no store (no compile cache), so that

@@ -1,6 +1,8 @@
 //! Per-CPU tuning of blocked products: `tune` times the candidate cache shares, stores the
 //! fastest in the compile cache, and later backends block their products with it.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,29 +22,8 @@ fn cached_backend(cache: &std::path::Path) -> Backend {
 
 /// `c[m, n] = a[m, k] · b[k, n]` with small integer entries (exact in f32), and `c`.
 fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode, Vec<f64>) {
-    let a = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
-    let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
-    let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
-    c.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-        .unwrap();
-    let av: Vec<f64> = (0..m * k).map(|p| (p % 5) as f64 - 2.0).collect();
-    let bv: Vec<f64> = (0..k * n).map(|p| (p % 3) as f64 - 1.0).collect();
-    a.host().set_values(&av).unwrap();
-    b.host().set_values(&bv).unwrap();
-    let mut expected = vec![0.0; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            expected[i * n + j] = (0..k).map(|p| av[i * k + p] * bv[p * n + j]).sum();
-        }
-    }
-    let program = Assignments::einsum(
-        "ik,kj->ij",
-        BinOp::Add,
-        &c,
-        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
-        true,
-    )
-    .unwrap();
+    let c = common::hosted_output(&[m, n], "c");
+    let (program, expected) = common::product_into(&c, m, k, n);
     (program, c, expected)
 }
 

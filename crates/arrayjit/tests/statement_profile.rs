@@ -1,40 +1,18 @@
 //! A routine compiled to time its statements reports each top-level statement's time, calls
 //! and work, resets its counters when read, and computes what it computed before.
 
+mod common;
+
 use arrayjit::prelude::*;
 use arrayjit::runtime::StatementProfile;
 
 /// `c = a · b` (a blocked product) then `d = relu(c)` (loops), with the expected `d`.
 fn program(m: usize, k: usize, n: usize) -> (Assignments, Tnode, Vec<f64>) {
-    let a = Tnode::new(Prec::F32, &[m, k], &["a"]).unwrap();
-    let b = Tnode::new(Prec::F32, &[k, n], &["b"]).unwrap();
     let c = Tnode::new(Prec::F32, &[m, n], &["c"]).unwrap();
-    let d = Tnode::new(Prec::F32, &[m, n], &["d"]).unwrap();
-    d.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
-        .unwrap();
     c.update_memory_mode(MemoryMode::OnDevice(Sharing::Unset), "test: kept")
         .unwrap();
-    let av: Vec<f64> = (0..m * k).map(|p| (p % 5) as f64 - 2.0).collect();
-    let bv: Vec<f64> = (0..k * n).map(|p| (p % 3) as f64 - 1.0).collect();
-    a.host().set_values(&av).unwrap();
-    b.host().set_values(&bv).unwrap();
-    let mut expected = vec![0.0; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            expected[i * n + j] = (0..k)
-                .map(|p| av[i * k + p] * bv[p * n + j])
-                .sum::<f64>()
-                .max(0.0);
-        }
-    }
-    let product = Assignments::einsum(
-        "ik,kj->ij",
-        BinOp::Add,
-        &c,
-        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
-        true,
-    )
-    .unwrap();
+    let d = common::hosted_output(&[m, n], "d");
+    let (product, c_values) = common::product_into(&c, m, k, n);
     let relu = Assignments::einsum(
         "ij->ij",
         BinOp::Add,
@@ -43,6 +21,7 @@ fn program(m: usize, k: usize, n: usize) -> (Assignments, Tnode, Vec<f64>) {
         true,
     )
     .unwrap();
+    let expected = c_values.into_iter().map(|v| v.max(0.0)).collect();
     (product.then(relu), d, expected)
 }
 

@@ -230,13 +230,9 @@ pub(super) fn ours_command(
     // The child builds from a cache of its own (to time a cold build): it blocks its products
     // as this process does, `arrayjit tune`'s stored choice included.
     if std::env::var_os("ARRAYJIT_CPU_SHARES").is_none()
-        && let Ok(b) = arrayjit::backend("sync_cc")
-        && b.check_available().is_ok()
+        && let Some(shares) = super::user_cpu_shares()
     {
-        cmd.env(
-            "ARRAYJIT_CPU_SHARES",
-            b.lowered().cpu_shares().shares.to_string(),
-        );
+        cmd.env("ARRAYJIT_CPU_SHARES", shares.to_string());
     }
     cmd.args([
         "bench-gpt-size",

@@ -41,3 +41,28 @@ pub fn update_program() -> (Assignments, Tnode, Tnode, Tnode) {
         .then(Assignments::pointwise_binop(&y, BinOp::Add, &w, &w));
     (prog, x, w, y)
 }
+
+/// `c = a · b` for hosted `a[m, k]` and `b[k, n]` with small integer entries (exact in f32) and
+/// the `[m, n]` node `c` the caller made: the program and `c`'s expected values, row-major.
+#[allow(dead_code)]
+pub fn product_into(c: &Tnode, m: usize, k: usize, n: usize) -> (Assignments, Vec<f64>) {
+    let av: Vec<f64> = (0..m * k).map(|p| (p % 5) as f64 - 2.0).collect();
+    let bv: Vec<f64> = (0..k * n).map(|p| (p % 3) as f64 - 1.0).collect();
+    let a = hosted_input(&[m, k], "a", &av);
+    let b = hosted_input(&[k, n], "b", &bv);
+    let mut expected = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            expected[i * n + j] = (0..k).map(|p| av[i * k + p] * bv[p * n + j]).sum();
+        }
+    }
+    let program = Assignments::einsum(
+        "ik,kj->ij",
+        BinOp::Add,
+        c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        true,
+    )
+    .unwrap();
+    (program, expected)
+}
