@@ -161,6 +161,56 @@ impl Assignments {
         }
     }
 
+    /// `lhs[.., start + t, ..] = src[.., t, ..]` along `axis`: `src` written into `lhs` from
+    /// index `start` on, where `start` is bound per run (the rows a decoding step appends to
+    /// a key/value cache). The other axes must agree; `start`'s range must keep every row
+    /// inside `lhs` (`start.range + src's extent - 1 <= lhs's extent`), which lowering checks.
+    /// The rest of `lhs` keeps its values, so `lhs` holds what earlier runs wrote.
+    pub fn write_at_static(
+        lhs: &Tnode,
+        src: &Tnode,
+        axis: usize,
+        start: &StaticSymbol,
+    ) -> Result<Assignments> {
+        let (ld, sd) = (lhs.dims(), src.dims());
+        let same_elsewhere = ld.len() == sd.len()
+            && axis < ld.len()
+            && ld
+                .iter()
+                .zip(sd)
+                .enumerate()
+                .all(|(k, (l, s))| k == axis || l == s);
+        if !same_elsewhere {
+            return Err(Error::shape_mismatch(
+                &format!(
+                    "writing {} into {} at {}",
+                    src.debug_name(),
+                    lhs.debug_name(),
+                    start.name
+                ),
+                &[sd, ld],
+                format!(
+                    "the two must have the same rank and agree on every axis but axis {axis} \
+                     (got {sd:?} into {ld:?})"
+                ),
+            ));
+        }
+        let mut projections = Projections::pointwise(sd, 1);
+        projections.lhs_dims = ld.to_vec();
+        projections.project_lhs[axis] = AxisIndex::affine(
+            [(1, projections.product_iterators[axis]), (1, start.symbol)],
+            0,
+        );
+        projections.debug_info = format!("write at {} + axis {axis}", start.name).into();
+        Ok(Assignments::Accum {
+            initialize_neutral: false,
+            accum: BinOp::Arg2,
+            lhs: lhs.clone(),
+            rhs: AccumRhs::Unop(UnOp::Identity, Operand::Node(src.clone())),
+            projections,
+        })
+    }
+
     /// An accumulation built from an einsum-like spec (see [`Projections::einsum`]).
     pub fn einsum(
         spec: &str,
@@ -466,15 +516,18 @@ fn guard_conditions(
     p.guards
         .iter()
         .map(|g| {
+            // Static symbols are bound per run: their ranges are among `bounds`.
             if let Some(s) = g
                 .symbols()
                 .into_iter()
-                .find(|s| !p.product_iterators.contains(s))
+                .find(|s| !p.product_iterators.contains(s) && bounds(*s).is_none())
             {
                 return Err(shape_error(
                     what,
                     format!(
-                        "the guard {g} uses {s}, which is not an iterator of the product space"
+                        "the guard {g} uses {s}, which is neither an iterator of the product \
+                         space nor a static symbol the routine is compiled with (pass it among \
+                         the bindings)"
                     ),
                 ));
             }

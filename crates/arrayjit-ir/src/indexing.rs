@@ -298,12 +298,17 @@ pub struct Projections {
     pub debug_info: Arc<str>,
 }
 
-/// A guard of an einsum written with its letters: the terms where `Σ coeff·letter + offset`
-/// is negative are skipped (see [`Projections::guards`]).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// A guard of an einsum written with its letters: the terms where
+/// `Σ coeff·letter + Σ coeff·static + offset` is negative are skipped (see
+/// [`Projections::guards`]). Static symbols are bound per run, so one compiled routine can skip
+/// a different part of the product space on every run (the keys a decoding step has not
+/// written yet, say); the routine must then be compiled with them among its bindings.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct EinsumGuard {
     /// `(coefficient, letter)` pairs.
     pub terms: Vec<(i64, char)>,
+    /// `(coefficient, static symbol)` pairs.
+    pub statics: Vec<(i64, StaticSymbol)>,
     /// The constant term.
     pub offset: i64,
 }
@@ -314,8 +319,17 @@ impl EinsumGuard {
     pub fn at_most(earlier: char, later: char, offset: i64) -> EinsumGuard {
         EinsumGuard {
             terms: vec![(1, later), (-1, earlier)],
+            statics: Vec::new(),
             offset,
         }
+    }
+
+    /// The guard with `coefficient · symbol` added: with
+    /// `at_most('s', 't', 0).plus_static(1, &start)`, key `s` at or before query `t` counted
+    /// from the run's `start` (the queries of a decoding step that begin at slot `start`).
+    pub fn plus_static(mut self, coefficient: i64, symbol: &StaticSymbol) -> EinsumGuard {
+        self.statics.push((coefficient, symbol.clone()));
+        self
     }
 
     /// The letters it names.
@@ -326,8 +340,15 @@ impl EinsumGuard {
 
 impl fmt::Display for EinsumGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (k, (c, l)) in self.terms.iter().enumerate() {
-            let sign = match (k, *c < 0) {
+        let named = self
+            .terms
+            .iter()
+            .map(|(c, l)| (*c, l.to_string()))
+            .chain(self.statics.iter().map(|(c, s)| (*c, s.name.clone())));
+        let mut any = false;
+        for (k, (c, l)) in named.enumerate() {
+            any = true;
+            let sign = match (k, c < 0) {
                 (0, false) => "",
                 (0, true) => "-",
                 (_, false) => " + ",
@@ -339,8 +360,8 @@ impl fmt::Display for EinsumGuard {
             }
         }
         match self.offset {
-            0 if !self.terms.is_empty() => {}
-            o if self.terms.is_empty() => write!(f, "{o}")?,
+            0 if any => {}
+            o if !any => write!(f, "{o}")?,
             o if o > 0 => write!(f, " + {o}")?,
             o => write!(f, " - {}", o.unsigned_abs())?,
         }
@@ -498,7 +519,11 @@ impl Projections {
                         ))),
                     })
                     .collect::<Result<Vec<_>>>()?;
-                Ok(AxisIndex::affine(terms, g.offset))
+                let statics = g.statics.iter().map(|(c, s)| (*c, s.symbol));
+                Ok(AxisIndex::affine(
+                    terms.into_iter().chain(statics),
+                    g.offset,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         let mut debug_info = format!("einsum {spec}");

@@ -5,7 +5,9 @@
 //! guard skips, two guards (a band), and guarded reductions, copies and assignments. Large
 //! products run as blocked products that skip whole tiles on CPU backends; the rest as loops.
 
-use arrayjit_ir::{AccumRhs, Assignments, BinOp, EinsumGuard, Operand, Prec, Result, Tnode, UnOp};
+use arrayjit_ir::{
+    AccumRhs, Assignments, BinOp, EinsumGuard, Operand, Prec, Result, StaticSymbol, Tnode, UnOp,
+};
 
 use super::case::{Case, case, output};
 use super::contractions::input;
@@ -159,6 +161,64 @@ fn guarded_loops() -> Result<Case> {
     ))
 }
 
+/// `te += Σ_s a[t, s] · b[s, e]` over `s ≤ start + t`, with `start` bound per run: each run
+/// adds a different triangle, so the result after all runs checks each run's guard.
+fn guarded_by_static() -> Result<Case> {
+    let (t, s, e) = (5, 40, 24);
+    let start = StaticSymbol::new("start", s - t + 1);
+    let a = input(Prec::F32, &[t, s], "a", 1)?;
+    let b = input(Prec::F32, &[s, e], "b", 2)?;
+    let c = output(Prec::F32, &[t, e], "c")?;
+    c.host().set_values(&vec![0.5; t * e])?;
+    let program = Assignments::einsum_guarded(
+        "ts,se->te",
+        BinOp::Add,
+        &c,
+        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        false,
+        &[EinsumGuard::at_most('s', 't', 0).plus_static(1, &start)],
+    )?;
+    let mut case = case("guarded_by_static", program, vec![c]);
+    case.bindings = vec![start];
+    case.runs = vec![vec![0], vec![17], vec![35], vec![3]];
+    Ok(case)
+}
+
+/// A key cache: each run writes three rows at slot `start` ([`Assignments::write_at_static`])
+/// and sums, for each new row `t`, the cache's rows `s ≤ start + t` (the slots written so far,
+/// its own included). Rows no run writes keep their first values; a later run overwrites an
+/// earlier one's rows.
+fn cache_written_at_static() -> Result<Case> {
+    let (slots, chunk, width) = (12, 3, 8);
+    let start = StaticSymbol::new("start", slots - chunk + 1);
+    let rows = input(Prec::F32, &[chunk, width], "rows", 3)?;
+    let cache = output(Prec::F32, &[slots, width], "cache")?;
+    cache.host().set_values(
+        &(0..slots * width)
+            .map(|k| k as f64 * 0.25)
+            .collect::<Vec<_>>(),
+    )?;
+    let sums = output(Prec::F32, &[chunk, width], "sums")?;
+    sums.host().set_values(&vec![0.0; chunk * width])?;
+    let program =
+        Assignments::write_at_static(&cache, &rows, 0, &start)?.then(Assignments::einsum_guarded(
+            "se->te",
+            BinOp::Add,
+            &sums,
+            AccumRhs::Unop(UnOp::Identity, Operand::Node(cache.clone())),
+            false,
+            &[EinsumGuard::at_most('s', 't', 0).plus_static(1, &start)],
+        )?);
+    let mut case = case(
+        "guarded_cache_written_at_static",
+        program,
+        vec![cache, sums],
+    );
+    case.bindings = vec![start];
+    case.runs = vec![vec![0], vec![3], vec![9], vec![2]];
+    Ok(case)
+}
+
 /// The corpus's guarded cases.
 pub fn guarded_cases() -> Result<Vec<Case>> {
     let causal = [EinsumGuard::at_most('s', 't', 0)];
@@ -260,9 +320,12 @@ pub fn guarded_cases() -> Result<Vec<Case>> {
             &[('t', 60), ('s', 60), ('e', 45)],
             &[EinsumGuard {
                 terms: vec![(1, 't'), (-1, 's'), (-1, 'e')],
+                statics: Vec::new(),
                 offset: 30,
             }],
         )?,
         guarded_loops()?,
+        guarded_by_static()?,
+        cache_written_at_static()?,
     ])
 }

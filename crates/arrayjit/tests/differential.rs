@@ -230,8 +230,15 @@ fn attention_cases_run_on_the_blocked_helper() {
 #[test]
 fn guarded_cases_are_scheduled_as_guarded_products() {
     use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
-    // The cases that are no product for a blocked or tiled kernel.
-    const LOOPS: [&str; 3] = ["guarded_band", "guarded_small_product", "guarded_loops"];
+    // The cases that are no product for a blocked or tiled kernel (a guard with a static symbol
+    // included: the kernels take guards of their own loops only).
+    const LOOPS: [&str; 5] = [
+        "guarded_band",
+        "guarded_small_product",
+        "guarded_loops",
+        "guarded_by_static",
+        "guarded_cache_written_at_static",
+    ];
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::guarded_cases().unwrap() {
         let code = backend

@@ -100,7 +100,7 @@ fn guards_map_onto_the_products_rows_columns_and_depth() {
     assert!(product("ts,se->te", &band).is_none());
     let doubled = EinsumGuard {
         terms: vec![(2, 't'), (-1, 's')],
-        offset: 0,
+        ..EinsumGuard::default()
     };
     assert!(product("ts,se->te", &[doubled]).is_none());
 }
