@@ -182,7 +182,7 @@ impl Assignments {
                 .all(|(k, (l, s))| k == axis || l == s);
         if !same_elsewhere {
             return Err(Error::shape_mismatch(
-                &format!(
+                format!(
                     "writing {} into {} at {}",
                     src.debug_name(),
                     lhs.debug_name(),

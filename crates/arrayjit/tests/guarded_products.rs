@@ -148,6 +148,7 @@ fn guarded_products_cross_every_block_and_agree_for_any_worker_count() {
     let (long, short) = (b.mc.max(b.kc).max(b.nc) + 5, 40);
     let three_terms = EinsumGuard {
         terms: vec![(1, 't'), (-1, 's'), (-1, 'e')],
+        statics: Vec::new(),
         offset: 30,
     };
     for (spec, guard) in [
