@@ -119,6 +119,193 @@ pub fn save(params: &[Tensor], path: &Path) -> Result<()> {
 /// Largest header accepted (the safetensors format's own limit).
 const MAX_HEADER_BYTES: u64 = 100_000_000;
 
+/// One tensor listed in a safetensors header, checked to hold numbers inside the file.
+#[derive(Clone, Debug)]
+pub struct StoredTensor {
+    /// The dtype's name in the header (`F32`, `BF16`, ...).
+    pub dtype: String,
+    /// The shape.
+    pub shape: Vec<usize>,
+    /// Bytes from the start of the data section.
+    start: u64,
+    elem: usize,
+    decode: Decode,
+}
+
+/// A safetensors file opened for reading: its header parsed and every entry checked (a numeric
+/// dtype this module reads, data offsets that match the shape and lie inside the file) before
+/// any data is read, so a bad or truncated file costs no more than its header.
+pub struct SafetensorsFile {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    data_start: u64,
+    tensors: HashMap<String, StoredTensor>,
+    /// Entries that hold no numbers this module reads (bool, 8-bit floats): named in errors.
+    unreadable: HashMap<String, String>,
+}
+
+impl SafetensorsFile {
+    /// Opens `path` and checks its header.
+    pub fn open(path: &Path) -> Result<SafetensorsFile> {
+        use std::io::Read as _;
+        let io = |what: &str, e| Error::io(format!("{what} {}", path.display()), e);
+        let bad = |detail: String| Error::Checkpoint {
+            path: path.display().to_string(),
+            detail,
+        };
+        let mut file = std::fs::File::open(path).map_err(|e| io("opening", e))?;
+        let file_len = file.metadata().map_err(|e| io("inspecting", e))?.len();
+        let mut len_bytes = [0u8; 8];
+        file.read_exact(&mut len_bytes)
+            .map_err(|_| bad("it is shorter than a safetensors header".into()))?;
+        let header_len = u64::from_le_bytes(len_bytes);
+        if header_len > MAX_HEADER_BYTES || header_len > file_len - 8 {
+            return Err(bad(format!(
+                "its header claims {header_len} bytes (the file has {file_len}, the limit is {MAX_HEADER_BYTES})"
+            )));
+        }
+        let mut header = vec![0u8; header_len as usize];
+        file.read_exact(&mut header)
+            .map_err(|e| io("reading the header of", e))?;
+        let header: serde_json::Value = serde_json::from_slice(&header)
+            .map_err(|e| bad(format!("its header is not JSON: {e}")))?;
+        let entries = header
+            .as_object()
+            .ok_or_else(|| bad("its header is not a JSON object".into()))?;
+        let data_start = 8 + header_len;
+        let data_len = file_len - data_start;
+        let mut tensors = HashMap::new();
+        let mut unreadable = HashMap::new();
+        for (name, entry) in entries {
+            if name == "__metadata__" {
+                continue;
+            }
+            let dtype = entry.get("dtype").and_then(|d| d.as_str()).unwrap_or("?");
+            let shape: Option<Vec<usize>> = entry.get("shape").and_then(|s| {
+                s.as_array()?
+                    .iter()
+                    .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                    .collect()
+            });
+            let Some(shape) = shape else {
+                return Err(bad(format!(
+                    "tensor {name} has no valid shape in the header"
+                )));
+            };
+            let Some((elem, decode)) = decoder(dtype) else {
+                unreadable.insert(name.clone(), dtype.to_string());
+                continue;
+            };
+            let offsets: Option<(u64, u64)> = entry.get("data_offsets").and_then(|o| {
+                let o = o.as_array()?;
+                Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?))
+            });
+            let want = shape
+                .iter()
+                .try_fold(elem as u64, |n, &d| n.checked_mul(d as u64));
+            match (offsets, want) {
+                (Some((start, end)), Some(want))
+                    if end >= start && end - start == want && end <= data_len =>
+                {
+                    tensors.insert(
+                        name.clone(),
+                        StoredTensor {
+                            dtype: dtype.to_string(),
+                            shape,
+                            start,
+                            elem,
+                            decode,
+                        },
+                    );
+                }
+                (other, want) => {
+                    return Err(bad(format!(
+                        "tensor {name} has data offsets {other:?}, but needs {} bytes within the \
+                         {data_len} bytes of data (a truncated or damaged file?)",
+                        want.map_or("more than 2^64".into(), |w| w.to_string())
+                    )));
+                }
+            }
+        }
+        Ok(SafetensorsFile {
+            path: path.to_path_buf(),
+            file,
+            data_start,
+            tensors,
+            unreadable,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The names of the tensors whose numbers this module reads.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// The tensor `name`, if the file holds it with a numeric dtype.
+    pub fn get(&self, name: &str) -> Option<&StoredTensor> {
+        self.tensors.get(name)
+    }
+
+    /// The tensor `name`, or an error saying it is missing (or not numeric) and that nothing
+    /// was loaded.
+    pub fn expect(&self, name: &str) -> Result<&StoredTensor> {
+        self.expect_named(name, "tensor")
+    }
+
+    /// [`SafetensorsFile::expect`], calling the tensor a `noun` in the error.
+    fn expect_named(&self, name: &str, noun: &str) -> Result<&StoredTensor> {
+        self.tensors.get(name).ok_or_else(|| {
+            let detail = match self.unreadable.get(name) {
+                Some(dtype) => format!(
+                    "{noun} {name} is stored as {dtype}, which holds no numbers a parameter can \
+                     take; nothing was loaded"
+                ),
+                None => format!("it has no {noun} {name}; nothing was loaded"),
+            };
+            Error::Checkpoint {
+                path: self.path.display().to_string(),
+                detail,
+            }
+        })
+    }
+
+    /// The tensor `name`, checked to have shape `dims`.
+    pub fn expect_shape(&self, name: &str, dims: &[usize]) -> Result<&StoredTensor> {
+        let t = self.expect(name)?;
+        if t.shape != dims {
+            return Err(Error::ShapeMismatch {
+                op: format!("loading {name} from {}", self.path.display()),
+                shapes: vec![t.shape.clone(), dims.to_vec()],
+                detail: format!(
+                    "the file holds {} {:?}, expected {dims:?}; nothing was loaded",
+                    t.dtype, t.shape
+                ),
+            });
+        }
+        Ok(t)
+    }
+
+    /// The values of tensor `name`, row-major, converted to f64.
+    pub fn read(&mut self, name: &str) -> Result<Vec<f64>> {
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let t = self.expect(name)?.clone();
+        let n = t.shape.iter().product::<usize>().saturating_mul(t.elem);
+        let path = self.path.clone();
+        let mut bytes =
+            try_vec_filled(n, 0u8, || format!("reading {name} from {}", path.display()))?;
+        self.file
+            .seek(SeekFrom::Start(self.data_start + t.start))
+            .and_then(|_| self.file.read_exact(&mut bytes))
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        Ok(bytes.chunks_exact(t.elem).map(t.decode).collect())
+    }
+}
+
 /// Reads parameters saved by [`save`] into the given tensors (matched by label; shapes must
 /// agree). Devices reload the new values before their next use.
 ///
@@ -128,94 +315,40 @@ const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// values change only once everything has been read. On any error no parameter changes, and a
 /// file with a bad header costs no more than reading its header.
 pub fn load(params: &[Tensor], path: &Path) -> Result<()> {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let io = |what: &str, e| Error::io(format!("{what} {}", path.display()), e);
-    let bad = |detail: String| Error::Checkpoint {
-        path: path.display().to_string(),
-        detail,
-    };
-    let mut file = std::fs::File::open(path).map_err(|e| io("opening", e))?;
-    let file_len = file.metadata().map_err(|e| io("inspecting", e))?.len();
-    let mut len_bytes = [0u8; 8];
-    file.read_exact(&mut len_bytes)
-        .map_err(|_| bad("it is shorter than a safetensors header".into()))?;
-    let header_len = u64::from_le_bytes(len_bytes);
-    if header_len > MAX_HEADER_BYTES || header_len > file_len - 8 {
-        return Err(bad(format!(
-            "its header claims {header_len} bytes (the file has {file_len}, the limit is {MAX_HEADER_BYTES})"
-        )));
-    }
-    let mut header = vec![0u8; header_len as usize];
-    file.read_exact(&mut header)
-        .map_err(|e| io("reading the header of", e))?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&header).map_err(|e| bad(format!("its header is not JSON: {e}")))?;
-    let data_start = 8 + header_len;
-    let data_len = file_len - data_start;
+    let mut file = SafetensorsFile::open(path)?;
+    let names = names(params)?;
     // Check every parameter before reading any data.
-    let mut plan = Vec::with_capacity(params.len());
-    for (p, name) in params.iter().zip(names(params)?) {
-        let entry = header
-            .get(&name)
-            .ok_or_else(|| bad(format!("it has no parameter {name}; nothing was loaded")))?;
-        let dtype = entry.get("dtype").and_then(|d| d.as_str()).unwrap_or("?");
-        let shape: Option<Vec<usize>> = entry.get("shape").and_then(|s| {
-            s.as_array()?
-                .iter()
-                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
-                .collect()
-        });
-        let Some((elem, decode)) = decoder(dtype) else {
-            return Err(bad(format!(
-                "parameter {name} is stored as {dtype}, which holds no numbers a parameter can \
-                 take; nothing was loaded"
-            )));
-        };
-        if shape.as_deref() != Some(p.dims()) {
+    for (p, name) in params.iter().zip(&names) {
+        let t = file.expect_named(name, "parameter")?;
+        if t.shape != p.dims() {
             return Err(Error::ShapeMismatch {
                 op: format!("loading {name}"),
-                shapes: shape.iter().cloned().chain([p.dims().to_vec()]).collect(),
+                shapes: vec![t.shape.clone(), p.dims().to_vec()],
                 detail: format!(
-                    "the file holds {dtype} {shape:?}, the parameter is {} {:?}; nothing was loaded",
+                    "the file holds {} {:?}, the parameter is {} {:?}; nothing was loaded",
+                    t.dtype,
+                    t.shape,
                     p.prec().name(),
                     p.dims()
                 ),
             });
         }
-        let offsets: Option<(u64, u64)> = entry.get("data_offsets").and_then(|o| {
-            let o = o.as_array()?;
-            Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?))
-        });
-        let want = p.dims().iter().product::<usize>() as u64 * elem as u64;
-        match offsets {
-            Some((start, end)) if end >= start && end - start == want && end <= data_len => {
-                plan.push((p, start, elem, decode));
-            }
-            other => {
-                return Err(bad(format!(
-                    "parameter {name} has data offsets {other:?}, but needs {want} bytes within the \
-                     {data_len} bytes of data"
-                )));
-            }
-        }
     }
     // Read every parameter's values, then change them all.
-    let mut values = Vec::with_capacity(plan.len());
-    for (p, start, elem, decode) in &plan {
-        let n = p.dims().iter().product::<usize>().saturating_mul(*elem);
-        let mut bytes = try_vec_filled(n, 0u8, || {
-            format!("reading {} from {}", p.label(), path.display())
-        })?;
-        file.seek(SeekFrom::Start(data_start + start))
-            .and_then(|_| file.read_exact(&mut bytes))
-            .map_err(|e| io("reading", e))?;
-        values.push(bytes.chunks_exact(*elem).map(decode).collect::<Vec<f64>>());
+    let mut values = Vec::with_capacity(params.len());
+    for name in &names {
+        values.push(file.read(name)?);
     }
-    // Bring every host array up to date first, so that the writes below cannot fail halfway.
-    for (p, ..) in &plan {
+    set_all(params, values)
+}
+
+/// Sets every parameter's host values (devices reload them before their next use), after
+/// bringing every host array up to date, so that the writes cannot fail halfway.
+pub fn set_all(params: &[Tensor], values: Vec<Vec<f64>>) -> Result<()> {
+    for p in params {
         p.node().host().prepare_read()?;
     }
-    for ((p, ..), v) in plan.iter().zip(values) {
+    for (p, v) in params.iter().zip(values) {
         p.node().host().set_values(&v)?;
     }
     Ok(())

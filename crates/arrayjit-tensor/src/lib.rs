@@ -19,6 +19,7 @@ mod contract;
 pub mod datasets;
 pub mod gather;
 pub mod init;
+pub mod kv_cache;
 pub mod losses;
 pub mod nn;
 mod normalize;

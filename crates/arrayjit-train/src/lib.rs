@@ -3,7 +3,8 @@
 //! model, and a loop that compiles forward + backward + update once, then runs it per batch with
 //! the batch index as a static binding, on any backend by name, data parallel on request
 //! ([`buckets`]: gradients all-reduced in buckets as backprop produces them); and a
-//! character-level GPT trainer ([`gpt`]).
+//! character-level GPT trainer ([`gpt`]); GPT-2 checkpoints in Hugging Face's layout, its
+//! tokenizer, and generation with a key/value cache ([`gpt2`]).
 //!
 //! ```
 //! use arrayjit_tensor::{datasets::moons, Optimizer};
@@ -39,6 +40,7 @@
 pub mod buckets;
 pub mod classifier;
 pub mod gpt;
+pub mod gpt2;
 pub mod mlp_workload;
 
 pub use classifier::{Classifier, EpochStats, LossKind, Mlp, TrainConfig};

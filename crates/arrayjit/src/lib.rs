@@ -133,7 +133,7 @@ pub use arrayjit_ir as ir;
 pub use arrayjit_runtime as runtime;
 pub use arrayjit_tensor as tensor;
 pub use arrayjit_train as train;
-pub use arrayjit_train::{buckets, gpt};
+pub use arrayjit_train::{buckets, gpt, gpt2};
 
 pub use arrayjit_ir::{DeviceLimit, Error, Result, ResultExt};
 pub use arrayjit_runtime::{

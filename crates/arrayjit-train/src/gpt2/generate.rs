@@ -1,0 +1,353 @@
+//! Generation with a key/value cache ([`arrayjit_tensor::kv_cache`]): a prefill routine over a
+//! fixed chunk of tokens and a decode routine over one, compiled together once per batch size,
+//! linked into one context that holds the caches; and sampling (greedy, temperature, top-k,
+//! top-p) from the counter-based RNG.
+
+use std::time::{Duration, Instant};
+
+use arrayjit_ir::{Error, OptimizeCtx, Result, ResultExt};
+use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_tensor::forward_program;
+use arrayjit_tensor::kv_cache::{CachedStep, KvCache, PADDING_SCORE};
+use arrayjit_tensor::nn::Gpt;
+use arrayjit_tensor::rng::Philox;
+
+/// How each new token is drawn from the logits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampling {
+    /// Divides the logits; 0 takes the most likely token (greedy).
+    pub temperature: f64,
+    /// Draw among the `k` most likely tokens only.
+    pub top_k: Option<usize>,
+    /// Draw among the fewest most likely tokens whose probabilities add up to at least `p`
+    /// (nucleus sampling), `0 < p <= 1`.
+    pub top_p: Option<f64>,
+    /// Seed of the draws: the same seed gives the same tokens.
+    pub seed: u64,
+}
+
+impl Sampling {
+    /// The most likely token every time.
+    pub fn greedy() -> Sampling {
+        Sampling {
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            seed: 0,
+        }
+    }
+
+    /// Checks the settings, naming a bad one.
+    pub fn check(&self) -> Result<()> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(Error::BadValue {
+                what: "temperature".into(),
+                value: self.temperature.to_string(),
+                expected: "a finite number >= 0 (0: greedy)".into(),
+            });
+        }
+        if self.top_k == Some(0) {
+            return Err(Error::BadValue {
+                what: "top_k".into(),
+                value: "0".into(),
+                expected: "at least 1 (or none)".into(),
+            });
+        }
+        if let Some(p) = self.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return Err(Error::BadValue {
+                what: "top_p".into(),
+                value: p.to_string(),
+                expected: "a number in (0, 1] (or none)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The uniform number of row `row`'s `k`-th token.
+    fn uniform(&self, rng: &Philox, k: usize, row: usize, rows: usize) -> f64 {
+        rng.uniform((k * rows + row) as u64)
+    }
+}
+
+/// A token drawn from `logits` with `sampling`, using the uniform number `u` in `[0, 1)`.
+/// Greedy picks the first of equal maxima (as `argmax` does).
+pub fn sample_token(logits: &[f32], sampling: &Sampling, u: f64) -> usize {
+    let best =
+        logits.iter().enumerate().fold(
+            (0, f32::NEG_INFINITY),
+            |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+        );
+    if sampling.temperature <= 0.0 || logits.is_empty() {
+        return best.0;
+    }
+    // Candidates, most likely first (ties by id).
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    if let Some(k) = sampling.top_k {
+        order.truncate(k.max(1));
+    }
+    let top = f64::from(best.1);
+    let mut weights: Vec<f64> = order
+        .iter()
+        .map(|&i| ((f64::from(logits[i]) - top) / sampling.temperature).exp())
+        .collect();
+    if let Some(p) = sampling.top_p {
+        let total: f64 = weights.iter().sum();
+        let mut acc = 0.0;
+        let mut keep = weights.len();
+        for (n, w) in weights.iter().enumerate() {
+            acc += w / total;
+            if acc >= p {
+                keep = n + 1;
+                break;
+            }
+        }
+        order.truncate(keep);
+        weights.truncate(keep);
+    }
+    let total: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    for (&i, w) in order.iter().zip(&weights) {
+        acc += w / total;
+        if u < acc {
+            return i;
+        }
+    }
+    order.last().copied().unwrap_or(best.0)
+}
+
+/// One cached step's graph and its routine.
+struct StepRoutine {
+    step: CachedStep,
+    routine: Routine,
+}
+
+impl StepRoutine {
+    /// Runs the step at slot `start` over `ids` and their `positions` (`batch · chunk` each)
+    /// and returns its logits (`batch · chunk · vocabulary`).
+    fn run(
+        &self,
+        start: usize,
+        ids: &[usize],
+        positions: &[usize],
+        vocabulary: usize,
+        context_len: usize,
+    ) -> Result<Vec<f32>> {
+        let context = self.routine.context();
+        self.step.ids.set_ids(ids, vocabulary)?;
+        context.from_host(self.step.ids.node())?;
+        self.step.positions.set_ids(positions, context_len)?;
+        context.from_host(self.step.positions.node())?;
+        self.routine.set_static(&self.step.start, start as i64)?;
+        self.routine.run()?;
+        let logits = self.step.logits.node();
+        context.to_host(logits)?;
+        Ok(logits
+            .host()
+            .array()?
+            .to_vec_f64()?
+            .into_iter()
+            .map(|v| v as f32)
+            .collect())
+    }
+}
+
+/// The prefill and decode routines of one batch size, and the caches they share.
+pub(crate) struct Generator {
+    cache: KvCache,
+    prefill: StepRoutine,
+    decode: StepRoutine,
+    /// Time spent optimizing, compiling and linking the two routines.
+    pub compile_time: Duration,
+}
+
+impl Generator {
+    /// Compiles both routines (one compiler run) for `batch` rows of the model's context, the
+    /// prefill over `chunk` tokens, and links them into one new context.
+    pub fn new(backend: &Backend, model: &Gpt, batch: usize, chunk: usize) -> Result<Generator> {
+        let started = Instant::now();
+        let slots = model.config.context;
+        let cache = KvCache::new(model, batch, slots)?;
+        let prefill = model.cached_step(&cache, chunk.clamp(1, slots), "prefill")?;
+        let decode = model.cached_step(&cache, 1, "decode")?;
+        let ctx = OptimizeCtx::empty();
+        let building = || format!("building GPT-2's generation routines on {}", backend.name());
+        let optimized = [("gpt2_prefill", &prefill), ("gpt2_decode", &decode)]
+            .iter()
+            .map(|(name, step)| {
+                backend.optimize_in(
+                    &ctx,
+                    name,
+                    &forward_program(&[&step.logits]),
+                    std::slice::from_ref(&step.start),
+                )
+            })
+            .collect::<Result<Vec<_>>>()
+            .context(building)?;
+        let mut codes = backend.compile_optimized(&optimized).context(building)?;
+        let decode_code = codes.pop().expect("two routines in, two codes out");
+        let prefill_code = codes.pop().expect("two routines in, two codes out");
+        let stream = backend.get_device(0)?.new_stream()?;
+        let context = Context::new(&stream);
+        let prefill_routine = context.link(&prefill_code).context(building)?;
+        let decode_routine = prefill_routine
+            .context()
+            .link(&decode_code)
+            .context(building)?;
+        Ok(Generator {
+            cache,
+            prefill: StepRoutine {
+                step: prefill,
+                routine: prefill_routine,
+            },
+            decode: StepRoutine {
+                step: decode,
+                routine: decode_routine,
+            },
+            compile_time: started.elapsed(),
+        })
+    }
+
+    /// Rows.
+    pub fn batch(&self) -> usize {
+        self.cache.batch()
+    }
+
+    /// Tokens the prefill routine takes per run.
+    pub fn chunk(&self) -> usize {
+        self.prefill.step.chunk()
+    }
+
+    /// Sets the padding of every row (`pads[r]` slots before its first token) for both steps.
+    fn set_padding(&self, pads: &[usize]) -> Result<()> {
+        let slots = self.cache.slots();
+        let mask: Vec<f64> = pads
+            .iter()
+            .flat_map(|&pad| (0..slots).map(move |s| if s < pad { PADDING_SCORE } else { 0.0 }))
+            .collect();
+        for step in [&self.prefill, &self.decode] {
+            let node = step.step.key_mask.node();
+            node.host().set_values(&mask)?;
+            step.routine.context().from_host(node)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens` (one row each, left-padded to the longest: `pads[r]` slots of padding)
+    /// through the prefill routine; returns the logits at every slot of the longest row
+    /// (`slots_used · batch` rows of `vocabulary`, by slot then row) if `all`, else only the
+    /// last slot's (`batch` rows).
+    pub fn prefill(
+        &self,
+        tokens: &[Vec<usize>],
+        vocabulary: usize,
+        all: bool,
+    ) -> Result<(Vec<usize>, Vec<Vec<f32>>)> {
+        let batch = self.batch();
+        let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
+        let pads: Vec<usize> = tokens.iter().map(|t| longest - t.len()).collect();
+        self.set_padding(&pads)?;
+        let slots = self.cache.slots();
+        let chunk = self.chunk();
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < longest {
+            // The last chunk may start earlier than `done` to stay inside the cache: it
+            // computes some slots again, with the same values.
+            let start = done.min(slots - chunk);
+            let mut ids = Vec::with_capacity(batch * chunk);
+            let mut positions = Vec::with_capacity(batch * chunk);
+            for (row, pad) in tokens.iter().zip(&pads) {
+                for slot in start..start + chunk {
+                    let id = slot
+                        .checked_sub(*pad)
+                        .and_then(|k| row.get(k))
+                        .copied()
+                        .unwrap_or(0);
+                    ids.push(id);
+                    positions.push(slot.saturating_sub(*pad));
+                }
+            }
+            let logits = self
+                .prefill
+                .run(start, &ids, &positions, vocabulary, slots)?;
+            let last = (start + chunk).min(longest);
+            for slot in done..last {
+                if !all && slot + 1 != longest {
+                    continue;
+                }
+                for row in 0..batch {
+                    let at = (row * chunk + slot - start) * vocabulary;
+                    out.push(logits[at..at + vocabulary].to_vec());
+                }
+            }
+            done = last;
+        }
+        Ok((pads, out))
+    }
+
+    /// One decoding step: the token `ids[r]` of each row at slot `slot` (row `r`'s position
+    /// `slot - pads[r]`); returns each row's logits.
+    pub fn decode(
+        &self,
+        slot: usize,
+        ids: &[usize],
+        pads: &[usize],
+        vocabulary: usize,
+    ) -> Result<Vec<Vec<f32>>> {
+        let positions: Vec<usize> = pads.iter().map(|p| slot.saturating_sub(*p)).collect();
+        let logits = self
+            .decode
+            .run(slot, ids, &positions, vocabulary, self.cache.slots())?;
+        Ok(logits
+            .chunks_exact(vocabulary)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+
+    /// Times the routines ran and compiled since they were built (for checks that a
+    /// generation compiled nothing new).
+    pub fn routines(&self) -> [&Routine; 2] {
+        [&self.prefill.routine, &self.decode.routine]
+    }
+
+    /// Draws `count` tokens after each of `prompts` (see [`crate::gpt2::Gpt2::generate_batch`]).
+    pub fn generate(
+        &self,
+        prompts: &[Vec<usize>],
+        count: usize,
+        sampling: &Sampling,
+        stop: &[usize],
+        vocabulary: usize,
+    ) -> Result<Vec<Vec<usize>>> {
+        let rows = prompts.len();
+        let mut out = vec![Vec::with_capacity(count); rows];
+        if count == 0 {
+            return Ok(out);
+        }
+        let (pads, mut logits) = self.prefill(prompts, vocabulary, false)?;
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let rng = Philox::new(sampling.seed, 0x6e78);
+        let mut finished = vec![false; rows];
+        for k in 0..count {
+            let mut next = vec![0; rows];
+            for row in 0..rows {
+                if finished[row] {
+                    continue;
+                }
+                let u = sampling.uniform(&rng, k, row, rows);
+                let token = sample_token(&logits[row], sampling, u);
+                out[row].push(token);
+                next[row] = token;
+                finished[row] = stop.contains(&token);
+            }
+            if k + 1 == count || finished.iter().all(|&f| f) {
+                break;
+            }
+            logits = self.decode(longest + k, &next, &pads, vocabulary)?;
+        }
+        Ok(out)
+    }
+}
