@@ -14,6 +14,7 @@ use std::process::ExitCode;
 // of their API this command does not.
 #[allow(dead_code)]
 mod demo;
+mod generate;
 // The benchmark table (`arrayjit bench`).
 mod bench;
 #[allow(dead_code)]
@@ -153,6 +154,10 @@ enum Command {
     /// Train a character-level GPT on Shakespeare's sonnets (shipped with arrayjit): progress,
     /// train and held-out loss, a generated sample, and a checkpoint that --resume continues.
     Gpt(GptArgs),
+    /// Continue a prompt with a GPT-2 checkpoint in Hugging Face's layout (`--model DIR`),
+    /// using a key/value cache: the text on stdout, load / compile / prefill times and
+    /// tokens/s on stderr.
+    Generate(generate::GenerateArgs),
     /// The GPU plan of the GPT trainer's routines for a named device, without the device:
     /// every pass's shape, groups × threads, work and estimated time.
     Plan(PlanArgs),
@@ -563,6 +568,7 @@ fn run(cli: Cli) -> arrayjit::Result<()> {
         Command::Tune { budget } => tune(cli.backend, budget),
         Command::Plan(args) => plan(&args),
         Command::Gpt(args) => gpt(cli.backend, args),
+        Command::Generate(args) => generate::run(cli.backend, &args),
         Command::BenchGptSize {
             size,
             steps,

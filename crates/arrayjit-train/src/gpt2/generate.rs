@@ -118,6 +118,29 @@ pub fn sample_token(logits: &[f32], sampling: &Sampling, u: f64) -> usize {
     order.last().copied().unwrap_or(best.0)
 }
 
+/// Where a generation's time went.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GenerationTiming {
+    /// Prompt tokens of the longest row.
+    pub prompt_tokens: usize,
+    /// Running the prompt through the prefill routine, to the first new token's logits.
+    pub prefill: Duration,
+    /// Decoding steps run (each gives every row one more token's logits).
+    pub decode_steps: usize,
+    /// Their time, sampling on the host included.
+    pub decode: Duration,
+}
+
+impl GenerationTiming {
+    /// Decoding steps per second (0 without any).
+    pub fn decode_steps_per_second(&self) -> f64 {
+        if self.decode_steps == 0 || self.decode.is_zero() {
+            return 0.0;
+        }
+        self.decode_steps as f64 / self.decode.as_secs_f64()
+    }
+}
+
 /// One cached step's graph and its routine.
 struct StepRoutine {
     step: CachedStep,
@@ -321,14 +344,21 @@ impl Generator {
         sampling: &Sampling,
         stop: &[usize],
         vocabulary: usize,
-    ) -> Result<Vec<Vec<usize>>> {
+    ) -> Result<(Vec<Vec<usize>>, GenerationTiming)> {
         let rows = prompts.len();
         let mut out = vec![Vec::with_capacity(count); rows];
-        if count == 0 {
-            return Ok(out);
-        }
-        let (pads, mut logits) = self.prefill(prompts, vocabulary, false)?;
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let mut timing = GenerationTiming {
+            prompt_tokens: longest,
+            ..GenerationTiming::default()
+        };
+        if count == 0 {
+            return Ok((out, timing));
+        }
+        let started = Instant::now();
+        let (pads, mut logits) = self.prefill(prompts, vocabulary, false)?;
+        timing.prefill = started.elapsed();
+        let started = Instant::now();
         let rng = Philox::new(sampling.seed, 0x6e78);
         let mut finished = vec![false; rows];
         for k in 0..count {
@@ -347,7 +377,9 @@ impl Generator {
                 break;
             }
             logits = self.decode(longest + k, &next, &pads, vocabulary)?;
+            timing.decode_steps += 1;
         }
-        Ok(out)
+        timing.decode = started.elapsed();
+        Ok((out, timing))
     }
 }

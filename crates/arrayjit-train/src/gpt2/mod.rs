@@ -45,7 +45,7 @@ use arrayjit_tensor::nn::Gpt;
 use arrayjit_tensor::{Precision, Tensor, checkpoint};
 
 pub use config::Gpt2Config;
-pub use generate::{Sampling, sample_token};
+pub use generate::{GenerationTiming, Sampling, sample_token};
 pub use tokenizer::Gpt2Tokenizer;
 
 use generate::Generator;
@@ -66,6 +66,8 @@ pub struct Gpt2 {
     prefill_chunk: usize,
     /// Generation routines by batch size, compiled on first use.
     generators: Mutex<HashMap<usize, Arc<Generator>>>,
+    /// Where the last generation's time went.
+    last_timing: Mutex<Option<GenerationTiming>>,
 }
 
 impl Gpt2 {
@@ -144,6 +146,7 @@ impl Gpt2 {
             backend: backend.clone(),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             generators: Mutex::new(HashMap::new()),
+            last_timing: Mutex::new(None),
         })
     }
 
@@ -269,6 +272,24 @@ impl Gpt2 {
         (runs, 2 * generators.len())
     }
 
+    /// Where the generation routines of `batch` rows spent their time since this was last
+    /// asked, statement by statement: `[prefill, decode]`, each `None` unless the routines were
+    /// compiled to time their statements (`ARRAYJIT_DEBUG=2`, or
+    /// `OptimizeSettings::profile_statements`) on a backend that can.
+    pub fn statement_profiles(
+        &self,
+        batch: usize,
+    ) -> [Option<arrayjit_runtime::statement_profile::StatementProfile>; 2] {
+        let generators = self
+            .generators
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match generators.get(&batch) {
+            Some(g) => g.routines().map(|r| r.statement_profile()),
+            None => [None, None],
+        }
+    }
+
     /// Checks token ids: inside the vocabulary, at least one, at most `room` of them.
     fn check_ids(&self, what: &str, ids: &[usize], room: usize) -> Result<()> {
         if ids.is_empty() {
@@ -356,6 +377,21 @@ impl Gpt2 {
             })?;
         }
         let generator = self.generator(prompts.len())?;
-        generator.generate(prompts, count, sampling, stop, self.config.vocabulary)
+        let (tokens, timing) =
+            generator.generate(prompts, count, sampling, stop, self.config.vocabulary)?;
+        *self
+            .last_timing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(timing);
+        Ok(tokens)
+    }
+
+    /// Where the last generation's time went (its routines' compile is in
+    /// [`Gpt2::compile_time`]).
+    pub fn last_timing(&self) -> Option<GenerationTiming> {
+        *self
+            .last_timing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
