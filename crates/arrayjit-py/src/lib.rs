@@ -3,7 +3,8 @@
 //! and re-exports it; `python/arrayjit/__init__.pyi` types it. Layers: [`errors`] (a Python
 //! exception per kind of error), [`tensor`] (tensors and operations), [`routine`] (backends,
 //! compiled routines, training, checkpoints), [`host`] (NumPy views of host arrays and
-//! copies into them), [`nn`] (the blocks), [`observe`] (listing, timing and trace switches), [`gpt`] (the GPT demo's trainer).
+//! copies into them), [`nn`] (the blocks), [`observe`] (listing, timing and trace switches), [`gpt`] (the GPT demo's trainer), [`gpt2`] (GPT-2
+//! checkpoints, generation and tokenizer).
 
 #![warn(missing_docs)]
 // Production code documents every unsafe block and never unwraps (tests may).
@@ -12,6 +13,7 @@
 
 pub mod errors;
 pub mod gpt;
+pub mod gpt2;
 pub mod host;
 pub mod nn;
 pub mod observe;
@@ -33,6 +35,8 @@ fn _arrayjit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<routine::PyTrainer>()?;
     m.add_class::<gpt::PyGptTrainer>()?;
     m.add_class::<gpt::PyCharVocab>()?;
+    m.add_class::<gpt2::PyGpt2>()?;
+    m.add_class::<gpt2::PyGpt2Tokenizer>()?;
     for f in [
         wrap_pyfunction!(tensor::tensor, m)?,
         wrap_pyfunction!(tensor::ids, m)?,

@@ -448,3 +448,32 @@ fn attention_with_separate_key_gradients_agrees_on_cuda_emu() {
             .unwrap_or_else(|e| panic!("dropout {dropout:?}: {e}"));
     }
 }
+
+/// Guarded loops on the C backends visit only the iterations their guard keeps: the loop is
+/// split where the guard starts or stops holding (`aj_split`), for guards of the loops' own
+/// iterators and of static indices alike, and the corpus above checks that the split loops
+/// compute the same values.
+#[test]
+fn guarded_loops_are_split_where_their_guard_changes() {
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    for case in arrayjit_testing::guarded_cases().unwrap() {
+        if ![
+            "guarded_loops",
+            "guarded_by_static",
+            "guarded_cache_written_at_static",
+        ]
+        .contains(&case.name.as_str())
+        {
+            continue;
+        }
+        let code = backend
+            .compile(&case.name, &case.program, &case.bindings)
+            .unwrap();
+        assert!(
+            code.source().contains("aj_split"),
+            "{}:\n{}",
+            case.name,
+            code.source()
+        );
+    }
+}

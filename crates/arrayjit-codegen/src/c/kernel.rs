@@ -168,6 +168,55 @@ impl KernelRenderer<'_> {
         Ok(())
     }
 
+    /// A loop over `from..to` split where its statements' shared guard starts or stops
+    /// holding (see [`crate::c::guard_bounds`]): two loops over the two intervals, in order,
+    /// each with its own body. The split point, `-rest` or `rest + 1`, is clamped to
+    /// `from..=to`.
+    fn split_loop(
+        &mut self,
+        index: Symbol,
+        (from, to): (i64, i64),
+        split: &crate::c::guard_bounds::GuardSplit,
+        depth: usize,
+        out: &mut String,
+    ) -> Result<()> {
+        let rest = self.affine(&split.rest)?;
+        let pad = "  ".repeat(depth);
+        let at = format!("aj_split{}", self.loop_counter);
+        let point = if split.lower {
+            format!("-({rest})")
+        } else {
+            format!("({rest}) + 1")
+        };
+        let _ = writeln!(
+            out,
+            "{pad}const int64_t {at} = {point} < {from} ? {from} : {point} > {to} ? {to} : {point};"
+        );
+        // In the loop's order: below the split point first.
+        let (first, second) = if split.lower {
+            (split.skipped.as_ref(), Some(&split.kept))
+        } else {
+            (Some(&split.kept), split.skipped.as_ref())
+        };
+        for (body, lo, hi) in [
+            (first, from.to_string(), at.clone()),
+            (second, at.clone(), to.to_string()),
+        ] {
+            let Some(body) = body else { continue };
+            let name = format!("i{}", self.loop_counter);
+            self.loop_counter += 1;
+            self.symbols.insert(index, name.clone());
+            let _ = writeln!(
+                out,
+                "{pad}for (int64_t {name} = {lo}; {name} < {hi}; ++{name}) {{"
+            );
+            self.stmt(body, depth + 1, out)?;
+            let _ = writeln!(out, "{pad}}}");
+            self.symbols.remove(&index);
+        }
+        Ok(())
+    }
+
     pub(crate) fn stmt(&mut self, s: &LowLevel, depth: usize, out: &mut String) -> Result<()> {
         let pad = "  ".repeat(depth);
         match s {
@@ -191,9 +240,12 @@ impl KernelRenderer<'_> {
                 match (local, outer) {
                     (Some(sum), _) => self.local_sum(s, sum, depth, out)?,
                     (None, Some(sum)) => self.outer_sum(&sum, depth, out)?,
-                    (None, None) => self.for_loop(*index, *from, *to, depth, out, |k, out| {
-                        k.stmt(body, depth + 1, out)
-                    })?,
+                    (None, None) => match crate::c::guard_bounds::guard_split(*index, body) {
+                        Some(split) => self.split_loop(*index, (*from, *to), &split, depth, out)?,
+                        None => self.for_loop(*index, *from, *to, depth, out, |k, out| {
+                            k.stmt(body, depth + 1, out)
+                        })?,
+                    },
                 }
             }
             LowLevel::ZeroOut(tn) => {

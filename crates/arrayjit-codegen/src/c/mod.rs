@@ -11,10 +11,12 @@
 //! - [`syntax`]: the syntax table and the helpers (conversions, loads, stores, operators);
 //! - `tensor_copies`: sm_90's tensor memory accelerator and `mbarrier`s for NVRTC;
 //! - `attention`: the blocked helper that runs a pass of fused attention;
-//! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls.
+//! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls;
+//! - `guard_bounds`: loops whose statements all skip the same guarded iterations, bounded instead.
 
 pub(crate) mod attention;
 pub mod gemm;
+pub(crate) mod guard_bounds;
 pub(crate) mod kernel;
 pub(crate) mod outer_sums;
 pub(crate) mod pairwise;

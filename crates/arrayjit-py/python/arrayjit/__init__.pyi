@@ -237,6 +237,55 @@ class GptTrainer:
     def save(self, path: StrPath) -> None: ...
     def load(self, path: StrPath) -> int: ...
 
+class Gpt2:
+    """A GPT-2 checkpoint in Hugging Face's layout on a backend."""
+    @staticmethod
+    def from_pretrained(dir: StrPath, backend: Optional[Backend] = None, precision: str = "f32") -> Gpt2:
+        """Loads dir/config.json and dir/model.safetensors (f32, f16 or bf16 weights)."""
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        """float32 [len(ids), vocabulary]: the next token's logits after each prefix."""
+    def generate(
+        self,
+        ids: Sequence[int],
+        count: int,
+        temperature: float = 1.0,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
+        seed: int = 0,
+        stop: Optional[Sequence[int]] = None,
+    ) -> list[int]:
+        """count new ids with the key/value cache (temperature 0: greedy)."""
+    def generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        count: int,
+        temperature: float = 1.0,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
+        seed: int = 0,
+        stop: Optional[Sequence[int]] = None,
+    ) -> list[list[int]]: ...
+    def save_pretrained(self, dir: StrPath) -> None: ...
+    @property
+    def vocabulary(self) -> int: ...
+    @property
+    def positions(self) -> int: ...
+    @property
+    def end_of_text(self) -> Optional[int]: ...
+    @property
+    def parameter_count(self) -> int: ...
+
+class Gpt2Tokenizer:
+    """GPT-2's byte-level BPE tokenizer."""
+    @staticmethod
+    def from_pretrained(dir: StrPath) -> Gpt2Tokenizer: ...
+    @staticmethod
+    def from_files(vocab: StrPath, merges: StrPath) -> Gpt2Tokenizer: ...
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    @property
+    def vocabulary(self) -> int: ...
+
 def set_debug_level(level: Optional[int]) -> None:
     """0 nothing, 1 a line per compile, 2 also per run, 3 also IR, source and memory modes;
     None: back to ARRAYJIT_DEBUG."""
