@@ -254,6 +254,8 @@ pub struct GptTrainer {
     lazy_compile: Mutex<Duration>,
     /// The thread compiling the lazy routines ahead, if one was started.
     compile_ahead: CompileAhead,
+    /// The cached generation routines, built on the first sample.
+    generator: OnceLock<crate::gpt2::generate::Generator>,
     /// The optimizer's state, saved with checkpoints.
     state: Vec<Tensor>,
     /// The learning rate node (hosted).
@@ -455,6 +457,7 @@ impl GptTrainer {
             logits,
             lazy_compile: Mutex::new(Duration::ZERO),
             compile_ahead: CompileAhead::default(),
+            generator: OnceLock::new(),
             state: p.state,
             learning_rate: p.learning_rate,
             steps: 0,
@@ -628,6 +631,11 @@ impl GptTrainer {
 
     /// `count` ids sampled after `prompt` at `temperature` (0: the most likely id), from the
     /// counter-based RNG with `seed`.
+    ///
+    /// While the sequence fits the context, each new id costs one decoding step with the
+    /// key/value cache ([`crate::gpt2`]'s routines, linked into the training step's context on
+    /// first use, so they read the parameters as training leaves them); past the context, each
+    /// id is computed from the last `context` ids ([`GptTrainer::next_logits`]).
     pub fn generate(
         &self,
         prompt: &[usize],
@@ -635,13 +643,71 @@ impl GptTrainer {
         temperature: f64,
         seed: u64,
     ) -> Result<Vec<usize>> {
+        if prompt.is_empty() {
+            return Err(Error::invalid(
+                "sampling needs at least one id to start from",
+            ));
+        }
+        if let Some(bad) = prompt.iter().find(|&&i| i >= self.vocabulary) {
+            return Err(Error::BadValue {
+                what: "a prompt id".into(),
+                value: bad.to_string(),
+                expected: format!("ids below the vocabulary's {}", self.vocabulary),
+            });
+        }
         let rng = Philox::new(seed, 0x5a4d);
+        let context = self.model.config.context;
         let mut ids = prompt.to_vec();
-        for k in 0..count {
+        let mut k = 0;
+        if count > 0 && prompt.len() < context {
+            let generator = self.generator()?;
+            let (pads, logits) = generator.prefill(&[ids.clone()], self.vocabulary, false)?;
+            let mut logits: Vec<f64> = logits[0].iter().map(|&v| f64::from(v)).collect();
+            loop {
+                ids.push(sample(&logits, temperature, rng.uniform(k as u64)));
+                k += 1;
+                if k == count || ids.len() >= context {
+                    break;
+                }
+                let slot = ids.len() - 1;
+                let next = generator.decode(slot, &ids[slot..], &pads, self.vocabulary)?;
+                logits = next[0].iter().map(|&v| f64::from(v)).collect();
+            }
+        }
+        for k in k..count {
             let logits = self.next_logits(&ids)?;
             ids.push(sample(&logits, temperature, rng.uniform(k as u64)));
         }
         Ok(ids[prompt.len()..].to_vec())
+    }
+
+    /// The cached generation routines, compiled and linked into the step's context on first
+    /// use.
+    fn generator(&self) -> Result<&crate::gpt2::generate::Generator> {
+        if let Some(g) = self.generator.get() {
+            return Ok(g);
+        }
+        let started = Instant::now();
+        let chunk = self
+            .model
+            .config
+            .context
+            .min(crate::gpt2::DEFAULT_PREFILL_CHUNK);
+        let g = crate::gpt2::generate::Generator::linked(
+            &self.backend,
+            &self.model,
+            1,
+            chunk,
+            Some((&self.optimize_ctx, self.train_step.context())),
+        )
+        .context(|| "building the cached sampling routines on first use".to_string())?;
+        // Another thread may have built them meanwhile: either serves.
+        let _ = self.generator.set(g);
+        *self
+            .lazy_compile
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += started.elapsed();
+        Ok(self.generator.get().expect("set above"))
     }
 
     fn saved(&self) -> Vec<Tensor> {

@@ -626,9 +626,20 @@ fn guards_that_cannot_hold_are_typed_errors() {
         matches!(err, Error::ShapeMismatch { .. })
             && err
                 .to_string()
-                .contains("not an iterator of the product space"),
+                .contains("neither an iterator of the product space nor a static symbol"),
         "{err}"
     );
+    // A static index the routine is not compiled with: the same error, pointing at the
+    // bindings.
+    let start = arrayjit::ir::StaticSymbol::new("start", 2);
+    let unbound = p(&[EinsumGuard::at_most('j', 'i', 0).plus_static(1, &start)]).unwrap();
+    let err = backend
+        .compile("unbound", &guarded(&y, &x, unbound.clone()), &[])
+        .unwrap_err();
+    assert!(err.to_string().contains("bindings"), "{err}");
+    backend
+        .compile("bound", &guarded(&y, &x, unbound), &[start])
+        .unwrap();
     let counts = Tnode::new(Prec::U8, &[3], &["counts"]).unwrap();
     let lower = p(&[EinsumGuard::at_most('j', 'i', 0)]).unwrap();
     let err = backend

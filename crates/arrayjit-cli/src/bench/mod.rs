@@ -6,6 +6,7 @@
 //! demo's size to GPT-2 small's width and depth next to PyTorch eager.
 
 pub mod device;
+pub mod generation;
 pub mod gpt2;
 pub mod limits;
 pub mod sizes;
@@ -86,6 +87,9 @@ pub fn run(config: &BenchConfig) -> Result<String> {
         out.push_str(&sizes);
     }
     if let Some(rows) = gpt2::run(config, &cpu)? {
+        out.push_str(&rows);
+    }
+    if let Some(rows) = generation::run(config, &cpu, &limits)? {
         out.push_str(&rows);
     }
     Ok(out)

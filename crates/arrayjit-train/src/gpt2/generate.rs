@@ -177,8 +177,9 @@ impl StepRoutine {
     }
 }
 
-/// The prefill and decode routines of one batch size, and the caches they share.
-pub(crate) struct Generator {
+/// The prefill and decode routines of one batch size, and the caches they share (used by
+/// [`crate::gpt2::Gpt2`] and by the character GPT's trainer).
+pub struct Generator {
     cache: KvCache,
     prefill: StepRoutine,
     decode: StepRoutine,
@@ -190,18 +191,32 @@ impl Generator {
     /// Compiles both routines (one compiler run) for `batch` rows of the model's context, the
     /// prefill over `chunk` tokens, and links them into one new context.
     pub fn new(backend: &Backend, model: &Gpt, batch: usize, chunk: usize) -> Result<Generator> {
+        Generator::linked(backend, model, batch, chunk, None)
+    }
+
+    /// [`Generator::new`], optimized in and linked into an existing optimization context and
+    /// context (`within`) when given: a trainer's, so that generation reads the parameters as
+    /// training leaves them on the device.
+    pub fn linked(
+        backend: &Backend,
+        model: &Gpt,
+        batch: usize,
+        chunk: usize,
+        within: Option<(&OptimizeCtx, &Context)>,
+    ) -> Result<Generator> {
         let started = Instant::now();
         let slots = model.config.context;
         let cache = KvCache::new(model, batch, slots)?;
         let prefill = model.cached_step(&cache, chunk.clamp(1, slots), "prefill")?;
         let decode = model.cached_step(&cache, 1, "decode")?;
-        let ctx = OptimizeCtx::empty();
+        let fresh = OptimizeCtx::empty();
+        let ctx = within.map_or(&fresh, |(ctx, _)| ctx);
         let building = || format!("building GPT-2's generation routines on {}", backend.name());
         let optimized = [("gpt2_prefill", &prefill), ("gpt2_decode", &decode)]
             .iter()
             .map(|(name, step)| {
                 backend.optimize_in(
-                    &ctx,
+                    ctx,
                     name,
                     &forward_program(&[&step.logits]),
                     std::slice::from_ref(&step.start),
@@ -212,9 +227,11 @@ impl Generator {
         let mut codes = backend.compile_optimized(&optimized).context(building)?;
         let decode_code = codes.pop().expect("two routines in, two codes out");
         let prefill_code = codes.pop().expect("two routines in, two codes out");
-        let stream = backend.get_device(0)?.new_stream()?;
-        let context = Context::new(&stream);
-        let prefill_routine = context.link(&prefill_code).context(building)?;
+        let prefill_routine = match within {
+            Some((_, context)) => context.link(&prefill_code),
+            None => Context::new(&backend.get_device(0)?.new_stream()?).link(&prefill_code),
+        }
+        .context(building)?;
         let decode_routine = prefill_routine
             .context()
             .link(&decode_code)

@@ -29,7 +29,7 @@
 //! any length, at any position, compile nothing.
 
 mod config;
-mod generate;
+pub(crate) mod generate;
 mod layout;
 mod tokenizer;
 
@@ -57,6 +57,18 @@ const PREFIX: &str = "transformer.";
 /// Prompt tokens the prefill routine takes per run, unless set
 /// ([`Gpt2::set_prefill_chunk`]).
 pub const DEFAULT_PREFILL_CHUNK: usize = 64;
+
+/// Sets every layer norm's epsilon.
+fn set_epsilon(model: &mut Gpt, eps: f64) {
+    for norm in model
+        .blocks
+        .iter_mut()
+        .flat_map(|b| [&mut b.norm1, &mut b.norm2])
+        .chain([&mut model.final_norm])
+    {
+        norm.eps = eps;
+    }
+}
 
 /// A GPT-2 on a backend, ready to compute logits and generate.
 pub struct Gpt2 {
@@ -86,16 +98,9 @@ impl Gpt2 {
         let config = Gpt2Config::read(&dir.join("config.json"))?;
         let weights = dir.join("model.safetensors");
         let mut file = SafetensorsFile::open(&weights)?;
-        let (model, _undrawn) = Gpt::with_pending_draws(config.model_config(precision), 0)?;
-        let mut model = model;
-        for norm in model
-            .blocks
-            .iter_mut()
-            .flat_map(|b| [&mut b.norm1, &mut b.norm2])
-            .chain([&mut model.final_norm])
-        {
-            norm.eps = config.layer_norm_epsilon;
-        }
+        // The parameters' random draws are never made: every value comes from the file.
+        let (mut model, _undrawn) = Gpt::with_pending_draws(config.model_config(precision), 0)?;
+        set_epsilon(&mut model, config.layer_norm_epsilon);
         let stored = layout(&model);
         let prefix = if file.get(&format!("{PREFIX}wte.weight")).is_some() {
             PREFIX
@@ -140,14 +145,26 @@ impl Gpt2 {
             });
         }
         checkpoint::set_all(&params, values)?;
-        Ok(Gpt2 {
+        Ok(Gpt2::with_model(config, model, backend))
+    }
+
+    /// A GPT-2 of `config` with random weights (GPT-2's initialization, drawn from `seed`):
+    /// for benchmarks and tests, or to train from scratch.
+    pub fn random(config: Gpt2Config, seed: u64, backend: &Backend) -> Result<Gpt2> {
+        let mut model = Gpt::new(config.model_config(Precision::F32), seed)?;
+        set_epsilon(&mut model, config.layer_norm_epsilon);
+        Ok(Gpt2::with_model(config, model, backend))
+    }
+
+    fn with_model(config: Gpt2Config, model: Gpt, backend: &Backend) -> Gpt2 {
+        Gpt2 {
             config,
             model,
             backend: backend.clone(),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             generators: Mutex::new(HashMap::new()),
             last_timing: Mutex::new(None),
-        })
+        }
     }
 
     /// Writes `dir/config.json` and `dir/model.safetensors` in Hugging Face's layout (f32, names
