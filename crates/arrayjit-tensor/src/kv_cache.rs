@@ -25,8 +25,8 @@ use arrayjit_ir::{
     BinOp, EinsumGuard, Error, MemoryMode, MemoryType, Prec, Result, Sharing, StaticSymbol, Tnode,
 };
 
-use crate::Rhs;
 use crate::nn::{CausalSelfAttention, DecoderBlock, Gpt};
+use crate::tensor::Rhs;
 use crate::tensor::Tensor;
 
 /// The score added for a padding slot: far below any real score, yet finite, so that a padding

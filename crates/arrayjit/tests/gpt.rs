@@ -300,3 +300,44 @@ fn routines_compiled_ahead_equal_those_compiled_on_first_use() {
         drop(t);
     }
 }
+
+/// Sampling with the key/value cache (while the sequence fits the context of 8) and with the
+/// whole window (past it) gives the greedy ids of the logits of each whole window, after
+/// training changed the parameters on the device: the cached routines read them there.
+#[test]
+fn cached_sampling_agrees_with_whole_windows_across_the_context() {
+    let vocab = CharVocab::from_text(TEXT);
+    let data = vocab.encode(TEXT).unwrap();
+    let c = config(vocab.len());
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let mut trainer = GptTrainer::new(&backend, &c).unwrap();
+    for step in 0..20 {
+        let (ids, targets) = batch(&data, c.batch, c.model.context, step, 3).unwrap();
+        trainer.train_step(&ids, &targets).unwrap();
+    }
+    let prompt = vocab.encode("to b").unwrap();
+    // 4 prompt ids + 12 new: the cache serves ids 5 to 8, whole windows the rest.
+    let cached = trainer.generate(&prompt, 12, 0.0, 0).unwrap();
+    let mut ids = prompt.clone();
+    for _ in 0..12 {
+        let logits = trainer.next_logits(&ids).unwrap();
+        let best = (0..logits.len()).fold(0, |b, i| if logits[i] > logits[b] { i } else { b });
+        ids.push(best);
+    }
+    assert_eq!(cached, ids[prompt.len()..]);
+    // Training on, then sampling again: the cache routines see the new parameters.
+    for step in 20..30 {
+        let (ids, targets) = batch(&data, c.batch, c.model.context, step, 3).unwrap();
+        trainer.train_step(&ids, &targets).unwrap();
+    }
+    let again = trainer.generate(&prompt, 4, 0.0, 0).unwrap();
+    let mut ids = prompt.clone();
+    for _ in 0..4 {
+        let logits = trainer.next_logits(&ids).unwrap();
+        let best = (0..logits.len()).fold(0, |b, i| if logits[i] > logits[b] { i } else { b });
+        ids.push(best);
+    }
+    assert_eq!(again, ids[prompt.len()..]);
+    assert!(trainer.generate(&[], 3, 0.0, 0).is_err());
+    assert!(trainer.generate(&[vocab.len()], 3, 0.0, 0).is_err());
+}
