@@ -39,6 +39,9 @@ pub struct GenerateArgs {
     /// Do not stop at the end-of-text token.
     #[arg(long)]
     pub ignore_end: bool,
+    /// Prompt tokens the prefill routine takes per run.
+    #[arg(long, default_value_t = arrayjit::gpt2::DEFAULT_PREFILL_CHUNK)]
+    pub prefill_chunk: usize,
     /// Time the decode routine statement by statement, and print where its time went.
     #[arg(long)]
     pub statements: bool,
@@ -68,7 +71,8 @@ pub fn run(backend: Option<String>, args: &GenerateArgs) -> arrayjit::Result<()>
     }
     let started = Instant::now();
     let tokenizer = Gpt2Tokenizer::from_pretrained(&args.model)?;
-    let model = Gpt2::from_pretrained(&args.model, &backend)?;
+    let mut model = Gpt2::from_pretrained(&args.model, &backend)?;
+    model.set_prefill_chunk(args.prefill_chunk)?;
     let loaded = started.elapsed();
     let prompt = tokenizer.encode(&args.prompt)?;
     let stop: Vec<usize> = match model.config().end_of_text {
@@ -110,9 +114,12 @@ pub fn run(backend: Option<String>, args: &GenerateArgs) -> arrayjit::Result<()>
             total.as_secs_f64()
         );
     }
-    if let [_, Some(decode)] = model.statement_profiles(args.samples) {
-        eprintln!("the decode routine's slowest statements (all its runs):");
-        eprintln!("{}", decode.table(25, None));
+    let [prefill, decode] = model.statement_profiles(args.samples);
+    for (name, profile) in [("prefill", prefill), ("decode", decode)] {
+        if let Some(profile) = profile {
+            eprintln!("the {name} routine's slowest statements (all its runs):");
+            eprintln!("{}", profile.table(15, None));
+        }
     }
     Ok(())
 }

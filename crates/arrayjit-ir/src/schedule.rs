@@ -532,11 +532,9 @@ impl Contraction {
             v.dedup();
             v.len() == n
         };
+        // A guard's symbols that no loop of the nest binds are static indices (lowering
+        // accepts no others): they shift the guard's offset at run time.
         all_looped
-            && self
-                .guards
-                .iter()
-                .all(|g| g.symbols().into_iter().all(looped))
             && distinct(&self.out)
             && distinct(&self.lhs)
             && distinct(&self.rhs)
@@ -627,9 +625,12 @@ impl Contraction {
             return None;
         }
         let k = k_groups.into_iter().next()?;
-        let guard = match self.guards.as_slice() {
-            [] => None,
-            [g] => Some(self.gemm_guard(g, [&m, &n, &k])?),
+        let (guard, guard_statics) = match self.guards.as_slice() {
+            [] => (None, Vec::new()),
+            [g] => {
+                let (guard, statics) = self.gemm_guard(g, [&m, &n, &k])?;
+                (Some(guard), statics)
+            }
             _ => return None,
         };
         Some(Gemm {
@@ -643,6 +644,7 @@ impl Contraction {
             k,
             blocking,
             guard,
+            guard_statics,
             overwrite: false,
             batch_split: BatchSplit::ByProduct,
             covers_out: self
@@ -657,12 +659,18 @@ impl Contraction {
 
 impl Contraction {
     /// A guard in the product's coordinates (see [`Gemm::guard`]): each of its iterators must
-    /// be the whole of the rows, the columns or the reduction, with a coefficient of 1 or -1.
-    fn gemm_guard(&self, g: &AxisIndex, mnk: [&Dim; 3]) -> Option<[i64; 4]> {
+    /// be the whole of the rows, the columns or the reduction, with a coefficient of 1 or -1;
+    /// its static indices go to [`Gemm::guard_statics`].
+    fn gemm_guard(&self, g: &AxisIndex, mnk: [&Dim; 3]) -> Option<GemmGuard> {
         let (terms, offset) = g.terms();
         let mut coeffs = [0i64; 4];
         coeffs[3] = offset;
+        let mut statics = Vec::new();
         for (c, s) in terms {
+            if !self.loops.iter().any(|(l, _)| *l == s) {
+                statics.push((c, s));
+                continue;
+            }
             let dim = Dim {
                 extent: self.extent(s),
                 strides: [&self.out, &self.lhs, &self.rhs].map(|a| a.stride(s)),
@@ -673,9 +681,13 @@ impl Contraction {
             }
             coeffs[axis] = c;
         }
-        Some(coeffs)
+        Some((coeffs, statics))
     }
 }
+
+/// A guard in a product's coordinates, `[gi, gj, gk, g0]`, and the static indices added to
+/// `g0` at run time (see [`Gemm::guard`], [`Gemm::guard_statics`]).
+type GemmGuard = ([i64; 4], Vec<(i64, Symbol)>);
 
 /// One dimension of a matrix product: its extent and element strides in (out, lhs, rhs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -716,6 +728,10 @@ pub struct Gemm {
     /// element only where it passes for some (a band along the diagonal). `None`: every term
     /// counts.
     pub guard: Option<[i64; 4]>,
+    /// Static indices added to the guard's offset `g0` at run time, `(coefficient, symbol)`
+    /// (the slots a decoding step sees end at its `start`). Only the CPU's product helper
+    /// takes them; [`Gemm::kept_fraction`] counts them as 0.
+    pub guard_statics: Vec<(i64, Symbol)>,
     /// The product writes every element of the result instead of adding to it: the zeroing
     /// statement before it was absorbed (see [`ScheduleKind::Absorbed`]).
     pub overwrite: bool,

@@ -23,6 +23,7 @@
 
 use arrayjit_ir::{
     BinOp, EinsumGuard, Error, MemoryMode, MemoryType, Prec, Result, Sharing, StaticSymbol, Tnode,
+    UnOp,
 };
 
 use crate::nn::{CausalSelfAttention, DecoderBlock, Gpt};
@@ -118,8 +119,27 @@ pub struct CachedStep {
     pub key_mask: Tensor,
     /// The first slot the step writes, bound per run (`0 ..= slots - chunk`).
     pub start: StaticSymbol,
-    /// `[batch, chunk, vocabulary]` logits of the next token after each new one.
+    /// Token ids are `0..vocabulary`.
+    pub vocabulary: usize,
+    /// Positions are `0..positions_upper` (the model's context).
+    pub positions_upper: usize,
+    /// `[batch, 1]`: which new token's logits the step computes (an index into the chunk),
+    /// when built for one only ([`StepLogits::Picked`]).
+    pub pick: Option<Tensor>,
+    /// `[batch, chunk, vocabulary]` logits of the next token after each new one, or
+    /// `[batch, 1, vocabulary]` after the picked one.
     pub logits: Tensor,
+}
+
+/// Which logits a cached step computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepLogits {
+    /// After every new token (a sequence's logits at every position).
+    All,
+    /// After one new token per row, chosen per run ([`CachedStep::pick`]): what generation
+    /// needs from a prompt. The output head, the largest product of a step over many tokens,
+    /// then runs once per row.
+    Picked,
 }
 
 impl CachedStep {
@@ -212,7 +232,13 @@ impl Gpt {
     /// The graph of a step over `chunk` new tokens per row that appends to `cache` (see the
     /// module's doc); `label` prefixes its inputs' labels. Compile its logits' forward program
     /// with `start` among the bindings.
-    pub fn cached_step(&self, cache: &KvCache, chunk: usize, label: &str) -> Result<CachedStep> {
+    pub fn cached_step(
+        &self,
+        cache: &KvCache,
+        chunk: usize,
+        label: &str,
+        which: StepLogits,
+    ) -> Result<CachedStep> {
         let c = &self.config;
         if cache.keys.len() != c.layers || cache.keys[0].dims()[2..] != [c.heads, c.width / c.heads]
         {
@@ -273,6 +299,29 @@ impl Gpt {
         for ((block, keys), values) in self.blocks.iter().zip(&cache.keys).zip(&cache.values) {
             x = block.forward_cached(&x, keys, values, &step)?;
         }
+        let pick = match which {
+            StepLogits::All => None,
+            StepLogits::Picked => Some(Tensor::ids(
+                &[batch, 1],
+                &format!("{label}_pick"),
+                &vec![0; batch],
+                chunk,
+            )?),
+        };
+        let x = match &pick {
+            // Row `b`'s picked token `x[b, pick[b]]`: every row's pick gathered from every row
+            // (`[batch, batch, 1, width]`), then the diagonal.
+            Some(pick) => Tensor::einsum_op(
+                "bbtd->btd",
+                Rhs::Un(UnOp::Identity),
+                &[&x.take(pick, 1)?],
+                BinOp::Arg2,
+                false,
+                "picked",
+                None,
+            )?,
+            None => x,
+        };
         let x = self.final_norm.forward(&x)?;
         let logits = c
             .precision
@@ -286,6 +335,9 @@ impl Gpt {
             positions,
             key_mask,
             start: step.start,
+            vocabulary: c.vocabulary,
+            positions_upper: c.context,
+            pick,
             logits,
         })
     }

@@ -661,7 +661,7 @@ impl GptTrainer {
         let mut k = 0;
         if count > 0 && prompt.len() < context {
             let generator = self.generator()?;
-            let (pads, logits) = generator.prefill(&[ids.clone()], self.vocabulary, false)?;
+            let (pads, logits) = generator.prefill(&[ids.clone()], false)?;
             let mut logits: Vec<f64> = logits[0].iter().map(|&v| f64::from(v)).collect();
             loop {
                 ids.push(sample(&logits, temperature, rng.uniform(k as u64)));
@@ -670,7 +670,7 @@ impl GptTrainer {
                     break;
                 }
                 let slot = ids.len() - 1;
-                let next = generator.decode(slot, &ids[slot..], &pads, self.vocabulary)?;
+                let next = generator.decode(slot, &ids[slot..], &pads)?;
                 logits = next[0].iter().map(|&v| f64::from(v)).collect();
             }
         }

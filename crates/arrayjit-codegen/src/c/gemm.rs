@@ -163,6 +163,30 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
      {name}_row); a single column is the row of C^T = B^T A^T. */
   if (!g && M == 1 && {name}_row(N, K, A, csA, B, rsB, csB, C, csC, ovw)) return;
   if (!g && N == 1 && {name}_row(M, K, B, rsB, A, csA, rsA, C, rsC, ovw)) return;
+  /* One row under a guard of the columns alone or the depth alone (a decoding step's scores
+     and weighted sum): the guard is a range of columns, or of depths, and the row product
+     runs over it; columns with no term left are zeroed where the product overwrites. */
+  if (g && M == 1 && (g[1] == 0 || g[2] == 0)) {{
+    int64_t j0 = 0, j1 = N, k0 = 0, k1 = K;
+    int64_t *lo = g[2] == 0 ? &j0 : &k0, *hi = g[2] == 0 ? &j1 : &k1;
+    const int64_t c = g[2] == 0 ? g[1] : g[2], extent = g[2] == 0 ? N : K;
+    if (c == 0) {{ if (g[3] < 0) *hi = 0; }}
+    else if (c < 0) {{ const int64_t last = g[3] / -c; *hi = g[3] < 0 ? 0 : last + 1 < extent ? last + 1 : extent; }}
+    else {{ const int64_t first = (-g[3] + c - 1) / c; *lo = g[3] >= 0 ? 0 : first < extent ? first : extent; }}
+    if (j1 < j0) j1 = j0;
+    if (k1 < k0) k1 = k0;
+    if (ovw) {{
+      for (int64_t j = 0; j < j0; ++j) C[j * csC] = 0;
+      for (int64_t j = j1; j < N; ++j) C[j * csC] = 0;
+    }}
+    if (j1 > j0 && k1 > k0) {{
+      if ({name}_row(j1 - j0, k1 - k0, A + k0 * csA, csA, B + k0 * rsB + j0 * csB, rsB, csB, C + j0 * csC, csC, ovw)) return;
+    }} else {{
+      if (ovw) for (int64_t j = j0; j < j1; ++j) C[j * csC] = 0;
+      return;
+    }}
+    /* Other strides: the blocked product below. The zeroing above is rewritten the same. */
+  }}
   /* Packing buffers, kept per thread and grown as needed. */
   static _Thread_local {t} *pack = 0;
   static _Thread_local size_t pack_len = 0;

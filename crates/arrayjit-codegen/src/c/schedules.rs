@@ -171,10 +171,18 @@ impl KernelRenderer<'_> {
         let mut offsets = [String::from("0"), String::from("0"), String::from("0")];
         let counter = self.loop_counter;
         self.loop_counter += 1;
-        // The guard as a compound literal (C99), `0` for none.
-        let guard = g.guard.map_or("0".to_string(), |[gi, gj, gk, g0]| {
-            format!("(const int64_t[4]){{{gi}, {gj}, {gk}, {g0}}}")
-        });
+        // The guard as a compound literal (C99), `0` for none; static indices in its offset are
+        // read at run time.
+        let guard = match g.guard {
+            None => "0".to_string(),
+            Some([gi, gj, gk, g0]) => {
+                let offset = self.affine(&arrayjit_ir::AxisIndex::affine(
+                    g.guard_statics.iter().copied(),
+                    g0,
+                ))?;
+                format!("(const int64_t[4]){{{gi}, {gj}, {gk}, {offset}}}")
+            }
+        };
         let call = |offsets: &[String; 3], par: &str| {
             format!(
                 "{name}({}, {}, {}, {a} + {}, {}, {}, {b} + {}, {}, {}, {c} + {}, {}, {}, {}, {guard}, {par});",

@@ -3,12 +3,13 @@
 //! linked into one context that holds the caches; and sampling (greedy, temperature, top-k,
 //! top-p) from the counter-based RNG.
 
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arrayjit_ir::{Error, OptimizeCtx, Result, ResultExt};
 use arrayjit_runtime::{Backend, Context, Routine};
 use arrayjit_tensor::forward_program;
-use arrayjit_tensor::kv_cache::{CachedStep, KvCache, PADDING_SCORE};
+use arrayjit_tensor::kv_cache::{CachedStep, KvCache, PADDING_SCORE, StepLogits};
 use arrayjit_tensor::nn::Gpt;
 use arrayjit_tensor::rng::Philox;
 
@@ -148,32 +149,36 @@ struct StepRoutine {
 }
 
 impl StepRoutine {
-    /// Runs the step at slot `start` over `ids` and their `positions` (`batch · chunk` each)
-    /// and returns its logits (`batch · chunk · vocabulary`).
+    /// Runs the step at slot `start` over `ids` and their `positions` (`batch · chunk` each),
+    /// with `pick` (one index into the chunk per row) for a step that computes one token's
+    /// logits per row; returns the logits (`batch · (chunk or 1) · vocabulary`) if `read`.
     fn run(
         &self,
         start: usize,
         ids: &[usize],
         positions: &[usize],
-        vocabulary: usize,
-        context_len: usize,
-    ) -> Result<Vec<f32>> {
+        pick: Option<&[usize]>,
+        read: bool,
+    ) -> Result<Option<Vec<f32>>> {
         let context = self.routine.context();
-        self.step.ids.set_ids(ids, vocabulary)?;
-        context.from_host(self.step.ids.node())?;
-        self.step.positions.set_ids(positions, context_len)?;
-        context.from_host(self.step.positions.node())?;
-        self.routine.set_static(&self.step.start, start as i64)?;
+        let s = &self.step;
+        s.ids.set_ids(ids, s.vocabulary)?;
+        context.from_host(s.ids.node())?;
+        s.positions.set_ids(positions, s.positions_upper)?;
+        context.from_host(s.positions.node())?;
+        if let (Some(node), Some(pick)) = (&s.pick, pick) {
+            node.set_ids(pick, s.chunk())?;
+            context.from_host(node.node())?;
+        }
+        self.routine.set_static(&s.start, start as i64)?;
         self.routine.run()?;
-        let logits = self.step.logits.node();
+        if !read {
+            return Ok(None);
+        }
+        let logits = s.logits.node();
         context.to_host(logits)?;
-        Ok(logits
-            .host()
-            .array()?
-            .to_vec_f64()?
-            .into_iter()
-            .map(|v| v as f32)
-            .collect())
+        let values = logits.host().array()?.to_vec_f64()?;
+        Ok(Some(values.into_iter().map(|v| v as f32).collect()))
     }
 }
 
@@ -183,8 +188,33 @@ pub struct Generator {
     cache: KvCache,
     prefill: StepRoutine,
     decode: StepRoutine,
-    /// Time spent optimizing, compiling and linking the two routines.
-    pub compile_time: Duration,
+    /// The step over a chunk that computes every token's logits ([`Generator::prefill`] with
+    /// `all`), compiled and linked on first use.
+    every: CachedStep,
+    every_routine: OnceLock<StepRoutine>,
+    backend: Backend,
+    optimize_ctx: OptimizeCtx,
+    /// Time spent optimizing, compiling and linking the routines.
+    compile_time: Mutex<Duration>,
+}
+
+/// Optimizes each cached step's logits for `backend` in `ctx`, with its `start` bound.
+fn optimized(
+    backend: &Backend,
+    ctx: &OptimizeCtx,
+    steps: &[(&str, &CachedStep)],
+) -> Result<Vec<std::sync::Arc<arrayjit_ir::Optimized>>> {
+    steps
+        .iter()
+        .map(|(name, step)| {
+            backend.optimize_in(
+                ctx,
+                name,
+                &forward_program(&[&step.logits]),
+                std::slice::from_ref(&step.start),
+            )
+        })
+        .collect()
 }
 
 impl Generator {
@@ -207,23 +237,18 @@ impl Generator {
         let started = Instant::now();
         let slots = model.config.context;
         let cache = KvCache::new(model, batch, slots)?;
-        let prefill = model.cached_step(&cache, chunk.clamp(1, slots), "prefill")?;
-        let decode = model.cached_step(&cache, 1, "decode")?;
-        let fresh = OptimizeCtx::empty();
-        let ctx = within.map_or(&fresh, |(ctx, _)| ctx);
-        let building = || format!("building GPT-2's generation routines on {}", backend.name());
-        let optimized = [("gpt2_prefill", &prefill), ("gpt2_decode", &decode)]
-            .iter()
-            .map(|(name, step)| {
-                backend.optimize_in(
-                    ctx,
-                    name,
-                    &forward_program(&[&step.logits]),
-                    std::slice::from_ref(&step.start),
-                )
-            })
-            .collect::<Result<Vec<_>>>()
-            .context(building)?;
+        let chunk = chunk.clamp(1, slots);
+        let prefill = model.cached_step(&cache, chunk, "prefill", StepLogits::Picked)?;
+        let decode = model.cached_step(&cache, 1, "decode", StepLogits::All)?;
+        let every = model.cached_step(&cache, chunk, "prefill_all", StepLogits::All)?;
+        let optimize_ctx = within.map_or_else(OptimizeCtx::empty, |(ctx, _)| ctx.clone());
+        let building = || format!("building the generation routines on {}", backend.name());
+        let optimized = optimized(
+            backend,
+            &optimize_ctx,
+            &[("gpt2_prefill", &prefill), ("gpt2_decode", &decode)],
+        )
+        .context(building)?;
         let mut codes = backend.compile_optimized(&optimized).context(building)?;
         let decode_code = codes.pop().expect("two routines in, two codes out");
         let prefill_code = codes.pop().expect("two routines in, two codes out");
@@ -246,8 +271,57 @@ impl Generator {
                 step: decode,
                 routine: decode_routine,
             },
-            compile_time: started.elapsed(),
+            every,
+            every_routine: OnceLock::new(),
+            backend: backend.clone(),
+            optimize_ctx,
+            compile_time: Mutex::new(started.elapsed()),
         })
+    }
+
+    /// Time spent optimizing, compiling and linking the routines so far.
+    pub fn compile_time(&self) -> Duration {
+        *self
+            .compile_time
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The all-logits step's routine, compiled and linked on first use.
+    fn every(&self) -> Result<&StepRoutine> {
+        if let Some(r) = self.every_routine.get() {
+            return Ok(r);
+        }
+        let started = Instant::now();
+        let building = || "building the all-logits prefill routine on first use".to_string();
+        let optimized = optimized(
+            &self.backend,
+            &self.optimize_ctx,
+            &[("gpt2_prefill_all", &self.every)],
+        )
+        .context(building)?;
+        let code = self
+            .backend
+            .compile_optimized(&optimized)
+            .context(building)?
+            .pop()
+            .expect("one routine in, one code out");
+        let routine = self
+            .prefill
+            .routine
+            .context()
+            .link(&code)
+            .context(building)?;
+        // Another thread may have linked it meanwhile: either serves.
+        let _ = self.every_routine.set(StepRoutine {
+            step: self.every.clone(),
+            routine,
+        });
+        *self
+            .compile_time
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += started.elapsed();
+        Ok(self.every_routine.get().expect("set above"))
     }
 
     /// Rows.
@@ -260,14 +334,14 @@ impl Generator {
         self.prefill.step.chunk()
     }
 
-    /// Sets the padding of every row (`pads[r]` slots before its first token) for both steps.
-    fn set_padding(&self, pads: &[usize]) -> Result<()> {
+    /// Sets the padding of every row (`pads[r]` slots before its first token) for `steps`.
+    fn set_padding(&self, pads: &[usize], steps: &[&StepRoutine]) -> Result<()> {
         let slots = self.cache.slots();
         let mask: Vec<f64> = pads
             .iter()
             .flat_map(|&pad| (0..slots).map(move |s| if s < pad { PADDING_SCORE } else { 0.0 }))
             .collect();
-        for step in [&self.prefill, &self.decode] {
+        for step in steps {
             let node = step.step.key_mask.node();
             node.host().set_values(&mask)?;
             step.routine.context().from_host(node)?;
@@ -276,21 +350,19 @@ impl Generator {
     }
 
     /// Runs `tokens` (one row each, left-padded to the longest: `pads[r]` slots of padding)
-    /// through the prefill routine; returns the logits at every slot of the longest row
-    /// (`slots_used · batch` rows of `vocabulary`, by slot then row) if `all`, else only the
-    /// last slot's (`batch` rows).
-    pub fn prefill(
-        &self,
-        tokens: &[Vec<usize>],
-        vocabulary: usize,
-        all: bool,
-    ) -> Result<(Vec<usize>, Vec<Vec<f32>>)> {
+    /// through a prefill routine, in chunks; returns the padding and the logits: at every slot
+    /// of the longest row (`slots_used · batch` rows of `vocabulary`, by slot then row) if
+    /// `all` (the all-logits routine, compiled on first use), else at the last slot only
+    /// (`batch` rows), from the routine that computes only those.
+    pub fn prefill(&self, tokens: &[Vec<usize>], all: bool) -> Result<(Vec<usize>, Vec<Vec<f32>>)> {
+        let step = if all { self.every()? } else { &self.prefill };
         let batch = self.batch();
         let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
         let pads: Vec<usize> = tokens.iter().map(|t| longest - t.len()).collect();
-        self.set_padding(&pads)?;
+        self.set_padding(&pads, &[step, &self.decode])?;
         let slots = self.cache.slots();
         let chunk = self.chunk();
+        let vocabulary = step.step.vocabulary;
         let mut out = Vec::new();
         let mut done = 0;
         while done < longest {
@@ -310,17 +382,24 @@ impl Generator {
                     positions.push(slot.saturating_sub(*pad));
                 }
             }
-            let logits = self
-                .prefill
-                .run(start, &ids, &positions, vocabulary, slots)?;
             let last = (start + chunk).min(longest);
-            for slot in done..last {
-                if !all && slot + 1 != longest {
-                    continue;
+            let holds_last = last == longest;
+            if all {
+                let logits = step
+                    .run(start, &ids, &positions, None, true)?
+                    .unwrap_or_default();
+                for slot in done..last {
+                    for row in 0..batch {
+                        let at = (row * chunk + slot - start) * vocabulary;
+                        out.push(logits[at..at + vocabulary].to_vec());
+                    }
                 }
-                for row in 0..batch {
-                    let at = (row * chunk + slot - start) * vocabulary;
-                    out.push(logits[at..at + vocabulary].to_vec());
+            } else {
+                // Every row's last prompt token sits at slot `longest - 1`.
+                let pick = vec![(longest - 1).saturating_sub(start).min(chunk - 1); batch];
+                let logits = step.run(start, &ids, &positions, Some(&pick), holds_last)?;
+                if let Some(logits) = logits {
+                    out.extend(logits.chunks_exact(vocabulary).map(<[f32]>::to_vec));
                 }
             }
             done = last;
@@ -330,27 +409,24 @@ impl Generator {
 
     /// One decoding step: the token `ids[r]` of each row at slot `slot` (row `r`'s position
     /// `slot - pads[r]`); returns each row's logits.
-    pub fn decode(
-        &self,
-        slot: usize,
-        ids: &[usize],
-        pads: &[usize],
-        vocabulary: usize,
-    ) -> Result<Vec<Vec<f32>>> {
+    pub fn decode(&self, slot: usize, ids: &[usize], pads: &[usize]) -> Result<Vec<Vec<f32>>> {
         let positions: Vec<usize> = pads.iter().map(|p| slot.saturating_sub(*p)).collect();
         let logits = self
             .decode
-            .run(slot, ids, &positions, vocabulary, self.cache.slots())?;
+            .run(slot, ids, &positions, None, true)?
+            .unwrap_or_default();
         Ok(logits
-            .chunks_exact(vocabulary)
+            .chunks_exact(self.decode.step.vocabulary)
             .map(<[f32]>::to_vec)
             .collect())
     }
 
     /// Times the routines ran and compiled since they were built (for checks that a
     /// generation compiled nothing new).
-    pub fn routines(&self) -> [&Routine; 2] {
-        [&self.prefill.routine, &self.decode.routine]
+    pub fn routines(&self) -> Vec<&Routine> {
+        let mut all = vec![&self.prefill.routine, &self.decode.routine];
+        all.extend(self.every_routine.get().map(|r| &r.routine));
+        all
     }
 
     /// Draws `count` tokens after each of `prompts` (see [`crate::gpt2::Gpt2::generate_batch`]).
@@ -360,7 +436,6 @@ impl Generator {
         count: usize,
         sampling: &Sampling,
         stop: &[usize],
-        vocabulary: usize,
     ) -> Result<(Vec<Vec<usize>>, GenerationTiming)> {
         let rows = prompts.len();
         let mut out = vec![Vec::with_capacity(count); rows];
@@ -373,7 +448,7 @@ impl Generator {
             return Ok((out, timing));
         }
         let started = Instant::now();
-        let (pads, mut logits) = self.prefill(prompts, vocabulary, false)?;
+        let (pads, mut logits) = self.prefill(prompts, false)?;
         timing.prefill = started.elapsed();
         let started = Instant::now();
         let rng = Philox::new(sampling.seed, 0x6e78);
@@ -393,7 +468,7 @@ impl Generator {
             if k + 1 == count || finished.iter().all(|&f| f) {
                 break;
             }
-            logits = self.decode(longest + k, &next, &pads, vocabulary)?;
+            logits = self.decode(longest + k, &next, &pads)?;
             timing.decode_steps += 1;
         }
         timing.decode = started.elapsed();

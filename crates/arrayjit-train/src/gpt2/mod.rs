@@ -269,7 +269,7 @@ impl Gpt2 {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
-            .map(|g| g.compile_time)
+            .map(|g| g.compile_time())
             .sum()
     }
 
@@ -281,12 +281,12 @@ impl Gpt2 {
             .generators
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let runs = generators
-            .values()
-            .flat_map(|g| g.routines())
-            .map(|r| r.stats().runs)
-            .sum();
-        (runs, 2 * generators.len())
+        let routines: Vec<&arrayjit_runtime::Routine> =
+            generators.values().flat_map(|g| g.routines()).collect();
+        (
+            routines.iter().map(|r| r.stats().runs).sum(),
+            routines.len(),
+        )
     }
 
     /// Where the generation routines of `batch` rows spent their time since this was last
@@ -302,7 +302,10 @@ impl Gpt2 {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match generators.get(&batch) {
-            Some(g) => g.routines().map(|r| r.statement_profile()),
+            Some(g) => {
+                let r = g.routines();
+                [r[0].statement_profile(), r[1].statement_profile()]
+            }
             None => [None, None],
         }
     }
@@ -339,7 +342,7 @@ impl Gpt2 {
     pub fn logits(&self, ids: &[usize]) -> Result<Vec<Vec<f32>>> {
         self.check_ids("the sequence", ids, self.config.positions)?;
         let generator = self.generator(1)?;
-        let (_, logits) = generator.prefill(&[ids.to_vec()], self.config.vocabulary, true)?;
+        let (_, logits) = generator.prefill(&[ids.to_vec()], true)?;
         Ok(logits)
     }
 
@@ -394,8 +397,7 @@ impl Gpt2 {
             })?;
         }
         let generator = self.generator(prompts.len())?;
-        let (tokens, timing) =
-            generator.generate(prompts, count, sampling, stop, self.config.vocabulary)?;
+        let (tokens, timing) = generator.generate(prompts, count, sampling, stop)?;
         *self
             .last_timing
             .lock()

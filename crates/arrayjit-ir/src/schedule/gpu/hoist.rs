@@ -166,13 +166,31 @@ fn hoist_scopes(
     before: &mut Vec<LowLevel>,
     made: &mut Vec<Tnode>,
 ) -> ScalarExpr {
-    fn qualifies(e: &ScalarExpr, min_steps: u64) -> Option<Scoped<'_>> {
+    // Symbols a gather binds inside the value: a reduction reading one of them (a row chosen
+    // by the gather's index) cannot leave the gather, where the symbol is unbound.
+    let mut gathered = std::collections::BTreeSet::new();
+    value.visit_all(&mut |x| {
+        if let ScalarExpr::Gather { symbol, .. } = x {
+            gathered.insert(*symbol);
+        }
+    });
+    fn qualifies<'e>(
+        e: &'e ScalarExpr,
+        min_steps: u64,
+        gathered: &std::collections::BTreeSet<crate::indexing::Symbol>,
+    ) -> Option<Scoped<'e>> {
+        let ScalarExpr::LocalScope { body, .. } = e else {
+            return None;
+        };
+        if body.index_symbols().iter().any(|s| gathered.contains(s)) {
+            return None;
+        }
         scoped(e).filter(|s| s.steps() >= min_steps)
     }
     // Bottom-up, as the replacement below goes: scopes inside scopes' bodies are not seen.
     let mut scopes = Vec::new();
     let value = value.map_bottom_up(&mut |e| {
-        if let Some(s) = qualifies(&e, min_steps) {
+        if let Some(s) = qualifies(&e, min_steps, &gathered) {
             scopes.push(s.id.prec);
         }
         e
@@ -190,7 +208,7 @@ fn hoist_scopes(
     };
     let mut slot = 0i64;
     let value = value.map_bottom_up(&mut |e| {
-        let Some(s) = qualifies(&e, min_steps) else {
+        let Some(s) = qualifies(&e, min_steps, &gathered) else {
             return e;
         };
         let mut at = idcs.to_vec();

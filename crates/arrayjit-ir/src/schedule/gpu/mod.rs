@@ -874,6 +874,10 @@ fn f32_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
     }
     // The blocking is the CPU's and is not used by a tiled pass; any valid one will do.
     let g = c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3], Default::default()))?;
+    // The tiled kernels take a guard of constants only: one naming a static index stays loops.
+    if !g.guard_statics.is_empty() {
+        return None;
+    }
     let (_, inner) = stmt.perfect_nest();
     let fused = matches!(
         inner,

@@ -191,6 +191,7 @@ mod tests {
             k,
             blocking: Blocking::for_cpu(4, 16, 4, [0; 3], Default::default()),
             guard: None,
+            guard_statics: Vec::new(),
             overwrite: true,
             covers_out: true,
             batch_split: crate::schedule::BatchSplit::ByProduct,
