@@ -199,11 +199,58 @@ impl CausalSelfAttention {
             None,
             &guard,
         )?;
-        let weights = visible.softmax(3)?;
+        let weights = visible_softmax(&visible, &guard)?;
         let mixed = Tensor::guarded_product("bhts,bshe->bthe", &weights, &v, &guard)?;
         p.product("bthe,hed->btd", &p.operand(&mixed)?, &self.output)?
             .add(&self.biases[3])
     }
+}
+
+/// The softmax over keys (`bhts`, along `s`) of scores that are `-∞` past the guard, with the
+/// guard on every statement: the maximum and the sum skip the slots past it, and the
+/// exponentials and weights there are 0 (the neutral element, stored without computing
+/// anything), so that on the C backends each statement's loop stops at the slots seen (see
+/// `arrayjit_codegen`'s guard bounds) instead of exponentiating `-∞` for the rest of the
+/// cache. The values are those of the plain softmax.
+fn visible_softmax(scores: &Tensor, guard: &[EinsumGuard]) -> Result<Tensor> {
+    let op = |spec: &str, rhs: Rhs, inputs: &[&Tensor], accum: BinOp, label: &str| {
+        Tensor::einsum_op_guarded(spec, rhs, inputs, accum, true, label, None, None, guard)
+    };
+    let max = op(
+        "bhts->bht",
+        Rhs::Un(UnOp::Identity),
+        &[scores],
+        BinOp::Max,
+        "max",
+    )?;
+    let shifted = op(
+        "bhts,bht->bhts",
+        Rhs::Bin(BinOp::Sub),
+        &[scores, &max],
+        BinOp::Add,
+        "shifted",
+    )?;
+    let e = op(
+        "bhts->bhts",
+        Rhs::Un(UnOp::Exp),
+        &[&shifted],
+        BinOp::Add,
+        "exp",
+    )?;
+    let total = op(
+        "bhts->bht",
+        Rhs::Un(UnOp::Identity),
+        &[&e],
+        BinOp::Add,
+        "sum",
+    )?;
+    op(
+        "bhts,bht->bhts",
+        Rhs::Bin(BinOp::Div),
+        &[&e, &total],
+        BinOp::Add,
+        "weights",
+    )
 }
 
 /// What every layer of a step reads besides its input.
