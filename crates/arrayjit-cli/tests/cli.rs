@@ -244,3 +244,60 @@ fn plan_lists_the_gpt_routines_gpu_passes_without_a_gpu() {
         "{err}"
     );
 }
+
+/// `arrayjit generate` on the tiny GPT-2 fixture, with a tokenizer cut to its 512 ids (GPT-2's
+/// 256 byte symbols and its first 256 merges, which make ids 256 to 511): the prompt and the
+/// continuation on stdout, the timings on stderr; a generation longer than the model's
+/// positions and a missing model folder are refused with what is wrong.
+#[test]
+fn generate_continues_a_prompt_and_refuses_what_does_not_fit() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let fixture = root.join("crates/arrayjit/tests/fixtures/gpt2-tiny");
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture.join(f), dir.path().join(f)).unwrap();
+    }
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(root.join("data/gpt2/vocab.json")).unwrap())
+            .unwrap();
+    let small: serde_json::Map<String, serde_json::Value> = vocab
+        .into_iter()
+        .filter(|(_, id)| id.as_u64().unwrap() < 512)
+        .collect();
+    assert_eq!(small.len(), 512);
+    std::fs::write(
+        dir.path().join("vocab.json"),
+        serde_json::Value::Object(small).to_string(),
+    )
+    .unwrap();
+    let merges = std::fs::read_to_string(root.join("data/gpt2/merges.txt")).unwrap();
+    let first: Vec<&str> = merges.lines().take(257).collect();
+    std::fs::write(dir.path().join("merges.txt"), first.join("\n") + "\n").unwrap();
+    let model = dir.path().to_str().unwrap();
+    let args = [
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        "Hello there",
+        "--tokens",
+        "6",
+    ];
+    let (ok, out, err) = arrayjit(&[&args[..], &["--temperature", "0"]].concat(), None);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("Hello there"), "{out}");
+    assert!(err.contains("tokens/s") && err.contains("prefill"), "{err}");
+    // The same seed gives the same sampled text.
+    let sampled = [&args[..], &["--temperature", "0.9", "--seed", "4"]].concat();
+    assert_eq!(arrayjit(&sampled, None).1, arrayjit(&sampled, None).1);
+    // 128 positions: a prompt plus 200 tokens does not fit.
+    let (ok, _, err) = arrayjit(
+        &[
+            "generate", "--model", model, "--prompt", "Hello", "--tokens", "200",
+        ],
+        None,
+    );
+    assert!(!ok && err.contains("128"), "{err}");
+    let (ok, _, err) = arrayjit(&["generate", "--model", "/nonexistent/gpt2"], None);
+    assert!(!ok && err.contains("/nonexistent/gpt2"), "{err}");
+}

@@ -70,7 +70,8 @@ fn set_epsilon(model: &mut Gpt, eps: f64) {
     }
 }
 
-/// A GPT-2 on a backend, ready to compute logits and generate.
+/// A GPT-2 on a backend, ready to compute logits and generate. Calls from several threads
+/// are served one at a time.
 pub struct Gpt2 {
     config: Gpt2Config,
     model: Gpt,
@@ -80,6 +81,8 @@ pub struct Gpt2 {
     generators: Mutex<HashMap<usize, Arc<Generator>>>,
     /// Where the last generation's time went.
     last_timing: Mutex<Option<GenerationTiming>>,
+    /// Held while routines run: their inputs, caches and logits serve one call at a time.
+    running: Mutex<()>,
 }
 
 impl Gpt2 {
@@ -164,6 +167,7 @@ impl Gpt2 {
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             generators: Mutex::new(HashMap::new()),
             last_timing: Mutex::new(None),
+            running: Mutex::new(()),
         }
     }
 
@@ -342,6 +346,10 @@ impl Gpt2 {
     pub fn logits(&self, ids: &[usize]) -> Result<Vec<Vec<f32>>> {
         self.check_ids("the sequence", ids, self.config.positions)?;
         let generator = self.generator(1)?;
+        let _running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (_, logits) = generator.prefill(&[ids.to_vec()], true)?;
         Ok(logits)
     }
@@ -397,6 +405,10 @@ impl Gpt2 {
             })?;
         }
         let generator = self.generator(prompts.len())?;
+        let _running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (tokens, timing) = generator.generate(prompts, count, sampling, stop)?;
         *self
             .last_timing
