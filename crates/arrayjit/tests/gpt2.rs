@@ -440,3 +440,25 @@ fn small_models_generate_alike_on_every_backend() {
         }
     }
 }
+
+/// Products in bf16 (`Precision::Bf16Products`: operands rounded to bf16, sums in f32) give
+/// logits close to f32's, and the same first greedy tokens on the fixture.
+#[test]
+fn bf16_products_stay_close_to_f32() {
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let f32_model = Gpt2::from_pretrained(&fixture(), &backend).unwrap();
+    let bf16_model = Gpt2::from_pretrained_with(
+        &fixture(),
+        &backend,
+        arrayjit::tensor::Precision::Bf16Products,
+    )
+    .unwrap();
+    let (ids, want) = &expected_logits()[1];
+    let diff = relative_difference(&bf16_model.logits(ids).unwrap(), want);
+    assert!(diff < 5e-2 && diff > 0.0, "{diff:e}");
+    let greedy = Sampling::greedy();
+    assert_eq!(
+        bf16_model.generate(&[1, 2, 3], 3, &greedy, &[]).unwrap(),
+        f32_model.generate(&[1, 2, 3], 3, &greedy, &[]).unwrap()
+    );
+}
