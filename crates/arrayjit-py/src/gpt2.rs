@@ -13,6 +13,16 @@ use pyo3::prelude::*;
 use crate::errors::{IntoPy, to_py};
 use crate::routine::PyBackend;
 
+/// The sampling settings of a `generate` call's keyword arguments.
+fn sampling(temperature: f64, top_k: Option<usize>, top_p: Option<f64>, seed: u64) -> Sampling {
+    Sampling {
+        temperature,
+        top_k,
+        top_p,
+        seed,
+    }
+}
+
 /// A GPT-2 on a backend (Python: `arrayjit.Gpt2`).
 #[pyclass(name = "Gpt2", module = "arrayjit", frozen)]
 pub struct PyGpt2 {
@@ -69,12 +79,7 @@ impl PyGpt2 {
         seed: u64,
         stop: Option<Vec<usize>>,
     ) -> PyResult<Vec<usize>> {
-        let sampling = Sampling {
-            temperature,
-            top_k,
-            top_p,
-            seed,
-        };
+        let sampling = sampling(temperature, top_k, top_p, seed);
         let stop = stop.unwrap_or_default();
         py.detach(|| self.inner.generate(&ids, count, &sampling, &stop))
             .py()
@@ -95,12 +100,7 @@ impl PyGpt2 {
         seed: u64,
         stop: Option<Vec<usize>>,
     ) -> PyResult<Vec<Vec<usize>>> {
-        let sampling = Sampling {
-            temperature,
-            top_k,
-            top_p,
-            seed,
-        };
+        let sampling = sampling(temperature, top_k, top_p, seed);
         let stop = stop.unwrap_or_default();
         py.detach(|| self.inner.generate_batch(&prompts, count, &sampling, &stop))
             .py()

@@ -216,18 +216,16 @@ fn visible_softmax(scores: &Tensor, guard: &[EinsumGuard]) -> Result<Tensor> {
     let op = |spec: &str, rhs: Rhs, inputs: &[&Tensor], accum: BinOp, label: &str| {
         Tensor::einsum_op_guarded(spec, rhs, inputs, accum, true, label, None, None, guard)
     };
-    let max = op(
-        "bhts->bht",
-        Rhs::Un(UnOp::Identity),
-        &[scores],
-        BinOp::Max,
-        "max",
-    )?;
-    let shifted = op(
-        "bhts,bht->bhts",
-        Rhs::Bin(BinOp::Sub),
-        &[scores, &max],
-        BinOp::Add,
+    let reduce = |x: &Tensor, accum: BinOp, label: &str| {
+        op("bhts->bht", Rhs::Un(UnOp::Identity), &[x], accum, label)
+    };
+    let by_row = |x: &Tensor, r: &Tensor, with: BinOp, label: &str| {
+        op("bhts,bht->bhts", Rhs::Bin(with), &[x, r], BinOp::Add, label)
+    };
+    let shifted = by_row(
+        scores,
+        &reduce(scores, BinOp::Max, "max")?,
+        BinOp::Sub,
         "shifted",
     )?;
     let e = op(
@@ -237,20 +235,7 @@ fn visible_softmax(scores: &Tensor, guard: &[EinsumGuard]) -> Result<Tensor> {
         BinOp::Add,
         "exp",
     )?;
-    let total = op(
-        "bhts->bht",
-        Rhs::Un(UnOp::Identity),
-        &[&e],
-        BinOp::Add,
-        "sum",
-    )?;
-    op(
-        "bhts,bht->bhts",
-        Rhs::Bin(BinOp::Div),
-        &[&e, &total],
-        BinOp::Add,
-        "weights",
-    )
+    by_row(&e, &reduce(&e, BinOp::Add, "sum")?, BinOp::Div, "weights")
 }
 
 /// What every layer of a step reads besides its input.

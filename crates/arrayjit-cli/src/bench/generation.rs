@@ -165,18 +165,18 @@ fn table(lines: &[(usize, Figures, Figures, f64)], notes: &[String]) -> String {
             ratio(theirs.prefill_ms, ours.prefill_ms),
         );
     }
-    let _ = writeln!(
-        out,
-        "Generation row: GPT-2 small (124M parameters, random weights, f32), greedy, batch 1, an \
+    super::legend_and_notes(
+        &mut out,
+        &format!(
+            "Generation row: GPT-2 small (124M parameters, random weights, f32), greedy, batch 1, an \
          8-token prompt then {TOKENS} tokens with the key/value cache (the rate counts the steps \
          after the first token); the bandwidth limit is the parameters' bytes read per token over \
          the C reference's read bandwidth; a {PROMPT}-token prompt's time to its first token \
          (arrayjit: the prefill routine in chunks of 64, the output head for the last token \
          only; transformers: one forward, every position's logits), the median of 3."
+        ),
+        notes,
     );
-    for n in notes {
-        let _ = writeln!(out, "note: {n}");
-    }
     out
 }
 

@@ -156,17 +156,17 @@ fn table(lines: &[(String, usize, Line)], notes: &[String]) -> String {
             mib(l.torch[0]),
         );
     }
-    let _ = writeln!(
-        out,
-        "GPT-2 rows: vocabulary {GPT2_VOCABULARY}, width 768, 12 heads, 12 layers, MLP 3072, GELU \
+    super::legend_and_notes(
+        &mut out,
+        &format!(
+            "GPT-2 rows: vocabulary {GPT2_VOCABULARY}, width 768, 12 heads, 12 layers, MLP 3072, GELU \
          tanh, AdamW with clipping, one fixed batch; each cell from a process of its own, the \
          median of {STEPS} steps after one untimed step (torch.compile's first step holds its \
          compile); peak memory is the process's peak resident set (PyTorch's includes its \
          libraries, about half a GiB)."
+        ),
+        notes,
     );
-    for n in notes {
-        let _ = writeln!(out, "note: {n}");
-    }
     out
 }
 

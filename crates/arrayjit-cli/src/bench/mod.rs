@@ -183,6 +183,16 @@ fn compile_latency(step: &str) -> Result<(String, Duration, Duration)> {
 /// A peer script of `benches/peers/`: in the source tree this binary was built from where that
 /// still exists, else under the working directory (a copy of the repository the binary was
 /// carried to, e.g. a GPU machine).
+/// Ends a table of processes' measurements: its legend, then a line per note (what failed
+/// to run, and why).
+fn legend_and_notes(out: &mut String, legend: &str, notes: &[String]) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "{legend}");
+    for n in notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+}
+
 fn peer_script(name: &str) -> PathBuf {
     let built = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../benches/peers")

@@ -470,17 +470,17 @@ fn table(cores: usize, fma_gflops: f64, rows: &[(GptSize, Row)], notes: &[String
             ratio(step(r.compiled_all), step(r.cold)),
         );
     }
-    let _ = writeln!(
-        out,
-        "Size rows: each cell from a process of its own; steps are the median after one untimed step \
+    super::legend_and_notes(
+        &mut out,
+        &format!(
+            "Size rows: each cell from a process of its own; steps are the median after one untimed step \
          (one fixed batch); builds include parameter initialization (arrayjit: also optimize, \
          compile and link, from an empty compile cache and from a filled one); peak memory is the \
          process's peak resident set at {cores} threads (PyTorch's includes its libraries, about \
          half a GiB); torch.compile's first step holds its compile, from an empty inductor cache."
+        ),
+        notes,
     );
-    for n in notes {
-        let _ = writeln!(out, "note: {n}");
-    }
     out
 }
 
