@@ -478,7 +478,7 @@ fn compile_ahead_of_time(
     arch: &str,
 ) -> arrayjit::Result<()> {
     use arrayjit::backends::cuda_backend::PtxCache;
-    use arrayjit::backends::cuda_backend::aot::{compile_ahead_of_time_with, default_units};
+    use arrayjit::backends::cuda_backend::aot::compile_ahead_of_time_with;
     let dir = tempfile::tempdir().map_err(|e| {
         arrayjit::Error::io("making a temporary folder for a cold compile cache", e)
     })?;
@@ -486,7 +486,7 @@ fn compile_ahead_of_time(
     for (run, what) in [(0, "cold"), (1, "cached")] {
         let cache = PtxCache::new(Some(dir.path()));
         for (optimized, optimize) in chosen {
-            let p = compile_ahead_of_time_with(&[optimized], arch, default_units(), &cache)?;
+            let p = compile_ahead_of_time_with(&[optimized], arch, None, &cache)?;
             let optimize_ms = if run == 0 {
                 format!("optimize {:.0} ms, ", optimize.as_secs_f64() * 1e3)
             } else {

@@ -258,7 +258,7 @@ fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
     ];
     jobs.push(("gpt step", vec![&step], "sm_90"));
     for (what, routines, arch) in &jobs {
-        let p = match compile_ahead_of_time_with(routines, arch, 4, &cache) {
+        let p = match compile_ahead_of_time_with(routines, arch, Some(4), &cache) {
             Ok(p) => p,
             Err(Error::BackendUnavailable { reason, .. }) => {
                 eprintln!("skipped: {reason}");
@@ -294,13 +294,73 @@ fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
     }
     // A later process: every unit from the disk cache.
     let later = PtxCache::new(Some(dir.path()));
-    let again = compile_ahead_of_time_with(&[&step], "sm_90", 4, &later).unwrap();
+    let again = compile_ahead_of_time_with(&[&step], "sm_90", Some(4), &later).unwrap();
     assert!(again.units.iter().all(|u| u.origin == PtxOrigin::Disk));
-    let e = compile_ahead_of_time_with(&[&step], "compute_90", 4, &later).unwrap_err();
+    let e = compile_ahead_of_time_with(&[&step], "compute_90", Some(4), &later).unwrap_err();
     assert!(
         matches!(&e, Error::BadValue { value, .. } if value == "compute_90"),
         "{e}"
     );
+}
+
+/// CUBIN built ahead of time on a machine of 2 cores is what a 16-core GPU machine looks up:
+/// the backend's split (`units_for`) depends on the program alone, so the units compiled by 2
+/// workers into a cache are all read back from it by 16 workers in a later process, in the
+/// split the backend loads.
+#[test]
+fn cubin_cache_keys_do_not_depend_on_the_machine_s_cores() {
+    use arrayjit::backends::cuda_backend::aot::{compile_units, units_for};
+    use arrayjit::backends::cuda_backend::{PtxCache, PtxOrigin, default_nvrtc_flags};
+    use arrayjit::gpt::{GptPrograms, TrainerConfig};
+    use arrayjit::ir::schedule::gpu::DeviceModel;
+    let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
+    let (name, step) = programs.routines()[0];
+    let step = optimize(
+        name,
+        &[],
+        step,
+        &OptimizeSettings::for_gpu(DeviceModel::h100().limits),
+    )
+    .unwrap();
+    let program = arrayjit::codegen::cuda::render_cuda(&[&step]).unwrap();
+    let split = units_for(&program).unwrap();
+    assert!(split > 1, "the GPT step is {split} unit(s)");
+    eprintln!(
+        "the GPT step: {} bytes of functions in {split} units",
+        program.functions.iter().map(String::len).sum::<usize>()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let flags = default_nvrtc_flags();
+    let on_two = match compile_units(
+        &program,
+        "sm_90a",
+        &flags,
+        split,
+        2,
+        &PtxCache::new(Some(dir.path())),
+    ) {
+        Ok(u) => u,
+        Err(Error::BackendUnavailable { reason, .. }) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let on_sixteen = compile_units(
+        &program,
+        "sm_90a",
+        &flags,
+        units_for(&program).unwrap(),
+        16,
+        &PtxCache::new(Some(dir.path())),
+    )
+    .unwrap();
+    assert_eq!(on_two.len(), on_sixteen.len());
+    assert!(on_sixteen.iter().all(|u| u.origin == PtxOrigin::Disk));
+    for (a, b) in on_two.iter().zip(&on_sixteen) {
+        assert_eq!(a.symbols, b.symbols);
+        assert_eq!(a.cubin, b.cubin);
+    }
 }
 
 /// Small passes that touch nothing the others write run side by side in one launch: the

@@ -1,6 +1,6 @@
-//! CUDA compiled ahead of time: a program's kernels split into units ([`CudaProgram::units`])
-//! that NVRTC compiles to CUBIN for one real architecture in parallel, on all cores, each
-//! cached on its own ([`PtxCache::compile_cubin`]). The `cuda` backend loads such units
+//! CUDA compiled ahead of time: a program's kernels split into units ([`CudaProgram::units`],
+//! as many as [`units_for`] says: a function of the program, never of the machine) that NVRTC
+//! compiles to CUBIN for one real architecture in parallel, on all cores, each cached on its own ([`PtxCache::compile_cubin`]). The `cuda` backend loads such units
 //! (nothing is JIT-compiled by the driver), and [`compile_ahead_of_time`] makes them for a
 //! named architecture on any machine with NVRTC, no GPU needed: CI checks every kernel that
 //! way, and anyone can measure a routine's compile time.
@@ -25,30 +25,54 @@ pub struct CubinUnit {
     pub origin: PtxOrigin,
 }
 
-/// Units a program is split into by default: two per core (at least 1), so that cores that
-/// finish early take more.
-pub fn default_units() -> usize {
-    2 * std::thread::available_parallelism().map_or(1, usize::from)
+/// About how many bytes of CUDA C (besides the prelude) one unit holds.
+pub const UNIT_SOURCE_BYTES: usize = 24 * 1024;
+
+/// The most units a program is split into.
+pub const MAX_UNITS: usize = 64;
+
+/// How many units `program` is split into: one per [`UNIT_SOURCE_BYTES`] of its functions, at
+/// least 1 and at most [`MAX_UNITS`], or `ARRAYJIT_CUDA_UNITS` where set (1 to 64; set it alike
+/// on the machine that builds a cache and the one that reads it).
+///
+/// The split is a function of the program alone, never of the machine: each unit's source is
+/// in its cache key, so CUBIN compiled ahead of time on a 2-core build machine is a hit on a
+/// 16-core GPU machine. The cores only decide how many units compile at once.
+pub fn units_for(program: &CudaProgram) -> Result<usize> {
+    let set = crate::settings::integer(
+        &crate::settings::process_env,
+        "ARRAYJIT_CUDA_UNITS",
+        1..=MAX_UNITS as u64,
+        0,
+    )?;
+    if set > 0 {
+        return Ok(set as usize);
+    }
+    let total: usize = program.functions.iter().map(String::len).sum();
+    Ok(total.div_ceil(UNIT_SOURCE_BYTES).clamp(1, MAX_UNITS))
 }
 
-/// Compiles a program's units to CUBIN for `arch` with `flags`, on up to as many threads as
-/// the machine has cores, through `cache`; the units in order. The first failure is returned
-/// (every unit is tried).
+/// Threads that compile units at once by default: the machine's cores.
+pub fn compile_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Compiles a program's `units` units to CUBIN for `arch` with `flags`, on up to `workers`
+/// threads, through `cache`; the units in order. The first failure is returned (every unit is
+/// tried). The workers change how long it takes, never what is compiled or its cache keys.
 pub fn compile_units(
     program: &CudaProgram,
     arch: &str,
     flags: &[String],
     units: usize,
+    workers: usize,
     cache: &PtxCache,
 ) -> Result<Vec<CubinUnit>> {
     let parts = program.units(units);
     let next = AtomicUsize::new(0);
     let done: Mutex<Vec<Option<Result<CubinUnit>>>> =
         Mutex::new((0..parts.len()).map(|_| None).collect());
-    let workers = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(parts.len())
-        .max(1);
+    let workers = workers.min(parts.len()).max(1);
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
@@ -115,17 +139,18 @@ impl CubinProgram {
 
 /// Renders routines (optimized for the target's GPU limits, e.g. `OptimizeSettings::for_gpu`
 /// of a `DeviceModel`) as CUDA C and compiles them to CUBIN for `arch` (`sm_80`, `sm_90`) with
-/// the backend's NVRTC options, in [`default_units`] units, through the process's cache. Needs
-/// NVRTC, no GPU.
+/// the backend's NVRTC options, in [`units_for`] units (the split the backend loads), through
+/// the process's cache. Needs NVRTC, no GPU.
 pub fn compile_ahead_of_time(routines: &[&Optimized], arch: &str) -> Result<CubinProgram> {
-    compile_ahead_of_time_with(routines, arch, default_units(), process_cache())
+    compile_ahead_of_time_with(routines, arch, None, process_cache())
 }
 
-/// [`compile_ahead_of_time`] in `units` units through `cache`.
+/// [`compile_ahead_of_time`] through `cache`, in `units` units (`None`: [`units_for`]; another
+/// count makes units the backend will not look up).
 pub fn compile_ahead_of_time_with(
     routines: &[&Optimized],
     arch: &str,
-    units: usize,
+    units: Option<usize>,
     cache: &PtxCache,
 ) -> Result<CubinProgram> {
     // `sm_90` compiles as `sm_90a`, whose warpgroup products its kernels may use.
@@ -133,8 +158,19 @@ pub fn compile_ahead_of_time_with(
     let started = Instant::now();
     let program = render_cuda(routines)?;
     let render = started.elapsed();
+    let units = match units {
+        Some(n) => n,
+        None => units_for(&program)?,
+    };
     let started = Instant::now();
-    let units = compile_units(&program, &arch, &default_nvrtc_flags(), units, cache)?;
+    let units = compile_units(
+        &program,
+        &arch,
+        &default_nvrtc_flags(),
+        units,
+        compile_workers(),
+        cache,
+    )?;
     Ok(CubinProgram {
         arch,
         program,

@@ -72,7 +72,8 @@ impl CudaBatch {
             &program,
             &gpus[0].arch,
             &flags,
-            aot::default_units(),
+            aot::units_for(&program)?,
+            aot::compile_workers(),
             ptx::process_cache(),
         )?;
         let cache_hit = units.iter().all(|u| u.origin != PtxOrigin::Compiled);
@@ -102,18 +103,20 @@ impl CudaBatch {
             return Ok(l.clone());
         }
         // The same units as the compile (cached), for this device's architecture.
+        let split = aot::units_for(&self.program)?;
         let units = aot::compile_units(
             &self.program,
             &gpu.arch,
             &self.flags,
-            aot::default_units(),
+            split,
+            aot::compile_workers(),
             ptx::process_cache(),
         )?;
         let _load = trace::compile_phase("load", &format!("{} on {}", self.names(), gpu.label()));
         gpu.bind("loading a module")?;
         let mut modules = Vec::with_capacity(units.len());
         let mut module_of: HashMap<&str, usize> = HashMap::new();
-        let sources = self.program.units(aot::default_units());
+        let sources = self.program.units(split);
         for (i, unit) in units.iter().enumerate() {
             let module = match gpu
                 .ctx
