@@ -34,7 +34,12 @@
 //! Streams of a backend with device queues (see [`arrayjit_backends::queue`]) run under `Sync`:
 //! a task *enqueues* its launches and copies on the stream's queue and returns. An event then
 //! also holds a marker recorded on the queue, and is done when the device has finished the
-//! work too; `await_work`, [`Event::sync`] and [`Event::wait`] wait for the device. A failure
+//! work too; `await_work`, [`Event::sync`] and [`Event::wait`] wait for the device. A marker is
+//! recorded on the queue *after* the work it stands for has been enqueued, always: an event
+//! taken while tasks before its position have not run yet (another thread runs the stream, or
+//! the caller is inside one of its tasks) gets its marker when the task at its position has
+//! run, by the thread that ran it, before the position counts as done; so no marker is ever
+//! recorded while another thread's task enqueues on that queue. A failure
 //! the device reports after enqueueing (a faulting kernel, a lost device) is returned by the
 //! wait that sees it, as [`Error::TaskFailed`] naming the stream and "work queued on the
 //! device", with the driver's error as its source.
@@ -136,6 +141,40 @@ pub(crate) struct StreamShared {
     pub trace_track: trace::Track,
     /// While tracing: when the last tasks ended, by position.
     traced_ends: Mutex<VecDeque<(u64, Instant)>>,
+    /// The device queue the stream's tasks enqueue on, if the backend has queues.
+    queue: Option<Arc<dyn DeviceQueue>>,
+    /// Markers handed out and promised. Lock order: `markers`, then `progress`.
+    markers: Mutex<MarkerBook>,
+}
+
+/// A device marker that an event holds: recorded at once when the event's tasks have all run,
+/// else by the thread that runs the task at the event's position, right after it.
+#[derive(Default)]
+pub(crate) struct MarkerSlot(std::sync::OnceLock<Arc<dyn QueueMarker>>);
+
+impl MarkerSlot {
+    fn fill(&self, queue: &dyn DeviceQueue) {
+        let m: Arc<dyn QueueMarker> = match queue.record() {
+            Ok(m) => m,
+            Err(e) => Arc::new(FailedMarker(Arc::new(e))),
+        };
+        let _ = self.0.set(m);
+    }
+
+    /// The marker, once recorded.
+    fn get(&self) -> Option<&Arc<dyn QueueMarker>> {
+        self.0.get()
+    }
+}
+
+/// The markers of a stream with a device queue.
+#[derive(Default)]
+struct MarkerBook {
+    /// The last marker handed out, with the position it covers (reused while nothing new was
+    /// scheduled).
+    last: Option<(u64, Arc<MarkerSlot>)>,
+    /// Markers promised for positions whose tasks have not run yet, in position order.
+    promised: VecDeque<(u64, Arc<MarkerSlot>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -207,8 +246,10 @@ fn report(stream: &str, span: &FailureSpan, waiter: Option<&str>) -> Error {
 }
 
 impl StreamShared {
-    fn new(name: String) -> StreamShared {
+    fn new(name: String, queue: Option<Arc<dyn DeviceQueue>>) -> StreamShared {
         StreamShared {
+            queue,
+            markers: Mutex::new(MarkerBook::default()),
             name,
             progress: Mutex::new(Progress::default()),
             changed: Condvar::new(),
@@ -294,6 +335,17 @@ impl StreamShared {
         if let Some(start) = traced {
             self.trace_task(seq, &label, start, skip);
         }
+        // Markers promised for this position are recorded now, after its work was enqueued
+        // and before the position counts as done (under `markers`, which `all_work` holds
+        // while it decides to promise one).
+        let mut book = self.queue.as_ref().map(|_| lock(&self.markers));
+        if let (Some(book), Some(queue)) = (book.as_mut(), &self.queue) {
+            while book.promised.front().is_some_and(|(at, _)| *at <= seq) {
+                if let Some((_, slot)) = book.promised.pop_front() {
+                    slot.fill(&**queue);
+                }
+            }
+        }
         let mut p = lock(&self.progress);
         p.completed += 1;
         if skip {
@@ -308,6 +360,7 @@ impl StreamShared {
             });
         }
         drop(p);
+        drop(book);
         self.changed.notify_all();
     }
 
@@ -352,11 +405,6 @@ pub(crate) struct Runner {
     tasks: Option<Arc<TaskQueue>>,
     worker: Option<JoinHandle<()>>,
     worker_id: Option<ThreadId>,
-    /// The device queue the stream's tasks enqueue on, if the backend has queues.
-    queue: Option<Arc<dyn DeviceQueue>>,
-    /// The last marker recorded on `queue`, with the schedule position it covers (reused while
-    /// nothing new was scheduled).
-    last_marker: Mutex<Option<(u64, Arc<dyn QueueMarker>)>>,
 }
 
 impl fmt::Debug for Runner {
@@ -371,16 +419,13 @@ impl Runner {
         kind: SchedulerKind,
         queue: Option<Arc<dyn DeviceQueue>>,
     ) -> Result<Runner> {
-        let shared = Arc::new(StreamShared::new(name.clone()));
         match kind {
             SchedulerKind::Sync => Ok(Runner {
-                shared,
+                shared: Arc::new(StreamShared::new(name, queue)),
                 kind,
                 tasks: None,
                 worker: None,
                 worker_id: None,
-                queue,
-                last_marker: Mutex::new(None),
             }),
             SchedulerKind::Multicore { .. } if queue.is_some() => Err(Error::Runtime {
                 stream: name,
@@ -389,6 +434,7 @@ impl Runner {
                     .into(),
             }),
             SchedulerKind::Multicore { queue_capacity } => {
+                let shared = Arc::new(StreamShared::new(name.clone(), None));
                 let tasks = Arc::new(TaskQueue::new(queue_capacity));
                 let (rx, worker_shared) = (tasks.clone(), shared.clone());
                 let handle = thread::Builder::new()
@@ -410,8 +456,6 @@ impl Runner {
                     worker_id: Some(handle.thread().id()),
                     tasks: Some(tasks),
                     worker: Some(handle),
-                    queue: None,
-                    last_marker: Mutex::new(None),
                 })
             }
         }
@@ -469,26 +513,39 @@ impl Runner {
         }
     }
 
-    /// An event for all work scheduled so far (with a marker of the device queue, if any).
+    /// An event for all work scheduled so far (with a marker of the device queue, if any,
+    /// recorded once that work has been enqueued: see the module doc).
     pub fn all_work(&self) -> Event {
-        let seq = lock(&self.shared.progress).scheduled;
+        let shared = &self.shared;
+        let Some(queue) = &shared.queue else {
+            let seq = lock(&shared.progress).scheduled;
+            return Event {
+                stream: Some(shared.clone()),
+                seq,
+                marker: None,
+            };
+        };
+        let mut book = lock(&shared.markers);
+        let (seq, completed) = {
+            let p = lock(&shared.progress);
+            (p.scheduled, p.completed)
+        };
         // Before any work there is nothing on the device to wait for.
-        let marker = self.queue.as_ref().filter(|_| seq > 0).map(|queue| {
-            let mut last = lock(&self.last_marker);
-            match &*last {
-                Some((at, m)) if *at == seq => m.clone(),
-                _ => {
-                    let m: Arc<dyn QueueMarker> = match queue.record() {
-                        Ok(m) => m,
-                        Err(e) => Arc::new(FailedMarker(Arc::new(e))),
-                    };
-                    *last = Some((seq, m.clone()));
-                    m
+        let marker = (seq > 0).then(|| match &book.last {
+            Some((at, slot)) if *at == seq => slot.clone(),
+            _ => {
+                let slot = Arc::new(MarkerSlot::default());
+                if completed >= seq {
+                    slot.fill(&**queue);
+                } else {
+                    book.promised.push_back((seq, slot.clone()));
                 }
+                book.last = Some((seq, slot.clone()));
+                slot
             }
         });
         Event {
-            stream: Some(self.shared.clone()),
+            stream: Some(shared.clone()),
             seq,
             marker,
         }
@@ -496,7 +553,7 @@ impl Runner {
 
     /// The device queue the stream's work goes on, if the backend has queues.
     pub fn queue(&self) -> Option<&Arc<dyn DeviceQueue>> {
-        self.queue.as_ref()
+        self.shared.queue.as_ref()
     }
 
     /// Waits for all work scheduled so far; returns a kept error.
@@ -509,7 +566,7 @@ impl Runner {
         }
         self.all_work().wait();
         self.shared.take_error()?;
-        match &self.queue {
+        match &self.shared.queue {
             Some(queue) => queue
                 .synchronize()
                 .map_err(|e| device_failure(&self.shared.name, e)),
@@ -600,7 +657,8 @@ impl QueueMarker for FailedMarker {
 pub struct Event {
     stream: Option<Arc<StreamShared>>,
     seq: u64,
-    marker: Option<Arc<dyn QueueMarker>>,
+    /// Filled once the tasks up to `seq` have run (see [`MarkerSlot`]).
+    marker: Option<Arc<MarkerSlot>>,
 }
 
 impl fmt::Debug for Event {
@@ -634,10 +692,7 @@ impl Event {
         self.stream
             .as_ref()
             .is_none_or(|s| lock(&s.progress).completed >= self.seq)
-            && self
-                .marker
-                .as_ref()
-                .is_none_or(|m| m.is_done().unwrap_or(true))
+            && self.marker().is_none_or(|m| m.is_done().unwrap_or(true))
     }
 
     /// Whether the event's tasks have run on the host (their device work may still run).
@@ -647,9 +702,10 @@ impl Event {
             .is_none_or(|s| lock(&s.progress).completed >= self.seq)
     }
 
-    /// The device marker of the event, if its stream has a device queue.
+    /// The device marker of the event, if its stream has a device queue and the tasks up to
+    /// the event have run (before that, no marker of that work exists yet).
     pub(crate) fn marker(&self) -> Option<&Arc<dyn QueueMarker>> {
-        self.marker.as_ref()
+        self.marker.as_ref().and_then(|slot| slot.get())
     }
 
     /// Blocks until the work has finished; returns the failure of the event's work, if it failed
@@ -667,7 +723,7 @@ impl Event {
         if let Some(e) = self.failure() {
             return Err(e);
         }
-        match (&self.marker, &self.stream) {
+        match (self.marker(), &self.stream) {
             (Some(m), Some(s)) => m.synchronize().map_err(|e| device_failure(&s.name, e)),
             _ => Ok(()),
         }
@@ -694,7 +750,7 @@ impl Event {
         {
             return;
         }
-        if let Some(m) = &self.marker {
+        if let Some(m) = self.marker() {
             // A device failure is reported by `sync` or the stream's `await_work`.
             let _ = m.synchronize();
         }

@@ -402,3 +402,91 @@ fn events_of_a_queued_stream_wait_for_the_device_and_report_its_failures() {
     .unwrap_err();
     assert!(err.to_string().contains("Sync"), "{err}");
 }
+
+/// A marker is recorded after the work it stands for: an event taken while another thread
+/// runs the stream (so the new task waits, deferred) covers that task's launches, and so does
+/// one taken inside a task for its own stream. Before, the marker was recorded at once, ahead
+/// of the deferred launches, and a wait on it did not wait for them.
+#[test]
+fn markers_are_recorded_after_the_deferred_work_they_stand_for() {
+    let fake = Arc::new(FakeQueue::default());
+    let runner = Arc::new(
+        Runner::new(
+            "gpu".into(),
+            SchedulerKind::Sync,
+            Some(Arc::new(FakeHandle(fake.clone()))),
+        )
+        .unwrap(),
+    );
+    let enqueue = |fake: &Arc<FakeQueue>| {
+        let fake = fake.clone();
+        task(move || {
+            fake.enqueued.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+    };
+    // Thread A runs a task that holds the stream until the test lets it go.
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let a = {
+        let (runner, fake) = (runner.clone(), fake.clone());
+        std::thread::spawn(move || {
+            runner
+                .schedule(
+                    task(move || {
+                        entered_tx.send(()).unwrap();
+                        release_rx.recv().unwrap();
+                        fake.enqueued.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }),
+                    TaskLabel::Fixed("held launch"),
+                )
+                .unwrap();
+        })
+    };
+    entered_rx.recv().unwrap();
+    // This thread's launch waits behind A's task; its event has no marker yet.
+    runner
+        .schedule(enqueue(&fake), TaskLabel::Fixed("launch"))
+        .unwrap();
+    let event = runner.all_work();
+    assert!(!event.host_done());
+    assert!(event.marker().is_none(), "a marker before its work");
+    assert_eq!(fake.enqueued.load(Ordering::SeqCst), 0);
+    release_tx.send(()).unwrap();
+    a.join().unwrap();
+    // Both launches are enqueued, and the marker covers both.
+    assert_eq!(fake.enqueued.load(Ordering::SeqCst), 2);
+    let marker = event.marker().expect("recorded once its work ran");
+    let at = marker.as_any().downcast_ref::<FakeMarker>().unwrap().at;
+    assert_eq!(at, 2, "the marker was recorded before the deferred launch");
+    assert!(!event.is_done());
+    event.sync().unwrap();
+    assert!(fake.finished.load(Ordering::SeqCst) >= 2);
+    // Inside a task: an event of the stream taken there covers that task's own launches,
+    // enqueued after the event was taken.
+    let inner: Arc<Mutex<Option<Event>>> = Arc::default();
+    {
+        let (runner2, inner, fake) = (runner.clone(), inner.clone(), fake.clone());
+        runner
+            .schedule(
+                task(move || {
+                    *inner.lock().unwrap() = Some(runner2.all_work());
+                    fake.enqueued.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }),
+                TaskLabel::Fixed("launch taking an event"),
+            )
+            .unwrap();
+    }
+    let inner = inner.lock().unwrap().take().unwrap();
+    let at = inner
+        .marker()
+        .unwrap()
+        .as_any()
+        .downcast_ref::<FakeMarker>()
+        .unwrap()
+        .at;
+    assert_eq!(at, 3);
+    runner.await_work().unwrap();
+}
