@@ -13,6 +13,7 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::devices::Gpu;
+use super::graph_driver::{OwnedExec, StreamGraphs};
 use super::ptx::{self, PtxOrigin, compile_ptx_with_options};
 use super::queue::{CudaQueue, PendingTiming};
 use super::{CudaBuffer, NAME, aot, graphs};
@@ -22,6 +23,9 @@ use crate::queue::Queue;
 
 /// Routines compiled together; modules are loaded per device on first launch there.
 pub struct CudaBatch {
+    /// Each kernel's passes captured as a CUDA graph, per device and stream. Declared first,
+    /// so dropped first: an instantiated graph refers to the modules' functions.
+    graphs: graphs::GraphCache<OwnedExec>,
     gpus: Vec<Arc<Gpu>>,
     program: CudaProgram,
     interfaces: Vec<KernelInterface>,
@@ -31,8 +35,6 @@ pub struct CudaBatch {
     cache_hit: bool,
     /// The NVRTC options the PTX is compiled with (for each device's architecture).
     flags: Vec<String>,
-    /// Each kernel's passes captured as a CUDA graph, per device and stream.
-    graphs: graphs::GraphCache,
 }
 
 struct Loaded {
@@ -47,7 +49,31 @@ impl fmt::Debug for CudaBatch {
     }
 }
 
+impl Drop for CudaBatch {
+    fn drop(&mut self) {
+        let c = self.graphs.counts();
+        if c != graphs::GraphCounts::default() {
+            tracing::debug!(
+                "{}: CUDA graphs: {} captures, {} instantiations, {} updates in place, {} graph \
+                 launches, {} plain runs",
+                self.names(),
+                c.captures,
+                c.instantiations,
+                c.updates,
+                c.graph_launches,
+                c.plain_runs
+            );
+        }
+    }
+}
+
 impl CudaBatch {
+    /// What the batch's CUDA graphs have done so far: captures, instantiations, updates in
+    /// place, graph launches and runs launched pass by pass.
+    pub fn graph_counts(&self) -> graphs::GraphCounts {
+        self.graphs.counts()
+    }
+
     /// The batch's routine names, joined by `+`.
     fn names(&self) -> String {
         let names: Vec<&str> = self.interfaces.iter().map(|k| k.name.as_str()).collect();
@@ -360,9 +386,20 @@ impl CudaBatch {
                 for (d, ..) in &passes {
                     key.extend(d.grid.iter().chain(&d.block).map(|&x| u64::from(x)));
                 }
-                self.graphs.run(index, gpu, &q.stream, key, || {
-                    self.launch_passes(gpu, kernel, &passes, &buffers, statics, &q.stream)
-                })?;
+                {
+                    // No free or context-wide wait while this stream captures, and nobody
+                    // waits for this stream meanwhile (the graphs module's rules).
+                    let _capturing = gpu.capture_gate.read().unwrap_or_else(|p| p.into_inner());
+                    let _stream = q.lock_for_capture();
+                    let slot = (index, gpu.ordinal, Arc::as_ptr(&q.stream) as usize);
+                    let driver = StreamGraphs {
+                        gpu,
+                        stream: &q.stream,
+                    };
+                    self.graphs.run(slot, &driver, key, || {
+                        self.launch_passes(gpu, kernel, &passes, &buffers, statics, &q.stream)
+                    })?;
+                }
                 if let (Some(start), Some(sink)) = (start, timer) {
                     q.add_timing(PendingTiming::finish(gpu, &q.stream, start, sink)?);
                 }

@@ -1,4 +1,5 @@
-//! CUDA device memory: allocations (freed once the device is idle) and buffers that view them.
+//! CUDA device memory: allocations (given back in stream order: [`super::releases`]) and
+//! buffers that view them.
 
 use std::any::Any;
 use std::fmt;
@@ -6,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result};
-use cudarc::driver::CudaStream;
 use cudarc::driver::result as cu;
-use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
+use cudarc::driver::{CudaEvent, CudaStream};
 
 use super::NAME;
 use super::devices::Gpu;
@@ -22,19 +23,67 @@ struct Allocation {
 }
 
 impl Drop for Allocation {
+    /// Work still queued may use the memory: it goes to the device's release list, freed once
+    /// a fence after that work has passed (never synchronizing the context, never during a
+    /// capture).
     fn drop(&mut self) {
-        let gpu = &self.gpu;
-        // Work still queued may use the memory: wait for the device before freeing it.
-        let freed = gpu
-            .ctx
-            .bind_to_thread()
-            .and_then(|_| gpu.ctx.synchronize())
-            // SAFETY: `ptr` came from `cuMemAlloc` in this context and nothing uses it now.
-            .and_then(|_| unsafe { cu::free_sync(self.ptr) });
-        if let Err(e) = freed {
-            tracing::warn!(device = %gpu.label(), error = %e, "freeing device memory failed");
+        self.gpu.releases.release(self.ptr, self.bytes);
+        self.gpu.reclaim(false);
+    }
+}
+
+/// A device's release fences: an event on each of its live streams.
+pub(super) struct DeviceFences<'a>(pub(super) &'a Gpu);
+
+impl super::releases::FenceDriver for DeviceFences<'_> {
+    type Fence = Vec<CudaEvent>;
+
+    fn fence(&self) -> Result<Vec<CudaEvent>> {
+        let gpu = self.0;
+        gpu.bind("recording a release fence")?;
+        gpu.live_streams()
+            .iter()
+            .map(|s| {
+                s.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                    .map_err(|e| gpu.driver_error("recording a release fence", e))
+            })
+            .collect()
+    }
+
+    fn passed(&self, fence: &Vec<CudaEvent>) -> Result<bool> {
+        let gpu = self.0;
+        gpu.bind("querying a release fence")?;
+        for event in fence {
+            let done = event
+                .try_is_complete()
+                .map_err(|e| gpu.driver_error("querying a release fence", e))?;
+            if !done {
+                return Ok(false);
+            }
         }
-        gpu.used.fetch_sub(self.bytes, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    fn wait(&self, fence: &Vec<CudaEvent>) -> Result<()> {
+        let gpu = self.0;
+        gpu.bind("waiting for a release fence")?;
+        fence.iter().try_for_each(|event| {
+            event
+                .synchronize()
+                .map_err(|e| gpu.driver_error("waiting for a release fence", e))
+        })
+    }
+
+    fn free(&self, ptr: u64) -> Result<()> {
+        let gpu = self.0;
+        gpu.bind("freeing device memory")?;
+        // SAFETY: `ptr` came from `cuMemAlloc` in this context, was released by its last
+        // owner, and every stream's work enqueued before the release has finished.
+        unsafe { cu::free_sync(ptr) }.map_err(|e| gpu.driver_error("freeing device memory", e))
+    }
+
+    fn label(&self) -> String {
+        self.0.label()
     }
 }
 
@@ -88,14 +137,29 @@ impl CudaBuffer {
         // cuMemAlloc aligns to 256 bytes; more takes slack.
         let slack = alignment.max(256) - 256;
         let bytes = (size + slack).max(1);
+        gpu.reclaim(false);
         gpu.bind(&action)?;
-        // SAFETY: plain allocation and zeroing of the new range in the bound context.
-        let ptr = unsafe { cu::malloc_sync(bytes) }.map_err(|e| match e.0 {
-            cudarc::driver::sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory {
-                what: format!("device memory on {}", gpu.label()),
-                bytes,
-            },
-            _ => gpu.driver_error(&action, e),
+        let out_of_memory = |e: &cudarc::driver::DriverError| {
+            e.0 == cudarc::driver::sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY
+        };
+        // SAFETY: plain allocation of a new range in the bound context.
+        let mut allocated = unsafe { cu::malloc_sync(bytes) };
+        if allocated.as_ref().is_err_and(out_of_memory) && gpu.releases.pending_bytes() > 0 {
+            // Memory released but not yet freed: wait for its fences, then try again.
+            gpu.reclaim(true);
+            gpu.bind(&action)?;
+            // SAFETY: as above.
+            allocated = unsafe { cu::malloc_sync(bytes) };
+        }
+        let ptr = allocated.map_err(|e| {
+            if out_of_memory(&e) {
+                Error::OutOfMemory {
+                    what: format!("device memory on {}", gpu.label()),
+                    bytes,
+                }
+            } else {
+                gpu.driver_error(&action, e)
+            }
         })?;
         let alloc = Arc::new(Allocation {
             gpu: gpu.clone(),

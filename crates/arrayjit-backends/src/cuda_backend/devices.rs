@@ -2,13 +2,14 @@
 //! once per process on their primary contexts, with what the driver says of each.
 
 use std::fmt;
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 use arrayjit_ir::{Error, Prec, Result};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
+use super::releases::Releases;
 use super::{HOW_TO_ENABLE, NAME, feature_arch};
 use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::devices::Devices;
@@ -23,6 +24,14 @@ pub(crate) struct Gpu {
     pub(crate) used: Arc<AtomicUsize>,
     /// For host reads and writes outside any runtime stream.
     pub(crate) default_stream: Arc<CudaStream>,
+    /// Held shared while a stream of the device captures a graph; taken exclusively by what
+    /// must not happen during any capture: freeing memory, waiting for the whole context.
+    pub(crate) capture_gate: RwLock<()>,
+    /// Allocations dropped and not yet freed ([`super::releases`]).
+    pub(crate) releases: Releases<Vec<CudaEvent>>,
+    /// The device's live streams (the runtime's queues and the default stream): a release's
+    /// fence is an event on each.
+    pub(crate) streams: Mutex<Vec<Weak<CudaStream>>>,
 }
 
 impl Gpu {
@@ -40,6 +49,48 @@ impl Gpu {
             action: action.to_string(),
             source: Box::new(e),
         }
+    }
+
+    /// Counts a stream of the device in release fences.
+    pub(crate) fn register_stream(&self, stream: &Arc<CudaStream>) {
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        streams.retain(|s| s.strong_count() > 0);
+        streams.push(Arc::downgrade(stream));
+    }
+
+    /// The live streams of the device.
+    pub(crate) fn live_streams(&self) -> Vec<Arc<CudaStream>> {
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        streams.retain(|s| s.strong_count() > 0);
+        streams.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Frees what was released and no work uses any more (with `wait`, after waiting for the
+    /// work queued before the releases), unless a stream captures; counts the freed bytes
+    /// out of `used`.
+    pub(crate) fn reclaim(&self, wait: bool) {
+        let freed = self.releases.reclaim(
+            &super::buffers::DeviceFences(self),
+            &self.capture_gate,
+            wait,
+        );
+        self.used.fetch_sub(freed, Ordering::Relaxed);
+    }
+
+    /// Waits for every stream of the device (the context), never while a stream captures: the
+    /// capture gate is taken exclusively first (captures are short: they only enqueue). Frees
+    /// the releases then.
+    pub(crate) fn synchronize_all(&self, action: &str) -> Result<()> {
+        let _quiet = self.capture_gate.write().unwrap_or_else(|p| p.into_inner());
+        self.bind(action)?;
+        self.ctx
+            .synchronize()
+            .map_err(|e| self.driver_error(action, e))?;
+        let freed = self
+            .releases
+            .reclaim_quiet(&super::buffers::DeviceFences(self), false);
+        self.used.fetch_sub(freed, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Makes the device's context current on this thread (driver calls need it).
@@ -111,14 +162,19 @@ fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
             let default_stream = ctx
                 .new_stream()
                 .map_err(|e| format!("device {ordinal}: {e}"))?;
-            Ok(Arc::new(Gpu {
+            let gpu = Gpu {
                 ordinal,
                 arch: feature_arch(&format!("sm_{major}{minor}")),
                 ctx,
                 info,
                 used: Arc::new(AtomicUsize::new(0)),
+                streams: Mutex::new(Vec::new()),
+                capture_gate: RwLock::new(()),
+                releases: Releases::default(),
                 default_stream,
-            }))
+            };
+            gpu.register_stream(&gpu.default_stream);
+            Ok(Arc::new(gpu))
         })
         .collect()
 }

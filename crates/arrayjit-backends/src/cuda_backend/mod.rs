@@ -16,15 +16,18 @@
 //! - **Streams and events**: each runtime stream gets a CUDA stream of its own
 //!   ([`crate::device_runtime::DeviceRuntime::new_queue`]); markers are CUDA events, and a stream waiting for
 //!   another's marker waits on the device (`cuStreamWaitEvent`).
-//! - **Launches**: a routine's passes are captured once as a CUDA graph per stream and
-//!   replayed by later runs with the same arguments (`graphs`: one launch a run; plain
-//!   launches where graphs are unavailable or `ARRAYJIT_CUDA_GRAPHS=0`). A timed launch
+//! - **Launches**: a routine's passes are captured as a CUDA graph per stream, instantiated
+//!   once and replayed (`graphs`: one launch a run); a run with other arguments (a static
+//!   index that changes every step) updates the graph in place; plain launches where graphs
+//!   are unavailable or `ARRAYJIT_CUDA_GRAPHS=0`, or for the run whose capture failed. A timed launch
 //!   ([`crate::compiled_batch::LaunchRequest::timed`]) records CUDA events around its passes and reports the
 //!   device time between them once the stream is next waited for.
 //! - **Memory**: buffers and pools are `cuMemAlloc` allocations (a pool's views are offsets
 //!   into one), zeroed on the device's own stream and waited for before they are handed out
-//!   (never on the legacy stream, which the backend's non-blocking streams do not wait for);
-//!   freeing waits for the device first, so work still queued never reads freed memory.
+//!   (never on the legacy stream, which the backend's non-blocking streams do not wait for).
+//!   A dropped allocation is freed in stream order (`releases`): once an event after the work
+//!   queued on every stream of the device has passed, never while a stream captures, without
+//!   synchronizing the context; the used bytes go down when it is really freed.
 //!   Copies between devices go through the host.
 //! - **Errors**: every driver or NVRTC failure is an [`Error::Driver`](arrayjit_ir::Error::Driver) naming the device and
 //!   the action, with cudarc's error as its source.
@@ -34,9 +37,11 @@ mod batch;
 mod buffers;
 mod compiler;
 mod devices;
+mod graph_driver;
 mod graphs;
 mod ptx;
 mod queue;
+mod releases;
 mod renderer;
 pub mod resources;
 mod runtime;
@@ -50,6 +55,7 @@ pub use batch::CudaBatch;
 pub use buffers::CudaBuffer;
 pub use compiler::CudaCompiler;
 pub use devices::CudaDevices;
+pub use graphs::GraphCounts;
 pub use ptx::{
     PtxCache, PtxOrigin, compile_ptx, compile_ptx_with_options, compile_ptx_with_origin,
     default_nvrtc_flags, feature_arch,

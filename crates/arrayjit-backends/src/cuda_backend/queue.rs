@@ -22,6 +22,9 @@ pub(super) struct CudaQueue {
     pub(super) stream: Arc<CudaStream>,
     /// Timed launches whose events have not been read yet, oldest first.
     pub(super) timings: Mutex<Vec<PendingTiming>>,
+    /// Held while the stream captures a graph and while it is waited for: waiting for a
+    /// capturing stream is refused by the driver and invalidates the capture.
+    capture_lock: Mutex<()>,
 }
 
 /// The events around one timed launch, and where its device time goes.
@@ -68,7 +71,13 @@ impl CudaQueue {
             gpu,
             stream,
             timings: Mutex::new(Vec::new()),
+            capture_lock: Mutex::new(()),
         }
+    }
+
+    /// Keeps the stream from being waited for while the caller captures on it.
+    pub(super) fn lock_for_capture(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.capture_lock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Keeps a timed launch's events until they can be read; reports those already done.
@@ -152,11 +161,17 @@ impl DeviceQueue for CudaQueue {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.gpu.bind("waiting for a stream")?;
-        self.stream
-            .synchronize()
-            .map_err(|e| self.gpu.driver_error("waiting for a stream", e))?;
+        let waited = {
+            let _not_capturing = self.lock_for_capture();
+            self.gpu.bind("waiting for a stream")?;
+            self.stream
+                .synchronize()
+                .map_err(|e| self.gpu.driver_error("waiting for a stream", e))
+        };
+        waited?;
         self.report_all();
+        // The stream's work is done: memory released meanwhile may be freed now.
+        self.gpu.reclaim(false);
         Ok(())
     }
 

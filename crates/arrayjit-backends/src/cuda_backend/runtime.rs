@@ -50,6 +50,7 @@ impl DeviceRuntime for CudaRuntime {
             .ctx
             .new_stream()
             .map_err(|e| gpu.driver_error("creating a stream", e))?;
+        gpu.register_stream(&stream);
         Ok(Some(Arc::new(CudaQueue::new(gpu, stream))))
     }
 
@@ -136,25 +137,26 @@ impl DeviceRuntime for CudaRuntime {
     }
 
     fn synchronize(&self, device: usize) -> Result<()> {
-        let gpu = self.gpu(device)?;
-        gpu.bind("waiting for the device")?;
-        gpu.ctx
-            .synchronize()
-            .map_err(|e| gpu.driver_error("waiting for the device", e))
+        self.gpu(device)?.synchronize_all("waiting for the device")
     }
 
     fn available_memory(&self, device: usize) -> Option<usize> {
-        // The driver's free figure for the device's context (unknown if it cannot be had).
+        // The driver's free figure for the device's context (unknown if it cannot be had),
+        // after freeing what was released and is no longer used.
         let gpu = self.gpu(device).ok()?;
+        gpu.reclaim(false);
         gpu.bind("asking for the free memory").ok()?;
         cudarc::driver::result::mem_get_info()
             .ok()
             .map(|(free, _total)| free)
     }
 
+    /// Bytes allocated and not yet freed (released memory counts until its work is done).
     fn used_memory(&self, device: usize) -> usize {
-        self.gpu(device)
-            .map_or(0, |g| g.used.load(Ordering::Relaxed))
+        self.gpu(device).map_or(0, |g| {
+            g.reclaim(false);
+            g.used.load(Ordering::Relaxed)
+        })
     }
 
     fn alloc_pool(
