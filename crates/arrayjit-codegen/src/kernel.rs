@@ -123,9 +123,35 @@ impl LaunchDims {
         [global[0].clamp(1, preferred.min(max_threads).max(1)), 1, 1]
     }
 
-    /// Like [`LaunchDims::check`], also against the device's largest block per axis.
+    /// CUDA's largest grid, in blocks per axis (every architecture from sm_30): 2³¹ − 1 in x,
+    /// 65,535 in y and z.
+    pub const CUDA_MAX_GRID: [u64; 3] = [(1 << 31) - 1, 65_535, 65_535];
+
+    /// `Ok` when a launch of `grid` blocks per axis (counted without overflow) fits CUDA's
+    /// grid ([`LaunchDims::CUDA_MAX_GRID`]); else a typed limit naming the kernel and axis.
+    pub fn check_cuda_grid(kernel: &str, grid: [u64; 3]) -> Result<()> {
+        let max = Self::CUDA_MAX_GRID;
+        if let Some(axis) = (0..3).find(|&a| grid[a] > max[a]) {
+            return Err(Error::limit_exceeded(
+                "a CUDA device",
+                format!("kernel {kernel}, launched as {grid:?} blocks,"),
+                DeviceLimit::GridExtent(axis),
+                grid[axis],
+                max[axis],
+                format!(
+                    "launch at most {max:?} blocks (larger blocks, or fold the y and z axes \
+                     into x)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Like [`LaunchDims::check`], also against the device's largest block per axis and
+    /// CUDA's largest grid.
     pub fn check_within(&self, kernel: &str, max_block: [u32; 3], max_threads: u64) -> Result<()> {
         self.check(kernel, max_threads)?;
+        Self::check_cuda_grid(kernel, self.grid.map(u64::from))?;
         if let Some(axis) = (0..3).find(|&a| self.block[a] > max_block[a]) {
             return Err(Error::limit_exceeded(
                 "the device",

@@ -1096,6 +1096,21 @@ fn rune_backend_intf__launch_kernel_with_dims_chosen_at_launch() {
                 "{name}: {e}"
             );
             assert!(e.to_string().contains("along axis 2"), "{name}: {e}");
+            // CUDA's grid holds 65,535 blocks along y and z: refused before the driver, on
+            // the device and its emulation alike.
+            let e = refused([1, 131_072, 1], Some([1, 1, 1]));
+            assert!(
+                matches!(
+                    &e,
+                    arrayjit::Error::LimitExceeded {
+                        limit: arrayjit::DeviceLimit::GridExtent(1),
+                        needed: 131_072,
+                        allowed: 65_535,
+                        ..
+                    }
+                ),
+                "{name}: {e}"
+            );
             // The backend picks the block: the block-agnostic kernel fills every element.
             // SAFETY: the kernel writes z[i] for i < n = 1000, z's size.
             let fill =

@@ -131,6 +131,23 @@ pub struct CudaTensorMap {
 }
 
 impl CudaPass {
+    /// Blocks per axis of its launch, counted without overflow, checked against CUDA's grid
+    /// (a typed limit where the plan asks for more than a device can launch).
+    pub fn check_grid(&self) -> Result<()> {
+        let t = u64::from(self.threads.max(1));
+        let x = match self.shape {
+            PassShape::Grid(n) | PassShape::Zero(n) => n.div_ceil(t).max(1),
+            PassShape::Given(d) => {
+                return crate::kernel::LaunchDims::check_cuda_grid(
+                    &self.symbol,
+                    d.grid.map(u64::from),
+                );
+            }
+            _ => u64::from(self.launch_dims().0),
+        };
+        crate::kernel::LaunchDims::check_cuda_grid(&self.symbol, [x, 1, 1])
+    }
+
     /// Blocks and threads per block of its launch, in x (see [`CudaPass::launch`]).
     pub fn launch_dims(&self) -> (u32, u32) {
         let t = self.threads.max(1);
@@ -271,6 +288,11 @@ pub(crate) fn render_with(syntax: &CSyntax, routines: &[&Optimized]) -> Result<C
         let _ = writeln!(prelude, "{}\n", c_syntax::helper_definition(*h, syntax));
     }
     let source = format!("{prelude}{}", functions.concat());
+    // A plan's launch beyond CUDA's grid is refused here, for the device and its emulation
+    // alike, before anything is compiled.
+    for pass in kernels.iter().flat_map(|k: &CudaKernel| &k.passes) {
+        pass.check_grid()?;
+    }
     Ok(CudaProgram {
         source,
         kernels,
