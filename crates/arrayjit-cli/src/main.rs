@@ -451,7 +451,20 @@ fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
         if !name.contains(only.as_str()) {
             continue;
         }
-        let text = plan.to_string();
+        let mut text = plan.to_string();
+        if !summary {
+            let scratch = optimized.gpu_scratch();
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "  scratch: {} bytes of {} locals, {} bytes zeroed before each run (the locals \
+                 that may read their initial zeros)",
+                scratch.bytes,
+                scratch.locals.len(),
+                scratch.zeroed_bytes()
+            ));
+        }
         let shown = if summary {
             text.lines().next().unwrap_or_default()
         } else {

@@ -133,12 +133,21 @@ pub fn render_cuda_emulated(routines: &[&Optimized]) -> Result<CudaProgram> {
             k.interface.symbol
         );
         if k.interface.scratch_bytes > 0 {
+            // As on the device, only the ranges that may read their zeros are zeroed; the rest
+            // is filled with NaNs first, so a local read before it is written shows up in the
+            // results (the differential corpus compares them) instead of reading old zeros.
+            let scratch = k.buffer_types.len() - 1;
             let _ = writeln!(
                 launchers,
-                "  memset(aj_b[{}], 0, {});",
-                k.buffer_types.len() - 1,
+                "  memset(aj_b[{scratch}], 0xff, {});",
                 k.interface.scratch_bytes
             );
+            for &(offset, len) in &k.scratch_zeroed {
+                let _ = writeln!(
+                    launchers,
+                    "  memset((unsigned char *)aj_b[{scratch}] + {offset}, 0, {len});"
+                );
+            }
         }
         for (pos, p) in k.passes.iter().enumerate() {
             let (blocks, threads) = p.launch_dims();

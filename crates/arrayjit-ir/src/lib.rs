@@ -37,7 +37,7 @@ pub use attention::{AttentionDims, AttentionDropout, AttentionLayout, AttentionO
 pub use error::{DeviceLimit, Error, OutOfBounds, RangeUnit, Result, ResultExt};
 pub use indexing::{AxisIndex, EinsumGuard, Projections, StaticSymbol, Symbol};
 pub use interpret::InterpEnv;
-pub use low_level::{LowLevel, ScalarExpr, ScopeId};
+pub use low_level::{FirstUses, LowLevel, ScalarExpr, ScopeId};
 pub use memory::{MemoryMode, MemoryType, ModeWithProvenance, Sharing};
 pub use ndarray::{AxisPadding, Ndarray, Padding};
 pub use ops::{BinOp, TernOp, UnOp};

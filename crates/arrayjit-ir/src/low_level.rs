@@ -700,3 +700,34 @@ impl fmt::Display for LowLevel {
         f.write_str(&self.to_pretty_string())
     }
 }
+
+/// Where each node is first used among a routine's top-level statements: which local nodes
+/// must start zeroed. A local whose first statement (from the start of its memory's lifetime)
+/// overwrites all of it ([`LowLevel::overwrites_all`]) never shows its initial contents; any
+/// other may read its initial zeros (an accumulation into it, a partial write).
+pub struct FirstUses<'a> {
+    statements: Vec<&'a LowLevel>,
+    first: HashMap<usize, usize>,
+}
+
+impl<'a> FirstUses<'a> {
+    /// The first uses of every node in `statements` (a routine's top-level statements).
+    pub fn of(statements: Vec<&'a LowLevel>) -> FirstUses<'a> {
+        let mut first = HashMap::new();
+        for (i, s) in statements.iter().enumerate() {
+            for tn in s.nodes() {
+                first.entry(tn.id()).or_insert(i);
+            }
+        }
+        FirstUses { statements, first }
+    }
+
+    /// Whether `tn`, whose memory starts fresh at statement `from`, must be zeroed then: the
+    /// first statement using it from there on does not overwrite all of it.
+    pub fn needs_zeros(&self, tn: &Tnode, from: usize) -> bool {
+        let first = self.first.get(&tn.id()).map_or(from, |&f| f.max(from));
+        self.statements
+            .get(first)
+            .is_none_or(|s| !s.overwrites_all(tn))
+    }
+}

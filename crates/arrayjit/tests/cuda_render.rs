@@ -493,3 +493,58 @@ fn attention_passes_compile_with_nvrtc_for_sm_80_and_sm_90() {
         Err(e) => panic!("{name}: {e}"),
     }
 }
+
+/// Only the locals that may read their initial zeros are zeroed before a run: the GPT step
+/// planned for an H100 keeps most of its locals in scratch, and zeroes a part of it only;
+/// the corpus's zeroed ranges lie inside the scratch, in order, without overlaps.
+#[test]
+fn only_locals_read_before_written_are_zeroed() {
+    use arrayjit::gpt::{GptPrograms, TrainerConfig};
+    use arrayjit::ir::schedule::gpu::DeviceModel;
+    let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
+    let (name, step) = programs.routines()[0];
+    let step = optimize(
+        name,
+        &[],
+        step,
+        &OptimizeSettings::for_gpu(DeviceModel::h100().limits),
+    )
+    .unwrap();
+    let program = render_cuda(&[&step]).unwrap();
+    let k = &program.kernels[0];
+    eprintln!(
+        "GPT step: {} of {} scratch bytes zeroed in {} range(s)",
+        k.zeroed_scratch_bytes(),
+        k.interface.scratch_bytes,
+        k.scratch_zeroed.len()
+    );
+    assert!(k.interface.scratch_bytes > 0);
+    assert!(k.zeroed_scratch_bytes() < k.interface.scratch_bytes);
+    let limits = arrayjit::ir::schedule::GpuLimits::cuda_minimum();
+    let (mut zeroed, mut total) = (0, 0);
+    for case in all_cases().unwrap() {
+        let opt = optimize(
+            &case.name,
+            &case.bindings,
+            &case.program,
+            &OptimizeSettings::for_gpu(limits),
+        )
+        .unwrap();
+        let program = render_cuda(&[&opt]).unwrap();
+        let k = &program.kernels[0];
+        let mut end = 0;
+        for &(offset, len) in &k.scratch_zeroed {
+            assert!(
+                offset >= end && len > 0,
+                "{}: {:?}",
+                case.name,
+                k.scratch_zeroed
+            );
+            end = offset + len;
+        }
+        assert!(end <= k.interface.scratch_bytes, "{}", case.name);
+        zeroed += k.zeroed_scratch_bytes();
+        total += k.interface.scratch_bytes;
+    }
+    eprintln!("corpus: {zeroed} of {total} scratch bytes zeroed");
+}

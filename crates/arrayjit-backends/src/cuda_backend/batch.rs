@@ -216,10 +216,13 @@ impl CudaBatch {
         let action = format!("launching {}", kernel.interface.name);
         gpu.bind(&action)?;
         let ptrs: Vec<u64> = buffers.iter().map(|b| b.device_ptr()).collect();
+        // Only the locals that may read their initial zeros (the plan says how many bytes).
         if kernel.interface.scratch_bytes > 0
             && let Some(scratch) = buffers.last()
         {
-            scratch.zero_on(gpu, stream, kernel.interface.scratch_bytes)?;
+            for &(offset, len) in &kernel.scratch_zeroed {
+                scratch.view(offset, len)?.zero_on(gpu, stream, len)?;
+            }
         }
         for (dims, pass, f) in passes {
             // Each pass takes the buffers (at byte offsets: a local's slice of the scratch)

@@ -103,6 +103,10 @@ impl Compiler for CudaCompiler {
                         tensor_maps: Vec::new(),
                     }],
                     buffer_types: vec![],
+                    scratch_zeroed: match k.interface.scratch_bytes {
+                        0 => Vec::new(),
+                        bytes => vec![(0, bytes)],
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -312,16 +312,8 @@ fn render_kernel(
     }
     // A local's initial zeros are needed unless the first statement using it overwrites it
     // (for a scratch local, the first statement of its lifetime).
-    let mut first_use: HashMap<usize, usize> = HashMap::new();
-    for (i, s) in stmts.iter().enumerate() {
-        for tn in s.nodes() {
-            first_use.entry(tn.id()).or_insert(i);
-        }
-    }
-    let needs_zeros = |tn: &Tnode, from: usize| {
-        let first = first_use.get(&tn.id()).map_or(from, |&f| f.max(from));
-        stmts.get(first).is_none_or(|s| !s.overwrites_all(tn))
-    };
+    let first_uses = arrayjit_ir::FirstUses::of(stmts.clone());
+    let needs_zeros = |tn: &Tnode, from: usize| first_uses.needs_zeros(tn, from);
     for (pos, tn) in locals.iter().enumerate() {
         let name = node_name(tn, args.len() + 1 + pos);
         let t = c_storage_type(tn.prec());

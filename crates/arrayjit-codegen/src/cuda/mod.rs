@@ -185,6 +185,18 @@ pub struct CudaKernel {
     /// The C type of each buffer parameter of every pass, in the interface's order (arrays,
     /// merge buffer, scratch), e.g. `const float *`.
     pub buffer_types: Vec<String>,
+    /// Byte ranges `(offset, length)` of the scratch buffer zeroed before the first pass, in
+    /// order, adjacent ranges joined: the locals that may read their initial zeros
+    /// ([`arrayjit_ir::FirstUses`]); locals whose first statement overwrites them all are not
+    /// zeroed. Hand-written kernels zero their whole scratch.
+    pub scratch_zeroed: Vec<(usize, usize)>,
+}
+
+impl CudaKernel {
+    /// Bytes of scratch zeroed before each run.
+    pub fn zeroed_scratch_bytes(&self) -> usize {
+        self.scratch_zeroed.iter().map(|&(_, len)| len).sum()
+    }
 }
 
 /// Routines rendered into one CUDA C file.
@@ -310,13 +322,13 @@ fn render_routine(
     functions: &mut Functions,
 ) -> Result<CudaKernel> {
     let mut interface = KernelInterface::of(r, stem.to_string());
-    // Every local node lives in the scratch buffer, 16-byte aligned.
-    let mut locals = Vec::new();
-    let mut scratch = 0usize;
-    for n in r.nodes.iter().filter(|n| n.used && n.tn.modes().is_local()) {
-        locals.push((n.tn.clone(), scratch));
-        scratch += n.tn.size_in_bytes().div_ceil(16) * 16;
-    }
+    // Every local node lives in the scratch buffer, 16-byte aligned; only the locals that may
+    // read their initial zeros are zeroed before a run.
+    let arrayjit_ir::optimize::GpuScratch {
+        locals,
+        bytes: scratch,
+        zeroed: scratch_zeroed,
+    } = r.gpu_scratch();
     interface.scratch_bytes = scratch;
     // Each buffer's pointer type, in the interface's order; a pass declares those it uses.
     let mut buffer_types: Vec<String> = interface
@@ -439,6 +451,7 @@ fn render_routine(
         interface,
         passes,
         buffer_types,
+        scratch_zeroed,
     })
 }
 

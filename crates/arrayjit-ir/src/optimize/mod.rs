@@ -208,6 +208,39 @@ impl Optimized {
         )
     }
 
+    /// Where a GPU backend keeps the routine's local nodes: all in one scratch buffer, each at
+    /// a 16-byte aligned offset in node order, and which byte ranges are zeroed before each run
+    /// (the locals that may read their initial zeros: [`crate::FirstUses`]).
+    pub fn gpu_scratch(&self) -> GpuScratch {
+        let mut locals = Vec::new();
+        let mut bytes = 0usize;
+        for n in self
+            .nodes
+            .iter()
+            .filter(|n| n.used && n.tn.modes().is_local())
+        {
+            locals.push((n.tn.clone(), bytes));
+            bytes += n.tn.size_in_bytes().div_ceil(16) * 16;
+        }
+        let first_uses = crate::FirstUses::of(self.statements());
+        let mut zeroed: Vec<(usize, usize)> = Vec::new();
+        for (tn, offset) in &locals {
+            if !first_uses.needs_zeros(tn, 0) {
+                continue;
+            }
+            let len = tn.size_in_bytes().div_ceil(16) * 16;
+            match zeroed.last_mut() {
+                Some((at, l)) if *at + *l == *offset => *l += len,
+                _ => zeroed.push((*offset, len)),
+            }
+        }
+        GpuScratch {
+            locals,
+            bytes,
+            zeroed,
+        }
+    }
+
     /// A report of every node's final memory mode and why it was chosen, one per line.
     pub fn memory_report(&self) -> String {
         let mut out = String::new();
@@ -215,6 +248,24 @@ impl Optimized {
             let _ = writeln!(out, "{}", r.tn.header());
         }
         out
+    }
+}
+
+/// A routine's scratch buffer on a GPU backend ([`Optimized::gpu_scratch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuScratch {
+    /// Each local node with its byte offset in the buffer.
+    pub locals: Vec<(Tnode, usize)>,
+    /// The buffer's size in bytes.
+    pub bytes: usize,
+    /// Byte ranges `(offset, length)` zeroed before each run, in order, adjacent ones joined.
+    pub zeroed: Vec<(usize, usize)>,
+}
+
+impl GpuScratch {
+    /// Bytes zeroed before each run.
+    pub fn zeroed_bytes(&self) -> usize {
+        self.zeroed.iter().map(|&(_, len)| len).sum()
     }
 }
 
