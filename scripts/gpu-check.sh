@@ -1,93 +1,191 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 36 and 37 as one prepared run on a lent GPU machine (H100/H200), within
-# its few minutes of device time (about 2 minutes on an H200 when everything works; each phase
-# has its own timeout, 9 minutes in all). Prepare on
-# the build machine (no GPU needed):
+# The GPU check: one prepared run on a lent GPU machine (H100/H200), made to say everything in
+# one try within the device time a session gets (15 minutes, the machine's start included).
 #
-#   cargo build --release -p arrayjit-cli
-#   cargo test --release -p arrayjit --no-run --test differential --test gpt --test bf16_training \
-#     --test matrix_units --test tensor_copies --test simt_tiles --test memory_limits --test large_arrays 2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' > /tmp/tests
-#   cargo build --release -p arrayjit --example attention_bench
-#   mkdir -p .gpu && cp target/release/arrayjit target/release/examples/attention_bench $(cat /tmp/tests) .gpu/ \
-#     && strip .gpu/* && xz -T0 -6 .gpu/*
+# Prepare on the build machine (no GPU needed; about 16 MB carried):
 #
-# (about 16 MB). Optionally also NVRTC 12.9 as CI uses it (about 30 MB more; without it the
-# machine's toolkit NVRTC is used, CUDA 13 on the lent H200s, which compiled everything too):
+#   bash scripts/gpu-check.sh --prepare
 #
-#   mkdir -p .gpu/nvrtc12 && cp <wheel>/nvidia/cuda_nvrtc/lib/libnvrtc{.so.12,-builtins.so.12.9} \
-#     .gpu/nvrtc12/ && xz -T0 -6 .gpu/nvrtc12/*
+# builds the CLI and the test binaries in release, strips and compresses them into `.gpu/`
+# (ignored by git), with NVRTC 12.9 from $NVRTC_LIB (CI's wheel, e.g.
+# /tmp/arrayjit-nvrtc-12.9.86/nvidia/cuda_nvrtc/lib) when set. Then, on the device machine,
+# from the repository's root with `.gpu` carried: `bash scripts/gpu-check.sh`.
 #
-# then run `bash scripts/gpu-check.sh` on the device machine, from the repository's root, with
-# `.gpu` carried (it is ignored by git). What it prints goes to $OUT/gpu-check.log (where $OUT is
-# set, else /tmp); the device table to bench.md, the tests' output to tests.log and Nsight
-# Compute's kernel times to ncu-gpt-b16.csv, ncu-gpt-b128.csv and ncu-matmul.csv beside it.
+# Phases, in the order of what must be known first, each under its own timeout (seconds):
+#   tests    150  the CUDA tests in parallel: differential corpus, gpt, bf16_training,
+#                 tensor_copies, matrix_units, memory_limits (each with sync_cc and cuda required)
+#   demo      90  20 GPT demo steps with CUDA graphs, then 20 without; losses and ms/step side
+#                 by side (graphs must not change the losses)
+#   bench    120  the device table beside PyTorch where it is installed (`bench --quick`)
+#   profile   90  every kernel's time of one GPT step (Nsight Compute; skipped, saying so,
+#                 where `ncu` is missing)
+# The default run is those four: 450 s of timeouts at most, printed first; on an H100 it takes
+# about half. More, by name in PHASES (space-separated; PHASES replaces the default):
+#   attention 100 (fused vs unfused vs torch SDPA, b4 h12 T1024 d64), large 150 (issue 40's
+#   large arrays), ncu-matmul 160, ncu-detail 240, search 360.
+# The device compiles its own CUBIN (NVRTC on all its cores, in units split by the program
+# alone, so a cache carried from any machine with the same device limits is a hit; set
+# ARRAYJIT_CACHE_DIR to a carried folder to use one).
 #
-# Phases, in order: a smoke run of the GPT demo (with CUDA graphs; again without them if that
-# fails, and the rest then runs without them), the device table beside PyTorch, the tests that
-# run on `cuda`, the large arrays of issue 40 (`large`), every kernel's time of one GPT step
-# (`ncu-gpt`) and of the 4096 products (`ncu-matmul`), Nsight Compute's occupancy, warp
-# states and memory sections of the 4096 products (`ncu-detail`, to ncu-detail.csv), and the
-# fused attention alone, forward + backward at GPT-2's heads (`attention`: batch 4, 12 heads of
-# 64, T = 1024, causal; the GPU attention pass of issue 64 against the unfused path), the
-# schedule search of the 4096 products on the device (`search`: tiles, matrix-unit buffers and their depth,
-# tensor copies, group sizes, each timed; to search.log). The device table and Nsight Compute
-# also take the bf16 products with their factors staged by the tensor memory accelerator
-# (`matmul bf16 tma N`), off by default: check its rows and its tests first. PHASES (space-separated, default: all of smoke
-# bench tests attention large ncu-gpt ncu-matmul ncu-detail search) selects some, to fit the device time
-# left.
+# Evidence: everything goes to $OUT (else /tmp/gpu-check): gpu-check.log (this output),
+# one log per phase, nvidia-smi at the start and the end, the CUDA error names any log holds
+# (driver-errors.txt), and the full output of every test that failed (tests.log).
+#
+# GPU_CHECK_DRY=1 runs the script itself against `cuda_emu` (the CUDA kernels on the CPU) with
+# tiny sizes and the debug binaries of target/ (or GPU_CHECK_BIN): CI runs it so the script
+# cannot rot between GPU sessions.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${OUT:-/tmp}"
-exec > >(tee "$out/gpu-check.log") 2>&1
-phase() { echo "== $(date +%T) $*"; }
-phases="${PHASES:-smoke bench tests attention large ncu-gpt ncu-matmul ncu-detail search}"
-want() { [[ " $phases " == *" $1 "* ]]; }
 
-bin=.gpu
-for f in "$bin"/*.xz "$bin"/nvrtc12/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
-chmod +x "$bin"/* 2>/dev/null
+tests_list="differential gpt bf16_training tensor_copies matrix_units memory_limits"
 
-# cudarc opens libnvrtc.so: point it at the NVRTC that CI uses (12.9, from NVIDIA's wheel, carried
-# in .gpu/nvrtc12 when it fits), else at the toolkit's (or a Python wheel's) NVRTC.
-mkdir -p /tmp/nvrtc
-nvrtc=
-for c in "$PWD/$bin"/nvrtc12/libnvrtc.so.* /usr/local/cuda/lib64/libnvrtc.so*; do
-  case "$c" in *builtins*) ;; *) [ -e "$c" ] && { nvrtc=$c; break; } ;; esac
-done
-[ -z "$nvrtc" ] && nvrtc=$(find / -name 'libnvrtc.so*' -not -path '/proc/*' 2>/dev/null | grep -v builtins | head -1)
-echo "NVRTC: $nvrtc"
-ln -sf "$nvrtc" /tmp/nvrtc/libnvrtc.so
-export LD_LIBRARY_PATH="/tmp/nvrtc:$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export ARRAYJIT_CACHE_DIR="${TMPDIR:-/tmp}/arrayjit-cache"
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
-python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' 2>&1 | tail -1
-
-if want smoke; then
-phase "smoke: 3 GPT steps on cuda (f32, then bf16), losses to compare with sync_cc's"
-gpt() { timeout 60 "$bin/arrayjit" --backend cuda gpt --steps 3 --eval-every 3 --sample 0 \
-  --checkpoint /tmp/smoke.safetensors "$@" 2>&1 | grep -v -E '^\s*$' | tail -8; }
-if ! gpt; then
-  echo "-- failed with CUDA graphs; again without them (ARRAYJIT_CUDA_GRAPHS=0 from here on)"
-  export ARRAYJIT_CUDA_GRAPHS=0
-  gpt
+if [ "${1:-}" = "--prepare" ]; then
+  set -e
+  cargo build --release -p arrayjit-cli
+  # shellcheck disable=SC2046
+  cargo test --release -p arrayjit --no-run $(printf -- '--test %s ' $tests_list large_arrays) \
+    2>&1 | grep -o 'target/release/deps/[a-z0-9_]*-[0-9a-f]*' | sort -u > /tmp/gpu-tests
+  cargo build --release -p arrayjit --example attention_bench
+  rm -rf .gpu && mkdir -p .gpu
+  cp target/release/arrayjit target/release/examples/attention_bench $(cat /tmp/gpu-tests) .gpu/
+  strip .gpu/* 2>/dev/null || true
+  if [ -n "${NVRTC_LIB:-}" ]; then
+    mkdir -p .gpu/nvrtc12
+    cp "$NVRTC_LIB"/libnvrtc.so.12 "$NVRTC_LIB"/libnvrtc-builtins.so.12.* .gpu/nvrtc12/
+  fi
+  xz -T0 -6 .gpu/* .gpu/nvrtc12/* 2>/dev/null || true
+  du -sh .gpu
+  exit 0
 fi
-gpt --precision bf16
+
+out="${OUT:-/tmp/gpu-check}"
+mkdir -p "$out"
+exec > >(tee "$out/gpu-check.log") 2>&1
+dry="${GPU_CHECK_DRY:-0}"
+phases="${PHASES:-tests demo bench profile}"
+want() { [[ " $phases " == *" $1 "* ]]; }
+declare -A budget=([tests]=150 [demo]=90 [bench]=120 [profile]=90 [attention]=100 [large]=150
+  [ncu-matmul]=160 [ncu-detail]=240 [search]=360)
+total=0
+for p in $phases; do
+  [ -n "${budget[$p]:-}" ] || { echo "unknown phase $p (known: ${!budget[*]})"; exit 2; }
+  total=$((total + budget[$p]))
+done
+echo "gpu-check: phases [$phases], $total s of timeouts in all$([ "$dry" = 1 ] && echo ', DRY RUN on cuda_emu')"
+phase() { echo "== $(date +%T) $*"; }
+failed=()
+# Runs a phase's command under its timeout into its own log; the log's tail is shown.
+run_logged() { # name timeout command...
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && echo "!! $name: timed out after $limit s" >> "$out/$name.log"
+  [ $rc -ne 0 ] && failed+=("$name (exit $rc)")
+  return $rc
+}
+
+if [ "$dry" = 1 ]; then
+  backend=cuda_emu
+  bin="${GPU_CHECK_BIN:-target/debug}"
+  tests_dir="$bin/deps"
+  demo_args=(--batch 2 --steps 2 --eval-every 2)
+  require=sync_cc,cuda_emu
+else
+  backend=cuda
+  bin=.gpu
+  tests_dir=.gpu
+  demo_args=(--steps 20 --eval-every 20)
+  require=sync_cc,cuda
+  for f in "$bin"/*.xz "$bin"/nvrtc12/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+  chmod +x "$bin"/* 2>/dev/null
+  # cudarc opens libnvrtc.so: the NVRTC CI uses (carried), else the machine's toolkit's.
+  mkdir -p /tmp/nvrtc
+  nvrtc=
+  for c in "$PWD/$bin"/nvrtc12/libnvrtc.so.* /usr/local/cuda/lib64/libnvrtc.so*; do
+    case "$c" in *builtins*) ;; *) [ -e "$c" ] && { nvrtc=$c; break; } ;; esac
+  done
+  [ -z "$nvrtc" ] && nvrtc=$(find / -name 'libnvrtc.so*' -not -path '/proc/*' 2>/dev/null | grep -v builtins | head -1)
+  echo "NVRTC: ${nvrtc:-none found}"
+  [ -n "$nvrtc" ] && ln -sf "$nvrtc" /tmp/nvrtc/libnvrtc.so
+  export LD_LIBRARY_PATH="/tmp/nvrtc:$(dirname "${nvrtc:-/tmp/nvrtc/x}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export ARRAYJIT_CACHE_DIR="${ARRAYJIT_CACHE_DIR:-${TMPDIR:-/tmp}/arrayjit-cache}"
+cli="$bin/arrayjit"
+[ -x "$cli" ] || { echo "no $cli: prepare first (bash scripts/gpu-check.sh --prepare)"; exit 2; }
+smi() {
+  if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -q > "$out/nvidia-smi-$1.txt" 2>&1
+    nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.sm,driver_version --format=csv,noheader
+  else echo "nvidia-smi: not on this machine"; fi
+}
+smi start
+python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())' 2>&1 | tail -1
+
+if want tests; then
+  phase "tests on $backend, in parallel (${budget[tests]} s)"
+  pids=() names=()
+  for t in $tests_list; do
+    exe=$(ls -t "$tests_dir"/"$t"-* 2>/dev/null | grep -v '\.d$' | head -1)
+    if [ -z "$exe" ]; then echo "-- $t: no binary in $tests_dir"; failed+=("$t (missing)"); continue; fi
+    if [ "$dry" = 1 ]; then args=(--list); else args=(--test-threads 4); fi
+    (ARRAYJIT_REQUIRE_BACKENDS=$require timeout "${budget[tests]}" "$exe" "${args[@]}" \
+      > "$out/test-$t.log" 2>&1; echo "exit $?" >> "$out/test-$t.log") &
+    pids+=($!) names+=("$t")
+  done
+  [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
+  for t in "${names[@]}"; do
+    rc=$(tail -1 "$out/test-$t.log" | grep -o '[0-9]*$')
+    printf '%-16s %s\n' "$t" "$(grep -h -E 'test result|tests?, [0-9]+ benchmarks' "$out/test-$t.log" | tail -1) (exit $rc)"
+    if [ "$rc" != 0 ]; then
+      failed+=("test $t (exit $rc)")
+      { echo "### $t"; cat "$out/test-$t.log"; } >> "$out/tests.log"
+      grep -E "^test .*FAILED|panicked" "$out/test-$t.log" | head -5
+    fi
+  done
+fi
+
+if want demo; then
+  phase "demo: GPT steps on $backend with CUDA graphs, then without (${budget[demo]} s)"
+  half=$((budget[demo] / 2))
+  for graphs in 1 0; do
+    ARRAYJIT_CUDA_GRAPHS=$graphs run_logged "demo-graphs$graphs" "$half" "$cli" --backend "$backend" \
+      gpt "${demo_args[@]}" --sample 0 --checkpoint "$out/demo.safetensors"
+    echo "graphs=$graphs: $(grep -E 'step|loss' "$out/demo-graphs$graphs.log" | tail -2 | tr '\n' ' ')"
+  done
+  a=$(grep -o 'held-out loss [0-9.]*' "$out/demo-graphs1.log" | tail -1)
+  b=$(grep -o 'held-out loss [0-9.]*' "$out/demo-graphs0.log" | tail -1)
+  [ "$a" = "$b" ] && echo "graphs on and off: the same held-out loss ($a)" \
+    || { echo "!! graphs on and off differ: '$a' vs '$b'"; failed+=("demo losses differ"); }
 fi
 
 if want bench; then
-phase "the device table: f32 / TF32 / bf16 products, the chain, the GPT step in f32 and bf16, beside PyTorch"
-timeout 300 "$bin/arrayjit" bench --backend cuda --python python3 > "$out/bench.md"
-echo "bench exit $?"
-cat "$out/bench.md"
+  phase "the device table beside PyTorch (${budget[bench]} s)"
+  if [ "$dry" = 1 ]; then only=(--only "matmul 512"); peers=(--no-peers); else only=(); peers=(--python python3); fi
+  run_logged bench "${budget[bench]}" "$cli" bench --backend "$backend" --quick "${peers[@]}" "${only[@]}"
+  grep '^[|]' "$out/bench.log" | head -30
+  grep -q '^[|] [a-z]' "$out/bench.log" || failed+=("bench (no rows)")
 fi
 
-if want attention && [ -x "$bin/attention_bench" ]; then
-phase "attention: fused (the GPU attention pass) and unfused, forward + backward, b4 h12 T1024 d64"
-for kind in fused unfused; do
-  ARRAYJIT_BACKEND=cuda timeout 90 "$bin/attention_bench" 4 12 1024 64 "$kind" 10
-  echo "attention $kind exit $?"
-done
-python3 - <<'PY' 2>&1 | tail -2
+if want profile; then
+  phase "every kernel's time of one GPT step (${budget[profile]} s)"
+  if command -v ncu >/dev/null 2>&1 && [ "$dry" != 1 ]; then
+    run_logged profile "${budget[profile]}" ncu --clock-control none --metrics gpu__time_duration.sum \
+      --csv "$cli" --backend cuda gpt --steps 1 --eval-every 1000 --sample 0 --checkpoint /tmp/ncu.safetensors
+    echo "$(grep -c gpu__time_duration "$out/profile.log") kernel launches profiled (profile.log)"
+  else
+    echo "ncu not available here$([ "$dry" = 1 ] && echo ' (dry run)'): one step without it instead"
+    run_logged profile "${budget[profile]}" "$cli" --backend "$backend" gpt --steps 1 --eval-every 1000 \
+      --batch 2 --sample 0 --checkpoint "$out/profile.safetensors"
+    tail -2 "$out/profile.log"
+  fi
+fi
+
+if want attention; then
+  phase "attention: fused and unfused, forward + backward, b4 h12 T1024 d64 (${budget[attention]} s)"
+  for kind in fused unfused; do
+    ARRAYJIT_BACKEND=$backend run_logged "attention-$kind" 40 "$bin/attention_bench" 4 12 1024 64 "$kind" 10
+    tail -2 "$out/attention-$kind.log"
+  done
+  timeout 20 python3 - <<'PY' 2>&1 | tail -2
 import time, torch
 import torch.nn.functional as F
 q, k, v = (torch.randn(4, 12, 1024, 64, device="cuda", requires_grad=True) for _ in range(3))
@@ -100,68 +198,49 @@ torch.cuda.synchronize(); print("torch SDPA fwd+bwd ms", (time.perf_counter() - 
 PY
 fi
 
-if want tests; then
-phase "tests on cuda (in parallel: correctness only)"
-export ARRAYJIT_REQUIRE_BACKENDS=sync_cc,cuda
-pids=()
-for t in differential gpt bf16_training matrix_units tensor_copies simt_tiles; do
-  exe=$(ls "$bin"/${t}-* 2>/dev/null | head -1)
-  [ -n "$exe" ] && (timeout 100 "$exe" --test-threads 4 > "/tmp/test-$t.log" 2>&1; echo "$t exit $?" >> "/tmp/test-$t.log") &
-  pids+=($!)
-done
-wait "${pids[@]}" # not a bare `wait`: that would wait for the log's tee too
-for t in differential gpt bf16_training matrix_units tensor_copies simt_tiles; do
-  echo "--- $t"; cat "/tmp/test-$t.log"
-done > "$out/tests.log"
-grep -h -E "test result|FAILED|panicked|exit [0-9]+$" "$out/tests.log"
-fi
-
 if want large; then
-  phase "issue 40 on cuda: a 4 TiB link refused within a second; u8 past 2^31, 4 GiB f32, a 4 GiB parameter trained, the 5e10-step sum"
-  export ARRAYJIT_REQUIRE_BACKENDS=cuda
-  exe=$(ls "$bin"/memory_limits-* 2>/dev/null | head -1)
-  [ -n "$exe" ] && timeout 60 "$exe" --test-threads 1 2>&1 | grep -E "test |result|panicked|cuda"
-  exe=$(ls "$bin"/large_arrays-* 2>/dev/null | head -1)
-  [ -n "$exe" ] && /usr/bin/time -f "large_arrays_on_the_gpu: %e s, host peak RSS %M KB" \
-    timeout 150 "$exe" --ignored --exact large_arrays_on_the_gpu --nocapture 2>&1 \
-    | grep -E "test |result|panicked|cuda|RSS"
+  phase "issue 40 on $backend: large arrays (${budget[large]} s)"
+  exe=$(ls -t "$tests_dir"/large_arrays-* 2>/dev/null | grep -v '\.d$' | head -1)
+  [ -n "$exe" ] && ARRAYJIT_REQUIRE_BACKENDS=$backend run_logged large "${budget[large]}" \
+    "$exe" --ignored --exact large_arrays_on_the_gpu --nocapture
+  grep -E "test |result|panicked" "$out/large.log" 2>/dev/null
 fi
 
-if command -v ncu >/dev/null 2>&1 && want ncu-gpt; then
-  for batch in 16 128; do
-    phase "every kernel's time of one GPT step at batch $batch (Nsight Compute)"
-    timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-      "$bin/arrayjit" --backend cuda gpt --batch $batch --steps 1 --eval-every 1000 --sample 0 \
-      --checkpoint /tmp/ncu.safetensors > "$out/ncu-gpt-b$batch.csv" 2>/dev/null
-    echo "ncu gpt b$batch exit $? ($(grep -c gpu__time_duration "$out/ncu-gpt-b$batch.csv") kernels)"
-  done
-fi
 if command -v ncu >/dev/null 2>&1 && want ncu-matmul; then
-  phase "the 4096 products' kernels (Nsight Compute)"
+  phase "the 4096 products' kernels (Nsight Compute, ${budget[ncu-matmul]} s)"
   for kind in "" "tf32 " "bf16 " "bf16 tma "; do
     timeout 40 ncu --clock-control none --launch-count 6 \
-      --metrics gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers \
-      --csv "$bin/arrayjit" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null
+      --metrics gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
+      --csv "$cli" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null
   done > "$out/ncu-matmul.csv"
   grep -E "gpu__time|warps_active" "$out/ncu-matmul.csv" | cut -c1-300 | head -40
 fi
 if command -v ncu >/dev/null 2>&1 && want ncu-detail; then
-  phase "the 4096 products in detail: launch, occupancy, warp states, memory (Nsight Compute)"
+  phase "the 4096 products in detail (Nsight Compute, ${budget[ncu-detail]} s)"
   for kind in "" "tf32 " "bf16 " "bf16 tma "; do
     echo "### matmul ${kind}4096"
     timeout 60 ncu --clock-control none --launch-skip 2 --launch-count 1 \
       --section LaunchStats --section Occupancy --section WarpStateStats \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-      --csv --page details "$bin/arrayjit" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null
+      --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --csv --page details "$cli" bench --backend cuda --no-peers --only "matmul ${kind}4096" 2>/dev/null
   done > "$out/ncu-detail.csv"
-  grep -E "Registers Per|Shared Memory Config|Dynamic Shared|Static Shared|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Compute \(SM\) Throughput|Memory Throughput|Duration|###" \
-    "$out/ncu-detail.csv" | cut -c1-220 | head -80
+  grep -E "Registers Per|Achieved Occupancy|Theoretical Occupancy|Stall|Throughput|Duration|###" \
+    "$out/ncu-detail.csv" | cut -c1-220 | head -60
 fi
 if want search; then
-  phase "the schedule search of the 4096 products on the device (tiles, buffers and their depth, group sizes)"
+  phase "the schedule search of the 4096 products on the device (${budget[search]} s)"
   for kind in "" "tf32 " "bf16 "; do
-    timeout 120 "$bin/arrayjit" bench --backend cuda --no-peers --search --only "matmul ${kind}4096"
+    timeout 120 "$cli" bench --backend "$backend" --no-peers --search --only "matmul ${kind}4096"
   done > "$out/search.log" 2>&1
-  grep -E "winner|ms  register|\| matmul" "$out/search.log" | sed 's/register_rows=auto mc_log2=0 kc_log2=0 nc_log2=0 reduction_vectors=4 //' | cut -c1-200
+  grep -E "winner|\| matmul" "$out/search.log" | cut -c1-200
 fi
-phase done
+
+smi end
+grep -h -o -E "CUDA_ERROR_[A-Z_]+" "$out"/*.log 2>/dev/null | sort | uniq -c > "$out/driver-errors.txt"
+[ -s "$out/driver-errors.txt" ] && { echo "driver errors seen:"; cat "$out/driver-errors.txt"; }
+phase "done"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]} (logs in $out)"
+  exit 1
+fi
+echo "all phases passed (logs in $out)"
