@@ -119,3 +119,67 @@ fn a_refused_free_keeps_its_bytes_counted() {
     assert_eq!(list.reclaim(&device, &gate, false), 0);
     assert_eq!(list.pending_bytes(), 0);
 }
+
+/// A device whose streams may be capturing: fencing or freeing during a capture fails the test.
+#[derive(Default)]
+struct CapturingDevice {
+    capturing: std::sync::atomic::AtomicBool,
+    inner: FakeDevice,
+    touched_during_capture: AtomicU64,
+}
+
+impl FenceDriver for CapturingDevice {
+    type Fence = u64;
+    fn fence(&self) -> Result<u64> {
+        if self.capturing.load(Ordering::SeqCst) {
+            self.touched_during_capture.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.fence()
+    }
+    fn passed(&self, fence: &u64) -> Result<bool> {
+        self.inner.passed(fence)
+    }
+    fn wait(&self, fence: &u64) -> Result<()> {
+        self.inner.wait(fence)
+    }
+    fn free(&self, ptr: u64) -> Result<()> {
+        if self.capturing.load(Ordering::SeqCst) {
+            self.touched_during_capture.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.free(ptr)
+    }
+    fn label(&self) -> String {
+        "fake:0".into()
+    }
+}
+
+/// One thread captures 200 times (holding the gate shared, as a launch does), another releases
+/// and reclaims 200 allocations meanwhile: no fence and no free lands inside a capture, and
+/// everything is freed in the end.
+#[test]
+fn frees_from_other_threads_never_land_inside_a_capture() {
+    let device = CapturingDevice::default();
+    let gate = RwLock::new(());
+    let list = Releases::<u64>::default();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..200 {
+                let _capturing = gate.read().unwrap();
+                device.capturing.store(true, Ordering::SeqCst);
+                std::thread::yield_now();
+                device.capturing.store(false, Ordering::SeqCst);
+            }
+        });
+        s.spawn(|| {
+            for i in 0..200u64 {
+                list.release(0x1000 + i, 8);
+                list.reclaim(&device, &gate, false);
+                std::thread::yield_now();
+            }
+        });
+    });
+    list.reclaim(&device, &gate, true);
+    assert_eq!(device.touched_during_capture.load(Ordering::SeqCst), 0);
+    assert_eq!(device.inner.freed.lock().unwrap().len(), 200);
+    assert_eq!(list.pending_bytes(), 0);
+}
