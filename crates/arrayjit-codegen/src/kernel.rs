@@ -139,8 +139,8 @@ impl LaunchDims {
                 grid[axis],
                 max[axis],
                 format!(
-                    "launch at most {max:?} blocks (larger blocks, or fold the y and z axes \
-                     into x)"
+                    "launch at most {max:?} blocks: larger blocks, y and z folded into x, or \
+                     (for a routine's pass) arrays split into parts one launch covers"
                 ),
             ));
         }

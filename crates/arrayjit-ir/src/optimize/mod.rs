@@ -210,7 +210,7 @@ impl Optimized {
 
     /// Where a GPU backend keeps the routine's local nodes: all in one scratch buffer, each at
     /// a 16-byte aligned offset in node order, and which byte ranges are zeroed before each run
-    /// (the locals that may read their initial zeros: [`crate::FirstUses`]).
+    /// (the locals that may read their initial zeros: [`crate::low_level::FirstUses`]).
     pub fn gpu_scratch(&self) -> GpuScratch {
         let mut locals = Vec::new();
         let mut bytes = 0usize;
@@ -222,7 +222,7 @@ impl Optimized {
             locals.push((n.tn.clone(), bytes));
             bytes += n.tn.size_in_bytes().div_ceil(16) * 16;
         }
-        let first_uses = crate::FirstUses::of(self.statements());
+        let first_uses = crate::low_level::FirstUses::of(self.statements());
         let mut zeroed: Vec<(usize, usize)> = Vec::new();
         for (tn, offset) in &locals {
             if !first_uses.needs_zeros(tn, 0) {
