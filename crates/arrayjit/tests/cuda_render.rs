@@ -15,18 +15,23 @@ use arrayjit_testing::{all_cases, matmul};
 /// A virtual architecture every NVRTC from CUDA 11.8 to 13 compiles for.
 const ARCH: &str = "compute_80";
 
+/// A corpus case optimized for the smallest CUDA device's limits.
+fn for_cuda_minimum(case: &arrayjit_testing::Case) -> arrayjit::ir::Optimized {
+    optimize(
+        &case.name,
+        &case.bindings,
+        &case.program,
+        &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum()),
+    )
+    .unwrap()
+}
+
 #[test]
 fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
     let mut sources = Vec::new();
     let mut shapes = Vec::new();
     for case in all_cases().unwrap() {
-        let opt = optimize(
-            &case.name,
-            &case.bindings,
-            &case.program,
-            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum()),
-        )
-        .unwrap();
+        let opt = for_cuda_minimum(&case);
         let program = render_cuda(&[&opt]).unwrap_or_else(|e| panic!("{}: {e}", case.name));
         let k = &program.kernels[0];
         assert_eq!(k.interface.name, case.name);
@@ -232,19 +237,7 @@ fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
     use arrayjit::backends::cuda_backend::{PtxCache, PtxOrigin};
     use arrayjit::gpt::{GptPrograms, TrainerConfig};
     use arrayjit::ir::schedule::gpu::DeviceModel;
-    let corpus: Vec<_> = all_cases()
-        .unwrap()
-        .iter()
-        .map(|case| {
-            optimize(
-                &case.name,
-                &case.bindings,
-                &case.program,
-                &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum()),
-            )
-            .unwrap()
-        })
-        .collect();
+    let corpus: Vec<_> = all_cases().unwrap().iter().map(for_cuda_minimum).collect();
     let h100 = DeviceModel::h100();
     let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
     let (name, step) = programs.routines()[0];
@@ -303,6 +296,21 @@ fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
     );
 }
 
+/// The GPT demo's training step, optimized for an H100 model.
+fn gpt_step_for_h100() -> arrayjit::ir::Optimized {
+    use arrayjit::gpt::{GptPrograms, TrainerConfig};
+    use arrayjit::ir::schedule::gpu::DeviceModel;
+    let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
+    let (name, step) = programs.routines()[0];
+    optimize(
+        name,
+        &[],
+        step,
+        &OptimizeSettings::for_gpu(DeviceModel::h100().limits),
+    )
+    .unwrap()
+}
+
 /// CUBIN built ahead of time on a machine of 2 cores is what a 16-core GPU machine looks up:
 /// the backend's split (`units_for`) depends on the program alone, so the units compiled by 2
 /// workers into a cache are all read back from it by 16 workers in a later process, in the
@@ -311,17 +319,7 @@ fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
 fn cubin_cache_keys_do_not_depend_on_the_machine_s_cores() {
     use arrayjit::backends::cuda_backend::aot::{compile_units, units_for};
     use arrayjit::backends::cuda_backend::{PtxCache, PtxOrigin, default_nvrtc_flags};
-    use arrayjit::gpt::{GptPrograms, TrainerConfig};
-    use arrayjit::ir::schedule::gpu::DeviceModel;
-    let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
-    let (name, step) = programs.routines()[0];
-    let step = optimize(
-        name,
-        &[],
-        step,
-        &OptimizeSettings::for_gpu(DeviceModel::h100().limits),
-    )
-    .unwrap();
+    let step = gpt_step_for_h100();
     let program = arrayjit::codegen::cuda::render_cuda(&[&step]).unwrap();
     let split = units_for(&program).unwrap();
     assert!(split > 1, "the GPT step is {split} unit(s)");
@@ -376,14 +374,7 @@ fn independent_small_passes_run_as_one_launch() {
         .into_iter()
         .find(|c| c.name == "joined_small_passes")
         .unwrap();
-    let limits = arrayjit::ir::schedule::GpuLimits::cuda_minimum();
-    let opt = optimize(
-        &case.name,
-        &case.bindings,
-        &case.program,
-        &OptimizeSettings::for_gpu(limits),
-    )
-    .unwrap();
+    let opt = for_cuda_minimum(&case);
     let plan = opt.gpu_plan(&arrayjit::ir::schedule::gpu::DeviceModel::h100());
     assert_eq!(plan.passes.len(), 8, "{plan}");
     assert!(plan.launches() <= 3, "{plan}");
@@ -407,7 +398,7 @@ fn independent_small_passes_run_as_one_launch() {
     assert!(program.source.contains("aj_launch_grp"));
     let alone = OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits {
         joined_launch_parameters: 0,
-        ..limits
+        ..arrayjit::ir::schedule::GpuLimits::cuda_minimum()
     });
     let opt = optimize(&case.name, &case.bindings, &case.program, &alone).unwrap();
     assert!(opt.joined.is_empty());
@@ -499,17 +490,7 @@ fn attention_passes_compile_with_nvrtc_for_sm_80_and_sm_90() {
 /// the corpus's zeroed ranges lie inside the scratch, in order, without overlaps.
 #[test]
 fn only_locals_read_before_written_are_zeroed() {
-    use arrayjit::gpt::{GptPrograms, TrainerConfig};
-    use arrayjit::ir::schedule::gpu::DeviceModel;
-    let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
-    let (name, step) = programs.routines()[0];
-    let step = optimize(
-        name,
-        &[],
-        step,
-        &OptimizeSettings::for_gpu(DeviceModel::h100().limits),
-    )
-    .unwrap();
+    let step = gpt_step_for_h100();
     let program = render_cuda(&[&step]).unwrap();
     let k = &program.kernels[0];
     eprintln!(
@@ -520,16 +501,9 @@ fn only_locals_read_before_written_are_zeroed() {
     );
     assert!(k.interface.scratch_bytes > 0);
     assert!(k.zeroed_scratch_bytes() < k.interface.scratch_bytes);
-    let limits = arrayjit::ir::schedule::GpuLimits::cuda_minimum();
     let (mut zeroed, mut total) = (0, 0);
     for case in all_cases().unwrap() {
-        let opt = optimize(
-            &case.name,
-            &case.bindings,
-            &case.program,
-            &OptimizeSettings::for_gpu(limits),
-        )
-        .unwrap();
+        let opt = for_cuda_minimum(&case);
         let program = render_cuda(&[&opt]).unwrap();
         let k = &program.kernels[0];
         let mut end = 0;
