@@ -9,7 +9,8 @@
 //!   wait the user asked for).
 //! - Nothing here touches a stream while any stream of the device captures a graph: fences
 //!   and frees are made only with the device's capture gate held exclusively, taken without
-//!   waiting; a release made during a capture waits in the list for the next chance.
+//!   waiting (a release made during a capture waits in the list for the next chance), or,
+//!   for an allocation that ran out of memory, after the captures under way have ended.
 //! - The device's count of used bytes goes down when memory is really freed, not when it is
 //!   dropped; a free the driver refuses leaves the count as it was.
 //!
@@ -81,19 +82,25 @@ impl<F> Releases<F> {
             .sum()
     }
 
-    /// Frees what no work can use any more (with `wait`, after waiting for the fences); the
-    /// bytes freed. Does nothing while a capture holds `gate`.
+    /// Frees what no work can use any more; the bytes freed. Without `wait`, does nothing
+    /// while a capture holds `gate` and frees only what has passed its fence. With `wait`
+    /// (an allocation that ran out of memory), waits for the captures under way to end, then
+    /// for the fences: the caller must not hold `gate` itself.
     pub(super) fn reclaim<D: FenceDriver<Fence = F>>(
         &self,
         driver: &D,
         gate: &RwLock<()>,
         wait: bool,
     ) -> usize {
-        let _quiet = match gate.try_write() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            // A stream of the device captures: its graph must not get our events.
-            Err(TryLockError::WouldBlock) => return 0,
+        let _quiet = if wait {
+            gate.write().unwrap_or_else(|p| p.into_inner())
+        } else {
+            match gate.try_write() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                // A stream of the device captures: its graph must not get our events.
+                Err(TryLockError::WouldBlock) => return 0,
+            }
         };
         self.reclaim_quiet(driver, wait)
     }

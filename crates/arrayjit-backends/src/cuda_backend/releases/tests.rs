@@ -69,7 +69,8 @@ fn memory_is_freed_after_the_work_queued_before_its_release() {
 }
 
 /// While a stream captures (the gate held shared), nothing is fenced or freed; the release
-/// waits for the next chance after the capture.
+/// waits for the next chance after the capture. Asked to wait (out of memory), the reclaim
+/// waits for the capture to end, then frees.
 #[test]
 fn nothing_is_fenced_or_freed_while_a_stream_captures() {
     let device = FakeDevice::default();
@@ -78,15 +79,26 @@ fn nothing_is_fenced_or_freed_while_a_stream_captures() {
     let capturing = gate.read().unwrap();
     list.release(0x1000, 256);
     assert_eq!(list.reclaim(&device, &gate, false), 0);
-    assert_eq!(
-        list.reclaim(&device, &gate, true),
-        0,
-        "not even when asked to wait"
-    );
     assert_eq!(device.fences.load(Ordering::SeqCst), 0);
     drop(capturing);
     assert_eq!(list.reclaim(&device, &gate, false), 256);
     assert_eq!(device.fences.load(Ordering::SeqCst), 1);
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _capturing = gate.read().unwrap();
+            entered_tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert_eq!(
+                device.fences.load(Ordering::SeqCst),
+                1,
+                "fenced during the capture"
+            );
+        });
+        entered_rx.recv().unwrap();
+        list.release(0x2000, 128);
+        assert_eq!(list.reclaim(&device, &gate, true), 128);
+    });
 }
 
 /// Asked to wait, the list waits for the fences and frees everything; several releases share
