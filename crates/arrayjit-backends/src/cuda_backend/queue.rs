@@ -138,6 +138,9 @@ impl DeviceQueue for CudaQueue {
     }
 
     fn record(&self) -> Result<Arc<dyn QueueMarker>> {
+        // Not while another thread captures on this stream: the event would become a node of
+        // that graph (it is then recorded after the capture, covering more work: still right).
+        let _not_capturing = self.lock_for_capture();
         self.gpu.bind("recording an event")?;
         let event = self
             .stream
