@@ -118,6 +118,9 @@ smi() {
   else echo "nvidia-smi: not on this machine"; fi
 }
 smi start
+# What the backend sees of the device (its limits decide the plans, so the CUBIN a cache holds).
+"$cli" info > "$out/info.log" 2>&1
+grep -A1 "^$backend:" "$out/info.log" | cut -c1-240
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())' 2>&1 | tail -1
 
 if want tests; then
