@@ -7,9 +7,11 @@
 #   bash scripts/gpu-check.sh --prepare
 #
 # builds the CLI and the test binaries in release, strips and compresses them into `.gpu/`
-# (ignored by git), with NVRTC 12.9 from $NVRTC_LIB (CI's wheel, e.g.
-# /tmp/arrayjit-nvrtc-12.9.86/nvidia/cuda_nvrtc/lib) when set. Then, on the device machine,
-# from the repository's root with `.gpu` carried: `bash scripts/gpu-check.sh`.
+# (ignored by git), with NVRTC 12.9 from $NVRTC_LIB (default: CI's wheel in
+# /tmp/arrayjit-nvrtc-12.9.86/nvidia/cuda_nvrtc/lib) and, compiled by it, the CUBIN of the GPT
+# demo's routines planned for an H100 and an H200 (`arrayjit plan --compile --cache-dir`).
+# Then, on the device machine, from the repository's root with `.gpu` carried:
+# `bash scripts/gpu-check.sh`.
 #
 # Phases, in the order of what must be known first, each under its own timeout (seconds):
 #   tests    150  the CUDA tests in parallel: differential corpus, gpt, bf16_training,
@@ -23,9 +25,10 @@
 # about half. More, by name in PHASES (space-separated; PHASES replaces the default):
 #   attention 100 (fused vs unfused vs torch SDPA, b4 h12 T1024 d64), large 150 (issue 40's
 #   large arrays), ncu-matmul 160, ncu-detail 240, search 360.
-# The device compiles its own CUBIN (NVRTC on all its cores, in units split by the program
-# alone, so a cache carried from any machine with the same device limits is a hit; set
-# ARRAYJIT_CACHE_DIR to a carried folder to use one).
+# The carried CUBIN is unpacked into the compile cache first; the rest (the tests' routines,
+# and everything where the device's limits differ from the model's: `info.log` shows them)
+# the device compiles itself, NVRTC on all its cores, in units split by the program alone. The
+# last lines say how many units were compiled on the device.
 #
 # Evidence: everything goes to $OUT (else /tmp/gpu-check): gpu-check.log (this output),
 # one log per phase, nvidia-smi at the start and the end, the CUDA error names any log holds
@@ -49,9 +52,20 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -rf .gpu && mkdir -p .gpu
   cp target/release/arrayjit target/release/examples/attention_bench $(cat /tmp/gpu-tests) .gpu/
   strip .gpu/* 2>/dev/null || true
-  if [ -n "${NVRTC_LIB:-}" ]; then
+  NVRTC_LIB="${NVRTC_LIB:-${TMPDIR:-/tmp}/arrayjit-nvrtc-12.9.86/nvidia/cuda_nvrtc/lib}"
+  if [ -e "$NVRTC_LIB/libnvrtc.so.12" ]; then
     mkdir -p .gpu/nvrtc12
     cp "$NVRTC_LIB"/libnvrtc.so.12 "$NVRTC_LIB"/libnvrtc-builtins.so.12.* .gpu/nvrtc12/
+    # The CUBIN of the GPT demo's routines (batch 16, f32) planned for an H100 and an H200,
+    # compiled by the NVRTC carried: on a device whose limits are the model's, the demo,
+    # profile and bench steps compile nothing (the check says how many units it compiled).
+    for model in h100 h200; do
+      LD_LIBRARY_PATH="$NVRTC_LIB" ./target/release/arrayjit plan --device "$model" --summary \
+        --compile --cache-dir .gpu/cache | tail -3
+    done
+    tar -C .gpu -cf .gpu/cache.tar cache && rm -rf .gpu/cache
+  else
+    echo "no NVRTC at $NVRTC_LIB: the device will use its own and compile every unit"
   fi
   xz -T0 -6 .gpu/* .gpu/nvrtc12/* 2>/dev/null || true
   du -sh .gpu
@@ -110,6 +124,11 @@ else
   export LD_LIBRARY_PATH="/tmp/nvrtc:$(dirname "${nvrtc:-/tmp/nvrtc/x}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 export ARRAYJIT_CACHE_DIR="${ARRAYJIT_CACHE_DIR:-${TMPDIR:-/tmp}/arrayjit-cache}"
+mkdir -p "$ARRAYJIT_CACHE_DIR"
+[ -e "$bin/cache.tar" ] && tar -C "$ARRAYJIT_CACHE_DIR" --strip-components=1 -xf "$bin/cache.tar"
+units() { find "$ARRAYJIT_CACHE_DIR/ptx" -type f 2>/dev/null | wc -l; }
+units_before=$(units)
+echo "CUBIN units in the compile cache at the start: $units_before ($ARRAYJIT_CACHE_DIR)"
 cli="$bin/arrayjit"
 [ -x "$cli" ] || { echo "no $cli: prepare first (bash scripts/gpu-check.sh --prepare)"; exit 2; }
 smi() {
@@ -239,6 +258,7 @@ if want search; then
 fi
 
 smi end
+echo "CUBIN units compiled here: $(( $(units) - units_before )) (the rest came from the cache)"
 grep -h -o -E "CUDA_ERROR_[A-Z_]+" "$out"/*.log 2>/dev/null | sort | uniq -c > "$out/driver-errors.txt"
 [ -s "$out/driver-errors.txt" ] && { echo "driver errors seen:"; cat "$out/driver-errors.txt"; }
 phase "done"

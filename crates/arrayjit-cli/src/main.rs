@@ -91,6 +91,11 @@ struct PlanArgs {
     /// needed), cold (an empty cache) and then cached, and print how long each took.
     #[arg(long)]
     compile: bool,
+    /// With --compile: compile into this compile cache folder (kept; what the `cuda` backend
+    /// reads with `ARRAYJIT_CACHE_DIR` set to it, on a device whose limits are the model's)
+    /// instead of a temporary one.
+    #[arg(long)]
+    cache_dir: Option<std::path::PathBuf>,
     /// Precision of the model's matrix products: `f32`, or `bf16` (on the matrix units).
     #[arg(long, default_value = "f32")]
     precision: arrayjit::tensor::Precision,
@@ -420,6 +425,7 @@ fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
         only,
         summary,
         compile,
+        cache_dir,
         precision,
         allow_tf32,
     } = args.clone();
@@ -478,7 +484,7 @@ fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
     }
     if compile {
         let arch = model.arch.clone().unwrap_or_else(|| "sm_90".to_string());
-        compile_ahead_of_time(&chosen, &arch)?;
+        compile_ahead_of_time(&chosen, &arch, cache_dir.as_deref())?;
     }
     Ok(())
 }
@@ -489,15 +495,17 @@ fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
 fn compile_ahead_of_time(
     chosen: &[(arrayjit::ir::Optimized, std::time::Duration)],
     arch: &str,
+    into: Option<&std::path::Path>,
 ) -> arrayjit::Result<()> {
     use arrayjit::backends::cuda_backend::PtxCache;
     use arrayjit::backends::cuda_backend::aot::compile_ahead_of_time_with;
-    let dir = tempfile::tempdir().map_err(|e| {
+    let temporary = tempfile::tempdir().map_err(|e| {
         arrayjit::Error::io("making a temporary folder for a cold compile cache", e)
     })?;
+    let dir = into.unwrap_or(temporary.path());
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     for (run, what) in [(0, "cold"), (1, "cached")] {
-        let cache = PtxCache::new(Some(dir.path()));
+        let cache = PtxCache::new(Some(dir));
         for (optimized, optimize) in chosen {
             let p = compile_ahead_of_time_with(&[optimized], arch, None, &cache)?;
             let optimize_ms = if run == 0 {
@@ -527,6 +535,7 @@ fn compile_ahead_of_time(
 fn compile_ahead_of_time(
     _: &[(arrayjit::ir::Optimized, std::time::Duration)],
     _: &str,
+    _: Option<&std::path::Path>,
 ) -> arrayjit::Result<()> {
     Err(arrayjit::Error::BackendUnavailable {
         backend: "cuda".into(),
