@@ -131,34 +131,40 @@ pub struct CudaTensorMap {
 }
 
 impl CudaPass {
-    /// Blocks per axis of its launch, counted without overflow, checked against CUDA's grid
-    /// (a typed limit where the plan asks for more than a device can launch).
-    pub fn check_grid(&self) -> Result<()> {
+    /// Blocks of its launch along x, counted without overflow (a hand-written kernel's as
+    /// given).
+    fn blocks_x(&self) -> u64 {
         let t = u64::from(self.threads.max(1));
-        let x = match self.shape {
-            PassShape::Grid(n) | PassShape::Zero(n) => n.div_ceil(t).max(1),
-            PassShape::Given(d) => {
-                return crate::kernel::LaunchDims::check_cuda_grid(
-                    &self.symbol,
-                    d.grid.map(u64::from),
-                );
-            }
-            _ => u64::from(self.launch_dims().0),
-        };
-        crate::kernel::LaunchDims::check_cuda_grid(&self.symbol, [x, 1, 1])
-    }
-
-    /// Blocks and threads per block of its launch, in x (see [`CudaPass::launch`]).
-    pub fn launch_dims(&self) -> (u32, u32) {
-        let t = self.threads.max(1);
         match self.shape {
-            PassShape::Single => (1, 1),
-            PassShape::Reduction => (1, t),
+            PassShape::Single | PassShape::Reduction => 1,
             PassShape::Tiles(blocks)
             | PassShape::Rows(blocks)
-            | PassShape::Joined { groups: blocks, .. } => (blocks.max(1) as u32, t),
-            PassShape::Grid(n) | PassShape::Zero(n) => (n.div_ceil(t as u64).max(1) as u32, t),
+            | PassShape::Joined { groups: blocks, .. } => blocks.max(1),
+            PassShape::Grid(n) | PassShape::Zero(n) => n.div_ceil(t).max(1),
+            PassShape::Given(d) => u64::from(d.grid[0]),
+        }
+    }
+
+    /// Its launch checked against CUDA's grid: a typed limit where the plan asks for more
+    /// blocks than a device can launch (rendering refuses such a program).
+    pub fn check_grid(&self) -> Result<()> {
+        let grid = match self.shape {
+            PassShape::Given(d) => d.grid.map(u64::from),
+            _ => [self.blocks_x(), 1, 1],
+        };
+        crate::kernel::LaunchDims::check_cuda_grid(&self.symbol, grid)
+    }
+
+    /// Blocks and threads per block of its launch, in x (see [`CudaPass::launch`]; the blocks
+    /// within CUDA's grid once [`CudaPass::check_grid`] passed).
+    pub fn launch_dims(&self) -> (u32, u32) {
+        match self.shape {
+            PassShape::Single => (1, 1),
             PassShape::Given(d) => (d.grid[0], d.block[0]),
+            _ => (
+                u32::try_from(self.blocks_x()).unwrap_or(u32::MAX),
+                self.threads.max(1),
+            ),
         }
     }
 
