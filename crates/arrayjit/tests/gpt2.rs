@@ -126,6 +126,50 @@ fn prefill_chunks_of_any_size_give_the_same_results() {
     }
 }
 
+/// Generators of every batch size share one context and stream: the second batch size adds
+/// its caches, inputs and logits, neither the parameters again nor a scratch pool of its own
+/// (in a context of its own it took both: exactly what a model of its own takes); and each
+/// still gives its own greedy tokens.
+#[test]
+fn every_batch_size_shares_one_copy_of_the_parameters() {
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let model = Gpt2::from_pretrained(&fixture(), &backend).unwrap();
+    let device = backend.get_device(0).unwrap();
+    let params: usize = model
+        .params()
+        .iter()
+        .map(|t| t.node().size_in_bytes())
+        .sum();
+    let cases = expected_greedy();
+    let before = device.used_memory();
+    let alone = model
+        .generate(&cases[0].0, 8, &Sampling::greedy(), &[])
+        .unwrap();
+    assert_eq!(alone[..], cases[0].1[..8]);
+    let first = device.used_memory() - before;
+    assert!(first >= params, "{first} bytes for {params} of parameters");
+    let prompts: Vec<Vec<usize>> = cases.iter().take(3).map(|(p, _)| p.clone()).collect();
+    let before = device.used_memory();
+    let batched = model
+        .generate_batch(&prompts, 8, &Sampling::greedy(), &[])
+        .unwrap();
+    let second = device.used_memory() - before;
+    for ((_, want), got) in cases.iter().zip(&batched) {
+        assert_eq!(got[..], want[..8]);
+    }
+    // The same batch size in a model of its own takes its parameters too.
+    let own = Gpt2::from_pretrained(&fixture(), &backend).unwrap();
+    let before = device.used_memory();
+    own.generate_batch(&prompts, 8, &Sampling::greedy(), &[])
+        .unwrap();
+    let alone = device.used_memory() - before;
+    assert!(
+        second + params < alone,
+        "the second batch size took {second} bytes; alone, with {params} bytes of \
+         parameters, {alone}"
+    );
+}
+
 #[test]
 fn a_batch_of_prompts_of_different_lengths_generates_what_each_would_alone() {
     let backend = arrayjit::backend("sync_cc").unwrap();

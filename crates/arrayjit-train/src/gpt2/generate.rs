@@ -421,6 +421,19 @@ impl Generator {
             .collect())
     }
 
+    /// A generator for another batch size linked into this one's optimization context and
+    /// context: it runs on the same stream, sharing its scratch pool, and has caches, inputs
+    /// and logits of its own.
+    pub fn sibling(&self, model: &Gpt, batch: usize, chunk: usize) -> Result<Generator> {
+        Generator::linked(
+            &self.backend,
+            model,
+            batch,
+            chunk,
+            Some((&self.optimize_ctx, self.prefill.routine.context())),
+        )
+    }
+
     /// Times the routines ran and compiled since they were built (for checks that a
     /// generation compiled nothing new).
     pub fn routines(&self) -> Vec<&Routine> {

@@ -248,7 +248,10 @@ impl Gpt2 {
         Ok(())
     }
 
-    /// The generation routines for `batch` rows, compiled and linked on first use.
+    /// The generation routines for `batch` rows, compiled and linked on first use: the first
+    /// batch size into a context of its own, every later one into that context, so that all
+    /// run on one stream and share its scratch pool (the parameters are one copy on the
+    /// device either way).
     fn generator(&self, batch: usize) -> Result<Arc<Generator>> {
         let mut generators = self
             .generators
@@ -257,12 +260,10 @@ impl Gpt2 {
         if let Some(g) = generators.get(&batch) {
             return Ok(g.clone());
         }
-        let g = Arc::new(Generator::new(
-            &self.backend,
-            &self.model,
-            batch,
-            self.prefill_chunk,
-        )?);
+        let g = Arc::new(match generators.values().next() {
+            Some(first) => first.sibling(&self.model, batch, self.prefill_chunk)?,
+            None => Generator::new(&self.backend, &self.model, batch, self.prefill_chunk)?,
+        });
         generators.insert(batch, g.clone());
         Ok(g)
     }
