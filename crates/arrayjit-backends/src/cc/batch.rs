@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrayjit_codegen::KernelInterface;
 use arrayjit_ir::{Error, Result};
 
-use super::compile;
+use super::library;
 use crate::buffer::CpuBuffer;
 use crate::compiled_batch::{CompiledBatch, LaunchAt, LaunchRequest};
 use crate::cpu::with_host_locks;
@@ -46,9 +46,9 @@ pub struct CcBatch {
     pub(super) cache_hit: bool,
     /// The worker pool of each device; a launch uses its buffers' device's.
     pub(super) workers: Arc<Vec<WorkerPool>>,
-    pub(super) _library: Arc<compile::LoadedLibrary>,
+    pub(super) _library: Arc<library::LoadedLibrary>,
     /// The libraries whose statement functions this one calls (kept loaded while it lives).
-    pub(super) _providers: Vec<Arc<compile::LoadedLibrary>>,
+    pub(super) _providers: Vec<Arc<library::LoadedLibrary>>,
 }
 
 impl fmt::Debug for CcBatch {

@@ -1,210 +1,26 @@
-//! Running the C compiler, the persistent compile cache, and loading shared libraries.
+//! Building a library: the C compiler run over a library's units, through the persistent
+//! compile cache and the object cache, and the library loaded.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use arrayjit_ir::error::CompileFailure;
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{Error, Result, trace};
 
+use super::library::LoadedLibrary;
+use super::stats::{CACHE_HITS, COMPILE_MICROS, COMPILED};
+use super::toolchain::{
+    compiler_command, compiler_identity, cpu_identity, run_with_timeout, unavailable,
+};
 use super::{CcConfig, object_cache};
 use crate::compile_cache::{open_verified, private_dir, seal, unique_suffix};
-
-/// Counters of compilations in this process.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompileStats {
-    /// Libraries built by the compiler.
-    pub compiled: usize,
-    /// Libraries found in the cache.
-    pub cache_hits: usize,
-    /// Translation units of libraries built here whose objects were found in the cache
-    /// (compiled before for another library), so the compiler did not run for them.
-    pub object_hits: usize,
-    /// Statement functions that libraries built or loaded here call from a library loaded
-    /// before them instead of compiling them again (the forward pass that a training step,
-    /// its held-out loss and its sampling share).
-    pub imported_functions: usize,
-    /// Microseconds spent in the compiler.
-    pub compile_micros: u64,
-}
-
-static COMPILED: AtomicUsize = AtomicUsize::new(0);
-static CACHE_HITS: AtomicUsize = AtomicUsize::new(0);
-static COMPILE_MICROS: AtomicU64 = AtomicU64::new(0);
-
-/// The compile counters of this process so far.
-pub fn compile_stats() -> CompileStats {
-    CompileStats {
-        compiled: COMPILED.load(Ordering::Relaxed),
-        cache_hits: CACHE_HITS.load(Ordering::Relaxed),
-        object_hits: super::object_cache::OBJECT_HITS.load(Ordering::Relaxed),
-        imported_functions: super::shared_functions::IMPORTED.load(Ordering::Relaxed),
-        compile_micros: COMPILE_MICROS.load(Ordering::Relaxed),
-    }
-}
-
-fn unavailable(compiler: &str, reason: String) -> Error {
-    Error::BackendUnavailable {
-        backend: "cc".into(),
-        reason,
-        how_to_enable: format!(
-            "install a C compiler (e.g. `apt-get install gcc`) or point CC at one (CC is `{compiler}`)"
-        ),
-    }
-}
-
-/// The compiler as a command: `CC` may hold a wrapper or arguments (`ccache gcc`,
-/// `gcc -std=gnu11`), split on whitespace as make and the `cc` crate do.
-pub(super) fn compiler_command(compiler: &str) -> Command {
-    let mut parts = compiler.split_whitespace();
-    let mut cmd = Command::new(parts.next().unwrap_or("cc"));
-    cmd.args(parts);
-    cmd
-}
-
-/// The first line of `compiler --version`, cached per compiler; an error if it cannot run.
-pub(super) fn compiler_identity(compiler: &str, timeout: Duration) -> Result<String> {
-    static IDS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
-    let ids = IDS.get_or_init(Default::default);
-    if let Some(id) = ids.lock().unwrap_or_else(|e| e.into_inner()).get(compiler) {
-        return Ok(id.clone());
-    }
-    let mut cmd = compiler_command(compiler);
-    cmd.arg("--version");
-    let out = run_with_timeout(cmd, timeout).map_err(|e| {
-        unavailable(
-            compiler,
-            format!("the C compiler `{compiler} --version` could not be run: {e}"),
-        )
-    })?;
-    if !out.status.success() {
-        return Err(unavailable(
-            compiler,
-            format!("`{compiler} --version` failed with {}", out.status),
-        ));
-    }
-    let id = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_string();
-    ids.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(compiler.to_string(), id.clone());
-    Ok(id)
-}
-
-/// What identifies this CPU for `-march=native` code: model and feature flags.
-pub(super) fn cpu_identity() -> &'static str {
-    static CPU: OnceLock<String> = OnceLock::new();
-    CPU.get_or_init(|| {
-        let info = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let field = |name: &str| {
-            info.lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-                .unwrap_or_default()
-        };
-        format!(
-            "{} | {} | {}",
-            std::env::consts::ARCH,
-            field("model name"),
-            field("flags")
-        )
-    })
-}
-
-/// Runs `cmd` with its output captured; kills it and returns a `TimedOut` error if it runs
-/// longer than `timeout`.
-pub(super) fn run_with_timeout(mut cmd: Command, timeout: Duration) -> std::io::Result<Output> {
-    use std::io::Read as _;
-    use std::os::unix::process::CommandExt as _;
-    // A process group of its own, so that a timeout kills the compiler's children too (they
-    // would otherwise keep its pipes open).
-    cmd.process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // A compiler (or wrapper script) written just now can be briefly "busy" (ETXTBSY) while
-    // another thread of the process forks with the file's write descriptor still inherited
-    // (it closes at that child's exec): retry for a moment instead of failing.
-    let mut attempts = 0;
-    let mut child = loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 100 => {
-                attempts += 1;
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            other => break other?,
-        }
-    };
-    // Drain both pipes on threads, so a chatty compiler cannot block on a full pipe.
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if started.elapsed() >= timeout {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                // SAFETY: kill has no memory-safety preconditions; the group is the child's own.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "killed after {:.0} s (the timeout; set ARRAYJIT_CC_TIMEOUT_SECS to change it)",
-                    timeout.as_secs_f64()
-                ),
-            ));
-        }
-        std::thread::sleep(
-            Duration::from_millis(2)
-                .max(started.elapsed() / 50)
-                .min(Duration::from_millis(50)),
-        );
-    };
-    Ok(Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    })
-}
-
-/// The text of an error and all its sources, joined.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let t = s.to_string();
-        if !text.contains(&t) {
-            text.push_str(": ");
-            text.push_str(&t);
-        }
-        source = s.source();
-    }
-    text
-}
 
 /// At most `limit` bytes of `text`: its head and tail around a note of what was left out.
 fn head_and_tail(text: &str, limit: usize, rest_at: Option<&Path>) -> String {
@@ -279,46 +95,6 @@ fn trim_cache(dir: &Path, max_bytes: u64, keep: &Path) {
         if fs::remove_file(&path).is_ok() {
             total -= len;
         }
-    }
-}
-
-/// A loaded library; kept alive as long as any kernel from it may run.
-pub(super) struct LoadedLibrary {
-    library: libloading::Library,
-    path: PathBuf,
-}
-
-impl LoadedLibrary {
-    /// Loads the library at `path`, which [`open_verified`] just checked. The dynamic loader
-    /// takes a path (and reuses an already loaded library of the same path), so the check and
-    /// the load see the same file unless a process of this same user replaces it in between;
-    /// the cache folder is private to this user.
-    fn load(path: &Path) -> Result<LoadedLibrary> {
-        // SAFETY: the library was produced by the C compiler from arrayjit's own generated
-        // source (checked by its seal when it comes from the private cache); its only
-        // initializers are the C runtime's.
-        let library = unsafe { libloading::Library::new(path) }.map_err(|e| Error::LoadFailed {
-            path: path.display().to_string(),
-            detail: error_chain(&e),
-        })?;
-        Ok(LoadedLibrary {
-            library,
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// The exported function `symbol`, as a `F` (a function pointer type).
-    ///
-    /// # Safety
-    /// `F` must be the function's signature.
-    pub(super) unsafe fn entry<F: Copy>(&self, symbol: &str) -> Result<F> {
-        // SAFETY: the caller names the signature the generated function has.
-        let f =
-            unsafe { self.library.get::<F>(symbol.as_bytes()) }.map_err(|e| Error::LoadFailed {
-                path: self.path.display().to_string(),
-                detail: format!("symbol {symbol}: {}", error_chain(&e)),
-            })?;
-        Ok(*f)
     }
 }
 

@@ -12,7 +12,7 @@ use arrayjit_ir::{Error, Optimized, Result, trace};
 use super::batch::{CcBatch, EmulatedDimsFn, EmulatedFn, Entry, KernelFn};
 use super::kernels::{CallingConvention, CpuKernels, CpuProgram};
 use super::shared_functions::{self, Imports};
-use super::{CcConfig, compile, schedule_store};
+use super::{CcConfig, compile, library, schedule_store};
 use crate::compiled_batch::CompiledBatch;
 use crate::compiler::{CompileOptions, Compiler};
 use crate::lowered_backend::batch_name;
@@ -246,9 +246,9 @@ impl CcCompiler {
     /// As [`CcCompiler::load_batch`].
     unsafe fn batch_of(
         &self,
-        library: Arc<compile::LoadedLibrary>,
+        library: Arc<library::LoadedLibrary>,
         cache_hit: bool,
-        providers: Vec<Arc<compile::LoadedLibrary>>,
+        providers: Vec<Arc<library::LoadedLibrary>>,
         kernels: Vec<KernelInterface>,
         source: String,
         source_kernels: bool,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use arrayjit_ir::{Error, Result};
 
 use super::CcConfig;
-use super::compile;
 use super::kernels::CpuKernels;
+use super::toolchain;
 use crate::cpu::CpuRuntime;
 use crate::device_info::DeviceInfo;
 use crate::devices::Devices;
@@ -36,7 +36,8 @@ impl Devices for CpuDevices {
     /// Available when the host compiler answers `--version`; for `cuda_emu`, the error says
     /// which C++ compiler to install.
     fn check_available(&self) -> Result<()> {
-        let found = compile::compiler_identity(&self.config.compiler, self.config.compile_timeout);
+        let found =
+            toolchain::compiler_identity(&self.config.compiler, self.config.compile_timeout);
         match found {
             Ok(_) => Ok(()),
             // The renderer may know better what to install (a C++ compiler for `cuda_emu`).
@@ -66,10 +67,10 @@ impl Devices for CpuDevices {
         format!(
             "cc `{}` ({}) flags {:?} on {} with {} worker(s)",
             self.config.compiler,
-            compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
+            toolchain::compiler_identity(&self.config.compiler, self.config.compile_timeout)
                 .unwrap_or_default(),
             self.config.flags,
-            compile::cpu_identity(),
+            toolchain::cpu_identity(),
             self.runtime.workers_per_device()
         )
     }
@@ -80,7 +81,7 @@ impl Devices for CpuDevices {
             "{} backend: compiler `{}` ({}), flags {:?}, cache {}, {} device(s) of {} worker(s)",
             self.kernels.name(),
             self.config.compiler,
-            compile::compiler_identity(&self.config.compiler, self.config.compile_timeout)
+            toolchain::compiler_identity(&self.config.compiler, self.config.compile_timeout)
                 .unwrap_or_else(|e| e.to_string()),
             self.config.flags,
             self.config

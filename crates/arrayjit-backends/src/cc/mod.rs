@@ -16,9 +16,12 @@ mod compile;
 mod compiler;
 mod devices;
 mod kernels;
+mod library;
 mod object_cache;
 mod schedule_store;
 mod shared_functions;
+mod stats;
+mod toolchain;
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
@@ -33,12 +36,12 @@ use crate::settings;
 
 pub use crate::compile_cache::default_cache_dir;
 pub use batch::CcBatch;
-pub use compile::{CompileStats, compile_stats};
 pub use compiler::CcCompiler;
 pub use devices::CpuDevices;
 pub use kernels::{
     CKernels, CallingConvention, CpuKernels, CpuProgram, EmulatedCudaKernels, RenderedKernels,
 };
+pub use stats::{CompileStats, compile_stats};
 
 /// Settings of the `cc` backend. [`CcConfig::from_env`] reads them from the environment
 /// variables named on the fields; a value outside the documented range, or one that does not

@@ -15,15 +15,13 @@
 
 use std::fs;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use super::CcConfig;
-use super::compile::cpu_identity;
+use super::stats::OBJECT_HITS;
+use super::toolchain::cpu_identity;
 use crate::compile_cache::{verified, write_sealed};
-
-/// Units found compiled in the cache in this process.
-pub(super) static OBJECT_HITS: AtomicUsize = AtomicUsize::new(0);
 
 /// The cache key of one unit compiled to an object with `object_flags`.
 pub(super) fn object_key(

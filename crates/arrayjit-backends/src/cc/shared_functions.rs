@@ -14,16 +14,14 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use arrayjit_codegen::{BIND_SYMBOL, FIND_SYMBOL};
 use arrayjit_ir::Result;
 
-use super::compile::LoadedLibrary;
-
-/// Statement functions imported (called from another library instead of compiled) so far.
-pub(super) static IMPORTED: AtomicUsize = AtomicUsize::new(0);
+use super::library::LoadedLibrary;
+use super::stats::IMPORTED;
 
 /// `aj_statement_function`: the address of a function the library defines, or null.
 type FindFn = unsafe extern "C" fn(*const c_char) -> *mut c_void;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arrayjit_ir::{Error, OutOfBounds, RangeUnit, Result};
+use cudarc::driver::CudaStream;
 use cudarc::driver::result as cu;
-use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
-use cudarc::driver::{CudaEvent, CudaStream};
+use cudarc::driver::sys::CUdeviceptr;
 
 use super::NAME;
 use super::devices::Gpu;
@@ -29,61 +29,6 @@ impl Drop for Allocation {
     fn drop(&mut self) {
         self.gpu.releases.release(self.ptr, self.bytes);
         self.gpu.reclaim(false);
-    }
-}
-
-/// A device's release fences: an event on each of its live streams.
-pub(super) struct DeviceFences<'a>(pub(super) &'a Gpu);
-
-impl super::releases::FenceDriver for DeviceFences<'_> {
-    type Fence = Vec<CudaEvent>;
-
-    fn fence(&self) -> Result<Vec<CudaEvent>> {
-        let gpu = self.0;
-        gpu.bind("recording a release fence")?;
-        gpu.live_streams()
-            .iter()
-            .map(|s| {
-                s.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                    .map_err(|e| gpu.driver_error("recording a release fence", e))
-            })
-            .collect()
-    }
-
-    fn passed(&self, fence: &Vec<CudaEvent>) -> Result<bool> {
-        let gpu = self.0;
-        gpu.bind("querying a release fence")?;
-        for event in fence {
-            let done = event
-                .try_is_complete()
-                .map_err(|e| gpu.driver_error("querying a release fence", e))?;
-            if !done {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    fn wait(&self, fence: &Vec<CudaEvent>) -> Result<()> {
-        let gpu = self.0;
-        gpu.bind("waiting for a release fence")?;
-        fence.iter().try_for_each(|event| {
-            event
-                .synchronize()
-                .map_err(|e| gpu.driver_error("waiting for a release fence", e))
-        })
-    }
-
-    fn free(&self, ptr: u64) -> Result<()> {
-        let gpu = self.0;
-        gpu.bind("freeing device memory")?;
-        // SAFETY: `ptr` came from `cuMemAlloc` in this context, was released by its last
-        // owner, and every stream's work enqueued before the release has finished.
-        unsafe { cu::free_sync(ptr) }.map_err(|e| gpu.driver_error("freeing device memory", e))
-    }
-
-    fn label(&self) -> String {
-        self.0.label()
     }
 }
 

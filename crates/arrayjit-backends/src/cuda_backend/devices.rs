@@ -9,7 +9,7 @@ use arrayjit_ir::{Error, Prec, Result};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
-use super::releases::Releases;
+use super::releases::{FenceDriver, Releases};
 use super::{HOW_TO_ENABLE, NAME, feature_arch};
 use crate::device_info::{DeviceInfo, DeviceKind};
 use crate::devices::Devices;
@@ -69,11 +69,9 @@ impl Gpu {
     /// work queued before the releases), unless a stream captures; counts the freed bytes
     /// out of `used`.
     pub(crate) fn reclaim(&self, wait: bool) {
-        let freed = self.releases.reclaim(
-            &super::buffers::DeviceFences(self),
-            &self.capture_gate,
-            wait,
-        );
+        let freed = self
+            .releases
+            .reclaim(&DeviceFences(self), &self.capture_gate, wait);
         self.used.fetch_sub(freed, Ordering::Relaxed);
     }
 
@@ -86,9 +84,7 @@ impl Gpu {
         self.ctx
             .synchronize()
             .map_err(|e| self.driver_error(action, e))?;
-        let freed = self
-            .releases
-            .reclaim_quiet(&super::buffers::DeviceFences(self), false);
+        let freed = self.releases.reclaim_quiet(&DeviceFences(self), false);
         self.used.fetch_sub(freed, Ordering::Relaxed);
         Ok(())
     }
@@ -98,6 +94,64 @@ impl Gpu {
         self.ctx
             .bind_to_thread()
             .map_err(|e| self.driver_error(action, e))
+    }
+}
+
+/// A device's release fences: an event on each of its live streams.
+pub(super) struct DeviceFences<'a>(pub(super) &'a Gpu);
+
+impl FenceDriver for DeviceFences<'_> {
+    type Fence = Vec<CudaEvent>;
+
+    fn fence(&self) -> Result<Vec<CudaEvent>> {
+        let gpu = self.0;
+        gpu.bind("recording a release fence")?;
+        gpu.live_streams()
+            .iter()
+            .map(|s| {
+                s.record_event(Some(
+                    cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                ))
+                .map_err(|e| gpu.driver_error("recording a release fence", e))
+            })
+            .collect()
+    }
+
+    fn passed(&self, fence: &Vec<CudaEvent>) -> Result<bool> {
+        let gpu = self.0;
+        gpu.bind("querying a release fence")?;
+        for event in fence {
+            let done = event
+                .try_is_complete()
+                .map_err(|e| gpu.driver_error("querying a release fence", e))?;
+            if !done {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn wait(&self, fence: &Vec<CudaEvent>) -> Result<()> {
+        let gpu = self.0;
+        gpu.bind("waiting for a release fence")?;
+        fence.iter().try_for_each(|event| {
+            event
+                .synchronize()
+                .map_err(|e| gpu.driver_error("waiting for a release fence", e))
+        })
+    }
+
+    fn free(&self, ptr: u64) -> Result<()> {
+        let gpu = self.0;
+        gpu.bind("freeing device memory")?;
+        // SAFETY: `ptr` came from `cuMemAlloc` in this context, was released by its last
+        // owner, and every stream's work enqueued before the release has finished.
+        unsafe { cudarc::driver::result::free_sync(ptr) }
+            .map_err(|e| gpu.driver_error("freeing device memory", e))
+    }
+
+    fn label(&self) -> String {
+        self.0.label()
     }
 }
 

@@ -2,6 +2,11 @@
 //! CUDA passes): the statement and expression renderer [`KernelRenderer`], names and comments
 //! that depend only on the program, the GCC optimization pragmas, and the translation-unit
 //! type a program is compiled in.
+//!
+//! `KernelRenderer`'s impl blocks are spread over the files of `c/` by what they render
+//! (`outer_sums`, `pairwise`, `schedules`, `statements`, `attention`): those modules and this
+//! one import each other, the one import circle the house allows (`module_layers.rs` names
+//! it).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;

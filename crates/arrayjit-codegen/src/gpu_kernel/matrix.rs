@@ -54,7 +54,7 @@ use arrayjit_ir::schedule::gpu::tensor_map::{TensorAxisRole, TensorMapShape};
 use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, MatrixKind, MatrixTile};
 
 use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
-use super::lower::{Factor, split_group_tile, store_partial, store_result};
+use super::tiles::{Factor, split_group_tile, store_partial, store_result};
 use super::{Arith, At, Barrier, Expr, MatrixOp, Stmt, Ty};
 
 /// One factor's staging: which axis of its tile is contiguous in shared memory (the

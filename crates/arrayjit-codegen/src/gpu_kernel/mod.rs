@@ -22,6 +22,7 @@ mod matrix;
 pub(crate) use matrix::tensor_map_param;
 mod pairwise;
 mod simt;
+mod tiles;
 
 use std::fmt::Write as _;
 

@@ -14,10 +14,9 @@
 //! fewer than two blocks.
 
 use arrayjit_ir::BinOp;
-use arrayjit_ir::schedule::gpu::Accumulation;
+use arrayjit_ir::schedule::gpu::{Accumulation, GridLoop};
 
-use super::build::{array, assign, let_, let_mut, range, var};
-use super::lower::strided_steps;
+use super::build::{array, assign, bound_to, let_, let_mut, range, thread_index, var};
 use super::{Arith, Expr, Stmt, Ty};
 
 /// Steps of each invocation in one block of a pairwise sum.
@@ -114,4 +113,59 @@ pub(super) fn accumulated_steps<'a>(
         let_mut("aj_c", Ty::Index, var("aj_nb")),
         finish,
     ])
+}
+
+/// The steps of an accumulation from flat step `lo` (an expression) up to `hi`, strided over
+/// the group: `aj_acc = aj_acc ⊕ v(i)`, with the loops' iterators bound to the step's digits
+/// (a single loop's iterator to the step itself, offset by the loop's start).
+pub(super) fn strided_steps<'a>(
+    r: &Accumulation<'a>,
+    lo: Expr<'a>,
+    hi: Expr<'a>,
+    threads: u32,
+) -> Stmt<'a> {
+    let step = assign(
+        var("aj_acc"),
+        Expr::Step(r.clone(), Box::new(var("aj_acc"))),
+    );
+    match r.loops.as_slice() {
+        [only] => {
+            let from = Expr::Int(only.from);
+            bound_to(
+                range(
+                    "aj_i",
+                    Ty::Index,
+                    thread_index() + lo + from.clone(),
+                    hi + from,
+                    threads as i64,
+                    vec![step],
+                ),
+                only.iter,
+            )
+        }
+        loops => {
+            let mut body = vec![let_mut("aj_rr", Ty::Index, var("aj_i"))];
+            for (pos, GridLoop { iter, from, to }) in loops.iter().enumerate().rev() {
+                body.push(Stmt::Let {
+                    name: format!("aj_d{pos}"),
+                    ty: Ty::Index,
+                    value: Expr::Int(*from) + var("aj_rr") % (to - from),
+                    mutable: false,
+                    binds: Some(*iter),
+                });
+                if pos > 0 {
+                    body.push(assign(var("aj_rr"), var("aj_rr") / (to - from)));
+                }
+            }
+            body.push(step);
+            range(
+                "aj_i",
+                Ty::Index,
+                thread_index() + lo,
+                hi,
+                threads as i64,
+                body,
+            )
+        }
+    }
 }

@@ -26,7 +26,7 @@ use arrayjit_ir::schedule::Gemm;
 use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, SimtTile, TILE_THREADS};
 
 use super::build::{array, assign, let_, range, thread_index, unrolled, var};
-use super::lower::{Factor, split_group_tile, store_partial, store_result};
+use super::tiles::{Factor, split_group_tile, store_partial, store_result};
 use super::{At, Barrier, Expr, Stmt, Ty};
 
 /// Elements of one 128-bit factor load.

@@ -321,3 +321,10 @@ impl fmt::Display for GpuAttention {
         )
     }
 }
+
+/// Whether `stmt` is a whole pass of fused attention that its GPU pass runs
+/// ([`GpuAttention`]): it stays whole (neither distributed nor hoisted), or it would no longer
+/// be found.
+pub fn runs_as_attention(stmt: &LowLevel, limits: &GpuLimits) -> bool {
+    matches!(GpuAttention::plan(stmt, limits), Some(Ok(_)))
+}

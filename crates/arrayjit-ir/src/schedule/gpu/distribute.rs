@@ -18,6 +18,7 @@
 //! body does: that iteration runs its statements in order, as one nest or as several.
 
 use super::analysis::{RowItem, grid_loops, grid_total, loop_prefix, row_items};
+use super::attention::runs_as_attention;
 use super::{GpuLimits, GridLoop, ROW_MIN_WIDTH};
 use crate::indexing::Symbol;
 use crate::low_level::LowLevel;
@@ -160,13 +161,6 @@ pub fn restructure(
         _ => LowLevel::Seq(stmts),
     };
     (code, notes, made)
-}
-
-/// Whether `stmt` is a whole pass of fused attention that its GPU pass runs
-/// ([`super::GpuAttention`]): it stays whole (neither distributed nor hoisted), or it would
-/// no longer be found.
-pub fn runs_as_attention(stmt: &LowLevel, limits: &GpuLimits) -> bool {
-    matches!(super::GpuAttention::plan(stmt, limits), Some(Ok(_)))
 }
 
 /// Whether a statement is one assignment without loops (none in its value either): one

@@ -299,7 +299,7 @@ pub fn hoist_reductions(
     let mut made = Vec::new();
     let mut out = Vec::with_capacity(stmts.len());
     for (s, note) in stmts {
-        if super::distribute::runs_as_attention(&s, limits) {
+        if super::attention::runs_as_attention(&s, limits) {
             out.push((s, note));
             continue;
         }

@@ -79,7 +79,8 @@ pub use analysis::{
     longest_reduction, row_items,
 };
 pub use attention::GpuAttention;
-pub use distribute::{distribute_loop, merged_pointwise, restructure, runs_as_attention};
+pub use attention::runs_as_attention;
+pub use distribute::{distribute_loop, merged_pointwise, restructure};
 pub use join::{JoinedLaunch, joined_launches};
 pub use matrix::{MatrixKind, MatrixTile};
 pub use order::TileOrder;
