@@ -4,6 +4,11 @@
 //! always exists: the backend when its feature is on, else the [`missing`](crate::missing)
 //! placeholder saying how to build it.
 
+use std::path::Path;
+use std::time::Duration;
+
+use arrayjit_ir::{Optimized, Result};
+
 use crate::lowered_backend::LoweredBackend;
 
 /// Whether this build has the `cuda` backend (cargo feature `cuda`).
@@ -46,5 +51,67 @@ pub fn wgpu() -> LoweredBackend {
             "build with the cargo feature `wgpu` (e.g. `cargo run --features wgpu`) and install \
              a Vulkan driver",
         )
+    }
+}
+
+/// Routines compiled to CUBIN ahead of time ([`cuda_compile_ahead_of_time`]): what it took and
+/// made.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CubinSummary {
+    /// Time spent rendering CUDA C.
+    pub render: Duration,
+    /// Time spent compiling (or reading from the cache) every unit.
+    pub compile: Duration,
+    /// Units the program was split into (the backend's split).
+    pub units: usize,
+    /// Units NVRTC compiled now (the others came from the cache).
+    pub compiled_units: usize,
+    /// Bytes of CUBIN in all.
+    pub cubin_bytes: usize,
+    /// Kernel functions.
+    pub kernels: usize,
+    /// Bytes of CUDA C.
+    pub source_bytes: usize,
+}
+
+/// Renders `routines` (optimized for a GPU model's limits) as CUDA C and compiles them to CUBIN
+/// for `arch` (`sm_80`, `sm_90`) with NVRTC, no GPU needed, through a compile cache over
+/// `cache_dir` (the folder `ARRAYJIT_CACHE_DIR` names for the `cuda` backend; a new cache each
+/// call, as a later process finds it). In a build without the `cuda` feature, or without
+/// NVRTC, a typed `BackendUnavailable` saying what to do.
+pub fn cuda_compile_ahead_of_time(
+    routines: &[&Optimized],
+    arch: &str,
+    cache_dir: &Path,
+) -> Result<CubinSummary> {
+    #[cfg(feature = "cuda")]
+    {
+        use crate::cuda_backend::{PtxCache, aot};
+        let p = aot::compile_ahead_of_time_with(
+            routines,
+            arch,
+            None,
+            &PtxCache::new(Some(cache_dir)),
+        )?;
+        Ok(CubinSummary {
+            render: p.render,
+            compile: p.compile,
+            units: p.units.len(),
+            compiled_units: p.compiled_units(),
+            cubin_bytes: p.cubin_bytes(),
+            kernels: p.program.functions.len(),
+            source_bytes: p.program.source.len(),
+        })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (routines, arch, cache_dir);
+        Err(arrayjit_ir::Error::BackendUnavailable {
+            backend: "cuda".into(),
+            reason: "this build of arrayjit has no CUDA backend".into(),
+            how_to_enable: "build with the cargo feature `cuda` (on by default in the `arrayjit` \
+                            crate)"
+                .into(),
+        })
     }
 }

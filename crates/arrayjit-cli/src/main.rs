@@ -490,24 +490,22 @@ fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
 }
 
 /// Compiles routines to CUBIN for `arch` twice: into an empty cache (cold), then through a new
-/// cache over the same folder (what a later process finds), printing both.
-#[cfg(feature = "cuda")]
+/// cache over the same folder (what a later process finds), printing both; into `into` (kept)
+/// where given, else a temporary folder.
 fn compile_ahead_of_time(
     chosen: &[(arrayjit::ir::Optimized, std::time::Duration)],
     arch: &str,
     into: Option<&std::path::Path>,
 ) -> arrayjit::Result<()> {
-    use arrayjit::backends::cuda_backend::PtxCache;
-    use arrayjit::backends::cuda_backend::aot::compile_ahead_of_time_with;
+    use arrayjit::backends::built::cuda_compile_ahead_of_time;
     let temporary = tempfile::tempdir().map_err(|e| {
         arrayjit::Error::io("making a temporary folder for a cold compile cache", e)
     })?;
     let dir = into.unwrap_or(temporary.path());
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     for (run, what) in [(0, "cold"), (1, "cached")] {
-        let cache = PtxCache::new(Some(dir));
         for (optimized, optimize) in chosen {
-            let p = compile_ahead_of_time_with(&[optimized], arch, None, &cache)?;
+            let p = cuda_compile_ahead_of_time(&[optimized], arch, dir)?;
             let optimize_ms = if run == 0 {
                 format!("optimize {:.0} ms, ", optimize.as_secs_f64() * 1e3)
             } else {
@@ -520,29 +518,17 @@ fn compile_ahead_of_time(
                 optimized.name,
                 p.render.as_secs_f64() * 1e3,
                 p.compile.as_secs_f64() * 1e3,
-                p.units.len(),
-                p.compiled_units(),
-                p.cubin_bytes() / 1024,
-                p.program.functions.len(),
-                p.program.source.len() / 1024
+                p.units,
+                p.compiled_units,
+                p.cubin_bytes / 1024,
+                p.kernels,
+                p.source_bytes / 1024
             );
         }
     }
     Ok(())
 }
 
-#[cfg(not(feature = "cuda"))]
-fn compile_ahead_of_time(
-    _: &[(arrayjit::ir::Optimized, std::time::Duration)],
-    _: &str,
-    _: Option<&std::path::Path>,
-) -> arrayjit::Result<()> {
-    Err(arrayjit::Error::BackendUnavailable {
-        backend: "cuda".into(),
-        reason: "this build leaves out the cuda feature".into(),
-        how_to_enable: "build arrayjit with `--features cuda` (on by default)".into(),
-    })
-}
 
 fn info() -> arrayjit::Result<()> {
     for entry in &arrayjit::runtime::registry::REGISTRY {
