@@ -35,8 +35,9 @@
 # (driver-errors.txt), and the full output of every test that failed (tests.log).
 #
 # GPU_CHECK_DRY=1 runs the script itself against `cuda_emu` (the CUDA kernels on the CPU) with
-# tiny sizes and the debug binaries of target/ (or GPU_CHECK_BIN): CI runs it so the script
-# cannot rot between GPU sessions.
+# tiny sizes and the debug binaries of target/ (or those of GPU_CHECK_BIN: GPU_CHECK_BIN=.gpu
+# checks a prepared bundle before it is carried): CI runs it so the script cannot rot between
+# GPU sessions.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -101,16 +102,19 @@ run_logged() { # name timeout command...
 if [ "$dry" = 1 ]; then
   backend=cuda_emu
   bin="${GPU_CHECK_BIN:-target/debug}"
-  tests_dir="$bin/deps"
   demo_args=(--batch 2 --steps 2 --eval-every 2)
   require=sync_cc,cuda_emu
 else
   backend=cuda
   bin=.gpu
-  tests_dir=.gpu
   demo_args=(--steps 20 --eval-every 20)
   require=sync_cc,cuda
-  for f in "$bin"/*.xz "$bin"/nvrtc12/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+fi
+# A prepared bundle (`--prepare`) comes compressed; a build folder keeps its tests in deps/.
+for f in "$bin"/*.xz "$bin"/nvrtc12/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+tests_dir="$bin"
+[ -d "$bin/deps" ] && tests_dir="$bin/deps"
+if [ "$dry" != 1 ]; then
   chmod +x "$bin"/* 2>/dev/null
   # cudarc opens libnvrtc.so: the NVRTC CI uses (carried), else the machine's toolkit's.
   mkdir -p /tmp/nvrtc
