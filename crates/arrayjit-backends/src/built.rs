@@ -87,12 +87,8 @@ pub fn cuda_compile_ahead_of_time(
     #[cfg(feature = "cuda")]
     {
         use crate::cuda_backend::{PtxCache, aot};
-        let p = aot::compile_ahead_of_time_with(
-            routines,
-            arch,
-            None,
-            &PtxCache::new(Some(cache_dir)),
-        )?;
+        let p =
+            aot::compile_ahead_of_time_with(routines, arch, None, &PtxCache::new(Some(cache_dir)))?;
         Ok(CubinSummary {
             render: p.render,
             compile: p.compile,

@@ -20,6 +20,25 @@ pub struct CompileOptions {
     pub flags: Vec<String>,
 }
 
+/// Counters of a compiler's work in this process ([`Compiler::compile_stats`]). The C
+/// backends count all their libraries together (one C compiler, one cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompileStats {
+    /// Libraries built by the compiler.
+    pub compiled: usize,
+    /// Libraries found in the cache.
+    pub cache_hits: usize,
+    /// Translation units of libraries built here whose objects were found in the cache
+    /// (compiled before for another library), so the compiler did not run for them.
+    pub object_hits: usize,
+    /// Statement functions that libraries built or loaded here call from a library loaded
+    /// before them instead of compiling them again (the forward pass that a training step,
+    /// its held-out loss and its sampling share).
+    pub imported_functions: usize,
+    /// Microseconds spent in the compiler.
+    pub compile_micros: u64,
+}
+
 /// How a backend compiles. One of the four parts a
 /// [`LoweredBackend`](crate::lowered_backend::LoweredBackend) is composed of; it renders
 /// routines through the backend's [`Renderer`](crate::renderer::Renderer) and makes batches
@@ -67,6 +86,11 @@ pub trait Compiler: Send + Sync + Debug {
     fn store_schedule_choice(&self, key: &str, choice: &str) -> Result<bool> {
         let _ = (key, choice);
         Ok(false)
+    }
+    /// What this compiler has done in this process (libraries built and found in its cache,
+    /// time in the compiler), where it counts. Default: `None`.
+    fn compile_stats(&self) -> Option<CompileStats> {
+        None
     }
 }
 

@@ -74,7 +74,7 @@ pub mod worker_pool;
 pub use array_buffer::ArrayBuffer;
 pub use buffer::{CpuBuffer, MemoryCounter};
 pub use compiled_batch::{CompiledBatch, DeviceTimeSink, LaunchAt, LaunchRequest};
-pub use compiler::{CompileOptions, Compiler};
+pub use compiler::{CompileOptions, CompileStats, Compiler};
 pub use device_buffer::{BufferHandle, DeviceBuffer};
 pub use device_info::{DeviceInfo, DeviceKind};
 pub use device_runtime::{

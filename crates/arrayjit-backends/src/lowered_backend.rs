@@ -167,6 +167,12 @@ impl LoweredBackend {
         self.store_schedule_choice(&crate::cpu_tuning::stored_key(cpu), &shares.to_string())
     }
 
+    /// What the backend's compiler has done in this process ([`Compiler::compile_stats`]);
+    /// `None` where it does not count.
+    pub fn compile_stats(&self) -> Option<crate::compiler::CompileStats> {
+        self.compiler().compile_stats()
+    }
+
     /// What the run time of a schedule depends on ([`Devices::machine_identity`]).
     pub fn machine_identity(&self) -> String {
         self.devices().machine_identity()

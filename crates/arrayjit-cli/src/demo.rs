@@ -136,7 +136,7 @@ pub fn run(backend_name: Option<&str>) -> Result<DemoReport> {
     let _ = writeln!(
         text,
         "optimize + compile + link: {compile_ms:.1} ms ({:?})",
-        arrayjit_backends::cc::compile_stats()
+        backend.lowered().compile_stats().unwrap_or_default()
     );
     Ok(DemoReport {
         backend: backend.name().to_string(),

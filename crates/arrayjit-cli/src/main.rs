@@ -353,7 +353,7 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
     );
     let started = std::time::Instant::now();
     let lazy_before = trainer.lazy_compile_time();
-    let imported_before = arrayjit_backends::cc::compile_stats().imported_functions;
+    let imported_before = imported_functions(&backend);
     let first = trainer.steps;
     let mut recent = Vec::new();
     for _ in 0..args.steps {
@@ -399,7 +399,7 @@ fn gpt(backend: Option<String>, args: GptArgs) -> arrayjit::Result<()> {
         vocab.decode(&generated)
     );
     // On the C backends they call the step's compiled functions where they share them.
-    let imported = arrayjit_backends::cc::compile_stats().imported_functions - imported_before;
+    let imported = imported_functions(&backend) - imported_before;
     println!(
         "(the held-out-loss and sampling routines {}: {:.0} ms{})",
         if ahead {
@@ -489,6 +489,15 @@ fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
     Ok(())
 }
 
+/// Statement functions the backend's libraries imported from earlier ones so far (0 where its
+/// compiler does not count them).
+fn imported_functions(backend: &arrayjit::runtime::Backend) -> usize {
+    backend
+        .lowered()
+        .compile_stats()
+        .map_or(0, |s| s.imported_functions)
+}
+
 /// Compiles routines to CUBIN for `arch` twice: into an empty cache (cold), then through a new
 /// cache over the same folder (what a later process finds), printing both; into `into` (kept)
 /// where given, else a temporary folder.
@@ -528,7 +537,6 @@ fn compile_ahead_of_time(
     }
     Ok(())
 }
-
 
 fn info() -> arrayjit::Result<()> {
     for entry in &arrayjit::runtime::registry::REGISTRY {

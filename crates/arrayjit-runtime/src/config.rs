@@ -41,6 +41,9 @@ pub struct RuntimeConfig {
     /// [`arrayjit_ir::Error::DeviceOutOfMemory`] before anything is allocated. At least one
     /// byte.
     pub memory_limit: Option<usize>,
+    /// The compile cache folder of the C backends (`None`: `ARRAYJIT_CACHE_DIR` when set, else
+    /// the default). A folder of its own gives a cold cache (what a first build costs).
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 /// Accepted [`RuntimeConfig::queue_capacity`] values.
@@ -138,6 +141,7 @@ impl Default for RuntimeConfig {
             max_pool_bytes: None,
             workers_per_device: None,
             memory_limit: None,
+            cache_dir: None,
         }
     }
 }

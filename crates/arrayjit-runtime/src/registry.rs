@@ -160,6 +160,9 @@ fn cpu_backend(config: &RuntimeConfig, share_cores: bool) -> Result<Arc<LoweredB
     if let Some(n) = config.num_devices {
         c.num_devices = n;
     }
+    if let Some(dir) = &config.cache_dir {
+        c.cache_dir = Some(dir.clone());
+    }
     if let Some(w) = config.workers_per_device {
         c.workers_per_device = Some(w);
     }
@@ -180,6 +183,9 @@ fn cuda_emulated(config: &RuntimeConfig) -> Result<Arc<LoweredBackend>> {
     let mut c = CcConfig::from_env()?;
     if let Some(n) = config.num_devices {
         c.num_devices = n;
+    }
+    if let Some(dir) = &config.cache_dir {
+        c.cache_dir = Some(dir.clone());
     }
     Ok(Arc::new(cc::emulated_cuda_backend(
         c,

@@ -440,3 +440,20 @@ fn item20_a_unit_shared_by_libraries_is_compiled_once_and_damaged_objects_are_no
     assert_eq!(product("shared_repaired"), want);
     assert!(cc::compile_stats().object_hits > before.object_hits);
 }
+
+/// The C backends' counters reach users through the seam (`LoweredBackend::compile_stats`):
+/// every cc backend answers with the process's counters, which a build moves; a backend whose
+/// compiler does not count answers `None`.
+#[test]
+fn compile_counters_are_asked_through_the_seam() {
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let before = backend.lowered().compile_stats().unwrap();
+    assert_eq!(
+        run_unop(&backend, "counted", UnOp::Neg).unwrap(),
+        [0.0, -1.0, -2.0, -3.0]
+    );
+    let after = backend.lowered().compile_stats().unwrap();
+    assert!(after.compiled + after.cache_hits > before.compiled + before.cache_hits);
+    let missing = arrayjit::backends::missing::backend("nowhere", "not here", "nothing to do");
+    assert_eq!(missing.compile_stats(), None);
+}

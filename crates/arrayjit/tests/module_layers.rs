@@ -385,3 +385,28 @@ fn the_front_scan_sees_items_and_lists_but_not_modules() {
     let found: Vec<String> = front_imports(source, &modules).into_iter().collect();
     assert_eq!(found, vec!["Handle".to_string(), "Other".to_string()]);
 }
+
+/// The command-line tool goes through the seam: no `cfg(feature = ...)` (the backends crate's
+/// `built.rs` is the one reader of the backend features) and no path into a backend's module
+/// (`cc::`, `cuda_backend::`, `wgpu_backend::`).
+#[test]
+fn the_cli_names_no_backend_module_and_reads_no_feature() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../arrayjit-cli/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 5, "{src:?}");
+    let mut found = Vec::new();
+    for file in &files {
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        for needle in ["cfg(feature", "::cc::", "cuda_backend::", "wgpu_backend::"] {
+            if code.contains(needle) {
+                found.push(format!("{}: {needle}", file.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the CLI reaches past the seam:\n{}",
+        found.join("\n")
+    );
+}

@@ -141,6 +141,10 @@ impl Compiler for CcCompiler {
             None => Ok(false),
         }
     }
+
+    fn compile_stats(&self) -> Option<crate::compiler::CompileStats> {
+        Some(super::stats::compile_stats())
+    }
 }
 
 impl CcCompiler {

@@ -3,23 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Counters of compilations in this process.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompileStats {
-    /// Libraries built by the compiler.
-    pub compiled: usize,
-    /// Libraries found in the cache.
-    pub cache_hits: usize,
-    /// Translation units of libraries built here whose objects were found in the cache
-    /// (compiled before for another library), so the compiler did not run for them.
-    pub object_hits: usize,
-    /// Statement functions that libraries built or loaded here call from a library loaded
-    /// before them instead of compiling them again (the forward pass that a training step,
-    /// its held-out loss and its sampling share).
-    pub imported_functions: usize,
-    /// Microseconds spent in the compiler.
-    pub compile_micros: u64,
-}
+pub use crate::compiler::CompileStats;
 
 pub(super) static COMPILED: AtomicUsize = AtomicUsize::new(0);
 pub(super) static CACHE_HITS: AtomicUsize = AtomicUsize::new(0);

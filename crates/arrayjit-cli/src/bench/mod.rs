@@ -17,13 +17,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use arrayjit_backends::cc::{self, CcConfig};
 use arrayjit_backends::device_info::CpuInfo;
 use arrayjit_ir::Result;
-use arrayjit_runtime::Backend;
+use arrayjit_runtime::RuntimeConfig;
 
 use limits::Limits;
 use workloads::{GPT, MLP, Rate, Workload};
@@ -150,9 +148,13 @@ pub(super) fn user_cpu_shares() -> Option<arrayjit::ir::schedule::CacheShares> {
 fn compile_latency(step: &str) -> Result<(String, Duration, Duration)> {
     let dir = std::env::temp_dir().join(format!("arrayjit-bench-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut config = CcConfig::from_env()?;
-    config.cache_dir = Some(dir.clone());
-    let backend = Backend::from_lowered("sync_cc", Arc::new(cc::backend(config)?));
+    let backend = arrayjit_runtime::backend_with_config(
+        "sync_cc",
+        &RuntimeConfig {
+            cache_dir: Some(dir.clone()),
+            ..RuntimeConfig::default()
+        },
+    )?;
     // Blocked products as the user's own cache says (`arrayjit tune`), in the fresh cache.
     if let Some(shares) = user_cpu_shares() {
         let mut settings = backend.optimize_settings();
@@ -167,9 +169,10 @@ fn compile_latency(step: &str) -> Result<(String, Duration, Duration)> {
         })
     };
     eprintln!("arrayjit: {step} compile, cold and cached ...");
-    let before = arrayjit_backends::cc::compile_stats();
+    let stats = || backend.lowered().compile_stats().unwrap_or_default();
+    let before = stats();
     let cold = time()?;
-    let after = arrayjit_backends::cc::compile_stats();
+    let after = stats();
     eprintln!(
         "cold compile: {} libraries built, {:.0} ms in the C compiler and linker",
         after.compiled - before.compiled,
