@@ -99,3 +99,41 @@ fn the_backend_guide_names_files_without_line_counts() {
         .collect();
     assert!(counted.is_empty(), "line counts after {counted:?}");
 }
+
+/// `docs/reference.md`'s counts line says how many item rows its tables hold, by status.
+#[test]
+fn the_reference_counts_its_rows() {
+    let text = std::fs::read_to_string(root().join("docs/reference.md")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut by_status: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut in_items = false;
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("| item | status |") {
+            in_items = true;
+            continue;
+        }
+        if !line.starts_with('|') {
+            in_items = false;
+            continue;
+        }
+        if in_items && !line.starts_with("|---") && lines.get(i + 1).is_some() {
+            let status = line.split('|').nth(2).unwrap_or("").trim().to_string();
+            *by_status.entry(status).or_default() += 1;
+        }
+    }
+    let total: usize = by_status.values().sum();
+    let count = |s: &str| by_status.get(s).copied().unwrap_or(0);
+    let want = format!(
+        "Counts: {total} rows: {} covered, {} differences, {} partial, {} missing",
+        count("covered"),
+        count("difference"),
+        count("partial"),
+        count("missing")
+    );
+    assert_eq!(
+        total,
+        count("covered") + count("difference") + count("partial") + count("missing"),
+        "{by_status:?}"
+    );
+    assert!(text.contains(&want), "the counts line should read: {want}");
+}
