@@ -90,6 +90,37 @@ fn the_readme_crate_table_follows_the_manifests() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// Every crate's manifest description opens with its layer as the README's table gives it
+/// (`arrayjit layer N: ...`), so the two cannot disagree.
+#[test]
+fn every_manifest_description_names_the_readme_layer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let rows = table(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    let mut wrong = Vec::new();
+    for entry in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        let Ok(manifest) = std::fs::read_to_string(entry.path().join("Cargo.toml")) else {
+            continue;
+        };
+        let field = |key: &str| {
+            manifest.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix(key)
+                    .and_then(|r| r.strip_suffix('"'))
+                    .map(str::to_string)
+            })
+        };
+        let name = field("name = \"").unwrap();
+        let description = field("description = \"").unwrap_or_default();
+        let want = format!("arrayjit layer {}: ", rows[&name]);
+        if !description.starts_with(&want) {
+            wrong.push(format!(
+                "{name}: \"{description}\" should open with \"{want}\""
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 #[test]
 fn the_manifest_scan_reads_only_the_dependencies_section() {
     let manifest = "[package]\nname = \"x\"\n[dependencies]\narrayjit-ir = { path = \"../ir\" }\n\
