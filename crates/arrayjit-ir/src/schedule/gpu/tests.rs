@@ -3,7 +3,11 @@
 use super::*;
 use crate::indexing::{AxisIndex, Symbol};
 use crate::low_level::ScopeId;
+use crate::low_level::{LowLevel, ScalarExpr};
 use crate::ops::BinOp;
+use crate::prec::Prec;
+use crate::schedule::{Schedule, ScheduleKind, ScheduleTuning};
+use crate::tnode::Tnode;
 
 fn node(label: &str, dims: &[usize]) -> Tnode {
     Tnode::new(Prec::F32, dims, &[label]).unwrap()
