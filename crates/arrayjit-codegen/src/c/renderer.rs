@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::tnode::sanitize_identifier;
-use arrayjit_ir::{LowLevel, Optimized, Result, Tnode};
+use arrayjit_ir::{LowLevel, Optimized, Result};
 
 use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 
@@ -312,12 +312,11 @@ fn render_kernel(
     }
     // A local's initial zeros are needed unless the first statement using it overwrites it
     // (for a scratch local, the first statement of its lifetime).
-    let first_uses = arrayjit_ir::FirstUses::of(stmts.clone());
-    let needs_zeros = |tn: &Tnode, from: usize| first_uses.needs_zeros(tn, from);
+    let first_uses = arrayjit_ir::FirstUses::of(r.statements());
     for (pos, tn) in locals.iter().enumerate() {
         let name = node_name(tn, args.len() + 1 + pos);
         let t = c_storage_type(tn.prec());
-        let zero = if needs_zeros(tn, 0) {
+        let zero = if first_uses.needs_zeros(tn, 0) {
             format!(" memset({name}, 0, sizeof({name}));")
         } else {
             String::new()
@@ -345,7 +344,7 @@ fn render_kernel(
             .iter()
             .filter(|s| s.lifetime.map(|l| l.0) == Some(i))
         {
-            if !needs_zeros(&slot.node, i) {
+            if !first_uses.needs_zeros(&slot.node, i) {
                 continue;
             }
             let name = k.node(&slot.node)?.to_string();
