@@ -421,8 +421,8 @@ pub fn scheduled_product(stmt: &LowLevel, settings: &ScheduleSettings) -> Option
 }
 
 impl Contraction {
-    /// Recognizes a contraction-shaped statement. Nodes must share one floating precision and
-    /// be unpadded; the result's iterators must be distinct; every loop iterator must index the
+    /// Recognizes a contraction-shaped statement. Nodes must share one floating precision (or,
+    /// unguarded, be `f32` but for one `bf16` factor) and be unpadded; the result's iterators must be distinct; every loop iterator must index the
     /// result or both factors (an iterator reducing one factor alone is not a contraction).
     pub fn detect(stmt: &LowLevel) -> Option<Contraction> {
         Contraction::detect_with(stmt, false, false)
@@ -496,9 +496,10 @@ impl Contraction {
         c.well_formed(half_factors).then_some(c)
     }
 
-    /// Whether the nodes' precisions fit a product: one float precision (`f32`, `f64`), or
-    /// where `half_factors`, factors of one 16-bit float precision into a result of it or
-    /// `f32`.
+    /// Whether the nodes' precisions fit a product: one float precision (`f32`, `f64`); or,
+    /// without guards and not for matrix units, an `f32` result and factor with the other factor in `bf16` (a weight
+    /// stored in `bf16`, widened as it is read: see [`Gemm::widened_factor`]); or where
+    /// `half_factors`, factors of one 16-bit float precision into a result of it or `f32`.
     fn precisions_fit(&self, half_factors: bool) -> bool {
         let (out, lhs, rhs) = (
             self.out.node.prec(),
@@ -506,7 +507,16 @@ impl Contraction {
             self.rhs.node.prec(),
         );
         let uniform = lhs == out && rhs == out;
+        // Not for matrix units, whose fragments take two factors of one 16-bit precision.
+        let widened = !half_factors
+            && out == Prec::F32
+            && self.guards.is_empty()
+            && matches!(
+                (lhs, rhs),
+                (Prec::F32, Prec::Bf16) | (Prec::Bf16, Prec::F32)
+            );
         (uniform && matches!(out, Prec::F32 | Prec::F64))
+            || widened
             || (half_factors
                 && lhs == rhs
                 && matches!(lhs, Prec::Bf16 | Prec::F16)
@@ -633,8 +643,14 @@ impl Contraction {
             }
             _ => return None,
         };
+        let (lhs_prec, rhs_prec) = (self.lhs.node.prec(), self.rhs.node.prec());
         Some(Gemm {
-            prec: self.lhs.node.prec(),
+            // A factor widened as read multiplies in the result's precision.
+            prec: if lhs_prec == rhs_prec {
+                lhs_prec
+            } else {
+                self.out.node.prec()
+            },
             out: self.out.node.clone(),
             lhs: self.lhs.node.clone(),
             rhs: self.rhs.node.clone(),
@@ -704,7 +720,8 @@ pub struct Dim {
 pub struct Gemm {
     /// The factors' precision: that of the result too, except in a product for a GPU's matrix
     /// units ([`Contraction::detect_for_matrix_units`]), whose 16-bit factors may accumulate
-    /// into an `f32` result.
+    /// into an `f32` result. In a product with a factor widened as read
+    /// ([`Gemm::widened_factor`]), the precision the product multiplies in (the result's).
     pub prec: Prec,
     /// The result.
     pub out: Tnode,
@@ -766,6 +783,35 @@ pub enum BatchSplit {
 /// Products per worker from which a batch is split by element even when its count is not a
 /// multiple of the workers (one worker then runs at most 1 in 4 more than another).
 pub const BATCH_SPLIT_MIN_PER_WORKER: usize = 4;
+
+/// Which factor of a product is stored narrower than the product multiplies
+/// ([`Gemm::widened_factor`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FactorSide {
+    /// The left factor (`lhs`).
+    Lhs,
+    /// The right factor (`rhs`).
+    Rhs,
+}
+
+impl Gemm {
+    /// The factor stored in a narrower precision than the product multiplies in (a `bf16`
+    /// weight times `f32` activations into an `f32` result), with its precision: the CPU's
+    /// product helper widens it as it reads it, so the product reads half the bytes of an
+    /// `f32` weight (what a decoding step, which reads every weight once, is bound by). GPU
+    /// passes do not take such products (they run as loops there). `None` when both
+    /// factors are in [`Gemm::prec`] (or both in the 16-bit precision of matrix units).
+    pub fn widened_factor(&self) -> Option<(FactorSide, Prec)> {
+        let (l, r) = (self.lhs.prec(), self.rhs.prec());
+        if l == r {
+            None
+        } else if l != self.prec {
+            Some((FactorSide::Lhs, l))
+        } else {
+            Some((FactorSide::Rhs, r))
+        }
+    }
+}
 
 impl Gemm {
     /// Whether one product's `M × N` (each capped at the register tile's side) is at least
@@ -862,6 +908,13 @@ impl fmt::Display for Gemm {
         )?;
         if let Some(text) = self.guard_text() {
             write!(f, ", {text}")?;
+        }
+        if let Some((side, prec)) = self.widened_factor() {
+            let which = match side {
+                FactorSide::Lhs => "left",
+                FactorSide::Rhs => "right",
+            };
+            write!(f, ", {which} factor in {} widened as read", prec.name())?;
         }
         Ok(())
     }

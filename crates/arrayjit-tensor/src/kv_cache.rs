@@ -323,10 +323,7 @@ impl Gpt {
             key_mask: key_mask.clone(),
             start: StaticSymbol::new(&format!("{label}_start"), slots - chunk + 1),
         };
-        let embedded = self
-            .token_embedding
-            .embedding(&ids)?
-            .add(&self.position_embedding.take(&positions, 0)?)?;
+        let embedded = self.embed(&ids, &self.position_embedding.take(&positions, 0)?)?;
         let mut x = embedded;
         for ((block, keys), values) in self.blocks.iter().zip(&cache.keys).zip(&cache.values) {
             x = block.forward_cached(&x, keys, values, &step)?;

@@ -33,6 +33,8 @@ pub struct ParamFactory {
     params: Vec<Tensor>,
     /// `Some` for a deferring factory: the draws not made yet.
     pending: Option<PendingDraws>,
+    /// The precision of matrix weights ([`ParamFactory::weight`]).
+    weight_prec: Prec,
 }
 
 impl ParamFactory {
@@ -43,6 +45,16 @@ impl ParamFactory {
             next_stream: 0,
             params: Vec::new(),
             pending: None,
+            weight_prec: Prec::F32,
+        }
+    }
+
+    /// This factory making its matrix weights ([`ParamFactory::weight`]) in `prec` (`f32`
+    /// unless set; `bf16` for [`Precision::Bf16Weights`]). Other parameters stay `f32`.
+    pub fn with_weight_prec(self, prec: Prec) -> ParamFactory {
+        ParamFactory {
+            weight_prec: prec,
+            ..self
         }
     }
 
@@ -55,13 +67,30 @@ impl ParamFactory {
         }
     }
 
-    /// A new parameter.
+    /// A new `f32` parameter.
     pub fn param(&mut self, label: &str, dims: &[usize], init: Init) -> Result<Tensor> {
+        self.param_in(label, Prec::F32, dims, init)
+    }
+
+    /// A new matrix weight (a factor of the model's matrix products: linear weights,
+    /// embeddings), in the factory's weight precision ([`ParamFactory::with_weight_prec`]).
+    pub fn weight(&mut self, label: &str, dims: &[usize], init: Init) -> Result<Tensor> {
+        self.param_in(label, self.weight_prec, dims, init)
+    }
+
+    /// A new parameter in `prec` (its values drawn in `f64` and rounded to it).
+    pub fn param_in(
+        &mut self,
+        label: &str,
+        prec: Prec,
+        dims: &[usize],
+        init: Init,
+    ) -> Result<Tensor> {
         let (seed, stream) = (self.seed, self.next_stream);
         let p = match &mut self.pending {
-            None => Tensor::param(label, dims, init, seed, stream)?,
+            None => Tensor::param_with_prec(label, prec, dims, init, seed, stream)?,
             Some(pending) => {
-                let p = Tensor::param_undrawn(label, Prec::F32, dims)?;
+                let p = Tensor::param_undrawn(label, prec, dims)?;
                 pending.push(p.node().clone(), dims, init, seed, stream);
                 p
             }
@@ -134,7 +163,7 @@ impl Linear {
         std: f64,
         bias: bool,
     ) -> Result<Linear> {
-        let weight = f.param(
+        let weight = f.weight(
             &format!("{label}.weight"),
             &[inputs, outputs],
             Init::Normal { mean: 0.0, std },
@@ -271,10 +300,10 @@ impl CausalSelfAttention {
         }
         let hw = width / heads;
         let normal = |s| Init::Normal { mean: 0.0, std: s };
-        let query = f.param(&format!("{label}.query"), &[width, heads, hw], normal(std))?;
-        let key = f.param(&format!("{label}.key"), &[width, heads, hw], normal(std))?;
-        let value = f.param(&format!("{label}.value"), &[width, heads, hw], normal(std))?;
-        let output = f.param(
+        let query = f.weight(&format!("{label}.query"), &[width, heads, hw], normal(std))?;
+        let key = f.weight(&format!("{label}.key"), &[width, heads, hw], normal(std))?;
+        let value = f.weight(&format!("{label}.value"), &[width, heads, hw], normal(std))?;
+        let output = f.weight(
             &format!("{label}.output"),
             &[heads, hw, width],
             normal(std * out_scale),
@@ -345,7 +374,7 @@ impl CausalSelfAttention {
         // the gradient products carry the guard too. The guard only saves work, so `bf16`
         // products, which run on a GPU's matrix units (and those take no guard), go without.
         let causal = match p {
-            Precision::F32 => vec![EinsumGuard::at_most('s', 't', 0)],
+            Precision::F32 | Precision::Bf16Weights => vec![EinsumGuard::at_most('s', 't', 0)],
             Precision::Bf16Products => Vec::new(),
         };
         let scores = p
@@ -591,11 +620,11 @@ impl Gpt {
                 expected: "every size positive".into(),
             });
         }
-        let mut f = ParamFactory::deferring(seed);
+        let mut f = ParamFactory::deferring(seed).with_weight_prec(c.precision.weight_prec());
         let std = 0.02;
         let normal = Init::Normal { mean: 0.0, std };
-        let token_embedding = f.param("token_embedding", &[c.vocabulary, c.width], normal)?;
-        let position_embedding = f.param("position_embedding", &[c.context, c.width], normal)?;
+        let token_embedding = f.weight("token_embedding", &[c.vocabulary, c.width], normal)?;
+        let position_embedding = f.weight("position_embedding", &[c.context, c.width], normal)?;
         let out_scale = 1.0 / ((2 * c.layers) as f64).sqrt();
         let mut blocks = Vec::new();
         for l in 0..c.layers {
@@ -684,7 +713,7 @@ impl Gpt {
             )?;
             self.position_embedding.take(&first, 0)?
         };
-        let embedded = self.token_embedding.embedding(ids)?.add(&positions)?;
+        let embedded = self.embed(ids, &positions)?;
         let mut x = Dropout::maybe(dropout, &embedded)?;
         for block in &self.blocks {
             x = block.forward_with(&x, dropout)?;
@@ -709,8 +738,20 @@ impl Gpt {
         losses::cross_entropy(&self.forward_with(ids, dropout)?, targets)
     }
 
-    /// The precision of the model's values.
+    /// The precision of the model's activations (`f32`; with [`Precision::Bf16Weights`] its
+    /// matrix weights are stored in `bf16`).
     pub fn prec(&self) -> Prec {
-        self.token_embedding.prec()
+        self.final_norm.gain.prec()
+    }
+
+    /// The first block's input: each id's token embedding plus its position's row of the
+    /// position embedding (`positions`, taken already), in the activations' precision
+    /// (embeddings stored in `bf16` are widened as they are read).
+    pub(crate) fn embed(&self, ids: &Tensor, positions: &Tensor) -> Result<Tensor> {
+        let prec = self.prec();
+        self.token_embedding
+            .embedding(ids)?
+            .cast(prec)?
+            .add(&positions.cast(prec)?)
     }
 }

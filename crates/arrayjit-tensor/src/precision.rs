@@ -29,16 +29,19 @@ pub enum Precision {
     F32,
     /// Matrix products of `bf16` operands accumulating in `f32`; everything else `f32`.
     Bf16Products,
+    /// Matrix weights stored in `bf16`, multiplied with `f32` activations accumulating in
+    /// `f32`; everything else `f32` (inference).
+    Bf16Weights,
 }
 
 impl Precision {
     /// The names [`Precision::from_str`] accepts.
-    pub const NAMES: [&'static str; 2] = ["f32", "bf16"];
+    pub const NAMES: [&'static str; 3] = ["f32", "bf16", "bf16-weights"];
 
     /// The product of `a` and `b` by the einsum `spec` (two operands) under this policy.
     pub fn product(self, spec: &str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         match self {
-            Precision::F32 => Tensor::einsum(spec, &[a, b]),
+            Precision::F32 | Precision::Bf16Weights => Tensor::einsum(spec, &[a, b]),
             Precision::Bf16Products => {
                 let result = Prec::promote(a.prec(), b.prec());
                 Tensor::product_in(spec, &operand(a)?, &operand(b)?, Some(result))
@@ -56,7 +59,7 @@ impl Precision {
         guards: &[EinsumGuard],
     ) -> Result<Tensor> {
         match self {
-            Precision::F32 => Tensor::guarded_product(spec, a, b, guards),
+            Precision::F32 | Precision::Bf16Weights => Tensor::guarded_product(spec, a, b, guards),
             Precision::Bf16Products => {
                 let result = Prec::promote(a.prec(), b.prec());
                 Tensor::guarded_product_in(spec, &operand(a)?, &operand(b)?, guards, Some(result))
@@ -64,21 +67,38 @@ impl Precision {
         }
     }
 
-    /// `x` as an operand of this policy's products: itself in `f32`; cast to `bf16` (and kept
-    /// as an array) for `bf16` products. A tensor several products read is cast once this
-    /// way: a product of an operand already in `bf16` does not cast it again.
+    /// `x` as an operand of this policy's products: itself in `f32` and with `bf16` weights;
+    /// cast to `bf16` (and kept as an array) for `bf16` products. A tensor several products
+    /// read is cast once this way: a product of an operand already in `bf16` does not cast it
+    /// again.
     pub fn operand(self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Precision::F32 => Ok(x.clone()),
+            Precision::F32 | Precision::Bf16Weights => Ok(x.clone()),
             Precision::Bf16Products => operand(x),
         }
     }
 
-    /// Its name: `f32` or `bf16`.
+    /// The precision matrix weights are stored in: `bf16` for [`Precision::Bf16Weights`],
+    /// `f32` otherwise (products in `bf16` cast `f32` weights).
+    pub fn weight_prec(self) -> Prec {
+        match self {
+            Precision::Bf16Weights => Prec::Bf16,
+            Precision::F32 | Precision::Bf16Products => Prec::F32,
+        }
+    }
+
+    /// Whether a model in this policy can be trained: not with `bf16` weights, whose updates
+    /// smaller than a weight's last bit would be lost.
+    pub fn trainable(self) -> bool {
+        self != Precision::Bf16Weights
+    }
+
+    /// Its name: `f32`, `bf16` or `bf16-weights`.
     pub fn name(self) -> &'static str {
         match self {
             Precision::F32 => "f32",
             Precision::Bf16Products => "bf16",
+            Precision::Bf16Weights => "bf16-weights",
         }
     }
 }
@@ -107,11 +127,13 @@ impl fmt::Display for Precision {
 impl FromStr for Precision {
     type Err = Error;
 
-    /// `f32`, or `bf16` (matrix products in `bf16`); any case.
+    /// `f32`, `bf16` (matrix products in `bf16`) or `bf16-weights` (weights stored in `bf16`);
+    /// any case.
     fn from_str(s: &str) -> Result<Precision> {
-        match s.trim().to_ascii_lowercase().as_str() {
+        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
             "f32" | "fp32" | "float32" => Ok(Precision::F32),
             "bf16" | "bfloat16" => Ok(Precision::Bf16Products),
+            "bf16-weights" | "bfloat16-weights" => Ok(Precision::Bf16Weights),
             _ => Err(Error::InvalidSetting {
                 setting: "precision".into(),
                 value: s.to_string(),
@@ -134,8 +156,19 @@ mod tests {
             Precision::Bf16Products
         );
         assert_eq!("f32".parse::<Precision>().unwrap(), Precision::F32);
+        assert_eq!(
+            "BF16_weights".parse::<Precision>().unwrap(),
+            Precision::Bf16Weights
+        );
+        for p in [
+            Precision::F32,
+            Precision::Bf16Products,
+            Precision::Bf16Weights,
+        ] {
+            assert_eq!(p.name().parse::<Precision>().unwrap(), p);
+        }
         let e = "f8".parse::<Precision>().unwrap_err().to_string();
-        assert!(e.contains("f32, bf16"), "{e}");
+        assert!(e.contains("f32, bf16, bf16-weights"), "{e}");
     }
 
     /// A `bf16` product of `f32` values is the product of the rounded values, accumulated in

@@ -21,6 +21,7 @@ mod matrix_products;
 mod random;
 mod required;
 mod simt_products;
+mod widened;
 
 use arrayjit_ir::{Error, InterpEnv, Prec, Result};
 use arrayjit_runtime::{Backend, Context};
@@ -38,6 +39,7 @@ pub use required::{
     parse_required, required_backends, skip_backend,
 };
 pub use simt_products::simt_product_cases;
+pub use widened::widened_cases;
 
 /// Every case of the corpus, freshly built (cases consume their initial host values).
 pub fn all_cases() -> Result<Vec<Case>> {
@@ -52,6 +54,7 @@ pub fn all_cases() -> Result<Vec<Case>> {
         .chain(simt_products::simt_product_cases()?)
         .chain(random::random_cases()?)
         .chain(attention::attention_cases()?)
+        .chain(widened::widened_cases()?)
         .collect())
 }
 

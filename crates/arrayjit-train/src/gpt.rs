@@ -296,6 +296,16 @@ impl GptPrograms {
     /// run or read the parameters before the returned draws are made.
     pub fn with_pending_draws(config: &TrainerConfig) -> Result<(GptPrograms, PendingDraws)> {
         let c = config.model;
+        if !c.precision.trainable() {
+            return Err(Error::InvalidSetting {
+                setting: "precision".into(),
+                value: c.precision.name().into(),
+                expected: "f32 or bf16 for training (weights stored in bf16 are for inference: \
+                           an update smaller than a weight's last bit would be lost; bf16 \
+                           multiplies in bf16 and keeps f32 weights)"
+                    .into(),
+            });
+        }
         let (model, pending) = Gpt::with_pending_draws(c, config.seed)?;
         let dropout = if config.dropout > 0.0 {
             Some(Dropout::new(config.dropout, config.seed ^ 0xd209_0a7e)?)

@@ -187,6 +187,46 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
     }
 }
 
+/// The products with a `bf16` factor run on the product helper's widening unit on the CPU
+/// backends (so the corpus checks its row, packed and single-column paths), the narrow factor
+/// on the side the case puts it; elsewhere they are loops.
+#[test]
+fn widened_cases_run_on_the_widening_helper() {
+    use arrayjit::ir::schedule::{FactorSide, ScheduleKind};
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    for case in arrayjit_testing::widened_cases().unwrap() {
+        let code = backend
+            .compile(&case.name, &case.program, &case.bindings)
+            .unwrap();
+        let opt = code.optimized();
+        let widened: Vec<_> = opt
+            .schedules
+            .iter()
+            .filter_map(|s| match &s.kind {
+                ScheduleKind::Contraction(g) => g.widened_factor(),
+                _ => None,
+            })
+            .collect();
+        let side = if case.name.starts_with("widened_left") {
+            FactorSide::Lhs
+        } else {
+            FactorSide::Rhs
+        };
+        assert_eq!(
+            widened,
+            [(side, arrayjit::ir::Prec::Bf16)],
+            "{}:\n{}",
+            case.name,
+            opt.schedule_report()
+        );
+        let entry = match side {
+            FactorSide::Lhs => "_wbf16_a(",
+            FactorSide::Rhs => "_wbf16_b(",
+        };
+        assert!(code.source().contains(entry), "{}", case.name);
+    }
+}
+
 /// The large guarded products run as blocked products with their guard on the CPU backends
 /// and as tiled products with their guard on a GPU (so the corpus checks the tiles and steps
 /// they skip and the ones they check term by term); a band (two guards) and the small or

@@ -506,3 +506,74 @@ fn bf16_products_stay_close_to_f32() {
         f32_model.generate(&[1, 2, 3], 3, &greedy, &[]).unwrap()
     );
 }
+
+/// Weights stored in bf16 (`Precision::Bf16Weights`: the matrix weights and embeddings in
+/// bf16, everything else f32) compute what an f32 model whose weights were rounded to bf16
+/// computes, on every backend: the same logits within f32's tolerance, and the same greedy
+/// tokens with the key/value cache. Half the bytes of those weights are held.
+#[test]
+fn bf16_weights_compute_what_f32_computes_with_the_rounded_weights() {
+    use arrayjit::ir::Prec;
+    use arrayjit::tensor::Precision;
+    let round_to_bf16 = |v: f64| f64::from(half::bf16::from_f64(v).to_f32());
+    let greedy = Sampling::greedy();
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
+        let name = backend.name().to_string();
+        let narrow =
+            Gpt2::from_pretrained_with(&fixture(), &backend, Precision::Bf16Weights).unwrap();
+        let rounded = Gpt2::from_pretrained(&fixture(), &backend).unwrap();
+        let mut weights = 0;
+        for (n, r) in narrow.params().iter().zip(rounded.params()) {
+            assert_eq!(n.dims(), r.dims());
+            if n.prec() == Prec::Bf16 {
+                weights += 1;
+                let values: Vec<f64> = r.values().unwrap().into_iter().map(round_to_bf16).collect();
+                r.node().host().set_values(&values).unwrap();
+            } else {
+                assert_eq!(n.prec(), Prec::F32, "{}", n.label());
+            }
+        }
+        // Per block: query, key, value, output, MLP up and down; and the two embeddings.
+        assert_eq!(weights, 6 * narrow.config().layers + 2, "{name}");
+        for (ids, _) in expected_logits().iter().take(3) {
+            let got = narrow.logits(ids).unwrap();
+            let want: Vec<f64> = rounded
+                .logits(ids)
+                .unwrap()
+                .iter()
+                .flatten()
+                .map(|&v| f64::from(v))
+                .collect();
+            let diff = relative_difference(&got, &want);
+            assert!(
+                diff < 1e-4,
+                "{name}: logits of {} ids differ by {diff:e}",
+                ids.len()
+            );
+        }
+        let prompt = [5, 17, 3, 250, 9];
+        assert_eq!(
+            narrow.generate(&prompt, 12, &greedy, &[]).unwrap(),
+            rounded.generate(&prompt, 12, &greedy, &[]).unwrap(),
+            "{name}"
+        );
+    }
+}
+
+/// A model with weights stored in bf16 is for inference: the trainer refuses it with a typed
+/// error that says which precisions train.
+#[test]
+fn bf16_weights_are_refused_for_training() {
+    use arrayjit::tensor::Precision;
+    let mut config = arrayjit::gpt::TrainerConfig::small(30);
+    config.model.precision = Precision::Bf16Weights;
+    let backend = arrayjit::backend("sync_cc").unwrap();
+    let Err(e) = arrayjit::gpt::GptTrainer::new(&backend, &config) else {
+        panic!("a trainer of bf16 weights was built");
+    };
+    assert!(
+        matches!(&e, Error::InvalidSetting { setting, .. } if setting == "precision"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("inference"), "{e}");
+}

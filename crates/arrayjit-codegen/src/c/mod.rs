@@ -12,10 +12,14 @@
 //! - `tensor_copies`: sm_90's tensor memory accelerator and `mbarrier`s for NVRTC;
 //! - `attention`: the blocked helper that runs a pass of fused attention;
 //! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls;
+//! - `gemm_row`: its one-row product (a decoding step's products);
+//! - [`gemm_widened`]: the product with one factor stored in `bf16`, widened as it is read;
 //! - `guard_bounds`: loops whose statements all skip the same guarded iterations, bounded instead.
 
 pub(crate) mod attention;
 pub mod gemm;
+pub(crate) mod gemm_row;
+pub mod gemm_widened;
 pub(crate) mod guard_bounds;
 pub(crate) mod kernel;
 pub(crate) mod outer_sums;

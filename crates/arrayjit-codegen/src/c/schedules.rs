@@ -11,10 +11,10 @@ use arrayjit_ir::schedule::{
 };
 use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbol, Tnode};
 
-use crate::c::gemm;
 use crate::c::kernel::{KernelRenderer, comment};
 use crate::c::pairwise::{Cascade, PAIRWISE_BLOCK_STEPS};
 use crate::c::syntax::{self as c_syntax, CSyntax};
+use crate::c::{gemm, gemm_widened};
 
 /// Where a statement function's outlined functions go: chunk functions run by the device's
 /// workers and the statements of fused loops. Each takes the statement function's arrays and
@@ -158,13 +158,29 @@ impl KernelRenderer<'_> {
         outlining: &mut Outlining,
         out: &mut String,
     ) -> Result<()> {
-        let name = gemm::gemm_name(g.prec, &g.blocking);
-        products.entry(name.clone()).or_insert_with(|| {
+        let helper = gemm::gemm_name(g.prec, &g.blocking);
+        products.entry(helper.clone()).or_insert_with(|| {
             (
                 gemm::gemm_signature(g.prec, &g.blocking),
                 gemm::gemm_definition(g.prec, &g.blocking),
             )
         });
+        // A factor stored narrower (a bf16 weight): the widening unit, which calls the helper.
+        let name = match g.widened_factor() {
+            None => helper,
+            Some((side, narrow)) => {
+                let b = &g.blocking;
+                products
+                    .entry(gemm_widened::widened_unit(g.prec, narrow, b))
+                    .or_insert_with(|| {
+                        (
+                            gemm_widened::widened_signatures(g.prec, narrow, b),
+                            gemm_widened::widened_definition(g.prec, narrow, b),
+                        )
+                    });
+                gemm_widened::widened_entry(g.prec, narrow, b, side)
+            }
+        };
         let [c, a, b] = [&g.out, &g.lhs, &g.rhs].map(|t| self.node(t).map(str::to_string));
         let (c, a, b) = (c?, a?, b?);
         let _ = writeln!(out, "  {}", comment(&g.to_string()));

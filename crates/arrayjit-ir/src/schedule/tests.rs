@@ -104,3 +104,81 @@ fn guards_map_onto_the_products_rows_columns_and_depth() {
     };
     assert!(product("ts,se->te", &[doubled]).is_none());
 }
+
+/// A product of `f32` by a `bf16` factor into `f32` is a contraction with the narrow factor
+/// widened as read (on either side), unguarded only; other mixes (an `f16` factor, a `bf16`
+/// result, two precisions of factors besides `f32`) stay loops.
+#[test]
+fn a_bf16_factor_times_f32_is_a_product_that_widens_it() {
+    use crate::assignments::{AccumRhs, Assignments, Operand};
+    use crate::indexing::{EinsumGuard, Projections};
+    let product = |[pa, pb, pc]: [Prec; 3], guards: &[EinsumGuard]| {
+        let a = Tnode::new(pa, &[4, 4], &["a"]).unwrap();
+        let b = Tnode::new(pb, &[4, 4], &["b"]).unwrap();
+        let c = Tnode::new(pc, &[4, 4], &["c"]).unwrap();
+        let program = Assignments::Accum {
+            initialize_neutral: true,
+            accum: BinOp::Add,
+            lhs: c.clone(),
+            projections: Projections::einsum_guarded(
+                "ik,kj->ij",
+                &[4, 4],
+                &[&[4, 4], &[4, 4]],
+                guards,
+            )
+            .unwrap(),
+            rhs: AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+        };
+        let LowLevel::Seq(items) = program.lower(&[]).unwrap() else {
+            panic!("a zeroing and the product")
+        };
+        items
+            .iter()
+            .find_map(Contraction::detect_guarded)
+            .and_then(|c| c.gemm(Blocking::for_cpu(4, 16, 4, [0; 3], Default::default())))
+    };
+    use Prec::{Bf16, F16, F32};
+    let right = product([F32, Bf16, F32], &[]).unwrap();
+    assert_eq!(right.prec, F32);
+    assert_eq!(right.widened_factor(), Some((FactorSide::Rhs, Bf16)));
+    assert!(
+        right
+            .to_string()
+            .ends_with("right factor in bf16 widened as read"),
+        "{right}"
+    );
+    let left = product([Bf16, F32, F32], &[]).unwrap();
+    assert_eq!(left.widened_factor(), Some((FactorSide::Lhs, Bf16)));
+    assert_eq!(
+        product([F32, F32, F32], &[]).unwrap().widened_factor(),
+        None
+    );
+    assert!(product([F32, F16, F32], &[]).is_none());
+    assert!(product([F32, Bf16, Bf16], &[]).is_none());
+    assert!(product([F16, Bf16, F32], &[]).is_none());
+    assert!(product([F32, Bf16, F32], &[EinsumGuard::at_most('j', 'i', 0)]).is_none());
+    // Matrix units take two 16-bit factors, never one.
+    let stmt = |[pa, pb]: [Prec; 2]| {
+        let a = Tnode::new(pa, &[4, 4], &["a"]).unwrap();
+        let b = Tnode::new(pb, &[4, 4], &["b"]).unwrap();
+        let c = Tnode::new(F32, &[4, 4], &["c"]).unwrap();
+        let program = Assignments::einsum(
+            "ik,kj->ij",
+            BinOp::Add,
+            &c,
+            AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
+            true,
+        )
+        .unwrap();
+        let LowLevel::Seq(items) = program.lower(&[]).unwrap() else {
+            panic!("a zeroing and the product")
+        };
+        items
+            .iter()
+            .find_map(Contraction::detect_for_matrix_units)
+            .is_some()
+    };
+    assert!(stmt([Bf16, Bf16]));
+    assert!(!stmt([Bf16, F32]));
+    assert!(!stmt([F32, Bf16]));
+}

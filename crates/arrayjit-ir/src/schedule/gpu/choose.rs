@@ -277,7 +277,11 @@ fn row_threads(items: &[RowItem<'_>], threads: u32) -> u32 {
 /// multiply-add.
 fn f32_product(stmt: &LowLevel) -> Option<(Gemm, bool)> {
     let c = Contraction::detect_guarded(stmt)?;
-    if c.out.node.prec() != Prec::F32 {
+    // Every node f32: a factor stored in bf16 (widened as read on a CPU) stays loops here.
+    if [&c.out, &c.lhs, &c.rhs]
+        .iter()
+        .any(|a| a.node.prec() != Prec::F32)
+    {
         return None;
     }
     // The blocking is the CPU's and is not used by a tiled pass; any valid one will do.
