@@ -1,11 +1,13 @@
 """Hugging Face `transformers`' GPT-2 beside `arrayjit generate` (issue 65's peer).
 
     python gpt2_generate_torch.py --model DIR [--threads N] [--tokens 64] [--prefill 512]
+        [--dtype float32|bfloat16]
 
 Prints one JSON line: the decode rate of `generate` with its KV cache (greedy, batch 1, eight
 prompt tokens; the rate counts the new tokens after the first over the time after the first
 token, the first token's time being the prompt's forward), and the time of one forward of
-`--prefill` tokens (the median of 3 after one untimed). Needs torch and transformers.
+`--prefill` tokens (the median of 3 after one untimed). `--dtype bfloat16` loads the weights in
+bf16 (PyTorch then computes in bf16 too). Needs torch and transformers.
 """
 
 import argparse
@@ -23,9 +25,10 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--prefill", type=int, default=512)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    m = GPT2LMHeadModel.from_pretrained(a.model, dtype=torch.float32).eval()
+    m = GPT2LMHeadModel.from_pretrained(a.model, dtype=getattr(torch, a.dtype)).eval()
     prompt = torch.tensor([[15496, 11, 314, 1101, 257, 3303, 2746, 11]])
     mask = torch.ones_like(prompt)
     with torch.no_grad():
@@ -50,6 +53,7 @@ def main():
             times.append(time.perf_counter() - t)
     print(json.dumps({
         "threads": a.threads,
+        "dtype": a.dtype,
         "decode_tokens_per_s": (a.tokens - 1) / max(1e-9, total - first),
         "generate_total_s": total,
         "prefill_tokens": a.prefill,

@@ -1,13 +1,16 @@
-//! The benchmark's generation row (issue 65): GPT-2 small (124M parameters, random weights,
-//! f32) decoding with its key/value cache at batch 1, and a 512-token prompt's prefill, beside
+//! The benchmark's generation row (issue 65): GPT-2 small (124M parameters, random weights)
+//! decoding with its key/value cache at batch 1, and a 512-token prompt's prefill, beside
 //! Hugging Face `transformers` (`generate` with its cache, and the model's forward) at the same
 //! threads, and the machine's limit: the parameters' bytes read per token over the measured
-//! read bandwidth. Runs only when `--only` names it (`generation`): it writes a 500 MB
-//! checkpoint (for `transformers` to load the same weights) and takes about a minute.
+//! read bandwidth. Twice per thread count: weights in f32 (`transformers` in float32), and in
+//! bf16 (arrayjit's [`Precision::Bf16Weights`], `transformers` loaded in bfloat16). Runs only
+//! when `--only` names it (`generation`): it writes a 500 MB checkpoint (for `transformers` to
+//! load the same weights) and takes about two minutes.
 
 use std::fmt::Write as _;
 
 use arrayjit::gpt2::{Gpt2, Gpt2Config, Sampling};
+use arrayjit::tensor::Precision;
 use arrayjit_backends::device_info::CpuInfo;
 use arrayjit_ir::{Error, Result};
 
@@ -32,10 +35,22 @@ struct Figures {
     prefill_ms: Option<f64>,
 }
 
-/// arrayjit's figures on `backend` for the checkpoint in `dir`.
-fn ours(dir: &std::path::Path, backend: &str) -> Result<Figures> {
+/// The two ways the row runs the model: arrayjit's precision and `transformers`' dtype.
+const PRECISIONS: [(Precision, &str); 2] = [
+    (Precision::F32, "float32"),
+    (Precision::Bf16Weights, "bfloat16"),
+];
+
+/// arrayjit's figures on `backend` for the checkpoint in `dir` in `precision`, and the bytes of
+/// its parameters (what a decoding step reads).
+fn ours(dir: &std::path::Path, backend: &str, precision: Precision) -> Result<(Figures, f64)> {
     let backend = arrayjit::backend(backend)?;
-    let model = Gpt2::from_pretrained(dir, &backend)?;
+    let model = Gpt2::from_pretrained_with(dir, &backend, precision)?;
+    let bytes: usize = model
+        .params()
+        .iter()
+        .map(|p| p.dims().iter().product::<usize>() * p.prec().size_in_bytes())
+        .sum();
     let prompt = [15496, 11, 314, 1101, 257, 3303, 2746, 11];
     // The first generation compiles; the timed one compiles nothing.
     model.generate(&prompt, 4, &Sampling::greedy(), &[])?;
@@ -54,17 +69,19 @@ fn ours(dir: &std::path::Path, backend: &str) -> Result<Figures> {
         times.push(t.unwrap_or(f64::NAN));
     }
     times.sort_by(f64::total_cmp);
-    Ok(Figures {
+    let figures = Figures {
         decode,
         prefill_ms: Some(times[1]),
-    })
+    };
+    Ok((figures, bytes as f64))
 }
 
-/// `transformers`' figures at `threads`, from `gpt2_generate_torch.py`.
+/// `transformers`' figures at `threads` with the weights in `dtype`, from
+/// `gpt2_generate_torch.py`.
 fn peer(
     config: &BenchConfig,
     dir: &std::path::Path,
-    threads: usize,
+    (threads, dtype): (usize, &str),
     notes: &mut Vec<String>,
 ) -> Figures {
     let out = std::process::Command::new(super::python(config))
@@ -73,6 +90,7 @@ fn peer(
         .args(["--threads", &threads.to_string()])
         .args(["--tokens", &TOKENS.to_string()])
         .args(["--prefill", &PROMPT.to_string()])
+        .args(["--dtype", dtype])
         .output();
     let line = match out {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
@@ -81,7 +99,7 @@ fn peer(
             .map(String::from),
         Ok(o) => {
             notes.push(format!(
-                "transformers {threads} thread(s) failed: {}",
+                "transformers {threads} thread(s) {dtype} failed: {}",
                 String::from_utf8_lossy(&o.stderr)
                     .lines()
                     .last()
@@ -114,8 +132,7 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Optio
     let config2 = Gpt2Config::small();
     eprintln!("writing a random GPT-2 small checkpoint for both sides ...");
     let cpu_backend = arrayjit::backend("sync_cc")?;
-    Gpt2::random(config2.clone(), 1, &cpu_backend)?.save_pretrained(dir.path())?;
-    let bytes = 4.0 * config2.parameter_count() as f64;
+    Gpt2::random(config2, 1, &cpu_backend)?.save_pretrained(dir.path())?;
     let mut notes = Vec::new();
     let mut lines = Vec::new();
     for (k, (backend, threads)) in [("sync_cc", 1), ("multicore_cc", cpu.cores.max(1))]
@@ -125,21 +142,39 @@ pub fn run(config: &BenchConfig, cpu: &CpuInfo, limits: &Limits) -> Result<Optio
         if k == 1 && threads == 1 {
             continue;
         }
-        eprintln!("arrayjit {backend}: {ROW} ...");
-        let ours = ours(dir.path(), backend)?;
-        let theirs = if config.no_peers {
-            Figures::default()
-        } else {
-            eprintln!("transformers {threads} thread(s): {ROW} ...");
-            peer(config, dir.path(), threads, &mut notes)
-        };
-        let limit = limits.read_gbs[k.min(1)] * 1e9 / bytes;
-        lines.push((threads, ours, theirs, limit));
+        for (precision, dtype) in PRECISIONS {
+            eprintln!("arrayjit {backend} {precision}: {ROW} ...");
+            let (ours, bytes) = ours(dir.path(), backend, precision)?;
+            let theirs = if config.no_peers {
+                Figures::default()
+            } else {
+                eprintln!("transformers {threads} thread(s) {dtype}: {ROW} ...");
+                peer(config, dir.path(), (threads, dtype), &mut notes)
+            };
+            let limit = limits.read_gbs[k.min(1)] * 1e9 / bytes;
+            lines.push(Line {
+                threads,
+                precision,
+                ours,
+                theirs,
+                limit,
+            });
+        }
     }
     Ok(Some(table(&lines, &notes)))
 }
 
-fn table(lines: &[(usize, Figures, Figures, f64)], notes: &[String]) -> String {
+/// One line of the table.
+struct Line {
+    threads: usize,
+    precision: Precision,
+    ours: Figures,
+    theirs: Figures,
+    /// Tokens per second the read bandwidth allows.
+    limit: f64,
+}
+
+fn table(lines: &[Line], notes: &[String]) -> String {
     let f = |v: Option<f64>, digits: usize| v.map_or("–".into(), |v| format!("{v:.digits$}"));
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
@@ -148,13 +183,19 @@ fn table(lines: &[(usize, Figures, Figures, f64)], notes: &[String]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| model | threads | arrayjit decode (tokens/s) | transformers generate | vs transformers | bandwidth limit (tokens/s) | of limit | arrayjit prompt of {PROMPT} tokens | transformers forward | vs transformers |"
+        "\n| model | threads | weights | arrayjit decode (tokens/s) | transformers generate | vs transformers | bandwidth limit (tokens/s) | of limit | arrayjit prompt of {PROMPT} tokens | transformers forward | vs transformers |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
-    for (threads, ours, theirs, limit) in lines {
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for l in lines {
+        let (ours, theirs, limit) = (&l.ours, &l.theirs, l.limit);
+        let weights = match l.precision {
+            Precision::Bf16Weights => "bf16",
+            _ => "f32",
+        };
         let _ = writeln!(
             out,
-            "| {ROW} | {threads} | {} | {} | {} | {limit:.1} | {} | {} ms | {} ms | {} |",
+            "| {ROW} | {} | {weights} | {} | {} | {} | {limit:.1} | {} | {} ms | {} ms | {} |",
+            l.threads,
             f(ours.decode, 1),
             f(theirs.decode, 1),
             ratio(ours.decode, theirs.decode),
@@ -168,12 +209,15 @@ fn table(lines: &[(usize, Figures, Figures, f64)], notes: &[String]) -> String {
     super::legend_and_notes(
         &mut out,
         &format!(
-            "Generation row: GPT-2 small (124M parameters, random weights, f32), greedy, batch 1, an \
+            "Generation row: GPT-2 small (124M parameters, random weights), greedy, batch 1, an \
          8-token prompt then {TOKENS} tokens with the key/value cache (the rate counts the steps \
          after the first token); the bandwidth limit is the parameters' bytes read per token over \
          the C reference's read bandwidth; a {PROMPT}-token prompt's time to its first token \
          (arrayjit: the prefill routine in chunks of 64, the output head for the last token \
-         only; transformers: one forward, every position's logits), the median of 3."
+         only; transformers: one forward, every position's logits), the median of 3. Weights \
+         bf16: arrayjit stores the matrix weights and embeddings in bf16 and multiplies f32 \
+         activations by them (`--precision bf16-weights`); transformers loads the model in \
+         bfloat16 and computes in it."
         ),
         notes,
     );
@@ -194,10 +238,17 @@ mod tests {
             decode: Some(20.0),
             prefill_ms: Some(600.0),
         };
-        let text = table(&[(1, ours, theirs, 40.0)], &[]);
+        let line = Line {
+            threads: 1,
+            precision: Precision::Bf16Weights,
+            ours,
+            theirs,
+            limit: 40.0,
+        };
+        let text = table(&[line], &[]);
         assert!(
             text.contains(&format!(
-                "| {ROW} | 1 | 30.0 | 20.0 | 1.50× | 40.0 | 75% | 500 ms | 600 ms | 1.20× |"
+                "| {ROW} | 1 | bf16 | 30.0 | 20.0 | 1.50× | 40.0 | 75% | 500 ms | 600 ms | 1.20× |"
             )),
             "{text}"
         );

@@ -22,7 +22,7 @@
 //! where an affine condition on the row, column and depth holds, skipping whole register tiles
 //! and depth ranges; `write_guarded_tile` says how a tile that crosses the guard runs.
 
-use crate::c::gemm_row::{RowFactor, write_single_row};
+use crate::c::gemm_row::write_single_row;
 use crate::c::kernel::{LIGHT_BEGIN, OPTIMIZE_END};
 use crate::c::syntax::c_storage_type;
 use std::fmt::Write as _;
@@ -150,7 +150,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         s,
         "static inline int {name}_direct(int64_t rsA, int64_t csA) {{ return csA == 1 && (rsA * (int64_t)sizeof({t})) % 4096 != 0; }}"
     );
-    write_single_row(&mut s, &name, (t, &vt, lanes), &RowFactor::same(t, &vt));
+    write_single_row(&mut s, &name, (t, &vt, lanes));
     // The blocked product on one thread.
     let _ = write!(
         s,

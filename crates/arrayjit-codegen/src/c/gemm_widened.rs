@@ -20,7 +20,7 @@ use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::{Blocking, FactorSide};
 
 use crate::c::gemm::{CONTRACT_END, CONTRACT_FAST, gemm_name, gemm_signature};
-use crate::c::gemm_row::{RowFactor, write_single_row};
+use crate::c::gemm_row::{COLUMN_PREFETCH, ROW_BLOCK, ROW_PREFETCH};
 use crate::c::kernel::{LIGHT_BEGIN, OPTIMIZE_END};
 use crate::c::syntax::c_storage_type;
 
@@ -88,31 +88,24 @@ pub fn widened_definition(prec: Prec, narrow: Prec, b: &Blocking) -> String {
         "{};\n{hidden} int64_t {g}_packed_size(int64_t K, int64_t N);\n{hidden} int {g}_times_packed(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const void *Bpv, {t} *C, int64_t rsC, int64_t csC, int ovw);",
         gemm_signature(prec, b)
     );
-    // bf16 is the high half of an f32: widening is a shift by 16 bits, a vector at a time.
+    // bf16 is the high half of an f32. Two lanes' worth of bf16 (2L elements) read as L 32-bit
+    // lanes hold the even elements in their low halves and the odd ones in their high halves:
+    // widened by a shift and a mask, with no shuffle across lanes (gcc's widening of 16 u16
+    // lanes took four shuffles a vector, and the row product ran at half the bytes per second).
     let _ = write!(
         s,
-        "typedef {n} {w}_vn __attribute__((vector_size({}), aligned(2)));
-typedef uint32_t {w}_vu __attribute__((vector_size({})));
+        "typedef uint32_t {w}_vu __attribute__((vector_size({vbytes}), aligned(2)));
 static inline {t} {w}_one({n} h) {{ uint32_t u = (uint32_t)h << 16; {t} f; memcpy(&f, &u, sizeof f); return f; }}
-static inline {vt} {w}_vector(const {n} *p) {{
-  {w}_vn h; memcpy(&h, p, sizeof h);
-  const {w}_vu u = __builtin_convertvector(h, {w}_vu) << 16;
-  {vt} f; memcpy(&f, &u, sizeof f); return f;
+/* The 2 x {lanes} elements at p: the even ones in *e, the odd ones in *o. */
+static inline void {w}_pairs(const {n} *p, {vt} *e, {vt} *o) {{
+  {w}_vu u; memcpy(&u, p, sizeof u);
+  const {w}_vu lo = u << 16, hi = u & 0xffff0000u;
+  memcpy(e, &lo, sizeof lo); memcpy(o, &hi, sizeof hi);
 }}
 ",
-        lanes * 2,
-        lanes * 4
+        vbytes = lanes * 4,
     );
-    write_single_row(
-        &mut s,
-        &w,
-        (t, &vt, lanes),
-        &RowFactor {
-            stored: n.to_string(),
-            one: format!("{w}_one"),
-            vector: format!("{w}_vector"),
-        },
-    );
+    write_widened_row(&mut s, &w, (t, n, &vt, lanes));
     let _ = write!(
         s,
         "/* B's block of depths [pc, pc + kcb) and columns [jc, jc + ncb) widened into panels of {nr}
@@ -124,7 +117,7 @@ static void {w}_pack_b({t} *restrict Bp, int64_t sb, const {n} *B, int64_t rsB, 
     const {n} *src = B + (pc + k) * rsB + jc;
     for (int64_t j0 = 0; j0 < whole; j0 += {nr}) {{
       {t} *dst = Bp + j0 / {nr} * sb + k * {nr};
-      for (int64_t q = 0; q < {nr}; q += {lanes}) {{ const {vt} v = {w}_vector(src + j0 + q); memcpy(dst + q, &v, sizeof v); }}
+      for (int64_t q = 0; q < {nr}; ++q) dst[q] = {w}_one(src[j0 + q]);
     }}
   }}
   for (int64_t j0 = whole; j0 < ncb; j0 += {nr}) {{
@@ -226,4 +219,131 @@ static void {w}_chunk(void *ctx, int64_t index) {{
 "
     );
     s
+}
+
+/// `{w}_row`: one row of A (f32) times B (bf16), as the `f32` helper's row product
+/// ([`crate::c::gemm_row`]) in its two orders, with B read `2 × lanes` elements at a time and
+/// widened into even and odd lanes ([`widened_definition`]'s `{w}_pairs`):
+/// - rows of B contiguous: the accumulators of each `2 × lanes` columns hold the even columns,
+///   then the odd ones, put back in order when stored;
+/// - columns of B contiguous: A is copied once, its even and odd depths of each `2 × lanes`
+///   apart, and each column's even and odd products summed in two vectors, added at the end.
+///
+/// Each element's sum has one order for a shape, whatever the workers.
+fn write_widened_row(s: &mut String, w: &str, (t, n, vt, lanes): (&str, &str, &str, usize)) {
+    let pair = 2 * lanes;
+    let _ = write!(
+        s,
+        "static inline {t} {w}_lanes_sum({vt} v) {{
+  {t} x[{lanes}];
+  memcpy(x, &v, sizeof(x));
+  for (int q = {lanes} / 2; q >= 1; q /= 2)
+    for (int i = 0; i < q; ++i) x[i] += x[i + q];
+  return x[0];
+}}
+static int {w}_row(int64_t N, int64_t K, const {t} *A, int64_t csA, const {n} *B, int64_t rsB, int64_t csB, {t} *C, int64_t csC, int ovw) {{
+  if (csB == 1 && rsB >= N) {{
+    {t} acc[{ROW_BLOCK}] __attribute__((aligned(64)));
+    for (int64_t jb = 0; jb < N; jb += {ROW_BLOCK}) {{
+      const int64_t nb = N - jb < {ROW_BLOCK} ? N - jb : {ROW_BLOCK};
+      const int64_t nv = nb / {pair} * {pair};
+      memset(acc, 0, sizeof(acc));
+      int64_t k = 0;
+      for (; k + 4 <= K; k += 4) {{
+        const {t} a0 = A[k * csA], a1 = A[(k + 1) * csA], a2 = A[(k + 2) * csA], a3 = A[(k + 3) * csA];
+        const {n} *b0 = B + k * rsB + jb, *b1 = b0 + rsB, *b2 = b1 + rsB, *b3 = b2 + rsB;
+        for (int64_t j = 0; j < nv; j += {pair}) {{
+          {ROW_PREFETCH}
+          {vt} ce, co, e, o;
+          memcpy(&ce, acc + j, sizeof ce); memcpy(&co, acc + j + {lanes}, sizeof co);
+          {w}_pairs(b0 + j, &e, &o); ce += a0 * e; co += a0 * o;
+          {w}_pairs(b1 + j, &e, &o); ce += a1 * e; co += a1 * o;
+          {w}_pairs(b2 + j, &e, &o); ce += a2 * e; co += a2 * o;
+          {w}_pairs(b3 + j, &e, &o); ce += a3 * e; co += a3 * o;
+          memcpy(acc + j, &ce, sizeof ce); memcpy(acc + j + {lanes}, &co, sizeof co);
+        }}
+        for (int64_t j = nv; j < nb; ++j) {{
+          {t} c = acc[j];
+          c += a0 * {w}_one(b0[j]); c += a1 * {w}_one(b1[j]); c += a2 * {w}_one(b2[j]); c += a3 * {w}_one(b3[j]);
+          acc[j] = c;
+        }}
+      }}
+      for (; k < K; ++k) {{
+        const {t} a = A[k * csA];
+        const {n} *b = B + k * rsB + jb;
+        for (int64_t j = 0; j < nv; j += {pair})
+          for (int l = 0; l < {lanes}; ++l) {{
+            acc[j + l] += a * {w}_one(b[j + 2 * l]);
+            acc[j + {lanes} + l] += a * {w}_one(b[j + 2 * l + 1]);
+          }}
+        for (int64_t j = nv; j < nb; ++j) acc[j] += a * {w}_one(b[j]);
+      }}
+      {t} *c = C + jb * csC;
+      /* Columns back in order: even ones first in each pair of vectors. */
+      for (int64_t j = 0; j < nv; j += {pair})
+        for (int l = 0; l < {lanes}; ++l) {{
+          const {t} even = acc[j + l], odd = acc[j + {lanes} + l];
+          if (ovw) {{ c[(j + 2 * l) * csC] = even; c[(j + 2 * l + 1) * csC] = odd; }}
+          else {{ c[(j + 2 * l) * csC] += even; c[(j + 2 * l + 1) * csC] += odd; }}
+        }}
+      if (ovw) for (int64_t j = nv; j < nb; ++j) c[j * csC] = acc[j];
+      else for (int64_t j = nv; j < nb; ++j) c[j * csC] += acc[j];
+    }}
+    return 1;
+  }}
+  if (rsB == 1 && csB >= K) {{
+    /* A's even depths of each pair of vectors, then its odd ones, copied once per thread. */
+    static _Thread_local {t} *row = 0;
+    static _Thread_local size_t row_len = 0;
+    const int64_t kv = K / {pair} * {pair};
+    if ((size_t)K > row_len) {{
+      free(row);
+      row = ({t} *)aligned_alloc(64, ((size_t)K * sizeof({t}) + 63) / 64 * 64);
+      row_len = row ? (size_t)K : 0;
+    }}
+    if (!row) return 0;
+    for (int64_t k = 0; k < kv; k += {pair})
+      for (int l = 0; l < {lanes}; ++l) {{
+        row[k + l] = A[(k + 2 * l) * csA];
+        row[k + {lanes} + l] = A[(k + 2 * l + 1) * csA];
+      }}
+    for (int64_t k = kv; k < K; ++k) row[k] = A[k * csA];
+    int64_t j = 0;
+    for (; j + 4 <= N; j += 4) {{
+      const {n} *b0 = B + j * csB, *b1 = b0 + csB, *b2 = b1 + csB, *b3 = b2 + csB;
+      {vt} s0 = {{0}}, s1 = {{0}}, s2 = {{0}}, s3 = {{0}}, t0 = {{0}}, t1 = {{0}}, t2 = {{0}}, t3 = {{0}};
+      for (int64_t k = 0; k < kv; k += {pair}) {{
+        {COLUMN_PREFETCH}
+        {vt} xe, xo, e, o;
+        memcpy(&xe, row + k, sizeof xe); memcpy(&xo, row + k + {lanes}, sizeof xo);
+        {w}_pairs(b0 + k, &e, &o); s0 += xe * e; t0 += xo * o;
+        {w}_pairs(b1 + k, &e, &o); s1 += xe * e; t1 += xo * o;
+        {w}_pairs(b2 + k, &e, &o); s2 += xe * e; t2 += xo * o;
+        {w}_pairs(b3 + k, &e, &o); s3 += xe * e; t3 += xo * o;
+      }}
+      {t} r[4] = {{{w}_lanes_sum(s0 + t0), {w}_lanes_sum(s1 + t1), {w}_lanes_sum(s2 + t2), {w}_lanes_sum(s3 + t3)}};
+      for (int64_t k = kv; k < K; ++k) {{
+        r[0] += row[k] * {w}_one(b0[k]); r[1] += row[k] * {w}_one(b1[k]);
+        r[2] += row[k] * {w}_one(b2[k]); r[3] += row[k] * {w}_one(b3[k]);
+      }}
+      for (int q = 0; q < 4; ++q) C[(j + q) * csC] = ovw ? r[q] : C[(j + q) * csC] + r[q];
+    }}
+    for (; j < N; ++j) {{
+      const {n} *b = B + j * csB;
+      {vt} s0 = {{0}}, t0 = {{0}};
+      for (int64_t k = 0; k < kv; k += {pair}) {{
+        {vt} xe, xo, e, o;
+        memcpy(&xe, row + k, sizeof xe); memcpy(&xo, row + k + {lanes}, sizeof xo);
+        {w}_pairs(b + k, &e, &o); s0 += xe * e; t0 += xo * o;
+      }}
+      {t} r = {w}_lanes_sum(s0 + t0);
+      for (int64_t k = kv; k < K; ++k) r += row[k] * {w}_one(b[k]);
+      C[j * csC] = ovw ? r : C[j * csC] + r;
+    }}
+    return 1;
+  }}
+  return 0;
+}}
+"
+    );
 }
