@@ -70,6 +70,21 @@ def test_sampling_batches_stops_and_errors():
         aj.Gpt2.from_pretrained(FIXTURES)
 
 
+def test_bf16_weights_compute_what_f32_computes_with_rounded_weights(backend, tmp_path):
+    """precision="bf16-weights" equals an f32 model whose checkpoint holds the weights rounded
+    to bf16 (written here, as transformers would save a model cast to bfloat16 and back)."""
+    narrow = aj.Gpt2.from_pretrained(TINY, backend=backend, precision="bf16-weights")
+    narrow.save_pretrained(tmp_path)  # the bf16 weights, written as their exact f32 values
+    rounded = aj.Gpt2.from_pretrained(tmp_path, backend=backend)
+    for ids, _ in expected_logits()[:3]:
+        got, want = narrow.logits(ids), rounded.logits(ids)
+        assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < 1e-4
+    prompt = [5, 17, 3, 250, 9]
+    assert narrow.generate(prompt, 8, temperature=0) == rounded.generate(prompt, 8, temperature=0)
+    with pytest.raises(aj.ArrayjitError):
+        aj.Gpt2.from_pretrained(TINY, backend=backend, precision="bf17")
+
+
 def test_save_pretrained_round_trips(tmp_path):
     model = aj.Gpt2.from_pretrained(TINY, backend=aj.backend("sync_cc"))
     model.save_pretrained(tmp_path)
