@@ -315,6 +315,21 @@ pub fn contraction_cases() -> Result<Vec<Case>> {
             "ik,kj->ij",
             &[('i', 14), ('k', 1024), ('j', 5)],
         )?,
+        // Few rows against a row-major right factor read in place (not packed): whole panels
+        // and a partial one, depth blocks past the first adding onto the result, A's rows
+        // read in place (row-major) and packed (column-major, with a partial sliver).
+        einsum_case(
+            "gemm_few_rows_right_factor_in_place",
+            f32,
+            "ik,kj->ij",
+            &[('i', 40), ('k', 600), ('j', 100)],
+        )?,
+        einsum_case(
+            "gemm_few_rows_packed_left_right_in_place",
+            f32,
+            "ki,kj->ij",
+            &[('i', 30), ('k', 300), ('j', 70)],
+        )?,
         // Batches of dot products (M = N = 1, as in a softmax or layer-norm gain gradient):
         // large enough for a blocked product, but it would fill one element of each register
         // tile, so they stay loops.

@@ -39,6 +39,11 @@ pub(crate) const CONTRACT_FAST: &str = "#if defined(__GNUC__) && !defined(__clan
 /// Ends [`CONTRACT_FAST`] for clang (back to the backends' `off`).
 pub(crate) const CONTRACT_END: &str = "#ifdef __clang__\n#pragma clang fp contract(off)\n#endif";
 
+/// Slivers of A's rows up to which a product of one block of rows reads a row-major B in
+/// place instead of packing it (`{name}_block_in_place`): few enough that each panel of B,
+/// read from memory once, is used by few slivers, so that packing it cost a large share.
+const IN_PLACE_SLIVERS: usize = 8;
+
 /// The C function name of the product for a precision and blocking.
 pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
     format!(
@@ -94,6 +99,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let name = gemm_name(prec, b);
     let micro = format!("{name}_micro");
     let (mr, nr, mc, kc, nc) = (b.mr, b.nr, b.mc, b.kc, b.nc);
+    let in_place_rows = IN_PLACE_SLIVERS * mr;
     let mut s = String::new();
     let _ = writeln!(s, "#include <stdlib.h>");
     // The micro-kernel is explicit vector code: gcc's -O3 loop transformations add nothing to
@@ -113,9 +119,33 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     // its loop's place in the instruction cache does not move with the code linked before it:
     // on the Xeon (6/207) the attention helper's forward and backward ran 273–277 ms or
     // 292–297 ms by where its unit's code happened to end (a comment's worth of difference).
-    for (suffix, extra, a_at) in [
-        ("", "", format!("k * {mr} + {{r}}")),
-        ("_rows", ", int64_t lda", "{r} * lda + k".to_string()),
+    //
+    // The `_bd` variants read B in place too (rows `ldb` apart, for one block of A's rows
+    // against a row-major B: see `{name}_block_in_place`), and fetch the same depths of the
+    // next panel (`pf` elements on: the panel's width, or 0 for no new lines) while they run.
+    for (suffix, extra, a_at, b_at, fetch) in [
+        ("", "", format!("k * {mr} + {{r}}"), format!("k * {nr}"), ""),
+        (
+            "_rows",
+            ", int64_t lda",
+            "{r} * lda + k".to_string(),
+            format!("k * {nr}"),
+            "",
+        ),
+        (
+            "_bd",
+            ", int64_t ldb, int64_t pf",
+            format!("k * {mr} + {{r}}"),
+            "k * ldb".to_string(),
+            "    __builtin_prefetch(b + k * ldb + pf, 0, 3); __builtin_prefetch(b + k * ldb + pf + 64 / sizeof(*b), 0, 3);\n",
+        ),
+        (
+            "_rows_bd",
+            ", int64_t lda, int64_t ldb, int64_t pf",
+            "{r} * lda + k".to_string(),
+            "k * ldb".to_string(),
+            "    __builtin_prefetch(b + k * ldb + pf, 0, 3); __builtin_prefetch(b + k * ldb + pf + 64 / sizeof(*b), 0, 3);\n",
+        ),
     ] {
         let _ = writeln!(
             s,
@@ -125,9 +155,10 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
             let _ = writeln!(s, "  {vt} c{r}_0 = {{0}}, c{r}_1 = {{0}};");
         }
         let _ = writeln!(s, "  for (int64_t k = 0; k < kc; ++k) {{");
+        s.push_str(fetch);
         let _ = writeln!(
             s,
-            "    const {vt} b0 = *(const {vt} *)(b + k * {nr}), b1 = *(const {vt} *)(b + k * {nr} + {lanes});"
+            "    const {vt} b0 = *(const {vt} *)(b + {b_at}), b1 = *(const {vt} *)(b + {b_at} + {lanes});"
         );
         for r in 0..mr {
             let at = a_at.replace("{r}", &r.to_string());
@@ -226,10 +257,16 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
   int finite_a = 0, masked = 0;
   if (M <= {mc}) {{
     /* All of A is one block of rows: packed once per kc block, not again for every block
-       of N columns (the same packing of B, the same sums in the same order). */
+       of N columns (the same packing of B, the same sums in the same order). Where its rows
+       are few and B is row-major, B is read in place ({name}_block_in_place). */
+    const int in_place = !g && csB == 1 && M <= {in_place_rows} && N >= 2 * {nr};
     for (int64_t pc = 0; pc < K; pc += kcs) {{
       const int64_t kcb = K - pc < kcs ? K - pc : kcs;
       {name}_pack_a(Ap, A, rsA, csA, 0, M, pc, kcb, direct);
+      if (in_place) {{
+        {name}_block_in_place(A, rsA, Ap, B, rsB, Bp, C, rsC, csC, M, N, pc, kcb, direct, ovw && pc == 0);
+        continue;
+      }}
       if (mask == 2) finite_a = {name}_finite_a(A, rsA, csA, 0, M, pc, kcb);
       for (int64_t jc = 0; jc < N; jc += {nc}) {{
         const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
@@ -487,6 +524,35 @@ static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp
         {micro}_rows(kcb, A + (ic + i0) * rsA + pc, rsA, Bp + j0 / {nr} * sb, ct, rsC, csC, h, w, ovw && pc == 0);
       else
         {micro}(kcb, Ap + i0 / {mr} * sa, Bp + j0 / {nr} * sb, ct, rsC, csC, h, w, ovw && pc == 0);
+    }}
+  }}
+}}
+/* One block of A's rows (packed in Ap, or read in place where `direct`) times B's depths
+   [pc, pc + kcb), B read in place (row-major, rows rsB apart), every column: panel by panel,
+   each against every sliver, the next panel's lines fetched while the first sliver's product
+   runs; a last, partial panel packed into Bp. The products and order of {name}_block on packed
+   panels, without packing B: where A's rows are few, packing B (a read from memory and a
+   write, then the product's read) cost about as much as 40% of the product's arithmetic
+   (GPT-2's 64-row prefill products ran at 97-100 GFLOP/s on the Xeon 6/207). */
+static void {name}_block_in_place(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *B, int64_t rsB, {t} *Bp, {t} *C, int64_t rsC, int64_t csC, int64_t mcb, int64_t N, int64_t pc, int64_t kcb, int direct, int ovw) {{
+  const int64_t sa = {name}_sliver(kcb), whole = N / {nr} * {nr};
+  for (int64_t j0 = 0; j0 < N; j0 += {nr}) {{
+    const int64_t w = N - j0 < {nr} ? N - j0 : {nr};
+    const {t} *const b = B + pc * rsB + j0;
+    if (w < {nr}) {name}_pack_b(Bp, B, rsB, 1, j0, w, pc, kcb);
+    for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
+      const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr};
+      {t} *const ct = C + i0 * rsC + j0 * csC;
+      /* The next whole panel's lines, once (during the first sliver's product). */
+      const int64_t pf = i0 == 0 && j0 + {nr} < whole ? {nr} : 0;
+      if (w < {nr}) {{
+        if (direct && h == {mr}) {micro}_rows(kcb, A + i0 * rsA + pc, rsA, Bp, ct, rsC, csC, h, w, ovw);
+        else {micro}(kcb, Ap + i0 / {mr} * sa, Bp, ct, rsC, csC, h, w, ovw);
+      }} else if (direct && h == {mr}) {{
+        {micro}_rows_bd(kcb, A + i0 * rsA + pc, rsA, rsB, pf, b, ct, rsC, csC, h, w, ovw);
+      }} else {{
+        {micro}_bd(kcb, Ap + i0 / {mr} * sa, rsB, pf, b, ct, rsC, csC, h, w, ovw);
+      }}
     }}
   }}
 }}
