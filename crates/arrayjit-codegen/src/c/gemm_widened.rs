@@ -2,9 +2,10 @@
 //! weights kept in `bf16`, see [`arrayjit_ir::schedule::Gemm::widened_factor`]): the `bf16`
 //! factor is widened to `f32` as it is read, never copied whole.
 //!
-//! - One row of the result (a decoding step: `x · W`, `x · Eᵀ`): the helper's row product
-//!   ([`crate::c::gemm_row`]) reading the `bf16` matrix a vector at a time, widened in
-//!   registers, so the product reads 2 bytes per weight instead of 4.
+//! - One row of the result (a decoding step: `x · W`, `x · Eᵀ`): a row product in the two
+//!   orders of the `f32` helper's (`gemm_row`), reading two vectors' worth of `bf16` as one
+//!   vector of 32-bit lanes and widening the even elements by a shift and the odd ones by a
+//!   mask, in registers, so the product reads 2 bytes per weight instead of 4.
 //! - Otherwise the `f32` helper's blocked product ([`crate::c::gemm`]) on panels of the `bf16`
 //!   factor widened as they are packed (`{name}_times_packed`, the packed product the attention
 //!   helper uses too): B is read once per block of columns, as the `f32` helper reads it.

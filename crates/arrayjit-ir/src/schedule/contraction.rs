@@ -443,7 +443,7 @@ pub struct Gemm {
     /// takes them; [`Gemm::kept_fraction`] counts them as 0.
     pub guard_statics: Vec<(i64, Symbol)>,
     /// The product writes every element of the result instead of adding to it: the zeroing
-    /// statement before it was absorbed (see [`ScheduleKind::Absorbed`]).
+    /// statement before it was absorbed (see [`super::ScheduleKind::Absorbed`]).
     pub overwrite: bool,
     /// Every axis of the result is indexed by a loop covering it entirely (so the product
     /// writes every element).
