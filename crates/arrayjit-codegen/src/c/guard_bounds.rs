@@ -25,25 +25,76 @@ pub(crate) struct GuardSplit {
     pub skipped: Option<LowLevel>,
 }
 
-/// The guard `g` of a value `where(g < 0, kept, value)`, with `kept` and `value`.
-fn guarded(value: &ScalarExpr) -> Option<(&AxisIndex, &ScalarExpr, &ScalarExpr)> {
+/// A guarded value `where(g < 0, kept, value)`: the guard `g`, and what is stored where it
+/// fails (`kept`) and where it holds (`value`).
+struct Guarded<'a> {
+    guard: &'a AxisIndex,
+    kept: ScalarExpr,
+    value: ScalarExpr,
+}
+
+/// The guard of a value `where(g < 0, kept, value)`, its test written in place or bound to a
+/// local that the value reads again (`where((l := g < 0), kept, … l …)`, as common
+/// subexpressions leave a guard tested twice: a guarded exponential `where(l, 0, exp(where(l,
+/// 0, x)))`). In `kept` and `value` such a local reads as the test's result there: 1 where the
+/// guard fails, 0 where it holds. A local-bound test whose value holds local scopes of its own
+/// is not taken (their bodies are not rewritten).
+fn guarded(value: &ScalarExpr) -> Option<Guarded<'_>> {
     let ScalarExpr::Ternop(TernOp::Where, cond, kept, v) = value else {
         return None;
     };
-    let ScalarExpr::Binop(BinOp::Cmplt, g, zero) = cond.as_ref() else {
+    let (test, local) = match cond.as_ref() {
+        ScalarExpr::LocalScope { id, body } => match body.as_ref() {
+            LowLevel::SetLocal(l, test) if l == id => (test, Some(*id)),
+            LowLevel::Seq(items) => match items.as_slice() {
+                [LowLevel::SetLocal(l, test)] if l == id => (test, Some(*id)),
+                _ => return None,
+            },
+            _ => return None,
+        },
+        test => (test, None),
+    };
+    let ScalarExpr::Binop(BinOp::Cmplt, g, zero) = test else {
         return None;
     };
-    match (g.as_ref(), zero.as_ref()) {
-        (ScalarExpr::EmbedIndex(g), ScalarExpr::Constant(z)) if *z == 0.0 => Some((g, kept, v)),
-        _ => None,
+    let (ScalarExpr::EmbedIndex(g), ScalarExpr::Constant(z)) = (g.as_ref(), zero.as_ref()) else {
+        return None;
+    };
+    if *z != 0.0 {
+        return None;
     }
+    let Some(id) = local else {
+        return Some(Guarded {
+            guard: g,
+            kept: kept.as_ref().clone(),
+            value: v.as_ref().clone(),
+        });
+    };
+    let mut scoped = false;
+    for e in [kept.as_ref(), v.as_ref()] {
+        e.visit_all(&mut |x| scoped |= matches!(x, ScalarExpr::LocalScope { .. }));
+    }
+    if scoped {
+        return None;
+    }
+    let read_as = |e: &ScalarExpr, test_value: f64| {
+        e.clone().map_bottom_up(&mut |x| match x {
+            ScalarExpr::GetLocal(l) if l == id => ScalarExpr::Constant(test_value),
+            x => x,
+        })
+    };
+    Some(Guarded {
+        guard: g,
+        kept: read_as(kept, 1.0),
+        value: read_as(v, 0.0),
+    })
 }
 
 /// The guard of a statement's stored value, if it has one.
 fn statement_guard(s: &LowLevel) -> Option<&AxisIndex> {
     match s {
         LowLevel::Set { value, .. } | LowLevel::SetLocal(_, value) => {
-            guarded(value).map(|(g, ..)| g)
+            guarded(value).map(|g| g.guard)
         }
         _ => None,
     }
@@ -89,23 +140,29 @@ fn resolve(s: &LowLevel, holds: bool) -> Option<LowLevel> {
             body: Box::new(body),
         }),
         LowLevel::Set { tn, idcs, value } => match guarded(value) {
-            Some((_, _, v)) if holds => Some(LowLevel::Set {
+            Some(g) if holds => Some(LowLevel::Set {
                 tn: tn.clone(),
                 idcs: idcs.clone(),
-                value: v.clone(),
+                value: g.value,
             }),
-            Some((_, ScalarExpr::Get(kt, ki), _)) if kt == tn && ki == idcs => None,
-            Some((_, k, _)) => Some(LowLevel::Set {
+            Some(Guarded {
+                kept: ScalarExpr::Get(kt, ki),
+                ..
+            }) if kt == *tn && ki == *idcs => None,
+            Some(g) => Some(LowLevel::Set {
                 tn: tn.clone(),
                 idcs: idcs.clone(),
-                value: k.clone(),
+                value: g.kept,
             }),
             None => Some(s.clone()),
         },
         LowLevel::SetLocal(id, value) => match guarded(value) {
-            Some((_, _, v)) if holds => Some(LowLevel::SetLocal(*id, v.clone())),
-            Some((_, ScalarExpr::GetLocal(k), _)) if k == id => None,
-            Some((_, k, _)) => Some(LowLevel::SetLocal(*id, k.clone())),
+            Some(g) if holds => Some(LowLevel::SetLocal(*id, g.value)),
+            Some(Guarded {
+                kept: ScalarExpr::GetLocal(k),
+                ..
+            }) if k == *id => None,
+            Some(g) => Some(LowLevel::SetLocal(*id, g.kept)),
             None => Some(s.clone()),
         },
         LowLevel::Noop => None,
@@ -134,4 +191,70 @@ pub(crate) fn guard_split(index: Symbol, body: &LowLevel) -> Option<GuardSplit> 
         kept: resolve(body, true).unwrap_or(LowLevel::Noop),
         skipped: resolve(body, false),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrayjit_ir::{Prec, ScopeId, Tnode, UnOp};
+
+    /// A guarded exponential whose test common subexpressions bound to a local
+    /// (`y[s] = where((l := t - s < 0), 0, exp(where(l, 0, x[s])))`) splits its loop like a
+    /// test written in place: where the guard holds it stores `exp(x[s])` (the local read as
+    /// 0), where it fails `0`.
+    #[test]
+    fn a_guard_bound_to_a_local_splits_the_loop() {
+        let (t, s) = (Symbol::fresh(), Symbol::fresh());
+        let x = Tnode::new(Prec::F32, &[8], &["x"]).unwrap();
+        let y = Tnode::new(Prec::F32, &[8], &["y"]).unwrap();
+        let l = ScopeId::fresh(Prec::F32);
+        let test = ScalarExpr::binop(
+            BinOp::Cmplt,
+            ScalarExpr::EmbedIndex(AxisIndex::affine([(1, t), (-1, s)], 0)),
+            ScalarExpr::Constant(0.0),
+        );
+        let read = ScalarExpr::Get(x.clone(), vec![AxisIndex::Iterator(s)]);
+        let value = ScalarExpr::ternop(
+            TernOp::Where,
+            ScalarExpr::LocalScope {
+                id: l,
+                body: Box::new(LowLevel::SetLocal(l, test)),
+            },
+            ScalarExpr::Constant(0.0),
+            ScalarExpr::unop(
+                UnOp::Exp,
+                ScalarExpr::ternop(
+                    TernOp::Where,
+                    ScalarExpr::GetLocal(l),
+                    ScalarExpr::Constant(0.0),
+                    read.clone(),
+                ),
+            ),
+        );
+        let body = LowLevel::Set {
+            tn: y.clone(),
+            idcs: vec![AxisIndex::Iterator(s)],
+            value,
+        };
+        let split = guard_split(s, &body).expect("the loop splits at the guard");
+        // t - s >= 0 holds up to s = t.
+        assert!(!split.lower);
+        let LowLevel::Set { value: kept, .. } = &split.kept else {
+            panic!("{:?}", split.kept)
+        };
+        let resolved = ScalarExpr::unop(
+            UnOp::Exp,
+            ScalarExpr::ternop(
+                TernOp::Where,
+                ScalarExpr::Constant(0.0),
+                ScalarExpr::Constant(0.0),
+                read,
+            ),
+        );
+        assert_eq!(*kept, resolved);
+        let Some(LowLevel::Set { value: skipped, .. }) = &split.skipped else {
+            panic!("{:?}", split.skipped)
+        };
+        assert_eq!(*skipped, ScalarExpr::Constant(0.0));
+    }
 }
