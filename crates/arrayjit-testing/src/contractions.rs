@@ -46,19 +46,19 @@ fn einsum_case(name: &str, prec: Prec, spec: &str, sizes: &[(char, usize)]) -> R
     let (inputs, out) = spec.split_once("->").unwrap_or((spec, ""));
     let (l, r) = inputs.split_once(',').unwrap_or((inputs, ""));
     let dims = [l, r, out].map(|operand| dims_of(operand, &size));
-    product_case(name, [prec, prec], spec, dims)
+    product_case(name, [prec, prec, prec], spec, dims)
 }
 
 /// `c = a ·spec· b` for an einsum `spec` over inputs of dims `a` and `b` ([`input`]'s values)
-/// in precision `prec` into a hosted result of dims `c` in precision `result`.
+/// in precisions `pa` and `pb` into a hosted result of dims `c` in precision `result`.
 pub(crate) fn product_case(
     name: &str,
-    [prec, result]: [Prec; 2],
+    [pa, pb, result]: [Prec; 3],
     spec: &str,
     [a, b, c]: [Vec<usize>; 3],
 ) -> Result<Case> {
-    let a = input(prec, &a, "a", 1)?;
-    let b = input(prec, &b, "b", 2)?;
+    let a = input(pa, &a, "a", 1)?;
+    let b = input(pb, &b, "b", 2)?;
     let c = output(result, &c, "c")?;
     let program = Assignments::einsum(
         spec,

@@ -198,7 +198,7 @@ pub fn long_product_in(
 ) -> Result<Case> {
     super::contractions::product_case(
         name,
-        [prec, Prec::F32],
+        [prec, prec, Prec::F32],
         spec,
         [a, b, c].map(<[usize]>::to_vec),
     )

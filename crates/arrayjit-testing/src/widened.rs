@@ -9,10 +9,10 @@
 //! Values are small integers, exact in `bf16` and whose sums are exact in `f32` in any order,
 //! so a result that differs shows a wrong layout or widening, not a rounding.
 
-use arrayjit_ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Result};
+use arrayjit_ir::{Prec, Result};
 
-use super::case::{Case, case, output};
-use super::contractions::input;
+use super::case::Case;
+use super::contractions::product_case;
 
 /// `c = a ·spec· b` with `a` in `pa`, `b` in `pb`, `c` in `f32`, letter sizes `sizes`.
 fn widened_case(
@@ -25,17 +25,12 @@ fn widened_case(
     let dims = |operand: &str| operand.chars().map(size).collect::<Vec<_>>();
     let (inputs, out) = spec.split_once("->").unwrap_or((spec, ""));
     let (l, r) = inputs.split_once(',').unwrap_or((inputs, ""));
-    let a = input(pa, &dims(l), "a", 1)?;
-    let b = input(pb, &dims(r), "b", 2)?;
-    let c = output(Prec::F32, &dims(out), "c")?;
-    let program = Assignments::einsum(
+    product_case(
+        name,
+        [pa, pb, Prec::F32],
         spec,
-        BinOp::Add,
-        &c,
-        AccumRhs::Binop(BinOp::Mul, Operand::Node(a), Operand::Node(b)),
-        true,
-    )?;
-    Ok(case(name, program, vec![c]))
+        [dims(l), dims(r), dims(out)],
+    )
 }
 
 /// The cases (see the module doc).
