@@ -21,6 +21,23 @@ pub(crate) const ROW_PREFETCH: &str = "__builtin_prefetch(b0 + j + 4 * rsB, 0, 3
 /// weights read 3–6 ms with the fetch against 8–12 ms without (alternated runs).
 pub(crate) const COLUMN_PREFETCH: &str = "__builtin_prefetch(b0 + k + 8 * csB, 0, 3); __builtin_prefetch(b1 + k + 8 * csB, 0, 3); __builtin_prefetch(b2 + k + 8 * csB, 0, 3); __builtin_prefetch(b3 + k + 8 * csB, 0, 3);";
 
+/// `{name}_lanes_sum`: the sum of a vector's lanes as a tree, for the row products' dot
+/// products (`(t, vt, lanes)`: the precision, its vector type and lanes).
+pub(crate) fn write_lanes_sum(s: &mut String, name: &str, (t, vt, lanes): (&str, &str, usize)) {
+    let _ = write!(
+        s,
+        "/* The sum of a vector's lanes, as a tree (halves added until one is left). */
+static inline {t} {name}_lanes_sum({vt} v) {{
+  {t} x[{lanes}];
+  memcpy(x, &v, sizeof(x));
+  for (int w = {lanes} / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) x[i] += x[i + w];
+  return x[0];
+}}
+"
+    );
+}
+
 /// `{name}_row`: the product of one row of A by B (`C[0, j] = Σ_k A[k] · B[k, j]`), reading
 /// each factor once, where the blocked product would pack B (a copy of all of it, then the copy
 /// read again): a decoding step's products are such rows, and their time is that of reading
@@ -34,17 +51,10 @@ pub(crate) const COLUMN_PREFETCH: &str = "__builtin_prefetch(b0 + k + 8 * csB, 0
 /// has one order for a shape, whatever the workers. Returns 0 (nothing done) for other strides
 /// or when A's copy cannot be had, and the blocked product runs.
 pub(crate) fn write_single_row(s: &mut String, name: &str, (t, vt, lanes): (&str, &str, usize)) {
+    write_lanes_sum(s, name, (t, vt, lanes));
     let _ = write!(
         s,
-        "/* The sum of a vector's lanes, as a tree (halves added until one is left). */
-static inline {t} {name}_lanes_sum({vt} v) {{
-  {t} x[{lanes}];
-  memcpy(x, &v, sizeof(x));
-  for (int w = {lanes} / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) x[i] += x[i + w];
-  return x[0];
-}}
-static int {name}_row(int64_t N, int64_t K, const {t} *A, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t csC, int ovw) {{
+        "static int {name}_row(int64_t N, int64_t K, const {t} *A, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t csC, int ovw) {{
   if (csB == 1 && rsB >= N) {{
     {t} acc[{ROW_BLOCK}] __attribute__((aligned(64)));
     for (int64_t jb = 0; jb < N; jb += {ROW_BLOCK}) {{

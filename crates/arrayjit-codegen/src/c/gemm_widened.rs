@@ -21,7 +21,7 @@ use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::{Blocking, FactorSide};
 
 use crate::c::gemm::{CONTRACT_END, CONTRACT_FAST, gemm_name, gemm_signature};
-use crate::c::gemm_row::{COLUMN_PREFETCH, ROW_BLOCK, ROW_PREFETCH};
+use crate::c::gemm_row::{COLUMN_PREFETCH, ROW_BLOCK, ROW_PREFETCH, write_lanes_sum};
 use crate::c::kernel::{LIGHT_BEGIN, OPTIMIZE_END};
 use crate::c::syntax::c_storage_type;
 
@@ -233,16 +233,10 @@ static void {w}_chunk(void *ctx, int64_t index) {{
 /// Each element's sum has one order for a shape, whatever the workers.
 fn write_widened_row(s: &mut String, w: &str, (t, n, vt, lanes): (&str, &str, &str, usize)) {
     let pair = 2 * lanes;
+    write_lanes_sum(s, w, (t, vt, lanes));
     let _ = write!(
         s,
-        "static inline {t} {w}_lanes_sum({vt} v) {{
-  {t} x[{lanes}];
-  memcpy(x, &v, sizeof(x));
-  for (int q = {lanes} / 2; q >= 1; q /= 2)
-    for (int i = 0; i < q; ++i) x[i] += x[i + q];
-  return x[0];
-}}
-static int {w}_row(int64_t N, int64_t K, const {t} *A, int64_t csA, const {n} *B, int64_t rsB, int64_t csB, {t} *C, int64_t csC, int ovw) {{
+        "static int {w}_row(int64_t N, int64_t K, const {t} *A, int64_t csA, const {n} *B, int64_t rsB, int64_t csB, {t} *C, int64_t csC, int ovw) {{
   if (csB == 1 && rsB >= N) {{
     {t} acc[{ROW_BLOCK}] __attribute__((aligned(64)));
     for (int64_t jb = 0; jb < N; jb += {ROW_BLOCK}) {{

@@ -10,7 +10,7 @@
 //! intervals run in the loop's order and each iteration stores what it stored before, so the
 //! results are the same bits.
 
-use arrayjit_ir::{AxisIndex, BinOp, LowLevel, ScalarExpr, Symbol, TernOp};
+use arrayjit_ir::{AxisIndex, BinOp, LowLevel, ScalarExpr, ScopeId, Symbol, TernOp};
 
 /// How a guard splits a loop over `index`: the guard holds for `index >= -rest` (`lower`) or
 /// for `index <= rest`, with `rest` the guard without its `index` term.
@@ -25,12 +25,35 @@ pub(crate) struct GuardSplit {
     pub skipped: Option<LowLevel>,
 }
 
-/// A guarded value `where(g < 0, kept, value)`: the guard `g`, and what is stored where it
-/// fails (`kept`) and where it holds (`value`).
+/// A guarded value `where(g < 0, kept, value)`: the guard `g`, what is stored where it fails
+/// (`kept`) and where it holds (`value`), and the local the test is bound to, if any.
 struct Guarded<'a> {
     guard: &'a AxisIndex,
-    kept: ScalarExpr,
-    value: ScalarExpr,
+    kept: &'a ScalarExpr,
+    value: &'a ScalarExpr,
+    local: Option<ScopeId>,
+}
+
+impl Guarded<'_> {
+    /// What is stored where the guard fails (the test's local read as 1).
+    fn kept(&self) -> ScalarExpr {
+        self.read_local_as(self.kept, 1.0)
+    }
+
+    /// What is stored where the guard holds (the test's local read as 0).
+    fn value(&self) -> ScalarExpr {
+        self.read_local_as(self.value, 0.0)
+    }
+
+    fn read_local_as(&self, e: &ScalarExpr, test_value: f64) -> ScalarExpr {
+        match self.local {
+            None => e.clone(),
+            Some(id) => e.clone().map_bottom_up(&mut |x| match x {
+                ScalarExpr::GetLocal(l) if l == id => ScalarExpr::Constant(test_value),
+                x => x,
+            }),
+        }
+    }
 }
 
 /// The guard of a value `where(g < 0, kept, value)`, its test written in place or bound to a
@@ -63,30 +86,20 @@ fn guarded(value: &ScalarExpr) -> Option<Guarded<'_>> {
     if *z != 0.0 {
         return None;
     }
-    let Some(id) = local else {
-        return Some(Guarded {
-            guard: g,
-            kept: kept.as_ref().clone(),
-            value: v.as_ref().clone(),
-        });
-    };
-    let mut scoped = false;
-    for e in [kept.as_ref(), v.as_ref()] {
-        e.visit_all(&mut |x| scoped |= matches!(x, ScalarExpr::LocalScope { .. }));
+    if local.is_some() {
+        let mut scoped = false;
+        for e in [kept.as_ref(), v.as_ref()] {
+            e.visit_all(&mut |x| scoped |= matches!(x, ScalarExpr::LocalScope { .. }));
+        }
+        if scoped {
+            return None;
+        }
     }
-    if scoped {
-        return None;
-    }
-    let read_as = |e: &ScalarExpr, test_value: f64| {
-        e.clone().map_bottom_up(&mut |x| match x {
-            ScalarExpr::GetLocal(l) if l == id => ScalarExpr::Constant(test_value),
-            x => x,
-        })
-    };
     Some(Guarded {
         guard: g,
-        kept: read_as(kept, 1.0),
-        value: read_as(v, 0.0),
+        kept,
+        value: v,
+        local,
     })
 }
 
@@ -143,26 +156,26 @@ fn resolve(s: &LowLevel, holds: bool) -> Option<LowLevel> {
             Some(g) if holds => Some(LowLevel::Set {
                 tn: tn.clone(),
                 idcs: idcs.clone(),
-                value: g.value,
+                value: g.value(),
             }),
             Some(Guarded {
                 kept: ScalarExpr::Get(kt, ki),
                 ..
-            }) if kt == *tn && ki == *idcs => None,
+            }) if kt == tn && ki == idcs => None,
             Some(g) => Some(LowLevel::Set {
                 tn: tn.clone(),
                 idcs: idcs.clone(),
-                value: g.kept,
+                value: g.kept(),
             }),
             None => Some(s.clone()),
         },
         LowLevel::SetLocal(id, value) => match guarded(value) {
-            Some(g) if holds => Some(LowLevel::SetLocal(*id, g.value)),
+            Some(g) if holds => Some(LowLevel::SetLocal(*id, g.value())),
             Some(Guarded {
                 kept: ScalarExpr::GetLocal(k),
                 ..
-            }) if k == *id => None,
-            Some(g) => Some(LowLevel::SetLocal(*id, g.kept)),
+            }) if k == id => None,
+            Some(g) => Some(LowLevel::SetLocal(*id, g.kept())),
             None => Some(s.clone()),
         },
         LowLevel::Noop => None,
@@ -196,7 +209,7 @@ pub(crate) fn guard_split(index: Symbol, body: &LowLevel) -> Option<GuardSplit> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrayjit_ir::{Prec, ScopeId, Tnode, UnOp};
+    use arrayjit_ir::{Prec, Tnode, UnOp};
 
     /// A guarded exponential whose test common subexpressions bound to a local
     /// (`y[s] = where((l := t - s < 0), 0, exp(where(l, 0, x[s])))`) splits its loop like a
