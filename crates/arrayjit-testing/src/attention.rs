@@ -1,8 +1,9 @@
 //! Fused attention in the conformance corpus ([`arrayjit_ir::attention`]): the forward pass
 //! (output and row log-sum-exp) and the backward pass, in either axis order, causal or not,
 //! with dropout drawn inside the loops, an odd number of positions, one position and one head,
-//! several blocks of the CPU helper's (neither size a multiple of a block), and half-precision inputs (whose output accumulates in a separate `f32` array). Every
-//! backend must agree with the interpreter running the operation's loops.
+//! several blocks of the CPU helper's (neither size a multiple of a block), queries and keys of
+//! different lengths, and half-precision inputs (whose output accumulates in a separate `f32`
+//! array). Every backend must agree with the interpreter running the operation's loops.
 
 use arrayjit_ir::{
     AccumRhs, Assignments, AttentionDropout, AttentionLayout, AttentionOp, AttentionSpec, BinOp,
@@ -25,7 +26,11 @@ fn spread_input(prec: Prec, dims: &[usize], label: &str, salt: usize) -> Result<
 struct Sizes {
     batch: usize,
     heads: usize,
+    /// Positions of the queries.
     time: usize,
+    /// Positions of the keys and values (a causal mask is anchored at the top left: query `t`
+    /// sees keys `0..=t`).
+    key_time: usize,
     features: usize,
 }
 
@@ -39,9 +44,10 @@ fn attention_case(
     dropout: Option<f64>,
 ) -> Result<Case> {
     let dims = layout.order(s.batch, s.heads, s.time, s.features);
+    let key_dims = layout.order(s.batch, s.heads, s.key_time, s.features);
     let q = spread_input(prec, &dims, "q", 1)?;
-    let k = spread_input(prec, &dims, "k", 2)?;
-    let v = spread_input(prec, &dims, "v", 3)?;
+    let k = spread_input(prec, &key_dims, "k", 2)?;
+    let v = spread_input(prec, &key_dims, "v", 3)?;
     let grad_out = spread_input(prec, &dims, "grad_out", 4)?;
     let dropout = match dropout {
         Some(p) => {
@@ -62,8 +68,8 @@ fn attention_case(
     let lse = output(spec.stats_prec(), &spec.row_dims(), "lse")?;
     let delta = Tnode::new(spec.stats_prec(), &spec.row_dims(), &["delta"])?;
     let grad_q = output(prec, &dims, "grad_q")?;
-    let grad_k = output(prec, &dims, "grad_k")?;
-    let grad_v = output(prec, &dims, "grad_v")?;
+    let grad_k = output(prec, &key_dims, "grad_k")?;
+    let grad_v = output(prec, &key_dims, "grad_v")?;
     let rows = match layout {
         AttentionLayout::HeadsFirst => "bhtf,bhtf->bht",
         AttentionLayout::TimeFirst => "bthf,bthf->bht",
@@ -104,6 +110,7 @@ pub fn attention_head_case(
         batch: 1,
         heads: 2,
         time,
+        key_time: time,
         features,
     };
     attention_case(name, prec, AttentionLayout::TimeFirst, sizes, true, dropout)
@@ -116,6 +123,14 @@ pub fn attention_cases() -> Result<Vec<Case>> {
         batch,
         heads,
         time,
+        key_time: time,
+        features,
+    };
+    let uneven = |batch, heads, time, key_time, features| Sizes {
+        batch,
+        heads,
+        time,
+        key_time,
         features,
     };
     Ok(vec![
@@ -184,6 +199,24 @@ pub fn attention_cases() -> Result<Vec<Case>> {
             sizes(1, 2, 150, 8),
             true,
             Some(0.2),
+        )?,
+        // Queries and keys of different lengths, causal: the CPU helper's blocks on the
+        // diagonal run in strips of rows or keys, and blocks cut short by the mask's end.
+        attention_case(
+            "attention_causal_more_keys",
+            Prec::F32,
+            TimeFirst,
+            uneven(1, 2, 150, 290, 8),
+            true,
+            None,
+        )?,
+        attention_case(
+            "attention_causal_fewer_keys",
+            Prec::F32,
+            HeadsFirst,
+            uneven(1, 2, 270, 140, 12),
+            true,
+            None,
         )?,
         attention_case(
             "attention_f16",

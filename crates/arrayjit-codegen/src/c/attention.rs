@@ -182,6 +182,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
   const int packed = aj_att_packs(E, Ev);
   float *restrict kt = buf, *restrict s = kt + aj_att_forward_keys(Tk, E, Ev), *restrict acc = s + BQ * BK;
   float *restrict m = acc + BQ * Ev, *restrict l = m + BQ;
+  float mnew[AJ_ATT_BQ], shrink[AJ_ATT_BQ];
   /* Packed: Kᵀ's panels (a key block's start at k0 / nr panels), then each key block's values. */
   float *restrict vpk = kt + (packed ? AJ_ATT_PACKED_SIZE(E, Tk) : 0);
   const int64_t kpanel = AJ_ATT_PACKED_SIZE(E, AJ_ATT_NR), vblock = AJ_ATT_PACKED_SIZE(BK, Ev);
@@ -200,21 +201,33 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
     const int64_t kend = c->causal ? (t0 + rows < Tk ? t0 + rows : Tk) : Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += BK) {
       const int64_t kn = kend - k0 < BK ? kend - k0 : BK;
-      /* The values' block was packed whole: a block cut short by the causal end (queries and
-         keys of different lengths) multiplies unpacked. */
-      const int whole = kn == (Tk - k0 < BK ? Tk - k0 : BK);
+      /* The rows of the values' packed block (its panels' depth). */
+      const int64_t kb = Tk - k0 < BK ? Tk - k0 : BK;
+      /* Where some rows see only the block's first keys (the causal diagonal), both products
+         run in strips of rows, each over the keys its last row sees: the same sums without
+         the hidden keys' terms (never read in S, zeros in P). */
+      const int64_t strip = c->causal && t0 + rows - k0 < kn ? AJ_ATT_STRIP : rows;
       /* S = Q_block · K_blockᵀ */
-      if (!packed || AJ_ATT_TIMES_PACKED(rows, kn, E, qp + t0 * a.qst, a.qst, 1, kt + k0 / AJ_ATT_NR * kpanel, s, BK, 1, 1)) {
-        if (packed) AJ_ATT_GEMM(rows, kn, E, qp + t0 * a.qst, a.qst, 1, kp + k0 * a.kst, 1, a.kst, s, BK, 1, 1);
-        else AJ_ATT_GEMM(rows, kn, E, qp + t0 * a.qst, a.qst, 1, kt + k0, ldk, 1, s, BK, 1, 1);
+      for (int64_t r0 = 0; r0 < rows; r0 += strip) {
+        const int64_t r1 = rows - r0 < strip ? rows : r0 + strip;
+        const int64_t n = c->causal && t0 + r1 - k0 < kn ? t0 + r1 - k0 : kn;
+        if (n <= 0) continue;
+        const float *qs = qp + (t0 + r0) * a.qst;
+        if (!packed || AJ_ATT_TIMES_PACKED(r1 - r0, n, E, qs, a.qst, 1, kt + k0 / AJ_ATT_NR * kpanel, s + r0 * BK, BK, 1, 1)) {
+          if (packed) AJ_ATT_GEMM(r1 - r0, n, E, qs, a.qst, 1, kp + k0 * a.kst, 1, a.kst, s + r0 * BK, BK, 1, 1);
+          else AJ_ATT_GEMM(r1 - r0, n, E, qs, a.qst, 1, kt + k0, ldk, 1, s + r0 * BK, BK, 1, 1);
+        }
       }
+      /* Three passes over the block's rows, so that no row waits on its own rescaling
+         factor: each row's scaled scores and new maximum; the factors exp(m - m'), 16 rows to a
+         vector; then each row's weights, sum and rescaled accumulator. */
       for (int64_t i = 0; i < rows; ++i) {
         float *restrict si = s + i * BK;
         /* Keys past the row (causal) or past the block take no part. */
         const int64_t lim = c->causal ? t0 + i + 1 - k0 : kn;
         const int64_t visible = lim < kn ? (lim > 0 ? lim : 0) : kn;
         if (visible == 0) {
-          for (int64_t j = 0; j < kn; ++j) si[j] = 0.0f;
+          mnew[i] = m[i];
           continue;
         }
         /* The visible keys rounded up to whole vectors: past them a row holds exp(-1e30) = 0,
@@ -224,21 +237,38 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
           ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
         for (int64_t j = 0; j < w; ++j) si[j] = j < visible ? si[j] * scale : -1e30f;
-        const float mx = aj_att_row_max(si, w, m[i]);
-        const float shrink = aj_att_exp(m[i] - mx);
+        mnew[i] = aj_att_row_max(si, w, m[i]);
+      }
+      for (int64_t i = 0; i < rows; ++i) shrink[i] = aj_att_exp(m[i] - mnew[i]);
+      for (int64_t i = 0; i < rows; ++i) {
+        float *restrict si = s + i * BK;
+        const int64_t lim = c->causal ? t0 + i + 1 - k0 : kn;
+        const int64_t visible = lim < kn ? (lim > 0 ? lim : 0) : kn;
+        if (visible == 0) {
+          for (int64_t j = 0; j < kn; ++j) si[j] = 0.0f;
+          continue;
+        }
+        const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
+          ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
+        const float mx = mnew[i], sh = shrink[i];
         for (int64_t j = 0; j < w; ++j) { const float p = aj_att_exp(si[j] - mx); si[j] = j < visible ? p : 0.0f; }
         for (int64_t j = w; j < kn; ++j) si[j] = 0.0f;
-        l[i] = l[i] * shrink + aj_att_row_sum(si, w);
+        l[i] = l[i] * sh + aj_att_row_sum(si, w);
         m[i] = mx;
         float *restrict ai = acc + i * Ev;
-        for (int64_t f = 0; f < Ev; ++f) ai[f] *= shrink;
+        for (int64_t f = 0; f < Ev; ++f) ai[f] *= sh;
         /* Dropout weighs the values' sum only, not the row's sum. */
         if (c->drop)
           for (int64_t j = 0; j < visible; ++j) si[j] *= aj_att_keep(c, &a, t0 + i, k0 + j);
       }
       /* acc += P · V_block */
-      if (!packed || !whole || AJ_ATT_TIMES_PACKED(rows, Ev, kn, s, BK, 1, vpk + k0 / BK * vblock, acc, Ev, 1, 0))
-        AJ_ATT_GEMM(rows, Ev, kn, s, BK, 1, vp + k0 * a.vst, a.vst, 1, acc, Ev, 1, 0);
+      for (int64_t r0 = 0; r0 < rows; r0 += strip) {
+        const int64_t r1 = rows - r0 < strip ? rows : r0 + strip;
+        const int64_t n = c->causal && t0 + r1 - k0 < kn ? t0 + r1 - k0 : kn;
+        if (n <= 0) continue;
+        if (!packed || AJ_ATT_PANELS(r1 - r0, Ev, n, s + r0 * BK, BK, 1, vpk + k0 / BK * vblock, AJ_ATT_PACKED_SIZE(kb, AJ_ATT_NR), acc + r0 * Ev, Ev, 1, 0))
+          AJ_ATT_GEMM(r1 - r0, Ev, n, s + r0 * BK, BK, 1, vp + k0 * a.vst, a.vst, 1, acc + r0 * Ev, Ev, 1, 0);
+      }
     }
     for (int64_t i = 0; i < rows; ++i) {
       float *restrict oi = op + (t0 + i) * a.ost;
@@ -312,14 +342,28 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         lq[i] = i < rn ? lse[t0 + i] : 0.0f;
         dq[i] = i < rn ? delta[t0 + i] : 0.0f;
       }
+      /* Where some keys are seen only by the block's last rows (the causal diagonal), the
+         products over query rows run in strips of keys, each from the first row (rounded down
+         to a panel) that its first key sees; the query gradient's in strips of rows, each over
+         the keys its last row sees. The same sums without the hidden pairs' terms (never read
+         in Sᵀ and dPᵀ, zeros in P and dS). */
+      const int64_t kstrip = c->causal && s0 + keys - 1 > t0 ? AJ_ATT_STRIP : keys;
+      const int64_t qstrip = c->causal && t0 - s0 < keys - 1 ? AJ_ATT_STRIP : rn;
       /* Sᵀ = K_block · Q_blockᵀ, dPᵀ = V_block · dO_blockᵀ (row j: key s0 + j) */
-      if (!packed || AJ_ATT_TIMES_PACKED(keys, rn, E, kp + s0 * a.kst, a.kst, 1, qtp + t0 / AJ_ATT_NR * qpanel, st, BQ, 1, 1)) {
-        if (packed) AJ_ATT_GEMM(keys, rn, E, kp + s0 * a.kst, a.kst, 1, qp + t0 * a.qst, 1, a.qst, st, BQ, 1, 1);
-        else AJ_ATT_GEMM(keys, rn, E, kp + s0 * a.kst, a.kst, 1, qt + t0, ldq, 1, st, BQ, 1, 1);
-      }
-      if (!packed || AJ_ATT_TIMES_PACKED(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, otp + t0 / AJ_ATT_NR * opanel, dpt, BQ, 1, 1)) {
-        if (packed) AJ_ATT_GEMM(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, gop + t0 * a.ost, 1, a.ost, dpt, BQ, 1, 1);
-        else AJ_ATT_GEMM(keys, rn, Ev, vp + s0 * a.vst, a.vst, 1, got + t0, ldq, 1, dpt, BQ, 1, 1);
+      for (int64_t j0 = 0; j0 < keys; j0 += kstrip) {
+        const int64_t j1 = keys - j0 < kstrip ? keys : j0 + kstrip;
+        const int64_t c0 = c->causal && s0 + j0 > t0 ? (s0 + j0 - t0) / AJ_ATT_NR * AJ_ATT_NR : 0;
+        if (c0 >= rn) continue;
+        const float *ks = kp + (s0 + j0) * a.kst, *vs = vp + (s0 + j0) * a.vst;
+        float *sts = st + j0 * BQ + c0, *dps = dpt + j0 * BQ + c0;
+        if (!packed || AJ_ATT_TIMES_PACKED(j1 - j0, rn - c0, E, ks, a.kst, 1, qtp + (t0 + c0) / AJ_ATT_NR * qpanel, sts, BQ, 1, 1)) {
+          if (packed) AJ_ATT_GEMM(j1 - j0, rn - c0, E, ks, a.kst, 1, qp + (t0 + c0) * a.qst, 1, a.qst, sts, BQ, 1, 1);
+          else AJ_ATT_GEMM(j1 - j0, rn - c0, E, ks, a.kst, 1, qt + t0 + c0, ldq, 1, sts, BQ, 1, 1);
+        }
+        if (!packed || AJ_ATT_TIMES_PACKED(j1 - j0, rn - c0, Ev, vs, a.vst, 1, otp + (t0 + c0) / AJ_ATT_NR * opanel, dps, BQ, 1, 1)) {
+          if (packed) AJ_ATT_GEMM(j1 - j0, rn - c0, Ev, vs, a.vst, 1, gop + (t0 + c0) * a.ost, 1, a.ost, dps, BQ, 1, 1);
+          else AJ_ATT_GEMM(j1 - j0, rn - c0, Ev, vs, a.vst, 1, got + t0 + c0, ldq, 1, dps, BQ, 1, 1);
+        }
       }
       /* The block's rows rounded up to whole vectors: the products read rn of them. */
       const int64_t rw = (rn + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BQ
@@ -349,13 +393,26 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
           }
         }
       }
-      /* dV += Pᵀ · dO_block, dK += dSᵀ · Q_block, dQ_block += dS · K_block */
-      if (!packed || AJ_ATT_TIMES_PACKED(keys, Ev, rn, st, BQ, 1, obp + t0 / BQ * oblock, dv, Ev, 1, 0))
-        AJ_ATT_GEMM(keys, Ev, rn, st, BQ, 1, gop + t0 * a.ost, a.ost, 1, dv, Ev, 1, 0);
-      if (!packed || AJ_ATT_TIMES_PACKED(keys, E, rn, dpt, BQ, 1, qbp + t0 / BQ * qblock, dk, E, 1, 0))
-        AJ_ATT_GEMM(keys, E, rn, dpt, BQ, 1, qp + t0 * a.qst, a.qst, 1, dk, E, 1, 0);
-      if (!packed || AJ_ATT_TIMES_PACKED(rn, E, keys, dpt, 1, BQ, kbp, gqp + t0 * a.qst, a.qst, 1, 0))
-        AJ_ATT_GEMM(rn, E, keys, dpt, 1, BQ, kp + s0 * a.kst, a.kst, 1, gqp + t0 * a.qst, a.qst, 1, 0);
+      /* dV += Pᵀ · dO_block, dK += dSᵀ · Q_block (depths: the strip's query rows) */
+      const int64_t qpanels = AJ_ATT_PACKED_SIZE(rn, AJ_ATT_NR);
+      for (int64_t j0 = 0; j0 < keys; j0 += kstrip) {
+        const int64_t j1 = keys - j0 < kstrip ? keys : j0 + kstrip;
+        const int64_t c0 = c->causal && s0 + j0 > t0 ? (s0 + j0 - t0) / AJ_ATT_NR * AJ_ATT_NR : 0;
+        if (c0 >= rn) continue;
+        const float *sts = st + j0 * BQ + c0, *dps = dpt + j0 * BQ + c0;
+        if (!packed || AJ_ATT_PANELS(j1 - j0, Ev, rn - c0, sts, BQ, 1, obp + t0 / BQ * oblock + c0 * AJ_ATT_NR, qpanels, dv + j0 * Ev, Ev, 1, 0))
+          AJ_ATT_GEMM(j1 - j0, Ev, rn - c0, sts, BQ, 1, gop + (t0 + c0) * a.ost, a.ost, 1, dv + j0 * Ev, Ev, 1, 0);
+        if (!packed || AJ_ATT_PANELS(j1 - j0, E, rn - c0, dps, BQ, 1, qbp + t0 / BQ * qblock + c0 * AJ_ATT_NR, qpanels, dk + j0 * E, E, 1, 0))
+          AJ_ATT_GEMM(j1 - j0, E, rn - c0, dps, BQ, 1, qp + (t0 + c0) * a.qst, a.qst, 1, dk + j0 * E, E, 1, 0);
+      }
+      /* dQ_block += dS · K_block (depths: the keys the strip's last row sees) */
+      for (int64_t i0 = 0; i0 < rn; i0 += qstrip) {
+        const int64_t i1 = rn - i0 < qstrip ? rn : i0 + qstrip;
+        const int64_t n = c->causal && t0 + i1 - s0 < keys ? t0 + i1 - s0 : keys;
+        if (n <= 0) continue;
+        if (!packed || AJ_ATT_PANELS(i1 - i0, E, n, dpt + i0, 1, BQ, kbp, AJ_ATT_PACKED_SIZE(keys, AJ_ATT_NR), gqp + (t0 + i0) * a.qst, a.qst, 1, 0))
+          AJ_ATT_GEMM(i1 - i0, E, n, dpt + i0, 1, BQ, kp + s0 * a.kst, a.kst, 1, gqp + (t0 + i0) * a.qst, a.qst, 1, 0);
+      }
     }
     for (int64_t j = 0; j < keys; ++j) {
       for (int64_t e = 0; e < E; ++e) gkp[(s0 + j) * a.kst + e] = dk[j * E + e];
@@ -481,8 +538,8 @@ fn definition(b: &Blocking) -> String {
     let hidden = "__attribute__((visibility(\"hidden\")))";
     let _ = writeln!(
         s,
-        "{hidden} int64_t {g}_packed_size(int64_t K, int64_t N);\n{hidden} void {g}_pack(void *Bp, const float *B, int64_t rsB, int64_t csB, int64_t K, int64_t N);\n{hidden} int {g}_times_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsA, int64_t csA, const void *Bp, float *C, int64_t rsC, int64_t csC, int ovw);\n#define AJ_ATT_PACKED_SIZE {g}_packed_size\n#define AJ_ATT_PACK {g}_pack\n#define AJ_ATT_TIMES_PACKED {g}_times_packed\n#define AJ_ATT_KC {}\n#define AJ_ATT_NR {}",
-        b.kc, b.nr
+        "{hidden} int64_t {g}_packed_size(int64_t K, int64_t N);\n{hidden} void {g}_pack(void *Bp, const float *B, int64_t rsB, int64_t csB, int64_t K, int64_t N);\n{hidden} int {g}_times_panels(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsA, int64_t csA, const void *Bp, int64_t sb, float *C, int64_t rsC, int64_t csC, int ovw, int warm);\n#define AJ_ATT_PACKED_SIZE {g}_packed_size\n#define AJ_ATT_PACK {g}_pack\n#define AJ_ATT_PANELS(M, N, K, A, rsA, csA, Bp, sb, C, rsC, csC, ovw) {g}_times_panels(M, N, K, A, rsA, csA, Bp, sb, C, rsC, csC, ovw, 1)\n#define AJ_ATT_TIMES_PACKED(M, N, K, A, rsA, csA, Bp, C, rsC, csC, ovw) AJ_ATT_PANELS(M, N, K, A, rsA, csA, Bp, AJ_ATT_PACKED_SIZE(K, AJ_ATT_NR), C, rsC, csC, ovw)\n#define AJ_ATT_KC {}\n#define AJ_ATT_NR {}\n#define AJ_ATT_MR {}\n#define AJ_ATT_STRIP (2 * AJ_ATT_MR)",
+        b.kc, b.nr, b.mr
     );
     let _ = writeln!(s, "#define AJ_ATT_DROPOUT_PARAMS {DROPOUT_PARAMS}");
     let _ = writeln!(

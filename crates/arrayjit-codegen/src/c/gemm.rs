@@ -272,7 +272,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
         const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
         {name}_pack_b(Bp, B, rsB, csB, jc, ncb, pc, kcb);
         if (mask) masked = {name}_mask_b(Bp, jc, ncb, pc, kcb, g, mask, finite_a);
-        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, 0, M, jc, ncb, pc, kcb, direct, ovw, g, masked);
+        {name}_block(A, rsA, Ap, Bp, {name}_panel(kcb), C, rsC, csC, 0, M, jc, ncb, pc, kcb, direct, ovw, g, masked, 0);
       }}
     }}
     return;
@@ -288,7 +288,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
       for (int64_t ic = 0; ic < M; ic += {mc}) {{
         const int64_t mcb = M - ic < {mc} ? M - ic : {mc};
         {name}_pack_a(Ap, A, rsA, csA, ic, mcb, pc, kcb, direct);
-        {name}_block(A, rsA, Ap, Bp, C, rsC, csC, ic, mcb, jc, ncb, pc, kcb, direct, ovw, g, masked);
+        {name}_block(A, rsA, Ap, Bp, {name}_panel(kcb), C, rsC, csC, ic, mcb, jc, ncb, pc, kcb, direct, ovw, g, masked, 0);
       }}
     }}
   }}
@@ -304,12 +304,17 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
 __attribute__((visibility(\"hidden\"))) int64_t {name}_packed_size(int64_t K, int64_t N) {{ return (N + {nr} - 1) / {nr} * {name}_panel(K); }}
 /* B's K × N block (K at most kc) packed into Bp, in panels of {nr} columns. */
 __attribute__((visibility(\"hidden\"))) void {name}_pack(void *Bp, const {t} *B, int64_t rsB, int64_t csB, int64_t K, int64_t N) {{ {name}_pack_b(({t} *)Bp, B, rsB, csB, 0, N, 0, K); }}
-/* C (=, or += where !ovw) A · B for B packed by {name}_pack (K at most kc): the products, sums
-   and order of {name}_serial. 1 (nothing done) where K exceeds kc or the partial slivers of A
-   cannot be packed for want of memory; the caller then multiplies unpacked. */
-__attribute__((visibility(\"hidden\"))) int {name}_times_packed(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const void *Bpv, {t} *C, int64_t rsC, int64_t csC, int ovw) {{
+/* {name}_times_packed over the first K depths of panels packed deeper, sb elements apart
+   (Bpv points at the first panel's depth to start from: a packed block's rows k0.. are at
+   k0 * {nr}), for a product whose terms past K (or before the start) are known zeros: a causal
+   attention's diagonal blocks. `warm`: A and C are in cache (no prefetches). */
+__attribute__((visibility(\"hidden\"))) int {name}_times_panels(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const void *Bpv, int64_t sb, {t} *C, int64_t rsC, int64_t csC, int ovw, int warm) {{
   if (M <= 0 || N <= 0) return 0;
-  if (K <= 0 || K > {kc}) return 1;
+  if (K <= 0) {{
+    if (ovw) {name}_zero_tile(C, rsC, csC, M, N);
+    return 0;
+  }}
+  if (K > {kc}) return 1;
   static _Thread_local {t} *slivers = 0;
   static _Thread_local size_t slivers_len = 0;
   const int64_t mcr = M < {mc} ? (M + {mr} - 1) / {mr} * {mr} : {mc};
@@ -327,10 +332,16 @@ __attribute__((visibility(\"hidden\"))) int {name}_times_packed(int64_t M, int64
     {name}_pack_a(slivers, A, rsA, csA, ic, mcb, 0, K, direct);
     for (int64_t jc = 0; jc < N; jc += {nc}) {{
       const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
-      {name}_block(A, rsA, slivers, Bp + jc / {nr} * {name}_panel(K), C, rsC, csC, ic, mcb, jc, ncb, 0, K, direct, ovw, 0, 0);
+      {name}_block(A, rsA, slivers, Bp + jc / {nr} * sb, sb, C, rsC, csC, ic, mcb, jc, ncb, 0, K, direct, ovw, 0, 0, warm);
     }}
   }}
   return 0;
+}}
+/* C (=, or += where !ovw) A · B for B packed by {name}_pack (K at most kc): the products, sums
+   and order of {name}_serial. 1 (nothing done) where K exceeds kc or the partial slivers of A
+   cannot be packed for want of memory; the caller then multiplies unpacked. */
+__attribute__((visibility(\"hidden\"))) int {name}_times_packed(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const void *Bpv, {t} *C, int64_t rsC, int64_t csC, int ovw) {{
+  return {name}_times_panels(M, N, K, A, rsA, csA, Bpv, {name}_panel(K), C, rsC, csC, ovw, 0);
 }}
 "
     );
@@ -487,10 +498,12 @@ static void {name}_pack_a({t} *restrict Ap, const {t} *A, int64_t rsA, int64_t c
     }}
   }}
 }}
-static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp, {t} *C, int64_t rsC, int64_t csC, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int direct, int ovw, const int64_t *g, int masked) {{
+static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp, int64_t sb, {t} *C, int64_t rsC, int64_t csC, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int direct, int ovw, const int64_t *g, int masked, int warm) {{
   /* Each sliver of A (mr × kc, in L1) meets every panel of the B block (kc × nc, in L2),
-     which stream through in order. */
-  const int64_t sa = {name}_sliver(kcb), sb = {name}_panel(kcb);
+     which stream through in order; panels are sb elements apart (at least {name}_panel(kcb):
+     a caller may multiply by the first depths of panels packed deeper). `warm`: A's rows and
+     C are in cache already (the attention helper's blocks), so nothing is prefetched. */
+  const int64_t sa = {name}_sliver(kcb);
   for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
     /* A guard of rows and depth: the sliver's band of depths where only some rows pass,
        zeroed where the guard fails, for every panel. */
@@ -501,7 +514,7 @@ static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp
        each tile is stored. Without them, each sliver of a product with few panels (a causal
        attention's, 2 to 8) waited on its first panel's reads from memory, and each tile on
        its stores: its two products ran 5–14% slower from a cold cache. */
-    const int64_t next_rows = direct && mcb - i0 - {mr} >= {mr} ? {mr} : 0;
+    const int64_t next_rows = !warm && direct && mcb - i0 - {mr} >= {mr} ? {mr} : 0;
     const int64_t lines = (kcb + {line} - 1) / {line}, to_fetch = next_rows * lines;
     const int64_t per_panel = (to_fetch + (ncb + {nr} - 1) / {nr} - 1) / ((ncb + {nr} - 1) / {nr});
     /* The next line to fetch: row fr of the next sliver, its line fl (counted: a division of
@@ -515,7 +528,7 @@ static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp
       const int64_t h = mcb - i0 < {mr} ? mcb - i0 : {mr}, w = ncb - j0 < {nr} ? ncb - j0 : {nr};
       {t} *const ct = C + (ic + i0) * rsC + (jc + j0) * csC;
       const int64_t next_w = ncb - j0 - {nr} < {nr} ? ncb - j0 - {nr} : {nr};
-      if (csC == 1)
+      if (csC == 1 && !warm)
         for (int64_t r = 0; r < h; ++r)
           for (int64_t q = 0; q < next_w; q += {line}) __builtin_prefetch(ct + r * rsC + {nr} + q, 1, 3);
       if (g)
