@@ -81,25 +81,40 @@ static void aj_att_strides(const aj_att_ctx *c, int64_t t, int64_t f, int64_t *s
    reorder). */
 #define AJ_ATT_LANES 16
 
-static inline float aj_att_row_max(const float *restrict x, int64_t n, float start) {
+static inline float aj_att_row_max(const float *restrict x, int n, float start) {
   float lane[AJ_ATT_LANES];
   for (int l = 0; l < AJ_ATT_LANES; ++l) lane[l] = start;
-  for (int64_t j0 = 0; j0 < n; j0 += AJ_ATT_LANES)
+  for (int j0 = 0; j0 < n; j0 += AJ_ATT_LANES)
     for (int l = 0; l < AJ_ATT_LANES; ++l) lane[l] = x[j0 + l] > lane[l] ? x[j0 + l] : lane[l];
-  /* The lanes combined as a tree (4 steps), not one after another (16 dependent steps). */
-  for (int w = AJ_ATT_LANES / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) lane[l] = lane[l + w] > lane[l] ? lane[l + w] : lane[l];
+  /* The lanes combined as a tree (4 steps), not one after another (16 dependent steps); each
+     step's width a constant, so the tree is four vector operations, not a loop. */
+  for (int l = 0; l < 8; ++l) lane[l] = lane[l + 8] > lane[l] ? lane[l + 8] : lane[l];
+  for (int l = 0; l < 4; ++l) lane[l] = lane[l + 4] > lane[l] ? lane[l + 4] : lane[l];
+  for (int l = 0; l < 2; ++l) lane[l] = lane[l + 2] > lane[l] ? lane[l + 2] : lane[l];
+  lane[0] = lane[1] > lane[0] ? lane[1] : lane[0];
   return lane[0] > start ? lane[0] : start;
 }
 
-static inline float aj_att_row_sum(const float *restrict x, int64_t n) {
+/* The sum of 16 lanes, as a tree (the order the row sums have always had). */
+static inline float aj_att_lanes_sum(float *lane) {
+  for (int l = 0; l < 8; ++l) lane[l] += lane[l + 8];
+  for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
+  for (int l = 0; l < 2; ++l) lane[l] += lane[l + 2];
+  return lane[0] + lane[1];
+}
+
+/* A row's weights exp(x - mx) in place, zero from `visible` on (n, a multiple of 16, at most
+   the block), and their sum: one pass, the sum over 16 lanes. */
+static inline float aj_att_row_exp_sum(float *restrict x, int n, int visible, float mx) {
   float lane[AJ_ATT_LANES];
   for (int l = 0; l < AJ_ATT_LANES; ++l) lane[l] = 0.0f;
-  for (int64_t j0 = 0; j0 < n; j0 += AJ_ATT_LANES)
-    for (int l = 0; l < AJ_ATT_LANES; ++l) lane[l] += x[j0 + l];
-  for (int w = AJ_ATT_LANES / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
-  return lane[0];
+  for (int j0 = 0; j0 < n; j0 += AJ_ATT_LANES)
+    for (int l = 0; l < AJ_ATT_LANES; ++l) {
+      const float p = j0 + l < visible ? aj_att_exp(x[j0 + l] - mx) : 0.0f;
+      x[j0 + l] = p;
+      lane[l] += p;
+    }
+  return aj_att_lanes_sum(lane);
 }
 
 /* The block products on the product helper's micro-kernels: C = A · B over general strides,
@@ -236,8 +251,8 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
            block of T = 64 keys is half of BK, and a causal row sees half of it on average. */
         const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
           ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
-        for (int64_t j = 0; j < w; ++j) si[j] = j < visible ? si[j] * scale : -1e30f;
-        mnew[i] = aj_att_row_max(si, w, m[i]);
+        for (int j = 0; j < (int)w; ++j) si[j] = j < (int)visible ? si[j] * scale : -1e30f;
+        mnew[i] = aj_att_row_max(si, (int)w, m[i]);
       }
       for (int64_t i = 0; i < rows; ++i) shrink[i] = aj_att_exp(m[i] - mnew[i]);
       for (int64_t i = 0; i < rows; ++i) {
@@ -251,9 +266,9 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
           ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
         const float mx = mnew[i], sh = shrink[i];
-        for (int64_t j = 0; j < w; ++j) { const float p = aj_att_exp(si[j] - mx); si[j] = j < visible ? p : 0.0f; }
+        const float sum = aj_att_row_exp_sum(si, (int)w, (int)visible, mx);
         for (int64_t j = w; j < kn; ++j) si[j] = 0.0f;
-        l[i] = l[i] * sh + aj_att_row_sum(si, w);
+        l[i] = l[i] * sh + sum;
         m[i] = mx;
         float *restrict ai = acc + i * Ev;
         for (int64_t f = 0; f < Ev; ++f) ai[f] *= sh;
@@ -376,9 +391,11 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         const int64_t i0 = first / AJ_ATT_LANES * AJ_ATT_LANES < rw ? first / AJ_ATT_LANES * AJ_ATT_LANES : rw;
         for (int64_t i = 0; i < i0; ++i) { sj[i] = 0.0f; dj[i] = 0.0f; }
         if (!c->drop) {
-          for (int64_t i = i0; i < rw; ++i) {
+          /* 32-bit positions: one vector compare per 16 lanes for the masks, not two. */
+          const int ifirst = (int)first, irn = (int)rn;
+          for (int i = (int)i0; i < (int)rw; ++i) {
             const float w = aj_att_exp(sj[i] * scale - lq[i]);
-            const int keep = i >= first && i < rn;
+            const int keep = i >= ifirst && i < irn;
             sj[i] = keep ? w : 0.0f;
             dj[i] = keep ? w * (dj[i] - dq[i]) * scale : 0.0f;
           }

@@ -133,6 +133,13 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
             "",
         ),
         (
+            "_cols",
+            ", int64_t lda",
+            "k * lda + {r}".to_string(),
+            format!("k * {nr}"),
+            "",
+        ),
+        (
             "_bd",
             ", int64_t ldb, int64_t pf",
             format!("k * {mr} + {{r}}"),
@@ -326,13 +333,16 @@ __attribute__((visibility(\"hidden\"))) int {name}_times_panels(int64_t M, int64
   }}
   if (!slivers) return 1;
   const {t} *Bp = (const {t} *)Bpv;
-  const int direct = {name}_direct(rsA, csA);
+  /* Warm, a column-major A's whole slivers are read in place too (their columns' runs of mr
+     elements, lda = csA apart: the attention's transposed score gradients), not packed. */
+  const int direct = {name}_direct(rsA, csA) ? 1
+    : warm && rsA == 1 && csA != 1 && (csA * (int64_t)sizeof({t})) % 4096 != 0 ? 2 : 0;
   for (int64_t ic = 0; ic < M; ic += {mc}) {{
     const int64_t mcb = M - ic < {mc} ? M - ic : {mc};
     {name}_pack_a(slivers, A, rsA, csA, ic, mcb, 0, K, direct);
     for (int64_t jc = 0; jc < N; jc += {nc}) {{
       const int64_t ncb = N - jc < {nc} ? N - jc : {nc};
-      {name}_block(A, rsA, slivers, Bp + jc / {nr} * sb, sb, C, rsC, csC, ic, mcb, jc, ncb, 0, K, direct, ovw, 0, 0, warm);
+      {name}_block(A, direct == 2 ? csA : rsA, slivers, Bp + jc / {nr} * sb, sb, C, rsC, csC, ic, mcb, jc, ncb, 0, K, direct, ovw, 0, 0, warm);
     }}
   }}
   return 0;
@@ -467,7 +477,7 @@ static void {name}_pack_a({t} *restrict Ap, const {t} *A, int64_t rsA, int64_t c
   /* In slivers of mr rows, reading along whichever axis is contiguous. A column-major A's
      whole slivers: depth by depth, each column's part of the block read once, in order (as a
      row-major B's panels, see pack_b). */
-  const int64_t whole = rsA == 1 && csA != 1 ? mcb / {mr} * {mr} : 0;
+  const int64_t whole = rsA == 1 && csA != 1 && direct != 2 ? mcb / {mr} * {mr} : 0;
   const int64_t sa = {name}_sliver(kcb);
   for (int64_t k = 0; k < kcb; ++k)
     for (int64_t i0 = 0; i0 < whole; i0 += {mr})
@@ -501,8 +511,10 @@ static void {name}_pack_a({t} *restrict Ap, const {t} *A, int64_t rsA, int64_t c
 static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp, int64_t sb, {t} *C, int64_t rsC, int64_t csC, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int direct, int ovw, const int64_t *g, int masked, int warm) {{
   /* Each sliver of A (mr × kc, in L1) meets every panel of the B block (kc × nc, in L2),
      which stream through in order; panels are sb elements apart (at least {name}_panel(kcb):
-     a caller may multiply by the first depths of panels packed deeper). `warm`: A's rows and
-     C are in cache already (the attention helper's blocks), so nothing is prefetched. */
+     a caller may multiply by the first depths of panels packed deeper). `direct`: 0, A is
+     packed in Ap; 1, its whole slivers' rows are read in place (rsA apart); 2, its whole
+     slivers' columns are (rsA is then A's column stride). `warm`: A and C are in cache
+     already (the attention helper's blocks), so nothing is prefetched. */
   const int64_t sa = {name}_sliver(kcb);
   for (int64_t i0 = 0; i0 < mcb; i0 += {mr}) {{
     /* A guard of rows and depth: the sliver's band of depths where only some rows pass,
@@ -514,7 +526,7 @@ static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp
        each tile is stored. Without them, each sliver of a product with few panels (a causal
        attention's, 2 to 8) waited on its first panel's reads from memory, and each tile on
        its stores: its two products ran 5–14% slower from a cold cache. */
-    const int64_t next_rows = !warm && direct && mcb - i0 - {mr} >= {mr} ? {mr} : 0;
+    const int64_t next_rows = !warm && direct == 1 && mcb - i0 - {mr} >= {mr} ? {mr} : 0;
     const int64_t lines = (kcb + {line} - 1) / {line}, to_fetch = next_rows * lines;
     const int64_t per_panel = (to_fetch + (ncb + {nr} - 1) / {nr} - 1) / ((ncb + {nr} - 1) / {nr});
     /* The next line to fetch: row fr of the next sliver, its line fl (counted: a division of
@@ -533,8 +545,10 @@ static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp
           for (int64_t q = 0; q < next_w; q += {line}) __builtin_prefetch(ct + r * rsC + {nr} + q, 1, 3);
       if (g)
         {name}_guarded_tile(A + (ic + i0) * rsA, rsA, Ap + i0 / {mr} * sa, Bp + j0 / {nr} * sb, ct, rsC, csC, ic + i0, h, jc + j0, w, pc, kcb, direct && h == {mr}, ovw && pc == 0, g, masked, band);
-      else if (direct && h == {mr})
+      else if (direct == 1 && h == {mr})
         {micro}_rows(kcb, A + (ic + i0) * rsA + pc, rsA, Bp + j0 / {nr} * sb, ct, rsC, csC, h, w, ovw && pc == 0);
+      else if (direct == 2 && h == {mr})
+        {micro}_cols(kcb, A + (ic + i0) + pc * rsA, rsA, Bp + j0 / {nr} * sb, ct, rsC, csC, h, w, ovw && pc == 0);
       else
         {micro}(kcb, Ap + i0 / {mr} * sa, Bp + j0 / {nr} * sb, ct, rsC, csC, h, w, ovw && pc == 0);
     }}
@@ -808,6 +822,13 @@ static __attribute__((noinline)) void {name}_pack_across({t} *restrict dst, int6
     const {t} *const s0 = src + i * stride, *const s1 = s0 + stride, *const s2 = s1 + stride, *const s3 = s2 + stride;
     int64_t k = 0;
     for (; k + 4 <= depth; k += 4) {{
+      /* The same line of the rows two groups on (rows far apart, read from L3 or memory: a
+         transpose of attention's keys read 3 GB/s without it). */
+      if (i + 12 <= rows && (k & 15) == 0) {{
+        const {t} *const ahead = s0 + 8 * stride + k;
+        __builtin_prefetch(ahead, 0, 3); __builtin_prefetch(ahead + stride, 0, 3);
+        __builtin_prefetch(ahead + 2 * stride, 0, 3); __builtin_prefetch(ahead + 3 * stride, 0, 3);
+      }}
       {v4} r0, r1, r2, r3;
       memcpy(&r0, s0 + k, sizeof r0); memcpy(&r1, s1 + k, sizeof r1); memcpy(&r2, s2 + k, sizeof r2); memcpy(&r3, s3 + k, sizeof r3);
       const {v4} t0 = __builtin_shufflevector(r0, r1, 0, 4, 1, 5), t1 = __builtin_shufflevector(r0, r1, 2, 6, 3, 7);
