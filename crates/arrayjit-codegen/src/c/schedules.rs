@@ -874,8 +874,23 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
                     matches!(&n.kind, ScheduleKind::Contraction(g)
                         if g.overwrite && matches!(s, LowLevel::ZeroOut(t) if *t == g.out))
                 });
-                if !next_overwrites {
-                    return Err(bad(k, "no blocked product after it does its work"));
+                // Or a zeroing among those right before an attention pass the helper runs.
+                let before_attention = (k + 1..r.schedules.len())
+                    .find(|&i| {
+                        !matches!(
+                            stmts[i].unwrapped(),
+                            LowLevel::ZeroOut(_) | LowLevel::Comment(_) | LowLevel::Noop
+                        )
+                    })
+                    .is_some_and(|i| {
+                        matches!(&r.schedules[i].kind, ScheduleKind::Attention(plan)
+                            if plan.op.zeroings_before(&stmts, i).contains(&k))
+                    });
+                if !next_overwrites && !before_attention {
+                    return Err(bad(
+                        k,
+                        "no blocked product or attention pass after it does its work",
+                    ));
                 }
             }
             ScheduleKind::Reduction(p) => {

@@ -546,6 +546,24 @@ impl AttentionOp {
         nodes
     }
 
+    /// The statements right before statement `at` (this pass's nest) that only zero nodes
+    /// its nest writes, skipping comments: dead work where the pass runs as a kernel of its own
+    /// (the CPU's blocked helper, a GPU pass), which writes every element of the pass's
+    /// outputs and keeps its state in buffers or registers of its own. Their indices, nearest
+    /// first.
+    pub fn zeroings_before(&self, stmts: &[&LowLevel], at: usize) -> Vec<usize> {
+        let written = self.nest_writes();
+        let mut found = Vec::new();
+        for j in (0..at.min(stmts.len())).rev() {
+            match stmts[j].unwrapped() {
+                LowLevel::ZeroOut(tn) if written.contains(&tn) => found.push(j),
+                LowLevel::Comment(_) | LowLevel::Noop => {}
+                _ => break,
+            }
+        }
+        found
+    }
+
     /// The spec of the attention this pass belongs to.
     pub fn spec(&self) -> &AttentionSpec {
         match self {

@@ -471,21 +471,14 @@ pub fn gpu_schedules(
         let ScheduleKind::Gpu(GpuPass::Attention(a)) = &schedules[i].kind else {
             continue;
         };
-        let written: Vec<Tnode> = a.op.nest_writes().into_iter().cloned().collect();
-        for j in (0..i).rev() {
-            match stmts[j].unwrapped() {
-                LowLevel::ZeroOut(tn) if written.contains(tn) => {
-                    schedules[j] = Schedule {
-                        kind: ScheduleKind::Gpu(GpuPass::Nothing),
-                        why: "the fused attention's GPU pass after it stores every element of \
-                              its outputs and keeps its state in registers"
-                            .into(),
-                        parallel: None,
-                    };
-                }
-                LowLevel::Comment(_) | LowLevel::Noop => {}
-                _ => break,
-            }
+        for j in a.op.zeroings_before(stmts, i) {
+            schedules[j] = Schedule {
+                kind: ScheduleKind::Gpu(GpuPass::Nothing),
+                why: "the fused attention's GPU pass after it stores every element of its \
+                      outputs and keeps its state in registers"
+                    .into(),
+                parallel: None,
+            };
         }
     }
     // A pointwise statement right after a tiled product, over its result, runs in the
