@@ -39,7 +39,8 @@ pub struct AttentionPlan {
 /// 286–293, 144 × 128 318–327, 128 × 256 297–301, 128 × 64 327–359; at T = 4096 96 and 128
 /// rows alike (3930 ms). Larger blocks pack the keys and values fewer times and call the block
 /// products less often; past these the scores of a block leave L2 and the causal diagonal
-/// wastes more.
+/// wastes more. Once diagonal blocks ran in strips (each over the keys its rows see), the sizes
+/// came out alike: 96, 128 or 192 × 128, 128 × 256 and 256 × 256 249–258 ms, 256 × 128 282–302.
 pub const ATTENTION_BLOCK_QUERIES: usize = 128;
 /// Keys per block (a multiple of 16: the row maxima and sums run over 16 lanes).
 pub const ATTENTION_BLOCK_KEYS: usize = 128;
