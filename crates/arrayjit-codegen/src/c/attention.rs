@@ -251,6 +251,12 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
            block of T = 64 keys is half of BK, and a causal row sees half of it on average. */
         const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
           ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
+        /* A whole row of a whole block (most rows): constant trip counts, no masks. */
+        if (visible == BK) {
+          for (int j = 0; j < BK; ++j) si[j] *= scale;
+          mnew[i] = aj_att_row_max(si, BK, m[i]);
+          continue;
+        }
         for (int j = 0; j < (int)w; ++j) si[j] = j < (int)visible ? si[j] * scale : -1e30f;
         mnew[i] = aj_att_row_max(si, (int)w, m[i]);
       }
@@ -266,7 +272,8 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
           ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
         const float mx = mnew[i], sh = shrink[i];
-        const float sum = aj_att_row_exp_sum(si, (int)w, (int)visible, mx);
+        const float sum = visible == BK ? aj_att_row_exp_sum(si, BK, BK, mx)
+          : aj_att_row_exp_sum(si, (int)w, (int)visible, mx);
         for (int64_t j = w; j < kn; ++j) si[j] = 0.0f;
         l[i] = l[i] * sh + sum;
         m[i] = mx;
@@ -393,6 +400,15 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         if (!c->drop) {
           /* 32-bit positions: one vector compare per 16 lanes for the masks, not two. */
           const int ifirst = (int)first, irn = (int)rn;
+          /* Every row of a whole block sees the key (most keys): no masks. */
+          if (first == 0 && rn == BQ) {
+            for (int i = 0; i < BQ; ++i) {
+              const float w = aj_att_exp(sj[i] * scale - lq[i]);
+              sj[i] = w;
+              dj[i] = w * (dj[i] - dq[i]) * scale;
+            }
+            continue;
+          }
           for (int i = (int)i0; i < (int)rw; ++i) {
             const float w = aj_att_exp(sj[i] * scale - lq[i]);
             const int keep = i >= ifirst && i < irn;
