@@ -25,6 +25,7 @@ pub(crate) mod kernel;
 pub(crate) mod outer_sums;
 pub(crate) mod pairwise;
 pub mod renderer;
+pub(crate) mod schedule_check;
 pub(crate) mod schedules;
 pub(crate) mod statements;
 pub mod syntax;

@@ -200,7 +200,7 @@ fn render_kernel(
     products: &mut BTreeMap<String, (String, String)>,
     functions: &mut StatementFunctions,
 ) -> Result<(String, KernelInterface)> {
-    crate::c::schedules::check_schedules(r)?;
+    crate::c::schedule_check::check_schedules(r)?;
     let interface = KernelInterface::of(r, symbol.to_string());
     let args = interface.args.clone();
     let locals = r.local_nodes();
