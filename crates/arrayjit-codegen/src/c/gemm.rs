@@ -123,14 +123,20 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     // The `_bd` variants read B in place too (rows `ldb` apart, for one block of A's rows
     // against a row-major B: see `{name}_block_in_place`), and fetch the same depths of the
     // next panel (`pf` elements on: the panel's width, or 0 for no new lines) while they run.
-    for (suffix, extra, a_at, b_at, fetch) in [
-        ("", "", format!("k * {mr} + {{r}}"), format!("k * {nr}"), ""),
+    //
+    // `_r8` and `_r4` run a packed sliver's first 8 or 4 rows only: the last, partial sliver of
+    // a block whose rows are not a multiple of mr (a 128-row attention block ends in 8 rows of
+    // 12; the full kernel spent a third of that sliver's multiply-adds on zeros).
+    let packed_at = format!("k * {mr} + {{r}}");
+    let mut variants = vec![
+        ("", "", packed_at.clone(), format!("k * {nr}"), "", mr),
         (
             "_rows",
             ", int64_t lda",
             "{r} * lda + k".to_string(),
             format!("k * {nr}"),
             "",
+            mr,
         ),
         (
             "_cols",
@@ -138,13 +144,15 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
             "k * lda + {r}".to_string(),
             format!("k * {nr}"),
             "",
+            mr,
         ),
         (
             "_bd",
             ", int64_t ldb, int64_t pf",
-            format!("k * {mr} + {{r}}"),
+            packed_at.clone(),
             "k * ldb".to_string(),
             "    __builtin_prefetch(b + k * ldb + pf, 0, 3); __builtin_prefetch(b + k * ldb + pf + 64 / sizeof(*b), 0, 3);\n",
+            mr,
         ),
         (
             "_rows_bd",
@@ -152,13 +160,20 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
             "{r} * lda + k".to_string(),
             "k * ldb".to_string(),
             "    __builtin_prefetch(b + k * ldb + pf, 0, 3); __builtin_prefetch(b + k * ldb + pf + 64 / sizeof(*b), 0, 3);\n",
+            mr,
         ),
-    ] {
+    ];
+    for (suffix, rows) in [("_r8", 8), ("_r4", 4)] {
+        if rows < mr {
+            variants.push((suffix, "", packed_at.clone(), format!("k * {nr}"), "", rows));
+        }
+    }
+    for (suffix, extra, a_at, b_at, fetch, rows) in variants {
         let _ = writeln!(
             s,
             "static inline __attribute__((aligned(64))) void {micro}{suffix}(int64_t kc, const {t} *restrict a{extra}, const {t} *restrict b, {t} *c, int64_t rsC, int64_t csC, int64_t mr, int64_t nr, int ovw) {{"
         );
-        for r in 0..mr {
+        for r in 0..rows {
             let _ = writeln!(s, "  {vt} c{r}_0 = {{0}}, c{r}_1 = {{0}};");
         }
         let _ = writeln!(s, "  for (int64_t k = 0; k < kc; ++k) {{");
@@ -167,7 +182,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
             s,
             "    const {vt} b0 = *(const {vt} *)(b + {b_at}), b1 = *(const {vt} *)(b + {b_at} + {lanes});"
         );
-        for r in 0..mr {
+        for r in 0..rows {
             let at = a_at.replace("{r}", &r.to_string());
             let _ = writeln!(
                 s,
@@ -175,8 +190,22 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
             );
         }
         let _ = writeln!(s, "  }}");
-        write_tile_store(&mut s, t, &vt, mr, nr, lanes);
+        write_tile_store(&mut s, t, &vt, rows, nr, lanes);
     }
+    // A packed sliver of `mr` rows (at most the tile's) on the narrowest kernel that holds them.
+    let mut dispatch = String::new();
+    for rows in [4usize, 8] {
+        if rows < mr {
+            let _ = write!(
+                dispatch,
+                "if (mr <= {rows}) {micro}_r{rows}(kc, a, b, c, rsC, csC, mr, nr, ovw); else "
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "static inline void {name}_micro_packed(int64_t kc, const {t} *restrict a, const {t} *restrict b, {t} *c, int64_t rsC, int64_t csC, int64_t mr, int64_t nr, int ovw) {{\n  {dispatch}{micro}(kc, a, b, c, rsC, csC, mr, nr, ovw);\n}}"
+    );
     write_pack_across(&mut s, &name, t, elem);
     write_pack_strides(&mut s, &name, elem, b);
     write_guarded_tile(&mut s, &name, (t, &vt), elem, b);
@@ -550,7 +579,7 @@ static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp
       else if (direct == 2 && h == {mr})
         {micro}_cols(kcb, A + (ic + i0) + pc * rsA, rsA, Bp + j0 / {nr} * sb, ct, rsC, csC, h, w, ovw && pc == 0);
       else
-        {micro}(kcb, Ap + i0 / {mr} * sa, Bp + j0 / {nr} * sb, ct, rsC, csC, h, w, ovw && pc == 0);
+        {name}_micro_packed(kcb, Ap + i0 / {mr} * sa, Bp + j0 / {nr} * sb, ct, rsC, csC, h, w, ovw && pc == 0);
     }}
   }}
 }}
@@ -574,7 +603,7 @@ static void {name}_block_in_place(const {t} *A, int64_t rsA, const {t} *Ap, cons
       const int64_t pf = i0 == 0 && j0 + {nr} < whole ? {nr} : 0;
       if (w < {nr}) {{
         if (direct && h == {mr}) {micro}_rows(kcb, A + i0 * rsA + pc, rsA, Bp, ct, rsC, csC, h, w, ovw);
-        else {micro}(kcb, Ap + i0 / {mr} * sa, Bp, ct, rsC, csC, h, w, ovw);
+        else {name}_micro_packed(kcb, Ap + i0 / {mr} * sa, Bp, ct, rsC, csC, h, w, ovw);
       }} else if (direct && h == {mr}) {{
         {micro}_rows_bd(kcb, A + i0 * rsA + pc, rsA, rsB, pf, b, ct, rsC, csC, h, w, ovw);
       }} else {{
