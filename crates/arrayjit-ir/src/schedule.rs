@@ -513,7 +513,7 @@ pub fn schedule(stmts: &[&LowLevel], settings: &ScheduleSettings) -> Vec<Schedul
         let ScheduleKind::Attention(plan) = &schedules[i].kind else {
             continue;
         };
-        for j in plan.op.clone().zeroings_before(stmts, i) {
+        for j in plan.op.zeroings_before(stmts, i) {
             if matches!(schedules[j].kind, ScheduleKind::Loops) {
                 schedules[j] = Schedule {
                     kind: ScheduleKind::Absorbed,

@@ -81,6 +81,19 @@ static void aj_att_strides(const aj_att_ctx *c, int64_t t, int64_t f, int64_t *s
    reorder). */
 #define AJ_ATT_LANES 16
 
+/* The keys of a block of kn (at k0) that query row t sees: all of them, or (causal) those up to
+   t, none before the block. */
+static inline int64_t aj_att_visible(int causal, int64_t t, int64_t k0, int64_t kn) {
+  const int64_t lim = causal ? t + 1 - k0 : kn;
+  return lim < kn ? (lim > 0 ? lim : 0) : kn;
+}
+
+/* n rounded up to whole vectors of lanes, at most `cap`. */
+static inline int64_t aj_att_whole_lanes(int64_t n, int64_t cap) {
+  const int64_t w = (n + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES;
+  return w < cap ? w : cap;
+}
+
 static inline float aj_att_row_max(const float *restrict x, int n, float start) {
   float lane[AJ_ATT_LANES];
   for (int l = 0; l < AJ_ATT_LANES; ++l) lane[l] = start;
@@ -225,7 +238,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       /* S = Q_block · K_blockᵀ */
       for (int64_t r0 = 0; r0 < rows; r0 += strip) {
         const int64_t r1 = rows - r0 < strip ? rows : r0 + strip;
-        const int64_t n = c->causal && t0 + r1 - k0 < kn ? t0 + r1 - k0 : kn;
+        const int64_t n = aj_att_visible(c->causal, t0 + r1 - 1, k0, kn);
         if (n <= 0) continue;
         const float *qs = qp + (t0 + r0) * a.qst;
         if (!packed || AJ_ATT_TIMES_PACKED(r1 - r0, n, E, qs, a.qst, 1, kt + k0 / AJ_ATT_NR * kpanel, s + r0 * BK, BK, 1, 1)) {
@@ -239,8 +252,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       for (int64_t i = 0; i < rows; ++i) {
         float *restrict si = s + i * BK;
         /* Keys past the row (causal) or past the block take no part. */
-        const int64_t lim = c->causal ? t0 + i + 1 - k0 : kn;
-        const int64_t visible = lim < kn ? (lim > 0 ? lim : 0) : kn;
+        const int64_t visible = aj_att_visible(c->causal, t0 + i, k0, kn);
         if (visible == 0) {
           mnew[i] = m[i];
           continue;
@@ -249,8 +261,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
            which changes neither its maximum nor its sum (each lane adds exact zeros), so the
            exponentials stop there; the product reads the block's kn keys, zeroed beyond. A
            block of T = 64 keys is half of BK, and a causal row sees half of it on average. */
-        const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
-          ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
+        const int64_t w = aj_att_whole_lanes(visible, BK);
         /* A whole row of a whole block (most rows): constant trip counts, no masks. */
         if (visible == BK) {
           for (int j = 0; j < BK; ++j) si[j] *= scale;
@@ -263,14 +274,12 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       for (int64_t i = 0; i < rows; ++i) shrink[i] = aj_att_exp(m[i] - mnew[i]);
       for (int64_t i = 0; i < rows; ++i) {
         float *restrict si = s + i * BK;
-        const int64_t lim = c->causal ? t0 + i + 1 - k0 : kn;
-        const int64_t visible = lim < kn ? (lim > 0 ? lim : 0) : kn;
+        const int64_t visible = aj_att_visible(c->causal, t0 + i, k0, kn);
         if (visible == 0) {
           for (int64_t j = 0; j < kn; ++j) si[j] = 0.0f;
           continue;
         }
-        const int64_t w = (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BK
-          ? (visible + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BK;
+        const int64_t w = aj_att_whole_lanes(visible, BK);
         const float mx = mnew[i], sh = shrink[i];
         const float sum = visible == BK ? aj_att_row_exp_sum(si, BK, BK, mx)
           : aj_att_row_exp_sum(si, (int)w, (int)visible, mx);
@@ -286,7 +295,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       /* acc += P · V_block */
       for (int64_t r0 = 0; r0 < rows; r0 += strip) {
         const int64_t r1 = rows - r0 < strip ? rows : r0 + strip;
-        const int64_t n = c->causal && t0 + r1 - k0 < kn ? t0 + r1 - k0 : kn;
+        const int64_t n = aj_att_visible(c->causal, t0 + r1 - 1, k0, kn);
         if (n <= 0) continue;
         if (!packed || AJ_ATT_PANELS(r1 - r0, Ev, n, s + r0 * BK, BK, 1, vpk + k0 / BK * vblock, AJ_ATT_PACKED_SIZE(kb, AJ_ATT_NR), acc + r0 * Ev, Ev, 1, 0))
           AJ_ATT_GEMM(r1 - r0, Ev, n, s + r0 * BK, BK, 1, vp + k0 * a.vst, a.vst, 1, acc + r0 * Ev, Ev, 1, 0);
@@ -388,8 +397,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         }
       }
       /* The block's rows rounded up to whole vectors: the products read rn of them. */
-      const int64_t rw = (rn + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES < BQ
-        ? (rn + AJ_ATT_LANES - 1) / AJ_ATT_LANES * AJ_ATT_LANES : BQ;
+      const int64_t rw = aj_att_whole_lanes(rn, BQ);
       for (int64_t j = 0; j < keys; ++j) {
         /* Causal: rows t >= s see key s. */
         const int64_t first = c->causal ? (s0 + j - t0 > 0 ? s0 + j - t0 : 0) : 0;
