@@ -1,10 +1,10 @@
 //! Reverse-mode automatic differentiation: builds the forward program of a graph and the
 //! backprop program that fills gradient nodes, as assignments.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use arrayjit_ir::{
-    AccumRhs, Assignments, BinOp, Error, FetchOp, Operand, Projections, Result, UnOp,
+    AccumRhs, Assignments, BinOp, Error, FetchOp, Operand, Projections, Result, Tnode, UnOp,
 };
 
 use crate::tensor::Tensor;
@@ -89,9 +89,29 @@ fn accumulate_into(grad: &arrayjit_ir::Tnode, c: &Tensor, first: bool) -> Result
     })
 }
 
+/// Whether contribution `c` may become the gradient of `p` itself, written in place by the pass
+/// that computes it, instead of being copied into a gradient node of `p`'s own: it is a pass's
+/// own output that no loop would inline into the copy (a tensor computed by an attention pass,
+/// or written by another tensor's pass, as the attention backward's key and value gradients
+/// are), of `p`'s shape and precision, made by a backward closure (not a node of the forward
+/// graph, nor a gradient, nor already some other tensor's gradient: `taken`).
+fn may_become_gradient(p: &Tensor, c: &Tensor, taken: &HashSet<usize>) -> bool {
+    c.kind() == crate::tensor::Kind::Computed
+        && matches!(c.0.forward, Assignments::Noop | Assignments::Attention(_))
+        && c.dims() == p.dims()
+        && c.prec() == p.prec()
+        && !taken.contains(&c.node().id())
+}
+
 /// The forward program of `loss` followed by backprop filling the gradient node of every tensor
 /// between the parameters and the loss (the loss's gradient is 1 everywhere, i.e. a non-scalar
 /// loss is summed).
+///
+/// A tensor whose gradient has one contribution, computed by a pass of its own (a custom
+/// operation's gradient output, see `may_become_gradient`), takes that pass's output node as its
+/// gradient: the pass writes it in place, where a copy into a separate gradient node would
+/// read and write the whole array again (the fused attention's three gradients: 3% of its
+/// backward at T = 1024).
 pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
     if !loss.requires_grad() {
         return Err(Error::NoGradient {
@@ -103,15 +123,36 @@ pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
     let mut stmts = Vec::new();
     let mut emitted = HashSet::new();
     emit(&order, &mut emitted, &mut stmts);
-    // The contributions to each gradient, gathered first: a gradient's first contribution
-    // writes it, later ones add to it, and only gradients with none are zero-filled.
-    let mut backprop = Vec::new();
-    let mut contributed: HashSet<usize> = HashSet::new();
+    // Nodes no contribution may take over as a gradient: the forward graph's and every
+    // gradient's (the gradients that exist already, and each one as it is made or taken over).
+    let mut taken: HashSet<usize> = order.iter().map(|t| t.node().id()).collect();
+    taken.extend(order.iter().filter_map(|t| t.grad().map(Tnode::id)));
+    // The contributions to each gradient, gathered first (children come before their parents
+    // in reverse order, so a tensor's contributions are all known when its turn comes): a
+    // gradient's first contribution writes it, later ones add to it, and only gradients with
+    // none are zero-filled.
+    let mut backprop: Vec<(Tensor, Tensor, bool)> = Vec::new();
+    let mut received: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut became: HashSet<usize> = HashSet::new();
     for t in order.iter().rev() {
+        if t.requires_grad()
+            && t.0.id != loss.0.id
+            && t.grad().is_none()
+            && let Some([only]) = received.get(&t.0.id).map(Vec::as_slice)
+        {
+            let c = &backprop[*only].1;
+            if may_become_gradient(t, c, &taken) && t.0.grad.set(c.node().clone()).is_ok() {
+                became.insert(*only);
+            }
+        }
+        if let Some(g) = t.grad() {
+            taken.insert(g.id());
+        }
         let Some(backward) = &t.0.backward else {
             continue;
         };
         let g = Tensor::from_node(t.grad_or_create()?);
+        taken.insert(g.node().id());
         let contributions = backward(t, &g)?;
         for (p, c) in t.parents().iter().zip(contributions) {
             let Some(c) = c else { continue };
@@ -120,7 +161,8 @@ pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
             }
             // The loss's own gradient is the seed; a contribution to it (a loss that feeds
             // itself cannot happen in a DAG) would add to the seed.
-            let first = p.0.id != loss.0.id && contributed.insert(p.0.id);
+            let first = p.0.id != loss.0.id && !received.contains_key(&p.0.id);
+            received.entry(p.0.id).or_default().push(backprop.len());
             backprop.push((p.clone(), c, first));
         }
     }
@@ -129,7 +171,7 @@ pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
         let fill = if t.0.id == loss.0.id {
             Some(1.0)
         } else {
-            (!contributed.contains(&t.0.id)).then_some(0.0)
+            (!received.contains_key(&t.0.id)).then_some(0.0)
         };
         if let Some(v) = fill {
             stmts.push(Assignments::Fetch {
@@ -138,9 +180,11 @@ pub fn grad_program(loss: &Tensor) -> Result<GradProgram> {
             });
         }
     }
-    for (p, c, first) in backprop {
+    for (i, (p, c, first)) in backprop.into_iter().enumerate() {
         emit(&topological_order(&[&c]), &mut emitted, &mut stmts);
-        stmts.push(accumulate_into(p.grad_or_create()?, &c, first)?);
+        if !became.contains(&i) {
+            stmts.push(accumulate_into(p.grad_or_create()?, &c, first)?);
+        }
     }
     let params = order
         .iter()

@@ -59,6 +59,11 @@ fn unfused(
 
 /// Runs `loss = Σ out ⊙ weights` forward and backward; the output and the gradients of q, k, v.
 fn run(out: &Tensor, params: [&Tensor; 3]) -> Vec<Vec<f64>> {
+    run_program(out, params).0
+}
+
+/// [`run`], and the program it ran.
+fn run_program(out: &Tensor, params: [&Tensor; 3]) -> (Vec<Vec<f64>>, arrayjit_ir::Assignments) {
     let n: usize = out.dims().iter().product();
     let w = Tensor::input(out.prec(), out.dims(), "w", &spread(n, -1.0, 1.2, 5)).unwrap();
     let loss = out.mul(&w).unwrap().sum_all().unwrap();
@@ -70,7 +75,7 @@ fn run(out: &Tensor, params: [&Tensor; 3]) -> Vec<Vec<f64>> {
     for p in params {
         results.push(env.values(p.grad().expect("a gradient")).unwrap());
     }
-    results
+    (results, grads.program)
 }
 
 fn assert_close(what: &str, a: &[f64], b: &[f64], tol: f64) {
@@ -294,4 +299,103 @@ fn bad_shapes_and_settings_are_refused() {
         ..AttentionOptions::default()
     };
     assert!(err(&x, &x, &x, &bad_p).contains("dropout"));
+}
+
+/// Every node an assignment (at any depth of sequences and comments) accumulates into.
+fn accumulated_nodes(a: &arrayjit_ir::Assignments, out: &mut Vec<arrayjit_ir::Tnode>) {
+    use arrayjit_ir::Assignments as A;
+    match a {
+        A::Seq(items) => items.iter().for_each(|i| accumulated_nodes(i, out)),
+        A::BlockComment(_, inner) => accumulated_nodes(inner, out),
+        A::Accum { lhs, .. } => out.push(lhs.clone()),
+        _ => {}
+    }
+}
+
+/// The attention pass's gradients are the parameters' gradients themselves when each is the
+/// parameter's only contribution (no copy into a gradient node of its own), and are summed
+/// into the gradient as before when a parameter gets several (self-attention of one tensor, or
+/// a tensor used beside the attention): the values agree with the written-out attention.
+#[test]
+fn the_passes_gradients_are_written_in_place_when_they_are_the_only_contribution() {
+    let layout = AttentionLayout::TimeFirst;
+    let dims = layout.order(2, 3, 7, 5);
+    let options = AttentionOptions {
+        causal: true,
+        ..AttentionOptions::default()
+    };
+    // Sole contributions: q, k and v take the pass's outputs as their gradients.
+    let (q, k, v) = (
+        param(Prec::F32, "q", &dims, 1),
+        param(Prec::F32, "k", &dims, 2),
+        param(Prec::F32, "v", &dims, 3),
+    );
+    let out = Tensor::attention(layout, &q, &k, &v, &options).unwrap();
+    let (fused, program) = run_program(&out, [&q, &k, &v]);
+    let mut written = Vec::new();
+    accumulated_nodes(&program, &mut written);
+    for p in [&q, &k, &v] {
+        let g = p.grad().unwrap();
+        assert!(
+            g.debug_name().contains("attention"),
+            "{}'s gradient is the pass's output, not {}",
+            p.node().debug_name(),
+            g.debug_name()
+        );
+        assert!(
+            !written.iter().any(|n| n.id() == g.id()),
+            "no copy into {}",
+            g.debug_name()
+        );
+    }
+    let (q2, k2, v2) = (
+        param(Prec::F32, "q", &dims, 1),
+        param(Prec::F32, "k", &dims, 2),
+        param(Prec::F32, "v", &dims, 3),
+    );
+    let reference = run(&unfused(layout, &q2, &k2, &v2, true, None), [&q2, &k2, &v2]);
+    for (what, (a, b)) in ["output", "grad q", "grad k", "grad v"]
+        .iter()
+        .zip(fused.iter().zip(&reference))
+    {
+        assert_close(&format!("sole contributions: {what}"), a, b, 2e-5);
+    }
+
+    // One tensor as query, key and value: three contributions summed into its gradient.
+    let x = param(Prec::F32, "x", &dims, 4);
+    let fused = run(
+        &Tensor::attention(layout, &x, &x, &x, &options).unwrap(),
+        [&x, &x, &x],
+    );
+    let x2 = param(Prec::F32, "x", &dims, 4);
+    let reference = run(&unfused(layout, &x2, &x2, &x2, true, None), [&x2, &x2, &x2]);
+    assert_close("self-attention: output", &fused[0], &reference[0], 2e-5);
+    assert_close("self-attention: grad x", &fused[1], &reference[1], 2e-5);
+
+    // The query also used beside the attention (a residual): its gradient gets two.
+    let (q, k, v) = (
+        param(Prec::F32, "q", &dims, 1),
+        param(Prec::F32, "k", &dims, 2),
+        param(Prec::F32, "v", &dims, 3),
+    );
+    let out = Tensor::attention(layout, &q, &k, &v, &options)
+        .unwrap()
+        .add(&q)
+        .unwrap();
+    let fused = run(&out, [&q, &k, &v]);
+    let (q2, k2, v2) = (
+        param(Prec::F32, "q", &dims, 1),
+        param(Prec::F32, "k", &dims, 2),
+        param(Prec::F32, "v", &dims, 3),
+    );
+    let reference = run(
+        &unfused(layout, &q2, &k2, &v2, true, None).add(&q2).unwrap(),
+        [&q2, &k2, &v2],
+    );
+    for (what, (a, b)) in ["output", "grad q", "grad k", "grad v"]
+        .iter()
+        .zip(fused.iter().zip(&reference))
+    {
+        assert_close(&format!("residual: {what}"), a, b, 2e-5);
+    }
 }
