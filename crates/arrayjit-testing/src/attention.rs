@@ -218,6 +218,17 @@ pub fn attention_cases() -> Result<Vec<Case>> {
             true,
             None,
         )?,
+        // One batch element and one head (the batch and head loops have one iteration each,
+        // the backward's two gradient nests stay one statement), queries and keys of different
+        // lengths, so the two nests cannot fuse.
+        attention_case(
+            "attention_causal_one_head_fewer_keys",
+            Prec::F32,
+            HeadsFirst,
+            uneven(1, 1, 150, 70, 8),
+            true,
+            None,
+        )?,
         attention_case(
             "attention_f16",
             Prec::F16,

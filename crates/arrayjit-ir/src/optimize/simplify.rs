@@ -7,9 +7,23 @@ use crate::low_level::{LowLevel, ScalarExpr, ScopeId};
 use crate::ops::{BinOp, Scalar, TernOp, UnOp};
 use crate::prec::Prec;
 
-/// Simplifies every statement.
+/// Simplifies every statement. A top-level statement stays one statement: where its loops of
+/// one iteration go, a body of several statements keeps the innermost of them as a loop of one
+/// iteration (its index a constant inside), so that a nest lowered as one statement is not split
+/// into statements that schedules see apart. A fused attention pass of one batch element and
+/// one head, whose backward is two gradient nests under the batch and head loops, stays the one
+/// statement the blocked helper and the GPU pass take (split, it ran as its loops).
 pub(super) fn simplify(code: LowLevel, fma: bool) -> LowLevel {
-    Simplifier { fma }.stmt(code)
+    let simplifier = Simplifier { fma };
+    match code {
+        LowLevel::Seq(items) => LowLevel::seq(
+            items
+                .into_iter()
+                .map(|i| simplifier.top_level(i))
+                .collect::<Vec<_>>(),
+        ),
+        other => simplifier.top_level(other),
+    }
 }
 
 struct Simplifier {
@@ -72,6 +86,32 @@ fn assigns_only(s: &LowLevel, id: ScopeId) -> bool {
 }
 
 impl Simplifier {
+    /// A top-level statement simplified (see [`simplify`]): its loops of one iteration removed
+    /// but the innermost one whose body is several statements.
+    fn top_level(&self, s: LowLevel) -> LowLevel {
+        match s {
+            LowLevel::For {
+                index,
+                from,
+                to,
+                body,
+            } if to - from == 1 => {
+                let body = self.top_level(body.substitute(index, &AxisIndex::Fixed(from)));
+                if matches!(body, LowLevel::Seq(_)) {
+                    LowLevel::For {
+                        index,
+                        from,
+                        to,
+                        body: Box::new(body),
+                    }
+                } else {
+                    body
+                }
+            }
+            s => self.stmt(s),
+        }
+    }
+
     fn stmt(&self, s: LowLevel) -> LowLevel {
         match s {
             LowLevel::Seq(items) => {
