@@ -78,6 +78,25 @@ fn run_program(out: &Tensor, params: [&Tensor; 3]) -> (Vec<Vec<f64>>, arrayjit_i
     (results, grads.program)
 }
 
+/// The query, key and value parameters of `dims`, each with values of its own.
+fn qkv(prec: Prec, dims: &[usize]) -> (Tensor, Tensor, Tensor) {
+    (
+        param(prec, "q", dims, 1),
+        param(prec, "k", dims, 2),
+        param(prec, "v", dims, 3),
+    )
+}
+
+/// The output and the three gradients of [`run`] agree within `tol`.
+fn assert_runs_close(what: &str, fused: &[Vec<f64>], reference: &[Vec<f64>], tol: f64) {
+    for (part, (a, b)) in ["output", "grad q", "grad k", "grad v"]
+        .iter()
+        .zip(fused.iter().zip(reference))
+    {
+        assert_close(&format!("{what}: {part}"), a, b, tol);
+    }
+}
+
 fn assert_close(what: &str, a: &[f64], b: &[f64], tol: f64) {
     assert_eq!(a.len(), b.len(), "{what}: lengths");
     let scale = b.iter().fold(1e-3f64, |m, x| m.max(x.abs()));
@@ -102,19 +121,12 @@ fn compare(layout: AttentionLayout, s: &Shape, causal: bool, dropout: Option<f64
         "{layout:?} b{} h{} t{} e{} causal {causal} dropout {dropout:?} {prec:?}",
         s.batch, s.heads, s.time, s.features
     );
-    let make = || {
-        (
-            param(prec, "q", &dims, 1),
-            param(prec, "k", &dims, 2),
-            param(prec, "v", &dims, 3),
-        )
-    };
     // Two streams with the same seed: draw 0 of each is the same mask.
     let streams = (
         RandomStream::new(9, "step_a").unwrap(),
         RandomStream::new(9, "step_b").unwrap(),
     );
-    let (q, k, v) = make();
+    let (q, k, v) = qkv(prec, &dims);
     let options = AttentionOptions {
         causal,
         scale: None,
@@ -124,18 +136,13 @@ fn compare(layout: AttentionLayout, s: &Shape, causal: bool, dropout: Option<f64
         &Tensor::attention(layout, &q, &k, &v, &options).unwrap(),
         [&q, &k, &v],
     );
-    let (q, k, v) = make();
+    let (q, k, v) = qkv(prec, &dims);
     let reference = run(
         &unfused(layout, &q, &k, &v, causal, dropout.map(|p| (p, &streams.1))),
         [&q, &k, &v],
     );
     let tol = if prec == Prec::F64 { 1e-10 } else { 2e-5 };
-    for (what, (a, b)) in ["output", "grad q", "grad k", "grad v"]
-        .iter()
-        .zip(fused.iter().zip(&reference))
-    {
-        assert_close(&format!("{name}: {what}"), a, b, tol);
-    }
+    assert_runs_close(&name, &fused, &reference, tol);
 }
 
 #[test]
@@ -219,11 +226,7 @@ fn large_scores_do_not_overflow() {
 #[test]
 fn gradients_match_finite_differences() {
     let dims = [1, 2, 5, 3];
-    let (q, k, v) = (
-        param(Prec::F64, "q", &dims, 1),
-        param(Prec::F64, "k", &dims, 2),
-        param(Prec::F64, "v", &dims, 3),
-    );
+    let (q, k, v) = qkv(Prec::F64, &dims);
     let options = AttentionOptions {
         causal: true,
         scale: Some(0.7),
@@ -325,11 +328,7 @@ fn the_passes_gradients_are_written_in_place_when_they_are_the_only_contribution
         ..AttentionOptions::default()
     };
     // Sole contributions: q, k and v take the pass's outputs as their gradients.
-    let (q, k, v) = (
-        param(Prec::F32, "q", &dims, 1),
-        param(Prec::F32, "k", &dims, 2),
-        param(Prec::F32, "v", &dims, 3),
-    );
+    let (q, k, v) = qkv(Prec::F32, &dims);
     let out = Tensor::attention(layout, &q, &k, &v, &options).unwrap();
     let (fused, program) = run_program(&out, [&q, &k, &v]);
     let mut written = Vec::new();
@@ -348,18 +347,9 @@ fn the_passes_gradients_are_written_in_place_when_they_are_the_only_contribution
             g.debug_name()
         );
     }
-    let (q2, k2, v2) = (
-        param(Prec::F32, "q", &dims, 1),
-        param(Prec::F32, "k", &dims, 2),
-        param(Prec::F32, "v", &dims, 3),
-    );
+    let (q2, k2, v2) = qkv(Prec::F32, &dims);
     let reference = run(&unfused(layout, &q2, &k2, &v2, true, None), [&q2, &k2, &v2]);
-    for (what, (a, b)) in ["output", "grad q", "grad k", "grad v"]
-        .iter()
-        .zip(fused.iter().zip(&reference))
-    {
-        assert_close(&format!("sole contributions: {what}"), a, b, 2e-5);
-    }
+    assert_runs_close("sole contributions", &fused, &reference, 2e-5);
 
     // One tensor as query, key and value: three contributions summed into its gradient.
     let x = param(Prec::F32, "x", &dims, 4);
@@ -373,29 +363,16 @@ fn the_passes_gradients_are_written_in_place_when_they_are_the_only_contribution
     assert_close("self-attention: grad x", &fused[1], &reference[1], 2e-5);
 
     // The query also used beside the attention (a residual): its gradient gets two.
-    let (q, k, v) = (
-        param(Prec::F32, "q", &dims, 1),
-        param(Prec::F32, "k", &dims, 2),
-        param(Prec::F32, "v", &dims, 3),
-    );
+    let (q, k, v) = qkv(Prec::F32, &dims);
     let out = Tensor::attention(layout, &q, &k, &v, &options)
         .unwrap()
         .add(&q)
         .unwrap();
     let fused = run(&out, [&q, &k, &v]);
-    let (q2, k2, v2) = (
-        param(Prec::F32, "q", &dims, 1),
-        param(Prec::F32, "k", &dims, 2),
-        param(Prec::F32, "v", &dims, 3),
-    );
+    let (q2, k2, v2) = qkv(Prec::F32, &dims);
     let reference = run(
         &unfused(layout, &q2, &k2, &v2, true, None).add(&q2).unwrap(),
         [&q2, &k2, &v2],
     );
-    for (what, (a, b)) in ["output", "grad q", "grad k", "grad v"]
-        .iter()
-        .zip(fused.iter().zip(&reference))
-    {
-        assert_close(&format!("residual: {what}"), a, b, 2e-5);
-    }
+    assert_runs_close("residual", &fused, &reference, 2e-5);
 }
