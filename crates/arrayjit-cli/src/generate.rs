@@ -120,8 +120,12 @@ pub fn run(backend: Option<String>, args: &GenerateArgs) -> arrayjit::Result<()>
             total.as_secs_f64()
         );
     }
-    let [prefill, decode] = model.statement_profiles(args.samples);
-    for (name, profile) in [("prefill", prefill), ("decode", decode)] {
+    let [prefill, long_prefill, decode] = model.statement_profiles(args.samples);
+    for (name, profile) in [
+        ("prefill", prefill),
+        ("long prefill", long_prefill),
+        ("decode", decode),
+    ] {
         if let Some(profile) = profile {
             eprintln!("the {name} routine's slowest statements (all its runs):");
             eprintln!("{}", profile.table(15, None));

@@ -791,6 +791,7 @@ pub fn scaled_dot_product_attention(
         causal: is_causal,
         scale,
         dropout: None,
+        ..arrayjit_tensor::AttentionOptions::default()
     };
     Tensor::scaled_dot_product_attention(&q.inner, &k.inner, &v.inner, &options)
         .py()

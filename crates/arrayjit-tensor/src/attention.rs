@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrayjit_ir::{
     Assignments, AttentionDropout, AttentionLayout, AttentionOp, AttentionSpec, BinOp, Result,
-    Tnode,
+    StaticSymbol, Tnode,
 };
 
 use crate::rng::RandomStream;
@@ -25,6 +25,14 @@ pub struct AttentionOptions {
     /// (the same draws [`Tensor::dropout`] would make on the `[batch, heads, queries, keys]`
     /// weights).
     pub dropout: Option<(f64, RandomStream)>,
+    /// With `causal`: query `t` sees keys `s ≤ t + offset`, the offset a static symbol bound
+    /// per run (queries that start at slot `offset` of a key/value cache). Compile the routine
+    /// with the symbol among its bindings.
+    pub causal_offset: Option<StaticSymbol>,
+    /// `[batch, keys]` added to every score of its key after scaling (a key padding mask: 0
+    /// where a key counts, a large negative number where it does not). A constant of the
+    /// attention: no gradient flows into it.
+    pub key_bias: Option<Tensor>,
 }
 
 impl Tensor {
@@ -66,6 +74,14 @@ impl Tensor {
             scale,
             None,
         )?;
+        let shape_only = match &options.causal_offset {
+            Some(offset) => shape_only.with_causal_offset(offset)?,
+            None => shape_only,
+        };
+        let shape_only = match &options.key_bias {
+            Some(bias) => shape_only.with_key_bias(bias.node())?,
+            None => shape_only,
+        };
         let mut parents = vec![q.clone(), k.clone(), v.clone()];
         let dropout = match &options.dropout {
             Some((p, _)) if !(0.0..=1.0).contains(p) => {
@@ -91,6 +107,9 @@ impl Tensor {
             dropout,
             ..shape_only
         };
+        // The bias is read by the pass (a parent, so that it is computed first); the backward
+        // gives it no gradient, nor the dropout step (the parents after q, k and v).
+        parents.extend(options.key_bias.iter().cloned());
         let out = Tnode::new(q.prec(), &spec.out_dims(), &["attention"])?;
         let lse = Tnode::new(spec.stats_prec(), &spec.row_dims(), &["attention", "lse"])?;
         let forward = Assignments::attention(AttentionOp::forward(&spec, &out, &lse)?);
@@ -149,5 +168,6 @@ fn attention_backward(
     // after it.
     let dk = Tensor::custom(grad_k, Assignments::Noop, vec![dq.clone()], None);
     let dv = Tensor::custom(grad_v, Assignments::Noop, vec![dq.clone()], None);
-    Ok(vec![Some(dq), Some(dk), Some(dv), None])
+    // Gradients pair with the parents in order; the dropout step and the key bias get none.
+    Ok(vec![Some(dq), Some(dk), Some(dv), None, None])
 }

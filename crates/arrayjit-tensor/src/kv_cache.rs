@@ -22,11 +22,12 @@
 //! of one (a decode routine); both are compiled once, whatever the prompt length and position.
 
 use arrayjit_ir::{
-    BinOp, EinsumGuard, Error, MemoryMode, MemoryType, Prec, Result, Sharing, StaticSymbol, Tnode,
-    UnOp,
+    AttentionLayout, BinOp, EinsumGuard, Error, MemoryMode, MemoryType, Prec, Result, Sharing,
+    StaticSymbol, Tnode, UnOp,
 };
 
-use crate::nn::{CausalSelfAttention, DecoderBlock, Gpt};
+use crate::attention::AttentionOptions;
+use crate::nn::{AttentionKind, CausalSelfAttention, DecoderBlock, Gpt};
 use crate::tensor::Rhs;
 use crate::tensor::Tensor;
 
@@ -184,26 +185,57 @@ impl CausalSelfAttention {
         let q = project(&self.query, &self.biases[0])?;
         let k = appended(keys, &project(&self.key, &self.biases[1])?, &step.start)?;
         let v = appended(values, &project(&self.value, &self.biases[2])?, &step.start)?;
-        let guard = [seen(&step.start)];
-        // The cache is f32: its products are too, whatever the projections' precision.
-        let scores = Tensor::guarded_product("bthe,bshe->bhts", &q, &k, &guard)?
-            .scale(1.0 / (hw as f64).sqrt())?;
-        let visible = Tensor::einsum_op_guarded(
-            "bhts,bs->bhts",
-            Rhs::Bin(BinOp::Add),
-            &[&scores, &step.key_mask],
-            BinOp::Max,
-            true,
-            "visible_scores",
-            None,
-            None,
-            &guard,
-        )?;
-        let weights = visible_softmax(&visible, &guard)?;
-        let mixed = Tensor::guarded_product("bhts,bshe->bthe", &weights, &v, &guard)?;
+        let chunk = q.dims()[1];
+        let mixed = if self.kind == AttentionKind::Fused && chunk > 1 {
+            // Fused attention over the cache, its causal mask shifted to the step's first slot
+            // and the padding added to the scores: no `[heads, chunk, slots]` scores exist, and
+            // the keys past the last new token are never read.
+            let options = AttentionOptions {
+                causal: true,
+                scale: Some(1.0 / (hw as f64).sqrt()),
+                causal_offset: Some(step.start.clone()),
+                key_bias: Some(step.key_mask.clone()),
+                ..AttentionOptions::default()
+            };
+            Tensor::attention(AttentionLayout::TimeFirst, &q, &k, &v, &options)?
+        } else {
+            // One new token (decoding): its scores are one row per head, and the guarded
+            // products read each cached key and value once, as the fused pass would, without
+            // its blocks' packing.
+            attend_guarded(&q, &k, &v, hw, step)?
+        };
         p.product("bthe,hed->btd", &p.operand(&mixed)?, &self.output)?
             .add(&self.biases[3])
     }
+}
+
+/// The attention of the step's queries `q` over the cache's keys `k` and values `v` written
+/// out: guarded products for the scores and the weighted sum, the padding added, a guarded
+/// softmax.
+fn attend_guarded(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    hw: usize,
+    step: &StepInputs,
+) -> Result<Tensor> {
+    let guard = [seen(&step.start)];
+    // The cache is f32: its products are too, whatever the projections' precision.
+    let scores = Tensor::guarded_product("bthe,bshe->bhts", q, k, &guard)?
+        .scale(1.0 / (hw as f64).sqrt())?;
+    let visible = Tensor::einsum_op_guarded(
+        "bhts,bs->bhts",
+        Rhs::Bin(BinOp::Add),
+        &[&scores, &step.key_mask],
+        BinOp::Max,
+        true,
+        "visible_scores",
+        None,
+        None,
+        &guard,
+    )?;
+    let weights = visible_softmax(&visible, &guard)?;
+    Tensor::guarded_product("bhts,bshe->bthe", &weights, v, &guard)
 }
 
 /// The softmax over keys (`bhts`, along `s`) of scores that are `-∞` past the guard, with the

@@ -361,6 +361,7 @@ impl CausalSelfAttention {
                 causal: true,
                 scale: Some(1.0 / (hw as f64).sqrt()),
                 dropout: dropout.map(|d| (d.p, d.rng.clone())),
+                ..AttentionOptions::default()
             };
             let mixed = Tensor::attention(AttentionLayout::TimeFirst, &q, &k, &v, &options)?;
             let out = p

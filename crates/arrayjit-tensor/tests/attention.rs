@@ -131,6 +131,7 @@ fn compare(layout: AttentionLayout, s: &Shape, causal: bool, dropout: Option<f64
         causal,
         scale: None,
         dropout: dropout.map(|p| (p, streams.0.clone())),
+        ..AttentionOptions::default()
     };
     let fused = run(
         &Tensor::attention(layout, &q, &k, &v, &options).unwrap(),
@@ -231,6 +232,7 @@ fn gradients_match_finite_differences() {
         causal: true,
         scale: Some(0.7),
         dropout: None,
+        ..AttentionOptions::default()
     };
     let out = Tensor::scaled_dot_product_attention(&q, &k, &v, &options).unwrap();
     let n: usize = out.dims().iter().product();
@@ -375,4 +377,142 @@ fn the_passes_gradients_are_written_in_place_when_they_are_the_only_contribution
         [&q2, &k2, &v2],
     );
     assert_runs_close("residual", &fused, &reference, 2e-5);
+}
+
+/// `[batch, time, heads, features]` attention in plain Rust, f64: query `t` sees keys
+/// `s ≤ t + offset`, each score biased by `bias[b, s]`; the output.
+fn shifted_reference(
+    (q, k, v): (&[f64], &[f64], &[f64]),
+    [batch, queries, keys, heads, e]: [usize; 5],
+    offset: usize,
+    bias: &[f64],
+) -> Vec<f64> {
+    let scale = 1.0 / (e as f64).sqrt();
+    let mut out = vec![0.0; batch * queries * heads * e];
+    for b in 0..batch {
+        for h in 0..heads {
+            for t in 0..queries {
+                let qi = |f: usize| q[((b * queries + t) * heads + h) * e + f];
+                let at = |x: &[f64], s: usize, f: usize| x[((b * keys + s) * heads + h) * e + f];
+                let seen = (t + offset + 1).min(keys);
+                let scores: Vec<f64> = (0..seen)
+                    .map(|s| {
+                        (0..e).map(|f| qi(f) * at(k, s, f)).sum::<f64>() * scale
+                            + bias[b * keys + s]
+                    })
+                    .collect();
+                let m = scores.iter().fold(f64::NEG_INFINITY, |a, &x| a.max(x));
+                let w: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
+                let total: f64 = w.iter().sum();
+                for f in 0..e {
+                    out[((b * queries + t) * heads + h) * e + f] =
+                        (0..seen).map(|s| w[s] * at(v, s, f)).sum::<f64>() / total;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A causal mask shifted by a static index bound per run (a key/value cache's step: queries at
+/// slots `offset ..`) and a bias on the keys' scores: the output agrees with a plain f64
+/// reference for several offsets of one compiled program, and the gradients of q, k and v with
+/// that reference's finite differences.
+#[test]
+fn a_shifted_mask_and_a_key_bias_match_a_plain_reference() {
+    let [batch, queries, keys, heads, e] = [2, 5, 12, 2, 4];
+    let layout = AttentionLayout::TimeFirst;
+    let (q, k, v) = (
+        param(Prec::F64, "q", &[batch, queries, heads, e], 1),
+        param(Prec::F64, "k", &[batch, keys, heads, e], 2),
+        param(Prec::F64, "v", &[batch, keys, heads, e], 3),
+    );
+    let bias_values: Vec<f64> = (0..batch * keys)
+        .map(|i| {
+            if i % 5 == 1 {
+                -40.0
+            } else {
+                0.3 * (i % 4) as f64 - 0.4
+            }
+        })
+        .collect();
+    let bias = Tensor::input(Prec::F64, &[batch, keys], "bias", &bias_values).unwrap();
+    let offset = arrayjit_ir::StaticSymbol::new("offset", keys - queries + 1);
+    let options = AttentionOptions {
+        causal: true,
+        causal_offset: Some(offset.clone()),
+        key_bias: Some(bias),
+        ..AttentionOptions::default()
+    };
+    let out = Tensor::attention(layout, &q, &k, &v, &options).unwrap();
+    let n: usize = out.dims().iter().product();
+    let w = spread(n, -1.0, 1.2, 5);
+    let weights = Tensor::input(Prec::F64, out.dims(), "w", &w).unwrap();
+    let loss = out.mul(&weights).unwrap().sum_all().unwrap();
+    let grads = grad_program(&loss).unwrap();
+    let code = grads.program.lower(std::slice::from_ref(&offset)).unwrap();
+    let mut env = InterpEnv::from_host_arrays(&code);
+    let values = |t: &Tensor| t.node().host().array().unwrap().to_vec_f64().unwrap();
+    let (qv, kv, vv) = (values(&q), values(&k), values(&v));
+    let dims = [batch, queries, keys, heads, e];
+    for off in [0, 3, keys - queries] {
+        env.run(&code, &[(offset.symbol, off as i64)]).unwrap();
+        let want = shifted_reference((&qv, &kv, &vv), dims, off, &bias_values);
+        assert_close(
+            &format!("offset {off}: output"),
+            &env.values(out.node()).unwrap(),
+            &want,
+            1e-12,
+        );
+        // Gradients of Σ out ⊙ w: central differences of the reference.
+        let loss_of = |q: &[f64], k: &[f64], v: &[f64]| -> f64 {
+            let o = shifted_reference((q, k, v), dims, off, &bias_values);
+            o.iter().zip(&w).map(|(a, b)| a * b).sum()
+        };
+        for (which, (param, base)) in [(&q, &qv), (&k, &kv), (&v, &vv)].into_iter().enumerate() {
+            let got = env.values(param.grad().expect("a gradient")).unwrap();
+            for i in (0..base.len()).step_by(7) {
+                let (mut plus, mut minus) = (base.clone(), base.clone());
+                plus[i] += 1e-6;
+                minus[i] -= 1e-6;
+                let [lp, lm] = [&plus, &minus].map(|x| match which {
+                    0 => loss_of(x, &kv, &vv),
+                    1 => loss_of(&qv, x, &vv),
+                    _ => loss_of(&qv, &kv, x),
+                });
+                let fd = (lp - lm) / 2e-6;
+                assert!(
+                    (got[i] - fd).abs() <= 1e-6 * fd.abs().max(1.0),
+                    "offset {off}: gradient {which} [{i}]: {} vs finite difference {fd}",
+                    got[i]
+                );
+            }
+        }
+    }
+}
+
+/// A causal offset on an attention that is not causal, and a key bias of the wrong shape, are
+/// refused with what to do.
+#[test]
+fn a_bad_offset_or_key_bias_is_refused() {
+    let x = param(Prec::F32, "x", &[1, 3, 2, 4], 1);
+    let offset = arrayjit_ir::StaticSymbol::new("offset", 4);
+    let not_causal = AttentionOptions {
+        causal_offset: Some(offset),
+        ..AttentionOptions::default()
+    };
+    let msg = Tensor::attention(AttentionLayout::TimeFirst, &x, &x, &x, &not_causal)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("causal"), "{msg}");
+    let bias = Tensor::input(Prec::F32, &[1, 4], "bias", &[0.0; 4]).unwrap();
+    let bad_bias = AttentionOptions {
+        causal: true,
+        key_bias: Some(bias),
+        ..AttentionOptions::default()
+    };
+    let msg = Tensor::attention(AttentionLayout::TimeFirst, &x, &x, &x, &bad_bias)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("key bias") && msg.contains("[1, 3]"), "{msg}");
 }

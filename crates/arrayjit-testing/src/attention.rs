@@ -7,7 +7,7 @@
 
 use arrayjit_ir::{
     AccumRhs, Assignments, AttentionDropout, AttentionLayout, AttentionOp, AttentionSpec, BinOp,
-    Operand, Prec, Result, Tnode,
+    Operand, Prec, Result, StaticSymbol, Tnode,
 };
 
 use super::case::{Case, case, output};
@@ -34,6 +34,18 @@ struct Sizes {
     features: usize,
 }
 
+/// What a key/value cache's step adds to an attention: its causal mask shifted by a static
+/// index (the offsets of the case's runs, the last one's results compared), and a bias on the
+/// keys' scores.
+#[derive(Default)]
+struct Masks {
+    /// The static index's values, one run each.
+    offsets: Vec<i64>,
+    /// A `[batch, keys]` bias: small values, and −30 on a few keys of the last batch element
+    /// (as padding would be).
+    bias: bool,
+}
+
 /// The forward pass, then both gradient passes from an output gradient, every result hosted.
 fn attention_case(
     name: &str,
@@ -42,6 +54,19 @@ fn attention_case(
     s: Sizes,
     causal: bool,
     dropout: Option<f64>,
+) -> Result<Case> {
+    masked_attention_case(name, prec, layout, s, causal, dropout, Masks::default())
+}
+
+/// [`attention_case`] with the masks of a key/value cache's step.
+fn masked_attention_case(
+    name: &str,
+    prec: Prec,
+    layout: AttentionLayout,
+    s: Sizes,
+    causal: bool,
+    dropout: Option<f64>,
+    masks: Masks,
 ) -> Result<Case> {
     let dims = layout.order(s.batch, s.heads, s.time, s.features);
     let key_dims = layout.order(s.batch, s.heads, s.key_time, s.features);
@@ -63,7 +88,27 @@ fn attention_case(
         None => None,
     };
     let scale = 1.0 / (s.features as f64).sqrt();
-    let spec = AttentionSpec::new(&q, &k, &v, layout, causal, scale, dropout)?;
+    let mut spec = AttentionSpec::new(&q, &k, &v, layout, causal, scale, dropout)?;
+    // Offsets up to the one where the last query sees the last key.
+    let offset = StaticSymbol::new("offset", (s.key_time + 1).saturating_sub(s.time).max(1));
+    if !masks.offsets.is_empty() {
+        spec = spec.with_causal_offset(&offset)?;
+    }
+    if masks.bias {
+        let bias = Tnode::new(Prec::F32, &[s.batch, s.key_time], &["key_bias"])?;
+        let values: Vec<f64> = (0..s.batch * s.key_time)
+            .map(|i| {
+                let (b, key) = (i / s.key_time, i % s.key_time);
+                if b + 1 == s.batch && key % 7 == 2 {
+                    -30.0
+                } else {
+                    0.25 * ((key * 5 + b) % 9) as f64 - 1.0
+                }
+            })
+            .collect();
+        bias.host().set_values(&values)?;
+        spec = spec.with_key_bias(&bias)?;
+    }
     let out = output(prec, &spec.out_dims(), "out")?;
     let lse = output(spec.stats_prec(), &spec.row_dims(), "lse")?;
     let delta = Tnode::new(spec.stats_prec(), &spec.row_dims(), &["delta"])?;
@@ -93,7 +138,12 @@ fn attention_case(
             &grad_out,
             [&grad_q, &grad_k, &grad_v],
         )?));
-    Ok(case(name, program, vec![out, lse, grad_q, grad_k, grad_v]))
+    let mut case = case(name, program, vec![out, lse, grad_q, grad_k, grad_v]);
+    if !masks.offsets.is_empty() {
+        case.bindings = vec![offset];
+        case.runs = masks.offsets.iter().map(|&o| vec![o]).collect();
+    }
+    Ok(case)
 }
 
 /// A causal attention of one batch element and two heads of `features` in the projections'
@@ -228,6 +278,44 @@ pub fn attention_cases() -> Result<Vec<Case>> {
             uneven(1, 1, 150, 70, 8),
             true,
             None,
+        )?,
+        // A key/value cache's step: the causal mask shifted by a static index bound per run
+        // (the keys past the last query's never read), and a bias on the keys' scores.
+        masked_attention_case(
+            "attention_cached_offset_bias",
+            Prec::F32,
+            TimeFirst,
+            uneven(2, 2, 20, 300, 8),
+            true,
+            None,
+            Masks {
+                offsets: vec![0, 137],
+                bias: true,
+            },
+        )?,
+        masked_attention_case(
+            "attention_cached_offset_blocks",
+            Prec::F32,
+            HeadsFirst,
+            uneven(1, 2, 150, 400, 8),
+            true,
+            None,
+            Masks {
+                offsets: vec![250, 61],
+                bias: false,
+            },
+        )?,
+        masked_attention_case(
+            "attention_key_bias_dropout",
+            Prec::F32,
+            HeadsFirst,
+            sizes(2, 2, 9, 5),
+            false,
+            Some(0.3),
+            Masks {
+                offsets: vec![],
+                bias: true,
+            },
         )?,
         attention_case(
             "attention_f16",

@@ -213,8 +213,9 @@ fn table(lines: &[Line], notes: &[String]) -> String {
          8-token prompt then {TOKENS} tokens with the key/value cache (the rate counts the steps \
          after the first token); the bandwidth limit is the parameters' bytes read per token over \
          the C reference's read bandwidth; a {PROMPT}-token prompt's time to its first token \
-         (arrayjit: the prefill routine in chunks of 64, the output head for the last token \
-         only; transformers: one forward, every position's logits), the median of 3. Weights \
+         (arrayjit: the prefill routines, a chunk of 512 while at least three quarters of one \
+         is prompt, then chunks of 64, attention fused over the cache, the output head for the \
+         last token only; transformers: one forward, every position's logits), the median of 3. Weights \
          bf16: arrayjit stores the matrix weights and embeddings in bf16 and multiplies f32 \
          activations by them (`--precision bf16-weights`); transformers loads the model in \
          bfloat16 and computes in it."

@@ -39,11 +39,15 @@ fn names(b: &Blocking) -> (String, [String; 2]) {
 const DROPOUT_PARAMS: &str =
     "int drop, uint64_t seed, uint32_t stream, float p, float kept, const uint32_t *step";
 
+/// The mask parameters of both passes: the causal mask's offset (query `t` sees keys `s ≤ t +
+/// off`; 0 without one) and the `[batch, keys]` bias added to the scores (null without one).
+const MASK_PARAMS: &str = "int64_t off, const float *kbias";
+
 /// The two functions' prototypes (hidden outside the library, like the product helper's).
 fn signatures(b: &Blocking) -> String {
     let [fwd, bwd] = names(b).1;
     let common = format!(
-        "const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, {DROPOUT_PARAMS}"
+        "const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, {DROPOUT_PARAMS}, {MASK_PARAMS}"
     );
     format!(
         "__attribute__((visibility(\"hidden\"))) void {fwd}({common}, float *out, float *lse, const aj_par *par);\n\
@@ -66,6 +70,8 @@ typedef struct {
   int64_t units, workers;
   /* dropout: drop where the draw at the weight's position is below p, keep × kept */
   int drop; uint64_t seed; uint32_t stream; float p, kept; const uint32_t *step;
+  /* the causal mask's offset (query t sees keys s <= t + off), the [batch, keys] score bias */
+  int64_t off; const float *kbias;
 } aj_att_ctx;
 
 /* Element strides of a [batch, heads, time, features] array in the layout. */
@@ -206,7 +212,12 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
   const int64_t Tq = a.Tq, Tk = a.Tk, E = a.E, Ev = a.Ev, BQ = AJ_ATT_BQ, BK = AJ_ATT_BK;
   const float *qp = c->q + a.qo, *kp = c->k + a.ko, *vp = c->v + a.vo;
   float *op = c->out + a.oo;
-  const int64_t ldk = aj_att_ld(Tk);
+  const int64_t off = c->off;
+  /* The keys some row sees: all, or (causal) up to the last row's (a cache's slots past the
+     queries are never read). */
+  const int64_t Tke = c->causal && Tq + off < Tk ? Tq + off : Tk;
+  const float *bias = c->kbias ? c->kbias + a.b * Tk : 0;
+  const int64_t ldk = aj_att_ld(Tke);
   const int packed = aj_att_packs(E, Ev);
   float *restrict kt = buf, *restrict s = kt + aj_att_forward_keys(Tk, E, Ev), *restrict acc = s + BQ * BK;
   float *restrict m = acc + BQ * Ev, *restrict l = m + BQ;
@@ -216,29 +227,29 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
   const int64_t kpanel = AJ_ATT_PACKED_SIZE(E, AJ_ATT_NR), vblock = AJ_ATT_PACKED_SIZE(BK, Ev);
   const float scale = c->scale;
   if (packed) {
-    AJ_ATT_PACK(kt, kp, 1, a.kst, E, Tk);
-    for (int64_t k0 = 0; k0 < Tk; k0 += BK)
-      AJ_ATT_PACK(vpk + k0 / BK * vblock, vp + k0 * a.vst, a.vst, 1, Tk - k0 < BK ? Tk - k0 : BK, Ev);
+    AJ_ATT_PACK(kt, kp, 1, a.kst, E, Tke);
+    for (int64_t k0 = 0; k0 < Tke; k0 += BK)
+      AJ_ATT_PACK(vpk + k0 / BK * vblock, vp + k0 * a.vst, a.vst, 1, Tke - k0 < BK ? Tke - k0 : BK, Ev);
   } else {
-    aj_att_transpose(kt, kp, a.kst, Tk, E);
+    aj_att_transpose(kt, kp, a.kst, Tke, E);
   }
   for (int64_t t0 = 0; t0 < Tq; t0 += BQ) {
     const int64_t rows = Tq - t0 < BQ ? Tq - t0 : BQ;
     for (int64_t i = 0; i < rows; ++i) { m[i] = -1e30f; l[i] = 0.0f; }
     for (int64_t i = 0; i < rows * Ev; ++i) acc[i] = 0.0f;
-    const int64_t kend = c->causal ? (t0 + rows < Tk ? t0 + rows : Tk) : Tk;
+    const int64_t kend = c->causal ? (t0 + rows + off < Tk ? t0 + rows + off : Tk) : Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += BK) {
       const int64_t kn = kend - k0 < BK ? kend - k0 : BK;
       /* The rows of the values' packed block (its panels' depth). */
-      const int64_t kb = Tk - k0 < BK ? Tk - k0 : BK;
+      const int64_t kb = Tke - k0 < BK ? Tke - k0 : BK;
       /* Where some rows see only the block's first keys (the causal diagonal), both products
          run in strips of rows, each over the keys its last row sees: the same sums without
          the hidden keys' terms (never read in S, zeros in P). */
-      const int64_t strip = c->causal && t0 + rows - k0 < kn ? AJ_ATT_STRIP : rows;
+      const int64_t strip = c->causal && t0 + off + rows - k0 < kn ? AJ_ATT_STRIP : rows;
       /* S = Q_block · K_blockᵀ */
       for (int64_t r0 = 0; r0 < rows; r0 += strip) {
         const int64_t r1 = rows - r0 < strip ? rows : r0 + strip;
-        const int64_t n = aj_att_visible(c->causal, t0 + r1 - 1, k0, kn);
+        const int64_t n = aj_att_visible(c->causal, t0 + off + r1 - 1, k0, kn);
         if (n <= 0) continue;
         const float *qs = qp + (t0 + r0) * a.qst;
         if (!packed || AJ_ATT_TIMES_PACKED(r1 - r0, n, E, qs, a.qst, 1, kt + k0 / AJ_ATT_NR * kpanel, s + r0 * BK, BK, 1, 1)) {
@@ -252,7 +263,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       for (int64_t i = 0; i < rows; ++i) {
         float *restrict si = s + i * BK;
         /* Keys past the row (causal) or past the block take no part. */
-        const int64_t visible = aj_att_visible(c->causal, t0 + i, k0, kn);
+        const int64_t visible = aj_att_visible(c->causal, t0 + off + i, k0, kn);
         if (visible == 0) {
           mnew[i] = m[i];
           continue;
@@ -264,17 +275,21 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         const int64_t w = aj_att_whole_lanes(visible, BK);
         /* A whole row of a whole block (most rows): constant trip counts, no masks. */
         if (visible == BK) {
-          for (int j = 0; j < BK; ++j) si[j] *= scale;
+          if (bias) for (int j = 0; j < BK; ++j) si[j] = si[j] * scale + bias[k0 + j];
+          else for (int j = 0; j < BK; ++j) si[j] *= scale;
           mnew[i] = aj_att_row_max(si, BK, m[i]);
           continue;
         }
-        for (int j = 0; j < (int)w; ++j) si[j] = j < (int)visible ? si[j] * scale : -1e30f;
+        if (bias)
+          for (int j = 0; j < (int)w; ++j) si[j] = j < (int)visible ? si[j] * scale + bias[k0 + j] : -1e30f;
+        else
+          for (int j = 0; j < (int)w; ++j) si[j] = j < (int)visible ? si[j] * scale : -1e30f;
         mnew[i] = aj_att_row_max(si, (int)w, m[i]);
       }
       for (int64_t i = 0; i < rows; ++i) shrink[i] = aj_att_exp(m[i] - mnew[i]);
       for (int64_t i = 0; i < rows; ++i) {
         float *restrict si = s + i * BK;
-        const int64_t visible = aj_att_visible(c->causal, t0 + i, k0, kn);
+        const int64_t visible = aj_att_visible(c->causal, t0 + off + i, k0, kn);
         if (visible == 0) {
           for (int64_t j = 0; j < kn; ++j) si[j] = 0.0f;
           continue;
@@ -295,7 +310,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       /* acc += P · V_block */
       for (int64_t r0 = 0; r0 < rows; r0 += strip) {
         const int64_t r1 = rows - r0 < strip ? rows : r0 + strip;
-        const int64_t n = aj_att_visible(c->causal, t0 + r1 - 1, k0, kn);
+        const int64_t n = aj_att_visible(c->causal, t0 + off + r1 - 1, k0, kn);
         if (n <= 0) continue;
         if (!packed || AJ_ATT_PANELS(r1 - r0, Ev, n, s + r0 * BK, BK, 1, vpk + k0 / BK * vblock, AJ_ATT_PACKED_SIZE(kb, AJ_ATT_NR), acc + r0 * Ev, Ev, 1, 0))
           AJ_ATT_GEMM(r1 - r0, Ev, n, s + r0 * BK, BK, 1, vp + k0 * a.vst, a.vst, 1, acc + r0 * Ev, Ev, 1, 0);
@@ -333,6 +348,8 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
   float *gqp = c->g1 + a.qo, *gkp = c->g2 + a.ko, *gvp = c->g3 + a.vo;
   const float *lse = c->lse_in + a.bh * Tq, *delta = c->delta + a.bh * Tq;
   const int64_t ldq = aj_att_ld(Tq);
+  const int64_t off = c->off;
+  const float *bias = c->kbias ? c->kbias + a.b * Tk : 0;
   const int packed = aj_att_packs(E, Ev);
   float *restrict qt = buf, *restrict got = qt + E * ldq, *restrict st = buf + aj_att_backward_queries(Tq, E, Ev);
   float *restrict dpt = st + BK * BQ, *restrict dk = dpt + BK * BQ, *restrict dv = dk + BK * E;
@@ -365,8 +382,9 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
     for (int64_t i = 0; i < keys * E; ++i) dk[i] = 0.0f;
     for (int64_t i = 0; i < keys * Ev; ++i) dv[i] = 0.0f;
     if (packed) AJ_ATT_PACK(kbp, kp + s0 * a.kst, a.kst, 1, keys, E);
-    /* Causal: rows before the block's first key see none of its keys. */
-    const int64_t tstart = c->causal ? (s0 < Tq ? s0 / BQ * BQ : Tq) : 0;
+    /* Causal: rows before the block's first key's (t + off < s0) see none of its keys. */
+    const int64_t tfirst = s0 - off > 0 ? s0 - off : 0;
+    const int64_t tstart = c->causal ? (tfirst < Tq ? tfirst / BQ * BQ : Tq) : 0;
     for (int64_t t0 = tstart; t0 < Tq; t0 += BQ) {
       const int64_t rn = Tq - t0 < BQ ? Tq - t0 : BQ;
       for (int64_t i = 0; i < BQ; ++i) {
@@ -378,12 +396,12 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
          to a panel) that its first key sees; the query gradient's in strips of rows, each over
          the keys its last row sees. The same sums without the hidden pairs' terms (never read
          in Sᵀ and dPᵀ, zeros in P and dS). */
-      const int64_t kstrip = c->causal && s0 + keys - 1 > t0 ? AJ_ATT_STRIP : keys;
-      const int64_t qstrip = c->causal && t0 - s0 < keys - 1 ? AJ_ATT_STRIP : rn;
+      const int64_t kstrip = c->causal && s0 + keys - 1 > t0 + off ? AJ_ATT_STRIP : keys;
+      const int64_t qstrip = c->causal && t0 + off - s0 < keys - 1 ? AJ_ATT_STRIP : rn;
       /* Sᵀ = K_block · Q_blockᵀ, dPᵀ = V_block · dO_blockᵀ (row j: key s0 + j) */
       for (int64_t j0 = 0; j0 < keys; j0 += kstrip) {
         const int64_t j1 = keys - j0 < kstrip ? keys : j0 + kstrip;
-        const int64_t c0 = c->causal && s0 + j0 > t0 ? (s0 + j0 - t0) / AJ_ATT_NR * AJ_ATT_NR : 0;
+        const int64_t c0 = c->causal && s0 + j0 > t0 + off ? (s0 + j0 - t0 - off) / AJ_ATT_NR * AJ_ATT_NR : 0;
         if (c0 >= rn) continue;
         const float *ks = kp + (s0 + j0) * a.kst, *vs = vp + (s0 + j0) * a.vst;
         float *sts = st + j0 * BQ + c0, *dps = dpt + j0 * BQ + c0;
@@ -399,26 +417,34 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       /* The block's rows rounded up to whole vectors: the products read rn of them. */
       const int64_t rw = aj_att_whole_lanes(rn, BQ);
       for (int64_t j = 0; j < keys; ++j) {
-        /* Causal: rows t >= s see key s. */
-        const int64_t first = c->causal ? (s0 + j - t0 > 0 ? s0 + j - t0 : 0) : 0;
+        /* Causal: rows t + off >= s see key s. */
+        const int64_t first = c->causal ? (s0 + j - t0 - off > 0 ? s0 + j - t0 - off : 0) : 0;
         float *restrict sj = st + j * BQ, *restrict dj = dpt + j * BQ;
         /* Whole vectors of rows before the first that sees the key: zeros, no exponentials. */
         const int64_t i0 = first / AJ_ATT_LANES * AJ_ATT_LANES < rw ? first / AJ_ATT_LANES * AJ_ATT_LANES : rw;
         for (int64_t i = 0; i < i0; ++i) { sj[i] = 0.0f; dj[i] = 0.0f; }
+        /* With a bias, the scores scaled and biased first (the key's bias is one number), and
+           the exponentials below take them as they are. */
+        float sc = scale;
+        if (bias) {
+          const float bj = bias[s0 + j];
+          for (int64_t i = i0; i < rw; ++i) sj[i] = sj[i] * scale + bj;
+          sc = 1.0f;
+        }
         if (!c->drop) {
           /* 32-bit positions: one vector compare per 16 lanes for the masks, not two. */
           const int ifirst = (int)first, irn = (int)rn;
           /* Every row of a whole block sees the key (most keys): no masks. */
           if (first == 0 && rn == BQ) {
             for (int i = 0; i < BQ; ++i) {
-              const float w = aj_att_exp(sj[i] * scale - lq[i]);
+              const float w = aj_att_exp(sj[i] * sc - lq[i]);
               sj[i] = w;
               dj[i] = w * (dj[i] - dq[i]) * scale;
             }
             continue;
           }
           for (int i = (int)i0; i < (int)rw; ++i) {
-            const float w = aj_att_exp(sj[i] * scale - lq[i]);
+            const float w = aj_att_exp(sj[i] * sc - lq[i]);
             const int keep = i >= ifirst && i < irn;
             sj[i] = keep ? w : 0.0f;
             dj[i] = keep ? w * (dj[i] - dq[i]) * scale : 0.0f;
@@ -427,7 +453,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
           /* P ⊙ keep for the values' gradient, dS = P ⊙ (dP ⊙ keep − Δ) for the rest. */
           for (int64_t i = i0; i < rw; ++i) {
             const int keep = i >= first && i < rn;
-            const float w = aj_att_exp(sj[i] * scale - lq[i]);
+            const float w = aj_att_exp(sj[i] * sc - lq[i]);
             const float k = keep ? aj_att_keep(c, &a, t0 + i, s0 + j) : 0.0f;
             sj[i] = keep ? w * k : 0.0f;
             dj[i] = keep ? w * (dj[i] * k - dq[i]) * scale : 0.0f;
@@ -438,7 +464,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       const int64_t qpanels = AJ_ATT_PACKED_SIZE(rn, AJ_ATT_NR);
       for (int64_t j0 = 0; j0 < keys; j0 += kstrip) {
         const int64_t j1 = keys - j0 < kstrip ? keys : j0 + kstrip;
-        const int64_t c0 = c->causal && s0 + j0 > t0 ? (s0 + j0 - t0) / AJ_ATT_NR * AJ_ATT_NR : 0;
+        const int64_t c0 = c->causal && s0 + j0 > t0 + off ? (s0 + j0 - t0 - off) / AJ_ATT_NR * AJ_ATT_NR : 0;
         if (c0 >= rn) continue;
         const float *sts = st + j0 * BQ + c0, *dps = dpt + j0 * BQ + c0;
         if (!packed || AJ_ATT_PANELS(j1 - j0, Ev, rn - c0, sts, BQ, 1, obp + t0 / BQ * oblock + c0 * AJ_ATT_NR, qpanels, dv + j0 * Ev, Ev, 1, 0))
@@ -449,7 +475,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       /* dQ_block += dS · K_block (depths: the keys the strip's last row sees) */
       for (int64_t i0 = 0; i0 < rn; i0 += qstrip) {
         const int64_t i1 = rn - i0 < qstrip ? rn : i0 + qstrip;
-        const int64_t n = c->causal && t0 + i1 - s0 < keys ? t0 + i1 - s0 : keys;
+        const int64_t n = c->causal && t0 + off + i1 - s0 < keys ? t0 + off + i1 - s0 : keys;
         if (n <= 0) continue;
         if (!packed || AJ_ATT_PANELS(i1 - i0, E, n, dpt + i0, 1, BQ, kbp, AJ_ATT_PACKED_SIZE(keys, AJ_ATT_NR), gqp + (t0 + i0) * a.qst, a.qst, 1, 0))
           AJ_ATT_GEMM(i1 - i0, E, n, dpt + i0, 1, BQ, kp + s0 * a.kst, a.kst, 1, gqp + (t0 + i0) * a.qst, a.qst, 1, 0);
@@ -477,9 +503,10 @@ static void aj_att_forward_rows(const aj_att_ctx *c, int64_t u) {
   for (int64_t t = 0; t < a.Tq; ++t) {
     float *oi = op + t * a.ost, m = -1e30f, l = 0.0f;
     for (int64_t f = 0; f < a.Ev; ++f) oi[f] = 0.0f;
-    const int64_t kend = c->causal && t + 1 < a.Tk ? t + 1 : a.Tk;
+    const int64_t kend = c->causal && t + 1 + c->off < a.Tk ? t + 1 + c->off : a.Tk;
     for (int64_t s = 0; s < kend; ++s) {
-      const float sc = aj_att_dot(qp + t * a.qst, kp + s * a.kst, a.E) * c->scale;
+      const float sc = aj_att_dot(qp + t * a.qst, kp + s * a.kst, a.E) * c->scale
+        + (c->kbias ? c->kbias[a.b * a.Tk + s] : 0.0f);
       const float mx = sc > m ? sc : m, shrink = aj_att_exp(m - mx), p = aj_att_exp(sc - mx);
       l = l * shrink + p;
       const float pk = c->drop ? p * aj_att_keep(c, &a, t, s) : p;
@@ -502,8 +529,9 @@ static void aj_att_backward_rows(const aj_att_ctx *c, int64_t u) {
     float *gk = gkp + s * a.kst, *gv = gvp + s * a.vst;
     for (int64_t e = 0; e < a.E; ++e) gk[e] = 0.0f;
     for (int64_t f = 0; f < a.Ev; ++f) gv[f] = 0.0f;
-    for (int64_t t = c->causal ? s : 0; t < a.Tq; ++t) {
-      const float w = aj_att_exp(aj_att_dot(kp + s * a.kst, qp + t * a.qst, a.E) * c->scale - lse[t]);
+    for (int64_t t = c->causal ? (s - c->off > 0 ? s - c->off : 0) : 0; t < a.Tq; ++t) {
+      const float w = aj_att_exp(aj_att_dot(kp + s * a.kst, qp + t * a.qst, a.E) * c->scale
+        + (c->kbias ? c->kbias[a.b * a.Tk + s] : 0.0f) - lse[t]);
       const float k = c->drop ? aj_att_keep(c, &a, t, s) : 1.0f;
       const float ds = w * (aj_att_dot(vp + s * a.vst, gop + t * a.ost, a.Ev) * k - delta[t]) * c->scale;
       for (int64_t f = 0; f < a.Ev; ++f) gv[f] += w * k * gop[t * a.ost + f];
@@ -543,14 +571,14 @@ static void aj_att_run(aj_att_ctx *c, aj_att_unit_fn unit, aj_att_rows_fn rows, 
   if (c->workers > 1) par->run(par->pool, aj_att_chunk, &job, c->workers); else aj_att_chunk(&job, 0);
 }
 
-__attribute__((visibility("hidden"))) void AJ_ATT_FORWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, AJ_ATT_DROPOUT_PARAMS, float *out, float *lse, const aj_par *par) {
-  aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, 0, 0, 0, out, lse, 0, 0, 0, 0, 0, drop, seed, stream, p, kept, step };
+__attribute__((visibility("hidden"))) void AJ_ATT_FORWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, AJ_ATT_DROPOUT_PARAMS, AJ_ATT_MASK_PARAMS, float *out, float *lse, const aj_par *par) {
+  aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, 0, 0, 0, out, lse, 0, 0, 0, 0, 0, drop, seed, stream, p, kept, step, off, kbias };
   c.units = d[0] * d[1];
   aj_att_run(&c, aj_att_forward_unit, aj_att_forward_rows, aj_att_forward_keys(d[3], d[4], d[5]) + AJ_ATT_BQ * AJ_ATT_BK + AJ_ATT_BQ * d[5] + 2 * AJ_ATT_BQ, par);
 }
 
-__attribute__((visibility("hidden"))) void AJ_ATT_BACKWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, AJ_ATT_DROPOUT_PARAMS, const float *go, const float *lse, const float *delta, float *gq, float *gk, float *gv, const aj_par *par) {
-  aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, go, lse, delta, 0, 0, gq, gk, gv, 0, 0, drop, seed, stream, p, kept, step };
+__attribute__((visibility("hidden"))) void AJ_ATT_BACKWARD(const int64_t *d, int heads_first, int causal, float scale, const float *q, const float *k, const float *v, AJ_ATT_DROPOUT_PARAMS, AJ_ATT_MASK_PARAMS, const float *go, const float *lse, const float *delta, float *gq, float *gk, float *gv, const aj_par *par) {
+  aj_att_ctx c = { d, heads_first, causal, scale, q, k, v, go, lse, delta, 0, 0, gq, gk, gv, 0, 0, drop, seed, stream, p, kept, step, off, kbias };
   c.units = d[0] * d[1];
   aj_att_run(&c, aj_att_backward_unit, aj_att_backward_rows, aj_att_backward_queries(d[2], d[4], d[5]) + 2 * AJ_ATT_BK * AJ_ATT_BQ + AJ_ATT_BK * (d[4] + d[5]), par);
 }
@@ -582,7 +610,10 @@ fn definition(b: &Blocking) -> String {
         "{hidden} int64_t {g}_packed_size(int64_t K, int64_t N);\n{hidden} void {g}_pack(void *Bp, const float *B, int64_t rsB, int64_t csB, int64_t K, int64_t N);\n{hidden} int {g}_times_panels(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsA, int64_t csA, const void *Bp, int64_t sb, float *C, int64_t rsC, int64_t csC, int ovw, int warm);\n#define AJ_ATT_PACKED_SIZE {g}_packed_size\n#define AJ_ATT_PACK {g}_pack\n#define AJ_ATT_PANELS(M, N, K, A, rsA, csA, Bp, sb, C, rsC, csC, ovw) {g}_times_panels(M, N, K, A, rsA, csA, Bp, sb, C, rsC, csC, ovw, 1)\n#define AJ_ATT_TIMES_PACKED(M, N, K, A, rsA, csA, Bp, C, rsC, csC, ovw) AJ_ATT_PANELS(M, N, K, A, rsA, csA, Bp, AJ_ATT_PACKED_SIZE(K, AJ_ATT_NR), C, rsC, csC, ovw)\n#define AJ_ATT_KC {}\n#define AJ_ATT_NR {}\n#define AJ_ATT_MR {}\n#define AJ_ATT_STRIP (2 * AJ_ATT_MR)",
         b.kc, b.nr, b.mr
     );
-    let _ = writeln!(s, "#define AJ_ATT_DROPOUT_PARAMS {DROPOUT_PARAMS}");
+    let _ = writeln!(
+        s,
+        "#define AJ_ATT_DROPOUT_PARAMS {DROPOUT_PARAMS}\n#define AJ_ATT_MASK_PARAMS {MASK_PARAMS}"
+    );
     let _ = writeln!(
         s,
         "{}",
@@ -656,8 +687,28 @@ impl KernelRenderer<'_> {
             ),
             None => "0, 0ull, 0u, 0.0f, 1.0f, (const uint32_t *)0".to_string(),
         };
+        // The causal offset is the static symbol's variable of the kernel (bound per run).
+        let offset =
+            match &spec.causal_offset {
+                Some(o) => self.symbols.get(&o.symbol).cloned().ok_or_else(|| {
+                    arrayjit_ir::Error::Render {
+                        routine: self.routine.clone(),
+                        language: "C".into(),
+                        detail: format!(
+                            "the attention's causal offset {} is not a static index of the routine \
+                         (compile it with the symbol among the bindings)",
+                            o.name
+                        ),
+                    }
+                })?,
+                None => "0".to_string(),
+            };
+        let bias = match &spec.key_bias {
+            Some(b) => name(b)?,
+            None => "(const float *)0".to_string(),
+        };
         let common = format!(
-            "aj_att_d, {}, {}, {:e}f, {q}, {k}, {v}, {dropout}",
+            "aj_att_d, {}, {}, {:e}f, {q}, {k}, {v}, {dropout}, {offset}, {bias}",
             i32::from(spec.layout == AttentionLayout::HeadsFirst),
             i32::from(spec.causal),
             spec.scale as f32,

@@ -156,9 +156,9 @@ impl Lowering<'_> {
         }
     }
 
-    /// `scale · q[t] · k[s]`.
+    /// `scale · q[t] · k[s]`, plus the key's bias `bias[b, s]` where there is one.
     fn score(&self) -> ScalarExpr {
-        bin(
+        let scaled = bin(
             BinOp::Mul,
             self.dot(
                 (&self.spec.q, self.t),
@@ -166,15 +166,28 @@ impl Lowering<'_> {
                 self.d.features,
             ),
             konst(self.spec.scale),
-        )
+        );
+        match &self.spec.key_bias {
+            Some(bias) => bin(
+                BinOp::Add,
+                scaled,
+                get(bias, vec![self.it(self.b), self.it(self.s)]),
+            ),
+            None => scaled,
+        }
     }
 
-    /// Nonzero where key `s` is hidden from query `t` (`s > t`, causal only).
+    /// Nonzero where key `s` is hidden from query `t` (causal only): `s > t`, or `s > t +
+    /// offset` with a causal offset (a static symbol, bound per run).
     fn hidden(&self) -> Option<ScalarExpr> {
+        let offset = self.spec.causal_offset.iter().map(|o| (1, o.symbol));
         self.spec.causal.then(|| {
             bin(
                 BinOp::Cmplt,
-                ScalarExpr::EmbedIndex(AxisIndex::affine([(1, self.t), (-1, self.s)], 0)),
+                ScalarExpr::EmbedIndex(AxisIndex::affine(
+                    [(1, self.t), (-1, self.s)].into_iter().chain(offset),
+                    0,
+                )),
                 konst(0.0),
             )
         })
@@ -420,6 +433,7 @@ impl Lowering<'_> {
     fn check(&self, body: &LowLevel) -> Result<()> {
         let mut extents = std::collections::HashMap::new();
         collect_extents(body, &mut extents);
+        extents.extend(self.spec.causal_offset.iter().map(|o| (o.symbol, o.range)));
         let bounds = |s: Symbol| extents.get(&s).copied();
         let mut result = Ok(());
         let mut check = |tn: &Tnode, idcs: &[AxisIndex]| {

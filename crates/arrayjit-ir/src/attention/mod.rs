@@ -18,7 +18,7 @@ mod lower;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::error::{Error, Result};
-use crate::indexing::{AxisIndex, Symbol};
+use crate::indexing::{AxisIndex, StaticSymbol, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
 use crate::memory::MemoryMode;
 use crate::prec::Prec;
@@ -61,12 +61,23 @@ pub struct AttentionSpec {
     pub v: Tnode,
     /// The axis order of `q`, `k`, `v` and the output.
     pub layout: AttentionLayout,
-    /// Query `t` sees key `s` only where `s ≤ t` (top-left aligned, as PyTorch's `is_causal`).
+    /// Query `t` sees key `s` only where `s ≤ t` (top-left aligned, as PyTorch's `is_causal`),
+    /// or `s ≤ t + offset` with a [`AttentionSpec::causal_offset`].
     pub causal: bool,
     /// The factor of the scores (usually `1 / √features`).
     pub scale: f64,
     /// Dropout on the weights, if any.
     pub dropout: Option<AttentionDropout>,
+    /// With `causal`: the causal mask shifted by a value bound per run, query `t` seeing keys
+    /// `s ≤ t + offset` (queries that are the slots `offset ..` of a key/value cache: the keys
+    /// before them and their own). One compiled routine then serves every position, and the
+    /// keys past the last query's are never read. See [`AttentionSpec::with_causal_offset`].
+    pub causal_offset: Option<StaticSymbol>,
+    /// Added to every score of key `s` of batch element `b` after scaling: a `[batch, keys]`
+    /// array (a key padding mask: 0 where a key counts, a large negative number where it does
+    /// not). Read as a constant: no gradient flows into it. See
+    /// [`AttentionSpec::with_key_bias`].
+    pub key_bias: Option<Tnode>,
 }
 
 /// The sizes of an attention.
@@ -218,6 +229,37 @@ impl AttentionSpec {
             causal,
             scale,
             dropout: dropout.filter(|d| d.p > 0.0),
+            causal_offset: None,
+            key_bias: None,
+        })
+    }
+
+    /// This causal attention with its mask shifted by `offset` (see
+    /// [`AttentionSpec::causal_offset`]): query `t` sees keys `s ≤ t + offset`. The routine
+    /// that runs it must be compiled with `offset` among its bindings. Refused for an attention
+    /// that is not causal (there is nothing to shift).
+    pub fn with_causal_offset(self, offset: &StaticSymbol) -> Result<AttentionSpec> {
+        if !self.causal {
+            return Err(Error::BadValue {
+                what: format!("{OP}: the causal offset {}", offset.name),
+                value: "an offset on an attention that is not causal".into(),
+                expected: "a causal attention (the offset shifts its mask)".into(),
+            });
+        }
+        Ok(AttentionSpec {
+            causal_offset: Some(offset.clone()),
+            ..self
+        })
+    }
+
+    /// This attention with `bias` (`[batch, keys]`, a float precision) added to every score of
+    /// its key (see [`AttentionSpec::key_bias`]).
+    pub fn with_key_bias(self, bias: &Tnode) -> Result<AttentionSpec> {
+        let d = self.dims();
+        check_node("key bias", bias, &[d.batch, d.keys])?;
+        Ok(AttentionSpec {
+            key_bias: Some(bias.clone()),
+            ..self
         })
     }
 
@@ -591,6 +633,7 @@ impl AttentionOp {
         if let Some(d) = &spec.dropout {
             nodes.push(&d.step);
         }
+        nodes.extend(&spec.key_bias);
         match self {
             AttentionOp::Forward { .. } => {}
             AttentionOp::Backward {
@@ -611,14 +654,23 @@ impl AttentionOp {
             AttentionOp::Backward { .. } => "backward",
         };
         format!(
-            "fused attention ({pass}): batch {} heads {} queries {} keys {} features {}/{}{}{}",
+            "fused attention ({pass}): batch {} heads {} queries {} keys {} features {}/{}{}{}{}",
             d.batch,
             d.heads,
             d.queries,
             d.keys,
             d.features,
             d.value_features,
-            if self.spec().causal { ", causal" } else { "" },
+            match (self.spec().causal, &self.spec().causal_offset) {
+                (true, Some(o)) => format!(", causal from {}", o.name),
+                (true, None) => ", causal".to_string(),
+                (false, _) => String::new(),
+            },
+            if self.spec().key_bias.is_some() {
+                ", key bias"
+            } else {
+                ""
+            },
             match &self.spec().dropout {
                 Some(dr) => format!(", dropout {}", dr.p),
                 None => String::new(),

@@ -182,11 +182,20 @@ impl StepRoutine {
     }
 }
 
+/// Tokens the long prefill routine takes per run: large enough that its products run near the
+/// product helper's speed (GPT-2 small's 512-token prompt, one core of an AMD EPYC (Zen 4):
+/// 1285 ms in chunks of 64, 1023 in 128, 973 in 256, 928 in 512, with fused attention over the
+/// cache), at most the cache's slots.
+pub const LONG_PREFILL_CHUNK: usize = 512;
+
 /// The prefill and decode routines of one batch size, and the caches they share (used by
 /// [`crate::gpt2::Gpt2`] and by the character GPT's trainer).
 pub struct Generator {
     cache: KvCache,
     prefill: StepRoutine,
+    /// The prefill over [`LONG_PREFILL_CHUNK`] tokens (or the slots), for long prompts; `None`
+    /// where that is not longer than `prefill`'s chunk.
+    long_prefill: Option<StepRoutine>,
     decode: StepRoutine,
     /// The step over a chunk that computes every token's logits ([`Generator::prefill`] with
     /// `all`), compiled and linked on first use.
@@ -239,19 +248,23 @@ impl Generator {
         let cache = KvCache::new(model, batch, slots)?;
         let chunk = chunk.clamp(1, slots);
         let prefill = model.cached_step(&cache, chunk, "prefill", StepLogits::Picked)?;
+        let long_chunk = LONG_PREFILL_CHUNK.min(slots);
+        let long_prefill = if long_chunk > chunk {
+            Some(model.cached_step(&cache, long_chunk, "prefill_long", StepLogits::Picked)?)
+        } else {
+            None
+        };
         let decode = model.cached_step(&cache, 1, "decode", StepLogits::All)?;
         let every = model.cached_step(&cache, chunk, "prefill_all", StepLogits::All)?;
         let optimize_ctx = within.map_or_else(OptimizeCtx::empty, |(ctx, _)| ctx.clone());
         let building = || format!("building the generation routines on {}", backend.name());
-        let optimized = optimized(
-            backend,
-            &optimize_ctx,
-            &[("gpt2_prefill", &prefill), ("gpt2_decode", &decode)],
-        )
-        .context(building)?;
+        let mut steps = vec![("gpt2_prefill", &prefill), ("gpt2_decode", &decode)];
+        steps.extend(long_prefill.as_ref().map(|s| ("gpt2_prefill_long", s)));
+        let optimized = optimized(backend, &optimize_ctx, &steps).context(building)?;
         let mut codes = backend.compile_optimized(&optimized).context(building)?;
-        let decode_code = codes.pop().expect("two routines in, two codes out");
-        let prefill_code = codes.pop().expect("two routines in, two codes out");
+        let long_code = long_prefill.as_ref().and_then(|_| codes.pop());
+        let decode_code = codes.pop().expect("a code per routine");
+        let prefill_code = codes.pop().expect("a code per routine");
         let prefill_routine = match within {
             Some((_, context)) => context.link(&prefill_code),
             None => Context::new(&backend.get_device(0)?.new_stream()?).link(&prefill_code),
@@ -261,12 +274,20 @@ impl Generator {
             .context()
             .link(&decode_code)
             .context(building)?;
+        let long_prefill = match (long_prefill, long_code) {
+            (Some(step), Some(code)) => Some(StepRoutine {
+                step,
+                routine: prefill_routine.context().link(&code).context(building)?,
+            }),
+            _ => None,
+        };
         Ok(Generator {
             cache,
             prefill: StepRoutine {
                 step: prefill,
                 routine: prefill_routine,
             },
+            long_prefill,
             decode: StepRoutine {
                 step: decode,
                 routine: decode_routine,
@@ -329,11 +350,6 @@ impl Generator {
         self.cache.batch()
     }
 
-    /// Tokens the prefill routine takes per run.
-    pub fn chunk(&self) -> usize {
-        self.prefill.step.chunk()
-    }
-
     /// Sets the padding of every row (`pads[r]` slots before its first token) for `steps`.
     fn set_padding(&self, pads: &[usize], steps: &[&StepRoutine]) -> Result<()> {
         let slots = self.cache.slots();
@@ -349,23 +365,41 @@ impl Generator {
         Ok(())
     }
 
+    /// The prefill routine for a prompt with `remaining` tokens still to run: the long one
+    /// where at least three quarters of its chunk are prompt tokens (it then costs less than
+    /// chunks of the short one: a run of 512 tokens cost about as much as 370 tokens in chunks
+    /// of 64 in the measurement of [`LONG_PREFILL_CHUNK`]), else the short one.
+    fn prefill_step(&self, remaining: usize) -> &StepRoutine {
+        match &self.long_prefill {
+            Some(long) if 4 * remaining >= 3 * long.step.chunk() => long,
+            _ => &self.prefill,
+        }
+    }
+
     /// Runs `tokens` (one row each, left-padded to the longest: `pads[r]` slots of padding)
     /// through a prefill routine, in chunks; returns the padding and the logits: at every slot
     /// of the longest row (`slots_used · batch` rows of `vocabulary`, by slot then row) if
     /// `all` (the all-logits routine, compiled on first use), else at the last slot only
-    /// (`batch` rows), from the routine that computes only those.
+    /// (`batch` rows), from the routines that compute only those (long chunks while much of
+    /// the prompt is left, then short ones).
     pub fn prefill(&self, tokens: &[Vec<usize>], all: bool) -> Result<(Vec<usize>, Vec<Vec<f32>>)> {
-        let step = if all { self.every()? } else { &self.prefill };
+        let every = if all { Some(self.every()?) } else { None };
         let batch = self.batch();
         let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
         let pads: Vec<usize> = tokens.iter().map(|t| longest - t.len()).collect();
-        self.set_padding(&pads, &[step, &self.decode])?;
+        let mut used: Vec<&StepRoutine> = vec![&self.decode];
+        used.extend(every.or(Some(&self.prefill)));
+        if every.is_none() {
+            used.extend(self.long_prefill.as_ref());
+        }
+        self.set_padding(&pads, &used)?;
         let slots = self.cache.slots();
-        let chunk = self.chunk();
-        let vocabulary = step.step.vocabulary;
+        let vocabulary = self.prefill.step.vocabulary;
         let mut out = Vec::new();
         let mut done = 0;
         while done < longest {
+            let step = every.unwrap_or_else(|| self.prefill_step(longest - done));
+            let chunk = step.step.chunk();
             // The last chunk may start earlier than `done` to stay inside the cache: it
             // computes some slots again, with the same values.
             let start = done.min(slots - chunk);
@@ -434,10 +468,25 @@ impl Generator {
         )
     }
 
+    /// The statement profiles of the prefill, long prefill and decode routines (see
+    /// [`crate::gpt2::Gpt2::statement_profiles`]).
+    pub fn statement_profiles(
+        &self,
+    ) -> [Option<arrayjit_runtime::statement_profile::StatementProfile>; 3] {
+        [
+            self.prefill.routine.statement_profile(),
+            self.long_prefill
+                .as_ref()
+                .and_then(|r| r.routine.statement_profile()),
+            self.decode.routine.statement_profile(),
+        ]
+    }
+
     /// Times the routines ran and compiled since they were built (for checks that a
     /// generation compiled nothing new).
     pub fn routines(&self) -> Vec<&Routine> {
         let mut all = vec![&self.prefill.routine, &self.decode.routine];
+        all.extend(self.long_prefill.as_ref().map(|r| &r.routine));
         all.extend(self.every_routine.get().map(|r| &r.routine));
         all
     }

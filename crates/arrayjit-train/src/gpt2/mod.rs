@@ -47,7 +47,7 @@ use arrayjit_tensor::nn::Gpt;
 use arrayjit_tensor::{Precision, Tensor, checkpoint};
 
 pub use config::Gpt2Config;
-pub use generate::{GenerationTiming, Sampling, sample_token};
+pub use generate::{GenerationTiming, LONG_PREFILL_CHUNK, Sampling, sample_token};
 pub use tokenizer::Gpt2Tokenizer;
 
 use generate::Generator;
@@ -311,23 +311,22 @@ impl Gpt2 {
     }
 
     /// Where the generation routines of `batch` rows spent their time since this was last
-    /// asked, statement by statement: `[prefill, decode]`, each `None` unless the routines were
-    /// compiled to time their statements (`ARRAYJIT_DEBUG=2`, or
-    /// `OptimizeSettings::profile_statements`) on a backend that can.
+    /// asked, statement by statement: `[prefill, long prefill, decode]` (the long prefill runs
+    /// long prompts, see [`LONG_PREFILL_CHUNK`]), each `None` unless the routines
+    /// were compiled to time their statements (`ARRAYJIT_DEBUG=2`, or
+    /// `OptimizeSettings::profile_statements`) on a backend that can, or the routine does not
+    /// exist.
     pub fn statement_profiles(
         &self,
         batch: usize,
-    ) -> [Option<arrayjit_runtime::statement_profile::StatementProfile>; 2] {
+    ) -> [Option<arrayjit_runtime::statement_profile::StatementProfile>; 3] {
         let generators = self
             .generators
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match generators.get(&batch) {
-            Some(g) => {
-                let r = g.routines();
-                [r[0].statement_profile(), r[1].statement_profile()]
-            }
-            None => [None, None],
+            Some(g) => g.statement_profiles(),
+            None => [None, None, None],
         }
     }
 
