@@ -39,10 +39,12 @@ pub struct GenerateArgs {
     /// Do not stop at the end-of-text token.
     #[arg(long)]
     pub ignore_end: bool,
-    /// Prompt tokens the prefill routine takes per run.
+    /// Prompt tokens the short prefill routine takes per run (a long prompt runs in chunks of
+    /// 512 first).
     #[arg(long, default_value_t = arrayjit::gpt2::DEFAULT_PREFILL_CHUNK)]
     pub prefill_chunk: usize,
-    /// Time the decode routine statement by statement, and print where its time went.
+    /// Time the prefill and decode routines statement by statement, and print where their
+    /// time went.
     #[arg(long)]
     pub statements: bool,
     /// How the model multiplies: `f32`; `bf16-weights` (weights stored in bf16, half the

@@ -56,8 +56,9 @@ use layout::layout;
 /// The prefix `GPT2LMHeadModel` gives its transformer's tensors.
 const PREFIX: &str = "transformer.";
 
-/// Prompt tokens the prefill routine takes per run, unless set
-/// ([`Gpt2::set_prefill_chunk`]).
+/// Prompt tokens the short prefill routine takes per run, unless set
+/// ([`Gpt2::set_prefill_chunk`]); a long prompt runs in chunks of [`LONG_PREFILL_CHUNK`]
+/// first.
 pub const DEFAULT_PREFILL_CHUNK: usize = 64;
 
 /// Sets every layer norm's epsilon.
