@@ -384,8 +384,7 @@ fn fusion_cases_fuse_exactly_the_row_wise_passes() {
 /// On the GPU backends the attention passes of the corpus run as the GPU's attention pass
 /// (FlashAttention-2's split: one launch forward, two backward; on CUDA with 1, 2 or 4 lanes
 /// per row as the features divide), and agree with the interpreter there; the pass of one
-/// query and one key is simplified into statements; the passes with a key/value cache's masks
-/// (a causal offset bound per run, a key bias) run as their loops.
+/// query and one key is simplified into statements.
 #[test]
 fn attention_cases_run_as_gpu_passes() {
     use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
@@ -428,11 +427,7 @@ fn attention_cases_run_as_gpu_passes() {
                 assert_eq!(lanes, [4, 4]);
             }
             let report = opt.schedule_report();
-            if case.name.contains("cached") || case.name.contains("key_bias") {
-                // A key/value cache's masks: the GPU pass declines them, and their loops are
-                // distributed over the grid like any other nest.
-                assert_eq!(passes, 0, "{name} / {}:\n{report}", case.name);
-            } else if !case.name.contains("one_position") {
+            if !case.name.contains("one_position") {
                 assert_eq!(passes, 2, "{name} / {}:\n{report}", case.name);
             }
             arrayjit_testing::check_case(&case, &backend)

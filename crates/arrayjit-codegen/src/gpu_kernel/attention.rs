@@ -18,12 +18,14 @@
 //!   accumulator and the running sum rescaled once, then each weight added; backward: each
 //!   weight recomputed from the row's log-sum-exp, its gradient, and the gradients' sums.
 //!   A causal step's hidden pairs weigh exactly 0 (the loops' masked score gives
-//!   `exp(−10³⁰ − m) = 0` too); blocks wholly above the diagonal are not walked.
+//!   `exp(−10³⁰ − m) = 0` too); blocks wholly above the diagonal are not walked. A causal
+//!   offset (a static index of the kernel, bound per run) shifts the test and the blocks
+//!   walked; a key bias is loaded per key and added to its scores.
 //! - **Results** are stored once per row, after the last block.
 
 use arrayjit_ir::attention::{AttentionLayout, AttentionOp};
 use arrayjit_ir::schedule::gpu::GpuAttention;
-use arrayjit_ir::{BinOp, Prec, Result, Symbol, Tnode, UnOp};
+use arrayjit_ir::{AxisIndex, BinOp, Prec, Result, ScalarExpr, Symbol, Tnode, UnOp};
 
 use super::build::{array, assign, group_index, let_, let_mut, range, thread_index, unrolled, var};
 use super::{At, Barrier, Expr, KernelDialect, PassShape, PrintedPass, Stmt, Ty};
@@ -374,7 +376,19 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Key `key` is visible to query `query`: it exists (and, causal, `key ≤ query`).
+    /// The causal mask's offset (the static index's value, bound per run), 0 without one.
+    fn offset(&self) -> Expr<'static> {
+        match &self.a.spec().causal_offset {
+            Some(o) => Expr::Ir(
+                Box::new(ScalarExpr::EmbedIndex(AxisIndex::Iterator(o.symbol))),
+                Prec::I32,
+            ),
+            None => Expr::Int(0),
+        }
+    }
+
+    /// Key `key` is visible to query `query`: it exists (and, causal, `key ≤ query +
+    /// offset`).
     fn visible(
         &self,
         query: Expr<'static>,
@@ -382,17 +396,46 @@ impl<'a> Builder<'a> {
         exists: Expr<'static>,
     ) -> Expr<'static> {
         if self.a.spec().causal {
-            exists.and(query.ge(key))
+            exists.and((query + self.offset()).ge(key))
         } else {
             exists
         }
     }
 
+    /// `at_kbias`: the key bias of key `key` (0 past the last key), where the attention has
+    /// one; its load is guarded, not selected (a select evaluates both sides).
+    fn key_bias(&self, key: Expr<'static>) -> Vec<Stmt<'a>> {
+        let Some(bias) = &self.a.spec().key_bias else {
+            return Vec::new();
+        };
+        let at = var("at_b") * self.keys + key.clone();
+        vec![
+            let_mut("at_kbias", Ty::Compute(self.p), f(0.0, self.p)),
+            Stmt::If(
+                key.lt(self.keys),
+                vec![assign(
+                    var("at_kbias"),
+                    Expr::Elem(bias, At::Flat(Box::new(at))),
+                )],
+            ),
+        ]
+    }
+
+    /// `scale · at_dot`, plus the key's bias `at_kbias` where the attention has one.
+    fn scaled_score(&self) -> Expr<'static> {
+        let p = self.p;
+        let scaled = bin(BinOp::Mul, p, var("at_dot"), f(self.a.spec().scale, p));
+        match self.a.spec().key_bias {
+            Some(_) => bin(BinOp::Add, p, scaled, var("at_kbias")),
+            None => scaled,
+        }
+    }
+
     /// The end of the keys a group of query rows walks: all of them, or (causal) up to its
-    /// last row's.
+    /// last row's (plus the offset).
     fn key_end(&self) -> Expr<'static> {
         if self.a.spec().causal {
-            let last = (var("at_rb") + 1i64) * self.rows();
+            let last = (var("at_rb") + 1i64) * self.rows() + self.offset();
             select(last.clone().lt(self.keys), last, Expr::from(self.keys))
         } else {
             Expr::from(self.keys)
@@ -434,12 +477,13 @@ impl<'a> Builder<'a> {
             dq,
         );
         let mut scores = score;
+        scores.extend(self.key_bias(key()));
         scores.extend([
             assign(
                 item("at_s", var("at_j")),
                 select(
                     self.visible(var("at_row"), key(), key().lt(self.keys)),
-                    bin(BinOp::Mul, p, var("at_dot"), f(spec.scale, p)),
+                    self.scaled_score(),
                     f(NEG_LARGE, p),
                 ),
             ),
@@ -551,22 +595,12 @@ impl<'a> Builder<'a> {
         lse: Expr<'static>,
     ) -> Vec<Stmt<'a>> {
         let p = self.p;
-        let scale = self.a.spec().scale;
         let mut out = vec![let_(
             "at_w",
             Ty::Compute(p),
             select(
                 visible,
-                un(
-                    UnOp::Exp,
-                    p,
-                    bin(
-                        BinOp::Sub,
-                        p,
-                        bin(BinOp::Mul, p, var("at_dot"), f(scale, p)),
-                        lse,
-                    ),
-                ),
+                un(UnOp::Exp, p, bin(BinOp::Sub, p, self.scaled_score(), lse)),
                 f(0.0, p),
             ),
         )];
@@ -619,6 +653,7 @@ impl<'a> Builder<'a> {
             item("at_vs", var("at_j") * dv + self.feature()),
             dv,
         ));
+        per_key.extend(self.key_bias(key()));
         per_key.extend(self.weight(
             var("at_row"),
             key(),
@@ -731,13 +766,20 @@ impl<'a> Builder<'a> {
             per_query.push(self.score_grad(item("at_dl", var("at_j"))));
             per_query.push(accumulate("at_dk", "at_ds", "at_qs", dq));
         }
-        // A causal group's keys are hidden from every query before its first key.
+        // A causal group's keys are hidden from every query before its first key's (less
+        // the offset).
         let first = if spec.causal {
-            var("at_rb") * self.rows()
+            let from = var("at_rb") * self.rows() - self.offset();
+            match spec.causal_offset {
+                Some(_) => select(from.clone().lt(0i64), Expr::Int(0), from),
+                None => from,
+            }
         } else {
             Expr::Int(0)
         };
         let mut tree = self.locate(self.keys);
+        // The invocation's key's bias, one for all its queries.
+        tree.extend(self.key_bias(var("at_row")));
         let mut zeroed = vec![self.zero_regs("at_k", dq)];
         let mut loads = vec![self.load_row("at_k", &spec.k, self.keys, dq)];
         let mut staging = vec![

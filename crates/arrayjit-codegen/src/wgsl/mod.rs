@@ -265,10 +265,10 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
             ),
         };
         let mut pieces = Vec::new();
-        // A pass of fused attention binds only the arrays each of its kernels uses (no static
-        // indices): where its backward needs more than a pass may bind, the key and value
-        // gradients take launches of their own; where it still does, its loops are split and
-        // planned piece by piece.
+        // A pass of fused attention binds only the arrays each of its kernels uses (and the
+        // static indices where its causal mask has an offset): where its backward needs more
+        // than a pass may bind, the key and value gradients take launches of their own; where
+        // it still does, its loops are split and planned piece by piece.
         // WGSL kernels use no subgroup shuffles: one invocation per row.
         let attention = match recorded {
             GpuPass::Attention(a) => attention_within(&a.with_one_lane(), target.max_bindings),
@@ -349,8 +349,10 @@ pub fn render_wgsl(r: &Optimized, target: &WgslTarget) -> Result<WgslKernel> {
 /// An attention pass whose launches each bind at most `max_bindings` arrays: as planned, or
 /// with the key and value gradients in launches of their own; `None` where neither does.
 fn attention_within(a: &GpuAttention, max_bindings: usize) -> Option<GpuAttention> {
+    // A causal offset is a static index: the kernels bind the static indices' array too.
+    let statics = usize::from(a.spec().causal_offset.is_some());
     let fits = |a: &GpuAttention| {
-        (0..a.launches() as usize).all(|k| a.kernel_arrays(k).len() <= max_bindings)
+        (0..a.launches() as usize).all(|k| a.kernel_arrays(k).len() + statics <= max_bindings)
     };
     if fits(a) {
         return Some(a.clone());

@@ -89,13 +89,6 @@ impl GpuAttention {
         let d = spec.dims();
         let stats = spec.stats_prec();
         let step = spec.dropout.as_ref().map(|dr| &dr.step);
-        if spec.causal_offset.is_some() || spec.key_bias.is_some() {
-            return Err(
-                "a causal mask shifted at run time or a key bias (a key/value cache's step): \
-                 the GPU pass does not take them yet"
-                    .to_string(),
-            );
-        }
         if let Some(t) = step.filter(|t| t.prec() != Prec::U32 || t.padding().is_some()) {
             return Err(format!(
                 "the dropout step {} is not an unpadded u32 node",
