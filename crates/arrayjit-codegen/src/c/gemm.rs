@@ -759,11 +759,12 @@ static __attribute__((noinline)) void {name}_pack_across({t} *restrict dst, int6
     int64_t k = 0;
     for (; k + 4 <= depth; k += 4) {{
       /* The same line of the rows two groups on (rows far apart, read from L3 or memory: a
-         transpose of attention's keys read 3 GB/s without it). */
+         transpose of attention's keys read 3 GB/s without it), into L2 (see the row
+         products' fetches). */
       if (i + 12 <= rows && (k & 15) == 0) {{
         const {t} *const ahead = s0 + 8 * stride + k;
-        __builtin_prefetch(ahead, 0, 3); __builtin_prefetch(ahead + stride, 0, 3);
-        __builtin_prefetch(ahead + 2 * stride, 0, 3); __builtin_prefetch(ahead + 3 * stride, 0, 3);
+        __builtin_prefetch(ahead, 0, 2); __builtin_prefetch(ahead + stride, 0, 2);
+        __builtin_prefetch(ahead + 2 * stride, 0, 2); __builtin_prefetch(ahead + 3 * stride, 0, 2);
       }}
       {v4} r0, r1, r2, r3;
       memcpy(&r0, s0 + k, sizeof r0); memcpy(&r1, s1 + k, sizeof r1); memcpy(&r2, s2 + k, sizeof r2); memcpy(&r3, s3 + k, sizeof r3);
