@@ -7,14 +7,18 @@
 //!   runs ([`KvCache`]). A step over `chunk` tokens writes them at slots
 //!   `start .. start + chunk`, where `start` is a static index bound per run
 //!   ([`arrayjit_ir::Assignments::write_at_static`]).
-//! - Query `t` of the step (slot `start + t`) sees the slots `s ≤ start + t`: the guard
+//! - Query `t` of the step (slot `start + t`) sees the slots `s ≤ start + t`, so the values a
+//!   step has not written yet are never read, and a step's work grows with the position
+//!   reached, not the cache's size. A step over several tokens (a prefill) runs fused attention
+//!   with its causal mask shifted by `start` ([`arrayjit_ir::AttentionSpec::causal_offset`]):
+//!   no `[heads, chunk, slots]` scores exist. A decoding step (one token) puts the guard
 //!   `start + t - s ≥ 0` on the scores' and the weighted sum's products
-//!   ([`arrayjit_ir::EinsumGuard::plus_static`]) skips the rest, so the values a step has not
-//!   written yet are never read, and a decoding step's work grows with the position reached, not
-//!   the cache's size. The scores it skips are `-∞` before the softmax (a guarded maximum
-//!   starting from its neutral element), so they weigh exactly 0.
+//!   ([`arrayjit_ir::EinsumGuard::plus_static`]), which skip the rest; the scores it skips are
+//!   `-∞` before the softmax (a guarded maximum starting from its neutral element), so they
+//!   weigh exactly 0.
 //! - Rows of different lengths share the slots by left padding: `key_mask` (`[batch, slots]`,
-//!   0 for a slot that holds a real token, −10⁹ for padding) is added to the scores, and
+//!   0 for a slot that holds a real token, −10⁹ for padding) is added to the scores (the fused
+//!   attention's key bias), and
 //!   `positions` gives each token its own position (for the learned position embedding), so a
 //!   padded row computes what it would alone.
 //!
