@@ -387,11 +387,18 @@ impl Generator {
         let batch = self.batch();
         let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
         let pads: Vec<usize> = tokens.iter().map(|t| longest - t.len()).collect();
-        let mut used: Vec<&StepRoutine> = vec![&self.decode];
-        used.extend(every.or(Some(&self.prefill)));
-        if every.is_none() {
-            used.extend(self.long_prefill.as_ref());
-        }
+        // Every routine this generation runs reads the padding.
+        let used: Vec<&StepRoutine> = match every {
+            Some(every) => vec![every, &self.decode],
+            None => [
+                Some(&self.prefill),
+                self.long_prefill.as_ref(),
+                Some(&self.decode),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        };
         self.set_padding(&pads, &used)?;
         let slots = self.cache.slots();
         let vocabulary = self.prefill.step.vocabulary;
