@@ -394,7 +394,8 @@ impl LowLevel {
 
     /// Whether this statement writes every stored element of `tn` without reading it first:
     /// a `ZeroOut`, or a nest of loops from 0 whose single `Set` indexes each axis of an
-    /// unpadded node by a loop covering it exactly, with a value that does not read the node.
+    /// unpadded node by a loop covering it exactly (or by 0, an axis of one element), with a
+    /// value that does not read the node.
     /// Inside a loop whose body is a sequence (fused loops), the first statement of the body
     /// that uses `tn` must be such a write, and every later use in the body must index the
     /// axes the enclosing loops cover by those loops' iterators, as that write does: each
@@ -402,6 +403,22 @@ impl LowLevel {
     /// such a statement is never observed.
     pub fn overwrites_all(&self, tn: &Tnode) -> bool {
         self.overwriting_set(tn, &mut Vec::new()).is_some()
+    }
+
+    /// [`LowLevel::overwrites_all`] for this statement inside the loops `loops` (iterator,
+    /// first value, one past the last), outermost first: whether it overwrites every element of
+    /// `tn` that those loops' iterations reach before reading any.
+    pub(crate) fn overwrites_all_under(&self, tn: &Tnode, loops: &[(Symbol, i64, i64)]) -> bool {
+        self.overwriting_set(tn, &mut loops.to_vec()).is_some()
+    }
+
+    /// [`LowLevel::overwrites_all_under`] for a sequence of `items`.
+    pub(crate) fn items_overwrite_all(
+        items: &[LowLevel],
+        tn: &Tnode,
+        loops: &[(Symbol, i64, i64)],
+    ) -> bool {
+        overwriting_set_in_items(items, tn, &mut loops.to_vec()).is_some()
     }
 
     /// The indices of the `Set` by which this statement, under the enclosing `loops`,
@@ -423,36 +440,7 @@ impl LowLevel {
                 loops.pop();
                 found
             }
-            LowLevel::Seq(items) => {
-                let first = items.iter().position(|s| s.nodes().contains(tn))?;
-                let idcs = items[first].overwriting_set(tn, loops)?;
-                // Axes pinned by the enclosing loops: later uses must index them the same way.
-                let pinned: Vec<(usize, &AxisIndex)> = idcs
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, i)| {
-                        matches!(i, AxisIndex::Iterator(s) if loops.iter().any(|l| l.0 == *s))
-                    })
-                    .collect();
-                let same_slice = |i: &[AxisIndex]| pinned.iter().all(|&(d, p)| i.get(d) == Some(p));
-                let mut ok = true;
-                for later in &items[first + 1..] {
-                    later.visit(&mut |st| {
-                        if let LowLevel::Set { tn: t, idcs, .. } = st {
-                            ok &= t != tn || same_slice(idcs);
-                        }
-                        if let LowLevel::ZeroOut(t) = st {
-                            ok &= t != tn;
-                        }
-                    });
-                    later.visit_exprs(&mut |e| {
-                        if let ScalarExpr::Get(t, i) | ScalarExpr::GetMerge(t, i) = e {
-                            ok &= t != tn || same_slice(i);
-                        }
-                    });
-                }
-                ok.then_some(idcs)
-            }
+            LowLevel::Seq(items) => overwriting_set_in_items(items, tn, loops),
             LowLevel::ZeroOut(t) => (t == tn && loops.is_empty()).then(Vec::new),
             LowLevel::Set { tn: t, idcs, value } => {
                 if t != tn || tn.padding().is_some() || idcs.len() != tn.dims().len() {
@@ -460,6 +448,10 @@ impl LowLevel {
                 }
                 let mut seen = Vec::new();
                 for (i, &d) in idcs.iter().zip(tn.dims()) {
+                    // An axis of one element is covered by its one index.
+                    if d == 1 && *i == AxisIndex::Fixed(0) {
+                        continue;
+                    }
                     let AxisIndex::Iterator(sym) = i else {
                         return None;
                     };
@@ -553,6 +545,40 @@ fn substitute_expr(e: ScalarExpr, subst: &HashMap<Symbol, AxisIndex>) -> ScalarE
         },
         x => x,
     })
+}
+
+/// [`LowLevel::overwriting_set`] of a sequence of `items` under the enclosing `loops`.
+fn overwriting_set_in_items(
+    items: &[LowLevel],
+    tn: &Tnode,
+    loops: &mut Vec<(Symbol, i64, i64)>,
+) -> Option<Vec<AxisIndex>> {
+    let first = items.iter().position(|s| s.nodes().contains(tn))?;
+    let idcs = items[first].overwriting_set(tn, loops)?;
+    // Axes pinned by the enclosing loops: later uses must index them the same way.
+    let pinned: Vec<(usize, &AxisIndex)> = idcs
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| matches!(i, AxisIndex::Iterator(s) if loops.iter().any(|l| l.0 == *s)))
+        .collect();
+    let same_slice = |i: &[AxisIndex]| pinned.iter().all(|&(d, p)| i.get(d) == Some(p));
+    let mut ok = true;
+    for later in &items[first + 1..] {
+        later.visit(&mut |st| {
+            if let LowLevel::Set { tn: t, idcs, .. } = st {
+                ok &= t != tn || same_slice(idcs);
+            }
+            if let LowLevel::ZeroOut(t) = st {
+                ok &= t != tn;
+            }
+        });
+        later.visit_exprs(&mut |e| {
+            if let ScalarExpr::Get(t, i) | ScalarExpr::GetMerge(t, i) = e {
+                ok &= t != tn || same_slice(i);
+            }
+        });
+    }
+    ok.then_some(idcs)
 }
 
 fn visit_expr_stmts(e: &ScalarExpr, f: &mut impl FnMut(&LowLevel)) {

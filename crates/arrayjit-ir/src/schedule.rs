@@ -93,6 +93,9 @@ impl ParallelLoop {
 /// iteration `i` reads and writes only slice `i` of each written node, so the iterations can
 /// run in any order or at once (split over workers), and two such loops over the same range
 /// can be fused (iteration `i` of the second only needs iteration `i` of the first).
+/// Iteration-private nodes ([`Tnode::is_iteration_private`]) are exempt: each iteration
+/// writes its slice before reading it, and workers running iterations at once each have a
+/// copy; but they alone do not make the iterations worth splitting.
 pub fn iterations_independent(body: &LowLevel, iter: Symbol) -> bool {
     // Per written node: the axes indexed by exactly `iter` in every access seen so far.
     let mut axes: HashMap<usize, Vec<bool>> = HashMap::new();
@@ -103,6 +106,7 @@ pub fn iterations_independent(body: &LowLevel, iter: Symbol) -> bool {
         }
     };
     body.visit(&mut |st| match st {
+        LowLevel::Set { tn, .. } if tn.is_iteration_private() => {}
         LowLevel::Set { tn, idcs, .. } => {
             let a = axes
                 .entry(tn.id())

@@ -1,6 +1,6 @@
 //! Programs for loop fusion in the conformance corpus: row-wise passes that the optimizer fuses
 //! into one loop (softmax over rows of odd lengths, f32 and f64: maximum, exponentials, sum,
-//! division), and square programs whose second pass reads other rows of what the first wrote
+//! division; rows split over workers whose exponentials become one row per worker), and square programs whose second pass reads other rows of what the first wrote
 //! (column sums, a transpose), which must not be fused even though the loops have the same
 //! range; and views (copies at a remapped index, as reshapes lower) inlined into readers that
 //! read them several times.
@@ -99,6 +99,30 @@ fn fused_softmax_rows() -> Result<Case> {
 fn fused_softmax_long_f32_rows() -> Result<Case> {
     let (program, y) = softmax_rows(Prec::F32, 5, 1000, 3)?;
     Ok(case("fused_softmax_rows_f32_long", program, vec![y]))
+}
+
+/// Softmax over rows long and many enough that a CPU splits them over its workers: the rows'
+/// exponentials, read twice, become one row per worker (the optimizer's array contraction), so
+/// workers running rows at once must each have their own: `[96, 1000]` in f32 and `[40, 1000]`
+/// in f64 (a row of 1000 per outer iteration), and `[8, 4, 1000]` in f32 (the passes over the
+/// middle axis stay loops of their own, so one outer iteration's `[4, 1000]`).
+fn contracted_softmax_rows() -> Result<Case> {
+    let mut program = Assignments::Noop;
+    let mut results = vec![];
+    for (k, dims) in [
+        (Prec::F32, vec![96, 1000]),
+        (Prec::F64, vec![40, 1000]),
+        (Prec::F32, vec![8, 4, 1000]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = fractions(dims.0, &dims.1, "x", 7 + k)?;
+        let (p, y) = softmax_over_last_axis(x, &format!("split_softmax{k}"))?;
+        program = program.then(p);
+        results.push(y);
+    }
+    Ok(case("fused_softmax_rows_split", program, results))
 }
 
 /// `a = 2x` (kept: it is a result), then passes over the same range that read other rows of
@@ -252,6 +276,7 @@ pub fn fusion_cases() -> Result<Vec<Case>> {
     Ok(vec![
         fused_softmax_rows()?,
         fused_softmax_long_f32_rows()?,
+        contracted_softmax_rows()?,
         fused_row_sums_in_two_precisions()?,
         cross_row_passes()?,
         views_read_many_times()?,

@@ -349,14 +349,32 @@ fn fusion_cases_fuse_exactly_the_row_wise_passes() {
             })
             .collect();
         if case.name.starts_with("fused_") {
-            // The 7×129 and 17×1000 softmaxes (the 1×1 one is too short to fuse), the one long
-            // f32 softmax, or the two row sums.
-            let expected = if case.name == "fused_softmax_rows" {
-                2
-            } else {
-                1
+            // The 7×129 and 17×1000 softmaxes (the 1×1 one is too short to fuse), the two
+            // softmaxes split over workers, the one long f32 softmax, or the two row sums.
+            let expected = match case.name.as_str() {
+                "fused_softmax_rows" => 2,
+                "fused_softmax_rows_split" => 3,
+                _ => 1,
             };
             assert_eq!(fused.len(), expected, "{}", opt.schedule_report());
+            // The split softmaxes' exponentials are one outer iteration's rows per worker:
+            // the array contraction runs in the corpus, on every CPU backend.
+            if case.name == "fused_softmax_rows_split" {
+                let mut slices: Vec<Vec<usize>> = opt
+                    .nodes
+                    .iter()
+                    .filter(|r| r.used && r.tn.is_iteration_private())
+                    .filter(|r| r.tn.label() == ["e_slice"])
+                    .map(|r| r.tn.dims().to_vec())
+                    .collect();
+                slices.sort();
+                assert_eq!(
+                    slices,
+                    vec![vec![4, 1000], vec![1000], vec![1000]],
+                    "{}",
+                    opt.memory_report()
+                );
+            }
             for parts in fused {
                 let reductions = parts
                     .iter()

@@ -38,6 +38,10 @@ pub(crate) struct Outlining {
     pub(crate) inline_prefix: String,
     /// Some outlined function reads the variables from a `{symbol}_chunk_t`.
     pub(crate) uses_chunk_type: bool,
+    /// The parameters of iteration-private nodes (`Tnode::is_iteration_private`) with the C
+    /// declaration of a copy (element type, count): each chunk function passes its body a
+    /// copy on its own stack instead of the statement's array, so workers never share one.
+    pub(crate) private: Vec<(String, String, usize)>,
 }
 
 impl Outlining {
@@ -51,6 +55,7 @@ impl Outlining {
             prefix: syntax.outlined_prefix.clone(),
             inline_prefix: syntax.helper_prefix.clone(),
             uses_chunk_type: false,
+            private: Vec::new(),
         }
     }
 
@@ -109,16 +114,29 @@ impl Outlining {
     /// Adds the body `f` opened by [`Outlining::open_chunk`] (and closed) and the chunk
     /// function `name(ctx, index)` run by a worker with the `{symbol}_chunk_t` as `ctx`, which
     /// unpacks the variables and calls the body.
+    /// An iteration-private node's array is a copy on the chunk function's stack.
     fn close_chunk(&mut self, name: &str, f: &str) {
         let chunk_t = self.chunk_type();
+        let mut copies = String::new();
         let unpacked: Vec<String> = ["ch".to_string(), "index".to_string()]
             .into_iter()
-            .chain(self.params.iter().map(|(_, p)| format!("ch->vars->{p}")))
+            .chain(self.params.iter().map(|(_, p)| {
+                match self.private.iter().find(|(q, _, _)| q == p) {
+                    Some((_, elem, count)) => {
+                        let _ = writeln!(
+                            copies,
+                            "  {elem} {p}_copy[{count}] __attribute__((aligned(64)));"
+                        );
+                        format!("{p}_copy")
+                    }
+                    None => format!("ch->vars->{p}"),
+                }
+            }))
             .collect();
         self.functions.push_str(f);
         let _ = writeln!(
             self.functions,
-            "{} void {name}(void *ctx, int64_t index) {{\n  const {chunk_t} *const ch = (const {chunk_t} *)ctx;\n  {name}_body({});\n}}\n",
+            "{} void {name}(void *ctx, int64_t index) {{\n  const {chunk_t} *const ch = (const {chunk_t} *)ctx;\n{copies}  {name}_body({});\n}}\n",
             self.prefix,
             unpacked.join(", ")
         );

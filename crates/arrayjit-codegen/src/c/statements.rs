@@ -272,11 +272,20 @@ impl KernelRenderer<'_> {
         let kernel_local_counter = std::mem::replace(&mut self.local_counter, 0);
         let mut params: Vec<(String, String)> = Vec::new();
         let mut args: Vec<String> = Vec::new();
+        let mut private = Vec::new();
         for tn in s.nodes() {
             if let Some(name) = kernel_nodes.get(&tn) {
                 let p = format!("p{}", params.len());
-                params.push((format!("{} *", c_storage_type(tn.prec())), p.clone()));
+                let elem = c_storage_type(tn.prec());
+                params.push((format!("{elem} *"), p.clone()));
                 args.push(name.clone());
+                if tn.is_iteration_private() {
+                    private.push((
+                        p.clone(),
+                        elem.to_string(),
+                        tn.padded_dims().iter().product(),
+                    ));
+                }
                 self.nodes.insert(tn, p);
             }
         }
@@ -291,6 +300,7 @@ impl KernelRenderer<'_> {
             args.push(name.clone());
         }
         let mut outlining = Outlining::new(PLACEHOLDER, params, syntax);
+        outlining.private = private;
         let mut body = String::new();
         let rendered = self.schedule_body(s, sched, products, &mut outlining, &mut body);
         self.nodes = kernel_nodes;

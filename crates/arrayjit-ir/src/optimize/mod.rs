@@ -6,6 +6,7 @@
 
 mod analysis;
 mod context;
+mod contract;
 mod cse;
 mod fuse;
 pub mod memory_plan;
@@ -69,6 +70,10 @@ pub struct OptimizeSettings {
     /// statement too, level by level. On a GPU, also merge consecutive pointwise nests of the
     /// same loops into one pass ([`crate::schedule::gpu::merged_pointwise`]).
     pub enable_loop_fusion: bool,
+    /// On a CPU, keep one slice per worker of a local array that one loop nest fills and
+    /// reads slice by slice (array contraction: a fused softmax's exponentials stay one row
+    /// in the L1 cache instead of an array of every row); see `contract`.
+    pub enable_contraction: bool,
     /// What schedules may use (the device's vector width, registers and caches) and when a
     /// contraction becomes a blocked matrix product.
     pub schedule: ScheduleSettings,
@@ -91,6 +96,7 @@ impl Default for OptimizeSettings {
             enable_fma: true,
             enable_cse: true,
             enable_loop_fusion: true,
+            enable_contraction: true,
             schedule: ScheduleSettings::default(),
             profile_statements: false,
         }
@@ -366,7 +372,7 @@ pub fn optimize_low_level_in(
     // fused for the CPU's caches are distributed where their shared loops alone would leave
     // the device idle. On a CPU, those inlined into statements without loops get statements
     // of their own (compiled once per shape).
-    let (code, distributed, gpu_locals) = match &settings.schedule.gpu {
+    let (code, distributed, new_locals) = match &settings.schedule.gpu {
         Some(limits) => crate::schedule::gpu::restructure(
             code,
             limits,
@@ -375,12 +381,22 @@ pub fn optimize_low_level_in(
         ),
         None => crate::schedule::gpu::hoist::hoist_for_cpu(code),
     };
+    // On a CPU, intermediates that one loop nest fills and reads slice by slice keep one
+    // slice per worker (`contract`); a GPU keeps its own locals.
+    let (code, new_locals) = match (&settings.schedule.gpu, settings.enable_contraction) {
+        (None, true) => {
+            let (code, slices) =
+                contract::contract_iteration_slices(code, settings.stack_threshold_bytes);
+            (code, new_locals.into_iter().chain(slices).collect())
+        }
+        _ => (code, new_locals),
+    };
     let used: std::collections::HashSet<usize> = code.nodes().iter().map(Tnode::id).collect();
     let mut nodes = roles;
     for r in &mut nodes {
         r.used = used.contains(&r.tn.id());
     }
-    nodes.extend(gpu_locals.into_iter().map(|tn| NodeRole {
+    nodes.extend(new_locals.into_iter().map(|tn| NodeRole {
         tn,
         input: false,
         written: true,

@@ -85,6 +85,9 @@ struct TnodeInner {
     /// The device copies the runtime keeps of the node, once it makes one (see
     /// [`DeviceCopies`]).
     device_copies: OnceLock<Arc<dyn DeviceCopies>>,
+    /// Whether the node is one slice of an array, private to each iteration of the loops
+    /// around its uses ([`Tnode::new_iteration_private`]). Set only when the node is made.
+    iteration_private: AtomicBool,
 }
 
 impl Drop for TnodeInner {
@@ -218,9 +221,35 @@ impl Tnode {
             host_on_device: AtomicBool::new(false),
             host_pins: AtomicUsize::new(0),
             device_copies: OnceLock::new(),
+            iteration_private: AtomicBool::new(false),
         });
         registry().insert(id, Arc::downgrade(&inner));
         Ok(Tnode(inner))
+    }
+
+    /// A new local node that holds the slice one iteration of a loop nest works on (the
+    /// optimizer's array contraction, `optimize::contract`): every iteration writes all of it
+    /// before reading it, so iterations split over workers each need a copy of their own,
+    /// which the backends give every worker's share of the iterations
+    /// ([`Tnode::is_iteration_private`]). A node made here is never a parameter, hosted or
+    /// shared between routines.
+    pub fn new_iteration_private(
+        prec: Prec,
+        dims: &[usize],
+        label: &[&str],
+        why: &str,
+    ) -> Result<Tnode> {
+        let tn = Tnode::build(prec, dims, None, label)?;
+        tn.0.iteration_private.store(true, Ordering::Relaxed);
+        tn.update_memory_mode(MemoryMode::Local, why)?;
+        Ok(tn)
+    }
+
+    /// Whether the node is private to each iteration of the loops around its uses (made by
+    /// [`Tnode::new_iteration_private`]): iterations that run at once on different workers
+    /// need a copy each; iterations run in turn may share one.
+    pub fn is_iteration_private(&self) -> bool {
+        self.0.iteration_private.load(Ordering::Relaxed)
     }
 
     /// A handle that does not keep the node alive.
