@@ -265,7 +265,7 @@ impl LowLevel {
     /// Rebuilds the statements with `f` applied to the value of every `Set` and `SetLocal`
     /// (given the precision the value is computed in); loops and sequences are kept.
     pub fn map_values(self, f: &mut impl FnMut(ScalarExpr, Prec) -> ScalarExpr) -> LowLevel {
-        self.map_writes(&mut |idcs, value, prec| (idcs, f(value, prec)))
+        self.map_writes(&mut |target, value, prec| (target, f(value, prec)))
     }
 
     /// Replaces a symbol by an index everywhere in the code (statements, values, local scopes).
@@ -275,21 +275,22 @@ impl LowLevel {
     }
 
     fn substitute_all(self, subst: &HashMap<Symbol, AxisIndex>) -> LowLevel {
-        self.map_writes(&mut |idcs, value, _| {
-            let idcs = idcs.map(|v| v.into_iter().map(|i| i.substitute(subst)).collect());
-            (idcs, substitute_expr(value, subst))
+        self.map_writes(&mut |target, value, _| {
+            let target =
+                target.map(|(tn, v)| (tn, v.into_iter().map(|i| i.substitute(subst)).collect()));
+            (target, substitute_expr(value, subst))
         })
     }
 
-    /// Rebuilds the statements with `f` applied to every write: the indices (`None` for a
-    /// local) and value of each `Set` and `SetLocal`, with the value's precision.
-    fn map_writes(
+    /// Rebuilds the statements with `f` applied to every write: the node and indices (`None`
+    /// for a local) and the value of each `Set` and `SetLocal`, with the value's precision.
+    pub(crate) fn map_writes(
         self,
         f: &mut impl FnMut(
-            Option<Vec<AxisIndex>>,
+            Option<(Tnode, Vec<AxisIndex>)>,
             ScalarExpr,
             Prec,
-        ) -> (Option<Vec<AxisIndex>>, ScalarExpr),
+        ) -> (Option<(Tnode, Vec<AxisIndex>)>, ScalarExpr),
     ) -> LowLevel {
         match self {
             LowLevel::Seq(items) => {
@@ -308,12 +309,9 @@ impl LowLevel {
             },
             LowLevel::Set { tn, idcs, value } => {
                 let prec = tn.prec();
-                let (idcs, value) = f(Some(idcs), value, prec);
-                LowLevel::Set {
-                    tn,
-                    idcs: idcs.unwrap_or_default(),
-                    value,
-                }
+                let (target, value) = f(Some((tn.clone(), idcs)), value, prec);
+                let (tn, idcs) = target.unwrap_or((tn, Vec::new()));
+                LowLevel::Set { tn, idcs, value }
             }
             LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, f(None, value, id.prec).1),
             s => s,

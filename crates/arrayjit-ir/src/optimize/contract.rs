@@ -292,35 +292,13 @@ type Plan = HashMap<usize, (Tnode, Vec<usize>)>;
 
 /// Statement `s` with every access of a planned node made an access of its slice.
 fn rewrite(s: LowLevel, plan: &Plan) -> LowLevel {
-    match s {
-        LowLevel::Seq(items) => {
-            LowLevel::Seq(items.into_iter().map(|i| rewrite(i, plan)).collect())
-        }
-        LowLevel::For {
-            index,
-            from,
-            to,
-            body,
-        } => LowLevel::For {
-            index,
-            from,
-            to,
-            body: Box::new(rewrite(*body, plan)),
-        },
-        LowLevel::Set { tn, idcs, value } => {
-            let value = rewrite_expr(value, plan);
-            match plan.get(&tn.id()) {
-                Some((slice, dropped)) => LowLevel::Set {
-                    tn: slice.clone(),
-                    idcs: kept(idcs, dropped),
-                    value,
-                },
-                None => LowLevel::Set { tn, idcs, value },
-            }
-        }
-        LowLevel::SetLocal(id, value) => LowLevel::SetLocal(id, rewrite_expr(value, plan)),
-        s => s,
-    }
+    s.map_writes(&mut |target, value, _| {
+        let target = target.map(|(tn, idcs)| match plan.get(&tn.id()) {
+            Some((slice, dropped)) => (slice.clone(), kept(idcs, dropped)),
+            None => (tn, idcs),
+        });
+        (target, rewrite_expr(value, plan))
+    })
 }
 
 /// Expression `e` with every read of a planned node made a read of its slice (local-scope
