@@ -24,7 +24,7 @@
 //! 4. The slice is small: at most the stack threshold, and a statement's slices together at
 //!    most four times it (each worker holds them on its stack).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::indexing::{AxisIndex, Symbol};
 use crate::low_level::{LowLevel, ScalarExpr};
@@ -45,7 +45,7 @@ pub(crate) fn contract_iteration_slices(
         LowLevel::Noop => return (LowLevel::Noop, Vec::new()),
         s => vec![s],
     };
-    // How many top-level statements use each node (an excluded use counts as another).
+    // How many top-level statements use each eligible node (an excluded use counts as another).
     let mut users: HashMap<usize, usize> = HashMap::new();
     let walked: Vec<HashMap<usize, Uses>> = stmts.iter().map(walk).collect();
     for uses in &walked {
@@ -57,13 +57,13 @@ pub(crate) fn contract_iteration_slices(
     let mut out = Vec::with_capacity(stmts.len());
     for (s, uses) in stmts.into_iter().zip(walked) {
         let mut budget = stack_threshold_bytes.saturating_mul(SLICES_PER_STATEMENT);
-        let mut plan: HashMap<usize, (Tnode, Vec<usize>)> = HashMap::new();
+        let mut plan = Plan::new();
         // In order of first use, so that the budget goes to the same nodes every time.
         let mut candidates: Vec<&Uses> = uses.values().collect();
         candidates.sort_by_key(|u| u.order);
         for u in candidates {
             let tn = &u.tn;
-            if users.get(&tn.id()) != Some(&1) || !eligible(tn) || !u.reads || !u.writes {
+            if users.get(&tn.id()) != Some(&1) || !u.reads || !u.writes {
                 continue;
             }
             let Some(dropped) = droppable_axes(&s, u) else {
@@ -139,18 +139,25 @@ struct Uses {
     shared: usize,
 }
 
-/// Every node statement `s` uses, with its uses: one walk (local-scope bodies count as part
-/// of the statement whose value holds them).
+/// Every node statement `s` uses that rule 1 lets contract ([`eligible`]: a property of the
+/// node, so the others' uses are never gathered), with its uses: one walk (local-scope bodies
+/// count as part of the statement whose value holds them).
 fn walk(s: &LowLevel) -> HashMap<usize, Uses> {
-    fn note(
-        out: &mut HashMap<usize, Uses>,
-        path: &[Step],
-        tn: &Tnode,
-        idcs: Option<&[AxisIndex]>,
-        write: bool,
-    ) {
-        let order = out.len();
-        let u = out.entry(tn.id()).or_insert_with(|| Uses {
+    struct Walk {
+        uses: HashMap<usize, Uses>,
+        /// Nodes seen that are not eligible.
+        skipped: HashSet<usize>,
+    }
+    fn note(out: &mut Walk, path: &[Step], tn: &Tnode, idcs: Option<&[AxisIndex]>, write: bool) {
+        if out.skipped.contains(&tn.id()) {
+            return;
+        }
+        if !out.uses.contains_key(&tn.id()) && !eligible(tn) {
+            out.skipped.insert(tn.id());
+            return;
+        }
+        let order = out.uses.len();
+        let u = out.uses.entry(tn.id()).or_insert_with(|| Uses {
             tn: tn.clone(),
             order,
             accesses: Vec::new(),
@@ -177,7 +184,7 @@ fn walk(s: &LowLevel) -> HashMap<usize, Uses> {
         u.last.clear();
         u.last.extend_from_slice(path);
     }
-    fn go(s: &LowLevel, path: &mut Vec<Step>, out: &mut HashMap<usize, Uses>) {
+    fn go(s: &LowLevel, path: &mut Vec<Step>, out: &mut Walk) {
         match s {
             LowLevel::For {
                 index,
@@ -212,9 +219,12 @@ fn walk(s: &LowLevel) -> HashMap<usize, Uses> {
             _ => {}
         }
     }
-    let mut out = HashMap::new();
+    let mut out = Walk {
+        uses: HashMap::new(),
+        skipped: HashSet::new(),
+    };
     go(s, &mut Vec::new(), &mut out);
-    out
+    out.uses
 }
 
 /// The axes of the node the loops around its every use in statement `s` pin (rules 2 and 3),
