@@ -24,7 +24,7 @@
 
 use crate::c::gemm_micro::write_micro_kernels;
 use crate::c::gemm_row::write_single_row;
-use crate::c::kernel::{LIGHT_BEGIN, OPTIMIZE_END};
+use crate::c::kernel::{OPTIMIZE_END, PRODUCT_HELPER_BEGIN};
 use crate::c::syntax::c_storage_type;
 use std::fmt::Write as _;
 
@@ -32,7 +32,7 @@ use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Blocking;
 
 /// Contraction of `a * b + c` into fused multiply-adds, on from here (gcc: until the
-/// `OPTIMIZE_END` that pops [`LIGHT_BEGIN`]'s options; clang: until [`CONTRACT_END`]). The
+/// `OPTIMIZE_END` that pops [`PRODUCT_HELPER_BEGIN`]'s options; clang: until [`CONTRACT_END`]). The
 /// product's sums are written for it (the micro-kernel's `c += a * b`), where generated
 /// statements, compiled with `-ffp-contract=off`, fuse only what the loop IR says (so that
 /// fusing loops or inlining never changes their bits).
@@ -102,11 +102,12 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let in_place_rows = IN_PLACE_SLIVERS * mr;
     let mut s = String::new();
     let _ = writeln!(s, "#include <stdlib.h>");
-    // The micro-kernel is explicit vector code: gcc's -O3 loop transformations add nothing to
-    // it but triple the compile time of a small routine; -O2 keeps it as written. Its
-    // `c += a * b` must be one fused multiply-add, which the backends' `-ffp-contract=off`
-    // forbids in generated statements (see `CONTRACT_FAST`): contraction is on for this unit.
-    let _ = writeln!(s, "{LIGHT_BEGIN}\n{CONTRACT_FAST}");
+    // The micro-kernel is explicit vector code: gcc's loop transformations add nothing to it
+    // but compile time; `PRODUCT_HELPER_BEGIN` keeps it as written, with the register allocation its
+    // accumulators need. Its `c += a * b` must be one fused multiply-add, which the backends'
+    // `-ffp-contract=off` forbids in generated statements (see `CONTRACT_FAST`): contraction is
+    // on for this unit.
+    let _ = writeln!(s, "{PRODUCT_HELPER_BEGIN}\n{CONTRACT_FAST}");
     let _ = writeln!(
         s,
         "#ifndef AJ_{vt}_DEFINED\n#define AJ_{vt}_DEFINED\ntypedef {t} {vt} __attribute__((vector_size({}), aligned({elem})));\n#endif",

@@ -22,7 +22,7 @@ use arrayjit_ir::schedule::{Blocking, FactorSide};
 
 use crate::c::gemm::{CONTRACT_END, CONTRACT_FAST, gemm_name, gemm_signature};
 use crate::c::gemm_row::{COLUMN_PREFETCH, ROW_BLOCK, ROW_PREFETCH, write_lanes_sum};
-use crate::c::kernel::{LIGHT_BEGIN, OPTIMIZE_END};
+use crate::c::kernel::{OPTIMIZE_END, PRODUCT_HELPER_BEGIN};
 use crate::c::syntax::c_storage_type;
 
 /// The unit's name for a product in `prec` with one factor in `narrow` (both entry points,
@@ -77,7 +77,10 @@ pub fn widened_definition(prec: Prec, narrow: Prec, b: &Blocking) -> String {
     let (mr, nr, kc, nc) = (b.mr, b.nr, b.kc, b.nc);
     let hidden = "__attribute__((visibility(\"hidden\")))";
     let mut s = String::new();
-    let _ = writeln!(s, "#include <stdlib.h>\n{LIGHT_BEGIN}\n{CONTRACT_FAST}");
+    let _ = writeln!(
+        s,
+        "#include <stdlib.h>\n{PRODUCT_HELPER_BEGIN}\n{CONTRACT_FAST}"
+    );
     let _ = writeln!(
         s,
         "#ifndef AJ_{vt}_DEFINED\n#define AJ_{vt}_DEFINED\ntypedef {t} {vt} __attribute__((vector_size({}), aligned({elem})));\n#endif",
