@@ -649,14 +649,8 @@ impl KernelRenderer<'_> {
             });
         }
         let (unit, [fwd, bwd]) = names(b);
-        products
-            .entry(gemm::gemm_name(Prec::F32, b))
-            .or_insert_with(|| {
-                (
-                    gemm::gemm_signature(Prec::F32, b),
-                    gemm::gemm_definition(Prec::F32, b),
-                )
-            });
+        // The passes call the product helper's packed entries, which take no guard.
+        gemm::add_product_helper(products, Prec::F32, b, false);
         products
             .entry(unit)
             .or_insert_with(|| (signatures(b), definition(b)));

@@ -26,6 +26,7 @@ use crate::c::gemm_micro::write_micro_kernels;
 use crate::c::gemm_row::write_single_row;
 use crate::c::kernel::{OPTIMIZE_END, PRODUCT_HELPER_BEGIN};
 use crate::c::syntax::c_storage_type;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use arrayjit_ir::Prec;
@@ -44,6 +45,44 @@ pub(crate) const CONTRACT_END: &str = "#ifdef __clang__\n#pragma clang fp contra
 /// place instead of packing it (`{name}_block_in_place`): few enough that each panel of B,
 /// read from memory once, is used by few slivers, so that packing it cost a large share.
 const IN_PLACE_SLIVERS: usize = 8;
+
+/// Whether a library's product helper keeps its guarded paths ([`gemm_definition`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProductGuards {
+    /// Some product of the library is guarded: the whole helper.
+    Taken,
+    /// No product of the library is guarded: the helper drops every guard it is passed, so
+    /// its guarded steps (a fifth of its compile time) are never compiled. The same results
+    /// for every product without a guard.
+    Dropped,
+}
+
+/// The comment on each line of a helper that drops its guards ([`ProductGuards::Dropped`]).
+const GUARDS_DROPPED: &str = "no product of this library is guarded";
+
+/// Adds the product helper for `prec` and `b` to a library's product units (by name: their
+/// prototype and definition), or keeps the one there, replaced by the whole helper when this
+/// product is guarded (`guarded`) and the one there drops guards. Returns the helper's name.
+pub(crate) fn add_product_helper(
+    products: &mut BTreeMap<String, (String, String)>,
+    prec: Prec,
+    b: &Blocking,
+    guarded: bool,
+) -> String {
+    let name = gemm_name(prec, b);
+    let guards = if guarded {
+        ProductGuards::Taken
+    } else {
+        ProductGuards::Dropped
+    };
+    let unit = products
+        .entry(name.clone())
+        .or_insert_with(|| (gemm_signature(prec, b), gemm_definition(prec, b, guards)));
+    if guarded && unit.1.contains(GUARDS_DROPPED) {
+        unit.1 = gemm_definition(prec, b, ProductGuards::Taken);
+    }
+    name
+}
 
 /// The C function name of the product for a precision and blocking.
 pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
@@ -80,7 +119,8 @@ pub fn standalone_unit(prec: Prec, b: &Blocking) -> String {
          typedef struct aj_par {{ const void *pool; void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks); int64_t workers; }} aj_par;\n\
          {}\n\
          void gemm_entry(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const int64_t *guard, const aj_par *par) {{ {}(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw, guard, par); }}\n",
-        gemm_definition(prec, b).replace("__attribute__((visibility(\"hidden\"))) ", ""),
+        gemm_definition(prec, b, ProductGuards::Taken)
+            .replace("__attribute__((visibility(\"hidden\"))) ", ""),
         gemm_name(prec, b)
     )
 }
@@ -90,9 +130,18 @@ pub fn standalone_unit(prec: Prec, b: &Blocking) -> String {
 /// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, overwrite, guard, par)` (`overwrite`:
 /// store the product instead of adding it to `C`; `guard`: `NULL`, or the four coefficients
 /// `gi, gj, gk, g0` of [`arrayjit_ir::schedule::Gemm::guard`]) with the kernel's worker-pool
-/// handle (`NULL` runs on the calling thread).
-pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
+/// handle (`NULL` runs on the calling thread). With [`ProductGuards::Dropped`] a guard passed
+/// is ignored: only a library none of whose products is guarded takes that helper
+/// ([`add_product_helper`] decides).
+pub fn gemm_definition(prec: Prec, b: &Blocking, guards: ProductGuards) -> String {
     let signature = gemm_signature(prec, b);
+    // Without guarded products, every function that takes a guard drops it first: gcc folds
+    // the guarded branches away and never compiles the guard's steps, which are unreferenced.
+    let drop_guard = |g: &str| match guards {
+        ProductGuards::Taken => String::new(),
+        ProductGuards::Dropped => format!("  {g} = 0; /* {GUARDS_DROPPED} */\n"),
+    };
+    let (drop_g, drop_guard_arg) = (drop_guard("g"), drop_guard("guard"));
     let t = c_storage_type(prec);
     let elem = prec.size_in_bytes();
     let lanes = (b.nr / 2).max(1);
@@ -117,7 +166,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     write_pack_across(&mut s, &name, t, elem);
     write_pack_strides(&mut s, &name, elem, b);
     write_guarded_tile(&mut s, &name, (t, &vt), elem, b);
-    write_block_steps(&mut s, &name, t, elem, b);
+    write_block_steps(&mut s, &name, t, elem, b, &drop_g);
     // Whether rows of A are read in place by the micro-kernel: a row-major A, unless its row
     // stride is a multiple of 4 KiB (then all rows of a sliver fall into one L1 set and evict
     // each other, so it is packed).
@@ -130,7 +179,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking) -> String {
     let _ = write!(
         s,
         "static void {name}_serial(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const int64_t *g) {{
-  if (M <= 0 || N <= 0) return;
+{drop_g}  if (M <= 0 || N <= 0) return;
   if (K <= 0) {{
     if (ovw) {name}_zero_tile(C, rsC, csC, M, N);
     return;
@@ -315,7 +364,7 @@ static void {name}_chunk(void *ctx, int64_t index) {{
     {name}_serial(hi - lo, j->N, j->K, j->A + lo * j->rsA, j->rsA, j->csA, j->B, j->rsB, j->csB, j->C + lo * j->rsC, j->rsC, j->csC, j->ovw, j->guard ? g : 0);
 }}
 {signature} {{
-  /* A column-major C is the row-major C^T = B^T A^T: the same products summed in the same
+{drop_guard_arg}  /* A column-major C is the row-major C^T = B^T A^T: the same products summed in the same
      order, but stored by whole vectors (the guard's row and column terms swapped). */
   if (rsC == 1 && csC != 1) {{
     const int64_t swapped[4] = {{guard ? guard[1] : 0, guard ? guard[0] : 0, guard ? guard[2] : 0, guard ? guard[3] : 0}};
@@ -372,7 +421,7 @@ static inline int64_t {name}_panel(int64_t kcb) {{ return (({nr} * kcb + {line} 
 /// in panels of `nr` columns, `{name}_pack_a` an `mc × kc` block of `A` in slivers of `mr` rows
 /// (leaving the full slivers read in place when `direct`), and `{name}_block` runs the
 /// micro-kernel over every sliver and panel of the two blocks.
-fn write_block_steps(s: &mut String, name: &str, t: &str, elem: usize, b: &Blocking) {
+fn write_block_steps(s: &mut String, name: &str, t: &str, elem: usize, b: &Blocking, drop_g: &str) {
     let (mr, nr) = (b.mr, b.nr);
     // Elements per 64-byte cache line.
     let line = 64 / elem;
@@ -446,7 +495,7 @@ static void {name}_pack_a({t} *restrict Ap, const {t} *A, int64_t rsA, int64_t c
   }}
 }}
 static void {name}_block(const {t} *A, int64_t rsA, const {t} *Ap, const {t} *Bp, int64_t sb, {t} *C, int64_t rsC, int64_t csC, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int direct, int ovw, const int64_t *g, int masked, int warm) {{
-  /* Each sliver of A (mr × kc, in L1) meets every panel of the B block (kc × nc, in L2),
+{drop_g}  /* Each sliver of A (mr × kc, in L1) meets every panel of the B block (kc × nc, in L2),
      which stream through in order; panels are sb elements apart (at least {name}_panel(kcb):
      a caller may multiply by the first depths of panels packed deeper). `direct`: 0, A is
      packed in Ap; 1, its whole slivers' rows are read in place (rsA apart); 2, its whole
@@ -791,3 +840,7 @@ static __attribute__((noinline)) void {name}_pack_across({t} *restrict dst, int6
         v4_bytes = 4 * elem
     );
 }
+
+#[cfg(test)]
+#[path = "gemm_tests.rs"]
+mod tests;

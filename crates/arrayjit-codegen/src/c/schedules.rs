@@ -176,13 +176,7 @@ impl KernelRenderer<'_> {
         outlining: &mut Outlining,
         out: &mut String,
     ) -> Result<()> {
-        let helper = gemm::gemm_name(g.prec, &g.blocking);
-        products.entry(helper.clone()).or_insert_with(|| {
-            (
-                gemm::gemm_signature(g.prec, &g.blocking),
-                gemm::gemm_definition(g.prec, &g.blocking),
-            )
-        });
+        let helper = gemm::add_product_helper(products, g.prec, &g.blocking, g.guard.is_some());
         // A factor stored narrower (a bf16 weight): the widening unit, which calls the helper.
         let name = match g.widened_factor() {
             None => helper,
