@@ -11,7 +11,7 @@
 # e.g. scripts/gemm-blocking.sh -w 2 "12 32 768 256 512" "12 32 768 512 512"
 #      target/release/examples/gemm_helper 12 32 768 512 1024 > /tmp/old.c   # (older checkout)
 #      scripts/gemm-blocking.sh -a /tmp/old.c "12 32 768 512 1024"
-# Compiled with the CPU backends' flags (cc -O1 -ftree-vectorize -fno-math-errno -ffp-contract=off
+# Compiled with the CPU backends' flags (cc -O1 -fexpensive-optimizations -fgcse -ftree-vectorize -fno-math-errno -ffp-contract=off
 # -march=native).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +50,7 @@ for helper in "$@"; do
     # shellcheck disable=SC2086
     target/release/examples/gemm_helper $helper > "$work/$name.c"
   fi
-  $cc -O1 -ftree-vectorize -fno-math-errno -ffp-contract=off -march=native -c "$work/$name.c" -o "$work/$name.o"
+  $cc -O1 -fexpensive-optimizations -fgcse -ftree-vectorize -fno-math-errno -ffp-contract=off -march=native -c "$work/$name.c" -o "$work/$name.o"
   $cc -O2 "benches/gemm/$harness.c" "$work/$name.o" -o "$work/$name" -lpthread
   names+=("$name")
 done

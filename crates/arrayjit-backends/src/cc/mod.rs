@@ -86,17 +86,25 @@ pub struct CcConfig {
 
 /// The default C compiler flags.
 ///
-/// `-O1 -ftree-vectorize`: the explicit `-ftree-vectorize` gives gcc's full ("dynamic")
-/// vectorizer cost model (plain `-O2` uses the "very cheap" one, which leaves loops whose trip
-/// count is not a multiple of the vector width scalar), without -O3's other loop passes (against
-/// `-O3` on a 2-core VM: every `bench --quick` row as fast or faster, the 16M sum 1.3–1.6× at one
-/// thread). The generated statements are loops the optimizer already shaped (fused, hoisted,
-/// their reductions split into vector lanes), so `-O2`'s further passes found nothing to gain
-/// there: the GPT step's 169 loop statements took 4.7–5.6 ms at either level in alternated runs
-/// (`bench --statements`, AMD EPYC family 25 model 17), gcc vectorized every loop at `-O1` that
-/// it did at `-O2`, and the step's statements compile in 0.68 instead of 1.03 s. The helpers set
-/// their own level (the product's register-heavy micro-kernels, the attention's loops: see
-/// `arrayjit_codegen`'s C renderer). clang takes the same flags.
+/// `-O1 -fexpensive-optimizations -fgcse -ftree-vectorize`: `-O1` and the three passes of
+/// `-O2` that the generated loops need, for three quarters of `-O2`'s compile time (the GPT
+/// step's statements: 0.69–0.75 s instead of 0.93 s, gcc 12, AMD EPYC family 25 model 17).
+/// The loops come already shaped by the optimizer (fused, hoisted, their reductions split into
+/// vector lanes), so `-O2`'s other passes find nothing to gain there. The explicit
+/// `-ftree-vectorize` gives gcc's full ("dynamic") vectorizer cost model (plain `-O2` uses the
+/// "very cheap" one, which leaves loops whose trip count is not a multiple of the vector width
+/// scalar): gcc vectorizes every loop of the GPT step at this level that it did at `-O2`.
+/// `-fexpensive-optimizations`: the register allocation that keeps a loop's constants in the
+/// upper sixteen AVX-512 registers, and the `vzeroupper` before returning from vector code
+/// (gcc inserts it only with this option: without it, SSE code after a kernel pays for the
+/// dirty upper halves on Intel). `-fgcse`: its load motion takes the constants' loads out of
+/// the loops (the exponential's polynomial read eight of them per vector at `-O1`). Measured
+/// in alternated runs against `-O2`: the softmax row, the GPT step's 169 loop statements
+/// (`bench --statements`) and the products alike within the host's noise. (Against `-O3`, on a
+/// 2-core VM earlier: every `bench --quick` row as fast or faster.) The helpers set their own
+/// level (the product's register-heavy micro-kernels, the attention's loops: see
+/// `arrayjit_codegen`'s C renderer). clang takes the same flags (the two gcc passes' names
+/// it ignores, with a warning).
 ///
 /// `-fno-math-errno`: generated code never reads `errno`, and with it set `sqrtf` is no longer a
 /// call that may write `errno`, so loops over it vectorize (the result is the same correctly
@@ -112,6 +120,8 @@ pub struct CcConfig {
 /// the loop IR alone, whatever loops the optimizer fuses and whichever of gcc or clang compiles.
 pub const DEFAULT_CC_FLAGS: &[&str] = &[
     "-O1",
+    "-fexpensive-optimizations",
+    "-fgcse",
     "-ftree-vectorize",
     "-fno-math-errno",
     "-ffp-contract=off",
