@@ -33,10 +33,10 @@ use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Blocking;
 
 /// Contraction of `a * b + c` into fused multiply-adds, on from here (gcc: until the
-/// `OPTIMIZE_END` that pops [`PRODUCT_HELPER_BEGIN`]'s options; clang: until [`CONTRACT_END`]). The
-/// product's sums are written for it (the micro-kernel's `c += a * b`), where generated
-/// statements, compiled with `-ffp-contract=off`, fuse only what the loop IR says (so that
-/// fusing loops or inlining never changes their bits).
+/// `OPTIMIZE_END` that pops [`PRODUCT_HELPER_BEGIN`]'s options; clang: until
+/// [`CONTRACT_END`]). The product's sums are written for it (the micro-kernel's
+/// `c += a * b`), where generated statements, compiled with `-ffp-contract=off`, fuse only what
+/// the loop IR says (so that fusing loops or inlining never changes their bits).
 pub(crate) const CONTRACT_FAST: &str = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC optimize (\"fp-contract=fast\")\n#elif defined(__clang__)\n#pragma clang fp contract(fast)\n#endif";
 /// Ends [`CONTRACT_FAST`] for clang (back to the backends' `off`).
 pub(crate) const CONTRACT_END: &str = "#ifdef __clang__\n#pragma clang fp contract(off)\n#endif";
@@ -152,10 +152,10 @@ pub fn gemm_definition(prec: Prec, b: &Blocking, guards: ProductGuards) -> Strin
     let mut s = String::new();
     let _ = writeln!(s, "#include <stdlib.h>");
     // The micro-kernel is explicit vector code: gcc's loop transformations add nothing to it
-    // but compile time; `PRODUCT_HELPER_BEGIN` keeps it as written, with the register allocation its
-    // accumulators need. Its `c += a * b` must be one fused multiply-add, which the backends'
-    // `-ffp-contract=off` forbids in generated statements (see `CONTRACT_FAST`): contraction is
-    // on for this unit.
+    // but compile time; `PRODUCT_HELPER_BEGIN` keeps it as written, with the register
+    // allocation its accumulators need. Its `c += a * b` must be one fused multiply-add, which
+    // the backends' `-ffp-contract=off` forbids in generated statements (see `CONTRACT_FAST`):
+    // contraction is on for this unit.
     let _ = writeln!(s, "{PRODUCT_HELPER_BEGIN}\n{CONTRACT_FAST}");
     let _ = writeln!(
         s,
