@@ -132,7 +132,7 @@ pub fn standalone_unit(prec: Prec, b: &Blocking) -> String {
 /// `gi, gj, gk, g0` of [`arrayjit_ir::schedule::Gemm::guard`]) with the kernel's worker-pool
 /// handle (`NULL` runs on the calling thread). With [`ProductGuards::Dropped`] a guard passed
 /// is ignored: only a library none of whose products is guarded takes that helper
-/// ([`add_product_helper`] decides).
+/// (a renderer adds its products with the crate's `add_product_helper`, which decides).
 pub fn gemm_definition(prec: Prec, b: &Blocking, guards: ProductGuards) -> String {
     let signature = gemm_signature(prec, b);
     // Without guarded products, every function that takes a guard drops it first: gcc folds
