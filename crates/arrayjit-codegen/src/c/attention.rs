@@ -649,8 +649,8 @@ impl KernelRenderer<'_> {
             });
         }
         let (unit, [fwd, bwd]) = names(b);
-        // The passes call the product helper's packed entries, which take no guard.
-        gemm::add_product_helper(products, Prec::F32, b, false);
+        // The passes call the product helper's packed entries, which reach no optional path.
+        gemm::add_product_helper(products, Prec::F32, b, gemm::HelperPaths::NONE);
         products
             .entry(unit)
             .or_insert_with(|| (signatures(b), definition(b)));

@@ -46,40 +46,88 @@ pub(crate) const CONTRACT_END: &str = "#ifdef __clang__\n#pragma clang fp contra
 /// read from memory once, is used by few slivers, so that packing it cost a large share.
 const IN_PLACE_SLIVERS: usize = 8;
 
-/// Whether a library's product helper keeps its guarded paths ([`gemm_definition`]).
+/// Which of the product helper's paths a library's products can reach ([`gemm_definition`]):
+/// the others are left out of its unit, so that gcc never compiles them (the guarded steps are a
+/// fifth of the unit's compile time, the one-row product a quarter). A path is left out only
+/// where no product of the library can reach it, so every product runs the code it ran with the
+/// whole helper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProductGuards {
-    /// Some product of the library is guarded: the whole helper.
-    Taken,
-    /// No product of the library is guarded: the helper drops every guard it is passed, so
-    /// its guarded steps (a fifth of its compile time) are never compiled. The same results
-    /// for every product without a guard.
-    Dropped,
+pub struct HelperPaths {
+    /// Some product is guarded: the guarded steps (bands, masks, guarded tiles, the guarded
+    /// one-row product). Without it, every function taking a guard drops it first.
+    pub guarded: bool,
+    /// Some product can run as one row or one column of C (`{name}_row`).
+    pub one_row: bool,
 }
 
-/// The comment on each line of a helper that drops its guards ([`ProductGuards::Dropped`]).
+impl HelperPaths {
+    /// Every path: the whole helper (the benchmark harnesses' unit).
+    pub const ALL: HelperPaths = HelperPaths {
+        guarded: true,
+        one_row: true,
+    };
+    /// No optional path (the attention helper's packed products reach neither).
+    pub const NONE: HelperPaths = HelperPaths {
+        guarded: false,
+        one_row: false,
+    };
+
+    /// The paths a product of `m` rows and `n` columns of C can reach on blocking `b`. The
+    /// one-row product runs where a one-thread product has one row or one column: the product
+    /// itself, either way round (a column-major C runs as its transpose), or the last range of
+    /// a split over the workers, which holds `m` modulo a multiple of `mr` rows (or `n` modulo
+    /// a multiple of `nr` columns) and so can hold one only where that remainder is 1 (with a
+    /// tile of one row or column, any range can).
+    pub fn of_product(m: usize, n: usize, guarded: bool, b: &Blocking) -> HelperPaths {
+        let one_row = m == 1
+            || n == 1
+            || b.mr <= 1
+            || b.nr <= 1
+            || [m, n]
+                .iter()
+                .any(|&extent| extent % b.mr == 1 || extent % b.nr == 1);
+        HelperPaths { guarded, one_row }
+    }
+
+    /// The paths either reaches.
+    pub fn union(self, other: HelperPaths) -> HelperPaths {
+        HelperPaths {
+            guarded: self.guarded || other.guarded,
+            one_row: self.one_row || other.one_row,
+        }
+    }
+
+    /// The paths a definition of [`gemm_definition`] keeps (read from its comments).
+    fn of_definition(definition: &str) -> HelperPaths {
+        HelperPaths {
+            guarded: !definition.contains(GUARDS_DROPPED),
+            one_row: !definition.contains(ONE_ROW_DROPPED),
+        }
+    }
+}
+
+/// The comment on each line of a helper that drops its guards (no product is guarded).
 const GUARDS_DROPPED: &str = "no product of this library is guarded";
+/// The comment on each test of a helper that leaves out its one-row product.
+const ONE_ROW_DROPPED: &str = "no product of this library runs as one row";
 
 /// Adds the product helper for `prec` and `b` to a library's product units (by name: their
-/// prototype and definition), or keeps the one there, replaced by the whole helper when this
-/// product is guarded (`guarded`) and the one there drops guards. Returns the helper's name.
+/// prototype and definition) for a product reaching `paths`, or widens the one there to the
+/// paths either reaches. Returns the helper's name.
 pub(crate) fn add_product_helper(
     products: &mut BTreeMap<String, (String, String)>,
     prec: Prec,
     b: &Blocking,
-    guarded: bool,
+    paths: HelperPaths,
 ) -> String {
     let name = gemm_name(prec, b);
-    let guards = if guarded {
-        ProductGuards::Taken
-    } else {
-        ProductGuards::Dropped
-    };
     let unit = products
         .entry(name.clone())
-        .or_insert_with(|| (gemm_signature(prec, b), gemm_definition(prec, b, guards)));
-    if guarded && unit.1.contains(GUARDS_DROPPED) {
-        unit.1 = gemm_definition(prec, b, ProductGuards::Taken);
+        .or_insert_with(|| (gemm_signature(prec, b), gemm_definition(prec, b, paths)));
+    let there = HelperPaths::of_definition(&unit.1);
+    let both = there.union(paths);
+    if both != there {
+        unit.1 = gemm_definition(prec, b, both);
     }
     name
 }
@@ -119,7 +167,7 @@ pub fn standalone_unit(prec: Prec, b: &Blocking) -> String {
          typedef struct aj_par {{ const void *pool; void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks); int64_t workers; }} aj_par;\n\
          {}\n\
          void gemm_entry(int64_t M, int64_t N, int64_t K, const {t} *A, int64_t rsA, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t rsC, int64_t csC, int ovw, const int64_t *guard, const aj_par *par) {{ {}(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, ovw, guard, par); }}\n",
-        gemm_definition(prec, b, ProductGuards::Taken)
+        gemm_definition(prec, b, HelperPaths::ALL)
             .replace("__attribute__((visibility(\"hidden\"))) ", ""),
         gemm_name(prec, b)
     )
@@ -130,18 +178,29 @@ pub fn standalone_unit(prec: Prec, b: &Blocking) -> String {
 /// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, overwrite, guard, par)` (`overwrite`:
 /// store the product instead of adding it to `C`; `guard`: `NULL`, or the four coefficients
 /// `gi, gj, gk, g0` of [`arrayjit_ir::schedule::Gemm::guard`]) with the kernel's worker-pool
-/// handle (`NULL` runs on the calling thread). With [`ProductGuards::Dropped`] a guard passed
-/// is ignored: only a library none of whose products is guarded takes that helper
-/// (a renderer adds its products with the crate's `add_product_helper`, which decides).
-pub fn gemm_definition(prec: Prec, b: &Blocking, guards: ProductGuards) -> String {
+/// handle (`NULL` runs on the calling thread). Only the paths of `paths` are kept: without
+/// `guarded` a guard passed is ignored, without `one_row` a product of one row runs blocked
+/// (a renderer adds its products with the crate's `add_product_helper`, which keeps every path
+/// its products can reach).
+pub fn gemm_definition(prec: Prec, b: &Blocking, paths: HelperPaths) -> String {
     let signature = gemm_signature(prec, b);
     // Without guarded products, every function that takes a guard drops it first: gcc folds
     // the guarded branches away and never compiles the guard's steps, which are unreferenced.
-    let drop_guard = |g: &str| match guards {
-        ProductGuards::Taken => String::new(),
-        ProductGuards::Dropped => format!("  {g} = 0; /* {GUARDS_DROPPED} */\n"),
+    let drop_guard = |g: &str| {
+        if paths.guarded {
+            String::new()
+        } else {
+            format!("  {g} = 0; /* {GUARDS_DROPPED} */\n")
+        }
     };
     let (drop_g, drop_guard_arg) = (drop_guard("g"), drop_guard("guard"));
+    // Without a product that can run as one row, its tests are false from the start: gcc
+    // folds them and never compiles `{name}_row`.
+    let one_row = if paths.one_row {
+        String::new()
+    } else {
+        format!("0 /* {ONE_ROW_DROPPED} */ && ")
+    };
     let t = c_storage_type(prec);
     let elem = prec.size_in_bytes();
     let lanes = (b.nr / 2).max(1);
@@ -186,12 +245,12 @@ pub fn gemm_definition(prec: Prec, b: &Blocking, guards: ProductGuards) -> Strin
   }}
   /* One row (or one column) of C: a matrix-vector product, each factor read once (see
      {name}_row); a single column is the row of C^T = B^T A^T. */
-  if (!g && M == 1 && {name}_row(N, K, A, csA, B, rsB, csB, C, csC, ovw)) return;
-  if (!g && N == 1 && {name}_row(M, K, B, rsB, A, csA, rsA, C, rsC, ovw)) return;
+  if ({one_row}!g && M == 1 && {name}_row(N, K, A, csA, B, rsB, csB, C, csC, ovw)) return;
+  if ({one_row}!g && N == 1 && {name}_row(M, K, B, rsB, A, csA, rsA, C, rsC, ovw)) return;
   /* One row under a guard of the columns alone or the depth alone (a decoding step's scores
      and weighted sum): the guard is a range of columns, or of depths, and the row product
      runs over it; columns with no term left are zeroed where the product overwrites. */
-  if (g && M == 1 && (g[1] == 0 || g[2] == 0)) {{
+  if ({one_row}g && M == 1 && (g[1] == 0 || g[2] == 0)) {{
     int64_t j0 = 0, j1 = N, k0 = 0, k1 = K;
     int64_t *lo = g[2] == 0 ? &j0 : &k0, *hi = g[2] == 0 ? &j1 : &k1;
     const int64_t c = g[2] == 0 ? g[1] : g[2], extent = g[2] == 0 ? N : K;

@@ -1,66 +1,86 @@
-//! Which product helper a library gets: the guarded steps only where a product is guarded,
-//! whatever the order its products are rendered in.
+//! Which product helper a library gets: every path one of its products can reach, whatever
+//! the order its products are rendered in, and no other.
 
 use std::collections::BTreeMap;
 
 use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Blocking;
 
-use super::{GUARDS_DROPPED, ProductGuards, add_product_helper, gemm_definition, gemm_name};
-
-const BLOCKING: Blocking = Blocking {
-    mr: 4,
-    nr: 8,
-    mc: 64,
-    kc: 32,
-    nc: 64,
+use super::{
+    GUARDS_DROPPED, HelperPaths, ONE_ROW_DROPPED, add_product_helper, gemm_definition, gemm_name,
 };
 
-/// The helper's definition after adding products guarded as `guarded` says, in that order.
-fn helper_after(guarded: &[bool]) -> String {
+const BLOCKING: Blocking = Blocking {
+    mr: 12,
+    nr: 32,
+    mc: 96,
+    kc: 64,
+    nc: 128,
+};
+
+/// The helper's definition after adding products reaching `paths`, in that order.
+fn helper_after(paths: &[HelperPaths]) -> String {
     let mut products = BTreeMap::new();
-    for &g in guarded {
-        let name = add_product_helper(&mut products, Prec::F32, &BLOCKING, g);
+    for &p in paths {
+        let name = add_product_helper(&mut products, Prec::F32, &BLOCKING, p);
         assert_eq!(name, gemm_name(Prec::F32, &BLOCKING));
     }
     assert_eq!(products.len(), 1, "one unit per precision and blocking");
     products.into_values().next().unwrap().1
 }
 
+const GUARDED: HelperPaths = HelperPaths {
+    guarded: true,
+    one_row: false,
+};
+const ONE_ROW: HelperPaths = HelperPaths {
+    guarded: false,
+    one_row: true,
+};
+
 #[test]
-fn a_guarded_product_keeps_the_whole_helper_in_any_order() {
-    let whole = gemm_definition(Prec::F32, &BLOCKING, ProductGuards::Taken);
-    assert!(!whole.contains(GUARDS_DROPPED));
-    assert!(whole.contains("_guarded_tile("));
-    for order in [
-        &[true][..],
-        &[false, true],
-        &[true, false],
-        &[false, false, true],
-    ] {
-        assert_eq!(helper_after(order), whole, "products guarded as {order:?}");
+fn a_library_keeps_every_path_one_of_its_products_reaches_in_any_order() {
+    use HelperPaths as P;
+    let cases: [(&[HelperPaths], HelperPaths); 7] = [
+        (&[P::NONE], P::NONE),
+        (&[P::NONE, P::NONE], P::NONE),
+        (&[GUARDED], GUARDED),
+        (&[P::NONE, GUARDED], GUARDED),
+        (&[GUARDED, P::NONE], GUARDED),
+        (&[ONE_ROW, P::NONE, GUARDED], P::ALL),
+        (&[P::NONE, GUARDED, ONE_ROW, P::NONE], P::ALL),
+    ];
+    for (order, expected) in cases {
+        assert_eq!(
+            helper_after(order),
+            gemm_definition(Prec::F32, &BLOCKING, expected),
+            "products reaching {order:?}"
+        );
     }
 }
 
 #[test]
-fn without_guarded_products_every_guard_is_dropped() {
-    let dropped = helper_after(&[false, false]);
-    assert_eq!(
-        dropped,
-        gemm_definition(Prec::F32, &BLOCKING, ProductGuards::Dropped)
-    );
-    // The entry point, the one-thread product and the block step each drop theirs (the chunk
-    // passes its job's guard to the one-thread product).
-    assert_eq!(dropped.matches(GUARDS_DROPPED).count(), 3);
+fn the_whole_helper_has_every_path() {
+    let whole = gemm_definition(Prec::F32, &BLOCKING, HelperPaths::ALL);
+    assert!(!whole.contains(GUARDS_DROPPED) && !whole.contains(ONE_ROW_DROPPED));
+    assert!(whole.contains("_guarded_tile(") && whole.contains("_row("));
+}
+
+#[test]
+fn without_a_path_its_entries_are_dropped_at_their_start() {
+    let none = gemm_definition(Prec::F32, &BLOCKING, HelperPaths::NONE);
+    // The entry point, the one-thread product and the block step each drop their guard (the
+    // chunk passes its job's guard to the one-thread product).
+    assert_eq!(none.matches(GUARDS_DROPPED).count(), 3);
     for f in [
         "_serial(",
         "_block(",
         "int64_t *guard, const aj_par *par) {",
     ] {
-        let start = dropped
+        let start = none
             .find(f)
             .unwrap_or_else(|| panic!("no {f} in the helper"));
-        let body = &dropped[start..];
+        let body = &none[start..];
         let open = body.find('{').unwrap();
         let first_line = body[open + 1..].trim_start().lines().next().unwrap();
         assert!(
@@ -68,4 +88,34 @@ fn without_guarded_products_every_guard_is_dropped() {
             "{f} starts with {first_line:?}"
         );
     }
+    // Every call of the one-row product sits behind a test that is false from its start.
+    let calls = none.matches("_row(").count() - 1; // less the definition
+    assert_eq!(calls, 3);
+    assert_eq!(
+        none.matches(&format!("0 /* {ONE_ROW_DROPPED} */ && "))
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn a_product_reaches_one_row_where_it_or_its_last_range_of_a_split_is_one_row() {
+    let of = |m, n| HelperPaths::of_product(m, n, false, &BLOCKING).one_row;
+    // Whole tiles, or remainders other than one: never one row.
+    assert!(!of(1024, 128));
+    assert!(!of(62, 1024));
+    assert!(!of(24, 64));
+    // One row or column, either way round.
+    assert!(of(1, 512));
+    assert!(of(512, 1));
+    // A split's last range: 13 rows (12 + 1), 33 columns (32 + 1), or a transposed product's.
+    assert!(of(13, 64));
+    assert!(of(64, 33));
+    assert!(of(33, 64));
+    assert!(of(64, 25)); // 25 = 2 · 12 + 1, as rows of the transpose
+    // Tiles of one row: any split can leave one.
+    let thin = Blocking { mr: 1, ..BLOCKING };
+    assert!(HelperPaths::of_product(64, 64, false, &thin).one_row);
+    // Guards pass through.
+    assert!(HelperPaths::of_product(64, 64, true, &BLOCKING).guarded);
 }

@@ -176,7 +176,9 @@ impl KernelRenderer<'_> {
         outlining: &mut Outlining,
         out: &mut String,
     ) -> Result<()> {
-        let helper = gemm::add_product_helper(products, g.prec, &g.blocking, g.guard.is_some());
+        let paths =
+            gemm::HelperPaths::of_product(g.m.extent, g.n.extent, g.guard.is_some(), &g.blocking);
+        let helper = gemm::add_product_helper(products, g.prec, &g.blocking, paths);
         // A factor stored narrower (a bf16 weight): the widening unit, which calls the helper.
         let name = match g.widened_factor() {
             None => helper,
