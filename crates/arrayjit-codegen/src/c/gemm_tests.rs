@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use arrayjit_ir::Prec;
 use arrayjit_ir::schedule::Blocking;
 
-use super::{
-    GUARDS_DROPPED, HelperPaths, ONE_ROW_DROPPED, add_product_helper, gemm_definition, gemm_name,
-};
+use super::{HelperPaths, add_product_helper, gemm_definition, gemm_name};
+use crate::c::gemm_paths::{GUARDS_DROPPED, ONE_ROW_DROPPED};
 
 const BLOCKING: Blocking = Blocking {
     mr: 12,

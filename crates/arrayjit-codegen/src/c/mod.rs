@@ -20,6 +20,7 @@ pub(crate) mod attention;
 pub mod gemm;
 
 pub(crate) mod gemm_micro;
+pub(crate) mod gemm_paths;
 pub(crate) mod gemm_row;
 pub mod gemm_widened;
 pub(crate) mod guard_bounds;
