@@ -113,7 +113,7 @@ pub fn check_prec(buffer: &BufferHandle, prec: Prec, op: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffer::CpuBuffer;
+    use crate::cpu::buffer::CpuBuffer;
 
     fn cpu(bytes: usize) -> BufferHandle {
         Arc::new(CpuBuffer::zeroed(bytes, 0, Arc::default()).unwrap())

@@ -7,7 +7,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_ir::Result;
+use arrayjit_opt::Optimized;
 
 use crate::lowered_backend::LoweredBackend;
 

@@ -135,7 +135,7 @@ pub trait CompiledBatch: Send + Sync + Debug {
     /// itself.
     unsafe fn launch(&self, request: LaunchRequest<'_>) -> Result<bool>;
     /// The time a kernel compiled to time its statements
-    /// (`arrayjit_ir::Optimized::profile_statements`) spent in each top-level statement since
+    /// (`arrayjit_opt::Optimized::profile_statements`) spent in each top-level statement since
     /// this was last asked, and how many times each ran: `(nanoseconds, calls)` per statement,
     /// in order, and the counters reset. `None`: the kernel was not compiled to time its
     /// statements, or the backend cannot (GPU backends, the default).

@@ -6,7 +6,8 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use arrayjit_codegen::SourceKernel;
-use arrayjit_ir::{Error, Optimized, Result};
+use arrayjit_ir::{Error, Result};
+use arrayjit_opt::Optimized;
 
 use crate::compiled_batch::CompiledBatch;
 

@@ -6,8 +6,8 @@
 
 use std::fmt;
 
-use arrayjit_ir::schedule::{GpuLimits, ScheduleSettings};
 use arrayjit_ir::{Error, Prec, Result, Tnode};
+use arrayjit_opt::schedule::{GpuLimits, ScheduleSettings};
 
 /// What kind of processor a device is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

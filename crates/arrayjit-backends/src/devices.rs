@@ -5,7 +5,7 @@
 use std::fmt::Debug;
 
 use arrayjit_ir::Result;
-use arrayjit_ir::schedule::ScheduleSettings;
+use arrayjit_opt::schedule::ScheduleSettings;
 
 use crate::device_info::DeviceInfo;
 

@@ -101,7 +101,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::buffer::CpuBuffer;
+    use crate::cpu::buffer::CpuBuffer;
     use arrayjit_ir::{Error, Prec, StaticSymbol, Tnode};
 
     fn interface() -> KernelInterface {

@@ -44,14 +44,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod array_buffer;
-pub mod buffer;
 pub mod built;
 pub mod cc;
 pub mod compile_cache;
 pub mod compiled_batch;
 pub mod compiler;
 pub mod cpu;
-pub mod cpu_tuning;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
 pub mod device_buffer;
@@ -65,16 +63,14 @@ pub mod notice;
 pub mod pool_table;
 pub mod queue;
 pub mod renderer;
-pub mod sanitizer;
 pub mod settings;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
-pub mod worker_pool;
 
 pub use array_buffer::ArrayBuffer;
-pub use buffer::{CpuBuffer, MemoryCounter};
 pub use compiled_batch::{CompiledBatch, DeviceTimeSink, LaunchAt, LaunchRequest};
 pub use compiler::{CompileOptions, CompileStats, Compiler};
+pub use cpu::buffer::{CpuBuffer, MemoryCounter};
 pub use device_buffer::{BufferHandle, DeviceBuffer};
 pub use device_info::{DeviceInfo, DeviceKind};
 pub use device_runtime::{

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use arrayjit_codegen::SourceKernel;
 use arrayjit_codegen::gpu_dialect::GpuDialect;
-use arrayjit_ir::schedule::ScheduleSettings;
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_ir::Result;
+use arrayjit_opt::Optimized;
+use arrayjit_opt::schedule::ScheduleSettings;
 
 use crate::compiled_batch::CompiledBatch;
 use crate::compiler::{CompileOptions, Compiler};
@@ -142,29 +143,29 @@ impl LoweredBackend {
     /// The limits of the devices' groups of invocations, for a backend whose devices run GPU
     /// passes (`None` on a CPU): [`LoweredBackend::schedule_settings`]'s `gpu`, without
     /// looking up the CPU's cache shares.
-    pub fn gpu_limits(&self) -> Option<arrayjit_ir::schedule::GpuLimits> {
+    pub fn gpu_limits(&self) -> Option<arrayjit_opt::schedule::GpuLimits> {
         self.devices().schedule_settings().gpu
     }
 
     /// The cache shares blocked products fill on the host CPU, and where they come from:
     /// `ARRAYJIT_CPU_SHARES`, a choice `arrayjit tune` stored in this backend's compile cache,
     /// the project's table of measured CPUs, or the vendor's default (see
-    /// [`crate::cpu_tuning`]).
-    pub fn cpu_shares(&self) -> crate::cpu_tuning::CpuShares {
+    /// [`crate::cpu::tuning`]).
+    pub fn cpu_shares(&self) -> crate::cpu::tuning::CpuShares {
         let cpu = crate::device_info::CpuInfo::host();
-        if let Some(given) = crate::cpu_tuning::from_environment() {
+        if let Some(given) = crate::cpu::tuning::from_environment() {
             return given;
         }
-        let stored = self.load_schedule_choice(&crate::cpu_tuning::stored_key(cpu));
-        crate::cpu_tuning::resolve(cpu, stored)
+        let stored = self.load_schedule_choice(&crate::cpu::tuning::stored_key(cpu));
+        crate::cpu::tuning::resolve(cpu, stored)
     }
 
     /// Stores `shares` as this CPU's measured cache shares in the compile cache (false when
     /// the backend keeps no cache): backends made later, in this process or another, use
     /// them.
-    pub fn store_cpu_shares(&self, shares: arrayjit_ir::schedule::CacheShares) -> Result<bool> {
+    pub fn store_cpu_shares(&self, shares: arrayjit_opt::schedule::CacheShares) -> Result<bool> {
         let cpu = crate::device_info::CpuInfo::host();
-        self.store_schedule_choice(&crate::cpu_tuning::stored_key(cpu), &shares.to_string())
+        self.store_schedule_choice(&crate::cpu::tuning::stored_key(cpu), &shares.to_string())
     }
 
     /// What the backend's compiler has done in this process ([`Compiler::compile_stats`]);

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use arrayjit_ir::{Error, Optimized, Result};
+use arrayjit_ir::{Error, Result};
+use arrayjit_opt::Optimized;
 
 use crate::compiled_batch::CompiledBatch;
 use crate::compiler::{CompileOptions, Compiler};

@@ -184,7 +184,7 @@ impl<P: PoolMemory> PoolTable<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffer::{CpuBuffer, MemoryCounter};
+    use crate::cpu::buffer::{CpuBuffer, MemoryCounter};
     use std::sync::Arc;
 
     #[test]

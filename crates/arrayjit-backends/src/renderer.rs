@@ -5,7 +5,8 @@
 use std::fmt::Debug;
 
 use arrayjit_codegen::gpu_dialect::GpuDialect;
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_ir::Result;
+use arrayjit_opt::Optimized;
 
 /// How a backend prints routines. One of the four parts a
 /// [`LoweredBackend`](crate::lowered_backend::LoweredBackend) is composed of; its compiler

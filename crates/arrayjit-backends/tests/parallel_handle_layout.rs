@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrayjit_backends::LaunchRequest;
 use arrayjit_backends::cc::{self, CcConfig};
-use arrayjit_backends::worker_pool::ParallelHandle;
+use arrayjit_backends::cpu::worker_pool::ParallelHandle;
 use arrayjit_codegen::{KernelInterface, PARALLEL_TYPEDEF, SourceKernel};
 use arrayjit_ir::{Prec, Tnode};
 

@@ -429,8 +429,8 @@ fn plan(args: &PlanArgs) -> arrayjit::Result<()> {
         precision,
         allow_tf32,
     } = args.clone();
-    use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
-    use arrayjit::ir::schedule::gpu::DeviceModel;
+    use arrayjit::opt::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
+    use arrayjit::opt::schedule::gpu::DeviceModel;
     let model = DeviceModel::named(&device).ok_or_else(|| arrayjit::Error::BadValue {
         what: "device model".into(),
         value: device.clone(),
@@ -502,7 +502,7 @@ fn imported_functions(backend: &arrayjit::runtime::Backend) -> usize {
 /// cache over the same folder (what a later process finds), printing both; into `into` (kept)
 /// where given, else a temporary folder.
 fn compile_ahead_of_time(
-    chosen: &[(arrayjit::ir::Optimized, std::time::Duration)],
+    chosen: &[(arrayjit::opt::Optimized, std::time::Duration)],
     arch: &str,
     into: Option<&std::path::Path>,
 ) -> arrayjit::Result<()> {

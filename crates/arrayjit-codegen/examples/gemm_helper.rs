@@ -10,7 +10,7 @@
 
 use arrayjit_codegen::c::gemm::standalone_unit;
 use arrayjit_ir::Prec;
-use arrayjit_ir::schedule::Blocking;
+use arrayjit_opt::schedule::Blocking;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: gemm_helper MR NR MC KC NC [f32|f64] (MR 1 to 32, NR even and 2 to \

@@ -14,7 +14,8 @@
 
 use std::fmt::Write as _;
 
-use arrayjit_ir::{Error, Optimized, Result};
+use arrayjit_ir::{Error, Result};
+use arrayjit_opt::Optimized;
 
 use crate::c::syntax::CSyntax;
 use crate::cuda::{CudaProgram, render_with};

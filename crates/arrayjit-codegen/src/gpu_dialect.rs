@@ -5,9 +5,9 @@
 //! (`LoweredBackend::gpu_dialect` in `arrayjit-backends`). Also what both GPU renderers read
 //! from a routine's schedules: the GPU pass of a statement and the rest of a grid pass's nest.
 
-use arrayjit_ir::schedule::gpu::{GridLoop, grid_loops};
-use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
 use arrayjit_ir::{Error, LowLevel, Result};
+use arrayjit_opt::schedule::gpu::{GridLoop, grid_loops};
+use arrayjit_opt::schedule::{GpuPass, Schedule, ScheduleKind};
 
 /// How a dialect declares an array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,17 +11,18 @@
 //!
 //! | backend | kernel signature | buffers | static indices | launch |
 //! |---|---|---|---|---|
-//! | `cc` (C) | `void f(void *const *args, const int64_t *statics, const aj_par *par)` | `args[i]`, in interface order | `statics[j]` | called once; `par` is the device's worker pool ([`PARALLEL_TYPEDEF`], the layout of `arrayjit_backends::worker_pool::ParallelHandle`) |
+//! | `cc` (C) | `void f(void *const *args, const int64_t *statics, const aj_par *par)` | `args[i]`, in interface order | `statics[j]` | called once; `par` is the device's worker pool ([`PARALLEL_TYPEDEF`], the layout of `arrayjit_backends::cpu::worker_pool::ParallelHandle`) |
 //! | `cuda`, `cuda_emu` | `extern "C" __global__ void f(T0 *a_0, ..., long long s0, ...)` | one pointer parameter each, in order | one `long long` each, after the buffers | each recorded GPU pass is a kernel of its own (`<symbol>_p<k>`), launched with its grid and block; source kernels with [`LaunchDims`] |
 //! | `wgpu` (WGSL) | an entry point per pass | `@group(0) @binding(i)` | an `array<i32>` at the binding after the last buffer | workgroups; the shader declares `@workgroup_size` |
 //!
 //! `LoweredBackend::compile_source` in `arrayjit-backends` states what hand-written source must
 //! export for each.
 
-use arrayjit_ir::{DeviceLimit, Error, Optimized, Result, StaticSymbol, Tnode};
+use arrayjit_ir::{DeviceLimit, Error, Result, StaticSymbol, Tnode};
+use arrayjit_opt::Optimized;
 
 /// The C declaration of the worker-pool handle every kernel receives as its third argument
-/// (layout of `arrayjit_backends::worker_pool::ParallelHandle`).
+/// (layout of `arrayjit_backends::cpu::worker_pool::ParallelHandle`).
 pub const PARALLEL_TYPEDEF: &str = "typedef struct aj_par {\n  const void *pool;\n  void (*run)(const void *pool, void (*chunk)(void *ctx, int64_t index), void *ctx, int64_t chunks);\n  int64_t workers;\n} aj_par;\n\n";
 
 /// How to call one rendered kernel: the one statement of the calling convention, produced by

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use arrayjit_codegen::c::gemm::standalone_unit;
 use arrayjit_ir::Prec;
-use arrayjit_ir::schedule::Blocking;
+use arrayjit_opt::schedule::Blocking;
 
 fn compiler() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".to_string())

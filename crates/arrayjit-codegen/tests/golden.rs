@@ -1,12 +1,12 @@
 //! Golden tests of the generated C (insta snapshots) and determinism of rendering.
 
 use arrayjit_codegen::{CSyntax, render_program};
-use arrayjit_ir::schedule::GpuLimits;
 use arrayjit_ir::{
     AccumRhs, Assignments, AxisIndex, AxisPadding, BinOp, FetchOp, MemoryMode, MemoryType, Operand,
-    OptimizeSettings, Padding, Prec, Projections, StaticSymbol, Symbol, TernOp, Tnode, UnOp,
-    optimize,
+    Padding, Prec, Projections, StaticSymbol, Symbol, TernOp, Tnode, UnOp,
 };
+use arrayjit_opt::schedule::GpuLimits;
+use arrayjit_opt::{OptimizeSettings, optimize};
 
 fn input(prec: Prec, dims: &[usize], label: &str) -> Tnode {
     let t = Tnode::new(prec, dims, &[label]).unwrap();
@@ -116,7 +116,7 @@ fn row_passes() -> Assignments {
 #[test]
 fn fused_row_passes_outline_their_loops() {
     let settings = OptimizeSettings {
-        schedule: arrayjit_ir::schedule::ScheduleSettings {
+        schedule: arrayjit_opt::schedule::ScheduleSettings {
             f32_lanes: 4,
             ..Default::default()
         },
@@ -132,7 +132,7 @@ fn fused_row_passes_outline_their_loops() {
 #[test]
 fn parallel_row_passes_take_their_arrays_as_parameters() {
     let settings = OptimizeSettings {
-        schedule: arrayjit_ir::schedule::ScheduleSettings {
+        schedule: arrayjit_opt::schedule::ScheduleSettings {
             f32_lanes: 4,
             min_parallel_work: 1,
             ..Default::default()

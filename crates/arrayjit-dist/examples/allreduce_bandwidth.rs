@@ -9,7 +9,8 @@
 use std::time::Instant;
 
 use arrayjit_dist::{ProcessGroup, ReduceOp};
-use arrayjit_ir::{OptimizeCtx, Prec, Tnode};
+use arrayjit_ir::{Prec, Tnode};
+use arrayjit_opt::OptimizeCtx;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 

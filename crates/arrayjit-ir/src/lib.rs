@@ -1,7 +1,7 @@
-//! arrayjit-ir: the first layer of arrayjit. Precisions, host arrays, tensor nodes with memory
-//! modes, indexing and projections, assignments (the high-level IR), the loop IR, its optimizer
-//! (virtualization = fusion, simplification, CSE, memory-mode inference) and the reference
-//! interpreter that defines the semantics every backend is tested against.
+//! arrayjit-ir: the first layer of arrayjit, its data model. Precisions, host arrays, tensor
+//! nodes with memory modes, indexing and projections, assignments (the high-level IR), the loop
+//! IR with its bounds verifier, and the reference interpreter that defines the semantics every
+//! optimization (`arrayjit-opt`) and every backend is tested against.
 
 #![warn(missing_docs)]
 // `Tnode` hashes and orders by its id, which never changes; its interior mutability (memory
@@ -24,10 +24,8 @@ pub mod low_level;
 pub mod memory;
 pub mod ndarray;
 pub mod ops;
-pub mod optimize;
 pub mod prec;
 pub mod random;
-pub mod schedule;
 pub mod tnode;
 pub mod trace;
 pub mod verify;
@@ -41,9 +39,5 @@ pub use low_level::{FirstUses, LowLevel, ScalarExpr, ScopeId};
 pub use memory::{MemoryMode, MemoryType, ModeWithProvenance, Sharing};
 pub use ndarray::{AxisPadding, Ndarray, Padding};
 pub use ops::{BinOp, TernOp, UnOp};
-pub use optimize::{
-    OptimizeCtx, OptimizeSettings, Optimized, optimize, optimize_in, optimize_low_level,
-    optimize_low_level_in,
-};
 pub use prec::Prec;
 pub use tnode::{DelayedPrec, Tnode};

@@ -284,7 +284,7 @@ impl LowLevel {
 
     /// Rebuilds the statements with `f` applied to every write: the node and indices (`None`
     /// for a local) and the value of each `Set` and `SetLocal`, with the value's precision.
-    pub(crate) fn map_writes(
+    pub fn map_writes(
         self,
         f: &mut impl FnMut(
             Option<(Tnode, Vec<AxisIndex>)>,
@@ -406,12 +406,12 @@ impl LowLevel {
     /// [`LowLevel::overwrites_all`] for this statement inside the loops `loops` (iterator,
     /// first value, one past the last), outermost first: whether it overwrites every element of
     /// `tn` that those loops' iterations reach before reading any.
-    pub(crate) fn overwrites_all_under(&self, tn: &Tnode, loops: &[(Symbol, i64, i64)]) -> bool {
+    pub fn overwrites_all_under(&self, tn: &Tnode, loops: &[(Symbol, i64, i64)]) -> bool {
         self.overwriting_set(tn, &mut loops.to_vec()).is_some()
     }
 
     /// [`LowLevel::overwrites_all_under`] for a sequence of `items`.
-    pub(crate) fn items_overwrite_all(
+    pub fn items_overwrite_all(
         items: &[LowLevel],
         tn: &Tnode,
         loops: &[(Symbol, i64, i64)],

@@ -5,9 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::{CompileOptions, LoweredBackend};
-use arrayjit_ir::{
-    Assignments, Error, OptimizeCtx, OptimizeSettings, Result, StaticSymbol, optimize, optimize_in,
-};
+use arrayjit_ir::{Assignments, Error, Result, StaticSymbol};
+use arrayjit_opt::{OptimizeCtx, OptimizeSettings, optimize, optimize_in};
 
 use arrayjit_backends::settings;
 
@@ -417,7 +416,7 @@ impl Backend {
         name: &str,
         assignments: &Assignments,
         bindings: &[StaticSymbol],
-    ) -> Result<Arc<arrayjit_ir::Optimized>> {
+    ) -> Result<Arc<arrayjit_opt::Optimized>> {
         self.check_available()?;
         let settings = self.compile_settings()?;
         let heuristic = {
@@ -454,7 +453,7 @@ impl Backend {
     /// order.
     pub fn compile_optimized(
         &self,
-        optimized: &[Arc<arrayjit_ir::Optimized>],
+        optimized: &[Arc<arrayjit_opt::Optimized>],
     ) -> Result<Vec<Code>> {
         self.check_available()?;
         // A precision the devices cannot compute in is an error before any compiler runs.
@@ -465,7 +464,7 @@ impl Backend {
                 o.nodes.iter().filter(|r| r.used).map(|r| &r.tn),
             )?;
         }
-        let refs: Vec<&arrayjit_ir::Optimized> = optimized.iter().map(|o| o.as_ref()).collect();
+        let refs: Vec<&arrayjit_opt::Optimized> = optimized.iter().map(|o| o.as_ref()).collect();
         let started = std::time::Instant::now();
         let options = self
             .inner
@@ -500,7 +499,7 @@ impl Backend {
     /// Allows or forbids `f32` matrix products on a GPU's matrix units as TF32 (inputs rounded
     /// to 10 mantissa bits, as PyTorch's `allow_tf32`) for later compiles; `None` (the
     /// default) follows `ARRAYJIT_ALLOW_TF32` (a yes/no setting, off when unset). Optimizer
-    /// settings that allow it ([`arrayjit_ir::schedule::ScheduleSettings::allow_tf32`]) allow it
+    /// settings that allow it ([`arrayjit_opt::schedule::ScheduleSettings::allow_tf32`]) allow it
     /// unless this forbids it.
     pub fn set_allow_tf32(&self, allow: Option<bool>) {
         *self

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use arrayjit_backends::CompiledBatch;
 use arrayjit_codegen::KernelInterface;
-use arrayjit_ir::{Error, Optimized, Result};
+use arrayjit_ir::{Error, Result};
+use arrayjit_opt::Optimized;
 
 /// One compiled routine, ready to be linked into contexts of its backend.
 #[derive(Clone)]

@@ -1,6 +1,6 @@
 //! Measures which cache shares blocked products should fill on this CPU
 //! ([`CacheShares`]; `arrayjit tune`) and stores the fastest in the compile cache, where every
-//! later backend on this machine finds it (see `arrayjit_backends::cpu_tuning`).
+//! later backend on this machine finds it (see `arrayjit_backends::cpu::tuning`).
 //!
 //! Rules:
 //! - The candidates are the shares of [`CacheShares::SLIVER_CHOICES`] ×
@@ -21,9 +21,10 @@
 
 use std::time::{Duration, Instant};
 
-use arrayjit_backends::cpu_tuning::{CpuShares, SharesSource};
-use arrayjit_ir::schedule::CacheShares;
-use arrayjit_ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Result, Tnode, optimize};
+use arrayjit_backends::cpu::tuning::{CpuShares, SharesSource};
+use arrayjit_ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Result, Tnode};
+use arrayjit_opt::optimize;
+use arrayjit_opt::schedule::CacheShares;
 
 use crate::backend::Backend;
 use crate::search::{Compared, SearchSettings, Timed, compare, evaluate};

@@ -31,8 +31,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use arrayjit_backends::LoweredBackend;
-use arrayjit_ir::optimize::{MemoryPlan, PlanItem};
-use arrayjit_ir::{Error, MemoryMode, MemoryType, Optimized, Result, Sharing, Tnode};
+use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Sharing, Tnode};
+use arrayjit_opt::Optimized;
+use arrayjit_opt::optimize::{MemoryPlan, PlanItem};
 
 use crate::array_entry::{ArrayEntry, SharingCandidate};
 use crate::code::Code;

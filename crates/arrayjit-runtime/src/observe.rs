@@ -13,7 +13,7 @@
 //!   ([`crate::statement_profile`]);
 //! - `3`: also, per compiled routine, the optimized loop IR, the generated source, every
 //!   node's memory mode with its reason and, on a GPU backend, the plan of its passes
-//!   (`arrayjit_ir::schedule::gpu::GpuPlan`: shape, groups × threads, work, estimate).
+//!   (`arrayjit_opt::schedule::gpu::GpuPlan`: shape, groups × threads, work, estimate).
 //!
 //! Lines go to stderr, each starting with `arrayjit:`.
 
@@ -22,8 +22,9 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrayjit_backends::settings;
+use arrayjit_ir::Result;
 use arrayjit_ir::trace::{self, Trace, TraceConfig};
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_opt::Optimized;
 
 /// No level set by [`set_debug_level`]: the environment decides.
 const FROM_ENV: u8 = u8::MAX;
@@ -106,7 +107,7 @@ extern "C" fn write_trace_at_exit() {
 /// source, memory modes and, on a GPU, the plan of passes (level 3).
 pub(crate) fn list_compiled(
     backend: &str,
-    gpu: Option<arrayjit_ir::schedule::GpuLimits>,
+    gpu: Option<arrayjit_opt::schedule::GpuLimits>,
     optimized: &[std::sync::Arc<Optimized>],
     batch: &dyn arrayjit_backends::CompiledBatch,
     took: Duration,
@@ -143,7 +144,7 @@ pub(crate) fn list_compiled(
                 o.memory_report()
             );
             if let Some(limits) = gpu {
-                let model = arrayjit_ir::schedule::gpu::DeviceModel::from_limits(backend, limits);
+                let model = arrayjit_opt::schedule::gpu::DeviceModel::from_limits(backend, limits);
                 eprintln!("arrayjit: {}", o.gpu_plan(&model));
             }
         }

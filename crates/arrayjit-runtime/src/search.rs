@@ -33,10 +33,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arrayjit_backends::{BufferHandle, CompiledBatch, LaunchRequest, LoweredBackend};
-use arrayjit_ir::schedule::ScheduleTuning;
-use arrayjit_ir::{
-    Assignments, Error, OptimizeSettings, Optimized, Result, StaticSymbol, optimize,
-};
+use arrayjit_ir::{Assignments, Error, Result, StaticSymbol};
+use arrayjit_opt::schedule::ScheduleTuning;
+use arrayjit_opt::{OptimizeSettings, Optimized, optimize};
 
 /// What the search varies: the schedule tuning and loop fusion. Applied over the backend's
 /// optimizer settings, it replaces only these.
@@ -134,7 +133,7 @@ impl ScheduleChoice {
                         "auto" => None,
                         _ => Some(int(
                             2,
-                            arrayjit_ir::schedule::gpu::matrix::MAX_MATRIX_STAGES as i64,
+                            arrayjit_opt::schedule::gpu::matrix::MAX_MATRIX_STAGES as i64,
                         )? as usize),
                     };
                     8

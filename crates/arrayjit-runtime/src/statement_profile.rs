@@ -16,10 +16,11 @@
 
 use std::fmt;
 
-use arrayjit_ir::schedule::ScheduleKind;
-use arrayjit_ir::schedule::gpu::analysis::operations;
-use arrayjit_ir::schedule::gpu::plan::touched_bytes;
-use arrayjit_ir::{LowLevel, Optimized};
+use arrayjit_ir::LowLevel;
+use arrayjit_opt::Optimized;
+use arrayjit_opt::schedule::ScheduleKind;
+use arrayjit_opt::schedule::gpu::analysis::operations;
+use arrayjit_opt::schedule::gpu::plan::touched_bytes;
 
 /// One top-level statement's time and work.
 #[derive(Clone, Debug, PartialEq)]

@@ -3,7 +3,8 @@
 //! advance and the same ones for the same seed and step, the mask recomputed rather than stored
 //! once optimized, and the errors.
 
-use arrayjit_ir::{InterpEnv, LowLevel, OptimizeSettings, Prec, optimize};
+use arrayjit_ir::{InterpEnv, LowLevel, Prec};
+use arrayjit_opt::{OptimizeSettings, optimize};
 use arrayjit_tensor::rng::RandomStream;
 use arrayjit_tensor::{Tensor, forward_program, grad_program};
 

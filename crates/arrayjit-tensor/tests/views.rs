@@ -2,7 +2,8 @@
 //! and backward, and the cost the optimizer gives them: splits, unit axes, `keepdim`, slices
 //! and transposes are views (nothing stored), a merge is one copy.
 
-use arrayjit_ir::{InterpEnv, LowLevel, MemoryMode, MemoryType, OptimizeSettings, Prec, optimize};
+use arrayjit_ir::{InterpEnv, LowLevel, MemoryMode, MemoryType, Prec};
+use arrayjit_opt::{OptimizeSettings, optimize};
 use arrayjit_tensor::{Init, Tensor, forward_program, grad_program};
 
 fn iota(dims: &[usize]) -> Tensor {

@@ -104,7 +104,7 @@ fn bf16_large_product() -> Result<Case> {
 
 /// A `bf16` product with more than a band of tiles on each side at 32- and 64-tiles
 /// (`[580, 24] · [24, 590]`: 19 × 19 and 10 × 10 tiles), so its groups take their tiles in
-/// bands of rows ([`arrayjit_ir::schedule::gpu::TileOrder`]), the last band shorter.
+/// bands of rows ([`arrayjit_opt::schedule::gpu::TileOrder`]), the last band shorter.
 fn bf16_banded_product() -> Result<Case> {
     let a = factor(Prec::Bf16, &[580, 24], "a", 12, 2, 0.5)?;
     let b = factor(Prec::Bf16, &[24, 590], "b", 13, 2, 0.5)?;

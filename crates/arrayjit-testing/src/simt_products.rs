@@ -1,5 +1,5 @@
 //! `f32` products in the shapes that vary the GPU's tiled `f32` product
-//! ([`arrayjit_ir::schedule::gpu::simt`]): factors read by 128-bit loads and element by
+//! ([`arrayjit_opt::schedule::gpu::simt`]): factors read by 128-bit loads and element by
 //! element, each with `k` or the result side as its contiguous axis, a `k` that is and is not
 //! a multiple of the staging depth, sides that are not multiples of a tile, batch loops, and a
 //! product that adds onto its result's values instead of overwriting them.

@@ -1,6 +1,6 @@
 //! Products of `f32` activations by a `bf16` factor into an `f32` result (a model's weights
 //! stored in `bf16`): on a CPU the product helper widens the `bf16` factor as it reads it
-//! (`arrayjit_ir::schedule::Gemm::widened_factor`), elsewhere they are loops. The shapes cover
+//! (`arrayjit_opt::schedule::Gemm::widened_factor`), elsewhere they are loops. The shapes cover
 //! each path of the helper: one row with the matrix's rows contiguous (a linear layer of a
 //! decoding step) and with its columns contiguous (a tied output head), both with remainders of
 //! a vector and of four; blocked products with partial panels, with the depth split into

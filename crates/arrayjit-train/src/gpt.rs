@@ -28,9 +28,8 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use arrayjit_ir::{
-    Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, ResultExt, Tnode,
-};
+use arrayjit_ir::{Assignments, Error, MemoryMode, MemoryType, Result, ResultExt, Tnode};
+use arrayjit_opt::OptimizeCtx;
 use arrayjit_runtime::{Backend, Code, Context, PreparedLink, Routine};
 use arrayjit_tensor::init::PendingDraws;
 use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};

@@ -5,7 +5,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use arrayjit::ir::optimize::optimize;
+use arrayjit::opt::optimize::optimize;
 use arrayjit::prelude::*;
 use arrayjit::tensor::{Tensor, forward_program};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};

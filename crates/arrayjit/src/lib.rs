@@ -130,6 +130,7 @@ pub use arrayjit_backends as backends;
 pub use arrayjit_codegen as codegen;
 pub use arrayjit_dist as dist;
 pub use arrayjit_ir as ir;
+pub use arrayjit_opt as opt;
 pub use arrayjit_runtime as runtime;
 pub use arrayjit_tensor as tensor;
 pub use arrayjit_train as train;

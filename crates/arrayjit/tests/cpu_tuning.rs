@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrayjit::backends::cc::{self, CcConfig};
-use arrayjit::backends::cpu_tuning::{SharesSource, table_shares};
+use arrayjit::backends::cpu::tuning::{SharesSource, table_shares};
 use arrayjit::backends::device_info::CpuInfo;
-use arrayjit::ir::schedule::{Blocking, CacheShares, ScheduleKind};
+use arrayjit::opt::schedule::{Blocking, CacheShares, ScheduleKind};
 use arrayjit::prelude::*;
 use arrayjit::runtime::TuneSettings;
 

@@ -40,8 +40,8 @@ fn the_128_tiles_compute_the_product() {
     .unwrap();
     let code = backend.compile("tiles_128", &program, &[]).unwrap();
     let tiles = code.optimized().schedules.iter().any(|s| {
-        matches!(&s.kind, arrayjit::ir::schedule::ScheduleKind::Gpu(
-            arrayjit::ir::schedule::GpuPass::Tiles { layout, .. }) if layout.tile == 128)
+        matches!(&s.kind, arrayjit::opt::schedule::ScheduleKind::Gpu(
+            arrayjit::opt::schedule::GpuPass::Tiles { layout, .. }) if layout.tile == 128)
     });
     assert!(
         tiles,

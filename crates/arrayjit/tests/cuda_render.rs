@@ -9,19 +9,20 @@
 use arrayjit::backends::cuda_backend::compile_ptx;
 use arrayjit::codegen::cuda::render_cuda;
 use arrayjit::codegen::gpu_kernel::PassShape;
-use arrayjit::ir::{Error, OptimizeSettings, optimize};
+use arrayjit::ir::Error;
+use arrayjit::opt::{OptimizeSettings, optimize};
 use arrayjit_testing::{all_cases, matmul};
 
 /// A virtual architecture every NVRTC from CUDA 11.8 to 13 compiles for.
 const ARCH: &str = "compute_80";
 
 /// A corpus case optimized for the smallest CUDA device's limits.
-fn for_cuda_minimum(case: &arrayjit_testing::Case) -> arrayjit::ir::Optimized {
+fn for_cuda_minimum(case: &arrayjit_testing::Case) -> arrayjit::opt::Optimized {
     optimize(
         &case.name,
         &case.bindings,
         &case.program,
-        &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum()),
+        &OptimizeSettings::for_gpu(arrayjit::opt::schedule::GpuLimits::cuda_minimum()),
     )
     .unwrap()
 }
@@ -76,7 +77,7 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
             "matmul",
             &m.bindings,
             &m.program,
-            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum()),
+            &OptimizeSettings::for_gpu(arrayjit::opt::schedule::GpuLimits::cuda_minimum()),
         )
         .unwrap();
         let p = render_cuda(&[&opt]).unwrap();
@@ -88,10 +89,9 @@ fn every_corpus_case_renders_to_cuda_that_nvrtc_compiles() {
             "{passes:?}"
         );
         let layout = opt.schedules.iter().find_map(|s| match &s.kind {
-            arrayjit::ir::schedule::ScheduleKind::Gpu(arrayjit::ir::schedule::GpuPass::Tiles {
-                layout,
-                ..
-            }) => Some(*layout),
+            arrayjit::opt::schedule::ScheduleKind::Gpu(
+                arrayjit::opt::schedule::GpuPass::Tiles { layout, .. },
+            ) => Some(*layout),
             _ => None,
         });
         assert_eq!(layout.map(|l| l.tile), Some(tile), "matmul {n}");
@@ -236,7 +236,7 @@ fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
     use arrayjit::backends::cuda_backend::aot::compile_ahead_of_time_with;
     use arrayjit::backends::cuda_backend::{PtxCache, PtxOrigin};
     use arrayjit::gpt::{GptPrograms, TrainerConfig};
-    use arrayjit::ir::schedule::gpu::DeviceModel;
+    use arrayjit::opt::schedule::gpu::DeviceModel;
     let corpus: Vec<_> = all_cases().unwrap().iter().map(for_cuda_minimum).collect();
     let h100 = DeviceModel::h100();
     let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
@@ -297,9 +297,9 @@ fn routines_compile_to_cubin_ahead_of_time_for_named_architectures() {
 }
 
 /// The GPT demo's training step, optimized for an H100 model.
-fn gpt_step_for_h100() -> arrayjit::ir::Optimized {
+fn gpt_step_for_h100() -> arrayjit::opt::Optimized {
     use arrayjit::gpt::{GptPrograms, TrainerConfig};
-    use arrayjit::ir::schedule::gpu::DeviceModel;
+    use arrayjit::opt::schedule::gpu::DeviceModel;
     let programs = GptPrograms::new(&TrainerConfig::small(65)).unwrap();
     let (name, step) = programs.routines()[0];
     optimize(
@@ -375,7 +375,7 @@ fn independent_small_passes_run_as_one_launch() {
         .find(|c| c.name == "joined_small_passes")
         .unwrap();
     let opt = for_cuda_minimum(&case);
-    let plan = opt.gpu_plan(&arrayjit::ir::schedule::gpu::DeviceModel::h100());
+    let plan = opt.gpu_plan(&arrayjit::opt::schedule::gpu::DeviceModel::h100());
     assert_eq!(plan.passes.len(), 8, "{plan}");
     assert!(plan.launches() <= 3, "{plan}");
     assert!(!opt.joined.is_empty());
@@ -396,9 +396,9 @@ fn independent_small_passes_run_as_one_launch() {
             .any(|p| matches!(p.shape, PassShape::Joined { barriers: true, .. }))
     );
     assert!(program.source.contains("aj_launch_grp"));
-    let alone = OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits {
+    let alone = OptimizeSettings::for_gpu(arrayjit::opt::schedule::GpuLimits {
         joined_launch_parameters: 0,
-        ..arrayjit::ir::schedule::GpuLimits::cuda_minimum()
+        ..arrayjit::opt::schedule::GpuLimits::cuda_minimum()
     });
     let opt = optimize(&case.name, &case.bindings, &case.program, &alone).unwrap();
     assert!(opt.joined.is_empty());
@@ -419,7 +419,7 @@ fn independent_small_passes_run_as_one_launch() {
 /// with NVRTC for both.
 #[test]
 fn attention_passes_compile_with_nvrtc_for_sm_80_and_sm_90() {
-    use arrayjit::ir::schedule::{GpuLimits, GpuPass, ScheduleKind};
+    use arrayjit::opt::schedule::{GpuLimits, GpuPass, ScheduleKind};
     let mut sources = Vec::new();
     for arch in ["sm_80", "sm_90"] {
         let limits = GpuLimits::cuda_arch(arch).unwrap();

@@ -198,7 +198,7 @@ fn data_parallel(
         ..Default::default()
     };
     let b = backend_with_config(backend_name, &config).unwrap();
-    b.set_optimize_settings(arrayjit::ir::OptimizeSettings {
+    b.set_optimize_settings(arrayjit::opt::OptimizeSettings {
         stack_threshold_bytes: stack_threshold,
         enable_loop_fusion: fuse_loops,
         ..b.optimize_settings()

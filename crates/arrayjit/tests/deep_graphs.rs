@@ -2,7 +2,7 @@
 //! without recursion deep enough to overflow a thread's stack, run correctly, and a million
 //! tensors drop without recursion.
 
-use arrayjit::ir::optimize::optimize;
+use arrayjit::opt::optimize::optimize;
 use arrayjit::prelude::*;
 use arrayjit::tensor::{Tensor, forward_program};
 

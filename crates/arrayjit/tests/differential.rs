@@ -124,7 +124,7 @@ fn matmul_256_matches_interpreter_and_hand_computed_reference() {
 /// stay loops; the schedule says why.
 #[test]
 fn contraction_cases_are_scheduled_as_blocked_products() {
-    use arrayjit::ir::schedule::{BatchSplit, ScheduleKind};
+    use arrayjit::opt::schedule::{BatchSplit, ScheduleKind};
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::contraction_cases().unwrap() {
         let code = backend
@@ -192,7 +192,7 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
 /// on the side the case puts it; elsewhere they are loops.
 #[test]
 fn widened_cases_run_on_the_widening_helper() {
-    use arrayjit::ir::schedule::{FactorSide, ScheduleKind};
+    use arrayjit::opt::schedule::{FactorSide, ScheduleKind};
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::widened_cases().unwrap() {
         let code = backend
@@ -235,7 +235,7 @@ fn widened_cases_run_on_the_widening_helper() {
 /// no dropout) and as their loops otherwise, each schedule saying why.
 #[test]
 fn attention_cases_run_on_the_blocked_helper() {
-    use arrayjit::ir::schedule::ScheduleKind;
+    use arrayjit::opt::schedule::ScheduleKind;
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::attention_cases().unwrap() {
         let code = backend
@@ -264,7 +264,7 @@ fn attention_cases_run_on_the_blocked_helper() {
 
 #[test]
 fn guarded_cases_are_scheduled_as_guarded_products() {
-    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
     // The cases that are no product for a blocked or tiled kernel (a guard with a static symbol
     // included: the kernels take guards of their own loops only).
     const LOOPS: [&str; 5] = [
@@ -333,7 +333,7 @@ fn guarded_cases_are_scheduled_as_guarded_products() {
 /// passes that read other rows stay separate loops.
 #[test]
 fn fusion_cases_fuse_exactly_the_row_wise_passes() {
-    use arrayjit::ir::schedule::ScheduleKind;
+    use arrayjit::opt::schedule::ScheduleKind;
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::fusion_cases().unwrap() {
         let code = backend
@@ -405,7 +405,7 @@ fn fusion_cases_fuse_exactly_the_row_wise_passes() {
 /// query and one key is simplified into statements.
 #[test]
 fn attention_cases_run_as_gpu_passes() {
-    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
     for name in ["cuda_emu", "wgpu"] {
         let Some(backend) = arrayjit_testing::backend_under_test(name).unwrap() else {
             continue;
@@ -459,8 +459,8 @@ fn attention_cases_run_as_gpu_passes() {
 /// cuda_emu, with dropout and without, over several blocks of rows.
 #[test]
 fn attention_with_separate_key_gradients_agrees_on_cuda_emu() {
-    use arrayjit::ir::optimize::OptimizeCtx;
-    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    use arrayjit::opt::optimize::OptimizeCtx;
+    use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
     let Some(backend) = arrayjit_testing::backend_under_test("cuda_emu").unwrap() else {
         return;
     };

@@ -20,7 +20,7 @@ const STEPS: u64 = 4;
 fn losses(name: &str, fuse_loops: bool) -> Option<Vec<f64>> {
     arrayjit_testing::backend_under_test(name).unwrap()?;
     let backend = backend_with_config(name, &RuntimeConfig::default()).unwrap();
-    backend.set_optimize_settings(arrayjit::ir::OptimizeSettings {
+    backend.set_optimize_settings(arrayjit::opt::OptimizeSettings {
         enable_loop_fusion: fuse_loops,
         ..backend.optimize_settings()
     });

@@ -3,8 +3,8 @@
 //! measures.
 
 use arrayjit::gpt::{GptPrograms, TrainerConfig};
-use arrayjit::ir::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
-use arrayjit::ir::schedule::gpu::{DeviceModel, GpuPlan};
+use arrayjit::opt::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
+use arrayjit::opt::schedule::gpu::{DeviceModel, GpuPlan};
 
 fn gpt_plans(device: &DeviceModel, batch: usize) -> Vec<GpuPlan> {
     let mut plans = gpt_plans_with(device, batch, arrayjit::tensor::nn::AttentionKind::Fused);
@@ -117,7 +117,7 @@ fn a_plan_lists_its_passes_and_the_measures_catch_idle_ones() {
     }
     let small = DeviceModel::from_limits(
         "a 2-unit device",
-        arrayjit::ir::schedule::GpuLimits {
+        arrayjit::opt::schedule::GpuLimits {
             compute_units: 2,
             ..device.limits
         },
@@ -138,7 +138,7 @@ fn a_plan_lists_its_passes_and_the_measures_catch_idle_ones() {
 /// take the shapes they are there for.
 #[test]
 fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
-    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
     use arrayjit_testing::{all_cases, check_case};
     let mut failures = Vec::new();
     for b in arrayjit_testing::all_backends_under_test().unwrap() {
@@ -148,7 +148,7 @@ fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
         };
         let info = b.get_device(0).unwrap().info().unwrap();
         let mut large = settings.clone();
-        large.schedule.gpu = Some(arrayjit::ir::schedule::GpuLimits {
+        large.schedule.gpu = Some(arrayjit::opt::schedule::GpuLimits {
             compute_units: 132,
             ..limits
         });
@@ -226,8 +226,8 @@ fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
     use arrayjit::Error;
     use arrayjit::backends::cuda_backend::resources::kernel_resources;
     use arrayjit::codegen::cuda::render_cuda;
-    use arrayjit::ir::schedule::gpu::MatrixKind;
-    use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
+    use arrayjit::opt::schedule::gpu::MatrixKind;
+    use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
     use arrayjit::tensor::precision::Precision;
     let device = DeviceModel::named("h200").unwrap();
     for (allow_tf32, precision, tensor_copies) in [

@@ -6,8 +6,9 @@
 
 use arrayjit::codegen::cuda::render_cuda;
 use arrayjit::codegen::wgsl::{WgslTarget, render_wgsl};
-use arrayjit::ir::schedule::{GpuLimits, GpuPass, ScheduleKind};
-use arrayjit::ir::{Error, OptimizeSettings, optimize};
+use arrayjit::ir::Error;
+use arrayjit::opt::schedule::{GpuLimits, GpuPass, ScheduleKind};
+use arrayjit::opt::{OptimizeSettings, optimize};
 use arrayjit_testing::{all_cases, check_case, long_product, matmul};
 
 /// The GPU passes of the matmul case's routine on a device of `limits`.
@@ -206,7 +207,7 @@ fn corpus_with_small_groups_on(name: &str) {
         assert!(settings.schedule.gpu.is_some(), "{name} is a GPU backend");
         let info = b.get_device(0).unwrap().info().unwrap();
         let with_limits = |limits: GpuLimits| OptimizeSettings {
-            schedule: arrayjit::ir::schedule::ScheduleSettings {
+            schedule: arrayjit::opt::schedule::ScheduleSettings {
                 gpu: Some(limits),
                 ..settings.schedule.clone()
             },
@@ -312,7 +313,7 @@ fn a_row_pass_reduces_in_two_element_types_on_the_group() {
 /// than the device's).
 #[test]
 fn the_tuning_sets_tiles_and_group_sizes_within_the_limits() {
-    use arrayjit::ir::schedule::ScheduleTuning;
+    use arrayjit::opt::schedule::ScheduleTuning;
     let tuned = |limits: GpuLimits, gpu_threads, gpu_tile| {
         let (case, ..) = matmul(256).unwrap();
         let mut settings = OptimizeSettings::for_gpu(limits);
@@ -481,7 +482,7 @@ fn joined_launches_compute_the_bits_of_passes_launched_alone() {
         }
         let run = |joined: usize| -> Vec<(String, Vec<u64>)> {
             b.set_optimize_settings(OptimizeSettings {
-                schedule: arrayjit::ir::schedule::ScheduleSettings {
+                schedule: arrayjit::opt::schedule::ScheduleSettings {
                     gpu: Some(GpuLimits {
                         joined_launch_parameters: joined,
                         ..limits
@@ -569,10 +570,10 @@ fn long_reductions_split_into_slices_and_take_larger_tiles() {
         other => vec![other.clone()],
     };
     for stmt in &stmts {
-        let (pass, _) = arrayjit::ir::schedule::gpu::plan_pass(
+        let (pass, _) = arrayjit::opt::schedule::gpu::plan_pass(
             stmt,
             &large,
-            &arrayjit::ir::schedule::ScheduleTuning::default(),
+            &arrayjit::opt::schedule::ScheduleTuning::default(),
         );
         assert!(
             !matches!(pass, GpuPass::Tiles { split: Some(_), .. }),

@@ -6,7 +6,7 @@
 //! reference that skips the guarded terms.
 
 use arrayjit::ir::EinsumGuard;
-use arrayjit::ir::schedule::{Blocking, ScheduleKind};
+use arrayjit::opt::schedule::{Blocking, ScheduleKind};
 use arrayjit::prelude::*;
 use arrayjit::runtime::{Backend, Context, RuntimeConfig, backend_with_config};
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use arrayjit::backends::cc::{self, CcConfig};
-use arrayjit::ir::OptimizeCtx;
+use arrayjit::opt::OptimizeCtx;
 use arrayjit::prelude::*;
 
 mod common;

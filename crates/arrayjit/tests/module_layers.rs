@@ -380,7 +380,7 @@ fn no_module_imports_its_crate_front() {
 #[test]
 fn the_front_scan_sees_items_and_lists_but_not_modules() {
     let modules: BTreeSet<String> = ["buffer", "queue"].iter().map(|s| s.to_string()).collect();
-    let source = "use crate::buffer::CpuBuffer;\nuse crate::{queue::Queue, Handle};\n\
+    let source = "use crate::cpu::buffer::CpuBuffer;\nuse crate::{queue::Queue, Handle};\n\
                   // crate::Commented\nfn f() -> crate::Other { $crate::Macro }\n";
     let found: Vec<String> = front_imports(source, &modules).into_iter().collect();
     assert_eq!(found, vec!["Handle".to_string(), "Other".to_string()]);

@@ -98,7 +98,7 @@ fn scratch_locals_share_memory_and_agree_with_the_interpreter() {
     for b in arrayjit_testing::all_backends_under_test().unwrap() {
         // Loop fusion off: it joins the four passes into one loop, where the temporaries'
         // lifetimes overlap (the corpus checks that program fused).
-        b.set_optimize_settings(arrayjit::ir::OptimizeSettings {
+        b.set_optimize_settings(arrayjit::opt::OptimizeSettings {
             enable_loop_fusion: false,
             ..b.optimize_settings()
         });

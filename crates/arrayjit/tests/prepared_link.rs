@@ -4,7 +4,7 @@
 //! typed error that leaves nothing behind, and an abandoned preparation frees what it made.
 
 use arrayjit::Error;
-use arrayjit::ir::OptimizeCtx;
+use arrayjit::opt::OptimizeCtx;
 use arrayjit::prelude::*;
 use arrayjit::runtime::PreparedLink;
 

@@ -170,7 +170,8 @@ mod nvrtc {
     use super::*;
     use arrayjit::backends::cuda_backend::compile_ptx;
     use arrayjit::codegen::cuda::render_cuda;
-    use arrayjit::ir::{Error, OptimizeSettings, optimize};
+    use arrayjit::ir::Error;
+    use arrayjit::opt::{OptimizeSettings, optimize};
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
@@ -180,7 +181,7 @@ mod nvrtc {
             seed in 0u64..50,
         ) {
             let case = build(prec, 3, &steps, seed);
-            let opt = optimize(&case.name, &case.bindings, &case.program, &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::cuda_minimum())).unwrap();
+            let opt = optimize(&case.name, &case.bindings, &case.program, &OptimizeSettings::for_gpu(arrayjit::opt::schedule::GpuLimits::cuda_minimum())).unwrap();
             let program = render_cuda(&[&opt]).unwrap();
             match compile_ptx(&program.source, "compute_80") {
                 Ok(ptx) => prop_assert!(ptx.contains(".entry")),

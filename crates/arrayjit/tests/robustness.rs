@@ -196,7 +196,7 @@ fn item03_kernel_stack_is_budgeted_in_total() {
         let b = arrayjit::backend(name).unwrap();
         // Array contraction would keep one element of each local per iteration of the fused
         // loop (the chain is pointwise): off, so that the locals are whole arrays.
-        b.set_optimize_settings(arrayjit::ir::OptimizeSettings {
+        b.set_optimize_settings(arrayjit::opt::OptimizeSettings {
             enable_contraction: false,
             ..b.optimize_settings()
         });

@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use arrayjit::backends::LaunchRequest;
 use arrayjit::backends::cc::{self, CcConfig};
-use arrayjit::ir::optimize::{MemoryPlan, NodeRole, PlanItem};
-use arrayjit::ir::{AxisIndex, LowLevel, Optimized, ScalarExpr, Symbol};
+use arrayjit::ir::{AxisIndex, LowLevel, ScalarExpr, Symbol};
+use arrayjit::opt::Optimized;
+use arrayjit::opt::optimize::{MemoryPlan, NodeRole, PlanItem};
 use arrayjit::prelude::*;
 
 const CHILD: &str = "ARRAYJIT_SANITIZER_CHILD";
@@ -92,7 +93,7 @@ fn an_out_of_bounds_write_in_generated_code_is_caught_in_sanitizer_mode() {
         write_past_an_array();
         return;
     }
-    if !arrayjit::backends::sanitizer::asan_loaded() {
+    if !arrayjit::backends::cpu::sanitizer::asan_loaded() {
         assert!(
             std::env::var_os("ARRAYJIT_EXPECT_ASAN").is_none(),
             "ARRAYJIT_EXPECT_ASAN is set but the AddressSanitizer runtime is not loaded"

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrayjit::backends::cc::{self, CcConfig};
-use arrayjit::ir::schedule::{ScheduleKind, ScheduleTuning};
+use arrayjit::opt::schedule::{ScheduleKind, ScheduleTuning};
 use arrayjit::prelude::*;
 use arrayjit::runtime::{
     Backend, Code, RuntimeConfig, ScheduleChoice, SearchSettings, backend_with_config,
@@ -128,7 +128,7 @@ fn leading_rows(
     (k, n): (usize, usize),
     column_major: bool,
     rows: usize,
-) -> (Vec<u32>, arrayjit::ir::schedule::Blocking) {
+) -> (Vec<u32>, arrayjit::opt::schedule::Blocking) {
     let value = |i: usize, p: usize, seed: usize| {
         ((i * 7919 + p * 6007 + seed * 104_729) % 1000) as f64 / 333.0 - 1.5
     };
@@ -311,7 +311,7 @@ fn split_loops_agree_with_the_interpreter_for_any_worker_count() {
 /// check that the bits do not depend on the worker count.
 #[test]
 fn split_full_reductions_are_exact_and_independent_of_workers() {
-    use arrayjit::ir::schedule::ScheduleKind;
+    use arrayjit::opt::schedule::ScheduleKind;
     let n = 300_001;
     let mut bits_seen: Option<Vec<u32>> = None;
     for (backend_name, workers) in [
@@ -472,7 +472,7 @@ fn short_rows_are_reduced_over_vector_accumulators() {
 /// outside its arrays.
 #[test]
 fn schedules_that_do_not_match_their_code_are_refused() {
-    use arrayjit::ir::schedule::Schedule;
+    use arrayjit::opt::schedule::Schedule;
     let backend = arrayjit::backend("sync_cc").unwrap();
     let (program, _c) = product(65, 33, 47);
     let code = backend.compile("product", &program, &[]).unwrap();
@@ -517,7 +517,7 @@ fn a_scratch_slot_outside_the_buffer_is_refused() {
     let backend = arrayjit::backend("sync_cc").unwrap();
     // Array contraction would keep one element of each local per iteration of the fused loop
     // (the case is pointwise): off, so that the locals live in the scratch pool.
-    backend.set_optimize_settings(arrayjit::ir::OptimizeSettings {
+    backend.set_optimize_settings(arrayjit::opt::OptimizeSettings {
         enable_contraction: false,
         ..backend.optimize_settings()
     });

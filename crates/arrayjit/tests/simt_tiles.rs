@@ -1,4 +1,4 @@
-//! The GPU's tiled `f32` product ([`arrayjit::ir::schedule::gpu::simt`]) in every variant —
+//! The GPU's tiled `f32` product ([`arrayjit::opt::schedule::gpu::simt`]) in every variant —
 //! 16-, 32-, 64- and 128-tiles, one and two buffers, factors read by 128-bit loads and element by
 //! element, along `k` and along the result side — agrees with the interpreter on every GPU
 //! backend here (`cuda_emu`, `wgpu`, `cuda`), and on `cuda_emu` and `cuda` bit for bit with
@@ -7,16 +7,15 @@
 
 use std::collections::BTreeSet;
 
-use arrayjit::ir::schedule::gpu::SimtTile;
-use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
-use arrayjit::ir::{
-    AccumRhs, Assignments, BinOp, MemoryMode, MemoryType, Operand, OptimizeSettings, Prec, Tnode,
-};
+use arrayjit::ir::{AccumRhs, Assignments, BinOp, MemoryMode, MemoryType, Operand, Prec, Tnode};
+use arrayjit::opt::OptimizeSettings;
+use arrayjit::opt::schedule::gpu::SimtTile;
+use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
 use arrayjit::runtime::Context;
 use arrayjit_testing::{check_case, simt_product_cases};
 
 /// The SIMT layouts of a routine's schedules.
-fn layouts(schedules: &[arrayjit::ir::schedule::Schedule]) -> Vec<SimtTile> {
+fn layouts(schedules: &[arrayjit::opt::schedule::Schedule]) -> Vec<SimtTile> {
     schedules
         .iter()
         .filter_map(|s| match &s.kind {

@@ -18,7 +18,8 @@ use arrayjit::backends::{
 };
 use arrayjit::codegen::{KernelInterface, SourceKernel};
 use arrayjit::ir::interpret::InterpEnv;
-use arrayjit::ir::{Error, Ndarray, Optimized, OutOfBounds, RangeUnit, Result, Tnode};
+use arrayjit::ir::{Error, Ndarray, OutOfBounds, RangeUnit, Result, Tnode};
+use arrayjit::opt::Optimized;
 use arrayjit::runtime::Backend;
 
 const NAME: &str = "skeleton";

@@ -10,17 +10,16 @@
 
 use arrayjit::backends::cuda_backend::compile_ptx;
 use arrayjit::codegen::cuda::render_cuda;
-use arrayjit::ir::schedule::gpu::{GpuLimits, MatrixTile};
-use arrayjit::ir::schedule::{GpuPass, ScheduleKind};
-use arrayjit::ir::{
-    AccumRhs, Assignments, BinOp, Error, Operand, OptimizeSettings, Prec, Tnode, optimize,
-};
+use arrayjit::ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Tnode};
+use arrayjit::opt::schedule::gpu::{GpuLimits, MatrixTile};
+use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
+use arrayjit::opt::{OptimizeSettings, optimize};
 use arrayjit::runtime::Backend;
 use arrayjit_testing::{Case, check_case};
 
 /// The layouts of the matrix-unit passes of a routine's schedules, with whether each splits
 /// its reduction.
-fn layouts(schedules: &[arrayjit::ir::schedule::Schedule]) -> Vec<(MatrixTile, bool)> {
+fn layouts(schedules: &[arrayjit::opt::schedule::Schedule]) -> Vec<(MatrixTile, bool)> {
     schedules
         .iter()
         .filter_map(|s| match &s.kind {

@@ -5,7 +5,8 @@
 
 use arrayjit::codegen::gpu_kernel::PassShape;
 use arrayjit::codegen::wgsl::{WgslTarget, render_wgsl};
-use arrayjit::ir::{Error, OptimizeSettings, optimize};
+use arrayjit::ir::Error;
+use arrayjit::opt::{OptimizeSettings, optimize};
 use arrayjit_testing::{all_cases, matmul};
 
 fn validate(source: &str, target: &WgslTarget) -> Result<(), String> {
@@ -39,7 +40,7 @@ fn every_corpus_case_renders_to_valid_wgsl_or_names_its_precision() {
             &case.name,
             &case.bindings,
             &case.program,
-            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::portable()),
+            &OptimizeSettings::for_gpu(arrayjit::opt::schedule::GpuLimits::portable()),
         ) {
             Ok(o) => o,
             Err(e) => {
@@ -112,7 +113,7 @@ fn products_are_tiled_and_small_ones_are_grids() {
             "mm",
             &[],
             &case.program,
-            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::portable()),
+            &OptimizeSettings::for_gpu(arrayjit::opt::schedule::GpuLimits::portable()),
         )
         .unwrap();
         let kernel = render_wgsl(&opt, &WgslTarget::default()).unwrap();
@@ -139,7 +140,7 @@ fn passes_stay_within_the_binding_limit_or_say_why() {
             &case.name,
             &case.bindings,
             &case.program,
-            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::portable()),
+            &OptimizeSettings::for_gpu(arrayjit::opt::schedule::GpuLimits::portable()),
         )
         .unwrap();
         let statements = opt.statements().len();
@@ -194,7 +195,7 @@ fn attention_renders_as_its_gpu_pass_within_webgpu_limits() {
             &case.name,
             &case.bindings,
             &case.program,
-            &OptimizeSettings::for_gpu(arrayjit::ir::schedule::GpuLimits::portable()),
+            &OptimizeSettings::for_gpu(arrayjit::opt::schedule::GpuLimits::portable()),
         )
         .unwrap();
         let kernel = render_wgsl(&opt, &target).unwrap();

@@ -9,11 +9,11 @@ use arrayjit_codegen::KernelInterface;
 use arrayjit_ir::{Error, Result};
 
 use super::library;
-use crate::buffer::CpuBuffer;
 use crate::compiled_batch::{CompiledBatch, LaunchAt, LaunchRequest};
+use crate::cpu::buffer::CpuBuffer;
 use crate::cpu::with_host_locks;
+use crate::cpu::worker_pool::{ParallelHandle, WorkerPool};
 use crate::device_buffer::BufferHandle;
-use crate::worker_pool::{ParallelHandle, WorkerPool};
 
 /// The signature of every generated C kernel.
 pub(super) type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const ParallelHandle);

@@ -7,7 +7,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrayjit_codegen::{KernelInterface, SourceKernel};
-use arrayjit_ir::{Error, Optimized, Result, trace};
+use arrayjit_ir::{Error, Result, trace};
+use arrayjit_opt::Optimized;
 
 use super::batch::{CcBatch, EmulatedDimsFn, EmulatedFn, Entry, KernelFn};
 use super::kernels::{CallingConvention, CpuKernels, CpuProgram};
@@ -15,8 +16,8 @@ use super::shared_functions::{self, Imports};
 use super::{CcConfig, compile, library, schedule_store};
 use crate::compiled_batch::CompiledBatch;
 use crate::compiler::{CompileOptions, Compiler};
+use crate::cpu::worker_pool::WorkerPool;
 use crate::lowered_backend::batch_name;
-use crate::worker_pool::WorkerPool;
 
 /// The host compiler of a CPU backend.
 #[derive(Debug)]

@@ -8,7 +8,8 @@
 use arrayjit_codegen::cuda_emulation::{self as emu, emulated_source, render_cuda_emulated};
 use arrayjit_codegen::gpu_dialect::GpuDialect;
 use arrayjit_codegen::{CSyntax, KernelInterface, RenderedC, SharedFunctions, SourceKernel};
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_ir::Result;
+use arrayjit_opt::Optimized;
 
 use crate::device_info::DeviceInfo;
 use crate::renderer::Renderer;
@@ -195,7 +196,7 @@ impl CpuKernels for EmulatedCudaKernels {
         info.matrix_units = true;
         info.warpgroup_mma = true;
         // Passes that leave the device idle run together, as on `cuda`.
-        info.joined_launch_parameters = arrayjit_ir::schedule::gpu::CUDA_JOINED_LAUNCH_PARAMETERS;
+        info.joined_launch_parameters = arrayjit_opt::schedule::gpu::CUDA_JOINED_LAUNCH_PARAMETERS;
         info
     }
 

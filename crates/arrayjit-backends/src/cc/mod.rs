@@ -2,7 +2,7 @@
 //! devices ([`CpuDevices`]), a renderer ([`CpuKernels`]), the host compiler ([`CcCompiler`]) and
 //! the shared CPU runtime ([`CpuRuntime`]). The `cc` backend renders C ([`CKernels`]), compiles it
 //! with the system C compiler (`$CC` or `cc`) into a shared library, loads it with
-//! `libloading`, and runs kernels on the CPU over [`CpuBuffer`](crate::buffer::CpuBuffer)s. Libraries
+//! `libloading`, and runs kernels on the CPU over [`CpuBuffer`](crate::cpu::buffer::CpuBuffer)s. Libraries
 //! are cached by a hash of (source, compiler, flags, CPU) in a private per-user folder.
 //!
 //! The same parts run the CUDA renderer's kernels on the CPU ([`EmulatedCudaKernels`], the

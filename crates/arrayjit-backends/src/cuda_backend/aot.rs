@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use arrayjit_codegen::cuda::{CudaProgram, render_cuda};
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_ir::Result;
+use arrayjit_opt::Optimized;
 
 use super::ptx::{PtxCache, PtxOrigin, default_nvrtc_flags, process_cache};
 

@@ -7,7 +7,8 @@ use arrayjit_codegen::SourceKernel;
 use arrayjit_codegen::cuda::{CudaKernel, CudaPass, CudaProgram, render_cuda};
 use arrayjit_codegen::gpu_kernel::PassShape;
 use arrayjit_codegen::kernel::check_symbol;
-use arrayjit_ir::{Error, Optimized, Result, trace};
+use arrayjit_ir::{Error, Result, trace};
+use arrayjit_opt::Optimized;
 
 use super::batch::CudaBatch;
 use super::default_nvrtc_flags;

@@ -211,7 +211,8 @@ fn open() -> std::result::Result<Vec<Arc<Gpu>>, String> {
                 precisions: Prec::ALL.to_vec(),
                 matrix_units: major >= 8,
                 warpgroup_mma: (major, minor) == (9, 0),
-                joined_launch_parameters: arrayjit_ir::schedule::gpu::CUDA_JOINED_LAUNCH_PARAMETERS,
+                joined_launch_parameters:
+                    arrayjit_opt::schedule::gpu::CUDA_JOINED_LAUNCH_PARAMETERS,
             };
             let default_stream = ctx
                 .new_stream()

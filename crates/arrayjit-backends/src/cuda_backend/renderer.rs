@@ -3,7 +3,8 @@
 
 use arrayjit_codegen::cuda::render_cuda;
 use arrayjit_codegen::gpu_dialect::GpuDialect;
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_ir::Result;
+use arrayjit_opt::Optimized;
 
 use crate::renderer::Renderer;
 

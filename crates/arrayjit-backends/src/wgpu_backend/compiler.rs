@@ -9,7 +9,8 @@ use arrayjit_codegen::SourceKernel;
 use arrayjit_codegen::gpu_kernel::PassShape;
 use arrayjit_codegen::kernel::check_symbol;
 use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, render_wgsl};
-use arrayjit_ir::{DeviceLimit, Error, Optimized, Result, trace};
+use arrayjit_ir::{DeviceLimit, Error, Result, trace};
+use arrayjit_opt::Optimized;
 
 use super::NAME;
 use super::batch::{Kernel, WgpuBatch};

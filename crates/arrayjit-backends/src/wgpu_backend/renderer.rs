@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use arrayjit_codegen::gpu_dialect::GpuDialect;
 use arrayjit_codegen::wgsl::render_wgsl;
-use arrayjit_ir::{Optimized, Result};
+use arrayjit_ir::Result;
+use arrayjit_opt::Optimized;
 
 use super::devices::WgpuDevices;
 use crate::renderer::Renderer;

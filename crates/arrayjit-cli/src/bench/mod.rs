@@ -133,8 +133,8 @@ fn workload_table(
 /// The cache shares the user's own compile cache gives the CPU's products (`arrayjit tune`'s
 /// choice, else the table's), looked up once: measuring processes and builds that start from a
 /// fresh cache block their products the same way. `None` when `sync_cc` cannot run here.
-pub(super) fn user_cpu_shares() -> Option<arrayjit::ir::schedule::CacheShares> {
-    static SHARES: std::sync::OnceLock<Option<arrayjit::ir::schedule::CacheShares>> =
+pub(super) fn user_cpu_shares() -> Option<arrayjit::opt::schedule::CacheShares> {
+    static SHARES: std::sync::OnceLock<Option<arrayjit::opt::schedule::CacheShares>> =
         std::sync::OnceLock::new();
     *SHARES.get_or_init(|| {
         let b = arrayjit::backend("sync_cc").ok()?;

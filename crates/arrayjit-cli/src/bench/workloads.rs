@@ -208,7 +208,7 @@ pub fn median_time(mut f: impl FnMut() -> Result<()>, budget: Duration) -> Resul
 }
 
 /// The kind of a product row whose bf16 factors sm_90's tensor memory accelerator stages
-/// (`matmul bf16 tma N`; [`arrayjit_ir::schedule::ScheduleTuning::gpu_tensor_copies`]).
+/// (`matmul bf16 tma N`; [`arrayjit_opt::schedule::ScheduleTuning::gpu_tensor_copies`]).
 pub const TENSOR_COPIES_KIND: &str = "bf16 tma ";
 
 /// The median time of one run of the workload on `backend`.

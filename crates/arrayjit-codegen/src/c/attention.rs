@@ -1,4 +1,4 @@
-//! The C backends' blocked attention helper ([`arrayjit_ir::schedule::AttentionPlan`]): one
+//! The C backends' blocked attention helper ([`arrayjit_opt::schedule::AttentionPlan`]): one
 //! translation unit with the two passes of fused attention in `f32` — the forward (an online
 //! softmax over blocks of keys) and the backward (FlashAttention-2's order: per block of keys,
 //! the blocks of query rows that see it, each block's weights recomputed from the saved
@@ -16,10 +16,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::{
+use arrayjit_ir::{AttentionLayout, AttentionOp, Prec, Result};
+use arrayjit_opt::schedule::{
     ATTENTION_BLOCK_KEYS, ATTENTION_BLOCK_QUERIES, AttentionPlan, Blocking,
 };
-use arrayjit_ir::{AttentionLayout, AttentionOp, Prec, Result};
 
 use crate::c::gemm;
 use crate::c::kernel::{ATTENTION_HELPER_BEGIN, KernelRenderer, comment};

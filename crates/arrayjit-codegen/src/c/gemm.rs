@@ -18,7 +18,7 @@
 //! rows) needs: on a 2-core EPYC it ran 4–6% faster (768×3072×1024: 99–100 → 103–104 GFLOP/s,
 //! the same bits).
 //!
-//! A guarded product (`guard`, see [`arrayjit_ir::schedule::Gemm::guard`]) sums only the terms
+//! A guarded product (`guard`, see [`arrayjit_opt::schedule::Gemm::guard`]) sums only the terms
 //! where an affine condition on the row, column and depth holds, skipping whole register tiles
 //! and depth ranges; `write_guarded_tile` says how a tile that crosses the guard runs.
 
@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use arrayjit_ir::Prec;
-use arrayjit_ir::schedule::Blocking;
+use arrayjit_opt::schedule::Blocking;
 
 /// Contraction of `a * b + c` into fused multiply-adds, on from here (gcc: until the
 /// `OPTIMIZE_END` that pops [`PRODUCT_HELPER_BEGIN`]'s options; clang: until
@@ -114,7 +114,7 @@ pub fn standalone_unit(prec: Prec, b: &Blocking) -> String {
 /// precision of `f32` or `f64`. Call it as
 /// `name(M, N, K, A, rsA, csA, B, rsB, csB, C, rsC, csC, overwrite, guard, par)` (`overwrite`:
 /// store the product instead of adding it to `C`; `guard`: `NULL`, or the four coefficients
-/// `gi, gj, gk, g0` of [`arrayjit_ir::schedule::Gemm::guard`]) with the kernel's worker-pool
+/// `gi, gj, gk, g0` of [`arrayjit_opt::schedule::Gemm::guard`]) with the kernel's worker-pool
 /// handle (`NULL` runs on the calling thread). Only the paths of `paths` are kept: without
 /// `guarded` a guard passed is ignored, without `one_row` a product of one row runs blocked
 /// (a renderer adds its products with the crate's `add_product_helper`, which keeps every path
@@ -569,7 +569,7 @@ static void {name}_block_in_place(const {t} *A, int64_t rsA, const {t} *Ap, cons
     );
 }
 
-/// The steps of a guarded product (see [`arrayjit_ir::schedule::Gemm::guard`]).
+/// The steps of a guarded product (see [`arrayjit_opt::schedule::Gemm::guard`]).
 ///
 /// `{name}_guarded_tile` runs one register tile's terms at depths `pc..pc + kcb`. The guard is
 /// affine, so its least and greatest value over the tile's rows and columns bound where it

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::Blocking;
+use arrayjit_opt::schedule::Blocking;
 
 /// Writes the micro-kernels `{name}_micro*` and `{name}_micro_packed` of a helper of element type
 /// `t` and vector type `vt` (half a tile's row).

@@ -2,7 +2,7 @@
 //! reach — the guarded steps, the one-row product — so that its unit leaves the others out and
 //! gcc never compiles them; and the comments by which a rendered helper says what it left out.
 
-use arrayjit_ir::schedule::Blocking;
+use arrayjit_opt::schedule::Blocking;
 
 /// Which of the product helper's paths a library's products can reach
 /// ([`gemm_definition`](crate::c::gemm::gemm_definition)):

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use arrayjit_ir::Prec;
-use arrayjit_ir::schedule::Blocking;
+use arrayjit_opt::schedule::Blocking;
 
 use super::{HelperPaths, add_product_helper, gemm_definition, gemm_name};
 use crate::c::gemm_paths::{GUARDS_DROPPED, ONE_ROW_DROPPED};

@@ -1,5 +1,5 @@
 //! C for a product with one factor stored in `bf16` and everything else in `f32` (a model's
-//! weights kept in `bf16`, see [`arrayjit_ir::schedule::Gemm::widened_factor`]): the `bf16`
+//! weights kept in `bf16`, see [`arrayjit_opt::schedule::Gemm::widened_factor`]): the `bf16`
 //! factor is widened to `f32` as it is read, never copied whole.
 //!
 //! - One row of the result (a decoding step: `x · W`, `x · Eᵀ`): a row product in the two
@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 
 use arrayjit_ir::Prec;
-use arrayjit_ir::schedule::{Blocking, FactorSide};
+use arrayjit_opt::schedule::{Blocking, FactorSide};
 
 use crate::c::gemm::{CONTRACT_END, CONTRACT_FAST, gemm_name, gemm_signature};
 use crate::c::gemm_row::{COLUMN_PREFETCH, ROW_BLOCK, ROW_PREFETCH, write_lanes_sum};

@@ -9,6 +9,7 @@
 //! - `pairwise`: the pairwise (cascade) order of long floating-point sums;
 //! - `outer_sums`: sums along outer axes (column sums) in that order;
 //! - [`syntax`]: the syntax table and the helpers (conversions, loads, stores, operators);
+//! - `ptx`: the syntax table's matrix-unit helpers (`mma.sync`, `wgmma`) as inline PTX;
 //! - `tensor_copies`: sm_90's tensor memory accelerator and `mbarrier`s for NVRTC;
 //! - `attention`: the blocked helper that runs a pass of fused attention;
 //! - [`gemm`]: the packed, register-blocked matrix product the contraction schedule calls;
@@ -27,6 +28,7 @@ pub(crate) mod guard_bounds;
 pub(crate) mod kernel;
 pub(crate) mod outer_sums;
 pub(crate) mod pairwise;
+mod ptx;
 pub mod renderer;
 pub(crate) mod schedule_check;
 pub(crate) mod schedules;

@@ -16,8 +16,8 @@
 
 use std::fmt::Write;
 
-use arrayjit_ir::schedule::split_accumulation;
 use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, Result, ScalarExpr, ScopeId, Symbol, Tnode};
+use arrayjit_opt::schedule::split_accumulation;
 
 use crate::c::kernel::KernelRenderer;
 use crate::c::pairwise::{Cascade, PAIRWISE_BLOCK_STEPS};

@@ -20,8 +20,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use arrayjit_ir::schedule::ReductionPlan;
 use arrayjit_ir::{BinOp, LowLevel, Prec, Result, ScalarExpr, ScopeId, Symbol, TernOp};
+use arrayjit_opt::schedule::ReductionPlan;
 
 use crate::c::kernel::KernelRenderer;
 use crate::c::syntax::{self as c_syntax, Helper, c_compute_type};

@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::tnode::sanitize_identifier;
-use arrayjit_ir::{LowLevel, Optimized, Result};
+use arrayjit_ir::{LowLevel, Result};
+use arrayjit_opt::Optimized;
 
-use arrayjit_ir::schedule::{Schedule, ScheduleKind};
+use arrayjit_opt::schedule::{Schedule, ScheduleKind};
 
 use crate::c::kernel::{
     CUnit, DISPATCH_BEGIN, KernelRenderer, OPTIMIZE_END, StableName, comment, node_name,
@@ -112,7 +113,7 @@ impl RenderedC {
         }
         header.push('\n');
         // The third argument of every kernel: the device's worker pool (see
-        // `arrayjit_backends::worker_pool`); kernels split their parallel loops with `par->run`.
+        // `arrayjit_backends::cpu::worker_pool`); kernels split their parallel loops with `par->run`.
         header.push_str(PARALLEL_TYPEDEF);
         let mut prototypes = String::new();
         let mut units = Vec::new();

@@ -2,15 +2,15 @@
 //! `Optimized` is plain data a caller can build, so every schedule (and the scratch plan) is
 //! derived again from its statement and must agree.
 
-use arrayjit_ir::schedule::{ReductionPlan, ScheduleKind};
 use arrayjit_ir::{LowLevel, Result};
+use arrayjit_opt::schedule::{ReductionPlan, ScheduleKind};
 
 /// Checks that the schedules (and the scratch plan) of a routine describe its code, so that code rendered from them
 /// accesses exactly what the (bounds-verified) loops access: `Optimized` is plain data a caller
 /// can build, and a blocked product or a split loop trusted blindly could reach outside its
 /// arrays. Every schedule is derived again from its statement and must agree.
-pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
-    use arrayjit_ir::schedule::{Contraction, ParallelLoop};
+pub(crate) fn check_schedules(r: &arrayjit_opt::Optimized) -> Result<()> {
+    use arrayjit_opt::schedule::{Contraction, ParallelLoop};
     let stmts = r.statements();
     let bad = |k: usize, what: &str| arrayjit_ir::Error::Optimization {
         routine: r.name.clone(),
@@ -67,9 +67,9 @@ pub(crate) fn check_schedules(r: &arrayjit_ir::Optimized) -> Result<()> {
                     ));
                 }
                 if !matches!(
-                    arrayjit_ir::schedule::AttentionPlan::detect(
+                    arrayjit_opt::schedule::AttentionPlan::detect(
                         s,
-                        &arrayjit_ir::schedule::ScheduleSettings::default()
+                        &arrayjit_opt::schedule::ScheduleSettings::default()
                     ),
                     Some(Ok(_))
                 ) {

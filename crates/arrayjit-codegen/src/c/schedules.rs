@@ -1,4 +1,4 @@
-//! Rendering of the schedules of `arrayjit_ir::schedule` to C: blocked contractions as calls
+//! Rendering of the schedules of `arrayjit_opt::schedule` to C: blocked contractions as calls
 //! of the product helper (`crate::c::gemm`), nests split over the device's workers as chunk
 //! functions, and reductions over several accumulators.
 
@@ -6,10 +6,10 @@ use crate::c::syntax::c_compute_type;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::{
+use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbol, Tnode};
+use arrayjit_opt::schedule::{
     BATCH_SPLIT_MIN_PER_WORKER, BatchSplit, Gemm, ReductionPlan, Schedule, ScheduleKind,
 };
-use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Result, ScalarExpr, ScopeId, Symbol, Tnode};
 
 use crate::c::kernel::{KernelRenderer, comment};
 use crate::c::pairwise::{Cascade, PAIRWISE_BLOCK_STEPS};

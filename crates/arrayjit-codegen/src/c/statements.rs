@@ -18,8 +18,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::{Schedule, ScheduleKind};
 use arrayjit_ir::{LowLevel, Result};
+use arrayjit_opt::schedule::{Schedule, ScheduleKind};
 
 use crate::c::kernel::{CUnit, KernelRenderer, LIGHT_BEGIN, OPTIMIZE_END};
 use crate::c::schedules::Outlining;

@@ -1,4 +1,4 @@
-//! A joined launch in CUDA C ([`arrayjit_ir::schedule::gpu::join`]): one `__global__`
+//! A joined launch in CUDA C ([`arrayjit_opt::schedule::gpu::join`]): one `__global__`
 //! function whose blocks are numbered across its parts, each block running the part its number
 //! falls in.
 //!
@@ -13,8 +13,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::gpu::JoinedLaunch;
 use arrayjit_ir::{Error, LowLevel, Result};
+use arrayjit_opt::schedule::gpu::JoinedLaunch;
 
 use super::statement::RoutineContext;
 use super::{CudaPass, SharedArrays};

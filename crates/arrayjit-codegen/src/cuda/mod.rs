@@ -1,6 +1,6 @@
 //! The CUDA C renderer: the C family's statement and expression rendering (the CUDA dialect of
 //! [`CSyntax`]) inside the GPU passes the optimizer recorded as the routine's schedules
-//! ([`arrayjit_ir::schedule::gpu`], the same ones the WGSL renderer follows): one `__global__`
+//! ([`arrayjit_opt::schedule::gpu`], the same ones the WGSL renderer follows): one `__global__`
 //! function per top-level statement of a routine, launched in order on one stream, with the
 //! block size and tile of its schedule.
 //!
@@ -10,7 +10,7 @@
 //! levels of a block reduction by warp shuffles. NVRTC runs with `--fmad=false`: no
 //! contraction the IR did not ask for.
 //!
-//! Passes the plan joins ([`arrayjit_ir::schedule::gpu::join`]) are one `__global__` function
+//! Passes the plan joins ([`arrayjit_opt::schedule::gpu::join`]) are one `__global__` function
 //! whose blocks are numbered across the parts (`joined`): each part's body as it would be
 //! alone, its parameters named after the part (`p0_b0`, `p1_s0`).
 //!
@@ -30,13 +30,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::Schedule;
-use arrayjit_ir::schedule::gpu::tensor_map::TensorMapShape;
-use arrayjit_ir::schedule::gpu::{JoinedLaunch, MatrixKind, TILE_GROUPS_PER_UNIT};
 use arrayjit_ir::tnode::sanitize_identifier;
 use arrayjit_ir::{
-    AxisIndex, BinOp, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
+    AxisIndex, BinOp, Error, LowLevel, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
 };
+use arrayjit_opt::Optimized;
+use arrayjit_opt::schedule::Schedule;
+use arrayjit_opt::schedule::gpu::tensor_map::TensorMapShape;
+use arrayjit_opt::schedule::gpu::{JoinedLaunch, MatrixKind, TILE_GROUPS_PER_UNIT};
 
 use crate::c::kernel::KernelRenderer;
 use crate::c::syntax::{self as c_syntax, CSyntax, Helper, c_compute_type, c_storage_type};
@@ -330,7 +331,7 @@ fn render_routine(
     let mut interface = KernelInterface::of(r, stem.to_string());
     // Every local node lives in the scratch buffer, 16-byte aligned; only the locals that may
     // read their initial zeros are zeroed before a run.
-    let arrayjit_ir::optimize::GpuScratch {
+    let arrayjit_opt::optimize::GpuScratch {
         locals,
         bytes: scratch,
         zeroed: scratch_zeroed,
@@ -490,7 +491,7 @@ pub(super) fn render_pass(
     let printed = gpu_kernel::print_pass(&mut CudaDialect(k, shared), stmt, pass)?;
     // A warpgroup product's tensor maps go to its first kernel, the product.
     let mut tensor_maps = match pass {
-        arrayjit_ir::schedule::GpuPass::MatrixTiles { gemm, layout, .. } => layout
+        arrayjit_opt::schedule::GpuPass::MatrixTiles { gemm, layout, .. } => layout
             .tensor_maps(gemm)
             .into_iter()
             .map(|m| (if m.factor == 1 { &gemm.lhs } else { &gemm.rhs }.clone(), m))

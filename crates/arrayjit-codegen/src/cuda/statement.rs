@@ -3,9 +3,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use arrayjit_ir::schedule::gpu::tensor_map::TensorMapShape;
-use arrayjit_ir::schedule::{GpuPass, Schedule, ScheduleKind};
-use arrayjit_ir::{AxisIndex, LowLevel, Optimized, Result, ScalarExpr, Tnode};
+use arrayjit_ir::{AxisIndex, LowLevel, Result, ScalarExpr, Tnode};
+use arrayjit_opt::Optimized;
+use arrayjit_opt::schedule::gpu::tensor_map::TensorMapShape;
+use arrayjit_opt::schedule::{GpuPass, Schedule, ScheduleKind};
 
 use super::{SharedArrays, render_pass};
 use crate::c::kernel::KernelRenderer;

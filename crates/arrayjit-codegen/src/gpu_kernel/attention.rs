@@ -1,5 +1,5 @@
 //! The GPU pass of a fused attention ([`GpuAttention`]) as kernel trees, in the split
-//! [`arrayjit_ir::schedule::gpu::attention`] decides and explains:
+//! [`arrayjit_opt::schedule::gpu::attention`] decides and explains:
 //!
 //! - **Rows.** Group `g` takes batch element, head and block of rows from `g` (rows fastest);
 //!   the `lanes` invocations `t` with `t / lanes = r` take row `block · rows + r`, lane
@@ -24,8 +24,8 @@
 //! - **Results** are stored once per row, after the last block.
 
 use arrayjit_ir::attention::{AttentionLayout, AttentionOp};
-use arrayjit_ir::schedule::gpu::GpuAttention;
 use arrayjit_ir::{AxisIndex, BinOp, Prec, Result, ScalarExpr, Symbol, Tnode, UnOp};
+use arrayjit_opt::schedule::gpu::GpuAttention;
 
 use super::build::{array, assign, group_index, let_, let_mut, range, thread_index, unrolled, var};
 use super::{At, Barrier, Expr, KernelDialect, PassShape, PrintedPass, Stmt, Ty};

@@ -18,10 +18,10 @@
 //!   warpgroups, over a pipeline of staged tiles.
 //! - **One invocation**: anything else.
 
-use arrayjit_ir::schedule::gpu::{
+use arrayjit_ir::{Error, LowLevel, Prec, Result};
+use arrayjit_opt::schedule::gpu::{
     Accumulation, GpuPass, GridLoop, MAX_GROUP_THREADS, RowRole, TILE_THREADS, row_items,
 };
-use arrayjit_ir::{Error, LowLevel, Prec, Result};
 
 use super::build::{
     array, assign, bound_to, group_index, launch_index, let_, let_mut, range, thread_index, var,

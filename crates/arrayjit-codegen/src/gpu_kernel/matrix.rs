@@ -1,6 +1,6 @@
 //! The matrix-unit product ([`GpuPass::MatrixTiles`]) as a kernel tree: each group computes a
 //! `tile × tile` block of results with warps of `m16n8` fragments
-//! ([`arrayjit_ir::schedule::gpu::matrix`] says which and why).
+//! ([`arrayjit_opt::schedule::gpu::matrix`] says which and why).
 //!
 //! - **Staging.** Each factor's tile (`tile` rows or columns by `depth` of `k`) is copied to
 //!   shared memory by all invocations, neighbouring invocations reading neighbouring elements
@@ -46,12 +46,12 @@
 //!   one, runs on each stored element.
 
 use arrayjit_ir::Prec;
-use arrayjit_ir::schedule::Gemm;
-use arrayjit_ir::schedule::gpu::matrix::{
+use arrayjit_opt::schedule::Gemm;
+use arrayjit_opt::schedule::gpu::matrix::{
     FRAGMENT_COLS, FRAGMENT_ROWS, WARP_LANES, WARPGROUP_LANES, WARPGROUP_ROWS,
 };
-use arrayjit_ir::schedule::gpu::tensor_map::{TensorAxisRole, TensorMapShape};
-use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, MatrixKind, MatrixTile};
+use arrayjit_opt::schedule::gpu::tensor_map::{TensorAxisRole, TensorMapShape};
+use arrayjit_opt::schedule::gpu::{Epilogue, KSplit, MatrixKind, MatrixTile};
 
 use super::build::{array, assign, let_, let_mut, range, thread_index, unrolled, var};
 use super::tiles::{Factor, split_group_tile, store_partial, store_result};

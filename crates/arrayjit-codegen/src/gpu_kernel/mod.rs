@@ -26,11 +26,11 @@ mod tiles;
 
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::GpuPass;
-use arrayjit_ir::schedule::gpu::{Accumulation, MatrixKind, Rest};
 use arrayjit_ir::{
     AxisIndex, BinOp, Error, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode, UnOp,
 };
+use arrayjit_opt::schedule::GpuPass;
+use arrayjit_opt::schedule::gpu::{Accumulation, MatrixKind, Rest};
 
 use crate::gpu_dialect::GpuDialect;
 
@@ -52,7 +52,7 @@ pub enum PassShape {
     /// A hand-written kernel's launch, as given ([`crate::kernel::SourceKernel`]).
     Given(crate::kernel::LaunchDims),
     /// This many groups running the passes of several statements side by side
-    /// ([`arrayjit_ir::schedule::gpu::join`]); `barriers`: a part synchronizes its group.
+    /// ([`arrayjit_opt::schedule::gpu::join`]); `barriers`: a part synchronizes its group.
     Joined {
         /// Groups of the launch, every part's together.
         groups: u64,
@@ -217,7 +217,7 @@ pub(crate) enum Expr<'a> {
     Ir(Box<ScalarExpr>, Prec),
 }
 
-/// An operation of a warp on matrix fragments ([`arrayjit_ir::schedule::gpu::matrix`]): every
+/// An operation of a warp on matrix fragments ([`arrayjit_opt::schedule::gpu::matrix`]): every
 /// lane of the warp takes part.
 pub(crate) enum MatrixOp<'a> {
     /// Four 8 × 8 matrices of 16-bit elements from a shared array into four fragment words

@@ -14,7 +14,7 @@
 //! fewer than two blocks.
 
 use arrayjit_ir::BinOp;
-use arrayjit_ir::schedule::gpu::{Accumulation, GridLoop};
+use arrayjit_opt::schedule::gpu::{Accumulation, GridLoop};
 
 use super::build::{array, assign, bound_to, let_, let_mut, range, thread_index, var};
 use super::{Arith, Expr, Stmt, Ty};

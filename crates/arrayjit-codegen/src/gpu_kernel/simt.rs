@@ -1,5 +1,5 @@
-//! The `f32` tiled product ([`GpuPass::Tiles`](arrayjit_ir::schedule::GpuPass::Tiles)) as a
-//! kernel tree, in the layout [`arrayjit_ir::schedule::gpu::simt`] decides and explains:
+//! The `f32` tiled product ([`GpuPass::Tiles`](arrayjit_opt::schedule::GpuPass::Tiles)) as a
+//! kernel tree, in the layout [`arrayjit_opt::schedule::gpu::simt`] decides and explains:
 //!
 //! - **Staging.** Each factor's `depth × tile` tile is stored `[k][side]` in shared memory
 //!   (rows padded); invocations read the factor along its contiguous axis, by 128-bit loads
@@ -22,15 +22,15 @@
 //!   matrix-unit products).
 
 use arrayjit_ir::Prec;
-use arrayjit_ir::schedule::Gemm;
-use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, SimtTile, TILE_THREADS};
+use arrayjit_opt::schedule::Gemm;
+use arrayjit_opt::schedule::gpu::{Epilogue, KSplit, SimtTile, TILE_THREADS};
 
 use super::build::{array, assign, let_, range, thread_index, unrolled, var};
 use super::tiles::{Factor, split_group_tile, store_partial, store_result};
 use super::{At, Barrier, Expr, Stmt, Ty};
 
 /// Elements of one 128-bit factor load.
-const LANES: usize = arrayjit_ir::schedule::gpu::simt::RESULT_RUN;
+const LANES: usize = arrayjit_opt::schedule::gpu::simt::RESULT_RUN;
 
 /// One factor's staging.
 struct Staging<'a> {

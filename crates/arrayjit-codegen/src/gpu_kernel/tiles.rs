@@ -2,9 +2,9 @@
 //! factors as a group stages them, the group's tile of results, partial sums of a split
 //! depth and their combination, batch offsets, and the result's store with its epilogue.
 
-use arrayjit_ir::schedule::Gemm;
-use arrayjit_ir::schedule::gpu::{Epilogue, KSplit, TileOrder};
 use arrayjit_ir::{BinOp, Prec, Tnode};
+use arrayjit_opt::schedule::Gemm;
+use arrayjit_opt::schedule::gpu::{Epilogue, KSplit, TileOrder};
 
 use super::build::{assign, group_index, launch_index, let_, let_mut, range, var};
 use super::{At, Expr, Stmt, Ty};
@@ -84,7 +84,7 @@ impl<'a> Factor<'a> {
             side: (side.extent, side.strides[f]),
             k_stride: g.k.strides[f],
             origin: var(tile_var) * tile,
-            k_inner: arrayjit_ir::schedule::gpu::simt::k_contiguous(g, f),
+            k_inner: arrayjit_opt::schedule::gpu::simt::k_contiguous(g, f),
         }
     }
 

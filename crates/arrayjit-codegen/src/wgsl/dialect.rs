@@ -6,8 +6,8 @@
 
 use std::fmt::Write as _;
 
-use arrayjit_ir::schedule::gpu::Accumulation;
 use arrayjit_ir::{AxisIndex, BinOp, LowLevel, Prec, Result, ScalarExpr, Symbol, Tnode};
+use arrayjit_opt::schedule::gpu::Accumulation;
 
 use super::PassRenderer;
 use super::ops::{compute_type, literal, narrow, packing};

@@ -1,6 +1,6 @@
 //! The WGSL renderer: an optimized routine as a sequence of compute passes, one per top-level
 //! statement, each its own WGSL module. Each statement's pass is the GPU schedule the optimizer
-//! recorded for it ([`arrayjit_ir::schedule::gpu`]: grid, rows, workgroup reduction, tiled
+//! recorded for it ([`arrayjit_opt::schedule::gpu`]: grid, rows, workgroup reduction, tiled
 //! product, zeroing or one invocation, with the group size and tile chosen from the device's
 //! limits and why), rendered here in WGSL as the CUDA renderer renders it in CUDA C:
 //!
@@ -32,9 +32,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use arrayjit_ir::{
-    AxisIndex, DeviceLimit, Error, LowLevel, Optimized, Prec, Result, ScalarExpr, Symbol, TernOp,
-    Tnode,
+    AxisIndex, DeviceLimit, Error, LowLevel, Prec, Result, ScalarExpr, Symbol, TernOp, Tnode,
 };
+use arrayjit_opt::Optimized;
 
 use crate::c::kernel::node_name;
 use crate::gpu_dialect::WGSL as DIALECT;
@@ -44,8 +44,8 @@ mod dialect;
 mod ops;
 
 use crate::gpu_kernel::PassShape;
-use arrayjit_ir::schedule::gpu::{Accumulation, GpuAttention, GpuLimits, GpuPass, plan_pass};
-use arrayjit_ir::schedule::{ScheduleKind, ScheduleTuning};
+use arrayjit_opt::schedule::gpu::{Accumulation, GpuAttention, GpuLimits, GpuPass, plan_pass};
+use arrayjit_opt::schedule::{ScheduleKind, ScheduleTuning};
 use ops::{
     Helper, compute_type, helper_source, literal, narrow, narrow_mask, packing, storage_type,
 };
@@ -398,7 +398,7 @@ fn recorded_tuning(pass: &GpuPass) -> ScheduleTuning {
 /// Pushes `stmt`, or the passes it splits into, so that no pass binds more storage buffers
 /// than the target allows: loops whose iterations are independent around a sequence (loops
 /// fused by the optimizer) become one nest per statement of the sequence
-/// ([`arrayjit_ir::schedule::gpu::distribute_loop`], which says why that is legal). A statement
+/// ([`arrayjit_opt::schedule::gpu::distribute_loop`], which says why that is legal). A statement
 /// that alone needs too many is an [`Error::LimitExceeded`].
 fn split_for_bindings<'a>(
     stmt: Cow<'a, LowLevel>,
@@ -412,7 +412,7 @@ fn split_for_bindings<'a>(
         out.push(stmt);
         return Ok(());
     }
-    if let Some(pieces) = arrayjit_ir::schedule::gpu::distribute_loop(&stmt) {
+    if let Some(pieces) = arrayjit_opt::schedule::gpu::distribute_loop(&stmt) {
         for piece in pieces {
             split_for_bindings(Cow::Owned(piece), max_bindings, routine, out)?;
         }

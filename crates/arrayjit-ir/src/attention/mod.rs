@@ -10,8 +10,9 @@
 //! nest, so the shared differential corpus checks the operation on every backend. Its state
 //! (running maximum, sum, the current key's weight) lives in small per-row arrays
 //! (`[batch, heads, rows]`), never in a `[rows, keys]` one. `docs/attention.md` gives the
-//! reasons for this shape; `schedule::AttentionPlan` runs a pass on the CPU's blocked helper
-//! (its block products on the product helper's micro-kernels); a GPU schedule is still to come.
+//! reasons for this shape; `arrayjit_opt::schedule::AttentionPlan` runs a pass on the CPU's
+//! blocked helper (its block products on the product helper's micro-kernels); a GPU schedule
+//! is still to come.
 
 mod lower;
 
@@ -529,7 +530,7 @@ impl AttentionOp {
     /// pass's nest writes (outputs and state), and it reads nothing else than the pass's
     /// inputs and those. Optimizations keep a statement's meaning, so such a statement still
     /// computes the pass, and a schedule may run it another way (see
-    /// [`crate::schedule::AttentionPlan`]).
+    /// `arrayjit_opt::schedule::AttentionPlan`).
     pub fn of_statement(stmt: &LowLevel) -> Option<Arc<AttentionOp>> {
         // The nest, not the zeroings before it.
         if !matches!(stmt, LowLevel::For { .. }) {

@@ -51,7 +51,7 @@ pub(crate) fn check_dims(label: &[&str], dims: &[usize]) -> Result<()> {
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (the data here is
 /// always left consistent).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -228,7 +228,7 @@ impl Tnode {
     }
 
     /// A new local node that holds the slice one iteration of a loop nest works on (the
-    /// optimizer's array contraction, `optimize::contract`): every iteration writes all of it
+    /// optimizer's array contraction, `arrayjit_opt::optimize::contract`): every iteration writes all of it
     /// before reading it, so iterations split over workers each need a copy of their own,
     /// which the backends give every worker's share of the iterations
     /// ([`Tnode::is_iteration_private`]). A node made here is never a parameter, hosted or
@@ -451,7 +451,7 @@ impl Tnode {
 
     /// Puts back a memory mode saved with [`Tnode::memory_mode`] (used to undo the decisions
     /// of a failed optimization, so that a failed call changes nothing).
-    pub(crate) fn restore_memory_mode(&self, saved: Option<ModeWithProvenance>) {
+    pub fn restore_memory_mode(&self, saved: Option<ModeWithProvenance>) {
         *lock(&self.0.memory_mode) = saved;
     }
 }

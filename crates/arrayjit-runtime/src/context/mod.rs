@@ -17,10 +17,11 @@ use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::array_buffer::typed;
 use arrayjit_backends::{BufferHandle, LoweredBackend};
-use arrayjit_ir::optimize::MemoryPlan;
 use arrayjit_ir::{
-    Assignments, Error, MemoryMode, MemoryType, OptimizeCtx, Result, Sharing, StaticSymbol, Tnode,
+    Assignments, Error, MemoryMode, MemoryType, Result, Sharing, StaticSymbol, Tnode,
 };
+use arrayjit_opt::OptimizeCtx;
+use arrayjit_opt::optimize::MemoryPlan;
 
 use crate::array_entry::ArrayEntry;
 use crate::code::Code;

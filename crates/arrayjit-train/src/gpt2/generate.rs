@@ -6,7 +6,8 @@
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use arrayjit_ir::{Error, OptimizeCtx, Result, ResultExt};
+use arrayjit_ir::{Error, Result, ResultExt};
+use arrayjit_opt::OptimizeCtx;
 use arrayjit_runtime::{Backend, Context, Routine};
 use arrayjit_tensor::forward_program;
 use arrayjit_tensor::kv_cache::{CachedStep, KvCache, PADDING_SCORE, StepLogits};
@@ -212,7 +213,7 @@ fn optimized(
     backend: &Backend,
     ctx: &OptimizeCtx,
     steps: &[(&str, &CachedStep)],
-) -> Result<Vec<std::sync::Arc<arrayjit_ir::Optimized>>> {
+) -> Result<Vec<std::sync::Arc<arrayjit_opt::Optimized>>> {
     steps
         .iter()
         .map(|(name, step)| {
