@@ -131,3 +131,62 @@ fn the_manifest_scan_reads_only_the_dependencies_section() {
         vec!["arrayjit-ir", "arrayjit-tensor"]
     );
 }
+
+/// The Rust sources of the house (`crates/*/src`, `tests`, `examples`, `benches`), with their
+/// line counts.
+fn source_lines() -> Vec<(std::path::PathBuf, usize)> {
+    fn walk(dir: &Path, out: &mut Vec<(std::path::PathBuf, usize)>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+                out.push((path, lines));
+            }
+        }
+    }
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = Vec::new();
+    for krate in std::fs::read_dir(&crates).unwrap().flatten() {
+        for part in ["src", "tests", "examples", "benches"] {
+            walk(&krate.path().join(part), &mut out);
+        }
+    }
+    out
+}
+
+/// No source file grows past 900 lines: a longer one is split by concept (a test file into
+/// modules under a folder of its name).
+#[test]
+fn no_source_file_is_over_900_lines() {
+    let files = source_lines();
+    assert!(files.len() > 300, "only {} files found", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter(|(_, n)| *n > 900)
+        .map(|(p, n)| format!("{}: {n} lines", p.display()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over 900 lines:\n{}",
+        long.join("\n")
+    );
+}
+
+/// `arrayjit-ir` holds the data model and the interpreter, not the optimizer (`arrayjit-opt`):
+/// at most 10.5k lines of source.
+#[test]
+fn the_data_model_crate_stays_small() {
+    let ir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../arrayjit-ir/src");
+    let lines: usize = source_lines()
+        .iter()
+        .filter(|(p, _)| p.starts_with(&ir))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        (5_000..=10_500).contains(&lines),
+        "arrayjit-ir has {lines} lines of source (at most 10,500: does the new code belong to \
+         the data model or the interpreter, or to the optimizer or a backend?)"
+    );
+}
