@@ -1,15 +1,14 @@
-//! The compiler part of a backend ([`Compiler`], the reference's `Compiler`): routines (or
-//! source given directly) to a [`CompiledBatch`], with [`CompileOptions`]; and the store of
-//! schedule choices that lives beside its compile cache.
+//! The compiler part of a backend ([`Compiler`], the reference's `Compiler`): a
+//! [`RenderedProgram`] (of routines, or of source given directly) to a [`CompiledBatch`], with
+//! [`CompileOptions`]; and the store of schedule choices that lives beside its compile cache.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrayjit_codegen::SourceKernel;
 use arrayjit_ir::{Error, Result};
-use arrayjit_opt::Optimized;
 
 use crate::compiled_batch::CompiledBatch;
+use crate::renderer::RenderedProgram;
 
 /// Options of one compilation (the reference's `Compiler.compile_options`), starting from a
 /// compiler's [`Compiler::default_options`] (its `default_options`): for `cc` and `cuda_emu`,
@@ -41,38 +40,25 @@ pub struct CompileStats {
 }
 
 /// How a backend compiles. One of the four parts a
-/// [`LoweredBackend`](crate::lowered_backend::LoweredBackend) is composed of; it renders
-/// routines through the backend's [`Renderer`](crate::renderer::Renderer) and makes batches
-/// that launch on the backend's [`DeviceRuntime`](crate::device_runtime::DeviceRuntime)
-/// buffers.
+/// [`LoweredBackend`](crate::lowered_backend::LoweredBackend) is composed of; it compiles what
+/// the backend's [`Renderer`](crate::renderer::Renderer) rendered, and nothing else (it never
+/// renders), into batches that launch on the backend's
+/// [`DeviceRuntime`](crate::device_runtime::DeviceRuntime) buffers.
 pub trait Compiler: Send + Sync + Debug {
     /// The options [`Compiler::compile`] is given by default (the reference's
     /// `Compiler.default_options`). Default: none.
     fn default_options(&self) -> CompileOptions {
         CompileOptions::default()
     }
-    /// Compiles routines together (one library, one compilation) with `options`; options the
-    /// compiler cannot take are an error before anything is compiled (see
-    /// [`refuse_options_unless_default`]).
+    /// Compiles a program the backend's renderer made (one library, one compilation) with
+    /// `options`; options the compiler cannot take are an error before anything is compiled
+    /// (see [`refuse_options_unless_default`]), and so is a program of another backend's
+    /// renderer ([`RenderedProgram::into_program`]). A program of source given directly was
+    /// made by the renderer's `unsafe` [`render_given`](crate::renderer::Renderer::render_given),
+    /// whose caller vouched for it.
     fn compile(
         &self,
-        routines: &[&Optimized],
-        options: &CompileOptions,
-    ) -> Result<Arc<dyn CompiledBatch>>;
-    /// Compiles source given directly, in the backend's language (the reference's `compile
-    /// ~source_code` and `get_kernel`); see
-    /// [`LoweredBackend::compile_source`](crate::lowered_backend::LoweredBackend::compile_source)
-    /// for each backend's calling convention. A compiler that takes no source returns
-    /// [`refuse_source`].
-    ///
-    /// # Safety
-    /// The source runs as native code: it must export every kernel with the calling
-    /// convention's signature, and a kernel must touch only the bytes its interface gives each
-    /// buffer. Nothing can check what hand-written code does.
-    unsafe fn compile_source(
-        &self,
-        source: &str,
-        kernels: &[SourceKernel],
+        program: RenderedProgram,
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>>;
     /// The schedule choice stored under `key` (a hexadecimal hash) by

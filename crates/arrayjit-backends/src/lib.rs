@@ -15,10 +15,11 @@
 //!
 //! - [`Devices`] (`devices.rs`): whether the backend can run here and what each device is and
 //!   can do ([`DeviceInfo`], from which schedules are chosen).
-//! - [`Renderer`] (`renderer.rs`): the source of optimized routines, and the GPU dialect whose
-//!   device strings it prints.
-//! - [`Compiler`] (`compiler.rs`): routines, or source given directly, to a [`CompiledBatch`]
-//!   with [`CompileOptions`]; launches go through one [`LaunchRequest`].
+//! - [`Renderer`] (`renderer.rs`): optimized routines, or source given directly, to a
+//!   [`RenderedProgram`] (its source and the program its compiler takes), and the GPU dialect
+//!   whose device strings it prints.
+//! - [`Compiler`] (`compiler.rs`): a [`RenderedProgram`] to a [`CompiledBatch`] with
+//!   [`CompileOptions`] (it never renders); launches go through one [`LaunchRequest`].
 //! - [`DeviceRuntime`] (`device_runtime.rs`): buffers ([`DeviceBuffer`]) and pools (bookkept
 //!   by one [`PoolTable`]), copies between the host and devices and between buffers, queues and
 //!   `synchronize`. Every CPU backend shares [`cpu::CpuRuntime`].
@@ -81,4 +82,4 @@ pub use launch_check::{check_launch, launch_dims_not_taken, no_such_kernel};
 pub use lowered_backend::{BackendParts, DATA_PLANE_CONTRACT, LoweredBackend, batch_name};
 pub use pool_table::{PoolMemory, PoolTable, Pools};
 pub use queue::{DeviceQueue, Queue, QueueMarker};
-pub use renderer::Renderer;
+pub use renderer::{RenderedProgram, Renderer};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrayjit_codegen::SourceKernel;
 use arrayjit_codegen::gpu_dialect::GpuDialect;
-use arrayjit_ir::Result;
+use arrayjit_ir::{Result, trace};
 use arrayjit_opt::Optimized;
 use arrayjit_opt::schedule::ScheduleSettings;
 
@@ -16,7 +16,7 @@ use crate::compiler::{CompileOptions, Compiler};
 use crate::device_info::DeviceInfo;
 use crate::device_runtime::DeviceRuntime;
 use crate::devices::Devices;
-use crate::renderer::Renderer;
+use crate::renderer::{RenderedProgram, Renderer};
 
 /// The name of a batch of routines in traces and listings: their names joined by `+`.
 pub fn batch_name(routines: &[&Optimized]) -> String {
@@ -62,9 +62,9 @@ pub const DATA_PLANE_CONTRACT: &str = "nothing else accesses a buffer while a ca
 pub struct BackendParts {
     /// What the devices are and whether the backend can run here.
     pub devices: Arc<dyn Devices>,
-    /// How routines are printed.
+    /// How routines (or source given directly) become a [`RenderedProgram`].
     pub renderer: Arc<dyn Renderer>,
-    /// How printed routines (or source given directly) become a [`CompiledBatch`].
+    /// How a [`RenderedProgram`] becomes a [`CompiledBatch`].
     pub compiler: Arc<dyn Compiler>,
     /// Buffers, pools, queues and copies; its calls that touch buffer memory are `unsafe fn`
     /// ([`DATA_PLANE_CONTRACT`]).
@@ -189,31 +189,35 @@ impl LoweredBackend {
         self.renderer().gpu_dialect()
     }
 
-    /// The source [`LoweredBackend::compile_batch`] would compile for these routines
-    /// ([`Renderer::render_source`]).
-    pub fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        self.renderer().render_source(routines)
+    /// The first step: renders routines for one compilation ([`Renderer::render`]); the
+    /// program's [`source`](RenderedProgram::source) is exactly what
+    /// [`LoweredBackend::compile`] compiles.
+    pub fn render(&self, routines: &[&Optimized]) -> Result<RenderedProgram> {
+        let _render = trace::compile_phase("render", &batch_name(routines));
+        self.renderer().render(routines)
     }
 
-    /// The options [`LoweredBackend::compile_batch`] compiles with
+    /// The options [`LoweredBackend::compile`] compiles with
     /// ([`Compiler::default_options`]).
     pub fn default_compile_options(&self) -> CompileOptions {
         self.compiler().default_options()
     }
 
-    /// Compiles routines together (one library, one compilation) with the default options.
-    pub fn compile_batch(&self, routines: &[&Optimized]) -> Result<Arc<dyn CompiledBatch>> {
-        self.compile_batch_with(routines, &self.default_compile_options())
+    /// The second step: compiles a program [`LoweredBackend::render`] made (one library, one
+    /// compilation) with the default options. The third, linking the batch to a context's
+    /// arrays, is the runtime's (`arrayjit_runtime::Context::link`).
+    pub fn compile(&self, program: RenderedProgram) -> Result<Arc<dyn CompiledBatch>> {
+        self.compile_with(program, &self.default_compile_options())
     }
 
-    /// [`LoweredBackend::compile_batch`] with `options` instead of the default ones (the
+    /// [`LoweredBackend::compile`] with `options` instead of the default ones (the
     /// reference's `Compiler.compile ~options`; [`Compiler::compile`]).
-    pub fn compile_batch_with(
+    pub fn compile_with(
         &self,
-        routines: &[&Optimized],
+        program: RenderedProgram,
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        self.compiler().compile(routines, options)
+        self.compiler().compile(program, options)
     }
 
     /// Compiles source given directly, in the backend's language, with the default options
@@ -235,8 +239,11 @@ impl LoweredBackend {
     ///   `array<i32>` at the binding after the last buffer; the grid is the workgroup count
     ///   (the shader declares its `@workgroup_size`).
     ///
+    /// Source given directly enters the same pipeline as rendered routines: the renderer
+    /// makes it a program ([`Renderer::render_given`]), the compiler compiles it.
+    ///
     /// # Safety
-    /// As [`Compiler::compile_source`]: the source runs as native code.
+    /// As [`Renderer::render_given`]: the source runs as native code.
     pub unsafe fn compile_source(
         &self,
         source: &str,
@@ -249,15 +256,16 @@ impl LoweredBackend {
     /// [`LoweredBackend::compile_source`] with `options` instead of the default ones.
     ///
     /// # Safety
-    /// As [`Compiler::compile_source`].
+    /// As [`Renderer::render_given`].
     pub unsafe fn compile_source_with(
         &self,
         source: &str,
         kernels: &[SourceKernel],
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        // SAFETY: this method's contract is the compiler's.
-        unsafe { self.compiler().compile_source(source, kernels, options) }
+        // SAFETY: this method's contract is the renderer's.
+        let program = unsafe { self.renderer().render_given(source, kernels) }?;
+        self.compile_with(program, options)
     }
 
     /// The schedule choice stored under `key` ([`Compiler::load_schedule_choice`]).

@@ -15,7 +15,7 @@ use crate::device_runtime::DeviceRuntime;
 use crate::devices::Devices;
 use crate::lowered_backend::{BackendParts, LoweredBackend};
 use crate::queue::Queue;
-use crate::renderer::Renderer;
+use crate::renderer::{RenderedProgram, Renderer};
 
 /// Backend `name` as a placeholder (see [`MissingBackend::new`]), its four parts one object.
 pub fn backend(name: &str, reason: &str, how_to_enable: &str) -> LoweredBackend {
@@ -74,22 +74,21 @@ impl Devices for MissingBackend {
 }
 
 impl Renderer for MissingBackend {
-    fn render_source(&self, _: &[&Optimized]) -> Result<String> {
+    fn render(&self, _: &[&Optimized]) -> Result<RenderedProgram> {
+        Err(self.error())
+    }
+
+    unsafe fn render_given(
+        &self,
+        _: &str,
+        _: &[arrayjit_codegen::SourceKernel],
+    ) -> Result<RenderedProgram> {
         Err(self.error())
     }
 }
 
 impl Compiler for MissingBackend {
-    fn compile(&self, _: &[&Optimized], _: &CompileOptions) -> Result<Arc<dyn CompiledBatch>> {
-        Err(self.error())
-    }
-
-    unsafe fn compile_source(
-        &self,
-        _: &str,
-        _: &[arrayjit_codegen::SourceKernel],
-        _: &CompileOptions,
-    ) -> Result<Arc<dyn CompiledBatch>> {
+    fn compile(&self, _: RenderedProgram, _: &CompileOptions) -> Result<Arc<dyn CompiledBatch>> {
         Err(self.error())
     }
 }

@@ -472,9 +472,12 @@ impl Backend {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        // Render, then compile what was rendered; linking is the context's.
+        let lowered = &self.inner.lowered;
+        let program = lowered.render(&refs)?;
         let batch = match options {
-            Some(options) => self.inner.lowered.compile_batch_with(&refs, &options)?,
-            None => self.inner.lowered.compile_batch(&refs)?,
+            Some(options) => lowered.compile_with(program, &options)?,
+            None => lowered.compile(program)?,
         };
         crate::observe::list_compiled(
             self.name(),

@@ -312,7 +312,7 @@ pub(crate) fn routine_key(lowered: &LoweredBackend, heuristic: &Optimized) -> Re
     for part in [
         "arrayjit schedule choice v1",
         &lowered.machine_identity(),
-        &lowered.render_source(&[heuristic])?,
+        lowered.render(&[heuristic])?.source(),
     ] {
         h.update(part.as_bytes());
         h.update(&[0]);
@@ -440,11 +440,13 @@ pub(crate) fn evaluate(
     timed: &mut Vec<Timed>,
     settings: &SearchSettings,
 ) -> Result<(usize, bool)> {
-    let source = lowered.render_source(&[o])?;
-    if let Some(i) = timed.iter().position(|t| t.source == source) {
+    // Rendered once: its source tells a candidate seen before, and the same program compiles.
+    let program = lowered.render(&[o])?;
+    if let Some(i) = timed.iter().position(|t| t.source == program.source()) {
         return Ok((i, false));
     }
-    let batch = lowered.compile_batch(&[o])?;
+    let source = program.source().to_string();
+    let batch = lowered.compile(program)?;
     let seconds = time_kernel(lowered, batch.as_ref(), settings)?;
     timed.push(Timed {
         source,

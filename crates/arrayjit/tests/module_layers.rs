@@ -380,7 +380,7 @@ fn no_module_imports_its_crate_front() {
 #[test]
 fn the_front_scan_sees_items_and_lists_but_not_modules() {
     let modules: BTreeSet<String> = ["buffer", "queue"].iter().map(|s| s.to_string()).collect();
-    let source = "use crate::cpu::buffer::CpuBuffer;\nuse crate::{queue::Queue, Handle};\n\
+    let source = "use crate::buffer::CpuBuffer;\nuse crate::{queue::Queue, Handle};\n\
                   // crate::Commented\nfn f() -> crate::Other { $crate::Macro }\n";
     let found: Vec<String> = front_imports(source, &modules).into_iter().collect();
     assert_eq!(found, vec!["Handle".to_string(), "Other".to_string()]);
@@ -408,5 +408,71 @@ fn the_cli_names_no_backend_module_and_reads_no_feature() {
         found.is_empty(),
         "the CLI reaches past the seam:\n{}",
         found.join("\n")
+    );
+}
+
+/// Calls of a rendering function (`render(`, `render_cuda(`, `render_given(`, …) in `code`,
+/// leaving out their definitions (`fn render(`).
+fn render_calls(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("render") {
+        let before = &code[..at];
+        if before
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            || before.ends_with("fn ")
+        {
+            continue;
+        }
+        let name = ident(&code[at..]);
+        if name == "render" || name.starts_with("render_") {
+            if code[at + name.len()..].starts_with('(') {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// Render, compile, link: no `Compiler` implementation renders. A compiler takes the
+/// `RenderedProgram` its backend's renderer made; checked over each compiler's file (a
+/// `compiler.rs`) or, elsewhere, its `impl Compiler for` block.
+#[test]
+fn no_compiler_calls_a_renderer() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for krate in std::fs::read_dir(&crates).unwrap().flatten() {
+        for part in ["src", "tests"] {
+            let dir = krate.path().join(part);
+            if dir.is_dir() {
+                rust_files(&dir, &mut files);
+            }
+        }
+    }
+    let mut compilers = 0;
+    let mut report = Vec::new();
+    for file in &files {
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let Some(start) = code.find("\nimpl Compiler for ") else {
+            continue;
+        };
+        compilers += 1;
+        let checked = if file.file_name().is_some_and(|n| n == "compiler.rs") {
+            &code[..]
+        } else {
+            let block = &code[start..];
+            &block[..block.find("\n}").unwrap_or(block.len())]
+        };
+        for call in render_calls(checked) {
+            report.push(format!("{}: calls {call}(", file.display()));
+        }
+    }
+    // cc, cuda, wgpu, the placeholder, the skeleton and the reference tests' recording one.
+    assert!(compilers >= 5, "only {compilers} compilers found");
+    assert!(report.is_empty(), "compilers that render:\n{}", report.join("\n"));
+    assert_eq!(
+        render_calls("fn render(&self) { x.render(a); render_wgsl(b); rendered.assemble(c) }"),
+        vec!["render", "render_wgsl"]
     );
 }

@@ -81,7 +81,8 @@ fn write_past_an_array() {
     };
     a.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "test")
         .unwrap();
-    let batch = backend.compile_batch(&[&optimized]).unwrap();
+    let program = backend.render(&[&optimized]).unwrap();
+    let batch = backend.compile(program).unwrap();
     // SAFETY: the test's own buffers, one call at a time.
     let _ = unsafe { batch.launch(LaunchRequest::new(0, &[Arc::clone(&view)], &[])) };
     println!("the write past the array was not caught");

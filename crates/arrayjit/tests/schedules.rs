@@ -478,7 +478,10 @@ fn schedules_that_do_not_match_their_code_are_refused() {
     let code = backend.compile("product", &program, &[]).unwrap();
     let good = code.optimized().clone();
     let lowered = backend.lowered();
-    lowered.compile_batch(&[&good]).unwrap();
+    lowered
+        .render(&[&good])
+        .and_then(|p| lowered.compile(p))
+        .unwrap();
     let at = good
         .schedules
         .iter()
@@ -487,7 +490,11 @@ fn schedules_that_do_not_match_their_code_are_refused() {
     let tampered = |f: &dyn Fn(&mut Schedule)| {
         let mut opt = good.clone();
         f(&mut opt.schedules[at]);
-        let err = lowered.compile_batch(&[&opt]).unwrap_err().to_string();
+        let err = lowered
+            .render(&[&opt])
+            .and_then(|p| lowered.compile(p))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("does not match its statement"), "{err}");
     };
     tampered(&|s| {
@@ -508,7 +515,12 @@ fn schedules_that_do_not_match_their_code_are_refused() {
     tampered(&|s| s.kind = ScheduleKind::Absorbed);
     let mut fewer = good.clone();
     fewer.schedules.pop();
-    assert!(lowered.compile_batch(&[&fewer]).is_err());
+    assert!(
+        lowered
+            .render(&[&fewer])
+            .and_then(|p| lowered.compile(p))
+            .is_err()
+    );
 }
 
 /// The scratch plan is checked the same way: a slot outside the scratch buffer is refused.
@@ -528,11 +540,13 @@ fn a_scratch_slot_outside_the_buffer_is_refused() {
         !opt.scratch.slots.is_empty(),
         "the case uses the scratch pool"
     );
-    backend.lowered().compile_batch(&[&opt]).unwrap();
+    let lowered = backend.lowered();
+    lowered.compile(lowered.render(&[&opt]).unwrap()).unwrap();
     opt.scratch.slots[0].offset += opt.scratch.total_bytes();
-    let err = backend
-        .lowered()
-        .compile_batch(&[&opt])
+    let lowered = backend.lowered();
+    let err = lowered
+        .render(&[&opt])
+        .and_then(|p| lowered.compile(p))
         .unwrap_err()
         .to_string();
     assert!(err.contains("outside the scratch buffer"), "{err}");

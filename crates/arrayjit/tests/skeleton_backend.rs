@@ -10,11 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use arrayjit::backends::compiler::refuse_source;
 use arrayjit::backends::device_info::CpuInfo;
-use arrayjit::backends::renderer::LoopCodeRenderer;
 use arrayjit::backends::{
     BackendParts, BufferHandle, CompileOptions, CompiledBatch, Compiler, DeviceBuffer, DeviceInfo,
     DeviceRuntime, Devices, LaunchRequest, LoweredBackend, PoolMemory, PoolTable, Queue,
-    check_launch,
+    RenderedProgram, Renderer, check_launch,
 };
 use arrayjit::codegen::{KernelInterface, SourceKernel};
 use arrayjit::ir::interpret::InterpEnv;
@@ -279,14 +278,32 @@ impl CompiledBatch for SkeletonBatch {
     }
 }
 
-/// Part 3, the compiler: keeps the routines; takes no options and no source.
+/// Part 2, the renderer: the routines as they are (the interpreter runs their loop code),
+/// listed as the loop code; it takes no source.
+#[derive(Debug)]
+struct SkeletonRenderer;
+
+impl Renderer for SkeletonRenderer {
+    fn render(&self, routines: &[&Optimized]) -> Result<RenderedProgram> {
+        let source = routines.iter().map(|r| format!("{}\n", r.code)).collect();
+        let names: Vec<&str> = routines.iter().map(|r| r.name.as_str()).collect();
+        let program: Vec<Optimized> = routines.iter().map(|r| (*r).clone()).collect();
+        Ok(RenderedProgram::new(NAME, names.join("+"), source, program))
+    }
+
+    unsafe fn render_given(&self, _: &str, _: &[SourceKernel]) -> Result<RenderedProgram> {
+        Err(refuse_source(NAME))
+    }
+}
+
+/// Part 3, the compiler: keeps the rendered routines; takes no options.
 #[derive(Debug)]
 struct SkeletonCompiler;
 
 impl Compiler for SkeletonCompiler {
     fn compile(
         &self,
-        routines: &[&Optimized],
+        program: RenderedProgram,
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
         arrayjit::backends::compiler::refuse_options_unless_default(
@@ -294,24 +311,17 @@ impl Compiler for SkeletonCompiler {
             options,
             &CompileOptions::default(),
         )?;
+        let source = program.source().to_string();
+        let routines: Vec<Optimized> = program.into_program(NAME)?;
         let interfaces = routines
             .iter()
             .map(|r| KernelInterface::of(r, format!("skeleton_{}", r.name)))
             .collect();
         Ok(Arc::new(SkeletonBatch {
-            routines: routines.iter().map(|r| (*r).clone()).collect(),
+            routines,
             interfaces,
-            source: routines.iter().map(|r| format!("{}\n", r.code)).collect(),
+            source,
         }))
-    }
-
-    unsafe fn compile_source(
-        &self,
-        _: &str,
-        _: &[SourceKernel],
-        _: &CompileOptions,
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        Err(refuse_source(NAME))
     }
 }
 
@@ -321,8 +331,7 @@ fn skeleton() -> Backend {
         NAME,
         BackendParts {
             devices: Arc::new(SkeletonDevices),
-            // Part 2, the renderer: the loop code as printed (what `compile` keeps).
-            renderer: Arc::new(LoopCodeRenderer),
+            renderer: Arc::new(SkeletonRenderer),
             compiler: Arc::new(SkeletonCompiler),
             runtime: Arc::new(SkeletonRuntime {
                 pools: PoolTable::new(NAME),
@@ -359,8 +368,19 @@ fn the_skeleton_refuses_what_it_does_not_do_with_typed_errors() {
     let options = CompileOptions {
         flags: vec!["-O3".into()],
     };
-    let e = lowered.compile_batch_with(&[], &options).unwrap_err();
+    let program = lowered.render(&[]).unwrap();
+    let e = lowered.compile_with(program, &options).unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    // A program another backend's renderer made is refused, typed, before anything compiles.
+    let cc = arrayjit::backend("sync_cc").unwrap();
+    let foreign = cc.lowered().render(&[]).unwrap();
+    assert_eq!(foreign.backend(), "cc");
+    let e = lowered.compile(foreign).unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported { ref backend, ref what, .. }
+            if backend == NAME && what.contains("cc backend's renderer")),
+        "{e}"
+    );
     assert!(matches!(
         lowered.device_info(1),
         Err(Error::NoSuchDevice { ordinal: 1, .. })

@@ -1,43 +1,45 @@
-//! The compiler part of a CPU backend ([`CcCompiler`]): renders routines with the backend's
-//! [`CpuKernels`], compiles them with the host compiler into one shared library (cached by a
-//! hash of source, compiler, flags and CPU), loads it and finds each kernel by its symbol.
-//! Schedule choices are stored beside the compile cache.
+//! The compiler part of a CPU backend ([`CcCompiler`]): compiles what the backend's renderer
+//! ([`super::CpuKernels`]) rendered ([`CpuSource`]) with the host compiler into one shared
+//! library (cached by a hash of source, compiler, flags and CPU), loads it and finds each
+//! kernel by its symbol. Schedule choices are stored beside the compile cache.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use arrayjit_codegen::{KernelInterface, SourceKernel};
-use arrayjit_ir::{Error, Result, trace};
-use arrayjit_opt::Optimized;
+use arrayjit_codegen::KernelInterface;
+use arrayjit_ir::{Error, Result};
 
 use super::batch::{CcBatch, EmulatedDimsFn, EmulatedFn, Entry, KernelFn};
-use super::kernels::{CallingConvention, CpuKernels, CpuProgram};
+use super::kernels::{CallingConvention, CpuProgram, CpuSource};
 use super::shared_functions::{self, Imports};
 use super::{CcConfig, compile, library, schedule_store};
 use crate::compiled_batch::CompiledBatch;
 use crate::compiler::{CompileOptions, Compiler};
 use crate::cpu::worker_pool::WorkerPool;
-use crate::lowered_backend::batch_name;
+use crate::renderer::RenderedProgram;
 
 /// The host compiler of a CPU backend.
 #[derive(Debug)]
 pub struct CcCompiler {
     config: CcConfig,
-    kernels: Arc<dyn CpuKernels>,
+    backend: &'static str,
+    convention: CallingConvention,
     workers: Arc<Vec<WorkerPool>>,
 }
 
 impl CcCompiler {
-    /// Compiles what `kernels` renders with `config`'s compiler; the batches run on `workers`
-    /// (one pool per device).
+    /// Compiles backend `backend`'s programs, whose kernels are called with `convention`, with
+    /// `config`'s compiler; the batches run on `workers` (one pool per device).
     pub fn new(
         config: CcConfig,
-        kernels: Arc<dyn CpuKernels>,
+        backend: &'static str,
+        convention: CallingConvention,
         workers: Arc<Vec<WorkerPool>>,
     ) -> CcCompiler {
         CcCompiler {
             config,
-            kernels,
+            backend,
+            convention,
             workers,
         }
     }
@@ -60,20 +62,29 @@ impl Compiler for CcCompiler {
     /// still make a loadable shared library (`-shared` and `-fPIC`), else nothing is compiled.
     fn compile(
         &self,
-        routines: &[&Optimized],
+        program: RenderedProgram,
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
         let config = self.config_with(options)?;
+        let rendered = match program.into_program::<CpuSource>(self.backend)? {
+            CpuSource::Rendered(rendered) => rendered,
+            CpuSource::Given { source, kernels } => {
+                let units = [compile::Unit {
+                    suffix: "",
+                    source: &source,
+                }];
+                // SAFETY: the source exports each kernel with the renderer's calling
+                // convention (the contract of `render_given`, which made this program); for
+                // emulated CUDA, the entry points it wrote do.
+                return unsafe { self.load_batch(&config, &units, kernels, source.clone(), true) };
+            }
+        };
         // Statement functions equal to those of C libraries loaded before (of the same
         // compiler and flags) are called from there instead of compiled again.
         let flavor = format!("{} {}", config.compiler, config.flags.join(" "));
-        let imports = match self.kernels.convention() {
+        let imports = match self.convention {
             CallingConvention::C => Imports::live(&flavor),
             CallingConvention::EmulatedCuda => Imports::none(),
-        };
-        let rendered = {
-            let _render = trace::compile_phase("render", &batch_name(routines));
-            self.kernels.render(routines)?
         };
         // First with every function its own (noting whether any could be imported): a library
         // of that in the compile cache loads at once, which beats compiling one that imports.
@@ -99,32 +110,12 @@ impl Compiler for CcCompiler {
         // SAFETY: as above.
         unsafe { self.load_rendered(&config, &flavor, full, &Imports::none()) }?.ok_or_else(|| {
             Error::Runtime {
-                stream: self.kernels.name().into(),
+                stream: self.backend.into(),
                 detail: "a library that imports no statement function still asked for one: a \
                          defect of the C renderer; please report it"
                     .into(),
             }
         })
-    }
-
-    unsafe fn compile_source(
-        &self,
-        source: &str,
-        kernels: &[SourceKernel],
-        options: &CompileOptions,
-    ) -> Result<Arc<dyn CompiledBatch>> {
-        let config = self.config_with(options)?;
-        let interfaces: Vec<KernelInterface> =
-            kernels.iter().map(|k| k.interface.clone()).collect();
-        let source = self.kernels.source_for(source, kernels)?;
-        let units = [compile::Unit {
-            suffix: "",
-            source: &source,
-        }];
-        // SAFETY: the caller's source exports each kernel with the renderer's calling
-        // convention (this method's safety contract); for emulated CUDA, the entry points
-        // `source_for` wrote do.
-        unsafe { self.load_batch(&config, &units, interfaces, source.clone(), true) }
     }
 
     fn load_schedule_choice(&self, key: &str) -> std::result::Result<Option<String>, String> {
@@ -168,7 +159,7 @@ impl CcCompiler {
                 expected: format!(
                     "flags with {missing}: the {} backend loads a shared library, so its flags \
                      must keep -shared and -fPIC (start from default_compile_options)",
-                    self.kernels.name()
+                    self.backend
                 ),
             });
         }
@@ -198,7 +189,7 @@ impl CcCompiler {
         let Some(providers) = unsafe { imports.bind(&library, &program.shared.imported) }? else {
             return Ok(None);
         };
-        if self.kernels.convention() == CallingConvention::C {
+        if self.convention == CallingConvention::C {
             shared_functions::register(flavor, &library, &program.shared.defined);
         }
         // SAFETY: this function's contract.
@@ -258,7 +249,7 @@ impl CcCompiler {
         source: String,
         source_kernels: bool,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        let convention = self.kernels.convention();
+        let convention = self.convention;
         // Hand-written emulated CUDA also exports each kernel with its launch taken at call
         // time (`emulated_source`).
         let dims_entries = kernels
@@ -293,7 +284,7 @@ impl CcCompiler {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Arc::new(CcBatch {
-            backend: self.kernels.name(),
+            backend: self.backend,
             kernels,
             source,
             entries,

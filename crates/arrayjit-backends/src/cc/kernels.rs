@@ -12,7 +12,8 @@ use arrayjit_ir::Result;
 use arrayjit_opt::Optimized;
 
 use crate::device_info::DeviceInfo;
-use crate::renderer::Renderer;
+use crate::lowered_backend::batch_name;
+use crate::renderer::{RenderedProgram, Renderer};
 
 /// How the compiled kernels of a [`CpuKernels`] are called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,7 +36,8 @@ pub struct CpuProgram {
     pub units: Vec<(String, String)>,
     /// The kernels, in the order of the routines.
     pub kernels: Vec<KernelInterface>,
-    /// All the source, for listings and `render_source` (equal sources, equal kernels).
+    /// All the source, for listings and the rendered program's source (equal sources, equal
+    /// kernels).
     pub source: String,
     /// The statement functions it defines and exports, and those it imports from libraries
     /// loaded before (C only; empty for emulated CUDA).
@@ -51,14 +53,56 @@ pub trait RenderedKernels: Send {
     fn assemble(&self, import: &dyn Fn(&str, &str) -> bool) -> CpuProgram;
 }
 
-/// The renderer part of a CPU backend: a [`Renderer`] whose program the host compiler builds.
+/// The program a CPU renderer gives the host compiler (a [`RenderedProgram`]'s on `cc` and
+/// `cuda_emu`).
+pub enum CpuSource {
+    /// Routines rendered once; the compiler assembles them into a library's units
+    /// ([`RenderedKernels::assemble`]), importing statement functions where it can.
+    Rendered(Box<dyn RenderedKernels>),
+    /// Source given directly, as the compiler compiles it (one unit), and its kernels.
+    Given {
+        /// The unit's source.
+        source: String,
+        /// The kernels it exports.
+        kernels: Vec<KernelInterface>,
+    },
+}
+
+/// Routines rendered by a CPU renderer as a [`RenderedProgram`] of backend `backend`: its
+/// source is the library that defines every statement function itself.
+fn rendered_program(
+    backend: &str,
+    routines: &[&Optimized],
+    rendered: Box<dyn RenderedKernels>,
+) -> RenderedProgram {
+    let source = rendered.assemble(&|_, _| false).source;
+    RenderedProgram::new(
+        backend,
+        batch_name(routines),
+        source,
+        CpuSource::Rendered(rendered),
+    )
+}
+
+/// Source given directly as a [`RenderedProgram`] of backend `backend`.
+fn given_program(backend: &str, source: String, kernels: &[SourceKernel]) -> RenderedProgram {
+    let names: Vec<&str> = kernels.iter().map(|k| k.interface.name.as_str()).collect();
+    RenderedProgram::new(
+        backend,
+        names.join("+"),
+        source.clone(),
+        CpuSource::Given {
+            source,
+            kernels: kernels.iter().map(|k| k.interface.clone()).collect(),
+        },
+    )
+}
+
+/// The renderer part of a CPU backend: a [`Renderer`] whose programs ([`CpuSource`]) the host
+/// compiler builds, and what that compiler and the devices need to know of its code.
 pub trait CpuKernels: Renderer {
     /// The backend's name (`cc`, `cuda_emu`).
     fn name(&self) -> &'static str;
-    /// Renders routines for one library ([`RenderedKernels::assemble`] makes its units).
-    fn render(&self, routines: &[&Optimized]) -> Result<Box<dyn RenderedKernels>>;
-    /// Source given directly (`compile_source`) as the compiler takes it.
-    fn source_for(&self, source: &str, kernels: &[SourceKernel]) -> Result<String>;
     /// How the compiled kernels are called.
     fn convention(&self) -> CallingConvention;
     /// The device as this code sees it, from the host CPU's description. Default: as is.
@@ -88,8 +132,18 @@ impl Default for CKernels {
 }
 
 impl Renderer for CKernels {
-    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(self.render(routines)?.assemble(&|_, _| false).source)
+    fn render(&self, routines: &[&Optimized]) -> Result<RenderedProgram> {
+        let rendered = RenderedC::render(&self.syntax, routines)?;
+        Ok(rendered_program(self.name(), routines, Box::new(rendered)))
+    }
+
+    /// C is compiled as given.
+    unsafe fn render_given(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+    ) -> Result<RenderedProgram> {
+        Ok(given_program(self.name(), source.to_string(), kernels))
     }
 }
 
@@ -130,14 +184,6 @@ impl CpuKernels for CKernels {
         "cc"
     }
 
-    fn render(&self, routines: &[&Optimized]) -> Result<Box<dyn RenderedKernels>> {
-        Ok(Box::new(RenderedC::render(&self.syntax, routines)?))
-    }
-
-    fn source_for(&self, source: &str, _: &[SourceKernel]) -> Result<String> {
-        Ok(source.to_string())
-    }
-
     fn convention(&self) -> CallingConvention {
         CallingConvention::C
     }
@@ -149,8 +195,28 @@ impl CpuKernels for CKernels {
 pub struct EmulatedCudaKernels;
 
 impl Renderer for EmulatedCudaKernels {
-    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(self.render(routines)?.assemble(&|_, _| false).source)
+    fn render(&self, routines: &[&Optimized]) -> Result<RenderedProgram> {
+        let program = render_cuda_emulated(routines)?;
+        let rendered = Assembled(CpuProgram {
+            units: vec![(String::new(), program.source.clone())],
+            kernels: program.kernels.into_iter().map(|k| k.interface).collect(),
+            source: program.source,
+            shared: SharedFunctions::default(),
+        });
+        Ok(rendered_program(self.name(), routines, Box::new(rendered)))
+    }
+
+    /// The CUDA kernels, renamed, with entry points that launch them.
+    unsafe fn render_given(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+    ) -> Result<RenderedProgram> {
+        Ok(given_program(
+            self.name(),
+            emulated_source(source, kernels)?,
+            kernels,
+        ))
     }
 
     fn gpu_dialect(&self) -> Option<&'static GpuDialect> {
@@ -161,21 +227,6 @@ impl Renderer for EmulatedCudaKernels {
 impl CpuKernels for EmulatedCudaKernels {
     fn name(&self) -> &'static str {
         "cuda_emu"
-    }
-
-    fn render(&self, routines: &[&Optimized]) -> Result<Box<dyn RenderedKernels>> {
-        let program = render_cuda_emulated(routines)?;
-        Ok(Box::new(Assembled(CpuProgram {
-            units: vec![(String::new(), program.source.clone())],
-            kernels: program.kernels.into_iter().map(|k| k.interface).collect(),
-            source: program.source,
-            shared: SharedFunctions::default(),
-        })))
-    }
-
-    /// The CUDA kernels, renamed, with entry points that launch them.
-    fn source_for(&self, source: &str, kernels: &[SourceKernel]) -> Result<String> {
-        emulated_source(source, kernels)
     }
 
     fn convention(&self) -> CallingConvention {

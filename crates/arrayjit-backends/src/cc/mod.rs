@@ -39,7 +39,8 @@ pub use batch::CcBatch;
 pub use compiler::CcCompiler;
 pub use devices::CpuDevices;
 pub use kernels::{
-    CKernels, CallingConvention, CpuKernels, CpuProgram, EmulatedCudaKernels, RenderedKernels,
+    CKernels, CallingConvention, CpuKernels, CpuProgram, CpuSource, EmulatedCudaKernels,
+    RenderedKernels,
 };
 pub use stats::{CompileStats, compile_stats};
 
@@ -304,7 +305,8 @@ pub fn parts(config: CcConfig, kernels: Arc<dyn CpuKernels>) -> Result<BackendPa
         )),
         compiler: Arc::new(CcCompiler::new(
             config,
-            kernels.clone(),
+            kernels.name(),
+            kernels.convention(),
             runtime.workers().clone(),
         )),
         renderer: kernels,

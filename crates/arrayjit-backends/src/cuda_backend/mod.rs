@@ -60,7 +60,7 @@ pub use ptx::{
     PtxCache, PtxOrigin, compile_ptx, compile_ptx_with_options, compile_ptx_with_origin,
     default_nvrtc_flags, feature_arch,
 };
-pub use renderer::CudaRenderer;
+pub use renderer::{CudaRenderer, CudaSource};
 pub use runtime::CudaRuntime;
 
 const NAME: &str = "cuda";

@@ -1,20 +1,61 @@
 //! The renderer part of the `cuda` backend ([`CudaRenderer`]): routines to CUDA C
-//! ([`arrayjit_codegen::cuda`]).
+//! ([`arrayjit_codegen::cuda`]), or source given directly, as the program ([`CudaSource`]) its
+//! compiler takes.
 
-use arrayjit_codegen::cuda::render_cuda;
+use arrayjit_codegen::SourceKernel;
+use arrayjit_codegen::cuda::{CudaProgram, render_cuda};
 use arrayjit_codegen::gpu_dialect::GpuDialect;
 use arrayjit_ir::Result;
 use arrayjit_opt::Optimized;
 
-use crate::renderer::Renderer;
+use crate::lowered_backend::batch_name;
+use crate::renderer::{RenderedProgram, Renderer};
+
+/// The program the `cuda` renderer gives NVRTC (a [`RenderedProgram`]'s on `cuda`).
+#[derive(Debug)]
+pub enum CudaSource {
+    /// Routines rendered: their kernels, passes and launches.
+    Rendered(CudaProgram),
+    /// CUDA C given directly and its kernels (the compiler checks their launches against the
+    /// device).
+    Given {
+        /// The source.
+        source: String,
+        /// Its kernels.
+        kernels: Vec<SourceKernel>,
+    },
+}
 
 /// CUDA C for NVRTC.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CudaRenderer;
 
 impl Renderer for CudaRenderer {
-    fn render_source(&self, routines: &[&Optimized]) -> Result<String> {
-        Ok(render_cuda(routines)?.source)
+    fn render(&self, routines: &[&Optimized]) -> Result<RenderedProgram> {
+        let program = render_cuda(routines)?;
+        Ok(RenderedProgram::new(
+            super::NAME,
+            batch_name(routines),
+            program.source.clone(),
+            CudaSource::Rendered(program),
+        ))
+    }
+
+    unsafe fn render_given(
+        &self,
+        source: &str,
+        kernels: &[SourceKernel],
+    ) -> Result<RenderedProgram> {
+        let names: Vec<&str> = kernels.iter().map(|k| k.interface.name.as_str()).collect();
+        Ok(RenderedProgram::new(
+            super::NAME,
+            names.join("+"),
+            source.to_string(),
+            CudaSource::Given {
+                source: source.to_string(),
+                kernels: kernels.to_vec(),
+            },
+        ))
     }
 
     fn gpu_dialect(&self) -> Option<&'static GpuDialect> {

@@ -1,6 +1,7 @@
-//! The compiler part of the `wgpu` backend ([`WgpuCompiler`]): WGSL (rendered, or given
-//! directly) made into the device's compute pipelines, cached by source and entry point. It
-//! takes no compile options: WGSL goes to the driver as it is.
+//! The compiler part of the `wgpu` backend ([`WgpuCompiler`]): the WGSL its renderer made (of
+//! routines, or given directly: [`WgslSource`]) made into the device's compute pipelines,
+//! cached by source and entry point. It takes no compile options: WGSL goes to the driver as
+//! it is.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,16 +9,17 @@ use std::sync::Arc;
 use arrayjit_codegen::SourceKernel;
 use arrayjit_codegen::gpu_kernel::PassShape;
 use arrayjit_codegen::kernel::check_symbol;
-use arrayjit_codegen::wgsl::{WgslKernel, WgslPass, render_wgsl};
-use arrayjit_ir::{DeviceLimit, Error, Result, trace};
-use arrayjit_opt::Optimized;
+use arrayjit_codegen::wgsl::{WgslKernel, WgslPass};
+use arrayjit_ir::{Error, Result, trace};
 
 use super::NAME;
 use super::batch::{Kernel, WgpuBatch};
 use super::buffers;
 use super::devices::{Gpu, WgpuDevices};
+use super::renderer::{RenderedRoutine, WgslSource};
 use crate::compiled_batch::CompiledBatch;
 use crate::compiler::{CompileOptions, Compiler, refuse_options_unless_default};
+use crate::renderer::RenderedProgram;
 
 /// Pipelines for the backend's device.
 #[derive(Debug)]
@@ -35,66 +37,28 @@ impl WgpuCompiler {
 impl Compiler for WgpuCompiler {
     fn compile(
         &self,
-        routines: &[&Optimized],
+        program: RenderedProgram,
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
         refuse_options_unless_default(NAME, options, &CompileOptions::default())?;
         let gpu = self.devices.gpu()?.clone();
+        let source = program.source().to_string();
+        let routines = match program.into_program::<WgslSource>(NAME)? {
+            WgslSource::Rendered(routines) => routines,
+            WgslSource::Given { source, kernels } => {
+                return self.compile_given(gpu, &source, &kernels);
+            }
+        };
         let mut kernels = Vec::new();
         let mut interfaces = Vec::new();
-        let mut source = String::new();
-        for r in routines {
-            // An array larger than one binding cannot be used by a pass: say so before running.
-            // WGSL positions and counters are `i32`: a nest whose statements run more often
-            // (a fused sum over more steps) would count past them.
-            if let Some(steps) = r
-                .statements()
-                .iter()
-                .map(|s| s.most_iterations())
-                .find(|&n| n > i32::MAX as u64)
-            {
-                return Err(Error::limit_exceeded(
-                    gpu.label(),
-                    format!("a loop nest of {steps} iterations in {}", r.name),
-                    DeviceLimit::IndexedElements,
-                    steps,
-                    i32::MAX as u64,
-                    "split the computation into smaller pieces or use a CPU or CUDA backend",
-                ));
-            }
-            for n in r.nodes.iter().filter(|n| n.used) {
-                // WGSL positions are `i32`: a larger array's far elements have none.
-                let elements = n.tn.num_elems() as u64;
-                if elements > i32::MAX as u64 {
-                    return Err(Error::limit_exceeded(
-                        gpu.label(),
-                        format!("array {} of {}", n.tn.debug_name(), r.name),
-                        DeviceLimit::IndexedElements,
-                        elements,
-                        i32::MAX as u64,
-                        "split it into smaller arrays or use a CPU or CUDA backend",
-                    ));
-                }
-                let bytes = n.tn.size_in_bytes() as u64;
-                if bytes > gpu.max_binding_bytes {
-                    return Err(Error::limit_exceeded(
-                        gpu.label(),
-                        format!("array {} of {}", n.tn.debug_name(), r.name),
-                        DeviceLimit::BindingBytes,
-                        bytes,
-                        gpu.max_binding_bytes,
-                        "split it into smaller arrays or use a CPU backend",
-                    ));
-                }
-            }
-            // (The renderer refuses precisions the target lacks.)
-            let rendered = {
-                let _render = trace::compile_phase("render", &r.name);
-                render_wgsl(r, &gpu.target)?
-            };
-            source.push_str(&rendered.full_source());
+        for RenderedRoutine {
+            name,
+            kernel: rendered,
+            statics,
+        } in routines
+        {
             let pipelines = {
-                let _compile = trace::compile_phase("compile", &r.name);
+                let _compile = trace::compile_phase("compile", &name);
                 rendered
                     .passes
                     .iter()
@@ -112,11 +76,7 @@ impl Compiler for WgpuCompiler {
                 })
                 .collect::<Result<HashMap<_, _>>>()?;
             let statics = match rendered.statics_binding {
-                Some(_) => Some(buffers::allocate(
-                    &gpu,
-                    &self.devices.used,
-                    4 * r.bindings.len(),
-                )?),
+                Some(_) => Some(buffers::allocate(&gpu, &self.devices.used, 4 * statics)?),
                 None => None,
             };
             interfaces.push(rendered.interface.clone());
@@ -134,16 +94,17 @@ impl Compiler for WgpuCompiler {
             source,
         }))
     }
+}
 
-    /// WGSL goes to the driver as it is: only the default (empty) options.
-    unsafe fn compile_source(
+impl WgpuCompiler {
+    /// WGSL given directly: each kernel's entry point, bindings and workgroup size checked
+    /// against its interface and launch, and made a pipeline.
+    fn compile_given(
         &self,
+        gpu: Arc<Gpu>,
         source: &str,
         kernels: &[SourceKernel],
-        options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
-        refuse_options_unless_default(NAME, options, &CompileOptions::default())?;
-        let gpu = self.devices.gpu()?.clone();
         let mut compiled = Vec::new();
         for k in kernels {
             let iface = &k.interface;

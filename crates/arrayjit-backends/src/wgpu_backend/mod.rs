@@ -31,7 +31,7 @@ pub use batch::WgpuBatch;
 pub use buffers::WgpuBuffer;
 pub use compiler::WgpuCompiler;
 pub use devices::WgpuDevices;
-pub use renderer::WgpuRenderer;
+pub use renderer::{RenderedRoutine, WgpuRenderer, WgslSource};
 pub use runtime::WgpuRuntime;
 
 /// The name the backend reports in errors.
