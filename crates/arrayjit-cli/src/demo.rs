@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use arrayjit::runtime::CompileRequest;
 use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, InterpEnv, MemoryMode, MemoryType, Operand, Prec, Result, Tnode,
     UnOp,
@@ -93,7 +94,7 @@ pub fn run(backend_name: Option<&str>) -> Result<DemoReport> {
     let interpreter = (env.values(&y)?, env.values(&s)?[0]);
 
     let started = Instant::now();
-    let code = backend.compile("demo", &program, &[])?;
+    let code = backend.compile(CompileRequest::routine("demo", &program))?;
     let stream = backend.get_device(0)?.new_stream()?;
     let routine = arrayjit_runtime::Context::new(&stream).link(&code)?;
     let compile_ms = started.elapsed().as_secs_f64() * 1e3;

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 
 use crate::errors::{IntoPy, to_py};
 use crate::tensor::{PyTensor, hosted, hosted_node};
+use arrayjit_runtime::CompileRequest;
 
 /// A backend (Python: `arrayjit.Backend`).
 #[pyclass(name = "Backend", module = "arrayjit", frozen)]
@@ -144,7 +145,7 @@ fn compile_and_link(
 ) -> PyResult<Routine> {
     py.detach(|| {
         let stream = backend.get_device(device)?.new_stream()?;
-        let code = backend.compile(name, program, &[])?;
+        let code = backend.compile(CompileRequest::routine(name, program))?;
         Context::new(&stream).link(&code)
     })
     .py()

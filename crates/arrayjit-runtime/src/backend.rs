@@ -12,6 +12,7 @@ use arrayjit_backends::settings;
 
 use crate::array_entry::SharedArrays;
 use crate::code::Code;
+use crate::compile_request::{CompileRequest, RoutineSource};
 use crate::config::{RuntimeConfig, Strategy};
 use crate::registry;
 use crate::scheduler::SchedulerKind;
@@ -331,85 +332,54 @@ impl Backend {
             .unwrap_or_else(|e| e.into_inner()) = options;
     }
 
-    /// Optimizes and compiles one routine (in a fresh optimize context: see
-    /// [`Backend::compile_in`]).
-    pub fn compile(
-        &self,
-        name: &str,
-        assignments: &Assignments,
-        bindings: &[StaticSymbol],
-    ) -> Result<Code> {
-        self.compile_in(&OptimizeCtx::empty(), name, assignments, bindings)
-    }
-
-    /// Optimizes and compiles one routine in an optimize context (usually a context's,
-    /// [`crate::context::Context::optimize_ctx`]): virtual nodes that routines compiled earlier in it
-    /// computed are inlined here too, instead of failing for want of an array (see
-    /// [`OptimizeCtx`]).
-    pub fn compile_in(
-        &self,
-        ctx: &OptimizeCtx,
-        name: &str,
-        assignments: &Assignments,
-        bindings: &[StaticSymbol],
-    ) -> Result<Code> {
-        let mut codes = self.compile_batch_in(ctx, &[(name, assignments)], bindings)?;
-        Ok(codes.pop().expect("one routine in, one code out"))
-    }
-
-    /// Optimizes several routines and compiles them together (one compiler run). With the
-    /// schedule search on ([`Backend::schedule_search_enabled`]), each routine uses its stored
-    /// schedule choice, searched first where none is stored (see [`crate::search`]).
-    pub fn compile_batch(
-        &self,
-        routines: &[(&str, &Assignments)],
-        bindings: &[StaticSymbol],
-    ) -> Result<Vec<Code>> {
-        self.compile_batch_in(&OptimizeCtx::empty(), routines, bindings)
-    }
-
-    /// [`Backend::compile_batch_in`] over slots that may be empty (the reference's
-    /// `compile_batch` over optional routines): an empty slot gives an empty code, the others
-    /// compile together in one compiler run, in order.
-    pub fn compile_batch_slots(
-        &self,
-        ctx: &OptimizeCtx,
-        routines: &[Option<(&str, &Assignments)>],
-        bindings: &[StaticSymbol],
-    ) -> Result<Vec<Option<Code>>> {
-        let present: Vec<(&str, &Assignments)> = routines.iter().flatten().copied().collect();
-        let mut codes = if present.is_empty() {
+    /// The one way to compile: optimizes the request's routines for this backend's settings
+    /// (with the schedule search on, [`Backend::schedule_search_enabled`], each with its
+    /// stored schedule choice, searched first where none is stored: see [`crate::search`]) in
+    /// the request's optimize context, in order, then renders and compiles them together (one
+    /// compiler run). What comes back is typed by how the request was made
+    /// ([`CompileRequest::routine`]: a [`Code`]; [`CompileRequest::batch`] and
+    /// [`CompileRequest::optimized`]: a `Vec<Code>`; [`CompileRequest::slots`]: a
+    /// `Vec<Option<Code>>`). A request of only empty slots compiles nothing.
+    pub fn compile<Out>(&self, request: CompileRequest<'_, Out>) -> Result<Out> {
+        let fresh;
+        let ctx = match request.ctx {
+            Some(ctx) => ctx,
+            None => {
+                fresh = OptimizeCtx::empty();
+                &fresh
+            }
+        };
+        let optimized = request
+            .slots
+            .iter()
+            .flatten()
+            .map(|source| match source {
+                RoutineSource::Assignments(name, assignments) => {
+                    self.optimize_in(ctx, name, assignments, request.bindings)
+                }
+                RoutineSource::Optimized(o) => Ok(o.clone()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut codes = if optimized.is_empty() {
             Vec::new()
         } else {
-            self.compile_batch_in(ctx, &present, bindings)?
+            self.compile_optimized(&optimized)?
         }
         .into_iter();
-        Ok(routines
+        let slots = request
+            .slots
             .iter()
-            .map(|r| r.as_ref().and_then(|_| codes.next()))
-            .collect())
+            .map(|s| s.as_ref().and_then(|_| codes.next()))
+            .collect();
+        request.give(slots)
     }
 
-    /// [`Backend::compile_batch`] in an optimize context (see [`Backend::compile_in`]); the
-    /// routines are optimized in order, so later ones may inline what earlier ones compute.
-    pub fn compile_batch_in(
-        &self,
-        ctx: &OptimizeCtx,
-        routines: &[(&str, &Assignments)],
-        bindings: &[StaticSymbol],
-    ) -> Result<Vec<Code>> {
-        let optimized = routines
-            .iter()
-            .map(|&(name, a)| self.optimize_in(ctx, name, a, bindings))
-            .collect::<Result<Vec<_>>>()?;
-        self.compile_optimized(&optimized)
-    }
-
-    /// The first half of [`Backend::compile_in`]: optimizes one routine for this backend's
+    /// The first half of [`Backend::compile`]: optimizes one routine for this backend's
     /// settings (and, with the schedule search on, its stored or searched schedule choice)
     /// without rendering or compiling it. The result says which arrays the routine needs, so
     /// a context can make them ([`Context::prepare_link`](crate::context::Context::prepare_link))
-    /// while [`Backend::compile_optimized`] compiles it on another thread.
+    /// while [`Backend::compile`] of [`CompileRequest::optimized`] compiles it on another
+    /// thread.
     pub fn optimize_in(
         &self,
         ctx: &OptimizeCtx,
@@ -448,13 +418,10 @@ impl Backend {
         }
     }
 
-    /// The second half of [`Backend::compile_batch_in`]: renders and compiles routines that
+    /// The second half of [`Backend::compile`]: renders and compiles routines that
     /// [`Backend::optimize_in`] of this backend optimized, together (one compiler run), in
     /// order.
-    pub fn compile_optimized(
-        &self,
-        optimized: &[Arc<arrayjit_opt::Optimized>],
-    ) -> Result<Vec<Code>> {
+    fn compile_optimized(&self, optimized: &[Arc<arrayjit_opt::Optimized>]) -> Result<Vec<Code>> {
         self.check_available()?;
         // A precision the devices cannot compute in is an error before any compiler runs.
         let info = self.inner.lowered.device_info(0)?;

@@ -7,6 +7,7 @@ use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, Error, Operand, Projections, Result, ResultExt, Tnode, UnOp,
 };
 
+use crate::CompileRequest;
 use crate::backend::Backend;
 use crate::code::Code;
 use crate::context::Context;
@@ -77,7 +78,7 @@ impl DataParallel {
         let merge_codes = if batch.is_empty() {
             vec![]
         } else {
-            backend.compile_batch(&batch, &[])?
+            backend.compile(CompileRequest::batch(&batch))?
         };
         let mut shards = Vec::with_capacity(streams.len());
         for (i, stream) in streams.iter().enumerate() {

@@ -18,6 +18,7 @@
 mod array_entry;
 mod backend;
 mod code;
+mod compile_request;
 mod config;
 mod context;
 pub mod cpu_tune;
@@ -42,6 +43,7 @@ pub use backend::{
     initialize, initialize_with_config, is_initialized,
 };
 pub use code::Code;
+pub use compile_request::CompileRequest;
 pub use config::{
     DEFAULT_MAX_POOL_BYTES, MAX_POOL_BYTES_RANGE, MAX_POOL_ENV, MEMORY_LIMIT_ENV,
     QUEUE_CAPACITY_RANGE, RuntimeConfig, Strategy,

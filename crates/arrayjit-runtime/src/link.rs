@@ -197,7 +197,8 @@ impl PreparedLink {
     /// Links `code` into a child of the context the arrays were made in, with those arrays
     /// (the second half of [`Context::link`], with the same checks and errors). `code` must be
     /// the compiled form of the very routine given to [`Context::prepare_link`] (the same
-    /// [`Optimized`], as [`crate::Backend::compile_optimized`] returns it), else
+    /// [`Optimized`], compiled by [`crate::Backend::compile`] of a
+    /// [`crate::CompileRequest::optimized`]), else
     /// [`Error::PreparedLinkMismatch`]. A failed finish frees the arrays and changes no memory
     /// mode.
     pub fn finish(self, code: &Code) -> Result<Routine> {
@@ -263,7 +264,8 @@ impl Context {
     /// The first half of [`Context::link`], which needs only the optimized routine
     /// ([`crate::Backend::optimize_in`]): every check that does not need the compiled code,
     /// then the pools and new arrays of the link, filled from their host arrays. Run it while
-    /// the routine compiles ([`crate::Backend::compile_optimized`], e.g. on another thread)
+    /// the routine compiles ([`crate::Backend::compile`] of a
+    /// [`crate::CompileRequest::optimized`], e.g. on another thread)
     /// and [`PreparedLink::finish`] with the code: the arrays' allocation and filling (for a
     /// large model on a CPU device, mostly the system's first touch of the memory) then
     /// overlaps the compiler. Errors as [`Context::link`]'s; on error nothing is left behind.

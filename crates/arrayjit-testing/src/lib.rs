@@ -26,6 +26,7 @@ mod widened;
 use arrayjit_ir::{Error, InterpEnv, Prec, Result};
 use arrayjit_runtime::{Backend, Context};
 
+use arrayjit_runtime::CompileRequest;
 pub use attention::{attention_cases, attention_head_case};
 pub use case::Case;
 pub use cases::{matmul, scratch_locals};
@@ -81,7 +82,8 @@ fn mismatch(case: &str, backend: &str, detail: String) -> Error {
 pub fn check_case(case: &Case, backend: &Backend) -> Result<()> {
     // Reference first: the backend run writes results back to the host arrays.
     let (env, runs) = reference_runs(case)?;
-    let code = backend.compile(&case.name, &case.program, &case.bindings)?;
+    let code = backend
+        .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))?;
     check_compiled(case, backend, &code, &env, &runs)
 }
 

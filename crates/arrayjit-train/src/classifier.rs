@@ -8,6 +8,7 @@ use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, Error, MemoryMode, MemoryType, Operand, Prec, Projections,
     Result, StaticSymbol, UnOp,
 };
+use arrayjit_runtime::CompileRequest;
 use arrayjit_runtime::{Backend, Context, DataParallel, Routine};
 use arrayjit_tensor::datasets::Dataset;
 use arrayjit_tensor::{Init, Optimizer, Tensor, grad_program, losses, update_program};
@@ -197,12 +198,12 @@ fn data_parallel_codes(
         .clone()
         .then(add_into(&step_loss, loss.node(), BinOp::Arg2));
     let update_program = update_with_loss(update, epoch_loss, &step_loss);
-    let codes = backend.compile_batch(
-        &[
+    let codes = backend.compile(
+        CompileRequest::batch(&[
             ("shard_gradients", &grad_program),
             ("update", &update_program),
-        ],
-        std::slice::from_ref(batch),
+        ])
+        .bindings(std::slice::from_ref(batch)),
     )?;
     Ok((codes, summed))
 }
@@ -381,7 +382,8 @@ impl Classifier {
             ));
             let named: Vec<(&str, &Assignments)> =
                 programs.iter().map(|(n, p)| (n.as_str(), p)).collect();
-            let mut codes = backend.compile_batch(&named, std::slice::from_ref(&batch))?;
+            let mut codes = backend
+                .compile(CompileRequest::batch(&named).bindings(std::slice::from_ref(&batch)))?;
             let update_code = codes.pop().expect("the update was compiled");
             let device = backend.get_device(0)?;
             let mut context = Context::new(&device.new_stream()?);
@@ -404,7 +406,10 @@ impl Classifier {
                 loss.node(),
                 BinOp::Add,
             ));
-            let code = backend.compile("train_step", &program, std::slice::from_ref(&batch))?;
+            let code = backend.compile(
+                CompileRequest::routine("train_step", &program)
+                    .bindings(std::slice::from_ref(&batch)),
+            )?;
             let stream = backend.get_device(0)?.new_stream()?;
             Engine::Single(Context::new(&stream).link(&code)?)
         } else {
@@ -509,9 +514,10 @@ impl Classifier {
             MemoryMode::Hosted(MemoryType::Nonconstant),
             "train: predictions read on the host",
         )?;
-        let code =
-            self.backend
-                .compile("predict", &arrayjit_tensor::forward_program(&[&out]), &[])?;
+        let code = self.backend.compile(CompileRequest::routine(
+            "predict",
+            &arrayjit_tensor::forward_program(&[&out]),
+        ))?;
         let routine = self.context().link(&code)?;
         routine.run()?;
         out.values()

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use arrayjit_ir::{Assignments, Error, MemoryMode, MemoryType, Result, ResultExt, Tnode};
 use arrayjit_opt::OptimizeCtx;
+use arrayjit_runtime::CompileRequest;
 use arrayjit_runtime::{Backend, Code, Context, PreparedLink, Routine};
 use arrayjit_tensor::init::PendingDraws;
 use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};
@@ -433,7 +434,7 @@ impl GptTrainer {
             let preparing = std::thread::Builder::new()
                 .name("arrayjit draws".into())
                 .spawn_scoped(scope, prepare);
-            let code = backend.compile_optimized(std::slice::from_ref(&optimized));
+            let code = backend.compile(CompileRequest::optimized(std::slice::from_ref(&optimized)));
             let prepared = match preparing {
                 Ok(handle) => handle
                     .join()
@@ -524,7 +525,9 @@ impl GptTrainer {
             .spawn(move || {
                 for (name, program, sender) in work {
                     // A receiver gone (the trainer dropped) leaves nothing to send to.
-                    let _ = sender.send(backend.compile_in(&optimize_ctx, name, &program, &[]));
+                    let _ = sender.send(backend.compile(
+                        CompileRequest::routine(name, &program).in_context(&optimize_ctx),
+                    ));
                 }
             });
         let Ok(handle) = started else {
@@ -550,9 +553,9 @@ impl GptTrainer {
         let first_use = || format!("building {} on first use", lazy.name);
         let code = match lazy.code_ahead() {
             Some(code) => code,
-            None => self
-                .backend
-                .compile_in(&self.optimize_ctx, lazy.name, &lazy.program, &[]),
+            None => self.backend.compile(
+                CompileRequest::routine(lazy.name, &lazy.program).in_context(&self.optimize_ctx),
+            ),
         }
         .context(first_use)?;
         let routine = self.train_step.context().link(&code).context(first_use)?;

@@ -9,7 +9,9 @@ use arrayjit::prelude::*;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn empty_routine(b: &Backend) -> Routine {
-    let code = b.compile("empty", &Assignments::Noop, &[]).unwrap();
+    let code = b
+        .compile(CompileRequest::routine("empty", &Assignments::Noop))
+        .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     Context::new(&stream).link(&code).unwrap()
 }
@@ -19,14 +21,13 @@ fn tiny_routine(b: &Backend) -> Routine {
     x.update_memory_mode(MemoryMode::OnDevice(Sharing::PerStream), "bench")
         .unwrap();
     let code = b
-        .compile(
+        .compile(CompileRequest::routine(
             "tiny",
             &Assignments::Fetch {
                 array: x,
                 op: FetchOp::Constant(1.0),
             },
-            &[],
-        )
+        ))
         .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     Context::new(&stream).link(&code).unwrap()

@@ -9,6 +9,7 @@
 
 use std::time::Instant;
 
+use arrayjit::runtime::CompileRequest;
 use arrayjit::runtime::Context;
 use arrayjit_ir::{AttentionLayout, EinsumGuard, Error, MemoryMode, MemoryType, Prec, Result};
 use arrayjit_tensor::{AttentionOptions, Init, Tensor, grad_program};
@@ -84,7 +85,7 @@ fn main() -> Result<()> {
     )?;
     let program = grad_program(&loss)?.program;
     let started = Instant::now();
-    let code = backend.compile("attention", &program, &[])?;
+    let code = backend.compile(CompileRequest::routine("attention", &program))?;
     let stream = backend.get_device(0)?.new_stream()?;
     let routine = Context::new(&stream).link(&code)?;
     let build = started.elapsed().as_secs_f64();

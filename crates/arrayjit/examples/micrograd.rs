@@ -3,6 +3,7 @@
 //! 138.8338 and 645.5773, which can be checked by hand.
 //! Run: `cargo run --release --example micrograd`.
 
+use arrayjit::runtime::CompileRequest;
 use arrayjit_ir::{InterpEnv, Prec, Result};
 use arrayjit_tensor::{Init, Tensor, grad_program};
 
@@ -51,7 +52,7 @@ pub fn run(backend: Option<&str>) -> Result<(f64, f64, f64)> {
                 )?;
             }
             let backend = arrayjit_runtime::backend(name)?;
-            let code = backend.compile("micrograd", &program.program, &[])?;
+            let code = backend.compile(CompileRequest::routine("micrograd", &program.program))?;
             let stream = backend.get_device(0)?.new_stream()?;
             let routine = arrayjit_runtime::Context::new(&stream).link(&code)?;
             routine.run()?;

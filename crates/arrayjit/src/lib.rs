@@ -39,7 +39,7 @@
 //! loss.node().update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "printed")?;
 //!
 //! let backend = arrayjit::default_backend()?;             // ARRAYJIT_BACKEND, else sync_cc
-//! let code = backend.compile("step", &program.program, &[])?;
+//! let code = backend.compile(CompileRequest::routine("step", &program.program))?;
 //! let stream = backend.get_device(0)?.new_stream()?;
 //! let routine = Context::new(&stream).link(&code)?;
 //! routine.run()?;
@@ -92,7 +92,10 @@
 //! let y = Tnode::new(Prec::F32, &[4], &["y"])?;
 //! y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "result")?;
 //! let backend = arrayjit::backend("multicore_cc")?;      // one worker thread per stream
-//! let code = backend.compile("relu", &Assignments::pointwise_unop(&y, UnOp::Relu, &x), &[])?;
+//! let code = backend.compile(CompileRequest::routine(
+//!     "relu",
+//!     &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
+//! ))?;
 //! let device = backend.get_device(0)?;
 //! let (s1, s2) = (device.new_stream()?, device.new_stream()?);
 //! let r1 = Context::new(&s1).link(&code)?;
@@ -160,5 +163,5 @@ pub mod prelude {
         AccumRhs, Assignments, AxisIndex, BinOp, FetchOp, MemoryMode, MemoryType, Ndarray, Operand,
         Prec, Projections, ResultExt, Sharing, StaticSymbol, TernOp, Tnode, UnOp,
     };
-    pub use arrayjit_runtime::{Backend, Context, MergeBufferUse, Routine, Stream};
+    pub use arrayjit_runtime::{Backend, CompileRequest, Context, MergeBufferUse, Routine, Stream};
 }

@@ -4,6 +4,7 @@
 //! has it) f64.
 
 use arrayjit::ir::{MemoryMode, MemoryType, Prec};
+use arrayjit::runtime::CompileRequest;
 use arrayjit::runtime::Context;
 use arrayjit::tensor::{Tensor, forward_program};
 
@@ -93,7 +94,7 @@ fn activations_match_independent_values_on_every_backend() {
                     .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")
                     .unwrap();
                 let code = backend
-                    .compile(label, &forward_program(&[&y]), &[])
+                    .compile(CompileRequest::routine(label, &forward_program(&[&y])))
                     .unwrap();
                 let stream = backend.get_device(0).unwrap().new_stream().unwrap();
                 Context::new(&stream).link(&code).unwrap().run().unwrap();

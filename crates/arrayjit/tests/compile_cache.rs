@@ -30,7 +30,10 @@ fn run_unop(b: &Backend, name: &str, op: UnOp) -> Result<Vec<f64>, Error> {
     x.host().set_values(&[0.0, 1.0, 2.0, 3.0])?;
     let y = Tnode::new(Prec::F32, &[4], &["y"])?;
     y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test")?;
-    let code = b.compile(name, &Assignments::pointwise_unop(&y, op, &x), &[])?;
+    let code = b.compile(CompileRequest::routine(
+        name,
+        &Assignments::pointwise_unop(&y, op, &x),
+    ))?;
     let stream = b.get_device(0)?.new_stream()?;
     let r = Context::new(&stream).link(&code)?;
     r.run()?;
@@ -285,7 +288,7 @@ fn item18_kernel_symbols_are_unique_by_construction() {
         .collect();
     let names = ["x", "x", "x_1", "relu_f32"];
     let batch: Vec<(&str, &Assignments)> = names.iter().copied().zip(progs.iter()).collect();
-    let codes = b.compile_batch(&batch, &[]).unwrap();
+    let codes = b.compile(CompileRequest::batch(&batch)).unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let mut ctx = Context::new(&stream);
     for code in &codes {
@@ -354,7 +357,9 @@ fn item20_a_unit_shared_by_libraries_is_compiled_once_and_damaged_objects_are_no
     let product = |name: &str| -> Vec<f64> {
         let b = cc_backend(config_in(dir.path()));
         let (case, _, _, c) = arrayjit_testing::matmul(n).unwrap();
-        let code = b.compile(name, &case.program, &[]).unwrap();
+        let code = b
+            .compile(CompileRequest::routine(name, &case.program))
+            .unwrap();
         let stream = b.get_device(0).unwrap().new_stream().unwrap();
         let r = Context::new(&stream).link(&code).unwrap();
         r.run().unwrap();

@@ -30,7 +30,9 @@ fn product(m: usize, k: usize, n: usize) -> (Assignments, Tnode, Vec<f64>) {
 /// The blocking of the routine's blocked product, and its values after one run.
 fn run_product(b: &Backend, m: usize, k: usize, n: usize) -> Blocking {
     let (program, c, expected) = product(m, k, n);
-    let code = b.compile("product", &program, &[]).unwrap();
+    let code = b
+        .compile(CompileRequest::routine("product", &program))
+        .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     routine.run().unwrap();

@@ -38,7 +38,9 @@ fn the_128_tiles_compute_the_product() {
         true,
     )
     .unwrap();
-    let code = backend.compile("tiles_128", &program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("tiles_128", &program))
+        .unwrap();
     let tiles = code.optimized().schedules.iter().any(|s| {
         matches!(&s.kind, arrayjit::opt::schedule::ScheduleKind::Gpu(
             arrayjit::opt::schedule::GpuPass::Tiles { layout, .. }) if layout.tile == 128)

@@ -157,14 +157,16 @@ fn single_device(steps: usize) -> Vec<f64> {
     let g1 = device_grad(&[FEATURES, HIDDEN], "g1_ref");
     let g2 = device_grad(&[HIDDEN], "g2_ref");
     let grad = b
-        .compile(
+        .compile(CompileRequest::routine(
             "grad_full",
             &gradients(&xs, &ys, &w1, &w2, &g1, &g2, SHARDS * ROWS),
-            &[],
-        )
+        ))
         .unwrap();
     let upd = b
-        .compile("update_full", &update([&w1, &w2], [&g1, &g2], &lr), &[])
+        .compile(CompileRequest::routine(
+            "update_full",
+            &update([&w1, &w2], [&g1, &g2], &lr),
+        ))
         .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let rg = Context::new(&stream).link(&grad).unwrap();
@@ -229,10 +231,16 @@ fn data_parallel(
     });
     let grad_program = slices.then(gradients(&xs, &ys, &w1, &w2, &g1, &g2, ROWS));
     let grad = b
-        .compile("grad_shard", &grad_program, std::slice::from_ref(&shard))
+        .compile(
+            CompileRequest::routine("grad_shard", &grad_program)
+                .bindings(std::slice::from_ref(&shard)),
+        )
         .unwrap();
     let upd = b
-        .compile("update", &update([&w1, &w2], [&g1, &g2], &lr), &[])
+        .compile(CompileRequest::routine(
+            "update",
+            &update([&w1, &w2], [&g1, &g2], &lr),
+        ))
         .unwrap();
     let streams: Vec<Stream> = (0..SHARDS)
         .map(|i| b.get_device(i % 2).unwrap().new_stream().unwrap())
@@ -319,7 +327,10 @@ fn gradients_must_be_computed_by_the_gradient_routine() {
     let y = device_grad(&[2], "y");
     let not_grad = device_grad(&[2], "not_grad");
     let code = b
-        .compile("g", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "g",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+        ))
         .unwrap();
     let streams = vec![b.get_device(0).unwrap().new_stream().unwrap()];
     let err = DataParallel::new(&b, &streams, &code, &code, &[not_grad], &[])

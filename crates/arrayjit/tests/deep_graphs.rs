@@ -36,7 +36,7 @@ fn item04_deep_chain_compiles_and_runs_correctly() {
             .update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
             .unwrap();
         let code = backend
-            .compile("deep", &forward_program(&[&t]), &[])
+            .compile(CompileRequest::routine("deep", &forward_program(&[&t])))
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let routine = Context::new(&stream).link(&code).unwrap();

@@ -1,6 +1,7 @@
 //! The shared differential corpus, run on every available backend and compared with the
 //! interpreter; plus the 256×256 matmul checked against a hand-computed reference.
 
+use arrayjit::runtime::CompileRequest;
 use arrayjit::runtime::Context;
 use arrayjit_testing::{all_cases, check_case, matmul};
 
@@ -111,7 +112,9 @@ fn matmul_256_matches_interpreter_and_hand_computed_reference() {
     // Against the hand-computed reference.
     assert_eq!(c.host().get_values().unwrap(), expected);
     // And once more from a fresh context, to see the linked routine is reusable.
-    let code = backend.compile("matmul_again", &case.program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("matmul_again", &case.program))
+        .unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     routine.run().unwrap();
@@ -128,7 +131,7 @@ fn contraction_cases_are_scheduled_as_blocked_products() {
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::contraction_cases().unwrap() {
         let code = backend
-            .compile(&case.name, &case.program, &case.bindings)
+            .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))
             .unwrap();
         let opt = code.optimized();
         let blocked = opt
@@ -196,7 +199,7 @@ fn widened_cases_run_on_the_widening_helper() {
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::widened_cases().unwrap() {
         let code = backend
-            .compile(&case.name, &case.program, &case.bindings)
+            .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))
             .unwrap();
         let opt = code.optimized();
         let widened: Vec<_> = opt
@@ -239,7 +242,7 @@ fn attention_cases_run_on_the_blocked_helper() {
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::attention_cases().unwrap() {
         let code = backend
-            .compile(&case.name, &case.program, &case.bindings)
+            .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))
             .unwrap();
         let opt = code.optimized();
         let helper = opt
@@ -277,7 +280,7 @@ fn guarded_cases_are_scheduled_as_guarded_products() {
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::guarded_cases().unwrap() {
         let code = backend
-            .compile(&case.name, &case.program, &case.bindings)
+            .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))
             .unwrap();
         let opt = code.optimized();
         let guards: Vec<_> = opt
@@ -310,7 +313,7 @@ fn guarded_cases_are_scheduled_as_guarded_products() {
     };
     for case in arrayjit_testing::guarded_cases().unwrap() {
         let code = gpu
-            .compile(&case.name, &case.program, &case.bindings)
+            .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))
             .unwrap();
         let opt = code.optimized();
         let tiled = opt
@@ -337,7 +340,7 @@ fn fusion_cases_fuse_exactly_the_row_wise_passes() {
     let backend = arrayjit::backend("sync_cc").unwrap();
     for case in arrayjit_testing::fusion_cases().unwrap() {
         let code = backend
-            .compile(&case.name, &case.program, &case.bindings)
+            .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))
             .unwrap();
         let opt = code.optimized();
         let fused: Vec<&Vec<_>> = opt
@@ -423,7 +426,9 @@ fn attention_cases_run_as_gpu_passes() {
         .unwrap();
         let cases = arrayjit_testing::attention_cases().unwrap();
         for case in cases.into_iter().chain([heads]) {
-            let code = match backend.compile(&case.name, &case.program, &case.bindings) {
+            let code = match backend.compile(
+                CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings),
+            ) {
                 Ok(code) => code,
                 Err(arrayjit::Error::UnsupportedPrecision { prec, .. }) if !info.supports(prec) => {
                     continue;
@@ -494,7 +499,7 @@ fn attention_with_separate_key_gradients_agrees_on_cuda_emu() {
         }
         assert_eq!(changed, 1, "{}", opt.schedule_report());
         let code = backend
-            .compile_optimized(&[std::sync::Arc::new(separate)])
+            .compile(CompileRequest::optimized(&[std::sync::Arc::new(separate)]))
             .unwrap()
             .remove(0);
         arrayjit_testing::check_case_code(&case, &backend, &code)
@@ -520,7 +525,7 @@ fn guarded_loops_are_split_where_their_guard_changes() {
             continue;
         }
         let code = backend
-            .compile(&case.name, &case.program, &case.bindings)
+            .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))
             .unwrap();
         assert!(
             code.source().contains("aj_split"),

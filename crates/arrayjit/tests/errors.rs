@@ -51,7 +51,10 @@ fn missing_backends_have_no_devices_and_explain_themselves() {
         let x = hosted_input(&[2], "x");
         let y = hosted_output(&[2], "y");
         let err = b
-            .compile("r", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .compile(CompileRequest::routine(
+                "r",
+                &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+            ))
             .unwrap_err();
         assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
     }
@@ -115,11 +118,10 @@ fn linking_code_that_needs_a_node_the_context_lacks() {
         .unwrap();
     let y = hosted_output(&[3], "y");
     let code = b
-        .compile(
+        .compile(CompileRequest::routine(
             "reads_hidden",
             &Assignments::pointwise_unop(&y, UnOp::Relu, &hidden),
-            &[],
-        )
+        ))
         .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let ctx = Context::new(&stream);
@@ -133,11 +135,10 @@ fn linking_code_that_needs_a_node_the_context_lacks() {
     // Linking the producer first makes it work: the child context holds the node.
     let x = hosted_input(&[3], "x");
     let producer = b
-        .compile(
+        .compile(CompileRequest::routine(
             "make_hidden",
             &Assignments::pointwise_unop(&hidden, UnOp::Neg, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let r1 = ctx.link(&producer).unwrap();
     let r2 = r1.context().link(&code).unwrap();
@@ -222,7 +223,7 @@ fn bad_shapes_in_assignments_are_typed_errors() {
     };
     let err = arrayjit::backend("sync_cc")
         .unwrap()
-        .compile("shifted", &prog, &[])
+        .compile(CompileRequest::routine("shifted", &prog))
         .unwrap_err();
     // The shifted read takes x at 1..=3; x allows 0..=2.
     assert!(
@@ -252,7 +253,7 @@ fn static_indices_are_checked() {
         },
     };
     let code = b
-        .compile("slice", &prog, std::slice::from_ref(&batch))
+        .compile(CompileRequest::routine("slice", &prog).bindings(std::slice::from_ref(&batch)))
         .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
@@ -287,11 +288,10 @@ fn compile_failure_reports_stderr_and_keeps_the_source() {
     let x = hosted_input(&[2], "x");
     let y = hosted_output(&[2], "y");
     let err = b
-        .compile(
+        .compile(CompileRequest::routine(
             "doomed",
             &Assignments::pointwise_unop(&y, UnOp::Exp, &x),
-            &[],
-        )
+        ))
         .unwrap_err();
     let Error::CompileFailed(failure) = &err else {
         panic!("expected CompileFailed, got {err}")
@@ -332,11 +332,10 @@ fn cache_hits_skip_the_compiler_and_build_files_are_kept() {
         let x = hosted_input(&[4], "x");
         let y = hosted_output(&[4], "y");
         let code = b
-            .compile(
+            .compile(CompileRequest::routine(
                 "cached",
                 &Assignments::pointwise_unop(&y, UnOp::Sqrt, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let stream = b.get_device(0).unwrap().new_stream().unwrap();
         let r = Context::new(&stream).link(&code).unwrap();
@@ -381,7 +380,9 @@ fn labels_with_c_metacharacters_compile_and_run() {
         "*/ #error injected /*".into(),
         Box::new(Assignments::pointwise_unop(&y, UnOp::Neg, &x)),
     );
-    let code = b.compile("routine\"; #error", &prog, &[]).unwrap();
+    let code = b
+        .compile(CompileRequest::routine("routine\"; #error", &prog))
+        .unwrap();
     assert!(
         !code.source().contains("#error") && !code.source().contains("#define"),
         "{}",
@@ -410,13 +411,14 @@ fn merge_buffer_reads_need_a_copy_first() {
     };
     let touch = hosted_output(&[3], "touch");
     let producer = b
-        .compile(
+        .compile(CompileRequest::routine(
             "produce",
             &Assignments::pointwise_unop(&touch, UnOp::Identity, &grad),
-            &[],
-        )
+        ))
         .unwrap();
-    let consumer = b.compile("merge_add", &add_merge, &[]).unwrap();
+    let consumer = b
+        .compile(CompileRequest::routine("merge_add", &add_merge))
+        .unwrap();
     let src = Context::new(&s1).link(&producer).unwrap();
     let dst = Context::new(&s2).link(&consumer).unwrap();
     let err = dst.run().unwrap_err();
@@ -437,7 +439,10 @@ fn used_memory_counts_context_arrays() {
     let x = hosted_input(&[1000], "x");
     let y = hosted_output(&[1000], "y");
     let code = b
-        .compile("mem", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "mem",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+        ))
         .unwrap();
     let stream = dev.new_stream().unwrap();
     let r = Context::new(&stream).link(&code).unwrap();
@@ -460,7 +465,7 @@ fn compile_batch_puts_routines_in_one_library() {
     let p1 = Assignments::pointwise_binop(&double, BinOp::Add, &x, &x);
     let p2 = Assignments::pointwise_binop(&square, BinOp::Mul, &x, &x);
     let codes = b
-        .compile_batch(&[("double", &p1), ("square", &p2)], &[])
+        .compile(CompileRequest::batch(&[("double", &p1), ("square", &p2)]))
         .unwrap();
     assert_eq!(codes.len(), 2);
     assert_eq!(codes[0].source(), codes[1].source());
@@ -491,7 +496,10 @@ fn host_writes_reach_the_device_with_from_host() {
     let x = hosted_input(&[3], "x");
     let y = hosted_output(&[3], "y");
     let code = b
-        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "neg",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+        ))
         .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let r = Context::new(&stream).link(&code).unwrap();
@@ -518,8 +526,11 @@ fn the_compile_cache_is_trimmed_to_its_size_limit() {
     let compile = |op: UnOp| {
         let x = hosted_input(&[4], "x");
         let y = hosted_output(&[4], "y");
-        b.compile("trim", &Assignments::pointwise_unop(&y, op, &x), &[])
-            .unwrap();
+        b.compile(CompileRequest::routine(
+            "trim",
+            &Assignments::pointwise_unop(&y, op, &x),
+        ))
+        .unwrap();
     };
     compile(UnOp::Neg);
     compile(UnOp::Exp);
@@ -543,11 +554,10 @@ fn an_unusable_cache_folder_means_compiling_without_the_cache() {
     let x = hosted_input(&[3], "x");
     let y = hosted_output(&[3], "y");
     let code = b
-        .compile(
+        .compile(CompileRequest::routine(
             "no_cache",
             &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let r = Context::new(&stream).link(&code).unwrap();
@@ -620,7 +630,7 @@ fn guards_that_cannot_hold_are_typed_errors() {
     let mut stray = p(&[]).unwrap();
     stray.guards.push(AxisIndex::Iterator(Symbol::fresh()));
     let err = backend
-        .compile("stray", &guarded(&y, &x, stray), &[])
+        .compile(CompileRequest::routine("stray", &guarded(&y, &x, stray)))
         .unwrap_err();
     assert!(
         matches!(err, Error::ShapeMismatch { .. })
@@ -634,16 +644,22 @@ fn guards_that_cannot_hold_are_typed_errors() {
     let start = arrayjit::ir::StaticSymbol::new("start", 2);
     let unbound = p(&[EinsumGuard::at_most('j', 'i', 0).plus_static(1, &start)]).unwrap();
     let err = backend
-        .compile("unbound", &guarded(&y, &x, unbound.clone()), &[])
+        .compile(CompileRequest::routine(
+            "unbound",
+            &guarded(&y, &x, unbound.clone()),
+        ))
         .unwrap_err();
     assert!(err.to_string().contains("bindings"), "{err}");
     backend
-        .compile("bound", &guarded(&y, &x, unbound), &[start])
+        .compile(CompileRequest::routine("bound", &guarded(&y, &x, unbound)).bindings(&[start]))
         .unwrap();
     let counts = Tnode::new(Prec::U8, &[3], &["counts"]).unwrap();
     let lower = p(&[EinsumGuard::at_most('j', 'i', 0)]).unwrap();
     let err = backend
-        .compile("integer", &guarded(&counts, &x, lower), &[])
+        .compile(CompileRequest::routine(
+            "integer",
+            &guarded(&counts, &x, lower),
+        ))
         .unwrap_err();
     assert!(
         matches!(err, Error::BadValue { .. }) && err.to_string().contains("float"),

@@ -78,11 +78,10 @@ fn item08_failures_propagate_across_streams_through_events() {
     let x = hosted_input(&[3], "x", &[1.0, -2.0, 3.0]);
     let y = hosted_output(&[3], "y");
     let code = b
-        .compile(
+        .compile(CompileRequest::routine(
             "produce",
             &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let ra = Context::new(&a).link(&code).unwrap();
     ra.run().unwrap();
@@ -171,11 +170,10 @@ fn item09_results_of_failed_work_are_errors_until_recomputed() {
     let x = hosted_input(&[3], "x", &[1.0, -2.0, 3.0]);
     let y = hosted_output(&[3], "y");
     let code = b
-        .compile(
+        .compile(CompileRequest::routine(
             "relu",
             &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let r = Context::new(&s).link(&code).unwrap();
     r.run().unwrap();
@@ -216,18 +214,16 @@ fn item10_a_writer_waits_for_pending_readers_on_other_streams() {
         .unwrap();
     let out = hosted_output(&[4], "out");
     let write = b
-        .compile(
+        .compile(CompileRequest::routine(
             "write",
             &Assignments::pointwise_unop(&shared, UnOp::Neg, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let read = b
-        .compile(
+        .compile(CompileRequest::routine(
             "read",
             &Assignments::pointwise_unop(&out, UnOp::Identity, &shared),
-            &[],
-        )
+        ))
         .unwrap();
     let writer = Context::new(&sa).link(&write).unwrap();
     let reader = Context::new(&sb).link(&read).unwrap();
@@ -264,7 +260,10 @@ fn item11_to_host_reads_the_copy_asked_for() {
     let x = hosted_input(&[2], "x", &[1.0, 2.0]);
     let y = hosted_output(&[2], "y");
     let code = b
-        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "neg",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+        ))
         .unwrap();
     let ra = Context::new(&sa).link(&code).unwrap();
     let rb = Context::new(&sb).link(&code).unwrap();

@@ -3,6 +3,7 @@
 //! the valid ids around it read their rows.
 
 use arrayjit::ir::{Assignments, Error, FetchOp, InterpEnv, MemoryMode, MemoryType, Prec, Tnode};
+use arrayjit::runtime::CompileRequest;
 use arrayjit::runtime::Context;
 
 /// `out = take(table, ids)` where `ids = raw + 0` is computed in the routine (so no entry
@@ -58,7 +59,9 @@ fn the_interpreter_reports_an_out_of_range_id() {
 fn compiled_backends_read_nan_for_out_of_range_ids() {
     for backend in arrayjit_testing::all_backends_under_test().unwrap() {
         let (program, out) = program();
-        let code = backend.compile("bad_ids", &program, &[]).unwrap();
+        let code = backend
+            .compile(CompileRequest::routine("bad_ids", &program))
+            .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();

@@ -5,6 +5,7 @@
 use arrayjit::gpt::{GptPrograms, TrainerConfig};
 use arrayjit::opt::optimize::{OptimizeCtx, OptimizeSettings, optimize_in};
 use arrayjit::opt::schedule::gpu::{DeviceModel, GpuPlan};
+use arrayjit::runtime::CompileRequest;
 
 fn gpt_plans(device: &DeviceModel, batch: usize) -> Vec<GpuPlan> {
     let mut plans = gpt_plans_with(device, batch, arrayjit::tensor::nn::AttentionKind::Fused);
@@ -163,7 +164,9 @@ fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
                 Err(e) => failures.push(format!("{} / {}: {e}", b.name(), case.name)),
             }
             let code = b
-                .compile(&case.name, &case.program, &case.bindings)
+                .compile(
+                    CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings),
+                )
                 .unwrap();
             for s in &code.optimized().schedules {
                 match &s.kind {

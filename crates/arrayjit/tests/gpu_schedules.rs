@@ -9,6 +9,7 @@ use arrayjit::codegen::wgsl::{WgslTarget, render_wgsl};
 use arrayjit::ir::Error;
 use arrayjit::opt::schedule::{GpuLimits, GpuPass, ScheduleKind};
 use arrayjit::opt::{OptimizeSettings, optimize};
+use arrayjit::runtime::CompileRequest;
 use arrayjit_testing::{all_cases, check_case, long_product, matmul};
 
 /// The GPU passes of the matmul case's routine on a device of `limits`.
@@ -224,7 +225,9 @@ fn corpus_with_small_groups_on(name: &str) {
                 Err(e) => failures.push(format!("{} / {}: {e}", b.name(), case.name)),
             }
             let code = b
-                .compile(&case.name, &case.program, &case.bindings)
+                .compile(
+                    CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings),
+                )
                 .unwrap();
             reductions += code
                 .optimized()
@@ -247,7 +250,9 @@ fn corpus_with_small_groups_on(name: &str) {
         if let Err(e) = check_case(&case, &b) {
             failures.push(format!("{} / 16-tiles: {e}", b.name()));
         }
-        let code = b.compile("mm64", &case.program, &[]).unwrap();
+        let code = b
+            .compile(CompileRequest::routine("mm64", &case.program))
+            .unwrap();
         assert!(
             code.optimized()
                 .schedules
@@ -449,7 +454,9 @@ fn settings_from_the_defaults_keep_the_devices_gpu_limits() {
         assert!(now.pool_alignment >= required, "{}", b.name());
         let (case, ..) = matmul(64).unwrap();
         check_case(&case, &b).unwrap_or_else(|e| panic!("{}: {e}", b.name()));
-        let code = b.compile("mm64", &case.program, &[]).unwrap();
+        let code = b
+            .compile(CompileRequest::routine("mm64", &case.program))
+            .unwrap();
         assert!(
             code.optimized()
                 .schedules

@@ -70,7 +70,9 @@ fn run(
         std::slice::from_ref(guard),
     )
     .unwrap();
-    let code = backend.compile("guarded", &program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("guarded", &program))
+        .unwrap();
     let blocking = code
         .optimized()
         .schedules

@@ -45,7 +45,7 @@ fn a_parameter_becomes_its_array_and_the_host_gets_its_values_back() {
         let device = b.get_device(0).unwrap();
         let before = device.used_memory();
         let routine = Context::new(&device.new_stream().unwrap())
-            .link(&b.compile("update", &prog, &[]).unwrap())
+            .link(&b.compile(CompileRequest::routine("update", &prog)).unwrap())
             .unwrap();
         if hands_over(&b) {
             handing += 1;
@@ -106,14 +106,14 @@ fn host_writes_and_other_streams_see_the_latest_values() {
         let (prog, _, w, y) = update_program();
         let device = b.get_device(0).unwrap();
         let routine = Context::new(&device.new_stream().unwrap())
-            .link(&b.compile("update", &prog, &[]).unwrap())
+            .link(&b.compile(CompileRequest::routine("update", &prog)).unwrap())
             .unwrap();
         // Before anything ran: another stream's routine reading `w` gets the host's values
         // (its new array is filled from the host array, made again from the first array).
         let z = hosted_output(&[4], "z");
         let read = Assignments::pointwise_binop(&z, BinOp::Add, &w, &w);
         let other = Context::new(&device.new_stream().unwrap())
-            .link(&b.compile("read", &read, &[]).unwrap())
+            .link(&b.compile(CompileRequest::routine("read", &read)).unwrap())
             .unwrap();
         assert!(
             !w.host().is_on_device(),
@@ -163,7 +163,7 @@ fn the_values_outlive_the_routine_until_the_host_reads_them() {
         let device = b.get_device(0).unwrap();
         let before = device.used_memory();
         let routine = Context::new(&device.new_stream().unwrap())
-            .link(&b.compile("update", &prog, &[]).unwrap())
+            .link(&b.compile(CompileRequest::routine("update", &prog)).unwrap())
             .unwrap();
         routine.run().unwrap();
         drop(routine);
@@ -192,7 +192,7 @@ fn a_zero_filled_host_array_is_handed_over_too() {
         let x = hosted_input(&[4], "x", &[1.0, 2.0, 3.0, 4.0]);
         let prog = Assignments::pointwise_binop(&m, BinOp::Add, &m, &x);
         let routine = Context::new(&b.get_device(0).unwrap().new_stream().unwrap())
-            .link(&b.compile("moment", &prog, &[]).unwrap())
+            .link(&b.compile(CompileRequest::routine("moment", &prog)).unwrap())
             .unwrap();
         assert_eq!(m.host().is_on_device(), hands_over(&b), "{name}");
         // Read before any run: the zeros it was handed over with.
@@ -231,7 +231,11 @@ fn an_abandoned_or_failed_link_gives_the_host_array_back() {
         assert_eq!(device.used_memory(), before, "{name}: memory kept");
         // Failed: finished with the code of another optimization.
         let again = b.optimize_in(&ctx, "update", &prog, &[]).unwrap();
-        let other = b.compile_optimized(&[again]).unwrap().pop().unwrap();
+        let other = b
+            .compile(CompileRequest::optimized(&[again]))
+            .unwrap()
+            .pop()
+            .unwrap();
         let prepared = context.prepare_link(&optimized).unwrap();
         assert!(prepared.finish(&other).is_err(), "{name}");
         assert!(!w.host().is_on_device(), "{name}: not given back");
@@ -242,7 +246,11 @@ fn an_abandoned_or_failed_link_gives_the_host_array_back() {
         );
         assert_eq!(device.used_memory(), before, "{name}: memory kept");
         // The host array, given back, is handed over again by a link that completes.
-        let code = b.compile_optimized(&[optimized]).unwrap().pop().unwrap();
+        let code = b
+            .compile(CompileRequest::optimized(&[optimized]))
+            .unwrap()
+            .pop()
+            .unwrap();
         let routine = context.link(&code).unwrap();
         assert_eq!(w.host().is_on_device(), hands_over(&b), "{name}");
         routine.run().unwrap();
@@ -268,7 +276,11 @@ fn without_host_memory_in_place_arrays_are_copied() {
     assert!(!hands_over(&copying));
     let (prog, _, w, y) = update_program();
     let routine = Context::new(&copying.get_device(0).unwrap().new_stream().unwrap())
-        .link(&copying.compile("update", &prog, &[]).unwrap())
+        .link(
+            &copying
+                .compile(CompileRequest::routine("update", &prog))
+                .unwrap(),
+        )
         .unwrap();
     assert!(!w.host().is_on_device());
     assert!(w.host().with(|_| ()).is_some());
@@ -283,11 +295,10 @@ fn host_reads_on_another_thread_see_whole_states_while_links_hand_arrays_over() 
         let w = parameter("w", &[10.0, 20.0, 30.0, 40.0]);
         let x = hosted_input(&[4], "x", &[1.0, 2.0, 3.0, 4.0]);
         let code = b
-            .compile(
+            .compile(CompileRequest::routine(
                 "update",
                 &Assignments::pointwise_binop(&w, BinOp::Add, &w, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let device = b.get_device(0).unwrap();
         let runs = 20;

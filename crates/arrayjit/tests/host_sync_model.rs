@@ -102,7 +102,7 @@ proptest! {
         one.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: constant").unwrap();
         let prog = Assignments::pointwise_binop(&v, BinOp::Add, &v, &v)
             .then(Assignments::pointwise_binop(&v, BinOp::Add, &v, &one));
-        let code = b.compile("step", &prog, &[]).unwrap();
+        let code = b.compile(CompileRequest::routine("step", &prog)).unwrap();
         let (d0, d1) = (b.get_device(0).unwrap(), b.get_device(1).unwrap());
         let streams = [d0.new_stream().unwrap(), d0.new_stream().unwrap(), d1.new_stream().unwrap()];
         let routines: Vec<Routine> = streams

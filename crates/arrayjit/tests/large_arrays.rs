@@ -11,6 +11,7 @@ use arrayjit::ir::{MemoryMode, MemoryType, Prec};
 use std::sync::Arc;
 
 use arrayjit::backends::cc::{self, CcConfig};
+use arrayjit::runtime::CompileRequest;
 use arrayjit::runtime::{Backend, Context};
 use arrayjit::tensor::{Tensor, forward_program};
 
@@ -34,7 +35,7 @@ fn hosted(t: &Tensor) {
 
 fn run(backend: &Backend, name: &str, outputs: &[&Tensor]) {
     let code = backend
-        .compile(name, &forward_program(outputs), &[])
+        .compile(CompileRequest::routine(name, &forward_program(outputs)))
         .unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     Context::new(&stream).link(&code).unwrap().run().unwrap();
@@ -213,7 +214,7 @@ fn wgpu_refuses_arrays_and_loops_past_32_bit_positions() {
         for (name, t) in [("too_long", &y), ("too_many_steps", &total)] {
             hosted(t);
             let err = backend
-                .compile(name, &forward_program(&[t]), &[])
+                .compile(CompileRequest::routine(name, &forward_program(&[t])))
                 .unwrap_err();
             assert!(
                 matches!(
@@ -279,7 +280,9 @@ fn four_gib_parameter_trains(backend: &Backend) {
     };
     let update = update_program_clipped(&sgd, &grads.params, None).unwrap();
     let step = grads.program.then(update.program.clone());
-    let code = backend.compile("train_step", &step, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("train_step", &step))
+        .unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     let mut losses = Vec::new();
@@ -308,7 +311,10 @@ fn sum_of_5e10_steps(backend: &Backend) -> std::time::Duration {
     let total = steps.scale(2.0).unwrap().sum_all().unwrap();
     hosted(&total);
     let code = backend
-        .compile("sum_5e10", &forward_program(&[&total]), &[])
+        .compile(CompileRequest::routine(
+            "sum_5e10",
+            &forward_program(&[&total]),
+        ))
         .unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();

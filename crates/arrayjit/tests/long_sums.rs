@@ -6,6 +6,7 @@
 //! by 2.6e-4.
 
 use arrayjit::ir::{MemoryMode, MemoryType, Prec};
+use arrayjit::runtime::CompileRequest;
 use arrayjit::runtime::Context;
 use arrayjit::tensor::{Tensor, forward_program};
 
@@ -35,11 +36,10 @@ fn long_f32_sums_are_accurate_on_every_backend() {
                 .unwrap();
         }
         let code = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "long_sums",
                 &forward_program(&[&total, &columns, &row_sums, &inlined]),
-                &[],
-            )
+            ))
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         Context::new(&stream).link(&code).unwrap().run().unwrap();

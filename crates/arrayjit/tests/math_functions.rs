@@ -31,7 +31,9 @@ fn run_f32_unop(name: &str, op: UnOp, routine: &str, xs: &[f32]) -> Vec<f64> {
         .unwrap();
     let program = Assignments::pointwise_unop(&y, op, &x);
     let backend = arrayjit::runtime::backend(name).unwrap();
-    let code = backend.compile(op.name(), &program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine(op.name(), &program))
+        .unwrap();
     assert!(
         code.source().contains(routine),
         "{name}: the C backends render f32 {} with their own routine",

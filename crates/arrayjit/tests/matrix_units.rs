@@ -13,6 +13,7 @@ use arrayjit::ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Tnode};
 use arrayjit::opt::schedule::gpu::{GpuLimits, MatrixKind, MatrixTile};
 use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
 use arrayjit::opt::{OptimizeSettings, optimize};
+use arrayjit::runtime::CompileRequest;
 use arrayjit::runtime::{Backend, Context};
 use arrayjit_testing::{Case, check_case, matrix_product_cases};
 
@@ -184,7 +185,9 @@ fn sixteen_bit_products_in_every_tile(b: &Backend) {
         settings.schedule.tuning.gpu_stage_fragments = Some(fragments);
         b.set_optimize_settings(settings);
         for case in matrix_product_cases().unwrap() {
-            let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            let code = b
+                .compile(CompileRequest::routine(&case.name, &case.program))
+                .unwrap();
             copies.extend(
                 layouts(&code.optimized().schedules)
                     .iter()
@@ -280,7 +283,9 @@ fn long_reductions_cycle_through_the_pipelines_buffers() {
                 });
                 let name = format!("long_{}_{m}x{k}x{n}", spec.replace([',', '-', '>'], "_"));
                 let (case, _) = product_case(&name, spec, a, bt, &[m, n]);
-                let code = b.compile(&case.name, &case.program, &[]).unwrap();
+                let code = b
+                    .compile(CompileRequest::routine(&case.name, &case.program))
+                    .unwrap();
                 let [layout] = layouts(&code.optimized().schedules)[..] else {
                     panic!("{}", code.optimized().schedule_report());
                 };
@@ -408,7 +413,9 @@ fn tf32_runs_only_where_allowed_and_rounds_as_tf32() {
     for (allow, want) in [(false, None), (true, Some(MatrixKind::Tf32))] {
         b.set_optimize_settings(tuned(&b, None, allow));
         let (case, _) = f32_product(m, k, n, &a, &bv);
-        let code = b.compile(&case.name, &case.program, &[]).unwrap();
+        let code = b
+            .compile(CompileRequest::routine(&case.name, &case.program))
+            .unwrap();
         let passes = matrix_passes(&code.optimized().schedules);
         assert_eq!(passes.first().map(|p| p.0), want, "allow_tf32 {allow}");
         check_case(&case, &b).unwrap_or_else(|e| panic!("allow_tf32 {allow}: {e}"));
@@ -418,7 +425,9 @@ fn tf32_runs_only_where_allowed_and_rounds_as_tf32() {
     let sum_of = |allow: bool| {
         b.set_optimize_settings(tuned(&b, None, allow));
         let (case, c) = f32_product(16, 16, 16, &vec![x; 256], &vec![1.0; 256]);
-        let code = b.compile(&case.name, &case.program, &[]).unwrap();
+        let code = b
+            .compile(CompileRequest::routine(&case.name, &case.program))
+            .unwrap();
         let stream = b.get_device(0).unwrap().new_stream().unwrap();
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();
@@ -466,7 +475,9 @@ fn tf32_products_run_on_warpgroups_in_every_layout() {
                 });
                 let name = format!("tf32_{}_{m}x{k}x{n}", spec.replace([',', '-', '>'], "_"));
                 let (case, _) = product_case(&name, spec, a, bt, &[m, n]);
-                let code = b.compile(&case.name, &case.program, &[]).unwrap();
+                let code = b
+                    .compile(CompileRequest::routine(&case.name, &case.program))
+                    .unwrap();
                 let [layout] = layouts(&code.optimized().schedules)[..] else {
                     panic!("{}", code.optimized().schedule_report());
                 };
@@ -496,7 +507,9 @@ fn tf32_products_run_on_warpgroups_in_every_layout() {
         b.set_optimize_settings(settings);
         for (a_value, b_value) in [(x, 1.0), (1.0, x)] {
             let (case, c) = f32_product(64, 16, 64, &[a_value; 1024], &[b_value; 1024]);
-            let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            let code = b
+                .compile(CompileRequest::routine(&case.name, &case.program))
+                .unwrap();
             assert!(layouts(&code.optimized().schedules)[0].warpgroups);
             let stream = b.get_device(0).unwrap().new_stream().unwrap();
             let routine = Context::new(&stream).link(&code).unwrap();
@@ -542,7 +555,7 @@ fn pointwise_statements_after_products_run_in_their_epilogue() {
                 .into_iter()
                 .find(|c| c.name == name)
                 .unwrap();
-            let code = match b.compile(&case.name, &case.program, &[]) {
+            let code = match b.compile(CompileRequest::routine(&case.name, &case.program)) {
                 Ok(code) => code,
                 Err(Error::UnsupportedPrecision { prec, .. }) if !info.supports(prec) => continue,
                 Err(e) => panic!("{}: {name}: {e}", b.name()),
@@ -632,7 +645,9 @@ fn matrix_unit_products_split_along_long_reductions_in_every_tile() {
                 if case.name.contains("tf32") && tile != if on_warpgroups { 64 } else { 32 } {
                     continue;
                 }
-                let code = b.compile(&case.name, &case.program, &[]).unwrap();
+                let code = b
+                    .compile(CompileRequest::routine(&case.name, &case.program))
+                    .unwrap();
                 let split = code.optimized().schedules.iter().any(|s| {
                     matches!(
                         &s.kind,

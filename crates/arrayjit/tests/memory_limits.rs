@@ -25,7 +25,9 @@ fn a_link_beyond_the_memory_limit_is_refused_before_allocating_on_every_backend(
         let name = backend.name().to_string();
         let n = 1 << 20;
         let (_x, y, prog) = doubling(n);
-        let code = backend.compile("double", &prog, &[]).unwrap();
+        let code = backend
+            .compile(CompileRequest::routine("double", &prog))
+            .unwrap();
         let device = backend.get_device(0).unwrap();
         let stream = device.new_stream().unwrap();
         let used = device.used_memory();
@@ -96,7 +98,9 @@ fn a_link_beyond_the_device_is_refused_within_a_second() {
             array: big.clone(),
             op: FetchOp::Constant(1.0),
         };
-        let code = backend.compile("huge", &prog, &[]).unwrap();
+        let code = backend
+            .compile(CompileRequest::routine("huge", &prog))
+            .unwrap();
         let stream = device.new_stream().unwrap();
         let used = device.used_memory();
         let started = Instant::now();
@@ -116,7 +120,9 @@ fn a_link_beyond_the_device_is_refused_within_a_second() {
         assert_eq!(device.used_memory(), used, "{name}: nothing allocated");
         // The backend works normally afterwards.
         let (_x, y, prog) = doubling(1000);
-        let code = backend.compile("double", &prog, &[]).unwrap();
+        let code = backend
+            .compile(CompileRequest::routine("double", &prog))
+            .unwrap();
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();
         routine.context().to_host(&y).unwrap();

@@ -426,10 +426,10 @@ fn render_calls(code: &str) -> Vec<String> {
             continue;
         }
         let name = ident(&code[at..]);
-        if name == "render" || name.starts_with("render_") {
-            if code[at + name.len()..].starts_with('(') {
-                out.push(name);
-            }
+        if (name == "render" || name.starts_with("render_"))
+            && code[at + name.len()..].starts_with('(')
+        {
+            out.push(name);
         }
     }
     out
@@ -470,7 +470,11 @@ fn no_compiler_calls_a_renderer() {
     }
     // cc, cuda, wgpu, the placeholder, the skeleton and the reference tests' recording one.
     assert!(compilers >= 5, "only {compilers} compilers found");
-    assert!(report.is_empty(), "compilers that render:\n{}", report.join("\n"));
+    assert!(
+        report.is_empty(),
+        "compilers that render:\n{}",
+        report.join("\n")
+    );
     assert_eq!(
         render_calls("fn render(&self) { x.render(a); render_wgsl(b); rendered.assemble(c) }"),
         vec!["render", "render_wgsl"]

@@ -202,7 +202,10 @@ fn routine_device_time_on(backend: &Backend) {
             .unwrap();
     }
     let code = backend
-        .compile("relu_timed", &forward_program(&[&y, &total, &largest]), &[])
+        .compile(CompileRequest::routine(
+            "relu_timed",
+            &forward_program(&[&y, &total, &largest]),
+        ))
         .unwrap();
     let y = y.node().clone();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
@@ -236,11 +239,10 @@ fn routine_stats_on(name: &str) {
     x.host().set_values(&[1.0, -1.0, 2.0, -2.0]).unwrap();
     let y = Tnode::new(Prec::F32, &[4], &["y"]).unwrap();
     let code = backend
-        .compile(
+        .compile(CompileRequest::routine(
             "relu",
             &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
@@ -274,14 +276,16 @@ fn routines_report_the_memory_they_hold() {
         let (x, y, z) = (hosted("x"), hosted("y"), hosted("z"));
         x.host().set_values(&[1.0; 1000]).unwrap();
         let first = backend
-            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .compile(CompileRequest::routine(
+                "neg",
+                &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+            ))
             .unwrap();
         let second = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "relu",
                 &Assignments::pointwise_unop(&z, UnOp::Relu, &y),
-                &[],
-            )
+            ))
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let r1 = Context::new(&stream).link(&first).unwrap();

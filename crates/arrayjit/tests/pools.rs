@@ -103,7 +103,9 @@ fn scratch_locals_share_memory_and_agree_with_the_interpreter() {
             ..b.optimize_settings()
         });
         let case = scratch_locals().unwrap();
-        let code = b.compile("scratch", &case.program, &[]).unwrap();
+        let code = b
+            .compile(CompileRequest::routine("scratch", &case.program))
+            .unwrap();
         let plan = &code.optimized().scratch;
         assert_eq!(plan.slots.len(), 3, "{plan}");
         // t1 (statements 0-1) and t3 (2-3) do not overlap in time: they share memory.
@@ -128,7 +130,7 @@ fn link_time_plans_are_deterministic_and_printable() {
             true,
         )
         .unwrap();
-        let code = b.compile("plan", &p, &[]).unwrap();
+        let code = b.compile(CompileRequest::routine("plan", &p)).unwrap();
         let stream = b.get_device(0).unwrap().new_stream().unwrap();
         let r = Context::new(&stream).link(&code).unwrap();
         r.run().unwrap();
@@ -150,7 +152,10 @@ fn finalize_returns_a_contexts_memory() {
     let x = hosted(&[1000], "x", &[1.0; 1000]);
     let y = result(&[1000], "y");
     let code = b
-        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "neg",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+        ))
         .unwrap();
     let stream = dev.new_stream().unwrap();
     let r = Context::new(&stream).link(&code).unwrap();
@@ -178,11 +183,10 @@ fn constants_are_shared_per_device_and_never_written() {
     let x = hosted(&[256], "x", &[3.0; 256]);
     let y = result(&[256], "y");
     let code = b
-        .compile(
+        .compile(CompileRequest::routine(
             "scale",
             &Assignments::pointwise_binop(&y, BinOp::Mul, &x, &table),
-            &[],
-        )
+        ))
         .unwrap();
     let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
     let before = dev.used_memory();
@@ -203,11 +207,10 @@ fn constants_are_shared_per_device_and_never_written() {
     r2.run().unwrap();
     assert_eq!(y.host().get_values().unwrap()[0], 6.0);
     let write = b
-        .compile(
+        .compile(CompileRequest::routine(
             "overwrite",
             &Assignments::pointwise_unop(&table, UnOp::Neg, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let err = Context::new(&s1).link(&write).unwrap_err();
     assert!(
@@ -227,7 +230,10 @@ fn an_array_larger_than_a_pool_gets_a_pool_of_its_own() {
         let x = hosted(&[1000], "x", &values);
         let y = result(&[1000], "y");
         let code = b
-            .compile("big", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .compile(CompileRequest::routine(
+                "big",
+                &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+            ))
             .unwrap();
         let stream = b.get_device(0).unwrap().new_stream().unwrap();
         let r = Context::new(&stream).link(&code).unwrap();

@@ -27,7 +27,7 @@ fn arrays_made_while_the_routine_compiles_serve_it_as_a_link_would() {
         let context = Context::new(&b.get_device(0).unwrap().new_stream().unwrap());
         let (codes, prepared) = std::thread::scope(|scope| {
             let preparing = scope.spawn(|| context.prepare_link(&optimized));
-            let codes = b.compile_optimized(std::slice::from_ref(&optimized));
+            let codes = b.compile(CompileRequest::optimized(std::slice::from_ref(&optimized)));
             (codes, preparing.join().unwrap())
         });
         let code = codes.unwrap().pop().unwrap();
@@ -56,7 +56,10 @@ fn arrays_made_while_the_routine_compiles_serve_it_as_a_link_would() {
         // The same program linked the plain way computes the same.
         let (prog2, _, _, y2) = update_program();
         let plain = Context::new(&b.get_device(0).unwrap().new_stream().unwrap())
-            .link(&b.compile("update", &prog2, &[]).unwrap())
+            .link(
+                &b.compile(CompileRequest::routine("update", &prog2))
+                    .unwrap(),
+            )
             .unwrap();
         plain.run().unwrap();
         assert_eq!(
@@ -79,7 +82,11 @@ fn finishing_with_other_code_is_an_error_that_leaves_nothing_behind() {
         let optimized = b.optimize_in(&ctx, "update", &prog, &[]).unwrap();
         // The same routine optimized again is another optimization: its code does not match.
         let again = b.optimize_in(&ctx, "update", &prog, &[]).unwrap();
-        let other = b.compile_optimized(&[again]).unwrap().pop().unwrap();
+        let other = b
+            .compile(CompileRequest::optimized(&[again]))
+            .unwrap()
+            .pop()
+            .unwrap();
         let mode_before = w.memory_mode().map(|m| m.mode);
         let prepared = context.prepare_link(&optimized).unwrap();
         assert!(
@@ -92,7 +99,10 @@ fn finishing_with_other_code_is_an_error_that_leaves_nothing_behind() {
                 if prepared == "update" && given == "update"),
             "{name}: {err}"
         );
-        assert!(err.to_string().contains("compile_optimized"), "{err}");
+        assert!(
+            err.to_string().contains("CompileRequest::optimized"),
+            "{err}"
+        );
         assert_eq!(
             device.used_memory(),
             before,
@@ -169,7 +179,9 @@ fn code_of_another_backend_is_refused_and_leaves_nothing_behind() {
         arrayjit::backend("multicore_cc").unwrap(),
     );
     let (prog, ..) = update_program();
-    let code = sync.compile("update", &prog, &[]).unwrap();
+    let code = sync
+        .compile(CompileRequest::routine("update", &prog))
+        .unwrap();
     let device = multi.get_device(0).unwrap();
     let context = Context::new(&device.new_stream().unwrap());
     let before = device.used_memory();

@@ -68,7 +68,9 @@ fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines()
         // In one context: the second routine recomputes t from x.
         let (t, y1, y2, first, second) = program();
         let root = Context::new(&stream);
-        let code1 = root.compile("first", &first, &[]).unwrap();
+        let code1 = root
+            .compile(CompileRequest::routine("first", &first))
+            .unwrap();
         assert_eq!(t.memory_mode().unwrap().mode, MemoryMode::Virtual);
         let learned = root.optimize_ctx().computed_nodes();
         assert_eq!(learned.len(), 1);
@@ -77,7 +79,10 @@ fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines()
         let r1 = root.link(&code1).unwrap();
         r1.run().unwrap();
         // A child shares what the root learned.
-        let code2 = r1.context().compile("second", &second, &[]).unwrap();
+        let code2 = r1
+            .context()
+            .compile(CompileRequest::routine("second", &second))
+            .unwrap();
         assert!(
             !code2.optimized().nodes.iter().any(|r| r.used && r.tn == t),
             "t was not inlined"
@@ -96,23 +101,35 @@ fn backend_intf_device__optimize_ctx_inlines_virtual_nodes_of_earlier_routines()
         );
         // A context made with that optimize context knows it too.
         let other = Context::with_optimize_ctx(&stream, root.optimize_ctx().clone());
-        assert!(other.compile("second_again", &second, &[]).is_ok());
+        assert!(
+            other
+                .compile(CompileRequest::routine("second_again", &second))
+                .is_ok()
+        );
         // An empty optimize context (a child given one, or plain compile) does not.
         let (_, _, _, first, second) = program();
         let fresh = Context::new(&stream);
-        fresh.compile("first", &first, &[]).unwrap();
+        fresh
+            .compile(CompileRequest::routine("first", &first))
+            .unwrap();
         let forgetful = fresh
             .make_child(
                 Some(arrayjit::opt::OptimizeCtx::empty()),
                 ChildMergeNode::Inherit,
             )
             .unwrap();
-        let e = forgetful.compile("second", &second, &[]).unwrap_err();
+        let e = forgetful
+            .compile(CompileRequest::routine("second", &second))
+            .unwrap_err();
         assert!(
             matches!(e, arrayjit::Error::MemoryModeConflict(_)),
             "{name}: {e}"
         );
-        assert!(backend.compile("second", &second, &[]).is_err());
+        assert!(
+            backend
+                .compile(CompileRequest::routine("second", &second))
+                .is_err()
+        );
     }
 }
 
@@ -144,11 +161,10 @@ fn backend_intf_device__make_context_with_explicit_arrays() {
         .unwrap();
         assert!(ctx.has(&a));
         let code = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "relu",
                 &Assignments::pointwise_unop(&y, UnOp::Relu, &a),
-                &[],
-            )
+            ))
             .unwrap();
         ctx.link(&code).unwrap().run().unwrap();
         assert_eq!(
@@ -196,18 +212,16 @@ fn backend_any_common__initialize_is_process_wide() {
         .unwrap();
     let y = result("y", 2);
     let fill = a
-        .compile(
+        .compile(CompileRequest::routine(
             "fill",
             &Assignments::pointwise_unop(&table, UnOp::Neg, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let read = b
-        .compile(
+        .compile(CompileRequest::routine(
             "read",
             &Assignments::pointwise_unop(&y, UnOp::Abs, &table),
-            &[],
-        )
+        ))
         .unwrap();
     let writer = Context::new(&da.new_stream().unwrap()).link(&fill).unwrap();
     writer.run().unwrap();
@@ -289,11 +303,10 @@ fn backend_device_common__make_child_with_ctx_arrays() {
         assert_ne!(child.copy_id(&a).unwrap(), parent.copy_id(&a).unwrap());
         let y = result("y", 3);
         let code = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "relu",
                 &Assignments::pointwise_unop(&y, UnOp::Relu, &a),
-                &[],
-            )
+            ))
             .unwrap();
         child.link(&code).unwrap().run().unwrap();
         assert_eq!(

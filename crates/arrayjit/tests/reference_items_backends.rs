@@ -36,10 +36,9 @@ fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
         let second = Assignments::pointwise_unop(&y, UnOp::Relu, &a);
         let root = Context::new(&stream);
         let codes = backend
-            .compile_batch_slots(
-                root.optimize_ctx(),
-                &[Some(("first", &first)), None, Some(("second", &second))],
-                &[],
+            .compile(
+                CompileRequest::slots(&[Some(("first", &first)), None, Some(("second", &second))])
+                    .in_context(root.optimize_ctx()),
             )
             .unwrap();
         assert!(codes[0].is_some() && codes[1].is_none() && codes[2].is_some());
@@ -55,7 +54,10 @@ fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
         c.update_memory_mode(MemoryMode::Hosted(MemoryType::Constant), "test: weights")
             .unwrap();
         let bad = backend
-            .compile("bad", &Assignments::pointwise_unop(&c, UnOp::Neg, &x), &[])
+            .compile(CompileRequest::routine(
+                "bad",
+                &Assignments::pointwise_unop(&c, UnOp::Neg, &x),
+            ))
             .unwrap();
         let device = backend.get_device(0).unwrap();
         let before = device.used_memory();
@@ -66,7 +68,7 @@ fn lowered_backend__compile_batch_with_empty_slots_and_link_batch() {
         assert_eq!(device.used_memory(), before, "{name}");
         // All slots empty: nothing to compile.
         let none = backend
-            .compile_batch_slots(root.optimize_ctx(), &[None, None], &[])
+            .compile(CompileRequest::slots(&[None, None]).in_context(root.optimize_ctx()))
             .unwrap();
         assert!(none.iter().all(Option::is_none));
     }
@@ -330,7 +332,10 @@ fn backend_intf_device__alloc_pool_gets_the_memory_mode() {
     )
     .unwrap();
     let code = backend
-        .compile("neg", &Assignments::pointwise_unop(&a, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "neg",
+            &Assignments::pointwise_unop(&a, UnOp::Neg, &x),
+        ))
         .unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let ctx = Context::new(&stream).init_from_host(&x).unwrap();
@@ -364,11 +369,10 @@ fn lowered_backend__use_host_memory() {
         .unwrap();
         let y = result("y", n);
         let code = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "double",
                 &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let before = device.used_memory();
         let routine = Context::new(&stream).link(&code).unwrap();
@@ -419,7 +423,10 @@ fn lowered_backend__use_host_memory() {
         .unwrap();
     let y = result("y", 2);
     let code = backend
-        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "neg",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+        ))
         .unwrap();
     let before = device.used_memory();
     let r = Context::new(&device.new_stream().unwrap())
@@ -445,7 +452,10 @@ fn lowered_backend__use_host_memory_host_write_inside_a_task() {
     .unwrap();
     let y = result("y", 2);
     let code = backend
-        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "neg",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+        ))
         .unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     routine.run().unwrap();
@@ -476,11 +486,10 @@ fn lowered_backend__use_host_memory_under_concurrent_streams() {
     let (y1, y2) = (result("y1", n), result("y2", n));
     let copy = |y: &Tnode, name: &str| {
         backend
-            .compile(
+            .compile(CompileRequest::routine(
                 name,
                 &Assignments::pointwise_unop(y, UnOp::Identity, &x),
-                &[],
-            )
+            ))
             .unwrap()
     };
     let r1 = Context::new(&device.new_stream().unwrap())
@@ -520,11 +529,10 @@ fn lowered_backend__to_host_with_offset_and_partial_size() {
         x.host().set_values_with(|k| k as f64).unwrap();
         let y = result("y", n);
         let code = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "double",
                 &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();
@@ -567,11 +575,10 @@ fn lowered_backend__from_host_with_offset_and_partial_size() {
             .unwrap();
         let y = result("y", n);
         let code = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "double",
                 &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();
@@ -642,7 +649,10 @@ fn tnode__run_uploads_only_the_lagging_elements() {
         .unwrap();
     let y = result("y", n);
     let code = backend
-        .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+        .compile(CompileRequest::routine(
+            "neg",
+            &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+        ))
         .unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
@@ -696,11 +706,10 @@ fn lowered_backend__buffers_know_their_precision() {
         y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
             .unwrap();
         let code = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "relu",
                 &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let ctx = Context::new(&stream);
         let routine = ctx.link(&code).unwrap();

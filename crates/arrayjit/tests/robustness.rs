@@ -42,7 +42,9 @@ fn item01_bounds_verifier_overflow_is_a_typed_error() {
         ((1, 0), (1, i64::MAX)),
     ] {
         let (prog, _) = copy_with(lhs, rhs, 4);
-        let err = backend.compile("wild", &prog, &[]).unwrap_err();
+        let err = backend
+            .compile(CompileRequest::routine("wild", &prog))
+            .unwrap_err();
         assert!(
             matches!(
                 err,
@@ -153,7 +155,7 @@ fn item20_failed_links_leak_no_pools() {
     let big = hosted_output(&[1 << 16], "big");
     let prog = Assignments::pointwise_unop(&table, UnOp::Neg, &x)
         .then(Assignments::pointwise_unop(&big, UnOp::Abs, &x));
-    let code = b.compile("fill", &prog, &[]).unwrap();
+    let code = b.compile(CompileRequest::routine("fill", &prog)).unwrap();
     let _r1 = Context::new(&s1).link(&code).unwrap();
     let before = dev.used_memory();
     for _ in 0..20 {
@@ -200,7 +202,7 @@ fn item03_kernel_stack_is_budgeted_in_total() {
             enable_contraction: false,
             ..b.optimize_settings()
         });
-        let code = b.compile("chain", &prog, &[]).unwrap();
+        let code = b.compile(CompileRequest::routine("chain", &prog)).unwrap();
         let opt = code.optimized();
         let budget = b.optimize_settings().kernel_stack_budget_bytes;
         let locals: usize = opt
@@ -469,7 +471,9 @@ fn item21_hosted_constants_are_freed_with_their_nodes() {
         ids.push(c.id());
         prog = prog.then(Assignments::pointwise_binop(&y, BinOp::Add, &y, &c));
     }
-    let code = b.compile("constants", &prog, &[]).unwrap();
+    let code = b
+        .compile(CompileRequest::routine("constants", &prog))
+        .unwrap();
     drop(prog);
     let ctx = Context::new(&stream);
     let routine = ctx.link(&code).unwrap();
@@ -498,18 +502,16 @@ fn item21_hosted_constants_are_freed_with_their_nodes() {
         .unwrap();
     let out = hosted_output(&[4], "out");
     let write = b
-        .compile(
+        .compile(CompileRequest::routine(
             "write",
             &Assignments::pointwise_unop(&shared, UnOp::Neg, &hosted_iota(&[4], "x")),
-            &[],
-        )
+        ))
         .unwrap();
     let read = b
-        .compile(
+        .compile(CompileRequest::routine(
             "read",
             &Assignments::pointwise_unop(&out, UnOp::Identity, &shared),
-            &[],
-        )
+        ))
         .unwrap();
     {
         let r = Context::new(&stream).link(&write).unwrap();
@@ -548,7 +550,9 @@ fn a_fused_run_of_scalar_statements_over_many_arrays_runs_on_every_backend() {
                 .map(|y| Assignments::pointwise_binop(y, BinOp::Mul, &x, &x))
                 .collect(),
         );
-        let code = backend.compile("scalars", &prog, &[]).unwrap();
+        let code = backend
+            .compile(CompileRequest::routine("scalars", &prog))
+            .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let routine = Context::new(&stream).link(&code).unwrap();
         routine.run().unwrap();

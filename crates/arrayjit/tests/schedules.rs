@@ -82,7 +82,9 @@ fn product_reference(m: usize, k: usize, n: usize) -> Vec<f64> {
 fn run_with_workers(backend_name: &str, workers: usize) -> Vec<u32> {
     let (program, c) = product(257, 129, 193);
     let backend = backend_with_workers(backend_name, workers);
-    let code = backend.compile("product", &program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("product", &program))
+        .unwrap();
     assert!(
         code.optimized()
             .schedules
@@ -142,7 +144,9 @@ fn leading_rows(
     let b_values: Vec<f64> = (0..k * n).map(|e| value(e % n, e / n, 2)).collect();
     let (program, c) = product_of(spec, (&a_dims, &a_values), (&[k, n], &b_values), &[m, n]);
     let backend = backend_with_workers("sync_cc", 1);
-    let code = backend.compile("rows", &program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("rows", &program))
+        .unwrap();
     let blocking = code
         .optimized()
         .schedules
@@ -271,7 +275,9 @@ fn split_loops_agree_with_the_interpreter_for_any_worker_count() {
         let mut env = arrayjit::ir::InterpEnv::from_host_arrays(&unoptimized);
         env.run(&unoptimized, &[]).unwrap();
         let backend = backend_with_workers("multicore_cc", workers);
-        let code = backend.compile("split", &program, &[]).unwrap();
+        let code = backend
+            .compile(CompileRequest::routine("split", &program))
+            .unwrap();
         let report = code.optimized().schedule_report();
         assert!(
             code.optimized()
@@ -360,7 +366,9 @@ fn split_full_reductions_are_exact_and_independent_of_workers() {
             .then(reduce(&outs[1], BinOp::Add, &fracs))
             .then(reduce(&outs[2], BinOp::Max, &fracs));
         let backend = backend_with_workers(backend_name, workers);
-        let code = backend.compile("sums", &program, &[]).unwrap();
+        let code = backend
+            .compile(CompileRequest::routine("sums", &program))
+            .unwrap();
         let split = code
             .optimized()
             .schedules
@@ -430,7 +438,9 @@ fn short_rows_are_reduced_over_vector_accumulators() {
     let program = reduce(&sums, BinOp::Add).then(reduce(&maxima, BinOp::Max));
     for name in ["sync_cc", "multicore_cc"] {
         let backend = arrayjit::backend(name).unwrap();
-        let code = backend.compile("rows", &program, &[]).unwrap();
+        let code = backend
+            .compile(CompileRequest::routine("rows", &program))
+            .unwrap();
         let opt = code.optimized();
         let lanes: Vec<usize> = opt
             .schedules
@@ -475,7 +485,9 @@ fn schedules_that_do_not_match_their_code_are_refused() {
     use arrayjit::opt::schedule::Schedule;
     let backend = arrayjit::backend("sync_cc").unwrap();
     let (program, _c) = product(65, 33, 47);
-    let code = backend.compile("product", &program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("product", &program))
+        .unwrap();
     let good = code.optimized().clone();
     let lowered = backend.lowered();
     lowered
@@ -534,7 +546,9 @@ fn a_scratch_slot_outside_the_buffer_is_refused() {
         ..backend.optimize_settings()
     });
     let case = arrayjit_testing::scratch_locals().unwrap();
-    let code = backend.compile("scratch", &case.program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("scratch", &case.program))
+        .unwrap();
     let mut opt = code.optimized().clone();
     assert!(
         !opt.scratch.slots.is_empty(),
@@ -568,7 +582,9 @@ fn searching_backend(cache: &std::path::Path) -> Backend {
 }
 
 fn run(b: &Backend, program: &Assignments, c: &Tnode) -> (Vec<f64>, Code) {
-    let code = b.compile("product", program, &[]).unwrap();
+    let code = b
+        .compile(CompileRequest::routine("product", program))
+        .unwrap();
     let stream = b.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     routine.run().unwrap();
@@ -738,7 +754,10 @@ fn reductions_in_a_statement_without_loops_compile_once_per_shape() {
     for name in ["sync_cc", "multicore_cc"] {
         let backend = arrayjit::backend(name).unwrap();
         let code = backend
-            .compile("norms", &forward_program(&[&total]), &[])
+            .compile(CompileRequest::routine(
+                "norms",
+                &forward_program(&[&total]),
+            ))
             .unwrap();
         let opt = code.optimized();
         let hoisted = opt

@@ -49,14 +49,16 @@ fn a_later_routine_calls_an_earlier_ones_function_and_keeps_its_library_loaded()
         let alone_source = {
             let (_x, _y, code) = exp_of_ramp("third");
             backend
-                .compile("third", &code, &[])
+                .compile(CompileRequest::routine("third", &code))
                 .unwrap()
                 .source()
                 .to_string()
         };
         assert!(!alone_source.contains(BIND_SYMBOL), "{name}");
         let (_x, y, first_code) = exp_of_ramp("first");
-        let first = backend.compile("first", &first_code, &[]).unwrap();
+        let first = backend
+            .compile(CompileRequest::routine("first", &first_code))
+            .unwrap();
         let first_run = Context::new(&stream).link(&first).unwrap();
         first_run.run().unwrap();
         let want = y.host().get_values().unwrap();
@@ -69,7 +71,9 @@ fn a_later_routine_calls_an_earlier_ones_function_and_keeps_its_library_loaded()
         // The same statement over other arrays: imported, not compiled again.
         let (_x2, z, second_code) = exp_of_ramp("second");
         let before = cc::compile_stats();
-        let second = backend.compile("second", &second_code, &[]).unwrap();
+        let second = backend
+            .compile(CompileRequest::routine("second", &second_code))
+            .unwrap();
         let after = cc::compile_stats();
         assert!(
             after.imported_functions > before.imported_functions,
@@ -82,7 +86,9 @@ fn a_later_routine_calls_an_earlier_ones_function_and_keeps_its_library_loaded()
         // while nothing offered its function) loads that rather than compiling one that
         // imports.
         let (_x3, _w, third_again_code) = exp_of_ramp("third");
-        let third_again = backend.compile("third", &third_again_code, &[]).unwrap();
+        let third_again = backend
+            .compile(CompileRequest::routine("third", &third_again_code))
+            .unwrap();
         assert_eq!(third_again.source(), alone_source, "{name}");
 
         // The first routine dropped: its library stays loaded for the second, which computes

@@ -11,6 +11,7 @@ use arrayjit::ir::{AccumRhs, Assignments, BinOp, MemoryMode, MemoryType, Operand
 use arrayjit::opt::OptimizeSettings;
 use arrayjit::opt::schedule::gpu::SimtTile;
 use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
+use arrayjit::runtime::CompileRequest;
 use arrayjit::runtime::Context;
 use arrayjit_testing::{check_case, simt_product_cases};
 
@@ -50,7 +51,9 @@ fn every_simt_variant_agrees_with_the_interpreter() {
                 };
                 b.set_optimize_settings(s);
                 for case in simt_product_cases().unwrap() {
-                    let code = b.compile(&case.name, &case.program, &[]).unwrap();
+                    let code = b
+                        .compile(CompileRequest::routine(&case.name, &case.program))
+                        .unwrap();
                     let found = layouts(&code.optimized().schedules);
                     assert_eq!(found.len(), 1, "{}: {}", case.name, b.name());
                     let l = found[0];
@@ -169,7 +172,9 @@ fn same_bits_in_every_tile(b: &arrayjit::runtime::Backend) {
     for tile in [16, 32, 64, 128] {
         b.set_optimize_settings(settings(&original, tile, false).unwrap());
         let (program, c) = rounding_product(m, k, n);
-        let code = b.compile("rounding", &program, &[]).unwrap();
+        let code = b
+            .compile(CompileRequest::routine("rounding", &program))
+            .unwrap();
         let fused = code.optimized().schedules.iter().any(|s| {
             matches!(&s.kind, ScheduleKind::Gpu(GpuPass::Tiles { layout, fused: true, .. })
                 if layout.tile == tile)

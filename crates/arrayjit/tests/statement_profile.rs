@@ -32,7 +32,9 @@ fn linked(profile: bool) -> (Stream, Routine, Tnode, Vec<f64>) {
     settings.profile_statements = profile;
     backend.set_optimize_settings(settings);
     let (program, d, expected) = program(40, 96, 72);
-    let code = backend.compile("profiled", &program, &[]).unwrap();
+    let code = backend
+        .compile(CompileRequest::routine("profiled", &program))
+        .unwrap();
     let stream = backend.get_device(0).unwrap().new_stream().unwrap();
     let routine = Context::new(&stream).link(&code).unwrap();
     (stream, routine, d, expected)

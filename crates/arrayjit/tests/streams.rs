@@ -159,7 +159,9 @@ fn is_idle_means_no_work_pending_device_included() {
         let s = b.get_device(0).unwrap().new_stream().unwrap();
         assert!(s.is_idle(), "{name}: a new stream is idle");
         let (case, ..) = arrayjit_testing::matmul(256).unwrap();
-        let code = b.compile("matmul", &case.program, &[]).unwrap();
+        let code = b
+            .compile(CompileRequest::routine("matmul", &case.program))
+            .unwrap();
         let r = Context::new(&s).link(&code).unwrap();
         for _ in 0..5 {
             if b.scheduler() != arrayjit::runtime::scheduler::SchedulerKind::Sync {
@@ -263,11 +265,10 @@ fn hosted_results_reach_the_host_when_read_and_host_writes_reach_devices() {
         let x = hosted_input(&[3], "x", &[1.0, 2.0, 3.0]);
         let y = hosted_output(&[3], "y");
         let code = b
-            .compile(
+            .compile(CompileRequest::routine(
                 "double",
                 &Assignments::pointwise_binop(&y, BinOp::Add, &x, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let stream = b.get_device(0).unwrap().new_stream().unwrap();
         let r = Context::new(&stream).link(&code).unwrap();
@@ -312,18 +313,16 @@ fn a_hosted_node_changed_on_one_device_reaches_another_through_the_host() {
     let w = hosted_input(&[2], "w", &[0.0, 0.0]);
     let y = hosted_output(&[2], "y");
     let write_w = b
-        .compile(
+        .compile(CompileRequest::routine(
             "write_w",
             &Assignments::pointwise_binop(&w, BinOp::Mul, &x, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let read_w = b
-        .compile(
+        .compile(CompileRequest::routine(
             "read_w",
             &Assignments::pointwise_unop(&y, UnOp::Neg, &w),
-            &[],
-        )
+        ))
         .unwrap();
     let s0 = b.get_device(0).unwrap().new_stream().unwrap();
     let s1 = b.get_device(1).unwrap().new_stream().unwrap();
@@ -412,14 +411,16 @@ fn tasks_on_an_array_read_and_update_it_in_order() {
         .unwrap();
         let y = hosted_output(&[3], "y");
         let make = b
-            .compile(
+            .compile(CompileRequest::routine(
                 "make",
                 &Assignments::pointwise_unop(&g, UnOp::Identity, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let read = b
-            .compile("read", &Assignments::pointwise_unop(&y, UnOp::Neg, &g), &[])
+            .compile(CompileRequest::routine(
+                "read",
+                &Assignments::pointwise_unop(&y, UnOp::Neg, &g),
+            ))
             .unwrap();
         let rm = Context::new(&s).link(&make).unwrap();
         let rr = rm.context().link(&read).unwrap();
@@ -542,18 +543,16 @@ fn shared_nodes_may_be_written_from_one_stream_only() {
         .unwrap();
     let y = hosted_output(&[2], "y");
     let fill = b
-        .compile(
+        .compile(CompileRequest::routine(
             "fill",
             &Assignments::pointwise_unop(&table, UnOp::Neg, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let read = b
-        .compile(
+        .compile(CompileRequest::routine(
             "read",
             &Assignments::pointwise_unop(&y, UnOp::Abs, &table),
-            &[],
-        )
+        ))
         .unwrap();
     let r1 = Context::new(&s1).link(&fill).unwrap();
     r1.run().unwrap();
@@ -575,18 +574,16 @@ fn per_stream_copies_of_a_hosted_node_on_one_device_stay_consistent() {
     let w = hosted_input(&[2], "w", &[0.0, 0.0]);
     let y = hosted_output(&[2], "y");
     let write_w = b
-        .compile(
+        .compile(CompileRequest::routine(
             "write_w",
             &Assignments::pointwise_binop(&w, BinOp::Add, &x, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let read_w = b
-        .compile(
+        .compile(CompileRequest::routine(
             "read_w",
             &Assignments::pointwise_unop(&y, UnOp::Neg, &w),
-            &[],
-        )
+        ))
         .unwrap();
     let r1 = Context::new(&s1).link(&write_w).unwrap();
     let r2 = Context::new(&s2).link(&read_w).unwrap();
@@ -611,11 +608,10 @@ fn init_from_host_puts_a_hosted_node_in_a_child_context() {
     assert_eq!(child.parent().unwrap().describe(), ctx.describe());
     let y = hosted_output(&[3], "y");
     let code = b
-        .compile(
+        .compile(CompileRequest::routine(
             "sqrt",
             &Assignments::pointwise_unop(&y, UnOp::Sqrt, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let r = child.link(&code).unwrap();
     r.run().unwrap();
@@ -634,11 +630,10 @@ fn a_task_reading_its_own_streams_results_does_not_deadlock() {
     let x = hosted_input(&[2], "x", &[3.0, 4.0]);
     let y = hosted_output(&[2], "y");
     let code = b
-        .compile(
+        .compile(CompileRequest::routine(
             "square",
             &Assignments::pointwise_binop(&y, BinOp::Mul, &x, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let r = Context::new(&s).link(&code).unwrap();
     r.run().unwrap();

@@ -134,7 +134,7 @@ fn run(backend_name: &str, ops: &[Op]) -> Vec<i64> {
         vec![("init", &init), ("inc", &inc), ("absorb", &absorb)];
     batch.extend(export_names.iter().map(String::as_str).zip(exports.iter()));
     let codes = b
-        .compile_batch(&batch, std::slice::from_ref(&k_index))
+        .compile(CompileRequest::batch(&batch).bindings(std::slice::from_ref(&k_index)))
         .unwrap();
     let device = b.get_device(0).unwrap();
     let streams: Vec<PerStream> = (0..STREAMS)

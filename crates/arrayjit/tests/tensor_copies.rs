@@ -15,6 +15,7 @@ use arrayjit::opt::schedule::gpu::{GpuLimits, MatrixTile};
 use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
 use arrayjit::opt::{OptimizeSettings, optimize};
 use arrayjit::runtime::Backend;
+use arrayjit::runtime::CompileRequest;
 use arrayjit_testing::{Case, check_case};
 
 /// The layouts of the matrix-unit passes of a routine's schedules, with whether each splits
@@ -142,7 +143,9 @@ fn tensor_copied_products_agree_with_the_interpreter_in_every_layout() {
             settings.schedule.tuning.gpu_stage_fragments = Some(*fragments);
             settings.schedule.tuning.gpu_tensor_copies = true;
             b.set_optimize_settings(settings);
-            let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            let code = b
+                .compile(CompileRequest::routine(&case.name, &case.program))
+                .unwrap();
             let [(layout, _)] = layouts(&code.optimized().schedules)[..] else {
                 panic!("{}", code.optimized().schedule_report());
             };
@@ -217,7 +220,9 @@ fn tensor_copied_products_agree_with_the_interpreter_in_every_layout() {
                 g.compute_units = 8;
             }
             b.set_optimize_settings(settings);
-            let code = b.compile(&case.name, &case.program, &[]).unwrap();
+            let code = b
+                .compile(CompileRequest::routine(&case.name, &case.program))
+                .unwrap();
             let [(layout, true)] = layouts(&code.optimized().schedules)[..] else {
                 panic!("not split: {}", code.optimized().schedule_report());
             };

@@ -10,6 +10,7 @@ use arrayjit_tensor::losses::softmax;
 use arrayjit_tensor::{Init, Precision, Tensor, forward_program};
 
 use arrayjit::gpt::{self, CharVocab, GptTrainer, SONNETS, TrainerConfig};
+use arrayjit::runtime::CompileRequest;
 use arrayjit::train::{Classifier, Mlp, mlp_workload};
 
 /// What a workload's rate is measured in.
@@ -260,7 +261,7 @@ fn linked(backend: &Backend, name: &str) -> Result<(Stream, Routine)> {
         tma.schedule.tuning.gpu_tensor_copies = true;
         backend.set_optimize_settings(tma);
     }
-    let code = backend.compile("bench", &forward_program(&refs), &[]);
+    let code = backend.compile(CompileRequest::routine("bench", &forward_program(&refs)));
     if tf32 {
         backend.set_allow_tf32(None);
     }

@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-/// The details of [`Error::CompileFailed`].
+/// The details of [`Error::CompileFailed`](super::Error::CompileFailed).
 #[derive(Debug, Error)]
 #[error(
     "compiling {routine} with `{command}` failed (exit status {status}); source: {source_path}\n{stderr}"

@@ -410,7 +410,7 @@ pub enum Error {
     /// A link prepared ahead (`Context::prepare_link`) was finished with the code of another
     /// routine, or of another optimization of it.
     #[error(
-        "the link prepared for routine {prepared} cannot be finished with the code of {given}: finish it with the code compiled from the very optimized routine it was prepared for (Backend::compile_optimized), or link the code with Context::link"
+        "the link prepared for routine {prepared} cannot be finished with the code of {given}: finish it with the code compiled from the very optimized routine it was prepared for (Backend::compile of CompileRequest::optimized), or link the code with Context::link"
     )]
     PreparedLinkMismatch {
         /// The routine the link was prepared for.

@@ -17,14 +17,12 @@ use std::sync::{Arc, Mutex};
 
 use arrayjit_backends::array_buffer::typed;
 use arrayjit_backends::{BufferHandle, LoweredBackend};
-use arrayjit_ir::{
-    Assignments, Error, MemoryMode, MemoryType, Result, Sharing, StaticSymbol, Tnode,
-};
+use arrayjit_ir::{Error, MemoryMode, MemoryType, Result, Sharing, Tnode};
 use arrayjit_opt::OptimizeCtx;
 use arrayjit_opt::optimize::MemoryPlan;
 
 use crate::array_entry::ArrayEntry;
-use crate::code::Code;
+use crate::compile_request::CompileRequest;
 use crate::host_sync::fill_new_array;
 use crate::node_sync::node_sync;
 use crate::scheduler::Event;
@@ -199,21 +197,15 @@ impl Context {
         &self.inner.optimize_ctx
     }
 
-    /// Optimizes and compiles a routine in this context's optimize context (see
-    /// [`crate::backend::Backend::compile_in`]): it may read virtual nodes that routines compiled here
-    /// before computed.
-    pub fn compile(
-        &self,
-        name: &str,
-        assignments: &Assignments,
-        bindings: &[StaticSymbol],
-    ) -> Result<Code> {
-        self.inner.stream.device().backend().compile_in(
-            &self.inner.optimize_ctx,
-            name,
-            assignments,
-            bindings,
-        )
+    /// Compiles on this context's backend ([`crate::backend::Backend::compile`]) in this
+    /// context's optimize context, unless the request names another: its routines may read
+    /// virtual nodes that routines compiled here before computed.
+    pub fn compile<Out>(&self, request: CompileRequest<'_, Out>) -> Result<Out> {
+        let request = match request.ctx {
+            Some(_) => request,
+            None => request.in_context(&self.inner.optimize_ctx),
+        };
+        self.inner.stream.device().backend().compile(request)
     }
 
     /// A child context of this one holding the same arrays (the reference's `make_child`),

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrayjit_ir::{Error, Result, ResultExt};
 use arrayjit_opt::OptimizeCtx;
+use arrayjit_runtime::CompileRequest;
 use arrayjit_runtime::{Backend, Context, Routine};
 use arrayjit_tensor::forward_program;
 use arrayjit_tensor::kv_cache::{CachedStep, KvCache, PADDING_SCORE, StepLogits};
@@ -262,7 +263,9 @@ impl Generator {
         let mut steps = vec![("gpt2_prefill", &prefill), ("gpt2_decode", &decode)];
         steps.extend(long_prefill.as_ref().map(|s| ("gpt2_prefill_long", s)));
         let optimized = optimized(backend, &optimize_ctx, &steps).context(building)?;
-        let mut codes = backend.compile_optimized(&optimized).context(building)?;
+        let mut codes = backend
+            .compile(CompileRequest::optimized(&optimized))
+            .context(building)?;
         let long_code = long_prefill.as_ref().and_then(|_| codes.pop());
         let decode_code = codes.pop().expect("a code per routine");
         let prefill_code = codes.pop().expect("a code per routine");
@@ -324,7 +327,7 @@ impl Generator {
         .context(building)?;
         let code = self
             .backend
-            .compile_optimized(&optimized)
+            .compile(CompileRequest::optimized(&optimized))
             .context(building)?
             .pop()
             .expect("one routine in, one code out");

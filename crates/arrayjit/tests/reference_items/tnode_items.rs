@@ -23,11 +23,10 @@ fn tnode__memory_type_nonconstant_refines_to_changed_on_devices_when_written() {
         )
         .unwrap();
         let code = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "relu",
                 &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
-                &[],
-            )
+            ))
             .unwrap();
         assert_eq!(
             mode(&y),
@@ -73,11 +72,10 @@ fn tnode__memory_type_volatile_changes_only_from_the_host() {
         )
         .unwrap();
         let read = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "read",
                 &Assignments::pointwise_unop(&y, UnOp::Relu, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let routine = Context::new(&stream).link(&read).unwrap();
@@ -98,11 +96,10 @@ fn tnode__memory_type_volatile_changes_only_from_the_host() {
         // A routine writing it.
         let z = input("z", &[1.0, 1.0, 1.0]);
         let write = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "write_x",
                 &Assignments::pointwise_unop(&x, UnOp::Neg, &z),
-                &[],
-            )
+            ))
             .unwrap();
         let e = routine.context().link(&write).unwrap_err().to_string();
         assert!(
@@ -130,11 +127,10 @@ fn tnode__memory_type_constant_is_never_written_on_devices() {
             .unwrap();
         let z = input("z", &[1.0, 1.0]);
         let write = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "write_c",
                 &Assignments::pointwise_unop(&c, UnOp::Neg, &z),
-                &[],
-            )
+            ))
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let e = Context::new(&stream).link(&write).unwrap_err().to_string();
@@ -160,7 +156,10 @@ fn tnode__hosted_constant_host_writes_end_at_initialization() {
         c.host().set_value(&[0], 5.0).unwrap();
         let y = result("y", 2);
         let code = backend
-            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &c), &[])
+            .compile(CompileRequest::routine(
+                "neg",
+                &Assignments::pointwise_unop(&y, UnOp::Neg, &c),
+            ))
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         let ctx = Context::new(&stream).link(&code).unwrap();
@@ -217,7 +216,10 @@ fn tnode__delayed_prec_and_update_prec() {
         y.update_memory_mode(MemoryMode::Hosted(MemoryType::Nonconstant), "test: result")
             .unwrap();
         let code = backend
-            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .compile(CompileRequest::routine(
+                "neg",
+                &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+            ))
             .unwrap();
         assert_eq!(y.prec(), Prec::F32);
         assert!(y.update_prec(Prec::F64, "test: after compiling").is_err());
@@ -275,7 +277,10 @@ fn tnode__create_from_padded() {
         assert_eq!(x.host().get_values().unwrap(), vec![1.0, 2.0, 3.0]);
         let y = result("y", 3);
         let code = backend
-            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .compile(CompileRequest::routine(
+                "neg",
+                &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+            ))
             .unwrap();
         let stream = backend.get_device(0).unwrap().new_stream().unwrap();
         Context::new(&stream).link(&code).unwrap().run().unwrap();
@@ -309,7 +314,9 @@ fn tnode__create_with_reshape() {
                 true,
             )
             .unwrap();
-            let code = backend.compile(label, &sum, &[]).unwrap();
+            let code = backend
+                .compile(CompileRequest::routine(label, &sum))
+                .unwrap();
             Context::new(&stream).link(&code).unwrap().run().unwrap();
             r.host().get_values().unwrap()
         };
@@ -402,7 +409,10 @@ fn tnode__backend_info_update_code_name_and_log_debug_info() {
         y.update_code_name("my output; DROP */ evil");
         assert_eq!(y.code_name(), format!("n{}_my_output_DROP_evil", y.id()));
         let code = backend
-            .compile("neg", &Assignments::pointwise_unop(&y, UnOp::Neg, &x), &[])
+            .compile(CompileRequest::routine(
+                "neg",
+                &Assignments::pointwise_unop(&y, UnOp::Neg, &x),
+            ))
             .unwrap();
         // The generated code names the array by it (with its position), never by raw text.
         assert!(code.source().contains("my_output_DROP_evil_"), "{name}");
@@ -588,18 +598,16 @@ fn tnode__sharing_inferred_across_streams() {
         };
         let (y1, y2) = (out("y1"), out("y2"));
         let a = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "relu_x",
                 &Assignments::pointwise_unop(&y1, UnOp::Relu, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let b = backend
-            .compile(
+            .compile(CompileRequest::routine(
                 "neg_x",
                 &Assignments::pointwise_unop(&y2, UnOp::Neg, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let shared_before = device.shared_array_count();
         let r1 = Context::new(&s1).link(&a).unwrap();

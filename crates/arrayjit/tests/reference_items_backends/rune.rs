@@ -428,11 +428,15 @@ fn rune_backend_intf__compile_options_per_compile() {
                 flags: flags.clone(),
             }));
             assert_eq!(backend.compile_options().flags, flags);
-            run(&backend.compile("relu_o0", &program, &[]).unwrap());
+            run(&backend
+                .compile(CompileRequest::routine("relu_o0", &program))
+                .unwrap());
             // The flags reach the compiler: one it does not know fails the compile.
             flags.push("-fno-such-flag-arrayjit".into());
             backend.set_compile_options(Some(CompileOptions { flags }));
-            let e = backend.compile("relu_bad", &program, &[]).unwrap_err();
+            let e = backend
+                .compile(CompileRequest::routine("relu_bad", &program))
+                .unwrap_err();
             assert!(
                 matches!(e, arrayjit::Error::CompileFailed(_)),
                 "{name}: {e}"
@@ -445,7 +449,9 @@ fn rune_backend_intf__compile_options_per_compile() {
             backend.set_compile_options(Some(CompileOptions {
                 flags: vec!["-O2".into()],
             }));
-            let e = backend.compile("relu_static", &program, &[]).unwrap_err();
+            let e = backend
+                .compile(CompileRequest::routine("relu_static", &program))
+                .unwrap_err();
             assert!(
                 matches!(e.root_cause(), arrayjit::Error::InvalidSetting { value, expected, .. }
                     if value == "-O2" && expected.contains("-shared")),
@@ -455,18 +461,24 @@ fn rune_backend_intf__compile_options_per_compile() {
             backend.set_compile_options(Some(CompileOptions {
                 flags: vec!["--use_fast_math".into()],
             }));
-            let e = backend.compile("relu_fast", &program, &[]).unwrap_err();
+            let e = backend
+                .compile(CompileRequest::routine("relu_fast", &program))
+                .unwrap_err();
             assert!(
                 matches!(e.root_cause(), arrayjit::Error::Unsupported { backend, .. } if *backend == name),
                 "{name}: {e}"
             );
             // Its own defaults, given explicitly, compile as usual.
             backend.set_compile_options(Some(defaults.clone()));
-            run(&backend.compile("relu_defaults", &program, &[]).unwrap());
+            run(&backend
+                .compile(CompileRequest::routine("relu_defaults", &program))
+                .unwrap());
         }
         backend.set_compile_options(None);
         assert_eq!(backend.compile_options(), defaults);
-        run(&backend.compile("relu", &program, &[]).unwrap());
+        run(&backend
+            .compile(CompileRequest::routine("relu", &program))
+            .unwrap());
     }
 }
 
@@ -491,7 +503,7 @@ fn rune_backend_intf__renderer_device_strings() {
         }
         let Some(d) = dialect else { continue };
         let source = backend
-            .compile("matmul", &case.program, &[])
+            .compile(CompileRequest::routine("matmul", &case.program))
             .unwrap()
             .source()
             .to_string();

@@ -20,14 +20,15 @@ fn device_to_device_on(b: &Backend) {
         .unwrap();
     let acc = hosted_input(&[4], "acc", &[0.0; 4]);
     let slow_producer = b
-        .compile(
+        .compile(CompileRequest::routine(
             "produce",
             &Assignments::pointwise_unop(&g, UnOp::Exp, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let merge = add_merge_buffer(&acc, &g);
-    let consumer = b.compile("consume", &merge, &[]).unwrap();
+    let consumer = b
+        .compile(CompileRequest::routine("consume", &merge))
+        .unwrap();
     let src = Context::new(&s1).link(&slow_producer).unwrap();
     let dst = Context::new(&s2).link(&consumer).unwrap();
     assert_eq!(dst.context().merge_node(), Some(&g));
@@ -71,19 +72,17 @@ fn device_to_device_on(b: &Backend) {
     );
     let out = hosted_output(&[4], "out");
     let reader = b
-        .compile(
+        .compile(CompileRequest::routine(
             "read_g",
             &Assignments::pointwise_unop(&out, UnOp::Identity, &g),
-            &[],
-        )
+        ))
         .unwrap();
     // The destination's own g, written first with other values (-x).
     let other_values = b
-        .compile(
+        .compile(CompileRequest::routine(
             "negate",
             &Assignments::pointwise_unop(&g, UnOp::Neg, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let negated = Context::new(&s2).link(&other_values).unwrap();
     negated.run().unwrap();
@@ -118,16 +117,21 @@ fn a_copy_after_streaming_never_writes_the_streamed_source() {
         let acc = hosted_input(&[4], "acc", &[0.0; 4]);
         let out = hosted_output(&[4], "out");
         let copy_of = |x: &Tnode| Assignments::pointwise_unop(&g, UnOp::Identity, x);
-        let produce_a = b.compile("produce_a", &copy_of(&xa), &[]).unwrap();
-        let produce_c = b.compile("produce_c", &copy_of(&xc), &[]).unwrap();
+        let produce_a = b
+            .compile(CompileRequest::routine("produce_a", &copy_of(&xa)))
+            .unwrap();
+        let produce_c = b
+            .compile(CompileRequest::routine("produce_c", &copy_of(&xc)))
+            .unwrap();
         let merge = add_merge_buffer(&acc, &g);
-        let consume = b.compile("consume", &merge, &[]).unwrap();
+        let consume = b
+            .compile(CompileRequest::routine("consume", &merge))
+            .unwrap();
         let read_g = b
-            .compile(
+            .compile(CompileRequest::routine(
                 "read_g",
                 &Assignments::pointwise_unop(&out, UnOp::Identity, &g),
-                &[],
-            )
+            ))
             .unwrap();
         let ra = Context::new(&s1).link(&produce_a).unwrap();
         let rc = Context::new(&s3).link(&produce_c).unwrap();
@@ -172,14 +176,15 @@ fn runs_reading_a_streamed_merge_buffer_wait_for_the_source_writer() {
             .unwrap();
         let acc = hosted_input(&[2], "acc", &[0.0; 2]);
         let produce = b
-            .compile(
+            .compile(CompileRequest::routine(
                 "produce",
                 &Assignments::pointwise_binop(&g, BinOp::Add, &x, &x),
-                &[],
-            )
+            ))
             .unwrap();
         let merge = add_merge_buffer(&acc, &g);
-        let consume = b.compile("consume", &merge, &[]).unwrap();
+        let consume = b
+            .compile(CompileRequest::routine("consume", &merge))
+            .unwrap();
         let src = Context::new(&s1).link(&produce).unwrap();
         let cons = Context::new(&s2).link(&consume).unwrap();
         src.run().unwrap();
@@ -216,14 +221,15 @@ fn the_merge_buffer_is_reused_when_large_enough() {
                 .unwrap();
             let acc = hosted_input(&[n], &format!("acc{label}"), &vec![0.0; n]);
             let produce = b
-                .compile(
+                .compile(CompileRequest::routine(
                     "produce",
                     &Assignments::pointwise_unop(&g, UnOp::Identity, &x),
-                    &[],
-                )
+                ))
                 .unwrap();
             let merge = add_merge_buffer(&acc, &g);
-            let consume = b.compile("consume", &merge, &[]).unwrap();
+            let consume = b
+                .compile(CompileRequest::routine("consume", &merge))
+                .unwrap();
             let src = Context::new(&s1).link(&produce).unwrap();
             src.run().unwrap();
             let dst = Context::new(&s2).link(&consume).unwrap();
@@ -273,8 +279,12 @@ fn merge_buffer_mismatch_is_caught_at_link_time() {
     let g2 = hosted_input(&[2], "g2", &[1.0, 2.0]);
     let acc = hosted_input(&[2], "acc2", &[0.0, 0.0]);
     let merge_of = |g: &Tnode| add_merge_buffer(&acc, g);
-    let c1 = b.compile("m1", &merge_of(&g1), &[]).unwrap();
-    let c2 = b.compile("m2", &merge_of(&g2), &[]).unwrap();
+    let c1 = b
+        .compile(CompileRequest::routine("m1", &merge_of(&g1)))
+        .unwrap();
+    let c2 = b
+        .compile(CompileRequest::routine("m2", &merge_of(&g2)))
+        .unwrap();
     let r1 = Context::new(&s).link(&c1).unwrap();
     let err = r1.context().link(&c2).unwrap_err();
     assert!(matches!(err, Error::MergeBuffer { .. }), "{err}");
