@@ -134,6 +134,15 @@ pub trait CompiledBatch: Send + Sync + Debug {
     /// (`arrayjit_runtime`'s `host_sync` rules); code outside it must order its accesses
     /// itself.
     unsafe fn launch(&self, request: LaunchRequest<'_>) -> Result<bool>;
+    /// Makes the device state the batch keeps of its own, once, before its first launch:
+    /// called by every link of one of its kernels into a context (`arrayjit_runtime`'s
+    /// `Context::link`), so a failure (out of device memory) is the link's, before anything
+    /// runs; a launch without a link (source given directly) makes it then. Compiling
+    /// allocates no device memory. Default: there is none (the CPU backends, whose locals live
+    /// on the stack or in the stream's scratch, and `cuda`, whose locals live in the scratch).
+    fn link(&self) -> Result<()> {
+        Ok(())
+    }
     /// The time a kernel compiled to time its statements
     /// (`arrayjit_opt::Optimized::profile_statements`) spent in each top-level statement since
     /// this was last asked, and how many times each ran: `(nanoseconds, calls)` per statement,

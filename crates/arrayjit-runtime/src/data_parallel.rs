@@ -7,9 +7,9 @@ use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, Error, Operand, Projections, Result, ResultExt, Tnode, UnOp,
 };
 
-use crate::CompileRequest;
 use crate::backend::Backend;
 use crate::code::Code;
+use crate::compile_request::CompileRequest;
 use crate::context::Context;
 use crate::device_transfer::MergeBufferUse;
 use crate::routine::Routine;

@@ -590,6 +590,8 @@ impl Context {
             })?;
         }
         stream.ensure_scratch(scratch_bytes, plan.alignment)?;
+        // The device state the batch keeps of its own (wgpu's locals), made once.
+        code.batch.link()?;
         // The writes of shared arrays: checked for every array, then claimed for this stream.
         let shared_written: Vec<(&Tnode, &Arc<ArrayEntry>)> = arrays
             .iter()

@@ -142,3 +142,31 @@ fn a_memory_limit_of_zero_bytes_is_refused_as_a_setting() {
         Err(Error::InvalidSetting { .. })
     ));
 }
+
+/// Compiling allocates no device memory on any backend (render, compile, then link): the
+/// device state a compiled batch keeps of its own (wgpu's local nodes and static indices) is
+/// made when a context links it, and counted from then.
+#[test]
+fn compiling_allocates_no_device_memory_on_every_backend() {
+    for backend in arrayjit_testing::all_backends_under_test().unwrap() {
+        let name = backend.name().to_string();
+        // Local nodes (in the CPU's scratch pool, wgpu's own buffers, CUDA's scratch) and a
+        // static index.
+        let case = arrayjit_testing::scratch_locals().unwrap();
+        let device = backend.get_device(0).unwrap();
+        let used = device.used_memory();
+        let code = backend
+            .compile(CompileRequest::routine(&case.name, &case.program).bindings(&case.bindings))
+            .unwrap();
+        assert_eq!(device.used_memory(), used, "{name}: compiling allocated");
+        let stream = device.new_stream().unwrap();
+        let routine = Context::new(&stream).link(&code).unwrap();
+        assert!(
+            device.used_memory() > used,
+            "{name}: linking allocated nothing"
+        );
+        // And it computes what the interpreter does.
+        arrayjit_testing::check_case_code(&case, &backend, &code).unwrap();
+        drop(routine);
+    }
+}

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 
 use arrayjit_codegen::gpu_kernel::PassShape;
 use arrayjit_codegen::wgsl::WgslKernel;
@@ -11,18 +12,25 @@ use arrayjit_codegen::{KernelInterface, LaunchDims};
 use arrayjit_ir::{DeviceLimit, Error, Result};
 
 use super::NAME;
-use super::buffers::WgpuBuffer;
+use super::buffers::{self, WgpuBuffer};
 use super::devices::Gpu;
 use super::timestamps;
 use crate::compiled_batch::{CompiledBatch, DeviceTimeSink, LaunchAt, LaunchRequest};
 use crate::device_buffer::BufferHandle;
 
-/// One compiled routine: its passes' pipelines and the buffers of its local nodes.
+/// One compiled routine: its passes' pipelines.
 pub(crate) struct Kernel {
     pub(crate) rendered: WgslKernel,
     pub(crate) pipelines: Vec<wgpu::ComputePipeline>,
-    pub(crate) locals: HashMap<u32, WgpuBuffer>,
-    pub(crate) statics: Option<WgpuBuffer>,
+    /// How many static indices its launches bind.
+    pub(crate) statics: usize,
+}
+
+/// The device buffers one kernel keeps of its own: its local nodes' (by binding) and its
+/// static indices'.
+struct KernelBuffers {
+    locals: HashMap<u32, WgpuBuffer>,
+    statics: Option<WgpuBuffer>,
 }
 
 /// Routines compiled together.
@@ -31,6 +39,66 @@ pub struct WgpuBatch {
     pub(crate) interfaces: Vec<KernelInterface>,
     pub(crate) kernels: Vec<Kernel>,
     pub(crate) source: String,
+    /// The device's memory counter, which the kernels' own buffers count in.
+    pub(crate) used: Arc<AtomicUsize>,
+    /// The kernels' own buffers, made at the first link (or launch), in kernel order.
+    buffers: Mutex<Option<Arc<Vec<KernelBuffers>>>>,
+}
+
+impl WgpuBatch {
+    /// A batch of `kernels` (with their `interfaces`) for `gpu`, whose buffers count in
+    /// `used`; it allocates nothing until linked.
+    pub(crate) fn new(
+        gpu: Arc<Gpu>,
+        interfaces: Vec<KernelInterface>,
+        kernels: Vec<Kernel>,
+        source: String,
+        used: Arc<AtomicUsize>,
+    ) -> WgpuBatch {
+        WgpuBatch {
+            gpu,
+            interfaces,
+            kernels,
+            source,
+            used,
+            buffers: Mutex::new(None),
+        }
+    }
+
+    /// The kernels' own buffers, made on first use: each local node's, and the static
+    /// indices' where a kernel binds any. A failed allocation makes none (and a later call
+    /// tries again).
+    fn kernel_buffers(&self) -> Result<Arc<Vec<KernelBuffers>>> {
+        let mut made = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = made.as_ref() {
+            return Ok(b.clone());
+        }
+        let buffers = self
+            .kernels
+            .iter()
+            .map(|k| {
+                let locals = k
+                    .rendered
+                    .locals
+                    .iter()
+                    .map(|(tn, b)| {
+                        Ok((
+                            *b,
+                            buffers::allocate(&self.gpu, &self.used, tn.size_in_bytes())?,
+                        ))
+                    })
+                    .collect::<Result<HashMap<_, _>>>()?;
+                let statics = match k.rendered.statics_binding {
+                    Some(_) => Some(buffers::allocate(&self.gpu, &self.used, 4 * k.statics)?),
+                    None => None,
+                };
+                Ok(KernelBuffers { locals, statics })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let buffers = Arc::new(buffers);
+        *made = Some(buffers.clone());
+        Ok(buffers)
+    }
 }
 
 impl fmt::Debug for WgpuBatch {
@@ -41,6 +109,11 @@ impl fmt::Debug for WgpuBatch {
 }
 
 impl CompiledBatch for WgpuBatch {
+    /// Allocates each kernel's local nodes and static indices, once.
+    fn link(&self) -> Result<()> {
+        self.kernel_buffers().map(|_| ())
+    }
+
     fn kernels(&self) -> &[KernelInterface] {
         &self.interfaces
     }
@@ -148,10 +221,14 @@ impl WgpuBatch {
             })?;
             words.extend_from_slice(&v.to_le_bytes());
         }
-        for (b, buf) in &k.locals {
+        let own = self.kernel_buffers()?;
+        let own = own
+            .get(index)
+            .ok_or_else(|| crate::launch_check::no_such_kernel(index, self.kernels.len()))?;
+        for (b, buf) in &own.locals {
             bound.insert(*b, buf);
         }
-        if let (Some(b), Some(buf)) = (k.rendered.statics_binding, &k.statics) {
+        if let (Some(b), Some(buf)) = (k.rendered.statics_binding, &own.statics) {
             self.gpu
                 .queue
                 .write_buffer(&buf.buffer, buf.offset as u64, &words);

@@ -1,9 +1,9 @@
 //! The compiler part of the `wgpu` backend ([`WgpuCompiler`]): the WGSL its renderer made (of
 //! routines, or given directly: [`WgslSource`]) made into the device's compute pipelines,
-//! cached by source and entry point. It takes no compile options: WGSL goes to the driver as
-//! it is.
+//! cached by source and entry point. It allocates no device memory: a batch makes its
+//! kernels' own buffers (local nodes, static indices) when first linked
+//! ([`CompiledBatch::link`]). It takes no compile options: WGSL goes to the driver as it is.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrayjit_codegen::SourceKernel;
@@ -14,7 +14,7 @@ use arrayjit_ir::{Error, Result, trace};
 
 use super::NAME;
 use super::batch::{Kernel, WgpuBatch};
-use super::buffers;
+
 use super::devices::{Gpu, WgpuDevices};
 use super::renderer::{RenderedRoutine, WgslSource};
 use crate::compiled_batch::CompiledBatch;
@@ -65,34 +65,17 @@ impl Compiler for WgpuCompiler {
                     .map(|p| gpu.pipeline(p))
                     .collect::<Result<Vec<_>>>()?
             };
-            let locals = rendered
-                .locals
-                .iter()
-                .map(|(tn, b)| {
-                    Ok((
-                        *b,
-                        buffers::allocate(&gpu, &self.devices.used, tn.size_in_bytes())?,
-                    ))
-                })
-                .collect::<Result<HashMap<_, _>>>()?;
-            let statics = match rendered.statics_binding {
-                Some(_) => Some(buffers::allocate(&gpu, &self.devices.used, 4 * statics)?),
-                None => None,
-            };
             interfaces.push(rendered.interface.clone());
             kernels.push(Kernel {
                 rendered,
                 pipelines,
-                locals,
                 statics,
             });
         }
-        Ok(Arc::new(WgpuBatch {
-            gpu,
-            interfaces,
-            kernels,
-            source,
-        }))
+        let used = self.devices.used.clone();
+        Ok(Arc::new(WgpuBatch::new(
+            gpu, interfaces, kernels, source, used,
+        )))
     }
 }
 
@@ -150,14 +133,6 @@ impl WgpuCompiler {
                 entry_point: iface.symbol.clone(),
             };
             let pipelines = vec![gpu.pipeline(&pass)?];
-            let statics = match statics_binding {
-                Some(_) => Some(buffers::allocate(
-                    &gpu,
-                    &self.devices.used,
-                    4 * iface.statics.len(),
-                )?),
-                None => None,
-            };
             compiled.push((
                 iface.clone(),
                 Kernel {
@@ -168,18 +143,19 @@ impl WgpuCompiler {
                         passes: vec![pass],
                     },
                     pipelines,
-                    locals: HashMap::new(),
-                    statics,
+                    statics: iface.statics.len(),
                 },
             ));
         }
         let (interfaces, kernels) = compiled.into_iter().unzip();
-        Ok(Arc::new(WgpuBatch {
+        let used = self.devices.used.clone();
+        Ok(Arc::new(WgpuBatch::new(
             gpu,
             interfaces,
             kernels,
-            source: source.to_string(),
-        }))
+            source.to_string(),
+            used,
+        )))
     }
 }
 
