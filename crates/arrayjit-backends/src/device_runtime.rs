@@ -60,11 +60,11 @@ pub trait DeviceRuntime: Send + Sync + std::fmt::Debug {
         false
     }
     /// The array of a hosted node on `device` made of its host array itself, handed over by
-    /// the host (`arrayjit_ir::tnode::HostValues::hand_to_device`): the array is taken out of
-    /// `array`, no byte is copied, and the buffer, typed with the array's precision, owns it
-    /// from then on. The runtime does this for nodes that devices change, at their first link,
-    /// where [`adopts_host_arrays`](DeviceRuntime::adopts_host_arrays). An error leaves the
-    /// array where it was. Default: [`arrayjit_ir::Error::Unsupported`].
+    /// the host (`arrayjit_runtime::node_sync::hand_host_array_to_device`): the array is taken
+    /// out of `array`, no byte is copied, and the buffer, typed with the array's precision,
+    /// owns it from then on. The runtime does this for nodes that devices change, at their
+    /// first link, where [`adopts_host_arrays`](DeviceRuntime::adopts_host_arrays). An error
+    /// leaves the array where it was. Default: [`arrayjit_ir::Error::Unsupported`].
     fn adopt_host_array(
         &self,
         device: usize,

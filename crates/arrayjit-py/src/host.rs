@@ -5,8 +5,8 @@
 //! Rules:
 //! 1. A view aliases the host array, which a node never moves or replaces once made (every
 //!    change is in place); the view's base object keeps the node, and so the array, alive, and
-//!    pins the array (`HostValues::pin`): it is not handed to a CPU device while a view exists
-//!    (the node's device array is then a copy).
+//!    pins the array (`node_sync::pin_host_array`): it is not handed to a CPU device while a
+//!    view exists (the node's device array is then a copy).
 //! 2. A view is read-only: a write through it would change the host values without the runtime
 //!    knowing, and devices would compute on stale copies. `assign` is the way in.
 //! 3. A view shows the host array as it is: `numpy()` first brings the host up to date (waiting
@@ -15,8 +15,8 @@
 //! 4. Where NumPy lacks the precision (bf16) or the host array has padding margins, values go
 //!    through a converted copy instead.
 
-use arrayjit_ir::tnode::HostPin;
 use arrayjit_ir::{Error, Prec, Tnode};
+use arrayjit_runtime::node_sync::{HostPin, pin_host_array};
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArrayDyn, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
@@ -79,7 +79,7 @@ macro_rules! with_numpy_element {
 /// where NumPy lacks the precision or the array has padding (rule 4).
 pub fn view<'py>(py: Python<'py>, tn: &Tnode) -> PyResult<Option<Bound<'py, PyAny>>> {
     // Pinned before the refresh that makes a handed-over host array again: it then stays.
-    let pin = tn.host().pin();
+    let pin = pin_host_array(tn).py()?;
     let node = tn.clone();
     py.detach(move || node.host().prepare_read()).py()?;
     let Some((plain, address)) = tn

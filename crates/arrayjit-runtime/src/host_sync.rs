@@ -38,7 +38,7 @@ use arrayjit_backends::LoweredBackend;
 use arrayjit_ir::{Error, Result, Tnode};
 
 use crate::array_entry::{Access, ArrayEntry};
-use crate::node_sync::node_sync;
+use crate::node_sync::{hand_host_array_to_device, node_sync};
 use crate::scheduler::TaskLabel;
 use crate::stream::{Stream, StreamInner};
 
@@ -84,7 +84,7 @@ pub(crate) fn adopt_host_array(stream: &Stream, tn: &Tnode) -> Result<Option<Arc
     tn.host().prepare_read()?;
     let sync = node_sync(tn)?;
     let (device, prec, size) = (stream.device().ordinal(), tn.prec(), tn.size_in_bytes());
-    let handed = tn.host().hand_to_device(|slot| {
+    let handed = hand_host_array_to_device(tn, |slot| {
         // A refresh pending or running (on another thread) is not over until it has run to
         // its end: the array stays the host's (the caller copies it instead).
         if sync.refresh_pending_or_running() {
@@ -108,7 +108,7 @@ pub(crate) fn adopt_host_array(stream: &Stream, tn: &Tnode) -> Result<Option<Arc
         }
         let buffer = lowered.runtime().adopt_host_array(device, slot)?;
         let entry = ArrayEntry::new(tn.clone(), buffer, false);
-        // Installed under the host lock `hand_to_device` holds: no host access comes between
+        // Installed under the host lock the handing over holds: no host access comes between
         // the handing over and the refresh that undoes it.
         sync.host_handed_to(
             entry.uid,

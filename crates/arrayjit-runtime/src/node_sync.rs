@@ -18,13 +18,20 @@
 //!    stream's task, which the refresh may itself be waiting for.
 //! 3. **Write guards**: run before every host write, held weakly (the device array that uses
 //!    the host array in place owns its guard).
+//! 4. **The host array handed over** (`host_sync` rule 6): where a device's memory is the
+//!    host's, the host array itself may become a device copy ([`hand_host_array_to_device`]):
+//!    taken out of its slot under the host lock, while no [`HostPin`] holds it there. From then
+//!    until the host makes the array again (the pending refresh brings its values back) the
+//!    node's host array exists but is with that copy ([`DeviceCopies::holds_host_array`]). A
+//!    pin is taken under the host lock too, so a handing over either saw it or came before it.
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use arrayjit_ir::tnode::DeviceCopies;
-use arrayjit_ir::{Error, Result, Tnode};
+use arrayjit_ir::{Error, Ndarray, Result, Tnode};
 
 /// A deferred host-side synchronisation, e.g. "wait for the device that computed this node and
 /// copy it to the host" (record 2).
@@ -52,6 +59,10 @@ pub struct NodeSync {
     attachments: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
     /// Signalled when a running refresh ends.
     refreshed: Condvar,
+    /// Record 4: a device copy holds the host array itself. Changed under the host lock.
+    host_handed_over: AtomicBool,
+    /// Record 4: how many [`HostPin`]s keep the host array where it is.
+    host_pins: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -239,6 +250,14 @@ impl DeviceCopies for NodeSync {
         Ok(())
     }
 
+    fn holds_host_array(&self) -> bool {
+        self.host_handed_over.load(Ordering::Relaxed)
+    }
+
+    fn host_array_made(&self) {
+        self.host_handed_over.store(false, Ordering::Relaxed);
+    }
+
     fn hold_values(&self) -> bool {
         !self.copies_not_lagging_host().is_empty()
     }
@@ -281,6 +300,61 @@ impl DeviceCopies for NodeSync {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Keeps a node's host array where it is while it lives ([`pin_host_array`]): the array is
+/// never handed to a device meanwhile, so memory borrowed from it (a NumPy view) stays valid
+/// and shows every later change, which happens in place.
+pub struct HostPin(Tnode);
+
+impl Drop for HostPin {
+    fn drop(&mut self) {
+        if let Ok(sync) = node_sync(&self.0) {
+            sync.host_pins.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl std::fmt::Debug for HostPin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostPin({})", self.0.debug_name())
+    }
+}
+
+/// Pins `tn`'s host array (record 4): while the [`HostPin`] lives it is never handed to a
+/// device, so after the pending refresh ([`arrayjit_ir::tnode::HostValues::prepare_read`]) the
+/// array exists and stays. An error only where [`node_sync`] has one.
+pub fn pin_host_array(tn: &Tnode) -> Result<HostPin> {
+    let sync = node_sync(tn)?;
+    // Under the host lock: a handing over either saw the pin or came before it.
+    let _host = tn.host().lock();
+    sync.host_pins.fetch_add(1, Ordering::SeqCst);
+    Ok(HostPin(tn.clone()))
+}
+
+/// Hands `tn`'s host array itself to a device copy (record 4), where a device's memory is the
+/// host's (the CPU backends): `adopt` takes the array out of the slot it is given and makes the
+/// device copy of it, so that no bytes are copied and only one array holds the values.
+/// Returns what `adopt` made, or `None` when there is no host array to hand over (none yet,
+/// or handed over already) or it is pinned ([`pin_host_array`]). An `adopt` that fails, or
+/// declines, must leave the array in the slot: the host array then stays as it was. `adopt`
+/// installs the refresh that brings the values back, under the host lock, so that no host
+/// access comes between.
+pub fn hand_host_array_to_device<R>(
+    tn: &Tnode,
+    adopt: impl FnOnce(&mut Option<Ndarray>) -> Result<R>,
+) -> Result<Option<R>> {
+    let sync = node_sync(tn)?;
+    tn.host().with_host_slot(|slot| {
+        if slot.is_none() || sync.host_pins.load(Ordering::SeqCst) > 0 {
+            return Ok(None);
+        }
+        let made = adopt(slot)?;
+        if slot.is_none() {
+            sync.host_handed_over.store(true, Ordering::Relaxed);
+        }
+        Ok(Some(made))
+    })
 }
 
 /// Sorts ranges and joins the overlapping or touching ones.
@@ -366,5 +440,64 @@ mod tests {
             1,
             "a dropped guard no longer runs"
         );
+    }
+
+    #[test]
+    fn a_host_array_handed_to_a_device_exists_and_is_made_again_on_use() {
+        let t = Tnode::new(Prec::F32, &[3], &["h"]).unwrap();
+        let take = |slot: &mut Option<Ndarray>| Ok(slot.take());
+        assert!(
+            hand_host_array_to_device(&t, take).unwrap().is_none(),
+            "none yet"
+        );
+        t.host().set_values(&[1.0, 2.0, 3.0]).unwrap();
+        // A failed handing over leaves the array as it was.
+        let err =
+            hand_host_array_to_device(&t, |_| Err::<(), _>(Error::invalid("the device refused")))
+                .unwrap_err();
+        assert!(err.to_string().contains("refused"));
+        assert!(!t.host().is_on_device());
+        assert_eq!(t.host().get_values().unwrap(), vec![1.0, 2.0, 3.0]);
+        // Handed over: the array goes with its values, and the node is still hosted.
+        let taken = hand_host_array_to_device(&t, take).unwrap().flatten();
+        assert_eq!(taken.unwrap().to_vec_f64().unwrap(), vec![1.0, 2.0, 3.0]);
+        assert!(t.host().exists() && t.host().is_on_device());
+        assert!(node_sync(&t).unwrap().holds_host_array());
+        assert!(t.host().with(|_| ()).is_none(), "no values on the host");
+        assert!(!t.host().holds_initial_zeros());
+        assert!(t.debug_info().contains("handed to a device copy"));
+        assert_eq!(
+            hand_host_array_to_device(&t, |_| Ok(())).unwrap(),
+            None,
+            "handed once"
+        );
+        // With no refresh to bring the values back, a host access gives up with a typed
+        // error rather than read or write an array without them.
+        assert!(matches!(
+            t.host().get_values(),
+            Err(Error::NotHosted { .. })
+        ));
+        assert!(t.host().with_mut(|_| Ok(())).is_err());
+        assert!(t.host().is_on_device());
+        // Made again (zero-filled) by the refresh's own write, which brings the values.
+        let mode = t.memory_mode();
+        t.host().refill(|_| Ok(())).unwrap();
+        assert!(!t.host().is_on_device());
+        assert!(!node_sync(&t).unwrap().holds_host_array());
+        assert_eq!(
+            t.host().with(Ndarray::to_vec_f64).unwrap().unwrap(),
+            vec![0.0; 3]
+        );
+        assert_eq!(t.memory_mode(), mode, "the memory mode stays");
+        // A pinned host array stays where it is; the pin's end frees it again.
+        let pin = pin_host_array(&t).unwrap();
+        assert!(
+            hand_host_array_to_device(&t, take).unwrap().is_none(),
+            "pinned"
+        );
+        assert!(!t.host().is_on_device());
+        drop(pin);
+        assert!(hand_host_array_to_device(&t, take).unwrap().is_some());
+        assert!(t.host().is_on_device());
     }
 }

@@ -194,8 +194,9 @@ impl CpuBuffer {
     }
 
     /// A host array handed to `device` as its own memory (see
-    /// `arrayjit_ir::tnode::HostValues::hand_to_device`): its bytes, padding margins included,
-    /// become the buffer's, and no byte is copied. Counted in `counter` until dropped.
+    /// `arrayjit_runtime::node_sync::hand_host_array_to_device`): its bytes, padding margins
+    /// included, become the buffer's, and no byte is copied. Counted in `counter` until
+    /// dropped.
     pub fn adopt(
         mut array: arrayjit_ir::Ndarray,
         device: usize,

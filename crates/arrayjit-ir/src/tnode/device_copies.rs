@@ -22,6 +22,14 @@ pub trait DeviceCopies: Any + Send + Sync {
     fn hold_values(&self) -> bool;
     /// The host changed the stored elements `[start, end)`, or all of them (`None`).
     fn host_changed(&self, elems: Option<(usize, usize)>);
+    /// Whether a device copy holds the host array itself, handed over by the runtime (taken
+    /// out of its slot with [`super::HostValues::with_host_slot`]) and not made again since:
+    /// the host array then exists, but its values are with that copy. Read under the host
+    /// lock.
+    fn holds_host_array(&self) -> bool;
+    /// The host made its array again (a handed-over one coming back with its values, under
+    /// the host lock): no device copy holds it any longer.
+    fn host_array_made(&self);
     /// What is known of the copies, one item per line, for [`super::Tnode::debug_info`].
     fn describe(&self) -> Vec<String>;
     /// For downcasting to the runtime's type.

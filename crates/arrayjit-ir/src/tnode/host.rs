@@ -3,6 +3,15 @@
 //! reading the array in place hold, and the checks every host write passes (a hosted constant
 //! already on a device refuses; device copies are told what changed). All of it is reached
 //! through [`Tnode::host`], which returns the node's [`HostValues`].
+//!
+//! Handing the host array itself to a device copy, and pinning it where it is, are the
+//! runtime's (`arrayjit_runtime::node_sync`): it takes the array out of its slot under the
+//! host lock ([`HostValues::with_host_slot`]) and says through the node's [`DeviceCopies`]
+//! whether a copy holds it ([`DeviceCopies::holds_host_array`]); here, a host access finds
+//! the slot empty and brings the values back.
+//!
+//! [`DeviceCopies`]: super::DeviceCopies
+//! [`DeviceCopies::holds_host_array`]: super::DeviceCopies::holds_host_array
 
 use std::sync::RwLockReadGuard;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,19 +24,8 @@ use crate::ndarray::Ndarray;
 /// The node's host lock, held (see [`HostValues::lock`]).
 pub struct HostLock<'a>(#[allow(dead_code)] RwLockReadGuard<'a, Option<Ndarray>>);
 
-/// Keeps a node's host array where it is while it lives ([`HostValues::pin`]): the array is
-/// never handed to a device meanwhile, so memory borrowed from it (a NumPy view) stays valid
-/// and shows every later change, which happens in place.
-pub struct HostPin(Tnode);
-
-impl Drop for HostPin {
-    fn drop(&mut self) {
-        self.0.0.host_pins.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// A node's host array, for changes in place only: it is never moved or replaced (but for
-/// being handed whole to a device copy, [`HostValues::hand_to_device`]), so a device array may
+/// being handed whole to a device copy, [`HostValues::with_host_slot`]), so a device array may
 /// alias it (see [`HostValues::with`]). Reads go through `Deref` to the [`Ndarray`];
 /// every change records that the array may no longer hold only the zeros it was made with
 /// ([`HostValues::holds_initial_zeros`]).
@@ -134,7 +132,7 @@ impl<'a> HostValues<'a> {
                 copies.before_host_write()?;
             }
             let host = self.node.0.host.write().unwrap_or_else(|e| e.into_inner());
-            if refill || host.is_some() || !self.node.0.host_on_device.load(Ordering::Relaxed) {
+            if refill || host.is_some() || !self.handed_over() {
                 break host;
             }
             // Handed to a device (perhaps by another thread since the caller's refresh):
@@ -150,7 +148,7 @@ impl<'a> HostValues<'a> {
             };
             // A host array handed to a device is made again (for the copy bringing its values
             // back); the node is hosted already.
-            if !self.node.0.host_on_device.load(Ordering::Relaxed) {
+            if !self.handed_over() {
                 self.node.update_memory_mode(
                     MemoryMode::Hosted(MemoryType::Unset),
                     "user: values were set or read on the host",
@@ -161,7 +159,9 @@ impl<'a> HostValues<'a> {
                 .0
                 .host_written
                 .store(margins_nonzero, Ordering::Relaxed);
-            self.node.0.host_on_device.store(false, Ordering::Relaxed);
+            if let Some(copies) = self.node.device_copies() {
+                copies.host_array_made();
+            }
             *host = Some(nd);
         }
         f(&mut HostArrayMut {
@@ -203,7 +203,7 @@ impl<'a> HostValues<'a> {
             if let Some(nd) = host.as_ref() {
                 return Ok(Some(f(nd)));
             }
-            if !self.node.0.host_on_device.load(Ordering::Relaxed) {
+            if !self.handed_over() {
                 return Ok(None);
             }
             drop(host);
@@ -241,59 +241,48 @@ impl<'a> HostValues<'a> {
     }
 
     /// Whether the host array exists (also while it is handed to a device copy, see
-    /// [`HostValues::hand_to_device`]).
+    /// [`HostValues::with_host_slot`]).
     pub fn exists(&self) -> bool {
         let host = self.read_guard();
-        host.is_some() || self.node.0.host_on_device.load(Ordering::Relaxed)
+        host.is_some() || self.handed_over()
     }
 
-    /// Whether the host array was handed to a device copy ([`HostValues::hand_to_device`])
-    /// and not made again since: its values live in that copy until the host next reads or
-    /// writes them.
+    /// Whether the host array was handed to a device copy (by the runtime, through
+    /// [`HostValues::with_host_slot`]) and not made again since: its values live in that copy
+    /// until the host next reads or writes them.
     pub fn is_on_device(&self) -> bool {
         let _host = self.read_guard();
-        self.node.0.host_on_device.load(Ordering::Relaxed)
+        self.handed_over()
     }
 
-    /// Pins the host array (see [`HostPin`]): a pinned one is never handed to a device, so
-    /// after the pending refresh ([`HostValues::prepare_read`]) the array exists and stays.
-    pub fn pin(&self) -> HostPin {
-        // Under the host lock: a handing over either saw the pin or came before it.
-        let _host = self.read_guard();
-        self.node.0.host_pins.fetch_add(1, Ordering::SeqCst);
-        HostPin(self.node.clone())
+    /// [`HostValues::is_on_device`], for a caller holding the host lock: what the node's
+    /// device copies say ([`super::DeviceCopies::holds_host_array`]).
+    fn handed_over(&self) -> bool {
+        self.node
+            .device_copies()
+            .is_some_and(|copies| copies.holds_host_array())
     }
 
-    /// Hands the host array itself to a device copy, where a device's memory is the host's
-    /// (the CPU backends): `adopt` takes the array out of the slot it is given and makes the
-    /// device copy of it, so that no bytes are copied and only one array holds the values.
-    /// Returns what `adopt` made, or `None` when there is no host array to hand over (none
-    /// yet, or handed over already) or it is pinned ([`HostValues::pin`]). An `adopt` that
-    /// fails, or declines, must leave the array in the slot: the host array then stays as it
-    /// was (and is not handed over).
+    /// Runs `f` on the slot of the host array under the host lock, written: for the runtime,
+    /// which hands the array itself to a device copy where a device's memory is the host's (it
+    /// takes the array out of the slot) and then says so through the node's
+    /// [`DeviceCopies`](super::DeviceCopies) (`holds_host_array`). Device work that reads the
+    /// host array in place finishes first, as for a write. An `f` that fails, or declines,
+    /// must leave the array in the slot.
     ///
-    /// From then on the host array still [`exists`](HostValues::exists), but holds nothing:
-    /// [`HostValues::with`] sees no array until the host array is made again, which the
-    /// runtime's pending refresh does from the device copy before the host next reads or
-    /// writes (`adopt` installs that refresh, while the host lock is held, so that no host
-    /// access comes between).
-    pub fn hand_to_device<R>(
+    /// A host array taken out still [`exists`](HostValues::exists) while a device copy holds
+    /// it, but holds nothing: [`HostValues::with`] sees no array until it is made again, which
+    /// the runtime's pending refresh does from the device copy before the host next reads or
+    /// writes (installed by `f`, under the host lock, so that no host access comes between).
+    pub fn with_host_slot<R>(
         &self,
-        adopt: impl FnOnce(&mut Option<Ndarray>) -> Result<R>,
-    ) -> Result<Option<R>> {
-        // Device work that reads the host array in place finishes first, as for a write.
+        f: impl FnOnce(&mut Option<Ndarray>) -> Result<R>,
+    ) -> Result<R> {
         if let Some(copies) = self.node.device_copies() {
             copies.before_host_write()?;
         }
         let mut host = self.node.0.host.write().unwrap_or_else(|e| e.into_inner());
-        if host.is_none() || self.node.0.host_pins.load(Ordering::SeqCst) > 0 {
-            return Ok(None);
-        }
-        let made = adopt(&mut host)?;
-        if host.is_none() {
-            self.node.0.host_on_device.store(true, Ordering::Relaxed);
-        }
-        Ok(Some(made))
+        f(&mut host)
     }
 
     /// A copy of the host array, or [`Error::NotHosted`].

@@ -15,7 +15,7 @@ mod registry;
 
 pub use creation::DelayedPrec;
 pub use device_copies::DeviceCopies;
-pub use host::{HostArrayMut, HostLock, HostPin, HostValues};
+pub use host::{HostArrayMut, HostLock, HostValues};
 pub use modes::Modes;
 pub use registry::{
     accessible_headers, find, log_accessible_headers, num_registered, print_accessible_headers,
@@ -76,12 +76,6 @@ struct TnodeInner {
     /// every write through [`host::HostArrayMut`] (the only way to change it), and for a host
     /// array given ready-made or with a non-zero pad value. Changed and read under `host`'s lock.
     host_written: AtomicBool,
-    /// Whether the host array was handed to a device copy ([`HostValues::hand_to_device`]):
-    /// it exists for every purpose but holding the values, which come back from that copy at
-    /// the host's next read. Changed under `host`'s lock.
-    host_on_device: AtomicBool,
-    /// How many [`HostPin`]s keep the host array where it is (never handed to a device).
-    host_pins: AtomicUsize,
     /// The device copies the runtime keeps of the node, once it makes one (see
     /// [`DeviceCopies`]).
     device_copies: OnceLock<Arc<dyn DeviceCopies>>,
@@ -218,8 +212,6 @@ impl Tnode {
             memory_mode: Mutex::new(None),
             host_written: AtomicBool::new(host.is_some()),
             host: RwLock::new(host),
-            host_on_device: AtomicBool::new(false),
-            host_pins: AtomicUsize::new(0),
             device_copies: OnceLock::new(),
             iteration_private: AtomicBool::new(false),
         });
@@ -631,57 +623,5 @@ mod tests {
         )
         .unwrap();
         assert!(!given.host().holds_initial_zeros());
-    }
-
-    #[test]
-    fn a_host_array_handed_to_a_device_exists_and_is_made_again_on_use() {
-        let t = Tnode::new(Prec::F32, &[3], &["h"]).unwrap();
-        let take = |slot: &mut Option<Ndarray>| Ok(slot.take());
-        assert!(t.host().hand_to_device(take).unwrap().is_none(), "none yet");
-        t.host().set_values(&[1.0, 2.0, 3.0]).unwrap();
-        // A failed handing over leaves the array as it was.
-        let err = t
-            .host()
-            .hand_to_device(|_| Err::<(), _>(Error::invalid("the device refused")))
-            .unwrap_err();
-        assert!(err.to_string().contains("refused"));
-        assert!(!t.host().is_on_device());
-        assert_eq!(t.host().get_values().unwrap(), vec![1.0, 2.0, 3.0]);
-        // Handed over: the array goes with its values, and the node is still hosted.
-        let taken = t.host().hand_to_device(take).unwrap().flatten();
-        assert_eq!(taken.unwrap().to_vec_f64().unwrap(), vec![1.0, 2.0, 3.0]);
-        assert!(t.host().exists() && t.host().is_on_device());
-        assert!(t.host().with(|_| ()).is_none(), "no values on the host");
-        assert!(!t.host().holds_initial_zeros());
-        assert!(t.debug_info().contains("handed to a device copy"));
-        assert_eq!(
-            t.host().hand_to_device(|_| Ok(())).unwrap(),
-            None,
-            "handed once"
-        );
-        // With no refresh to bring the values back (no runtime here), a host access gives up
-        // with a typed error rather than read or write an array without them.
-        assert!(matches!(
-            t.host().get_values(),
-            Err(Error::NotHosted { .. })
-        ));
-        assert!(t.host().with_mut(|_| Ok(())).is_err());
-        assert!(t.host().is_on_device());
-        // Made again (zero-filled) by the refresh's own write, which brings the values.
-        let mode = t.memory_mode();
-        t.host().refill(|_| Ok(())).unwrap();
-        assert!(!t.host().is_on_device());
-        assert_eq!(
-            t.host().with(Ndarray::to_vec_f64).unwrap().unwrap(),
-            vec![0.0; 3]
-        );
-        assert_eq!(t.memory_mode(), mode, "the memory mode stays");
-        // A pinned host array stays where it is; the pin's end frees it again.
-        let pin = t.host().pin();
-        assert!(t.host().hand_to_device(take).unwrap().is_none(), "pinned");
-        assert!(!t.host().is_on_device());
-        drop(pin);
-        assert!(t.host().hand_to_device(take).unwrap().is_some());
-        assert!(t.host().is_on_device());
     }
 }
