@@ -480,3 +480,19 @@ fn no_compiler_calls_a_renderer() {
         vec!["render", "render_wgsl"]
     );
 }
+
+/// One way to compile: `Backend`'s public functions named `compile…` are the entry point
+/// (`compile`, taking a `CompileRequest`) and its settings (`compile_options`,
+/// `compile_settings`), not one function per shape of request.
+#[test]
+fn the_backend_has_one_compile_entry_point() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../arrayjit-runtime/src/backend.rs");
+    let code = code_of(&std::fs::read_to_string(path).unwrap());
+    let mut names: Vec<String> = code
+        .match_indices("pub fn compile")
+        .map(|(at, _)| ident(&code[at + "pub fn ".len()..]))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["compile", "compile_options", "compile_settings"]);
+    assert!(code.contains("pub fn compile<Out>(&self, request: CompileRequest<'_, Out>)"));
+}
