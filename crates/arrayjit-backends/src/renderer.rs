@@ -45,6 +45,24 @@ impl RenderedProgram {
         }
     }
 
+    /// Source given directly (with its `kernels`) as backend `backend`'s program, which
+    /// `program` makes of the source and the kernels; named after the kernels.
+    pub fn given<P: Any + Send>(
+        backend: &str,
+        source: String,
+        kernels: &[SourceKernel],
+        program: impl FnOnce(String, Vec<SourceKernel>) -> P,
+    ) -> RenderedProgram {
+        let names: Vec<&str> = kernels.iter().map(|k| k.interface.name.as_str()).collect();
+        let name = names.join("+");
+        RenderedProgram::new(
+            backend,
+            name,
+            source.clone(),
+            program(source, kernels.to_vec()),
+        )
+    }
+
     /// The backend whose renderer made it.
     pub fn backend(&self) -> &str {
         &self.backend

@@ -84,18 +84,15 @@ fn rendered_program(
     )
 }
 
-/// Source given directly as a [`RenderedProgram`] of backend `backend`.
+/// Source given directly (as the compiler compiles it) as a [`RenderedProgram`] of backend
+/// `backend`.
 fn given_program(backend: &str, source: String, kernels: &[SourceKernel]) -> RenderedProgram {
-    let names: Vec<&str> = kernels.iter().map(|k| k.interface.name.as_str()).collect();
-    RenderedProgram::new(
-        backend,
-        names.join("+"),
-        source.clone(),
+    RenderedProgram::given(backend, source, kernels, |source, kernels| {
         CpuSource::Given {
             source,
-            kernels: kernels.iter().map(|k| k.interface.clone()).collect(),
-        },
-    )
+            kernels: kernels.into_iter().map(|k| k.interface).collect(),
+        }
+    })
 }
 
 /// The renderer part of a CPU backend: a [`Renderer`] whose programs ([`CpuSource`]) the host

@@ -46,15 +46,11 @@ impl Renderer for CudaRenderer {
         source: &str,
         kernels: &[SourceKernel],
     ) -> Result<RenderedProgram> {
-        let names: Vec<&str> = kernels.iter().map(|k| k.interface.name.as_str()).collect();
-        Ok(RenderedProgram::new(
+        Ok(RenderedProgram::given(
             super::NAME,
-            names.join("+"),
             source.to_string(),
-            CudaSource::Given {
-                source: source.to_string(),
-                kernels: kernels.to_vec(),
-            },
+            kernels,
+            |source, kernels| CudaSource::Given { source, kernels },
         ))
     }
 

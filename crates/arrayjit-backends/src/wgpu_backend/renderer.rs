@@ -126,15 +126,11 @@ impl Renderer for WgpuRenderer {
         source: &str,
         kernels: &[SourceKernel],
     ) -> Result<RenderedProgram> {
-        let names: Vec<&str> = kernels.iter().map(|k| k.interface.name.as_str()).collect();
-        Ok(RenderedProgram::new(
+        Ok(RenderedProgram::given(
             NAME,
-            names.join("+"),
             source.to_string(),
-            WgslSource::Given {
-                source: source.to_string(),
-                kernels: kernels.to_vec(),
-            },
+            kernels,
+            |source, kernels| WgslSource::Given { source, kernels },
         ))
     }
 
