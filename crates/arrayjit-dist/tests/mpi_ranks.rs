@@ -7,6 +7,7 @@
 use arrayjit_dist::testing::{RankRun, on_ranks, on_ranks_expecting_failure};
 use arrayjit_dist::{ProcessGroup, ReduceOp};
 use arrayjit_ir::{Prec, Tnode};
+use arrayjit_runtime::CompileRequest;
 
 /// Runs `test` on 2 ranks: `None` in the starting process (skipped, or the ranks' output
 /// checked by `check`), `Some(())` in a rank.
@@ -113,18 +114,16 @@ fn an_all_reduce_is_stream_work_ordered_by_events() {
     }
     let backend = arrayjit_runtime::backend("multicore_cc").unwrap();
     let compute = backend
-        .compile(
+        .compile(CompileRequest::routine(
             "gradient",
             &Assignments::pointwise_unop(&grad, UnOp::Identity, &x),
-            &[],
-        )
+        ))
         .unwrap();
     let after = backend
-        .compile(
+        .compile(CompileRequest::routine(
             "double",
             &Assignments::pointwise_binop(&y, BinOp::Add, &grad, &grad),
-            &[],
-        )
+        ))
         .unwrap();
     let device = backend.get_device(0).unwrap();
     let (s_compute, s_comm) = (device.new_stream().unwrap(), device.new_stream().unwrap());
