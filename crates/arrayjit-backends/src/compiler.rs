@@ -53,7 +53,7 @@ pub trait Compiler: Send + Sync + Debug {
     /// Compiles a program the backend's renderer made (one library, one compilation) with
     /// `options`; options the compiler cannot take are an error before anything is compiled
     /// (see [`refuse_options_unless_default`]), and so is a program of another backend's
-    /// renderer ([`RenderedProgram::into_program`]). A program of source given directly was
+    /// renderer ([`RenderedProgram::into_parts`]). A program of source given directly was
     /// made by the renderer's `unsafe` [`render_given`](crate::renderer::Renderer::render_given),
     /// whose caller vouched for it.
     fn compile(

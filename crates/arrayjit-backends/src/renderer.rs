@@ -46,21 +46,17 @@ impl RenderedProgram {
     }
 
     /// Source given directly (with its `kernels`) as backend `backend`'s program, which
-    /// `program` makes of the source and the kernels; named after the kernels.
+    /// `program` makes of the kernels (the source comes with it: [`RenderedProgram::into_parts`]);
+    /// named after the kernels.
     pub fn given<P: Any + Send>(
         backend: &str,
         source: String,
         kernels: &[SourceKernel],
-        program: impl FnOnce(String, Vec<SourceKernel>) -> P,
+        program: impl FnOnce(Vec<SourceKernel>) -> P,
     ) -> RenderedProgram {
         let names: Vec<&str> = kernels.iter().map(|k| k.interface.name.as_str()).collect();
         let name = names.join("+");
-        RenderedProgram::new(
-            backend,
-            name,
-            source.clone(),
-            program(source, kernels.to_vec()),
-        )
+        RenderedProgram::new(backend, name, source, program(kernels.to_vec()))
     }
 
     /// The backend whose renderer made it.
@@ -81,20 +77,23 @@ impl RenderedProgram {
         &self.source
     }
 
-    /// The program in the form `compiler`'s backend takes (`P`), or
+    /// Its source and the program in the form `compiler`'s backend takes (`P`), or
     /// [`Error::Unsupported`] when another backend's renderer made it.
-    pub fn into_program<P: Any>(self, compiler: &str) -> Result<P> {
+    pub fn into_parts<P: Any>(self, compiler: &str) -> Result<(String, P)> {
         let RenderedProgram {
-            backend, program, ..
+            backend,
+            source,
+            program,
+            ..
         } = self;
-        program
-            .downcast::<P>()
-            .map(|p| *p)
-            .map_err(|_| Error::Unsupported {
+        match program.downcast::<P>() {
+            Ok(p) => Ok((source, *p)),
+            Err(_) => Err(Error::Unsupported {
                 backend: compiler.into(),
                 what: format!("a program rendered by the {backend} backend's renderer"),
                 instead: format!("compile what the {compiler} backend's own renderer renders"),
-            })
+            }),
+        }
     }
 }
 

@@ -311,8 +311,7 @@ impl Compiler for SkeletonCompiler {
             options,
             &CompileOptions::default(),
         )?;
-        let source = program.source().to_string();
-        let routines: Vec<Optimized> = program.into_program(NAME)?;
+        let (source, routines): (String, Vec<Optimized>) = program.into_parts(NAME)?;
         let interfaces = routines
             .iter()
             .map(|r| KernelInterface::of(r, format!("skeleton_{}", r.name)))

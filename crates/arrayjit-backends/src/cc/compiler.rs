@@ -66,9 +66,9 @@ impl Compiler for CcCompiler {
         options: &CompileOptions,
     ) -> Result<Arc<dyn CompiledBatch>> {
         let config = self.config_with(options)?;
-        let rendered = match program.into_program::<CpuSource>(self.backend)? {
-            CpuSource::Rendered(rendered) => rendered,
-            CpuSource::Given { source, kernels } => {
+        let rendered = match program.into_parts::<CpuSource>(self.backend)? {
+            (_, CpuSource::Rendered(rendered)) => rendered,
+            (source, CpuSource::Given(kernels)) => {
                 let units = [compile::Unit {
                     suffix: "",
                     source: &source,

@@ -59,13 +59,9 @@ pub enum CpuSource {
     /// Routines rendered once; the compiler assembles them into a library's units
     /// ([`RenderedKernels::assemble`]), importing statement functions where it can.
     Rendered(Box<dyn RenderedKernels>),
-    /// Source given directly, as the compiler compiles it (one unit), and its kernels.
-    Given {
-        /// The unit's source.
-        source: String,
-        /// The kernels it exports.
-        kernels: Vec<KernelInterface>,
-    },
+    /// Source given directly (the program's source, as the compiler compiles it: one unit)
+    /// exporting these kernels.
+    Given(Vec<KernelInterface>),
 }
 
 /// Routines rendered by a CPU renderer as a [`RenderedProgram`] of backend `backend`: its
@@ -87,11 +83,8 @@ fn rendered_program(
 /// Source given directly (as the compiler compiles it) as a [`RenderedProgram`] of backend
 /// `backend`.
 fn given_program(backend: &str, source: String, kernels: &[SourceKernel]) -> RenderedProgram {
-    RenderedProgram::given(backend, source, kernels, |source, kernels| {
-        CpuSource::Given {
-            source,
-            kernels: kernels.into_iter().map(|k| k.interface).collect(),
-        }
+    RenderedProgram::given(backend, source, kernels, |kernels| {
+        CpuSource::Given(kernels.into_iter().map(|k| k.interface).collect())
     })
 }
 

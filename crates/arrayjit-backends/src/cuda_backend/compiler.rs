@@ -66,11 +66,9 @@ impl Compiler for CudaCompiler {
     ) -> Result<Arc<dyn CompiledBatch>> {
         check_nvrtc_options(options)?;
         let gpus = self.devices.gpus()?.to_vec();
-        let program = match program.into_program::<CudaSource>(super::NAME)? {
-            CudaSource::Rendered(program) => program,
-            CudaSource::Given { source, kernels } => {
-                given_program(&gpus[0].info, source, &kernels)?
-            }
+        let program = match program.into_parts::<CudaSource>(super::NAME)? {
+            (_, CudaSource::Rendered(program)) => program,
+            (source, CudaSource::Given(kernels)) => given_program(&gpus[0].info, source, &kernels)?,
         };
         CudaBatch::compiled(gpus, program, options.flags.clone())
     }

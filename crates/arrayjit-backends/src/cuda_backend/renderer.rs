@@ -16,14 +16,9 @@ use crate::renderer::{RenderedProgram, Renderer};
 pub enum CudaSource {
     /// Routines rendered: their kernels, passes and launches.
     Rendered(CudaProgram),
-    /// CUDA C given directly and its kernels (the compiler checks their launches against the
-    /// device).
-    Given {
-        /// The source.
-        source: String,
-        /// Its kernels.
-        kernels: Vec<SourceKernel>,
-    },
+    /// CUDA C given directly (the program's source) with its kernels (the compiler checks
+    /// their launches against the device).
+    Given(Vec<SourceKernel>),
 }
 
 /// CUDA C for NVRTC.
@@ -50,7 +45,7 @@ impl Renderer for CudaRenderer {
             super::NAME,
             source.to_string(),
             kernels,
-            |source, kernels| CudaSource::Given { source, kernels },
+            CudaSource::Given,
         ))
     }
 

@@ -42,10 +42,9 @@ impl Compiler for WgpuCompiler {
     ) -> Result<Arc<dyn CompiledBatch>> {
         refuse_options_unless_default(NAME, options, &CompileOptions::default())?;
         let gpu = self.devices.gpu()?.clone();
-        let source = program.source().to_string();
-        let routines = match program.into_program::<WgslSource>(NAME)? {
-            WgslSource::Rendered(routines) => routines,
-            WgslSource::Given { source, kernels } => {
+        let (source, routines) = match program.into_parts::<WgslSource>(NAME)? {
+            (source, WgslSource::Rendered(routines)) => (source, routines),
+            (source, WgslSource::Given(kernels)) => {
                 return self.compile_given(gpu, &source, &kernels);
             }
         };

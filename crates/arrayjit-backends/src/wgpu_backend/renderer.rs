@@ -31,14 +31,9 @@ pub struct RenderedRoutine {
 pub enum WgslSource {
     /// Routines rendered, one kernel each.
     Rendered(Vec<RenderedRoutine>),
-    /// WGSL given directly and its kernels (the compiler checks their entry points, bindings
-    /// and workgroup sizes).
-    Given {
-        /// The source.
-        source: String,
-        /// Its kernels.
-        kernels: Vec<SourceKernel>,
-    },
+    /// WGSL given directly (the program's source) with its kernels (the compiler checks their
+    /// entry points, bindings and workgroup sizes).
+    Given(Vec<SourceKernel>),
 }
 
 /// WGSL for the backend's device.
@@ -130,7 +125,7 @@ impl Renderer for WgpuRenderer {
             NAME,
             source.to_string(),
             kernels,
-            |source, kernels| WgslSource::Given { source, kernels },
+            WgslSource::Given,
         ))
     }
 
