@@ -193,8 +193,9 @@ enum Command {
         statements: bool,
     },
     /// Measure which shares of the CPU's caches blocked matrix products should fill on this
-    /// CPU (at most about a minute on 2 cores), and store the fastest in the compile cache:
-    /// later runs on this machine use it. Prints every candidate's time.
+    /// CPU, and which cache they fetch streamed operands into (at most about a minute on 2
+    /// cores), and store the fastest in the compile cache: later runs on this machine use it.
+    /// Prints every candidate's time.
     Tune {
         /// Stop starting candidates after this many seconds.
         #[arg(long, default_value_t = 45)]
@@ -560,7 +561,8 @@ fn info() -> arrayjit::Result<()> {
     Ok(())
 }
 
-/// `arrayjit tune`: the CPU backend's products timed over the candidate cache shares.
+/// `arrayjit tune`: the CPU backend's products timed over the candidate cache shares and fetch
+/// levels.
 fn tune(backend: Option<String>, budget: u64) -> arrayjit::Result<()> {
     let name = backend.unwrap_or_else(|| "sync_cc".into());
     let b = arrayjit::backend(&name)?;

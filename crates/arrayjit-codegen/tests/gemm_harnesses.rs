@@ -8,7 +8,7 @@ use std::process::Command;
 
 use arrayjit_codegen::c::gemm::standalone_unit;
 use arrayjit_ir::Prec;
-use arrayjit_opt::schedule::Blocking;
+use arrayjit_opt::schedule::{Blocking, StreamFetch};
 
 fn compiler() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".to_string())
@@ -35,6 +35,7 @@ fn harnesses_link_with_the_generated_helper() {
         mc: 64,
         kc: 32,
         nc: 64,
+        stream_fetch: StreamFetch::L2,
     };
     std::fs::write(&helper, standalone_unit(Prec::F32, &blocking)).unwrap();
     let object = dir.join("helper.o");

@@ -27,7 +27,7 @@ pub mod hoist;
 #[cfg(test)]
 mod tests;
 pub use attention::{ATTENTION_BLOCK_KEYS, ATTENTION_BLOCK_QUERIES, AttentionPlan};
-pub use blocking::{Blocking, CacheShares, ScheduleTuning};
+pub use blocking::{Blocking, CacheShares, ScheduleTuning, StreamFetch};
 pub use contraction::{
     Access, BATCH_SPLIT_MIN_PER_WORKER, BatchSplit, Contraction, Dim, FactorSide, Gemm,
     scheduled_product,

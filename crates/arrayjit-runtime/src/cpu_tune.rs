@@ -1,30 +1,38 @@
-//! Measures which cache shares blocked products should fill on this CPU
-//! ([`CacheShares`]; `arrayjit tune`) and stores the fastest in the compile cache, where every
-//! later backend on this machine finds it (see `arrayjit_backends::cpu::tuning`).
+//! Measures which cache shares blocked products should fill on this CPU, and which cache
+//! their fetches of streamed operands should fill ([`CacheShares`]; `arrayjit tune`), and
+//! stores the fastest in the compile cache, where every later backend on this machine finds it
+//! (see `arrayjit_backends::cpu::tuning`).
 //!
 //! Rules:
-//! - The candidates are the shares of [`CacheShares::SLIVER_CHOICES`] ×
-//!   [`CacheShares::BLOCK_CHOICES`]; those that render the same source as one already timed
-//!   (a clamped block size) are not compiled again. The choice in use before (the stored one,
-//!   the table's or the vendor's) is timed first.
-//! - Each candidate compiles one routine of matrix products shaped as a transformer's
-//!   (GPT-2 small's: the forward product, the input gradient's product by a transposed
-//!   weight, the weight gradient's product of transposed activations) and a square one
-//!   ([`TuneSettings::tokens`] on a side), and
-//!   runs it on zero-filled buffers of the backend's device 0. The work does not depend on
-//!   the values.
+//! - First the blocks: the candidates are the shares of [`CacheShares::SLIVER_CHOICES`] ×
+//!   [`CacheShares::BLOCK_CHOICES`] (with the fetch level in use); those that render the same
+//!   source as one already timed (a clamped block size) are not compiled again. The choice in
+//!   use before (the stored one, the table's or the vendor's) is timed first.
+//! - Each candidate of the blocks compiles one routine of matrix products shaped as a
+//!   transformer's (GPT-2 small's: the forward product, the input gradient's product by a
+//!   transposed weight, the weight gradient's product of transposed activations) and a square
+//!   one ([`TuneSettings::tokens`] on a side).
+//! - Then the fetch level ([`StreamFetch::CHOICES`]) with the blocks chosen, the level in use
+//!   first: each candidate compiles one routine of products of one row by matrices that
+//!   together are [`TuneSettings::streamed_bytes`] (a decoding step's products, which read
+//!   their weights from memory once), half with the matrix's rows contiguous and half with its
+//!   columns contiguous (a tied output head).
+//! - Every routine runs on zero-filled buffers of the backend's device 0: the work does not
+//!   depend on the values.
 //! - A candidate replaces the best so far only when faster by at least
 //!   [`TuneSettings::min_gain`], and still is when both are timed again, so noise does not
 //!   move the choice away from the one in use.
-//! - No candidate starts after [`TuneSettings::time_budget`]; the winner is stored (when the
-//!   backend keeps a compile cache) and applied to this backend's settings at once.
+//! - No candidate of the blocks starts after three quarters of [`TuneSettings::time_budget`],
+//!   none of the fetch levels after all of it (the first of each is always timed); the winner
+//!   is stored (when the backend keeps a compile cache) and applied to this backend's settings
+//!   at once.
 
 use std::time::{Duration, Instant};
 
 use arrayjit_backends::cpu::tuning::{CpuShares, SharesSource};
 use arrayjit_ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Result, Tnode};
 use arrayjit_opt::optimize;
-use arrayjit_opt::schedule::CacheShares;
+use arrayjit_opt::schedule::{CacheShares, StreamFetch};
 
 use crate::backend::Backend;
 use crate::search::{Compared, SearchSettings, Timed, compare, evaluate};
@@ -39,6 +47,9 @@ pub struct TuneSettings {
     /// Rows of the products' activations (tokens; the widths are GPT-2 small's, 768 and
     /// 3072), and the side of the square product.
     pub tokens: usize,
+    /// Bytes of the matrices the streamed products read per run, when timing the fetch
+    /// levels (`None`: twice the CPU's last cache, at least 64 MiB).
+    pub streamed_bytes: Option<usize>,
 }
 
 impl Default for TuneSettings {
@@ -47,6 +58,7 @@ impl Default for TuneSettings {
             time_budget: Duration::from_secs(45),
             min_gain: 0.03,
             tokens: 1024,
+            streamed_bytes: None,
         }
     }
 }
@@ -69,26 +81,39 @@ pub struct TuneReport {
     pub cpu: String,
     /// The choice in use before, and where it came from.
     pub before: CpuShares,
-    /// Every candidate, the one in use first.
+    /// Every candidate of the blocks, the one in use first.
     pub candidates: Vec<TuneCandidate>,
+    /// Every candidate of the fetch level (with the blocks chosen), the one in use first.
+    pub fetch_candidates: Vec<TuneCandidate>,
     /// The fastest (the one in use unless another beat it by the margin, confirmed).
     pub winner: CacheShares,
     /// Multiply-adds ×2 per run of the products, for rates.
     pub flops: f64,
+    /// Bytes of matrices per run of the streamed products, for rates.
+    pub streamed_bytes: f64,
     /// The winner was written to the compile cache.
     pub stored: bool,
 }
 
 impl TuneReport {
-    /// The winner's time against the choice in use before (`> 1`: faster).
-    pub fn speedup(&self) -> Option<f64> {
-        let before = self.candidates.first()?.seconds?;
-        let winner = self
-            .candidates
-            .iter()
-            .filter(|c| c.shares == self.winner)
-            .find_map(|c| c.seconds)?;
-        Some(before / winner)
+    /// The winner's time against the choice in use before (`> 1`: faster), on the products
+    /// of the blocks and on the streamed products.
+    pub fn speedup(&self) -> Option<(f64, f64)> {
+        let ratio = |candidates: &[TuneCandidate], same: &dyn Fn(&CacheShares) -> bool| {
+            let before = candidates.first()?.seconds?;
+            let winner = candidates
+                .iter()
+                .filter(|c| same(&c.shares))
+                .find_map(|c| c.seconds)?;
+            Some(before / winner)
+        };
+        let w = self.winner;
+        Some((
+            ratio(&self.candidates, &|s| {
+                (s.sliver_of_l1, s.block_of_l2) == (w.sliver_of_l1, w.block_of_l2)
+            })?,
+            ratio(&self.fetch_candidates, &|s| *s == w)?,
+        ))
     }
 }
 
@@ -96,6 +121,10 @@ impl std::fmt::Display for TuneReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "CPU: {}", self.cpu)?;
         writeln!(f, "in use before: {}", self.before)?;
+        writeln!(
+            f,
+            "blocks (products of GPT-2 small's shapes and a square one):"
+        )?;
         for c in &self.candidates {
             match c.seconds {
                 Some(s) => writeln!(
@@ -109,9 +138,35 @@ impl std::fmt::Display for TuneReport {
                 None => writeln!(f, "  {}: {}", c.shares, c.note)?,
             }
         }
+        writeln!(
+            f,
+            "fetch level (one row by {:.0} MiB of matrices):",
+            self.streamed_bytes / f64::from(1 << 20)
+        )?;
+        for c in &self.fetch_candidates {
+            match c.seconds {
+                Some(s) => writeln!(
+                    f,
+                    "  stream_fetch={}: {:.2} ms ({:.1} GB/s), {}",
+                    c.shares.stream_fetch.name(),
+                    s * 1e3,
+                    self.streamed_bytes / s * 1e-9,
+                    c.note
+                )?,
+                None => writeln!(
+                    f,
+                    "  stream_fetch={}: {}",
+                    c.shares.stream_fetch.name(),
+                    c.note
+                )?,
+            }
+        }
         write!(f, "chosen: {}", self.winner)?;
-        if let Some(x) = self.speedup() {
-            write!(f, " ({x:.2}× the choice in use before)")?;
+        if let Some((blocks, streamed)) = self.speedup() {
+            write!(
+                f,
+                " ({blocks:.2}× the choice in use before on the blocked products, {streamed:.2}× on the streamed ones)"
+            )?;
         }
         if self.before.source == SharesSource::Environment {
             write!(
@@ -144,11 +199,12 @@ fn product_shapes(tokens: usize) -> [(&'static str, [usize; 3]); 4] {
     ]
 }
 
-/// One routine of the products of [`product_shapes`], and its floating-point operations.
-fn products(tokens: usize) -> Result<(Assignments, f64)> {
+/// One routine of the products `shapes` (`(spec, [rows, depth, columns])` as in
+/// [`product_shapes`]), its nodes named `{prefix}_a{n}`, …, and their floating-point operations.
+fn routine_of_products(prefix: &str, shapes: &[(&str, [usize; 3])]) -> Result<(Assignments, f64)> {
     let mut program = Assignments::Noop;
     let mut flops = 0.0;
-    for (n, (spec, [m, k, nn])) in product_shapes(tokens).into_iter().enumerate() {
+    for (n, &(spec, [m, k, nn])) in shapes.iter().enumerate() {
         let (lhs, rhs) = spec
             .split_once("->")
             .and_then(|(l, _)| l.split_once(','))
@@ -162,9 +218,9 @@ fn products(tokens: usize) -> Result<(Assignments, f64)> {
                 })
                 .collect()
         };
-        let a = Tnode::new(Prec::F32, &dims(lhs), &[&format!("tune_a{n}")])?;
-        let b = Tnode::new(Prec::F32, &dims(rhs), &[&format!("tune_b{n}")])?;
-        let c = Tnode::new(Prec::F32, &[m, nn], &[&format!("tune_c{n}")])?;
+        let a = Tnode::new(Prec::F32, &dims(lhs), &[&format!("{prefix}_a{n}")])?;
+        let b = Tnode::new(Prec::F32, &dims(rhs), &[&format!("{prefix}_b{n}")])?;
+        let c = Tnode::new(Prec::F32, &[m, nn], &[&format!("{prefix}_c{n}")])?;
         program = program.then(Assignments::einsum(
             spec,
             BinOp::Add,
@@ -175,6 +231,101 @@ fn products(tokens: usize) -> Result<(Assignments, f64)> {
         flops += 2.0 * (m * k * nn) as f64;
     }
     Ok((program, flops))
+}
+
+/// One routine of the products of [`product_shapes`], and its floating-point operations.
+fn products(tokens: usize) -> Result<(Assignments, f64)> {
+    routine_of_products("tune", &product_shapes(tokens))
+}
+
+/// The bytes of matrices the streamed products read when [`TuneSettings::streamed_bytes`] is
+/// not given: twice the last cache (`last_cache`, 0 when unknown), at least 64 MiB.
+fn default_streamed_bytes(last_cache: usize) -> usize {
+    (2 * last_cache).max(64 << 20)
+}
+
+/// One routine of products of one row by matrices of GPT-2 small's widths (768 × 3072, f32),
+/// at least `bytes` of them in all (at least two), alternately with the matrix's rows
+/// contiguous (`x · W`) and its columns contiguous (`x · Eᵀ`), and the bytes of the matrices.
+fn streamed_products(bytes: usize) -> Result<(Assignments, f64)> {
+    let (d, f) = (768, 3072);
+    let matrix = d * f * 4;
+    let count = bytes.div_ceil(matrix).clamp(2, 256);
+    let shapes: Vec<(&str, [usize; 3])> = (0..count)
+        .map(|n| {
+            if n % 2 == 0 {
+                ("ik,kj->ij", [1, d, f])
+            } else {
+                ("ik,jk->ij", [1, d, f])
+            }
+        })
+        .collect();
+    let (program, _) = routine_of_products("tune_streamed", &shapes)?;
+    Ok((program, (count * matrix) as f64))
+}
+
+/// How the candidates of one part of a tuning are timed.
+struct Round<'a> {
+    name: &'a str,
+    program: &'a Assignments,
+    base: &'a arrayjit_opt::OptimizeSettings,
+    timing: &'a SearchSettings,
+    min_gain: f64,
+    /// No candidate after the first starts later than this.
+    deadline: Instant,
+}
+
+impl Round<'_> {
+    /// Times `order` (the choice in use first) and returns every candidate and the fastest.
+    fn run(
+        &self,
+        lowered: &arrayjit_backends::LoweredBackend,
+        order: Vec<CacheShares>,
+    ) -> Result<(Vec<TuneCandidate>, Option<CacheShares>)> {
+        let mut timed: Vec<Timed> = Vec::new();
+        let mut candidates = Vec::new();
+        let mut best: Option<(CacheShares, usize)> = None;
+        for shares in order {
+            if best.is_some() && Instant::now() >= self.deadline {
+                candidates.push(TuneCandidate {
+                    shares,
+                    seconds: None,
+                    note: "not timed: the time budget was spent".into(),
+                });
+                continue;
+            }
+            let mut s = self.base.clone();
+            s.schedule.cache_shares = shares;
+            let optimized = optimize(self.name, &[], self.program, &s)?;
+            let (at, new) = evaluate(lowered, &optimized, &mut timed, self.timing)?;
+            let note = match best {
+                _ if !new => "the same code as an earlier candidate",
+                None => {
+                    best = Some((shares, at));
+                    "timed; the choice in use"
+                }
+                Some((_, best_at)) => {
+                    let compared = compare(
+                        lowered,
+                        &mut timed,
+                        (at, best_at),
+                        self.timing,
+                        self.min_gain,
+                    )?;
+                    if compared == Compared::Faster {
+                        best = Some((shares, at));
+                    }
+                    compared.note()
+                }
+            };
+            candidates.push(TuneCandidate {
+                shares,
+                seconds: Some(timed[at].seconds),
+                note: note.into(),
+            });
+        }
+        Ok((candidates, best.map(|(s, _)| s)))
+    }
 }
 
 impl Backend {
@@ -209,55 +360,43 @@ impl Backend {
                 let s = CacheShares {
                     sliver_of_l1: sliver,
                     block_of_l2: block,
+                    stream_fetch: before.shares.stream_fetch,
                 };
                 if !order.contains(&s) {
                     order.push(s);
                 }
             }
         }
-        let mut timed: Vec<Timed> = Vec::new();
-        let mut candidates = Vec::new();
-        let mut best: Option<(CacheShares, usize)> = None;
-        for shares in order {
-            if best.is_some() && started.elapsed() >= settings.time_budget {
-                candidates.push(TuneCandidate {
-                    shares,
-                    seconds: None,
-                    note: "not timed: the time budget was spent".into(),
-                });
-                continue;
-            }
-            let mut s = base.clone();
-            s.schedule.cache_shares = shares;
-            let optimized = optimize("cpu_tune_products", &[], &program, &s)?;
-            let (at, new) = evaluate(lowered, &optimized, &mut timed, &timing)?;
-            let note = match best {
-                _ if !new => "the same blocking as an earlier candidate",
-                None => {
-                    best = Some((shares, at));
-                    "timed; the choice in use"
-                }
-                Some((_, best_at)) => {
-                    let compared = compare(
-                        lowered,
-                        &mut timed,
-                        (at, best_at),
-                        &timing,
-                        settings.min_gain,
-                    )?;
-                    if compared == Compared::Faster {
-                        best = Some((shares, at));
-                    }
-                    compared.note()
-                }
-            };
-            candidates.push(TuneCandidate {
-                shares,
-                seconds: Some(timed[at].seconds),
-                note: note.into(),
-            });
-        }
-        let winner = best.map_or(before.shares, |(s, _)| s);
+        let blocks = Round {
+            name: "cpu_tune_products",
+            program: &program,
+            base: &base,
+            timing: &timing,
+            min_gain: settings.min_gain,
+            deadline: started + settings.time_budget * 3 / 4,
+        };
+        let (candidates, blocks_winner) = blocks.run(lowered, order)?;
+        let blocks_winner = blocks_winner.unwrap_or(before.shares);
+
+        let streamed_bytes = settings
+            .streamed_bytes
+            .unwrap_or_else(|| default_streamed_bytes(base.schedule.cache_bytes[2]));
+        let (streamed, streamed_bytes) = streamed_products(streamed_bytes)?;
+        let mut order = vec![blocks_winner];
+        order.extend(StreamFetch::CHOICES.into_iter().filter_map(|level| {
+            (level != blocks_winner.stream_fetch).then_some(CacheShares {
+                stream_fetch: level,
+                ..blocks_winner
+            })
+        }));
+        let fetches = Round {
+            name: "cpu_tune_streamed_products",
+            program: &streamed,
+            deadline: started + settings.time_budget,
+            ..blocks
+        };
+        let (fetch_candidates, winner) = fetches.run(lowered, order)?;
+        let winner = winner.unwrap_or(blocks_winner);
         let stored = lowered.store_cpu_shares(winner)?;
         let mut now = self.optimize_settings();
         now.schedule.cache_shares = winner;
@@ -266,8 +405,10 @@ impl Backend {
             cpu: arrayjit_backends::device_info::CpuInfo::host().identity(),
             before,
             candidates,
+            fetch_candidates,
             winner,
             flops,
+            streamed_bytes,
             stored,
         })
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use arrayjit::backends::cc::{self, CcConfig};
 use arrayjit::backends::cpu::tuning::{SharesSource, table_shares};
 use arrayjit::backends::device_info::CpuInfo;
-use arrayjit::opt::schedule::{Blocking, CacheShares, ScheduleKind};
+use arrayjit::opt::schedule::{Blocking, CacheShares, ScheduleKind, StreamFetch};
 use arrayjit::prelude::*;
 use arrayjit::runtime::TuneSettings;
 
@@ -75,6 +75,7 @@ fn a_stored_choice_blocks_the_products_of_later_backends() {
     let odd = CacheShares {
         sliver_of_l1: 1,
         block_of_l2: 1,
+        stream_fetch: StreamFetch::L1,
     };
     assert!(first.lowered().store_cpu_shares(odd).unwrap());
     let later = cached_backend(dir.path());
@@ -82,6 +83,7 @@ fn a_stored_choice_blocks_the_products_of_later_backends() {
     assert_eq!((shares.shares, shares.source), (odd, SharesSource::Stored));
     let blocking = run_product(&later, 70, 300, 90);
     assert_eq!(blocking, expected_blocking(&later, odd));
+    assert_eq!(blocking.stream_fetch, StreamFetch::L1);
     // A backend with another cache does not see it.
     let other = tempfile::tempdir().unwrap();
     assert_ne!(
@@ -98,6 +100,7 @@ fn tune_times_the_candidates_stores_the_winner_and_uses_it() {
     let report = b
         .tune_cpu_products(&TuneSettings {
             tokens: 48,
+            streamed_bytes: Some(1 << 20),
             ..TuneSettings::default()
         })
         .unwrap();
@@ -118,11 +121,50 @@ fn tune_times_the_candidates_stores_the_winner_and_uses_it() {
     for c in &report.candidates {
         assert!(c.seconds.is_some_and(|s| s > 0.0), "{text}");
         assert!(
-            c.note.starts_with("timed") || c.note.starts_with("the same blocking"),
+            c.note.starts_with("timed") || c.note.starts_with("the same code"),
             "{text}"
         );
     }
-    assert!(report.candidates.iter().any(|c| c.shares == report.winner));
+    // Every candidate of the blocks fetches at the level in use; then each level is timed
+    // with the blocks chosen, the level in use first.
+    assert!(
+        report
+            .candidates
+            .iter()
+            .all(|c| c.shares.stream_fetch == before.shares.stream_fetch),
+        "{text}"
+    );
+    let levels: Vec<StreamFetch> = report
+        .fetch_candidates
+        .iter()
+        .map(|c| c.shares.stream_fetch)
+        .collect();
+    assert_eq!(levels.len(), StreamFetch::CHOICES.len(), "{text}");
+    assert_eq!(levels[0], before.shares.stream_fetch, "{text}");
+    assert!(
+        StreamFetch::CHOICES.iter().all(|l| levels.contains(l)),
+        "{text}"
+    );
+    for c in &report.fetch_candidates {
+        assert!(c.seconds.is_some_and(|s| s > 0.0), "{text}");
+        assert_eq!(
+            (c.shares.sliver_of_l1, c.shares.block_of_l2),
+            (report.winner.sliver_of_l1, report.winner.block_of_l2),
+            "{text}"
+        );
+    }
+    // Two matrices of 768 × 3072 f32 at least, whatever the bytes asked.
+    assert_eq!(report.streamed_bytes, (2 * 768 * 3072 * 4) as f64, "{text}");
+    assert!(
+        text.contains("stream_fetch=l1: ") && text.contains("GB/s"),
+        "{text}"
+    );
+    assert!(
+        report
+            .fetch_candidates
+            .iter()
+            .any(|c| c.shares == report.winner)
+    );
     assert!(report.stored, "{text}");
     assert!(text.contains("chosen: "), "{text}");
     // This backend uses the winner now, and a later one finds it stored.
@@ -141,6 +183,7 @@ fn a_spent_budget_keeps_the_choice_in_use() {
     let report = b
         .tune_cpu_products(&TuneSettings {
             tokens: 16,
+            streamed_bytes: Some(1 << 20),
             time_budget: Duration::ZERO,
             ..TuneSettings::default()
         })
@@ -149,9 +192,12 @@ fn a_spent_budget_keeps_the_choice_in_use() {
     assert!(
         report.candidates[1..]
             .iter()
+            .chain(&report.fetch_candidates[1..])
             .all(|c| c.seconds.is_none() && c.note.contains("budget")),
         "{report}"
     );
+    // The first of each part is timed: the choice in use.
+    assert!(report.candidates[0].seconds.is_some() && report.fetch_candidates[0].seconds.is_some());
 }
 
 #[test]

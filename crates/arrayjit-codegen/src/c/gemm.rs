@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use arrayjit_ir::Prec;
-use arrayjit_opt::schedule::Blocking;
+use arrayjit_opt::schedule::{Blocking, StreamFetch};
 
 /// Contraction of `a * b + c` into fused multiply-adds, on from here (gcc: until the
 /// `OPTIMIZE_END` that pops [`PRODUCT_HELPER_BEGIN`]'s options; clang: until
@@ -69,10 +69,16 @@ pub(crate) fn add_product_helper(
     name
 }
 
-/// The C function name of the product for a precision and blocking.
+/// The C function name of the product for a precision and blocking: its tile and blocks, and
+/// `_fetch_l1` where it fetches streamed operands into L1 (the default, L2, adds nothing, so
+/// the names of helpers compiled before the level was tuned still hold).
 pub fn gemm_name(prec: Prec, b: &Blocking) -> String {
+    let fetch = match b.stream_fetch {
+        StreamFetch::L2 => "",
+        StreamFetch::L1 => "_fetch_l1",
+    };
     format!(
-        "aj_gemm_{}_{}x{}_{}_{}_{}",
+        "aj_gemm_{}_{}x{}_{}_{}_{}{fetch}",
         prec.name(),
         b.mr,
         b.nr,
@@ -159,7 +165,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking, paths: HelperPaths) -> String {
         lanes * elem
     );
     write_micro_kernels(&mut s, &name, (t, &vt), b);
-    write_pack_across(&mut s, &name, t, elem);
+    write_pack_across(&mut s, &name, (t, elem), b.stream_fetch);
     write_pack_strides(&mut s, &name, elem, b);
     write_guarded_tile(&mut s, &name, (t, &vt), elem, b);
     write_block_steps(&mut s, &name, t, elem, b, &drop_g);
@@ -170,7 +176,7 @@ pub fn gemm_definition(prec: Prec, b: &Blocking, paths: HelperPaths) -> String {
         s,
         "static inline int {name}_direct(int64_t rsA, int64_t csA) {{ return csA == 1 && (rsA * (int64_t)sizeof({t})) % 4096 != 0; }}"
     );
-    write_single_row(&mut s, &name, (t, &vt, lanes));
+    write_single_row(&mut s, &name, b.stream_fetch, (t, &vt, lanes));
     // The blocked product on one thread.
     let _ = write!(
         s,
@@ -784,9 +790,11 @@ static void {name}_guarded_tile(const {t} *Ar, int64_t rsA, const {t} *ap, const
 /// `__builtin_shufflevector` (clang, gcc 12 and later); element by element otherwise. On a
 /// 2-core Xeon the products whose `A` is packed this way (rows 4 KiB apart) went from 107–111
 /// to 131–133 GFLOP/s on one core. Out of line: one copy serves both call sites (inlined
-/// twice it added a tenth to the helper's compile time, for no measurable speed).
-fn write_pack_across(s: &mut String, name: &str, t: &str, elem: usize) {
+/// twice it added a tenth to the helper's compile time, for no measurable speed). Rows far
+/// apart are fetched into `fetch`.
+fn write_pack_across(s: &mut String, name: &str, (t, elem): (&str, usize), fetch: StreamFetch) {
     let v4 = format!("{name}_v4");
+    let l = fetch.locality();
     let _ = write!(
         s,
         "#ifdef __has_builtin
@@ -805,12 +813,12 @@ static __attribute__((noinline)) void {name}_pack_across({t} *restrict dst, int6
     int64_t k = 0;
     for (; k + 4 <= depth; k += 4) {{
       /* The same line of the rows two groups on (rows far apart, read from L3 or memory: a
-         transpose of attention's keys read 3 GB/s without it), into L2 (see the row
-         products' fetches). */
+         transpose of attention's keys read 3 GB/s without it), into the CPU's level for
+         streamed operands. */
       if (i + 12 <= rows && (k & 15) == 0) {{
         const {t} *const ahead = s0 + 8 * stride + k;
-        __builtin_prefetch(ahead, 0, 2); __builtin_prefetch(ahead + stride, 0, 2);
-        __builtin_prefetch(ahead + 2 * stride, 0, 2); __builtin_prefetch(ahead + 3 * stride, 0, 2);
+        __builtin_prefetch(ahead, 0, {l}); __builtin_prefetch(ahead + stride, 0, {l});
+        __builtin_prefetch(ahead + 2 * stride, 0, {l}); __builtin_prefetch(ahead + 3 * stride, 0, {l});
       }}
       {v4} r0, r1, r2, r3;
       memcpy(&r0, s0 + k, sizeof r0); memcpy(&r1, s1 + k, sizeof r1); memcpy(&r2, s2 + k, sizeof r2); memcpy(&r3, s3 + k, sizeof r3);

@@ -24,13 +24,17 @@ pub(crate) fn write_micro_kernels(s: &mut String, name: &str, (t, vt): (&str, &s
     // The `_bd` variants read B in place too (rows `ldb` apart, for one block of A's rows
     // against a row-major B: see `{name}_block_in_place`), and fetch the same depths of the
     // next panel (`pf` elements on: the panel's width, or 0 for no new lines) while they run,
-    // into L2 (locality 2, as the row products' fetches: GPT-2 small's prefill in chunks of 64
-    // on an AMD EPYC (Zen 4) took 132 ms for 8 tokens and 690 ms for 300 against 145 and 760
-    // with fetches into L1).
+    // into the CPU's level for streamed operands (`Blocking::stream_fetch`, as the row
+    // products' fetches; with L2, GPT-2 small's prefill in chunks of 64 on an AMD EPYC (Zen 4)
+    // took 132 ms for 8 tokens and 690 ms for 300 against 145 and 760 with L1).
     //
     // `_r8` and `_r4` run a packed sliver's first 8 or 4 rows only: the last, partial sliver of
     // a block whose rows are not a multiple of mr (a 128-row attention block ends in 8 rows of
     // 12; the full kernel spent a third of that sliver's multiply-adds on zeros).
+    let locality = b.stream_fetch.locality();
+    let in_place_fetch = format!(
+        "    __builtin_prefetch(b + k * ldb + pf, 0, {locality}); __builtin_prefetch(b + k * ldb + pf + 64 / sizeof(*b), 0, {locality});\n"
+    );
     let packed_at = format!("k * {mr} + {{r}}");
     let mut variants = vec![
         ("", "", packed_at.clone(), format!("k * {nr}"), "", mr),
@@ -55,7 +59,7 @@ pub(crate) fn write_micro_kernels(s: &mut String, name: &str, (t, vt): (&str, &s
             ", int64_t ldb, int64_t pf",
             packed_at.clone(),
             "k * ldb".to_string(),
-            "    __builtin_prefetch(b + k * ldb + pf, 0, 2); __builtin_prefetch(b + k * ldb + pf + 64 / sizeof(*b), 0, 2);\n",
+            in_place_fetch.as_str(),
             mr,
         ),
         (
@@ -63,7 +67,7 @@ pub(crate) fn write_micro_kernels(s: &mut String, name: &str, (t, vt): (&str, &s
             ", int64_t lda, int64_t ldb, int64_t pf",
             "{r} * lda + k".to_string(),
             "k * ldb".to_string(),
-            "    __builtin_prefetch(b + k * ldb + pf, 0, 2); __builtin_prefetch(b + k * ldb + pf + 64 / sizeof(*b), 0, 2);\n",
+            in_place_fetch.as_str(),
             mr,
         ),
     ];

@@ -4,28 +4,38 @@
 
 use std::fmt::Write as _;
 
+use arrayjit_opt::schedule::StreamFetch;
+
 /// Columns of C a row product accumulates at once (on the stack, in L1).
 pub(crate) const ROW_BLOCK: usize = 2048;
 
 /// In the order with rows of B contiguous, each vector's step fetches the same columns of the
-/// next four rows (`b0..b3` and `j` in scope). The rows are `rsB` apart, so the hardware's
-/// prefetchers, which follow one stream per page, see four short streams per step: on the
-/// Xeon (6/207) a decoding step's `bf16` products of 768 × 3072 ran in 0.29 ms with the fetch
-/// against 0.34–0.40 ms without (weights beyond the cache, alternated runs).
-///
-/// Both fetches go to L2 (`prefetcht1`, locality 2), not L1: on an AMD EPYC (Zen 4, family
-/// 25 model 17) GPT-2 small decoded 43.5 tokens/s in f32 and 81.7 with `bf16` weights against
-/// 31.2 and 46.1 with fetches into L1 (`prefetcht0`, which holds an L1 miss buffer per line
-/// until it arrives, so fewer lines are in flight), the same tokens; locality 1 read alike, a
-/// non-temporal fetch (locality 0) as slowly as L1.
-pub(crate) const ROW_PREFETCH: &str = "__builtin_prefetch(b0 + j + 4 * rsB, 0, 2); __builtin_prefetch(b1 + j + 4 * rsB, 0, 2); __builtin_prefetch(b2 + j + 4 * rsB, 0, 2); __builtin_prefetch(b3 + j + 4 * rsB, 0, 2);";
+/// next four rows (`b0..b3` and `j` in scope) into `level`. The rows are `rsB` apart, so the
+/// hardware's prefetchers, which follow one stream per page, see four short streams per step:
+/// on the Xeon (6/207) a decoding step's `bf16` products of 768 × 3072 ran in 0.29 ms with
+/// fetches into L1 against 0.34–0.40 ms without (weights beyond the cache, alternated runs).
+/// Which level is faster differs between CPUs ([`StreamFetch`]).
+pub(crate) fn row_prefetch(level: StreamFetch) -> String {
+    let l = level.locality();
+    (0..4)
+        .map(|r| format!("__builtin_prefetch(b{r} + j + 4 * rsB, 0, {l});"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// In the order with columns of B contiguous, each vector's step fetches the same depths of the
-/// columns eight ahead (`b0..b3` and `k` in scope): two groups of four ahead. Four columns
-/// read in step, each a few cache lines long, are four streams in one or two pages, which the
-/// hardware's prefetchers follow badly: on the Xeon (6/207) a tied head of 50257 × 768 `bf16`
-/// weights read 3–6 ms with the fetch against 8–12 ms without (alternated runs).
-pub(crate) const COLUMN_PREFETCH: &str = "__builtin_prefetch(b0 + k + 8 * csB, 0, 2); __builtin_prefetch(b1 + k + 8 * csB, 0, 2); __builtin_prefetch(b2 + k + 8 * csB, 0, 2); __builtin_prefetch(b3 + k + 8 * csB, 0, 2);";
+/// columns eight ahead (`b0..b3` and `k` in scope) into `level`: two groups of four ahead.
+/// Four columns read in step, each a few cache lines long, are four streams in one or two
+/// pages, which the hardware's prefetchers follow badly: on the Xeon (6/207) a tied head of
+/// 50257 × 768 `bf16` weights read 3–6 ms with fetches into L1 against 8–12 ms without
+/// (alternated runs).
+pub(crate) fn column_prefetch(level: StreamFetch) -> String {
+    let l = level.locality();
+    (0..4)
+        .map(|c| format!("__builtin_prefetch(b{c} + k + 8 * csB, 0, {l});"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// `{name}_lanes_sum`: the sum of a vector's lanes as a tree, for the row products' dot
 /// products (`(t, vt, lanes)`: the precision, its vector type and lanes).
@@ -53,11 +63,18 @@ static inline {t} {name}_lanes_sum({vt} v) {{
 /// - columns of B contiguous (`x · Eᵀ`, a tied output head): one dot product per column, four
 ///   columns at a time, in vectors of lanes summed as a tree at the end.
 ///
-/// `(t, vt, lanes)`: the product's precision, its vector type and lanes. Each element's sum
-/// has one order for a shape, whatever the workers. Returns 0 (nothing done) for other strides
-/// or when A's copy cannot be had, and the blocked product runs.
-pub(crate) fn write_single_row(s: &mut String, name: &str, (t, vt, lanes): (&str, &str, usize)) {
+/// `(t, vt, lanes)`: the product's precision, its vector type and lanes; `fetch`: the level
+/// B's lines are fetched into. Each element's sum has one order for a shape, whatever the
+/// workers. Returns 0 (nothing done) for other strides or when A's copy cannot be had, and the
+/// blocked product runs.
+pub(crate) fn write_single_row(
+    s: &mut String,
+    name: &str,
+    fetch: StreamFetch,
+    (t, vt, lanes): (&str, &str, usize),
+) {
     write_lanes_sum(s, name, (t, vt, lanes));
+    let (row_fetch, column_fetch) = (row_prefetch(fetch), column_prefetch(fetch));
     let _ = write!(
         s,
         "static int {name}_row(int64_t N, int64_t K, const {t} *A, int64_t csA, const {t} *B, int64_t rsB, int64_t csB, {t} *C, int64_t csC, int ovw) {{
@@ -72,7 +89,7 @@ pub(crate) fn write_single_row(s: &mut String, name: &str, (t, vt, lanes): (&str
         const {t} a0 = A[k * csA], a1 = A[(k + 1) * csA], a2 = A[(k + 2) * csA], a3 = A[(k + 3) * csA];
         const {t} *b0 = B + k * rsB + jb, *b1 = b0 + rsB, *b2 = b1 + rsB, *b3 = b2 + rsB;
         for (int64_t j = 0; j < nv; j += {lanes}) {{
-          {ROW_PREFETCH}
+          {row_fetch}
           {vt} c = *({vt} *)(acc + j);
           c += a0 * *(const {vt} *)(b0 + j);
           c += a1 * *(const {vt} *)(b1 + j);
@@ -118,7 +135,7 @@ pub(crate) fn write_single_row(s: &mut String, name: &str, (t, vt, lanes): (&str
       const {t} *b0 = B + j * csB, *b1 = b0 + csB, *b2 = b1 + csB, *b3 = b2 + csB;
       {vt} s0 = {{0}}, s1 = {{0}}, s2 = {{0}}, s3 = {{0}};
       for (int64_t k = 0; k < kv; k += {lanes}) {{
-        {COLUMN_PREFETCH}
+        {column_fetch}
         const {vt} x = *(const {vt} *)(a + k);
         s0 += x * *(const {vt} *)(b0 + k);
         s1 += x * *(const {vt} *)(b1 + k);

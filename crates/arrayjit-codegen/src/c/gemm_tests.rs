@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use arrayjit_ir::Prec;
-use arrayjit_opt::schedule::Blocking;
+use arrayjit_opt::schedule::{Blocking, StreamFetch};
 
 use super::{HelperPaths, add_product_helper, gemm_definition, gemm_name};
 use crate::c::gemm_paths::{GUARDS_DROPPED, ONE_ROW_DROPPED};
@@ -15,6 +15,7 @@ const BLOCKING: Blocking = Blocking {
     mc: 96,
     kc: 64,
     nc: 128,
+    stream_fetch: StreamFetch::L2,
 };
 
 /// The helper's definition after adding products reaching `paths`, in that order.
@@ -117,4 +118,42 @@ fn a_product_reaches_one_row_where_it_or_its_last_range_of_a_split_is_one_row() 
     assert!(HelperPaths::of_product(64, 64, false, &thin).one_row);
     // Guards pass through.
     assert!(HelperPaths::of_product(64, 64, true, &BLOCKING).guarded);
+}
+
+#[test]
+fn streamed_operands_are_fetched_into_the_blocking_s_level() {
+    let l1 = Blocking {
+        stream_fetch: StreamFetch::L1,
+        ..BLOCKING
+    };
+    assert_eq!(
+        gemm_name(Prec::F32, &BLOCKING),
+        "aj_gemm_f32_12x32_96_64_128"
+    );
+    assert_eq!(
+        gemm_name(Prec::F32, &l1),
+        "aj_gemm_f32_12x32_96_64_128_fetch_l1"
+    );
+    // Every fetch of a streamed operand (the row products' B, B read in place, rows packed
+    // across) at the level's locality, none at the other's.
+    for (b, level, other) in [(BLOCKING, 2, 3), (l1, 3, 2)] {
+        let def = gemm_definition(Prec::F32, &b, HelperPaths::ALL)
+            + &crate::c::gemm_widened::widened_definition(Prec::F32, Prec::Bf16, &b);
+        for fetch in [
+            format!("__builtin_prefetch(b0 + j + 4 * rsB, 0, {level});"),
+            format!("__builtin_prefetch(b3 + k + 8 * csB, 0, {level});"),
+            format!("__builtin_prefetch(b + k * ldb + pf, 0, {level});"),
+            format!("__builtin_prefetch(ahead + stride, 0, {level});"),
+        ] {
+            assert!(def.contains(&fetch), "{fetch} missing");
+        }
+        for fetch in [
+            format!("rsB, 0, {other})"),
+            format!("csB, 0, {other})"),
+            format!("pf, 0, {other})"),
+            format!("stride, 0, {other})"),
+        ] {
+            assert!(!def.contains(&fetch), "{fetch} present");
+        }
+    }
 }

@@ -18,10 +18,10 @@
 use std::fmt::Write as _;
 
 use arrayjit_ir::Prec;
-use arrayjit_opt::schedule::{Blocking, FactorSide};
+use arrayjit_opt::schedule::{Blocking, FactorSide, StreamFetch};
 
 use crate::c::gemm::{CONTRACT_END, CONTRACT_FAST, gemm_name, gemm_signature};
-use crate::c::gemm_row::{COLUMN_PREFETCH, ROW_BLOCK, ROW_PREFETCH, write_lanes_sum};
+use crate::c::gemm_row::{ROW_BLOCK, column_prefetch, row_prefetch, write_lanes_sum};
 use crate::c::kernel::{OPTIMIZE_END, PRODUCT_HELPER_BEGIN};
 use crate::c::syntax::c_storage_type;
 
@@ -109,7 +109,7 @@ static inline void {w}_pairs(const {n} *p, {vt} *e, {vt} *o) {{
 ",
         vbytes = lanes * 4,
     );
-    write_widened_row(&mut s, &w, (t, n, &vt, lanes));
+    write_widened_row(&mut s, &w, b.stream_fetch, (t, n, &vt, lanes));
     let _ = write!(
         s,
         "/* B's block of depths [pc, pc + kcb) and columns [jc, jc + ncb) widened into panels of {nr}
@@ -233,10 +233,17 @@ static void {w}_chunk(void *ctx, int64_t index) {{
 /// - columns of B contiguous: A is copied once, its even and odd depths of each `2 × lanes`
 ///   apart, and each column's even and odd products summed in two vectors, added at the end.
 ///
-/// Each element's sum has one order for a shape, whatever the workers.
-fn write_widened_row(s: &mut String, w: &str, (t, n, vt, lanes): (&str, &str, &str, usize)) {
+/// B's lines are fetched into `fetch`. Each element's sum has one order for a shape, whatever
+/// the workers.
+fn write_widened_row(
+    s: &mut String,
+    w: &str,
+    fetch: StreamFetch,
+    (t, n, vt, lanes): (&str, &str, &str, usize),
+) {
     let pair = 2 * lanes;
     write_lanes_sum(s, w, (t, vt, lanes));
+    let (row_fetch, column_fetch) = (row_prefetch(fetch), column_prefetch(fetch));
     let _ = write!(
         s,
         "static int {w}_row(int64_t N, int64_t K, const {t} *A, int64_t csA, const {n} *B, int64_t rsB, int64_t csB, {t} *C, int64_t csC, int ovw) {{
@@ -251,7 +258,7 @@ fn write_widened_row(s: &mut String, w: &str, (t, n, vt, lanes): (&str, &str, &s
         const {t} a0 = A[k * csA], a1 = A[(k + 1) * csA], a2 = A[(k + 2) * csA], a3 = A[(k + 3) * csA];
         const {n} *b0 = B + k * rsB + jb, *b1 = b0 + rsB, *b2 = b1 + rsB, *b3 = b2 + rsB;
         for (int64_t j = 0; j < nv; j += {pair}) {{
-          {ROW_PREFETCH}
+          {row_fetch}
           {vt} ce, co, e, o;
           memcpy(&ce, acc + j, sizeof ce); memcpy(&co, acc + j + {lanes}, sizeof co);
           {w}_pairs(b0 + j, &e, &o); ce += a0 * e; co += a0 * o;
@@ -311,7 +318,7 @@ fn write_widened_row(s: &mut String, w: &str, (t, n, vt, lanes): (&str, &str, &s
       const {n} *b0 = B + j * csB, *b1 = b0 + csB, *b2 = b1 + csB, *b3 = b2 + csB;
       {vt} s0 = {{0}}, s1 = {{0}}, s2 = {{0}}, s3 = {{0}}, t0 = {{0}}, t1 = {{0}}, t2 = {{0}}, t3 = {{0}};
       for (int64_t k = 0; k < kv; k += {pair}) {{
-        {COLUMN_PREFETCH}
+        {column_fetch}
         {vt} xe, xo, e, o;
         memcpy(&xe, row + k, sizeof xe); memcpy(&xo, row + k + {lanes}, sizeof xo);
         {w}_pairs(b0 + k, &e, &o); s0 += xe * e; t0 += xo * o;

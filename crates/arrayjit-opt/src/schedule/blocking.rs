@@ -14,12 +14,56 @@ pub struct Blocking {
     pub kc: usize,
     /// Columns of a packed block of the right factor (kept in L2).
     pub nc: usize,
+    /// Which cache the product's software fetches of operands it streams once (a one-row
+    /// product's matrix, B read in place, rows packed across) fill.
+    pub stream_fetch: StreamFetch,
 }
 
-/// How much of each cache a blocked product's blocks may fill, in eighths: the choice that
-/// differs between CPUs of the same vector width and cache sizes (how fast their L2 and L3
-/// feed one core), so it is measured per CPU (`arrayjit tune`) or taken from a table of CPUs
-/// measured so far, not derived from the sizes alone.
+/// Which cache a product's software fetches of the operands it streams once fill: part of a
+/// CPU's measured product tuning ([`CacheShares::stream_fetch`]), because CPUs differ in how
+/// many fetches each level keeps in flight.
+///
+/// Measured on a 2-core AMD EPYC (Zen 4, family 25 model 17): GPT-2 small decoded 43.5 tokens/s
+/// in f32 and 81.7 with `bf16` weights with fetches into L2, against 31.2 and 46.1 into L1 (a
+/// fetch into L1 holds one of L1's few miss buffers until its line arrives, so fewer lines are
+/// in flight); a 300-token prefill in chunks of 64 took 690 ms against 760. Not measured on an
+/// Intel CPU: `arrayjit tune` measures both on the CPU it runs on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StreamFetch {
+    /// Into L1 and the levels below it (`prefetcht0`; locality 3).
+    L1,
+    /// Into L2 and L3, not L1 (`prefetcht1`; locality 2): the choice made before the level was
+    /// tuned, and the default.
+    #[default]
+    L2,
+}
+
+impl StreamFetch {
+    /// The levels a tuning search tries.
+    pub const CHOICES: [StreamFetch; 2] = [StreamFetch::L2, StreamFetch::L1];
+
+    /// The locality argument of GCC's `__builtin_prefetch` that fills this level.
+    pub fn locality(self) -> u8 {
+        match self {
+            StreamFetch::L1 => 3,
+            StreamFetch::L2 => 2,
+        }
+    }
+
+    /// The level's name as `Display` and [`CacheShares::parse`] write it (`l1`, `l2`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamFetch::L1 => "l1",
+            StreamFetch::L2 => "l2",
+        }
+    }
+}
+
+/// How much of each cache a blocked product's blocks may fill, in eighths, and which cache
+/// fetches of streamed operands fill: the choices that differ between CPUs of the same vector
+/// width and cache sizes (how fast their L2 and L3 feed one core, how many fetches each level
+/// keeps in flight), so they are measured per CPU (`arrayjit tune`) or taken from a table of
+/// CPUs measured so far, not derived from the sizes alone.
 ///
 /// Measured with `scripts/gemm-blocking.sh` (f32, one core):
 /// - 2-core AMD EPYC (Zen 4 and Zen 5; 32 or 48 KiB L1, 1 MiB L2): a sliver of three quarters
@@ -39,6 +83,8 @@ pub struct CacheShares {
     /// Eighths of L2 the `kc × nc` block of B may fill (sets `nc`); above 8 the block
     /// streams from L3.
     pub block_of_l2: u8,
+    /// Which cache fetches of streamed operands fill ([`StreamFetch`]).
+    pub stream_fetch: StreamFetch,
 }
 
 impl CacheShares {
@@ -47,26 +93,38 @@ impl CacheShares {
     pub const WIDE: CacheShares = CacheShares {
         sliver_of_l1: 6,
         block_of_l2: 16,
+        stream_fetch: StreamFetch::L2,
     };
     /// A sliver of a quarter of L1, a block of half of L2: for CPUs whose L3 is far slower
     /// than L2 per core (Intel Xeon's mesh).
     pub const L2_RESIDENT: CacheShares = CacheShares {
         sliver_of_l1: 2,
         block_of_l2: 4,
+        stream_fetch: StreamFetch::L2,
     };
     /// The slivers a tuning search tries, in eighths of L1.
     pub const SLIVER_CHOICES: [u8; 3] = [2, 4, 6];
     /// The blocks a tuning search tries, in eighths of L2.
     pub const BLOCK_CHOICES: [u8; 4] = [2, 4, 8, 16];
 
-    /// Parses what `Display` writes (`sliver_of_l1=2/8 block_of_l2=4/8`), checking ranges
-    /// (1 to 8 eighths of L1, 1 to 32 of L2).
+    /// Parses what `Display` writes (`sliver_of_l1=2/8 block_of_l2=4/8 stream_fetch=l2`),
+    /// checking ranges (1 to 8 eighths of L1, 1 to 32 of L2, `l1` or `l2`). `stream_fetch` may
+    /// be left out (choices stored before it was tuned): [`StreamFetch::L2`].
     pub fn parse(text: &str) -> std::result::Result<CacheShares, String> {
         let mut shares = [None, None];
+        let mut stream_fetch = None;
         for field in text.split_whitespace() {
             let (name, value) = field
                 .split_once('=')
-                .ok_or_else(|| format!("`{field}` is not name=eighths/8"))?;
+                .ok_or_else(|| format!("`{field}` is not name=value"))?;
+            if name == "stream_fetch" {
+                let level = StreamFetch::CHOICES
+                    .into_iter()
+                    .find(|l| l.name() == value)
+                    .ok_or_else(|| format!("stream_fetch=`{value}` is neither l1 nor l2"))?;
+                stream_fetch = Some(level);
+                continue;
+            }
             let eighths = value
                 .strip_suffix("/8")
                 .and_then(|v| v.parse::<u8>().ok())
@@ -85,6 +143,7 @@ impl CacheShares {
             [Some(sliver_of_l1), Some(block_of_l2)] => Ok(CacheShares {
                 sliver_of_l1,
                 block_of_l2,
+                stream_fetch: stream_fetch.unwrap_or_default(),
             }),
             _ => Err(format!(
                 "`{text}` does not give both sliver_of_l1 and block_of_l2"
@@ -105,8 +164,10 @@ impl std::fmt::Display for CacheShares {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "sliver_of_l1={}/8 block_of_l2={}/8",
-            self.sliver_of_l1, self.block_of_l2
+            "sliver_of_l1={}/8 block_of_l2={}/8 stream_fetch={}",
+            self.sliver_of_l1,
+            self.block_of_l2,
+            self.stream_fetch.name()
         )
     }
 }
@@ -150,7 +211,14 @@ impl Blocking {
         let kc = (sliver / (mr * elem_bytes)).clamp(64, 512) / 8 * 8;
         let nc = ((block / (kc * elem_bytes)) / nr).clamp(1, 256) * nr;
         let mc = ((l3 / 2 / (kc * elem_bytes)) / mr).clamp(1, 64) * mr;
-        Blocking { mr, nr, mc, kc, nc }
+        Blocking {
+            mr,
+            nr,
+            mc,
+            kc,
+            nc,
+            stream_fetch: shares.stream_fetch,
+        }
     }
 }
 
@@ -272,6 +340,7 @@ impl Blocking {
             mc,
             kc,
             nc,
+            stream_fetch: self.stream_fetch,
         }
     }
 }
@@ -302,6 +371,32 @@ mod tests {
     fn the_default_tuning_keeps_the_heuristic() {
         let b = Blocking::for_cpu(16, 32, 4, [48 << 10, 2 << 20, 32 << 20], W);
         assert_eq!(b.tuned(&ScheduleTuning::default()), b);
+    }
+
+    #[test]
+    fn the_fetch_level_follows_the_shares_through_tuning() {
+        let caches = [32 << 10, 1 << 20, 32 << 20];
+        let l1 = CacheShares {
+            stream_fetch: StreamFetch::L1,
+            ..W
+        };
+        let b = Blocking::for_cpu(16, 32, 4, caches, l1);
+        assert_eq!(b.stream_fetch, StreamFetch::L1);
+        let tuned = b.tuned(&ScheduleTuning {
+            block_scale_log2: [1, -1, 1],
+            ..ScheduleTuning::default()
+        });
+        assert_eq!(tuned.stream_fetch, StreamFetch::L1);
+        // Only the fetches differ: the blocks are the same.
+        let w = Blocking::for_cpu(16, 32, 4, caches, W);
+        assert_eq!(
+            (w.stream_fetch, w.mr, w.nr, w.mc, w.kc, w.nc),
+            (StreamFetch::L2, b.mr, b.nr, b.mc, b.kc, b.nc)
+        );
+        assert_eq!(
+            (StreamFetch::L1.locality(), StreamFetch::L2.locality()),
+            (3, 2)
+        );
     }
 
     #[test]
@@ -337,9 +432,22 @@ mod tests {
 
     #[test]
     fn cache_shares_parse_what_they_print_and_refuse_the_rest() {
-        for shares in [CacheShares::WIDE, CacheShares::L2_RESIDENT] {
+        let fetched_into_l1 = CacheShares {
+            stream_fetch: StreamFetch::L1,
+            ..CacheShares::WIDE
+        };
+        for shares in [CacheShares::WIDE, CacheShares::L2_RESIDENT, fetched_into_l1] {
             assert_eq!(CacheShares::parse(&shares.to_string()), Ok(shares));
         }
+        assert_eq!(
+            fetched_into_l1.to_string(),
+            "sliver_of_l1=6/8 block_of_l2=16/8 stream_fetch=l1"
+        );
+        // A choice stored before the fetch level was tuned fetched into L2.
+        assert_eq!(
+            CacheShares::parse("sliver_of_l1=2/8 block_of_l2=4/8"),
+            Ok(CacheShares::L2_RESIDENT)
+        );
         for bad in [
             "",
             "sliver_of_l1=2/8",
@@ -349,6 +457,9 @@ mod tests {
             "sliver_of_l1=2 block_of_l2=4/8",
             "sliver_of_l1=2/8 block_of_l3=4/8",
             "sliver_of_l1",
+            "sliver_of_l1=2/8 block_of_l2=4/8 stream_fetch=l3",
+            "sliver_of_l1=2/8 block_of_l2=4/8 stream_fetch=",
+            "stream_fetch=l1",
         ] {
             assert!(CacheShares::parse(bad).is_err(), "{bad}");
         }
