@@ -225,6 +225,7 @@ fn the_corpus_agrees_on_gpu_backends_planned_for_a_large_device() {
 /// `sm_90a`: no kernel spills registers, and ptxas runs every warpgroup product as issued
 /// (it serializes them where a path reaches their accumulators around them).
 #[test]
+#[cfg(feature = "cuda")]
 fn gpt_step_kernels_compile_for_sm_90a_without_spills_or_serialized_products() {
     use arrayjit::Error;
     use arrayjit::backends::cuda_backend::resources::kernel_resources;

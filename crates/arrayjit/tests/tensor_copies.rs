@@ -8,9 +8,7 @@
 //! itself, driven by a hand-written kernel, lands a box only at a wait and ends a wait that
 //! can never complete with an error.
 
-use arrayjit::backends::cuda_backend::compile_ptx;
-use arrayjit::codegen::cuda::render_cuda;
-use arrayjit::ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Tnode};
+use arrayjit::ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Tnode};
 use arrayjit::opt::schedule::gpu::{GpuLimits, MatrixTile};
 use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
 use arrayjit::opt::{OptimizeSettings, optimize};
@@ -277,8 +275,12 @@ fn tensor_copies_only_where_asked_and_the_layout_allows() {
 /// bulk tensor copies and mbarrier waits in the PTX, no spills, no serialized warpgroup
 /// products, and two groups per SM.
 #[test]
+#[cfg(feature = "cuda")]
 fn tensor_copied_products_compile_for_sm_90a_in_every_layout() {
+    use arrayjit::Error;
+    use arrayjit::backends::cuda_backend::compile_ptx;
     use arrayjit::backends::cuda_backend::resources::kernel_resources;
+    use arrayjit::codegen::cuda::render_cuda;
     let mut limits = GpuLimits::cuda_arch("sm_90").unwrap();
     limits.compute_units = 132;
     for spec in ["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "km,nk->mn"] {
