@@ -7,13 +7,12 @@
 use std::path::PathBuf;
 
 use arrayjit_ir::{Error, Tnode};
-use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_runtime::{Backend, CompileRequest, Context, Routine};
 use arrayjit_tensor::{Optimizer, Tensor, checkpoint, forward_program, grad_program};
 use pyo3::prelude::*;
 
 use crate::errors::{IntoPy, to_py};
 use crate::tensor::{PyTensor, hosted, hosted_node};
-use arrayjit_runtime::CompileRequest;
 
 /// A backend (Python: `arrayjit.Backend`).
 #[pyclass(name = "Backend", module = "arrayjit", frozen)]

@@ -24,9 +24,8 @@ mod simt_products;
 mod widened;
 
 use arrayjit_ir::{Error, InterpEnv, Prec, Result};
-use arrayjit_runtime::{Backend, Context};
+use arrayjit_runtime::{Backend, CompileRequest, Context};
 
-use arrayjit_runtime::CompileRequest;
 pub use attention::{attention_cases, attention_head_case};
 pub use case::Case;
 pub use cases::{matmul, scratch_locals};

@@ -8,8 +8,7 @@ use arrayjit_ir::{
     AccumRhs, Assignments, BinOp, Error, MemoryMode, MemoryType, Operand, Prec, Projections,
     Result, StaticSymbol, UnOp,
 };
-use arrayjit_runtime::CompileRequest;
-use arrayjit_runtime::{Backend, Context, DataParallel, Routine};
+use arrayjit_runtime::{Backend, CompileRequest, Context, DataParallel, Routine};
 use arrayjit_tensor::datasets::Dataset;
 use arrayjit_tensor::{Init, Optimizer, Tensor, grad_program, losses, update_program};
 

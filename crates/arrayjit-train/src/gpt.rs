@@ -30,8 +30,7 @@ use std::time::{Duration, Instant};
 
 use arrayjit_ir::{Assignments, Error, MemoryMode, MemoryType, Result, ResultExt, Tnode};
 use arrayjit_opt::OptimizeCtx;
-use arrayjit_runtime::CompileRequest;
-use arrayjit_runtime::{Backend, Code, Context, PreparedLink, Routine};
+use arrayjit_runtime::{Backend, Code, CompileRequest, Context, PreparedLink, Routine};
 use arrayjit_tensor::init::PendingDraws;
 use arrayjit_tensor::nn::{Dropout, Gpt, GptConfig};
 use arrayjit_tensor::rng::Philox;

@@ -9,8 +9,7 @@
 
 use std::time::Instant;
 
-use arrayjit::runtime::CompileRequest;
-use arrayjit::runtime::Context;
+use arrayjit::runtime::{CompileRequest, Context};
 use arrayjit_ir::{AttentionLayout, EinsumGuard, Error, MemoryMode, MemoryType, Prec, Result};
 use arrayjit_tensor::{AttentionOptions, Init, Tensor, grad_program};
 

@@ -4,8 +4,7 @@
 //! has it) f64.
 
 use arrayjit::ir::{MemoryMode, MemoryType, Prec};
-use arrayjit::runtime::CompileRequest;
-use arrayjit::runtime::Context;
+use arrayjit::runtime::{CompileRequest, Context};
 use arrayjit::tensor::{Tensor, forward_program};
 
 const XS: [f64; 8] = [-3.0, -1.5, -0.5, -0.1, 0.0, 0.25, 1.0, 2.5];

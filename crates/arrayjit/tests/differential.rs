@@ -1,8 +1,7 @@
 //! The shared differential corpus, run on every available backend and compared with the
 //! interpreter; plus the 256×256 matmul checked against a hand-computed reference.
 
-use arrayjit::runtime::CompileRequest;
-use arrayjit::runtime::Context;
+use arrayjit::runtime::{CompileRequest, Context};
 use arrayjit_testing::{all_cases, check_case, matmul};
 
 /// The corpus on backend `name` against the interpreter, where it runs here (one test per

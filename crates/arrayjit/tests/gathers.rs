@@ -3,8 +3,7 @@
 //! the valid ids around it read their rows.
 
 use arrayjit::ir::{Assignments, Error, FetchOp, InterpEnv, MemoryMode, MemoryType, Prec, Tnode};
-use arrayjit::runtime::CompileRequest;
-use arrayjit::runtime::Context;
+use arrayjit::runtime::{CompileRequest, Context};
 
 /// `out = take(table, ids)` where `ids = raw + 0` is computed in the routine (so no entry
 /// check sees it): ids -1, 4 (one past the end), NaN (0/0), a huge value, then the valid 1.

@@ -11,8 +11,7 @@ use arrayjit::ir::{MemoryMode, MemoryType, Prec};
 use std::sync::Arc;
 
 use arrayjit::backends::cc::{self, CcConfig};
-use arrayjit::runtime::CompileRequest;
-use arrayjit::runtime::{Backend, Context};
+use arrayjit::runtime::{Backend, CompileRequest, Context};
 use arrayjit::tensor::{Tensor, forward_program};
 
 /// Rows of the `u8` array, and its columns: 3 × 716,000,000 = 2,148,000,000 elements, past

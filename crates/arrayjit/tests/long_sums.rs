@@ -6,8 +6,7 @@
 //! by 2.6e-4.
 
 use arrayjit::ir::{MemoryMode, MemoryType, Prec};
-use arrayjit::runtime::CompileRequest;
-use arrayjit::runtime::Context;
+use arrayjit::runtime::{CompileRequest, Context};
 use arrayjit::tensor::{Tensor, forward_program};
 
 fn worst_relative_error(got: &[f64], exact: f64) -> f64 {

@@ -14,8 +14,7 @@ use arrayjit::ir::{AccumRhs, Assignments, BinOp, Error, Operand, Prec, Tnode};
 use arrayjit::opt::schedule::gpu::{GpuLimits, MatrixKind, MatrixTile};
 use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
 use arrayjit::opt::{OptimizeSettings, optimize};
-use arrayjit::runtime::CompileRequest;
-use arrayjit::runtime::{Backend, Context};
+use arrayjit::runtime::{Backend, CompileRequest, Context};
 use arrayjit_testing::{Case, check_case, matrix_product_cases};
 
 #[cfg(feature = "cuda")]

@@ -11,8 +11,7 @@ use arrayjit::ir::{AccumRhs, Assignments, BinOp, MemoryMode, MemoryType, Operand
 use arrayjit::opt::OptimizeSettings;
 use arrayjit::opt::schedule::gpu::SimtTile;
 use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
-use arrayjit::runtime::CompileRequest;
-use arrayjit::runtime::Context;
+use arrayjit::runtime::{CompileRequest, Context};
 use arrayjit_testing::{check_case, simt_product_cases};
 
 /// The SIMT layouts of a routine's schedules.

@@ -12,8 +12,7 @@ use arrayjit::ir::{AccumRhs, Assignments, BinOp, Operand, Prec, Tnode};
 use arrayjit::opt::schedule::gpu::{GpuLimits, MatrixTile};
 use arrayjit::opt::schedule::{GpuPass, ScheduleKind};
 use arrayjit::opt::{OptimizeSettings, optimize};
-use arrayjit::runtime::Backend;
-use arrayjit::runtime::CompileRequest;
+use arrayjit::runtime::{Backend, CompileRequest};
 use arrayjit_testing::{Case, check_case};
 
 /// The layouts of the matrix-unit passes of a routine's schedules, with whether each splits

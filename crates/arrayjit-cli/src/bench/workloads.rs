@@ -5,12 +5,11 @@
 use std::time::{Duration, Instant};
 
 use arrayjit_ir::{Prec, Result};
-use arrayjit_runtime::{Backend, Context, Routine, Stream};
+use arrayjit_runtime::{Backend, CompileRequest, Context, Routine, Stream};
 use arrayjit_tensor::losses::softmax;
 use arrayjit_tensor::{Init, Precision, Tensor, forward_program};
 
 use arrayjit::gpt::{self, CharVocab, GptTrainer, SONNETS, TrainerConfig};
-use arrayjit::runtime::CompileRequest;
 use arrayjit::train::{Classifier, Mlp, mlp_workload};
 
 /// What a workload's rate is measured in.

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrayjit_ir::{Error, Result, ResultExt};
 use arrayjit_opt::OptimizeCtx;
-use arrayjit_runtime::CompileRequest;
-use arrayjit_runtime::{Backend, Context, Routine};
+use arrayjit_runtime::{Backend, CompileRequest, Context, Routine};
 use arrayjit_tensor::forward_program;
 use arrayjit_tensor::kv_cache::{CachedStep, KvCache, PADDING_SCORE, StepLogits};
 use arrayjit_tensor::nn::Gpt;
