@@ -1,6 +1,6 @@
 //! Property test: randomly generated programs (elementwise chains, reductions, broadcasts,
-//! matrix products, transposes, in several precisions) give the interpreter's results on every
-//! available backend. This exercises fusion, local arrays, CSE and the renderer together.
+//! matrix products, transposes, in several precisions and sizes) give the interpreter's
+//! results on every available backend. This exercises fusion, local arrays, CSE and the renderer together.
 
 use arrayjit::prelude::*;
 use arrayjit_testing::{Case, check_case};
@@ -142,11 +142,25 @@ fn arb_prec() -> impl Strategy<Value = Prec> {
     ]
 }
 
+/// The side of a random program's arrays in `prec`: 3, or 17 and 40 (a vector and a
+/// remainder, blocked products' partial tiles) where the precision's tolerance holds for sums
+/// of 40 in any order. In `f16` and `bf16`, chains of 40-long sums in another order (vector
+/// accumulators, blocked products) drift past a fixed relative tolerance without being wrong;
+/// their programs stay at 3. Sizes up to 200 (products split over the workers) agreed in 40
+/// cases when tried (2026-12-07).
+fn arb_side(prec: Prec) -> BoxedStrategy<usize> {
+    if matches!(prec, Prec::F16 | Prec::Bf16) {
+        Just(3).boxed()
+    } else {
+        prop_oneof![Just(3usize), Just(17), Just(40)].boxed()
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn random_programs_agree_with_the_interpreter(
-        (prec, steps) in arb_prec().prop_flat_map(|p| (Just(p), proptest::collection::vec(arb_step(p.is_float()), 1..6))),
+        (prec, steps, n) in arb_prec().prop_flat_map(|p| (Just(p), proptest::collection::vec(arb_step(p.is_float()), 1..6), arb_side(p))),
         seed in 0u64..50,
     ) {
         for backend in arrayjit_testing::all_backends_under_test().unwrap() {
@@ -155,7 +169,7 @@ proptest! {
             if !backend.get_device(0).unwrap().info().unwrap().supports(prec) {
                 continue;
             }
-            let case = build(prec, 3, &steps, seed);
+            let case = build(prec, n, &steps, seed);
             let result = check_case(&case, &backend);
             prop_assert!(result.is_ok(), "{name}: {}", result.unwrap_err());
         }
