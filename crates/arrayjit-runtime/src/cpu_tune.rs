@@ -48,7 +48,7 @@ pub struct TuneSettings {
     /// 3072), and the side of the square product.
     pub tokens: usize,
     /// Bytes of the matrices the streamed products read per run, when timing the fetch
-    /// levels (`None`: twice the CPU's last cache, at least 64 MiB).
+    /// levels (`None`: twice the CPU's last cache, at least 64 MiB, at most 1 GiB).
     pub streamed_bytes: Option<usize>,
 }
 
@@ -239,9 +239,10 @@ fn products(tokens: usize) -> Result<(Assignments, f64)> {
 }
 
 /// The bytes of matrices the streamed products read when [`TuneSettings::streamed_bytes`] is
-/// not given: twice the last cache (`last_cache`, 0 when unknown), at least 64 MiB.
+/// not given: twice the last cache (`last_cache`, 0 when unknown), at least 64 MiB and at most
+/// 1 GiB (so the tuning's memory stays modest where the last cache is huge).
 fn default_streamed_bytes(last_cache: usize) -> usize {
-    (2 * last_cache).max(64 << 20)
+    (2 * last_cache).clamp(64 << 20, 1 << 30)
 }
 
 /// One routine of products of one row by matrices of GPT-2 small's widths (768 × 3072, f32),
@@ -411,5 +412,27 @@ impl Backend {
             streamed_bytes,
             stored,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_products_read_beyond_the_last_cache_within_bounds() {
+        // Twice the last cache, at least 64 MiB, at most 1 GiB.
+        assert_eq!(default_streamed_bytes(32 << 20), 64 << 20);
+        assert_eq!(default_streamed_bytes(260 << 20), 520 << 20);
+        assert_eq!(default_streamed_bytes(0), 64 << 20);
+        assert_eq!(default_streamed_bytes(4 << 30), 1 << 30);
+        // Whole matrices of 768 × 3072 f32 (9 MiB), at least two, alternating orders.
+        let matrix = 768 * 3072 * 4;
+        let (_, bytes) = streamed_products(64 << 20).unwrap();
+        assert_eq!(bytes, (8 * matrix) as f64);
+        let (program, bytes) = streamed_products(1).unwrap();
+        assert_eq!(bytes, (2 * matrix) as f64);
+        let text = format!("{program:?}");
+        assert!(text.contains("tune_streamed_b0") && text.contains("tune_streamed_b1"));
     }
 }
