@@ -16,11 +16,7 @@ pub(crate) const ROW_BLOCK: usize = 2048;
 /// fetches into L1 against 0.34–0.40 ms without (weights beyond the cache, alternated runs).
 /// Which level is faster differs between CPUs ([`StreamFetch`]).
 pub(crate) fn row_prefetch(level: StreamFetch) -> String {
-    let l = level.locality();
-    (0..4)
-        .map(|r| format!("__builtin_prefetch(b{r} + j + 4 * rsB, 0, {l});"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    four_fetches(level, |r| format!("b{r} + j + 4 * rsB"))
 }
 
 /// In the order with columns of B contiguous, each vector's step fetches the same depths of the
@@ -30,9 +26,14 @@ pub(crate) fn row_prefetch(level: StreamFetch) -> String {
 /// 50257 × 768 `bf16` weights read 3–6 ms with fetches into L1 against 8–12 ms without
 /// (alternated runs).
 pub(crate) fn column_prefetch(level: StreamFetch) -> String {
+    four_fetches(level, |c| format!("b{c} + k + 8 * csB"))
+}
+
+/// Fetches for reading of `address(0..4)` into `level`, on one line.
+fn four_fetches(level: StreamFetch, address: impl Fn(usize) -> String) -> String {
     let l = level.locality();
     (0..4)
-        .map(|c| format!("__builtin_prefetch(b{c} + k + 8 * csB, 0, {l});"))
+        .map(|i| format!("__builtin_prefetch({}, 0, {l});", address(i)))
         .collect::<Vec<_>>()
         .join(" ")
 }
