@@ -534,3 +534,43 @@ fn guarded_loops_are_split_where_their_guard_changes() {
         );
     }
 }
+
+/// Two passes of fused attention with different features in one library (an unmasked one
+/// without dropout beside a causal one with dropout) share one CPU attention unit, which keeps
+/// the features of both (`AttentionPaths`: a feature no pass uses becomes a constant of the
+/// unit); both agree with the interpreter, on each CPU backend.
+#[test]
+fn attention_passes_with_different_features_share_a_unit_that_keeps_both() {
+    for name in ["sync_cc", "multicore_cc"] {
+        let backend = arrayjit::backend(name).unwrap();
+        // Fresh cases per backend: a check consumes their initial host values.
+        let cases = arrayjit_testing::attention_cases().unwrap();
+        let pick = |n: &str| cases.iter().find(|c| c.name == n).unwrap();
+        let (plain, masked) = (
+            pick("attention_heads_first"),
+            pick("attention_causal_dropout"),
+        );
+        assert!(plain.bindings.is_empty() && masked.bindings.is_empty());
+        let both = arrayjit_testing::Case {
+            name: "attention_two_kinds_of_pass".into(),
+            program: plain.program.clone().then(masked.program.clone()),
+            bindings: vec![],
+            runs: vec![],
+            results: [plain.results.clone(), masked.results.clone()].concat(),
+        };
+        let code = backend
+            .compile(CompileRequest::routine(&both.name, &both.program))
+            .unwrap();
+        let source = code.source();
+        assert!(
+            source.contains("attention paths: dropout=1 bias=0 causal=1 unmasked=1"),
+            "{name}: the unit does not keep both passes' features"
+        );
+        assert!(
+            source.contains("#define AJ_ATT_CAUSAL(c) ((c)->causal)")
+                && source.contains("#define AJ_ATT_DROP(c) ((c)->drop)"),
+            "{name}"
+        );
+        check_case(&both, &backend).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}

@@ -21,6 +21,7 @@ use arrayjit_opt::schedule::{
     ATTENTION_BLOCK_KEYS, ATTENTION_BLOCK_QUERIES, AttentionPlan, Blocking,
 };
 
+use crate::c::attention_paths::AttentionPaths;
 use crate::c::gemm;
 use crate::c::kernel::{ATTENTION_HELPER_BEGIN, KernelRenderer, comment};
 
@@ -215,10 +216,10 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
   const int64_t off = c->off;
   /* The keys some row sees: all, or (causal) up to the last row's (a cache's slots past the
      queries are never read). */
-  const int64_t Tke = c->causal && Tq + off < Tk ? Tq + off : Tk;
-  const float *bias = c->kbias ? c->kbias + a.b * Tk : 0;
+  const int64_t Tke = AJ_ATT_CAUSAL(c) && Tq + off < Tk ? Tq + off : Tk;
+  const float *bias = AJ_ATT_KBIAS(c) ? AJ_ATT_KBIAS(c) + a.b * Tk : 0;
   const int64_t ldk = aj_att_ld(Tke);
-  const int packed = aj_att_packs(E, Ev);
+  const int packed = AJ_ATT_PACKS(E, Ev);
   float *restrict kt = buf, *restrict s = kt + aj_att_forward_keys(Tk, E, Ev), *restrict acc = s + BQ * BK;
   float *restrict m = acc + BQ * Ev, *restrict l = m + BQ;
   float mnew[AJ_ATT_BQ], shrink[AJ_ATT_BQ];
@@ -237,7 +238,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
     const int64_t rows = Tq - t0 < BQ ? Tq - t0 : BQ;
     for (int64_t i = 0; i < rows; ++i) { m[i] = -1e30f; l[i] = 0.0f; }
     for (int64_t i = 0; i < rows * Ev; ++i) acc[i] = 0.0f;
-    const int64_t kend = c->causal ? (t0 + rows + off < Tk ? t0 + rows + off : Tk) : Tk;
+    const int64_t kend = AJ_ATT_CAUSAL(c) ? (t0 + rows + off < Tk ? t0 + rows + off : Tk) : Tk;
     for (int64_t k0 = 0; k0 < kend; k0 += BK) {
       const int64_t kn = kend - k0 < BK ? kend - k0 : BK;
       /* The rows of the values' packed block (its panels' depth). */
@@ -245,11 +246,11 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       /* Where some rows see only the block's first keys (the causal diagonal), both products
          run in strips of rows, each over the keys its last row sees: the same sums without
          the hidden keys' terms (never read in S, zeros in P). */
-      const int64_t strip = c->causal && t0 + off + rows - k0 < kn ? AJ_ATT_STRIP : rows;
+      const int64_t strip = AJ_ATT_CAUSAL(c) && t0 + off + rows - k0 < kn ? AJ_ATT_STRIP : rows;
       /* S = Q_block · K_blockᵀ */
       for (int64_t r0 = 0; r0 < rows; r0 += strip) {
         const int64_t r1 = rows - r0 < strip ? rows : r0 + strip;
-        const int64_t n = aj_att_visible(c->causal, t0 + off + r1 - 1, k0, kn);
+        const int64_t n = aj_att_visible(AJ_ATT_CAUSAL(c), t0 + off + r1 - 1, k0, kn);
         if (n <= 0) continue;
         const float *qs = qp + (t0 + r0) * a.qst;
         if (!packed || AJ_ATT_TIMES_PACKED(r1 - r0, n, E, qs, a.qst, 1, kt + k0 / AJ_ATT_NR * kpanel, s + r0 * BK, BK, 1, 1)) {
@@ -263,7 +264,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       for (int64_t i = 0; i < rows; ++i) {
         float *restrict si = s + i * BK;
         /* Keys past the row (causal) or past the block take no part. */
-        const int64_t visible = aj_att_visible(c->causal, t0 + off + i, k0, kn);
+        const int64_t visible = aj_att_visible(AJ_ATT_CAUSAL(c), t0 + off + i, k0, kn);
         if (visible == 0) {
           mnew[i] = m[i];
           continue;
@@ -289,7 +290,7 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       for (int64_t i = 0; i < rows; ++i) shrink[i] = aj_att_exp(m[i] - mnew[i]);
       for (int64_t i = 0; i < rows; ++i) {
         float *restrict si = s + i * BK;
-        const int64_t visible = aj_att_visible(c->causal, t0 + off + i, k0, kn);
+        const int64_t visible = aj_att_visible(AJ_ATT_CAUSAL(c), t0 + off + i, k0, kn);
         if (visible == 0) {
           for (int64_t j = 0; j < kn; ++j) si[j] = 0.0f;
           continue;
@@ -304,13 +305,13 @@ static void aj_att_forward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
         float *restrict ai = acc + i * Ev;
         for (int64_t f = 0; f < Ev; ++f) ai[f] *= sh;
         /* Dropout weighs the values' sum only, not the row's sum. */
-        if (c->drop)
+        if (AJ_ATT_DROP(c))
           for (int64_t j = 0; j < visible; ++j) si[j] *= aj_att_keep(c, &a, t0 + i, k0 + j);
       }
       /* acc += P · V_block */
       for (int64_t r0 = 0; r0 < rows; r0 += strip) {
         const int64_t r1 = rows - r0 < strip ? rows : r0 + strip;
-        const int64_t n = aj_att_visible(c->causal, t0 + off + r1 - 1, k0, kn);
+        const int64_t n = aj_att_visible(AJ_ATT_CAUSAL(c), t0 + off + r1 - 1, k0, kn);
         if (n <= 0) continue;
         if (!packed || AJ_ATT_PANELS(r1 - r0, Ev, n, s + r0 * BK, BK, 1, vpk + k0 / BK * vblock, AJ_ATT_PACKED_SIZE(kb, AJ_ATT_NR), acc + r0 * Ev, Ev, 1, 0))
           AJ_ATT_GEMM(r1 - r0, Ev, n, s + r0 * BK, BK, 1, vp + k0 * a.vst, a.vst, 1, acc + r0 * Ev, Ev, 1, 0);
@@ -349,8 +350,8 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
   const float *lse = c->lse_in + a.bh * Tq, *delta = c->delta + a.bh * Tq;
   const int64_t ldq = aj_att_ld(Tq);
   const int64_t off = c->off;
-  const float *bias = c->kbias ? c->kbias + a.b * Tk : 0;
-  const int packed = aj_att_packs(E, Ev);
+  const float *bias = AJ_ATT_KBIAS(c) ? AJ_ATT_KBIAS(c) + a.b * Tk : 0;
+  const int packed = AJ_ATT_PACKS(E, Ev);
   float *restrict qt = buf, *restrict got = qt + E * ldq, *restrict st = buf + aj_att_backward_queries(Tq, E, Ev);
   float *restrict dpt = st + BK * BQ, *restrict dk = dpt + BK * BQ, *restrict dv = dk + BK * E;
   /* Packed: Qᵀ's and dOᵀ's panels (a query block's start at t0 / nr panels), each query
@@ -384,7 +385,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
     if (packed) AJ_ATT_PACK(kbp, kp + s0 * a.kst, a.kst, 1, keys, E);
     /* Causal: rows before the block's first key's (t + off < s0) see none of its keys. */
     const int64_t tfirst = s0 - off > 0 ? s0 - off : 0;
-    const int64_t tstart = c->causal ? (tfirst < Tq ? tfirst / BQ * BQ : Tq) : 0;
+    const int64_t tstart = AJ_ATT_CAUSAL(c) ? (tfirst < Tq ? tfirst / BQ * BQ : Tq) : 0;
     for (int64_t t0 = tstart; t0 < Tq; t0 += BQ) {
       const int64_t rn = Tq - t0 < BQ ? Tq - t0 : BQ;
       for (int64_t i = 0; i < BQ; ++i) {
@@ -396,12 +397,12 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
          to a panel) that its first key sees; the query gradient's in strips of rows, each over
          the keys its last row sees. The same sums without the hidden pairs' terms (never read
          in Sᵀ and dPᵀ, zeros in P and dS). */
-      const int64_t kstrip = c->causal && s0 + keys - 1 > t0 + off ? AJ_ATT_STRIP : keys;
-      const int64_t qstrip = c->causal && t0 + off - s0 < keys - 1 ? AJ_ATT_STRIP : rn;
+      const int64_t kstrip = AJ_ATT_CAUSAL(c) && s0 + keys - 1 > t0 + off ? AJ_ATT_STRIP : keys;
+      const int64_t qstrip = AJ_ATT_CAUSAL(c) && t0 + off - s0 < keys - 1 ? AJ_ATT_STRIP : rn;
       /* Sᵀ = K_block · Q_blockᵀ, dPᵀ = V_block · dO_blockᵀ (row j: key s0 + j) */
       for (int64_t j0 = 0; j0 < keys; j0 += kstrip) {
         const int64_t j1 = keys - j0 < kstrip ? keys : j0 + kstrip;
-        const int64_t c0 = c->causal && s0 + j0 > t0 + off ? (s0 + j0 - t0 - off) / AJ_ATT_NR * AJ_ATT_NR : 0;
+        const int64_t c0 = AJ_ATT_CAUSAL(c) && s0 + j0 > t0 + off ? (s0 + j0 - t0 - off) / AJ_ATT_NR * AJ_ATT_NR : 0;
         if (c0 >= rn) continue;
         const float *ks = kp + (s0 + j0) * a.kst, *vs = vp + (s0 + j0) * a.vst;
         float *sts = st + j0 * BQ + c0, *dps = dpt + j0 * BQ + c0;
@@ -418,7 +419,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       const int64_t rw = aj_att_whole_lanes(rn, BQ);
       for (int64_t j = 0; j < keys; ++j) {
         /* Causal: rows t + off >= s see key s. */
-        const int64_t first = c->causal ? (s0 + j - t0 - off > 0 ? s0 + j - t0 - off : 0) : 0;
+        const int64_t first = AJ_ATT_CAUSAL(c) ? (s0 + j - t0 - off > 0 ? s0 + j - t0 - off : 0) : 0;
         float *restrict sj = st + j * BQ, *restrict dj = dpt + j * BQ;
         /* Whole vectors of rows before the first that sees the key: zeros, no exponentials. */
         const int64_t i0 = first / AJ_ATT_LANES * AJ_ATT_LANES < rw ? first / AJ_ATT_LANES * AJ_ATT_LANES : rw;
@@ -431,7 +432,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
           for (int64_t i = i0; i < rw; ++i) sj[i] = sj[i] * scale + bj;
           sc = 1.0f;
         }
-        if (!c->drop) {
+        if (!AJ_ATT_DROP(c)) {
           /* 32-bit positions: one vector compare per 16 lanes for the masks, not two. */
           const int ifirst = (int)first, irn = (int)rn;
           /* Every row of a whole block sees the key (most keys): no masks. */
@@ -464,7 +465,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       const int64_t qpanels = AJ_ATT_PACKED_SIZE(rn, AJ_ATT_NR);
       for (int64_t j0 = 0; j0 < keys; j0 += kstrip) {
         const int64_t j1 = keys - j0 < kstrip ? keys : j0 + kstrip;
-        const int64_t c0 = c->causal && s0 + j0 > t0 + off ? (s0 + j0 - t0 - off) / AJ_ATT_NR * AJ_ATT_NR : 0;
+        const int64_t c0 = AJ_ATT_CAUSAL(c) && s0 + j0 > t0 + off ? (s0 + j0 - t0 - off) / AJ_ATT_NR * AJ_ATT_NR : 0;
         if (c0 >= rn) continue;
         const float *sts = st + j0 * BQ + c0, *dps = dpt + j0 * BQ + c0;
         if (!packed || AJ_ATT_PANELS(j1 - j0, Ev, rn - c0, sts, BQ, 1, obp + t0 / BQ * oblock + c0 * AJ_ATT_NR, qpanels, dv + j0 * Ev, Ev, 1, 0))
@@ -475,7 +476,7 @@ static void aj_att_backward_unit(const aj_att_ctx *c, int64_t u, float *buf) {
       /* dQ_block += dS · K_block (depths: the keys the strip's last row sees) */
       for (int64_t i0 = 0; i0 < rn; i0 += qstrip) {
         const int64_t i1 = rn - i0 < qstrip ? rn : i0 + qstrip;
-        const int64_t n = c->causal && t0 + off + i1 - s0 < keys ? t0 + off + i1 - s0 : keys;
+        const int64_t n = AJ_ATT_CAUSAL(c) && t0 + off + i1 - s0 < keys ? t0 + off + i1 - s0 : keys;
         if (n <= 0) continue;
         if (!packed || AJ_ATT_PANELS(i1 - i0, E, n, dpt + i0, 1, BQ, kbp, AJ_ATT_PACKED_SIZE(keys, AJ_ATT_NR), gqp + (t0 + i0) * a.qst, a.qst, 1, 0))
           AJ_ATT_GEMM(i1 - i0, E, n, dpt + i0, 1, BQ, kp + s0 * a.kst, a.kst, 1, gqp + (t0 + i0) * a.qst, a.qst, 1, 0);
@@ -504,13 +505,13 @@ static __attribute__((cold)) void aj_att_forward_rows(const aj_att_ctx *c, int64
   for (int64_t t = 0; t < a.Tq; ++t) {
     float *oi = op + t * a.ost, m = -1e30f, l = 0.0f;
     for (int64_t f = 0; f < a.Ev; ++f) oi[f] = 0.0f;
-    const int64_t kend = c->causal && t + 1 + c->off < a.Tk ? t + 1 + c->off : a.Tk;
+    const int64_t kend = AJ_ATT_CAUSAL(c) && t + 1 + c->off < a.Tk ? t + 1 + c->off : a.Tk;
     for (int64_t s = 0; s < kend; ++s) {
       const float sc = aj_att_dot(qp + t * a.qst, kp + s * a.kst, a.E) * c->scale
-        + (c->kbias ? c->kbias[a.b * a.Tk + s] : 0.0f);
+        + (AJ_ATT_KBIAS(c) ? AJ_ATT_KBIAS(c)[a.b * a.Tk + s] : 0.0f);
       const float mx = sc > m ? sc : m, shrink = aj_att_exp(m - mx), p = aj_att_exp(sc - mx);
       l = l * shrink + p;
-      const float pk = c->drop ? p * aj_att_keep(c, &a, t, s) : p;
+      const float pk = AJ_ATT_DROP(c) ? p * aj_att_keep(c, &a, t, s) : p;
       for (int64_t f = 0; f < a.Ev; ++f) oi[f] = oi[f] * shrink + pk * vp[s * a.vst + f];
       m = mx;
     }
@@ -530,10 +531,10 @@ static __attribute__((cold)) void aj_att_backward_rows(const aj_att_ctx *c, int6
     float *gk = gkp + s * a.kst, *gv = gvp + s * a.vst;
     for (int64_t e = 0; e < a.E; ++e) gk[e] = 0.0f;
     for (int64_t f = 0; f < a.Ev; ++f) gv[f] = 0.0f;
-    for (int64_t t = c->causal ? (s - c->off > 0 ? s - c->off : 0) : 0; t < a.Tq; ++t) {
+    for (int64_t t = AJ_ATT_CAUSAL(c) ? (s - c->off > 0 ? s - c->off : 0) : 0; t < a.Tq; ++t) {
       const float w = aj_att_exp(aj_att_dot(kp + s * a.kst, qp + t * a.qst, a.E) * c->scale
-        + (c->kbias ? c->kbias[a.b * a.Tk + s] : 0.0f) - lse[t]);
-      const float k = c->drop ? aj_att_keep(c, &a, t, s) : 1.0f;
+        + (AJ_ATT_KBIAS(c) ? AJ_ATT_KBIAS(c)[a.b * a.Tk + s] : 0.0f) - lse[t]);
+      const float k = AJ_ATT_DROP(c) ? aj_att_keep(c, &a, t, s) : 1.0f;
       const float ds = w * (aj_att_dot(vp + s * a.vst, gop + t * a.ost, a.Ev) * k - delta[t]) * c->scale;
       for (int64_t f = 0; f < a.Ev; ++f) gv[f] += w * k * gop[t * a.ost + f];
       for (int64_t e = 0; e < a.E; ++e) {
@@ -589,7 +590,7 @@ __attribute__((visibility("hidden"))) void AJ_ATT_BACKWARD(const int64_t *d, int
 /// branch-free `aj_exp_f32`, so the loops over a block's scores vectorize), the product's
 /// prototype (its unit is compiled beside this one), the passes. Compiled at `O2`
 /// ([`ATTENTION_HELPER_BEGIN`]) with multiply-adds contracted, as the product helper is.
-fn definition(b: &Blocking) -> String {
+fn definition(b: &Blocking, paths: AttentionPaths) -> String {
     let [fwd, bwd] = names(b).1;
     let mut s = String::new();
     let _ = writeln!(s, "{ATTENTION_HELPER_BEGIN}\n{}", gemm::CONTRACT_FAST);
@@ -628,6 +629,7 @@ fn definition(b: &Blocking) -> String {
         "#include <string.h>\nstatic inline float aj_att_exp(float x) {{\n  {}\n}}",
         crate::c::syntax::EXP_F32_BODY
     );
+    let _ = writeln!(s, "{}", paths.macros());
     s.push_str(BODY);
     s
 }
@@ -651,12 +653,25 @@ impl KernelRenderer<'_> {
         let (unit, [fwd, bwd]) = names(b);
         // The passes call the product helper's packed entries, which reach no optional path.
         gemm::add_product_helper(products, Prec::F32, b, gemm::HelperPaths::NONE);
-        products
-            .entry(unit)
-            .or_insert_with(|| (signatures(b), definition(b)));
         let op = &plan.op;
         let spec = op.spec();
         let d = spec.dims();
+        // The unit keeps the features some pass of the library uses (see `AttentionPaths`).
+        let paths = AttentionPaths::of_pass(
+            spec.dropout.is_some(),
+            spec.key_bias.is_some(),
+            spec.causal,
+            (d.features, d.value_features),
+            b,
+        );
+        let entry = products
+            .entry(unit)
+            .or_insert_with(|| (signatures(b), definition(b, paths)));
+        let there = AttentionPaths::of_definition(&entry.1).unwrap_or(AttentionPaths::ALL);
+        let both = there.union(paths);
+        if both != there {
+            entry.1 = definition(b, both);
+        }
         let name = |t| self.node(t).map(str::to_string);
         let (q, k, v) = (name(&spec.q)?, name(&spec.k)?, name(&spec.v)?);
         if (plan.block_queries, plan.block_keys) != (ATTENTION_BLOCK_QUERIES, ATTENTION_BLOCK_KEYS)

@@ -18,6 +18,7 @@
 //! - `guard_bounds`: loops whose statements all skip the same guarded iterations, bounded instead.
 
 pub(crate) mod attention;
+pub(crate) mod attention_paths;
 pub mod gemm;
 
 pub(crate) mod gemm_micro;

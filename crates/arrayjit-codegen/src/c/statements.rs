@@ -29,9 +29,13 @@ use crate::c::syntax::{self as c_syntax, CSyntax, Helper, c_storage_type};
 const PLACEHOLDER: &str = "AJ_STMT_FN";
 
 /// Source bytes of statement functions per compile unit: below it a program is one unit.
-/// (Measured on the GPT step with gcc 12 -O3 on a 2-core VM: a unit of this size compiles in
-/// 1.5–1.8 s; units compile in parallel, so a program uses the cores once it has as many units.)
-pub const UNIT_BYTES: usize = 96 << 10;
+/// Units compile in parallel with the helpers' units, so a program uses the cores once its
+/// jobs are about as long as the helpers'. On a 2-core AMD EPYC (Zen 4) the GPT demo step's
+/// ~100 KiB of statement functions in one unit (96 KiB per unit before) took 0.73 s of gcc
+/// beside helpers of 0.41 and 0.42 s and ended last; in two units (0.49 and 0.32 s, each with
+/// its own copy of the helpers it calls) the parallel build took a median of 0.89 s against
+/// 0.95 s (eight alternated rounds).
+pub const UNIT_BYTES: usize = 48 << 10;
 
 /// The most compile units a program's statement functions are spread over.
 pub const MAX_UNITS: usize = 16;
