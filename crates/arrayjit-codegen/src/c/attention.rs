@@ -589,7 +589,8 @@ __attribute__((visibility("hidden"))) void AJ_ATT_BACKWARD(const int64_t *d, int
 /// The helper unit for a blocking of the product helper: its exponential (the backends'
 /// branch-free `aj_exp_f32`, so the loops over a block's scores vectorize), the product's
 /// prototype (its unit is compiled beside this one), the passes. Compiled at `O2`
-/// ([`ATTENTION_HELPER_BEGIN`]) with multiply-adds contracted, as the product helper is.
+/// ([`ATTENTION_HELPER_BEGIN`]) with multiply-adds contracted, as the product helper is. The
+/// features no pass of the library uses (`paths`) are constants of the unit.
 fn definition(b: &Blocking, paths: AttentionPaths) -> String {
     let [fwd, bwd] = names(b).1;
     let mut s = String::new();

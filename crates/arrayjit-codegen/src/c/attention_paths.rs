@@ -171,28 +171,31 @@ mod tests {
     #[test]
     fn the_macros_fold_what_no_pass_uses_and_say_so() {
         let demo = AttentionPaths::of_pass(false, false, true, (32, 32), &B);
-        let m = demo.macros();
-        for line in [
-            "#define AJ_ATT_DROP(c) 0",
-            "#define AJ_ATT_KBIAS(c) ((const float *)0)",
-            "#define AJ_ATT_CAUSAL(c) 1",
-            "#define AJ_ATT_PACKS(E, Ev) 1",
-        ] {
-            assert!(m.contains(line), "{line}\n{m}");
-        }
-        assert_eq!(AttentionPaths::of_definition(&m), Some(demo));
-        let all = AttentionPaths::ALL.macros();
-        for line in [
-            "#define AJ_ATT_DROP(c) ((c)->drop)",
-            "#define AJ_ATT_KBIAS(c) ((c)->kbias)",
-            "#define AJ_ATT_CAUSAL(c) ((c)->causal)",
-            "#define AJ_ATT_PACKS(E, Ev) aj_att_packs(E, Ev)",
-        ] {
-            assert!(all.contains(line), "{line}\n{all}");
-        }
-        assert_eq!(
-            AttentionPaths::of_definition(&all),
-            Some(AttentionPaths::ALL)
+        // The macros hold each line, and their comment reads back as the same paths.
+        let check = |paths: AttentionPaths, lines: [&str; 4]| {
+            let m = paths.macros();
+            for line in lines {
+                assert!(m.contains(line), "{line}\n{m}");
+            }
+            assert_eq!(AttentionPaths::of_definition(&m), Some(paths));
+        };
+        check(
+            demo,
+            [
+                "#define AJ_ATT_DROP(c) 0",
+                "#define AJ_ATT_KBIAS(c) ((const float *)0)",
+                "#define AJ_ATT_CAUSAL(c) 1",
+                "#define AJ_ATT_PACKS(E, Ev) 1",
+            ],
+        );
+        check(
+            AttentionPaths::ALL,
+            [
+                "#define AJ_ATT_DROP(c) ((c)->drop)",
+                "#define AJ_ATT_KBIAS(c) ((c)->kbias)",
+                "#define AJ_ATT_CAUSAL(c) ((c)->causal)",
+                "#define AJ_ATT_PACKS(E, Ev) aj_att_packs(E, Ev)",
+            ],
         );
         assert_eq!(AttentionPaths::of_definition("no comment"), None);
     }
